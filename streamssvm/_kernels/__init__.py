@@ -1,0 +1,1 @@
+"""Numba kernels (no Python objects inside), called through thin wrappers."""

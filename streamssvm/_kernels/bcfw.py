@@ -1,0 +1,384 @@
+"""Numba kernels for block-coordinate Frank-Wolfe on the linear structures.
+
+Blocks live in two arenas (``Iar`` int32, ``Far`` float64); ``meta[slot]`` holds the offsets
+and sizes (see ``M_*``). Segment layout of one block:
+
+* ints:   ``tok_ptr (L+1) | fidx (nnz) | ytrue (ly) | pool labelings (pcap * lablen)``
+* floats: ``fval (nnz) | gram (L*L) | stat (stat_size) | pool alpha (pcap)``
+
+Block gap estimates are kept in "numerator" units ``n * g_i`` (independent of the number of
+held blocks up to the staleness every estimate has anyway).
+"""
+import numpy as np
+from numba import njit
+
+from .structops import (
+    MULTILABEL, decode, emission_scores, labeling_loss, labeling_score, labeling_stat,
+    loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
+)
+
+M_IOFF, M_FOFF, M_L, M_NNZ, M_LY, M_KI, M_PCAP, M_PN, M_LABLEN, M_FLAGS, M_ISIZE, M_FSIZE = range(12)
+N_META = 12
+FLAG_INEXACT_ALPHA = 1
+
+STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
+SAMPLE_GIVEN, SAMPLE_UNIFORM, SAMPLE_GAP = 0, 1, 2
+
+# counters
+C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL = range(7)
+N_COUNTERS = 7
+
+_JIT = dict(cache=True, nogil=True)
+
+
+@njit(**_JIT)
+def tree_update(tree, size, slot, value):
+    i = size + slot
+    tree[i] = value
+    i //= 2
+    while i >= 1:
+        tree[i] = tree[2 * i] + tree[2 * i + 1]
+        i //= 2
+
+
+@njit(**_JIT)
+def tree_sample(tree, size, r):
+    node = 1
+    x = r * tree[1]
+    while node < size:
+        left = 2 * node
+        if x < tree[left]:
+            node = left
+        else:
+            x -= tree[left]
+            node = left + 1
+    return node - size
+
+
+@njit(**_JIT)
+def _views(meta, Iar, Far, j, Kc, kind):
+    io = meta[j, M_IOFF]
+    fo = meta[j, M_FOFF]
+    L = meta[j, M_L]
+    nnz = meta[j, M_NNZ]
+    ly = meta[j, M_LY]
+    pcap = meta[j, M_PCAP]
+    lablen = meta[j, M_LABLEN]
+    tok_ptr = Iar[io:io + L + 1]
+    fidx = Iar[io + L + 1:io + L + 1 + nnz]
+    ytrue = Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly]
+    p0 = io + L + 1 + nnz + ly
+    pool = Iar[p0:p0 + pcap * lablen]
+    fval = Far[fo:fo + nnz]
+    G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
+    ss = stat_size(kind, L, Kc)
+    s0 = fo + nnz + L * L
+    st = Far[s0:s0 + ss]
+    alpha = Far[s0 + ss:s0 + ss + pcap]
+    return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha
+
+
+@njit(**_JIT)
+def _same(a, b, n):
+    for q in range(n):
+        if a[q] != b[q]:
+            return False
+    return True
+
+
+@njit(**_JIT)
+def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+               gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
+               S, V, bp, ybuf, lab, dbuf, counters):
+    """One BCFW / pairwise / away step on block j. Returns the gap numerator (n * g_j)
+    measured at the corner used (exact oracle on a miss)."""
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+    L = meta[j, M_L]
+    ly = meta[j, M_LY]
+    Ki = meta[j, M_KI]
+    pcap = meta[j, M_PCAP]
+    pn = meta[j, M_PN]
+    lablen = meta[j, M_LABLEN]
+    ss = st.shape[0]
+    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    m_val = (loss_const(kind, ly, Ki) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+             + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
+    # ---- corner: cache (pool) or exact oracle ----
+    corner = -1  # pool index of the FW corner if it is in the pool
+    hit = False
+    if use_cache and pn > 0:
+        best = -np.inf
+        for p in range(pn):
+            lp = pool[p * lablen:(p + 1) * lablen]
+            v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
+                 + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
+            if v > best:
+                best = v
+                corner = p
+        gh = best - m_val
+        thr = F * gest[j]
+        if nu * g_full > thr:
+            thr = nu * g_full
+        if np.isfinite(gest[j]) and gh >= thr and gh > 0.0:
+            hit = True
+            star_val = best
+            for q in range(lablen):
+                lab[q] = pool[corner * lablen + q]
+            counters[C_HIT] += 1
+    if not hit:
+        corner = -1
+        star_val = decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, 1.0, Ki, V, bp, ybuf, lab)
+        counters[C_ORACLE] += 1
+        gnum = star_val - m_val
+        # sanity: the oracle can never be worse than the ground truth / current point
+        if gnum < -1e-9 * (1.0 + abs(star_val)):
+            counters[C_SANITY] += 1
+        gest[j] = gnum if gnum > 0.0 else 0.0
+        last_oracle[j] = tick
+        if pcap > 0:
+            for p in range(pn):
+                if _same(pool[p * lablen:(p + 1) * lablen], lab, lablen):
+                    corner = p
+                    break
+    else:
+        gnum = star_val - m_val
+    # insert the corner into the pool if tracked and absent
+    if pcap > 0 and corner < 0:
+        if pn < pcap:
+            corner = pn
+            pn += 1
+            meta[j, M_PN] = pn
+        else:
+            # evict the inactive entry with the lowest value; FW may also evict active ones
+            worst = -1
+            wv = np.inf
+            for p in range(pn):
+                if alpha[p] > 0.0 and step_type != STEP_FW:
+                    continue
+                lp = pool[p * lablen:(p + 1) * lablen]
+                v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
+                     + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
+                if alpha[p] > 0.0:
+                    v += 1e300  # prefer inactive entries
+                if v < wv:
+                    wv = v
+                    worst = p
+            if worst >= 0:
+                if alpha[worst] > 0.0:
+                    meta[j, M_FLAGS] |= FLAG_INEXACT_ALPHA
+                corner = worst
+                alpha[worst] = 0.0
+            else:
+                counters[C_POOLFULL] += 1
+        if corner >= 0:
+            for q in range(lablen):
+                pool[corner * lablen + q] = lab[q]
+    if gnum <= 0.0:
+        return gnum
+    # ---- choose the step ----
+    mode = STEP_FW
+    a = -1
+    a_val = 0.0
+    if step_type != STEP_FW and pcap > 0:
+        wv = np.inf
+        nact = 0
+        for p in range(pn):
+            if alpha[p] > 0.0:
+                nact += 1
+                lp = pool[p * lablen:(p + 1) * lablen]
+                v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
+                     + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
+                if v < wv:
+                    wv = v
+                    a = p
+        if a >= 0 and a != corner:
+            a_val = wv
+            if step_type == STEP_PAIRWISE:
+                if corner >= 0:
+                    mode = STEP_PAIRWISE
+            else:
+                g_away = m_val - a_val
+                if nact > 1 and g_away > gnum:
+                    mode = STEP_AWAY
+    # ---- direction d in statistic space, numerator, max step ----
+    for q in range(ss):
+        dbuf[q] = 0.0
+    if mode == STEP_FW:
+        for q in range(ss):
+            dbuf[q] = -st[q]
+        labeling_stat(kind, lab, L, Kc, dbuf, 1.0)
+        num = gnum
+        gmax = 1.0
+    elif mode == STEP_PAIRWISE:
+        labeling_stat(kind, lab, L, Kc, dbuf, 1.0)
+        labeling_stat(kind, pool[a * lablen:(a + 1) * lablen], L, Kc, dbuf, -1.0)
+        num = star_val - a_val
+        gmax = alpha[a]
+    else:
+        for q in range(ss):
+            dbuf[q] = st[q]
+        labeling_stat(kind, pool[a * lablen:(a + 1) * lablen], L, Kc, dbuf, -1.0)
+        num = m_val - a_val
+        gmax = alpha[a] / (1.0 - alpha[a]) if alpha[a] < 1.0 else 1e300
+        counters[C_AWAY] += 1
+    sq = stat_sqnorm(kind, G, dbuf, L, K, Kc, use_trans)
+    if sq <= 0.0 or num <= 0.0:
+        return gnum
+    gamma = lam_n * num / sq
+    if gamma > gmax:
+        gamma = gmax
+    if gamma <= 0.0:
+        return gnum
+    # ---- apply ----
+    for q in range(ss):
+        st[q] += gamma * dbuf[q]
+    stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans)
+    if pcap > 0:
+        if mode == STEP_FW:
+            for p in range(pn):
+                alpha[p] *= (1.0 - gamma)
+            if corner >= 0:
+                alpha[corner] += gamma
+            else:
+                meta[j, M_FLAGS] |= FLAG_INEXACT_ALPHA
+            if gamma >= 1.0:
+                for p in range(pn):
+                    if p != corner:
+                        alpha[p] = 0.0
+        elif mode == STEP_PAIRWISE:
+            alpha[corner] += gamma
+            if gamma >= gmax:
+                alpha[a] = 0.0
+                counters[C_DROP] += 1
+            else:
+                alpha[a] -= gamma
+        else:
+            for p in range(pn):
+                alpha[p] *= (1.0 + gamma)
+            if gamma >= gmax:
+                alpha[a] = 0.0
+                counters[C_DROP] += 1
+            else:
+                alpha[a] -= gamma
+        for p in range(pn):
+            if alpha[p] < 1e-14:
+                alpha[p] = 0.0
+    counters[C_STEPS] += 1
+    return gnum
+
+
+@njit(**_JIT)
+def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+              gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
+              sampling, slots, alive, n_alive, tree, tree_size, n_steps, seed,
+              S, V, bp, ybuf, lab, dbuf, counters):
+    """Run ``n_steps`` block steps. ``sampling``: given ``slots`` in order / uniform over
+    ``alive[:n_alive]`` / proportional to the gap estimates (sum-tree)."""
+    np.random.seed(seed)
+    tick = tick0
+    for it in range(n_steps):
+        if sampling == SAMPLE_GIVEN:
+            j = slots[it]
+        elif sampling == SAMPLE_GAP and tree[1] > 0.0:
+            j = tree_sample(tree, tree_size, np.random.random())
+            if j >= tree_size or tree[tree_size + j] <= 0.0:
+                j = alive[np.random.randint(n_alive)]
+        else:
+            j = alive[np.random.randint(n_alive)]
+        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+                   gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
+                   S, V, bp, ybuf, lab, dbuf, counters)
+        if tree_size > 0:
+            tree_update(tree, tree_size, j, gest[j])
+        tick += 1
+    return tick
+
+
+@njit(**_JIT)
+def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, alive, n_alive,
+                  gest, tree, tree_size, S, V, bp, ybuf, lab, out):
+    """Exact oracle on every held block at frozen weights.
+
+    out[0] = sum_i max_y H_i(y; w)  (hinge terms, >= 0)
+    out[1] = sum_i L_i              (dual loss terms, Delta of the block statistic)
+    out[2] = sum_i n g_i            (sum of block gap numerators)
+    out[3] = number of oracle calls
+    Refreshes every block gap estimate.
+    """
+    sh = 0.0
+    sl = 0.0
+    sg = 0.0
+    for q in range(n_alive):
+        j = alive[q]
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+        L = meta[j, M_L]
+        ly = meta[j, M_LY]
+        Ki = meta[j, M_KI]
+        emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+        star = decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, 1.0, Ki, V, bp, ybuf, lab)
+        # score of the ground truth
+        if kind == MULTILABEL:
+            t_score = 0.0
+            for p in range(ly):
+                if ytrue[p] < K:
+                    t_score += S[0, ytrue[p]]
+        else:
+            t_score = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+        h = star - t_score
+        if h < 0.0:
+            h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)
+        Li = loss_const(kind, ly, Ki) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+        m_val = Li + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans)
+        g = star - m_val
+        if g < 0.0:
+            g = 0.0
+        gest[j] = g
+        if tree_size > 0:
+            tree_update(tree, tree_size, j, g)
+        sh += h
+        sl += Li
+        sg += g
+    out[0] = sh
+    out[1] = sl
+    out[2] = sg
+    out[3] = n_alive
+
+
+@njit(**_JIT)
+def block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf):
+    """U += coef * u_j with u_j = Phi(s(y_j) - m_j)."""
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+    L = meta[j, M_L]
+    ly = meta[j, M_LY]
+    ss = st.shape[0]
+    for q in range(ss):
+        dbuf[q] = -st[q]
+    truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+    stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, coef, use_trans)
+
+
+@njit(**_JIT)
+def rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, dbuf):
+    """Recompute U = sum_i u_i from the blocks (removes accumulated round-off)."""
+    E[:, :] = 0.0
+    T[:, :] = 0.0
+    B[:, :] = 0.0
+    for q in range(n_alive):
+        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive[q], 1.0, dbuf)
+
+
+@njit(**_JIT)
+def predict_batch(kind, K, use_trans, scale, E, T, B, C, ex_tok, tok_ptr, fidx, fval,
+                  lab_ptr, out, S, V, bp, ybuf):
+    """MAP labelings for many examples. Example e has tokens ex_tok[e]..ex_tok[e+1] of the
+    global CSR (tok_ptr into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]]."""
+    dummy = np.zeros(1, dtype=np.int32)
+    for e in range(ex_tok.shape[0] - 1):
+        t0 = ex_tok[e]
+        L = ex_tok[e + 1] - t0
+        if L == 0:
+            continue
+        tp = tok_ptr[t0:t0 + L + 1]
+        emission_scores(E, scale, tp, fidx, fval, L, K, S)
+        decode(kind, S, T, B, scale, L, K, use_trans, dummy, 0, C, 0.0, 1, V, bp, ybuf,
+               out[lab_ptr[e]:lab_ptr[e + 1]])

@@ -1,0 +1,326 @@
+"""Numba kernels for the linear structures (chain, multiclass, multi-label).
+
+Every structure here has a joint feature map that is *linear in a sufficient statistic*
+``s(y)`` of the labeling, and the same holds for convex combinations of labelings: the dual
+block of an example is represented by its mean statistic ``m = sum_y alpha(y) s(y)`` (the
+"marginals"), and ``u_i = Phi_x(s(y_i) - m_i)``.
+
+Statistic layouts (``Kc`` is the label capacity, ``K <= Kc`` the labels in use):
+
+* chain      ``[M: L x Kc][TM: Kc x Kc][BM: 2 x Kc]`` -- unary marginals, transition counts,
+  start / end indicators;
+* multiclass ``[M: Kc]`` -- a chain of length one without transitions;
+* multilabel ``[M: Kc]`` -- independent binary labels, ``M[k]`` = mean of ``y_k``.
+
+Labelings: chain and multiclass store one int per token; multi-label stores a 0/1 int per
+label slot (``Kc`` of them). Ground truth for multi-label is the list of positive label ids.
+
+Joint feature map ``Phi_x(s)``: the emission block ``E[j, k] = sum_t x_t[j] * M[t, k]`` (x
+includes a constant bias feature), then ``TM`` and ``BM`` for chains.
+
+Model weights are kept *unnormalized* (``U``: ``E``, ``T``, ``B``); the actual weight vector is
+``w = scale * U`` with ``scale = 1 / (lambda * n)``. All scores computed here include ``scale``.
+"""
+import numpy as np
+from numba import njit
+
+CHAIN = 0
+MULTICLASS = 1
+MULTILABEL = 2
+
+_JIT = dict(cache=True, nogil=True)
+
+
+@njit(**_JIT)
+def stat_size(kind, L, Kc):
+    if kind == CHAIN:
+        return L * Kc + Kc * Kc + 2 * Kc
+    return Kc
+
+
+@njit(**_JIT)
+def labeling_len(kind, L, Kc):
+    if kind == MULTILABEL:
+        return Kc
+    return L
+
+
+@njit(**_JIT)
+def emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S):
+    """S[t, k] = scale * <x_t, E[:, k]> for the first K labels (x_t sparse, CSR)."""
+    for t in range(L):
+        for k in range(K):
+            S[t, k] = 0.0
+        for p in range(tok_ptr[t], tok_ptr[t + 1]):
+            j = fidx[p]
+            v = fval[p] * scale
+            for k in range(K):
+                S[t, k] += v * E[j, k]
+
+
+@njit(**_JIT)
+def _ml_dense_truth(ytrue, ly, K, ybuf):
+    for k in range(K):
+        ybuf[k] = 0
+    for q in range(ly):
+        if ytrue[q] < K:
+            ybuf[ytrue[q]] = 1
+
+
+@njit(**_JIT)
+def decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, loss_scale, Ki, V, bp, ybuf, out):
+    """argmax_y <w, phi(x, y)> + loss_scale * Delta(ytrue, y); writes y into ``out``.
+
+    Returns the maximal value (score + loss_scale * loss). ``loss_scale = 0`` is MAP
+    prediction (``ytrue`` is then ignored). Chain: Viterbi in O(L K^2).
+    """
+    if kind == MULTILABEL:
+        w = loss_scale / Ki if Ki > 0 else 0.0
+        if loss_scale != 0.0:
+            _ml_dense_truth(ytrue, ly, K, ybuf)
+        total = 0.0
+        for k in range(out.shape[0]):
+            out[k] = 0
+        for k in range(K):
+            on = S[0, k]
+            off = 0.0
+            if loss_scale != 0.0:
+                if ybuf[k] == 1:
+                    off += w
+                else:
+                    on += w
+            if on > off:
+                out[k] = 1
+                total += on
+            else:
+                total += off
+        return total
+    lw = loss_scale / L
+    if kind == MULTICLASS or L == 1 and not use_trans:
+        best = -np.inf
+        arg = 0
+        for k in range(K):
+            v = S[0, k]
+            if lw != 0.0:
+                v += lw * C[ytrue[0], k]
+            if v > best:
+                best = v
+                arg = k
+        out[0] = arg
+        return best
+    # chain: Viterbi
+    for k in range(K):
+        v = S[0, k]
+        if use_trans:
+            v += scale * B[0, k]
+        if lw != 0.0:
+            v += lw * C[ytrue[0], k]
+        V[0, k] = v
+    for t in range(1, L):
+        for k in range(K):
+            best = -np.inf
+            arg = 0
+            for j in range(K):
+                v = V[t - 1, j] + scale * T[j, k]
+                if v > best:
+                    best = v
+                    arg = j
+            u = S[t, k]
+            if lw != 0.0:
+                u += lw * C[ytrue[t], k]
+            V[t, k] = best + u
+            bp[t, k] = arg
+    best = -np.inf
+    arg = 0
+    for k in range(K):
+        v = V[L - 1, k]
+        if use_trans:
+            v += scale * B[1, k]
+        if v > best:
+            best = v
+            arg = k
+    out[L - 1] = arg
+    for t in range(L - 1, 0, -1):
+        out[t - 1] = bp[t, out[t]]
+    return best
+
+
+@njit(**_JIT)
+def labeling_score(kind, S, T, B, scale, lab, L, K, use_trans):
+    """<w, phi(x, y)> for a labeling (O(L))."""
+    if kind == MULTILABEL:
+        v = 0.0
+        for k in range(K):
+            if lab[k] != 0:
+                v += S[0, k]
+        return v
+    v = 0.0
+    for t in range(L):
+        v += S[t, lab[t]]
+    if kind == CHAIN and use_trans:
+        v += scale * (B[0, lab[0]] + B[1, lab[L - 1]])
+        for t in range(1, L):
+            v += scale * T[lab[t - 1], lab[t]]
+    return v
+
+
+@njit(**_JIT)
+def labeling_loss(kind, lab, ytrue, ly, C, L, K, Ki, ybuf):
+    """Delta(ytrue, y): normalized (cost-weighted) Hamming for chains, C[y, y'] for
+    multiclass, Hamming / Ki for multi-label."""
+    if kind == MULTILABEL:
+        _ml_dense_truth(ytrue, ly, K, ybuf)
+        v = 0.0
+        for k in range(K):
+            if lab[k] != ybuf[k]:
+                v += 1.0
+        return v / Ki
+    v = 0.0
+    for t in range(L):
+        v += C[ytrue[t], lab[t]]
+    return v / L
+
+
+@njit(**_JIT)
+def labeling_stat(kind, lab, L, Kc, out, coef):
+    """out += coef * s(lab)."""
+    if kind == MULTILABEL:
+        for k in range(Kc):
+            if lab[k] != 0:
+                out[k] += coef
+        return
+    for t in range(L):
+        out[t * Kc + lab[t]] += coef
+    if kind == CHAIN:
+        off = L * Kc
+        for t in range(1, L):
+            out[off + lab[t - 1] * Kc + lab[t]] += coef
+        off2 = off + Kc * Kc
+        out[off2 + lab[0]] += coef
+        out[off2 + Kc + lab[L - 1]] += coef
+
+
+@njit(**_JIT)
+def truth_stat(kind, ytrue, ly, L, Kc, out, coef):
+    """out += coef * s(ytrue) (multi-label truth is a list of positives)."""
+    if kind == MULTILABEL:
+        for q in range(ly):
+            out[ytrue[q]] += coef
+        return
+    labeling_stat(kind, ytrue, L, Kc, out, coef)
+
+
+@njit(**_JIT)
+def stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans):
+    """<w, Phi_x(st)> (linear in st)."""
+    v = 0.0
+    nrow = 1 if kind != CHAIN else L
+    for t in range(nrow):
+        base = t * Kc
+        for k in range(K):
+            v += S[t, k] * st[base + k]
+    if kind == CHAIN and use_trans:
+        off = L * Kc
+        acc = 0.0
+        for j in range(K):
+            for k in range(K):
+                acc += T[j, k] * st[off + j * Kc + k]
+        off2 = off + Kc * Kc
+        for k in range(K):
+            acc += B[0, k] * st[off2 + k] + B[1, k] * st[off2 + Kc + k]
+        v += scale * acc
+    return v
+
+
+@njit(**_JIT)
+def stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf):
+    """Linear part of the loss of a statistic (the loss is affine; see ``loss_const``)."""
+    if kind == MULTILABEL:
+        _ml_dense_truth(ytrue, ly, K, ybuf)
+        v = 0.0
+        for k in range(K):
+            v += (1.0 - 2.0 * ybuf[k]) * st[k]
+        return v / Ki
+    v = 0.0
+    for t in range(L):
+        base = t * Kc
+        c = ytrue[t]
+        for k in range(K):
+            v += C[c, k] * st[base + k]
+    return v / L
+
+
+@njit(**_JIT)
+def loss_const(kind, ly, Ki):
+    if kind == MULTILABEL:
+        return ly / Ki
+    return 0.0
+
+
+@njit(**_JIT)
+def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
+    """||Phi_x(st)||^2 using the token Gram matrix G = X X^T."""
+    v = 0.0
+    nrow = 1 if kind != CHAIN else L
+    for t in range(nrow):
+        bt = t * Kc
+        for s in range(nrow):
+            g = G[t, s]
+            if g == 0.0:
+                continue
+            bs = s * Kc
+            acc = 0.0
+            for k in range(K):
+                acc += st[bt + k] * st[bs + k]
+            v += g * acc
+    if kind == CHAIN and use_trans:
+        off = L * Kc
+        for j in range(K):
+            for k in range(K):
+                x = st[off + j * Kc + k]
+                v += x * x
+        off2 = off + Kc * Kc
+        for k in range(K):
+            a = st[off2 + k]
+            b = st[off2 + Kc + k]
+            v += a * a + b * b
+    return v
+
+
+@njit(**_JIT)
+def stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans):
+    """U += coef * Phi_x(st)."""
+    nrow = 1 if kind != CHAIN else L
+    for t in range(nrow):
+        base = t * Kc
+        for p in range(tok_ptr[t], tok_ptr[t + 1]):
+            j = fidx[p]
+            v = fval[p] * coef
+            for k in range(K):
+                E[j, k] += v * st[base + k]
+    if kind == CHAIN and use_trans:
+        off = L * Kc
+        for j in range(K):
+            for k in range(K):
+                T[j, k] += coef * st[off + j * Kc + k]
+        off2 = off + Kc * Kc
+        for k in range(K):
+            B[0, k] += coef * st[off2 + k]
+            B[1, k] += coef * st[off2 + Kc + k]
+
+
+@njit(**_JIT)
+def gram(tok_ptr, fidx, fval, L, G, mark):
+    """G[t, s] = <x_t, x_s> for sparse tokens. ``mark`` is a scratch array of size
+    n_features filled with zeros (left zeroed on return)."""
+    for t in range(L):
+        for p in range(tok_ptr[t], tok_ptr[t + 1]):
+            mark[fidx[p]] += fval[p]
+        for s in range(t, L):
+            acc = 0.0
+            for p in range(tok_ptr[s], tok_ptr[s + 1]):
+                acc += mark[fidx[p]] * fval[p]
+            G[t, s] = acc
+            G[s, t] = acc
+        for p in range(tok_ptr[t], tok_ptr[t + 1]):
+            mark[fidx[p]] = 0.0

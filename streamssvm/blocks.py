@@ -1,0 +1,377 @@
+"""BlockStore: the per-example dual blocks held by a dual learner.
+
+Each held example is a *block*: its compact input (sparse token features and their Gram
+matrix), its ground truth, its dual point as a mean sufficient statistic (see
+``streamssvm._kernels.structops``), optionally a small pool of labelings with their dual
+weights (active set / oracle cache), and a gap estimate. Blocks are stored in two growing
+arenas so numba kernels can run many block steps in one call; a slot table (``meta``) holds
+the offsets.
+
+The store is bounded: by a number of blocks (``capacity``) and optionally by bytes
+(``max_bytes``). When full, the ``"fifo"`` policy evicts the oldest block (a sliding window,
+for drifting streams) and ``"reservoir"`` keeps a uniform sample of everything seen
+(the new example replaces a random held block with probability capacity / seen; otherwise it
+is not held).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels import bcfw as K
+from ._kernels.structops import MULTILABEL, labeling_len, stat_size, truth_stat
+
+_EVICTION = ("fifo", "reservoir")
+
+
+class BlockStore:
+    def __init__(self, kind, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
+                 seed=None):
+        if eviction not in _EVICTION:
+            raise ValueError(f"eviction must be one of {_EVICTION}, got {eviction!r}")
+        if capacity is not None and int(capacity) < 1:
+            raise ValueError(f"capacity must be a positive number of blocks, got {capacity!r}")
+        if max_bytes is not None and int(max_bytes) < 1024:
+            raise ValueError(f"max_bytes must be at least 1024, got {max_bytes!r}")
+        self.kind = int(kind)
+        self.Kc = int(Kc)
+        self.pool_cap = int(pool_cap)
+        self.capacity = int(capacity) if capacity is not None else None
+        self.max_bytes = int(max_bytes) if max_bytes is not None else None
+        self.eviction = eviction
+        self._rng = np.random.default_rng(seed)
+        n0 = 64
+        self.meta = np.zeros((n0, K.N_META), dtype=np.int64)
+        self.gest = np.zeros(n0)
+        self.last_oracle = np.zeros(n0, dtype=np.int64)
+        self.birth = np.zeros(n0, dtype=np.int64)  # arrival number of the example in the slot
+        self.Iar = np.zeros(1024, dtype=np.int32)
+        self.Far = np.zeros(1024, dtype=np.float64)
+        self.i_used = 0
+        self.f_used = 0
+        self.i_live = 0
+        self.f_live = 0
+        self.alive = np.zeros(n0, dtype=np.int64)   # dense list of live slots
+        self.pos = np.full(n0, -1, dtype=np.int64)  # slot -> index in alive, -1 if free
+        self.n = 0
+        self.free = []
+        self.n_slots = 0
+        self.tree_size = 64
+        self.tree = np.zeros(2 * self.tree_size)
+        self.unvisited = set()
+        self.seen = 0          # examples offered to the store
+        self.evicted = 0
+        self.max_L = 1
+
+    # ------------------------------------------------------------------ sizes
+    def nbytes(self):
+        """Bytes held for the live blocks (arena segments + slot tables)."""
+        return int(self.i_live * 4 + self.f_live * 8 + self.n * (K.N_META * 8 + 8 * 5))
+
+    def allocated_bytes(self):
+        return int(self.Iar.nbytes + self.Far.nbytes + self.meta.nbytes + self.gest.nbytes
+                   + self.last_oracle.nbytes + self.birth.nbytes + self.alive.nbytes
+                   + self.pos.nbytes + self.tree.nbytes)
+
+    def __len__(self):
+        return self.n
+
+    def slots(self):
+        return self.alive[:self.n]
+
+    # ------------------------------------------------------------------ growth
+    def _grow_slots(self, need):
+        cap = self.meta.shape[0]
+        if need <= cap:
+            return
+        new = max(need, 2 * cap)
+        for name, fill in (("meta", 0), ("gest", 0.0), ("last_oracle", 0), ("birth", 0),
+                           ("alive", 0), ("pos", -1)):
+            a = getattr(self, name)
+            shape = (new,) + a.shape[1:]
+            b = np.full(shape, fill, dtype=a.dtype)
+            b[:cap] = a
+            setattr(self, name, b)
+        if new > self.tree_size:
+            ts = self.tree_size
+            while ts < new:
+                ts *= 2
+            self.tree_size = ts
+            self._rebuild_tree()
+
+    def _rebuild_tree(self):
+        self.tree = np.zeros(2 * self.tree_size)
+        leaves = self.tree[self.tree_size:]
+        s = self.slots()
+        vals = self.gest[s]
+        vals = np.where(np.isfinite(vals), np.maximum(vals, 0.0), 0.0)
+        leaves[s] = vals
+        for i in range(self.tree_size - 1, 0, -1):
+            self.tree[i] = self.tree[2 * i] + self.tree[2 * i + 1]
+
+    @staticmethod
+    def _ensure(arr, need):
+        if need <= arr.shape[0]:
+            return arr
+        b = np.zeros(max(need, 2 * arr.shape[0]), dtype=arr.dtype)
+        b[:arr.shape[0]] = arr
+        return b
+
+    def segment_sizes(self, L, nnz, ly):
+        lablen = labeling_len(self.kind, L, self.Kc)
+        isz = L + 1 + nnz + ly + self.pool_cap * lablen
+        fsz = nnz + L * L + stat_size(self.kind, L, self.Kc) + self.pool_cap
+        return isz, fsz, lablen
+
+    # ------------------------------------------------------------------ add / remove
+    def choose_victim(self):
+        """Slot to evict before adding a new block, ``None`` if there is room, or ``-1`` when the
+        reservoir decides not to keep the new example."""
+        full = self.capacity is not None and self.n >= self.capacity
+        if not full:
+            return None
+        if self.eviction == "fifo":
+            s = self.slots()
+            return int(s[np.argmin(self.birth[s])])
+        # reservoir (algorithm R)
+        r = self._rng.integers(0, self.seen + 1)
+        if r < self.capacity:
+            return int(self.alive[self._rng.integers(0, self.n)])
+        return -1
+
+    def oldest(self):
+        s = self.slots()
+        return int(s[np.argmin(self.birth[s])])
+
+    def over_bytes(self):
+        return self.max_bytes is not None and self.nbytes() > self.max_bytes and self.n > 1
+
+    def add(self, tok_ptr, fidx, fval, ytrue, Ki, gram_fn):
+        """Store a new block; returns its slot. ``gram_fn(tok_ptr, fidx, fval, L)`` -> (L, L)."""
+        L = len(tok_ptr) - 1
+        nnz = len(fidx)
+        ly = len(ytrue)
+        isz, fsz, lablen = self.segment_sizes(L, nnz, ly)
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = self.n_slots
+            self.n_slots += 1
+            self._grow_slots(self.n_slots)
+        io, fo = self.i_used, self.f_used
+        self.Iar = self._ensure(self.Iar, io + isz)
+        self.Far = self._ensure(self.Far, fo + fsz)
+        I = self.Iar
+        Fa = self.Far
+        I[io:io + L + 1] = tok_ptr
+        I[io + L + 1:io + L + 1 + nnz] = fidx
+        I[io + L + 1 + nnz:io + L + 1 + nnz + ly] = ytrue
+        p0 = io + L + 1 + nnz + ly
+        I[p0:p0 + self.pool_cap * lablen] = 0
+        Fa[fo:fo + nnz] = fval
+        Fa[fo + nnz:fo + nnz + L * L] = gram_fn(tok_ptr, fidx, fval, L).ravel()
+        ss = stat_size(self.kind, L, self.Kc)
+        s0 = fo + nnz + L * L
+        Fa[s0:s0 + ss + self.pool_cap] = 0.0
+        truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
+        pn = 0
+        if self.pool_cap > 0:
+            # the ground truth is the first pool entry, with all the dual mass
+            if self.kind == MULTILABEL:
+                for q in ytrue:
+                    I[p0 + q] = 1
+            else:
+                I[p0:p0 + L] = ytrue
+            Fa[s0 + ss] = 1.0
+            pn = 1
+        m = self.meta[slot]
+        m[:] = 0
+        m[K.M_IOFF], m[K.M_FOFF], m[K.M_L], m[K.M_NNZ], m[K.M_LY] = io, fo, L, nnz, ly
+        m[K.M_KI], m[K.M_PCAP], m[K.M_PN], m[K.M_LABLEN] = max(int(Ki), 1), self.pool_cap, pn, lablen
+        m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
+        self.i_used += isz
+        self.f_used += fsz
+        self.i_live += isz
+        self.f_live += fsz
+        self.gest[slot] = np.inf
+        self.last_oracle[slot] = -1
+        self.birth[slot] = self.seen
+        self.pos[slot] = self.n
+        self.alive[self.n] = slot
+        self.n += 1
+        self.unvisited.add(slot)
+        self.max_L = max(self.max_L, L)
+        return slot
+
+    def remove(self, slot):
+        """Forget a block (the learner must have removed its u_i from the weights first)."""
+        p = self.pos[slot]
+        if p < 0:
+            raise KeyError(f"slot {slot} is not held")
+        last = self.alive[self.n - 1]
+        self.alive[p] = last
+        self.pos[last] = p
+        self.pos[slot] = -1
+        self.n -= 1
+        self.free.append(int(slot))
+        self.i_live -= int(self.meta[slot, K.M_ISIZE])
+        self.f_live -= int(self.meta[slot, K.M_FSIZE])
+        self.gest[slot] = 0.0
+        K.tree_update(self.tree, self.tree_size, slot, 0.0)
+        self.unvisited.discard(int(slot))
+        self.evicted += 1
+        if self.i_used > 4096 and self.i_live * 2 < self.i_used:
+            self.compact()
+
+    def compact(self, new_Kc=None):
+        """Rewrite the arenas with only live segments (and optionally a larger label capacity)."""
+        kind = self.kind
+        oldKc = self.Kc
+        Kc = oldKc if new_Kc is None else int(new_Kc)
+        slots = self.slots().copy()
+        slots = slots[np.argsort(self.birth[slots])]
+        isizes, fsizes = [], []
+        for j in slots:
+            m = self.meta[j]
+            L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
+            lablen = labeling_len(kind, L, Kc)
+            isizes.append(L + 1 + nnz + ly + self.pool_cap * lablen)
+            fsizes.append(nnz + L * L + stat_size(kind, L, Kc) + self.pool_cap)
+        Inew = np.zeros(max(1024, int(sum(isizes) * 1.25)), dtype=np.int32)
+        Fnew = np.zeros(max(1024, int(sum(fsizes) * 1.25)), dtype=np.float64)
+        io = fo = 0
+        for j, isz, fsz in zip(slots, isizes, fsizes):
+            m = self.meta[j]
+            L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
+            oio, ofo, olab = int(m[K.M_IOFF]), int(m[K.M_FOFF]), int(m[K.M_LABLEN])
+            pcap, pn = int(m[K.M_PCAP]), int(m[K.M_PN])
+            head = L + 1 + nnz + ly
+            Inew[io:io + head] = self.Iar[oio:oio + head]
+            lablen = labeling_len(kind, L, Kc)
+            oldpool = self.Iar[oio + head:oio + head + pcap * olab].reshape(pcap, olab) if pcap else None
+            if pcap:
+                newpool = Inew[io + head:io + head + pcap * lablen].reshape(pcap, lablen)
+                c = min(olab, lablen)
+                newpool[:, :c] = oldpool[:, :c]
+            Fnew[fo:fo + nnz + L * L] = self.Far[ofo:ofo + nnz + L * L]
+            ost = self.Far[ofo + nnz + L * L:ofo + nnz + L * L + stat_size(kind, L, oldKc)]
+            nst = Fnew[fo + nnz + L * L:fo + nnz + L * L + stat_size(kind, L, Kc)]
+            _relayout_stat(kind, L, oldKc, Kc, ost, nst)
+            a0o = ofo + nnz + L * L + stat_size(kind, L, oldKc)
+            a0n = fo + nnz + L * L + stat_size(kind, L, Kc)
+            Fnew[a0n:a0n + pcap] = self.Far[a0o:a0o + pcap]
+            m[K.M_IOFF], m[K.M_FOFF], m[K.M_LABLEN] = io, fo, lablen
+            m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
+            del pn
+            io += isz
+            fo += fsz
+        self.Iar, self.Far = Inew, Fnew
+        self.i_used = self.i_live = io
+        self.f_used = self.f_live = fo
+        self.Kc = Kc
+
+    def grow_labels(self, new_Kc):
+        if new_Kc > self.Kc:
+            self.compact(new_Kc)
+
+    def block(self, slot):
+        """Views of one held block's arrays (for inspection and tests)."""
+        m = self.meta[slot]
+        L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
+        pcap, pn, lablen = int(m[K.M_PCAP]), int(m[K.M_PN]), int(m[K.M_LABLEN])
+        io, fo = int(m[K.M_IOFF]), int(m[K.M_FOFF])
+        I, F = self.Iar, self.Far
+        ss = stat_size(self.kind, L, self.Kc)
+        s0 = fo + nnz + L * L
+        p0 = io + L + 1 + nnz + ly
+        return {
+            "tok_ptr": I[io:io + L + 1], "fidx": I[io + L + 1:io + L + 1 + nnz],
+            "ytrue": I[io + L + 1 + nnz:p0], "fval": F[fo:fo + nnz],
+            "gram": F[fo + nnz:s0].reshape(L, L), "stat": F[s0:s0 + ss],
+            "pool": I[p0:p0 + pcap * lablen].reshape(pcap, lablen)[:pn] if pcap else I[p0:p0],
+            "alpha": F[s0 + ss:s0 + ss + pn], "L": L, "Ki": int(m[K.M_KI]),
+            "exact_alpha": not (int(m[K.M_FLAGS]) & K.FLAG_INEXACT_ALPHA),
+        }
+
+    # ------------------------------------------------------------------ gaps
+    def set_gap(self, slot, value):
+        self.gest[slot] = value
+        v = value if np.isfinite(value) else 0.0
+        K.tree_update(self.tree, self.tree_size, slot, max(v, 0.0))
+
+    def gap_sum(self):
+        s = self.slots()
+        g = self.gest[s]
+        return float(np.sum(np.where(np.isfinite(g), np.maximum(g, 0), 0.0)))
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        """Compact, order-normalized arrays (live blocks only) for checkpoints."""
+        self.compact()
+        s = self.slots().copy()
+        s = s[np.argsort(self.birth[s])]
+        return {
+            "kind": self.kind, "Kc": self.Kc, "pool_cap": self.pool_cap,
+            "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
+            "seen": self.seen, "evicted": self.evicted,
+            "meta": self.meta[s].copy(), "gest": np.where(np.isfinite(self.gest[s]), self.gest[s], -1.0),
+            "last_oracle": self.last_oracle[s].copy(), "birth": self.birth[s].copy(),
+            "Iar": self.Iar[:self.i_used].copy(), "Far": self.Far[:self.f_used].copy(),
+            "rng": _rng_state(self._rng),
+        }
+
+    @classmethod
+    def from_state(cls, st):
+        bs = cls(st["kind"], st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"])
+        n = len(st["meta"])
+        bs._grow_slots(max(n, 1))
+        bs.meta[:n] = st["meta"]
+        g = np.asarray(st["gest"], dtype=float)
+        bs.gest[:n] = np.where(g < 0, np.inf, g)
+        bs.last_oracle[:n] = st["last_oracle"]
+        bs.birth[:n] = st["birth"]
+        bs.Iar = np.array(st["Iar"], dtype=np.int32)
+        bs.Far = np.array(st["Far"], dtype=np.float64)
+        if bs.Iar.size == 0:
+            bs.Iar = np.zeros(1024, dtype=np.int32)
+        if bs.Far.size == 0:
+            bs.Far = np.zeros(1024)
+        bs.i_used = bs.i_live = int(np.sum(bs.meta[:n, K.M_ISIZE]))
+        bs.f_used = bs.f_live = int(np.sum(bs.meta[:n, K.M_FSIZE]))
+        bs.alive[:n] = np.arange(n)
+        bs.pos[:n] = np.arange(n)
+        bs.n = bs.n_slots = n
+        bs.seen = int(st["seen"])
+        bs.evicted = int(st["evicted"])
+        bs.unvisited = {i for i in range(n) if not np.isfinite(bs.gest[i])}
+        bs.max_L = int(bs.meta[:n, K.M_L].max()) if n else 1
+        _rng_restore(bs._rng, st["rng"])
+        bs._rebuild_tree()
+        return bs
+
+
+def _relayout_stat(kind, L, oldKc, Kc, ost, nst):
+    if oldKc == Kc:
+        nst[:] = ost
+        return
+    nst[:] = 0.0
+    from ._kernels.structops import CHAIN
+    if kind != CHAIN:
+        nst[:oldKc] = ost
+        return
+    nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+    o, n_ = L * oldKc, L * Kc
+    nst[n_:n_ + Kc * Kc].reshape(Kc, Kc)[:oldKc, :oldKc] = ost[o:o + oldKc * oldKc].reshape(oldKc, oldKc)
+    o2, n2 = o + oldKc * oldKc, n_ + Kc * Kc
+    nst[n2:n2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[o2:o2 + 2 * oldKc].reshape(2, oldKc)
+
+
+def _rng_state(rng):
+    s = rng.bit_generator.state
+    return {"bit_generator": s["bit_generator"], "state": str(s["state"]["state"]),
+            "inc": str(s["state"]["inc"]), "has_uint32": s["has_uint32"], "uinteger": s["uinteger"]}
+
+
+def _rng_restore(rng, d):
+    rng.bit_generator.state = {"bit_generator": d["bit_generator"],
+                               "state": {"state": int(d["state"]), "inc": int(d["inc"])},
+                               "has_uint32": d["has_uint32"], "uinteger": d["uinteger"]}

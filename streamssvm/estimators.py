@@ -1,0 +1,427 @@
+"""River-compatible structural SVM estimators.
+
+=================  ==============================  ==========================  =====================
+class              river base                      x                           y
+=================  ==============================  ==========================  =====================
+MulticlassSSVM     ``base.Classifier``             dict or 1-D array           hashable label
+MultiLabelSSVM     ``base.MultiLabelClassifier``   dict or 1-D array           dict[label, bool]
+SequenceTagger     ``base.Estimator``              list of dicts or 2-D array  list of labels
+=================  ==============================  ==========================  =====================
+
+All have ``learn_one``, ``predict_one``, ``learn_many`` / ``predict_many`` (numpy or pandas
+batches), ``refine(passes)``, ``certificate()``, ``save(path)`` and ``load(path)``.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from river import base
+
+from .features import FeatureIndex, LabelIndex
+from .learners.bcfw import BCFW
+from .structures import Chain, MultiClass, MultiLabel
+
+_MODEL_KIND = "streamssvm.model"
+
+
+def _default_learner(learner):
+    if learner is None:
+        return BCFW()
+    if not isinstance(learner, BCFW):
+        raise TypeError(f"learner must be a streamssvm learner such as learners.BCFW(...), got {learner!r}")
+    return learner
+
+
+def _is_missing(v):
+    return v is None or (isinstance(v, float) and v != v)
+
+
+class _SSVM:
+    """Shared machinery: feature / label indexing, learner binding, persistence."""
+
+    _structure_cls = None
+
+    def _init_common(self, learner, n_features, labels):
+        self.learner = _default_learner(learner)
+        if n_features is not None and (not isinstance(n_features, numbers.Integral) or n_features < 1):
+            raise ValueError(f"n_features must be None (growing vocabulary) or a positive int, got {n_features!r}")
+        self.n_features = n_features
+        if labels is not None and not isinstance(labels, (list, tuple)):
+            raise TypeError("labels must be a list of the labels known up front (or None)")
+        self.labels = labels
+        self._features = FeatureIndex(n_features)
+        self._labels = LabelIndex(labels)
+        self._learner = None  # bound copy of the learner (the parameter stays a pure config)
+
+    def _make_structure(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _bound(self):
+        if self._learner is None:
+            self._learner = self.learner.clone()
+            self._structure = self._make_structure()
+            self._learner.bind(self._structure, self._labels.labels)
+        return self._learner
+
+    def _sync(self):
+        lr = self._bound()
+        lr.ensure(self._features.dim, self._labels.labels)
+        return lr
+
+    # -------------------------------------------------------------- optimization / certificates
+    def refine(self, passes: float = 1.0, tol: float | None = None):
+        """Block steps on the held examples (``passes`` effective passes, gap-sampled when the
+        learner samples by gap); returns the certificate after refining."""
+        if self._learner is None:
+            raise RuntimeError("refine() needs at least one learned example")
+        self._learner.refine(passes, tol=tol)
+        return self._learner.certificate()
+
+    def certificate(self):
+        """Exact full duality gap of the model on the examples it holds (see
+        :class:`streamssvm.certificate.Certificate`)."""
+        if self._learner is None:
+            from .certificate import Certificate
+            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.learner.lam, note="no examples held")
+        return self._learner.certificate()
+
+    @property
+    def n_blocks(self):
+        return 0 if self._learner is None else self._learner.n_blocks
+
+    # -------------------------------------------------------------- persistence
+    def _params_state(self):
+        p = {}
+        for k, v in self._get_params().items():
+            if k == "learner":
+                continue
+            p[k] = v
+        lp = dict(self.learner._get_params())
+        return {"class": type(self).__name__, "params": p, "learner": {"class": type(self.learner).__name__,
+                                                                       "params": lp}}
+
+    def state(self):
+        """Everything the model needs, as JSON leaves and numpy arrays (no pickle)."""
+        if getattr(self, "loss", None) is not None and callable(self.loss):
+            raise TypeError("a model with a callable loss cannot be saved; pass the cost as a matrix")
+        st = {"config": self._params_state(), "features": self._features.state(),
+              "labels": self._labels.state(), "learner": None}
+        if self._learner is not None:
+            st["learner"] = self._learner.state()
+        return st
+
+    def save(self, path):
+        from . import checkpoint
+        """Save to one file (zip of a JSON manifest and .npy arrays, checksummed, atomic)."""
+        return checkpoint.save_state(path, self.state(), kind=_MODEL_KIND,
+                                     meta={"estimator": type(self).__name__})
+
+    @classmethod
+    def from_state(cls, st):
+        from . import checkpoint
+        cfg = st["config"]
+        if cfg["class"] != cls.__name__ and cls is not _SSVM:
+            raise checkpoint.CheckpointError(f"the file holds a {cfg['class']}, not a {cls.__name__}")
+        klass = _ESTIMATORS[cfg["class"]]
+        lcls = {"BCFW": BCFW}[cfg["learner"]["class"]]
+        learner = lcls(**cfg["learner"]["params"])
+        params = dict(cfg["params"])
+        if params.get("loss") is not None:
+            params["loss"] = np.asarray(params["loss"])
+        model = klass(learner=learner, **params)
+        model._features = FeatureIndex.from_state(st["features"])
+        model._labels = LabelIndex.from_state(st["labels"])
+        if st["learner"] is not None:
+            model._learner = learner.clone()
+            model._structure = model._make_structure()
+            model._learner.restore(model._structure, model._labels.labels, st["learner"])
+        return model
+
+    @classmethod
+    def load(cls, path):
+        from . import checkpoint
+        st, _ = checkpoint.load_state(path, kind=_MODEL_KIND)
+        return cls.from_state(st)
+
+    # -------------------------------------------------------------- batch helpers
+    @staticmethod
+    def _as_matrix(X):
+        try:
+            import pandas as pd
+            if isinstance(X, pd.DataFrame):
+                return X.to_numpy(dtype=np.float64), X.index
+        except ImportError:  # pragma: no cover
+            pass
+        A = np.asarray(X, dtype=np.float64)
+        if A.ndim != 2:
+            raise ValueError(f"X must be 2-D (examples x features), got shape {A.shape}")
+        return A, None
+
+
+class MulticlassSSVM(_SSVM, base.Classifier):
+    """Multiclass structural SVM (Crammer-Singer) learned online by a dual learner.
+
+    Parameters
+    ----------
+    learner
+        A learner configuration, e.g. ``learners.BCFW(lam=1e-4, replay=2)`` (default BCFW()).
+    loss
+        Optional cost matrix over ``labels`` (K x K, zero diagonal) or callable
+        ``loss(y_true, y)``; default 0/1.
+    labels
+        Labels known up front (needed with a cost matrix); new labels may appear anyway.
+    n_features
+        ``None``: growing vocabulary of dict features; int: hashing trick with that many buckets.
+
+    Examples
+    --------
+    >>> from river import datasets, evaluate, metrics, compose, preprocessing
+    >>> import streamssvm as ss
+    >>> model = compose.Pipeline(preprocessing.StandardScaler(),
+    ...     ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-3, replay=2, seed=1)))
+    >>> m = evaluate.progressive_val_score(datasets.ImageSegments(), model, metrics.Accuracy())
+    >>> m.get() > 0.85
+    True
+    """
+
+    def __init__(self, learner=None, loss=None, labels=None, n_features=None):
+        self.loss = loss
+        self._init_common(learner, n_features, labels)
+        self._make_structure()  # validate the loss now
+
+    def _make_structure(self):
+        return MultiClass(cost=self.loss)
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
+
+    @property
+    def _multiclass(self):
+        return True
+
+    def learn_one(self, x, y):
+        if _is_missing(y):
+            raise ValueError("y is missing (None/NaN)")
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        yid = self._labels.encode(y, grow=True)
+        lr = self._sync()
+        lr.learn(tok_ptr, fidx, fval, np.array([yid], dtype=np.int32))
+
+    def predict_one(self, x):
+        if self._learner is None or len(self._labels) == 0:
+            return None
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        out = self._learner.predict_csr(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
+                                        fidx, fval, np.array([0, 1], dtype=np.int64), 1)
+        return self._labels.decode(int(out[0]))
+
+    def predict_proba_one(self, x):
+        """One-hot distribution on the predicted class (an SVM gives no probabilities)."""
+        y = self.predict_one(x)
+        if y is None:
+            return {}
+        return {c: float(c == y) for c in self._labels.labels}
+
+    def learn_many(self, X, y):
+        """Learn a batch (pandas DataFrame / 2-D array and a Series / sequence of labels), in
+        order, as a stream."""
+        A, _ = self._as_matrix(X)
+        ys = list(y)
+        if len(ys) != A.shape[0]:
+            raise ValueError(f"X has {A.shape[0]} rows but y has {len(ys)} labels")
+        if A.shape[0] == 0:
+            return
+        tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=True)
+        yids = np.array([self._labels.encode(v, grow=True) for v in ys], dtype=np.int32)
+        lr = self._sync()
+        for i in range(A.shape[0]):
+            a, b = tok_ptr[i], tok_ptr[i + 1]
+            lr.learn(np.array([0, b - a], dtype=np.int32), fidx[a:b], fval[a:b], yids[i:i + 1])
+
+    def predict_many(self, X):
+        A, index = self._as_matrix(X)
+        if self._learner is None or len(self._labels) == 0:
+            out = [None] * A.shape[0]
+        else:
+            tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=False)
+            n = A.shape[0]
+            ids = self._learner.predict_csr(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+                                            fidx, fval, np.arange(n + 1, dtype=np.int64), n)
+            labs = self._labels.labels
+            out = [labs[i] for i in ids]
+        if index is not None:
+            import pandas as pd
+            return pd.Series(out, index=index)
+        return np.asarray(out, dtype=object) if out and not isinstance(out[0], (int, float, np.number)) else np.asarray(out)
+
+
+class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
+    """Multi-label structural SVM with independent labels and normalized Hamming loss.
+
+    ``y`` is a dict ``{label: bool}``; labels never seen before are added (an example's loss is
+    normalized by the number of labels known when it arrived).
+
+    Examples
+    --------
+    >>> import streamssvm as ss
+    >>> m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0))
+    >>> for i in range(200):
+    ...     a = i % 2
+    ...     m.learn_one({"a": a, "b": 1 - a}, {"red": bool(a), "blue": not a})
+    >>> m.predict_one({"a": 1, "b": 0})
+    {'red': True, 'blue': False}
+    """
+
+    def __init__(self, learner=None, n_features=None, labels=None):
+        self._init_common(learner, n_features, labels)
+
+    def _make_structure(self):
+        return MultiLabel()
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
+
+    def _encode_y(self, y):
+        if not isinstance(y, dict):
+            raise TypeError(f"y must be a dict {{label: bool}}, got {type(y).__name__}")
+        pos = []
+        for lab, v in y.items():
+            j = self._labels.encode(lab, grow=True)
+            if v is None:
+                continue
+            if bool(v):
+                pos.append(j)
+        return np.array(sorted(pos), dtype=np.int32)
+
+    def learn_one(self, x, y):
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        pos = self._encode_y(y)
+        lr = self._sync()
+        lr.learn(tok_ptr, fidx, fval, pos, Ki=max(len(self._labels), 1))
+
+    def predict_one(self, x):
+        if self._learner is None or len(self._labels) == 0:
+            return {}
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        Kc = self._learner.W.Kc
+        out = self._learner.predict_csr(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
+                                        fidx, fval, np.array([0, Kc], dtype=np.int64), Kc)
+        return {lab: bool(out[k]) for k, lab in enumerate(self._labels.labels)}
+
+    def learn_many(self, X, Y):
+        """``Y``: a DataFrame of booleans (one column per label) or a list of dicts."""
+        A, _ = self._as_matrix(X)
+        try:
+            import pandas as pd
+            rows = Y.to_dict(orient="records") if isinstance(Y, pd.DataFrame) else list(Y)
+        except ImportError:  # pragma: no cover
+            rows = list(Y)
+        if len(rows) != A.shape[0]:
+            raise ValueError(f"X has {A.shape[0]} rows but Y has {len(rows)}")
+        for i in range(A.shape[0]):
+            self.learn_one(A[i], rows[i])
+
+    def predict_many(self, X):
+        A, index = self._as_matrix(X)
+        preds = [self.predict_one(A[i]) for i in range(A.shape[0])]
+        import pandas as pd
+        return pd.DataFrame(preds, index=index)
+
+
+class SequenceTagger(_SSVM, base.Estimator):
+    """Sequence labeling (chain structural SVM, Viterbi decoding).
+
+    ``x`` is a list of per-token feature dicts or a (L, d) array; ``y`` a list of L labels.
+
+    Examples
+    --------
+    >>> import numpy as np, streamssvm as ss
+    >>> tagger = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, replay=3, seed=0))
+    >>> for i in range(60):
+    ...     words = ["the", "dog", "runs"] if i % 2 else ["a", "cat", "sleeps"]
+    ...     tagger.learn_one([{"w=" + w: 1} for w in words], ["DET", "NOUN", "VERB"])
+    >>> tagger.predict_one([{"w=the": 1}, {"w=cat": 1}, {"w=runs": 1}])
+    ['DET', 'NOUN', 'VERB']
+    """
+
+    def __init__(self, learner=None, loss=None, transitions=True, labels=None, n_features=None):
+        self.loss = loss
+        self.transitions = bool(transitions)
+        self._init_common(learner, n_features, labels)
+        self._make_structure()
+
+    def _make_structure(self):
+        return Chain(cost=self.loss, transitions=self.transitions)
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
+
+    def _encode_seq(self, x, y):
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=True)
+        if isinstance(y, (str, bytes)) or not hasattr(y, "__len__"):
+            raise TypeError(f"y must be a list of labels (one per token), got {type(y).__name__}")
+        L = len(tok_ptr) - 1
+        if len(y) != L:
+            raise ValueError(f"x has {L} tokens but y has {len(y)} labels")
+        ys = np.empty(L, dtype=np.int32)
+        for t, lab in enumerate(y):
+            if _is_missing(lab):
+                raise ValueError(f"label of token {t} is missing")
+            ys[t] = self._labels.encode(lab, grow=True)
+        return tok_ptr, fidx, fval, ys
+
+    def learn_one(self, x, y):
+        tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
+        lr = self._sync()
+        lr.learn(tok_ptr, fidx, fval, ys)
+
+    def predict_one(self, x):
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=False)
+        L = len(tok_ptr) - 1
+        if self._learner is None or len(self._labels) == 0:
+            return [None] * L
+        out = self._learner.predict_csr(np.array([0, L], dtype=np.int64), tok_ptr.astype(np.int64),
+                                        fidx, fval, np.array([0, L], dtype=np.int64), L)
+        labs = self._labels.labels
+        return [labs[i] for i in out]
+
+    def learn_many(self, X, Y):
+        """Learn a list of sequences in order."""
+        X = list(X)
+        Y = list(Y)
+        if len(X) != len(Y):
+            raise ValueError(f"got {len(X)} sequences but {len(Y)} label sequences")
+        for x, y in zip(X, Y):
+            self.learn_one(x, y)
+
+    def predict_many(self, X):
+        """Predict a list of sequences in one kernel call."""
+        X = list(X)
+        if not X:
+            return []
+        ptrs, fids, fvals, lens = [], [], [], []
+        off = 0
+        for x in X:
+            tp, fi, fv = self._features.encode_tokens(x, grow=False)
+            ptrs.append(tp[:-1].astype(np.int64) + off)
+            fids.append(fi)
+            fvals.append(fv)
+            off += len(fi)
+            lens.append(len(tp) - 1)
+        if self._learner is None or len(self._labels) == 0:
+            return [[None] * n for n in lens]
+        tok_ptr = np.concatenate(ptrs + [np.array([off], dtype=np.int64)])
+        ex_tok = np.zeros(len(X) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ex_tok[1:])
+        out = self._learner.predict_csr(ex_tok, tok_ptr, np.concatenate(fids), np.concatenate(fvals),
+                                        ex_tok, int(ex_tok[-1]))
+        labs = self._labels.labels
+        return [[labs[i] for i in out[ex_tok[e]:ex_tok[e + 1]]] for e in range(len(X))]
+
+
+_ESTIMATORS = {"MulticlassSSVM": MulticlassSSVM, "MultiLabelSSVM": MultiLabelSSVM,
+               "SequenceTagger": SequenceTagger}

@@ -1,0 +1,242 @@
+"""Input features and labels -> compact integer-indexed arrays.
+
+* ``FeatureIndex`` maps river-style dict features (``{name: value}``) to column indices,
+  through a growing vocabulary (default) or the hashing trick (``n_features=2**k``). Index 0
+  is reserved for the constant bias feature every token carries. 1-D / 2-D numpy arrays
+  bypass the dictionaries: column ``j`` of an array is feature ``j + 1``.
+* ``LabelIndex`` numbers labels in order of appearance; a new class or tag mid-stream is
+  normal, not an error.
+
+>>> fi = FeatureIndex()
+>>> fi.encode_tokens([{"a": 1.0, "b": 2.0}, {"b": 3.0}], grow=True)[1].tolist()
+[0, 1, 2, 0, 2]
+>>> li = LabelIndex()
+>>> [li.encode(v, grow=True) for v in ["x", "y", "x"]]
+[0, 1, 0]
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import zlib
+
+import numpy as np
+
+BIAS = 0
+
+
+def _check_value(name, v):
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if not isinstance(v, numbers.Real):
+        raise TypeError(f"feature {name!r} has a non-numeric value {v!r} ({type(v).__name__})")
+    f = float(v)
+    if not math.isfinite(f):
+        raise ValueError(f"feature {name!r} has a non-finite value {v!r}")
+    return f
+
+
+class FeatureIndex:
+    """Feature name -> column index (0 is the bias).
+
+    Parameters
+    ----------
+    n_features
+        ``None`` for a growing vocabulary; an int (e.g. ``2**18``) for the hashing trick
+        (stable CRC32 of the feature name, independent of the process).
+    """
+
+    def __init__(self, n_features: int | None = None):
+        if n_features is not None and (not isinstance(n_features, numbers.Integral) or n_features < 1):
+            raise ValueError(f"n_features must be None or a positive int, got {n_features!r}")
+        self.n_features = None if n_features is None else int(n_features)
+        self.vocab: dict = {}
+        self.names: list = []
+        self.array_dim: int | None = None  # set once numpy arrays are seen
+
+    @property
+    def dim(self) -> int:
+        """Number of columns in use (including the bias column 0)."""
+        if self.n_features is not None:
+            return self.n_features + 1
+        if self.array_dim is not None:
+            return self.array_dim + 1
+        return len(self.names) + 1
+
+    def _index(self, name, grow):
+        if self.n_features is not None:
+            key = name if isinstance(name, str) else repr(name)
+            return 1 + zlib.crc32(key.encode("utf-8", "surrogatepass")) % self.n_features
+        j = self.vocab.get(name)
+        if j is None:
+            if not grow:
+                return -1
+            j = len(self.names) + 1
+            self.vocab[name] = j
+            self.names.append(name)
+        return j
+
+    def encode_dict(self, x, grow):
+        """Sparse (indices, values) of one token, bias first; unknown features are skipped
+        when ``grow`` is False (prediction)."""
+        if self.array_dim is not None:
+            raise TypeError("this model was trained on numpy arrays; got a dict of features")
+        idx = [BIAS]
+        val = [1.0]
+        for name, v in x.items():
+            f = _check_value(name, v)
+            if f == 0.0:
+                continue
+            j = self._index(name, grow)
+            if j >= 0:
+                idx.append(j)
+                val.append(f)
+        return idx, val
+
+    def _check_array(self, a, grow):
+        if self.vocab:
+            raise TypeError("this model was trained on dict features; got a numpy array")
+        d = a.shape[-1]
+        if self.array_dim is None:
+            if not grow:
+                raise ValueError("the model has not seen any array input yet")
+            self.array_dim = d
+        elif d != self.array_dim:
+            raise ValueError(f"expected {self.array_dim} features per token, got {d}")
+        if not np.all(np.isfinite(a)):
+            raise ValueError("input contains NaN or infinite values")
+
+    def encode_tokens(self, tokens, grow):
+        """CSR arrays (tok_ptr, fidx, fval) for a sequence of tokens (list of dicts or a 2-D
+        array)."""
+        if isinstance(tokens, np.ndarray):
+            a = tokens
+            if a.ndim != 2:
+                raise ValueError(f"a sequence must be a 2-D array (tokens x features), got shape {a.shape}")
+            if a.shape[0] == 0:
+                raise ValueError("empty sequence")
+            if a.dtype.kind not in "biuf":
+                raise TypeError(f"array input must be numeric, got dtype {a.dtype}")
+            a = np.asarray(a, dtype=np.float64)
+            self._check_array(a, grow)
+            rows, cols = np.nonzero(a)
+            counts = np.bincount(rows, minlength=a.shape[0]) + 1
+            L = a.shape[0]
+            tok_ptr = np.zeros(L + 1, dtype=np.int32)
+            np.cumsum(counts, out=tok_ptr[1:])
+            nnz = int(tok_ptr[-1])
+            fidx = np.empty(nnz, dtype=np.int32)
+            fval = np.empty(nnz, dtype=np.float64)
+            starts = tok_ptr[:-1]
+            fidx[starts] = BIAS
+            fval[starts] = 1.0
+            mask = np.ones(nnz, dtype=bool)
+            mask[starts] = False
+            fidx[mask] = cols + 1
+            fval[mask] = a[rows, cols]
+            return tok_ptr, fidx, fval
+        if not isinstance(tokens, (list, tuple)):
+            raise TypeError(f"a sequence must be a list of feature dicts or a 2-D array, got {type(tokens).__name__}")
+        if len(tokens) == 0:
+            raise ValueError("empty sequence")
+        ptr = [0]
+        idx: list = []
+        val: list = []
+        for t in tokens:
+            if not isinstance(t, dict):
+                raise TypeError(f"each token must be a dict of features, got {type(t).__name__}")
+            i, v = self.encode_dict(t, grow)
+            idx.extend(i)
+            val.extend(v)
+            ptr.append(len(idx))
+        return (np.asarray(ptr, dtype=np.int32), np.asarray(idx, dtype=np.int32),
+                np.asarray(val, dtype=np.float64))
+
+    def encode_one(self, x, grow):
+        """CSR arrays for a single flat example (dict or 1-D array)."""
+        if isinstance(x, dict):
+            i, v = self.encode_dict(x, grow)
+            return (np.array([0, len(i)], dtype=np.int32), np.asarray(i, dtype=np.int32),
+                    np.asarray(v, dtype=np.float64))
+        if isinstance(x, np.ndarray):
+            if x.ndim != 1:
+                raise ValueError(f"a flat example must be a 1-D array, got shape {x.shape}")
+            return self.encode_tokens(x[None, :], grow)
+        raise TypeError(f"x must be a dict of features or a 1-D numpy array, got {type(x).__name__}")
+
+    def encode_matrix(self, X, grow):
+        """CSR arrays (row_ptr, fidx, fval) for a 2-D batch of flat examples (one token each)."""
+        return self.encode_tokens(np.asarray(X), grow)
+
+    def state(self):
+        return {"n_features": self.n_features, "array_dim": self.array_dim,
+                "names": [_encode_key(n) for n in self.names]}
+
+    @classmethod
+    def from_state(cls, st):
+        fi = cls(st["n_features"])
+        fi.array_dim = st["array_dim"]
+        fi.names = [_decode_key(n) for n in st["names"]]
+        fi.vocab = {n: i + 1 for i, n in enumerate(fi.names)}
+        return fi
+
+
+class LabelIndex:
+    """Labels numbered in order of appearance."""
+
+    def __init__(self, labels=None):
+        self.labels: list = []
+        self.index: dict = {}
+        for lab in labels or ():
+            self.encode(lab, grow=True)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def encode(self, label, grow):
+        try:
+            j = self.index.get(label)
+        except TypeError:
+            raise TypeError(f"labels must be hashable, got {type(label).__name__}") from None
+        if j is None:
+            if isinstance(label, float) and not math.isfinite(label):
+                raise ValueError(f"invalid label {label!r}")
+            if not grow:
+                return -1
+            j = len(self.labels)
+            self.index[label] = j
+            self.labels.append(label)
+        return j
+
+    def decode(self, j):
+        return self.labels[j]
+
+    def state(self):
+        return {"labels": [_encode_key(lab) for lab in self.labels]}
+
+    @classmethod
+    def from_state(cls, st):
+        return cls([_decode_key(lab) for lab in st["labels"]])
+
+
+def _encode_key(k):
+    """JSON-safe, type-preserving encoding of a feature name / label."""
+    if isinstance(k, bool):
+        return ["b", k]
+    if isinstance(k, str):
+        return ["s", k]
+    if isinstance(k, numbers.Integral):
+        return ["i", int(k)]
+    if isinstance(k, numbers.Real):
+        return ["f", float(k)]
+    if isinstance(k, tuple):
+        return ["t", [_encode_key(v) for v in k]]
+    raise TypeError(f"cannot save a label or feature name of type {type(k).__name__}: {k!r} "
+                    "(use str, int, float, bool or tuples of them)")
+
+
+def _decode_key(e):
+    t, v = e
+    if t == "t":
+        return tuple(_decode_key(x) for x in v)
+    return {"b": bool, "s": str, "i": int, "f": float}[t](v)

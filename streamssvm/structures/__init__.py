@@ -1,0 +1,7 @@
+"""Structures: what is predicted (feature map layout, loss, oracles)."""
+from .base import Structure, Weights
+from .chain import Chain
+from .multiclass import MultiClass
+from .multilabel import MultiLabel
+
+__all__ = ["Structure", "Weights", "Chain", "MultiClass", "MultiLabel"]

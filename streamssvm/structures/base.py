@@ -1,0 +1,128 @@
+"""The Structure protocol: WHAT is predicted.
+
+A structure fixes the joint feature map phi(x, y), the task loss Delta(y_true, y) and the
+inference routines (MAP prediction and the loss-augmented lambda-oracle). The linear
+structures here share one representation (see ``streamssvm._kernels.structops``): their
+feature map is linear in a sufficient statistic of the labeling, which lets a dual block be
+stored as a mean statistic instead of a dense d-vector.
+
+Weights are held by the learner as ``Weights`` (emission ``E``: features x labels, transitions
+``T``: labels x labels, start/end biases ``B``: 2 x labels), unnormalized, with ``scale`` so that
+the weight vector is ``scale * [E, T, B]``.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .._kernels import structops as so
+
+
+class Weights:
+    """Unnormalized weights ``U = (E, T, B)`` with capacities that grow with features/labels."""
+
+    def __init__(self, d=1, Kc=4):
+        self.E = np.zeros((max(d, 1), Kc))
+        self.T = np.zeros((Kc, Kc))
+        self.B = np.zeros((2, Kc))
+
+    @property
+    def Kc(self):
+        return self.E.shape[1]
+
+    def grow(self, d, Kc):
+        dcap, kc = self.E.shape
+        if d <= dcap and Kc <= kc:
+            return
+        nd = max(d, dcap) if d <= dcap else max(d, int(dcap * 1.5) + 1)
+        nk = max(Kc, kc)
+        E = np.zeros((nd, nk))
+        E[:dcap, :kc] = self.E
+        T = np.zeros((nk, nk))
+        T[:kc, :kc] = self.T
+        B = np.zeros((2, nk))
+        B[:, :kc] = self.B
+        self.E, self.T, self.B = E, T, B
+
+    def sqnorm(self):
+        return float(np.vdot(self.E, self.E) + np.vdot(self.T, self.T) + np.vdot(self.B, self.B))
+
+    def copy(self):
+        w = Weights.__new__(Weights)
+        w.E, w.T, w.B = self.E.copy(), self.T.copy(), self.B.copy()
+        return w
+
+
+class Structure:
+    """Base class of the linear structures (see module docstring)."""
+
+    kind: int = -1
+    use_trans: bool = False
+    name = "structure"
+
+    def __init__(self, cost=None):
+        if cost is not None and not (callable(cost) or isinstance(cost, (np.ndarray, list, tuple))):
+            raise TypeError("cost must be a square matrix (array-like) or a callable cost(y_true, y) -> float")
+        self._cost_user = cost
+        self.C = np.zeros((0, 0))
+
+    def cost_matrix(self, Kc, labels):
+        """(Kc, Kc) per-token cost: 1 - I by default, the user's matrix or callable otherwise.
+        Delta(y, y) must be 0 and costs non-negative."""
+        K = len(labels)
+        C = np.zeros((Kc, Kc))
+        base = 1.0 - np.eye(Kc)
+        C[:, :] = base
+        u = self._cost_user
+        if u is None:
+            pass
+        elif callable(u):
+            for a in range(K):
+                for b in range(K):
+                    C[a, b] = float(u(labels[a], labels[b]))
+        else:
+            M = np.asarray(u, dtype=float)
+            if M.ndim != 2 or M.shape[0] != M.shape[1]:
+                raise ValueError(f"cost matrix must be square, got shape {M.shape}")
+            if K > M.shape[0]:
+                raise ValueError(f"cost matrix is {M.shape[0]}x{M.shape[0]} but {K} labels have been "
+                                 "seen; declare all labels up front (labels=[...]) or use a callable cost")
+            C[:M.shape[0], :M.shape[0]] = M[:Kc, :Kc] if M.shape[0] > Kc else M
+        if np.any(np.diag(C)[:K] != 0) or np.any(C[:K, :K] < 0) or not np.all(np.isfinite(C)):
+            raise ValueError("cost must be finite, non-negative, with a zero diagonal (Delta(y, y) = 0)")
+        return C
+
+    # --- reference implementations (dense, slow) used by tests and small problems ---
+    def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
+        """Dense phi(x, y) as (E, T, B) arrays of shapes (d, K), (K, K), (2, K)."""
+        raise NotImplementedError
+
+    def all_labelings(self, L, K):
+        raise NotImplementedError
+
+    def brute_loss(self, ytrue, y, C, Ki=None):
+        raise NotImplementedError
+
+
+class _Tokens(Structure):
+    def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
+        E = np.zeros((d, K))
+        T = np.zeros((K, K))
+        B = np.zeros((2, K))
+        L = len(tok_ptr) - 1
+        for t in range(L):
+            for p in range(tok_ptr[t], tok_ptr[t + 1]):
+                E[fidx[p], y[t]] += fval[p]
+        if self.use_trans:
+            for t in range(1, L):
+                T[y[t - 1], y[t]] += 1
+            B[0, y[0]] += 1
+            B[1, y[L - 1]] += 1
+        return E, T, B
+
+    def all_labelings(self, L, K):
+        return [np.array(p, dtype=np.int32) for p in itertools.product(range(K), repeat=L)]
+
+    def brute_loss(self, ytrue, y, C, Ki=None):
+        return float(np.mean([C[a, b] for a, b in zip(ytrue, y)]))

@@ -1,0 +1,229 @@
+"""BCFW learner and certificates: dual consistency and gap properties against brute force."""
+import numpy as np
+import pytest
+
+import streamssvm as ss
+from streamssvm._kernels import structops as so
+
+
+def brute_primal(est):
+    """P(w) by enumerating every labeling of every held block (dense feature maps)."""
+    lr = est._learner
+    st = lr.store
+    structure = lr.structure
+    K = lr._K
+    d = est._features.dim
+    E, T, B, scale = lr.W.E, lr.W.T, lr.W.B, 1.0 / (lr.lam * st.n)
+    w = [scale * E[:d, :K], scale * T[:K, :K], scale * B[:, :K]]
+    reg = 0.5 * lr.lam * sum(float(np.sum(a * a)) for a in w)
+    hinge = 0.0
+    for slot in st.slots():
+        b = st.block(slot)
+        L = b["L"]
+        if structure.kind == so.MULTILABEL:
+            dense_true = np.zeros(lr.W.Kc, np.int32)
+            dense_true[b["ytrue"]] = 1
+            phi_true = structure.joint_feature(d, K, b["tok_ptr"], b["fidx"], b["fval"], dense_true)
+        else:
+            phi_true = structure.joint_feature(d, K, b["tok_ptr"], b["fidx"], b["fval"], b["ytrue"])
+        s_true = sum(float(np.sum(a * p)) for a, p in zip(w, phi_true))
+        best = 0.0
+        for y in structure.all_labelings(L, K):
+            if structure.kind == so.MULTILABEL:
+                y = np.concatenate([y, np.zeros(lr.W.Kc - K, np.int32)])
+            phi = structure.joint_feature(d, K, b["tok_ptr"], b["fidx"], b["fval"], y)
+            sc = sum(float(np.sum(a * p)) for a, p in zip(w, phi))
+            loss = structure.brute_loss(b["ytrue"], y[:K] if structure.kind == so.MULTILABEL else y,
+                                        lr._C, b["Ki"])
+            best = max(best, loss + sc - s_true)
+        hinge += best
+    return reg + hinge / st.n
+
+
+def small_chain_data(seed, n=25, K=3, d=6):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(K, d)) * 1.5
+    trans = rng.dirichlet(np.ones(K) * 0.5, size=K)
+    X, Y = [], []
+    for _ in range(n):
+        L = int(rng.integers(1, 5))
+        y = [int(rng.integers(K))]
+        for _t in range(L - 1):
+            y.append(int(rng.choice(K, p=trans[y[-1]])))
+        x = centers[y] + rng.normal(size=(L, d)) * 1.2
+        X.append(x)
+        Y.append(y)
+    return X, Y
+
+
+@pytest.mark.parametrize("step", ["fw", "pairwise", "away"])
+@pytest.mark.parametrize("sampling", ["uniform", "gap"])
+@pytest.mark.parametrize("cache", [False, True])
+def test_chain_certificate_is_valid_and_converges(step, sampling, cache):
+    X, Y = small_chain_data(1)
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, replay=1, step=step, sampling=sampling,
+                                                     cache=cache, cache_size=8, seed=3))
+    for x, y in zip(X, Y):
+        est.learn_one(x, y)
+    c0 = est.certificate()
+    # the certificate's primal is the true objective
+    assert c0.primal == pytest.approx(brute_primal(est), rel=1e-9, abs=1e-12)
+    assert c0.gap >= 0
+    assert c0.gap == pytest.approx(c0.block_gap_sum, rel=1e-6, abs=1e-9)
+    est.refine(passes=60)
+    c1 = est.certificate()
+    assert c1.gap < c0.gap
+    assert c1.primal == pytest.approx(brute_primal(est), rel=1e-9, abs=1e-12)
+    assert est._learner.counters[6 - 1] == 0  # no oracle sanity failures (C_SANITY)
+
+
+def _long_run_optimum(make, X, Y, lam):
+    est = make(lam)
+    for x, y in zip(X, Y):
+        est.learn_one(x, y)
+    est.refine(passes=2000, tol=1e-7)
+    c = est.certificate()
+    assert c.gap < 1e-4  # w* is near-optimal: P(w*) - min P <= 1e-4
+    return c.primal
+
+
+@pytest.mark.parametrize("lam", [0.01, 0.1])
+def test_gap_bounds_suboptimality_on_real_ocr(lam):
+    """gap(w) >= P(w) - P(w*) with w* from a long run, on 12 real OCR words."""
+    X_tr, y_tr, _, _ = ss.datasets.load_ocr("small")
+    X, Y = X_tr[:12], [list(y) for y in y_tr[:12]]
+
+    def make(lam_):
+        return ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam_, replay=0, step="away", seed=0))
+
+    p_star = _long_run_optimum(make, X, Y, lam)
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam, replay=0, sampling="uniform", seed=1))
+    gaps = []
+    for x, y in zip(X, Y):
+        est.learn_one(x, y)
+    for _ in range(6):
+        c = est.certificate()
+        assert c.gap >= c.primal - p_star - 1e-9
+        assert c.primal >= p_star - 1e-9
+        assert c.dual <= p_star + 1e-9
+        gaps.append(c.gap)
+        est.refine(passes=3)
+    assert gaps[-1] < gaps[0]
+
+
+def test_pairwise_duals_reproduce_weights():
+    """With exact active sets, sum_i sum_y alpha_i(y) psi_i(y) equals the learner's U."""
+    X, Y = small_chain_data(7, n=15)
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, replay=2, step="pairwise", cache_size=40, seed=0))
+    for x, y in zip(X, Y):
+        est.learn_one(x, y)
+    est.refine(passes=10)
+    lr = est._learner
+    st = lr.store
+    d, K = est._features.dim, lr._K
+    U = [np.zeros((d, K)), np.zeros((K, K)), np.zeros((2, K))]
+    for slot in st.slots():
+        b = st.block(slot)
+        assert b["exact_alpha"]
+        assert b["alpha"].sum() == pytest.approx(1.0, abs=1e-9)
+        assert np.all(b["alpha"] >= 0)
+        phi_t = lr.structure.joint_feature(d, K, b["tok_ptr"], b["fidx"], b["fval"], b["ytrue"])
+        m = np.zeros_like(b["stat"])
+        for a, y in zip(b["alpha"], b["pool"]):
+            phi = lr.structure.joint_feature(d, K, b["tok_ptr"], b["fidx"], b["fval"], y)
+            for acc, p1, p2 in zip(U, phi_t, phi):
+                acc += a * (p1 - p2)
+            so.labeling_stat(lr._kind, y, b["L"], lr.W.Kc, m, a)
+        np.testing.assert_allclose(m, b["stat"], atol=1e-9)
+    np.testing.assert_allclose(lr.W.E[:d, :K], U[0], atol=1e-8)
+    np.testing.assert_allclose(lr.W.T[:K, :K], U[1], atol=1e-8)
+    np.testing.assert_allclose(lr.W.B[:, :K], U[2], atol=1e-8)
+
+
+@pytest.mark.parametrize("est_cls", ["multiclass", "multilabel"])
+def test_flat_structures_certificate(est_cls):
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(4, 5))
+    if est_cls == "multiclass":
+        est = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.05, replay=2, seed=0))
+        for _ in range(40):
+            x = rng.normal(size=5)
+            est.learn_one(x, int(np.argmax(W @ x + rng.normal(size=4))))
+    else:
+        est = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.05, replay=2, seed=0))
+        for _ in range(40):
+            x = rng.normal(size=5)
+            s = W @ x + rng.normal(size=4)
+            est.learn_one(x, {f"l{k}": bool(s[k] > 0) for k in range(4)})
+    c0 = est.certificate()
+    assert c0.primal == pytest.approx(brute_primal(est), rel=1e-9)
+    est.refine(passes=100)
+    c1 = est.certificate()
+    assert 0 <= c1.gap < c0.gap
+    assert c1.gap < 0.1 * c0.gap
+    assert c1.primal == pytest.approx(brute_primal(est), rel=1e-9)
+
+
+def test_eviction_fifo_keeps_dual_consistent():
+    X, Y = small_chain_data(3, n=40)
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, replay=2, capacity=10, seed=0))
+    for x, y in zip(X, Y):
+        est.learn_one(x, y)
+    lr = est._learner
+    assert lr.store.n == 10
+    assert lr.store.evicted == 30
+    U_before = lr.W.E.copy()
+    c = est.certificate()  # rebuilds U from the held blocks
+    np.testing.assert_allclose(lr.W.E, U_before, atol=1e-8)
+    assert c.n_blocks == 10
+    assert c.primal == pytest.approx(brute_primal(est), rel=1e-9)
+
+
+def test_reservoir_and_bytes_bound():
+    X, Y = small_chain_data(4, n=60)
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, capacity=15, eviction="reservoir", seed=0))
+    for x, y in zip(X, Y):
+        est.learn_one(x, y)
+    assert est._learner.store.n == 15
+    assert est._learner.store.seen == 60
+    est2 = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, capacity=None, max_bytes=4096, seed=0))
+    for x, y in zip(X, Y):
+        est2.learn_one(x, y)
+    assert est2._learner.store.nbytes() <= 4096
+    assert 1 < est2._learner.store.n < 60
+    assert est2.certificate().gap >= 0
+
+
+def test_new_labels_mid_stream_grow_blocks():
+    """Tags appearing late force a label-capacity relayout; the dual must survive it."""
+    rng = np.random.default_rng(2)
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, replay=2, step="pairwise", seed=0))
+    for i in range(40):
+        K = 2 + i // 5  # 2 .. 9 labels over time (capacity 4 -> grows twice)
+        L = int(rng.integers(1, 4))
+        y = [f"t{int(rng.integers(K))}" for _ in range(L)]
+        x = [{f"w{v}": 1.0, "noise": float(rng.normal())} for v in y]
+        est.learn_one(x, y)
+    assert len(est._labels) > 4
+    c = est.certificate()
+    assert c.gap >= 0
+    lr = est._learner
+    # dual consistency after relayout: U rebuilt from blocks equals the incremental U
+    est.refine(passes=2)
+    E_inc = lr.W.E.copy()
+    est.certificate()
+    np.testing.assert_allclose(lr.W.E, E_inc, atol=1e-8)
+    assert est.predict_one([{"wt7": 1.0}]) == ["t7"]
+
+
+def test_learner_argument_errors():
+    with pytest.raises(ValueError, match="lam"):
+        ss.learners.BCFW(lam=0)
+    with pytest.raises(ValueError, match="sampling"):
+        ss.learners.BCFW(sampling="random")
+    with pytest.raises(ValueError, match="step"):
+        ss.learners.BCFW(step="newton")
+    with pytest.raises(TypeError, match="replay"):
+        ss.learners.BCFW(replay=1.5)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ss.learners.BCFW(lamda=1.0)
