@@ -111,16 +111,30 @@ def full_gap(learner) -> Certificate:
     c = Certificate(gap=gap, primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
                     seconds=0.0, exact=True, lam=lam, regularizer=reg, hinge=hinge,
                     dual_loss=dual_loss, block_gap_sum=out[2] / n, extra={"raw_gap": raw})
-    if learner.averaging and learner._avg is not None and learner._avg.E.shape == W.E.shape:
-        A = learner._avg
+    avg = learner.averaged_u()
+    if avg is not None:
+        # The model predicts with the averaged weights: certify them. The averaged dual point
+        # (same weights over the same window) is feasible, so D(alpha_bar) is a lower bound too.
+        A, z_loss = avg
         out2 = np.zeros(4)
         gdummy = np.zeros_like(st.gest)
-        K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, 1.0, A.E, A.T, A.B,
+        K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, A.E, A.T, A.B,
                         learner._C, st.Iar, st.Far, st.meta, st.alive, n, gdummy, st.tree, 0,
                         learner._S, learner._V, learner._bp, learner._ybuf, learner._lab, out2)
-        p_avg = 0.5 * lam * A.sqnorm() + out2[0] / n
+        reg_a = 0.5 * lam * scale * scale * A.sqnorm()
+        p_avg = reg_a + out2[0] / n
+        d_avg = (out[1] - z_loss) / n - reg_a
+        best_dual = max(dual, d_avg)
+        c.extra.update({"iterate_gap": gap, "iterate_primal": primal, "dual_iterate": dual,
+                        "dual_averaged": d_avg})
         c.primal_avg = p_avg
-        c.gap_avg = max(p_avg - dual, 0.0)
+        c.gap_avg = max(p_avg - best_dual, 0.0)
+        c.primal = p_avg
+        c.dual = best_dual
+        c.gap = c.gap_avg
+        c.regularizer = reg_a
+        c.hinge = out2[0] / n
+        c.note = "averaged weights (the ones used to predict); dual = max(D(alpha), D(alpha_bar))"
         c.oracle_calls += n
         learner.full_pass_oracle_calls += n
     c.seconds = time.perf_counter() - t0

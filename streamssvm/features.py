@@ -81,14 +81,33 @@ class FeatureIndex:
         when ``grow`` is False (prediction)."""
         if self.array_dim is not None:
             raise TypeError("this model was trained on numpy arrays; got a dict of features")
-        idx = [BIAS]
-        val = [1.0]
+        pairs = []
+        new = None
         for name, v in x.items():
             f = _check_value(name, v)
             if f == 0.0:
                 continue
-            j = self._index(name, grow)
+            j = self._index(name, False) if self.n_features is None else self._index(name, grow)
             if j >= 0:
+                pairs.append((j, f))
+            elif grow:
+                if new is None:
+                    new = []
+                new.append((name, f))
+        if new:
+            # new names get indices in a canonical order, so the model does not depend on the
+            # order of the keys of the first dict that mentions them
+            new.sort(key=lambda t: (type(t[0]).__name__, repr(t[0])))
+            for name, f in new:
+                pairs.append((self._index(name, True), f))
+        # canonical order of the sums in the kernels: sorted by column
+        pairs.sort()
+        idx = [BIAS]
+        val = [1.0]
+        for j, f in pairs:
+            if idx[-1] == j:  # hashing collision: add up
+                val[-1] += f
+            else:
                 idx.append(j)
                 val.append(f)
         return idx, val

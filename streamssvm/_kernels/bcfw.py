@@ -89,9 +89,14 @@ def _same(a, b, n):
 @njit(**_JIT)
 def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-               S, V, bp, ybuf, lab, dbuf, counters):
+               S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc):
     """One BCFW / pairwise / away step on block j. Returns the gap numerator (n * g_j)
-    measured at the corner used (exact oracle on a miss)."""
+    measured at the corner used (exact oracle on a miss).
+
+    Averaging (``avg_c >= 0``): the weighted average of the iterates (weights proportional to
+    the iteration index s) is kept lazily through ``Z += W_{s-1} * dU`` with
+    ``W_{s-1} = s (s - 1) / 2`` (``avg_c``), so that ``sum_t t U_t = W_k U_k - Z``; ``facc``
+    accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
@@ -233,6 +238,11 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
     for q in range(ss):
         st[q] += gamma * dbuf[q]
     stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans)
+    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    facc[0] += dL
+    if avg_c >= 0.0:
+        stat_apply(kind, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans)
+        facc[1] += avg_c * dL
     if pcap > 0:
         if mode == STEP_FW:
             for p in range(pn):
@@ -271,7 +281,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
 def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
               gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
               sampling, slots, alive, n_alive, tree, tree_size, n_steps, seed,
-              S, V, bp, ybuf, lab, dbuf, counters):
+              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc):
     """Run ``n_steps`` block steps. ``sampling``: given ``slots`` in order / uniform over
     ``alive[:n_alive]`` / proportional to the gap estimates (sum-tree)."""
     np.random.seed(seed)
@@ -285,9 +295,13 @@ def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                 j = alive[np.random.randint(n_alive)]
         else:
             j = alive[np.random.randint(n_alive)]
+        avg_c = -1.0
+        if avg_t0 >= 0:
+            s_ = float(tick - avg_t0 + 1)
+            avg_c = s_ * (s_ - 1.0) / 2.0
         block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                    gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-                   S, V, bp, ybuf, lab, dbuf, counters)
+                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc)
         if tree_size > 0:
             tree_update(tree, tree_size, j, gest[j])
         tick += 1

@@ -55,7 +55,10 @@ class BCFW(Learner):
         gap or caching (paper: 10). ``None`` disables them (certificates still work).
     averaging
         Keep the weighted average of the iterates (weights proportional to the step index,
-        Lacoste-Julien et al. 2013) and predict with it.
+        Lacoste-Julien et al. 2013; kept lazily at the cost of the sparse update) and predict
+        with it (default True). The certificate then certifies the averaged weights, with the
+        better of the current and the averaged dual point. The window restarts when a block
+        is evicted (the averaged dual must stay feasible for the blocks held).
     seed
         Random seed.
 
@@ -76,7 +79,7 @@ class BCFW(Learner):
     def __init__(self, lam: float = 1e-3, replay: int = 1, sampling: str = "gap", step: str = "fw",
                  cache: bool = False, cache_size: int = 50, cache_F: float = 0.25,
                  cache_nu: float = 0.01, capacity: int | None = 100_000, max_bytes: int | None = None,
-                 eviction: str = "fifo", gap_every: float | None = 10.0, averaging: bool = False,
+                 eviction: str = "fifo", gap_every: float | None = 10.0, averaging: bool = True,
                  seed: int | None = None):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.replay = check_number("replay", replay, low=0, integer=True)
@@ -118,9 +121,12 @@ class BCFW(Learner):
         self.full_pass_oracle_calls = 0
         self.n_learned = 0
         self._Lbuf = 0
-        self._avg = None
-        self._avg_weight = 0.0
+        self._Z = Weights(1, Kc)
+        self._facc = np.zeros(2)
+        self._avg_t0 = -1
+        self._avg_cache = None
         self._bound = True
+        self._avg_restart()
         self._alloc(1)
 
     def _alloc(self, L):
@@ -145,6 +151,7 @@ class BCFW(Learner):
             Kc = max(n_labels, int(Kc * 1.25) + 1)
             self.store.grow_labels(Kc)
         self.W.grow(n_features, Kc)
+        self._Z.grow(self.W.E.shape[0], self.W.Kc)
         if n_labels != self._K or Kc != self._C.shape[0]:
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
@@ -176,32 +183,45 @@ class BCFW(Learner):
             float(self.cache_F), float(self.cache_nu), g_full,
             sampling, slots, st.alive, st.n, st.tree, st.tree_size, int(n_steps),
             int(self._rng.integers(2**31 - 1)),
-            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters)
+            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
+            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc)
+        self._avg_cache = None
         done = tick - self._tick
         self._tick = tick
         self._steps_since_full += done
         if sampling == K.SAMPLE_GIVEN:
             for s in slots[:n_steps]:
                 st.unvisited.discard(int(s))
-        if self.averaging:
-            self._update_average(done)
 
-    def _update_average(self, s):
-        k = self._tick - s
-        w_old = k * (k + 1) / 2.0
-        w_new = self._tick * (self._tick + 1) / 2.0
-        rho = (w_new - w_old) / w_new if w_new > 0 else 1.0
-        scale, _ = self._scale()
-        if self._avg is None or self._avg.E.shape != self.W.E.shape:
-            old = self._avg
-            self._avg = Weights(self.W.E.shape[0], self.W.Kc)
-            if old is not None:
-                self._avg.E[:old.E.shape[0], :old.E.shape[1]] = old.E
-                self._avg.T[:old.T.shape[0], :old.T.shape[1]] = old.T
-                self._avg.B[:, :old.B.shape[1]] = old.B
-        for a, b in ((self._avg.E, self.W.E), (self._avg.T, self.W.T), (self._avg.B, self.W.B)):
-            a *= (1.0 - rho)
-            a += (rho * scale) * b
+    # ------------------------------------------------------------------ averaging
+    def _avg_restart(self):
+        """Start a new averaging window (at bind, and when a block is evicted: the averaged
+        dual point must stay feasible for the blocks now held)."""
+        if not self.averaging:
+            self._avg_t0 = -1
+            return
+        self._avg_t0 = self._tick
+        for a in (self._Z.E, self._Z.T, self._Z.B):
+            a[...] = 0.0
+        self._facc[1] = 0.0
+        self._avg_cache = None
+
+    def averaged_u(self):
+        """Unnormalized averaged weights U_bar = U - Z / W_k (iterates weighted by their index
+        since the window start), or None when not averaging / no step yet."""
+        if not self.averaging or self._avg_t0 < 0:
+            return None
+        k = self._tick - self._avg_t0
+        if k <= 0:
+            return None
+        if self._avg_cache is None:
+            Wk = k * (k + 1) / 2.0
+            A = Weights.__new__(Weights)
+            A.E = self.W.E - self._Z.E / Wk
+            A.T = self.W.T - self._Z.T / Wk
+            A.B = self.W.B - self._Z.B / Wk
+            self._avg_cache = (A, self._facc[1] / Wk)
+        return self._avg_cache
 
     def _visit_unvisited(self):
         st = self.store
@@ -233,6 +253,7 @@ class BCFW(Learner):
         K.block_u(self._kind, self._K, self.W.Kc, self._use_trans, self.W.E, self.W.T, self.W.B,
                   st.Iar, st.Far, st.meta, int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]))
         st.remove(int(slot))
+        self._avg_restart()
 
     def _dbuf_for(self, L):
         self._alloc(int(L))
@@ -297,9 +318,11 @@ class BCFW(Learner):
     # ------------------------------------------------------------------ prediction
     def predict_weights(self):
         """(E, T, B, scale) used for prediction (the averaged iterate when averaging)."""
-        if self.averaging and self._avg is not None and self._avg.E.shape == self.W.E.shape:
-            return self._avg.E, self._avg.T, self._avg.B, 1.0
         scale, _ = self._scale()
+        avg = self.averaged_u()
+        if avg is not None:
+            A = avg[0]
+            return A.E, A.T, A.B, scale
         return self.W.E, self.W.T, self.W.B, scale
 
     def predict_csr(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
@@ -322,7 +345,8 @@ class BCFW(Learner):
             "E": self.W.E, "T": self.W.T, "B": self.W.B, "C": self._C,
             "store": self.store.state(),
             "rng": _rng_state(self._rng),
-            "avg": None if self._avg is None else {"E": self._avg.E, "T": self._avg.T, "B": self._avg.B},
+            "avg": {"t0": self._avg_t0, "ZE": self._Z.E, "ZT": self._Z.T, "ZB": self._Z.B,
+                    "facc": self._facc},
         }
         return st
 
@@ -341,9 +365,12 @@ class BCFW(Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         self.store = BlockStore.from_state(st["store"])
         _rng_restore(self._rng, st["rng"])
-        if st.get("avg") is not None:
-            self._avg = Weights(1, 1)
-            self._avg.E, self._avg.T, self._avg.B = (np.array(st["avg"][k]) for k in ("E", "T", "B"))
+        a = st["avg"]
+        self._avg_t0 = int(a["t0"])
+        self._Z = Weights(1, 1)
+        self._Z.E, self._Z.T, self._Z.B = (np.array(a[k], dtype=np.float64) for k in ("ZE", "ZT", "ZB"))
+        self._facc = np.array(a["facc"], dtype=np.float64)
+        self._avg_cache = None
         self._S = None
         self._Lbuf = 0
         self._mark = np.zeros(self.W.E.shape[0])

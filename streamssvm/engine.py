@@ -1,0 +1,325 @@
+"""The stream loop (DESIGN.md section 5).
+
+    source -> predict (progressive validation, sink) -> learn -> snapshot -> checkpoint
+
+* Every record is first predicted (the prediction goes to the sink and the progressive
+  metrics), then learned.
+* A record the model cannot take (malformed, wrong shape, NaN/inf, ...) never stops the
+  stream and is never dropped silently: it goes to the dead-letter sink with its reason.
+* Every ``snapshot_every`` examples an exact full-gap certificate is computed and a line is
+  appended to the metrics log (examples seen, gap, primal, dual, accuracy, throughput).
+* Every ``checkpoint_every`` examples (and at the end) the model, the metrics, the snapshot
+  history and the *source position* are checkpointed atomically; on start the newest valid
+  checkpoint is restored and the source seeks to its position, so after a crash every
+  example is reflected in the model exactly once.
+
+>>> import numpy as np, streamssvm as ss
+>>> from connectors.files import write_jsonl, open_source
+>>> import tempfile, os
+>>> d = tempfile.mkdtemp()
+>>> rng = np.random.default_rng(0)
+>>> recs = [{"x": {"f": float(c) + 0.1 * rng.normal()}, "y": int(c)} for c in rng.integers(0, 3, 300)]
+>>> _ = write_jsonl(os.path.join(d, "s.jsonl"), recs)
+>>> eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0)),
+...              open_source(os.path.join(d, "s.jsonl")), task="multiclass",
+...              snapshot_every=100, checkpoint_dir=os.path.join(d, "ckpt"), progress=False)
+>>> summary = eng.run()
+>>> summary["examples_seen"], summary["last_certificate"]["gap"] >= 0
+(300, True)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+from .checkpoint import CheckpointManager
+from .metrics import ProgressiveMetrics
+
+TASKS = ("multiclass", "multilabel", "sequence")
+_CKPT_KIND = "streamssvm.engine"
+_HISTORY_MAX = 10_000
+
+
+def _jsonable(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(u) for u in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(u) for k, u in v.items()}
+    return v
+
+
+def to_model_input(task, x, y):
+    """Convert a connector record to the estimator's (x, y); raises ValueError/TypeError with
+    a reason for bad records."""
+    if task == "multiclass":
+        if isinstance(x, list):
+            x = np.asarray(x, dtype=np.float64)
+        if isinstance(x, np.ndarray) and x.ndim != 1:
+            raise ValueError(f"multiclass examples need flat features, got an array of shape {x.shape}")
+        if isinstance(y, (list, dict, set)):
+            raise TypeError(f"multiclass label must be a single value, got {type(y).__name__}")
+        return x, y
+    if task == "multilabel":
+        if isinstance(x, list):
+            x = np.asarray(x, dtype=np.float64)
+        if isinstance(y, dict):
+            return x, y
+        if isinstance(y, (list, tuple, set)):
+            return x, {lab: True for lab in y}
+        return x, {y: True}
+    if task == "sequence":
+        if isinstance(x, np.ndarray) and x.ndim != 2:
+            raise ValueError(f"sequence examples need a 2-D array (tokens x features), got shape {x.shape}")
+        if not isinstance(y, (list, tuple)):
+            raise TypeError(f"sequence labels must be a list, got {type(y).__name__}")
+        return x, list(y)
+    raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
+
+
+class Progress:
+    """A one-line progress display on stderr (examples/s, running accuracy, last gap)."""
+
+    def __init__(self, enabled=True, total=None, stream=None, every=0.5):
+        self.enabled = enabled
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every = every if self.tty else 5.0
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+
+    def update(self, seen, acc, gap, force=False, new_this_run=None):
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if not force and now - self.last < self.every:
+            return
+        self.last = now
+        el = max(now - self.t0, 1e-9)
+        rate = (new_this_run if new_this_run is not None else seen) / el
+        tot = f"/{self.total}" if self.total else ""
+        g = "-" if gap is None else f"{gap:.4g}"
+        line = f"examples {seen}{tot} | {rate:,.0f} ex/s | accuracy {acc:.4f} | gap {g} | {el:.1f}s"
+        if self.tty:
+            self.stream.write("\r" + line + " " * 4)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class Engine:
+    """Run a model over a source with snapshots, checkpoints and dead letters.
+
+    Parameters
+    ----------
+    model
+        A streamssvm estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``).
+    source
+        A ``connectors.base.Source`` (records with resumable positions).
+    task
+        ``"multiclass"``, ``"multilabel"`` or ``"sequence"``.
+    snapshot_every
+        Examples between two exact full-gap certificates (None: only at the end).
+    checkpoint_dir, checkpoint_every, keep
+        Where and how often to checkpoint (default every 10 snapshots' worth, or 10,000
+        examples), and how many checkpoints to keep.
+    metrics_path
+        JSONL file receiving one line per snapshot.
+    sink
+        Optional ``Sink`` receiving ``{"key", "prediction", "examples_seen"}`` per record.
+    dead_letter
+        ``DeadLetterSink`` for bad records (default: the source's own, else an in-memory one
+        that warns).
+    max_examples
+        Stop once the model has seen this many examples in total (resumed runs included).
+    idle_timeout
+        Stop after this many seconds without a record (live sources that yield ``None``
+        while idle).
+    """
+
+    def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
+                 checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
+                 max_examples=None, idle_timeout=None, progress=True, refine_at_end=0.0,
+                 on_snapshot=None):
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        for name, v in (("snapshot_every", snapshot_every), ("checkpoint_every", checkpoint_every),
+                        ("max_examples", max_examples)):
+            if v is not None and (not isinstance(v, (int, np.integer)) or v < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {v!r}")
+        self.model = model
+        self.source = source
+        self.task = task
+        self.snapshot_every = snapshot_every
+        self.checkpoint_every = checkpoint_every or (10 * snapshot_every if snapshot_every else 10_000)
+        self.ckpt = CheckpointManager(checkpoint_dir, keep=keep) if checkpoint_dir else None
+        self.metrics_path = metrics_path
+        self.sink = sink
+        if dead_letter is None:
+            dead_letter = getattr(source, "dead_letter", None)
+        if dead_letter is None:
+            from connectors.base import DeadLetterSink
+            dead_letter = DeadLetterSink()
+        self.dead_letter = dead_letter
+        self.max_examples = max_examples
+        self.idle_timeout = idle_timeout
+        self.progress = progress
+        self.refine_at_end = refine_at_end
+        self.on_snapshot = on_snapshot
+        self.metrics = ProgressiveMetrics(task)
+        self.examples_seen = 0
+        self.bad_records = 0
+        self.history: list = []
+        self.last_certificate = None
+        self.resumed_from = None
+        self.position = None
+
+    # ------------------------------------------------------------------ checkpoints
+    def restore(self):
+        """Load the newest valid checkpoint (if any) and seek the source to its position."""
+        if self.ckpt is None:
+            return False
+        got = self.ckpt.latest()
+        if got is None:
+            return False
+        state, meta, path = got
+        from .estimators import _SSVM
+        self.model = _SSVM.from_state(state["model"])
+        eng = state["engine"]
+        self.examples_seen = int(eng["examples_seen"])
+        self.bad_records = int(eng["bad_records"])
+        self.metrics = ProgressiveMetrics.from_state(eng["metrics"])
+        self.history = list(eng["history"])
+        self.last_certificate = eng["last_certificate"]
+        self.position = eng["position"]
+        if self.position is not None:
+            self.source.seek(self.position)
+        self.resumed_from = str(path)
+        return True
+
+    def checkpoint(self):
+        if self.ckpt is None:
+            return None
+        state = {"model": self.model.state(), "engine": {
+            "examples_seen": self.examples_seen, "bad_records": self.bad_records,
+            "metrics": self.metrics.state(), "history": self.history[-_HISTORY_MAX:],
+            "last_certificate": self.last_certificate, "position": _jsonable(self.position),
+            "task": self.task}}
+        meta = {"examples_seen": self.examples_seen, "position": _jsonable(self.position),
+                "task": self.task, "estimator": type(self.model).__name__,
+                "last_certificate": self.last_certificate, "metrics": self.metrics.get(),
+                "bad_records": self.bad_records}
+        return self.ckpt.save(state, kind=_CKPT_KIND, meta=meta)
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self, t_start, seen_at_start):
+        c = self.model.certificate()
+        el = time.perf_counter() - t_start
+        rec = {"examples_seen": self.examples_seen, "time": time.time(), "elapsed": el,
+               "throughput": (self.examples_seen - seen_at_start) / max(el, 1e-9),
+               "gap": c.gap, "primal": c.primal, "dual": c.dual, "n_blocks": c.n_blocks,
+               "exact": c.exact, "certificate_seconds": c.seconds, "bad_records": self.bad_records,
+               **self.metrics.get()}
+        rec = _jsonable(rec)
+        self.last_certificate = _jsonable(c.to_dict())
+        self.history.append(rec)
+        if self.metrics_path:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(rec) + "\n")
+        if self.on_snapshot:
+            self.on_snapshot(rec)
+        return rec
+
+    # ------------------------------------------------------------------ loop
+    def _bad(self, rec, reason):
+        self.bad_records += 1
+        raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
+        self.dead_letter.send(raw, reason, getattr(rec, "origin", ""))
+
+    def run(self):
+        """Process the source until it ends or a stop condition holds; returns a summary."""
+        self.restore()
+        t0 = time.perf_counter()
+        seen0 = self.examples_seen
+        prog = Progress(self.progress, self.max_examples)
+        since_snap = 0
+        since_ckpt = 0
+        last_record = time.monotonic()
+        stopped = "end of source"
+        try:
+            for rec in self.source:
+                if rec is None:  # idle heartbeat from a live source
+                    if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
+                        stopped = "idle timeout"
+                        break
+                    continue
+                last_record = time.monotonic()
+                if self.max_examples is not None and self.examples_seen >= self.max_examples:
+                    stopped = "max examples"
+                    break
+                try:
+                    x, y = to_model_input(self.task, rec.x, rec.y)
+                    y_pred = self.model.predict_one(x)
+                    self.model.learn_one(x, y)
+                except (ValueError, TypeError, KeyError) as e:
+                    self._bad(rec, f"{type(e).__name__}: {e}")
+                    self.position = rec.position
+                    continue
+                self.position = rec.position
+                self.examples_seen += 1
+                self.metrics.update(y, y_pred)
+                if self.sink is not None:
+                    self.sink.write({"key": rec.key, "prediction": _jsonable(y_pred),
+                                     "examples_seen": self.examples_seen})
+                since_snap += 1
+                since_ckpt += 1
+                if self.snapshot_every and since_snap >= self.snapshot_every:
+                    since_snap = 0
+                    self.snapshot(t0, seen0)
+                if since_ckpt >= self.checkpoint_every:
+                    since_ckpt = 0
+                    if self.sink is not None:
+                        self.sink.flush()
+                    self.checkpoint()
+                gap = self.last_certificate["gap"] if self.last_certificate else None
+                prog.update(self.examples_seen, self.metrics.headline, gap,
+                            new_this_run=self.examples_seen - seen0)
+            else:
+                stopped = "end of source"
+            if self.max_examples is not None and self.examples_seen >= self.max_examples:
+                stopped = "max examples"
+            if self.refine_at_end and self.examples_seen:
+                self.model.refine(self.refine_at_end)
+            if self.examples_seen and (since_snap or not self.history or self.refine_at_end):
+                self.snapshot(t0, seen0)
+            if self.sink is not None:
+                self.sink.flush()
+            self.checkpoint()
+        finally:
+            gap = self.last_certificate["gap"] if self.last_certificate else None
+            prog.update(self.examples_seen, self.metrics.headline, gap, force=True,
+                        new_this_run=self.examples_seen - seen0)
+            prog.close()
+        el = time.perf_counter() - t0
+        return {"examples_seen": self.examples_seen, "new_examples": self.examples_seen - seen0,
+                "bad_records": self.bad_records, "seconds": el, "stopped": stopped,
+                "throughput": (self.examples_seen - seen0) / max(el, 1e-9),
+                "metrics": self.metrics.get(), "last_certificate": self.last_certificate,
+                "position": _jsonable(self.position), "resumed_from": self.resumed_from}
+
+
+__all__ = ["Engine", "Progress", "TASKS", "to_model_input"]

@@ -1,0 +1,157 @@
+"""River compatibility, input validation and persistence of the estimators."""
+import itertools
+
+import numpy as np
+import pytest
+from river import checks, compose, datasets, evaluate, metrics, preprocessing
+
+import streamssvm as ss
+
+
+def _run_river_checks(model, monkeypatch=None, dataset=None):
+    if dataset is not None:
+        # river's multi-label check dataset (Music) is downloaded at run time, which this
+        # environment cannot do: run the same checks on river's bundled Yeast data instead.
+        monkeypatch.setattr(checks, "_yield_datasets", lambda m, scale=1: iter([dataset(scale)]))
+    checks.check_estimator(model)
+
+
+def test_multiclass_passes_river_check_estimator():
+    for params in ss.MulticlassSSVM._unit_test_params():
+        _run_river_checks(ss.MulticlassSSVM(**params))
+
+
+def test_multilabel_passes_river_check_estimator(monkeypatch):
+    def yeast(scale):
+        return list(itertools.islice(datasets.Yeast(), 50 * scale))
+    for params in ss.MultiLabelSSVM._unit_test_params():
+        _run_river_checks(ss.MultiLabelSSVM(**params), monkeypatch, yeast)
+
+
+def test_multiclass_in_pipeline_progressive_val():
+    model = compose.Pipeline(preprocessing.StandardScaler(),
+                             ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-3, replay=2, seed=1)))
+    acc = evaluate.progressive_val_score(datasets.ImageSegments(), model, metrics.Accuracy())
+    assert acc.get() > 0.8
+
+
+def test_multilabel_in_pipeline_progressive_val():
+    model = compose.Pipeline(preprocessing.StandardScaler(),
+                             ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=1e-3, replay=1, seed=1)))
+    m = metrics.multioutput.MicroAverage(metrics.F1())
+    m = evaluate.progressive_val_score(itertools.islice(datasets.Yeast(), 600), model, m)
+    assert m.get() > 0.5
+
+
+def test_sequence_tagger_learns_ocr_words():
+    X_tr, y_tr, X_te, y_te = ss.datasets.load_ocr("small")
+    tagger = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0))
+    for x, y in zip(X_tr[:300], y_tr[:300]):
+        tagger.learn_one(x, list(y))
+    tagger.refine(passes=5)
+    pred = tagger.predict_many(X_te[:300])
+    err = np.mean(np.concatenate([np.asarray(p) != y for p, y in zip(pred, y_te[:300])]))
+    assert err < 0.35  # chance is 0.96
+    assert tagger.predict_one(X_te[0]) == pred[0]
+
+
+def test_learn_many_matches_learn_one():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 6))
+    y = (X[:, 0] > 0).astype(int) + 2 * (X[:, 1] > 0)
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, seed=0))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, seed=0))
+    a.learn_many(X, y)
+    for xi, yi in zip(X, y):
+        b.learn_one(xi, yi)
+    np.testing.assert_allclose(a._learner.W.E, b._learner.W.E)
+    pa = a.predict_many(X)
+    assert list(pa) == [b.predict_one(xi) for xi in X]
+    a.refine(passes=30)
+    assert np.mean(a.predict_many(X) == y) > 0.9
+
+
+def test_input_errors_are_clear():
+    t = ss.SequenceTagger()
+    with pytest.raises(ValueError, match="2 tokens but y has 3"):
+        t.learn_one([{"a": 1}, {"b": 1}], ["x", "y", "z"])
+    with pytest.raises(ValueError, match="empty sequence"):
+        t.learn_one([], [])
+    with pytest.raises(ValueError, match="non-finite"):
+        t.learn_one([{"a": float("nan")}], ["x"])
+    with pytest.raises(ValueError, match="NaN"):
+        ss.SequenceTagger().learn_one(np.array([[np.inf, 1.0]]), ["x"])
+    with pytest.raises(TypeError, match="list of labels"):
+        t.learn_one([{"a": 1}], "x")
+    m = ss.MulticlassSSVM()
+    with pytest.raises(TypeError, match="non-numeric"):
+        m.learn_one({"a": "red"}, 1)
+    with pytest.raises(ValueError, match="missing"):
+        m.learn_one({"a": 1.0}, None)
+    m.learn_one(np.ones(3), 1)
+    with pytest.raises(ValueError, match="expected 3 features"):
+        m.learn_one(np.ones(4), 1)
+    with pytest.raises(TypeError, match="trained on numpy arrays"):
+        m.learn_one({"a": 1.0}, 1)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ss.MulticlassSSVM(lam=0.1)
+    with pytest.raises(TypeError, match="learner must be"):
+        ss.MulticlassSSVM(learner="bcfw")
+    with pytest.raises(TypeError, match=r"dict \{label: bool\}"):
+        ss.MultiLabelSSVM().learn_one({"a": 1.0}, ["x"])
+
+
+def test_hashing_trick_and_new_labels():
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0), n_features=2**10)
+    for i in range(300):
+        c = i % 5  # labels appear one by one
+        if i < 50 and c > i // 10:
+            c = i // 10
+        m.learn_one({f"tok{c}": 1.0, f"tok{c}b": 1.0}, f"class{c}")
+    assert m.predict_one({"tok3": 1.0, "tok3b": 1.0}) == "class3"
+    assert m._features.dim == 2**10 + 1
+
+
+def test_cost_matrix_changes_the_objective():
+    C = np.array([[0, 1, 5], [1, 0, 1], [5, 1, 0]], dtype=float)
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.1, replay=1, seed=0), loss=C, labels=[0, 1, 2])
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        y = int(rng.integers(3))
+        m.learn_one({"f": float(y) + rng.normal()}, y)
+    c = m.certificate()
+    assert c.gap >= 0
+    assert m._learner._C[0, 2] == 5.0
+
+
+@pytest.mark.parametrize("step", ["fw", "pairwise"])
+def test_save_load_round_trip(tmp_path, step):
+    X_tr, y_tr, X_te, _ = ss.datasets.load_ocr("small")
+    t = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, replay=1, step=step, cache=True, seed=0))
+    for x, y in zip(X_tr[:40], y_tr[:40]):
+        t.learn_one(x, list(y))
+    path = tmp_path / "tagger.ssvm"
+    t.save(path)
+    t2 = ss.SequenceTagger.load(path)
+    assert t2.predict_many(X_te[:20]) == t.predict_many(X_te[:20])
+    c1, c2 = t.certificate(), t2.certificate()
+    assert c1.gap == pytest.approx(c2.gap, rel=1e-12)
+    # the loaded model keeps learning exactly like the original
+    for x, y in zip(X_tr[40:60], y_tr[40:60]):
+        t.learn_one(x, list(y))
+        t2.learn_one(x, list(y))
+    np.testing.assert_array_equal(t._learner.W.E, t2._learner.W.E)
+    with pytest.raises(Exception, match="MulticlassSSVM|SequenceTagger"):
+        ss.MulticlassSSVM.load(path)
+
+
+def test_save_load_dict_features_and_labels(tmp_path):
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0))
+    for i in range(30):
+        m.learn_one({"a": i % 3, ("t", 1): 1.0, 7: 0.5}, ["x", 2, True][i % 3])
+    m.save(tmp_path / "m.ssvm")
+    m2 = ss.MulticlassSSVM.load(tmp_path / "m.ssvm")
+    for i in range(3):
+        x = {"a": i, ("t", 1): 1.0, 7: 0.5}
+        assert m2.predict_one(x) == m.predict_one(x)
+    assert m2._labels.labels == ["x", 2, True]
