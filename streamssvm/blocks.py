@@ -202,6 +202,102 @@ class BlockStore:
         self.max_L = max(self.max_L, L)
         return slot
 
+    def room(self):
+        """Blocks that can be added without any eviction (None: unbounded)."""
+        if self.max_bytes is not None:
+            return 0
+        if self.capacity is None:
+            return None
+        return max(self.capacity - self.n, 0)
+
+    def fifo_victims(self, m):
+        """The FIFO evictions that m arrivals will cause: victims[e] is the slot to evict before
+        arrival e (-1: none); new arrivals themselves are numbered -2 - e."""
+        if self.capacity is None:
+            return np.full(m, -1, dtype=np.int64)
+        s = self.slots()
+        order = list(s[np.argsort(self.birth[s], kind="stable")])
+        victims = np.full(m, -1, dtype=np.int64)
+        n = self.n
+        q = 0
+        for e in range(m):
+            if n >= self.capacity:
+                victims[e] = order[q] if q < len(order) else -2 - (q - len(order))
+                q += 1
+                n -= 1
+            n += 1
+        return victims
+
+    def write_new(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, mark):
+        """Write m new blocks' segments into fresh slots without making them live (the kernel
+        appends them to the alive list as they arrive). Returns the slots."""
+        m = len(ex_tok) - 1
+        L = np.diff(ex_tok).astype(np.int64)
+        nnz = (tok_ptr[ex_tok[1:]] - tok_ptr[ex_tok[:-1]]).astype(np.int64)
+        ly = np.diff(y_ptr).astype(np.int64)
+        Kc = self.Kc
+        if self.kind == MULTILABEL:
+            lablen = np.full(m, Kc, dtype=np.int64)
+            ss = np.full(m, Kc, dtype=np.int64)
+        else:
+            lablen = L
+            ss = L * Kc + (Kc * Kc + 2 * Kc) * (self.kind == 0)
+        isz = L + 1 + nnz + ly + self.pool_cap * lablen
+        fsz = nnz + L * L + ss + self.pool_cap
+        slots = np.empty(m, dtype=np.int64)
+        nfree = min(len(self.free), m)
+        for q in range(nfree):
+            slots[q] = self.free.pop()
+        nnew = m - nfree
+        slots[nfree:] = np.arange(self.n_slots, self.n_slots + nnew)
+        self.pos[slots[slots < self.pos.shape[0]]] = -1
+        self.n_slots += nnew
+        self._grow_slots(self.n_slots)
+        ioff = self.i_used + np.concatenate([[0], np.cumsum(isz)[:-1]])
+        foff = self.f_used + np.concatenate([[0], np.cumsum(fsz)[:-1]])
+        ti, tf = int(isz.sum()), int(fsz.sum())
+        self.Iar = self._ensure(self.Iar, self.i_used + ti)
+        self.Far = self._ensure(self.Far, self.f_used + tf)
+        M = self.meta
+        M[slots] = 0
+        M[slots, K.M_IOFF] = ioff
+        M[slots, K.M_FOFF] = foff
+        M[slots, K.M_L] = L
+        M[slots, K.M_NNZ] = nnz
+        M[slots, K.M_LY] = ly
+        M[slots, K.M_KI] = np.maximum(np.asarray(Ki, dtype=np.int64), 1)
+        M[slots, K.M_PCAP] = self.pool_cap
+        M[slots, K.M_LABLEN] = lablen
+        M[slots, K.M_ISIZE] = isz
+        M[slots, K.M_FSIZE] = fsz
+        K.insert_blocks(self.kind, Kc, self.Iar, self.Far, M, slots, np.asarray(ex_tok, dtype=np.int64),
+                        np.asarray(tok_ptr, dtype=np.int64), fidx, fval, np.asarray(y_ptr, dtype=np.int64),
+                        np.asarray(ys, dtype=np.int32), mark)
+        self.i_used += ti
+        self.f_used += tf
+        self.i_live += ti
+        self.f_live += tf
+        self.gest[slots] = np.inf
+        self.last_oracle[slots] = -1
+        self.birth[slots] = self.seen + np.arange(m)
+        self.pos[slots] = -1
+        self.seen += m
+        self.max_L = max(self.max_L, int(L.max()) if m else 1)
+        return slots
+
+    def after_kernel_insert(self, new_slots, victims, n_final):
+        """Bookkeeping after ``learn_new_blocks``: the evicted slots are freed."""
+        ev = [int(v) for v in victims if v >= 0]
+        for v in ev:
+            self.free.append(v)
+            self.i_live -= int(self.meta[v, K.M_ISIZE])
+            self.f_live -= int(self.meta[v, K.M_FSIZE])
+            self.unvisited.discard(v)
+        self.evicted += len(ev)
+        self.n = int(n_final)
+        if self.i_used > 4096 and self.i_live * 2 < self.i_used:
+            self.compact()
+
     def remove(self, slot):
         """Forget a block (the learner must have removed its u_i from the weights first)."""
         p = self.pos[slot]

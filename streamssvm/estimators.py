@@ -237,19 +237,29 @@ class MulticlassSSVM(_SSVM, base.Classifier):
         for v in ys:
             if _is_missing(v):
                 raise ValueError("y contains a missing label (None/NaN)")
-        lr = self._sync()
-        n_labels = len(self._labels)
-        one = np.zeros(1, dtype=np.int32)
-        ptr = np.zeros(2, dtype=np.int32)
-        for i in range(A.shape[0]):
-            # labels are indexed as they arrive, exactly as with learn_one
-            one[0] = self._labels.encode(ys[i], grow=True)
-            if len(self._labels) != n_labels:
-                n_labels = len(self._labels)
-                lr = self._sync()
-            a, b = tok_ptr[i], tok_ptr[i + 1]
-            ptr[1] = b - a
-            lr.learn(ptr, fidx[a:b], fval[a:b], one)
+        # labels are indexed as they arrive, exactly as with learn_one: the batch is cut where a
+        # new label appears, and each piece is learned in one kernel call
+        n = A.shape[0]
+        yids = np.empty(n, dtype=np.int32)
+        cuts = [0]
+        for i in range(n):
+            k = len(self._labels)
+            yids[i] = self._labels.encode(ys[i], grow=True)
+            if len(self._labels) != k and i > 0:
+                cuts.append(i)
+        cuts.append(n)
+        tok64 = tok_ptr.astype(np.int64)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if a == b:
+                continue
+            # grow the label set up to (and including) the label that opens this piece
+            k_here = int(yids[:b].max()) + 1
+            lr = self._bound()
+            lr.ensure(self._features.dim, self._labels.labels[:k_here])
+            lr.learn_batch(np.arange(a, b + 1, dtype=np.int64) - a, tok64[a:b + 1] - tok64[a],
+                           fidx[tok64[a]:tok64[b]], fval[tok64[a]:tok64[b]],
+                           np.arange(b - a + 1, dtype=np.int64), yids[a:b])
+        self._sync()
 
     def predict_many(self, X):
         A, index = self._as_matrix(X)

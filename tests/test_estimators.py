@@ -56,11 +56,12 @@ def test_sequence_tagger_learns_ocr_words():
 
 
 def test_learn_many_matches_learn_one():
+    """The batched kernel path does exactly what learn_one does (replay=0: no sampling)."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 6))
     y = (X[:, 0] > 0).astype(int) + 2 * (X[:, 1] > 0)
-    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, seed=0))
-    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, seed=0))
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=0, seed=0))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=0, seed=0))
     a.learn_many(X, y)
     for xi, yi in zip(X, y):
         b.learn_one(xi, yi)
@@ -69,6 +70,22 @@ def test_learn_many_matches_learn_one():
     assert list(pa) == [b.predict_one(xi) for xi in X]
     a.refine(passes=30)
     assert np.mean(a.predict_many(X) == y) > 0.9
+
+
+@pytest.mark.parametrize("capacity", [None, 150])
+def test_learn_many_with_replay_and_eviction(capacity):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(400, 8))
+    y = np.array(["abcd"[i] for i in (X[:, 0] > 0).astype(int) + 2 * (X[:, 1] > 0)])
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, capacity=capacity, seed=0))
+    m.learn_many(X[:100], y[:100])
+    m.learn_many(X[100:], y[100:])
+    lr = m._learner
+    assert lr.store.n == (400 if capacity is None else capacity)
+    assert lr._tick == 400 * 3  # one step per new example + 2 replay steps
+    c = m.certificate()
+    assert c.gap >= 0 and c.n_blocks == lr.store.n
+    assert np.mean(m.predict_many(X[-100:]) == y[-100:]) > 0.7
 
 
 def test_input_errors_are_clear():

@@ -253,7 +253,10 @@ class BCFW(Learner):
         K.block_u(self._kind, self._K, self.W.Kc, self._use_trans, self.W.E, self.W.T, self.W.B,
                   st.Iar, st.Far, st.meta, int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]))
         st.remove(int(slot))
-        self._avg_restart()
+        # the averaged dual point is no longer feasible: averaging stops and restarts after
+        # the current learn() call (the same semantics as learn_batch)
+        self._avg_t0 = -1
+        self._avg_cache = None
 
     def _dbuf_for(self, L):
         self._alloc(int(L))
@@ -279,7 +282,55 @@ class BCFW(Learner):
         self.n_learned += 1
         if self.replay:
             self._replay(self.replay)
+        if self.averaging and self._avg_t0 < 0:
+            self._avg_restart()
         return slot
+
+    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
+        """Learn m examples in order, exactly as m calls of :meth:`learn` would (one step on
+        each new block as it arrives, then ``replay`` steps), in one kernel call.
+
+        Falls back to per-example learning when the store would need evictions. Full gap
+        passes (gap sampling / cache) run between batches, not inside one."""
+        m = len(ex_tok) - 1
+        if m <= 0:
+            return
+        st = self.store
+        if st.eviction != "fifo" or st.max_bytes is not None:
+            for e in range(m):
+                a, b = ex_tok[e], ex_tok[e + 1]
+                tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
+                self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]],
+                           ys[y_ptr[e]:y_ptr[e + 1]], 1 if Ki is None else Ki[e])
+            return
+        if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
+            self._mark = np.zeros(self.W.E.shape[0])
+        Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
+        n0 = st.n
+        victims = st.fifo_victims(m)
+        new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
+        victims = np.where(victims <= -2, new_slots[np.maximum(-2 - victims, 0)], victims)
+        self._alloc(st.max_L)
+        g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
+        out = np.zeros(2, dtype=np.int64)
+        tick = K.learn_new_blocks(
+            self._kind, self._K, self.W.Kc, self._use_trans, float(self.lam), n0, new_slots, victims,
+            int(self.replay), self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
+            st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
+            float(self.cache_F), float(self.cache_nu), g_full, _SAMPLING[self.sampling],
+            st.alive, st.pos, st.tree, st.tree_size, int(self._rng.integers(2**31 - 1)),
+            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
+            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out)
+        self._avg_cache = None
+        self._steps_since_full += tick - self._tick
+        self._tick = tick
+        st.after_kernel_insert(new_slots, victims, out[0])
+        if out[1] > 0:
+            self._avg_restart()
+        self.n_learned += m
+        needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
+        if needs_full and self._steps_since_full >= self.gap_every * st.n:
+            self.full_gap()
 
     def _gram(self, tok_ptr, fidx, fval, L):
         G = np.empty((L, L))
