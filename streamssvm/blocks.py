@@ -15,6 +15,8 @@ is not held).
 """
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from ._kernels import bcfw as K
@@ -58,6 +60,7 @@ class BlockStore:
         self.tree_size = 64
         self.tree = np.zeros(2 * self.tree_size)
         self.unvisited = set()
+        self.order = deque()   # live slots in arrival order (FIFO eviction)
         self.seen = 0          # examples offered to the store
         self.evicted = 0
         self.max_L = 1
@@ -130,8 +133,7 @@ class BlockStore:
         if not full:
             return None
         if self.eviction == "fifo":
-            s = self.slots()
-            return int(s[np.argmin(self.birth[s])])
+            return int(self.order[0])
         # reservoir (algorithm R)
         r = self._rng.integers(0, self.seen + 1)
         if r < self.capacity:
@@ -139,8 +141,54 @@ class BlockStore:
         return -1
 
     def oldest(self):
-        s = self.slots()
-        return int(s[np.argmin(self.birth[s])])
+        return int(self.order[0])
+
+    def reserve(self, L, nnz, ly, Ki):
+        """Allocate the segment and slot of one new block (not yet live: the kernel writes it
+        and appends it to the alive list). Returns the slot."""
+        Kc = self.Kc
+        if self.kind == MULTILABEL:
+            lablen = ss = Kc
+        else:
+            lablen = L
+            ss = L * Kc + (Kc * Kc + 2 * Kc if self.kind == 0 else 0)
+        pc = self.pool_cap
+        isz = L + 1 + nnz + ly + pc * lablen
+        fsz = nnz + L * L + ss + pc
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = self.n_slots
+            self.n_slots += 1
+            if slot >= self.meta.shape[0]:
+                self._grow_slots(self.n_slots)
+        io, fo = self.i_used, self.f_used
+        if io + isz > self.Iar.shape[0]:
+            self.Iar = self._ensure(self.Iar, io + isz)
+        if fo + fsz > self.Far.shape[0]:
+            self.Far = self._ensure(self.Far, fo + fsz)
+        self.meta[slot] = (io, fo, L, nnz, ly, max(int(Ki), 1), pc, 0, lablen, 0, isz, fsz)
+        self.i_used += isz
+        self.f_used += fsz
+        self.i_live += isz
+        self.f_live += fsz
+        self.gest[slot] = np.inf
+        self.last_oracle[slot] = -1
+        self.birth[slot] = self.seen
+        self.pos[slot] = -1
+        self.seen += 1
+        if L > self.max_L:
+            self.max_L = L
+        self.order.append(slot)
+        return slot
+
+    def forget(self, v):
+        """Bookkeeping for a block the kernel already evicted (not in alive any more)."""
+        self.free.append(int(v))
+        self.i_live -= int(self.meta[v, K.M_ISIZE])
+        self.f_live -= int(self.meta[v, K.M_FSIZE])
+        self.unvisited.discard(int(v))
+        self.evicted += 1
 
     def over_bytes(self):
         return self.max_bytes is not None and self.nbytes() > self.max_bytes and self.n > 1
@@ -200,6 +248,7 @@ class BlockStore:
         self.n += 1
         self.unvisited.add(slot)
         self.max_L = max(self.max_L, L)
+        self.order.append(slot)
         return slot
 
     def room(self):
@@ -210,21 +259,18 @@ class BlockStore:
             return None
         return max(self.capacity - self.n, 0)
 
-    def fifo_victims(self, m):
-        """The FIFO evictions that m arrivals will cause: victims[e] is the slot to evict before
-        arrival e (-1: none); new arrivals themselves are numbered -2 - e."""
-        if self.capacity is None:
-            return np.full(m, -1, dtype=np.int64)
-        s = self.slots()
-        order = list(s[np.argsort(self.birth[s], kind="stable")])
+    def fifo_victims(self, new_slots):
+        """Slots that the arrivals ``new_slots`` evict under FIFO (victims[e] before arrival e,
+        -1 for none); updates the arrival order."""
+        m = len(new_slots)
         victims = np.full(m, -1, dtype=np.int64)
         n = self.n
-        q = 0
+        cap = self.capacity
         for e in range(m):
-            if n >= self.capacity:
-                victims[e] = order[q] if q < len(order) else -2 - (q - len(order))
-                q += 1
+            if cap is not None and n >= cap:
+                victims[e] = self.order.popleft()
                 n -= 1
+            self.order.append(int(new_slots[e]))
             n += 1
         return victims
 
@@ -285,16 +331,15 @@ class BlockStore:
         self.max_L = max(self.max_L, int(L.max()) if m else 1)
         return slots
 
-    def after_kernel_insert(self, new_slots, victims, n_final):
-        """Bookkeeping after ``learn_new_blocks``: the evicted slots are freed."""
-        ev = [int(v) for v in victims if v >= 0]
-        for v in ev:
-            self.free.append(v)
-            self.i_live -= int(self.meta[v, K.M_ISIZE])
-            self.f_live -= int(self.meta[v, K.M_FSIZE])
-            self.unvisited.discard(v)
-        self.evicted += len(ev)
+    def after_kernel_insert(self, victims, n_final):
+        """Bookkeeping after the kernel evicted ``victims`` (-1 entries ignored)."""
+        for v in victims:
+            if v >= 0:
+                self.forget(v)
         self.n = int(n_final)
+        self.maybe_compact()
+
+    def maybe_compact(self):
         if self.i_used > 4096 and self.i_live * 2 < self.i_used:
             self.compact()
 
@@ -315,6 +360,10 @@ class BlockStore:
         K.tree_update(self.tree, self.tree_size, slot, 0.0)
         self.unvisited.discard(int(slot))
         self.evicted += 1
+        if self.order and self.order[0] == slot:
+            self.order.popleft()
+        else:
+            self.order.remove(int(slot))
         if self.i_used > 4096 and self.i_live * 2 < self.i_used:
             self.compact()
 
@@ -439,6 +488,7 @@ class BlockStore:
         bs.seen = int(st["seen"])
         bs.evicted = int(st["evicted"])
         bs.unvisited = {i for i in range(n) if not np.isfinite(bs.gest[i])}
+        bs.order = deque(int(i) for i in np.argsort(bs.birth[:n], kind="stable"))
         bs.max_L = int(bs.meta[:n, K.M_L].max()) if n else 1
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()

@@ -83,11 +83,21 @@ class FeatureIndex:
             raise TypeError("this model was trained on numpy arrays; got a dict of features")
         pairs = []
         new = None
+        vocab = self.vocab if self.n_features is None else None
         for name, v in x.items():
-            f = _check_value(name, v)
-            if f == 0.0:
+            t = type(v)
+            if t is float or t is int:
+                f = v
+                if f - f != 0:  # NaN or +-inf
+                    _check_value(name, float(v))
+            else:
+                f = _check_value(name, v)
+            if f == 0:
                 continue
-            j = self._index(name, False) if self.n_features is None else self._index(name, grow)
+            if vocab is not None:
+                j = vocab.get(name, -1)
+            else:
+                j = self._index(name, grow)
             if j >= 0:
                 pairs.append((j, f))
             elif grow:

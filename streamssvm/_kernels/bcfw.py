@@ -399,51 +399,105 @@ def predict_batch(kind, K, use_trans, scale, E, T, B, C, ex_tok, tok_ptr, fidx, 
 
 
 @njit(**_JIT)
-def insert_blocks(kind, Kc, Iar, Far, meta, slots, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, mark):
-    """Write the segments of new blocks whose offsets/sizes are already in ``meta``.
+def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark):
+    """Write one block's segment at the offsets already in meta[j]: tokens (tok_ptr relative
+    to fidx/fval), ground truth, Gram matrix, the dual point on the ground truth (statistic
+    s(y), pool = {y} with alpha 1 when pools are kept)."""
+    io = meta[j, M_IOFF]
+    fo = meta[j, M_FOFF]
+    L = meta[j, M_L]
+    nnz = meta[j, M_NNZ]
+    ly = meta[j, M_LY]
+    pcap = meta[j, M_PCAP]
+    lablen = meta[j, M_LABLEN]
+    base = tok_ptr[0]
+    for t in range(L + 1):
+        Iar[io + t] = tok_ptr[t] - base
+    for p in range(nnz):
+        Iar[io + L + 1 + p] = fidx[base + p]
+        Far[fo + p] = fval[base + p]
+    for q in range(ly):
+        Iar[io + L + 1 + nnz + q] = ytrue[q]
+    p0 = io + L + 1 + nnz + ly
+    for q in range(pcap * lablen):
+        Iar[p0 + q] = 0
+    G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
+    gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nnz], Far[fo:fo + nnz], L, G, mark)
+    ss = stat_size(kind, L, Kc)
+    s0 = fo + nnz + L * L
+    for q in range(ss + pcap):
+        Far[s0 + q] = 0.0
+    yt = Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly]
+    truth_stat(kind, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0)
+    meta[j, M_PN] = 0
+    if pcap > 0:
+        if kind == MULTILABEL:
+            for q in range(ly):
+                Iar[p0 + yt[q]] = 1
+        else:
+            for q in range(L):
+                Iar[p0 + q] = yt[q]
+        Far[s0 + ss] = 1.0
+        meta[j, M_PN] = 1
 
-    Example e: tokens ex_tok[e]..ex_tok[e+1] of the global CSR (tok_ptr absolute into
-    fidx/fval), ground truth ys[y_ptr[e]:y_ptr[e+1]]. The dual point starts on the ground
-    truth (statistic s(y_e), pool = {y_e} with alpha 1 when pools are kept)."""
+
+@njit(**_JIT)
+def insert_blocks(kind, Kc, Iar, Far, meta, slots, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, mark):
+    """Write the segments of new blocks whose offsets/sizes are already in ``meta``
+    (example e: tokens ex_tok[e]..ex_tok[e+1] of the global CSR, truth ys[y_ptr[e]:y_ptr[e+1]])."""
     for e in range(slots.shape[0]):
-        j = slots[e]
-        io = meta[j, M_IOFF]
-        fo = meta[j, M_FOFF]
-        L = meta[j, M_L]
-        nnz = meta[j, M_NNZ]
-        ly = meta[j, M_LY]
-        pcap = meta[j, M_PCAP]
-        lablen = meta[j, M_LABLEN]
-        t0 = ex_tok[e]
-        base = tok_ptr[t0]
-        for t in range(L + 1):
-            Iar[io + t] = tok_ptr[t0 + t] - base
-        for p in range(nnz):
-            Iar[io + L + 1 + p] = fidx[base + p]
-            Far[fo + p] = fval[base + p]
-        y0 = y_ptr[e]
-        for q in range(ly):
-            Iar[io + L + 1 + nnz + q] = ys[y0 + q]
-        p0 = io + L + 1 + nnz + ly
-        for q in range(pcap * lablen):
-            Iar[p0 + q] = 0
-        G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
-        gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nnz], Far[fo:fo + nnz], L, G, mark)
-        ss = stat_size(kind, L, Kc)
-        s0 = fo + nnz + L * L
-        for q in range(ss + pcap):
-            Far[s0 + q] = 0.0
-        yt = Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly]
-        truth_stat(kind, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0)
-        if pcap > 0:
-            if kind == MULTILABEL:
-                for q in range(ly):
-                    Iar[p0 + yt[q]] = 1
-            else:
-                for q in range(L):
-                    Iar[p0 + q] = yt[q]
-            Far[s0 + ss] = 1.0
-            meta[j, M_PN] = 1
+        write_block(kind, Kc, Iar, Far, meta, slots[e], tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1],
+                    fidx, fval, ys[y_ptr[e]:y_ptr[e + 1]], mark)
+
+
+@njit(**_JIT)
+def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
+            Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
+            sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
+            avg_t0, ZE, ZT, ZB, facc, out):
+    """Evict v (if >= 0), append block jn, step on it, then ``replay`` sampled steps.
+    Updates out[0] (held blocks), out[1] (evictions), out[2] (averaging origin, -1 = off);
+    returns the new tick."""
+    if v >= 0:
+        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, v, -1.0, dbuf)
+        p = pos[v]
+        last = alive[n - 1]
+        alive[p] = last
+        pos[last] = p
+        pos[v] = -1
+        n -= 1
+        gest[v] = 0.0
+        if tree_size > 0:
+            tree_update(tree, tree_size, v, 0.0)
+        avg_t0 = -1
+        out[1] += 1
+    alive[n] = jn
+    pos[jn] = n
+    n += 1
+    lam_n = lam * n
+    scale = 1.0 / lam_n
+    for r in range(replay + 1):
+        if r == 0:
+            j = jn
+        elif sampling == SAMPLE_GAP and tree[1] > 0.0:
+            j = tree_sample(tree, tree_size, np.random.random())
+            if j >= tree_size or tree[tree_size + j] <= 0.0 or pos[j] < 0:
+                j = alive[np.random.randint(n)]
+        else:
+            j = alive[np.random.randint(n)]
+        avg_c = -1.0
+        if avg_t0 >= 0:
+            s_ = float(tick - avg_t0 + 1)
+            avg_c = s_ * (s_ - 1.0) / 2.0
+        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+                   gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
+                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc)
+        if tree_size > 0:
+            tree_update(tree, tree_size, j, gest[j])
+        tick += 1
+    out[0] = n
+    out[2] = avg_t0
+    return tick
 
 
 @njit(**_JIT)
@@ -452,54 +506,34 @@ def learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay
                      sampling, alive, pos, tree, tree_size, seed,
                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out):
     """The online loop for m new blocks whose segments are already written (slots
-    ``new_slots``, not yet in ``alive``). For each, in order: evict ``victims[e]`` if >= 0
+    ``new_slots``, not yet in ``alive``): for each, in order, evict ``victims[e]`` if >= 0
     (its u_i leaves the weights; averaging stops until the caller restarts it), append the new
     block (n changes), one step on it, then ``replay`` steps on blocks sampled among the held
-    ones (uniform or by gap). out[0] = final number of held blocks, out[1] = evictions."""
+    ones. out = [held blocks, evictions, averaging origin]."""
     np.random.seed(seed)
     tick = tick0
-    n = n0
-    nev = 0
+    out[0] = n0
+    out[1] = 0
+    out[2] = avg_t0
     for e in range(new_slots.shape[0]):
-        v = victims[e]
-        if v >= 0:
-            block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, v, -1.0, dbuf)
-            p = pos[v]
-            last = alive[n - 1]
-            alive[p] = last
-            pos[last] = p
-            pos[v] = -1
-            n -= 1
-            gest[v] = 0.0
-            if tree_size > 0:
-                tree_update(tree, tree_size, v, 0.0)
-            avg_t0 = -1
-            nev += 1
-        jn = new_slots[e]
-        alive[n] = jn
-        pos[jn] = n
-        n += 1
-        lam_n = lam * n
-        scale = 1.0 / lam_n
-        for r in range(replay + 1):
-            if r == 0:
-                j = jn
-            elif sampling == SAMPLE_GAP and tree[1] > 0.0:
-                j = tree_sample(tree, tree_size, np.random.random())
-                if j >= tree_size or tree[tree_size + j] <= 0.0 or pos[j] < 0:
-                    j = alive[np.random.randint(n)]
-            else:
-                j = alive[np.random.randint(n)]
-            avg_c = -1.0
-            if avg_t0 >= 0:
-                s_ = float(tick - avg_t0 + 1)
-                avg_c = s_ * (s_ - 1.0) / 2.0
-            block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
-                       gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-                       S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc)
-            if tree_size > 0:
-                tree_update(tree, tree_size, j, gest[j])
-            tick += 1
-    out[0] = n
-    out[1] = nev
+        tick = _arrive(kind, K, Kc, use_trans, lam, out[0], new_slots[e], victims[e], replay, E, T, B, C,
+                       Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
+                       sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
+                       out[2], ZE, ZT, ZB, facc, out)
     return tick
+
+
+@njit(**_JIT)
+def learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, C,
+                      Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
+                      sampling, alive, pos, tree, tree_size, seed,
+                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
+                      tok_ptr, fidx, fval, ytrue, mark):
+    """``write_block`` + ``_arrive`` for one example in a single call (the learn_one path)."""
+    write_block(kind, Kc, Iar, Far, meta, slot, tok_ptr, fidx, fval, ytrue, mark)
+    np.random.seed(seed)
+    out[1] = 0
+    return _arrive(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, C,
+                   Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
+                   sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
+                   avg_t0, ZE, ZT, ZB, facc, out)

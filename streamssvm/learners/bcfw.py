@@ -126,8 +126,24 @@ class BCFW(Learner):
         self._avg_t0 = -1
         self._avg_cache = None
         self._bound = True
+        self._constants()
         self._avg_restart()
         self._alloc(1)
+
+    def _constants(self):
+        """Plain-Python copies of the configuration for the per-example fast path."""
+        self._lamf = float(self.lam)
+        self._replayi = int(self.replay)
+        self._step_code = _STEP[self.step]
+        self._sampling_code = _SAMPLING[self.sampling]
+        self._Ff = float(self.cache_F)
+        self._nuf = float(self.cache_nu)
+        self._cmax = max(1.0, float(self._C.max())) if self._C.size else 1.0
+        self._needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
+        self._out3 = np.zeros(3, dtype=np.int64)
+        self._seeds_left = 0
+        if getattr(self, "_mark", None) is None:
+            self._mark = np.zeros(1)
 
     def _alloc(self, L):
         Kc = self.W.Kc
@@ -155,6 +171,7 @@ class BCFW(Learner):
         if n_labels != self._K or Kc != self._C.shape[0]:
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
+            self._cmax = max(1.0, float(self._C.max()))
             self._S = None
             self._alloc(1)
 
@@ -266,6 +283,8 @@ class BCFW(Learner):
         """Hold a new example as a block, step on it, then ``replay`` steps. Returns the slot,
         or -1 when the reservoir chose not to hold it."""
         st = self.store
+        if st.eviction == "fifo" and st.max_bytes is None:
+            return self._learn_fifo(tok_ptr, fidx, fval, ytrue, Ki)
         victim = st.choose_victim()
         if victim == -1:
             st.seen += 1
@@ -307,12 +326,11 @@ class BCFW(Learner):
             self._mark = np.zeros(self.W.E.shape[0])
         Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
         n0 = st.n
-        victims = st.fifo_victims(m)
         new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
-        victims = np.where(victims <= -2, new_slots[np.maximum(-2 - victims, 0)], victims)
+        victims = st.fifo_victims(new_slots)
         self._alloc(st.max_L)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
-        out = np.zeros(2, dtype=np.int64)
+        out = np.zeros(3, dtype=np.int64)
         tick = K.learn_new_blocks(
             self._kind, self._K, self.W.Kc, self._use_trans, float(self.lam), n0, new_slots, victims,
             int(self.replay), self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
@@ -324,13 +342,55 @@ class BCFW(Learner):
         self._avg_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
-        st.after_kernel_insert(new_slots, victims, out[0])
+        st.after_kernel_insert(victims, out[0])
         if out[1] > 0:
             self._avg_restart()
         self.n_learned += m
         needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         if needs_full and self._steps_since_full >= self.gap_every * st.n:
             self.full_gap()
+
+    def _learn_fifo(self, tok_ptr, fidx, fval, ytrue, Ki):
+        """learn() for a FIFO store bounded by blocks: one kernel call writes the block,
+        evicts the oldest one if full, steps on the new block and replays."""
+        st = self.store
+        L = len(tok_ptr) - 1
+        if self.W.E.shape[0] > self._mark.shape[0]:
+            self._mark = np.zeros(self.W.E.shape[0])
+        n0 = st.n
+        victim = st.order.popleft() if (st.capacity is not None and n0 >= st.capacity) else -1
+        slot = st.reserve(L, len(fidx), len(ytrue), Ki)
+        if L > self._Lbuf:
+            self._alloc(L)
+        out = self._out3
+        if self._seeds_left == 0:
+            self._seeds = self._rng.integers(0, 2**31 - 1, size=256)
+            self._seeds_left = 256
+        self._seeds_left -= 1
+        g_full = self._g_full if self._had_full else self._g_full * self._cmax
+        W = self.W
+        tick = K.learn_one_example(
+            self._kind, self._K, W.Kc, self._use_trans, self._lamf, n0, slot, victim,
+            self._replayi, W.E, W.T, W.B, self._C, st.Iar, st.Far, st.meta,
+            st.gest, st.last_oracle, self._tick, self._step_code, self.cache,
+            self._Ff, self._nuf, g_full, self._sampling_code,
+            st.alive, st.pos, st.tree, st.tree_size, int(self._seeds[self._seeds_left]),
+            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
+            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out,
+            tok_ptr, fidx, fval, ytrue, self._mark)
+        self._avg_cache = None
+        self._steps_since_full += tick - self._tick
+        self._tick = tick
+        st.n = int(out[0])
+        if victim >= 0:
+            st.forget(victim)
+            st.maybe_compact()
+            if self.averaging:
+                self._avg_restart()
+        self.n_learned += 1
+        if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
+            self.full_gap()
+        return slot
 
     def _gram(self, tok_ptr, fidx, fval, L):
         G = np.empty((L, L))
@@ -425,6 +485,7 @@ class BCFW(Learner):
         self._S = None
         self._Lbuf = 0
         self._mark = np.zeros(self.W.E.shape[0])
+        self._constants()
         self._alloc(self.store.max_L)
 
 
