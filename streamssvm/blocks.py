@@ -450,16 +450,21 @@ class BlockStore:
 
     # ------------------------------------------------------------------ state
     def state(self):
-        """Compact, order-normalized arrays (live blocks only) for checkpoints."""
+        """Arrays for checkpoints (live segments compacted; slot numbers, the alive order and
+        the FIFO order are kept, so a restored store samples exactly as the original)."""
         self.compact()
-        s = self.slots().copy()
-        s = s[np.argsort(self.birth[s])]
+        ns = self.n_slots
+        g = self.gest[:ns]
         return {
             "kind": self.kind, "Kc": self.Kc, "pool_cap": self.pool_cap,
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
-            "seen": self.seen, "evicted": self.evicted,
-            "meta": self.meta[s].copy(), "gest": np.where(np.isfinite(self.gest[s]), self.gest[s], -1.0),
-            "last_oracle": self.last_oracle[s].copy(), "birth": self.birth[s].copy(),
+            "seen": self.seen, "evicted": self.evicted, "n": self.n, "n_slots": ns,
+            "tree_size": self.tree_size, "max_L": self.max_L,
+            "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
+            "last_oracle": self.last_oracle[:ns].copy(), "birth": self.birth[:ns].copy(),
+            "alive": self.alive[:self.n].copy(), "free": np.array(self.free, dtype=np.int64),
+            "order": np.array(self.order, dtype=np.int64),
+            "unvisited": np.array(sorted(self.unvisited), dtype=np.int64),
             "Iar": self.Iar[:self.i_used].copy(), "Far": self.Far[:self.f_used].copy(),
             "rng": _rng_state(self._rng),
         }
@@ -467,29 +472,36 @@ class BlockStore:
     @classmethod
     def from_state(cls, st):
         bs = cls(st["kind"], st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"])
-        n = len(st["meta"])
-        bs._grow_slots(max(n, 1))
-        bs.meta[:n] = st["meta"]
+        ns = int(st["n_slots"])
+        n = int(st["n"])
+        bs._grow_slots(max(ns, 1))
+        if bs.tree_size < int(st["tree_size"]):
+            bs.tree_size = int(st["tree_size"])
+        bs.meta[:ns] = st["meta"]
         g = np.asarray(st["gest"], dtype=float)
-        bs.gest[:n] = np.where(g < 0, np.inf, g)
-        bs.last_oracle[:n] = st["last_oracle"]
-        bs.birth[:n] = st["birth"]
+        bs.gest[:ns] = np.where(g < 0, np.inf, g)
+        bs.last_oracle[:ns] = st["last_oracle"]
+        bs.birth[:ns] = st["birth"]
         bs.Iar = np.array(st["Iar"], dtype=np.int32)
         bs.Far = np.array(st["Far"], dtype=np.float64)
         if bs.Iar.size == 0:
             bs.Iar = np.zeros(1024, dtype=np.int32)
         if bs.Far.size == 0:
             bs.Far = np.zeros(1024)
-        bs.i_used = bs.i_live = int(np.sum(bs.meta[:n, K.M_ISIZE]))
-        bs.f_used = bs.f_live = int(np.sum(bs.meta[:n, K.M_FSIZE]))
-        bs.alive[:n] = np.arange(n)
-        bs.pos[:n] = np.arange(n)
-        bs.n = bs.n_slots = n
+        bs.n = n
+        bs.n_slots = ns
+        bs.alive[:n] = st["alive"]
+        bs.pos[:] = -1
+        bs.pos[bs.alive[:n]] = np.arange(n)
+        bs.free = [int(v) for v in st["free"]]
+        bs.order = deque(int(v) for v in st["order"])
+        bs.unvisited = {int(v) for v in st["unvisited"]}
+        live = bs.alive[:n]
+        bs.i_used = bs.i_live = int(np.sum(bs.meta[live, K.M_ISIZE]))
+        bs.f_used = bs.f_live = int(np.sum(bs.meta[live, K.M_FSIZE]))
         bs.seen = int(st["seen"])
         bs.evicted = int(st["evicted"])
-        bs.unvisited = {i for i in range(n) if not np.isfinite(bs.gest[i])}
-        bs.order = deque(int(i) for i in np.argsort(bs.birth[:n], kind="stable"))
-        bs.max_L = int(bs.meta[:n, K.M_L].max()) if n else 1
+        bs.max_L = int(st["max_L"])
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()
         return bs

@@ -113,6 +113,7 @@ class BCFW(Learner):
                                 seed=self.seed)
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
+        self._seed_base = int(self._rng.integers(2**31 - 1))
         self._tick = 0
         self._steps_since_full = 0
         self._g_full = 1.0  # before the first full pass (paper's code); rescaled by max cost
@@ -141,9 +142,13 @@ class BCFW(Learner):
         self._cmax = max(1.0, float(self._C.max())) if self._C.size else 1.0
         self._needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         self._out3 = np.zeros(3, dtype=np.int64)
-        self._seeds_left = 0
         if getattr(self, "_mark", None) is None:
             self._mark = np.zeros(1)
+
+    def _seed(self):
+        """Seed of the next kernel call: a hash of the learner's base seed and the step
+        counter, so a restored learner continues exactly as the original."""
+        return int((self._seed_base + (self._tick + 1) * 2654435761) % 2147483647)
 
     def _alloc(self, L):
         Kc = self.W.Kc
@@ -199,7 +204,7 @@ class BCFW(Learner):
             st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
             float(self.cache_F), float(self.cache_nu), g_full,
             sampling, slots, st.alive, st.n, st.tree, st.tree_size, int(n_steps),
-            int(self._rng.integers(2**31 - 1)),
+            self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc)
         self._avg_cache = None
@@ -336,7 +341,7 @@ class BCFW(Learner):
             int(self.replay), self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
             st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
             float(self.cache_F), float(self.cache_nu), g_full, _SAMPLING[self.sampling],
-            st.alive, st.pos, st.tree, st.tree_size, int(self._rng.integers(2**31 - 1)),
+            st.alive, st.pos, st.tree, st.tree_size, self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out)
         self._avg_cache = None
@@ -363,10 +368,6 @@ class BCFW(Learner):
         if L > self._Lbuf:
             self._alloc(L)
         out = self._out3
-        if self._seeds_left == 0:
-            self._seeds = self._rng.integers(0, 2**31 - 1, size=256)
-            self._seeds_left = 256
-        self._seeds_left -= 1
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         W = self.W
         tick = K.learn_one_example(
@@ -374,7 +375,7 @@ class BCFW(Learner):
             self._replayi, W.E, W.T, W.B, self._C, st.Iar, st.Far, st.meta,
             st.gest, st.last_oracle, self._tick, self._step_code, self.cache,
             self._Ff, self._nuf, g_full, self._sampling_code,
-            st.alive, st.pos, st.tree, st.tree_size, int(self._seeds[self._seeds_left]),
+            st.alive, st.pos, st.tree, st.tree_size, self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out,
             tok_ptr, fidx, fval, ytrue, self._mark)
@@ -455,7 +456,7 @@ class BCFW(Learner):
             "full_pass_oracle_calls": self.full_pass_oracle_calls, "n_learned": self.n_learned,
             "E": self.W.E, "T": self.W.T, "B": self.W.B, "C": self._C,
             "store": self.store.state(),
-            "rng": _rng_state(self._rng),
+            "seed_base": self._seed_base,
             "avg": {"t0": self._avg_t0, "ZE": self._Z.E, "ZT": self._Z.T, "ZB": self._Z.B,
                     "facc": self._facc},
         }
@@ -475,7 +476,7 @@ class BCFW(Learner):
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
         self._C = np.array(st["C"], dtype=np.float64)
         self.store = BlockStore.from_state(st["store"])
-        _rng_restore(self._rng, st["rng"])
+        self._seed_base = int(st["seed_base"])
         a = st["avg"]
         self._avg_t0 = int(a["t0"])
         self._Z = Weights(1, 1)
