@@ -94,22 +94,28 @@ def _load_history(ckpt_dir):
     return state["engine"], meta, path
 
 
-def plot_history(history, path, title="streamssvm"):
+def plot_history(history, path, title="streamssvm", xlabel="examples seen"):
+    """Gap (log scale) and accuracy against examples seen; entries with ``"phase": "refine"``
+    (block steps on held examples after the stream) are drawn in a second colour."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    xs = [h["examples_seen"] for h in history]
-    gaps = [max(h["gap"], 1e-12) for h in history]
-    acc = [h.get("accuracy", float("nan")) for h in history]
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-    ax[0].semilogy(xs, gaps, "o-")
-    ax[0].set_xlabel("examples seen")
-    ax[0].set_ylabel("duality gap (certified)")
+    for phase, color, label in (("stream", "C0", "stream (progressive accuracy)"),
+                                ("refine", "C1", "refinement (test accuracy)")):
+        hs = [h for h in history if h.get("phase", "stream") == phase]
+        if not hs:
+            continue
+        xs = [h["examples_seen"] for h in hs]
+        ax[0].semilogy(xs, [max(h["gap"], 1e-12) for h in hs], "o-", color=color, label=label)
+        ax[1].plot(xs, [h.get("accuracy", float("nan")) for h in hs], "o-", color=color, label=label)
+    ax[0].set_xlabel(xlabel)
+    ax[0].set_ylabel("duality gap (certified upper bound)")
     ax[0].grid(True, which="both", alpha=0.3)
-    ax[1].plot(xs, acc, "o-", color="C1")
-    ax[1].set_xlabel("examples seen")
-    ax[1].set_ylabel("progressive accuracy")
+    ax[1].set_xlabel(xlabel)
+    ax[1].set_ylabel("accuracy")
     ax[1].grid(True, alpha=0.3)
+    ax[1].legend(loc="lower right")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -188,11 +194,13 @@ def cmd_demo(args):
         err = float(np.mean(np.concatenate([np.asarray(a) != np.asarray([letters[c_] for c_ in y])
                                             for a, y in zip(pred, y_te)])))
         rows.append((p, c.gap, c.primal, c.dual, err, time.perf_counter() - t0))
-        hist.append({"examples_seen": seen + int(p * c.n_blocks), "gap": c.gap, "accuracy": 1 - err})
+        hist.append({"examples_seen": seen + int(p * c.n_blocks), "gap": c.gap, "accuracy": 1 - err,
+                     "phase": "refine"})
         print(f"  +{p:>4g} passes  gap {c.gap:.4g}  primal {c.primal:.5f}  dual {c.dual:.5f}  "
               f"test error {err:.4f}  ({time.perf_counter() - t0:.1f}s)", flush=True)
     plot = os.path.join(args.out, "gap.png")
-    plot_history(hist, plot, title=f"OCR-large stream + refinement (lambda={args.lam})")
+    plot_history(hist, plot, title=f"OCR-large: stream, then refinement (lambda={args.lam})",
+                 xlabel="examples seen, then + block steps of refinement")
     tagger.save(os.path.join(args.out, "tagger.ssvm"))
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump({"stream": summary, "refine": [dict(zip(("passes", "gap", "primal", "dual", "test_error",

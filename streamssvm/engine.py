@@ -257,7 +257,6 @@ class Engine:
         seen0 = self.examples_seen
         prog = Progress(self.progress, self.max_examples)
         since_snap = 0
-        since_ckpt = 0
         last_record = time.monotonic()
         stopped = "end of source"
         try:
@@ -286,12 +285,12 @@ class Engine:
                     self.sink.write({"key": rec.key, "prediction": _jsonable(y_pred),
                                      "examples_seen": self.examples_seen})
                 since_snap += 1
-                since_ckpt += 1
-                if self.snapshot_every and since_snap >= self.snapshot_every:
+                # snapshots and checkpoints fall on multiples of examples seen, so a resumed
+                # run takes them at the same points as an uninterrupted one
+                if self.snapshot_every and self.examples_seen % self.snapshot_every == 0:
                     since_snap = 0
                     self.snapshot(t0, seen0)
-                if since_ckpt >= self.checkpoint_every:
-                    since_ckpt = 0
+                if self.examples_seen % self.checkpoint_every == 0:
                     if self.sink is not None:
                         self.sink.flush()
                     self.checkpoint()

@@ -401,10 +401,12 @@ class SequenceTagger(_SSVM, base.Estimator):
         lr.learn(tok_ptr, fidx, fval, ys)
 
     def predict_one(self, x):
+        if self._learner is None or len(self._labels) == 0:
+            if not isinstance(x, (list, tuple, np.ndarray)):
+                raise TypeError(f"a sequence must be a list of feature dicts or a 2-D array, got {type(x).__name__}")
+            return [None] * len(x)
         tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=False)
         L = len(tok_ptr) - 1
-        if self._learner is None or len(self._labels) == 0:
-            return [None] * L
         out = self._learner.predict_csr(np.array([0, L], dtype=np.int64), tok_ptr.astype(np.int64),
                                         fidx, fval, np.array([0, L], dtype=np.int64), L)
         labs = self._labels.labels
