@@ -52,6 +52,14 @@ class Certificate:
     note: str = ""
     extra: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        for k in ("gap", "primal", "dual", "seconds", "lam", "regularizer", "hinge", "dual_loss",
+                  "block_gap_sum"):
+            setattr(self, k, float(getattr(self, k)))
+        self.n_blocks = int(self.n_blocks)
+        self.oracle_calls = int(self.oracle_calls)
+        self.extra = {k: (float(v) if hasattr(v, "dtype") else v) for k, v in self.extra.items()}
+
     def to_dict(self):
         return asdict(self)
 
@@ -125,15 +133,15 @@ def full_gap(learner) -> Certificate:
         p_avg = reg_a + out2[0] / n
         d_avg = (out[1] - z_loss) / n - reg_a
         best_dual = max(dual, d_avg)
-        c.extra.update({"iterate_gap": gap, "iterate_primal": primal, "dual_iterate": dual,
-                        "dual_averaged": d_avg})
-        c.primal_avg = p_avg
-        c.gap_avg = max(p_avg - best_dual, 0.0)
-        c.primal = p_avg
-        c.dual = best_dual
+        c.extra.update({"iterate_gap": float(gap), "iterate_primal": float(primal),
+                        "dual_iterate": float(dual), "dual_averaged": float(d_avg)})
+        c.primal_avg = float(p_avg)
+        c.gap_avg = float(max(p_avg - best_dual, 0.0))
+        c.primal = float(p_avg)
+        c.dual = float(best_dual)
         c.gap = c.gap_avg
-        c.regularizer = reg_a
-        c.hinge = out2[0] / n
+        c.regularizer = float(reg_a)
+        c.hinge = float(out2[0] / n)
         c.note = "averaged weights (the ones used to predict); dual = max(D(alpha), D(alpha_bar))"
         c.oracle_calls += n
         learner.full_pass_oracle_calls += n
