@@ -68,12 +68,13 @@ class Certificate:
                 f"n_blocks={self.n_blocks}, exact={self.exact})")
 
 
-def full_gap(learner) -> Certificate:
+def full_gap(learner, refresh: bool = True) -> Certificate:
     """Exact full-gap pass of a bound dual learner (``BCFW``) at its current weights.
 
-    Rebuilds the weight sums from the blocks first (removing accumulated round-off), calls the
-    exact oracle once per held block, refreshes every block-gap estimate and returns the
-    :class:`Certificate`.
+    With ``refresh`` (the algorithm's own full pass): rebuilds the weight sums from the blocks
+    first (removing accumulated round-off), refreshes every block-gap estimate, the global gap
+    used by the cache rule and the pass schedule. Without it (an offline measurement, as the
+    paper's plots): the learner's state is left untouched.
     """
     import time
 
@@ -90,15 +91,18 @@ def full_gap(learner) -> Certificate:
                            note="no examples held")
     learner._alloc(st.max_L)
     W = learner.W
-    K.rebuild_u(learner._kind, learner._K, W.Kc, learner._use_trans, W.E, W.T, W.B,
-                st.Iar, st.Far, st.meta, st.alive, n, learner._dbuf)
+    if refresh:
+        K.rebuild_u(learner._kind, learner._K, W.Kc, learner._use_trans, W.E, W.T, W.B,
+                    st.Iar, st.Far, st.meta, st.alive, n, learner._dbuf)
     scale, _ = learner._scale()
     out = np.zeros(4)
+    gest = st.gest if refresh else np.zeros_like(st.gest)
     K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, W.E, W.T, W.B,
-                    learner._C, st.Iar, st.Far, st.meta, st.alive, n, st.gest, st.tree,
-                    st.tree_size, learner._S, learner._V, learner._bp, learner._ybuf,
-                    learner._lab, out)
-    st.unvisited.clear()
+                    learner._C, st.Iar, st.Far, st.meta, st.alive, n, gest, st.tree,
+                    st.tree_size if refresh else 0, learner._S, learner._V, learner._bp,
+                    learner._ybuf, learner._lab, out)
+    if refresh:
+        st.unvisited.clear()
     reg = 0.5 * lam * scale * scale * W.sqnorm()
     hinge = out[0] / n
     dual_loss = out[1] / n
@@ -112,10 +116,11 @@ def full_gap(learner) -> Certificate:
         gap = 0.0
     else:
         raw = gap
-    learner._g_full = gap
-    learner._had_full = True
-    learner._steps_since_full = 0
-    learner.full_pass_oracle_calls += n
+    if refresh:
+        learner._g_full = gap
+        learner._had_full = True
+        learner._steps_since_full = 0
+        learner.full_pass_oracle_calls += n
     c = Certificate(gap=gap, primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
                     seconds=0.0, exact=True, lam=lam, regularizer=reg, hinge=hinge,
                     dual_loss=dual_loss, block_gap_sum=out[2] / n, extra={"raw_gap": raw})
@@ -144,6 +149,7 @@ def full_gap(learner) -> Certificate:
         c.hinge = float(out2[0] / n)
         c.note = "averaged weights (the ones used to predict); dual = max(D(alpha), D(alpha_bar))"
         c.oracle_calls += n
-        learner.full_pass_oracle_calls += n
+        if refresh:
+            learner.full_pass_oracle_calls += n
     c.seconds = time.perf_counter() - t0
     return c

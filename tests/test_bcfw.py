@@ -228,3 +228,16 @@ def test_learner_argument_errors():
         ss.learners.BCFW(replay=1.5)
     with pytest.raises(TypeError, match="unexpected keyword"):
         ss.learners.BCFW(lamda=1.0)
+
+
+def test_measure_has_no_side_effects():
+    X, Y = small_chain_data(5, n=20)
+    a = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, replay=1, cache=True, seed=0))
+    b = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, replay=1, cache=True, seed=0))
+    for x, y in zip(X, Y):
+        a.learn_one(x, y)
+        b.learn_one(x, y)
+        ma = a._learner.measure()
+        assert ma.gap >= 0
+    np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)
+    assert a._learner.measure().gap == pytest.approx(b.certificate().gap, rel=1e-9)

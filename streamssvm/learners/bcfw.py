@@ -427,6 +427,11 @@ class BCFW(Learner):
     def certificate(self):
         return self.full_gap()
 
+    def measure(self):
+        """The certificate computed as an offline measurement: the learner's state (block gap
+        estimates, pass schedule, cache threshold, weights) is left untouched."""
+        return cert_mod.full_gap(self, refresh=False)
+
     # ------------------------------------------------------------------ prediction
     def predict_weights(self):
         """(E, T, B, scale) used for prediction (the averaged iterate when averaging)."""
