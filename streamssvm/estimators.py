@@ -23,6 +23,7 @@ from .learners.bcfw import BCFW
 from .structures import Chain, MultiClass, MultiLabel
 
 _MODEL_KIND = "streamssvm.model"
+_ONE_EX = np.array([0, 1], dtype=np.int64)
 
 
 def _default_learner(learner):
@@ -213,9 +214,8 @@ class MulticlassSSVM(_SSVM, base.Classifier):
         if self._learner is None or len(self._labels) == 0:
             return None
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
-        out = self._learner.predict_csr(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
-                                        fidx, fval, np.array([0, 1], dtype=np.int64), 1)
-        return self._labels.decode(int(out[0]))
+        out = self._learner.predict_csr(_ONE_EX, tok_ptr, fidx, fval, _ONE_EX, 1)
+        return self._labels.labels[out[0]]
 
     def predict_proba_one(self, x):
         """One-hot distribution on the predicted class (an SVM gives no probabilities)."""

@@ -382,10 +382,24 @@ def rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, d
 
 
 @njit(**_JIT)
-def predict_batch(kind, K, use_trans, scale, E, T, B, C, ex_tok, tok_ptr, fidx, fval,
+def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
+    """S = scale * x (E - zc * ZE): scores with the lazily averaged weights."""
+    for t in range(L):
+        for k in range(K):
+            S[t, k] = 0.0
+        for p in range(tok_ptr[t], tok_ptr[t + 1]):
+            j = fidx[p]
+            v = fval[p] * scale
+            for k in range(K):
+                S[t, k] += v * (E[j, k] - zc * ZE[j, k])
+
+
+@njit(**_JIT)
+def predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_ptr, fidx, fval,
                   lab_ptr, out, S, V, bp, ybuf):
     """MAP labelings for many examples. Example e has tokens ex_tok[e]..ex_tok[e+1] of the
-    global CSR (tok_ptr into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]]."""
+    global CSR (tok_ptr into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]].
+    Emission weights are E - zc * ZE (zc = 0: plain E)."""
     dummy = np.zeros(1, dtype=np.int32)
     for e in range(ex_tok.shape[0] - 1):
         t0 = ex_tok[e]
@@ -393,7 +407,10 @@ def predict_batch(kind, K, use_trans, scale, E, T, B, C, ex_tok, tok_ptr, fidx, 
         if L == 0:
             continue
         tp = tok_ptr[t0:t0 + L + 1]
-        emission_scores(E, scale, tp, fidx, fval, L, K, S)
+        if zc != 0.0:
+            _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
+        else:
+            emission_scores(E, scale, tp, fidx, fval, L, K, S)
         decode(kind, S, T, B, scale, L, K, use_trans, dummy, 0, C, 0.0, 1, V, bp, ybuf,
                out[lab_ptr[e]:lab_ptr[e + 1]])
 

@@ -125,7 +125,7 @@ class BCFW(Learner):
         self._Z = Weights(1, Kc)
         self._facc = np.zeros(2)
         self._avg_t0 = -1
-        self._avg_cache = None
+        self._avg_cache = self._pred_cache = None
         self._bound = True
         self._constants()
         self._avg_restart()
@@ -142,6 +142,7 @@ class BCFW(Learner):
         self._cmax = max(1.0, float(self._C.max())) if self._C.size else 1.0
         self._needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         self._out3 = np.zeros(3, dtype=np.int64)
+        self._pred_cache = None
         if getattr(self, "_mark", None) is None:
             self._mark = np.zeros(1)
 
@@ -177,6 +178,7 @@ class BCFW(Learner):
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
             self._cmax = max(1.0, float(self._C.max()))
+            self._pred_cache = None
             self._S = None
             self._alloc(1)
 
@@ -207,7 +209,7 @@ class BCFW(Learner):
             self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc)
-        self._avg_cache = None
+        self._avg_cache = self._pred_cache = None
         done = tick - self._tick
         self._tick = tick
         self._steps_since_full += done
@@ -226,7 +228,7 @@ class BCFW(Learner):
         for a in (self._Z.E, self._Z.T, self._Z.B):
             a[...] = 0.0
         self._facc[1] = 0.0
-        self._avg_cache = None
+        self._avg_cache = self._pred_cache = None
 
     def averaged_u(self):
         """Unnormalized averaged weights U_bar = U - Z / W_k (iterates weighted by their index
@@ -278,7 +280,7 @@ class BCFW(Learner):
         # the averaged dual point is no longer feasible: averaging stops and restarts after
         # the current learn() call (the same semantics as learn_batch)
         self._avg_t0 = -1
-        self._avg_cache = None
+        self._avg_cache = self._pred_cache = None
 
     def _dbuf_for(self, L):
         self._alloc(int(L))
@@ -344,7 +346,7 @@ class BCFW(Learner):
             st.alive, st.pos, st.tree, st.tree_size, self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out)
-        self._avg_cache = None
+        self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
         st.after_kernel_insert(victims, out[0])
@@ -379,7 +381,7 @@ class BCFW(Learner):
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out,
             tok_ptr, fidx, fval, ytrue, self._mark)
-        self._avg_cache = None
+        self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
         st.n = int(out[0])
@@ -442,14 +444,31 @@ class BCFW(Learner):
             return A.E, A.T, A.B, scale
         return self.W.E, self.W.T, self.W.B, scale
 
+    def _predict_params(self):
+        """(E, ZE, zc, T, B, scale) for prediction without materializing the averaged
+        emission matrix: emission weights are E - zc * ZE."""
+        scale = 1.0 / (self._lamf * max(self.store.n, 1))
+        if self.averaging and self._avg_t0 >= 0:
+            k = self._tick - self._avg_t0
+            if k > 0:
+                pc = self._pred_cache
+                if pc is None or pc[0] != self._tick or pc[2].shape != self.W.T.shape:
+                    zc = 2.0 / (k * (k + 1.0))
+                    pc = (self._tick, zc, self.W.T - zc * self._Z.T, self.W.B - zc * self._Z.B)
+                    self._pred_cache = pc
+                return self.W.E, self._Z.E, pc[1], pc[2], pc[3], scale
+        return self.W.E, self.W.E, 0.0, self.W.T, self.W.B, scale
+
     def predict_csr(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
-        E, T, B, scale = self.predict_weights()
         out = np.zeros(lablen_total, dtype=np.int32)
-        Lmax = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
-        self._alloc(Lmax)
         if self._K == 0:
             return out
-        K.predict_batch(self._kind, self._K, self._use_trans, scale, E, T, B, self._C,
+        if len(ex_tok) > 2:
+            self._alloc(int(np.max(np.diff(ex_tok))))
+        elif ex_tok[1] - ex_tok[0] > self._Lbuf:
+            self._alloc(int(ex_tok[1] - ex_tok[0]))
+        E, ZE, zc, T, B, scale = self._predict_params()
+        K.predict_batch(self._kind, self._K, self._use_trans, scale, E, ZE, zc, T, B, self._C,
                         ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
         return out
 
@@ -487,7 +506,7 @@ class BCFW(Learner):
         self._Z = Weights(1, 1)
         self._Z.E, self._Z.T, self._Z.B = (np.array(a[k], dtype=np.float64) for k in ("ZE", "ZT", "ZB"))
         self._facc = np.array(a["facc"], dtype=np.float64)
-        self._avg_cache = None
+        self._avg_cache = self._pred_cache = None
         self._S = None
         self._Lbuf = 0
         self._mark = np.zeros(self.W.E.shape[0])
