@@ -157,7 +157,10 @@ class DeadLetterSink:
         self.reasons: Counter = Counter()
 
     def send(self, raw, reason: str, origin: str = ""):
+        extra = {}
         if isinstance(raw, (bytes, bytearray)):
+            import base64
+            extra["raw_base64"] = base64.b64encode(bytes(raw)).decode("ascii")
             raw = bytes(raw).decode("utf-8", errors="backslashreplace")
         elif not isinstance(raw, str):
             raw = repr(raw)
@@ -167,7 +170,7 @@ class DeadLetterSink:
                           stacklevel=3)
         self.count += 1
         self.reasons[short] += 1
-        self.sink.write({"reason": reason, "origin": origin, "raw": raw})
+        self.sink.write({"reason": reason, "origin": origin, "raw": raw, **extra})
 
     def flush(self):
         self.sink.flush()

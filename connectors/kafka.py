@@ -1,0 +1,331 @@
+"""Kafka source and sink (kafka-python), with offsets that travel inside checkpoints.
+
+Exactly-once model state:
+
+* the source's position is the next offset of every partition it has consumed; the engine
+  stores it in each checkpoint;
+* offsets are committed to Kafka only after the checkpoint that contains them is durable
+  (``commit``), and on partition revocation the engine checkpoints first (``on_revoke``);
+* on assignment every partition is sought to ``max(offset in our state, committed offset)``
+  (ours after a crash; the committed one when another worker of the group learned from it
+  meanwhile), or to the beginning when neither exists; the client never resets offsets on its
+  own (``auto_offset_reset="none"``): an out-of-range fetch is re-sought to our offset.
+
+Records are decoded by the same codec as the JSONL file source (``{"x": ..., "y": ...}``);
+bad messages go to the dead-letter sink (e.g. a dead-letter topic) with the reason, the raw
+bytes and their origin ``topic/partition@offset``.
+"""
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import parse_qsl, urlparse
+
+from .base import DeadLetterSink, Record, Sink, Source
+from .files import BadRecord, _reject_constant, parse_example
+
+
+def parse_kafka_uri(uri):
+    """``kafka://HOST:PORT/TOPIC?group=G&partitions=0,1`` -> dict(bootstrap, topic, params)."""
+    u = urlparse(uri)
+    if u.scheme != "kafka":
+        raise ValueError(f"not a kafka:// URI: {uri!r}")
+    topic = u.path.lstrip("/")
+    if not u.netloc or not topic:
+        raise ValueError(f"a Kafka URI needs kafka://HOST:PORT/TOPIC, got {uri!r}")
+    params = dict(parse_qsl(u.query))
+    return {"bootstrap": u.netloc, "topic": topic, "params": params}
+
+
+class KafkaSource(Source):
+    """Examples from a Kafka topic.
+
+    Parameters
+    ----------
+    bootstrap
+        ``HOST:PORT`` of a broker.
+    topic
+        Topic name.
+    group
+        Consumer group (subscription with rebalancing). ``None`` with ``partitions`` for
+        explicit assignment; ``None`` alone assigns every partition of the topic.
+    partitions
+        Explicit partitions (no group rebalancing).
+    stop_at_end
+        End the iteration once every assigned partition is consumed to its end (replay of a
+        topic, tests, benchmarks). Otherwise the source is live and yields ``None`` while idle
+        (the engine's ``idle_timeout`` can stop it).
+    """
+
+    def __init__(self, bootstrap, topic, group=None, partitions=None, dead_letter=None,
+                 poll_timeout_ms=200, max_poll_records=1000, stop_at_end=False, x_field="x",
+                 y_field="y", max_message_bytes=1 << 20, session_timeout_ms=6000,
+                 heartbeat_interval_ms=1000, consumer_config=None):
+        super().__init__()
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.group = group
+        self.partitions = None if partitions is None else [int(p) for p in partitions]
+        self.dead_letter = dead_letter if dead_letter is not None else DeadLetterSink()
+        self.poll_timeout_ms = int(poll_timeout_ms)
+        self.max_poll_records = int(max_poll_records)
+        self.stop_at_end = stop_at_end
+        self.x_field, self.y_field = x_field, y_field
+        self.max_message_bytes = int(max_message_bytes)
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.consumer_config = dict(consumer_config or {})
+        self.name = f"kafka:{topic}"
+        self._offsets: dict[int, int] = {}
+        self._consumer = None
+        self.on_revoke = None   # set by the engine: checkpoint (and commit) before losing partitions
+        self.worker_id = None   # set by the engine: identity of the checkpoint directory
+        self.rebalances = 0
+
+    # ------------------------------------------------------------------ positions
+    def position(self):
+        return {"topic": self.topic, "offsets": {str(p): o for p, o in sorted(self._offsets.items())}}
+
+    def seek(self, position):
+        if not isinstance(position, dict) or "offsets" not in position:
+            raise ValueError(f"not a Kafka position: {position!r}")
+        if position.get("topic", self.topic) != self.topic:
+            raise ValueError(f"the position is for topic {position.get('topic')!r}, not {self.topic!r}")
+        self._offsets = {int(p): int(o) for p, o in position["offsets"].items()}
+        if self._consumer is not None:
+            for tp in self._consumer.assignment():
+                self._seek_tp(tp)
+
+    def commit(self, position=None, asynchronous=False):
+        """Commit the offsets of ``position`` (default: the current one) for the partitions
+        this consumer owns. Call only once the checkpoint holding them is durable.
+        ``asynchronous`` inside rebalance callbacks (the client's event loop is running)."""
+        if self._consumer is None or self.group is None:
+            return
+        from kafka import OffsetAndMetadata, TopicPartition
+        pos = self.position() if position is None else position
+        owned = {tp.partition for tp in self._consumer.assignment()}
+        meta = json.dumps({"worker": self.worker_id}) if self.worker_id else ""
+        offs = {TopicPartition(self.topic, int(p)): OffsetAndMetadata(int(o), meta, -1)
+                for p, o in pos["offsets"].items() if int(p) in owned}
+        if offs:
+            from kafka.errors import KafkaError
+            try:
+                if asynchronous:
+                    self._consumer.commit_async(offs)
+                else:
+                    self._consumer.commit(offs)
+            except KafkaError as e:
+                # the checkpoint is durable and holds the offsets; a failed commit only means
+                # another worker taking the partition over would start earlier
+                import warnings
+                warnings.warn(f"offset commit failed ({e}); the checkpoint keeps the offsets", RuntimeWarning)
+
+    # ------------------------------------------------------------------ consumer
+    def _make_consumer(self):
+        from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+        cfg = dict(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
+                   auto_offset_reset="none", session_timeout_ms=self.session_timeout_ms,
+                   heartbeat_interval_ms=self.heartbeat_interval_ms,
+                   max_partition_fetch_bytes=max(self.max_message_bytes, 1 << 20),
+                   fetch_max_bytes=max(self.max_message_bytes * 4, 50 << 20))
+        cfg.update(self.consumer_config)
+        c = KafkaConsumer(**cfg)
+        self._consumer = c
+        src = self
+
+        class _Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                src.rebalances += 1
+                if revoked and src.on_revoke is not None:
+                    src.on_revoke({tp.partition for tp in revoked})
+
+            def on_partitions_assigned(self, assigned):
+                for tp in assigned:
+                    src._seek_tp(tp)
+
+        if self.group is not None and self.partitions is None:
+            c.subscribe([self.topic], listener=_Listener())
+        else:
+            parts = self.partitions
+            if parts is None:
+                deadline = time.monotonic() + 30
+                while True:
+                    ps = c.partitions_for_topic(self.topic)
+                    if ps:
+                        break
+                    if time.monotonic() > deadline:
+                        raise ValueError(f"topic {self.topic!r} not found at {self.bootstrap}")
+                    time.sleep(0.2)
+                parts = sorted(ps)
+            tps = [TopicPartition(self.topic, p) for p in parts]
+            c.assign(tps)
+            for tp in tps:
+                self._seek_tp(tp)
+        return c
+
+    def _seek_tp(self, tp):
+        """Seek a newly assigned partition: to our own offset when the last commit was ours
+        (our checkpoint is authoritative, even if it is older than the commit because the
+        newest checkpoint was lost), to max(ours, committed) when another worker committed
+        (it learned the messages in between), to the beginning when neither exists."""
+        c = self._consumer
+        ours = self._offsets.get(tp.partition)
+        committed = None
+        if self.group is not None:
+            try:
+                om = c.committed(tp, metadata=True)
+            except Exception:  # noqa: BLE001 - broker without group state: use ours
+                om = None
+            if om is not None and om.offset is not None and om.offset >= 0:
+                committed = om.offset
+                try:
+                    by = json.loads(om.metadata).get("worker") if om.metadata else None
+                except (ValueError, AttributeError):
+                    by = None
+                if ours is not None and by is not None and by == self.worker_id:
+                    committed = None
+        cands = [o for o in (ours, committed) if o is not None]
+        if cands:
+            c.seek(tp, max(cands))
+        else:
+            c.seek_to_beginning(tp)
+
+    def _at_end(self):
+        c = self._consumer
+        tps = c.assignment()
+        if not tps:
+            return False
+        ends = c.end_offsets(list(tps))
+        return all(self._offsets.get(tp.partition, 0) >= ends[tp] for tp in tps)
+
+    def __iter__(self):
+        from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
+        c = self._consumer or self._make_consumer()
+        while True:
+            try:
+                batch = c.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
+            except (OffsetOutOfRangeError, NoOffsetForPartitionError):
+                # never let the client reset offsets by itself: go back to ours
+                time.sleep(0.2)
+                for tp in c.assignment():
+                    self._seek_tp(tp)
+                yield None
+                continue
+            except KafkaError:
+                time.sleep(0.2)  # broker away: the client reconnects by itself
+                yield None
+                continue
+            if not batch:
+                if self.stop_at_end and self._at_end():
+                    return
+                yield None
+                continue
+            for tp, msgs in sorted(batch.items(), key=lambda kv: kv[0].partition):
+                for m in msgs:
+                    if m.offset < self._offsets.get(tp.partition, 0):
+                        continue  # already reflected (a re-delivery after a re-seek)
+                    self._offsets[tp.partition] = m.offset + 1
+                    origin = f"{self.topic}/{tp.partition}@{m.offset}"
+                    try:
+                        x, y = self._decode(m.value)
+                    except BadRecord as e:
+                        self.n_bad += 1
+                        self.dead_letter.send(m.value if m.value is not None else b"", str(e), origin)
+                        continue
+                    self.n_read += 1
+                    key = m.key.decode("utf-8", "backslashreplace") if isinstance(m.key, bytes) else m.key
+                    yield Record(x=x, y=y, key=key, position=self.position(), origin=origin)
+
+    def _decode(self, value):
+        if value is None:
+            raise BadRecord("empty message (null value)")
+        if len(value) > self.max_message_bytes:
+            raise BadRecord(f"oversized message: {len(value)} bytes > {self.max_message_bytes}")
+        try:
+            obj = json.loads(value, parse_constant=_reject_constant)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise BadRecord(f"invalid JSON: {e}") from None
+        return parse_example(obj, self.x_field, self.y_field)
+
+    def close(self):
+        """Leave the group (the engine has checkpointed and committed before)."""
+        self.on_revoke = None
+        if self._consumer is not None:
+            self._consumer.close(autocommit=False)
+            self._consumer = None
+
+
+class KafkaSink(Sink):
+    """JSON messages to a topic (predictions, dead letters)."""
+
+    def __init__(self, bootstrap, topic, key_field="key", producer_config=None):
+        from kafka import KafkaProducer
+        self.topic = topic
+        self.key_field = key_field
+        cfg = dict(bootstrap_servers=bootstrap, linger_ms=5)
+        cfg.update(producer_config or {})
+        self._p = KafkaProducer(**cfg)
+
+    def write(self, obj):
+        key = obj.get(self.key_field)
+        kb = None if key is None else str(key).encode("utf-8")
+        from .base import _json_default
+        self._p.send(self.topic, key=kb, value=json.dumps(obj, default=_json_default).encode("utf-8"))
+
+    def flush(self):
+        self._p.flush()
+
+    def close(self):
+        self._p.flush()
+        self._p.close()
+
+
+def create_topic(bootstrap, topic, partitions=1):
+    """Create a topic (no error if it exists)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+    a = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        a.close()
+
+
+def produce_lines(bootstrap, topic, lines, partitions=None, key_prefix=None):
+    """Send raw byte lines to a topic (round-robin over ``partitions`` when given, else by
+    the producer's default). Returns the number of messages."""
+    from kafka import KafkaProducer
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 18)
+    n = 0
+    for i, line in enumerate(lines):
+        kw = {}
+        if partitions:
+            kw["partition"] = i % partitions
+        key = None if key_prefix is None else f"{key_prefix}{i}".encode()
+        p.send(topic, key=key, value=line, **kw)
+        n += 1
+    p.flush()
+    p.close()
+    return n
+
+
+def open_kafka(uri, dead_letter=None, **kw):
+    d = parse_kafka_uri(uri)
+    params = d["params"]
+    parts = params.pop("partitions", None)
+    if parts is not None:
+        kw["partitions"] = [int(v) for v in parts.split(",") if v.strip()]
+    if "group" in params:
+        kw["group"] = params.pop("group")
+    if "stop_at_end" in params:
+        kw["stop_at_end"] = params.pop("stop_at_end").lower() in ("1", "true", "yes")
+    if params:
+        raise ValueError(f"unknown Kafka source parameters: {sorted(params)}")
+    return KafkaSource(d["bootstrap"], d["topic"], dead_letter=dead_letter, **kw)
+
+
+__all__ = ["KafkaSource", "KafkaSink", "parse_kafka_uri", "create_topic", "produce_lines", "open_kafka"]
