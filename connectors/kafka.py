@@ -60,7 +60,7 @@ class KafkaSource(Source):
     def __init__(self, bootstrap, topic, group=None, partitions=None, dead_letter=None,
                  poll_timeout_ms=200, max_poll_records=1000, stop_at_end=False, x_field="x",
                  y_field="y", max_message_bytes=1 << 20, session_timeout_ms=6000,
-                 heartbeat_interval_ms=1000, consumer_config=None):
+                 heartbeat_interval_ms=1000, consumer_config=None, fetch_max_wait_ms=100):
         super().__init__()
         self.bootstrap = bootstrap
         self.topic = topic
@@ -75,6 +75,7 @@ class KafkaSource(Source):
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.consumer_config = dict(consumer_config or {})
+        self.fetch_max_wait_ms = int(fetch_max_wait_ms)
         self.name = f"kafka:{topic}"
         self._offsets: dict[int, int] = {}
         self._consumer = None
@@ -127,8 +128,9 @@ class KafkaSource(Source):
         cfg = dict(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
                    auto_offset_reset="none", session_timeout_ms=self.session_timeout_ms,
                    heartbeat_interval_ms=self.heartbeat_interval_ms,
-                   max_partition_fetch_bytes=max(self.max_message_bytes, 1 << 20),
-                   fetch_max_bytes=max(self.max_message_bytes * 4, 50 << 20))
+                   max_partition_fetch_bytes=max(self.max_message_bytes, 8 << 20),
+                   fetch_max_bytes=max(self.max_message_bytes * 4, 50 << 20),
+                   fetch_max_wait_ms=self.fetch_max_wait_ms)
         cfg.update(self.consumer_config)
         c = KafkaConsumer(**cfg)
         self._consumer = c
