@@ -119,6 +119,7 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
     if refresh:
         learner._g_full = gap
         learner._had_full = True
+        learner._n_at_full = n
         learner._steps_since_full = 0
         learner.full_pass_oracle_calls += n
     c = Certificate(gap=gap, primal=primal, dual=dual, n_blocks=n, oracle_calls=n,

@@ -118,6 +118,7 @@ class BCFW(Learner):
         self._steps_since_full = 0
         self._g_full = 1.0  # before the first full pass (paper's code); rescaled by max cost
         self._had_full = False
+        self._n_at_full = 0
         self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)
         self.full_pass_oracle_calls = 0
         self.n_learned = 0
@@ -408,6 +409,10 @@ class BCFW(Learner):
             return
         total = int(round(passes * self.store.n))
         done = 0
+        if self._needs_full and total > 0 and (not self._had_full or self.store.n > 2 * self._n_at_full):
+            # the block gaps were estimated when far fewer blocks were held (a stream just
+            # arrived): refresh them once before sampling by them
+            self.full_gap()
         chunk = max(self.store.n, 1)
         while done < total:
             s = min(chunk, total - done)
@@ -476,7 +481,7 @@ class BCFW(Learner):
     def state(self):
         st = {
             "K": self._K, "tick": self._tick, "steps_since_full": self._steps_since_full,
-            "g_full": self._g_full, "had_full": self._had_full, "counters": self.counters.copy(),
+            "g_full": self._g_full, "had_full": self._had_full, "n_at_full": self._n_at_full, "counters": self.counters.copy(),
             "full_pass_oracle_calls": self.full_pass_oracle_calls, "n_learned": self.n_learned,
             "E": self.W.E, "T": self.W.T, "B": self.W.B, "C": self._C,
             "store": self.store.state(),
@@ -493,6 +498,7 @@ class BCFW(Learner):
         self._steps_since_full = int(st["steps_since_full"])
         self._g_full = float(st["g_full"])
         self._had_full = bool(st["had_full"])
+        self._n_at_full = int(st.get("n_at_full", 0))
         self.counters = np.array(st["counters"], dtype=np.int64)
         self.full_pass_oracle_calls = int(st["full_pass_oracle_calls"])
         self.n_learned = int(st["n_learned"])
