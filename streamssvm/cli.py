@@ -302,6 +302,25 @@ def cmd_produce(args):
     return 0
 
 
+def cmd_export(args):
+    """Write the bundled OCR data as JSONL examples (letters as a flat stream, or words)."""
+    import streamssvm as ss
+    from connectors.files import write_jsonl
+    if args.what == "ocr-letters":
+        recs = ({"x": {str(j): 1.0 for j in np.flatnonzero(x)}, "y": y}
+                for x, y in ss.datasets.ocr_letter_stream("large", train=not args.test))
+    else:
+        X_tr, y_tr, X_te, y_te = ss.datasets.load_ocr("large")
+        X, Y = (X_te, y_te) if args.test else (X_tr, y_tr)
+        recs = ({"x": x.astype(int).tolist(), "y": [chr(97 + c) for c in y]} for x, y in zip(X, Y))
+    if args.limit:
+        import itertools
+        recs = itertools.islice(recs, args.limit)
+    n = write_jsonl(args.file, recs)
+    print(f"wrote {n} examples to {args.file}")
+    return 0
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="streamssvm", description="Streaming structural SVMs with duality-gap certificates.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -351,6 +370,13 @@ def build_parser():
                     "messages go round-robin")
     pr.add_argument("--dead-letter", default=None, help="JSONL file for unreadable lines (non-JSONL inputs)")
     pr.set_defaults(func=cmd_produce)
+
+    ex = sub.add_parser("export", help="write the bundled OCR data as JSONL (for replay or Kafka)")
+    ex.add_argument("what", choices=["ocr-letters", "ocr-words"])
+    ex.add_argument("file")
+    ex.add_argument("--test", action="store_true", help="the test fold instead of the training folds")
+    ex.add_argument("--limit", type=int, default=None)
+    ex.set_defaults(func=cmd_export)
 
     rp = sub.add_parser("report", help="summarize a checkpoint directory (and plot gap / accuracy)")
     rp.add_argument("checkpoint_dir")

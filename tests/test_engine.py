@@ -157,3 +157,11 @@ def test_cli_errors(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["report", str(tmp_path / "empty")])
+
+
+def test_cli_export_then_run(tmp_path, capsys):
+    f = tmp_path / "w.jsonl"
+    assert main(["export", "ocr-words", str(f), "--limit", "40"]) == 0
+    assert main(["run", "--source", str(f), "--task", "sequence", "--lam", "0.01", "--no-progress", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["examples_seen"] == 40
