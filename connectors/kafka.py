@@ -202,11 +202,20 @@ class KafkaSource(Source):
         return all(self._offsets.get(tp.partition, 0) >= ends[tp] for tp in tps)
 
     def __iter__(self):
+        for recs in self.batches():
+            if recs is None:
+                yield None
+            else:
+                yield from recs
+
+    def batches(self, max_records=None):
+        """Lists of the records of each poll (``None`` while idle), for batched learning."""
         from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
         c = self._consumer or self._make_consumer()
+        max_records = max_records or self.max_poll_records
         while True:
             try:
-                batch = c.poll(timeout_ms=self.poll_timeout_ms, max_records=self.max_poll_records)
+                batch = c.poll(timeout_ms=self.poll_timeout_ms, max_records=max_records)
             except (OffsetOutOfRangeError, NoOffsetForPartitionError):
                 # never let the client reset offsets by itself: go back to ours
                 time.sleep(0.2)
@@ -223,6 +232,7 @@ class KafkaSource(Source):
                     return
                 yield None
                 continue
+            recs = []
             for tp, msgs in sorted(batch.items(), key=lambda kv: kv[0].partition):
                 for m in msgs:
                     if m.offset < self._offsets.get(tp.partition, 0):
@@ -237,7 +247,10 @@ class KafkaSource(Source):
                         continue
                     self.n_read += 1
                     key = m.key.decode("utf-8", "backslashreplace") if isinstance(m.key, bytes) else m.key
-                    yield Record(x=x, y=y, key=key, position=self.position(), origin=origin)
+                    # each record carries the position right after it (decoding runs ahead of
+                    # learning: the source's own position is at the end of the poll)
+                    recs.append(Record(x=x, y=y, key=key, position=self.position(), origin=origin))
+            yield recs
 
     def _decode(self, value):
         if value is None:

@@ -78,7 +78,8 @@ def cmd_run(args):
                  keep=args.keep, metrics_path=args.metrics, sink=sink, dead_letter=dead,
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
-                 rate=args.rate if args.source.startswith("kafka://") else None)
+                 rate=args.rate if args.source.startswith("kafka://") else None,
+                 batch_size=args.batch_size)
     try:
         summary = eng.run()
     finally:
@@ -352,6 +353,8 @@ def build_parser():
     r.add_argument("--max-examples", type=int, default=None)
     r.add_argument("--idle-timeout", type=float, default=None, help="seconds without records before stopping")
     r.add_argument("--rate", type=float, default=None, help="replay pace in examples/s (default: as fast as possible)")
+    r.add_argument("--batch-size", type=int, default=None,
+                   help="multiclass: predict_many + learn_many per batch (Kafka: per poll, at most this many)")
     r.add_argument("--refine-passes", type=float, default=0.0, help="refinement passes at the end of the source")
     r.add_argument("--save", default=None, help="save the final model to this file")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -156,7 +156,7 @@ class Engine:
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
                  max_examples=None, idle_timeout=None, progress=True, refine_at_end=0.0,
-                 on_snapshot=None, rate=None):
+                 on_snapshot=None, rate=None, batch_size=None):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         for name, v in (("snapshot_every", snapshot_every), ("checkpoint_every", checkpoint_every),
@@ -185,6 +185,11 @@ class Engine:
         if rate is not None and rate <= 0:
             raise ValueError(f"rate must be positive, got {rate!r}")
         self.rate = rate
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+        if batch_size is not None and task != "multiclass":
+            raise ValueError("batched learning (batch_size) is available for the multiclass task")
+        self.batch_size = batch_size
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
@@ -216,7 +221,7 @@ class Engine:
         self.resumed_from = str(path)
         return True
 
-    def checkpoint(self, asynchronous_commit=False):
+    def checkpoint(self, asynchronous_commit=False, source_position=False):
         """Write a checkpoint (model, metrics, source position); once it is durable, commit the
         position to sources that track commits (Kafka)."""
         if self.ckpt is None:
@@ -224,9 +229,10 @@ class Engine:
         if self.sink is not None:
             self.sink.flush()
         pos_fn = getattr(self.source, "position", None)
-        if pos_fn is not None:
-            # everything the source has delivered has been processed (records are handled
-            # synchronously), including bad records it dead-lettered after the last good one
+        if source_position and pos_fn is not None:
+            # at the end of the source and between polls, everything the source has delivered
+            # has been processed, including bad records it dead-lettered after the last good
+            # one; mid-batch only the last processed record's own position is safe
             self.position = pos_fn()
         state = {"model": self.model.state(), "engine": {
             "examples_seen": self.examples_seen, "bad_records": self.bad_records,
@@ -267,7 +273,7 @@ class Engine:
         """Partitions are about to move to another worker: checkpoint (and commit) first. This
         runs inside the Kafka client's rebalance callback, whose event loop is running, so the
         commit is sent asynchronously (ahead of the group re-join)."""
-        self.checkpoint(asynchronous_commit=True)
+        self.checkpoint(asynchronous_commit=True, source_position=True)
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self, t_start, seen_at_start):
@@ -289,6 +295,134 @@ class Engine:
         return rec
 
     # ------------------------------------------------------------------ loop
+    def _run_records(self, t0, seen0, prog):
+        """The per-record loop: predict, learn, snapshot / checkpoint on multiples."""
+        since_snap = 0
+        last_record = time.monotonic()
+        it = iter(self.source)
+        while True:
+            if self.max_examples is not None and self.examples_seen >= self.max_examples:
+                return "max examples", since_snap
+            rec = next(it, _END)
+            if rec is _END:
+                return "end of source", since_snap
+            if rec is None:  # idle heartbeat from a live source
+                if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
+                    return "idle timeout", since_snap
+                continue
+            last_record = time.monotonic()
+            if self.rate is not None:
+                n_run = self.examples_seen - seen0
+                wait = t0 + n_run / self.rate - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+            try:
+                x, y = to_model_input(self.task, rec.x, rec.y)
+                y_pred = self.model.predict_one(x)
+                self.model.learn_one(x, y)
+            except (ValueError, TypeError, KeyError) as e:
+                self._bad(rec, f"{type(e).__name__}: {e}")
+                self.position = rec.position
+                continue
+            self.position = rec.position
+            self.examples_seen += 1
+            self.metrics.update(y, y_pred)
+            if self.sink is not None:
+                self.sink.write({"key": rec.key, "prediction": _jsonable(y_pred),
+                                 "examples_seen": self.examples_seen})
+            since_snap += 1
+            # snapshots and checkpoints fall on multiples of examples seen, so a resumed
+            # run takes them at the same points as an uninterrupted one
+            if self.snapshot_every and self.examples_seen % self.snapshot_every == 0:
+                since_snap = 0
+                self.snapshot(t0, seen0)
+            if self.examples_seen % self.checkpoint_every == 0:
+                self.checkpoint()
+            gap = self.last_certificate["gap"] if self.last_certificate else None
+            prog.update(self.examples_seen, self.metrics.headline, gap,
+                        new_this_run=self.examples_seen - seen0)
+
+    def _batches(self):
+        """Lists of records: the source's own polls when it has them (Kafka), else chunks."""
+        if hasattr(self.source, "batches"):
+            yield from self.source.batches(self.batch_size)
+            return
+        chunk = []
+        for rec in self.source:
+            if rec is None:
+                if chunk:
+                    yield chunk
+                    chunk = []
+                yield None
+                continue
+            chunk.append(rec)
+            if len(chunk) >= self.batch_size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def _run_batched(self, t0, seen0, prog):
+        """predict_many then learn_many per batch (progressive validation per batch: the
+        predictions of a batch come before learning it). Snapshots / checkpoints happen at the
+        end of the batch that crosses their multiple."""
+        last_record = time.monotonic()
+        for batch in self._batches():
+            if batch is None:
+                if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
+                    return "idle timeout"
+                continue
+            last_record = time.monotonic()
+            if self.max_examples is not None:
+                batch = batch[:max(self.max_examples - self.examples_seen, 0)]
+            xs, ys, recs = [], [], []
+            for rec in batch:
+                try:
+                    x, y = to_model_input(self.task, rec.x, rec.y)
+                except (ValueError, TypeError) as e:
+                    self._bad(rec, f"{type(e).__name__}: {e}")
+                    continue
+                xs.append(x)
+                ys.append(y)
+                recs.append(rec)
+            if batch:
+                self.position = batch[-1].position
+            if not xs:
+                continue
+            try:
+                preds = list(self.model.predict_learn_many(xs, ys))
+            except (ValueError, TypeError, KeyError):
+                # isolate the bad ones (nothing was learned: the batch is validated first)
+                preds = []
+                keep = []
+                for x, y, rec in zip(xs, ys, recs):
+                    try:
+                        p = self.model.predict_one(x)
+                        self.model.learn_one(x, y)
+                    except (ValueError, TypeError, KeyError) as e:
+                        self._bad(rec, f"{type(e).__name__}: {e}")
+                        continue
+                    preds.append(p)
+                    keep.append((y, rec))
+                ys = [k[0] for k in keep]
+                recs = [k[1] for k in keep]
+            before = self.examples_seen
+            for y, p, rec in zip(ys, preds, recs):
+                self.examples_seen += 1
+                self.metrics.update(y, p)
+                if self.sink is not None:
+                    self.sink.write({"key": rec.key, "prediction": _jsonable(p),
+                                     "examples_seen": self.examples_seen})
+            if self.snapshot_every and self.examples_seen // self.snapshot_every > before // self.snapshot_every:
+                self.snapshot(t0, seen0)
+            if self.examples_seen // self.checkpoint_every > before // self.checkpoint_every:
+                self.checkpoint()
+            gap = self.last_certificate["gap"] if self.last_certificate else None
+            prog.update(self.examples_seen, self.metrics.headline, gap, new_this_run=self.examples_seen - seen0)
+            if self.max_examples is not None and self.examples_seen >= self.max_examples:
+                return "max examples"
+        return "end of source"
+
     def _bad(self, rec, reason):
         self.bad_records += 1
         raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
@@ -304,62 +438,19 @@ class Engine:
         t0 = time.perf_counter()
         seen0 = self.examples_seen
         prog = Progress(self.progress, self.max_examples)
-        since_snap = 0
-        last_record = time.monotonic()
-        stopped = "end of source"
         try:
-            it = iter(self.source)
-            while True:
-                if self.max_examples is not None and self.examples_seen >= self.max_examples:
-                    stopped = "max examples"
-                    break
-                rec = next(it, _END)
-                if rec is _END:
-                    stopped = "end of source"
-                    break
-                if rec is None:  # idle heartbeat from a live source
-                    if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
-                        stopped = "idle timeout"
-                        break
-                    continue
-                last_record = time.monotonic()
-                if self.rate is not None:
-                    n_run = self.examples_seen - seen0
-                    wait = t0 + n_run / self.rate - time.perf_counter()
-                    if wait > 0:
-                        time.sleep(wait)
-                try:
-                    x, y = to_model_input(self.task, rec.x, rec.y)
-                    y_pred = self.model.predict_one(x)
-                    self.model.learn_one(x, y)
-                except (ValueError, TypeError, KeyError) as e:
-                    self._bad(rec, f"{type(e).__name__}: {e}")
-                    self.position = rec.position
-                    continue
-                self.position = rec.position
-                self.examples_seen += 1
-                self.metrics.update(y, y_pred)
-                if self.sink is not None:
-                    self.sink.write({"key": rec.key, "prediction": _jsonable(y_pred),
-                                     "examples_seen": self.examples_seen})
-                since_snap += 1
-                # snapshots and checkpoints fall on multiples of examples seen, so a resumed
-                # run takes them at the same points as an uninterrupted one
-                if self.snapshot_every and self.examples_seen % self.snapshot_every == 0:
-                    since_snap = 0
-                    self.snapshot(t0, seen0)
-                if self.examples_seen % self.checkpoint_every == 0:
-                    self.checkpoint()
-                gap = self.last_certificate["gap"] if self.last_certificate else None
-                prog.update(self.examples_seen, self.metrics.headline, gap,
-                            new_this_run=self.examples_seen - seen0)
+            if self.batch_size:
+                stopped = self._run_batched(t0, seen0, prog)
+                since_snap = self.examples_seen % self.snapshot_every if self.snapshot_every else 1
+            else:
+                stopped, since_snap = self._run_records(t0, seen0, prog)
             if self.refine_at_end and self.examples_seen:
                 self.model.refine(self.refine_at_end)
             if self.examples_seen and (since_snap or not self.history or self.refine_at_end):
                 self.snapshot(t0, seen0)
             if self.sink is not None:
                 self.sink.flush()
-            self.checkpoint()
+            self.checkpoint(source_position=stopped in ("end of source", "idle timeout"))
             if self.dead_letter is not None:
                 self.dead_letter.flush()
         finally:

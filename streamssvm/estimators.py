@@ -224,22 +224,62 @@ class MulticlassSSVM(_SSVM, base.Classifier):
             return {}
         return {c: float(c == y) for c in self._labels.labels}
 
-    def learn_many(self, X, y):
-        """Learn a batch (pandas DataFrame / 2-D array and a Series / sequence of labels), in
-        order, as a stream."""
-        A, _ = self._as_matrix(X)
-        ys = list(y)
-        if len(ys) != A.shape[0]:
-            raise ValueError(f"X has {A.shape[0]} rows but y has {len(ys)} labels")
+    def _encode_rows(self, X, grow):
+        """CSR of a batch: a DataFrame, a 2-D array, or a list of feature dicts / 1-D arrays."""
+        if isinstance(X, (list, tuple)):
+            if X and isinstance(X[0], dict):
+                ptr = [0]
+                idx: list = []
+                val: list = []
+                for x in X:
+                    if not isinstance(x, dict):
+                        raise TypeError(f"mixed batch: expected dicts, got {type(x).__name__}")
+                    i, v = self._features.encode_dict(x, grow)
+                    idx.extend(i)
+                    val.extend(v)
+                    ptr.append(len(idx))
+                return (np.asarray(ptr, dtype=np.int32), np.asarray(idx, dtype=np.int32),
+                        np.asarray(val, dtype=np.float64), len(X), None)
+            X = np.asarray(X, dtype=np.float64) if X else np.zeros((0, max(self._features.array_dim or 1, 1)))
+        A, index = self._as_matrix(X)
         if A.shape[0] == 0:
+            return np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0), 0, index
+        tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=grow)
+        return tok_ptr, fidx, fval, A.shape[0], index
+
+    def learn_many(self, X, y):
+        """Learn a batch in order, as a stream, in one kernel call (``X``: a DataFrame, a 2-D
+        array or a list of feature dicts; ``y``: a sequence of labels)."""
+        self._learn_encoded(list(y), *self._encode_rows(X, grow=True)[:4])
+
+    def predict_learn_many(self, X, y):
+        """Progressive validation of a batch: the predictions of all rows (made before learning
+        any of them), then learning them, with a single encoding of the batch."""
+        ys = list(y)
+        tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True)
+        # features first seen in this batch have zero weights: encoding them before predicting
+        # does not change the predictions
+        if self._learner is None or len(self._labels) == 0:
+            preds = [None] * n
+        else:
+            self._learner.ensure(self._features.dim, self._labels.labels)
+            ids = self._learner.predict_csr(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+                                            fidx, fval, np.arange(n + 1, dtype=np.int64), n)
+            labs = self._labels.labels
+            preds = [labs[i] for i in ids]
+        self._learn_encoded(ys, tok_ptr, fidx, fval, n)
+        return preds
+
+    def _learn_encoded(self, ys, tok_ptr, fidx, fval, n):
+        if len(ys) != n:
+            raise ValueError(f"X has {n} rows but y has {len(ys)} labels")
+        if n == 0:
             return
-        tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=True)
         for v in ys:
             if _is_missing(v):
                 raise ValueError("y contains a missing label (None/NaN)")
         # labels are indexed as they arrive, exactly as with learn_one: the batch is cut where a
         # new label appears, and each piece is learned in one kernel call
-        n = A.shape[0]
         yids = np.empty(n, dtype=np.int32)
         cuts = [0]
         for i in range(n):
@@ -262,12 +302,13 @@ class MulticlassSSVM(_SSVM, base.Classifier):
         self._sync()
 
     def predict_many(self, X):
-        A, index = self._as_matrix(X)
+        """Predictions for a batch (same inputs as :meth:`learn_many`), one kernel call."""
         if self._learner is None or len(self._labels) == 0:
-            out = [None] * A.shape[0]
+            n = len(X) if isinstance(X, (list, tuple)) else self._as_matrix(X)[0].shape[0]
+            out = [None] * n
+            index = None if isinstance(X, (list, tuple)) else self._as_matrix(X)[1]
         else:
-            tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=False)
-            n = A.shape[0]
+            tok_ptr, fidx, fval, n, index = self._encode_rows(X, grow=False)
             ids = self._learner.predict_csr(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, fval, np.arange(n + 1, dtype=np.int64), n)
             labs = self._labels.labels

@@ -172,3 +172,17 @@ def test_save_load_dict_features_and_labels(tmp_path):
         x = {"a": i, ("t", 1): 1.0, 7: 0.5}
         assert m2.predict_one(x) == m.predict_one(x)
     assert m2._labels.labels == ["x", 2, True]
+
+
+def test_predict_learn_many_equals_predict_then_learn():
+    rng = np.random.default_rng(3)
+    rows = [{f"f{j}": float(v) for j, v in enumerate(rng.normal(size=5)) if v > -0.5} for _ in range(300)]
+    ys = [int(sum(r.values()) > 0) + 2 * ("f0" in r) for r in rows]
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, seed=0))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, seed=0))
+    for k in range(0, 300, 50):
+        pa = a.predict_learn_many(rows[k:k + 50], ys[k:k + 50])
+        pb = list(b.predict_many(rows[k:k + 50]))
+        b.learn_many(rows[k:k + 50], ys[k:k + 50])
+        assert pa == pb
+    np.testing.assert_allclose(a._learner.W.E[: a._features.dim], b._learner.W.E[: b._features.dim], atol=1e-12)
