@@ -27,6 +27,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import river  # noqa: E402
 import sklearn  # noqa: E402
@@ -34,16 +35,9 @@ from river import datasets, linear_model, multiclass, preprocessing  # noqa: E40
 from sklearn.linear_model import SGDClassifier  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
+from _common import cpu_model  # noqa: E402
 
 
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 class SklearnOnline:

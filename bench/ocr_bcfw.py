@@ -27,10 +27,12 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import numba  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
+from _common import cpu_model  # noqa: E402
 
 ANCHOR = {  # pystruct FrankWolfeSSVM measured by the issue author on this machine kind
     0.001: {"sec_per_pass": 0.9, "gap": {10: 0.30, 50: 0.165, 100: 0.094}, "err": {10: 0.124, 50: 0.118, 100: 0.118}},
@@ -45,14 +47,6 @@ def mname(m):
     return f"{s}/{st}/{'cache' if c else 'nocache'}"
 
 
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def test_error(tagger, X, Y):

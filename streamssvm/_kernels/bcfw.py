@@ -56,6 +56,27 @@ def tree_sample(tree, size, r):
 
 
 @njit(**_JIT)
+def sample_block(sampling, tree, tree_size, alive, n_alive):
+    """A held block: proportional to the gap estimates (sum-tree) or uniform (also when every
+    estimate is 0 or the tree draw lands on an empty leaf)."""
+    if sampling == SAMPLE_GAP and tree[1] > 0.0:
+        j = tree_sample(tree, tree_size, np.random.random())
+        if j < tree_size and tree[tree_size + j] > 0.0:
+            return j
+    return alive[np.random.randint(n_alive)]
+
+
+@njit(**_JIT)
+def avg_coef(tick, avg_t0):
+    """W_{s-1} = s (s - 1) / 2 for the step s = tick - avg_t0 + 1 of the averaging window
+    (-1: not averaging)."""
+    if avg_t0 < 0:
+        return -1.0
+    s_ = float(tick - avg_t0 + 1)
+    return s_ * (s_ - 1.0) / 2.0
+
+
+@njit(**_JIT)
 def _views(meta, Iar, Far, j, Kc, kind):
     io = meta[j, M_IOFF]
     fo = meta[j, M_FOFF]
@@ -289,16 +310,9 @@ def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
     for it in range(n_steps):
         if sampling == SAMPLE_GIVEN:
             j = slots[it]
-        elif sampling == SAMPLE_GAP and tree[1] > 0.0:
-            j = tree_sample(tree, tree_size, np.random.random())
-            if j >= tree_size or tree[tree_size + j] <= 0.0:
-                j = alive[np.random.randint(n_alive)]
         else:
-            j = alive[np.random.randint(n_alive)]
-        avg_c = -1.0
-        if avg_t0 >= 0:
-            s_ = float(tick - avg_t0 + 1)
-            avg_c = s_ * (s_ - 1.0) / 2.0
+            j = sample_block(sampling, tree, tree_size, alive, n_alive)
+        avg_c = avg_coef(tick, avg_t0)
         block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                    gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                    S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc)
@@ -494,18 +508,8 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
     lam_n = lam * n
     scale = 1.0 / lam_n
     for r in range(replay + 1):
-        if r == 0:
-            j = jn
-        elif sampling == SAMPLE_GAP and tree[1] > 0.0:
-            j = tree_sample(tree, tree_size, np.random.random())
-            if j >= tree_size or tree[tree_size + j] <= 0.0 or pos[j] < 0:
-                j = alive[np.random.randint(n)]
-        else:
-            j = alive[np.random.randint(n)]
-        avg_c = -1.0
-        if avg_t0 >= 0:
-            s_ = float(tick - avg_t0 + 1)
-            avg_c = s_ * (s_ - 1.0) / 2.0
+        j = jn if r == 0 else sample_block(sampling, tree, tree_size, alive, n)
+        avg_c = avg_coef(tick, avg_t0)
         block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                    gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                    S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc)
