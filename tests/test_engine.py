@@ -189,3 +189,22 @@ def test_batched_engine_matches_learn_many(tmp_path):
     np.testing.assert_allclose(m._learner.W.E[:d, :4], ref._learner.W.E[:d, :4], atol=1e-9)
     with pytest.raises(ValueError, match="multiclass"):
         Engine(ss.SequenceTagger(), open_source(src_path), task="sequence", batch_size=8)
+
+
+def test_cli_multilabel_libsvm(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    lines = []
+    for _ in range(200):
+        x = rng.normal(size=5)
+        labs = [k for k in range(3) if x[k] > 0.2]
+        lines.append(",".join(map(str, labs)) + " " + " ".join(f"{j}:{v:.4f}" for j, v in enumerate(x)))
+    lines.insert(50, "1 3:abc")
+    f = tmp_path / "ml.svm"
+    f.write_text("\n".join(lines) + "\n")
+    assert main(["run", "--source", f"file://{f}?multilabel=true", "--task", "multilabel", "--lam", "0.01",
+                 "--replay", "2", "--no-progress", "--json", "--dead-letter", str(tmp_path / "dl.jsonl")]) == 0
+    out = capsys.readouterr().out
+    s = json.loads(out[out.index("{"):])
+    assert s["examples_seen"] == 200 and s["bad_records_at_source"] == 1
+    assert s["metrics"]["micro_f1"] > 0.6 and 0 <= s["metrics"]["hamming_loss"] < 0.3
+    assert json.loads((tmp_path / "dl.jsonl").read_text())["reason"].startswith("bad feature token")
