@@ -1,0 +1,125 @@
+"""MIPS oracles against exact search: recall, exclusion, updates visible at once, growth."""
+import numpy as np
+import pytest
+
+from streamssvm.oracles.mips import ExactMIPS, HNSWMIPS, LSHMIPS
+
+
+class Rows:
+    def __init__(self, W):
+        self.W = W
+        self.n = W.shape[0]
+
+    def __call__(self):
+        return self.W, self.n
+
+
+def _queries(rng, d, m, nnz=None):
+    out = []
+    for _ in range(m):
+        if nnz is None:
+            idx = np.arange(d, dtype=np.int64)
+        else:
+            idx = np.sort(rng.choice(d, size=nnz, replace=False)).astype(np.int64)
+        out.append((idx, rng.normal(size=len(idx))))
+    return out
+
+
+def _recall(oracle, exact, qs, exclude=None):
+    hits = 0
+    for i, (idx, val) in enumerate(qs):
+        ex = -1 if exclude is None else exclude[i]
+        hits += oracle.query(idx, val, ex) == exact.query(idx, val, ex)
+    return hits / len(qs)
+
+
+def test_exact_is_exact_and_excludes():
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(50, 8))
+    ex = ExactMIPS(Rows(W))
+    for idx, val in _queries(rng, 8, 20, nnz=3):
+        s = W[:, idx] @ val
+        assert ex.query(idx, val) == int(np.argmax(s))
+        top = int(np.argmax(s))
+        s[top] = -np.inf
+        assert ex.query(idx, val, top) == int(np.argmax(s))
+
+
+@pytest.mark.parametrize("cls,kw,min_recall", [(HNSWMIPS, {}, 0.95), (LSHMIPS, {"k": 64}, 0.5)])
+def test_recall_on_random_rows(cls, kw, min_recall):
+    rng = np.random.default_rng(1)
+    C, d = 2000, 32
+    W = rng.normal(size=(C, d)) * rng.uniform(0.5, 2.0, size=(C, 1))
+    rows = Rows(W)
+    o = cls(rows, d, max_dirty=10**9, **kw)
+    o.update(range(C))
+    o.reindex()
+    qs = _queries(rng, d, 200)
+    r = _recall(o, ExactMIPS(rows), qs, exclude=rng.integers(0, C, size=200))
+    assert r >= min_recall
+    assert o.stats()["candidates_per_query"] < C / 10  # sublinear work
+
+
+@pytest.mark.parametrize("cls", [HNSWMIPS, LSHMIPS])
+def test_updates_are_visible_immediately(cls):
+    rng = np.random.default_rng(2)
+    C, d = 300, 16
+    W = rng.normal(size=(C, d))
+    rows = Rows(W)
+    o = cls(rows, d, max_dirty=10**9)
+    o.update(range(C))
+    o.reindex()
+    idx = np.arange(d, dtype=np.int64)
+    val = rng.normal(size=d)
+    # make class 7 the clear winner, with a linear update, without re-indexing
+    W[7] += 50 * val
+    o.row_changed(7, idx, 50 * val, 1.0)
+    assert 7 in o.dirty
+    assert o.query(idx, val) == 7
+    assert o.query(idx, val, exclude=7) == ExactMIPS(rows).query(idx, val, 7) or cls is LSHMIPS
+    o.reindex()
+    assert not o.dirty and o.query(idx, val) == 7
+
+
+def test_sketched_index_on_sparse_high_dim_rows_and_growth():
+    rng = np.random.default_rng(3)
+    d, C = 5000, 400
+    W = np.zeros((1000, d))
+    for c in range(C):
+        feats = rng.choice(d, size=40, replace=False)
+        W[c, feats] = rng.normal(size=40) + 1.0
+    rows = Rows(W)
+    rows.n = C
+    o = HNSWMIPS(rows, d, sketch_dim=128, k=20, max_dirty=64, capacity=16)
+    o.update(range(C))
+    o.reindex()
+    exact = ExactMIPS(rows)
+    qs = []
+    for _ in range(150):
+        c = int(rng.integers(C))
+        nz = np.flatnonzero(W[c])
+        idx = np.sort(rng.choice(nz, size=25, replace=False)).astype(np.int64)
+        qs.append((idx, np.ones(25)))
+    assert _recall(o, exact, qs) >= 0.85
+    # new classes arrive: rows appear, the index grows (resize) and finds them
+    for c in range(C, C + 300):
+        feats = rng.choice(d, size=40, replace=False)
+        W[c, feats] = 3.0
+        rows.n = c + 1
+        o.update([c])
+    assert o.index.get_max_elements() >= C + 300
+    idx = np.sort(np.flatnonzero(W[C + 299])).astype(np.int64)
+    assert o.query(idx, np.ones(len(idx))) == C + 299
+    # the linear sketch update equals recomputing the sketch
+    c = 5
+    idx, val = qs[0]
+    W[c, idx] += 0.3 * val
+    o.row_changed(c, idx, val, 0.3)
+    np.testing.assert_allclose(o.S[c], W[c] @ o.P, atol=1e-9)
+
+
+def test_argument_errors():
+    with pytest.raises(TypeError):
+        ExactMIPS(np.zeros((2, 2)))
+    with pytest.raises(ValueError):
+        HNSWMIPS(Rows(np.zeros((2, 2))), 2, k=0)
