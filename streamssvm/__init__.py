@@ -1,9 +1,9 @@
 """streamssvm: streaming / online learning of structural SVMs with duality-gap certificates."""
 from . import datasets, learners, structures
 from .certificate import Certificate
-from .estimators import MulticlassSSVM, MultiLabelSSVM, SequenceTagger
+from .estimators import ExtremeClassifier, MulticlassSSVM, MultiLabelSSVM, SequenceTagger
 
 __version__ = "0.1.0"
 
-__all__ = ["Certificate", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger", "datasets",
+__all__ = ["Certificate", "ExtremeClassifier", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger", "datasets",
            "learners", "structures", "__version__"]

@@ -1,0 +1,68 @@
+"""ExtremeClassifier (MEMOIR): online and mini-batch learning with each MIPS oracle."""
+import numpy as np
+import pytest
+from river import checks
+
+import streamssvm as ss
+
+
+def _data(C=300, d=24, n=6000, seed=0, noise=0.3):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(C, d))
+    ys = rng.integers(0, C, size=n)
+    X = centers[ys] + noise * rng.normal(size=(n, d))
+    return X, ys, centers
+
+
+@pytest.mark.parametrize("mips", ["exact", "hnsw", "lsh"])
+@pytest.mark.parametrize("variant,lam", [("l2", 1e-4), ("l1", 1e-6)])
+def test_learns_with_every_oracle(mips, variant, lam):
+    X, ys, centers = _data()
+    m = ss.ExtremeClassifier(mips=mips, variant=variant, lam=lam, seed=0, check_every=50)
+    for x, y in zip(X, ys):
+        m.learn_one(x, int(y))
+    acc = np.mean([m.predict_one(centers[c]) == c for c in range(300)])
+    assert acc > (0.85 if mips != "lsh" else 0.6)
+    c = m.certificate()
+    assert c.exact is False and c.gap == float("inf") and np.isfinite(c.primal)
+    d = c.extra
+    if mips == "exact":
+        assert d["recall_at_1"] == 1.0 and d["margin_error_max"] == 0.0
+    else:
+        assert d["checks"] > 0 and d["margin_error_mean"] >= 0
+        assert d["mips"]["candidates_per_query"] < 300
+
+
+def test_index_prediction_and_minibatches():
+    X, ys, centers = _data(C=200, n=5000, seed=1)
+    m = ss.ExtremeClassifier(mips="hnsw", lam=1e-4, batch_size=50, seed=0)
+    m.learn_many(X, ys)
+    exact = [m.predict_one(centers[c]) for c in range(200)]
+    m.predict_exact = False
+    approx = [m.predict_one(centers[c]) for c in range(200)]
+    assert np.mean(np.array(exact) == np.arange(200)) > 0.85
+    assert np.mean(np.array(exact) == np.array(approx)) > 0.9
+    assert m._learner.t == 5000 // 50
+
+
+def test_new_classes_mid_stream_and_errors():
+    m = ss.ExtremeClassifier(mips="hnsw", seed=0)
+    rng = np.random.default_rng(0)
+    for i in range(3000):
+        c = i % (10 + i // 100)  # classes keep appearing
+        x = np.zeros(40)
+        x[c] = 1.0
+        m.learn_one(x + 0.05 * rng.normal(size=40), f"c{c}")
+    assert len(m._labels) == 39
+    for c in (3, 20, 30):  # classes that arrived at different times
+        x = np.zeros(40)
+        x[c] = 1
+        assert m.predict_one(x) == f"c{c}"
+    with pytest.raises(ValueError, match="mips"):
+        ss.ExtremeClassifier(mips="faiss")
+    with pytest.raises(ValueError, match="variant"):
+        ss.ExtremeClassifier(variant="l3")
+
+
+def test_river_check_estimator():
+    checks.check_estimator(ss.ExtremeClassifier(mips="exact", lam=1e-3))
