@@ -112,7 +112,7 @@ def _npy_bytes(a):
 
 def _manifest(tree, arrays, kind, meta, blobs):
     return {
-        "format": FORMAT, "version": VERSION, "kind": kind, "meta": meta or {},
+        "format": FORMAT, "version": VERSION, "kind": kind, "meta": _split(meta or {})[0],
         "created": time.time(), "state": tree,
         "arrays": {name: {"dtype": str(a.dtype), "shape": list(a.shape),
                           "sha256": hashlib.sha256(blobs[name]).hexdigest()}
@@ -213,7 +213,7 @@ def load_state(path, *, kind: str | None = None):
                 raise CheckpointError(f"{where}: array {name} is corrupt ({e})") from None
 
         arrays = _decode_arrays(man, read, where)
-    return _join(man["state"], arrays), man.get("meta", {})
+    return _join(man["state"], arrays), _join(man.get("meta", {}), {})
 
 
 def read_manifest(path) -> dict:
@@ -309,7 +309,7 @@ class CheckpointManager:
             raise CheckpointError(f"{where}: manifest unreadable or truncated ({e})") from None
         _check_manifest(man, where, None)
         arrays = _decode_arrays(man, lambda name: (path / "arrays" / f"{name}.npy").read_bytes(), where)
-        return _join(man["state"], arrays), man.get("meta", {})
+        return _join(man["state"], arrays), _join(man.get("meta", {}), {})
 
     def latest(self, kind: str | None = None):
         """``(state, meta, path)`` of the newest valid checkpoint, or None."""

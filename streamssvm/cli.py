@@ -22,7 +22,11 @@ import numpy as np
 
 def _add_learner_args(p):
     g = p.add_argument_group("learner")
-    g.add_argument("--learner", default="bcfw", choices=["bcfw"], help="learning algorithm (default: bcfw)")
+    g.add_argument("--learner", default="bcfw", choices=["bcfw", "memoir"],
+                   help="learning algorithm (default: bcfw; memoir for --task extreme)")
+    g.add_argument("--mips", default="hnsw", choices=["exact", "hnsw", "lsh"], help="memoir: MIPS oracle")
+    g.add_argument("--variant", default="l2", choices=["l2", "l1"], help="memoir: l2 (Pegasos) or l1 (truncated)")
+    g.add_argument("--batch", type=int, default=1, help="memoir: mini-batch size (1: online)")
     g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 1e-3)")
     g.add_argument("--replay", type=int, default=1, help="block steps on held examples per new example (default: 1)")
     g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
@@ -36,6 +40,11 @@ def _add_learner_args(p):
 
 def _make_model(args):
     import streamssvm as ss
+    if args.task == "extreme" or args.learner == "memoir":
+        if args.task != "extreme" or args.learner != "memoir":
+            raise ValueError("--task extreme goes with --learner memoir")
+        return ss.ExtremeClassifier(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
+                                    n_features=args.n_features, seed=args.seed)
     learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=args.step,
                                cache=args.cache, capacity=args.capacity, eviction=args.eviction,
                                seed=args.seed)
@@ -341,7 +350,7 @@ def build_parser():
     r = sub.add_parser("run", help="learn from a source with snapshots and checkpoints")
     r.add_argument("--source", required=True, help="file://path[.jsonl|.csv|.libsvm|.conll][?format=...] or "
                    "kafka://HOST:PORT/TOPIC?group=G[&partitions=0,1][&stop_at_end=1]")
-    r.add_argument("--task", required=True, choices=["multiclass", "multilabel", "sequence"])
+    r.add_argument("--task", required=True, choices=["multiclass", "multilabel", "sequence", "extreme"])
     _add_learner_args(r)
     r.add_argument("--checkpoint-dir", default=None)
     r.add_argument("--checkpoint-every", type=int, default=None, help="examples between checkpoints")

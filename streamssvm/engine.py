@@ -39,7 +39,7 @@ import numpy as np
 from .checkpoint import CheckpointManager
 from .metrics import ProgressiveMetrics
 
-TASKS = ("multiclass", "multilabel", "sequence")
+TASKS = ("multiclass", "multilabel", "sequence", "extreme")
 _END = object()
 _CKPT_KIND = "streamssvm.engine"
 _HISTORY_MAX = 10_000
@@ -62,7 +62,7 @@ def _jsonable(v):
 def to_model_input(task, x, y):
     """Convert a connector record to the estimator's (x, y); raises ValueError/TypeError with
     a reason for bad records."""
-    if task == "multiclass":
+    if task in ("multiclass", "extreme"):
         if isinstance(x, list):
             x = np.asarray(x, dtype=np.float64)
         if isinstance(x, np.ndarray) and x.ndim != 1:

@@ -124,6 +124,8 @@ class _SSVM:
         cfg = st["config"]
         if cfg["class"] != cls.__name__ and cls is not _SSVM:
             raise checkpoint.CheckpointError(f"the file holds a {cfg['class']}, not a {cls.__name__}")
+        if cfg["class"] == "ExtremeClassifier":
+            return ExtremeClassifier.from_state(st)
         klass = _ESTIMATORS[cfg["class"]]
         lcls = {"BCFW": BCFW}[cfg["learner"]["class"]]
         learner = lcls(**cfg["learner"]["params"])
@@ -588,6 +590,40 @@ class ExtremeClassifier(base.Classifier):
             import pandas as pd
             return pd.Series(out, index=index)
         return np.asarray(out, dtype=object)
+
+    def state(self):
+        """Everything the model needs, as JSON leaves and numpy arrays (no pickle); the MIPS
+        index is rebuilt from the rows on load."""
+        return {"config": {"class": "ExtremeClassifier", "params": dict(self._get_params())},
+                "features": self._features.state(), "labels": self._labels.state(),
+                "learner": None if self._learner is None else self._learner.state(),
+                "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent]}
+
+    def save(self, path):
+        """Save to one file (see :func:`streamssvm.checkpoint.save_state`)."""
+        from . import checkpoint
+        return checkpoint.save_state(path, self.state(), kind=_MODEL_KIND, meta={"estimator": "ExtremeClassifier"})
+
+    @classmethod
+    def from_state(cls, st):
+        m = cls(**st["config"]["params"])
+        m._features = FeatureIndex.from_state(st["features"])
+        m._labels = LabelIndex.from_state(st["labels"])
+        if st["learner"] is not None:
+            from .learners.memoir import MEMOIR
+            m._learner = MEMOIR(**m._cfg)
+            m._learner.restore(st["learner"])
+        m._recent = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64), int(r["c"]))
+                     for r in st["recent"]]
+        return m
+
+    @classmethod
+    def load(cls, path):
+        from . import checkpoint
+        st, _ = checkpoint.load_state(path, kind=_MODEL_KIND)
+        if st["config"]["class"] != "ExtremeClassifier":
+            raise checkpoint.CheckpointError(f"the file holds a {st['config']['class']}, not an ExtremeClassifier")
+        return cls.from_state(st)
 
     def certificate(self):
         """The primal objective on the last ``window`` examples and the index diagnostics

@@ -66,3 +66,32 @@ def test_new_classes_mid_stream_and_errors():
 
 def test_river_check_estimator():
     checks.check_estimator(ss.ExtremeClassifier(mips="exact", lam=1e-3))
+
+
+def test_save_load_and_cli(tmp_path):
+    import json
+
+    from connectors.files import write_jsonl
+    from streamssvm.cli import main
+    X, ys, centers = _data(C=50, n=1500, seed=2)
+    m = ss.ExtremeClassifier(mips="hnsw", lam=1e-4, seed=0)
+    m.learn_many(X[:1000], ys[:1000])
+    m.save(tmp_path / "x.ssvm")
+    m2 = ss.ExtremeClassifier.load(tmp_path / "x.ssvm")
+    assert [m2.predict_one(c) for c in centers] == [m.predict_one(c) for c in centers]
+    for x, y in zip(X[1000:], ys[1000:]):
+        m.learn_one(x, int(y))
+        m2.learn_one(x, int(y))
+    np.testing.assert_allclose(m2._learner.V[:50], m._learner.V[:50])
+    f = tmp_path / "e.jsonl"
+    write_jsonl(f, [{"x": x.tolist(), "y": int(y)} for x, y in zip(X, ys)])
+    assert main(["run", "--source", str(f), "--task", "extreme", "--learner", "memoir", "--mips", "hnsw",
+                 "--lam", "1e-4", "--checkpoint-dir", str(tmp_path / "ck"), "--snapshot-every", "500",
+                 "--no-progress", "--json", "--save", str(tmp_path / "e.ssvm")]) == 0
+    e = ss.ExtremeClassifier.load(tmp_path / "e.ssvm")
+    assert e._learner.n_learned == 1500
+    from streamssvm.checkpoint import CheckpointManager
+    _, meta, _ = CheckpointManager(tmp_path / "ck").latest()
+    assert meta["examples_seen"] == 1500 and meta["last_certificate"]["exact"] is False
+    assert meta["last_certificate"]["gap"] == float("inf")
+    assert json.loads(sorted((tmp_path / "ck").glob("ckpt-*"))[-1].joinpath("manifest.json").read_text())
