@@ -241,3 +241,33 @@ def test_measure_has_no_side_effects():
         assert ma.gap >= 0
     np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)
     assert a._learner.measure().gap == pytest.approx(b.certificate().gap, rel=1e-9)
+
+
+def test_matches_liblinear_crammer_singer_optimum():
+    """An independent solver of the same objective: liblinear's Crammer-Singer SVM with
+    C = 1 / (lam n) and a regularized unit bias feature minimizes P(w) / lam. Our certificate
+    must bound our suboptimality against its solution, and both optima must agree."""
+    from river import datasets
+    from sklearn.svm import LinearSVC
+    rows = list(datasets.ImageSegments())[:400]
+    feats = sorted(rows[0][0])
+    X = np.array([[x[f] for f in feats] for x, _ in rows])
+    X = (X - X.mean(0)) / (X.std(0) + 1e-12)
+    labels = sorted({y for _, y in rows})
+    y = np.array([labels.index(v) for _, v in rows])
+    lam, n = 0.01, len(y)
+    est = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=lam, replay=0, step="pairwise", averaging=False, seed=0),
+                            labels=list(range(len(labels))))
+    est.learn_many(X, y)
+    est.refine(passes=300, tol=1e-7)
+    c = est.certificate()
+    svc = LinearSVC(multi_class="crammer_singer", C=1.0 / (lam * n), fit_intercept=True, intercept_scaling=1.0,
+                    tol=1e-8, max_iter=200000).fit(X, y)
+    Wl = np.hstack([svc.intercept_[:, None], svc.coef_])  # rows: classes, cols: [bias, features]
+    Xb = np.hstack([np.ones((n, 1)), X])
+    S = Xb @ Wl.T
+    hinge = np.mean(np.max(S + (1 - np.eye(len(labels)))[y] - S[np.arange(n), y][:, None], axis=1))
+    p_lib = 0.5 * lam * np.sum(Wl ** 2) + hinge
+    assert c.gap < 1e-5
+    assert c.primal - p_lib <= c.gap + 1e-9      # weak duality against an independent point
+    assert abs(c.primal - p_lib) < 1e-3 * p_lib  # both solvers found the same optimum
