@@ -324,3 +324,121 @@ def gram(tok_ptr, fidx, fval, L, G, mark):
             G[s, t] = acc
         for p in range(tok_ptr[t], tok_ptr[t + 1]):
             mark[fidx[p]] = 0.0
+
+
+@njit(**_JIT)
+def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybuf, delta, order, out):
+    """Exact most-violating labeling under slack rescaling:
+    argmax_y Delta(y_true, y) * (1 + <w, phi(x, y)> - <w, phi(x, y_true)>), written to ``out``;
+    returns the maximal value (>= 0: the ground truth gives 0).
+
+    * multiclass: enumeration with the cost matrix;
+    * multi-label (Hamming / Ki): for m wrong labels the best score change is the sum of the m
+      largest flip gains, so one sort and prefix sums;
+    * chain with Hamming loss (the cost matrix must be 0/1): dynamic programming over
+      (position, tag, number of wrong tags), O(L^2 K^2), with back-pointers recomputed.
+
+    Work arrays: V (L+1, K, L+1) floats for chains; ybuf (>= K) ints; delta, order (>= K).
+    """
+    if kind == MULTICLASS:
+        yt = ytrue[0]
+        st = S[0, yt]
+        best = 0.0
+        arg = yt
+        for k in range(K):
+            if k == yt:
+                continue
+            v = C[yt, k] * (1.0 + S[0, k] - st)
+            if v > best:
+                best = v
+                arg = k
+        out[0] = arg
+        return best
+    if kind == MULTILABEL:
+        _ml_dense_truth(ytrue, ly, K, ybuf)
+        for k in range(out.shape[0]):
+            out[k] = 0
+        for k in range(K):
+            out[k] = ybuf[k]
+            delta[k] = S[0, k] if ybuf[k] == 0 else -S[0, k]
+        idx = np.argsort(-delta[:K])
+        best = 0.0
+        best_m = 0
+        acc = 0.0
+        for m in range(1, K + 1):
+            acc += delta[idx[m - 1]]
+            v = (m / Ki) * (1.0 + acc)
+            if v > best:
+                best = v
+                best_m = m
+        for q in range(best_m):
+            k = idx[q]
+            out[k] = 1 - out[k]
+        return best
+    # chain, Hamming loss: V[t, k, m] = best score of tags 0..t ending in k with m wrong
+    NEG = -np.inf
+    for t in range(L):
+        for k in range(K):
+            for m in range(L + 1):
+                V[t, k, m] = NEG
+    for k in range(K):
+        w = 1 if k != ytrue[0] else 0
+        v = S[0, k]
+        if use_trans:
+            v += scale * B[0, k]
+        V[0, k, w] = v
+    for t in range(1, L):
+        for k in range(K):
+            w = 1 if k != ytrue[t] else 0
+            for m in range(w, t + 2):
+                best = NEG
+                for j in range(K):
+                    pv = V[t - 1, j, m - w]
+                    if pv == NEG:
+                        continue
+                    v = pv + (scale * T[j, k] if use_trans else 0.0)
+                    if v > best:
+                        best = v
+                if best > NEG:
+                    V[t, k, m] = best + S[t, k]
+    # score of the truth
+    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+    best = 0.0
+    best_m = 0
+    best_k = ytrue[L - 1]
+    for m in range(1, L + 1):
+        for k in range(K):
+            v = V[L - 1, k, m]
+            if v == NEG:
+                continue
+            if use_trans:
+                v += scale * B[1, k]
+            h = (m / L) * (1.0 + v - ts)
+            if h > best:
+                best = h
+                best_m = m
+                best_k = k
+    if best_m == 0:
+        for t in range(L):
+            out[t] = ytrue[t]
+        return 0.0
+    # backtrack: find the predecessor consistent with the stored values
+    k = best_k
+    m = best_m
+    out[L - 1] = k
+    for t in range(L - 1, 0, -1):
+        w = 1 if k != ytrue[t] else 0
+        target = V[t, k, m] - S[t, k]
+        found = -1
+        for j in range(K):
+            pv = V[t - 1, j, m - w]
+            if pv == NEG:
+                continue
+            v = pv + (scale * T[j, k] if use_trans else 0.0)
+            if abs(v - target) <= 1e-9 * (1.0 + abs(target)):
+                found = j
+                break
+        k = found
+        m -= w
+        out[t - 1] = k
+    return best
