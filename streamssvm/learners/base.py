@@ -35,7 +35,8 @@ def check_number(name, value, low=None, high=None, integer=False, low_open=False
 class Learner(base.Base):
     """Base class of learners (configuration + running state once bound)."""
 
-    def bind(self, structure, n_labels, n_features, labels):  # pragma: no cover - interface
+    def bind(self, *args):  # pragma: no cover - interface
+        """Allocate the running state (called by the estimator on first use)."""
         raise NotImplementedError
 
     @property

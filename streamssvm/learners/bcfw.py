@@ -519,12 +519,3 @@ class BCFW(Learner):
         self._constants()
         self._alloc(self.store.max_L)
 
-
-def _rng_state(rng):
-    from ..blocks import _rng_state as f
-    return f(rng)
-
-
-def _rng_restore(rng, d):
-    from ..blocks import _rng_restore as f
-    f(rng, d)
