@@ -340,7 +340,7 @@ def build_parser():
     d.add_argument("--lam", type=float, default=1e-3)
     d.add_argument("--replay", type=int, default=2)
     d.add_argument("--snapshot-every", type=int, default=1000)
-    d.add_argument("--refine-schedule", type=float, nargs="+", default=[2, 5, 10, 20, 40],
+    d.add_argument("--refine-schedule", type=float, nargs="+", default=[2, 5, 10, 20, 40, 60],
                    help="cumulative refinement passes at which to certify and test")
     d.add_argument("--quick", action="store_true", help="1000 training words, for a smoke test")
     d.add_argument("--resume", action="store_true", help="keep an existing checkpoint directory")
