@@ -27,7 +27,7 @@ _EVICTION = ("fifo", "reservoir")
 
 class BlockStore:
     def __init__(self, kind, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
-                 seed=None):
+                 seed=None, slack=False):
         if eviction not in _EVICTION:
             raise ValueError(f"eviction must be one of {_EVICTION}, got {eviction!r}")
         if capacity is not None and int(capacity) < 1:
@@ -40,10 +40,12 @@ class BlockStore:
         self.capacity = int(capacity) if capacity is not None else None
         self.max_bytes = int(max_bytes) if max_bytes is not None else None
         self.eviction = eviction
+        self.slack = bool(slack)   # blocks hold u~_i (slack rescaling) instead of the mean statistic
         self._rng = np.random.default_rng(seed)
         n0 = 64
         self.meta = np.zeros((n0, K.N_META), dtype=np.int64)
         self.gest = np.zeros(n0)
+        self.lval = np.zeros(n0)   # L_i per slot (slack rescaling; margin derives it from the statistic)
         self.last_oracle = np.zeros(n0, dtype=np.int64)
         self.birth = np.zeros(n0, dtype=np.int64)  # arrival number of the example in the slot
         self.Iar = np.zeros(1024, dtype=np.int32)
@@ -87,7 +89,7 @@ class BlockStore:
         if need <= cap:
             return
         new = max(need, 2 * cap)
-        for name, fill in (("meta", 0), ("gest", 0.0), ("last_oracle", 0), ("birth", 0),
+        for name, fill in (("meta", 0), ("gest", 0.0), ("lval", 0.0), ("last_oracle", 0), ("birth", 0),
                            ("alive", 0), ("pos", -1)):
             a = getattr(self, name)
             shape = (new,) + a.shape[1:]
@@ -173,6 +175,7 @@ class BlockStore:
         self.i_live += isz
         self.f_live += fsz
         self.gest[slot] = np.inf
+        self.lval[slot] = 0.0
         self.last_oracle[slot] = -1
         self.birth[slot] = self.seen
         self.pos[slot] = -1
@@ -220,7 +223,9 @@ class BlockStore:
         ss = stat_size(self.kind, L, self.Kc)
         s0 = fo + nnz + L * L
         Fa[s0:s0 + ss + self.pool_cap] = 0.0
-        truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
+        if not self.slack:
+            truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
+        self.lval[slot] = 0.0
         pn = 0
         if self.pool_cap > 0:
             # the ground truth is the first pool entry, with all the dual mass
@@ -318,12 +323,13 @@ class BlockStore:
         M[slots, K.M_FSIZE] = fsz
         K.insert_blocks(self.kind, Kc, self.Iar, self.Far, M, slots, np.asarray(ex_tok, dtype=np.int64),
                         np.asarray(tok_ptr, dtype=np.int64), fidx, fval, np.asarray(y_ptr, dtype=np.int64),
-                        np.asarray(ys, dtype=np.int32), mark)
+                        np.asarray(ys, dtype=np.int32), mark, self.slack)
         self.i_used += ti
         self.f_used += tf
         self.i_live += ti
         self.f_live += tf
         self.gest[slots] = np.inf
+        self.lval[slots] = 0.0
         self.last_oracle[slots] = -1
         self.birth[slots] = self.seen + np.arange(m)
         self.pos[slots] = -1
@@ -458,6 +464,7 @@ class BlockStore:
         return {
             "kind": self.kind, "Kc": self.Kc, "pool_cap": self.pool_cap,
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
+            "slack": self.slack, "lval": self.lval[:ns].copy(),
             "seen": self.seen, "evicted": self.evicted, "n": self.n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
@@ -471,7 +478,8 @@ class BlockStore:
 
     @classmethod
     def from_state(cls, st):
-        bs = cls(st["kind"], st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"])
+        bs = cls(st["kind"], st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"],
+                 slack=bool(st.get("slack", False)))
         ns = int(st["n_slots"])
         n = int(st["n"])
         bs._grow_slots(max(ns, 1))
@@ -481,6 +489,8 @@ class BlockStore:
         g = np.asarray(st["gest"], dtype=float)
         bs.gest[:ns] = np.where(g < 0, np.inf, g)
         bs.last_oracle[:ns] = st["last_oracle"]
+        if "lval" in st:
+            bs.lval[:ns] = st["lval"]
         bs.birth[:ns] = st["birth"]
         bs.Iar = np.array(st["Iar"], dtype=np.int32)
         bs.Far = np.array(st["Far"], dtype=np.float64)

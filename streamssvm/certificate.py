@@ -93,14 +93,14 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
     W = learner.W
     if refresh:
         K.rebuild_u(learner._kind, learner._K, W.Kc, learner._use_trans, W.E, W.T, W.B,
-                    st.Iar, st.Far, st.meta, st.alive, n, learner._dbuf)
+                    st.Iar, st.Far, st.meta, st.alive, n, learner._dbuf, learner._slack)
     scale, _ = learner._scale()
     out = np.zeros(4)
     gest = st.gest if refresh else np.zeros_like(st.gest)
     K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, W.E, W.T, W.B,
                     learner._C, st.Iar, st.Far, st.meta, st.alive, n, gest, st.tree,
                     st.tree_size if refresh else 0, learner._S, learner._V, learner._bp,
-                    learner._ybuf, learner._lab, out)
+                    learner._ybuf, learner._lab, out, learner._slack, st.lval, learner._V3, learner._dbuf)
     if refresh:
         st.unvisited.clear()
     reg = 0.5 * lam * scale * scale * W.sqnorm()
@@ -124,7 +124,8 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
         learner.full_pass_oracle_calls += n
     c = Certificate(gap=gap, primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
                     seconds=0.0, exact=True, lam=lam, regularizer=reg, hinge=hinge,
-                    dual_loss=dual_loss, block_gap_sum=out[2] / n, extra={"raw_gap": raw})
+                    dual_loss=dual_loss, block_gap_sum=out[2] / n, extra={"raw_gap": raw},
+                    rescaling=learner.rescaling)
     avg = learner.averaged_u()
     if avg is not None:
         # The model predicts with the averaged weights: certify them. The averaged dual point
@@ -134,7 +135,8 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
         gdummy = np.zeros_like(st.gest)
         K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, A.E, A.T, A.B,
                         learner._C, st.Iar, st.Far, st.meta, st.alive, n, gdummy, st.tree, 0,
-                        learner._S, learner._V, learner._bp, learner._ybuf, learner._lab, out2)
+                        learner._S, learner._V, learner._bp, learner._ybuf, learner._lab, out2,
+                        learner._slack, st.lval, learner._V3, learner._dbuf)
         reg_a = 0.5 * lam * scale * scale * A.sqnorm()
         p_avg = reg_a + out2[0] / n
         d_avg = (out[1] - z_loss) / n - reg_a

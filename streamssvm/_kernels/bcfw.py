@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from .structops import (
-    MULTILABEL, decode, emission_scores, gram, labeling_loss, labeling_score, labeling_stat,
+    MULTILABEL, decode, emission_scores, gram, labeling_loss, slack_oracle, labeling_score, labeling_stat,
     loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
 
@@ -108,9 +108,57 @@ def _same(a, b, n):
 
 
 @njit(**_JIT)
+def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+               gest, last_oracle, tick, S, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc,
+               lval, V3):
+    """A Frank-Wolfe step with slack rescaling (paper 000). H_i(y) = Delta(y) (1 - <w, psi_i(y)>)
+    is a max of affine functions with feature Delta(y) psi_i(y): the block keeps the statistic
+    of u_i itself, u~_i = sum_y alpha(y) Delta(y) (s(y_i) - s(y)), and L_i = sum_y alpha(y)
+    Delta(y) in ``lval``; the corner comes from the exact slack oracle."""
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+    L = meta[j, M_L]
+    ly = meta[j, M_LY]
+    Ki = meta[j, M_KI]
+    ss = st.shape[0]
+    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    hstar = slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V3, ybuf, dbuf, lab)
+    counters[C_ORACLE] += 1
+    Li = lval[j]
+    gnum = hstar - (Li - stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
+    if gnum < -1e-9 * (1.0 + abs(hstar)):
+        counters[C_SANITY] += 1
+    gest[j] = gnum if gnum > 0.0 else 0.0
+    last_oracle[j] = tick
+    if gnum <= 0.0:
+        return gnum
+    dstar = labeling_loss(kind, lab, ytrue, ly, C, L, K, Ki, ybuf)
+    for q in range(ss):
+        dbuf[q] = -st[q]
+    truth_stat(kind, ytrue, ly, L, Kc, dbuf, dstar)
+    labeling_stat(kind, lab, L, Kc, dbuf, -dstar)
+    sq = stat_sqnorm(kind, G, dbuf, L, K, Kc, use_trans)
+    if sq <= 0.0:
+        return gnum
+    gamma = lam_n * gnum / sq
+    if gamma > 1.0:
+        gamma = 1.0
+    for q in range(ss):
+        st[q] += gamma * dbuf[q]
+    dL = gamma * (dstar - Li)
+    lval[j] = Li + dL
+    stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma, use_trans)
+    facc[0] += dL
+    if avg_c >= 0.0:
+        stat_apply(kind, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma * avg_c, use_trans)
+        facc[1] += avg_c * dL
+    counters[C_STEPS] += 1
+    return gnum
+
+
+@njit(**_JIT)
 def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-               S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc):
+               S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3):
     """One BCFW / pairwise / away step on block j. Returns the gap numerator (n * g_j)
     measured at the corner used (exact oracle on a miss).
 
@@ -118,6 +166,10 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
     the iteration index s) is kept lazily through ``Z += W_{s-1} * dU`` with
     ``W_{s-1} = s (s - 1) / 2`` (``avg_c``), so that ``sum_t t U_t = W_k U_k - Z``; ``facc``
     accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
+    if slack:
+        return slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+                          gest, last_oracle, tick, S, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB,
+                          facc, lval, V3)
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
@@ -302,7 +354,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
 def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
               gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
               sampling, slots, alive, n_alive, tree, tree_size, n_steps, seed,
-              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc):
+              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, slack, lval, V3):
     """Run ``n_steps`` block steps. ``sampling``: given ``slots`` in order / uniform over
     ``alive[:n_alive]`` / proportional to the gap estimates (sum-tree)."""
     np.random.seed(seed)
@@ -315,7 +367,7 @@ def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
         avg_c = avg_coef(tick, avg_t0)
         block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                    gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc)
+                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3)
         if tree_size > 0:
             tree_update(tree, tree_size, j, gest[j])
         tick += 1
@@ -324,7 +376,7 @@ def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
 
 @njit(**_JIT)
 def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, alive, n_alive,
-                  gest, tree, tree_size, S, V, bp, ybuf, lab, out):
+                  gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf):
     """Exact oracle on every held block at frozen weights.
 
     out[0] = sum_i max_y H_i(y; w)  (hinge terms, >= 0)
@@ -343,6 +395,19 @@ def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, ali
         ly = meta[j, M_LY]
         Ki = meta[j, M_KI]
         emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+        if slack:
+            h = slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V3, ybuf, dbuf, lab)
+            Li = lval[j]
+            g = h - (Li - stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
+            if g < 0.0:
+                g = 0.0
+            gest[j] = g
+            if tree_size > 0:
+                tree_update(tree, tree_size, j, g)
+            sh += h
+            sl += Li
+            sg += g
+            continue
         star = decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, 1.0, Ki, V, bp, ybuf, lab)
         # score of the ground truth
         if kind == MULTILABEL:
@@ -373,12 +438,15 @@ def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, ali
 
 
 @njit(**_JIT)
-def block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf):
-    """U += coef * u_j with u_j = Phi(s(y_j) - m_j)."""
+def block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack=False):
+    """U += coef * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack)."""
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     ss = st.shape[0]
+    if slack:
+        stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans)
+        return
     for q in range(ss):
         dbuf[q] = -st[q]
     truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
@@ -386,13 +454,13 @@ def block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf):
 
 
 @njit(**_JIT)
-def rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, dbuf):
+def rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, dbuf, slack=False):
     """Recompute U = sum_i u_i from the blocks (removes accumulated round-off)."""
     E[:, :] = 0.0
     T[:, :] = 0.0
     B[:, :] = 0.0
     for q in range(n_alive):
-        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive[q], 1.0, dbuf)
+        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive[q], 1.0, dbuf, slack)
 
 
 @njit(**_JIT)
@@ -430,7 +498,7 @@ def predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_ptr
 
 
 @njit(**_JIT)
-def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark):
+def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
     """Write one block's segment at the offsets already in meta[j]: tokens (tok_ptr relative
     to fidx/fval), ground truth, Gram matrix, the dual point on the ground truth (statistic
     s(y), pool = {y} with alpha 1 when pools are kept)."""
@@ -459,7 +527,8 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark):
     for q in range(ss + pcap):
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly]
-    truth_stat(kind, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0)
+    if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
+        truth_stat(kind, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0)
     meta[j, M_PN] = 0
     if pcap > 0:
         if kind == MULTILABEL:
@@ -473,24 +542,24 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark):
 
 
 @njit(**_JIT)
-def insert_blocks(kind, Kc, Iar, Far, meta, slots, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, mark):
+def insert_blocks(kind, Kc, Iar, Far, meta, slots, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, mark, slack=False):
     """Write the segments of new blocks whose offsets/sizes are already in ``meta``
     (example e: tokens ex_tok[e]..ex_tok[e+1] of the global CSR, truth ys[y_ptr[e]:y_ptr[e+1]])."""
     for e in range(slots.shape[0]):
         write_block(kind, Kc, Iar, Far, meta, slots[e], tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1],
-                    fidx, fval, ys[y_ptr[e]:y_ptr[e + 1]], mark)
+                    fidx, fval, ys[y_ptr[e]:y_ptr[e + 1]], mark, slack)
 
 
 @njit(**_JIT)
 def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
             Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
             sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
-            avg_t0, ZE, ZT, ZB, facc, out):
+            avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
     """Evict v (if >= 0), append block jn, step on it, then ``replay`` sampled steps.
     Updates out[0] (held blocks), out[1] (evictions), out[2] (averaging origin, -1 = off);
     returns the new tick."""
     if v >= 0:
-        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, v, -1.0, dbuf)
+        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, v, -1.0, dbuf, slack)
         p = pos[v]
         last = alive[n - 1]
         alive[p] = last
@@ -512,7 +581,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
         avg_c = avg_coef(tick, avg_t0)
         block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
                    gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc)
+                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3)
         if tree_size > 0:
             tree_update(tree, tree_size, j, gest[j])
         tick += 1
@@ -525,7 +594,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
 def learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay, E, T, B, C,
                      Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                      sampling, alive, pos, tree, tree_size, seed,
-                     S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out):
+                     S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
     """The online loop for m new blocks whose segments are already written (slots
     ``new_slots``, not yet in ``alive``): for each, in order, evict ``victims[e]`` if >= 0
     (its u_i leaves the weights; averaging stops until the caller restarts it), append the new
@@ -540,7 +609,7 @@ def learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay
         tick = _arrive(kind, K, Kc, use_trans, lam, out[0], new_slots[e], victims[e], replay, E, T, B, C,
                        Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                        sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
-                       out[2], ZE, ZT, ZB, facc, out)
+                       out[2], ZE, ZT, ZB, facc, out, slack, lval, V3)
     return tick
 
 
@@ -549,12 +618,13 @@ def learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, 
                       Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                       sampling, alive, pos, tree, tree_size, seed,
                       S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
-                      tok_ptr, fidx, fval, ytrue, mark):
+                      tok_ptr, fidx, fval, ytrue, mark, slack, lval, V3):
     """``write_block`` + ``_arrive`` for one example in a single call (the learn_one path)."""
-    write_block(kind, Kc, Iar, Far, meta, slot, tok_ptr, fidx, fval, ytrue, mark)
+    write_block(kind, Kc, Iar, Far, meta, slot, tok_ptr, fidx, fval, ytrue, mark, slack)
+    lval[slot] = 0.0
     np.random.seed(seed)
     out[1] = 0
     return _arrive(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, C,
                    Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                    sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
-                   avg_t0, ZE, ZT, ZB, facc, out)
+                   avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)

@@ -327,7 +327,7 @@ def gram(tok_ptr, fidx, fval, L, G, mark):
 
 
 @njit(**_JIT)
-def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybuf, delta, order, out):
+def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybuf, delta, out):
     """Exact most-violating labeling under slack rescaling:
     argmax_y Delta(y_true, y) * (1 + <w, phi(x, y)> - <w, phi(x, y_true)>), written to ``out``;
     returns the maximal value (>= 0: the ground truth gives 0).
@@ -338,7 +338,7 @@ def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
     * chain with Hamming loss (the cost matrix must be 0/1): dynamic programming over
       (position, tag, number of wrong tags), O(L^2 K^2), with back-pointers recomputed.
 
-    Work arrays: V (L+1, K, L+1) floats for chains; ybuf (>= K) ints; delta, order (>= K).
+    Work arrays: V (L+1, K, L+1) floats for chains; ybuf (>= K) ints; delta (>= K) floats.
     """
     if kind == MULTICLASS:
         yt = ytrue[0]

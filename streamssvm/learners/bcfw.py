@@ -59,6 +59,12 @@ class BCFW(Learner):
         with it (default True). The certificate then certifies the averaged weights, with the
         better of the current and the averaged dual point. The window restarts when a block
         is evicted (the averaged dual must stay feasible for the blocks held).
+    rescaling
+        ``"margin"`` (H_i = max_y Delta - <w, psi>) or ``"slack"`` (H_i = max_y Delta (1 - <w, psi>),
+        paper 000; the corner comes from the exact slack oracle: enumeration for multiclass,
+        sorting for multi-label, a DP over wrong-tag counts for Hamming chains). Slack rescaling
+        is a max of affine functions with features Delta psi, so the dual, the steps and the
+        certificate are those of margin rescaling on scaled features.
     seed
         Random seed.
 
@@ -80,7 +86,7 @@ class BCFW(Learner):
                  cache: bool = False, cache_size: int = 50, cache_F: float = 0.25,
                  cache_nu: float = 0.01, capacity: int | None = 100_000, max_bytes: int | None = None,
                  eviction: str = "fifo", gap_every: float | None = 10.0, averaging: bool = True,
-                 seed: int | None = None):
+                 rescaling: str = "margin", seed: int | None = None):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.replay = check_number("replay", replay, low=0, integer=True)
         self.sampling = check_choice("sampling", sampling, _SAMPLING)
@@ -96,6 +102,10 @@ class BCFW(Learner):
         self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
         self.gap_every = check_number("gap_every", gap_every, low=0.0, low_open=True, allow_none=True)
         self.averaging = bool(averaging)
+        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
+        if rescaling == "slack" and (step != "fw" or cache):
+            raise ValueError("rescaling='slack' supports step='fw' without cache so far "
+                             "(pairwise/away steps and the cache need slack corners in the pools)")
         self.seed = seed
         self._bound = False
 
@@ -109,8 +119,11 @@ class BCFW(Learner):
         Kc = 4
         self.W = Weights(1, Kc)
         pool = self.cache_size if (self.cache or self.step != "fw") else 0
+        self._slack = self.rescaling == "slack"
+        if self._slack and self._kind == so.CHAIN and structure._cost_user is not None:
+            raise ValueError("slack rescaling of chains needs the Hamming loss (no cost matrix)")
         self.store = BlockStore(self._kind, Kc, pool, self.capacity, self.max_bytes, self.eviction,
-                                seed=self.seed)
+                                seed=self.seed, slack=self._slack)
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
         self._seed_base = int(self._rng.integers(2**31 - 1))
@@ -164,7 +177,9 @@ class BCFW(Learner):
         self._bp = np.zeros((Lb, Kc), dtype=np.int32)
         self._ybuf = np.zeros(Kc, dtype=np.int32)
         self._lab = np.zeros(max(Lb, Kc), dtype=np.int32)
-        self._dbuf = np.zeros(so.stat_size(self._kind, Lb, Kc))
+        self._dbuf = np.zeros(max(so.stat_size(self._kind, Lb, Kc), Kc))
+        self._V3 = (np.zeros((Lb + 1, Kc, Lb + 1)) if getattr(self, "_slack", False) and self._kind == 0
+                    else np.zeros((1, 1, 1)))
 
     def ensure(self, n_features, labels):
         """Grow weights / blocks / costs for new features and labels."""
@@ -209,7 +224,7 @@ class BCFW(Learner):
             sampling, slots, st.alive, st.n, st.tree, st.tree_size, int(n_steps),
             self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc)
+            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, self._slack, st.lval, self._V3)
         self._avg_cache = self._pred_cache = None
         done = tick - self._tick
         self._tick = tick
@@ -276,7 +291,7 @@ class BCFW(Learner):
     def _evict(self, slot):
         st = self.store
         K.block_u(self._kind, self._K, self.W.Kc, self._use_trans, self.W.E, self.W.T, self.W.B,
-                  st.Iar, st.Far, st.meta, int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]))
+                  st.Iar, st.Far, st.meta, int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]), self._slack)
         st.remove(int(slot))
         # the averaged dual point is no longer feasible: averaging stops and restarts after
         # the current learn() call (the same semantics as learn_batch)
@@ -346,7 +361,7 @@ class BCFW(Learner):
             float(self.cache_F), float(self.cache_nu), g_full, _SAMPLING[self.sampling],
             st.alive, st.pos, st.tree, st.tree_size, self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out)
+            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out, self._slack, st.lval, self._V3)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -381,7 +396,7 @@ class BCFW(Learner):
             st.alive, st.pos, st.tree, st.tree_size, self._seed(),
             self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out,
-            tok_ptr, fidx, fval, ytrue, self._mark)
+            tok_ptr, fidx, fval, ytrue, self._mark, self._slack, st.lval, self._V3)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
