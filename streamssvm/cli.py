@@ -32,6 +32,8 @@ def _add_learner_args(p):
     g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
     g.add_argument("--step", default="fw", choices=["fw", "pairwise", "away"], help="step type (default: fw)")
     g.add_argument("--cache", action="store_true", help="per-block oracle cache (paper 002, Alg. 5)")
+    g.add_argument("--rescaling", default="margin", choices=["margin", "slack"],
+                   help="margin or slack rescaling of the loss (paper 000; default: margin)")
     g.add_argument("--capacity", type=int, default=100_000, help="blocks held at most (default: 100000)")
     g.add_argument("--eviction", default="fifo", choices=["fifo", "reservoir"], help="eviction policy when full")
     g.add_argument("--n-features", type=int, default=None, help="hashing trick with this many buckets (default: vocabulary)")
@@ -47,7 +49,7 @@ def _make_model(args):
                                     n_features=args.n_features, seed=args.seed)
     learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=args.step,
                                cache=args.cache, capacity=args.capacity, eviction=args.eviction,
-                               seed=args.seed)
+                               rescaling=args.rescaling, seed=args.seed)
     if args.task == "multiclass":
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
     if args.task == "multilabel":

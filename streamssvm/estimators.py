@@ -43,8 +43,13 @@ class _SSVM:
 
     _structure_cls = None
 
-    def _init_common(self, learner, n_features, labels):
+    def _init_common(self, learner, n_features, labels, rescaling=None):
         self.learner = _default_learner(learner)
+        if rescaling not in (None, "margin", "slack"):
+            raise ValueError(f"rescaling must be None, 'margin' or 'slack', got {rescaling!r}")
+        if rescaling is not None and self.learner.rescaling not in ("margin", rescaling):
+            raise ValueError(f"rescaling={rescaling!r} conflicts with the learner's rescaling={self.learner.rescaling!r}")
+        self.rescaling = rescaling
         if n_features is not None and (not isinstance(n_features, numbers.Integral) or n_features < 1):
             raise ValueError(f"n_features must be None (growing vocabulary) or a positive int, got {n_features!r}")
         self.n_features = n_features
@@ -60,7 +65,8 @@ class _SSVM:
 
     def _bound(self):
         if self._learner is None:
-            self._learner = self.learner.clone()
+            new = {"rescaling": self.rescaling} if self.rescaling is not None else None
+            self._learner = self.learner.clone(new)
             self._structure = self._make_structure()
             self._learner.bind(self._structure, self._labels.labels)
         return self._learner
@@ -136,7 +142,7 @@ class _SSVM:
         model._features = FeatureIndex.from_state(st["features"])
         model._labels = LabelIndex.from_state(st["labels"])
         if st["learner"] is not None:
-            model._learner = learner.clone()
+            model._learner = learner.clone({"rescaling": params["rescaling"]} if params.get("rescaling") else None)
             model._structure = model._make_structure()
             model._learner.restore(model._structure, model._labels.labels, st["learner"])
         return model
@@ -176,6 +182,9 @@ class MulticlassSSVM(_SSVM, base.Classifier):
         Labels known up front (needed with a cost matrix); new labels may appear anyway.
     n_features
         ``None``: growing vocabulary of dict features; int: hashing trick with that many buckets.
+    rescaling
+        ``"margin"`` or ``"slack"`` (paper 000): overrides the learner's ``rescaling``. The same
+        parameter exists on every estimator.
 
     Examples
     --------
@@ -188,9 +197,9 @@ class MulticlassSSVM(_SSVM, base.Classifier):
     True
     """
 
-    def __init__(self, learner=None, loss=None, labels=None, n_features=None):
+    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None):
         self.loss = loss
-        self._init_common(learner, n_features, labels)
+        self._init_common(learner, n_features, labels, rescaling)
         self._make_structure()  # validate the loss now
 
     def _make_structure(self):
@@ -338,8 +347,8 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
     {'red': True, 'blue': False}
     """
 
-    def __init__(self, learner=None, n_features=None, labels=None):
-        self._init_common(learner, n_features, labels)
+    def __init__(self, learner=None, n_features=None, labels=None, rescaling=None):
+        self._init_common(learner, n_features, labels, rescaling)
 
     def _make_structure(self):
         return MultiLabel()
@@ -411,10 +420,10 @@ class SequenceTagger(_SSVM, base.Estimator):
     ['DET', 'NOUN', 'VERB']
     """
 
-    def __init__(self, learner=None, loss=None, transitions=True, labels=None, n_features=None):
+    def __init__(self, learner=None, loss=None, transitions=True, labels=None, n_features=None, rescaling=None):
         self.loss = loss
         self.transitions = bool(transitions)
-        self._init_common(learner, n_features, labels)
+        self._init_common(learner, n_features, labels, rescaling)
         self._make_structure()
 
     def _make_structure(self):

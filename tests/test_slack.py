@@ -151,3 +151,30 @@ def test_slack_argument_errors():
     t = ss.SequenceTagger(learner=ss.learners.BCFW(rescaling="slack"), loss=np.array([[0, 2], [1, 0]]), labels=["a", "b"])
     with pytest.raises(ValueError, match="Hamming"):
         t.learn_one([{"a": 1}], ["a"])
+
+
+def test_estimator_rescaling_parameter_and_cli(tmp_path, capsys):
+    import json
+
+    import streamssvm as ss
+    from connectors.files import write_jsonl
+    from streamssvm.cli import main
+    C = np.array([[0, 1, 4], [1, 0, 1], [4, 1, 0]], dtype=float)
+    m = ss.MulticlassSSVM(loss=C, labels=[0, 1, 2], rescaling="slack",
+                          learner=ss.learners.BCFW(lam=0.05, replay=2, seed=0))
+    cls, data = _stream("multiclass", 5, n=60)
+    for x, y in data:
+        m.learn_one(x, y % 3)
+    assert m._learner.rescaling == "slack" and m.certificate().rescaling == "slack"
+    with pytest.raises(ValueError, match="conflicts"):
+        ss.SequenceTagger(rescaling="margin", learner=ss.learners.BCFW(rescaling="slack"))
+    t = ss.SequenceTagger(rescaling="slack")
+    t.learn_one([{"a": 1.0}, {"b": 1.0}], ["x", "y"])
+    assert t._learner.rescaling == "slack"
+    f = tmp_path / "s.jsonl"
+    write_jsonl(f, [{"x": x.tolist(), "y": y % 3} for x, y in data])
+    assert main(["run", "--source", str(f), "--task", "multiclass", "--rescaling", "slack", "--no-progress",
+                 "--json", "--checkpoint-dir", str(tmp_path / "ck")]) == 0
+    out = capsys.readouterr().out
+    s = json.loads(out[out.index("{"):])
+    assert s["last_certificate"]["rescaling"] == "slack" and s["examples_seen"] == 60
