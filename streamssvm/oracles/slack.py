@@ -1,0 +1,244 @@
+"""Searches for the most violating label under slack rescaling (paper 000, Choi, Meshi, Srebro).
+
+Every labeling y is a point (h(y), g(y)) with h = 1 + f(y) - f(y_i) and g = Delta(y_i, y); slack
+rescaling maximizes Phi = h * g, which does not decompose even when h and g do. The searches
+reach labels only through oracles on the structure:
+
+* the lambda-oracle ``oracle(lam) -> (label, h, g)``: argmax_y h(y) + lam * g(y) (loss-augmented
+  inference with the loss scaled by lam);
+* the constrained lambda-oracle ``oracle_c(lam, hi, lo, hi_closed, lo_closed) -> (label, h, g)
+  | None``: the same argmax restricted to labels with h > 0 whose slope g / h lies between lo
+  and hi (paper eq. 12; the boundary flags say which rays belong to the angle).
+
+Each search returns a :class:`SearchResult`: the best label found, its Phi, a certified upper
+bound on max Phi (paper Lemma 5: every lambda-oracle value K gives max Phi <= K^2 / (4 lam)),
+and the number of oracle calls.
+
+* :func:`angular_search` — Algorithm 2 with the corrections of the notes (A.2.4): a tangent
+  point closes its angle instead of ending the search, the shared ray is closed in exactly one
+  child, the Lemma-5 bound prunes and certifies, FIFO (the order of Theorem 4) or
+  priority order; exact within 2M + 1 queries for M labels.
+* :func:`bisecting_search` — Algorithm 1 with a real termination rule (as printed it never
+  stops): width tolerances on the lambda interval, same label at both ends, and a query budget.
+* :func:`binary_search` — minimizes the Lemma-1 bound F(lam) over a bracket (geometric
+  midpoints), stopping on the certificate or when both ends return the same label.
+
+Neither lambda-oracle search can find labels strictly inside the convex hull of the others
+(Theorem 1); angular search can, through the constrained oracle.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SearchResult:
+    label: object
+    phi: float
+    upper_bound: float
+    queries: int
+    certified: bool = False          # phi >= tol * upper_bound
+    history: list = field(default_factory=list)
+
+    @property
+    def ratio(self):
+        if self.upper_bound <= 0:
+            return 1.0
+        return self.phi / self.upper_bound
+
+
+def _phi(h, g):
+    return h * g if h > 0 else 0.0
+
+
+def angular_search(oracle_c, lam0=1.0, max_queries=1000, tol=0.999, order="fifo", floor=0.0,
+                   truth=None):
+    """Angular search (corrected Algorithm 2).
+
+    Parameters
+    ----------
+    oracle_c
+        Constrained lambda-oracle (see module docstring).
+    lam0
+        Weight of the first (root) query; the paper suggests H/G (max h over max loss).
+    max_queries
+        Query budget.
+    tol
+        Stop once Phi(best) >= tol * (largest upper bound among open angles).
+    order
+        ``"fifo"`` (breadth first, Theorem 4's order) or ``"priority"`` (largest bound first).
+    floor, truth
+        Phi of a label already known (e.g. from a label cache) and that label; regions whose
+        bound does not exceed it are never queried.
+    """
+    if order not in ("fifo", "priority"):
+        raise ValueError(f"order must be 'fifo' or 'priority', got {order!r}")
+    best_label, best_phi = truth, float(floor)
+    INF = math.inf
+    root = (INF, 0.0, True, False, INF)  # hi, lo, hi_closed, lo_closed, upper bound
+    queue = deque([root]) if order == "fifo" else [(-INF, 0, root)]
+    counter = 1
+    queries = 0
+    ub_global = INF
+
+    def open_bound():
+        if order == "fifo":
+            return max((a[4] for a in queue), default=0.0)
+        return max((a[2][4] for a in queue), default=0.0)
+
+    while queue:
+        if queries >= max_queries:
+            break
+        bound_now = open_bound()
+        if bound_now <= best_phi or (bound_now < INF and best_phi >= tol * bound_now):
+            break
+        angle = queue.popleft() if order == "fifo" else heapq.heappop(queue)[2]
+        hi, lo, hi_c, lo_c, ub = angle
+        if ub <= best_phi:
+            continue
+        # the root is queried at lam0; every other angle is bounded (0 < lo <= hi < inf)
+        lam = lam0 if hi == INF else 1.0 / math.sqrt(hi * lo)
+        res = oracle_c(lam, hi, lo, hi_c, lo_c)
+        queries += 1
+        if res is None:
+            continue
+        label, h, g = res
+        K = h + lam * g
+        bound = K * K / (4.0 * lam) if lam > 0 else INF
+        if hi == INF and lo == 0.0:
+            ub_global = bound
+        ph = _phi(h, g)
+        if ph > best_phi:
+            best_label, best_phi = label, ph
+        if h <= 0 or g <= 0:
+            continue
+        zp = (lam * g, h / lam)
+        if abs(h - zp[0]) <= 1e-12 * max(1.0, abs(h)):
+            continue  # tangent: z is optimal within this angle; close it (do not stop)
+        dz = g / h
+        dzp = zp[1] / zp[0]
+        dr = 1.0 / lam
+        dP, dQ = (dz, dzp) if dz > dzp else (dzp, dz)
+        # children: (d(P) open, d(r) closed) and (d(r) open, d(Q) open); clip to the parent
+        kids = [(min(dP, hi), max(dr, lo), False, True, bound), (min(dr, hi), max(dQ, lo), False, False, bound)]
+        for kid in kids:
+            if kid[0] < kid[1] or (kid[0] == kid[1] and not (kid[2] and kid[3])):
+                continue  # empty angle
+            if kid[4] <= best_phi:
+                continue
+            if order == "fifo":
+                queue.append(kid)
+            else:
+                heapq.heappush(queue, (-kid[4], counter, kid))
+                counter += 1
+    # every label lies in an explored angle (Phi <= best), a pruned one (bound <= best) or an
+    # open one (Phi <= its bound); the root query's bound holds globally
+    ub = max(best_phi, min(ub_global, open_bound())) if queue else best_phi
+    return SearchResult(best_label, best_phi, ub, queries, certified=best_phi >= tol * ub)
+
+
+def binary_search(oracle, lam_lo=1e-3, lam_hi=1e3, max_queries=30, tol=0.999, truth=None):
+    """Binary search on the Lemma-1 bound F(lam) with geometric midpoints."""
+    if not 0 < lam_lo < lam_hi:
+        raise ValueError("need 0 < lam_lo < lam_hi")
+    best_label, best_phi, ub, q = truth, 0.0, math.inf, 0
+    seen = {}
+    lo, hi = lam_lo, lam_hi
+    while q < max_queries:
+        lam = math.sqrt(lo * hi)
+        label, h, g = oracle(lam)
+        q += 1
+        ub = min(ub, (h + lam * g) ** 2 / (4 * lam))
+        ph = _phi(h, g)
+        if ph > best_phi:
+            best_label, best_phi = label, ph
+        seen[lam] = label
+        if best_phi >= tol * ub:
+            break
+        if lam * g > h:
+            hi = lam
+        else:
+            lo = lam
+        if hi / lo < 1.0 + 1e-9:
+            break
+        # same label at both ends of the bracket: nothing new in between (Lemma 4)
+        if lo in seen and hi in seen and seen[lo] == seen[hi]:
+            break
+    return SearchResult(best_label, best_phi, max(ub, best_phi), q, certified=best_phi >= tol * ub)
+
+
+def bisecting_search(oracle, lam0=1.0, max_queries=30, tol=0.999, rel_width=1e-6, truth=None):
+    """Bisecting search (Algorithm 1) with a termination rule: the h- and g-intervals of
+    Lemma 3, a lambda interval bounded by doubling / halving, and stops on the certificate,
+    on a lambda interval narrower than ``rel_width``, on the same label at both ends, or on
+    the budget (as printed the loop never ends: the intervals always contain the optimum)."""
+    best_label, best_phi, ub, q = truth, 0.0, math.inf, 0
+    H = [0.0, math.inf]
+    G = [0.0, math.inf]
+    lo, hi = 0.0, math.inf
+    lam = lam0
+    ends = {}
+    while q < max_queries:
+        label, h, g = oracle(lam)
+        q += 1
+        ub = min(ub, (h + lam * g) ** 2 / (4 * lam))
+        ph = _phi(h, g)
+        if ph > best_phi:
+            best_label, best_phi = label, ph
+        if best_phi >= tol * ub:
+            break
+        u = sorted((h, lam * g))
+        v = sorted((g, h / lam))
+        H = [max(H[0], u[0]), min(H[1], u[1])]
+        G = [max(G[0], v[0]), min(G[1], v[1])]
+        if H[0] > H[1] or G[0] > G[1]:
+            break
+        if g <= h / lam:
+            lo = lam
+            ends["lo"] = label
+        else:
+            hi = lam
+            ends["hi"] = label
+        if "lo" in ends and "hi" in ends and ends["lo"] == ends["hi"]:
+            break
+        if hi == math.inf:
+            lam = lam * 2.0
+        elif lo == 0.0:
+            lam = lam / 2.0
+        else:
+            if hi - lo <= rel_width * hi:
+                break
+            lam = 0.5 * (lo + hi)
+    return SearchResult(best_label, best_phi, max(ub, best_phi), q, certified=best_phi >= tol * ub)
+
+
+# ----------------------------------------------------------------------------- point-set oracles
+def point_oracles(points):
+    """Exact lambda- and constrained lambda-oracles over an explicit list of (h, g) points
+    (label = index; the ground truth (1, 0) is implicit). For tests and small problems."""
+    def oracle(lam):
+        best = (None, 1.0, 0.0)
+        bv = 1.0
+        for i, (h, g) in enumerate(points):
+            v = h + lam * g
+            if v > bv:
+                best, bv = (i, h, g), v
+        return best
+
+    def oracle_c(lam, hi, lo, hi_closed, lo_closed):
+        best, bv = None, -math.inf
+        for i, (h, g) in enumerate(points):
+            if h <= 0 or g <= 0:
+                continue
+            d = g / h
+            if d > hi or (d == hi and not hi_closed) or d < lo or (d == lo and not lo_closed):
+                continue
+            v = h + lam * g
+            if v > bv:
+                best, bv = (i, h, g), v
+        return best
+
+    return oracle, oracle_c
