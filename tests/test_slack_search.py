@@ -76,3 +76,43 @@ def test_search_argument_errors():
         angular_search(oc, order="lifo")
     with pytest.raises(ValueError):
         binary_search(o, 1.0, 0.5)
+
+
+@pytest.mark.parametrize("kind_name,L,K", [("chain", 4, 3), ("chain", 6, 4), ("multiclass", 1, 7), ("multilabel", 1, 6)])
+def test_searches_on_structure_levels_reach_the_exact_slack_oracle(kind_name, L, K):
+    from streamssvm._kernels import structops as so
+    from streamssvm.structures import Chain, MultiClass, MultiLabel
+    from test_structures import make
+    cls = {"chain": Chain, "multiclass": MultiClass, "multilabel": MultiLabel}[kind_name]
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        Kc = K + 1
+        st, E, T, B, C, tp, fi, fv = make(cls, rng, K, Kc, L, 5, cost=cls is MultiClass)
+        scale = float(rng.uniform(0.5, 3.0))
+        if st.kind == so.MULTILABEL:
+            ytrue = np.array(sorted(rng.choice(K, size=rng.integers(0, K + 1), replace=False)), np.int32)
+            ly, Ki, lablen = len(ytrue), K, Kc
+        else:
+            ytrue = rng.integers(0, K, size=L).astype(np.int32)
+            ly, Ki, lablen = L, 1, L
+        S = np.zeros((L, Kc))
+        so.emission_scores(E, scale, tp, fi, fv, L, K, S)
+        V = np.zeros((L + 1, Kc, L + 1))
+        exact = so.slack_oracle(st.kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, Ki, V,
+                                np.zeros(Kc, np.int32), np.zeros(Kc), np.zeros(lablen, np.int32))
+        hs, gs = np.zeros(max(K, L) + 1), np.zeros(max(K, L) + 1)
+        n = so.slack_levels(st.kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, Ki, V,
+                            np.zeros(Kc, np.int32), np.zeros(Kc), hs, gs)
+        o, oc = point_oracles(list(zip(hs[:n], gs[:n])))
+        r = angular_search(oc, lam0=1.0, tol=1.0)
+        assert r.phi == pytest.approx(exact, abs=1e-9)
+        assert r.queries <= 2 * n + 1
+        # the lambda-oracle over the levels is the structure's loss-augmented decoder
+        lam = float(rng.uniform(0.2, 5.0))
+        lab = np.zeros(lablen, np.int32)
+        val = so.decode(st.kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, lam, Ki,
+                        np.zeros((L, Kc)), np.zeros((L, Kc), np.int32), np.zeros(Kc, np.int32), lab)
+        ts = so.labeling_score(st.kind, S, T, B, scale, ytrue, L, K, st.use_trans) if st.kind != so.MULTILABEL \
+            else float(sum(S[0, k] for k in ytrue))
+        _, h, g = o(lam)
+        assert 1.0 + val - ts == pytest.approx(max(h + lam * g, 1.0), abs=1e-9)

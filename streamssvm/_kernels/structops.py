@@ -442,3 +442,76 @@ def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
         m -= w
         out[t - 1] = k
     return best
+
+
+@njit(**_JIT)
+def slack_levels(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybuf, delta, hs, gs):
+    """The (h, g) points that matter for slack rescaling, one per loss level, with
+    h = 1 + best score at that level - score(y_true) and g = the level's loss: the classes for
+    multiclass; m wrong labels (the m best flips) for multi-label; m wrong tags (the DP of
+    ``slack_oracle``) for Hamming chains. Every lambda-oracle and constrained lambda-oracle answer
+    of the structure is one of these points, so the searches of ``streamssvm.oracles.slack`` can
+    run on them. Returns the number of points written to hs, gs."""
+    if kind == MULTICLASS:
+        yt = ytrue[0]
+        c = 0
+        for k in range(K):
+            if k == yt:
+                continue
+            hs[c] = 1.0 + S[0, k] - S[0, yt]
+            gs[c] = C[yt, k]
+            c += 1
+        return c
+    if kind == MULTILABEL:
+        _ml_dense_truth(ytrue, ly, K, ybuf)
+        for k in range(K):
+            delta[k] = S[0, k] if ybuf[k] == 0 else -S[0, k]
+        idx = np.argsort(-delta[:K])
+        acc = 0.0
+        for m in range(1, K + 1):
+            acc += delta[idx[m - 1]]
+            hs[m - 1] = 1.0 + acc
+            gs[m - 1] = m / Ki
+        return K
+    NEG = -np.inf
+    for t in range(L):
+        for k in range(K):
+            for m in range(L + 1):
+                V[t, k, m] = NEG
+    for k in range(K):
+        w = 1 if k != ytrue[0] else 0
+        v = S[0, k]
+        if use_trans:
+            v += scale * B[0, k]
+        V[0, k, w] = v
+    for t in range(1, L):
+        for k in range(K):
+            w = 1 if k != ytrue[t] else 0
+            for m in range(w, t + 2):
+                best = NEG
+                for j in range(K):
+                    pv = V[t - 1, j, m - w]
+                    if pv == NEG:
+                        continue
+                    v = pv + (scale * T[j, k] if use_trans else 0.0)
+                    if v > best:
+                        best = v
+                if best > NEG:
+                    V[t, k, m] = best + S[t, k]
+    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+    c = 0
+    for m in range(1, L + 1):
+        best = NEG
+        for k in range(K):
+            v = V[L - 1, k, m]
+            if v == NEG:
+                continue
+            if use_trans:
+                v += scale * B[1, k]
+            if v > best:
+                best = v
+        if best > NEG:
+            hs[c] = 1.0 + best - ts
+            gs[c] = m / L
+            c += 1
+    return c
