@@ -27,10 +27,12 @@ _ONE_EX = np.array([0, 1], dtype=np.int64)
 
 
 def _default_learner(learner):
+    from .learners.sgd import SGD
     if learner is None:
         return BCFW()
-    if not isinstance(learner, BCFW):
-        raise TypeError(f"learner must be a streamssvm learner such as learners.BCFW(...), got {learner!r}")
+    if not isinstance(learner, (BCFW, SGD)):
+        raise TypeError(f"learner must be a streamssvm learner such as learners.BCFW(...) or learners.SGD(...), "
+                        f"got {learner!r}")
     return learner
 
 
@@ -133,7 +135,8 @@ class _SSVM:
         if cfg["class"] == "ExtremeClassifier":
             return ExtremeClassifier.from_state(st)
         klass = _ESTIMATORS[cfg["class"]]
-        lcls = {"BCFW": BCFW}[cfg["learner"]["class"]]
+        from .learners.sgd import SGD
+        lcls = {"BCFW": BCFW, "SGD": SGD}[cfg["learner"]["class"]]
         learner = lcls(**cfg["learner"]["params"])
         params = dict(cfg["params"])
         if params.get("loss") is not None:

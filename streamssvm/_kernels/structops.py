@@ -515,3 +515,41 @@ def slack_levels(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
             gs[c] = m / L
             c += 1
     return c
+
+
+@njit(**_JIT)
+def chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, m, out):
+    """After ``slack_levels`` (which fills V), the best labeling with exactly m wrong tags.
+    Returns False when no labeling has m wrong tags."""
+    NEG = -np.inf
+    best = NEG
+    bk = -1
+    for k in range(K):
+        v = V[L - 1, k, m]
+        if v == NEG:
+            continue
+        if use_trans:
+            v += scale * B[1, k]
+        if v > best:
+            best = v
+            bk = k
+    if bk < 0:
+        return False
+    k = bk
+    out[L - 1] = k
+    for t in range(L - 1, 0, -1):
+        w = 1 if k != ytrue[t] else 0
+        target = V[t, k, m] - S[t, k]
+        found = -1
+        for j in range(K):
+            pv = V[t - 1, j, m - w]
+            if pv == NEG:
+                continue
+            v = pv + (scale * T[j, k] if use_trans else 0.0)
+            if abs(v - target) <= 1e-9 * (1.0 + abs(target)):
+                found = j
+                break
+        k = found
+        m -= w
+        out[t - 1] = k
+    return True

@@ -2,5 +2,6 @@
 from .base import Learner
 from .bcfw import BCFW
 from .memoir import MEMOIR
+from .sgd import SGD
 
-__all__ = ["Learner", "BCFW", "MEMOIR"]
+__all__ = ["Learner", "BCFW", "MEMOIR", "SGD"]

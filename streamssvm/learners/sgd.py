@@ -1,0 +1,322 @@
+"""Stochastic subgradient (Pegasos) for structural SVMs with margin or slack rescaling (paper 000).
+
+Each example takes one step w <- (1 - eta_t lam) w - eta_t * Delta(y^) psi_i(y^) (slack) or
+w <- (1 - eta_t lam) w - eta_t * psi_i(y^) (margin), eta_t = 1 / (lam t), where y^ is the most
+violating labeling: exact (loss-augmented decoding for margin rescaling, the exact slack oracle
+for slack rescaling) or, for slack rescaling, found by a budgeted search over lambda-oracles
+(angular / bisecting / binary, :mod:`streamssvm.oracles.slack`) on the structure's level points.
+
+SGD keeps no dual point here: :meth:`certificate` reports the primal objective on a window of
+recent examples (exact oracle) and says so (gap = +inf).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels import bcfw as KB
+from .._kernels import structops as so
+from ..certificate import Certificate
+from ..oracles.slack import angular_search, binary_search, bisecting_search, point_oracles
+from ..structures.base import Weights
+from .base import Learner, check_choice, check_number
+
+_SEARCH = ("exact", "angular", "bisecting", "binary")
+
+
+class SGD(Learner):
+    """Pegasos-style SGD with margin or slack rescaling.
+
+    Parameters
+    ----------
+    lam
+        Regularization lambda (paper 000's C).
+    rescaling
+        ``"margin"`` or ``"slack"``.
+    search
+        For slack rescaling: ``"exact"`` (the structure's exact slack oracle) or a budgeted
+        search ``"angular"``, ``"bisecting"``, ``"binary"``.
+    max_queries, tol
+        Search budget and stopping ratio (Phi(best) / certified upper bound).
+    averaging
+        Predict with the running average of the iterates.
+    window
+        Recent examples kept to report the primal objective.
+
+    Examples
+    --------
+    >>> import numpy as np, streamssvm as ss
+    >>> rng = np.random.default_rng(0)
+    >>> m = ss.MulticlassSSVM(learner=ss.learners.SGD(lam=1e-2, rescaling="slack", search="angular"))
+    >>> for _ in range(500):
+    ...     y = int(rng.integers(3)); m.learn_one({"f": y + 0.1 * rng.normal(), "g": 1.0}, y)
+    >>> m.predict_one({"f": 2.0, "g": 1.0})
+    2
+    """
+
+    def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
+                 max_queries: int = 20, tol: float = 0.999, averaging: bool = True, window: int = 1000,
+                 seed: int | None = None):
+        self.lam = check_number("lam", lam, low=0.0, low_open=True)
+        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
+        self.search = check_choice("search", search, _SEARCH)
+        if search != "exact" and rescaling != "slack":
+            raise ValueError("search applies to rescaling='slack' (margin rescaling decodes exactly)")
+        self.max_queries = check_number("max_queries", max_queries, low=1, integer=True)
+        self.tol = check_number("tol", tol, low=0.0, high=1.0)
+        self.averaging = bool(averaging)
+        self.window = check_number("window", window, low=0, integer=True)
+        self.seed = seed
+        self._bound = False
+
+    # ------------------------------------------------------------------ binding
+    def bind(self, structure, labels):
+        self.structure = structure
+        self._kind = structure.kind
+        self._use_trans = bool(structure.use_trans)
+        self._K = 0
+        self.W = Weights(1, 4)
+        self.A = Weights(1, 4)          # running average of w (absolute, not unnormalized)
+        self.a = 1.0                    # w = a * U
+        self._C = structure.cost_matrix(4, labels)
+        self.t = 0
+        self.queries = 0
+        self.searches = 0
+        self.certified = 0
+        self.n_learned = 0
+        self._recent = []
+        self._Lbuf = 0
+        self._S = None
+        self._alloc(1)
+        self._bound = True
+
+    def _alloc(self, L):
+        Kc = self.W.Kc
+        if self._S is not None and self._Lbuf >= L and self._S.shape[1] == Kc:
+            return
+        Lb = max(L, 2 * self._Lbuf, 8)
+        self._Lbuf = Lb
+        self._S = np.zeros((Lb, Kc))
+        self._V = np.zeros((Lb, Kc))
+        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
+        self._V3 = np.zeros((Lb + 1, Kc, Lb + 1))
+        self._ybuf = np.zeros(Kc, dtype=np.int32)
+        self._lab = np.zeros(max(Lb, Kc), dtype=np.int32)
+        self._dbuf = np.zeros(max(so.stat_size(self._kind, Lb, Kc), Kc))
+        self._hs = np.zeros(max(Lb, Kc) + 1)
+        self._gs = np.zeros(max(Lb, Kc) + 1)
+
+    def ensure(self, n_features, labels):
+        n_labels = len(labels)
+        Kc = self.W.Kc
+        if n_labels > Kc:
+            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        self.W.grow(n_features, Kc)
+        self.A.grow(n_features, Kc)
+        if n_labels != self._K or Kc != self._C.shape[0]:
+            self._K = n_labels
+            self._C = self.structure.cost_matrix(Kc, labels)
+            self._S = None
+            self._alloc(1)
+
+    @property
+    def n_blocks(self):
+        return len(self._recent)
+
+    # ------------------------------------------------------------------ oracle
+    def _most_violating(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale, count=True):
+        """(labeling, loss, H) of the most violating labeling at weights scale * W."""
+        L = len(tok_ptr) - 1
+        ly = len(ytrue)
+        kind, K = self._kind, self._K
+        self._alloc(L)
+        S = self._S
+        so.emission_scores(W.E, scale, tok_ptr, fidx, fval, L, K, S)
+        lab = self._lab[: (self.W.Kc if kind == so.MULTILABEL else L)]
+        if kind == so.MULTILABEL:
+            ts = float(sum(S[0, k] for k in ytrue if k < K))
+        else:
+            ts = so.labeling_score(kind, S, W.T, W.B, scale, ytrue, L, K, self._use_trans)
+        if self.rescaling == "margin":
+            val = so.decode(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, 1.0, Ki,
+                            self._V, self._bp, self._ybuf, lab)
+            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+            return lab, loss, max(val - ts, 0.0)
+        if self.search == "exact" or not count:
+            h = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
+                                self._V3, self._ybuf, self._dbuf, lab)
+            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+            return lab, loss, h
+        # budgeted search over the lambda-oracles, on the structure's level points; the winning
+        # level is then decoded with the matching lambda-oracle to get its labeling
+        n = so.slack_levels(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
+                            self._V3, self._ybuf, self._dbuf, self._hs, self._gs)
+        pts = list(zip(self._hs[:n], self._gs[:n]))
+        o, oc = point_oracles(pts)
+        hmax = max([h for h, _ in pts] + [1.0])
+        gmax = max([g for _, g in pts] + [1e-12])
+        if self.search == "angular":
+            r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+        elif self.search == "bisecting":
+            r = bisecting_search(o, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+        else:
+            r = binary_search(o, 1e-3 * hmax / gmax, 1e3 * hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+        self.queries += r.queries
+        self.searches += 1
+        self.certified += int(r.certified)
+        if r.label is None or r.phi <= 0:
+            lab[:] = 0
+            if kind != so.MULTILABEL:
+                lab[:L] = ytrue
+            else:
+                lab[:] = 0
+                lab[ytrue] = 1
+            return lab, 0.0, 0.0
+        # the labeling of the chosen level: the exact slack maximizer restricted to that level
+        # equals the level's best labeling; recover it with the exact oracle on that level set
+        h_sel, g_sel = pts[r.label]
+        lab_full = self._level_labeling(kind, S, W, scale, L, K, ytrue, ly, Ki, g_sel, lab)
+        loss = so.labeling_loss(kind, lab_full, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+        return lab_full, loss, r.phi
+
+    def _level_labeling(self, kind, S, W, scale, L, K, ytrue, ly, Ki, g_sel, lab):
+        """The best labeling of the level the search chose (loss ``g_sel``): for multiclass the
+        class, for multi-label the m best flips, for chains a backtrack of the level DP."""
+        if kind == so.MULTICLASS:
+            yt = ytrue[0]
+            best, arg = -np.inf, yt
+            for k in range(K):
+                if k != yt and abs(self._C[yt, k] - g_sel) < 1e-12 and S[0, k] > best:
+                    best, arg = S[0, k], k
+            lab[0] = arg
+            return lab
+        if kind == so.MULTILABEL:
+            m = int(round(g_sel * Ki))
+            dense = np.zeros(K, dtype=np.int32)
+            dense[[k for k in ytrue if k < K]] = 1
+            delta = np.where(dense == 0, S[0, :K], -S[0, :K])
+            flip = np.argsort(-delta, kind="stable")[:m]
+            dense[flip] = 1 - dense[flip]
+            lab[:] = 0
+            lab[:K] = dense
+            return lab
+        # chain: backtrack the level DP (filled by slack_levels) at m = g * L wrong tags
+        m = int(round(g_sel * L))
+        so.chain_level_labeling(S, W.T, W.B, scale, L, K, self._use_trans, ytrue, self._V3, m, lab)
+        return lab
+
+    # ------------------------------------------------------------------ steps
+    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
+        self.t += 1
+        eta = 1.0 / (self.lam * self.t)
+        shrink = 1.0 - eta * self.lam
+        if shrink <= 0.0:
+            for arr in (self.W.E, self.W.T, self.W.B):
+                arr[...] = 0.0
+            self.a = 1.0
+        else:
+            self.a *= shrink
+        L = len(tok_ptr) - 1
+        lab, loss, H = self._most_violating(tok_ptr, fidx, fval, ytrue, Ki, self.W, self.a)
+        if H > 0.0 and loss > 0.0:
+            st = self._dbuf
+            ss = so.stat_size(self._kind, L, self.W.Kc)
+            st[:ss] = 0.0
+            so.labeling_stat(self._kind, lab, L, self.W.Kc, st, 1.0)
+            so.truth_stat(self._kind, ytrue, len(ytrue), L, self.W.Kc, st, -1.0)
+            coef = -eta * (loss if self.rescaling == "slack" else 1.0) / self.a
+            so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, tok_ptr, fidx, fval, st[:ss], L, self._K,
+                          self.W.Kc, coef, self._use_trans)
+        if self.a < 1e-100:
+            for arr in (self.W.E, self.W.T, self.W.B):
+                arr *= self.a
+            self.a = 1.0
+        if self.averaging:
+            r = 1.0 / self.t
+            for avg, cur in ((self.A.E, self.W.E), (self.A.T, self.W.T), (self.A.B, self.W.B)):
+                avg *= (1.0 - r)
+                avg += (r * self.a) * cur
+        self.n_learned += 1
+        if self.window:
+            self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
+            if len(self._recent) > self.window:
+                del self._recent[0]
+
+    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
+        for e in range(len(ex_tok) - 1):
+            a, b = ex_tok[e], ex_tok[e + 1]
+            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
+            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]],
+                       1 if Ki is None else Ki[e])
+
+    def refine(self, passes=1.0, tol=None, progress=None):
+        """Further SGD steps over the recent window (``passes`` times)."""
+        for _ in range(int(round(passes * len(self._recent)))):
+            tp, fi, fv, y, Ki = self._recent[np.random.default_rng(self.t).integers(len(self._recent))]
+            self.learn(tp, fi, fv, y, Ki)
+            self._recent.pop()  # learn() appended it again
+
+    # ------------------------------------------------------------------ prediction / certificate
+    def _pred_weights(self):
+        if self.averaging and self.t > 0:
+            return self.A, 1.0
+        return self.W, self.a
+
+    def predict_csr(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
+        out = np.zeros(lablen_total, dtype=np.int32)
+        if self._K == 0:
+            return out
+        self._alloc(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1)
+        W, scale = self._pred_weights()
+        KB.predict_batch(self._kind, self._K, self._use_trans, scale, W.E, W.E, 0.0, W.T, W.B, self._C,
+                         ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
+        return out
+
+    def certificate(self):
+        """Primal objective on the recent window (exact oracle); no dual point: gap = +inf."""
+        import time
+        t0 = time.perf_counter()
+        W, scale = self._pred_weights()
+        n = len(self._recent)
+        if n == 0 or self._K == 0:
+            return Certificate(float("inf"), float("nan"), float("-inf"), 0, 0, 0.0, False, self.lam,
+                               rescaling=self.rescaling, note="no examples held")
+        hinge = 0.0
+        for tp, fi, fv, y, Ki in self._recent:
+            hinge += self._most_violating(tp, fi, fv, y, Ki, W, scale, count=False)[2]
+        reg = 0.5 * self.lam * scale * scale * W.sqnorm()
+        extra = {"queries_per_search": self.queries / max(self.searches, 1),
+                 "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
+        return Certificate(float("inf"), reg + hinge / n, float("-inf"), n, n, time.perf_counter() - t0, False,
+                           self.lam, regularizer=reg, hinge=hinge / n, rescaling=self.rescaling,
+                           note="primal only: SGD keeps no dual point here (gap reported as +inf)",
+                           extra=extra)
+
+    def measure(self):
+        return self.certificate()
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        return {"K": self._K, "a": self.a, "t": self.t, "queries": self.queries, "searches": self.searches,
+                "certified": self.certified, "n_learned": self.n_learned,
+                "E": self.W.E, "T": self.W.T, "B": self.W.B, "AE": self.A.E, "AT": self.A.T, "AB": self.A.B,
+                "C": self._C,
+                "recent": [{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
+                           for tp, fi, fv, y, k in self._recent]}
+
+    def restore(self, structure, labels, st):
+        self.bind(structure, labels)
+        self._K = int(st["K"])
+        self.a = float(st["a"])
+        for k in ("t", "queries", "searches", "certified", "n_learned"):
+            setattr(self, k, int(st[k]))
+        self.W = Weights(1, 1)
+        self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
+        self.A = Weights(1, 1)
+        self.A.E, self.A.T, self.A.B = (np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB"))
+        self._C = np.array(st["C"], dtype=np.float64)
+        self._recent = [(np.asarray(r["tok_ptr"], dtype=np.int32), np.asarray(r["fidx"], dtype=np.int32),
+                         np.asarray(r["fval"], dtype=np.float64), np.asarray(r["y"], dtype=np.int32), int(r["Ki"]))
+                        for r in st["recent"]]
+        self._S = None
+        self._Lbuf = 0
+        self._alloc(1)
