@@ -22,8 +22,11 @@ import numpy as np
 
 def _add_learner_args(p):
     g = p.add_argument_group("learner")
-    g.add_argument("--learner", default="bcfw", choices=["bcfw", "memoir"],
-                   help="learning algorithm (default: bcfw; memoir for --task extreme)")
+    g.add_argument("--learner", default="bcfw", choices=["bcfw", "sgd", "memoir"],
+                   help="learning algorithm (default: bcfw; sgd: Pegasos; memoir for --task extreme)")
+    g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary"],
+                   help="sgd with --rescaling slack: exact slack oracle or a budgeted search")
+    g.add_argument("--max-queries", type=int, default=20, help="sgd: search budget per example")
     g.add_argument("--mips", default="hnsw", choices=["exact", "hnsw", "lsh"], help="memoir: MIPS oracle")
     g.add_argument("--variant", default="l2", choices=["l2", "l1"], help="memoir: l2 (Pegasos) or l1 (truncated)")
     g.add_argument("--batch", type=int, default=1, help="memoir: mini-batch size (1: online)")
@@ -47,9 +50,13 @@ def _make_model(args):
             raise ValueError("--task extreme goes with --learner memoir")
         return ss.ExtremeClassifier(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
                                     n_features=args.n_features, seed=args.seed)
-    learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=args.step,
-                               cache=args.cache, capacity=args.capacity, eviction=args.eviction,
-                               rescaling=args.rescaling, seed=args.seed)
+    if args.learner == "sgd":
+        learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
+                                  max_queries=args.max_queries, seed=args.seed)
+    else:
+        learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=args.step,
+                                   cache=args.cache, capacity=args.capacity, eviction=args.eviction,
+                                   rescaling=args.rescaling, seed=args.seed)
     if args.task == "multiclass":
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
     if args.task == "multilabel":

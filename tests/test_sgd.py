@@ -52,3 +52,18 @@ def test_margin_sgd_objective_decreases_and_save_load(tmp_path):
         assert m2.predict_one(x) == m.predict_one(x)
     with pytest.raises(ValueError, match="search applies"):
         ss.learners.SGD(search="angular")
+
+
+def test_cli_sgd_slack_angular(tmp_path, capsys):
+    import json
+
+    from streamssvm.cli import main
+    conll = tmp_path / "w.conll"
+    sents = [("the DT", "dog NN", "runs VBZ"), ("a DT", "cat NN", "sleeps VBZ")] * 20
+    conll.write_text("".join("\n".join(s) + "\n\n" for s in sents))
+    assert main(["run", "--source", str(conll), "--task", "sequence", "--learner", "sgd", "--rescaling", "slack",
+                 "--search", "angular", "--max-queries", "5", "--lam", "0.05", "--no-progress", "--json"]) == 0
+    out = capsys.readouterr().out
+    s = json.loads(out[out.index("{"):])
+    assert s["examples_seen"] == 40 and s["metrics"]["token_accuracy"] > 0.8
+    assert s["last_certificate"]["rescaling"] == "slack" and s["last_certificate"]["exact"] is False
