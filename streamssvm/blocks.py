@@ -20,7 +20,7 @@ from collections import deque
 import numpy as np
 
 from ._kernels import bcfw as K
-from ._kernels.structops import MULTILABEL, labeling_len, stat_size, truth_stat
+from ._kernels.structops import MLPAIR, MULTILABEL, labeling_len, stat_size, truth_stat
 
 _EVICTION = ("fifo", "reservoir")
 
@@ -151,6 +151,8 @@ class BlockStore:
         Kc = self.Kc
         if self.kind == MULTILABEL:
             lablen = ss = Kc
+        elif self.kind == MLPAIR:
+            lablen, ss = Kc, Kc + Kc * Kc
         else:
             lablen = L
             ss = L * Kc + (Kc * Kc + 2 * Kc if self.kind == 0 else 0)
@@ -229,7 +231,7 @@ class BlockStore:
         pn = 0
         if self.pool_cap > 0:
             # the ground truth is the first pool entry, with all the dual mass
-            if self.kind == MULTILABEL:
+            if self.kind in (MULTILABEL, MLPAIR):
                 for q in ytrue:
                     I[p0 + q] = 1
             else:
@@ -287,9 +289,9 @@ class BlockStore:
         nnz = (tok_ptr[ex_tok[1:]] - tok_ptr[ex_tok[:-1]]).astype(np.int64)
         ly = np.diff(y_ptr).astype(np.int64)
         Kc = self.Kc
-        if self.kind == MULTILABEL:
+        if self.kind in (MULTILABEL, MLPAIR):
             lablen = np.full(m, Kc, dtype=np.int64)
-            ss = np.full(m, Kc, dtype=np.int64)
+            ss = np.full(m, Kc + (Kc * Kc if self.kind == MLPAIR else 0), dtype=np.int64)
         else:
             lablen = L
             ss = L * Kc + (Kc * Kc + 2 * Kc) * (self.kind == 0)
@@ -523,6 +525,10 @@ def _relayout_stat(kind, L, oldKc, Kc, ost, nst):
         return
     nst[:] = 0.0
     from ._kernels.structops import CHAIN
+    if kind == MLPAIR:
+        nst[:oldKc] = ost[:oldKc]
+        nst[Kc:].reshape(Kc, Kc)[:oldKc, :oldKc] = ost[oldKc:].reshape(oldKc, oldKc)
+        return
     if kind != CHAIN:
         nst[:oldKc] = ost
         return

@@ -350,11 +350,12 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
     {'red': True, 'blue': False}
     """
 
-    def __init__(self, learner=None, n_features=None, labels=None, rescaling=None):
+    def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise=False):
+        self.pairwise = bool(pairwise)
         self._init_common(learner, n_features, labels, rescaling)
 
     def _make_structure(self):
-        return MultiLabel()
+        return MultiLabel(pairwise=self.pairwise)
 
     @classmethod
     def _unit_test_params(cls):

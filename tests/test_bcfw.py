@@ -20,7 +20,7 @@ def brute_primal(est):
     for slot in st.slots():
         b = st.block(slot)
         L = b["L"]
-        if structure.kind == so.MULTILABEL:
+        if structure.kind in (so.MULTILABEL, so.MLPAIR):
             dense_true = np.zeros(lr.W.Kc, np.int32)
             dense_true[b["ytrue"]] = 1
             phi_true = structure.joint_feature(d, K, b["tok_ptr"], b["fidx"], b["fval"], dense_true)
@@ -29,11 +29,11 @@ def brute_primal(est):
         s_true = sum(float(np.sum(a * p)) for a, p in zip(w, phi_true))
         best = 0.0
         for y in structure.all_labelings(L, K):
-            if structure.kind == so.MULTILABEL:
+            if structure.kind in (so.MULTILABEL, so.MLPAIR):
                 y = np.concatenate([y, np.zeros(lr.W.Kc - K, np.int32)])
             phi = structure.joint_feature(d, K, b["tok_ptr"], b["fidx"], b["fval"], y)
             sc = sum(float(np.sum(a * p)) for a, p in zip(w, phi))
-            loss = structure.brute_loss(b["ytrue"], y[:K] if structure.kind == so.MULTILABEL else y,
+            loss = structure.brute_loss(b["ytrue"], y[:K] if structure.kind in (so.MULTILABEL, so.MLPAIR) else y,
                                         lr._C, b["Ki"])
             best = max(best, loss + sc - s_true)
         hinge += best

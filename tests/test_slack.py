@@ -8,7 +8,8 @@ from test_structures import dense_score, make  # tests/ is on sys.path under pyt
 
 
 @pytest.mark.parametrize("cls,L,K", [(Chain, L, K) for L in (1, 2, 3, 5) for K in (1, 2, 3, 4)]
-                         + [(MultiClass, 1, K) for K in (1, 3, 6)] + [(MultiLabel, 1, K) for K in (1, 3, 5)])
+                         + [(MultiClass, 1, K) for K in (1, 3, 6)] + [(MultiLabel, 1, K) for K in (1, 3, 5)]
+                         + [("pairwise", 1, K) for K in (1, 3, 5)])
 @pytest.mark.parametrize("seed", range(5))
 def test_slack_oracle_matches_brute_force(cls, L, K, seed):
     rng = np.random.default_rng(1000 + seed * 31 + L * 7 + K)
@@ -18,7 +19,7 @@ def test_slack_oracle_matches_brute_force(cls, L, K, seed):
     st, E, T, B, C, tp, fi, fv = make(cls, rng, K, Kc, L, d, cost=cost)
     scale = float(rng.uniform(0.5, 3.0))  # larger scores make the slack maximizer non-trivial
     kind = st.kind
-    if kind == so.MULTILABEL:
+    if kind in (so.MULTILABEL, so.MLPAIR):
         ytrue = np.array(sorted(rng.choice(K, size=rng.integers(0, K + 1), replace=False)), np.int32)
         ly, Ki, lablen = len(ytrue), K, Kc
         dense_true = np.zeros(Kc, np.int32)
@@ -33,8 +34,8 @@ def test_slack_oracle_matches_brute_force(cls, L, K, seed):
     s_true = dense_score(E, T, B, scale, phi_t)
     best = 0.0
     for y in st.all_labelings(L, K):
-        yy = y if kind != so.MULTILABEL else np.concatenate([y, np.zeros(Kc - K, np.int32)])
-        loss = st.brute_loss(ytrue, y if kind != so.MULTILABEL else yy[:K], C, Ki)
+        yy = y if kind not in (so.MULTILABEL, so.MLPAIR) else np.concatenate([y, np.zeros(Kc - K, np.int32)])
+        loss = st.brute_loss(ytrue, y if kind not in (so.MULTILABEL, so.MLPAIR) else yy[:K], C, Ki)
         v = loss * (1.0 + dense_score(E, T, B, scale, st.joint_feature(d, K, tp, fi, fv, yy)) - s_true)
         best = max(best, v)
     V = np.zeros((L + 1, Kc, L + 1))
@@ -61,7 +62,7 @@ def _brute_slack_primal(est):
     hinge = 0.0
     for slot in st.slots():
         b = st.block(slot)
-        ml = structure.kind == so.MULTILABEL
+        ml = structure.kind in (so.MULTILABEL, so.MLPAIR)
         truth = np.zeros(lr.W.Kc, np.int32) if ml else b["ytrue"]
         if ml:
             truth[b["ytrue"]] = 1
@@ -178,3 +179,51 @@ def test_estimator_rescaling_parameter_and_cli(tmp_path, capsys):
     out = capsys.readouterr().out
     s = json.loads(out[out.index("{"):])
     assert s["last_certificate"]["rescaling"] == "slack" and s["examples_seen"] == 60
+
+
+@pytest.mark.parametrize("rescaling", ["margin", "slack"])
+def test_pairwise_multilabel_bcfw_certificate(rescaling):
+    import streamssvm as ss
+    from test_bcfw import brute_primal
+    rng = np.random.default_rng(9)
+    W = rng.normal(size=(4, 5))
+    m = ss.MultiLabelSSVM(pairwise=True, rescaling=rescaling,
+                          learner=ss.learners.BCFW(lam=0.05, replay=2, seed=0))
+    for _ in range(40):
+        x = rng.normal(size=5)
+        s = W @ x + rng.normal(size=4)
+        y = {f"l{k}": bool(s[k] > 0) for k in range(4)}
+        y["l3"] = y["l0"] and y["l1"]  # a label that co-occurs: the pairwise potentials matter
+        m.learn_one(x, y)
+    c0 = m.certificate()
+    assert c0.gap >= 0 and c0.rescaling == rescaling
+    brute = brute_primal(m) if rescaling == "margin" else _brute_slack_primal(m)
+    assert c0.primal == pytest.approx(brute, rel=1e-9)
+    m.refine(passes=60)
+    c1 = m.certificate()
+    assert c1.gap < c0.gap
+    brute = brute_primal(m) if rescaling == "margin" else _brute_slack_primal(m)
+    assert c1.primal == pytest.approx(brute, rel=1e-9)
+    assert np.any(m._learner.W.T[:4, :4] != 0)
+
+
+def test_pairwise_multilabel_yeast_sgd_angular_matches_exact():
+    import itertools
+
+    from river import datasets
+
+    import streamssvm as ss
+    rows = list(itertools.islice(datasets.Yeast(), 60))
+    a = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.SGD(lam=0.01, rescaling="slack", search="exact"))
+    b = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.SGD(lam=0.01, rescaling="slack", search="angular",
+                                                                 max_queries=200, tol=1.0))
+    for x, y in rows:
+        a.learn_one(x, y)
+        b.learn_one(x, y)
+    assert len(a._labels) == 14
+    np.testing.assert_allclose(a._learner.W.E, b._learner.W.E, atol=1e-9)
+    np.testing.assert_allclose(a._learner.W.T, b._learner.W.T, atol=1e-9)
+    assert 1 <= b._learner.queries / b._learner.searches <= 29
+    with pytest.raises(ValueError, match="up to 16 labels"):
+        m = ss.MultiLabelSSVM(pairwise=True)
+        m.learn_one({"a": 1.0}, {f"l{k}": True for k in range(17)})

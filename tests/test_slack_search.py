@@ -89,7 +89,7 @@ def test_searches_on_structure_levels_reach_the_exact_slack_oracle(kind_name, L,
         Kc = K + 1
         st, E, T, B, C, tp, fi, fv = make(cls, rng, K, Kc, L, 5, cost=cls is MultiClass)
         scale = float(rng.uniform(0.5, 3.0))
-        if st.kind == so.MULTILABEL:
+        if st.kind in (so.MULTILABEL, so.MLPAIR):
             ytrue = np.array(sorted(rng.choice(K, size=rng.integers(0, K + 1), replace=False)), np.int32)
             ly, Ki, lablen = len(ytrue), K, Kc
         else:
@@ -112,7 +112,7 @@ def test_searches_on_structure_levels_reach_the_exact_slack_oracle(kind_name, L,
         lab = np.zeros(lablen, np.int32)
         val = so.decode(st.kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, lam, Ki,
                         np.zeros((L, Kc)), np.zeros((L, Kc), np.int32), np.zeros(Kc, np.int32), lab)
-        ts = so.labeling_score(st.kind, S, T, B, scale, ytrue, L, K, st.use_trans) if st.kind != so.MULTILABEL \
+        ts = so.labeling_score(st.kind, S, T, B, scale, ytrue, L, K, st.use_trans) if st.kind not in (so.MULTILABEL, so.MLPAIR) \
             else float(sum(S[0, k] for k in ytrue))
         _, h, g = o(lam)
         assert 1.0 + val - ts == pytest.approx(max(h + lam * g, 1.0), abs=1e-9)

@@ -24,7 +24,10 @@ def dense_score(E, T, B, scale, phi):
 
 
 def make(kind_cls, rng, K, Kc, L, d, cost=False):
-    st = kind_cls() if kind_cls is not Chain else Chain()
+    if kind_cls == "pairwise":
+        st = MultiLabel(pairwise=True)
+    else:
+        st = kind_cls() if kind_cls is not Chain else Chain()
     E = rng.normal(size=(d, Kc))
     T = rng.normal(size=(Kc, Kc))
     B = rng.normal(size=(2, Kc))
@@ -36,7 +39,8 @@ def make(kind_cls, rng, K, Kc, L, d, cost=False):
 
 
 CASES = [(Chain, L, K) for L in (1, 2, 3, 5) for K in (1, 2, 3, 4)] + \
-        [(MultiClass, 1, K) for K in (1, 2, 5)] + [(MultiLabel, 1, K) for K in (1, 2, 4)]
+        [(MultiClass, 1, K) for K in (1, 2, 5)] + [(MultiLabel, 1, K) for K in (1, 2, 4)] + \
+        [("pairwise", 1, K) for K in (1, 2, 3, 5)]
 
 
 @pytest.mark.parametrize("cls,L,K", CASES)
@@ -48,7 +52,7 @@ def test_oracle_matches_brute_force(cls, L, K, seed):
     st, E, T, B, C, tp, fi, fv = make(cls, rng, K, Kc, L, d, cost=(seed % 2 == 1 and cls is not MultiLabel))
     scale = float(rng.uniform(0.3, 2.0))
     kind = st.kind
-    if kind == so.MULTILABEL:
+    if kind in (so.MULTILABEL, so.MLPAIR):
         ytrue = np.array(sorted(rng.choice(K, size=rng.integers(0, K + 1), replace=False)), np.int32)
         ly, Ki, lablen = len(ytrue), K, Kc
     else:
@@ -62,17 +66,17 @@ def test_oracle_matches_brute_force(cls, L, K, seed):
         val = so.decode(kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, loss_scale, Ki, V, bp, ybuf, out)
         best = -np.inf
         for y in st.all_labelings(L, K):
-            yy = y if kind != so.MULTILABEL else np.concatenate([y, np.zeros(Kc - K, np.int32)])
+            yy = y if kind not in (so.MULTILABEL, so.MLPAIR) else np.concatenate([y, np.zeros(Kc - K, np.int32)])
             phi = st.joint_feature(d, K, tp, fi, fv, yy)
             v = dense_score(E, T, B, scale, phi)
             if loss_scale:
-                v += loss_scale * st.brute_loss(ytrue, yy[:K] if kind == so.MULTILABEL else y, C, Ki)
+                v += loss_scale * st.brute_loss(ytrue, yy[:K] if kind in (so.MULTILABEL, so.MLPAIR) else y, C, Ki)
             best = max(best, v)
             # labeling_score / labeling_loss agree with the dense map
             assert so.labeling_score(kind, S, T, B, scale, yy, L, K, st.use_trans) == pytest.approx(
                 dense_score(E, T, B, scale, phi), abs=1e-9)
             assert so.labeling_loss(kind, yy, ytrue, ly, C, L, K, Ki, ybuf) == pytest.approx(
-                st.brute_loss(ytrue, yy[:K] if kind == so.MULTILABEL else y, C, Ki), abs=1e-12)
+                st.brute_loss(ytrue, yy[:K] if kind in (so.MULTILABEL, so.MLPAIR) else y, C, Ki), abs=1e-12)
         assert val == pytest.approx(best, abs=1e-9)
         # the returned labeling attains the value
         got = so.labeling_score(kind, S, T, B, scale, out, L, K, st.use_trans)
@@ -81,7 +85,8 @@ def test_oracle_matches_brute_force(cls, L, K, seed):
         assert got == pytest.approx(best, abs=1e-9)
 
 
-@pytest.mark.parametrize("cls,L,K", [(Chain, 4, 3), (Chain, 1, 2), (MultiClass, 1, 4), (MultiLabel, 1, 3)])
+@pytest.mark.parametrize("cls,L,K", [(Chain, 4, 3), (Chain, 1, 2), (MultiClass, 1, 4), (MultiLabel, 1, 3),
+                                     ("pairwise", 1, 4)])
 def test_statistic_algebra_matches_dense_feature_map(cls, L, K):
     """score / loss / squared norm / accumulation of mean statistics equal the dense phi."""
     rng = np.random.default_rng(5)
@@ -92,7 +97,7 @@ def test_statistic_algebra_matches_dense_feature_map(cls, L, K):
     scale = 0.7
     labs = st.all_labelings(L, K)
     pick = [labs[i] for i in rng.choice(len(labs), size=min(4, len(labs)), replace=False)]
-    if kind == so.MULTILABEL:
+    if kind in (so.MULTILABEL, so.MLPAIR):
         pick = [np.concatenate([p, np.zeros(Kc - K, np.int32)]) for p in pick]
         ytrue = np.flatnonzero(pick[0][:K]).astype(np.int32)
         ly, Ki = len(ytrue), K
@@ -108,7 +113,7 @@ def test_statistic_algebra_matches_dense_feature_map(cls, L, K):
         so.labeling_stat(kind, y, L, Kc, m, c)
         for a, b in zip(dense, st.joint_feature(d, K, tp, fi, fv, y)):
             a += c * b
-        loss += c * st.brute_loss(ytrue, y[:K] if kind == so.MULTILABEL else y, C, Ki)
+        loss += c * st.brute_loss(ytrue, y[:K] if kind in (so.MULTILABEL, so.MLPAIR) else y, C, Ki)
     S = np.zeros((L, Kc))
     so.emission_scores(E, scale, tp, fi, fv, L, K, S)
     assert so.stat_score(kind, S, T, B, scale, m, L, K, Kc, st.use_trans) == pytest.approx(

@@ -12,8 +12,9 @@ held blocks up to the staleness every estimate has anyway).
 import numpy as np
 from numba import njit
 
+from .structops import labeling_len as lablen_of
 from .structops import (
-    MULTILABEL, decode, emission_scores, gram, labeling_loss, slack_oracle, labeling_score, labeling_stat,
+    MLPAIR, MULTILABEL, decode, emission_scores, gram, labeling_loss, slack_oracle, labeling_score, labeling_stat,
     loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
 
@@ -410,7 +411,13 @@ def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, ali
             continue
         star = decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, 1.0, Ki, V, bp, ybuf, lab)
         # score of the ground truth
-        if kind == MULTILABEL:
+        if kind == MLPAIR:
+            for q in range(lablen_of(kind, L, Kc)):
+                lab[q] = 0
+            for p in range(ly):
+                lab[ytrue[p]] = 1
+            t_score = labeling_score(kind, S, T, B, scale, lab, L, K, use_trans)
+        elif kind == MULTILABEL:
             t_score = 0.0
             for p in range(ly):
                 if ytrue[p] < K:
@@ -531,7 +538,7 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         truth_stat(kind, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0)
     meta[j, M_PN] = 0
     if pcap > 0:
-        if kind == MULTILABEL:
+        if kind == MULTILABEL or kind == MLPAIR:
             for q in range(ly):
                 Iar[p0 + yt[q]] = 1
         else:

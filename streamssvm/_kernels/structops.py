@@ -27,6 +27,8 @@ from numba import njit
 CHAIN = 0
 MULTICLASS = 1
 MULTILABEL = 2
+MLPAIR = 3   # multi-label with pairwise co-occurrence potentials (a fully connected binary MRF)
+MLPAIR_MAX_LABELS = 16
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -35,12 +37,14 @@ _JIT = dict(cache=True, nogil=True)
 def stat_size(kind, L, Kc):
     if kind == CHAIN:
         return L * Kc + Kc * Kc + 2 * Kc
+    if kind == MLPAIR:
+        return Kc + Kc * Kc
     return Kc
 
 
 @njit(**_JIT)
 def labeling_len(kind, L, Kc):
-    if kind == MULTILABEL:
+    if kind == MULTILABEL or kind == MLPAIR:
         return Kc
     return L
 
@@ -68,12 +72,84 @@ def _ml_dense_truth(ytrue, ly, K, ybuf):
 
 
 @njit(**_JIT)
+def _mrf_enum(S, T, scale, K, ybuf, mode, loss_scale, Ki, ts, best_m, out, codes=None):
+    """Enumerate the 2^K labelings of the pairwise multi-label MRF in Gray-code order (O(K) per
+    labeling). mode 0: argmax score + loss_scale * Hamming / Ki; mode 1: argmax of the slack
+    objective (m / Ki)(1 + score - ts); mode 2: best score for every number m of wrong labels
+    (into best_m, and the labelings as bit codes into ``codes`` when given). ``ybuf`` holds the
+    dense ground truth. Writes the argmax to ``out``."""
+    cur = np.zeros(K, dtype=np.int32)
+    score = 0.0
+    m = 0
+    for k in range(K):
+        if ybuf[k] == 1:
+            m += 1
+    for q in range(K + 1):
+        best_m[q] = -np.inf
+    best_code = 0
+    code = 0
+
+    if mode == 0:
+        best = score + loss_scale * m / Ki
+    elif mode == 1:
+        best = (m / Ki) * (1.0 + score - ts) if m > 0 else 0.0
+    else:
+        best = 0.0
+        best_m[m] = score
+        if codes is not None:
+            codes[m] = 0
+    n = 1 << K
+    for i in range(1, n):
+        b = 0
+        x = i
+        while (x & 1) == 0:
+            x >>= 1
+            b += 1
+        delta = S[0, b]
+        for l in range(K):
+            if l != b and cur[l] == 1:
+                delta += scale * (T[b, l] if b < l else T[l, b])
+        if cur[b] == 0:
+            cur[b] = 1
+            score += delta
+            m += -1 if ybuf[b] == 1 else 1
+        else:
+            cur[b] = 0
+            score -= delta
+            m += 1 if ybuf[b] == 1 else -1
+        code ^= (1 << b)
+        if mode == 0:
+            v = score + loss_scale * m / Ki
+        elif mode == 1:
+            v = (m / Ki) * (1.0 + score - ts) if m > 0 else 0.0
+        else:
+            if score > best_m[m]:
+                best_m[m] = score
+                if codes is not None:
+                    codes[m] = code
+            continue
+        if v > best:
+            best = v
+            best_code = code
+    for k in range(out.shape[0]):
+        out[k] = 0
+    for k in range(K):
+        if (best_code >> k) & 1:
+            out[k] = 1
+    return best
+
+
+@njit(**_JIT)
 def decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, loss_scale, Ki, V, bp, ybuf, out):
     """argmax_y <w, phi(x, y)> + loss_scale * Delta(ytrue, y); writes y into ``out``.
 
     Returns the maximal value (score + loss_scale * loss). ``loss_scale = 0`` is MAP
     prediction (``ytrue`` is then ignored). Chain: Viterbi in O(L K^2).
     """
+    if kind == MLPAIR:
+        _ml_dense_truth(ytrue, ly, K, ybuf)
+        dummy = np.zeros(K + 1)
+        return _mrf_enum(S, T, scale, K, ybuf, 0, loss_scale, max(Ki, 1), 0.0, dummy, out)
     if kind == MULTILABEL:
         w = loss_scale / Ki if Ki > 0 else 0.0
         if loss_scale != 0.0:
@@ -148,6 +224,15 @@ def decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, loss_scale, Ki, 
 @njit(**_JIT)
 def labeling_score(kind, S, T, B, scale, lab, L, K, use_trans):
     """<w, phi(x, y)> for a labeling (O(L))."""
+    if kind == MLPAIR:
+        v = 0.0
+        for k in range(K):
+            if lab[k] != 0:
+                v += S[0, k]
+                for l in range(k + 1, K):
+                    if lab[l] != 0:
+                        v += scale * T[k, l]
+        return v
     if kind == MULTILABEL:
         v = 0.0
         for k in range(K):
@@ -168,7 +253,7 @@ def labeling_score(kind, S, T, B, scale, lab, L, K, use_trans):
 def labeling_loss(kind, lab, ytrue, ly, C, L, K, Ki, ybuf):
     """Delta(ytrue, y): normalized (cost-weighted) Hamming for chains, C[y, y'] for
     multiclass, Hamming / Ki for multi-label."""
-    if kind == MULTILABEL:
+    if kind == MULTILABEL or kind == MLPAIR:
         _ml_dense_truth(ytrue, ly, K, ybuf)
         v = 0.0
         for k in range(K):
@@ -184,6 +269,14 @@ def labeling_loss(kind, lab, ytrue, ly, C, L, K, Ki, ybuf):
 @njit(**_JIT)
 def labeling_stat(kind, lab, L, Kc, out, coef):
     """out += coef * s(lab)."""
+    if kind == MLPAIR:
+        for k in range(Kc):
+            if lab[k] != 0:
+                out[k] += coef
+                for l in range(k + 1, Kc):
+                    if lab[l] != 0:
+                        out[Kc + k * Kc + l] += coef
+        return
     if kind == MULTILABEL:
         for k in range(Kc):
             if lab[k] != 0:
@@ -203,6 +296,15 @@ def labeling_stat(kind, lab, L, Kc, out, coef):
 @njit(**_JIT)
 def truth_stat(kind, ytrue, ly, L, Kc, out, coef):
     """out += coef * s(ytrue) (multi-label truth is a list of positives)."""
+    if kind == MLPAIR:
+        for q in range(ly):
+            a = ytrue[q]
+            out[a] += coef
+            for r in range(ly):
+                b = ytrue[r]
+                if a < b:
+                    out[Kc + a * Kc + b] += coef
+        return
     if kind == MULTILABEL:
         for q in range(ly):
             out[ytrue[q]] += coef
@@ -213,6 +315,13 @@ def truth_stat(kind, ytrue, ly, L, Kc, out, coef):
 @njit(**_JIT)
 def stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans):
     """<w, Phi_x(st)> (linear in st)."""
+    if kind == MLPAIR:
+        v = 0.0
+        for k in range(K):
+            v += S[0, k] * st[k]
+            for l in range(k + 1, K):
+                v += scale * T[k, l] * st[Kc + k * Kc + l]
+        return v
     v = 0.0
     nrow = 1 if kind != CHAIN else L
     for t in range(nrow):
@@ -235,7 +344,7 @@ def stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans):
 @njit(**_JIT)
 def stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf):
     """Linear part of the loss of a statistic (the loss is affine; see ``loss_const``)."""
-    if kind == MULTILABEL:
+    if kind == MULTILABEL or kind == MLPAIR:
         _ml_dense_truth(ytrue, ly, K, ybuf)
         v = 0.0
         for k in range(K):
@@ -252,7 +361,7 @@ def stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf):
 
 @njit(**_JIT)
 def loss_const(kind, ly, Ki):
-    if kind == MULTILABEL:
+    if kind == MULTILABEL or kind == MLPAIR:
         return ly / Ki
     return 0.0
 
@@ -260,6 +369,14 @@ def loss_const(kind, ly, Ki):
 @njit(**_JIT)
 def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
     """||Phi_x(st)||^2 using the token Gram matrix G = X X^T."""
+    if kind == MLPAIR:
+        v = 0.0
+        for k in range(K):
+            v += G[0, 0] * st[k] * st[k]
+            for l in range(k + 1, K):
+                x = st[Kc + k * Kc + l]
+                v += x * x
+        return v
     v = 0.0
     nrow = 1 if kind != CHAIN else L
     for t in range(nrow):
@@ -290,6 +407,16 @@ def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
 @njit(**_JIT)
 def stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans):
     """U += coef * Phi_x(st)."""
+    if kind == MLPAIR:
+        for p in range(tok_ptr[0], tok_ptr[1]):
+            j = fidx[p]
+            v = fval[p] * coef
+            for k in range(K):
+                E[j, k] += v * st[k]
+        for k in range(K):
+            for l in range(k + 1, K):
+                T[k, l] += coef * st[Kc + k * Kc + l]
+        return
     nrow = 1 if kind != CHAIN else L
     for t in range(nrow):
         base = t * Kc
@@ -339,7 +466,12 @@ def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
       (position, tag, number of wrong tags), O(L^2 K^2), with back-pointers recomputed.
 
     Work arrays: V (L+1, K, L+1) floats for chains; ybuf (>= K) ints; delta (>= K) floats.
+    Pairwise multi-label: enumeration (Gray code) over the 2^K labelings.
     """
+    if kind == MLPAIR:
+        _ml_dense_truth(ytrue, ly, K, ybuf)
+        ts = labeling_score(kind, S, T, B, scale, ybuf, L, K, use_trans)
+        return _mrf_enum(S, T, scale, K, ybuf, 1, 1.0, Ki, ts, delta, out)
     if kind == MULTICLASS:
         yt = ytrue[0]
         st = S[0, yt]
@@ -452,6 +584,18 @@ def slack_levels(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
     ``slack_oracle``) for Hamming chains. Every lambda-oracle and constrained lambda-oracle answer
     of the structure is one of these points, so the searches of ``streamssvm.oracles.slack`` can
     run on them. Returns the number of points written to hs, gs."""
+    if kind == MLPAIR:
+        _ml_dense_truth(ytrue, ly, K, ybuf)
+        ts = labeling_score(kind, S, T, B, scale, ybuf, L, K, use_trans)
+        lab = np.zeros(K, dtype=np.int32)
+        _mrf_enum(S, T, scale, K, ybuf, 2, 0.0, Ki, ts, delta, lab)
+        c = 0
+        for m in range(1, K + 1):
+            if delta[m] > -np.inf:
+                hs[c] = 1.0 + delta[m] - ts
+                gs[c] = m / Ki
+                c += 1
+        return c
     if kind == MULTICLASS:
         yt = ytrue[0]
         c = 0
@@ -515,6 +659,22 @@ def slack_levels(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
             gs[c] = m / L
             c += 1
     return c
+
+
+@njit(**_JIT)
+def mrf_level_labeling(S, T, scale, K, ytrue, ly, Ki, m, out):
+    """The best labeling of the pairwise multi-label MRF with exactly m wrong labels."""
+    yb = np.zeros(K, dtype=np.int32)
+    _ml_dense_truth(ytrue, ly, K, yb)
+    best_m = np.zeros(K + 1)
+    codes = np.zeros(K + 1, dtype=np.int64)
+    _mrf_enum(S, T, scale, K, yb, 2, 0.0, Ki, 0.0, best_m, out, codes)
+    for k in range(out.shape[0]):
+        out[k] = 0
+    for k in range(K):
+        if (codes[m] >> k) & 1:
+            out[k] = 1
+    return best_m[m] > -np.inf
 
 
 @njit(**_JIT)

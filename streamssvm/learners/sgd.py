@@ -131,9 +131,12 @@ class SGD(Learner):
         self._alloc(L)
         S = self._S
         so.emission_scores(W.E, scale, tok_ptr, fidx, fval, L, K, S)
-        lab = self._lab[: (self.W.Kc if kind == so.MULTILABEL else L)]
-        if kind == so.MULTILABEL:
-            ts = float(sum(S[0, k] for k in ytrue if k < K))
+        ml = kind in (so.MULTILABEL, so.MLPAIR)
+        lab = self._lab[: (self.W.Kc if ml else L)]
+        if ml:
+            dense = np.zeros(self.W.Kc, dtype=np.int32)
+            dense[[k for k in ytrue if k < K]] = 1
+            ts = so.labeling_score(kind, S, W.T, W.B, scale, dense, L, K, self._use_trans)
         else:
             ts = so.labeling_score(kind, S, W.T, W.B, scale, ytrue, L, K, self._use_trans)
         if self.rescaling == "margin":
@@ -165,7 +168,7 @@ class SGD(Learner):
         self.certified += int(r.certified)
         if r.label is None or r.phi <= 0:
             lab[:] = 0
-            if kind != so.MULTILABEL:
+            if kind not in (so.MULTILABEL, so.MLPAIR):
                 lab[:L] = ytrue
             else:
                 lab[:] = 0
@@ -188,6 +191,9 @@ class SGD(Learner):
                 if k != yt and abs(self._C[yt, k] - g_sel) < 1e-12 and S[0, k] > best:
                     best, arg = S[0, k], k
             lab[0] = arg
+            return lab
+        if kind == so.MLPAIR:
+            so.mrf_level_labeling(S, W.T, scale, K, ytrue, len(ytrue), Ki, int(round(g_sel * Ki)), lab)
             return lab
         if kind == so.MULTILABEL:
             m = int(round(g_sel * Ki))

@@ -4,18 +4,31 @@ import itertools
 
 import numpy as np
 
-from .._kernels.structops import MULTILABEL
+from .._kernels.structops import MLPAIR, MLPAIR_MAX_LABELS, MULTILABEL
 from .base import Structure
 
 
 class MultiLabel(Structure):
-    """Independent binary labels with normalized Hamming loss."""
+    """Multi-label with normalized Hamming loss: independent binary labels, or with
+    ``pairwise=True`` a fully connected binary MRF over the labels (a co-occurrence potential
+    for every pair, Finley & Joachims as in paper 000), decoded by exact enumeration
+    (Gray code) for up to 16 labels."""
     kind = MULTILABEL
     use_trans = False
     name = "multilabel"
 
-    def __init__(self):
+    def __init__(self, pairwise=False):
         super().__init__(None)
+        self.pairwise = bool(pairwise)
+        if self.pairwise:
+            self.kind = MLPAIR
+            self.use_trans = True  # the pairwise weights live in the transition matrix T
+
+    def cost_matrix(self, Kc, labels):
+        if self.pairwise and len(labels) > MLPAIR_MAX_LABELS:
+            raise ValueError(f"pairwise multi-label decodes by enumeration up to {MLPAIR_MAX_LABELS} labels; "
+                             f"got {len(labels)} (the LP relaxation for more labels is not implemented)")
+        return super().cost_matrix(Kc, labels)
 
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
         """``y`` is a dense 0/1 vector of length >= K."""
@@ -24,7 +37,12 @@ class MultiLabel(Structure):
             for k in range(K):
                 if y[k]:
                     E[fidx[p], k] += fval[p]
-        return E, np.zeros((K, K)), np.zeros((2, K))
+        T = np.zeros((K, K))
+        if self.pairwise:
+            for k in range(K):
+                for l in range(k + 1, K):
+                    T[k, l] = float(y[k] and y[l])
+        return E, T, np.zeros((2, K))
 
     def all_labelings(self, L, K):
         return [np.array(p, dtype=np.int32) for p in itertools.product((0, 1), repeat=K)]
