@@ -84,6 +84,7 @@ class SGD(Learner):
         self.certified = 0
         self.n_learned = 0
         self._recent = []
+        self.diag = []
         self._Lbuf = 0
         self._S = None
         self._alloc(1)
@@ -166,6 +167,11 @@ class SGD(Learner):
         self.queries += r.queries
         self.searches += 1
         self.certified += int(r.certified)
+        if getattr(self, "diagnose", False):
+            # compare with the exact slack oracle at the same weights (benchmarks only)
+            exact = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
+                                    self._V3, self._ybuf, self._dbuf, self._lab.copy())
+            self.diag.append((r.queries, r.phi, exact))
         if r.label is None or r.phi <= 0:
             lab[:] = 0
             if kind not in (so.MULTILABEL, so.MLPAIR):
