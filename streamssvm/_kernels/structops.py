@@ -507,7 +507,30 @@ def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
             k = idx[q]
             out[k] = 1 - out[k]
         return best
-    # chain, Hamming loss: V[t, k, m] = best score of tags 0..t ending in k with m wrong
+    # chain, Hamming loss: the DP over wrong-tag counts, then the best level and its labeling
+    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
+    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+    best = 0.0
+    best_m = 0
+    for m in range(1, L + 1):
+        v = _chain_level_best(V, B, scale, L, K, use_trans, m)
+        if v == -np.inf:
+            continue
+        h = (m / L) * (1.0 + v - ts)
+        if h > best:
+            best = h
+            best_m = m
+    if best_m == 0:
+        for t in range(L):
+            out[t] = ytrue[t]
+        return 0.0
+    chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, best_m, out)
+    return best
+
+
+@njit(**_JIT)
+def _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V):
+    """V[t, k, m] = best score of tags 0..t ending in tag k with m wrong tags (-inf: none)."""
     NEG = -np.inf
     for t in range(L):
         for k in range(K):
@@ -533,46 +556,20 @@ def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
                         best = v
                 if best > NEG:
                     V[t, k, m] = best + S[t, k]
-    # score of the truth
-    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
-    best = 0.0
-    best_m = 0
-    best_k = ytrue[L - 1]
-    for m in range(1, L + 1):
-        for k in range(K):
-            v = V[L - 1, k, m]
-            if v == NEG:
-                continue
-            if use_trans:
-                v += scale * B[1, k]
-            h = (m / L) * (1.0 + v - ts)
-            if h > best:
-                best = h
-                best_m = m
-                best_k = k
-    if best_m == 0:
-        for t in range(L):
-            out[t] = ytrue[t]
-        return 0.0
-    # backtrack: find the predecessor consistent with the stored values
-    k = best_k
-    m = best_m
-    out[L - 1] = k
-    for t in range(L - 1, 0, -1):
-        w = 1 if k != ytrue[t] else 0
-        target = V[t, k, m] - S[t, k]
-        found = -1
-        for j in range(K):
-            pv = V[t - 1, j, m - w]
-            if pv == NEG:
-                continue
-            v = pv + (scale * T[j, k] if use_trans else 0.0)
-            if abs(v - target) <= 1e-9 * (1.0 + abs(target)):
-                found = j
-                break
-        k = found
-        m -= w
-        out[t - 1] = k
+
+
+@njit(**_JIT)
+def _chain_level_best(V, B, scale, L, K, use_trans, m):
+    """Best full-sequence score with exactly m wrong tags (end bias included)."""
+    best = -np.inf
+    for k in range(K):
+        v = V[L - 1, k, m]
+        if v == -np.inf:
+            continue
+        if use_trans:
+            v += scale * B[1, k]
+        if v > best:
+            best = v
     return best
 
 
@@ -617,44 +614,12 @@ def slack_levels(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
             hs[m - 1] = 1.0 + acc
             gs[m - 1] = m / Ki
         return K
-    NEG = -np.inf
-    for t in range(L):
-        for k in range(K):
-            for m in range(L + 1):
-                V[t, k, m] = NEG
-    for k in range(K):
-        w = 1 if k != ytrue[0] else 0
-        v = S[0, k]
-        if use_trans:
-            v += scale * B[0, k]
-        V[0, k, w] = v
-    for t in range(1, L):
-        for k in range(K):
-            w = 1 if k != ytrue[t] else 0
-            for m in range(w, t + 2):
-                best = NEG
-                for j in range(K):
-                    pv = V[t - 1, j, m - w]
-                    if pv == NEG:
-                        continue
-                    v = pv + (scale * T[j, k] if use_trans else 0.0)
-                    if v > best:
-                        best = v
-                if best > NEG:
-                    V[t, k, m] = best + S[t, k]
+    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
     ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
     c = 0
     for m in range(1, L + 1):
-        best = NEG
-        for k in range(K):
-            v = V[L - 1, k, m]
-            if v == NEG:
-                continue
-            if use_trans:
-                v += scale * B[1, k]
-            if v > best:
-                best = v
-        if best > NEG:
+        best = _chain_level_best(V, B, scale, L, K, use_trans, m)
+        if best > -np.inf:
             hs[c] = 1.0 + best - ts
             gs[c] = m / L
             c += 1
