@@ -6,8 +6,15 @@ violating labeling: exact (loss-augmented decoding for margin rescaling, the exa
 for slack rescaling) or, for slack rescaling, found by a budgeted search over lambda-oracles
 (angular / bisecting / binary, :mod:`streamssvm.oracles.slack`) on the structure's level points.
 
-SGD keeps no dual point here: :meth:`certificate` reports the primal objective on a window of
-recent examples (exact oracle) and says so (gap = +inf).
+A dual point (DESIGN section 3). From w = 0 with eta_t = 1 / (lam t), the t-th iterate is exactly
+w_T = (1 / (lam T)) sum_s c_s psi_s (c_s = 1, or Delta(y^_s) for slack rescaling): in the dual of the
+n held examples it is alpha_i(y^_s) = n / T for every violating visit s of example i (the rest of
+the mass on the ground truth), with dual value D = (1/T) sum_s Delta(y^_s) - (lam/2) ||w_T||^2. That
+alpha is feasible exactly when every example learned is still held and no example was visited
+(violating) more than T / n times -- true after one streaming pass, and after any number of
+whole :meth:`refine` epochs (each a permutation of the held examples). :meth:`certificate` then
+reports the valid gap P(w) - D >= P(w) - min P for the predicting (averaged) weights; otherwise
+it reports the primal objective only, gap = +inf, and says why.
 """
 from __future__ import annotations
 
@@ -84,6 +91,9 @@ class SGD(Learner):
         self.certified = 0
         self.n_learned = 0
         self._recent = []
+        self._visits = []               # violating visits of each held example (dual point)
+        self._dual_loss = 0.0           # sum of Delta(y^_s) over violating steps
+        self._dropped = 0               # examples learned but no longer held
         self.diag = []
         self._Lbuf = 0
         self._S = None
@@ -218,6 +228,20 @@ class SGD(Learner):
 
     # ------------------------------------------------------------------ steps
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
+        """One step on a new example, which joins the held window."""
+        viol = self._step(tok_ptr, fidx, fval, ytrue, Ki)
+        if self.window:
+            self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
+            self._visits.append(int(viol))
+            if len(self._recent) > self.window:
+                del self._recent[0]
+                del self._visits[0]
+                self._dropped += 1
+        else:
+            self._dropped += 1
+
+    def _step(self, tok_ptr, fidx, fval, ytrue, Ki):
+        """The Pegasos step; returns whether it moved the weights (a violating visit)."""
         self.t += 1
         eta = 1.0 / (self.lam * self.t)
         shrink = 1.0 - eta * self.lam
@@ -229,7 +253,9 @@ class SGD(Learner):
             self.a *= shrink
         L = len(tok_ptr) - 1
         lab, loss, H = self._most_violating(tok_ptr, fidx, fval, ytrue, Ki, self.W, self.a)
-        if H > 0.0 and loss > 0.0:
+        viol = H > 0.0 and loss > 0.0
+        if viol:
+            self._dual_loss += loss
             st = self._dbuf
             ss = so.stat_size(self._kind, L, self.W.Kc)
             st[:ss] = 0.0
@@ -248,10 +274,7 @@ class SGD(Learner):
                 avg *= (1.0 - r)
                 avg += (r * self.a) * cur
         self.n_learned += 1
-        if self.window:
-            self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
-            if len(self._recent) > self.window:
-                del self._recent[0]
+        return viol
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
         for e in range(len(ex_tok) - 1):
@@ -261,11 +284,17 @@ class SGD(Learner):
                        1 if Ki is None else Ki[e])
 
     def refine(self, passes=1.0, tol=None, progress=None):
-        """Further SGD steps over the recent window (``passes`` times)."""
-        for _ in range(int(round(passes * len(self._recent)))):
-            tp, fi, fv, y, Ki = self._recent[np.random.default_rng(self.t).integers(len(self._recent))]
-            self.learn(tp, fi, fv, y, Ki)
-            self._recent.pop()  # learn() appended it again
+        """Further SGD steps over the held window: ``passes`` epochs, each a fresh permutation of
+        the held examples (whole epochs keep the dual point of :meth:`certificate` feasible)."""
+        n = len(self._recent)
+        todo = int(round(passes * n))
+        rng = np.random.default_rng(self.t)
+        while todo > 0 and n:
+            for i in rng.permutation(n)[:todo]:
+                tp, fi, fv, y, Ki = self._recent[i]
+                self._visits[i] += int(self._step(tp, fi, fv, y, Ki))
+                self.n_learned -= 1  # a revisit, not a new example
+            todo -= n
 
     # ------------------------------------------------------------------ prediction / certificate
     def _pred_weights(self):
@@ -283,8 +312,25 @@ class SGD(Learner):
                          ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
         return out
 
+    def dual_point(self):
+        """(dual value D, None) when the iterates form a feasible dual point over the held
+        examples (see the module docstring), else (None, reason)."""
+        n, T = len(self._recent), self.t
+        if n == 0 or T == 0:
+            return None, "no examples held"
+        if self._dropped:
+            return None, (f"{self._dropped} learned examples are no longer held (window={self.window}); "
+                          "the iterate is not a dual point of the held ones")
+        if max(self._visits) * n > T:
+            return None, ("uneven revisits (an example was visited more than T/n times; refine by whole "
+                          "epochs to keep a dual point)")
+        reg_T = 0.5 * self.lam * self.a * self.a * self.W.sqnorm()
+        return self._dual_loss / T - reg_T, None
+
     def certificate(self):
-        """Primal objective on the recent window (exact oracle); no dual point: gap = +inf."""
+        """Primal objective on the held window (exact oracle) and, when the Pegasos iterates form a
+        feasible dual point (see :meth:`dual_point`), the valid duality gap of the predicting
+        weights; otherwise gap = +inf and ``note`` says why."""
         import time
         t0 = time.perf_counter()
         W, scale = self._pred_weights()
@@ -298,10 +344,19 @@ class SGD(Learner):
         reg = 0.5 * self.lam * scale * scale * W.sqnorm()
         extra = {"queries_per_search": self.queries / max(self.searches, 1),
                  "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
-        return Certificate(float("inf"), reg + hinge / n, float("-inf"), n, n, time.perf_counter() - t0, False,
-                           self.lam, regularizer=reg, hinge=hinge / n, rescaling=self.rescaling,
-                           note="primal only: SGD keeps no dual point here (gap reported as +inf)",
-                           extra=extra)
+        primal = reg + hinge / n
+        dual, why = self.dual_point()
+        if dual is None:
+            return Certificate(float("inf"), primal, float("-inf"), n, n, time.perf_counter() - t0, False,
+                               self.lam, regularizer=reg, hinge=hinge / n, rescaling=self.rescaling,
+                               note=f"primal only: no dual point ({why}); gap reported as +inf", extra=extra)
+        raw = primal - dual
+        extra["raw_gap"] = raw
+        which = "averaged weights (the ones used to predict)" if self.averaging else "last iterate"
+        return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, True, self.lam,
+                           regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
+                           rescaling=self.rescaling, extra=extra,
+                           note=f"{which}; dual point of the Pegasos iterates (w_T = A alpha)")
 
     def measure(self):
         return self.certificate()
@@ -310,6 +365,8 @@ class SGD(Learner):
     def state(self):
         return {"K": self._K, "a": self.a, "t": self.t, "queries": self.queries, "searches": self.searches,
                 "certified": self.certified, "n_learned": self.n_learned,
+                "dual_loss": self._dual_loss, "dropped": self._dropped,
+                "visits": np.asarray(self._visits, dtype=np.int64),
                 "E": self.W.E, "T": self.W.T, "B": self.W.B, "AE": self.A.E, "AT": self.A.T, "AB": self.A.B,
                 "C": self._C,
                 "recent": [{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
@@ -326,9 +383,16 @@ class SGD(Learner):
         self.A = Weights(1, 1)
         self.A.E, self.A.T, self.A.B = (np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB"))
         self._C = np.array(st["C"], dtype=np.float64)
+        self._dual_loss = float(st.get("dual_loss", 0.0))
+        self._dropped = int(st.get("dropped", 0))
         self._recent = [(np.asarray(r["tok_ptr"], dtype=np.int32), np.asarray(r["fidx"], dtype=np.int32),
                          np.asarray(r["fval"], dtype=np.float64), np.asarray(r["y"], dtype=np.int32), int(r["Ki"]))
                         for r in st["recent"]]
+        visits = st.get("visits")
+        if visits is None:  # a model saved before the dual point existed: no dual point
+            self._visits, self._dropped = [0] * len(self._recent), max(self._dropped, 1)
+        else:
+            self._visits = [int(v) for v in np.asarray(visits).ravel()]
         self._S = None
         self._Lbuf = 0
         self._alloc(1)
