@@ -344,7 +344,7 @@ def test_estimator_learns_synthetic_hierarchy(learner):
     lr = {"bcfw": ss.learners.BCFW(lam=1e-3, replay=2, seed=0),
           "bcfw-slack": ss.learners.BCFW(lam=1e-3, replay=2, seed=0, rescaling="slack"),
           "sgd": ss.learners.SGD(lam=1e-3),
-          "sgd-angular": ss.learners.SGD(lam=1e-3, rescaling="slack", search="angular")}[learner]
+          "sgd-angular": ss.learners.SGD(lam=1e-3, rescaling="slack", search="angular", averaging=False)}[learner]
     m = ss.MultiLabelSSVM(hierarchy=big, learner=lr)
     data = _data(3, 700, big, d=10, noise=0.3)
     train, test = data[:500], data[500:]
@@ -379,6 +379,10 @@ def test_save_load_round_trip_and_learn_many(tmp_path):
         np.testing.assert_array_equal(m2._learner.W.E, m._learner.W.E)
         if isinstance(lr, ss.learners.BCFW):
             assert m2.certificate().gap == pytest.approx(m.certificate().gap, rel=1e-9)
+        try:
+            import pandas  # noqa: F401  (predict_many returns a DataFrame)
+        except ImportError:
+            continue
         df = m2.predict_many(X[:5])
         assert list(df.columns) == m._hier.leaves
 
