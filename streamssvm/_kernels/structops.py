@@ -725,7 +725,11 @@ def chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, m, out):
 # node ids. The loss is the Hamming distance over the leaves divided by the number of leaves.
 #
 # The graph travels in the cost matrix argument every kernel already receives (a hierarchy has
-# no cost matrix): ``C[a, b] = 1`` iff b is a parent of a. Node ids follow one convention,
+# no cost matrix), as parent lists: ``C[a, 0] = -(number of parents of a)`` and
+# ``C[a, 1 + i] = -(id of its i-th parent)`` -- negative so that ``C.max()``, which learners read
+# as the largest loss, stays 0 (the loss is at most 1); it always fits, since parents have larger
+# ids (at most Kc - 1 - a of them). Reading the graph costs O(nodes + edges). Node ids follow one
+# convention,
 # checked by ``streamssvm.structures.Hierarchy``: the leaves are ids ``0 .. Ki-1`` (``Ki`` = the
 # number of leaves, the loss normalizer), the internal nodes follow, and every child id is
 # smaller than its parents' ids, so increasing id order is a bottom-up order.
@@ -738,16 +742,25 @@ def chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, m, out):
 
 
 @njit(**_JIT)
+def _hier_npar(C, a):
+    return int(-C[a, 0])
+
+
+@njit(**_JIT)
+def _hier_parent(C, a, i):
+    return int(-C[a, 1 + i])
+
+
+@njit(**_JIT)
 def _hier_graph(C, K):
-    """Children CSR of the node graph from C, with a virtual root K whose children are the
-    roots; returns (cptr, cidx, is_tree)."""
+    """Children CSR of the node graph from the parent lists in C, with a virtual root K whose
+    children are the roots; returns (cptr, cidx, is_tree)."""
     nch = np.zeros(K + 1, dtype=np.int64)
     npar = np.zeros(K, dtype=np.int64)
     for a in range(K):
-        for b in range(a + 1, K):
-            if C[a, b] != 0.0:
-                nch[b] += 1
-                npar[a] += 1
+        npar[a] = _hier_npar(C, a)
+        for i in range(npar[a]):
+            nch[_hier_parent(C, a, i)] += 1
     tree = True
     for a in range(K):
         if npar[a] == 0:
@@ -763,10 +776,10 @@ def _hier_graph(C, K):
         if npar[a] == 0:
             cidx[fill[K]] = a
             fill[K] += 1
-        for b in range(a + 1, K):
-            if C[a, b] != 0.0:
-                cidx[fill[b]] = a
-                fill[b] += 1
+        for i in range(npar[a]):
+            b = _hier_parent(C, a, i)
+            cidx[fill[b]] = a
+            fill[b] += 1
     return cptr, cidx, tree
 
 
@@ -992,9 +1005,8 @@ def _hier_enum(S, K, C, cptr, ybuf, mode, w, Ki, ts, best_m, out, m_sel):
             if mark[n] == 1:
                 aidx[c] = n
                 c += 1
-                for b in range(n + 1, K):
-                    if C[n, b] != 0.0:
-                        mark[b] = 1
+                for j in range(_hier_npar(C, n)):
+                    mark[_hier_parent(C, n, j)] = 1
         aptr[i + 1] = c
     cnt = np.zeros(K, dtype=np.int64)
     cur = np.zeros(nl, dtype=np.int8)

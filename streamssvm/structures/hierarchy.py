@@ -13,7 +13,9 @@ not loss.
 Node ids follow the convention of the kernels (``streamssvm._kernels.structops``, HIER
 section): leaves first (in order of first appearance), then the internal nodes bottom-up, so
 that every child id is smaller than its parents' ids. The graph reaches the kernels through the
-cost-matrix argument: ``C[a, b] = 1`` iff b is a parent of a.
+cost-matrix argument, as negated parent lists: ``C[a, 0] = -(number of parents of a)``,
+``C[a, 1 + i] = -(id of its i-th parent)`` (negative so that the matrix maximum, read by the
+learners as the largest loss, stays 0).
 
 Inference is exact: dynamic programs over the tree (MAP / loss-augmented decoding in O(nodes),
 best score per number of wrong leaves in O(leaves^2) for the slack oracle and the level points
@@ -156,18 +158,20 @@ class Hierarchy(Structure):
         return np.array(sorted(s), dtype=np.int32)
 
     def cost_matrix(self, Kc, labels):
-        """The graph for the kernels: ``C[a, b] = 1`` iff node b is a parent of node a (over the
-        first min(Kc, nodes) ids). ``labels`` must list the nodes in this structure's order."""
+        """The graph for the kernels (over the first min(Kc, nodes) ids): ``C[a, 0] = -(number of
+        parents of a)``, ``C[a, 1 + i] = -(id of its i-th parent)``. ``labels`` must list the nodes
+        in this structure's order."""
         n = len(self.nodes)
         if list(labels[:n]) != self.nodes[:len(labels)] or len(labels) > n:
             raise ValueError("the label index of a hierarchical model must list the hierarchy's nodes "
                              "(leaves first, then internal nodes bottom-up); got a different label set")
         C = np.zeros((Kc, Kc))
-        for a in range(min(Kc, len(labels))):
-            for b in self.parent_ids[a]:
-                if b < Kc:
-                    C[a, b] = 1.0
-        return C
+        if len(labels) == n and Kc >= n:
+            for a in range(n):
+                ps = self.parent_ids[a]
+                C[a, 0] = -float(len(ps))
+                C[a, 1:1 + len(ps)] = -np.asarray(ps, dtype=float)
+        return C  # all zeros (no edges) only while the learner's capacity is still below the nodes
 
     # --- reference implementations (dense, slow) used by tests ---
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
