@@ -415,3 +415,24 @@ def test_errors():
     assert set(m.predict_one({"a": 1.0})) == set(m._hier.leaves)
     with pytest.raises(ValueError, match="label index"):
         Hierarchy(TREE).cost_matrix(12, ["x", "y"])
+
+
+def test_cli_run_with_hierarchy(tmp_path, capsys):
+    import json
+
+    from connectors.files import write_jsonl
+    from streamssvm.cli import main
+    hf = tmp_path / "h.json"
+    hf.write_text(json.dumps(TREE))
+    data = _data(6, 50, TREE)
+    write_jsonl(tmp_path / "s.jsonl", [{"x": x.tolist(), "y": [k for k, v in y.items() if v]} for x, y in data])
+    assert main(["run", "--source", str(tmp_path / "s.jsonl"), "--task", "multilabel", "--hierarchy", str(hf),
+                 "--rescaling", "slack", "--no-progress", "--json", "--save", str(tmp_path / "m.ssvm")]) == 0
+    out = capsys.readouterr().out
+    s = json.loads(out[out.index("{"):])
+    assert s["examples_seen"] == 50
+    m = ss.MultiLabelSSVM.load(str(tmp_path / "m.ssvm"))
+    assert m._hier.leaves == Hierarchy(TREE).leaves and m._learner.rescaling == "slack"
+    assert main(["run", "--source", str(tmp_path / "s.jsonl"), "--task", "multiclass", "--hierarchy", str(hf),
+                 "--no-progress"]) == 2
+    assert "--hierarchy goes with --task multilabel" in capsys.readouterr().err
