@@ -7,7 +7,8 @@ Data: SWIKI-2011 is not available here, so a synthetic problem of the same shape
 of 156 nodes whose 123 leaves are the labels (depth <= 4), 1500 examples (750 train / 750 test
 as in the paper, without a holdout). Each example holds 1-3 leaves, drawn near each other in
 the tree (same parent with probability 0.6); x (d = 100) is the sum of node prototypes along
-the ancestor closure of its leaves plus Gaussian noise, so the internal nodes carry signal.
+the ancestor closure of its leaves plus Gaussian noise (3x the prototype scale), so the internal
+nodes carry signal.
 
 * Table 3 analogue: BCFW (exact tree DPs) with margin and slack rescaling, streamed once then
   refined; SGD margin and slack (exact oracle and angular search); the flat multi-label model
@@ -54,7 +55,7 @@ def make_tree(rng, n_leaves=123, n_internal=33):
     return h
 
 
-def make_data(rng, hier, n, d=100, noise=1.0):
+def make_data(rng, hier, n, d=100, noise=3.0):
     N, nl = len(hier.nodes), hier.n_leaves
     P = rng.normal(size=(N, d)) / np.sqrt(d) * 4.0
     sib = {k: [j for j in range(nl) if j != k and hier.parent_ids[j] == hier.parent_ids[k]] for k in range(nl)}

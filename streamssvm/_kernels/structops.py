@@ -875,8 +875,8 @@ def _hier_tree_levels(S, K, cptr, cidx, ybuf, nl, best_m, m_sel, out):
             chp[p + 1] = chp[p] + cum + 1
     CHM = np.zeros(chp[nE], dtype=np.int32)
     CHS = np.zeros(chp[nE], dtype=np.int8)
-    A = np.empty(nl + 2)
-    Bn = np.empty(nl + 2)
+    A = np.empty(nlv[K] + 2)
+    Bn = np.empty(nlv[K] + 2)
     for n in range(K + 1):
         c0 = cptr[n]
         c1 = cptr[n + 1]
@@ -1096,6 +1096,12 @@ def hier_levels(S, C, K, ytrue, ly, Ki, best_m, m_sel, out):
     ybuf = np.zeros(K, dtype=np.int32)
     _hier_truth(ytrue, ly, K, ybuf)
     cptr, cidx, tree = _hier_graph(C, K)
+    nleaf = 0
+    for n in range(K):
+        if cptr[n] == cptr[n + 1]:
+            nleaf += 1
+    if nleaf != Ki or best_m.shape[0] < Ki + 1:
+        raise ValueError("hierarchy: Ki must be the number of leaves and best_m hold Ki + 1 values")
     if tree:
         return _hier_tree_levels(S, K, cptr, cidx, ybuf, Ki, best_m, m_sel, out)
     r = _hier_enum(S, K, C, cptr, ybuf, 2, 0.0, Ki, 0.0, best_m, out, m_sel)
