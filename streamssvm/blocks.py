@@ -20,7 +20,7 @@ from collections import deque
 import numpy as np
 
 from ._kernels import bcfw as K
-from ._kernels.structops import MLPAIR, MULTILABEL, labeling_len, stat_size, truth_stat
+from ._kernels.structops import HIER, MLPAIR, MULTILABEL, labeling_len, stat_size, truth_stat
 
 _EVICTION = ("fifo", "reservoir")
 
@@ -149,7 +149,7 @@ class BlockStore:
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
         and appends it to the alive list). Returns the slot."""
         Kc = self.Kc
-        if self.kind == MULTILABEL:
+        if self.kind in (MULTILABEL, HIER):
             lablen = ss = Kc
         elif self.kind == MLPAIR:
             lablen, ss = Kc, Kc + Kc * Kc
@@ -231,7 +231,7 @@ class BlockStore:
         pn = 0
         if self.pool_cap > 0:
             # the ground truth is the first pool entry, with all the dual mass
-            if self.kind in (MULTILABEL, MLPAIR):
+            if self.kind in (MULTILABEL, MLPAIR, HIER):
                 for q in ytrue:
                     I[p0 + q] = 1
             else:
@@ -289,7 +289,7 @@ class BlockStore:
         nnz = (tok_ptr[ex_tok[1:]] - tok_ptr[ex_tok[:-1]]).astype(np.int64)
         ly = np.diff(y_ptr).astype(np.int64)
         Kc = self.Kc
-        if self.kind in (MULTILABEL, MLPAIR):
+        if self.kind in (MULTILABEL, MLPAIR, HIER):
             lablen = np.full(m, Kc, dtype=np.int64)
             ss = np.full(m, Kc + (Kc * Kc if self.kind == MLPAIR else 0), dtype=np.int64)
         else:

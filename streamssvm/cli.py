@@ -45,6 +45,7 @@ def _add_learner_args(p):
 
 def _make_model(args):
     import streamssvm as ss
+    hierarchy = _load_hierarchy(getattr(args, "hierarchy", None), args.task)
     if args.task == "extreme" or args.learner == "memoir":
         if args.task != "extreme" or args.learner != "memoir":
             raise ValueError("--task extreme goes with --learner memoir")
@@ -60,8 +61,23 @@ def _make_model(args):
     if args.task == "multiclass":
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
     if args.task == "multilabel":
-        return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features)
+        return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features, hierarchy=hierarchy)
     return ss.SequenceTagger(learner=learner, n_features=args.n_features)
+
+
+def _load_hierarchy(path, task):
+    """``--hierarchy FILE``: JSON ``{child: parent}`` / ``{child: [parents]}`` (null: a root) or a
+    list of ``[child, parent]`` pairs, for ``--task multilabel``."""
+    if path is None:
+        return None
+    if task != "multilabel":
+        raise ValueError("--hierarchy goes with --task multilabel")
+    import json
+    with open(path) as f:
+        h = json.load(f)
+    if isinstance(h, list):
+        h = [tuple(e) if isinstance(e, list) else e for e in h]
+    return h
 
 
 def _open_sink(uri):
@@ -360,6 +376,8 @@ def build_parser():
     r.add_argument("--source", required=True, help="file://path[.jsonl|.csv|.libsvm|.conll][?format=...] or "
                    "kafka://HOST:PORT/TOPIC?group=G[&partitions=0,1][&stop_at_end=1]")
     r.add_argument("--task", required=True, choices=["multiclass", "multilabel", "sequence", "extreme"])
+    r.add_argument("--hierarchy", default=None, help="multilabel: JSON file {child: parent} / {child: [parents]} "
+                   "whose leaves are the labels (hierarchical multi-label)")
     _add_learner_args(r)
     r.add_argument("--checkpoint-dir", default=None)
     r.add_argument("--checkpoint-every", type=int, default=None, help="examples between checkpoints")

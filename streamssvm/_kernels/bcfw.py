@@ -14,7 +14,7 @@ from numba import njit
 
 from .structops import labeling_len as lablen_of
 from .structops import (
-    MLPAIR, MULTILABEL, decode, emission_scores, gram, labeling_loss, slack_oracle, labeling_score, labeling_stat,
+    HIER, MLPAIR, MULTILABEL, decode, emission_scores, gram, labeling_loss, slack_oracle, labeling_score, labeling_stat,
     loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
 
@@ -180,7 +180,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
     lablen = meta[j, M_LABLEN]
     ss = st.shape[0]
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
-    m_val = (loss_const(kind, ly, Ki) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
     # ---- corner: cache (pool) or exact oracle ----
     corner = -1  # pool index of the FW corner if it is in the pool
@@ -417,7 +417,7 @@ def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, ali
             for p in range(ly):
                 lab[ytrue[p]] = 1
             t_score = labeling_score(kind, S, T, B, scale, lab, L, K, use_trans)
-        elif kind == MULTILABEL:
+        elif kind == MULTILABEL or kind == HIER:
             t_score = 0.0
             for p in range(ly):
                 if ytrue[p] < K:
@@ -427,7 +427,7 @@ def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, ali
         h = star - t_score
         if h < 0.0:
             h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)
-        Li = loss_const(kind, ly, Ki) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
         m_val = Li + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans)
         g = star - m_val
         if g < 0.0:
@@ -538,7 +538,7 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         truth_stat(kind, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0)
     meta[j, M_PN] = 0
     if pcap > 0:
-        if kind == MULTILABEL or kind == MLPAIR:
+        if kind == MULTILABEL or kind == MLPAIR or kind == HIER:
             for q in range(ly):
                 Iar[p0 + yt[q]] = 1
         else:

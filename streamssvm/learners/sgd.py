@@ -142,7 +142,7 @@ class SGD(Learner):
         self._alloc(L)
         S = self._S
         so.emission_scores(W.E, scale, tok_ptr, fidx, fval, L, K, S)
-        ml = kind in (so.MULTILABEL, so.MLPAIR)
+        ml = kind in (so.MULTILABEL, so.MLPAIR, so.HIER)
         lab = self._lab[: (self.W.Kc if ml else L)]
         if ml:
             dense = np.zeros(self.W.Kc, dtype=np.int32)
@@ -184,7 +184,7 @@ class SGD(Learner):
             self.diag.append((r.queries, r.phi, exact))
         if r.label is None or r.phi <= 0:
             lab[:] = 0
-            if kind not in (so.MULTILABEL, so.MLPAIR):
+            if kind not in (so.MULTILABEL, so.MLPAIR, so.HIER):
                 lab[:L] = ytrue
             else:
                 lab[:] = 0
@@ -207,6 +207,9 @@ class SGD(Learner):
                 if k != yt and abs(self._C[yt, k] - g_sel) < 1e-12 and S[0, k] > best:
                     best, arg = S[0, k], k
             lab[0] = arg
+            return lab
+        if kind == so.HIER:
+            so.hier_level_labeling(S, self._C, K, ytrue, len(ytrue), Ki, int(round(g_sel * Ki)), lab)
             return lab
         if kind == so.MLPAIR:
             so.mrf_level_labeling(S, W.T, scale, K, ytrue, len(ytrue), Ki, int(round(g_sel * Ki)), lab)

@@ -1,7 +1,8 @@
 """Structures: what is predicted (feature map layout, loss, oracles)."""
 from .base import Structure, Weights
 from .chain import Chain
+from .hierarchy import Hierarchy
 from .multiclass import MultiClass
 from .multilabel import MultiLabel
 
-__all__ = ["Structure", "Weights", "Chain", "MultiClass", "MultiLabel"]
+__all__ = ["Structure", "Weights", "Chain", "MultiClass", "MultiLabel", "Hierarchy"]

@@ -1,0 +1,202 @@
+"""Hierarchical multi-label classification (paper 000, section 5.2; Cai & Hofmann 2004).
+
+The labels are the leaves of a given tree or DAG. A labeling is a set Y of leaves; its score sums
+the node potentials of the ancestor closure of Y (Anc(n) includes n itself)::
+
+    <w, phi(x, Y)> = sum_{n in Anc(Y)} <w_n, x>,        Anc(Y) = union_{y in Y} Anc(y)
+
+so the sufficient statistic is the 0/1 indicator of Anc(Y) over the nodes (one emission column
+per node). The loss is the Hamming distance over the *leaves* divided by the number of leaves
+(the multi-label loss of :class:`MultiLabel` on the label set); internal nodes carry potentials,
+not loss.
+
+Node ids follow the convention of the kernels (``streamssvm._kernels.structops``, HIER
+section): leaves first (in order of first appearance), then the internal nodes bottom-up, so
+that every child id is smaller than its parents' ids. The graph reaches the kernels through the
+cost-matrix argument, as negated parent lists: ``C[a, 0] = -(number of parents of a)``,
+``C[a, 1 + i] = -(id of its i-th parent)`` (negative so that the matrix maximum, read by the
+learners as the largest loss, stays 0).
+
+Inference is exact: dynamic programs over the tree (MAP / loss-augmented decoding in O(nodes),
+best score per number of wrong leaves in O(leaves^2) for the slack oracle and the level points
+of the searches); on a DAG, enumeration of the leaf subsets, up to 16 leaves.
+
+>>> h = Hierarchy({"cat": "animal", "dog": "animal", "car": "vehicle", "bus": "vehicle"})
+>>> h.nodes
+['cat', 'dog', 'car', 'bus', 'animal', 'vehicle']
+>>> h.n_leaves, h.is_tree
+(4, True)
+>>> [h.nodes[i] for i in h.closure([0, 1])]
+['cat', 'dog', 'animal']
+"""
+from __future__ import annotations
+
+import itertools
+from collections import deque
+
+import numpy as np
+
+from .._kernels.structops import HIER, HIER_MAX_DAG_LEAVES
+from .base import Structure
+
+
+def _parents_of(value):
+    """A dict value: None (a root), a list / set / frozenset of parents, or one parent (any
+    other hashable, tuples included)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, set, frozenset)):
+        return list(value)
+    return [value]
+
+
+class Hierarchy(Structure):
+    """Multi-label over the leaves of a tree or DAG (see the module docstring).
+
+    Parameters
+    ----------
+    hierarchy
+        ``{child: parent}`` for a tree, ``{child: [parents]}`` for a DAG (a value may also be
+        ``None`` to declare a root explicitly), or a list of ``(child, parent)`` pairs. Nodes
+        that are nobody's parent are the leaves: the labels. Node names must be hashable.
+    """
+    kind = HIER
+    use_trans = False
+    name = "hierarchy"
+
+    def __init__(self, hierarchy):
+        super().__init__(None)
+        edges = self.parse(hierarchy)
+        order: list = []
+        seen: dict = {}
+
+        def add(n):
+            try:
+                if n not in seen:
+                    seen[n] = len(order)
+                    order.append(n)
+            except TypeError:
+                raise TypeError(f"hierarchy node names must be hashable, got {type(n).__name__}") from None
+
+        parents: dict = {}
+        for c, p in edges:
+            add(c)
+            parents.setdefault(c, [])
+            if p is None:
+                continue
+            add(p)
+            parents.setdefault(p, [])
+            if p == c:
+                raise ValueError(f"hierarchy: node {c!r} is its own parent")
+            if p not in parents[c]:
+                parents[c].append(p)
+        children: dict = {n: [] for n in order}
+        for c in order:
+            for p in parents[c]:
+                children[p].append(c)
+        leaves = [n for n in order if not children[n]]
+        # bottom-up order: a node once all its children are placed (leaves first)
+        remaining = {n: len(children[n]) for n in order}
+        queue = deque(leaves)
+        nodes = []
+        while queue:
+            n = queue.popleft()
+            nodes.append(n)
+            for p in parents[n]:
+                remaining[p] -= 1
+                if remaining[p] == 0:
+                    queue.append(p)
+        if len(nodes) != len(order):
+            cyc = [n for n in order if remaining[n] > 0]
+            raise ValueError(f"hierarchy has a cycle (through {cyc[:5]!r}); it must be a tree or a DAG")
+        self.nodes = nodes
+        self.index = {n: i for i, n in enumerate(nodes)}
+        self.n_leaves = len(leaves)
+        self.parent_ids = [sorted(self.index[p] for p in parents[n]) for n in nodes]
+        self.is_tree = all(len(p) <= 1 for p in self.parent_ids)
+        if not self.is_tree and self.n_leaves > HIER_MAX_DAG_LEAVES:
+            raise ValueError(f"hierarchy is a DAG (a node has several parents) with {self.n_leaves} leaves; "
+                             f"exact inference on DAGs enumerates leaf subsets and supports up to "
+                             f"{HIER_MAX_DAG_LEAVES} leaves (trees have no limit)")
+        # parents have larger ids: compute the closures top-down
+        anc = [None] * len(nodes)
+        for i in range(len(nodes) - 1, -1, -1):
+            s = {i}
+            for p in self.parent_ids[i]:
+                s |= anc[p]
+            anc[i] = s
+        self._anc = anc
+
+    @staticmethod
+    def parse(hierarchy):
+        """The (child, parent) pairs of a hierarchy given as a dict or a list of pairs."""
+        if isinstance(hierarchy, dict):
+            if not hierarchy:
+                raise ValueError("hierarchy is empty")
+            return [(c, p) for c, v in hierarchy.items() for p in (_parents_of(v) or [None])]
+        if isinstance(hierarchy, (list, tuple)):
+            if not hierarchy:
+                raise ValueError("hierarchy is empty")
+            out = []
+            for e in hierarchy:
+                if not isinstance(e, (list, tuple)) or len(e) != 2:
+                    raise ValueError(f"a hierarchy given as a list must hold (child, parent) pairs, got {e!r}")
+                out.append((e[0], e[1]))
+            return out
+        raise TypeError(f"hierarchy must be a dict {{child: parent}} / {{child: [parents]}} or a list of "
+                        f"(child, parent) pairs, got {type(hierarchy).__name__}")
+
+    @property
+    def leaves(self):
+        return self.nodes[:self.n_leaves]
+
+    def closure(self, leaf_ids):
+        """Sorted node ids of the ancestor closure of the given leaf ids."""
+        s = set()
+        for i in leaf_ids:
+            s |= self._anc[int(i)]
+        return np.array(sorted(s), dtype=np.int32)
+
+    def cost_matrix(self, Kc, labels):
+        """The graph for the kernels (over the first min(Kc, nodes) ids): ``C[a, 0] = -(number of
+        parents of a)``, ``C[a, 1 + i] = -(id of its i-th parent)``. ``labels`` must list the nodes
+        in this structure's order."""
+        n = len(self.nodes)
+        if list(labels[:n]) != self.nodes[:len(labels)] or len(labels) > n:
+            raise ValueError("the label index of a hierarchical model must list the hierarchy's nodes "
+                             "(leaves first, then internal nodes bottom-up); got a different label set")
+        C = np.zeros((Kc, Kc))
+        if len(labels) == n and Kc >= n:
+            for a in range(n):
+                ps = self.parent_ids[a]
+                C[a, 0] = -float(len(ps))
+                C[a, 1:1 + len(ps)] = -np.asarray(ps, dtype=float)
+        return C  # all zeros (no edges) only while the learner's capacity is still below the nodes
+
+    # --- reference implementations (dense, slow) used by tests ---
+    def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
+        """``y`` is a closure indicator over the nodes (length >= K)."""
+        E = np.zeros((d, K))
+        for p in range(tok_ptr[0], tok_ptr[1]):
+            for k in range(K):
+                if y[k]:
+                    E[fidx[p], k] += fval[p]
+        return E, np.zeros((K, K)), np.zeros((2, K))
+
+    def all_labelings(self, L=1, K=None):
+        """Closure indicators of all 2^leaves leaf subsets."""
+        K = len(self.nodes) if K is None else K
+        out = []
+        for bits in itertools.product((0, 1), repeat=self.n_leaves):
+            y = np.zeros(K, dtype=np.int32)
+            y[self.closure([i for i, b in enumerate(bits) if b])] = 1
+            out.append(y)
+        return out
+
+    def brute_loss(self, ytrue_closure, y, C=None, Ki=None):
+        """Hamming distance over the leaves / number of leaves."""
+        nl = self.n_leaves
+        dense = np.zeros(nl, dtype=int)
+        t = [q for q in ytrue_closure if q < nl]
+        dense[t] = 1
+        return float(np.sum(dense != np.asarray(y)[:nl])) / nl
