@@ -355,7 +355,9 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
         self._init_common(learner, n_features, labels, rescaling)
 
     def _make_structure(self):
-        return MultiLabel(pairwise=self.pairwise)
+        from .learners.sgd import SGD
+        # SGD calls its oracles from Python and can solve the LP relaxation above 16 labels
+        return MultiLabel(pairwise=self.pairwise, inference="auto" if isinstance(self.learner, SGD) else "enum")
 
     @classmethod
     def _unit_test_params(cls):

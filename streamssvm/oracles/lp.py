@@ -145,6 +145,16 @@ class PairwiseMRFLP:
         rows = np.column_stack([3 * e, 3 * e, 3 * e + 1, 3 * e + 1, 3 * e + 2, 3 * e + 2, 3 * e + 2]).ravel()
         self.A = sparse.csr_matrix((vals.ravel(), (rows, cols.ravel())), shape=(3 * E, self.n))
         self.b = np.tile([0.0, 0.0, 1.0], E)
+        # the lambda-oracle alone never needs mu_kl >= mu_k + mu_l - 1 on an attractive edge
+        # (P > 0: the optimum pushes mu_kl up to min(mu_k, mu_l)) nor mu_kl <= mu_k, mu_l on a
+        # repulsive one (the optimum pushes it down to max(0, mu_k + mu_l - 1)): same optimum,
+        # smaller LP. The constrained oracle keeps all rows (its angle rows involve mu_kl).
+        att = self.pw > 0
+        keep = np.ones(3 * E, dtype=bool)
+        keep[3 * e[att] + 2] = False
+        keep[3 * e[~att]] = False
+        keep[3 * e[~att] + 1] = False
+        self.A_red, self.b_red = self.A[keep], self.b[keep]
         self.calls = 0
         self.integral_calls = 0
 
@@ -168,10 +178,10 @@ class PairwiseMRFLP:
             A = sparse.vstack([self.A, sparse.csr_matrix(np.asarray(extra_rows))], format="csr")
             b = np.concatenate([self.b, np.asarray(extra_b, dtype=np.float64)])
         else:
-            A, b = self.A, self.b
+            A, b = self.A_red, self.b_red
         if A.shape[0] == 0:
             A, b = None, None
-        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, 1.0), method="highs")
+        res = linprog(c, A_ub=A, b_ub=b, bounds=(0.0, 1.0), method="highs", options={"presolve": False})
         self.calls += 1
         if res.status == 2:
             return None
