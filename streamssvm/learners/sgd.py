@@ -166,7 +166,7 @@ class SGD(Learner):
                 # max_y Delta + f(y) - f* = max (h - 1) + g <= LP value - 1
                 return lab, r.g, max(r.value - 1.0, 0.0) if not count else max(r.h - 1.0 + r.g, 0.0)
             o, oc = lp.search_oracles()
-            hmax = max(1.0, lp.hg(lp._ascend(lp.y, lp.s))[0])   # greedy MAP: the paper's H-hat
+            hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])   # greedy MAP: the paper's H-hat
             gmax = K / max(Ki, 1)
             if self.search == "angular":
                 r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)

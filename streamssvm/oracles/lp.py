@@ -76,7 +76,7 @@ class LPSolution:
     h_lp: float               # h at the LP optimum (possibly fractional)
     g_lp: float               # g at the LP optimum
     value: float              # h_lp + lam * g_lp >= max over feasible labelings of h + lam g
-    integral: bool            # the LP optimum was integral (labeling is the exact argmax)
+    integral: bool            # the LP optimum was integral (and inside the angle): labeling is the exact argmax
     in_angle: bool = True     # the labeling satisfies the (exact, strict/closed) angle conditions
     mu: np.ndarray | None = None  # node marginals of the LP optimum
 
@@ -203,13 +203,15 @@ class PairwiseMRFLP:
         mu = x[: self.K]
         h_lp, g_lp = self._point(x)
         value = h_lp + lam * g_lp
-        frac = np.abs(mu - np.round(mu)) > 1e-6
-        if not frac.any():
-            lab = np.round(mu).astype(np.int32)
-            integral = True
+        # integral: 0/1 up to 1e-9 (HiGHS vertices are exact to ~1e-12; a looser tolerance would
+        # let the LP slip past a margin by tiny fractions) and, under an angle, exactly inside it
+        lab = np.round(mu).astype(np.int32)
+        integral = not np.any(np.abs(mu - lab) > 1e-9)
+        if integral and angle is not None:
+            integral = self._in_angle(*self.hg(lab), *angle)
+        if integral:
             self.integral_calls += 1
         else:
-            integral = False
             lab = self._round(mu, lam, angle)
         h, g = self.hg(lab)
         ok = True if angle is None else self._in_angle(h, g, *angle)
@@ -217,15 +219,15 @@ class PairwiseMRFLP:
 
     def _round(self, mu, lam, angle):
         """Best rounding of fractional node marginals (at 1/2; ties to 0, 1, the truth), each
-        improved by greedy single flips on h + lam g; among candidates inside the angle when any."""
-        field0 = self.s + lam * self.cg[: self.K]
+        improved by greedy single flips on h + lam g (flips that stay inside the angle, when the
+        rounding is inside); among candidates inside the angle when any."""
         cands = []
         for tie in (0, 1, 2):
             lab = (mu > 0.5 + 1e-9).astype(np.int32)
             half = np.abs(mu - 0.5) <= 1e-9
             lab[half] = tie if tie < 2 else self.y[half]
             cands.append(lab.copy())
-            cands.append(self._ascend(lab, field0))
+            cands.append(self._ascend(lab, lam, angle))
         best, bkey = None, None
         for lab in cands:
             h, g = self.hg(lab)
@@ -235,15 +237,29 @@ class PairwiseMRFLP:
                 best, bkey = lab, key
         return best
 
-    def _ascend(self, lab, field0, max_flips=None):
+    def _ascend(self, lab, lam, angle=None, max_flips=None):
+        """Greedy single flips on h + lam g; with an angle, only flips that keep a labeling
+        inside it (when it starts inside)."""
         lab = lab.copy()
-        fld = field0 + self.Psym @ lab
+        fld = self.s + self.Psym @ lab          # score change of switching a label on
+        h, g = self.hg(lab)
+        keep_in = angle is not None and self._in_angle(h, g, *angle)
         for _ in range(max_flips or 4 * self.K):
-            gain = np.where(lab == 0, fld, -fld)
+            dh = np.where(lab == 0, fld, -fld)
+            dg = np.where(lab == self.y, 1.0, -1.0) / self.Ki
+            gain = dh + lam * dg
+            if keep_in:
+                hi, lo, hi_c, lo_c = angle
+                hn, gn = h + dh, g + dg
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    d = np.where(hn > 0, gn / hn, -1.0)
+                ok = (hn > 0) & ((d < hi) | ((d == hi) & hi_c)) & ((d > lo) | ((d == lo) & lo_c))
+                gain = np.where(ok, gain, -np.inf)
             k = int(np.argmax(gain))
             if gain[k] <= 1e-12:
                 break
             sgn = 1.0 if lab[k] == 0 else -1.0
+            h, g = h + dh[k], g + dg[k]
             lab[k] = 1 - lab[k]
             fld += sgn * self.Psym[:, k]
         return lab
