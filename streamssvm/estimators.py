@@ -339,6 +339,10 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
     ``y`` is a dict ``{label: bool}``; labels never seen before are added (an example's loss is
     normalized by the number of labels known when it arrived).
 
+    ``pairwise=True`` adds a co-occurrence potential for every pair of labels (a fully connected
+    binary MRF), decoded exactly by enumeration up to 16 labels; above that ``learners.SGD``
+    solves the LP relaxation (:mod:`streamssvm.oracles.lp`) and ``learners.BCFW`` refuses.
+
     Examples
     --------
     >>> import streamssvm as ss

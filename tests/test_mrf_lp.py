@@ -304,3 +304,18 @@ def test_clear_errors():
     assert m._learner.lp_calls == 0
     m.learn_one({"a": 1.0}, labels)
     assert m._learner.lp_calls == 1
+
+
+def test_save_load_keeps_the_lp_path(tmp_path):
+    rng = np.random.default_rng(7)
+    X, Y = _synthetic(rng, 30, K=18)
+    m = ss.MultiLabelSSVM(learner=ss.learners.SGD(lam=1e-2, window=5), pairwise=True)
+    _fit_predict(m, X, Y, X[:1])
+    m.save(tmp_path / "m")
+    m2 = ss.MultiLabelSSVM.load(tmp_path / "m")
+    for x in X[:5]:
+        xd = {f"f{j}": v for j, v in enumerate(x)}
+        assert m2.predict_one(xd) == m.predict_one(xd)
+    assert m2._learner._lp_on()
+    c, c2 = m.certificate(), m2.certificate()
+    assert "LP relaxation" in c2.note and c2.primal == pytest.approx(c.primal, rel=1e-12)
