@@ -319,3 +319,37 @@ def test_save_load_keeps_the_lp_path(tmp_path):
     assert m2._learner._lp_on()
     c, c2 = m.certificate(), m2.certificate()
     assert "LP relaxation" in c2.note and c2.primal == pytest.approx(c.primal, rel=1e-12)
+
+
+@pytest.mark.parametrize("relaxed", [False, True])
+def test_relaxed_step_uses_the_fractional_marginals(relaxed):
+    # the frustrated 3-label instance: the margin oracle LP optimum is mu_k = 1/2, mu_kl = 0
+    st = MultiLabel(pairwise=True, inference="lp")
+    lr = ss.learners.SGD(lam=1e-2, relaxed=relaxed, window=0)
+    lr.bind(st, [0, 1, 2])
+    lr.ensure(1, [0, 1, 2])
+    lr.t = 10                                  # next step: eta = 1 / (lam * 11), a = 10 / 11
+    a = 10.0 / 11.0
+    lr.W.E[0, :3] = 1.0 / a                    # unary scores 1
+    lr.W.T[:3, :3] = np.triu(-2.0 / a * np.ones((3, 3)), 1)
+    E0, T0 = lr.W.E.copy(), lr.W.T.copy()
+    lr.learn(np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.array([1.0]),
+             np.array([], dtype=np.int32), Ki=3)
+    assert lr.lp_calls == 1 and lr.lp_integral == 0
+    eta = 1.0 / (lr.lam * 11)
+    dE = (lr.W.E - E0)[0, :3]
+    if relaxed:   # the relaxed labeling (1/2, 1/2, 1/2) with no co-occurrence
+        np.testing.assert_allclose(dE, -eta / a * 0.5 * np.ones(3))
+    else:         # its rounding: one label on
+        assert np.sum(dE != 0) == 1 and dE.min() == pytest.approx(-eta / a)
+    np.testing.assert_array_equal(lr.W.T, T0)
+
+
+def test_sgd_relaxed_learns_with_20_labels():
+    rng = np.random.default_rng(5)
+    X, Y = _synthetic(rng, 150)
+    Xt, Yt = _synthetic(rng, 60)
+    m = ss.MultiLabelSSVM(learner=ss.learners.SGD(lam=1e-2, rescaling="slack", search="angular", max_queries=4,
+                                                  window=10, relaxed=True), pairwise=True)
+    P = _fit_predict(m, X, Y, Xt)
+    assert np.mean(P != Yt) < 0.7 * float(np.mean(Yt))

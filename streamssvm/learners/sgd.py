@@ -46,6 +46,11 @@ class SGD(Learner):
         Search budget and stopping ratio (Phi(best) / certified upper bound).
     averaging
         Predict with the running average of the iterates.
+    relaxed
+        Only with the LP relaxation (pairwise multi-label MRF above 16 labels): step on the LP's
+        optimum as a *relaxed labeling* (its node and edge marginals), as paper 000 does
+        (fractional solutions are additional labels; Finley & Joachims' relaxed training),
+        instead of on its rounding. Prediction still rounds.
     window
         Recent examples kept to report the primal objective.
 
@@ -62,7 +67,7 @@ class SGD(Learner):
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
                  max_queries: int = 20, tol: float = 0.999, averaging: bool = True, window: int = 1000,
-                 seed: int | None = None):
+                 seed: int | None = None, relaxed: bool = False):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
@@ -73,6 +78,7 @@ class SGD(Learner):
         self.averaging = bool(averaging)
         self.window = check_number("window", window, low=0, integer=True)
         self.seed = seed
+        self.relaxed = bool(relaxed)
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -96,6 +102,7 @@ class SGD(Learner):
         self._S = None
         self.lp_calls = 0
         self.lp_integral = 0
+        self._relaxed_stat = None
         self._alloc(1)
         self._bound = True
 
@@ -159,6 +166,8 @@ class SGD(Learner):
         K = self._K
         lab = self._lab[: self.W.Kc]
         lab[:] = 0
+        if self.relaxed and count:
+            return self._most_violating_relaxed(lp, lab, Ki)
         try:
             if self.rescaling == "margin":
                 r = lp.oracle(1.0)
@@ -187,6 +196,52 @@ class SGD(Learner):
             return lab, 0.0, 0.0 if count else r.upper_bound
         lab[:K] = r.label
         return lab, lp.hg(r.label)[1], r.phi if count else r.upper_bound
+
+    def _most_violating_relaxed(self, lp, lab, Ki):
+        """Paper 000's handling: the LP optimum is a (relaxed) label with h, g linear in its
+        marginals; the searches run over those points. Leaves the relaxed statistic in
+        ``self._relaxed_stat`` for :meth:`learn`; returns (labeling = its rounding, g, H)."""
+        K = self._K
+        sols = []
+
+        def keep(sol):
+            if sol is None:
+                return None
+            sols.append(sol)
+            return (len(sols) - 1, sol.h_lp, sol.g_lp)
+        try:
+            if self.rescaling == "margin":
+                sol = lp.oracle(1.0)
+                H = max(sol.value - 1.0, 0.0)
+            else:
+                hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])
+                gmax = K / max(Ki, 1)
+                o = lambda lam: keep(lp.oracle(lam))                      # noqa: E731
+                oc = lambda lam, hi, lo, hc, lc: keep(lp.oracle_c(lam, hi, lo, hc, lc))  # noqa: E731
+                if self.search == "angular":
+                    r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+                elif self.search == "bisecting":
+                    r = bisecting_search(o, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+                else:
+                    r = binary_search(o, 1e-3 * hmax / gmax, 1e3 * hmax / gmax, max_queries=self.max_queries,
+                                      tol=self.tol)
+                self.queries += r.queries
+                self.searches += 1
+                self.certified += int(r.certified)
+                if r.label is None or r.phi <= 0:
+                    lab[:K] = lp.y
+                    return lab, 0.0, 0.0
+                sol, H = sols[r.label], r.phi
+        finally:
+            self.lp_calls += lp.calls
+            self.lp_integral += lp.integral_calls
+        lab[:K] = sol.labeling
+        Kc = self.W.Kc
+        st = np.zeros(Kc + Kc * Kc)
+        st[:K] = sol.mu
+        st[Kc:].reshape(Kc, Kc)[:K, :K] = lp.pair_marginals(sol)
+        self._relaxed_stat = st
+        return lab, sol.g_lp, H
 
     # ------------------------------------------------------------------ oracle
     def _most_violating(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale, count=True):
@@ -295,12 +350,16 @@ class SGD(Learner):
         else:
             self.a *= shrink
         L = len(tok_ptr) - 1
+        self._relaxed_stat = None
         lab, loss, H = self._most_violating(tok_ptr, fidx, fval, ytrue, Ki, self.W, self.a)
         if H > 0.0 and loss > 0.0:
             st = self._dbuf
             ss = so.stat_size(self._kind, L, self.W.Kc)
             st[:ss] = 0.0
-            so.labeling_stat(self._kind, lab, L, self.W.Kc, st, 1.0)
+            if self._relaxed_stat is not None:   # a relaxed labeling of the LP (SGD(relaxed=True))
+                st[:ss] = self._relaxed_stat
+            else:
+                so.labeling_stat(self._kind, lab, L, self.W.Kc, st, 1.0)
             so.truth_stat(self._kind, ytrue, len(ytrue), L, self.W.Kc, st, -1.0)
             coef = -eta * (loss if self.rescaling == "slack" else 1.0) / self.a
             so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, tok_ptr, fidx, fval, st[:ss], L, self._K,

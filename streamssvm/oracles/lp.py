@@ -43,6 +43,13 @@ every call returns
 The searches of :mod:`streamssvm.oracles.slack` split angles at the LP point, which is the
 paper's geometry on the relaxed label set (fractional points are labels there), so their
 bounds stay valid for the integral labelings, and record Phi of the integral labeling.
+``learners.SGD(relaxed=True)`` follows the paper all the way: the searches run over the LP points
+themselves and the step uses the relaxed labeling's marginals (:meth:`PairwiseMRFLP.pair_marginals`).
+
+A limit worth knowing: the (h, g) image of the local polytope is convex, so an O_c LP can never
+return a labeling strictly inside the convex hull of the others (paper Theorem 1's hidden label):
+over LP oracles, angular search loses the constrained oracle's edge over lambda-oracle searches
+for such labels (it finds them only when a rounding happens to hit them).
 
 Examples
 --------
@@ -79,6 +86,7 @@ class LPSolution:
     integral: bool            # the LP optimum was integral (and inside the angle): labeling is the exact argmax
     in_angle: bool = True     # the labeling satisfies the (exact, strict/closed) angle conditions
     mu: np.ndarray | None = None  # node marginals of the LP optimum
+    x: np.ndarray | None = None   # the full LP optimum (node, then edge marginals)
 
     def search_tuple(self):
         """``(label, h, g, h_lp, g_lp)`` as consumed by :mod:`streamssvm.oracles.slack`."""
@@ -171,6 +179,15 @@ class PairwiseMRFLP:
     def _point(self, x):
         return float(self.h0 + self.ch @ x), float(self.g0 + self.cg @ x)
 
+    def pair_marginals(self, sol):
+        """(K, K) upper-triangular edge marginals of a solution (the relaxed labeling's pairwise
+        statistic): LP values on the edges in the LP, mu_k mu_l on the zero-weight edges left out
+        (any value consistent with the node marginals; equal to y_k y_l when integral)."""
+        mu = sol.mu
+        M = np.triu(np.outer(mu, mu), 1)
+        M[self.ei, self.ej] = sol.x[self.K:]
+        return M
+
     # ------------------------------------------------------------------ LP
     def _solve(self, lam, extra_rows=(), extra_b=()):
         c = -(self.ch + lam * self.cg)
@@ -215,7 +232,7 @@ class PairwiseMRFLP:
             lab = self._round(mu, lam, angle)
         h, g = self.hg(lab)
         ok = True if angle is None else self._in_angle(h, g, *angle)
-        return LPSolution(lab, h, g, h_lp, g_lp, value, integral, ok, mu.copy())
+        return LPSolution(lab, h, g, h_lp, g_lp, value, integral, ok, mu.copy(), x.copy())
 
     def _round(self, mu, lam, angle):
         """Best rounding of fractional node marginals (at 1/2; ties to 0, 1, the truth), each
