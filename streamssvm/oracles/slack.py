@@ -121,7 +121,7 @@ def angular_search(oracle_c, lam0=1.0, max_queries=1000, tol=0.999, order="fifo"
         queries += 1
         if res is None:
             continue
-        label, h, g, h, g, lab_phi = _unpack(res)
+        label, _, _, h, g, lab_phi = _unpack(res)   # (h, g): the point to bound and split with
         K = h + lam * g
         bound = K * K / (4.0 * lam) if lam > 0 else INF
         if hi == INF and lo == 0.0:
@@ -151,8 +151,9 @@ def angular_search(oracle_c, lam0=1.0, max_queries=1000, tol=0.999, order="fifo"
             else:
                 heapq.heappush(queue, (-kid[4], counter, kid))
                 counter += 1
-    # every label lies in an explored angle (Phi <= best), a pruned one (bound <= best) or an
-    # open one (Phi <= its bound); the root query's bound holds globally
+    # every label lies in an explored angle (Phi <= best, or <= the Phi of a relaxed point the
+    # oracle returned), a pruned one (bound <= best) or an open one (Phi <= its bound); the root
+    # query's bound holds globally
     ub = max(best_phi, min(ub_global, max(open_bound(), relaxed_phi)) if queue else relaxed_phi)
     return SearchResult(best_label, best_phi, ub, queries, certified=best_phi >= tol * ub)
 
