@@ -13,7 +13,8 @@ The pairwise multi-label MRF with more than 16 labels (``MultiLabel(pairwise=Tru
 inference="auto")``) has no exact oracle: SGD then solves the LP relaxation on the local polytope
 (:mod:`streamssvm.oracles.lp`) -- the lambda-oracle at lam = 1 for margin rescaling, the LP
 constrained oracle inside angular search and the LP lambda-oracle inside bisecting / binary search
-for slack rescaling, the LP MAP for prediction -- and steps on rounded integral labelings. The
+for slack rescaling, the LP MAP for prediction -- and steps on rounded integral labelings, or with
+``relaxed=True`` on the LP optimum itself (paper 000's handling of fractional solutions). The
 certificate's hinge terms are then LP upper bounds (the primal reported is an upper bound).
 """
 from __future__ import annotations
