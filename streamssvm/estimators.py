@@ -344,7 +344,9 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
     ``y`` is a dict ``{label: bool}``; labels never seen before are added (an example's loss is
     normalized by the number of labels known when it arrived).
 
-    ``pairwise=True``: a fully connected binary MRF over the labels (exact up to 16 labels).
+    ``pairwise=True`` adds a co-occurrence potential for every pair of labels (a fully connected
+    binary MRF), decoded exactly by enumeration up to 16 labels; above that ``learners.SGD``
+    solves the LP relaxation (:mod:`streamssvm.oracles.lp`) and ``learners.BCFW`` refuses.
 
     ``hierarchy``: hierarchical multi-label classification (paper 000, section 5.2). The labels
     are the leaves of a tree or DAG given as ``{child: parent}`` (tree), ``{child: [parents]}``
@@ -396,7 +398,9 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
     def _make_structure(self):
         if self.hierarchy is not None:
             return Hierarchy(self.hierarchy)
-        return MultiLabel(pairwise=self.pairwise)
+        from .learners.sgd import SGD
+        # SGD calls its oracles from Python and can solve the LP relaxation above 16 labels
+        return MultiLabel(pairwise=self.pairwise, inference="auto" if isinstance(self.learner, SGD) else "enum")
 
     def _params_state(self):
         st = super()._params_state()

@@ -15,6 +15,15 @@ alpha is feasible exactly when every example learned is still held and no exampl
 whole :meth:`refine` epochs (each a permutation of the held examples). :meth:`certificate` then
 reports the valid gap P(w) - D >= P(w) - min P for the predicting (averaged) weights; otherwise
 it reports the primal objective only, gap = +inf, and says why.
+
+The pairwise multi-label MRF with more than 16 labels (``MultiLabel(pairwise=True,
+inference="auto")``) has no exact oracle: SGD then solves the LP relaxation on the local polytope
+(:mod:`streamssvm.oracles.lp`) -- the lambda-oracle at lam = 1 for margin rescaling, the LP
+constrained oracle inside angular search and the LP lambda-oracle inside bisecting / binary search
+for slack rescaling, the LP MAP for prediction -- and steps on rounded integral labelings, or with
+``relaxed=True`` on the LP optimum itself (paper 000's handling of fractional solutions). The
+certificate's hinge terms are then LP upper bounds (the primal reported is an upper bound, and so is
+the gap); relaxed steps are not a mixture of labelings, so they leave no dual point.
 """
 from __future__ import annotations
 
@@ -46,6 +55,11 @@ class SGD(Learner):
         Search budget and stopping ratio (Phi(best) / certified upper bound).
     averaging
         Predict with the running average of the iterates.
+    relaxed
+        Only with the LP relaxation (pairwise multi-label MRF above 16 labels): step on the LP's
+        optimum as a *relaxed labeling* (its node and edge marginals), as paper 000 does
+        (fractional solutions are additional labels; Finley & Joachims' relaxed training),
+        instead of on its rounding. Prediction still rounds.
     window
         Recent examples kept to report the primal objective.
 
@@ -62,7 +76,7 @@ class SGD(Learner):
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
                  max_queries: int = 20, tol: float = 0.999, averaging: bool = True, window: int = 1000,
-                 seed: int | None = None):
+                 seed: int | None = None, relaxed: bool = False):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
@@ -73,6 +87,7 @@ class SGD(Learner):
         self.averaging = bool(averaging)
         self.window = check_number("window", window, low=0, integer=True)
         self.seed = seed
+        self.relaxed = bool(relaxed)
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -94,9 +109,13 @@ class SGD(Learner):
         self._visits = []               # violating visits of each held example (dual point)
         self._dual_loss = 0.0           # sum of Delta(y^_s) over violating steps
         self._dropped = 0               # examples learned but no longer held
+        self._relaxed_steps = 0         # steps on fractional LP marginals (no dual point)
         self.diag = []
         self._Lbuf = 0
         self._S = None
+        self.lp_calls = 0
+        self.lp_integral = 0
+        self._relaxed_stat = None
         self._alloc(1)
         self._bound = True
 
@@ -124,6 +143,12 @@ class SGD(Learner):
         self.W.grow(n_features, Kc)
         self.A.grow(n_features, Kc)
         if n_labels != self._K or Kc != self._C.shape[0]:
+            uses_lp = getattr(self.structure, "uses_lp", None)
+            if (uses_lp is not None and uses_lp(n_labels) and self.rescaling == "slack"
+                    and self.search == "exact"):
+                raise ValueError(f"search='exact' for slack rescaling enumerates the labelings of the pairwise MRF "
+                                 f"and works up to {so.MLPAIR_MAX_LABELS} labels; got {n_labels} labels. Use "
+                                 "search='angular' (LP constrained oracle), 'bisecting' or 'binary' (LP lambda-oracle)")
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
             self._S = None
@@ -133,9 +158,109 @@ class SGD(Learner):
     def n_blocks(self):
         return len(self._recent)
 
+    # ------------------------------------------------------------------ LP relaxation (pairwise MRF)
+    def _lp_on(self):
+        uses_lp = getattr(self.structure, "uses_lp", None)
+        return uses_lp is not None and uses_lp(self._K)
+
+    def _lp_problem(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale):
+        from ..oracles.lp import PairwiseMRFLP
+        K = self._K
+        self._alloc(1)
+        so.emission_scores(W.E, scale, tok_ptr, fidx, fval, 1, K, self._S)
+        dense = np.zeros(K, dtype=np.int32)
+        dense[[k for k in ytrue if k < K]] = 1
+        return PairwiseMRFLP(self._S[0, :K].copy(), scale * np.triu(W.T[:K, :K], 1), dense, max(Ki, 1))
+
+    def _most_violating_lp(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale, count):
+        """Most violating labeling through the LP relaxation; with ``count=False`` (certificate)
+        the returned H is a certified upper bound on the exact hinge."""
+        lp = self._lp_problem(tok_ptr, fidx, fval, ytrue, Ki, W, scale)
+        K = self._K
+        lab = self._lab[: self.W.Kc]
+        lab[:] = 0
+        if self.relaxed and count:
+            return self._most_violating_relaxed(lp, lab, Ki)
+        try:
+            if self.rescaling == "margin":
+                r = lp.oracle(1.0)
+                lab[:K] = r.labeling
+                # max_y Delta + f(y) - f* = max (h - 1) + g <= LP value - 1
+                return lab, r.g, max(r.value - 1.0, 0.0) if not count else max(r.h - 1.0 + r.g, 0.0)
+            o, oc = lp.search_oracles()
+            hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])   # greedy MAP: the paper's H-hat
+            gmax = K / max(Ki, 1)
+            if self.search == "angular":
+                r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+            elif self.search == "bisecting":
+                r = bisecting_search(o, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+            else:
+                r = binary_search(o, 1e-3 * hmax / gmax, 1e3 * hmax / gmax, max_queries=self.max_queries,
+                                  tol=self.tol)
+        finally:
+            self.lp_calls += lp.calls
+            self.lp_integral += lp.integral_calls
+        if count:
+            self.queries += r.queries
+            self.searches += 1
+            self.certified += int(r.certified)
+        if r.label is None or r.phi <= 0:
+            lab[:K] = lp.y
+            return lab, 0.0, 0.0 if count else r.upper_bound
+        lab[:K] = r.label
+        return lab, lp.hg(r.label)[1], r.phi if count else r.upper_bound
+
+    def _most_violating_relaxed(self, lp, lab, Ki):
+        """Paper 000's handling: the LP optimum is a (relaxed) label with h, g linear in its
+        marginals; the searches run over those points. Leaves the relaxed statistic in
+        ``self._relaxed_stat`` for :meth:`learn`; returns (labeling = its rounding, g, H)."""
+        K = self._K
+        sols = []
+
+        def keep(sol):
+            if sol is None:
+                return None
+            sols.append(sol)
+            return (len(sols) - 1, sol.h_lp, sol.g_lp)
+        try:
+            if self.rescaling == "margin":
+                sol = lp.oracle(1.0)
+                H = max(sol.value - 1.0, 0.0)
+            else:
+                hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])
+                gmax = K / max(Ki, 1)
+                o = lambda lam: keep(lp.oracle(lam))                      # noqa: E731
+                oc = lambda lam, hi, lo, hc, lc: keep(lp.oracle_c(lam, hi, lo, hc, lc))  # noqa: E731
+                if self.search == "angular":
+                    r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+                elif self.search == "bisecting":
+                    r = bisecting_search(o, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+                else:
+                    r = binary_search(o, 1e-3 * hmax / gmax, 1e3 * hmax / gmax, max_queries=self.max_queries,
+                                      tol=self.tol)
+                self.queries += r.queries
+                self.searches += 1
+                self.certified += int(r.certified)
+                if r.label is None or r.phi <= 0:
+                    lab[:K] = lp.y
+                    return lab, 0.0, 0.0
+                sol, H = sols[r.label], r.phi
+        finally:
+            self.lp_calls += lp.calls
+            self.lp_integral += lp.integral_calls
+        lab[:K] = sol.labeling
+        Kc = self.W.Kc
+        st = np.zeros(Kc + Kc * Kc)
+        st[:K] = sol.mu
+        st[Kc:].reshape(Kc, Kc)[:K, :K] = lp.pair_marginals(sol)
+        self._relaxed_stat = st
+        return lab, sol.g_lp, H
+
     # ------------------------------------------------------------------ oracle
     def _most_violating(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale, count=True):
         """(labeling, loss, H) of the most violating labeling at weights scale * W."""
+        if self._lp_on():
+            return self._most_violating_lp(tok_ptr, fidx, fval, ytrue, Ki, W, scale, count)
         L = len(tok_ptr) - 1
         ly = len(ytrue)
         kind, K = self._kind, self._K
@@ -255,6 +380,7 @@ class SGD(Learner):
         else:
             self.a *= shrink
         L = len(tok_ptr) - 1
+        self._relaxed_stat = None
         lab, loss, H = self._most_violating(tok_ptr, fidx, fval, ytrue, Ki, self.W, self.a)
         viol = H > 0.0 and loss > 0.0
         if viol:
@@ -262,7 +388,11 @@ class SGD(Learner):
             st = self._dbuf
             ss = so.stat_size(self._kind, L, self.W.Kc)
             st[:ss] = 0.0
-            so.labeling_stat(self._kind, lab, L, self.W.Kc, st, 1.0)
+            if self._relaxed_stat is not None:   # a relaxed labeling of the LP (SGD(relaxed=True))
+                self._relaxed_steps += 1
+                st[:ss] = self._relaxed_stat
+            else:
+                so.labeling_stat(self._kind, lab, L, self.W.Kc, st, 1.0)
             so.truth_stat(self._kind, ytrue, len(ytrue), L, self.W.Kc, st, -1.0)
             coef = -eta * (loss if self.rescaling == "slack" else 1.0) / self.a
             so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, tok_ptr, fidx, fval, st[:ss], L, self._K,
@@ -311,6 +441,15 @@ class SGD(Learner):
             return out
         self._alloc(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1)
         W, scale = self._pred_weights()
+        if self._lp_on():  # MAP by the LP relaxation (rounded when fractional)
+            for e in range(len(ex_tok) - 1):
+                if ex_tok[e + 1] == ex_tok[e]:
+                    continue
+                tp = np.asarray(tok_ptr[ex_tok[e]:ex_tok[e] + 2], dtype=np.int64)
+                lp = self._lp_problem(tp, fidx, fval, (), 1, W, scale)
+                r = lp.oracle(0.0)
+                out[lab_ptr[e]:lab_ptr[e] + self._K] = r.labeling
+            return out
         KB.predict_batch(self._kind, self._K, self._use_trans, scale, W.E, W.E, 0.0, W.T, W.B, self._C,
                          ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
         return out
@@ -324,6 +463,9 @@ class SGD(Learner):
         if self._dropped:
             return None, (f"{self._dropped} learned examples are no longer held (window={self.window}); "
                           "the iterate is not a dual point of the held ones")
+        if self._relaxed_steps:
+            return None, (f"{self._relaxed_steps} steps on fractional LP marginals (relaxed=True) are not a "
+                          "mixture of labelings")
         if max(self._visits) * n > T:
             return None, ("uneven revisits (an example was visited more than T/n times; refine by whole "
                           "epochs to keep a dual point)")
@@ -348,18 +490,26 @@ class SGD(Learner):
         extra = {"queries_per_search": self.queries / max(self.searches, 1),
                  "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
         primal = reg + hinge / n
+        lp_note = ""
+        if self._lp_on():
+            lp_note = ("; bound from the LP relaxation of the pairwise MRF: each hinge term is an upper bound "
+                       "(LP value, or the Lemma-5 bound of a search over LP oracles), so the primal is an "
+                       "upper bound on P(w)")
+            extra["lp_calls"] = self.lp_calls
+            extra["lp_integral_fraction"] = self.lp_integral / max(self.lp_calls, 1)
         dual, why = self.dual_point()
         if dual is None:
             return Certificate(float("inf"), primal, float("-inf"), n, n, time.perf_counter() - t0, False,
                                self.lam, regularizer=reg, hinge=hinge / n, rescaling=self.rescaling,
-                               note=f"primal only: no dual point ({why}); gap reported as +inf", extra=extra)
+                               note=f"primal only: no dual point ({why}); gap reported as +inf" + lp_note,
+                               extra=extra)
         raw = primal - dual
         extra["raw_gap"] = raw
         which = "averaged weights (the ones used to predict)" if self.averaging else "last iterate"
-        return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, True, self.lam,
+        return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, not lp_note, self.lam,
                            regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
                            rescaling=self.rescaling, extra=extra,
-                           note=f"{which}; dual point of the Pegasos iterates (w_T = A alpha)")
+                           note=f"{which}; dual point of the Pegasos iterates (w_T = A alpha)" + lp_note)
 
     def measure(self):
         return self.certificate()
@@ -368,7 +518,7 @@ class SGD(Learner):
     def state(self):
         return {"K": self._K, "a": self.a, "t": self.t, "queries": self.queries, "searches": self.searches,
                 "certified": self.certified, "n_learned": self.n_learned,
-                "dual_loss": self._dual_loss, "dropped": self._dropped,
+                "dual_loss": self._dual_loss, "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
                 "visits": np.asarray(self._visits, dtype=np.int64),
                 "E": self.W.E, "T": self.W.T, "B": self.W.B, "AE": self.A.E, "AT": self.A.T, "AB": self.A.B,
                 "C": self._C,
@@ -388,6 +538,7 @@ class SGD(Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         self._dual_loss = float(st.get("dual_loss", 0.0))
         self._dropped = int(st.get("dropped", 0))
+        self._relaxed_steps = int(st.get("relaxed_steps", 0))
         self._recent = [(np.asarray(r["tok_ptr"], dtype=np.int32), np.asarray(r["fidx"], dtype=np.int32),
                          np.asarray(r["fval"], dtype=np.float64), np.asarray(r["y"], dtype=np.int32), int(r["Ki"]))
                         for r in st["recent"]]

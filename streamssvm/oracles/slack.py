@@ -10,6 +10,12 @@ reach labels only through oracles on the structure:
   | None``: the same argmax restricted to labels with h > 0 whose slope g / h lies between lo
   and hi (paper eq. 12; the boundary flags say which rays belong to the angle).
 
+An oracle may also return ``(label, h, g, h_lp, g_lp)``: an integral label with its true
+(h, g) and the optimum of a relaxation it solved (:mod:`streamssvm.oracles.lp`), a point whose
+h_lp + lam g_lp upper-bounds the exact oracle value. The searches then bound and split with the
+relaxed point (the paper's geometry on the relaxed label set, valid for the labels it contains)
+and keep the best label by its true Phi.
+
 Each search returns a :class:`SearchResult`: the best label found, its Phi, a certified upper
 bound on max Phi (paper Lemma 5: every lambda-oracle value K gives max Phi <= K^2 / (4 lam)),
 and the number of oracle calls.
@@ -54,6 +60,15 @@ def _phi(h, g):
     return h * g if h > 0 else 0.0
 
 
+def _unpack(res):
+    """(label, h, g, h_split, g_split, Phi(label)) from a 3- or 5-tuple oracle answer."""
+    if len(res) == 5:
+        label, h, g, hz, gz = res
+        return label, h, g, hz, gz, _phi(h, g)
+    label, h, g = res
+    return label, h, g, h, g, _phi(h, g)
+
+
 def angular_search(oracle_c, lam0=1.0, max_queries=1000, tol=0.999, order="fifo", floor=0.0,
                    truth=None):
     """Angular search (corrected Algorithm 2).
@@ -83,6 +98,7 @@ def angular_search(oracle_c, lam0=1.0, max_queries=1000, tol=0.999, order="fifo"
     counter = 1
     queries = 0
     ub_global = INF
+    relaxed_phi = 0.0
 
     def open_bound():
         if order == "fifo":
@@ -105,14 +121,15 @@ def angular_search(oracle_c, lam0=1.0, max_queries=1000, tol=0.999, order="fifo"
         queries += 1
         if res is None:
             continue
-        label, h, g = res
+        label, _, _, h, g, lab_phi = _unpack(res)   # (h, g): the point to bound and split with
         K = h + lam * g
         bound = K * K / (4.0 * lam) if lam > 0 else INF
         if hi == INF and lo == 0.0:
             ub_global = bound
-        ph = _phi(h, g)
-        if ph > best_phi:
-            best_label, best_phi = label, ph
+        if lab_phi > best_phi:
+            best_label, best_phi = label, lab_phi
+        # a relaxed point's Phi bounds the labels of the parts of this angle closed below
+        relaxed_phi = max(relaxed_phi, _phi(h, g))
         if h <= 0 or g <= 0:
             continue
         zp = (lam * g, h / lam)
@@ -134,9 +151,10 @@ def angular_search(oracle_c, lam0=1.0, max_queries=1000, tol=0.999, order="fifo"
             else:
                 heapq.heappush(queue, (-kid[4], counter, kid))
                 counter += 1
-    # every label lies in an explored angle (Phi <= best), a pruned one (bound <= best) or an
-    # open one (Phi <= its bound); the root query's bound holds globally
-    ub = max(best_phi, min(ub_global, open_bound())) if queue else best_phi
+    # every label lies in an explored angle (Phi <= best, or <= the Phi of a relaxed point the
+    # oracle returned), a pruned one (bound <= best) or an open one (Phi <= its bound); the root
+    # query's bound holds globally
+    ub = max(best_phi, min(ub_global, max(open_bound(), relaxed_phi)) if queue else relaxed_phi)
     return SearchResult(best_label, best_phi, ub, queries, certified=best_phi >= tol * ub)
 
 
@@ -149,10 +167,9 @@ def binary_search(oracle, lam_lo=1e-3, lam_hi=1e3, max_queries=30, tol=0.999, tr
     lo, hi = lam_lo, lam_hi
     while q < max_queries:
         lam = math.sqrt(lo * hi)
-        label, h, g = oracle(lam)
+        label, _, _, h, g, ph = _unpack(oracle(lam))
         q += 1
         ub = min(ub, (h + lam * g) ** 2 / (4 * lam))
-        ph = _phi(h, g)
         if ph > best_phi:
             best_label, best_phi = label, ph
         seen[lam] = label
@@ -182,10 +199,9 @@ def bisecting_search(oracle, lam0=1.0, max_queries=30, tol=0.999, rel_width=1e-6
     lam = lam0
     ends = {}
     while q < max_queries:
-        label, h, g = oracle(lam)
+        label, _, _, h, g, ph = _unpack(oracle(lam))
         q += 1
         ub = min(ub, (h + lam * g) ** 2 / (4 * lam))
-        ph = _phi(h, g)
         if ph > best_phi:
             best_label, best_phi = label, ph
         if best_phi >= tol * ub:

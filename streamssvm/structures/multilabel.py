@@ -12,22 +12,37 @@ class MultiLabel(Structure):
     """Multi-label with normalized Hamming loss: independent binary labels, or with
     ``pairwise=True`` a fully connected binary MRF over the labels (a co-occurrence potential
     for every pair, Finley & Joachims as in paper 000), decoded by exact enumeration
-    (Gray code) for up to 16 labels."""
+    (Gray code) for up to 16 labels.
+
+    ``inference`` (pairwise only): ``"enum"`` enumerates and refuses more than 16 labels;
+    ``"auto"`` enumerates up to 16 labels and above that solves the LP relaxation on the local
+    polytope (:mod:`streamssvm.oracles.lp`); ``"lp"`` always uses the LP. Only learners that call
+    oracles from Python (``learners.SGD``) can use the LP; the estimators pick ``"auto"`` for them
+    and ``"enum"`` otherwise."""
     kind = MULTILABEL
     use_trans = False
     name = "multilabel"
 
-    def __init__(self, pairwise=False):
+    def __init__(self, pairwise=False, inference="enum"):
         super().__init__(None)
         self.pairwise = bool(pairwise)
+        if inference not in ("enum", "auto", "lp"):
+            raise ValueError(f"inference must be 'enum', 'auto' or 'lp', got {inference!r}")
+        self.inference = inference
         if self.pairwise:
             self.kind = MLPAIR
             self.use_trans = True  # the pairwise weights live in the transition matrix T
 
+    def uses_lp(self, n_labels):
+        """True when oracles on ``n_labels`` labels go through the LP relaxation."""
+        return self.pairwise and (self.inference == "lp" or
+                                  (self.inference == "auto" and n_labels > MLPAIR_MAX_LABELS))
+
     def cost_matrix(self, Kc, labels):
-        if self.pairwise and len(labels) > MLPAIR_MAX_LABELS:
-            raise ValueError(f"pairwise multi-label decodes by enumeration up to {MLPAIR_MAX_LABELS} labels; "
-                             f"got {len(labels)} (the LP relaxation for more labels is not implemented)")
+        if self.pairwise and self.inference == "enum" and len(labels) > MLPAIR_MAX_LABELS:
+            raise ValueError(f"pairwise multi-label decodes by exact enumeration up to {MLPAIR_MAX_LABELS} labels "
+                             f"(the numba kernels of BCFW enumerate); got {len(labels)} labels. For more labels use "
+                             "learners.SGD, which solves the LP relaxation (streamssvm.oracles.lp)")
         return super().cost_matrix(Kc, labels)
 
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
