@@ -160,7 +160,10 @@ class MEMOIR(Learner):
         self.store.ensure(n_classes, dim)
         self.dim = max(self.dim, int(dim))
         if n_classes > n0:
-            self.oracle.update(range(n0, n_classes))
+            if self.cost is None and hasattr(self.oracle, "add_zero_rows"):
+                self.oracle.add_zero_rows(n0, n_classes)   # zero rows stay out of the index
+            else:
+                self.oracle.update(range(n0, n_classes))
 
     def eta(self):
         return self.eta0 / (1.0 + self.eta_step * self.t)

@@ -173,6 +173,9 @@ class _Dirty(MIPS):
         self.vdim = self.dim if self.mode == "rows" else self.sketch_dim
         self.S = np.zeros((0, self.vdim))  # current sketches (sketch modes only)
         self.indexed = 0      # rows present in the index
+        self.known = 0        # rows registered (update / row_changed / add_zero_rows)
+        self._iz = np.zeros(16, dtype=np.bool_)   # rows still exactly zero, kept out of the index
+        self._zptr = 0                            # no zero row below this id
         self._dl = np.zeros(64, dtype=np.int64)   # dirty classes
         self._dn = 0
         self._dm = np.zeros(16, dtype=np.bool_)   # dirty membership
@@ -188,6 +191,9 @@ class _Dirty(MIPS):
         return set(int(c) for c in self._dl[:self._dn])
 
     def _mark(self, c):
+        self._iz[c] = False
+        if c >= self.known:
+            self.known = c + 1
         if not self._dm[c]:
             self._dm[c] = True
             if self._dn >= self._dl.shape[0]:
@@ -224,6 +230,9 @@ class _Dirty(MIPS):
             dr = np.zeros(m)
             dr[:self._drift.shape[0]] = self._drift
             self._drift = dr
+            iz = np.zeros(m, dtype=np.bool_)
+            iz[:self._iz.shape[0]] = self._iz
+            self._iz = iz
 
     def _store_dims(self):
         st = self.store
@@ -249,6 +258,28 @@ class _Dirty(MIPS):
         if self.mode == "rows":
             return self.store.V[ids, :self.dim]
         return self.S[ids]
+
+    def add_zero_rows(self, start, stop):
+        """Rows [start, stop) are new and exactly zero: they stay out of the index and the
+        dirty set (they all score 0, so the smallest one not excluded stands for them in every
+        query) until they first change."""
+        n, d = self._store_dims()
+        self._grow(max(n, stop), d)
+        self._iz[start:stop] = True
+        self._zptr = min(self._zptr, start)
+        self.known = max(self.known, stop)
+
+    def _zero_candidate(self, exclude):
+        z = self._zptr
+        iz = self._iz
+        while z < self.known and not iz[z]:
+            z += 1
+        self._zptr = z
+        if z < self.known and z == exclude:
+            z += 1
+            while z < self.known and not iz[z]:
+                z += 1
+        return z if z < self.known else -1
 
     def update(self, class_ids):
         n, d = self._store_dims()
@@ -300,18 +331,22 @@ class _Dirty(MIPS):
     def query_candidates(self, idx, val, exclude=-1):
         """Top-k of the index and the dirty classes, with their exact scores."""
         n, d = self._store_dims()
-        if n > self.indexed + self._dn:
+        if n > self.known:
             # rows appeared without update(): treat them as dirty
             self._grow(n, d)
-            new = np.array([c for c in range(self.indexed, n) if not self._dm[c]], dtype=np.int64)
+            new = np.array([c for c in range(self.known, n) if not self._dm[c]], dtype=np.int64)
             if new.size:
                 if self.mode != "rows":
                     self.S[new] = self._compute(new)
                 for c in new:
                     self._mark(int(c))
         cands = self._candidates(self._query_vec(idx, val), n)
-        if self._dn:
-            cands = np.concatenate([cands, self._dl[:self._dn]])
+        z = self._zero_candidate(exclude)
+        if self._dn or z >= 0:
+            parts = [cands, self._dl[:self._dn]]
+            if z >= 0:
+                parts.append(np.array([z], dtype=np.int64))
+            cands = np.concatenate(parts)
         m = len(cands)
         buf = self._score_buf(m)
         self.n_queries += 1
@@ -353,6 +388,10 @@ class HNSWMIPS(_Dirty):
     M, ef_construction, ef
         hnswlib graph parameters.
 
+    A changed row is inserted under a fresh hnswlib label and its previous label is marked
+    deleted (an in-place hnswlib update repairs the neighbours' lists and costs several times an
+    insertion); the graph is rebuilt from the live rows once deleted labels outnumber them.
+
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import SparseRows
     >>> R = SparseRows(dim=50_000); R.ensure(100, 50_000)
@@ -368,33 +407,94 @@ class HNSWMIPS(_Dirty):
     def __init__(self, rows, dim, sketch_dim=None, k=10, max_dirty=256, M=16, ef_construction=100,
                  ef=64, seed=0, capacity=1024):
         super().__init__(rows, dim, sketch_dim, k, max_dirty, seed)
+        self.M, self.ef_construction, self.ef = int(M), int(ef_construction), int(ef)
+        self._capacity = int(capacity)
+        self._new_index(self._capacity)
+        self._label = np.full(16, -1, dtype=np.int64)   # class -> current hnswlib label
+        self._cls = np.full(16, -1, dtype=np.int64)     # hnswlib label -> class
+        self._next = 0
+        self.live = 0
+        self.deleted = 0
+        self.rebuilds = 0
+
+    def _new_index(self, capacity):
         import hnswlib
         self.index = hnswlib.Index(space="ip", dim=self.vdim)
-        self.index.init_index(max_elements=int(capacity), ef_construction=ef_construction, M=M,
-                              random_seed=int(seed))
-        self.index.set_ef(max(ef, self.k + 1))
+        self.index.init_index(max_elements=max(int(capacity), 16), ef_construction=self.ef_construction, M=self.M,
+                              random_seed=int(self.seed))
+        self.index.set_ef(max(self.ef, self.k + 1))
         self.index.set_num_threads(1)
+
+    @staticmethod
+    def _fit(a, n, fill=-1):
+        if n <= a.shape[0]:
+            return a
+        b = np.full(max(n, 2 * a.shape[0]), fill, dtype=a.dtype)
+        b[:a.shape[0]] = a
+        return b
+
+    def _insert(self, ids):
+        m = len(ids)
+        labels = np.arange(self._next, self._next + m, dtype=np.int64)
+        need = self._next + m
+        if need > self.index.get_max_elements():
+            self.index.resize_index(max(need, 2 * self.index.get_max_elements()))
+        self.index.add_items(self._vecs(ids), labels)
+        self._cls = self._fit(self._cls, need)
+        self._cls[labels] = ids
+        self._label[ids] = labels
+        self._next = need
 
     def reindex(self):
         if not self._dn:
             return
         ids = self._dl[:self._dn].copy()
-        need = max(int(ids.max()) + 1, self.indexed)
-        if need > self.index.get_max_elements():
-            self.index.resize_index(max(need, 2 * self.index.get_max_elements()))
-        self.index.add_items(self._vecs(ids), ids)
-        self.indexed = max(self.indexed, need)
+        self._label = self._fit(self._label, int(ids.max()) + 1)
+        old = self._label[ids]
+        for lab in old[old >= 0]:
+            self.index.mark_deleted(int(lab))
+            self._cls[lab] = -1
+        n_old = int(np.count_nonzero(old >= 0))
+        self.deleted += n_old
+        self.live += len(ids) - n_old
+        if self.deleted > max(self.live, 1024):
+            self._rebuild()
+        else:
+            self._insert(ids)
+        self.indexed = max(self.indexed, int(ids.max()) + 1)
         self._clear_dirty()
         self.reindexed += len(ids)
         self.n_reindex += 1
         self.changes_since = 0
 
+    def _rebuild(self):
+        """A fresh graph over the live rows (their current vectors)."""
+        live = np.flatnonzero(self._label >= 0)
+        live = np.union1d(live, self._dl[:self._dn])
+        self._new_index(max(2 * len(live), self._capacity))
+        self._label[:] = -1
+        self._cls[:] = -1
+        self._next = 0
+        self._insert(live)
+        self.live = len(live)
+        self.deleted = 0
+        self.rebuilds += 1
+
     def _candidates(self, q, n):
-        cnt = self.index.get_current_count()
-        if cnt == 0:
+        if self.live == 0:
             return np.zeros(0, dtype=np.int64)
-        labels, _ = self.index.knn_query(q.reshape(1, -1), k=min(self.k + 1, cnt))
-        return labels[0].astype(np.int64)
+        k = min(self.k + 1, self.live)
+        try:
+            labels, _ = self.index.knn_query(q.reshape(1, -1), k=k)
+        except RuntimeError:  # too few live neighbours reachable among deleted ones
+            self._rebuild()
+            labels, _ = self.index.knn_query(q.reshape(1, -1), k=min(k, self.live))
+        return self._cls[labels[0]]
+
+    def staleness(self):
+        d = super().staleness()
+        d.update(index_live=int(self.live), index_deleted=int(self.deleted), rebuilds=int(self.rebuilds))
+        return d
 
 
 class LSHMIPS(_Dirty):
