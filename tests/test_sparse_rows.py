@@ -38,6 +38,11 @@ def test_store_operations_match_dense():
             S.truncate(ids, 0.3)
             np.testing.assert_allclose(D.sq, S.sq, rtol=1e-12)
     np.testing.assert_array_equal(D.to_dense()[:, :S.dim], S.to_dense())
+    for R in (D, S):   # kernels do not check bounds: the wrappers do
+        with pytest.raises(IndexError, match="ensure"):
+            R.axpy(R.n_rows, np.array([0]), np.ones(1), 1.0, 1.0)
+        with pytest.raises(IndexError, match="ensure"):
+            R.axpy(0, np.array([10**6]), np.ones(1), 1.0, 1.0)
     # all scores and candidate re-scoring
     q, qv = _x(rng, 30, 5)
     a, b = np.zeros(D.n_rows), np.zeros(S.n_rows)

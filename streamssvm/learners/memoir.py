@@ -320,7 +320,14 @@ def memoir_restore(lr, st):
         setattr(lr, k, int(st[k]))
     n = lr.store.n_rows
     if n:
-        lr.oracle.update(range(n))
+        if hasattr(lr.oracle, "add_zero_rows") and lr.cost is None:
+            D = lr.store
+            nonzero = (np.flatnonzero(D.cnnz[:n]) if D.kind == "sparse"
+                       else np.flatnonzero(np.any(D.V[:n] != 0.0, axis=1)))
+            lr.oracle.add_zero_rows(0, n)      # zero rows stay out of the index
+            lr.oracle.update(nonzero)
+        else:
+            lr.oracle.update(range(n))
         if hasattr(lr.oracle, "reindex"):
             lr.oracle.reindex()
 
