@@ -112,7 +112,8 @@ def axpy(hkey, hslot, sval, sfeat, scls, fnext, cnext, fhead, chead, cnnz, meta,
 def exact_argmax(fhead, fnext, scls, sval, idx, x, n_rows, exclude, scores, mark, touched):
     """argmax_{c != exclude, c < n_rows} <V[c], x> through the feature posting lists, in
     O(sum_j postings(j) + touched) — untouched rows score 0. Ties go to the smallest class
-    (as the dense scan). ``scores`` / ``mark`` are zero / False on entry and on exit."""
+    (as the dense scan). ``scores`` / ``mark`` are zero / False on entry and on exit. Returns
+    (class, number of rows touched)."""
     nt = 0
     for p in range(idx.shape[0]):
         f = idx[p]
@@ -147,7 +148,7 @@ def exact_argmax(fhead, fnext, scls, sval, idx, x, n_rows, exclude, scores, mark
         c = touched[q]
         scores[c] = 0.0
         mark[c] = False
-    return arg
+    return arg, nt
 
 
 @njit(**_JIT)

@@ -152,6 +152,7 @@ class SparseRows:
 
     def __init__(self, dim=1, capacity=16, slots=1024):
         self.dim = int(dim)
+        self.last_touched = 0   # rows the last argmax touched through the posting lists
         self.n_rows = 0
         self.meta = np.zeros(2, dtype=np.int64)   # n_slots, n_zero
         self.fm = np.zeros(1)                     # ||V||^2
@@ -252,8 +253,9 @@ class SparseRows:
                       self.fhead, self.chead, self.cnnz, self.meta, self.fm, c, idx, val, a, xx)
 
     def argmax(self, idx, val, exclude=-1):
-        return int(K.exact_argmax(self.fhead, self.fnext, self.scls, self.sval, idx, val, self.n_rows, exclude,
-                                  self._scores, self._mark, self._touched))
+        c, self.last_touched = K.exact_argmax(self.fhead, self.fnext, self.scls, self.sval, idx, val, self.n_rows,
+                                              exclude, self._scores, self._mark, self._touched)
+        return int(c)
 
     def scores_into(self, idx, val, out):
         K.scores_into(self.fhead, self.fnext, self.scls, self.sval, idx, val, self.n_rows, out)
