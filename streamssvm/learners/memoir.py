@@ -113,6 +113,7 @@ class MEMOIR(Learner):
         self.in_batch = 0
         self.n_learned = 0
         self.n_updates = 0
+        self.n_renorm = 0
         self._reset_checks()
         self._touched = set()
         st = self.store
@@ -252,6 +253,7 @@ class MEMOIR(Learner):
         if self.acc < RENORM_BELOW:
             st.scale(self.acc)
             self.acc = 1.0
+            self.n_renorm += 1
             self.oracle.update(range(st.n_rows))   # the index is rebuilt on the new scale
 
     def _check(self, idx, val, y, r):
