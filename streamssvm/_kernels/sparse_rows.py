@@ -182,7 +182,7 @@ def rescore(hkey, hslot, sval, cands, n_cands, idx, x, exclude, out):
         out[q] = acc
         if c == exclude:
             continue
-        if acc > best:
+        if acc > best or (acc == best and c < arg):  # ties: the smallest class, as the full scan
             best = acc
             arg = c
     return arg, best
