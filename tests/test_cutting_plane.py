@@ -135,3 +135,18 @@ def test_cutting_plane_grows_labels_mid_stream():
     c = m.refine(passes=100)
     assert c.gap < 1e-4
     assert c.primal == pytest.approx(brute_primal_cp(m), rel=1e-9)
+
+
+def test_cli_cutting_plane(tmp_path, capsys):
+    import json
+
+    from streamssvm.cli import main
+    conll = tmp_path / "w.conll"
+    sents = [("the DT", "dog NN", "runs VBZ"), ("a DT", "cat NN", "sleeps VBZ")] * 20
+    conll.write_text("".join("\n".join(s) + "\n\n" for s in sents))
+    assert main(["run", "--source", str(conll), "--task", "sequence", "--learner", "cp", "--rescaling", "slack",
+                 "--search", "sarawagi", "--lam", "0.05", "--no-progress", "--json"]) == 0
+    out = capsys.readouterr().out
+    s = json.loads(out[out.index("{"):])
+    assert s["examples_seen"] == 40 and s["metrics"]["token_accuracy"] > 0.8
+    assert s["last_certificate"]["rescaling"] == "slack" and s["last_certificate"]["exact"] is True
