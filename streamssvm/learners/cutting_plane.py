@@ -115,7 +115,9 @@ class CuttingPlane(Learner):
         self.constraints_added = 0
         self.qp_steps = 0
         self.search_log = []          # per separation call (filled when ``diagnose`` is set)
-        self.diagnose = None
+        self.diagnose = None          # searches to compare at separation calls (benchmarks only)
+        self.diagnose_fraction = 1.0  # ... on this random fraction of the calls
+        self._diag_rng = np.random.default_rng(12345)
         self._rng = np.random.default_rng(self.seed)
         self._oracles = None
         self._bound = True
@@ -244,7 +246,7 @@ class CuttingPlane(Learner):
         o = self._orc()
         o.prepare(self.W.E, self.W.T, self.W.B, self._scale(), b.tok_ptr, b.fidx, b.fval, b.ytrue, max(b.Ki, 1))
         self.oracle_calls += 1
-        if self.diagnose:
+        if self.diagnose and (self.diagnose_fraction >= 1.0 or self._diag_rng.random() < self.diagnose_fraction):
             q_before = self.queries
             rec = {"xi": xi}
             for name in self.diagnose:
