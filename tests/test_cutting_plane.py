@@ -150,3 +150,24 @@ def test_cli_cutting_plane(tmp_path, capsys):
     s = json.loads(out[out.index("{"):])
     assert s["examples_seen"] == 40 and s["metrics"]["token_accuracy"] > 0.8
     assert s["last_certificate"]["rescaling"] == "slack" and s["last_certificate"]["exact"] is True
+
+
+def test_cutting_plane_search_comparison_records():
+    """The benchmark mode: at each separation call every listed search runs on the same weights
+    and xi; no search's label beats the exact oracle, angular (budget large) attains it, and the
+    label added is angular's."""
+    cls, data = _pairwise_stream(3, 20)
+    m = cls(learner=ss.learners.CuttingPlane(lam=0.05, rescaling="slack", search="angular", eps=1e-4))
+    lr = m._bound()
+    lr.diagnose = ("angular", "bisecting", "sarawagi")
+    for x, y in data:
+        m.learn_one(x, y)
+    m.refine(passes=5)
+    assert len(lr.search_log) == lr.oracle_calls > 20
+    for rec in lr.search_log:
+        ex = rec["exact"]["phi"]
+        assert rec["angular"]["phi"] == pytest.approx(ex, abs=1e-9)
+        for s in ("bisecting", "sarawagi"):
+            assert rec[s]["phi"] <= ex + 1e-9 and rec[s]["queries"] >= 1
+        assert rec["sarawagi"]["queries"] > rec["angular"]["queries"]
+        assert rec["xi"] >= 0
