@@ -171,3 +171,14 @@ def test_cutting_plane_search_comparison_records():
             assert rec[s]["phi"] <= ex + 1e-9 and rec[s]["queries"] >= 1
         assert rec["sarawagi"]["queries"] > rec["angular"]["queries"]
         assert rec["xi"] >= 0
+
+
+def test_cutting_plane_learn_many_equals_learn_one():
+    cls, data = _stream("multiclass", 4, n=40)
+    a = cls(learner=ss.learners.CuttingPlane(lam=0.05, rescaling="slack"))
+    b = cls(learner=ss.learners.CuttingPlane(lam=0.05, rescaling="slack"))
+    for x, y in data:
+        a.learn_one(x, y)
+    b.learn_many(np.array([x for x, _ in data]), [y for _, y in data])
+    np.testing.assert_allclose(a._learner.W.E, b._learner.W.E, atol=1e-12)
+    assert a.certificate().gap == pytest.approx(b.certificate().gap, rel=1e-12, abs=1e-15)
