@@ -9,7 +9,7 @@ Tasks (lambda = 0.01, slack rescaling, the same objective for every method):
 * yeast, pairwise multi-label MRF (14 labels), the first ``--yeast-n`` (500) training examples of
   bench/yeast_slack.py's split. Oracles: the exact slack oracle and the lambda-oracle are each one
   enumeration of the 2^14 labelings; angular search's constrained oracle is answered on the level
-  points (one enumeration per search + one to recover the labeling).
+  points (one enumeration per search, which also keeps the labelings).
 * OCR-large (``load_ocr("large")``), chain with Hamming loss, the first ``--ocr-n`` (1000) training
   words. Oracles: exact slack oracle = the O(L^2 K^2) DP over wrong-tag counts; lambda-oracle =
   Viterbi with the loss scaled by lambda, O(L K^2); angular = the level DP (the exact DP's cost)

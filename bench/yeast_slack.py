@@ -18,8 +18,8 @@ our split, not MULAN's). Features standardized with training statistics.
   success = the search returns a label with Delta (1 + f(y^) - f(y_i)) > xi_i + eps. Also the
   exact oracle on the same calls (how often a violating label exists at all). The MRF's
   lambda-oracle is exact enumeration of the 2^14 labelings (loss-scaled); the constrained oracle
-  of angular search is answered on the level points (one enumeration per search, plus one to
-  recover the chosen level's labeling). The paper used an LP relaxation for both.
+  of angular search is answered on the level points (one enumeration per search, which also
+  keeps each level's labeling). The paper used an LP relaxation for both.
 * The same searches inside SGD (budget 30 queries) on the whole training set: queries, ms per
   example, and success = Phi >= 0.999 of the exact maximum at the same weights.
 

@@ -10,8 +10,8 @@
   eq. 12). None of these structures has a cheap one (a linear constraint on (h, g) breaks
   Viterbi); it is answered from the *level points* -- the best labeling at every loss level,
   computed once per example by ``structops.slack_levels`` (the O(L^2 K^2) wrong-tag DP for
-  chains, the enumeration for the MRF, a sort for multi-label, O(K) for multiclass), which is
-  exactly the work of the exact slack oracle. That pass is counted in ``level_passes``; the
+  chains, a sort for multi-label, O(K) for multiclass; for the MRF one enumeration that also keeps
+  each level's labeling), which is exactly the work of the exact slack oracle. That pass is counted in ``level_passes``; the
   constrained queries on the points afterwards are counted in ``c_queries``.
 * ``exact()``: the exact slack oracle; ``margin()``: loss-augmented decoding (lam = 1).
 
@@ -146,6 +146,19 @@ class ExampleOracles:
 
     def levels(self):
         """The level points (h, g) (one pass, counted in ``level_passes``)."""
+        if self._levels is None and self.kind == so.MLPAIR:
+            # one enumeration gives each level's best score and its labeling (as a bit code)
+            self.level_passes += 1
+            K = self.K
+            best_m = np.zeros(K + 1)
+            self._codes = np.zeros(K + 1, dtype=np.int64)
+            so._ml_dense_truth(self.ytrue, len(self.ytrue), K, self._ybuf)
+            so._mrf_enum(self.S, self.T, self.scale, K, self._ybuf, 2, 0.0, max(self.Ki, 1), self.ts, best_m,
+                         np.zeros(K, dtype=np.int32), self._codes)
+            ms = [m for m in range(1, K + 1) if best_m[m] > -np.inf]
+            self._level_m = np.array(ms, dtype=np.int64)
+            self._levels = (np.array([1.0 + best_m[m] - self.ts for m in ms]),
+                            np.array([m / max(self.Ki, 1) for m in ms]))
         if self._levels is None:
             self.level_passes += 1
             n = so.slack_levels(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans,
@@ -192,8 +205,9 @@ class ExampleOracles:
                     best, arg = S[0, k], k
             lab[0] = arg
         elif kind == so.MLPAIR:
-            so.mrf_level_labeling(S, self.T, self.scale, K, self.ytrue, len(self.ytrue), max(self.Ki, 1),
-                                  int(round(g_sel * self.Ki)), lab)
+            code = int(self._codes[self._level_m[i]])
+            for k in range(K):
+                lab[k] = (code >> k) & 1
         elif kind == so.MULTILABEL:
             m = int(round(g_sel * self.Ki))
             dense = self.truth_lab[:K].copy()
