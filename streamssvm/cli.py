@@ -22,10 +22,13 @@ import numpy as np
 
 def _add_learner_args(p):
     g = p.add_argument_group("learner")
-    g.add_argument("--learner", default="bcfw", choices=["bcfw", "sgd", "memoir"],
-                   help="learning algorithm (default: bcfw; sgd: Pegasos; memoir for --task extreme)")
-    g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary"],
-                   help="sgd with --rescaling slack: exact slack oracle or a budgeted search")
+    g.add_argument("--learner", default="bcfw", choices=["bcfw", "sgd", "cp", "memoir"],
+                   help="learning algorithm (default: bcfw; sgd: Pegasos; cp: n-slack cutting plane; "
+                        "memoir for --task extreme)")
+    g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary", "sarawagi"],
+                   help="sgd/cp with --rescaling slack: exact slack oracle or a budgeted search "
+                        "(sarawagi: cp only)")
+    g.add_argument("--eps", type=float, default=1e-3, help="cp: violation threshold of new constraints")
     g.add_argument("--max-queries", type=int, default=20, help="sgd: search budget per example")
     g.add_argument("--mips", default="hnsw", choices=["exact", "hnsw", "lsh"], help="memoir: MIPS oracle")
     g.add_argument("--variant", default="l2", choices=["l2", "l1"], help="memoir: l2 (Pegasos) or l1 (truncated)")
@@ -59,6 +62,9 @@ def _make_model(args):
     if args.learner == "sgd":
         learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
                                   max_queries=args.max_queries, seed=args.seed)
+    elif args.learner == "cp":
+        learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
+                                           max_queries=max(args.max_queries, 2), seed=args.seed)
     else:
         learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=args.step,
                                    cache=args.cache, capacity=args.capacity, eviction=args.eviction,

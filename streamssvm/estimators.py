@@ -27,11 +27,13 @@ _ONE_EX = np.array([0, 1], dtype=np.int64)
 
 
 def _default_learner(learner):
+    from .learners.cutting_plane import CuttingPlane
     from .learners.sgd import SGD
     if learner is None:
         return BCFW()
-    if not isinstance(learner, (BCFW, SGD)):
-        raise TypeError(f"learner must be a streamssvm learner such as learners.BCFW(...) or learners.SGD(...), "
+    if not isinstance(learner, (BCFW, SGD, CuttingPlane)):
+        raise TypeError(f"learner must be a streamssvm learner such as learners.BCFW(...), learners.SGD(...) "
+                        f"or learners.CuttingPlane(...), "
                         f"got {learner!r}")
     return learner
 
@@ -135,8 +137,9 @@ class _SSVM:
         if cfg["class"] == "ExtremeClassifier":
             return ExtremeClassifier.from_state(st)
         klass = _ESTIMATORS[cfg["class"]]
+        from .learners.cutting_plane import CuttingPlane
         from .learners.sgd import SGD
-        lcls = {"BCFW": BCFW, "SGD": SGD}[cfg["learner"]["class"]]
+        lcls = {"BCFW": BCFW, "SGD": SGD, "CuttingPlane": CuttingPlane}[cfg["learner"]["class"]]
         learner = lcls(**cfg["learner"]["params"])
         params = klass._params_from_state(dict(cfg["params"]))
         if params.get("loss") is not None:

@@ -1,7 +1,8 @@
 """Learners: how the weights move."""
 from .base import Learner
 from .bcfw import BCFW
+from .cutting_plane import CuttingPlane
 from .memoir import MEMOIR
 from .sgd import SGD
 
-__all__ = ["Learner", "BCFW", "MEMOIR", "SGD"]
+__all__ = ["Learner", "BCFW", "CuttingPlane", "MEMOIR", "SGD"]

@@ -4,7 +4,12 @@ Each example takes one step w <- (1 - eta_t lam) w - eta_t * Delta(y^) psi_i(y^)
 w <- (1 - eta_t lam) w - eta_t * psi_i(y^) (margin), eta_t = 1 / (lam t), where y^ is the most
 violating labeling: exact (loss-augmented decoding for margin rescaling, the exact slack oracle
 for slack rescaling) or, for slack rescaling, found by a budgeted search over lambda-oracles
-(angular / bisecting / binary, :mod:`streamssvm.oracles.slack`) on the structure's level points.
+(angular / bisecting / binary, :mod:`streamssvm.oracles.slack`) over the structure's oracles
+(:mod:`streamssvm.oracles.structured`): bisecting and binary search call the lambda-oracle, i.e.
+loss-augmented decoding with the loss scaled by lambda (Viterbi for chains, cheaper per query than
+the exact O(L^2 K^2) chain slack DP); angular search needs the constrained lambda-oracle, which for
+these structures is answered from the level points (one pass of the exact DP's cost per search,
+counted in ``level_passes``).
 
 A dual point (DESIGN section 3). From w = 0 with eta_t = 1 / (lam t), the t-th iterate is exactly
 w_T = (1 / (lam T)) sum_s c_s psi_s (c_s = 1, or Delta(y^_s) for slack rescaling): in the dual of the
@@ -32,7 +37,8 @@ import numpy as np
 from .._kernels import bcfw as KB
 from .._kernels import structops as so
 from ..certificate import Certificate
-from ..oracles.slack import angular_search, binary_search, bisecting_search, point_oracles
+from ..oracles.slack import angular_search, binary_search, bisecting_search
+from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
 from .base import Learner, check_choice, check_number
 
@@ -104,6 +110,7 @@ class SGD(Learner):
         self.queries = 0
         self.searches = 0
         self.certified = 0
+        self.level_passes = 0
         self.n_learned = 0
         self._recent = []
         self._visits = []               # violating visits of each held example (dual point)
@@ -285,21 +292,30 @@ class SGD(Learner):
                                 self._V3, self._ybuf, self._dbuf, lab)
             loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
             return lab, loss, h
-        # budgeted search over the lambda-oracles, on the structure's level points; the winning
-        # level is then decoded with the matching lambda-oracle to get its labeling
-        n = so.slack_levels(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
-                            self._V3, self._ybuf, self._dbuf, self._hs, self._gs)
-        pts = list(zip(self._hs[:n], self._gs[:n]))
-        o, oc = point_oracles(pts)
-        hmax = max([h for h, _ in pts] + [1.0])
-        gmax = max([g for _, g in pts] + [1e-12])
+        # budgeted search over the structure's oracles (streamssvm.oracles.structured): the
+        # lambda-oracle is loss-scaled decoding (Viterbi for chains); angular search's
+        # constrained oracle is answered on the level points (one level pass, counted)
+        o = self._example_oracles()
+        o.prepare(W.E, W.T, W.B, scale, tok_ptr, fidx, fval, ytrue, Ki)
+        q0, lp0 = o.lam_queries + o.c_queries, o.level_passes
         if self.search == "angular":
-            r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-        elif self.search == "bisecting":
-            r = bisecting_search(o, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
+            hs, gs = o.levels()
+            hmax = max([float(hs.max()) if len(hs) else 1.0, 1.0])
+            gmax = max([float(gs.max()) if len(gs) else 1e-12, 1e-12])
+            r = angular_search(o.constrained, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
         else:
-            r = binary_search(o, 1e-3 * hmax / gmax, 1e3 * hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-        self.queries += r.queries
+            # lam0 = H-hat / G-hat, H-hat from one MAP query (paper 000 section 4.5), counted
+            kmap, hm, gm = o.map_h()
+            lam0 = max(hm, 1e-12) / o.g_max()
+            budget = max(self.max_queries - 1, 1)
+            if self.search == "bisecting":
+                r = bisecting_search(o.lam_oracle, lam0=lam0, max_queries=budget, tol=self.tol)
+            else:
+                r = binary_search(o.lam_oracle, 1e-3 * lam0, 1e3 * lam0, max_queries=budget, tol=self.tol)
+            if hm > 0 and gm > 0 and hm * gm > r.phi:
+                r.label, r.phi = kmap, hm * gm
+        self.queries += o.lam_queries + o.c_queries - q0
+        self.level_passes += o.level_passes - lp0
         self.searches += 1
         self.certified += int(r.certified)
         if getattr(self, "diagnose", False):
@@ -315,44 +331,17 @@ class SGD(Learner):
                 lab[:] = 0
                 lab[ytrue] = 1
             return lab, 0.0, 0.0
-        # the labeling of the chosen level: the exact slack maximizer restricted to that level
-        # equals the level's best labeling; recover it with the exact oracle on that level set
-        h_sel, g_sel = pts[r.label]
-        lab_full = self._level_labeling(kind, S, W, scale, L, K, ytrue, ly, Ki, g_sel, lab)
-        loss = so.labeling_loss(kind, lab_full, ytrue, ly, self._C, L, K, Ki, self._ybuf)
-        return lab_full, loss, r.phi
+        lab_full = o.labeling(r.label)
+        lab[:len(lab_full)] = lab_full[:len(lab)]
+        loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+        return lab, loss, r.phi
 
-    def _level_labeling(self, kind, S, W, scale, L, K, ytrue, ly, Ki, g_sel, lab):
-        """The best labeling of the level the search chose (loss ``g_sel``): for multiclass the
-        class, for multi-label the m best flips, for chains a backtrack of the level DP."""
-        if kind == so.MULTICLASS:
-            yt = ytrue[0]
-            best, arg = -np.inf, yt
-            for k in range(K):
-                if k != yt and abs(self._C[yt, k] - g_sel) < 1e-12 and S[0, k] > best:
-                    best, arg = S[0, k], k
-            lab[0] = arg
-            return lab
-        if kind == so.HIER:
-            so.hier_level_labeling(S, self._C, K, ytrue, len(ytrue), Ki, int(round(g_sel * Ki)), lab)
-            return lab
-        if kind == so.MLPAIR:
-            so.mrf_level_labeling(S, W.T, scale, K, ytrue, len(ytrue), Ki, int(round(g_sel * Ki)), lab)
-            return lab
-        if kind == so.MULTILABEL:
-            m = int(round(g_sel * Ki))
-            dense = np.zeros(K, dtype=np.int32)
-            dense[[k for k in ytrue if k < K]] = 1
-            delta = np.where(dense == 0, S[0, :K], -S[0, :K])
-            flip = np.argsort(-delta, kind="stable")[:m]
-            dense[flip] = 1 - dense[flip]
-            lab[:] = 0
-            lab[:K] = dense
-            return lab
-        # chain: backtrack the level DP (filled by slack_levels) at m = g * L wrong tags
-        m = int(round(g_sel * L))
-        so.chain_level_labeling(S, W.T, W.B, scale, L, K, self._use_trans, ytrue, self._V3, m, lab)
-        return lab
+    def _example_oracles(self):
+        o = getattr(self, "_oracles", None)
+        if o is None or o.K != self._K or o.Kc != self.W.Kc or o.C is not self._C:
+            o = ExampleOracles(self._kind, self._K, self.W.Kc, self._use_trans, self._C)
+            self._oracles = o
+        return o
 
     # ------------------------------------------------------------------ steps
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):

@@ -28,6 +28,10 @@ and the number of oracle calls.
   stops): width tolerances on the lambda interval, same label at both ends, and a query budget.
 * :func:`binary_search` — minimizes the Lemma-1 bound F(lam) over a bracket (geometric
   midpoints), stopping on the certificate or when both ends return the same label.
+* :func:`sarawagi_gupta_search` — Sarawagi & Gupta (2008) as paper 000 section 3 describes it:
+  given the current slack xi_i of the cutting-plane working set, maximize h(y) - xi_i / g(y)
+  (eq. 14) through its convex bound min_lam F(lam), F(lam) = max_y h + lam g - 2 sqrt(xi_i lam)
+  (eq. 15), by golden-section search over lam. Tied to xi_i, so to cutting plane.
 
 Neither lambda-oracle search can find labels strictly inside the convex hull of the others
 (Theorem 1); angular search can, through the constrained oracle.
@@ -229,6 +233,84 @@ def bisecting_search(oracle, lam0=1.0, max_queries=30, tol=0.999, rel_width=1e-6
                 break
             lam = 0.5 * (lo + hi)
     return SearchResult(best_label, best_phi, max(ub, best_phi), q, certified=best_phi >= tol * ub)
+
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def sarawagi_gupta_search(oracle, xi, lam_hi, max_queries=100, rel_tol=1e-9, tol=0.999):
+    """Sarawagi & Gupta's search (paper 000 eqs. 13-15), for cutting plane.
+
+    With the current slack ``xi`` of the example's working set, a label violates its
+    slack-rescaled constraint iff h(y) - xi / g(y) > 0 (eq. 13-14, over y with h > 0, g > 0).
+    Since lam g + xi / g >= 2 sqrt(xi lam) for every lam >= 0,
+
+        max_y h(y) - xi / g(y)  <=  min_{lam >= 0} F(lam),   F(lam) = K(lam) - 2 sqrt(xi lam)
+
+    with K(lam) = max_y h(y) + lam g(y) the lambda-oracle value; F is convex and is minimized by
+    golden-section search over [0, lam_hi] (the minimizer of each label's term is xi / g^2, so
+    ``lam_hi = xi / g_min^2`` brackets every label's optimum). Every oracle answer y with
+    h > 0, g > 0 is a candidate; the search returns the candidate maximizing eq. (14) (their
+    objective, not Phi = h g), with its Phi.
+
+    Bounds: every query at lam > 0 also gives paper 000's Lemma-5 bound max Phi <= K^2 / (4 lam)
+    (valid for any lambda-oracle answer), reported as ``upper_bound``; ``certified`` is
+    Phi(label) >= tol * upper_bound. The eq.-(15) bound min F on eq. (14) is in
+    ``history[-1]["min_F"]`` (min F < 0 certifies that no label violates by more than xi).
+    Like every lambda-oracle search it cannot return labels inside the convex hull of the
+    others (paper 000 Theorem 1).
+
+    Stops when the bracket is narrower than ``rel_tol * lam_hi`` or after ``max_queries``.
+
+    Examples
+    --------
+    >>> o, _ = point_oracles([(2.0, 0.5), (1.2, 1.0), (0.1, 2.0)])
+    >>> r = sarawagi_gupta_search(o, xi=0.5, lam_hi=2.0)
+    >>> r.label, round(r.phi, 6), r.upper_bound >= 1.2   # eq. (14) picks 2 - 0.5/0.5 = 1 > 1.2 - 0.5
+    (0, 1.0, True)
+    """
+    if not lam_hi > 0:
+        raise ValueError(f"lam_hi must be > 0, got {lam_hi!r}")
+    if xi < 0:
+        raise ValueError(f"xi must be >= 0, got {xi!r}")
+    best_label, best_obj, best_phi = None, -math.inf, 0.0
+    ub = math.inf
+    q = 0
+    min_F = math.inf
+    seen = {}
+
+    def F(lam):
+        nonlocal best_label, best_obj, best_phi, ub, q, min_F
+        label, h, g = oracle(lam)
+        q += 1
+        K = h + lam * g
+        if lam > 0:
+            ub = min(ub, K * K / (4.0 * lam))
+        val = K - 2.0 * math.sqrt(xi * lam)
+        min_F = min(min_F, val)
+        if h > 0 and g > 0:
+            obj = h - xi / g
+            if obj > best_obj:
+                best_label, best_obj, best_phi = label, obj, h * g
+        seen[lam] = label
+        return val
+
+    a, b = 0.0, float(lam_hi)
+    c = b - _GOLDEN * (b - a)
+    d = a + _GOLDEN * (b - a)
+    fc, fd = F(c), F(d)
+    while q < max_queries and (b - a) > rel_tol * lam_hi:
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - _GOLDEN * (b - a)
+            fc = F(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + _GOLDEN * (b - a)
+            fd = F(d)
+    ub = max(ub, best_phi)
+    return SearchResult(best_label, best_phi, ub, q, certified=best_phi >= tol * ub,
+                        history=[{"min_F": min_F, "best_objective": best_obj, "bracket": (a, b)}])
 
 
 # ----------------------------------------------------------------------------- point-set oracles

@@ -1,0 +1,108 @@
+"""Numba kernels of the cutting-plane learner (restricted dual QP on per-example working sets).
+
+A working-set entry of example i is a statistic ``d = c (s(y_i) - s(y))`` (``c = 1`` for margin
+rescaling, ``c = Delta(y)`` for slack rescaling; see ``structops`` for the statistic layouts), so
+that ``H_i(y; w) = Delta(y) - <w, Phi_x(d)>``.
+"""
+import numpy as np
+from numba import njit
+
+from .structops import CHAIN, MLPAIR
+
+_JIT = dict(cache=True, nogil=True)
+
+
+@njit(**_JIT)
+def score_vector(kind, S, T, B, scale, L, K, Kc, use_trans, r):
+    """r such that <w, Phi_x(st)> = r . st for every statistic st (S: emission scores with
+    ``scale`` included, as ``structops.emission_scores`` writes them)."""
+    for q in range(r.shape[0]):
+        r[q] = 0.0
+    if kind == MLPAIR:
+        for k in range(K):
+            r[k] = S[0, k]
+            for l in range(k + 1, K):
+                r[Kc + k * Kc + l] = scale * T[k, l]
+        return
+    nrow = 1 if kind != CHAIN else L
+    for t in range(nrow):
+        for k in range(K):
+            r[t * Kc + k] = S[t, k]
+    if kind == CHAIN and use_trans:
+        off = L * Kc
+        for j in range(K):
+            for k in range(K):
+                r[off + j * Kc + k] = scale * T[j, k]
+        off2 = off + Kc * Kc
+        for k in range(K):
+            r[off2 + k] = scale * B[0, k]
+            r[off2 + Kc + k] = scale * B[1, k]
+
+
+@njit(**_JIT)
+def stat_dot(kind, G, a, b, L, K, Kc, use_trans):
+    """<Phi_x(a), Phi_x(b)> with the token Gram matrix G = X X^T."""
+    v = 0.0
+    if kind == MLPAIR:
+        for k in range(K):
+            v += G[0, 0] * a[k] * b[k]
+            for l in range(k + 1, K):
+                v += a[Kc + k * Kc + l] * b[Kc + k * Kc + l]
+        return v
+    nrow = 1 if kind != CHAIN else L
+    for t in range(nrow):
+        for s in range(nrow):
+            g = G[t, s]
+            if g == 0.0:
+                continue
+            acc = 0.0
+            for k in range(K):
+                acc += a[t * Kc + k] * b[s * Kc + k]
+            v += g * acc
+    if kind == CHAIN and use_trans:
+        off = L * Kc
+        for q in range(off, off + Kc * Kc + 2 * Kc):
+            v += a[q] * b[q]
+    return v
+
+
+@njit(**_JIT)
+def block_qp(Q, grad, beta, s, tol, max_steps):
+    """Pairwise (SMO) steps with exact line search on one block of the restricted dual:
+
+        max_beta  beta . c - (s / 2) beta^T Q beta   over the simplex,
+
+    given ``grad`` = c - s Q beta at the current ``beta`` (updated in place with ``beta``).
+    In the learner, grad_y = H_i(y; w) for the working-set labelings y (the dual is scaled by
+    n). Stops when the block's Wolfe gap max_y grad_y - beta . grad <= tol or after
+    ``max_steps`` steps. Returns the number of steps."""
+    m = beta.shape[0]
+    steps = 0
+    while steps < max_steps:
+        j = 0
+        for y in range(1, m):
+            if grad[y] > grad[j]:
+                j = y
+        k = -1
+        acc = 0.0
+        for y in range(m):
+            acc += beta[y] * grad[y]
+            if beta[y] > 0.0 and (k < 0 or grad[y] < grad[k]):
+                k = y
+        if grad[j] - acc <= tol or k == j or k < 0:
+            break
+        diff = grad[j] - grad[k]
+        curv = s * (Q[j, j] + Q[k, k] - 2.0 * Q[j, k])
+        t = beta[k]
+        if curv > 0.0:
+            t = min(t, diff / curv)
+        if t <= 0.0:
+            break
+        beta[j] += t
+        beta[k] -= t
+        if beta[k] < 1e-15:
+            beta[k] = 0.0
+        for y in range(m):
+            grad[y] -= s * t * (Q[y, j] - Q[y, k])
+        steps += 1
+    return steps

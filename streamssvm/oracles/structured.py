@@ -1,0 +1,243 @@
+"""The structures' oracles for one example at frozen weights, as the searches of
+:mod:`streamssvm.oracles.slack` call them, with honest counts of what each call costs.
+
+* ``lam_oracle(lam)``: the lambda-oracle argmax_y h(y) + lam g(y) is loss-augmented decoding with
+  the loss scaled by lam (``structops.decode(..., loss_scale=lam)``): Viterbi for chains
+  (O(L K^2)), O(K) for multiclass, O(K) for independent multi-label, enumeration of the 2^K
+  labelings for the pairwise multi-label MRF (so there a lambda query costs as much as the exact
+  slack oracle, which is the same enumeration).
+* ``constrained(lam, hi, lo, hi_closed, lo_closed)``: the constrained lambda-oracle (paper 000
+  eq. 12). None of these structures has a cheap one (a linear constraint on (h, g) breaks
+  Viterbi); it is answered from the *level points* -- the best labeling at every loss level,
+  computed once per example by ``structops.slack_levels`` (the O(L^2 K^2) wrong-tag DP for
+  chains, a sort for multi-label, O(K) for multiclass; for the MRF one enumeration that also keeps
+  each level's labeling), which is exactly the work of the exact slack oracle. That pass is counted in ``level_passes``; the
+  constrained queries on the points afterwards are counted in ``c_queries``.
+* ``exact()``: the exact slack oracle; ``margin()``: loss-augmented decoding (lam = 1).
+
+h(y) = 1 + <w, phi(x, y)> - <w, phi(x, y_i)>, g(y) = Delta(y_i, y) as in the searches.
+Labels are returned as hashable keys (``bytes`` of the labeling for lambda-oracle answers,
+``("level", index)`` for level points); :meth:`labeling` turns a key into the labeling array.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._kernels import structops as so
+
+
+class ExampleOracles:
+    """Oracles of one example at weights ``scale * (E, T, B)``.
+
+    Parameters
+    ----------
+    kind, K, Kc, use_trans, C
+        Structure kind (``structops`` code), labels in use, label capacity, transitions flag,
+        cost matrix (Kc x Kc).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamssvm._kernels import structops as so
+    >>> from streamssvm.oracles.structured import ExampleOracles
+    >>> from streamssvm.oracles.slack import bisecting_search
+    >>> E = np.array([[0.0, 1.0, -1.0]]); T = np.zeros((3, 3)); B = np.zeros((2, 3))
+    >>> C = 1.0 - np.eye(3)
+    >>> o = ExampleOracles(so.MULTICLASS, 3, 3, False, C)
+    >>> o.prepare(E, T, B, 1.0, np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32),
+    ...           np.array([1.0]), np.array([0], dtype=np.int32), 1)
+    >>> r = bisecting_search(o.lam_oracle, lam0=1.0, max_queries=10)
+    >>> int(o.labeling(r.label)[0]), r.phi      # class 1: 1 * (1 + 1 - 0)
+    (1, 2.0)
+    >>> o.exact()[1]
+    2.0
+    """
+
+    def __init__(self, kind, K, Kc, use_trans, C):
+        self.kind, self.K, self.Kc, self.use_trans, self.C = int(kind), int(K), int(Kc), bool(use_trans), C
+        self.lam_queries = 0
+        self.c_queries = 0
+        self.level_passes = 0
+        self.exact_calls = 0
+        self._L = 0
+        self._alloc(1)
+
+    def _alloc(self, L):
+        if L <= self._L:
+            return
+        Lb = max(L, 2 * self._L, 8)
+        Kc = self.Kc
+        self._L = Lb
+        self.S = np.zeros((Lb, Kc))
+        self._V = np.zeros((Lb, Kc))
+        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
+        self._ybuf = np.zeros(Kc, dtype=np.int32)
+        self._dbuf = np.zeros(max(so.stat_size(self.kind, Lb, Kc), Kc) + 1)
+        self._V3 = (np.zeros((Lb + 1, Kc, Lb + 1)) if self.kind == so.CHAIN else np.zeros((1, 1, 1)))
+        self._hs = np.zeros(max(Lb, Kc) + 1)
+        self._gs = np.zeros(max(Lb, Kc) + 1)
+
+    # ------------------------------------------------------------------ setup
+    def prepare(self, E, T, B, scale, tok_ptr, fidx, fval, ytrue, Ki=1):
+        """Bind the oracles to one example at weights ``scale * (E, T, B)``."""
+        L = len(tok_ptr) - 1
+        self._alloc(L)
+        self.L, self.T, self.B, self.scale = L, T, B, float(scale)
+        self.ytrue = np.asarray(ytrue, dtype=np.int32)
+        self.Ki = int(Ki)
+        so.emission_scores(E, self.scale, tok_ptr, fidx, fval, L, self.K, self.S)
+        ml = self.kind in (so.MULTILABEL, so.MLPAIR, so.HIER)
+        self.n_lab = self.Kc if ml else L
+        if ml:
+            dense = np.zeros(self.Kc, dtype=np.int32)
+            dense[[k for k in self.ytrue if k < self.K]] = 1
+            self.truth_lab = dense
+        else:
+            self.truth_lab = self.ytrue.copy()
+        self.ts = so.labeling_score(self.kind, self.S, T, B, self.scale, self.truth_lab, L, self.K, self.use_trans)
+        self._labs = {}
+        self._levels = None
+
+    def hg(self, lab):
+        """(h, g) of a labeling."""
+        sc = so.labeling_score(self.kind, self.S, self.T, self.B, self.scale, lab, self.L, self.K, self.use_trans)
+        g = so.labeling_loss(self.kind, lab, self.ytrue, len(self.ytrue), self.C, self.L, self.K, self.Ki, self._ybuf)
+        return 1.0 + sc - self.ts, g
+
+    def g_min(self):
+        """Smallest positive loss a labeling can have."""
+        if self.kind in (so.MULTILABEL, so.MLPAIR, so.HIER):
+            return 1.0 / max(self.Ki, 1)
+        if self.kind == so.MULTICLASS:
+            row = self.C[self.ytrue[0], : self.K]
+            pos = row[row > 0]
+            return float(pos.min()) if pos.size else 1.0
+        return 1.0 / self.L
+
+    def g_max(self):
+        """Largest loss of a labeling (Hamming: all wrong)."""
+        if self.kind == so.HIER:   # Hamming over the leaves / number of leaves
+            return 1.0
+        if self.kind in (so.MULTILABEL, so.MLPAIR):
+            return self.K / max(self.Ki, 1)
+        if self.kind == so.MULTICLASS:
+            return max(float(self.C[self.ytrue[0], : self.K].max()), 1e-12)
+        return float(np.mean([self.C[self.ytrue[t], : self.K].max() for t in range(self.L)]))
+
+    # ------------------------------------------------------------------ oracles
+    def _decode(self, lam):
+        lab = np.zeros(max(self.n_lab, 1), dtype=np.int32)
+        so.decode(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans, self.ytrue,
+                  len(self.ytrue), self.C, float(lam), max(self.Ki, 1), self._V, self._bp, self._ybuf, lab)
+        return lab
+
+    def lam_oracle(self, lam):
+        """argmax_y h(y) + lam g(y) by loss-augmented decoding; returns (key, h, g)."""
+        self.lam_queries += 1
+        lab = self._decode(lam)
+        key = lab.tobytes()
+        self._labs[key] = lab
+        h, g = self.hg(lab)
+        return key, h, g
+
+    def map_h(self):
+        """One lambda = 0 query (MAP): (key, h, g); its h is H-hat = max_y h(y)."""
+        return self.lam_oracle(0.0)
+
+    def levels(self):
+        """The level points (h, g) (one pass, counted in ``level_passes``)."""
+        if self._levels is None and self.kind == so.MLPAIR:
+            # one enumeration gives each level's best score and its labeling (as a bit code)
+            self.level_passes += 1
+            K = self.K
+            best_m = np.zeros(K + 1)
+            self._codes = np.zeros(K + 1, dtype=np.int64)
+            so._ml_dense_truth(self.ytrue, len(self.ytrue), K, self._ybuf)
+            so._mrf_enum(self.S, self.T, self.scale, K, self._ybuf, 2, 0.0, max(self.Ki, 1), self.ts, best_m,
+                         np.zeros(K, dtype=np.int32), self._codes)
+            ms = [m for m in range(1, K + 1) if best_m[m] > -np.inf]
+            self._level_m = np.array(ms, dtype=np.int64)
+            self._levels = (np.array([1.0 + best_m[m] - self.ts for m in ms]),
+                            np.array([m / max(self.Ki, 1) for m in ms]))
+        if self._levels is None:
+            self.level_passes += 1
+            n = so.slack_levels(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans,
+                                self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self._V3, self._ybuf,
+                                self._dbuf, self._hs, self._gs)
+            self._levels = (self._hs[:n].copy(), self._gs[:n].copy())
+        return self._levels
+
+    def constrained(self, lam, hi, lo, hi_closed, lo_closed):
+        """Constrained lambda-oracle answered on the level points: (key, h, g) or None."""
+        self.c_queries += 1
+        hs, gs = self.levels()
+        best, bv = None, -math.inf
+        for i in range(len(hs)):
+            h, g = hs[i], gs[i]
+            if h <= 0 or g <= 0:
+                continue
+            d = g / h
+            if d > hi or (d == hi and not hi_closed) or d < lo or (d == lo and not lo_closed):
+                continue
+            v = h + lam * g
+            if v > bv:
+                best, bv = (("level", i), h, g), v
+        return best
+
+    def labeling(self, key):
+        """The labeling array of a key returned by an oracle (None: the ground truth)."""
+        if key is None:
+            return self.truth_lab.copy()
+        if isinstance(key, tuple):
+            return self._level_labeling(key[1])
+        return self._labs[key]
+
+    def _level_labeling(self, i):
+        hs, gs = self.levels()
+        g_sel = gs[i]
+        lab = np.zeros(max(self.n_lab, 1), dtype=np.int32)
+        kind, K, S = self.kind, self.K, self.S
+        if kind == so.MULTICLASS:
+            yt = self.ytrue[0]
+            best, arg = -np.inf, yt
+            for k in range(K):
+                if k != yt and abs(self.C[yt, k] - g_sel) < 1e-12 and S[0, k] > best:
+                    best, arg = S[0, k], k
+            lab[0] = arg
+        elif kind == so.HIER:
+            so.hier_level_labeling(S, self.C, K, self.ytrue, len(self.ytrue), max(self.Ki, 1),
+                                   int(round(g_sel * self.Ki)), lab)
+        elif kind == so.MLPAIR:
+            code = int(self._codes[self._level_m[i]])
+            for k in range(K):
+                lab[k] = (code >> k) & 1
+        elif kind == so.MULTILABEL:
+            m = int(round(g_sel * self.Ki))
+            dense = self.truth_lab[:K].copy()
+            delta = np.where(dense == 0, S[0, :K], -S[0, :K])
+            flip = np.argsort(-delta, kind="stable")[:m]
+            dense[flip] = 1 - dense[flip]
+            lab[:K] = dense
+        else:
+            m = int(round(g_sel * self.L))
+            so.chain_level_labeling(S, self.T, self.B, self.scale, self.L, K, self.use_trans, self.ytrue,
+                                    self._V3, m, lab)
+        return lab
+
+    def exact(self):
+        """Exact slack oracle: (labeling, max_y h(y) g(y) (>= 0))."""
+        self.exact_calls += 1
+        lab = np.zeros(max(self.n_lab, 1), dtype=np.int32)
+        v = so.slack_oracle(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans,
+                            self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self._V3, self._ybuf,
+                            self._dbuf, lab)
+        return lab, float(v)
+
+    def margin(self):
+        """Loss-augmented decoding (lam = 1): (labeling, max_y Delta(y) - <w, psi(y)> (>= 0))."""
+        self.exact_calls += 1
+        lab = self._decode(1.0)
+        h, g = self.hg(lab)
+        return lab, max(h - 1.0 + g, 0.0)
