@@ -197,13 +197,7 @@ class SGD(Learner):
             o, oc = lp.search_oracles()
             hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])   # greedy MAP: the paper's H-hat
             gmax = K / max(Ki, 1)
-            if self.search == "angular":
-                r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-            elif self.search == "bisecting":
-                r = bisecting_search(o, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-            else:
-                r = binary_search(o, 1e-3 * hmax / gmax, 1e3 * hmax / gmax, max_queries=self.max_queries,
-                                  tol=self.tol)
+            r = self._lp_search(o, oc, hmax / gmax)
         finally:
             self.lp_calls += lp.calls
             self.lp_integral += lp.integral_calls
@@ -216,6 +210,14 @@ class SGD(Learner):
             return lab, 0.0, 0.0 if count else r.upper_bound
         lab[:K] = r.label
         return lab, lp.hg(r.label)[1], r.phi if count else r.upper_bound
+
+    def _lp_search(self, o, oc, lam0):
+        """The configured search over LP oracles, started at lam0 = H-hat / G-hat."""
+        if self.search == "angular":
+            return angular_search(oc, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
+        if self.search == "bisecting":
+            return bisecting_search(o, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
+        return binary_search(o, 1e-3 * lam0, 1e3 * lam0, max_queries=self.max_queries, tol=self.tol)
 
     def _most_violating_relaxed(self, lp, lab, Ki):
         """Paper 000's handling: the LP optimum is a (relaxed) label with h, g linear in its
@@ -238,13 +240,7 @@ class SGD(Learner):
                 gmax = K / max(Ki, 1)
                 o = lambda lam: keep(lp.oracle(lam))                      # noqa: E731
                 oc = lambda lam, hi, lo, hc, lc: keep(lp.oracle_c(lam, hi, lo, hc, lc))  # noqa: E731
-                if self.search == "angular":
-                    r = angular_search(oc, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-                elif self.search == "bisecting":
-                    r = bisecting_search(o, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-                else:
-                    r = binary_search(o, 1e-3 * hmax / gmax, 1e3 * hmax / gmax, max_queries=self.max_queries,
-                                      tol=self.tol)
+                r = self._lp_search(o, oc, hmax / gmax)
                 self.queries += r.queries
                 self.searches += 1
                 self.certified += int(r.certified)

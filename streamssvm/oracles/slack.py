@@ -327,16 +327,23 @@ def point_oracles(points):
         return best
 
     def oracle_c(lam, hi, lo, hi_closed, lo_closed):
-        best, bv = None, -math.inf
-        for i, (h, g) in enumerate(points):
-            if h <= 0 or g <= 0:
-                continue
-            d = g / h
-            if d > hi or (d == hi and not hi_closed) or d < lo or (d == lo and not lo_closed):
-                continue
-            v = h + lam * g
-            if v > bv:
-                best, bv = (i, h, g), v
-        return best
+        return constrained_argmax(points, lam, hi, lo, hi_closed, lo_closed)
 
     return oracle, oracle_c
+
+
+def constrained_argmax(points, lam, hi, lo, hi_closed, lo_closed):
+    """The constrained lambda-oracle (paper eq. 12) over explicit (h, g) points: the index and
+    point maximizing h + lam * g among those with h > 0, g > 0 and slope g / h inside the angle
+    [lo, hi] (each boundary ray included when its flag is set); None when the angle is empty."""
+    best, bv = None, -math.inf
+    for i, (h, g) in enumerate(points):
+        if h <= 0 or g <= 0:
+            continue
+        d = g / h
+        if d > hi or (d == hi and not hi_closed) or d < lo or (d == lo and not lo_closed):
+            continue
+        v = h + lam * g
+        if v > bv:
+            best, bv = (i, h, g), v
+    return best

@@ -21,11 +21,10 @@ Labels are returned as hashable keys (``bytes`` of the labeling for lambda-oracl
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .._kernels import structops as so
+from .slack import constrained_argmax
 
 
 class ExampleOracles:
@@ -173,18 +172,8 @@ class ExampleOracles:
         """Constrained lambda-oracle answered on the level points: (key, h, g) or None."""
         self.c_queries += 1
         hs, gs = self.levels()
-        best, bv = None, -math.inf
-        for i in range(len(hs)):
-            h, g = hs[i], gs[i]
-            if h <= 0 or g <= 0:
-                continue
-            d = g / h
-            if d > hi or (d == hi and not hi_closed) or d < lo or (d == lo and not lo_closed):
-                continue
-            v = h + lam * g
-            if v > bv:
-                best, bv = (("level", i), h, g), v
-        return best
+        r = constrained_argmax(zip(hs, gs), lam, hi, lo, hi_closed, lo_closed)
+        return None if r is None else (("level", r[0]), r[1], r[2])
 
     def labeling(self, key):
         """The labeling array of a key returned by an oracle (None: the ground truth)."""
