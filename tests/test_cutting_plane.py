@@ -119,8 +119,8 @@ def test_cutting_plane_sequence_tagger_save_load_and_errors(tmp_path):
     assert m2.certificate().gap == pytest.approx(m.certificate().gap, rel=1e-9, abs=1e-12)
     for x, _ in data[:10]:
         assert m2.predict_one(x) == m.predict_one(x)
-    with pytest.raises(ValueError, match="search applies"):
-        ss.learners.CuttingPlane(search="sarawagi")
+    with pytest.raises(ValueError, match="applies to slack rescaling"):
+        cls(learner=ss.learners.CuttingPlane(search="sarawagi")).learn_one(*data[0])
     with pytest.raises(ValueError, match="rescaling"):
         ss.learners.CuttingPlane(rescaling="other")
     assert c.extra["rounds"] >= 1

@@ -51,8 +51,12 @@ def test_margin_sgd_objective_decreases_and_save_load(tmp_path):
     m2 = cls.load(tmp_path / "s.ssvm")
     for x, _ in data[:20]:
         assert m2.predict_one(x) == m.predict_one(x)
-    with pytest.raises(ValueError, match="search applies"):
-        ss.learners.SGD(search="angular")
+    with pytest.raises(ValueError, match="applies to slack rescaling"):
+        cls(learner=ss.learners.SGD(search="angular")).learn_one(*data[0])
+    # the estimator's rescaling= reaches the learner before the check (the public contract form)
+    ok = cls(learner=ss.learners.SGD(search="angular"), rescaling="slack")
+    ok.learn_one(*data[0])
+    assert ok._learner.rescaling == "slack" and ok._learner.search == "angular"
 
 
 def test_cli_sgd_slack_angular(tmp_path, capsys):

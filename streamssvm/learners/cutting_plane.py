@@ -86,8 +86,6 @@ class CuttingPlane(Learner):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
-        if search != "exact" and rescaling != "slack":
-            raise ValueError("search applies to rescaling='slack' (margin rescaling decodes exactly)")
         self.eps = check_number("eps", eps, low=0.0)
         self.max_iter = check_number("max_iter", max_iter, low=1, integer=True)
         self.max_queries = check_number("max_queries", max_queries, low=1, integer=True)
@@ -99,6 +97,9 @@ class CuttingPlane(Learner):
 
     # ------------------------------------------------------------------ binding
     def bind(self, structure, labels):
+        if self.search != "exact" and self.rescaling != "slack":
+            raise ValueError(f"search={self.search!r} applies to slack rescaling (margin rescaling decodes "
+                             "exactly): set rescaling='slack' on the learner or the estimator")
         self.structure = structure
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)
