@@ -30,6 +30,10 @@ def _add_learner_args(p):
     g.add_argument("--mips", default="hnsw", choices=["exact", "hnsw", "lsh"], help="memoir: MIPS oracle")
     g.add_argument("--variant", default="l2", choices=["l2", "l1"], help="memoir: l2 (Pegasos) or l1 (truncated)")
     g.add_argument("--batch", type=int, default=1, help="memoir: mini-batch size (1: online)")
+    g.add_argument("--rows", default="auto", choices=["auto", "dense", "sparse"],
+                   help="memoir: class rows (auto: dense for narrow arrays, sparse for dicts / wide input)")
+    g.add_argument("--max-dirty", type=int, default=None, help="memoir: re-index after this many changed rows")
+    g.add_argument("--ef", type=int, default=None, help="memoir --mips hnsw: search breadth")
     g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 1e-3)")
     g.add_argument("--replay", type=int, default=1, help="block steps on held examples per new example (default: 1)")
     g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
@@ -48,8 +52,9 @@ def _make_model(args):
     if args.task == "extreme" or args.learner == "memoir":
         if args.task != "extreme" or args.learner != "memoir":
             raise ValueError("--task extreme goes with --learner memoir")
+        extra = {k: v for k, v in (("max_dirty", args.max_dirty), ("ef", args.ef)) if v is not None}
         return ss.ExtremeClassifier(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
-                                    n_features=args.n_features, seed=args.seed)
+                                    n_features=args.n_features, seed=args.seed, rows=args.rows, **extra)
     if args.learner == "sgd":
         learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
                                   max_queries=args.max_queries, seed=args.seed)

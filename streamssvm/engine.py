@@ -284,6 +284,8 @@ class Engine:
                "gap": c.gap, "primal": c.primal, "dual": c.dual, "n_blocks": c.n_blocks,
                "exact": c.exact, "certificate_seconds": c.seconds, "bad_records": self.bad_records,
                **self.metrics.get()}
+        if c.extra:  # learner diagnostics (e.g. MEMOIR: index recall, margin error, staleness)
+            rec["diagnostics"] = c.extra
         rec = _jsonable(rec)
         self.last_certificate = _jsonable(c.to_dict())
         self.history.append(rec)

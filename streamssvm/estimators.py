@@ -516,11 +516,28 @@ class ExtremeClassifier(base.Classifier):
         See :class:`streamssvm.learners.MEMOIR` (``"l2"`` / ``"l1"``; ``"exact"`` / ``"hnsw"`` /
         ``"lsh"``).
     predict_exact
-        Predict with the exact search over the rows (the paper's choice) or through the index.
+        Kept for compatibility: False is ``predict_with="index"``.
     window
         Examples kept to report the primal objective in :meth:`certificate`.
     n_features
         Hashing trick buckets (None: growing vocabulary / array input).
+    rows
+        ``"auto"`` (dense class rows for array input of at most 4096 columns, sparse rows —
+        memory O(nnz(W)) — for dict input, the hashing trick or wider arrays), ``"dense"`` or
+        ``"sparse"``. Both give the same model.
+    loss
+        None (Crammer-Singer: cost 1 for every wrong class), a cost matrix ``C[y, c]`` (labels
+        must then be the integers 0..K-1) or a callable ``loss(y_true, y) -> float >= 0`` with
+        ``loss(y, y) == 0`` (cached per true class).
+    rescaling
+        With a ``loss``: ``"margin"`` (most violating class maximizes C[y,c] + s_c - s_y) or
+        ``"slack"`` (maximizes C[y,c] (1 + s_c - s_y); the step is scaled by C[y,c]). With an
+        index the choice is made among its candidates, re-scored exactly (inexact; measured in
+        ``certificate().extra``); the exact oracle scores every class.
+    predict_with
+        ``"exact"`` (every row, the paper's choice; sparse rows make it cheap) or ``"index"``.
+    ef
+        hnswlib search breadth.
 
     Examples
     --------
@@ -532,24 +549,48 @@ class ExtremeClassifier(base.Classifier):
     ...     c = int(rng.integers(200)); m.learn_one(centers[c] + 0.1 * rng.normal(size=16), c)
     >>> bool(np.mean([m.predict_one(centers[c]) == c for c in range(200)]) > 0.9)
     True
+
+    Dict input (a growing vocabulary) uses sparse rows; a cost matrix with slack rescaling:
+
+    >>> C = 1.0 - np.eye(3); C[0, 2] = C[2, 0] = 3.0
+    >>> m = ss.ExtremeClassifier(mips="exact", loss=C, rescaling="slack", lam=1e-3)
+    >>> for i in range(300):
+    ...     y = i % 3; m.learn_one({f"w{y}": 1.0, f"n{i % 7}": 0.5}, y)
+    >>> [m.predict_one({f"w{y}": 1.0}) for y in range(3)], m._learner.kind
+    ([0, 1, 2], 'sparse')
     """
 
     def __init__(self, variant="l2", mips="hnsw", lam=1e-4, batch_size=1, eta0=0.1, eta_step=0.02,
                  k=10, max_dirty=256, sketch_dim=None, predict_exact=True, window=1000,
-                 n_features=None, check_every=100, seed=0):
+                 n_features=None, check_every=100, seed=0, rows="auto", loss=None, rescaling="margin",
+                 predict_with="exact", ef=64):
         from .learners.memoir import MEMOIR
         self.variant, self.mips, self.lam, self.batch_size = variant, mips, lam, batch_size
         self.eta0, self.eta_step, self.k, self.max_dirty = eta0, eta_step, k, max_dirty
         self.sketch_dim, self.predict_exact, self.window = sketch_dim, predict_exact, window
         self.n_features, self.check_every, self.seed = n_features, check_every, seed
+        self.rows, self.loss, self.rescaling, self.predict_with, self.ef = rows, loss, rescaling, predict_with, ef
+        if predict_with not in ("exact", "index"):
+            raise ValueError(f"predict_with must be 'exact' or 'index', got {predict_with!r}")
+        self._cost_matrix = None
+        if loss is not None and not callable(loss):
+            Cm = np.asarray(loss, dtype=np.float64)
+            if Cm.ndim != 2 or Cm.shape[0] != Cm.shape[1]:
+                raise ValueError(f"loss must be a square cost matrix or a callable, got shape {Cm.shape}")
+            if not np.all(np.isfinite(Cm)) or np.any(Cm < 0) or np.any(np.diag(Cm) != 0):
+                raise ValueError("a cost matrix must be finite, >= 0, with a zero diagonal")
+            self._cost_matrix = Cm
         self._cfg = dict(lam=lam, variant=variant, mips=mips, batch_size=batch_size, eta0=eta0,
                          eta_step=eta_step, k=k, max_dirty=max_dirty, sketch_dim=sketch_dim,
-                         check_every=check_every, seed=seed)
+                         check_every=check_every, seed=seed, rows=rows, rescaling=rescaling, ef=ef)
         MEMOIR(**self._cfg)  # validate now
         self._features = FeatureIndex(n_features)
         self._labels = LabelIndex()
         self._learner = None
         self._recent = []
+        self._lab = np.zeros(16, dtype=np.int64)   # internal class -> matrix index (cost matrix)
+        from collections import OrderedDict
+        self._cost_cache = OrderedDict()
 
     @classmethod
     def _unit_test_params(cls):
@@ -563,14 +604,68 @@ class ExtremeClassifier(base.Classifier):
         if self._learner is None:
             from .learners.memoir import MEMOIR
             self._learner = MEMOIR(**self._cfg)
-            self._learner.bind(self._features.dim)
+            f = self._features
+            self._learner.bind(f.dim, growing=f.array_dim is None and f.n_features is None)
+            self._attach_cost()
         return self._learner
+
+    # ------------------------------------------------------------------ costs
+    def _attach_cost(self):
+        if self.loss is not None:
+            self._learner.set_cost(self._costs)
+
+    def _costs(self, y, cands, m):
+        """Delta(y, cands[q]) for q < m (internal class ids)."""
+        if self._cost_matrix is not None:
+            return self._cost_matrix[self._lab[y], self._lab[cands[:m]]]
+        n = len(self._labels)
+        row = self._cost_cache.get(y)
+        if row is None or row.shape[0] < n:
+            new = np.full(max(n, 16), np.nan)
+            if row is not None:
+                new[:row.shape[0]] = row
+            row = new
+            self._cost_cache[y] = row
+        self._cost_cache.move_to_end(y)
+        if len(self._cost_cache) > 1024:
+            self._cost_cache.popitem(last=False)
+        c = cands[:m]
+        out = row[c]
+        miss = np.flatnonzero(np.isnan(out))
+        if miss.size:
+            labels, ly = self._labels.labels, self._labels.labels[y]
+            for q in miss:
+                v = float(self.loss(ly, labels[c[q]]))
+                if not (v >= 0 and np.isfinite(v)) or (c[q] == y and v != 0):
+                    raise ValueError(f"loss({ly!r}, {labels[c[q]]!r}) = {v!r}: it must be finite, >= 0, and 0 "
+                                     "for the true class")
+                row[c[q]] = v
+                out[q] = v
+        return out
+
+    def _check_label(self, y):
+        K = self._cost_matrix.shape[0]
+        if not (isinstance(y, (int, np.integer)) and not isinstance(y, bool) and 0 <= y < K):
+            raise ValueError(f"with a cost matrix of size {K} the labels must be integers in [0, {K}), got {y!r}")
+
+    def _register(self, y, c):
+        if self._cost_matrix is None:
+            return
+        self._check_label(y)
+        if c >= self._lab.shape[0]:
+            lab = np.zeros(max(c + 1, 2 * self._lab.shape[0]), dtype=np.int64)
+            lab[:self._lab.shape[0]] = self._lab
+            self._lab = lab
+        self._lab[c] = int(y)
 
     def learn_one(self, x, y):
         if _is_missing(y):
             raise ValueError("y is missing (None/NaN)")
+        if self._cost_matrix is not None:
+            self._check_label(y)  # before anything changes
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         c = self._labels.encode(y, grow=True)
+        self._register(y, c)
         lr = self._lr()
         lr.ensure(len(self._labels), self._features.dim)
         idx = fidx.astype(np.int64)
@@ -584,7 +679,8 @@ class ExtremeClassifier(base.Classifier):
         if self._learner is None or len(self._labels) == 0:
             return None
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
-        c = self._learner.predict(fidx.astype(np.int64), fval, exact=self.predict_exact)
+        exact = self.predict_with == "exact" and self.predict_exact
+        c = self._learner.predict(fidx.astype(np.int64), fval, exact=exact)
         return self._labels.labels[c] if c >= 0 else None
 
     def predict_proba_one(self, x):
@@ -607,7 +703,12 @@ class ExtremeClassifier(base.Classifier):
     def state(self):
         """Everything the model needs, as JSON leaves and numpy arrays (no pickle); the MIPS
         index is rebuilt from the rows on load."""
-        return {"config": {"class": "ExtremeClassifier", "params": dict(self._get_params())},
+        if callable(self.loss):
+            raise ValueError("a model with a callable loss cannot be saved (no pickle); use a cost matrix")
+        params = dict(self._get_params())
+        if params.get("loss") is not None:
+            params["loss"] = np.asarray(params["loss"], dtype=np.float64)
+        return {"config": {"class": "ExtremeClassifier", "params": params},
                 "features": self._features.state(), "labels": self._labels.state(),
                 "learner": None if self._learner is None else self._learner.state(),
                 "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent]}
@@ -626,6 +727,9 @@ class ExtremeClassifier(base.Classifier):
             from .learners.memoir import MEMOIR
             m._learner = MEMOIR(**m._cfg)
             m._learner.restore(st["learner"])
+            m._attach_cost()
+        for c, lab in enumerate(m._labels.labels):
+            m._register(lab, c)
         m._recent = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64), int(r["c"]))
                      for r in st["recent"]]
         return m
@@ -639,9 +743,14 @@ class ExtremeClassifier(base.Classifier):
         return cls.from_state(st)
 
     def certificate(self):
-        """The primal objective on the last ``window`` examples and the index diagnostics
-        (recall@1 against exact search, margin error). MEMOIR keeps no dual point here, so the
-        gap reported is +inf (a trivially valid bound) and ``exact`` is False."""
+        """The primal objective on the last ``window`` examples (exact scores of every class)
+        and the learner's diagnostics in ``extra``: recall@1 of the index against exact search
+        and the margin error epsilon on sampled steps, for a cost loss the agreement of the
+        candidate-restricted choice with the exact one and the violation ratio, the index
+        staleness (dirty set, changes since the last re-index, drift bound), the row store
+        size. MEMOIR keeps no dual point (its eta schedule, projection and truncation do not
+        give w = A alpha), so the gap reported is +inf (a trivially valid bound) and ``exact``
+        is False."""
         import time as _t
 
         from .certificate import Certificate
@@ -650,17 +759,30 @@ class ExtremeClassifier(base.Classifier):
         if lr is None or not self._recent:
             return Certificate(float("inf"), float("nan"), float("-inf"), 0, 0, 0.0, False, self.lam,
                                note="no examples held")
-        W = lr.V[:lr.n_rows] * lr.acc
+        st = lr.store
+        n_rows = st.n_rows
+        buf = np.zeros(max(n_rows, 1))
+        allc = np.arange(n_rows, dtype=np.int64)
+        slack = self.rescaling == "slack"
         hinge = 0.0
         for idx, val, c in self._recent:
-            s = W[:, idx] @ val
-            sy = s[c]
-            s[c] = -np.inf
-            hinge += max(0.0, 1.0 + float(s.max()) - sy) if lr.n_rows > 1 else 0.0
+            st.scores_into(idx, val, buf)
+            s = buf[:n_rows] * lr.acc
+            m = s - s[c]
+            if self.loss is None:
+                m = 1.0 + m
+            else:
+                cost = np.asarray(self._costs(c, allc, n_rows), dtype=np.float64)
+                m = cost * (1.0 + m) if slack else cost + m
+            m[c] = 0.0
+            hinge += max(0.0, float(m.max()))
         n = len(self._recent)
-        reg = 0.5 * self.lam * (float(np.sum(W * W)) if self.variant == "l2" else float(np.abs(W).sum()))
+        if self.variant == "l2":
+            reg = 0.5 * self.lam * st.sq * lr.acc * lr.acc
+        else:
+            reg = 0.5 * self.lam * st.l1() * lr.acc
         primal = reg + hinge / n
         return Certificate(float("inf"), primal, float("-inf"), n, n, _t.perf_counter() - t0, False, self.lam,
-                           regularizer=reg, hinge=hinge / n,
+                           regularizer=reg, hinge=hinge / n, rescaling=self.rescaling,
                            note="primal only: MEMOIR keeps no dual point (gap reported as +inf)",
                            extra=lr.diagnostics())

@@ -95,3 +95,15 @@ def test_save_load_and_cli(tmp_path):
     assert meta["examples_seen"] == 1500 and meta["last_certificate"]["exact"] is False
     assert meta["last_certificate"]["gap"] == float("inf")
     assert json.loads(sorted((tmp_path / "ck").glob("ckpt-*"))[-1].joinpath("manifest.json").read_text())
+    # sparse rows from the command line, dict input
+    g = tmp_path / "d.jsonl"
+    write_jsonl(g, [{"x": {f"f{j}": float(v) for j, v in enumerate(x) if v > 0}, "y": int(y)} for x, y in zip(X, ys)])
+    assert main(["run", "--source", str(g), "--task", "extreme", "--learner", "memoir", "--mips", "hnsw",
+                 "--rows", "sparse", "--max-dirty", "32", "--ef", "32", "--lam", "1e-4", "--no-progress", "--json",
+                 "--snapshot-every", "700", "--metrics", str(tmp_path / "m.jsonl"),
+                 "--save", str(tmp_path / "s.ssvm")]) == 0
+    recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    diag = recs[-1]["diagnostics"]   # index quality and staleness reach the metrics log
+    assert diag["rows"] == "sparse" and 0 <= diag["recall_at_1"] <= 1 and "dirty" in diag["staleness"]
+    s = ss.ExtremeClassifier.load(tmp_path / "s.ssvm")
+    assert s._learner.kind == "sparse" and s.max_dirty == 32 and s._learner.n_learned == 1500

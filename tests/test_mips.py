@@ -123,3 +123,32 @@ def test_argument_errors():
         ExactMIPS(np.zeros((2, 2)))
     with pytest.raises(ValueError):
         HNSWMIPS(Rows(np.zeros((2, 2))), 2, k=0)
+
+
+@pytest.mark.parametrize("cls", [HNSWMIPS, LSHMIPS])
+def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls):
+    rng = np.random.default_rng(5)
+    C, d = 3000, 12
+    W = np.zeros((C, d))
+    rows = Rows(W)
+    o = cls(rows, d, max_dirty=16)
+    o.add_zero_rows(0, C)             # 3000 classes, all zero: nothing indexed, nothing dirty
+    assert not o.dirty and o.known == C
+    ex = ExactMIPS(rows)
+    idx = np.arange(d, dtype=np.int64)
+    for t in range(3000):             # 60 rows move again and again (versioned labels, rebuilds)
+        c = int(rng.integers(60)) * 50
+        v = rng.normal(size=d)
+        W[c] += v
+        o.row_changed(c, idx, v, 1.0)
+        q = rng.normal(size=d)
+        e = int(rng.integers(-1, 3))
+        if t % 10 == 0:
+            # the zero rows are represented by the smallest one not excluded: negative scores
+            # of the moved rows lose to it, exactly as in the full scan
+            assert o.query(idx, q, e) == ex.query(idx, q, e) or cls is LSHMIPS
+    if cls is HNSWMIPS:
+        st = o.staleness()
+        assert st["rebuilds"] > 0 and st["index_live"] <= 60
+    qs = _queries(rng, d, 200)
+    assert _recall(o, ex, qs) >= (0.95 if cls is HNSWMIPS else 0.6)

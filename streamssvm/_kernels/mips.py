@@ -78,3 +78,50 @@ def hamming_topk(codes, n_rows, q, k, out):
     for i in range(m):
         out[i] = order[i]
     return m
+
+
+@njit(**_JIT)
+def rescore_into(W, cands, n_cands, idx, val, exclude, out):
+    """Like :func:`rescore`, also writing each candidate's exact score into ``out``."""
+    best = -np.inf
+    arg = -1
+    for q in range(n_cands):
+        c = cands[q]
+        if c < 0:
+            out[q] = -np.inf
+            continue
+        acc = 0.0
+        for p in range(idx.shape[0]):
+            acc += W[c, idx[p]] * val[p]
+        out[q] = acc
+        if c == exclude:
+            continue
+        if acc > best:
+            best = acc
+            arg = c
+    return arg, best
+
+
+@njit(**_JIT)
+def pick_rescaled(cands, scores, n_cands, y, costs, s_y, acc, slack):
+    """Most violating candidate under a cost row (costs[q] = Delta(y, cands[q])): slack
+    rescaling maximizes costs[q] (1 + acc (scores[q] - s_y)), margin rescaling
+    costs[q] + acc (scores[q] - s_y); ties go to the smaller class. Returns (class, violation,
+    position); class -1 when there is no candidate other than y."""
+    best = -np.inf
+    arg = -1
+    pos = -1
+    for q in range(n_cands):
+        c = cands[q]
+        if c == y or c < 0:
+            continue
+        m = acc * (scores[q] - s_y)
+        if slack:
+            v = costs[q] * (1.0 + m)
+        else:
+            v = costs[q] + m
+        if v > best or (v == best and c < arg):
+            best = v
+            arg = c
+            pos = q
+    return arg, best, pos

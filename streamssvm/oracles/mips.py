@@ -7,8 +7,11 @@ One interface for the three oracles:
   the true rows, so its score is a true inner product;
 * ``row_changed(c, idx, val, coef)`` — row c moved by ``coef * x`` (keeps sketches linear);
   ``update(class_ids)`` — rows changed arbitrarily (recomputed);
-* ``n_rows`` grows as classes arrive (rows are read through the ``rows`` callable, which
-  returns the current weight matrix and the number of rows in use).
+* ``query_candidates(idx, val, exclude) -> (cands, scores, n)`` — the classes looked at
+  (everything for the exact oracle; top-k of the index and the dirty set otherwise) with their
+  exact scores, for learners that re-rank candidates by a rescaled violation;
+* ``n_rows`` grows as classes arrive. ``rows`` is a row store (:class:`~.rows.DenseRows`,
+  :class:`~.rows.SparseRows`) or, as before, a callable returning ``(W, n_rows)``.
 
 ``ExactMIPS`` scores every row (the reference). ``HNSWMIPS`` keeps an hnswlib inner-product
 index of the rows — or, for high-dimensional sparse inputs, of a fixed random-projection
@@ -16,26 +19,78 @@ sketch of each row, maintained linearly as rows change — plus a *dirty set* of
 changed since they were last indexed: a query returns the best of the index's top-k and the
 dirty classes, re-scored exactly, so an update is visible to the very next query; dirty rows
 are re-indexed in one batch (hnswlib updates a label in place) when the set grows past
-``max_dirty``. ``LSHMIPS`` is SimpleLSH (Neyshabur & Srebro): rows scaled by a bound M on their
-norms and augmented with sqrt(1 - |w|^2 / M^2), 64-bit sign codes, candidates ranked by Hamming
-distance and re-scored exactly, with the same dirty set.
+``max_dirty``. On sparse rows (:class:`~.rows.SparseRows`) the index always holds sketches
+P^T w_c under a fixed *hashed* random sign projection (entries +-1/sqrt(m) computed from a hash
+of (feature, column)), so no d x m matrix exists and the feature space can grow.
+``LSHMIPS`` is SimpleLSH (Neyshabur & Srebro): rows scaled by a bound M on their norms and
+augmented with sqrt(1 - |w|^2 / M^2), 64-bit sign codes, candidates ranked by Hamming distance
+and re-scored exactly, with the same dirty set.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .._kernels import mips as K
+from .._kernels import sparse_rows as SK
+from .rows import DenseRows, SparseRows
+
+DEFAULT_SKETCH = 128
+
+
+class _CallableRows:
+    """Adapter: a callable returning (W, n_rows) seen as a dense row store."""
+
+    kind = "dense"
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._buf = np.zeros(16)
+
+    @property
+    def V(self):
+        return self.fn()[0]
+
+    @property
+    def n_rows(self):
+        return self.fn()[1]
+
+    @property
+    def dim(self):
+        return self.fn()[0].shape[1]
+
+    def argmax(self, idx, val, exclude=-1):
+        W, n = self.fn()
+        if self._buf.shape[0] < n:
+            self._buf = np.zeros(max(n, 2 * self._buf.shape[0]))
+        K.sparse_scores(W, n, idx, val, self._buf)
+        return int(K.best_excluding(self._buf, n, exclude))
+
+    def scores_into(self, idx, val, out):
+        W, n = self.fn()
+        K.sparse_scores(W, n, idx, val, out)
+
+    def rescore(self, cands, n, idx, val, exclude, out):
+        c, s = K.rescore_into(self.fn()[0], cands, n, idx, val, exclude, out)
+        return int(c), float(s)
+
+
+def as_store(rows):
+    if isinstance(rows, (DenseRows, SparseRows)):
+        return rows
+    if not callable(rows):
+        raise TypeError("rows must be a row store (DenseRows / SparseRows) or a callable returning (W, n_rows)")
+    return _CallableRows(rows)
 
 
 class MIPS:
     """Base class: bookkeeping of queries and candidates."""
 
     def __init__(self, rows):
-        if not callable(rows):
-            raise TypeError("rows must be a callable returning (W, n_rows)")
+        self.store = as_store(rows)
         self.rows = rows
         self.n_queries = 0
         self.n_candidates = 0
+        self._sc = np.zeros(16)
 
     def update(self, class_ids):
         pass
@@ -46,94 +101,225 @@ class MIPS:
     def query(self, idx, val, exclude=-1):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def query_candidates(self, idx, val, exclude=-1):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _score_buf(self, n):
+        if self._sc.shape[0] < n:
+            self._sc = np.zeros(max(n, 2 * self._sc.shape[0]))
+        return self._sc
+
+    def staleness(self):
+        return {}
+
     def stats(self):
         return {"queries": self.n_queries,
                 "candidates_per_query": self.n_candidates / max(self.n_queries, 1)}
 
 
 class ExactMIPS(MIPS):
-    """Scores every row: O(rows x nnz(x)) per query."""
+    """Scores every row: O(rows x nnz(x)) per query on dense rows, O(sum of the postings of the
+    features of x) on sparse rows (inverted index)."""
 
     def __init__(self, rows):
         super().__init__(rows)
-        self._buf = np.zeros(16)
+        self._all = np.zeros(0, dtype=np.int64)
 
     def query(self, idx, val, exclude=-1):
-        W, n = self.rows()
-        if self._buf.shape[0] < n:
-            self._buf = np.zeros(max(n, 2 * self._buf.shape[0]))
-        K.sparse_scores(W, n, idx, val, self._buf)
+        self.n_queries += 1
+        self.n_candidates += self.store.n_rows
+        return self.store.argmax(idx, val, exclude)
+
+    def query_candidates(self, idx, val, exclude=-1):
+        """Every class with its exact score (``exclude`` is included; callers skip it)."""
+        n = self.store.n_rows
+        buf = self._score_buf(n)
+        self.store.scores_into(idx, val, buf)
+        if self._all.shape[0] < n:
+            self._all = np.arange(max(n, 2 * self._all.shape[0]), dtype=np.int64)
         self.n_queries += 1
         self.n_candidates += n
-        return int(K.best_excluding(self._buf, n, exclude))
+        return self._all, buf, n
 
 
 class _Dirty(MIPS):
-    """Shared machinery of the approximate oracles: sketches, dirty set, candidates."""
+    """Shared machinery of the approximate oracles: sketches, dirty set, candidates.
+
+    The index holds, per class, either the row itself (dense rows, no ``sketch_dim``), a
+    Gaussian projection ``P^T w`` (dense rows with ``sketch_dim``), or a hashed sign projection
+    (sparse rows; ``sketch_dim`` defaults to 128). Sketches are kept current linearly in ``S``;
+    the index copy is refreshed at re-index time.
+    """
 
     def __init__(self, rows, dim, sketch_dim=None, k=10, max_dirty=256, seed=0):
         super().__init__(rows)
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if max_dirty < 1:
+            raise ValueError(f"max_dirty must be >= 1, got {max_dirty}")
         self.k = int(k)
         self.max_dirty = int(max_dirty)
+        self.seed = int(seed)
         self.rng = np.random.default_rng(seed)
         self.dim = int(dim)
-        self.sketch_dim = None if sketch_dim is None else int(sketch_dim)
-        self.P = None if self.sketch_dim is None else self._gauss(self.dim, self.sketch_dim)
-        self.S = np.zeros((0, self.sketch_dim or self.dim))   # indexed vectors (sketch or row)
+        self.hashed = self.store.kind == "sparse"
+        if self.hashed:
+            self.sketch_dim = int(sketch_dim or DEFAULT_SKETCH)
+            self.mode = "hash"
+        else:
+            self.sketch_dim = None if sketch_dim is None else int(sketch_dim)
+            self.mode = "rows" if sketch_dim is None else "gauss"
+        self.P = self._gauss(self.dim, self.sketch_dim) if self.mode == "gauss" else None
+        self.vdim = self.dim if self.mode == "rows" else self.sketch_dim
+        self.S = np.zeros((0, self.vdim))  # current sketches (sketch modes only)
         self.indexed = 0      # rows present in the index
-        self.dirty: set = set()
+        self.known = 0        # rows registered (update / row_changed / add_zero_rows)
+        self._iz = np.zeros(16, dtype=np.bool_)   # rows still exactly zero, kept out of the index
+        self._zptr = 0                            # no zero row below this id
+        self._dl = np.zeros(64, dtype=np.int64)   # dirty classes
+        self._dn = 0
+        self._dm = np.zeros(16, dtype=np.bool_)   # dirty membership
+        self._drift = np.zeros(16)                # sum |coef| |x| since last indexed (drift bound)
         self.reindexed = 0
+        self.n_reindex = 0
+        self.changes_since = 0
+
+    # -------------------------------------------------------------- dirty set
+    @property
+    def dirty(self):
+        """The dirty classes (a set copy; the live state is an array + mask)."""
+        return set(int(c) for c in self._dl[:self._dn])
+
+    def _mark(self, c):
+        self._iz[c] = False
+        if c >= self.known:
+            self.known = c + 1
+        if not self._dm[c]:
+            self._dm[c] = True
+            if self._dn >= self._dl.shape[0]:
+                d = np.zeros(2 * self._dl.shape[0], dtype=np.int64)
+                d[:self._dn] = self._dl[:self._dn]
+                self._dl = d
+            self._dl[self._dn] = c
+            self._dn += 1
+
+    def _clear_dirty(self):
+        ids = self._dl[:self._dn].copy()
+        self._dm[ids] = False
+        self._drift[ids] = 0.0
+        self._dn = 0
+        return ids
 
     def _gauss(self, d, m):
         return self.rng.normal(size=(d, m)) / np.sqrt(m)
 
     def _grow(self, n, d):
-        if self.P is not None and d > self.P.shape[0]:
+        if self.mode == "gauss" and d > self.P.shape[0]:
             self.P = np.vstack([self.P, self._gauss(d - self.P.shape[0], self.sketch_dim)])
-        if self.P is None and d > self.dim:
+        if self.mode == "rows" and d > self.dim:
             raise ValueError(f"rows have {d} columns but the index was built for {self.dim}; use sketch_dim")
-        if n > self.S.shape[0]:
+        if self.mode != "rows" and n > self.S.shape[0]:
             S = np.zeros((max(n, 2 * self.S.shape[0], 16), self.S.shape[1]))
             S[:self.S.shape[0]] = self.S
             self.S = S
+        if n > self._dm.shape[0]:
+            m = max(n, 2 * self._dm.shape[0])
+            dm = np.zeros(m, dtype=np.bool_)
+            dm[:self._dm.shape[0]] = self._dm
+            self._dm = dm
+            dr = np.zeros(m)
+            dr[:self._drift.shape[0]] = self._drift
+            self._drift = dr
+            iz = np.zeros(m, dtype=np.bool_)
+            iz[:self._iz.shape[0]] = self._iz
+            self._iz = iz
 
-    def _vec_of_rows(self, ids):
-        W, n = self.rows()
-        if self.P is None:
-            return W[ids, :self.dim]
-        return W[ids] @ self.P[:W.shape[1]]
+    def _store_dims(self):
+        st = self.store
+        if st.kind == "sparse":
+            return st.n_rows, st.dim
+        V = st.V
+        return st.n_rows, V.shape[1]
+
+    def _compute(self, ids):
+        """Index vectors of the rows ``ids`` computed from the rows."""
+        st = self.store
+        if self.mode == "rows":
+            return st.V[ids, :self.dim]
+        if self.mode == "gauss":
+            V = st.V
+            return V[ids] @ self.P[:V.shape[1]]
+        out = np.zeros((len(ids), self.sketch_dim))
+        st.sketch(ids, self.sketch_dim, self.seed, out)
+        return out
+
+    def _vecs(self, ids):
+        """Index vectors of the rows ``ids`` as they are now."""
+        if self.mode == "rows":
+            return self.store.V[ids, :self.dim]
+        return self.S[ids]
+
+    def add_zero_rows(self, start, stop):
+        """Rows [start, stop) are new and exactly zero: they stay out of the index and the
+        dirty set (they all score 0, so the smallest one not excluded stands for them in every
+        query) until they first change."""
+        n, d = self._store_dims()
+        self._grow(max(n, stop), d)
+        self._iz[start:stop] = True
+        self._zptr = min(self._zptr, start)
+        self.known = max(self.known, stop)
+
+    def _zero_candidate(self, exclude):
+        z = self._zptr
+        iz = self._iz
+        while z < self.known and not iz[z]:
+            z += 1
+        self._zptr = z
+        if z < self.known and z == exclude:
+            z += 1
+            while z < self.known and not iz[z]:
+                z += 1
+        return z if z < self.known else -1
 
     def update(self, class_ids):
-        W, n = self.rows()
-        self._grow(n, W.shape[1])
+        n, d = self._store_dims()
+        self._grow(n, d)
         ids = np.asarray(list(class_ids), dtype=np.int64)
         if ids.size:
-            self.S[ids] = self._vec_of_rows(ids)
-            self.dirty.update(int(c) for c in ids)
+            if self.mode != "rows":
+                self.S[ids] = self._compute(ids)
+            for c in ids:
+                self._mark(int(c))
+            self.changes_since += len(ids)
         self._maybe_reindex()
 
     def row_changed(self, c, idx, val, coef):
         """Row c moved by coef * x: the sketch moves linearly (O(nnz(x) * sketch_dim))."""
-        W, n = self.rows()
-        self._grow(n, W.shape[1])
-        if self.P is None:
-            self.S[c] = W[c, :self.dim]
-        else:
+        if c >= self._dm.shape[0] or (self.mode != "rows" and c >= self.S.shape[0]):
+            n, d = self._store_dims()
+            self._grow(max(n, c + 1), d)
+        if self.mode == "gauss":
             self.S[c] += coef * (val @ self.P[idx])
-        self.dirty.add(int(c))
+        elif self.mode == "hash":
+            SK.hash_project_add(idx, val, coef, self.sketch_dim, self.seed, self.S[c])
+        self._drift[c] += abs(coef) * np.sqrt(float(val @ val))
+        self._mark(int(c))
+        self.changes_since += 1
         self._maybe_reindex()
 
     def _query_vec(self, idx, val):
-        if self.P is None:
+        if self.mode == "rows":
             q = np.zeros(self.dim)
             q[idx] = val
             return q
-        return val @ self.P[idx]
+        if self.mode == "gauss":
+            return val @ self.P[idx]
+        q = np.zeros(self.sketch_dim)
+        SK.hash_project_add(idx, val, 1.0, self.sketch_dim, self.seed, q)
+        return q
 
     def _maybe_reindex(self):
-        if len(self.dirty) >= self.max_dirty:
+        if self._dn >= self.max_dirty:
             self.reindex()
 
     def reindex(self):  # pragma: no cover - subclasses
@@ -142,22 +328,44 @@ class _Dirty(MIPS):
     def _candidates(self, q, n):  # pragma: no cover - subclasses
         raise NotImplementedError
 
-    def query(self, idx, val, exclude=-1):
-        W, n = self.rows()
-        if n > self.indexed + len(self.dirty):
+    def query_candidates(self, idx, val, exclude=-1):
+        """Top-k of the index and the dirty classes, with their exact scores."""
+        n, d = self._store_dims()
+        if n > self.known:
             # rows appeared without update(): treat them as dirty
-            self._grow(n, W.shape[1])
-            new = [c for c in range(self.indexed, n) if c not in self.dirty]
-            if new:
-                self.S[new] = self._vec_of_rows(np.array(new))
-                self.dirty.update(new)
+            self._grow(n, d)
+            new = np.array([c for c in range(self.known, n) if not self._dm[c]], dtype=np.int64)
+            if new.size:
+                if self.mode != "rows":
+                    self.S[new] = self._compute(new)
+                for c in new:
+                    self._mark(int(c))
         cands = self._candidates(self._query_vec(idx, val), n)
-        if self.dirty:
-            cands = np.concatenate([cands, np.fromiter(self.dirty, dtype=np.int64, count=len(self.dirty))])
+        z = self._zero_candidate(exclude)
+        if self._dn or z >= 0:
+            parts = [cands, self._dl[:self._dn]]
+            if z >= 0:
+                parts.append(np.array([z], dtype=np.int64))
+            cands = np.concatenate(parts)
+        m = len(cands)
+        buf = self._score_buf(m)
         self.n_queries += 1
-        self.n_candidates += len(cands)
-        c, _ = K.rescore(W, cands.astype(np.int64), len(cands), idx, val, exclude)
-        return int(c)
+        self.n_candidates += m
+        best, _ = self.store.rescore(cands, m, idx, val, exclude, buf)
+        self._last_best = best
+        return cands, buf, m
+
+    def query(self, idx, val, exclude=-1):
+        self.query_candidates(idx, val, exclude)
+        return self._last_best
+
+    def staleness(self):
+        """Dirty-set size, changes and re-indexes so far, drift bound of the dirty rows
+        (sum of |coef| |x| since each was last indexed, in unscaled row units)."""
+        dr = self._drift[self._dl[:self._dn]] if self._dn else np.zeros(1)
+        return {"dirty": int(self._dn), "changes_since_reindex": int(self.changes_since),
+                "reindexes": int(self.n_reindex), "rows_reindexed": int(self.reindexed),
+                "drift_max": float(dr.max()), "drift_mean": float(dr.mean())}
 
 
 class HNSWMIPS(_Dirty):
@@ -167,47 +375,126 @@ class HNSWMIPS(_Dirty):
     Parameters
     ----------
     rows
-        Callable returning ``(W, n_rows)``.
+        Row store or callable returning ``(W, n_rows)``.
     dim
         Columns of the rows (features); with ``sketch_dim`` the index holds sketches instead.
     sketch_dim
-        Random-projection dimension for high-dimensional sparse rows (None: index the rows).
+        Random-projection dimension (dense rows: None indexes the rows; sparse rows: always a
+        hashed sketch, default 128).
     k
         Index neighbours retrieved per query (the exclude class takes one of them).
     max_dirty
         Re-index the dirty rows in one batch once this many are pending.
     M, ef_construction, ef
         hnswlib graph parameters.
+
+    A changed row is inserted under a fresh hnswlib label and its previous label is marked
+    deleted (an in-place hnswlib update repairs the neighbours' lists and costs several times an
+    insertion); the graph is rebuilt from the live rows once deleted labels outnumber them.
+
+    >>> import numpy as np
+    >>> from streamssvm.oracles.rows import SparseRows
+    >>> R = SparseRows(dim=50_000); R.ensure(100, 50_000)
+    >>> rng = np.random.default_rng(0)
+    >>> for c in range(100):
+    ...     f = np.sort(rng.choice(50_000, 20, replace=False)); _ = R.axpy(c, f, np.ones(20), 1.0, 20.0)
+    >>> o = HNSWMIPS(R, 50_000, k=10); o.update(range(100)); o.reindex()
+    >>> f, _ = R.row(42)
+    >>> o.query(np.sort(f), np.ones(len(f))) == ExactMIPS(R).query(np.sort(f), np.ones(len(f))) == 42
+    True
     """
 
     def __init__(self, rows, dim, sketch_dim=None, k=10, max_dirty=256, M=16, ef_construction=100,
                  ef=64, seed=0, capacity=1024):
         super().__init__(rows, dim, sketch_dim, k, max_dirty, seed)
+        self.M, self.ef_construction, self.ef = int(M), int(ef_construction), int(ef)
+        self._capacity = int(capacity)
+        self._new_index(self._capacity)
+        self._label = np.full(16, -1, dtype=np.int64)   # class -> current hnswlib label
+        self._cls = np.full(16, -1, dtype=np.int64)     # hnswlib label -> class
+        self._next = 0
+        self.live = 0
+        self.deleted = 0
+        self.rebuilds = 0
+
+    def _new_index(self, capacity):
         import hnswlib
-        self.index = hnswlib.Index(space="ip", dim=self.S.shape[1])
-        self.index.init_index(max_elements=int(capacity), ef_construction=ef_construction, M=M,
-                              random_seed=int(seed))
-        self.index.set_ef(max(ef, self.k + 1))
+        self.index = hnswlib.Index(space="ip", dim=self.vdim)
+        self.index.init_index(max_elements=max(int(capacity), 16), ef_construction=self.ef_construction, M=self.M,
+                              random_seed=int(self.seed))
+        self.index.set_ef(max(self.ef, self.k + 1))
         self.index.set_num_threads(1)
 
-    def reindex(self):
-        if not self.dirty:
-            return
-        ids = np.fromiter(self.dirty, dtype=np.int64, count=len(self.dirty))
-        need = max(int(ids.max()) + 1, self.indexed)
+    @staticmethod
+    def _fit(a, n, fill=-1):
+        if n <= a.shape[0]:
+            return a
+        b = np.full(max(n, 2 * a.shape[0]), fill, dtype=a.dtype)
+        b[:a.shape[0]] = a
+        return b
+
+    def _insert(self, ids):
+        m = len(ids)
+        labels = np.arange(self._next, self._next + m, dtype=np.int64)
+        need = self._next + m
         if need > self.index.get_max_elements():
             self.index.resize_index(max(need, 2 * self.index.get_max_elements()))
-        self.index.add_items(self.S[ids], ids)
-        self.indexed = max(self.indexed, need)
-        self.dirty.clear()
+        self.index.add_items(self._vecs(ids), labels)
+        self._cls = self._fit(self._cls, need)
+        self._cls[labels] = ids
+        self._label[ids] = labels
+        self._next = need
+
+    def reindex(self):
+        if not self._dn:
+            return
+        ids = self._dl[:self._dn].copy()
+        self._label = self._fit(self._label, int(ids.max()) + 1)
+        old = self._label[ids]
+        for lab in old[old >= 0]:
+            self.index.mark_deleted(int(lab))
+            self._cls[lab] = -1
+        n_old = int(np.count_nonzero(old >= 0))
+        self.deleted += n_old
+        self.live += len(ids) - n_old
+        if self.deleted > max(self.live, 1024):
+            self._rebuild()
+        else:
+            self._insert(ids)
+        self.indexed = max(self.indexed, int(ids.max()) + 1)
+        self._clear_dirty()
         self.reindexed += len(ids)
+        self.n_reindex += 1
+        self.changes_since = 0
+
+    def _rebuild(self):
+        """A fresh graph over the live rows (their current vectors)."""
+        live = np.flatnonzero(self._label >= 0)
+        live = np.union1d(live, self._dl[:self._dn])
+        self._new_index(max(2 * len(live), self._capacity))
+        self._label[:] = -1
+        self._cls[:] = -1
+        self._next = 0
+        self._insert(live)
+        self.live = len(live)
+        self.deleted = 0
+        self.rebuilds += 1
 
     def _candidates(self, q, n):
-        cnt = self.index.get_current_count()
-        if cnt == 0:
+        if self.live == 0:
             return np.zeros(0, dtype=np.int64)
-        labels, _ = self.index.knn_query(q.reshape(1, -1), k=min(self.k + 1, cnt))
-        return labels[0].astype(np.int64)
+        k = min(self.k + 1, self.live)
+        try:
+            labels, _ = self.index.knn_query(q.reshape(1, -1), k=k)
+        except RuntimeError:  # too few live neighbours reachable among deleted ones
+            self._rebuild()
+            labels, _ = self.index.knn_query(q.reshape(1, -1), k=min(k, self.live))
+        return self._cls[labels[0]]
+
+    def staleness(self):
+        d = super().staleness()
+        d.update(index_live=int(self.live), index_deleted=int(self.deleted), rebuilds=int(self.rebuilds))
+        return d
 
 
 class LSHMIPS(_Dirty):
@@ -216,13 +503,13 @@ class LSHMIPS(_Dirty):
 
     def __init__(self, rows, dim, sketch_dim=None, k=32, max_dirty=256, seed=0):
         super().__init__(rows, dim, sketch_dim, k, max_dirty, seed)
-        self.H = self.rng.normal(size=(64, self.S.shape[1] + 1))
+        self.H = self.rng.normal(size=(64, self.vdim + 1))
         self.codes = np.zeros(0, dtype=np.uint64)
         self.M = 0.0
         self._out = np.zeros(self.k + 1, dtype=np.int64)
 
     def _encode(self, ids):
-        V = self.S[ids]
+        V = self._vecs(ids)
         norms = np.sqrt(np.sum(V * V, axis=1))
         aug = np.sqrt(np.maximum(1.0 - (norms / self.M) ** 2, 0.0)) if self.M > 0 else np.ones(len(ids))
         A = np.hstack([V / self.M if self.M > 0 else V, aug[:, None]])
@@ -231,23 +518,26 @@ class LSHMIPS(_Dirty):
         return out
 
     def reindex(self):
-        if not self.dirty:
+        if not self._dn:
             return
-        ids = np.fromiter(self.dirty, dtype=np.int64, count=len(self.dirty))
+        ids = self._dl[:self._dn].copy()
         n = max(int(ids.max()) + 1, self.indexed)
         if self.codes.shape[0] < n:
             c = np.zeros(max(n, 2 * self.codes.shape[0]), dtype=np.uint64)
             c[:self.codes.shape[0]] = self.codes
             self.codes = c
-        norms = np.sqrt(np.sum(self.S[ids] ** 2, axis=1))
+        V = self._vecs(ids)
+        norms = np.sqrt(np.sum(V * V, axis=1))
         if norms.size and norms.max() > self.M:
             # the norm bound grew: every code changes
             self.M = 1.5 * float(norms.max())
             ids = np.arange(n, dtype=np.int64)
         self.codes[ids] = self._encode(ids)
         self.indexed = n
-        self.dirty.clear()
+        self._clear_dirty()
         self.reindexed += len(ids)
+        self.n_reindex += 1
+        self.changes_since = 0
 
     def _candidates(self, q, n):
         if self.indexed == 0:
