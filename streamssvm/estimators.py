@@ -726,8 +726,8 @@ class ExtremeClassifier(base.Classifier):
         if st["learner"] is not None:
             from .learners.memoir import MEMOIR
             m._learner = MEMOIR(**m._cfg)
-            m._learner.restore(st["learner"])
             m._attach_cost()
+            m._learner.restore(st["learner"])
         for c, lab in enumerate(m._labels.labels):
             m._register(lab, c)
         m._recent = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64), int(r["c"]))

@@ -136,3 +136,19 @@ def test_cost_errors(tmp_path):
     ok.learn_one(np.ones(2), "a")
     with pytest.raises(ValueError, match="callable loss cannot be saved"):
         ok.save(tmp_path / "b.ssvm")
+
+
+@pytest.mark.parametrize("rows", ["dense", "sparse"])
+def test_index_survives_renormalization_of_the_lazy_scale(rows):
+    X, ys, _, centers = _stream(K=100, d=16, n=3000, seed=4)
+    ref = ss.ExtremeClassifier(mips="exact", lam=3.0, rows=rows)   # strong lam: the scale underflows
+    ref.learn_many(X, ys)
+    m = ss.ExtremeClassifier(mips="hnsw", lam=3.0, rows=rows, seed=0, check_every=5)
+    m.learn_many(X, ys)
+    assert m._learner.n_renorm > 0 and m._learner.acc >= 1e-20
+    exact = np.array([m.predict_one(c) for c in centers])
+    m.predict_with = "index"
+    index = np.array([m.predict_one(c) for c in centers])
+    acc_ref = np.mean([ref.predict_one(c) == k for k, c in enumerate(centers)])
+    assert abs(np.mean(exact == np.arange(100)) - acc_ref) < 0.05 and np.mean(index == exact) > 0.9
+    assert m.certificate().extra["recall_at_1"] > 0.9

@@ -38,6 +38,11 @@ def test_store_operations_match_dense():
             S.truncate(ids, 0.3)
             np.testing.assert_allclose(D.sq, S.sq, rtol=1e-12)
     np.testing.assert_array_equal(D.to_dense()[:, :S.dim], S.to_dense())
+    for R in (D, S):   # kernels do not check bounds: the wrappers do
+        with pytest.raises(IndexError, match="ensure"):
+            R.axpy(R.n_rows, np.array([0]), np.ones(1), 1.0, 1.0)
+        with pytest.raises(IndexError, match="ensure"):
+            R.axpy(0, np.array([10**6]), np.ones(1), 1.0, 1.0)
     # all scores and candidate re-scoring
     q, qv = _x(rng, 30, 5)
     a, b = np.zeros(D.n_rows), np.zeros(S.n_rows)
@@ -97,7 +102,8 @@ def test_exact_mips_on_sparse_rows_is_brute_force(seed):
     assert ex.query(np.array([d + 5], dtype=np.int64), np.ones(1), 0) == 1  # unseen feature: all 0
 
 
-@pytest.mark.parametrize("variant,lam,batch", [("l2", 1e-3, 1), ("l2", 1e-2, 7), ("l1", 1e-4, 1), ("l1", 1e-4, 5)])
+@pytest.mark.parametrize("variant,lam,batch", [("l2", 1e-3, 1), ("l2", 1e-2, 7), ("l2", 3.0, 1), ("l1", 1e-4, 1),
+                                               ("l1", 1e-4, 5)])
 def test_sparse_learner_equals_dense_learner(variant, lam, batch):
     rng = np.random.default_rng(4)
     C, d = 40, 60
@@ -121,6 +127,8 @@ def test_sparse_learner_equals_dense_learner(variant, lam, batch):
     np.testing.assert_allclose(a.sq, b.sq, rtol=1e-12)
     if variant == "l1":
         assert b.store.nnz < C * d
+    if lam > 1:   # the lazy scale went below 1e-20 and was folded into the rows, on both
+        assert a.n_renorm == b.n_renorm > 0
 
 
 def _regime_a(n, C, vocab, seed):

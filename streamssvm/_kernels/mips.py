@@ -42,7 +42,7 @@ def rescore(W, cands, n_cands, idx, val, exclude):
         acc = 0.0
         for p in range(idx.shape[0]):
             acc += W[c, idx[p]] * val[p]
-        if acc > best:
+        if acc > best or (acc == best and c < arg):  # ties: the smallest class, as the full scan
             best = acc
             arg = c
     return arg, best
@@ -96,7 +96,7 @@ def rescore_into(W, cands, n_cands, idx, val, exclude, out):
         out[q] = acc
         if c == exclude:
             continue
-        if acc > best:
+        if acc > best or (acc == best and c < arg):  # ties: the smallest class, as the full scan
             best = acc
             arg = c
     return arg, best

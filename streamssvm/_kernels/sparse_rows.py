@@ -112,7 +112,8 @@ def axpy(hkey, hslot, sval, sfeat, scls, fnext, cnext, fhead, chead, cnnz, meta,
 def exact_argmax(fhead, fnext, scls, sval, idx, x, n_rows, exclude, scores, mark, touched):
     """argmax_{c != exclude, c < n_rows} <V[c], x> through the feature posting lists, in
     O(sum_j postings(j) + touched) — untouched rows score 0. Ties go to the smallest class
-    (as the dense scan). ``scores`` / ``mark`` are zero / False on entry and on exit."""
+    (as the dense scan). ``scores`` / ``mark`` are zero / False on entry and on exit. Returns
+    (class, number of rows touched)."""
     nt = 0
     for p in range(idx.shape[0]):
         f = idx[p]
@@ -147,7 +148,7 @@ def exact_argmax(fhead, fnext, scls, sval, idx, x, n_rows, exclude, scores, mark
         c = touched[q]
         scores[c] = 0.0
         mark[c] = False
-    return arg
+    return arg, nt
 
 
 @njit(**_JIT)
@@ -181,7 +182,7 @@ def rescore(hkey, hslot, sval, cands, n_cands, idx, x, exclude, out):
         out[q] = acc
         if c == exclude:
             continue
-        if acc > best:
+        if acc > best or (acc == best and c < arg):  # ties: the smallest class, as the full scan
             best = acc
             arg = c
     return arg, best
@@ -346,36 +347,38 @@ def _feature_seed(f, seed):
 
 
 @njit(**_JIT)
+def _project_feature(f, v, m, seed, out):
+    """out += v * sqrt(m) * (row f of P): the m signs of feature f from a xorshift stream."""
+    h = _feature_seed(f, seed)
+    for k in range(m):
+        if k % 64 == 0 and k > 0:
+            h = h ^ (h << np.uint64(13))
+            h = h ^ (h >> np.uint64(7))
+            h = h ^ (h << np.uint64(17))
+        if (h >> np.uint64(k % 64)) & np.uint64(1):
+            out[k] += v
+        else:
+            out[k] -= v
+
+
+@njit(**_JIT)
 def hash_project_add(idx, x, coef, m, seed, out):
     """out += coef * P^T x for the implicit m-column random sign projection P (entries
     +-1/sqrt(m), a deterministic hash of (feature, column, seed)): no d x m matrix, works for
     any feature id."""
     scale = coef / np.sqrt(m)
     for p in range(idx.shape[0]):
-        h = _feature_seed(idx[p], seed)
-        v = scale * x[p]
-        for k in range(m):
-            if k % 64 == 0 and k > 0:
-                h = h ^ (h << np.uint64(13))
-                h = h ^ (h >> np.uint64(7))
-                h = h ^ (h << np.uint64(17))
-            if (h >> np.uint64(k % 64)) & np.uint64(1):
-                out[k] += v
-            else:
-                out[k] -= v
+        _project_feature(idx[p], scale * x[p], m, seed, out)
 
 
 @njit(**_JIT)
 def sketch_rows(chead, cnext, sfeat, sval, ids, m, seed, out):
     """out[q] = P^T V[ids[q]] (hashed projection of sparse rows)."""
-    one = np.empty(1, dtype=np.int64)
-    xv = np.empty(1)
+    scale = 1.0 / np.sqrt(m)
     for q in range(ids.shape[0]):
         for k in range(m):
             out[q, k] = 0.0
         s = chead[ids[q]]
         while s >= 0:
-            one[0] = sfeat[s]
-            xv[0] = sval[s]
-            hash_project_add(one, xv, 1.0, m, seed, out[q])
+            _project_feature(sfeat[s], scale * sval[s], m, seed, out[q])
             s = cnext[s]

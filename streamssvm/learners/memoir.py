@@ -113,6 +113,7 @@ class MEMOIR(Learner):
         self.in_batch = 0
         self.n_learned = 0
         self.n_updates = 0
+        self.n_renorm = 0
         self._reset_checks()
         self._touched = set()
         st = self.store
@@ -224,7 +225,7 @@ class MEMOIR(Learner):
             self.choice_checks += 1
             self.choice_same += int(e == r)
             self.checks += 1
-            self.hits += int(e == r)
+            self.hits += int(e == r or v >= ve)
             if ve > 0:
                 self.viol_ratio.append(max(v, 0.0) / ve)
                 self.margin_err.append(ve - v)   # >= 0: exact violation minus the chosen one
@@ -252,16 +253,19 @@ class MEMOIR(Learner):
         if self.acc < RENORM_BELOW:
             st.scale(self.acc)
             self.acc = 1.0
+            self.n_renorm += 1
             self.oracle.update(range(st.n_rows))   # the index is rebuilt on the new scale
 
     def _check(self, idx, val, y, r):
         e = self._exact.query(idx, val, y) if self.oracle is not self._exact else r
         self.checks += 1
-        self.hits += int(e == r)
         if e >= 0 and r >= 0:
             se = self.store.dot(e, idx, val) * self.acc
             sr = self.store.dot(r, idx, val) * self.acc
+            self.hits += int(e == r or sr >= se)   # a tied class is an exact answer too
             self.margin_err.append(se - sr)  # >= 0: exact runner-up score minus the returned one
+        else:
+            self.hits += int(e == r)
 
     def predict(self, idx, val, exact=True):
         if self.store.n_rows == 0:
@@ -277,7 +281,7 @@ class MEMOIR(Learner):
 
     def diagnostics(self):
         """Quality of the inexact oracle on the sampled steps (every ``check_every``-th):
-        ``recall_at_1`` (the index's choice equals the exact one), ``margin_error_*``
+        ``recall_at_1`` (the index's choice attains the exact maximum; ties count), ``margin_error_*``
         (epsilon: exact best violation, or runner-up score, minus the chosen one; >= 0,
         the direction of notes 004 B1), for a cost loss ``choice_agreement`` and
         ``violation_ratio_*`` (chosen / exact violation); index staleness (dirty-set size,
@@ -320,7 +324,14 @@ def memoir_restore(lr, st):
         setattr(lr, k, int(st[k]))
     n = lr.store.n_rows
     if n:
-        lr.oracle.update(range(n))
+        if hasattr(lr.oracle, "add_zero_rows") and lr.cost is None:
+            D = lr.store
+            nonzero = (np.flatnonzero(D.cnnz[:n]) if D.kind == "sparse"
+                       else np.flatnonzero(np.any(D.V[:n] != 0.0, axis=1)))
+            lr.oracle.add_zero_rows(0, n)      # zero rows stay out of the index
+            lr.oracle.update(nonzero)
+        else:
+            lr.oracle.update(range(n))
         if hasattr(lr.oracle, "reindex"):
             lr.oracle.reindex()
 

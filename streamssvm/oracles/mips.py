@@ -127,8 +127,10 @@ class ExactMIPS(MIPS):
 
     def query(self, idx, val, exclude=-1):
         self.n_queries += 1
-        self.n_candidates += self.store.n_rows
-        return self.store.argmax(idx, val, exclude)
+        c = self.store.argmax(idx, val, exclude)
+        # sparse rows: the rows reached through the posting lists; dense: every row
+        self.n_candidates += getattr(self.store, "last_touched", self.store.n_rows)
+        return c
 
     def query_candidates(self, idx, val, exclude=-1):
         """Every class with its exact score (``exclude`` is included; callers skip it)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._kernels import mips as M
 from .._kernels import sparse_rows as K
 
 DENSE_MAX_DIM = 4096
@@ -80,7 +81,13 @@ class DenseRows:
     def dot(self, c, idx, val):
         return K.dense_dot(self.V, c, idx, val)
 
+    def _check(self, c, idx):
+        if not 0 <= c < self.n_rows or (idx.shape[0] and (idx.max() >= self.V.shape[1] or idx.min() < 0)):
+            raise IndexError(f"row {c} / feature out of range: call ensure(n_rows, dim) first")
+
     def axpy(self, c, idx, val, a, xx):
+        """V[c] += a x; returns <V[c], x> before the update."""
+        self._check(c, idx)
         return K.dense_axpy(self.V, self.fm, c, idx, val, a, xx)
 
     def _scores(self, idx, val):
@@ -90,14 +97,12 @@ class DenseRows:
         return self._buf
 
     def argmax(self, idx, val, exclude=-1):
-        from .._kernels import mips as M
         return int(M.best_excluding(self._scores(idx, val), self.n_rows, exclude))
 
     def scores_into(self, idx, val, out):
         K.dense_scores_into(self.V, self.n_rows, idx, val, out)
 
     def rescore(self, cands, n, idx, val, exclude, out):
-        from .._kernels import mips as M
         c, s = M.rescore_into(self.V, cands, n, idx, val, exclude, out)
         return int(c), float(s)
 
@@ -147,6 +152,7 @@ class SparseRows:
 
     def __init__(self, dim=1, capacity=16, slots=1024):
         self.dim = int(dim)
+        self.last_touched = 0   # rows the last argmax touched through the posting lists
         self.n_rows = 0
         self.meta = np.zeros(2, dtype=np.int64)   # n_slots, n_zero
         self.fm = np.zeros(1)                     # ||V||^2
@@ -238,14 +244,18 @@ class SparseRows:
         return K.dot(self.hkey, self.hslot, self.sval, c, idx, val)
 
     def axpy(self, c, idx, val, a, xx):
+        """V[c] += a x (missing entries inserted); returns <V[c], x> before the update."""
+        if not 0 <= c < self.n_rows or (idx.shape[0] and (idx.max() >= self.fhead.shape[0] or idx.min() < 0)):
+            raise IndexError(f"row {c} / feature out of range: call ensure(n_rows, dim) first")
         if self.meta[0] + idx.shape[0] > self.sval.shape[0]:
             self._grow_slots(idx.shape[0])
         return K.axpy(self.hkey, self.hslot, self.sval, self.sfeat, self.scls, self.fnext, self.cnext,
                       self.fhead, self.chead, self.cnnz, self.meta, self.fm, c, idx, val, a, xx)
 
     def argmax(self, idx, val, exclude=-1):
-        return int(K.exact_argmax(self.fhead, self.fnext, self.scls, self.sval, idx, val, self.n_rows, exclude,
-                                  self._scores, self._mark, self._touched))
+        c, self.last_touched = K.exact_argmax(self.fhead, self.fnext, self.scls, self.sval, idx, val, self.n_rows,
+                                              exclude, self._scores, self._mark, self._touched)
+        return int(c)
 
     def scores_into(self, idx, val, out):
         K.scores_into(self.fhead, self.fnext, self.scls, self.sval, idx, val, self.n_rows, out)
