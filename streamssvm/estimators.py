@@ -536,8 +536,8 @@ class ExtremeClassifier(base.Classifier):
         ``certificate().extra``); the exact oracle scores every class.
     predict_with
         ``"exact"`` (every row, the paper's choice; sparse rows make it cheap) or ``"index"``.
-    ef
-        hnswlib search breadth.
+    ef, M, ef_construction
+        hnswlib search breadth and graph parameters (``mips="hnsw"``).
 
     Examples
     --------
@@ -563,13 +563,14 @@ class ExtremeClassifier(base.Classifier):
     def __init__(self, variant="l2", mips="hnsw", lam=1e-4, batch_size=1, eta0=0.1, eta_step=0.02,
                  k=10, max_dirty=256, sketch_dim=None, predict_exact=True, window=1000,
                  n_features=None, check_every=100, seed=0, rows="auto", loss=None, rescaling="margin",
-                 predict_with="exact", ef=64):
+                 predict_with="exact", ef=200, M=16, ef_construction=100):
         from .learners.memoir import MEMOIR
         self.variant, self.mips, self.lam, self.batch_size = variant, mips, lam, batch_size
         self.eta0, self.eta_step, self.k, self.max_dirty = eta0, eta_step, k, max_dirty
         self.sketch_dim, self.predict_exact, self.window = sketch_dim, predict_exact, window
         self.n_features, self.check_every, self.seed = n_features, check_every, seed
         self.rows, self.loss, self.rescaling, self.predict_with, self.ef = rows, loss, rescaling, predict_with, ef
+        self.M, self.ef_construction = M, ef_construction
         if predict_with not in ("exact", "index"):
             raise ValueError(f"predict_with must be 'exact' or 'index', got {predict_with!r}")
         self._cost_matrix = None
@@ -582,7 +583,8 @@ class ExtremeClassifier(base.Classifier):
             self._cost_matrix = Cm
         self._cfg = dict(lam=lam, variant=variant, mips=mips, batch_size=batch_size, eta0=eta0,
                          eta_step=eta_step, k=k, max_dirty=max_dirty, sketch_dim=sketch_dim,
-                         check_every=check_every, seed=seed, rows=rows, rescaling=rescaling, ef=ef)
+                         check_every=check_every, seed=seed, rows=rows, rescaling=rescaling, ef=ef, M=M,
+                         ef_construction=ef_construction)
         MEMOIR(**self._cfg)  # validate now
         self._features = FeatureIndex(n_features)
         self._labels = LabelIndex()

@@ -54,7 +54,7 @@ class MEMOIR(Learner):
         Examples per step-size / shrinkage step (1: online).
     eta0, eta_step
         eta_t = eta0 / (1 + eta_step * t), t the batch index (paper: 0.1, 0.02).
-    k, max_dirty, sketch_dim, ef
+    k, max_dirty, sketch_dim, ef, M, ef_construction
         MIPS parameters (see :mod:`streamssvm.oracles.mips`).
     check_every
         Every this many queries, also run the exact search and record recall@1 and the margin
@@ -75,7 +75,8 @@ class MEMOIR(Learner):
     def __init__(self, lam: float = 1e-4, variant: str = "l2", mips: str = "hnsw", batch_size: int = 1,
                  eta0: float = 0.1, eta_step: float = 0.02, k: int = 10, max_dirty: int = 256,
                  sketch_dim: int | None = None, check_every: int = 100, seed: int | None = 0,
-                 rows: str = "auto", rescaling: str = "margin", ef: int = 64):
+                 rows: str = "auto", rescaling: str = "margin", ef: int = 200, M: int = 16,
+                 ef_construction: int = 100):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.variant = check_choice("variant", variant, ("l2", "l1"))
         self.mips = check_choice("mips", mips, _MIPS)
@@ -90,6 +91,8 @@ class MEMOIR(Learner):
         self.rows = check_choice("rows", rows, ("auto", "dense", "sparse"))
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.ef = check_number("ef", ef, low=1, integer=True)
+        self.M = check_number("M", M, low=2, integer=True)
+        self.ef_construction = check_number("ef_construction", ef_construction, low=1, integer=True)
         self.cost = None
         self._bound = False
 
@@ -121,7 +124,8 @@ class MEMOIR(Learner):
             self.oracle = ExactMIPS(st)
         elif self.mips == "hnsw":
             self.oracle = HNSWMIPS(st, self.dim, self.sketch_dim, k=self.k, max_dirty=self.max_dirty,
-                                   ef=self.ef, seed=self.seed or 0)
+                                   ef=self.ef, M=self.M, ef_construction=self.ef_construction,
+                                   seed=self.seed or 0)
         else:
             self.oracle = LSHMIPS(st, self.dim, self.sketch_dim, k=max(self.k, 32), max_dirty=self.max_dirty,
                                   seed=self.seed or 0)
