@@ -152,3 +152,28 @@ def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls):
         assert st["rebuilds"] > 0 and st["index_live"] <= 60
     qs = _queries(rng, d, 200)
     assert _recall(o, ex, qs) >= (0.95 if cls is HNSWMIPS else 0.6)
+
+
+@pytest.mark.parametrize("cls,kw,min_recall", [(HNSWMIPS, {}, 0.95), (LSHMIPS, {"k": 64}, 0.5)])
+def test_recall_on_real_data(cls, kw, min_recall):
+    """Real vectors: 3000 OCR letter images (centered, with per-row norms varying as class
+    weights do) as the rows, 300 other letters as queries. A hit is a returned row whose true
+    score equals the exact maximum (ties between identical images count as hits)."""
+    from streamssvm.datasets import load_ocr
+    X = np.concatenate(load_ocr("large")[0][:800])
+    X -= X.mean(0)
+    rng = np.random.default_rng(3)
+    C = 3000
+    W = X[:C] * rng.uniform(0.5, 2.0, size=(C, 1))
+    rows = Rows(W)
+    o = cls(rows, W.shape[1], max_dirty=10**9, **kw)
+    o.update(range(C))
+    o.reindex()
+    exact = ExactMIPS(rows)
+    idx = np.arange(W.shape[1], dtype=np.int64)
+    hits = 0
+    for q in X[C:C + 300]:
+        s = W @ q
+        hits += s[o.query(idx, q)] >= s[exact.query(idx, q)] - 1e-9
+    assert hits / 300 >= min_recall
+    assert o.stats()["candidates_per_query"] < C / 5  # sublinear work
