@@ -359,8 +359,9 @@ def _table(key, s, declared=False):
          f"= {d['mean_nnz_a']:.2f}; predicting the most frequent training word scores {d['majority_baseline_accuracy']:.4f}.", ""]
     if declared:
         L += [f"Every one of the {d['classes']:,} classes is passed as `labels=` (a zero row each from the first "
-              f"example on, so every search faces all {d['classes']:,} rows); mini-batch |b| = 100·√C = "
-              f"{s['batch_size']:,} (the paper's choice), eta_t = eta0 / (1 + eta_step·t) decaying per batch — at "
+              f"example on, so every search faces all {d['classes']:,} rows); mini-batch |b| = "
+              f"{s['batch_size']:,}" + (" = 100·√C (the paper's choice)" if s['batch_size'] == declared_batch(d['classes'])
+                                        else " (chosen from the batch / eta check below)") + f", eta_t = eta0 / (1 + eta_step·t) decaying per batch — at "
               f"N = {d['n_train']:,} that is {-(-d['n_train'] // s['batch_size'])} batch(es), so eta stays near eta0. "
               "VW and scikit-learn are left out of this setting (their K=50k rows above already hit their caps "
               "after a few hundred examples).", ""]
@@ -475,11 +476,9 @@ def render(results, info, args):
           "in training); memory = peak RSS growth of the peer's process during training and prediction / "
           "size of the saved model file (ExtremeClassifier rebuilds its index on load; the file holds the rows).",
           ""]
-    if results.get("carried_from"):
-        c = results["carried_from"]
-        L += [f"**Carried over, not re-run**: the four K=10k / K=50k tables and the crossover table below come "
-              f"from the run `{c['command']}` finished {c['finished']} (file {c['file']}); the tables with "
-              "\"declared up front\" and the batch / eta check are from this run.", ""]
+    for c in results.get("carried_from") or []:
+        L += [f"**Carried over, not re-run**: {c['tables']} come from the run `{c['command']}` finished "
+              f"{c['finished']}; the other tables are from the run named at the top.", ""]
     for key, s in results["settings"].items():
         L += _table(key, s)
     for key, s in results.get("declared", {}).items():
@@ -528,11 +527,14 @@ def main(argv=None):
                     help="comma list regime:K run with every class declared up front (labels=) and the paper's "
                          "mini-batch |b| = 100 sqrt(C); peers exact / hnsw / lsh only ('' = none)")
     ap.add_argument("--declared-cap", type=float, default=330.0, help="training cap per peer in --declared (s)")
+    ap.add_argument("--declared-batch", type=int, default=0,
+                    help="mini-batch of the --declared settings (0: the paper's 100 sqrt(C))")
+    ap.add_argument("--declared-peers", default="exact,hnsw,lsh", help="mips of the --declared peers")
     ap.add_argument("--lr-check", default="a:10000,b:10000",
                     help="regime:K settings where the exact learner is re-run with larger batches / eta0 ('' = none)")
     ap.add_argument("--carry", default="",
-                    help="a previous brown_extreme.json whose --settings tables and crossover are carried over "
-                         "(not re-run); --settings and --crossover are then skipped")
+                    help="a previous brown_extreme.json whose tables are carried over (not re-run); "
+                         "--settings and --crossover are then skipped")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     if args.quick:
@@ -570,9 +572,19 @@ def main(argv=None):
     if args.carry:
         with open(args.carry) as f:
             old = json.load(f)
-        results["carried_from"] = {"file": os.path.basename(args.carry), "finished": old["machine"]["finished"],
-                                   "command": old["machine"]["command"]}
+        prev = old.get("carried_from") or []
+        prev = [prev] if isinstance(prev, dict) else prev
+        for c in prev:
+            c.setdefault("tables", "the four K=10k / K=50k tables and the crossover table")
+        here = [k for k in ("declared", "lr_check") if old.get(k)]
+        this = {"file": os.path.basename(args.carry), "finished": old["machine"]["finished"],
+                "command": old["machine"]["command"],
+                "tables": ("the tables " + " and ".join({"declared": "marked \"declared up front\"",
+                                                        "lr_check": "of the batch / eta check"}[k] for k in here))
+                if here else "the four K=10k / K=50k tables and the crossover table"}
+        results["carried_from"] = prev + [this]
         results["settings"], results["crossover"] = old["settings"], old.get("crossover", {})
+        results["declared"], results["lr_check"] = old.get("declared", {}), old.get("lr_check", {})
         args.settings, args.crossover = "", ""
     t_all = time.perf_counter()
     cache = {}
@@ -609,10 +621,12 @@ def main(argv=None):
         K = int(K)
         classes, tr, te, dinfo = data(K)
         C = len(classes)
-        extra = {"labels": list(classes), "batch_size": declared_batch(C)}
+        extra = {"labels": list(classes), "batch_size": args.declared_batch or declared_batch(C)}
         key = (f"regime ({regime}) — {'sparse ±3 bag + previous tag' if regime == 'a' else 'dense 256-d projection'}, "
-               f"K={C // 1000}k, all classes declared up front, |b| = 100·√C = {extra['batch_size']:,}")
-        pr = ["streamssvm mips=exact", "streamssvm mips=hnsw", "streamssvm mips=lsh"]
+               f"K={C // 1000}k, all classes declared up front, "
+               + (f"|b| = 100·√C = {extra['batch_size']:,}" if not args.declared_batch else
+                  f"|b| = {extra['batch_size']:,} (chosen from the batch / eta check)"))
+        pr = [f"streamssvm mips={m}" for m in args.declared_peers.split(",")]
         results["declared"][key] = {"data": dinfo, "regime": regime, "batch_size": extra["batch_size"],
                                     "peers": run_setting(regime, K, classes, tr, te, args, pr, extra=extra,
                                                          cap=args.declared_cap)}
