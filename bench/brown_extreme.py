@@ -422,7 +422,7 @@ def targets(results):
                 f"against a majority baseline of {base:.4f}"
                 + (" — both below the baseline, so the ratio compares two weak models" if max(e['accuracy'], h['accuracy']) < base else "") + ".",
                 f"  - predict_one through the index: median {pm / 1000:.2f} ms, p99 {pp / 1000:.2f} ms (target <= 1 ms): "
-                f"**{'met' if pm <= 1000 else 'missed'}** at the median" + ("" if pp <= 1000 else ", not at p99") + "."]
+                f"**{'met' if pm <= 1000 else 'missed'}** at the median, **{'met' if pp <= 1000 else 'missed'}** at p99."]
     return out
 
 
@@ -579,8 +579,8 @@ def main(argv=None):
         here = [k for k in ("declared", "lr_check") if old.get(k)]
         this = {"file": os.path.basename(args.carry), "finished": old["machine"]["finished"],
                 "command": old["machine"]["command"],
-                "tables": ("the tables " + " and ".join({"declared": "marked \"declared up front\"",
-                                                        "lr_check": "of the batch / eta check"}[k] for k in here))
+                "tables": ("the tables " + ", ".join([f"\"{k}\"" for k in old.get("declared", {})]
+                                                      + [f"\"batch / eta check: {k}\"" for k in old.get("lr_check", {})]))
                 if here else "the four K=10k / K=50k tables and the crossover table"}
         results["carried_from"] = prev + [this]
         results["settings"], results["crossover"] = old["settings"], old.get("crossover", {})
