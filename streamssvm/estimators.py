@@ -628,6 +628,12 @@ class ExtremeClassifier(base.Classifier):
         ``"exact"`` (every row, the paper's choice; sparse rows make it cheap) or ``"index"``.
     ef, M, ef_construction
         hnswlib search breadth and graph parameters (``mips="hnsw"``).
+    labels
+        Classes known up front (a list), registered in that order: the model holds a (zero)
+        row for each from its first example on, so every search faces all of them (zero rows
+        stay out of an index, the smallest one standing for all; exact search scores them 0)
+        and a declared class can be predicted before it is learned. Labels not declared still
+        grow the set when they arrive. With a cost matrix they must be integers in [0, K).
 
     Examples
     --------
@@ -653,7 +659,7 @@ class ExtremeClassifier(base.Classifier):
     def __init__(self, variant="l2", mips="hnsw", lam=1e-4, batch_size=1, eta0=0.1, eta_step=0.02,
                  k=10, max_dirty=256, sketch_dim=None, predict_exact=True, window=1000,
                  n_features=None, check_every=100, seed=0, rows="auto", loss=None, rescaling="margin",
-                 predict_with="exact", ef=200, M=16, ef_construction=100):
+                 predict_with="exact", ef=200, M=16, ef_construction=100, labels=None):
         from .learners.memoir import MEMOIR
         self.variant, self.mips, self.lam, self.batch_size = variant, mips, lam, batch_size
         self.eta0, self.eta_step, self.k, self.max_dirty = eta0, eta_step, k, max_dirty
@@ -661,6 +667,9 @@ class ExtremeClassifier(base.Classifier):
         self.n_features, self.check_every, self.seed = n_features, check_every, seed
         self.rows, self.loss, self.rescaling, self.predict_with, self.ef = rows, loss, rescaling, predict_with, ef
         self.M, self.ef_construction = M, ef_construction
+        if labels is not None and not isinstance(labels, (list, tuple)):
+            raise TypeError("labels must be a list of the labels known up front (or None)")
+        self.labels = labels
         if predict_with not in ("exact", "index"):
             raise ValueError(f"predict_with must be 'exact' or 'index', got {predict_with!r}")
         self._cost_matrix = None
@@ -677,12 +686,20 @@ class ExtremeClassifier(base.Classifier):
                          ef_construction=ef_construction)
         MEMOIR(**self._cfg)  # validate now
         self._features = FeatureIndex(n_features)
-        self._labels = LabelIndex()
         self._learner = None
         self._recent = []
         self._lab = np.zeros(16, dtype=np.int64)   # internal class -> matrix index (cost matrix)
         from collections import OrderedDict
         self._cost_cache = OrderedDict()
+        if labels is not None:
+            for lab in labels:
+                if _is_missing(lab):
+                    raise ValueError("labels must not contain None/NaN")
+                if self._cost_matrix is not None:
+                    self._check_label(lab)
+        self._labels = LabelIndex(labels)   # declared classes first, in order (rows at first use)
+        for c, lab in enumerate(self._labels.labels):
+            self._register(lab, c)
 
     @classmethod
     def _unit_test_params(cls):
@@ -768,8 +785,12 @@ class ExtremeClassifier(base.Classifier):
                 del self._recent[: len(self._recent) - self.window]
 
     def predict_one(self, x):
-        if self._learner is None or len(self._labels) == 0:
+        if len(self._labels) == 0:
             return None
+        if self._learner is None:
+            # declared classes, nothing learned: every row is zero and scores 0; exact search
+            # and the index both return the smallest class id
+            return self._labels.labels[0]
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
         exact = self.predict_with == "exact" and self.predict_exact
         c = self._learner.predict(fidx.astype(np.int64), fval, exact=exact)
@@ -800,6 +821,9 @@ class ExtremeClassifier(base.Classifier):
         params = dict(self._get_params())
         if params.get("loss") is not None:
             params["loss"] = np.asarray(params["loss"], dtype=np.float64)
+        if params.get("labels") is not None:
+            from .features import _encode_key
+            params["labels"] = [_encode_key(lab) for lab in params["labels"]]
         return {"config": {"class": "ExtremeClassifier", "params": params},
                 "features": self._features.state(), "labels": self._labels.state(),
                 "learner": None if self._learner is None else self._learner.state(),
@@ -812,7 +836,11 @@ class ExtremeClassifier(base.Classifier):
 
     @classmethod
     def from_state(cls, st):
-        m = cls(**st["config"]["params"])
+        params = dict(st["config"]["params"])
+        if params.get("labels") is not None:
+            from .features import _decode_key
+            params["labels"] = [_decode_key(lab) for lab in params["labels"]]
+        m = cls(**params)
         m._features = FeatureIndex.from_state(st["features"])
         m._labels = LabelIndex.from_state(st["labels"])
         if st["learner"] is not None:

@@ -107,3 +107,80 @@ def test_save_load_and_cli(tmp_path):
     assert diag["rows"] == "sparse" and 0 <= diag["recall_at_1"] <= 1 and "dirty" in diag["staleness"]
     s = ss.ExtremeClassifier.load(tmp_path / "s.ssvm")
     assert s._learner.kind == "sparse" and s.max_dirty == 32 and s._learner.n_learned == 1500
+
+
+def test_labels_declared_up_front(tmp_path):
+    """``labels=``: a zero row per declared class from the first example on; declared classes
+    are predicted (and only they) before being learned; save/load keeps them; exact and hnsw
+    agree on a small case."""
+    C, d = 60, 16
+    X, ys, centers = _data(C=C, d=d, n=3000, seed=3, noise=0.2)
+    declared = [f"k{c}" for c in range(C)]
+    m0 = ss.ExtremeClassifier(mips="exact", labels=declared, lam=1e-4)
+    assert m0.predict_one(centers[0]) == "k0"          # nothing learned: all rows zero
+    # learn only the first half of the classes; the other half stays declared but unseen
+    half = ys < C // 2
+    models = {}
+    for mips in ("exact", "hnsw"):
+        m = ss.ExtremeClassifier(mips=mips, labels=declared, lam=1e-4, seed=0, check_every=20)
+        for x, y in zip(X[half][:200], ys[half][:200]):
+            m.learn_one(x, f"k{y}")
+            assert m._learner.store.n_rows == C            # a row for every declared class
+        preds = [m.predict_one(centers[c]) for c in range(C)]
+        assert set(preds) <= set(declared)
+        m.predict_with = "index"
+        assert set(m.predict_one(centers[c]) for c in range(C)) <= set(declared)
+        m.predict_with = "exact"
+        for x, y in zip(X[half][200:], ys[half][200:]):
+            m.learn_one(x, f"k{y}")
+        assert len(m._labels) == C and m._labels.labels == declared
+        models[mips] = m
+    ex = [models["exact"].predict_one(centers[c]) for c in range(C // 2)]
+    hn = [models["hnsw"].predict_one(centers[c]) for c in range(C // 2)]
+    assert np.mean(np.array(ex) == np.array(declared[:C // 2])) > 0.9
+    assert np.mean(np.array(hn) == np.array(declared[:C // 2])) > 0.9
+    models["hnsw"].predict_with = "index"
+    hi = [models["hnsw"].predict_one(centers[c]) for c in range(C // 2)]
+    assert np.mean(np.array(hi) == np.array(hn)) > 0.9
+    # the unseen declared classes still hold zero rows (the learner moved rows of the learned
+    # classes and of violating unseen ones only)
+    m = models["exact"]
+    # an undeclared label grows the set
+    m.learn_one(centers[0], "new")
+    assert m._labels.labels[-1] == "new" and m._learner.store.n_rows == C + 1
+    # save / load round trip keeps the declared labels, the rows and the predictions
+    p = tmp_path / "m.ssvm"
+    for mm in (m, models["hnsw"]):
+        mm.save(p)
+        m2 = ss.ExtremeClassifier.load(p)
+        assert m2.labels == declared and m2._labels.labels == mm._labels.labels
+        assert m2._learner.store.n_rows == mm._learner.store.n_rows
+        assert [m2.predict_one(centers[c]) for c in range(C)] == [mm.predict_one(centers[c]) for c in range(C)]
+    # an empty model with declared labels round-trips too
+    e = ss.ExtremeClassifier(mips="hnsw", labels=[3, 1, 2])
+    e.save(p)
+    e2 = ss.ExtremeClassifier.load(p)
+    assert e2.labels == [3, 1, 2] and e2.predict_one(np.ones(4)) == 3
+    with pytest.raises(TypeError):
+        ss.ExtremeClassifier(labels="abc")
+    with pytest.raises(ValueError):
+        ss.ExtremeClassifier(loss=1.0 - np.eye(3), labels=[0, 1, 5])
+
+
+def test_labels_declared_hnsw_zero_rows_and_exact_scores():
+    """With declared classes the index keeps the zero rows out and exact search still scores
+    them 0: an example whose learned scores are all negative predicts the first zero row."""
+    m = ss.ExtremeClassifier(mips="hnsw", labels=["a", "b", "c", "d"], lam=1e-6, seed=0)
+    x = np.array([1.0, 0.0])
+    m.learn_one(x, "a")     # one step: row a moves towards x, the violator (zero row b) away
+    lr = m._learner
+    assert lr.store.n_rows == 4
+    q = np.array([-3.0, 0.5])   # (a bias feature is added: row a scores 0.1 (1 - 3) < 0)
+    _, fidx, fval = m._features.encode_one(q, grow=False)
+    buf = np.zeros(4)
+    lr.store.scores_into(fidx.astype(np.int64), fval, buf)
+    assert buf[2] == 0.0 and buf[3] == 0.0 and buf[0] < 0 < buf[1]   # c, d: zero rows
+    exp = m._labels.labels[int(np.argmax(buf))]          # exact: zero rows score 0
+    assert m.predict_one(q) == exp
+    m.predict_with = "index"
+    assert m.predict_one(q) == exp
