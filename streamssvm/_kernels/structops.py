@@ -1080,21 +1080,12 @@ def _hier_enum(S, K, C, cptr, ybuf, mode, w, Ki, ts, best_m, out, m_sel):
 
 
 @njit(**_JIT)
-def _hier_truth(ytrue, ly, K, ybuf):
-    for k in range(K):
-        ybuf[k] = 0
-    for q in range(ly):
-        if ytrue[q] < K:
-            ybuf[ytrue[q]] = 1
-
-
-@njit(**_JIT)
 def hier_levels(S, C, K, ytrue, ly, Ki, best_m, m_sel, out):
     """best_m[m] (m = 0..Ki) = the best score of a hierarchical labeling with exactly m wrong
     leaves (-inf: none); with m_sel >= 0 also the best labeling of level m_sel into ``out``
     (closure indicator). Returns False when level m_sel is empty."""
     ybuf = np.zeros(K, dtype=np.int32)
-    _hier_truth(ytrue, ly, K, ybuf)
+    _ml_dense_truth(ytrue, ly, K, ybuf)
     cptr, cidx, tree = _hier_graph(C, K)
     nleaf = 0
     for n in range(K):
@@ -1119,7 +1110,7 @@ def hier_level_labeling(S, C, K, ytrue, ly, Ki, m, out):
 def _hier_decode(S, C, K, ytrue, ly, loss_scale, Ki, ybuf, out):
     w = loss_scale / Ki if loss_scale != 0.0 else 0.0
     if loss_scale != 0.0:
-        _hier_truth(ytrue, ly, K, ybuf)
+        _ml_dense_truth(ytrue, ly, K, ybuf)
     else:
         for k in range(K):
             ybuf[k] = 0
@@ -1133,7 +1124,7 @@ def _hier_decode(S, C, K, ytrue, ly, loss_scale, Ki, ybuf, out):
 @njit(**_JIT)
 def _hier_slack(S, C, K, ytrue, ly, Ki, out):
     ybuf = np.zeros(K, dtype=np.int32)
-    _hier_truth(ytrue, ly, K, ybuf)
+    _ml_dense_truth(ytrue, ly, K, ybuf)
     ts = 0.0
     for k in range(K):
         if ybuf[k] == 1:
@@ -1162,7 +1153,7 @@ def _hier_slack(S, C, K, ytrue, ly, Ki, out):
 @njit(**_JIT)
 def _hier_slack_levels(S, C, K, ytrue, ly, Ki, hs, gs):
     ybuf = np.zeros(K, dtype=np.int32)
-    _hier_truth(ytrue, ly, K, ybuf)
+    _ml_dense_truth(ytrue, ly, K, ybuf)
     ts = 0.0
     for k in range(K):
         if ybuf[k] == 1:

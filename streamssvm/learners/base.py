@@ -32,6 +32,14 @@ def check_number(name, value, low=None, high=None, integer=False, low_open=False
     return value
 
 
+def check_search_rescaling(search, rescaling):
+    """A budgeted slack search needs slack rescaling; checked when the learner is bound, after an
+    estimator's ``rescaling=`` has reached it."""
+    if search != "exact" and rescaling != "slack":
+        raise ValueError(f"search={search!r} applies to slack rescaling (margin rescaling decodes "
+                         "exactly): set rescaling='slack' on the learner or the estimator")
+
+
 class Learner(base.Base):
     """Base class of learners (configuration + running state once bound)."""
 

@@ -31,7 +31,7 @@ from ..certificate import Certificate
 from ..oracles.slack import angular_search, binary_search, bisecting_search, sarawagi_gupta_search
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
-from .base import Learner, check_choice, check_number
+from .base import Learner, check_choice, check_number, check_search_rescaling
 
 _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
 
@@ -97,9 +97,7 @@ class CuttingPlane(Learner):
 
     # ------------------------------------------------------------------ binding
     def bind(self, structure, labels):
-        if self.search != "exact" and self.rescaling != "slack":
-            raise ValueError(f"search={self.search!r} applies to slack rescaling (margin rescaling decodes "
-                             "exactly): set rescaling='slack' on the learner or the estimator")
+        check_search_rescaling(self.search, self.rescaling)
         self.structure = structure
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)

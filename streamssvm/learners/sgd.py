@@ -40,7 +40,7 @@ from ..certificate import Certificate
 from ..oracles.slack import angular_search, binary_search, bisecting_search
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
-from .base import Learner, check_choice, check_number
+from .base import Learner, check_choice, check_number, check_search_rescaling
 
 _SEARCH = ("exact", "angular", "bisecting", "binary")
 
@@ -96,9 +96,7 @@ class SGD(Learner):
 
     # ------------------------------------------------------------------ binding
     def bind(self, structure, labels):
-        if self.search != "exact" and self.rescaling != "slack":
-            raise ValueError(f"search={self.search!r} applies to slack rescaling (margin rescaling decodes "
-                             "exactly): set rescaling='slack' on the learner or the estimator")
+        check_search_rescaling(self.search, self.rescaling)
         self.structure = structure
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)

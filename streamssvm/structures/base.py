@@ -19,6 +19,17 @@ import numpy as np
 from .._kernels import structops as so
 
 
+def indicator_emission(d, K, tok_ptr, fidx, fval, y):
+    """Dense emission block E[j, k] = x[j] * y[k] of one token x (CSR row 0) and a 0/1 vector y
+    over the K label slots (multi-label and hierarchy reference feature maps)."""
+    E = np.zeros((d, K))
+    for p in range(tok_ptr[0], tok_ptr[1]):
+        for k in range(K):
+            if y[k]:
+                E[fidx[p], k] += fval[p]
+    return E
+
+
 class Weights:
     """Unnormalized weights ``U = (E, T, B)`` with capacities that grow with features/labels."""
 

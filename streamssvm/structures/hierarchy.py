@@ -37,7 +37,7 @@ from collections import deque
 import numpy as np
 
 from .._kernels.structops import HIER, HIER_MAX_DAG_LEAVES
-from .base import Structure
+from .base import Structure, indicator_emission
 
 
 def _parents_of(value):
@@ -176,11 +176,7 @@ class Hierarchy(Structure):
     # --- reference implementations (dense, slow) used by tests ---
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
         """``y`` is a closure indicator over the nodes (length >= K)."""
-        E = np.zeros((d, K))
-        for p in range(tok_ptr[0], tok_ptr[1]):
-            for k in range(K):
-                if y[k]:
-                    E[fidx[p], k] += fval[p]
+        E = indicator_emission(d, K, tok_ptr, fidx, fval, y)
         return E, np.zeros((K, K)), np.zeros((2, K))
 
     def all_labelings(self, L=1, K=None):

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 
 from .._kernels.structops import MLPAIR, MLPAIR_MAX_LABELS, MULTILABEL
-from .base import Structure
+from .base import Structure, indicator_emission
 
 
 class MultiLabel(Structure):
@@ -47,11 +47,7 @@ class MultiLabel(Structure):
 
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
         """``y`` is a dense 0/1 vector of length >= K."""
-        E = np.zeros((d, K))
-        for p in range(tok_ptr[0], tok_ptr[1]):
-            for k in range(K):
-                if y[k]:
-                    E[fidx[p], k] += fval[p]
+        E = indicator_emission(d, K, tok_ptr, fidx, fval, y)
         T = np.zeros((K, K))
         if self.pairwise:
             for k in range(K):
