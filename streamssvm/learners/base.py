@@ -1,12 +1,38 @@
 """The Learner protocol: HOW the weights move.
 
-A learner is configured by the user (validated constructor arguments, river ``Base`` so
-``clone`` works) and bound to a structure by the estimator. It consumes one encoded example
-at a time (``learn``), revisits held examples (``refine``), predicts, certifies
-(``certificate``), and exports its state as plain arrays (``state`` / ``restore``).
+A learner is a configuration object (validated constructor arguments, a river ``Base`` so
+``clone()`` works) that an estimator *binds* to a structure. Once bound it owns all running
+state: weights, held examples (dual blocks), averaging, caches, scratch space. Data flows one
+way: the estimator encodes an example into compact arrays (a CSR of tokens and a label array)
+and hands them to the learner; the learner calls the structure's kernels; the certificate reads
+the learner's public state; checkpoints save ``state()``.
+
+Every learner implements the whole protocol, with these argument orders everywhere:
+
+==========================================================  =====================================
+``bind(structure, labels)``                                 allocate running state
+``ensure(n_features, labels)``                              grow for new features / labels
+``learn(tok_ptr, fidx, fval, y, Ki=1)``                     one new example
+``learn_batch(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki)`` m new examples, in order
+``refine(passes=1.0, tol=None, progress=None)``             work on the held examples
+``predict(ex_tok, tok_ptr, fidx, fval, y_ptr, n_out)``      label ids, laid out by ``y_ptr``
+``certificate()``                                           a :class:`~streamssvm.Certificate`
+``state()`` / ``restore(structure, labels, state)``         plain JSON leaves and numpy arrays
+``n_blocks``                                                examples held (the certificate's n)
+==========================================================  =====================================
+
+Encoded examples: ``tok_ptr`` (int, L + 1) is the CSR row pointer of the example's L tokens
+into ``fidx`` (int feature ids) and ``fval`` (float values); ``y`` holds label ids (one per token
+for chains and multiclass; the positive labels for multi-label, ``Ki`` of them). A batch stacks
+m examples: ``ex_tok`` (m + 1) points into ``tok_ptr`` and ``y_ptr`` (m + 1) into ``ys``.
+
+``certificate()`` **observes**: it never changes anything the learner will do next (weights,
+sampling state, schedules, random streams). Two runs of the same stream, one certified after
+every example and one never, end with bit-identical weights (``tests/test_protocol.py``).
 """
 from __future__ import annotations
 
+import abc
 import numbers
 
 from river import base
@@ -40,13 +66,69 @@ def check_search_rescaling(search, rescaling):
                          "exactly): set rescaling='slack' on the learner or the estimator")
 
 
-class Learner(base.Base):
-    """Base class of learners (configuration + running state once bound)."""
+class Learner(base.Base, abc.ABC):
+    """Base class of learners: configuration, plus running state once bound (see module doc).
 
-    def bind(self, *args):  # pragma: no cover - interface
-        """Allocate the running state (called by the estimator on first use)."""
-        raise NotImplementedError
+    Subclasses set ``lam`` (the regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w))
+    and ``rescaling`` (``"margin"`` or ``"slack"``) in their constructor.
+    """
+
+    #: names of the structures this learner can be bound to (``Structure.name``); None = all
+    structures: tuple | None = None
+
+    def check_structure(self, structure):
+        """Raise a clear error when this learner cannot learn ``structure``."""
+        if self.structures is not None and structure.name not in self.structures:
+            raise ValueError(f"{type(self).__name__} learns {', '.join(self.structures)} models, "
+                             f"not {structure.name}")
 
     @property
     def bound(self):
         return getattr(self, "_bound", False)
+
+    # ------------------------------------------------------------------ lifecycle
+    @abc.abstractmethod
+    def bind(self, structure, labels):
+        """Allocate the running state for ``structure``; ``labels`` is the estimator's label list."""
+
+    @abc.abstractmethod
+    def ensure(self, n_features, labels):
+        """Grow weights and buffers for ``n_features`` features and the labels in ``labels``."""
+
+    # ------------------------------------------------------------------ learning
+    @abc.abstractmethod
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+        """Learn one new example (the estimator has called :meth:`ensure` for its features and labels)."""
+
+    @abc.abstractmethod
+    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
+        """Learn m new examples in order, exactly as m calls of :meth:`learn` would."""
+
+    @abc.abstractmethod
+    def refine(self, passes=1.0, tol=None, progress=None):
+        """Work on the held examples for ``passes`` effective passes (stop early once a
+        certificate shows gap <= ``tol``); ``progress(fraction, learner)`` is called between chunks."""
+
+    # ------------------------------------------------------------------ inference / certificates
+    @abc.abstractmethod
+    def predict(self, ex_tok, tok_ptr, fidx, fval, y_ptr, n_out):
+        """Label ids of a batch: an int32 array of length ``n_out``, example e at ``y_ptr[e]:y_ptr[e+1]``."""
+
+    @abc.abstractmethod
+    def certificate(self):
+        """A :class:`~streamssvm.certificate.Certificate` of the current model on the held
+        examples. Must not change any state that affects what the learner does next."""
+
+    @property
+    @abc.abstractmethod
+    def n_blocks(self):
+        """Number of examples held (the n of the objective)."""
+
+    # ------------------------------------------------------------------ persistence
+    @abc.abstractmethod
+    def state(self):
+        """The running state as a dict of JSON leaves and numpy arrays (no pickle)."""
+
+    @abc.abstractmethod
+    def restore(self, structure, labels, state):
+        """Rebuild the running state saved by :meth:`state` (bind included)."""
