@@ -236,7 +236,7 @@ class MulticlassSSVM(_SSVM, base.Classifier):
         if self._learner is None or len(self._labels) == 0:
             return None
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
-        out = self._learner.predict_csr(_ONE_EX, tok_ptr, fidx, fval, _ONE_EX, 1)
+        out = self._learner.predict(_ONE_EX, tok_ptr, fidx, fval, _ONE_EX, 1)
         return self._labels.labels[out[0]]
 
     def predict_proba_one(self, x):
@@ -285,7 +285,7 @@ class MulticlassSSVM(_SSVM, base.Classifier):
             preds = [None] * n
         else:
             self._learner.ensure(self._features.dim, self._labels.labels)
-            ids = self._learner.predict_csr(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+            ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, fval, np.arange(n + 1, dtype=np.int64), n)
             labs = self._labels.labels
             preds = [labs[i] for i in ids]
@@ -331,7 +331,7 @@ class MulticlassSSVM(_SSVM, base.Classifier):
             index = None if isinstance(X, (list, tuple)) else self._as_matrix(X)[1]
         else:
             tok_ptr, fidx, fval, n, index = self._encode_rows(X, grow=False)
-            ids = self._learner.predict_csr(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+            ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, fval, np.arange(n + 1, dtype=np.int64), n)
             labs = self._labels.labels
             out = [labs[i] for i in ids]
@@ -473,7 +473,7 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
             return {}
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
         Kc = self._learner.W.Kc
-        out = self._learner.predict_csr(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
+        out = self._learner.predict(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
                                         fidx, fval, np.array([0, Kc], dtype=np.int64), Kc)
         labs = self._labels.labels if self._hier is None else self._hier.leaves
         return {lab: bool(out[k]) for k, lab in enumerate(labs)}
@@ -553,7 +553,7 @@ class SequenceTagger(_SSVM, base.Estimator):
             return [None] * len(x)
         tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=False)
         L = len(tok_ptr) - 1
-        out = self._learner.predict_csr(np.array([0, L], dtype=np.int64), tok_ptr.astype(np.int64),
+        out = self._learner.predict(np.array([0, L], dtype=np.int64), tok_ptr.astype(np.int64),
                                         fidx, fval, np.array([0, L], dtype=np.int64), L)
         labs = self._labels.labels
         return [labs[i] for i in out]
@@ -586,7 +586,7 @@ class SequenceTagger(_SSVM, base.Estimator):
         tok_ptr = np.concatenate(ptrs + [np.array([off], dtype=np.int64)])
         ex_tok = np.zeros(len(X) + 1, dtype=np.int64)
         np.cumsum(lens, out=ex_tok[1:])
-        out = self._learner.predict_csr(ex_tok, tok_ptr, np.concatenate(fids), np.concatenate(fvals),
+        out = self._learner.predict(ex_tok, tok_ptr, np.concatenate(fids), np.concatenate(fvals),
                                         ex_tok, int(ex_tok[-1]))
         labs = self._labels.labels
         return [[labs[i] for i in out[ex_tok[e]:ex_tok[e + 1]]] for e in range(len(X))]

@@ -479,7 +479,7 @@ class BCFW(Learner):
                 return self.W.E, self._Z.E, pc[1], pc[2], pc[3], scale
         return self.W.E, self.W.E, 0.0, self.W.T, self.W.B, scale
 
-    def predict_csr(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
+    def predict(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out

@@ -394,7 +394,7 @@ class CuttingPlane(Learner):
                 break
 
     # ------------------------------------------------------------------ prediction / certificate
-    def predict_csr(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
+    def predict(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out

