@@ -71,7 +71,7 @@ def weights_of(method, lr):
 
 
 def primal(lr, E, T, B, scale, enc):
-    o = ExampleOracles(lr._kind, lr._K, lr.W.Kc, lr._use_trans, lr._C)
+    o = ExampleOracles(lr.structure, lr._K, lr.W.Kc, lr._C)
     hinge = 0.0
     for tp, i, v, y, Ki in enc:
         o.prepare(E, T, B, scale, tp, i, v, y, Ki)

@@ -89,18 +89,19 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
     if n == 0 or learner._K == 0:
         return Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
                            note="no examples held")
-    learner._alloc(st.max_L)
     W = learner.W
+    ws = learner._ws.ensure(st.max_L, W.Kc)
+    V3 = ws.slack_dp(st.max_L, learner._slack)
     if refresh:
         K.rebuild_u(learner._kind, learner._K, W.Kc, learner._use_trans, W.E, W.T, W.B,
-                    st.Iar, st.Far, st.meta, st.alive, n, learner._dbuf, learner._slack)
+                    st.Iar, st.Far, st.meta, st.alive, n, ws.dbuf, learner._slack)
     scale, _ = learner._scale()
     out = np.zeros(4)
     gest = st.gest if refresh else np.zeros_like(st.gest)
     K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, W.E, W.T, W.B,
                     learner._C, st.Iar, st.Far, st.meta, st.alive, n, gest, st.tree,
-                    st.tree_size if refresh else 0, learner._S, learner._V, learner._bp,
-                    learner._ybuf, learner._lab, out, learner._slack, st.lval, learner._V3, learner._dbuf)
+                    st.tree_size if refresh else 0, ws.S, ws.V, ws.bp,
+                    ws.ybuf, ws.lab, out, learner._slack, st.lval, V3, ws.dbuf)
     if refresh:
         st.unvisited.clear()
     reg = 0.5 * lam * scale * scale * W.sqnorm()
@@ -135,8 +136,8 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
         gdummy = np.zeros_like(st.gest)
         K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, A.E, A.T, A.B,
                         learner._C, st.Iar, st.Far, st.meta, st.alive, n, gdummy, st.tree, 0,
-                        learner._S, learner._V, learner._bp, learner._ybuf, learner._lab, out2,
-                        learner._slack, st.lval, learner._V3, learner._dbuf)
+                        ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, out2,
+                        learner._slack, st.lval, V3, ws.dbuf)
         reg_a = 0.5 * lam * scale * scale * A.sqnorm()
         p_avg = reg_a + out2[0] / n
         d_avg = (out[1] - z_loss) / n - reg_a

@@ -21,6 +21,7 @@ from .._kernels import bcfw as K
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..structures.base import Weights
+from ..workspace import Workspace
 from .base import Learner, check_choice, check_number
 
 _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
@@ -120,8 +121,7 @@ class BCFW(Learner):
         self.W = Weights(1, Kc)
         pool = self.cache_size if (self.cache or self.step != "fw") else 0
         self._slack = self.rescaling == "slack"
-        if self._slack and self._kind == so.CHAIN and structure._cost_user is not None:
-            raise ValueError("slack rescaling of chains needs the Hamming loss (no cost matrix)")
+        structure.check_rescaling(self.rescaling)
         self.store = BlockStore(self._kind, Kc, pool, self.capacity, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack)
         self._C = structure.cost_matrix(Kc, labels)
@@ -135,7 +135,7 @@ class BCFW(Learner):
         self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)
         self.full_pass_oracle_calls = 0
         self.n_learned = 0
-        self._Lbuf = 0
+        self._ws = Workspace(structure)   # the kernels' scratch buffers
         self._Z = Weights(1, Kc)
         self._facc = np.zeros(2)
         self._avg_t0 = -1
@@ -143,7 +143,6 @@ class BCFW(Learner):
         self._bound = True
         self._constants()
         self._avg_restart()
-        self._alloc(1)
 
     def _constants(self):
         """Plain-Python copies of the configuration for the per-example fast path."""
@@ -165,22 +164,6 @@ class BCFW(Learner):
         counter, so a restored learner continues exactly as the original."""
         return int((self._seed_base + (self._tick + 1) * 2654435761) % 2147483647)
 
-    def _alloc(self, L):
-        Kc = self.W.Kc
-        L = max(L, self.store.max_L, 1)
-        if self._Lbuf >= L and getattr(self, "_S", None) is not None and self._S.shape[1] == Kc:
-            return
-        Lb = max(L, 2 * self._Lbuf if self._Lbuf < L else self._Lbuf, 8)
-        self._Lbuf = Lb
-        self._S = np.zeros((Lb, Kc))
-        self._V = np.zeros((Lb, Kc))
-        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
-        self._ybuf = np.zeros(Kc, dtype=np.int32)
-        self._lab = np.zeros(max(Lb, Kc), dtype=np.int32)
-        self._dbuf = np.zeros(max(so.stat_size(self._kind, Lb, Kc), Kc))
-        self._V3 = (np.zeros((Lb + 1, Kc, Lb + 1)) if getattr(self, "_slack", False) and self._kind == 0
-                    else np.zeros((1, 1, 1)))
-
     def ensure(self, n_features, labels):
         """Grow weights / blocks / costs for new features and labels."""
         n_labels = len(labels)
@@ -195,8 +178,6 @@ class BCFW(Learner):
             self._C = self.structure.cost_matrix(Kc, labels)
             self._cmax = max(1.0, float(self._C.max()))
             self._pred_cache = None
-            self._S = None
-            self._alloc(1)
 
     @property
     def n_blocks(self):
@@ -214,7 +195,7 @@ class BCFW(Learner):
         scale, lam_n = self._scale()
         if slots is None:
             slots = np.zeros(1, dtype=np.int64)
-        self._alloc(st.max_L)
+        ws = self._ws.ensure(st.max_L, self.W.Kc)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
         tick = K.run_steps(
             self._kind, self._K, self.W.Kc, self._use_trans, lam_n, scale,
@@ -223,8 +204,9 @@ class BCFW(Learner):
             float(self.cache_F), float(self.cache_nu), g_full,
             sampling, slots, st.alive, st.n, st.tree, st.tree_size, int(n_steps),
             self._seed(),
-            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, self._slack, st.lval, self._V3)
+            ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, ws.dbuf, self.counters,
+            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, self._slack, st.lval,
+            ws.slack_dp(st.max_L, self._slack))
         self._avg_cache = self._pred_cache = None
         done = tick - self._tick
         self._tick = tick
@@ -299,8 +281,7 @@ class BCFW(Learner):
         self._avg_cache = self._pred_cache = None
 
     def _dbuf_for(self, L):
-        self._alloc(int(L))
-        return self._dbuf
+        return self._ws.ensure(int(L), self.W.Kc).dbuf
 
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         """Hold a new example as a block, step on it, then ``replay`` steps. Returns the slot,
@@ -351,7 +332,7 @@ class BCFW(Learner):
         n0 = st.n
         new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
         victims = st.fifo_victims(new_slots)
-        self._alloc(st.max_L)
+        ws = self._ws.ensure(st.max_L, self.W.Kc)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
         out = np.zeros(3, dtype=np.int64)
         tick = K.learn_new_blocks(
@@ -360,8 +341,9 @@ class BCFW(Learner):
             st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
             float(self.cache_F), float(self.cache_nu), g_full, _SAMPLING[self.sampling],
             st.alive, st.pos, st.tree, st.tree_size, self._seed(),
-            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out, self._slack, st.lval, self._V3)
+            ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, ws.dbuf, self.counters,
+            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out, self._slack, st.lval,
+            ws.slack_dp(st.max_L, self._slack))
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -383,8 +365,7 @@ class BCFW(Learner):
         n0 = st.n
         victim = st.order.popleft() if (st.capacity is not None and n0 >= st.capacity) else -1
         slot = st.reserve(L, len(fidx), len(ytrue), Ki)
-        if L > self._Lbuf:
-            self._alloc(L)
+        ws = self._ws.ensure(max(L, st.max_L), self.W.Kc)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         W = self.W
@@ -394,9 +375,9 @@ class BCFW(Learner):
             st.gest, st.last_oracle, self._tick, self._step_code, self.cache,
             self._Ff, self._nuf, g_full, self._sampling_code,
             st.alive, st.pos, st.tree, st.tree_size, self._seed(),
-            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
+            ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, ws.dbuf, self.counters,
             self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out,
-            tok_ptr, fidx, fval, ytrue, self._mark, self._slack, st.lval, self._V3)
+            tok_ptr, fidx, fval, ytrue, self._mark, self._slack, st.lval, ws.slack_dp(max(L, st.max_L), self._slack))
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -483,13 +464,11 @@ class BCFW(Learner):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
-        if len(ex_tok) > 2:
-            self._alloc(int(np.max(np.diff(ex_tok))))
-        elif ex_tok[1] - ex_tok[0] > self._Lbuf:
-            self._alloc(int(ex_tok[1] - ex_tok[0]))
+        ws = self._ws.ensure(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0]),
+                             self.W.Kc)
         E, ZE, zc, T, B, scale = self._predict_params()
         K.predict_batch(self._kind, self._K, self._use_trans, scale, E, ZE, zc, T, B, self._C,
-                        ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
+                        ex_tok, tok_ptr, fidx, fval, lab_ptr, out, ws.S, ws.V, ws.bp, ws.ybuf)
         return out
 
     # ------------------------------------------------------------------ state
@@ -528,9 +507,7 @@ class BCFW(Learner):
         self._Z.E, self._Z.T, self._Z.B = (np.array(a[k], dtype=np.float64) for k in ("ZE", "ZT", "ZB"))
         self._facc = np.array(a["facc"], dtype=np.float64)
         self._avg_cache = self._pred_cache = None
-        self._S = None
-        self._Lbuf = 0
+        self._ws = Workspace(structure)
         self._mark = np.zeros(self.W.E.shape[0])
         self._constants()
-        self._alloc(self.store.max_L)
 

@@ -31,6 +31,7 @@ from ..certificate import Certificate
 from ..oracles.slack import angular_search, binary_search, bisecting_search, sarawagi_gupta_search
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
+from ..workspace import Workspace
 from .base import Learner, check_choice, check_number, check_search_rescaling
 
 _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
@@ -101,8 +102,7 @@ class CuttingPlane(Learner):
         self.structure = structure
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)
-        if self.rescaling == "slack" and self._kind == so.CHAIN and structure._cost_user is not None:
-            raise ValueError("slack rescaling of chains needs the Hamming loss (no cost matrix)")
+        structure.check_rescaling(self.rescaling)
         self._K = 0
         self.W = Weights(1, 4)
         self._C = structure.cost_matrix(4, labels)
@@ -119,6 +119,7 @@ class CuttingPlane(Learner):
         self._diag_rng = np.random.default_rng(12345)
         self._rng = np.random.default_rng(self.seed)
         self._oracles = None
+        self._ws = Workspace(structure)   # the kernels' scratch buffers
         self._bound = True
 
     def ensure(self, n_features, labels):
@@ -142,7 +143,7 @@ class CuttingPlane(Learner):
 
     def _orc(self):
         if self._oracles is None:
-            self._oracles = ExampleOracles(self._kind, self._K, self.W.Kc, self._use_trans, self._C)
+            self._oracles = ExampleOracles(self.structure, self._K, self.W.Kc, self._C)
         return self._oracles
 
     def _scale(self):
@@ -152,7 +153,7 @@ class CuttingPlane(Learner):
     def _stat_of(self, b, lab):
         """d_y = c_y (s(y_i) - s(y)) and Delta(y) for a labeling of block b."""
         Kc = self.W.Kc
-        d = np.zeros(so.stat_size(self._kind, b.L, Kc))
+        d = np.zeros(self.structure.stat_size(b.L, Kc))
         so.truth_stat(self._kind, b.ytrue, len(b.ytrue), b.L, Kc, d, 1.0)
         so.labeling_stat(self._kind, lab, b.L, Kc, d, -1.0)
         ybuf = np.zeros(Kc, dtype=np.int32)
@@ -162,7 +163,7 @@ class CuttingPlane(Learner):
         return d, float(delta)
 
     def _fit_lab(self, b, lab):
-        n = so.labeling_len(self._kind, b.L, self.W.Kc)
+        n = self.structure.labeling_len(b.L, self.W.Kc)
         out = np.zeros(n, dtype=np.int32)
         m = min(n, len(lab))
         out[:m] = lab[:m]
@@ -210,16 +211,11 @@ class CuttingPlane(Learner):
         """H_i(y; w) for the working set of b at the current weights (and the score vector)."""
         Kc = self.W.Kc
         scale = self._scale() if scale is None else scale
-        S = self._S_for(b.L)
+        S = self._ws.ensure(b.L, Kc).S
         so.emission_scores(self.W.E, scale, b.tok_ptr, b.fidx, b.fval, b.L, self._K, S)
         r = np.zeros(b.D.shape[1])
         KC.score_vector(self._kind, S, self.W.T, self.W.B, scale, b.L, self._K, Kc, self._use_trans, r)
         return b.delta - b.D @ r
-
-    def _S_for(self, L):
-        if getattr(self, "_Sbuf", None) is None or self._Sbuf.shape[0] < L or self._Sbuf.shape[1] != self.W.Kc:
-            self._Sbuf = np.zeros((max(L, 8), self.W.Kc))
-        return self._Sbuf
 
     def _solve_block(self, b, tol):
         """Restricted block QP to ``tol``; applies the change to the weights."""
@@ -318,7 +314,7 @@ class CuttingPlane(Learner):
         so.gram(b.tok_ptr, b.fidx, b.fval, b.L, b.G, mark)
         o_truth = self._truth_lab(b)
         b.labs, b.keys = [], set()
-        b.D = np.zeros((0, so.stat_size(self._kind, b.L, self.W.Kc)))
+        b.D = np.zeros((0, self.structure.stat_size(b.L, self.W.Kc)))
         b.delta = np.zeros(0)
         b.Q = np.zeros((0, 0))
         b.alpha = np.zeros(0)
@@ -330,11 +326,7 @@ class CuttingPlane(Learner):
         self._visit(b)
 
     def _truth_lab(self, b):
-        if self._kind in (so.MULTILABEL, so.MLPAIR):
-            lab = np.zeros(self.W.Kc, dtype=np.int32)
-            lab[[k for k in b.ytrue if k < self._K]] = 1
-            return lab
-        return b.ytrue.copy()
+        return self.structure.truth_labeling(b.ytrue, self._K, self.W.Kc)
 
     def _visit(self, b):
         """Separation on one example, then its block solve; True when a label was added."""
@@ -399,13 +391,9 @@ class CuttingPlane(Learner):
         if self._K == 0:
             return out
         Lm = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
-        Kc = self.W.Kc
-        S = np.zeros((max(Lm, 1), Kc))
-        V = np.zeros((max(Lm, 1), Kc))
-        bp = np.zeros((max(Lm, 1), Kc), dtype=np.int32)
-        ybuf = np.zeros(Kc, dtype=np.int32)
+        ws = self._ws.ensure(Lm, self.W.Kc)
         KB.predict_batch(self._kind, self._K, self._use_trans, self._scale(), self.W.E, self.W.E, 0.0, self.W.T,
-                         self.W.B, self._C, ex_tok, tok_ptr, fidx, fval, lab_ptr, out, S, V, bp, ybuf)
+                         self.W.B, self._C, ex_tok, tok_ptr, fidx, fval, lab_ptr, out, ws.S, ws.V, ws.bp, ws.ybuf)
         return out
 
     def rebuild_weights(self):
@@ -426,7 +414,7 @@ class CuttingPlane(Learner):
                                rescaling=self.rescaling)
         self.rebuild_weights()
         scale = self._scale()
-        o = ExampleOracles(self._kind, self._K, self.W.Kc, self._use_trans, self._C)
+        o = ExampleOracles(self.structure, self._K, self.W.Kc, self._C)
         hinge = dual_loss = gsum = 0.0
         for b in self.blocks:
             o.prepare(self.W.E, self.W.T, self.W.B, scale, b.tok_ptr, b.fidx, b.fval, b.ytrue, max(b.Ki, 1))

@@ -37,6 +37,7 @@ import numpy as np
 from .._kernels import bcfw as KB
 from .._kernels import structops as so
 from ..certificate import Certificate
+from ..workspace import Workspace
 from ..oracles.slack import angular_search, binary_search, bisecting_search
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
@@ -117,29 +118,11 @@ class SGD(Learner):
         self._dropped = 0               # examples learned but no longer held
         self._relaxed_steps = 0         # steps on fractional LP marginals (no dual point)
         self.diag = []
-        self._Lbuf = 0
-        self._S = None
+        self._ws = Workspace(structure).ensure(1, self.W.Kc)   # the kernels' scratch buffers
         self.lp_calls = 0
         self.lp_integral = 0
         self._relaxed_stat = None
-        self._alloc(1)
         self._bound = True
-
-    def _alloc(self, L):
-        Kc = self.W.Kc
-        if self._S is not None and self._Lbuf >= L and self._S.shape[1] == Kc:
-            return
-        Lb = max(L, 2 * self._Lbuf, 8)
-        self._Lbuf = Lb
-        self._S = np.zeros((Lb, Kc))
-        self._V = np.zeros((Lb, Kc))
-        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
-        self._V3 = np.zeros((Lb + 1, Kc, Lb + 1))
-        self._ybuf = np.zeros(Kc, dtype=np.int32)
-        self._lab = np.zeros(max(Lb, Kc), dtype=np.int32)
-        self._dbuf = np.zeros(max(so.stat_size(self._kind, Lb, Kc), Kc))
-        self._hs = np.zeros(max(Lb, Kc) + 1)
-        self._gs = np.zeros(max(Lb, Kc) + 1)
 
     def ensure(self, n_features, labels):
         n_labels = len(labels)
@@ -157,8 +140,7 @@ class SGD(Learner):
                                  "search='angular' (LP constrained oracle), 'bisecting' or 'binary' (LP lambda-oracle)")
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
-            self._S = None
-            self._alloc(1)
+            self._ws.ensure(1, self.W.Kc)
 
     @property
     def n_blocks(self):
@@ -172,18 +154,18 @@ class SGD(Learner):
     def _lp_problem(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale):
         from ..oracles.lp import PairwiseMRFLP
         K = self._K
-        self._alloc(1)
-        so.emission_scores(W.E, scale, tok_ptr, fidx, fval, 1, K, self._S)
+        S = self._ws.ensure(1, self.W.Kc).S
+        so.emission_scores(W.E, scale, tok_ptr, fidx, fval, 1, K, S)
         dense = np.zeros(K, dtype=np.int32)
         dense[[k for k in ytrue if k < K]] = 1
-        return PairwiseMRFLP(self._S[0, :K].copy(), scale * np.triu(W.T[:K, :K], 1), dense, max(Ki, 1))
+        return PairwiseMRFLP(S[0, :K].copy(), scale * np.triu(W.T[:K, :K], 1), dense, max(Ki, 1))
 
     def _most_violating_lp(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale, count):
         """Most violating labeling through the LP relaxation; with ``count=False`` (certificate)
         the returned H is a certified upper bound on the exact hinge."""
         lp = self._lp_problem(tok_ptr, fidx, fval, ytrue, Ki, W, scale)
         K = self._K
-        lab = self._lab[: self.W.Kc]
+        lab = self._ws.lab[: self.W.Kc]
         lab[:] = 0
         if self.relaxed and count:
             return self._most_violating_relaxed(lp, lab, Ki)
@@ -266,26 +248,21 @@ class SGD(Learner):
         L = len(tok_ptr) - 1
         ly = len(ytrue)
         kind, K = self._kind, self._K
-        self._alloc(L)
-        S = self._S
+        ws = self._ws.ensure(L, self.W.Kc)
+        S = ws.S
         so.emission_scores(W.E, scale, tok_ptr, fidx, fval, L, K, S)
-        ml = kind in (so.MULTILABEL, so.MLPAIR, so.HIER)
-        lab = self._lab[: (self.W.Kc if ml else L)]
-        if ml:
-            dense = np.zeros(self.W.Kc, dtype=np.int32)
-            dense[[k for k in ytrue if k < K]] = 1
-            ts = so.labeling_score(kind, S, W.T, W.B, scale, dense, L, K, self._use_trans)
-        else:
-            ts = so.labeling_score(kind, S, W.T, W.B, scale, ytrue, L, K, self._use_trans)
+        lab = ws.lab[: self.structure.labeling_len(L, self.W.Kc)]
+        truth = self.structure.truth_labeling(ytrue, K, self.W.Kc)
+        ts = so.labeling_score(kind, S, W.T, W.B, scale, truth, L, K, self._use_trans)
         if self.rescaling == "margin":
             val = so.decode(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, 1.0, Ki,
-                            self._V, self._bp, self._ybuf, lab)
-            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+                            ws.V, ws.bp, ws.ybuf, lab)
+            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
             return lab, loss, max(val - ts, 0.0)
         if self.search == "exact" or not count:
             h = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
-                                self._V3, self._ybuf, self._dbuf, lab)
-            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+                                ws.slack_dp(L), ws.ybuf, ws.dbuf, lab)
+            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
             return lab, loss, h
         # budgeted search over the structure's oracles (streamssvm.oracles.structured): the
         # lambda-oracle is loss-scaled decoding (Viterbi for chains); angular search's
@@ -316,25 +293,21 @@ class SGD(Learner):
         if getattr(self, "diagnose", False):
             # compare with the exact slack oracle at the same weights (benchmarks only)
             exact = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
-                                    self._V3, self._ybuf, self._dbuf, self._lab.copy())
+                                    ws.slack_dp(L), ws.ybuf, ws.dbuf, ws.lab.copy())
             self.diag.append((r.queries, r.phi, exact))
         if r.label is None or r.phi <= 0:
             lab[:] = 0
-            if kind not in (so.MULTILABEL, so.MLPAIR, so.HIER):
-                lab[:L] = ytrue
-            else:
-                lab[:] = 0
-                lab[ytrue] = 1
+            lab[:len(truth)] = truth
             return lab, 0.0, 0.0
         lab_full = o.labeling(r.label)
         lab[:len(lab_full)] = lab_full[:len(lab)]
-        loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+        loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
         return lab, loss, r.phi
 
     def _example_oracles(self):
         o = getattr(self, "_oracles", None)
         if o is None or o.K != self._K or o.Kc != self.W.Kc or o.C is not self._C:
-            o = ExampleOracles(self._kind, self._K, self.W.Kc, self._use_trans, self._C)
+            o = ExampleOracles(self.structure, self._K, self.W.Kc, self._C)
             self._oracles = o
         return o
 
@@ -369,8 +342,8 @@ class SGD(Learner):
         viol = H > 0.0 and loss > 0.0
         if viol:
             self._dual_loss += loss
-            st = self._dbuf
-            ss = so.stat_size(self._kind, L, self.W.Kc)
+            st = self._ws.ensure(L, self.W.Kc).dbuf
+            ss = self.structure.stat_size(L, self.W.Kc)
             st[:ss] = 0.0
             if self._relaxed_stat is not None:   # a relaxed labeling of the LP (SGD(relaxed=True))
                 self._relaxed_steps += 1
@@ -423,7 +396,7 @@ class SGD(Learner):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
-        self._alloc(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1)
+        ws = self._ws.ensure(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1, self.W.Kc)
         W, scale = self._pred_weights()
         if self._lp_on():  # MAP by the LP relaxation (rounded when fractional)
             for e in range(len(ex_tok) - 1):
@@ -435,7 +408,7 @@ class SGD(Learner):
                 out[lab_ptr[e]:lab_ptr[e] + self._K] = r.labeling
             return out
         KB.predict_batch(self._kind, self._K, self._use_trans, scale, W.E, W.E, 0.0, W.T, W.B, self._C,
-                         ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
+                         ex_tok, tok_ptr, fidx, fval, lab_ptr, out, ws.S, ws.V, ws.bp, ws.ybuf)
         return out
 
     def dual_point(self):
@@ -531,6 +504,4 @@ class SGD(Learner):
             self._visits, self._dropped = [0] * len(self._recent), max(self._dropped, 1)
         else:
             self._visits = [int(v) for v in np.asarray(visits).ravel()]
-        self._S = None
-        self._Lbuf = 0
-        self._alloc(1)
+        self._ws = Workspace(self.structure).ensure(1, self.W.Kc)

@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from .._kernels.structops import HIER, HIER_MAX_DAG_LEAVES
+from .._kernels.structops import HIER, HIER_MAX_DAG_LEAVES, hier_level_labeling
 from .base import Structure, indicator_emission
 
 
@@ -62,6 +62,7 @@ class Hierarchy(Structure):
     """
     kind = HIER
     use_trans = False
+    set_labeling = True
     name = "hierarchy"
 
     def __init__(self, hierarchy):
@@ -172,6 +173,14 @@ class Hierarchy(Structure):
                 C[a, 0] = -float(len(ps))
                 C[a, 1:1 + len(ps)] = -np.asarray(ps, dtype=float)
         return C  # all zeros (no edges) only while the learner's capacity is still below the nodes
+
+    def loss_range(self, ytrue, L, K, Ki, C):
+        """Hamming over the leaves / number of leaves: one wrong leaf at least, 1 at most."""
+        return 1.0 / max(Ki, 1), 1.0
+
+    def level_labeling(self, o, i, g_sel, lab):
+        """Best labeling with round(g_sel * Ki) wrong leaves (tree DP or DAG enumeration)."""
+        hier_level_labeling(o.S, o.C, o.K, o.ytrue, len(o.ytrue), max(o.Ki, 1), int(round(g_sel * o.Ki)), lab)
 
     # --- reference implementations (dense, slow) used by tests ---
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):
