@@ -81,6 +81,7 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
     import numpy as np
 
     from ._kernels import bcfw as K
+    from ._kernels import bundles as KB
 
     t0 = time.perf_counter()
     st = learner.store
@@ -90,18 +91,14 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
         return Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
                            note="no examples held")
     W = learner.W
-    ws = learner._ws.ensure(st.max_L, W.Kc)
-    V3 = ws.slack_dp(st.max_L, learner._slack)
+    model = KB.model(learner.structure, learner._K, W.Kc, learner._C)
+    scratch = learner._ws.ensure(st.max_L, W.Kc).scratch(st.max_L, learner._slack)
     if refresh:
-        K.rebuild_u(learner._kind, learner._K, W.Kc, learner._use_trans, W.E, W.T, W.B,
-                    st.Iar, st.Far, st.meta, st.alive, n, ws.dbuf, learner._slack)
+        K.rebuild_u(model, W.bundle(), st.arena(), learner._ws.dbuf, learner._slack)
     scale, _ = learner._scale()
     out = np.zeros(4)
-    gest = st.gest if refresh else np.zeros_like(st.gest)
-    K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, W.E, W.T, W.B,
-                    learner._C, st.Iar, st.Far, st.meta, st.alive, n, gest, st.tree,
-                    st.tree_size if refresh else 0, ws.S, ws.V, ws.bp,
-                    ws.ybuf, ws.lab, out, learner._slack, st.lval, V3, ws.dbuf)
+    arena = st.arena() if refresh else st.arena(gest=np.zeros_like(st.gest), tree_size=0)
+    K.full_gap_pass(model, W.bundle(), arena, scratch, scale, learner._slack, out)
     if refresh:
         st.unvisited.clear()
     reg = 0.5 * lam * scale * scale * W.sqnorm()
@@ -133,11 +130,8 @@ def full_gap(learner, refresh: bool = True) -> Certificate:
         # (same weights over the same window) is feasible, so D(alpha_bar) is a lower bound too.
         A, z_loss = avg
         out2 = np.zeros(4)
-        gdummy = np.zeros_like(st.gest)
-        K.full_gap_pass(learner._kind, learner._K, W.Kc, learner._use_trans, scale, A.E, A.T, A.B,
-                        learner._C, st.Iar, st.Far, st.meta, st.alive, n, gdummy, st.tree, 0,
-                        ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, out2,
-                        learner._slack, st.lval, V3, ws.dbuf)
+        K.full_gap_pass(model, A.bundle(), st.arena(gest=np.zeros_like(st.gest), tree_size=0), scratch, scale,
+                        learner._slack, out2)
         reg_a = 0.5 * lam * scale * scale * A.sqnorm()
         p_avg = reg_a + out2[0] / n
         d_avg = (out[1] - z_loss) / n - reg_a

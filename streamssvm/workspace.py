@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._kernels.bundles import Scratch, pack
+
 _GROWTH = 1.25
 _MIN_L = 8
 
@@ -105,6 +107,12 @@ class Workspace:
         if V3.shape[0] < shape[0] or V3.shape[1] != shape[1] or V3.shape[2] < shape[2]:
             self.V3 = np.zeros(shape)
         return self.V3
+
+    def scratch(self, L, slack):
+        """The buffers as the kernels take them (``streamssvm._kernels.bundles.Scratch``), with
+        the slack DP table for length ``L`` when ``slack`` (slack rescaling)."""
+        return pack(Scratch(S=self.S, V=self.V, bp=self.bp, ybuf=self.ybuf, lab=self.lab, dbuf=self.dbuf,
+                            V3=self.slack_dp(L, slack)))
 
     def release(self):
         """Drop every buffer (they are rebuilt by the next :meth:`ensure`)."""

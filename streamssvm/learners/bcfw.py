@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import certificate as cert_mod
 from .._kernels import bcfw as K
+from .._kernels import bundles as KB
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..structures.base import Weights
@@ -122,7 +123,7 @@ class BCFW(Learner):
         pool = self.cache_size if (self.cache or self.step != "fw") else 0
         self._slack = self.rescaling == "slack"
         structure.check_rescaling(self.rescaling)
-        self.store = BlockStore(self._kind, Kc, pool, self.capacity, self.max_bytes, self.eviction,
+        self.store = BlockStore(structure, Kc, pool, self.capacity, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack)
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
@@ -187,26 +188,29 @@ class BCFW(Learner):
         n = max(self.store.n, 1)
         return 1.0 / (self.lam * n), self.lam * n
 
+    # ------------------------------------------------------------------ kernel state
+    def _bundles(self, L, g_full):
+        """(model, weights, arena, scratch, averaging, step config): the kernels' state as the
+        bundles of :mod:`streamssvm._kernels.bundles`, scratch sized for labelings of length L."""
+        return (KB.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), self.store.arena(),
+                self._ws.ensure(L, self.W.Kc).scratch(L, self._slack),
+                KB.pack(KB.Averaging(t0=int(self._avg_t0), ZE=self._Z.E, ZT=self._Z.T, ZB=self._Z.B,
+                                     facc=self._facc)),
+                KB.pack(KB.StepConfig(lam=float(self.lam), step_type=_STEP[self.step], use_cache=bool(self.cache),
+                                      F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
+                                      sampling=_SAMPLING[self.sampling], replay=int(self.replay),
+                                      slack=bool(self._slack))))
+
     # ------------------------------------------------------------------ steps
     def _run(self, sampling, n_steps, slots=None):
         if n_steps <= 0 or self.store.n == 0:
             return
         st = self.store
-        scale, lam_n = self._scale()
         if slots is None:
             slots = np.zeros(1, dtype=np.int64)
-        ws = self._ws.ensure(st.max_L, self.W.Kc)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
-        tick = K.run_steps(
-            self._kind, self._K, self.W.Kc, self._use_trans, lam_n, scale,
-            self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
-            st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
-            float(self.cache_F), float(self.cache_nu), g_full,
-            sampling, slots, st.alive, st.n, st.tree, st.tree_size, int(n_steps),
-            self._seed(),
-            ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, ws.dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, self._slack, st.lval,
-            ws.slack_dp(st.max_L, self._slack))
+        tick = K.run_steps(*self._bundles(st.max_L, g_full), int(sampling), slots, int(n_steps), self._tick,
+                           self._seed(), self.counters)
         self._avg_cache = self._pred_cache = None
         done = tick - self._tick
         self._tick = tick
@@ -272,8 +276,8 @@ class BCFW(Learner):
 
     def _evict(self, slot):
         st = self.store
-        K.block_u(self._kind, self._K, self.W.Kc, self._use_trans, self.W.E, self.W.T, self.W.B,
-                  st.Iar, st.Far, st.meta, int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]), self._slack)
+        K.block_u(KB.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), st.arena(), int(slot),
+                  -1.0, self._dbuf_for(st.meta[slot, K.M_L]), self._slack)
         st.remove(int(slot))
         # the averaged dual point is no longer feasible: averaging stops and restarts after
         # the current learn() call (the same semantics as learn_batch)
@@ -329,21 +333,12 @@ class BCFW(Learner):
         if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
-        n0 = st.n
         new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
         victims = st.fifo_victims(new_slots)
-        ws = self._ws.ensure(st.max_L, self.W.Kc)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
         out = np.zeros(3, dtype=np.int64)
-        tick = K.learn_new_blocks(
-            self._kind, self._K, self.W.Kc, self._use_trans, float(self.lam), n0, new_slots, victims,
-            int(self.replay), self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
-            st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
-            float(self.cache_F), float(self.cache_nu), g_full, _SAMPLING[self.sampling],
-            st.alive, st.pos, st.tree, st.tree_size, self._seed(),
-            ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, ws.dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out, self._slack, st.lval,
-            ws.slack_dp(st.max_L, self._slack))
+        tick = K.learn_new_blocks(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(),
+                                  self.counters, out)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -362,22 +357,13 @@ class BCFW(Learner):
         L = len(tok_ptr) - 1
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        n0 = st.n
-        victim = st.order.popleft() if (st.capacity is not None and n0 >= st.capacity) else -1
+        victim = st.order.popleft() if (st.capacity is not None and st.n >= st.capacity) else -1
         slot = st.reserve(L, len(fidx), len(ytrue), Ki)
-        ws = self._ws.ensure(max(L, st.max_L), self.W.Kc)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
-        W = self.W
-        tick = K.learn_one_example(
-            self._kind, self._K, W.Kc, self._use_trans, self._lamf, n0, slot, victim,
-            self._replayi, W.E, W.T, W.B, self._C, st.Iar, st.Far, st.meta,
-            st.gest, st.last_oracle, self._tick, self._step_code, self.cache,
-            self._Ff, self._nuf, g_full, self._sampling_code,
-            st.alive, st.pos, st.tree, st.tree_size, self._seed(),
-            ws.S, ws.V, ws.bp, ws.ybuf, ws.lab, ws.dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out,
-            tok_ptr, fidx, fval, ytrue, self._mark, self._slack, st.lval, ws.slack_dp(max(L, st.max_L), self._slack))
+        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark))
+        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, slot, victim, self._tick,
+                                   self._seed(), self.counters, out)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -464,11 +450,11 @@ class BCFW(Learner):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
-        ws = self._ws.ensure(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0]),
-                             self.W.Kc)
+        L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0])
         E, ZE, zc, T, B, scale = self._predict_params()
-        K.predict_batch(self._kind, self._K, self._use_trans, scale, E, ZE, zc, T, B, self._C,
-                        ex_tok, tok_ptr, fidx, fval, lab_ptr, out, ws.S, ws.V, ws.bp, ws.ybuf)
+        K.predict_batch(KB.model(self.structure, self._K, self.W.Kc, self._C), KB.pack(KB.WeightsBundle(E, T, B)),
+                        scale, ZE, zc, KB.pack(KB.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+                        self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
 
     # ------------------------------------------------------------------ state
@@ -499,7 +485,7 @@ class BCFW(Learner):
         self.W = Weights(1, 1)
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
         self._C = np.array(st["C"], dtype=np.float64)
-        self.store = BlockStore.from_state(st["store"])
+        self.store = BlockStore.from_state(st["store"], structure)
         self._seed_base = int(st["seed_base"])
         a = st["avg"]
         self._avg_t0 = int(a["t0"])

@@ -25,6 +25,7 @@ import time
 import numpy as np
 
 from .._kernels import bcfw as KB
+from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
 from ..certificate import Certificate
@@ -391,9 +392,9 @@ class CuttingPlane(Learner):
         if self._K == 0:
             return out
         Lm = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
-        ws = self._ws.ensure(Lm, self.W.Kc)
-        KB.predict_batch(self._kind, self._K, self._use_trans, self._scale(), self.W.E, self.W.E, 0.0, self.W.T,
-                         self.W.B, self._C, ex_tok, tok_ptr, fidx, fval, lab_ptr, out, ws.S, ws.V, ws.bp, ws.ybuf)
+        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), self._scale(),
+                         self.W.E, 0.0, KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+                         self._ws.ensure(Lm, self.W.Kc).scratch(Lm, False))
         return out
 
     def rebuild_weights(self):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import bcfw as KB
+from .._kernels import bundles as KBu
 from .._kernels import structops as so
 from ..certificate import Certificate
 from ..workspace import Workspace
@@ -396,7 +397,7 @@ class SGD(Learner):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
-        ws = self._ws.ensure(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1, self.W.Kc)
+        L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
         W, scale = self._pred_weights()
         if self._lp_on():  # MAP by the LP relaxation (rounded when fractional)
             for e in range(len(ex_tok) - 1):
@@ -407,8 +408,9 @@ class SGD(Learner):
                 r = lp.oracle(0.0)
                 out[lab_ptr[e]:lab_ptr[e] + self._K] = r.labeling
             return out
-        KB.predict_batch(self._kind, self._K, self._use_trans, scale, W.E, W.E, 0.0, W.T, W.B, self._C,
-                         ex_tok, tok_ptr, fidx, fval, lab_ptr, out, ws.S, ws.V, ws.bp, ws.ybuf)
+        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), W.bundle(), scale, W.E, 0.0,
+                         KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
 
     def dual_point(self):

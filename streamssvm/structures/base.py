@@ -17,6 +17,7 @@ import itertools
 import numpy as np
 
 from .._kernels import structops as so
+from .._kernels.bundles import WeightsBundle, pack
 
 
 def indicator_emission(d, K, tok_ptr, fidx, fval, y):
@@ -55,6 +56,10 @@ class Weights:
         B = np.zeros((2, nk))
         B[:, :kc] = self.B
         self.E, self.T, self.B = E, T, B
+
+    def bundle(self):
+        """``(E, T, B)`` as the kernels take them (``streamssvm._kernels.bundles.WeightsBundle``)."""
+        return pack(WeightsBundle(E=self.E, T=self.T, B=self.B))
 
     def sqnorm(self):
         return float(np.vdot(self.E, self.E) + np.vdot(self.T, self.T) + np.vdot(self.B, self.B))
@@ -116,6 +121,11 @@ class Structure:
     def labeling_len(self, L, Kc):
         """Length of a labeling array (``L`` tokens, or ``Kc`` slots for set labelings)."""
         return Kc if self.set_labeling else L
+
+    def relayout_stat(self, L, oldKc, Kc, ost, nst):
+        """Copy a statistic laid out for ``oldKc`` label slots into the zeroed ``nst`` laid out
+        for ``Kc`` > ``oldKc`` slots (label capacity growth)."""
+        nst[:oldKc] = ost[:oldKc]
 
     def slack_dp_shape(self, L, Kc):
         """Shape of the work table of the exact slack oracle, None when it needs none."""

@@ -35,6 +35,14 @@ class Chain(_Tokens):
     def stat_size(self, L, Kc):
         return L * Kc + Kc * Kc + 2 * Kc
 
+    def relayout_stat(self, L, oldKc, Kc, ost, nst):
+        """Layout: emissions (L, Kc), transitions (Kc, Kc), start/end biases (2, Kc)."""
+        nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+        o, n_ = L * oldKc, L * Kc
+        nst[n_:n_ + Kc * Kc].reshape(Kc, Kc)[:oldKc, :oldKc] = ost[o:o + oldKc * oldKc].reshape(oldKc, oldKc)
+        o2, n2 = o + oldKc * oldKc, n_ + Kc * Kc
+        nst[n2:n2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[o2:o2 + 2 * oldKc].reshape(2, oldKc)
+
     def slack_dp_shape(self, L, Kc):
         """(position, tag, number of wrong tags) table of the slack-rescaling DP."""
         return (L + 1, Kc, L + 1)

@@ -10,9 +10,9 @@ per node). The loss is the Hamming distance over the *leaves* divided by the num
 (the multi-label loss of :class:`MultiLabel` on the label set); internal nodes carry potentials,
 not loss.
 
-Node ids follow the convention of the kernels (``streamssvm._kernels.structops``, HIER
-section): leaves first (in order of first appearance), then the internal nodes bottom-up, so
-that every child id is smaller than its parents' ids. The graph reaches the kernels through the
+Node ids follow the convention of the kernels (``streamssvm._kernels.hierarchy``): leaves
+first (in order of first appearance), then the internal nodes bottom-up, so that every child id
+is smaller than its parents' ids. The graph reaches the kernels through the
 cost-matrix argument, as negated parent lists: ``C[a, 0] = -(number of parents of a)``,
 ``C[a, 1 + i] = -(id of its i-th parent)`` (negative so that the matrix maximum, read by the
 learners as the largest loss, stays 0).

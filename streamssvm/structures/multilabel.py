@@ -38,6 +38,12 @@ class MultiLabel(Structure):
     def stat_size(self, L, Kc):
         return Kc + Kc * Kc if self.pairwise else Kc
 
+    def relayout_stat(self, L, oldKc, Kc, ost, nst):
+        """Layout: label indicators (Kc,), then pairwise: co-occurrences (Kc, Kc)."""
+        nst[:oldKc] = ost[:oldKc]
+        if self.pairwise:
+            nst[Kc:].reshape(Kc, Kc)[:oldKc, :oldKc] = ost[oldKc:].reshape(oldKc, oldKc)
+
     def loss_range(self, ytrue, L, K, Ki, C):
         """Hamming / Ki: one wrong label at least, all K at most."""
         return 1.0 / max(Ki, 1), K / max(Ki, 1)
