@@ -329,9 +329,12 @@ def run_search(name, oracle=None, oracle_c=None, *, lam0=1.0, max_queries=20, to
     lambda-oracle ``oracle`` (binary brackets [1e-3 lam0, 1e3 lam0]); ``sarawagi`` the
     lambda-oracle, the slack ``xi`` and the bracket end ``lam_hi``.
 
+    Label 1 (Phi = 1.2) lies inside the convex hull of the others: only angular search, through
+    the constrained oracle, finds it (Choi et al. 2016, Theorem 1).
+
     >>> o, oc = point_oracles([(2.0, 0.5), (1.2, 1.0), (0.1, 2.0)])
     >>> [run_search(n, o, oc, lam0=1.0, xi=0.5, lam_hi=2.0).label for n in SEARCHES]
-    [1, 1, 1, 0]
+    [1, 0, 0, 0]
     """
     if name == "angular":
         return angular_search(oracle_c, lam0=lam0, max_queries=max_queries, tol=tol)
