@@ -198,8 +198,9 @@ class SGD(Learner):
             gmax = K / max(Ki, 1)
             r = self._lp_search(o, oc, hmax / gmax)
         finally:
-            self.lp_calls += lp.calls
-            self.lp_integral += lp.integral_calls
+            if count:   # the certificate's calls are not the learner's (certificates observe)
+                self.lp_calls += lp.calls
+                self.lp_integral += lp.integral_calls
         if count:
             self.queries += r.queries
             self.searches += 1
