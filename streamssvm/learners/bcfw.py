@@ -136,7 +136,7 @@ class BCFW(Learner):
         self._seed_base = int(self._rng.integers(2**31 - 1))
         self._tick = 0
         self._steps_since_full = 0
-        self._g_full = 1.0  # before the first full pass (paper's code); rescaled by max cost
+        self._g_full = 1.0  # before the first full pass (Osokin et al.'s code); rescaled by max cost
         self._had_full = False
         self._n_at_full = 0
         self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)
