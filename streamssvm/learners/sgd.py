@@ -1,4 +1,5 @@
-"""Stochastic subgradient (Pegasos) for structural SVMs with margin or slack rescaling (paper 000).
+"""Stochastic subgradient (Pegasos) for structural SVMs with margin or slack rescaling (Choi, Meshi &
+Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS 2016).
 
 Each example takes one step w <- (1 - eta_t lam) w - eta_t * Delta(y^) psi_i(y^) (slack) or
 w <- (1 - eta_t lam) w - eta_t * psi_i(y^) (margin), eta_t = 1 / (lam t), where y^ is the most
@@ -26,7 +27,7 @@ inference="auto")``) has no exact oracle: SGD then solves the LP relaxation on t
 (:mod:`streamssvm.oracles.lp`) -- the lambda-oracle at lam = 1 for margin rescaling, the LP
 constrained oracle inside angular search and the LP lambda-oracle inside bisecting / binary search
 for slack rescaling, the LP MAP for prediction -- and steps on rounded integral labelings, or with
-``relaxed=True`` on the LP optimum itself (paper 000's handling of fractional solutions). The
+``relaxed=True`` on the LP optimum itself (Choi et al.'s handling of fractional solutions). The
 certificate's hinge terms are then LP upper bounds (the primal reported is an upper bound, and so is
 the gap); relaxed steps are not a mixture of labelings, so they leave no dual point.
 """
@@ -38,8 +39,8 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import structops as so
 from ..certificate import Certificate
+from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
-from ..oracles.slack import angular_search, binary_search, bisecting_search
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
 from .base import Learner, check_choice, check_number, check_search_rescaling
@@ -53,7 +54,7 @@ class SGD(Learner):
     Parameters
     ----------
     lam
-        Regularization lambda (paper 000's C).
+        Regularization lambda (Choi et al.'s C).
     rescaling
         ``"margin"`` or ``"slack"``.
     search
@@ -65,7 +66,7 @@ class SGD(Learner):
         Predict with the running average of the iterates.
     relaxed
         Only with the LP relaxation (pairwise multi-label MRF above 16 labels): step on the LP's
-        optimum as a *relaxed labeling* (its node and edge marginals), as paper 000 does
+        optimum as a *relaxed labeling* (its node and edge marginals), as Choi et al. do
         (fractional solutions are additional labels; Finley & Joachims' relaxed training),
         instead of on its rounding. Prediction still rounds.
     window
@@ -118,7 +119,6 @@ class SGD(Learner):
         self._dual_loss = 0.0           # sum of Delta(y^_s) over violating steps
         self._dropped = 0               # examples learned but no longer held
         self._relaxed_steps = 0         # steps on fractional LP marginals (no dual point)
-        self.diag = []
         self._ws = Workspace(structure).ensure(1, self.W.Kc)   # the kernels' scratch buffers
         self.lp_calls = 0
         self.lp_integral = 0
@@ -177,12 +177,13 @@ class SGD(Learner):
                 # max_y Delta + f(y) - f* = max (h - 1) + g <= LP value - 1
                 return lab, r.g, max(r.value - 1.0, 0.0) if not count else max(r.h - 1.0 + r.g, 0.0)
             o, oc = lp.search_oracles()
-            hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])   # greedy MAP: the paper's H-hat
+            hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])   # greedy MAP: Choi et al.'s H-hat
             gmax = K / max(Ki, 1)
             r = self._lp_search(o, oc, hmax / gmax)
         finally:
-            self.lp_calls += lp.calls
-            self.lp_integral += lp.integral_calls
+            if count:   # the certificate's calls are not the learner's (certificates observe)
+                self.lp_calls += lp.calls
+                self.lp_integral += lp.integral_calls
         if count:
             self.queries += r.queries
             self.searches += 1
@@ -195,14 +196,10 @@ class SGD(Learner):
 
     def _lp_search(self, o, oc, lam0):
         """The configured search over LP oracles, started at lam0 = H-hat / G-hat."""
-        if self.search == "angular":
-            return angular_search(oc, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
-        if self.search == "bisecting":
-            return bisecting_search(o, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
-        return binary_search(o, 1e-3 * lam0, 1e3 * lam0, max_queries=self.max_queries, tol=self.tol)
+        return run_search(self.search, o, oc, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
 
     def _most_violating_relaxed(self, lp, lab, Ki):
-        """Paper 000's handling: the LP optimum is a (relaxed) label with h, g linear in its
+        """Choi et al.'s handling: the LP optimum is a (relaxed) label with h, g linear in its
         marginals; the searches run over those points. Leaves the relaxed statistic in
         ``self._relaxed_stat`` for :meth:`learn`; returns (labeling = its rounding, g, H)."""
         K = self._K
@@ -271,31 +268,11 @@ class SGD(Learner):
         o = self._example_oracles()
         o.prepare(W.E, W.T, W.B, scale, tok_ptr, fidx, fval, ytrue, Ki)
         q0, lp0 = o.lam_queries + o.c_queries, o.level_passes
-        if self.search == "angular":
-            hs, gs = o.levels()
-            hmax = max([float(hs.max()) if len(hs) else 1.0, 1.0])
-            gmax = max([float(gs.max()) if len(gs) else 1e-12, 1e-12])
-            r = angular_search(o.constrained, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-        else:
-            # lam0 = H-hat / G-hat, H-hat from one MAP query (paper 000 section 4.5), counted
-            kmap, hm, gm = o.map_h()
-            lam0 = max(hm, 1e-12) / o.g_max()
-            budget = max(self.max_queries - 1, 1)
-            if self.search == "bisecting":
-                r = bisecting_search(o.lam_oracle, lam0=lam0, max_queries=budget, tol=self.tol)
-            else:
-                r = binary_search(o.lam_oracle, 1e-3 * lam0, 1e3 * lam0, max_queries=budget, tol=self.tol)
-            if hm > 0 and gm > 0 and hm * gm > r.phi:
-                r.label, r.phi = kmap, hm * gm
+        r = search_example(self.search, o, self.max_queries, self.tol)
         self.queries += o.lam_queries + o.c_queries - q0
         self.level_passes += o.level_passes - lp0
         self.searches += 1
         self.certified += int(r.certified)
-        if getattr(self, "diagnose", False):
-            # compare with the exact slack oracle at the same weights (benchmarks only)
-            exact = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
-                                    ws.slack_dp(L), ws.ybuf, ws.dbuf, ws.lab.copy())
-            self.diag.append((r.queries, r.phi, exact))
         if r.label is None or r.phi <= 0:
             lab[:] = 0
             lab[:len(truth)] = truth
@@ -463,15 +440,11 @@ class SGD(Learner):
                                note=f"primal only: no dual point ({why}); gap reported as +inf" + lp_note,
                                extra=extra)
         raw = primal - dual
-        extra["raw_gap"] = raw
         which = "averaged weights (the ones used to predict)" if self.averaging else "last iterate"
         return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, not lp_note, self.lam,
-                           regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
+                           raw_gap=raw, regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
                            rescaling=self.rescaling, extra=extra,
                            note=f"{which}; dual point of the Pegasos iterates (w_T = A alpha)" + lp_note)
-
-    def measure(self):
-        return self.certificate()
 
     # ------------------------------------------------------------------ state
     def state(self):
