@@ -25,6 +25,12 @@ from .base import DeadLetterSink, Record, Sink, Source
 from .files import BadRecord, _reject_constant, parse_example
 
 
+def _need_kafka():
+    """kafka-python is the ``[kafka]`` extra: a clear ImportError when it is missing."""
+    from streamssvm._optional import require
+    require("kafka", extra="kafka", feature="the Kafka connector")
+
+
 def parse_kafka_uri(uri):
     """``kafka://HOST:PORT/TOPIC?group=G&partitions=0,1`` -> dict(bootstrap, topic, params)."""
     u = urlparse(uri)
@@ -103,6 +109,7 @@ class KafkaSource(Source):
         ``asynchronous`` inside rebalance callbacks (the client's event loop is running)."""
         if self._consumer is None or self.group is None:
             return
+        _need_kafka()
         from kafka import OffsetAndMetadata, TopicPartition
         pos = self.position() if position is None else position
         owned = {tp.partition for tp in self._consumer.assignment()}
@@ -124,6 +131,7 @@ class KafkaSource(Source):
 
     # ------------------------------------------------------------------ consumer
     def _make_consumer(self):
+        _need_kafka()
         from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
         cfg = dict(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
                    auto_offset_reset="none", session_timeout_ms=self.session_timeout_ms,
@@ -210,6 +218,7 @@ class KafkaSource(Source):
 
     def batches(self, max_records=None):
         """Lists of the records of each poll (``None`` while idle), for batched learning."""
+        _need_kafka()
         from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
         c = self._consumer or self._make_consumer()
         max_records = max_records or self.max_poll_records
@@ -275,6 +284,7 @@ class KafkaSink(Sink):
     """JSON messages to a topic (predictions, dead letters)."""
 
     def __init__(self, bootstrap, topic, key_field="key", producer_config=None):
+        _need_kafka()
         from kafka import KafkaProducer
         self.topic = topic
         self.key_field = key_field
@@ -298,6 +308,7 @@ class KafkaSink(Sink):
 
 def create_topic(bootstrap, topic, partitions=1):
     """Create a topic (no error if it exists)."""
+    _need_kafka()
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -313,6 +324,7 @@ def create_topic(bootstrap, topic, partitions=1):
 def produce_lines(bootstrap, topic, lines, partitions=None, key_prefix=None):
     """Send raw byte lines to a topic (round-robin over ``partitions`` when given, else by
     the producer's default). Returns the number of messages."""
+    _need_kafka()
     from kafka import KafkaProducer
     p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 18)
     n = 0

@@ -14,7 +14,7 @@
   example is reflected in the model exactly once.
 
 >>> import numpy as np, streamssvm as ss
->>> from connectors.files import write_jsonl, open_source
+>>> from streamssvm.connectors.files import write_jsonl, open_source
 >>> import tempfile, os
 >>> d = tempfile.mkdtemp()
 >>> rng = np.random.default_rng(0)
@@ -131,7 +131,7 @@ class Engine:
     model
         A streamssvm estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``).
     source
-        A ``connectors.base.Source`` (records with resumable positions).
+        A ``streamssvm.connectors.base.Source`` (records with resumable positions).
     task
         ``"multiclass"``, ``"multilabel"`` or ``"sequence"``.
     snapshot_every
@@ -174,7 +174,7 @@ class Engine:
         if dead_letter is None:
             dead_letter = getattr(source, "dead_letter", None)
         if dead_letter is None:
-            from connectors.base import DeadLetterSink
+            from streamssvm.connectors.base import DeadLetterSink
             dead_letter = DeadLetterSink()
         self.dead_letter = dead_letter
         self.max_examples = max_examples

@@ -494,7 +494,7 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
     def predict_many(self, X):
         A, index = self._as_matrix(X)
         preds = [self.predict_one(A[i]) for i in range(A.shape[0])]
-        import pandas as pd
+        from ._optional import require; pd = require("pandas", extra="pandas", feature="MultiLabelSSVM.predict_many (a DataFrame)")  # noqa: E702
         return pd.DataFrame(preds, index=index)
 
 

@@ -5,8 +5,8 @@ import time
 import numpy as np
 import pytest
 
-from connectors.base import DeadLetterSink, IterableSource, JSONLSink, MemorySink
-from connectors.files import (CoNLLSource, CSVSource, JSONLSource, LibSVMSource, open_source,
+from streamssvm.connectors.base import DeadLetterSink, IterableSource, JSONLSink, MemorySink
+from streamssvm.connectors.files import (CoNLLSource, CSVSource, JSONLSource, LibSVMSource, open_source,
                               write_jsonl)
 
 
