@@ -34,7 +34,8 @@ def require(module: str, *, extra: str, feature: str):
         top = module.split(".")[0]
         if e.name is not None and e.name != top and not module.startswith(e.name + "."):
             raise  # the package is there but one of *its* dependencies is broken: keep the real error
-        raise ImportError(f"{feature} needs {top}: pip install 'streamssvm[{extra}]'") from None
+        dist = EXTRAS.get(top, (top,))[0]
+        raise ImportError(f"{feature} needs {dist}: pip install 'streamssvm[{extra}]'") from None
 
 
 __all__ = ["require", "EXTRAS"]
