@@ -11,8 +11,9 @@ Exactly-once model state:
   meanwhile), or to the beginning when neither exists; the client never resets offsets on its
   own (``auto_offset_reset="none"``): an out-of-range fetch is re-sought to our offset.
 
-Records are decoded by the same codec as the JSONL file source (``{"x": ..., "y": ...}``);
-bad messages go to the dead-letter sink (e.g. a dead-letter topic) with the reason, the raw
+Records are decoded by the same codec as the JSONL file source (``{"x": ..., "y": ...}``),
+one message at a time: any failure on a message (invalid JSON, nesting too deep, a number too
+large, a message over ``max_message_bytes``, ...) sends that message to the dead-letter sink (e.g. a dead-letter topic) with the reason, the raw
 bytes and their origin ``topic/partition@offset``.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from urllib.parse import parse_qsl, urlparse
 
 from .base import DeadLetterSink, Record, Sink, Source
-from .files import BadRecord, _reject_constant, parse_example
+from .files import _reason, decode_json, parse_example
 
 
 def _need_kafka():
@@ -250,9 +251,9 @@ class KafkaSource(Source):
                     origin = f"{self.topic}/{tp.partition}@{m.offset}"
                     try:
                         x, y = self._decode(m.value)
-                    except BadRecord as e:
+                    except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
                         self.n_bad += 1
-                        self.dead_letter.send(m.value if m.value is not None else b"", str(e), origin)
+                        self.dead_letter.send(m.value if m.value is not None else b"", _reason(e), origin)
                         continue
                     self.n_read += 1
                     key = m.key.decode("utf-8", "backslashreplace") if isinstance(m.key, bytes) else m.key
@@ -262,15 +263,12 @@ class KafkaSource(Source):
             yield recs
 
     def _decode(self, value):
+        from .files import BadRecord
         if value is None:
             raise BadRecord("empty message (null value)")
         if len(value) > self.max_message_bytes:
             raise BadRecord(f"oversized message: {len(value)} bytes > {self.max_message_bytes}")
-        try:
-            obj = json.loads(value, parse_constant=_reject_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BadRecord(f"invalid JSON: {e}") from None
-        return parse_example(obj, self.x_field, self.y_field)
+        return parse_example(decode_json(value), self.x_field, self.y_field)
 
     def close(self):
         """Leave the group (the engine has checkpointed and committed before)."""
