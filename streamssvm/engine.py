@@ -427,7 +427,10 @@ class Engine:
 
     def _bad(self, rec, reason):
         self.bad_records += 1
-        raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
+        try:
+            raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
+        except (ValueError, TypeError, RecursionError):  # e.g. a 5000-digit int; the sink bounds its repr
+            raw = {"x": rec.x, "y": rec.y}
         self.dead_letter.send(raw, reason, getattr(rec, "origin", ""))
 
     def run(self):

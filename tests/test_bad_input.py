@@ -225,3 +225,14 @@ def test_dead_letter_sync_fsyncs(tmp_path):
     dl.send(b"x", "r", "o")
     dl.sync()
     assert json.loads((tmp_path / "dead.jsonl").read_text())["reason"] == "r"
+
+
+def test_engine_sends_api_records_with_huge_ints_to_dead_letters():
+    from streamssvm.connectors.base import IterableSource
+    from streamssvm.engine import Engine
+    data = [({"a": 1.0}, "u"), ({"a": 10**5000}, "u"), ({"a": 10**400}, "v"), ({"a": -1.0}, "v")]
+    dl = _dl()
+    eng = Engine(ss.MulticlassSSVM(), IterableSource(data), task="multiclass", dead_letter=dl, progress=False)
+    summary = eng.run()
+    assert summary["examples_seen"] == 2 and dl.count == 2
+    assert all("MAX_ABS_VALUE" in d["reason"] for d in dl.sink.items)
