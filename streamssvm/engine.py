@@ -14,7 +14,7 @@
   example is reflected in the model exactly once.
 
 >>> import numpy as np, streamssvm as ss
->>> from connectors.files import write_jsonl, open_source
+>>> from streamssvm.connectors.files import write_jsonl, open_source
 >>> import tempfile, os
 >>> d = tempfile.mkdtemp()
 >>> rng = np.random.default_rng(0)
@@ -131,7 +131,7 @@ class Engine:
     model
         A streamssvm estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``).
     source
-        A ``connectors.base.Source`` (records with resumable positions).
+        A ``streamssvm.connectors.base.Source`` (records with resumable positions).
     task
         ``"multiclass"``, ``"multilabel"`` or ``"sequence"``.
     snapshot_every
@@ -174,7 +174,7 @@ class Engine:
         if dead_letter is None:
             dead_letter = getattr(source, "dead_letter", None)
         if dead_letter is None:
-            from connectors.base import DeadLetterSink
+            from streamssvm.connectors.base import DeadLetterSink
             dead_letter = DeadLetterSink()
         self.dead_letter = dead_letter
         self.max_examples = max_examples
@@ -427,7 +427,10 @@ class Engine:
 
     def _bad(self, rec, reason):
         self.bad_records += 1
-        raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
+        try:
+            raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
+        except (ValueError, TypeError, RecursionError):  # e.g. a 5000-digit int; the sink bounds its repr
+            raw = {"x": rec.x, "y": rec.y}
         self.dead_letter.send(raw, reason, getattr(rec, "origin", ""))
 
     def run(self):

@@ -18,7 +18,7 @@ import numbers
 import numpy as np
 from river import base
 
-from .features import FeatureIndex, LabelIndex
+from .features import FeatureIndex, LabelIndex, check_truth
 from .learners.bcfw import BCFW
 from .structures import Chain, Hierarchy, MultiClass, MultiLabel
 
@@ -227,6 +227,7 @@ class MulticlassSSVM(_SSVM, base.Classifier):
     def learn_one(self, x, y):
         if _is_missing(y):
             raise ValueError("y is missing (None/NaN)")
+        self._labels.check(y)  # validate the whole example before any state changes
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         yid = self._labels.encode(y, grow=True)
         lr = self._sync()
@@ -436,7 +437,7 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
             j = self._labels.encode(lab, grow=True)
             if v is None:
                 continue
-            if bool(v):
+            if check_truth(v, lab):
                 pos.append(j)
         return np.array(sorted(pos), dtype=np.int32)
 
@@ -455,11 +456,13 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
             if j >= h.n_leaves:
                 raise ValueError(f"label {lab!r} is an internal node of the hierarchy; labels are its leaves "
                                  "(an internal node is on when one of its leaves is)")
-            if v is not None and bool(v):
+            if check_truth(v, lab):
                 pos.append(j)
         return h.closure(pos)
 
     def learn_one(self, x, y):
+        for lab, v in (y.items() if isinstance(y, dict) else ()):  # validate before any state changes
+            self._labels.check(lab), check_truth(v, lab)
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         pos = self._encode_y(y)
         lr = self._sync()
@@ -494,7 +497,7 @@ class MultiLabelSSVM(_SSVM, base.MultiLabelClassifier):
     def predict_many(self, X):
         A, index = self._as_matrix(X)
         preds = [self.predict_one(A[i]) for i in range(A.shape[0])]
-        import pandas as pd
+        from ._optional import require; pd = require("pandas", extra="pandas", feature="MultiLabelSSVM.predict_many (a DataFrame)")  # noqa: E702
         return pd.DataFrame(preds, index=index)
 
 
@@ -528,6 +531,9 @@ class SequenceTagger(_SSVM, base.Estimator):
         yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
 
     def _encode_seq(self, x, y):
+        for lab in (y if isinstance(y, (list, tuple)) else ()):  # validate before any state changes
+            if lab is not None:  # (a missing label is reported below)
+                self._labels.check(lab)
         tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=True)
         if isinstance(y, (str, bytes)) or not hasattr(y, "__len__"):
             raise TypeError(f"y must be a list of labels (one per token), got {type(y).__name__}")
@@ -772,6 +778,7 @@ class ExtremeClassifier(base.Classifier):
             raise ValueError("y is missing (None/NaN)")
         if self._cost_matrix is not None:
             self._check_label(y)  # before anything changes
+        self._labels.check(y)
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         c = self._labels.encode(y, grow=True)
         self._register(y, c)

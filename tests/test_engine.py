@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import streamssvm as ss
-from connectors.base import DeadLetterSink, MemorySink
-from connectors.files import open_source, write_jsonl
+from streamssvm.connectors.base import DeadLetterSink, MemorySink
+from streamssvm.connectors.files import open_source, write_jsonl
 from streamssvm.cli import main
 from streamssvm.engine import Engine
 

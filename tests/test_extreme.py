@@ -71,7 +71,7 @@ def test_river_check_estimator():
 def test_save_load_and_cli(tmp_path):
     import json
 
-    from connectors.files import write_jsonl
+    from streamssvm.connectors.files import write_jsonl
     from streamssvm.cli import main
     X, ys, centers = _data(C=50, n=1500, seed=2)
     m = ss.ExtremeClassifier(mips="hnsw", lam=1e-4, seed=0)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import mips as K
+from .._optional import require
 from .._kernels import sparse_rows as SK
 from .rows import DenseRows, SparseRows
 
@@ -420,7 +421,7 @@ class HNSWMIPS(_Dirty):
         self.rebuilds = 0
 
     def _new_index(self, capacity):
-        import hnswlib
+        hnswlib = require("hnswlib", extra="extreme", feature="mips='hnsw'")
         self.index = hnswlib.Index(space="ip", dim=self.vdim)
         self.index.init_index(max_elements=max(int(capacity), 16), ef_construction=self.ef_construction, M=self.M,
                               random_seed=int(self.seed))
