@@ -156,7 +156,10 @@ class ExtremeClassifier(Estimator, base.Classifier):
             return self._labels.labels[0]
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
         one = np.array([0, 1], dtype=np.int64)
-        c = int(self._learner.predict(one, tok_ptr, fidx, fval, one, 1)[0])
+        lr = self._learner
+        # predict_with may be changed on a fitted model (it changes no learned state)
+        lr.predict_with = self.predict_with or self.learner.predict_with
+        c = int(lr.predict(one, tok_ptr, fidx, fval, one, 1)[0])
         return self._labels.labels[c] if c >= 0 else None
 
     def predict_proba_one(self, x):
