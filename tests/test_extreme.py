@@ -192,3 +192,71 @@ def test_labels_declared_hnsw_zero_rows_and_exact_scores():
     assert m.predict_one(q) == exp
     m.predict_with = "index"
     assert m.predict_one(q) == exp
+
+
+def _memoir_run(certify, check_every, mips="hnsw", loss=None):
+    X, ys, _ = _data(C=40, d=12, n=800, seed=7)
+    m = _ext(mips=mips, loss=loss, rescaling="slack" if loss is not None else None, lam=1e-4, seed=0,
+             check_every=check_every, window=100)
+    for i, (x, y) in enumerate(zip(X, ys)):
+        m.learn_one(x, int(y))
+        if certify and i % 7 == 0:
+            m.certificate()
+    return m
+
+
+@pytest.mark.parametrize("mips,cost", [("hnsw", False), ("lsh", False), ("hnsw", True)])
+def test_certificates_and_recall_checks_observe(mips, cost):
+    """Certifying after many examples, or checking the index against exact search at every
+    step, changes neither the rows nor anything the learner does next."""
+    loss = (1.0 - np.eye(40)) * (1.0 + np.arange(40)[None, :] % 3) if cost else None
+    ref = _memoir_run(False, 0, mips, loss)
+    for certify, check_every in ((True, 0), (False, 1), (True, 3)):
+        m = _memoir_run(certify, check_every, mips, loss)
+        np.testing.assert_array_equal(m._learner.store.to_dense(), ref._learner.store.to_dense())
+        assert m._learner.acc == ref._learner.acc and m._learner.n_updates == ref._learner.n_updates
+    assert m.certificate().extra["checks"] > 0
+
+
+def test_memoir_is_a_learner_with_the_protocol():
+    from streamssvm.learners import Learner
+    lr = ss.learners.MEMOIR()
+    assert isinstance(lr, Learner) and not type(lr).__abstractmethods__
+    with pytest.raises(ValueError, match="multiclass"):
+        lr.clone().bind(ss.structures.Chain(), [])
+    # ensure / learn_batch / predict with the protocol's argument orders
+    X, ys, centers = _data(C=20, d=8, n=600, seed=9)
+    a = _ext(mips="exact", lam=1e-4, labels=list(range(20)))   # class id = label
+    a.learn_many(X, ys)
+    b = ss.learners.MEMOIR(mips="exact", lam=1e-4, rows="dense").clone()
+    b.bind(ss.estimators.extreme.LabelCost(), [])
+    b.ensure(9, list(range(20)))   # 8 columns + the bias feature of the estimator's encoding
+    tok = [a._features.encode_one(x, grow=False) for x in X]
+    ptr = np.concatenate([[0], np.cumsum([len(t[1]) for t in tok])])
+    fidx = np.concatenate([t[1] for t in tok])
+    fval = np.concatenate([t[2] for t in tok])
+    ex = np.arange(len(X) + 1)
+    b.learn_batch(ex, ptr, fidx, fval, ex, np.asarray(ys, dtype=np.int32))
+    np.testing.assert_array_equal(b.store.to_dense()[:20, :9], a._learner.store.to_dense()[:20, :9])
+    np.testing.assert_array_equal(b.predict(ex, ptr, fidx, fval, ex, len(X)),
+                                  [a.predict_one(x) for x in X])
+    assert b.n_blocks == 600 and b.certificate().n_blocks == 600
+
+
+def test_refine_makes_epochs_over_the_window(tmp_path):
+    X, ys, _ = _data(C=30, d=10, n=400, seed=11)
+    m = _ext(mips="exact", lam=1e-3, window=200, check_every=0)
+    for x, y in zip(X, ys):
+        m.learn_one(x, int(y))
+    p0 = m.certificate().primal
+    t0 = m._learner.t
+    seen = []
+    c = m.refine(3.0, progress=lambda f, lr: seen.append(f))
+    assert m._learner.t == t0 + 600 and seen == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert m.n_blocks == 200 and c.n_blocks == 200 and c.primal < p0
+    # saved and restored mid-way, refining continues identically
+    m.save(tmp_path / "r.ssvm")
+    m2 = ss.load(tmp_path / "r.ssvm")
+    m.refine(1.0)
+    m2.refine(1.0)
+    np.testing.assert_array_equal(m2._learner.store.to_dense(), m._learner.store.to_dense())

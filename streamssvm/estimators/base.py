@@ -98,7 +98,8 @@ class Estimator:
             learner = self._default_learner()
         if not isinstance(learner, self._learners):
             names = ", ".join(f"learners.{c.__name__}(...)" for c in self._learners)
-            raise TypeError(f"{type(self).__name__} takes a learner such as {names}, got {learner!r}")
+            raise TypeError(f"learner must be a streamssvm learner that {type(self).__name__} takes, such as "
+                            f"{names}; got {learner!r}")
         self.learner = learner
         if rescaling not in (None, "margin", "slack"):
             raise ValueError(f"rescaling must be None, 'margin' or 'slack', got {rescaling!r}")
