@@ -129,11 +129,12 @@ class Engine:
     Parameters
     ----------
     model
-        A streamssvm estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``).
+        A streamssvm estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``,
+        ``ExtremeClassifier``); a checkpoint restores it with ``streamssvm.estimators.from_state``.
     source
         A ``connectors.base.Source`` (records with resumable positions).
     task
-        ``"multiclass"``, ``"multilabel"`` or ``"sequence"``.
+        ``"multiclass"``, ``"multilabel"``, ``"sequence"`` or ``"extreme"``.
     snapshot_every
         Examples between two exact full-gap certificates (None: only at the end).
     checkpoint_dir, checkpoint_every, keep
@@ -151,6 +152,11 @@ class Engine:
     idle_timeout
         Stop after this many seconds without a record (live sources that yield ``None``
         while idle).
+    rate
+        Pace the stream at this many records per second (:class:`connectors.files.Pacer`).
+    batch_size
+        Multiclass only: predict then learn chunks of this many records (``predict_learn_many``)
+        in the same loop as the unbatched path (None: record by record).
     """
 
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,

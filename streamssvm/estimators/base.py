@@ -68,7 +68,18 @@ def from_state(st):
 
 def load(path):
     """Load any saved estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``,
-    ``ExtremeClassifier``) from a file written by ``save``."""
+    ``ExtremeClassifier``) from a file written by ``save``; ``streamssvm.load`` is this function.
+
+    >>> import os, tempfile, streamssvm as ss
+    >>> m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=1e-3))
+    >>> for i in range(30):
+    ...     m.learn_one({f"w{i % 3}": 1.0}, "abc"[i % 3])
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.ssvm")
+    >>> _ = m.save(p)
+    >>> m2 = ss.load(p)
+    >>> type(m2).__name__, [m2.predict_one({f"w{k}": 1.0}) for k in range(3)]
+    ('ExtremeClassifier', ['a', 'b', 'c'])
+    """
     st, _ = checkpoint.load_state(path, kind=MODEL_KIND)
     return from_state(st)
 
