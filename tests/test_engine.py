@@ -212,14 +212,13 @@ def test_cli_multilabel_libsvm(tmp_path, capsys):
 
 def test_one_loop_batched_by_one_equals_unbatched(tmp_path):
     """The engine has one loop: batches of one record (predict_learn_many) and the unbatched
-    path (predict_one, learn_one) take the same examples, dead letters, snapshots, sink records
-    and positions. (The models are not compared: BCFW's learn_batch of one example does not
-    yet give bit-identical weights to learn.)"""
+    path (predict_one, learn_one) take the same examples, dead letters, snapshots, sink records,
+    positions, predictions and model (bit for bit)."""
     src_path = _stream(tmp_path / "s.jsonl", n=300, bad_every=70)
     out = []
     for bs in (None, 1):
         dl, sink = DeadLetterSink(MemorySink()), MemorySink()
-        eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=0, seed=0)),
+        eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0)),
                      open_source(src_path, dead_letter=dl), task="multiclass", batch_size=bs,
                      snapshot_every=50, sink=sink, dead_letter=dl, progress=False, max_examples=280)
         s = eng.run()
@@ -230,6 +229,9 @@ def test_one_loop_batched_by_one_equals_unbatched(tmp_path):
     assert [r["examples_seen"] for r in p0] == [r["examples_seen"] for r in p1] == list(range(1, 281))
     assert [r["key"] for r in p0] == [r["key"] for r in p1]
     assert s0["position"] == s1["position"] and m0.n_blocks == m1.n_blocks == 280
+    assert [r["prediction"] for r in p0] == [r["prediction"] for r in p1]
+    d = m0._features.dim
+    np.testing.assert_array_equal(m0._learner.W.E[:d, :4], m1._learner.W.E[:d, :4])
 
 
 def test_engine_rate_uses_the_one_pacer(tmp_path, monkeypatch):

@@ -292,3 +292,21 @@ def test_pandas_is_optional():
     ml.learn_many(X, [{"a": True}, {"a": False}, {"b": True}])
     with pytest.raises(ModuleNotFoundError, match="pip install pandas"):
         ml.predict_many(X)
+
+
+@pytest.mark.parametrize("labels", [None, [0, 1, 2, 3]])
+def test_learn_many_of_one_equals_learn_one(labels):
+    """Regression: learn_many / predict_learn_many ensured the learner for the labels up to the
+    batch's largest label id only, so a batch whose labels were all old (or declared) ones
+    learned against fewer classes than learn_one."""
+    rng = np.random.default_rng(0)
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0), labels=labels)
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0), labels=labels)
+    for i in range(60):
+        y = int(rng.integers(0, 4))
+        x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=5) + y)}
+        pa = a.predict_one(x)
+        a.learn_one(x, y)
+        assert b.predict_learn_many([x], [y]) == [pa]
+    d = a._features.dim
+    np.testing.assert_array_equal(a._learner.W.E[:d, :4], b._learner.W.E[:d, :4])

@@ -140,6 +140,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 raise ValueError("y contains a missing label (None/NaN)")
         # labels are indexed as they arrive, exactly as with learn_one: the batch is cut where a
         # new label appears, and each piece is learned in one kernel call
+        n0 = len(self._labels)   # labels known before this batch (declared or seen)
         yids = np.empty(n, dtype=np.int32)
         cuts = [0]
         for i in range(n):
@@ -153,7 +154,9 @@ class MulticlassSSVM(Estimator, base.Classifier):
             if a == b:
                 continue
             # grow the label set up to (and including) the label that opens this piece
-            k_here = int(yids[:b].max()) + 1
+            # (the labels known before the batch are all there already: never fewer, or the
+            # learner would see a smaller label set than learn_one does)
+            k_here = max(n0, int(yids[:b].max()) + 1)
             lr = self._bound()
             lr.ensure(self._features.dim, self._labels.labels[:k_here])
             lr.learn_batch(np.arange(a, b + 1, dtype=np.int64) - a, tok64[a:b + 1] - tok64[a],
