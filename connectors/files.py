@@ -69,7 +69,17 @@ def _reason(e):
     return f"{type(e).__name__}: {msg[:300]}" if msg else type(e).__name__
 
 
-class _Pacer:
+class Pacer:
+    """Paces a stream at ``rate`` records per second (None: as fast as possible): the k-th
+    :meth:`wait` returns no earlier than k / rate seconds after the first one. The one pacer
+    of the project: file sources (``rate=``) and ``Engine(rate=...)`` both use it.
+
+    >>> p = Pacer(1000.0); t = time.monotonic()
+    >>> for _ in range(11): p.wait()
+    >>> time.monotonic() - t >= 0.0099
+    True
+    """
+
     def __init__(self, rate):
         if rate is not None and (not isinstance(rate, (int, float)) or rate <= 0):
             raise ValueError(f"rate must be a positive number of records per second, got {rate!r}")
@@ -105,7 +115,7 @@ class FileSource(Source):
             raise FileNotFoundError(f"no such file: {self.path}")
         self.name = os.path.basename(self.path)
         self.dead_letter = dead_letter if dead_letter is not None else DeadLetterSink()
-        self._pacer = _Pacer(rate)
+        self._pacer = Pacer(rate)
         self._offset = 0
         self._record = 0
         self._line = 0

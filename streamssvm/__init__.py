@@ -32,9 +32,9 @@ del _map_source_connectors
 
 from . import datasets, learners, structures  # noqa: E402
 from .certificate import Certificate  # noqa: E402
-from .estimators import ExtremeClassifier, MulticlassSSVM, MultiLabelSSVM, SequenceTagger  # noqa: E402
+from .estimators import ExtremeClassifier, MulticlassSSVM, MultiLabelSSVM, SequenceTagger, load  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = ["Certificate", "ExtremeClassifier", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger", "datasets",
-           "learners", "structures", "__version__"]
+           "learners", "load", "structures", "__version__"]

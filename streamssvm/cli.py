@@ -59,8 +59,9 @@ def _make_model(args):
         if args.task != "extreme" or args.learner != "memoir":
             raise ValueError("--task extreme goes with --learner memoir")
         extra = {k: v for k, v in (("max_dirty", args.max_dirty), ("ef", args.ef)) if v is not None}
-        return ss.ExtremeClassifier(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
-                                    n_features=args.n_features, seed=args.seed, rows=args.rows, **extra)
+        learner = ss.learners.MEMOIR(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
+                                     seed=args.seed, rows=args.rows, rescaling=args.rescaling, **extra)
+        return ss.ExtremeClassifier(learner=learner, n_features=args.n_features)
     if args.learner == "sgd":
         learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
                                   max_queries=args.max_queries, seed=args.seed)
@@ -113,8 +114,6 @@ def cmd_run(args):
     else:
         from streamssvm.connectors.files import open_source
         kw = {}
-        if args.rate:
-            kw["rate"] = args.rate
         if dead is not None:
             kw["dead_letter"] = dead
         source = open_source(args.source, **kw)
@@ -125,7 +124,7 @@ def cmd_run(args):
                  keep=args.keep, metrics_path=args.metrics, sink=sink, dead_letter=dead,
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
-                 rate=args.rate if args.source.startswith("kafka://") else None,
+                 rate=args.rate,
                  batch_size=args.batch_size)
     try:
         summary = eng.run()
@@ -260,9 +259,8 @@ def cmd_demo(args):
     seen = eng.examples_seen
     passes_done = 0.0
     for p in args.refine_schedule:
-        tagger._learner.refine(p - passes_done)
+        c = tagger.refine(p - passes_done)
         passes_done = p
-        c = tagger.certificate()
         pred = tagger.predict_many(X_te)
         err = float(np.mean(np.concatenate([np.asarray(a) != np.asarray([letters[c_] for c_ in y])
                                             for a, y in zip(pred, y_te)])))

@@ -329,10 +329,6 @@ class FeatureIndex:
             return self.encode_tokens(x[None, :], grow)
         raise TypeError(f"x must be a dict of features or a 1-D numpy array, got {type(x).__name__}")
 
-    def encode_matrix(self, X, grow):
-        """CSR arrays (row_ptr, fidx, fval) for a 2-D batch of flat examples (one token each)."""
-        return self.encode_tokens(np.asarray(X), grow)
-
     def state(self):
         return {"n_features": self.n_features, "array_dim": self.array_dim,
                 "names": [_encode_key(n) for n in self.names]}
