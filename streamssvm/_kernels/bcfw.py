@@ -14,8 +14,8 @@ from numba import njit
 
 from .structops import labeling_len as lablen_of
 from .structops import (
-    HIER, MLPAIR, MULTILABEL, decode, emission_scores, gram, labeling_loss, slack_oracle, labeling_score, labeling_stat,
-    loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
+    HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
+    labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
 
 M_IOFF, M_FOFF, M_L, M_NNZ, M_LY, M_KI, M_PCAP, M_PN, M_LABLEN, M_FLAGS, M_ISIZE, M_FSIZE = range(12)
@@ -112,10 +112,11 @@ def _same(a, b, n):
 def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                gest, last_oracle, tick, S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc,
                lval, V3):
-    """A Frank-Wolfe step with slack rescaling (paper 000). H_i(y) = Delta(y) (1 - <w, psi_i(y)>)
-    is a max of affine functions with feature Delta(y) psi_i(y): the block keeps the statistic
-    of u_i itself, u~_i = sum_y alpha(y) Delta(y) (s(y_i) - s(y)), and L_i = sum_y alpha(y)
-    Delta(y) in ``lval``; the corner comes from the exact slack oracle."""
+    """A Frank-Wolfe step with slack rescaling (Choi, Meshi & Srebro, "Fast and Scalable
+    Structural SVM with Slack Rescaling"). H_i(y) = Delta(y) (1 - <w, psi_i(y)>) is a max of
+    affine functions with feature Delta(y) psi_i(y): the block keeps the statistic of u_i
+    itself, u~_i = sum_y alpha(y) Delta(y) (s(y_i) - s(y)), and L_i = sum_y alpha(y) Delta(y)
+    in ``lval``; the corner comes from the exact slack oracle."""
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
@@ -473,14 +474,8 @@ def _rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, 
 @njit(**_JIT)
 def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     """S = scale * x (E - zc * ZE): scores with the lazily averaged weights."""
-    for t in range(L):
-        for k in range(K):
-            S[t, k] = 0.0
-        for p in range(tok_ptr[t], tok_ptr[t + 1]):
-            j = fidx[p]
-            v = fval[p] * scale
-            for k in range(K):
-                S[t, k] += v * (E[j, k] - zc * ZE[j, k])
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    emission_add(ZE, -zc * scale, tok_ptr, fidx, fval, L, K, S, False)
 
 
 @njit(**_JIT)

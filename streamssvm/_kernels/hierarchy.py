@@ -3,7 +3,7 @@ comment below and ``streamssvm.structures.hierarchy``."""
 import numpy as np
 from numba import njit
 
-from .common import _JIT, HIER_MAX_DAG_LEAVES, _ml_dense_truth  # noqa: F401
+from .common import _JIT, HIER_MAX_DAG_LEAVES, _ml_dense_truth, level_points  # noqa: F401
 
 
 # ---------------------------------------------------------------- hierarchical multi-label (HIER)
@@ -422,10 +422,4 @@ def _hier_slack_levels(S, G, K, ytrue, ly, Ki, ybuf, hs, gs):
     best_m = np.zeros(Ki + 1)
     lab = np.zeros(K, dtype=np.int32)
     ts = _hier_truth_levels(S, G, K, ytrue, ly, Ki, ybuf, best_m, lab)
-    c = 0
-    for m in range(1, Ki + 1):
-        if best_m[m] > -np.inf:
-            hs[c] = 1.0 + best_m[m] - ts
-            gs[c] = m / Ki
-            c += 1
-    return c
+    return level_points(best_m, Ki, ts, Ki, hs, gs)

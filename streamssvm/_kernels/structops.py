@@ -36,10 +36,10 @@ import numpy as np
 from numba import njit
 
 # the per-structure kernels (re-exported: ``structops.X`` is the one name callers use)
-from .chain import _chain_level_best, _chain_wrong_dp, chain_level_labeling  # noqa: F401
+from .chain import _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_levels, chain_slack, chain_viterbi  # noqa: F401
 from .common import (  # noqa: F401
     _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
-    emission_scores, gram,
+    emission_add, emission_scores, gram, level_points,
 )
 from .hierarchy import (  # noqa: F401
     _hier_check, _hier_decode, _hier_enum, _hier_slack, _hier_slack_levels, _hier_tree_levels, _hier_tree_map,
@@ -88,41 +88,7 @@ def decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out):
     lw = loss_scale / L
     if kind == MULTICLASS or L == 1 and not use_trans:
         return mc_decode(S, K, ytrue, C, lw, out)
-    # chain: Viterbi
-    for k in range(K):
-        v = S[0, k]
-        if use_trans:
-            v += scale * B[0, k]
-        if lw != 0.0:
-            v += lw * C[ytrue[0], k]
-        V[0, k] = v
-    for t in range(1, L):
-        for k in range(K):
-            best = -np.inf
-            arg = 0
-            for j in range(K):
-                v = V[t - 1, j] + scale * T[j, k]
-                if v > best:
-                    best = v
-                    arg = j
-            u = S[t, k]
-            if lw != 0.0:
-                u += lw * C[ytrue[t], k]
-            V[t, k] = best + u
-            bp[t, k] = arg
-    best = -np.inf
-    arg = 0
-    for k in range(K):
-        v = V[L - 1, k]
-        if use_trans:
-            v += scale * B[1, k]
-        if v > best:
-            best = v
-            arg = k
-    out[L - 1] = arg
-    for t in range(L - 1, 0, -1):
-        out[t - 1] = bp[t, out[t]]
-    return best
+    return chain_viterbi(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out)
 
 
 @njit(**_JIT)
@@ -394,25 +360,7 @@ def slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, out):
         return mc_slack(S, K, ytrue, C, out)
     if kind == MULTILABEL:
         return ml_slack(S, K, ytrue, ly, Ki, ybuf, delta, out)
-    # chain, Hamming loss: the DP over wrong-tag counts, then the best level and its labeling
-    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
-    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
-    best = 0.0
-    best_m = 0
-    for m in range(1, L + 1):
-        v = _chain_level_best(V, B, scale, L, K, use_trans, m)
-        if v == -np.inf:
-            continue
-        h = (m / L) * (1.0 + v - ts)
-        if h > best:
-            best = h
-            best_m = m
-    if best_m == 0:
-        for t in range(L):
-            out[t] = ytrue[t]
-        return 0.0
-    chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, best_m, out)
-    return best
+    return chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out)
 
 
 @njit(**_JIT)
@@ -433,25 +381,10 @@ def slack_levels(model, w, S, scale, L, ytrue, ly, Ki, scratch, hs, gs):
         ts = labeling_score(kind, S, T, B, scale, ybuf, L, K, use_trans)
         lab = np.zeros(K, dtype=np.int32)
         _mrf_enum(S, T, scale, K, ybuf, 2, 0.0, Ki, ts, delta, lab)
-        c = 0
-        for m in range(1, K + 1):
-            if delta[m] > -np.inf:
-                hs[c] = 1.0 + delta[m] - ts
-                gs[c] = m / Ki
-                c += 1
-        return c
+        return level_points(delta, K, ts, Ki, hs, gs)
     if kind == MULTICLASS:
         return mc_levels(S, K, ytrue, C, hs, gs)
     if kind == MULTILABEL:
         return ml_levels(S, K, ytrue, ly, Ki, ybuf, delta, hs, gs)
-    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
-    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
-    c = 0
-    for m in range(1, L + 1):
-        best = _chain_level_best(V, B, scale, L, K, use_trans, m)
-        if best > -np.inf:
-            hs[c] = 1.0 + best - ts
-            gs[c] = m / L
-            c += 1
-    return c
+    return chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs)
 

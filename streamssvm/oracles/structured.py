@@ -6,13 +6,15 @@
   (O(L K^2)), O(K) for multiclass, O(K) for independent multi-label, enumeration of the 2^K
   labelings for the pairwise multi-label MRF (so there a lambda query costs as much as the exact
   slack oracle, which is the same enumeration).
-* ``constrained(lam, hi, lo, hi_closed, lo_closed)``: the constrained lambda-oracle (paper 000
-  eq. 12). None of these structures has a cheap one (a linear constraint on (h, g) breaks
-  Viterbi); it is answered from the *level points* -- the best labeling at every loss level,
-  computed once per example by ``structops.slack_levels`` (the O(L^2 K^2) wrong-tag DP for
-  chains, a sort for multi-label, O(K) for multiclass; for the MRF one enumeration that also keeps
-  each level's labeling), which is exactly the work of the exact slack oracle. That pass is counted in ``level_passes``; the
-  constrained queries on the points afterwards are counted in ``c_queries``.
+* ``constrained(lam, hi, lo, hi_closed, lo_closed)``: the constrained lambda-oracle (Choi, Meshi
+  & Srebro, "Fast and Scalable Structural SVM with Slack Rescaling", eq. 12). None of these
+  structures has a cheap one (a linear constraint on (h, g) breaks Viterbi); it is answered
+  from the *level points* -- the best labeling at every loss level, computed once per example
+  by ``structops.slack_levels`` (the O(L^2 K^2) wrong-tag DP for chains, a sort for
+  multi-label, O(K) for multiclass; for the MRF one enumeration that also keeps each level's
+  labeling; the level DP for hierarchies), which is exactly the work of the exact slack oracle.
+  That pass is counted in ``level_passes``; the constrained queries on the points afterwards
+  are counted in ``c_queries``.
 * ``exact()``: the exact slack oracle; ``margin()``: loss-augmented decoding (lam = 1).
 
 h(y) = 1 + <w, phi(x, y)> - <w, phi(x, y_i)>, g(y) = Delta(y_i, y) as in the searches.

@@ -1,4 +1,5 @@
-"""Hierarchical multi-label classification (paper 000, section 5.2; Cai & Hofmann 2004).
+"""Hierarchical multi-label classification (Choi, Meshi & Srebro, "Fast and Scalable Structural
+SVM with Slack Rescaling", section 5.2; Cai & Hofmann 2004).
 
 The labels are the leaves of a given tree or DAG. A labeling is a set Y of leaves; its score sums
 the node potentials of the ancestor closure of Y (Anc(n) includes n itself)::
