@@ -244,7 +244,7 @@ class RiskOracle:
                 lab = self._labeling_from(o.truth_lab, len(tp) - 1, y).copy()
                 H = 0.0
             else:
-                b += self._apply_labeling(a, ex, lab, -1.0 / n)
+                b += self._apply_labeling(a, ex, lab, 1.0 / n)
             R += H
             labs.append(lab)
         return R / n, a, b / n, labs
@@ -281,5 +281,5 @@ class RiskOracle:
             j = off + k
             if 0 <= j < len(labs):
                 lab = self._labeling_from(labs[j], len(ex[0]) - 1, ex[3])
-                b += self._apply_labeling(a, ex, lab, -1.0 / n)
+                b += self._apply_labeling(a, ex, lab, 1.0 / n)
         return a, b / n
