@@ -118,7 +118,7 @@ def test_risk_adapter_matches_brute_force_and_cuts_are_minorants():
     np.fill_diagonal(C, 0.0)
     for resc in ("margin", "slack"):
         b = feed(BMRM(lam=0.1, rescaling=resc), X, y, labels=range(K))
-        r = RiskOracle(1, K, K, False, C, resc)
+        r = RiskOracle(MultiClass(), K, K, C, resc)
         W = Weights(d, K)
         W.E[...] = rng.normal(size=(d, K))
         R, a, bb, labs = r.evaluate(W, b.window)

@@ -170,7 +170,7 @@ class BMRM(Learner):
 
     def _orc(self):
         if self._oracle is None:
-            self._oracle = RiskOracle(self._kind, self._K, self.W.Kc, self._use_trans, self._C, self.rescaling)
+            self._oracle = RiskOracle(self.structure, self._K, self.W.Kc, self._C, self.rescaling)
         return self._oracle
 
     # ------------------------------------------------------------------ learning

@@ -78,6 +78,10 @@ class Pragam(Learner):
         FIFO window size (None: unbounded).
     seed
         Random start alpha_{-1} in Q.
+    max_backtracks
+        Cap on the doublings of L in one step (adaptive L).
+    rescaling
+        ``"margin"`` only (Pragam's dual is the margin-rescaled Crammer-Singer one).
 
     Examples
     --------
@@ -97,7 +101,8 @@ class Pragam(Learner):
     structures = ("multiclass",)
 
     def __init__(self, lam: float = 1e-3, bias: bool = False, L="adaptive", eps: float = 1e-3,
-                 capacity: int | None = 100_000, seed: int | None = 0, max_backtracks: int = 60):
+                 capacity: int | None = 100_000, seed: int | None = 0, max_backtracks: int = 60,
+                 rescaling: str = "margin"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.bias = bool(bias)
         if isinstance(L, str):
@@ -109,7 +114,7 @@ class Pragam(Learner):
         self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
         self.seed = seed
         self.max_backtracks = check_number("max_backtracks", max_backtracks, low=1, integer=True)
-        self.rescaling = "margin"
+        self.rescaling = check_choice("rescaling", rescaling, ("margin",))   # the Crammer-Singer hinge
         self._bound = False
 
     # ------------------------------------------------------------------ binding

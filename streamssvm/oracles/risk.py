@@ -127,36 +127,43 @@ def weights_like(W):
     return Z
 
 
+def _example_oracles(structure, K, Kc, C):
+    """The structure's per-example oracles (the one call into ``oracles.structured``)."""
+    return ExampleOracles(int(structure.kind), K, Kc, bool(structure.use_trans), C)
+
+
 class RiskOracle:
     """R(w), its cut and its recomputation for one structure (see module doc).
 
     Parameters
     ----------
-    kind, K, Kc, use_trans, C
-        Structure kind (``structops`` code), labels in use, label capacity, transitions flag,
-        cost matrix (Kc x Kc).
+    structure, K, Kc, C
+        The structure (:mod:`streamssvm.structures`), labels in use, label capacity, cost
+        matrix (Kc x Kc).
     rescaling
         ``"margin"`` or ``"slack"``.
 
     Examples
     --------
     >>> import numpy as np
-    >>> from streamssvm._kernels import structops as so
     >>> from streamssvm.structures.base import Weights
+    >>> from streamssvm.structures.multiclass import MultiClass
     >>> win = Window()
     >>> win.add(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([1]))
     >>> W = Weights(1, 2)
-    >>> r = RiskOracle(so.MULTICLASS, 2, 2, False, 1.0 - np.eye(2), "margin")
+    >>> r = RiskOracle(MultiClass(), 2, 2, 1.0 - np.eye(2), "margin")
     >>> R, a, b, labs = r.evaluate(W, win)       # at w = 0 the hinge is Delta = 1
     >>> R, b, a.E.tolist(), labs.tolist()
     (1.0, 1.0, [[1.0, -1.0]], [0])
     """
 
-    def __init__(self, kind, K, Kc, use_trans, C, rescaling):
-        self.kind, self.K, self.Kc, self.use_trans, self.C = int(kind), int(K), int(Kc), bool(use_trans), C
+    def __init__(self, structure, K, Kc, C, rescaling):
+        self.structure = structure
+        self.kind, self.K, self.Kc, self.use_trans, self.C = (int(structure.kind), int(K), int(Kc),
+                                                              bool(structure.use_trans), C)
         self.rescaling = rescaling
         self.oracle_calls = 0
-        self._orc = ExampleOracles(self.kind, self.K, self.Kc, self.use_trans, C)
+        self._orc = _example_oracles(structure, self.K, self.Kc, C)
 
     def vectorized(self, window):
         return self.kind == MULTICLASS and window.single_token()
