@@ -322,6 +322,8 @@ def binary_experiment(name, data, lam_b, T, max_it, max_cuts, quick):
                                   yte, T, max_it, lambda lr, it: lr.iterate(), cert_generic, [0, 1]))
     traces.append(run_learner("pragam", Pragam(lam=lam, eps=0.0), X, y, Xte, yte, T, max_it,
                               lambda lr, it: lr.iterate(), cert_pragam, [0, 1]))
+    traces.append(run_learner("pragam (W0=0)", Pragam(lam=lam, eps=0.0, start="truth"), X, y, Xte, yte, T, max_it,
+                              lambda lr, it: lr.iterate(), cert_pragam, [0, 1]))
     traces.append(run_learner("bcfw", BCFW(lam=lam, replay=0, seed=0, gap_every=None), X, y, Xte, yte, T, max_it,
                               lambda lr, it: lr.refine(passes=1) if it > 1 else None, cert_generic, [0, 1]))
     pb = run_learner("pragam-b", Pragam(lam=lam, bias=True, eps=0.0), X, y, Xte, yte, T, max_it,
@@ -355,6 +357,8 @@ def multiclass_experiment(lam, T, max_it, max_cuts, quick):
         traces.append(run_learner(f"{var}-bmrm", BMRM(lam=lam, variant=var, eps=0.0, max_cuts=max_cuts), X, ytr, Xt,
                                   yte, T, max_it, lambda lr, it: lr.iterate(), cert_generic, labels))
     traces.append(run_learner("pragam", Pragam(lam=lam, eps=0.0), X, ytr, Xt, yte, T, max_it,
+                              lambda lr, it: lr.iterate(), cert_pragam, labels))
+    traces.append(run_learner("pragam (W0=0)", Pragam(lam=lam, eps=0.0, start="truth"), X, ytr, Xt, yte, T, max_it,
                               lambda lr, it: lr.iterate(), cert_pragam, labels))
     traces.append(run_learner("bcfw", BCFW(lam=lam, replay=0, seed=0, gap_every=None), X, ytr, Xt, yte, T, max_it,
                               lambda lr, it: lr.refine(passes=1) if it > 1 else None, cert_generic, labels))

@@ -160,3 +160,15 @@ def test_bias_needs_two_classes():
     p.bind(MultiClass(), [0, 1, 2])
     with pytest.raises(ValueError, match="two classes"):
         p.ensure(3, [0, 1, 2])
+
+
+def test_truth_start_is_a_valid_start():
+    """alpha_{-1} = Y/n (W_0 = 0) instead of a random point of Q: the same guarantees hold."""
+    X, y = binary_problem(9)
+    p = feed(Pragam(lam=0.04, start="truth"), X, y)
+    c = run_checked(p, 300)
+    q = feed(Pragam(lam=0.04), X, y)
+    d = run_checked(q, 300)
+    assert abs(c.primal - d.primal) <= c.gap + d.gap + 1e-12
+    with pytest.raises(ValueError, match="start"):
+        Pragam(start="zeros")

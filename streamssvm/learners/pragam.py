@@ -78,6 +78,11 @@ class Pragam(Learner):
         FIFO window size (None: unbounded).
     seed
         Random start alpha_{-1} in Q.
+    start
+        ``"random"``: alpha_{-1} uniform-ish random in Q (Algorithm 1 as printed); ``"truth"``:
+        alpha_{-1} = Y/n (all mass on the ground truth), i.e. W_0 = W(alpha_{-1}) = 0. Any point of Q
+        is a valid start for the analysis; at small lambda the random one makes W_0 of norm ~ 1/lambda
+        and J(W_0) huge.
     max_backtracks
         Cap on the doublings of L in one step (adaptive L).
     rescaling
@@ -102,7 +107,7 @@ class Pragam(Learner):
 
     def __init__(self, lam: float = 1e-3, bias: bool = False, L="adaptive", eps: float = 1e-3,
                  capacity: int | None = 100_000, seed: int | None = 0, max_backtracks: int = 60,
-                 rescaling: str = "margin"):
+                 rescaling: str = "margin", start: str = "random"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.bias = bool(bias)
         if isinstance(L, str):
@@ -115,6 +120,7 @@ class Pragam(Learner):
         self.seed = seed
         self.max_backtracks = check_number("max_backtracks", max_backtracks, low=1, integer=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin",))   # the Crammer-Singer hinge
+        self.start = check_choice("start", start, ("random", "truth"))
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -208,7 +214,7 @@ class Pragam(Learner):
             if hi > lo:
                 start[lo - off:hi - off] = self.alpha[lo:hi] * (self._prev_n / n)
             self.restarts += 1
-        else:
+        elif self.start == "random":
             P = self._rng.exponential(size=(n, K))
             start = P / P.sum(axis=1, keepdims=True) / n
         self._alpha_m1 = self._proj(start)
