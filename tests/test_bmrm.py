@@ -18,15 +18,6 @@ from test_hierarchy import _data as _hier_data
 from test_slack import _stream
 
 
-@pytest.fixture
-def allow_learners(monkeypatch):
-    """Let the estimators bind the batch learners (until the estimators' learner registry lists them)."""
-    import streamssvm.estimators as E
-    orig = E._default_learner
-    monkeypatch.setattr(E, "_default_learner",
-                        lambda lr: lr if isinstance(lr, (ss.learners.BMRM, ss.learners.Pragam)) else orig(lr))
-
-
 def binary_problem(seed=0, n=60, d=5):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
@@ -150,7 +141,7 @@ def _fit(cls, data, learner, **kw):
 
 @pytest.mark.parametrize("kind", ["chain", "multiclass", "multilabel", "pairwise", "hierarchy"])
 @pytest.mark.parametrize("rescaling", ["margin", "slack"])
-def test_every_structure_matches_cutting_plane_optimum(kind, rescaling, allow_learners):
+def test_every_structure_matches_cutting_plane_optimum(kind, rescaling):
     if kind == "hierarchy":
         cls, data, kw = ss.MultiLabelSSVM, _hier_data(1, 20, TREE), {"hierarchy": TREE}
     elif kind == "pairwise":
@@ -175,7 +166,7 @@ def test_every_structure_matches_cutting_plane_optimum(kind, rescaling, allow_le
     assert bm.predict_one(data[0][0]) is not None
 
 
-def test_streaming_window_recomputes_cuts(allow_learners):
+def test_streaming_window_recomputes_cuts():
     cls, data = _stream("multiclass", 7, n=50)
     m = cls(learner=BMRM(lam=0.05, eps=1e-8, capacity=30))
     for x, yy in data[:30]:

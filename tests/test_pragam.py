@@ -107,7 +107,7 @@ def test_l_without_one_over_lambda_is_too_small():
     run_checked(q, 100)
 
 
-def test_streaming_restart_and_window(monkeypatch):
+def test_streaming_restart_and_window():
     X, y = binary_problem(6, n=50)
     p = feed(Pragam(lam=0.04, capacity=30, eps=1e-6), X[:30], y[:30])
     p.refine(passes=3000)

@@ -49,6 +49,7 @@ import time
 import numpy as np
 
 from .._kernels import bcfw as KB
+from .._kernels import bundles as KBu
 from .._kernels import projection as KP
 from .._kernels import structops as so
 from ..certificate import Certificate
@@ -130,6 +131,7 @@ class BMRM(Learner):
         self._C = structure.cost_matrix(4, labels)
         self.window = Window(self.capacity)
         self._oracle = None
+        self._ws = None                   # the kernels' scratch buffers (prediction)
         self._reset_bundle()
         self.iterations = 0               # cuts taken (oracle passes), all windows
         self.oracle_calls = 0
@@ -320,14 +322,13 @@ class BMRM(Learner):
         if self._K == 0:
             return out
         W = self._pred()
-        Lm = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
-        Kc = W.Kc
-        S = np.zeros((max(Lm, 1), Kc))
-        V = np.zeros((max(Lm, 1), Kc))
-        bp = np.zeros((max(Lm, 1), Kc), dtype=np.int32)
-        ybuf = np.zeros(Kc, dtype=np.int32)
-        KB.predict_batch(self._kind, self._K, self._use_trans, 1.0, W.E, W.E, 0.0, W.T, W.B, self._C,
-                         ex_tok, tok_ptr, fidx, fval, y_ptr, out, S, V, bp, ybuf)
+        Lm = max(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1, 1)
+        if self._ws is None:
+            from ..workspace import Workspace
+            self._ws = Workspace(self.structure)
+        KB.predict_batch(KBu.model(self.structure, self._K, W.Kc, self._C), W.bundle(), 1.0, W.E, 0.0,
+                         KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, y_ptr)), out,
+                         self._ws.ensure(Lm, W.Kc).scratch(Lm, False))
         return out
 
     def certificate(self):
@@ -354,7 +355,7 @@ class BMRM(Learner):
                                regularizer=reg, hinge=R, note=f"primal only: {why}; refine to certify",
                                extra=extra, **base)
         gap = self.Jbest - self.lower
-        return Certificate(gap, self.Jbest, self.lower, n, 0, time.perf_counter() - t0, True,
+        return Certificate(max(gap, 0.0), self.Jbest, self.lower, n, 0, time.perf_counter() - t0, True, raw_gap=gap,
                            regularizer=reg, hinge=self.Jbest - reg, dual_loss=self.lower + reg,
                            note="BMRM eps_t = min_t' J(w_t') - max_s D_s(alpha_s) (bundle dual, a lower "
                                 "bound on min J); primal of the best iterate, the one that predicts",

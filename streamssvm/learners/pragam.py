@@ -463,7 +463,7 @@ class Pragam(Learner):
         J, D, gap, mub, rate = self.last
         extra.update({"raw_gap": gap, "mu_bound": mub, "bound": rate})
         reg = 0.5 * self.lam * float(np.vdot(self._Wk, self._Wk))
-        return Certificate(max(gap, 0.0), J, D, n, 0, 0.0, True, self.lam, regularizer=reg, hinge=J - reg,
+        return Certificate(max(gap, 0.0), J, D, n, 0, 0.0, True, self.lam, regularizer=reg, hinge=J - reg, raw_gap=gap,
                            dual_loss=float(np.vdot(self.alpha, self._Dm)),
                            note="Pragam primal-adjoint gap J(W_k) - D(alpha_k) (weak duality)"
                                 + ("; primal minimized over the bias" if self.bias else ""),

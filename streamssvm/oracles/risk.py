@@ -129,7 +129,7 @@ def weights_like(W):
 
 def _example_oracles(structure, K, Kc, C):
     """The structure's per-example oracles (the one call into ``oracles.structured``)."""
-    return ExampleOracles(int(structure.kind), K, Kc, bool(structure.use_trans), C)
+    return ExampleOracles(structure, K, Kc, C)
 
 
 class RiskOracle:
