@@ -274,3 +274,20 @@ def test_hadamard_instance_as_printed_finishes_in_two_iterations():
     assert J1 == pytest.approx(0.0) and e1 == pytest.approx(0.5)     # J(w_0 = 0) = 0 = J*; model at w_1
     assert e2 == pytest.approx(0.0, abs=1e-12)                        # certified optimal after 2 cuts
     assert e2 < 1.0 / (2 * lam * 2)                                   # the claimed bound 1/(2 lam t) fails
+
+
+@pytest.mark.parametrize("make", [lambda: BMRM(lam=0.05, eps=1e-6), lambda: ss.learners.Pragam(lam=0.05, eps=1e-6)])
+def test_estimator_save_load(tmp_path, make):
+    cls, data = _stream("multiclass", 8, n=30)
+    m = cls(learner=make())
+    for x, yy in data:
+        m.learn_one(x, yy)
+    c = m.refine(passes=50)
+    m.save(tmp_path / "m.ssvm")
+    r = ss.load(tmp_path / "m.ssvm")
+    assert type(r._learner) is type(m._learner)
+    assert r.certificate().gap == pytest.approx(c.gap, abs=1e-12)
+    assert [r.predict_one(x) for x, _ in data] == [m.predict_one(x) for x, _ in data]
+    m.refine(passes=5)
+    r.refine(passes=5)
+    np.testing.assert_allclose(r._learner.W.E, m._learner.W.E, atol=1e-12)
