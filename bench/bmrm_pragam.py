@@ -2,7 +2,8 @@
 liblinear, Pegasos (one example / full batch per step) and BCFW, measured in the same run
 (Saha, Zhang, Vishwanathan, "Lower Bounds for BMRM and Faster Rates for Training SVMs", section 5).
 
-    nice -n 10 python bench/bmrm_pragam.py            # ~10 minutes of CPU
+    nice -n 10 python bench/bmrm_pragam.py --only-binary            # ~6 minutes of CPU
+    nice -n 10 python bench/bmrm_pragam.py --only-structured --subsample 8000 --seconds 3   # adds OCR-26 / chains
     nice -n 10 python bench/bmrm_pragam.py --quick    # smoke run
 
 The paper's nine LIBSVM datasets cannot be fetched here; substitutes (stated in the results):
@@ -546,7 +547,8 @@ def write(results, args, T):
           f"CPU: {results['machine']['cpu']}; each method capped at "
           f"{results['settings']['seconds_per_method']:g} CPU seconds of solver time per binary dataset"
           + (f", {results['settings']['structured_seconds_per_method']:g} s on the structured ones (first "
-             f"{results['settings']['structured_subsample']} OCR letters / words of them)"
+             f"{results['settings']['structured_subsample']} OCR letters for multiclass, "
+             f"{results['settings']['structured_subsample'] // 8} words for the chain)"
              if results['settings'].get('structured_seconds_per_method') else "")
           + " (times are process CPU seconds: 2 cores shared with other jobs).", "",
           "rel. err = (min_t J(w_t) - J*) / J*; certified rel. gap = (min_t J(w_t) - best lower bound) / min_t J(w_t) "
