@@ -24,7 +24,7 @@ from ._optional import require
 
 def _add_learner_args(p):
     g = p.add_argument_group("learner")
-    g.add_argument("--learner", default="bcfw", choices=["bcfw", "sgd", "cp", "memoir"],
+    g.add_argument("--learner", default="bcfw", choices=["bcfw", "sgd", "cp", "memoir", "bmrm", "pragam"],
                    help="learning algorithm (default: bcfw; sgd: Pegasos; cp: n-slack cutting plane; "
                         "memoir for --task extreme)")
     g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary", "sarawagi"],
@@ -65,6 +65,10 @@ def _make_model(args):
     if args.learner == "sgd":
         learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
                                   max_queries=args.max_queries, seed=args.seed)
+    elif args.learner == "bmrm":
+        learner = ss.learners.BMRM(lam=args.lam, rescaling=args.rescaling, eps=args.eps, capacity=args.capacity)
+    elif args.learner == "pragam":
+        learner = ss.learners.Pragam(lam=args.lam, eps=args.eps, capacity=args.capacity, seed=args.seed)
     elif args.learner == "cp":
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
                                            max_queries=max(args.max_queries, 2), seed=args.seed)

@@ -120,6 +120,9 @@ LEARNERS = {
 CASES = [(lr, s) for lr in LEARNERS for s in ("multiclass", "multilabel", "chain")]
 CASES += [(lr, "mrf") for lr in ("bcfw-fw-gap", "bcfw-pairwise-gap-cache", "sgd-slack-angular", "cp-margin")]
 CASES += [(lr, "hierarchy") for lr in ("bcfw-fw-gap", "bcfw-slack", "sgd-slack-angular", "cp-slack-angular")]
+# the batch solvers over the held window (BMRM: every structure; Pragam: Crammer-Singer)
+LEARNERS.update({"bmrm-qp": lambda: L.BMRM(lam=0.05, max_cuts=4), "pragam": lambda: L.Pragam(lam=0.05)})
+CASES += [("bmrm-qp", s) for s in ("multiclass", "multilabel", "chain", "mrf", "hierarchy")] + [("pragam", "multiclass")]
 
 
 def _flat(state, prefix=""):

@@ -7,6 +7,8 @@ from river import base
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
+from ..learners.bmrm import BMRM
+from ..learners.pragam import Pragam
 from ..structures import MultiClass
 from .base import ONE_EX, Estimator, is_missing, require_pandas
 
@@ -40,7 +42,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
     True
     """
 
-    _learners = (BCFW, SGD, CuttingPlane)
+    _learners = (BCFW, SGD, CuttingPlane, BMRM, Pragam)
 
     @classmethod
     def _default_learner(cls):

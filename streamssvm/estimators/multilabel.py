@@ -7,6 +7,7 @@ from river import base
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
+from ..learners.bmrm import BMRM
 from ..structures import Hierarchy, MultiLabel
 from ..features import LabelIndex, _decode_key, _encode_key, check_truth
 from .base import Estimator, _is_dataframe, require_pandas
@@ -52,7 +53,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     {'cat': True, 'dog': True, 'car': False, 'bus': False}
     """
 
-    _learners = (BCFW, SGD, CuttingPlane)
+    _learners = (BCFW, SGD, CuttingPlane, BMRM)
 
     @classmethod
     def _default_learner(cls):

@@ -1,0 +1,411 @@
+"""BMRM: bundle methods for regularized risk minimization over the held window (Teo,
+Vishwanathan, Smola, Le, "Bundle Methods for Regularized Risk Minimization"; the analysis and the
+``ls`` / ``qp`` variants of Saha, Zhang, Vishwanathan, "Lower Bounds for BMRM and Faster Rates
+for Training SVMs"), for every structure, margin or slack rescaling.
+
+    J(w) = (lam/2) ||w||^2 + R(w),    R(w) = (1/n) sum_{i in window} H_i(w)
+
+Iteration t: one pass of exact loss-augmented oracle calls over the held examples at w_{t-1}
+gives J(w_{t-1}) and one cut (a_t, b_t) with R >= <a_t, .> + b_t (equality at w_{t-1})
+(:mod:`streamssvm.oracles.risk`). The model J_t(w) = (lam/2)||w||^2 + max_{k<=t} <a_k, w> + b_k
+is a minorant of J; its dual over the simplex of cuts,
+
+    D_t(alpha) = <alpha, b> - (1 / (2 lam)) || sum_k alpha_k a_k ||^2,   w(alpha) = -(1/lam) sum_k alpha_k a_k,
+
+satisfies D_t(alpha) <= min J_t <= min J for *every* alpha in the simplex, so
+
+    eps_t = min_{t' < t} J(w_t') - max_{s <= t} D_s(alpha_s)  >=  min_{t'} J(w_t') - J*
+
+is a valid certificate whatever the accuracy of the inner solve (the paper's eps_t (4) uses
+J_t(w_t), which equals D_t at the exact bundle optimum).
+
+* ``variant="qp"``: the bundle dual is solved to a Wolfe gap <= ``qp_tol`` by pairwise (SMO)
+  steps with exact line search, warm-started from the previous alpha with the new cut at 0
+  (``_kernels/projection.simplex_qp``).
+* ``variant="ls"``: ls-bmrm's line search: alpha <- (1 - eta) alpha + eta e_t with the exact eta
+  of the concave quadratic; only the aggregate sum_k alpha_k (a_k, b_k) and the new cut are kept.
+
+Bounded bundle (``max_cuts``): when the bundle is full, cuts with alpha_k = 0 are dropped; if none
+is, all cuts are replaced by their alpha-weighted aggregate (a convex combination of minorants of
+R is a minorant of R, so the model stays a minorant of J and every D_t stays a lower bound on J*),
+and alpha = e_aggregate reproduces the previous D_t, so the next D_t can only grow.
+
+Streaming: :meth:`learn` only adds the example to the FIFO window (``capacity``) and does no
+optimization -- predictions keep using the current best iterate until :meth:`refine`. A changed
+window is a different risk: the cuts are stale. At the next :meth:`refine` every cut that is
+stored as per-example labelings is **recomputed** on the new window (examples no longer held drop
+out, new ones contribute their ground truth, 1/n uses the new n; a minorant of the new R, no
+oracle call), the aggregate cut (a mixture, not labelings) is dropped, and the best primal value
+and the lower bound restart: :meth:`certificate` never reports an eps built from a model of a
+different risk -- between a window change and the next refine it reports gap = inf with a note.
+
+Predictions use the best iterate argmin_{t'} J(w_t'), the weights the certificate is about.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .._kernels import bcfw as KB
+from .._kernels import bundles as KBu
+from .._kernels import projection as KP
+from .._kernels import structops as so
+from ..certificate import Certificate
+from ..oracles.risk import RiskOracle, Window, weights_dot, weights_like
+from ..structures.base import Weights
+from .base import Learner, check_choice, check_number
+
+
+class _Cut:
+    __slots__ = ("a", "b", "seq0", "labs")
+
+    def __init__(self, a, b, seq0, labs):
+        self.a, self.b, self.seq0, self.labs = a, b, seq0, labs   # labs None: an aggregate
+
+
+class BMRM(Learner):
+    """Bundle method (qp-bmrm or ls-bmrm) on the held window, with the eps_t certificate.
+
+    Parameters
+    ----------
+    lam
+        Regularization lambda of J(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w) (for a two-class
+        ``MulticlassSSVM`` this is the binary hinge SVM with lambda_binary = lam / 2, see
+        :class:`~streamssvm.learners.Pragam`).
+    variant
+        ``"qp"`` (exact bundle QP) or ``"ls"`` (line search).
+    eps
+        Stop :meth:`refine` once eps_t <= eps (absolute, in units of J).
+    max_cuts
+        Bundle size bound (aggregation beyond it, see module doc).
+    rescaling
+        ``"margin"`` or ``"slack"`` (the exact slack oracle).
+    capacity
+        FIFO window size (examples held); None: unbounded.
+    qp_tol, qp_steps
+        Inner QP tolerance (Wolfe gap) and step cap (``qp``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamssvm.structures.multiclass import MultiClass
+    >>> from streamssvm.learners import BMRM
+    >>> rng = np.random.default_rng(0)
+    >>> b = BMRM(lam=0.1, eps=1e-6); b.bind(MultiClass(), [0, 1, 2]); b.ensure(3, [0, 1, 2])
+    >>> for _ in range(60):
+    ...     y = int(rng.integers(3))
+    ...     b.learn(np.array([0, 2]), np.array([0, 1]), np.array([1.0, y + 0.3 * rng.normal()]), np.array([y]))
+    >>> b.refine(passes=200)
+    >>> c = b.certificate(); c.gap <= 1e-6, c.exact
+    (True, True)
+    """
+
+    structures = ("multiclass", "multilabel", "hierarchy", "chain")
+
+    def __init__(self, lam: float = 1e-3, variant: str = "qp", eps: float = 1e-3, max_cuts: int = 200,
+                 rescaling: str = "margin", capacity: int | None = 100_000, qp_tol: float = 1e-12,
+                 qp_steps: int = 100_000):
+        self.lam = check_number("lam", lam, low=0.0, low_open=True)
+        self.variant = check_choice("variant", variant, ("qp", "ls"))
+        self.eps = check_number("eps", eps, low=0.0)
+        self.max_cuts = check_number("max_cuts", max_cuts, low=2, integer=True)
+        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
+        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
+        self.qp_tol = check_number("qp_tol", qp_tol, low=0.0)
+        self.qp_steps = check_number("qp_steps", qp_steps, low=1, integer=True)
+        self._bound = False
+
+    # ------------------------------------------------------------------ binding
+    def bind(self, structure, labels):
+        self.check_structure(structure)
+        self.structure = structure
+        self._kind = structure.kind
+        self._use_trans = bool(structure.use_trans)
+        if self.rescaling == "slack" and self._kind == so.CHAIN and structure._cost_user is not None:
+            raise ValueError("slack rescaling of chains needs the Hamming loss (no cost matrix)")
+        self._K = 0
+        self.W = Weights(1, 4)            # current bundle iterate w_t
+        self.Wbest = Weights(1, 4)        # argmin_{t'} J(w_t') (predicts)
+        self._C = structure.cost_matrix(4, labels)
+        self.window = Window(self.capacity)
+        self._oracle = None
+        self._ws = None                   # the kernels' scratch buffers (prediction)
+        self._reset_bundle()
+        self.iterations = 0               # cuts taken (oracle passes), all windows
+        self.oracle_calls = 0
+        self.qp_steps_total = 0
+        self.aggregations = 0
+        self.rebuilds = 0
+        self.history = []                 # per iteration: (J(w_{t-1}), min J, D_t, eps_t)
+        self._bound = True
+
+    def _reset_bundle(self):
+        self.cuts = []
+        self.alpha = np.zeros(0)
+        self.G = np.zeros((0, 0))
+        self.Jbest = math.inf
+        self.lower = -math.inf
+        self.D = -math.inf
+        self._version = None              # window version the cuts / Jbest / lower belong to
+
+    def ensure(self, n_features, labels):
+        n_labels = len(labels)
+        Kc = self.W.Kc
+        if n_labels > Kc:
+            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        grew = n_features > self.W.E.shape[0] or Kc > self.W.Kc
+        self.W.grow(n_features, Kc)
+        self.Wbest.grow(n_features, Kc)
+        if n_labels != self._K or Kc != self._C.shape[0]:
+            self._K = n_labels
+            self._C = self.structure.cost_matrix(Kc, labels)
+            self._oracle = None
+            grew = True
+        if grew:
+            self._version = None          # cut shapes / labels changed: recompute at the next refine
+
+    @property
+    def n_blocks(self):
+        return len(self.window)
+
+    def _orc(self):
+        if self._oracle is None:
+            self._oracle = RiskOracle(self.structure, self._K, self.W.Kc, self._C, self.rescaling)
+        return self._oracle
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+        """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
+        self.window.add(tok_ptr, fidx, fval, y, Ki)
+
+    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
+        for e in range(len(ex_tok) - 1):
+            a, b = ex_tok[e], ex_tok[e + 1]
+            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
+            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]],
+                       1 if Ki is None else Ki[e])
+
+    @property
+    def stale(self):
+        """True when the window changed since the cuts were (re)built."""
+        return self._version != self.window.version
+
+    def _rebuild(self):
+        """Recompute the labeled cuts on the current window, drop the aggregate (module doc)."""
+        o = self._orc()
+        kept = [c for c in self.cuts if c.labs is not None]
+        had = len(self.cuts) > 0
+        self.cuts = []
+        for c in kept:
+            a, b = o.cut_from_labelings(self.W, self.window, c.seq0, c.labs)
+            self.cuts.append(_Cut(a, b, c.seq0, c.labs))
+        t = len(self.cuts)
+        self.G = np.array([[weights_dot(self.cuts[i].a, self.cuts[j].a) for j in range(t)] for i in range(t)])
+        self.G = self.G.reshape(t, t)
+        self.alpha = np.full(t, 1.0 / t) if t else np.zeros(0)
+        self.Jbest = math.inf
+        self.lower = -math.inf
+        self.D = -math.inf
+        self._version = self.window.version
+        if had:
+            self.rebuilds += 1
+        if t:
+            self._solve()
+
+    def _combine(self, alpha):
+        """sum_k alpha_k a_k and <alpha, b>."""
+        A = weights_like(self.W)
+        for c, al in zip(self.cuts, alpha):
+            if al != 0.0:
+                A.E += al * c.a.E
+                A.T += al * c.a.T
+                A.B += al * c.a.B
+        return A, float(sum(al * c.b for c, al in zip(self.cuts, alpha)))
+
+    def _solve(self):
+        """Solve the bundle dual (qp) from the warm start, set w_t and D_t."""
+        if self.variant == "qp" and len(self.cuts) > 1:
+            bvec = np.array([c.b for c in self.cuts])
+            scale = max(1.0, float(np.abs(bvec).max()), float(np.abs(np.diag(self.G)).max()) / self.lam)
+            self.qp_steps_total += KP.simplex_qp(self.G, bvec, self.lam, self.alpha, self.qp_tol * scale,
+                                                 self.qp_steps)
+            self.alpha = np.maximum(self.alpha, 0.0)
+            self.alpha /= self.alpha.sum()
+        A, bb = self._combine(self.alpha)
+        inv = -1.0 / self.lam
+        self.W.E[...] = inv * A.E
+        self.W.T[...] = inv * A.T
+        self.W.B[...] = inv * A.B
+        self.D = bb - 0.5 * self.lam * self.W.sqnorm()
+        self.lower = max(self.lower, self.D)
+
+    def _add_cut(self, cut):
+        o = 0
+        if len(self.cuts) >= (2 if self.variant == "ls" else self.max_cuts):
+            keep = [k for k in range(len(self.cuts)) if self.alpha[k] > 0.0]
+            if len(keep) < len(self.cuts) and self.variant == "qp":
+                self.cuts = [self.cuts[k] for k in keep]
+                self.G = self.G[np.ix_(keep, keep)]
+                self.alpha = self.alpha[keep]
+            else:
+                A, bb = self._combine(self.alpha)
+                self.cuts = [_Cut(A, bb, -1, None)]
+                self.G = np.array([[weights_dot(A, A)]])
+                self.alpha = np.ones(1)
+                self.aggregations += 1
+        t = len(self.cuts)
+        row = np.array([weights_dot(cut.a, c.a) for c in self.cuts] + [weights_dot(cut.a, cut.a)])
+        G = np.zeros((t + 1, t + 1))
+        G[:t, :t] = self.G
+        G[t, :] = row
+        G[:, t] = row
+        self.G = G
+        self.cuts.append(cut)
+        if t == 0:
+            self.alpha = np.ones(1)
+        elif self.variant == "ls":
+            # alpha <- (1 - eta) alpha + eta e_t, exact eta of the concave quadratic
+            bvec = np.array([c.b for c in self.cuts])
+            al = np.append(self.alpha, 0.0)
+            d = -al
+            d[t] = 1.0
+            curv = float(d @ self.G @ d)
+            slope = float(d @ bvec) - float(d @ (self.G @ al)) / self.lam
+            eta = 1.0 if curv <= 0.0 else min(max(self.lam * slope / curv, 0.0), 1.0)
+            self.alpha = al + eta * d
+        else:
+            self.alpha = np.append(self.alpha, 0.0)
+        return o
+
+    def iterate(self):
+        """One BMRM iteration (one oracle pass = one cut); returns eps_t."""
+        if self.stale:
+            self._rebuild()
+        o = self._orc()
+        c0 = o.oracle_calls
+        R, a, b, labs = o.evaluate(self.W, self.window)
+        self.oracle_calls += o.oracle_calls - c0
+        J = 0.5 * self.lam * self.W.sqnorm() + R
+        if J < self.Jbest:
+            self.Jbest = J
+            self.Wbest = self.W.copy()
+        self._add_cut(_Cut(a, b, self.window.first_seq, labs))
+        self._solve()
+        self.iterations += 1
+        eps = self.Jbest - self.lower
+        self.history.append((J, self.Jbest, self.D, eps))
+        return eps
+
+    def refine(self, passes=1.0, tol=None, progress=None):
+        """Up to ``ceil(passes)`` BMRM iterations (each one oracle pass over the window and one
+        cut); stops once eps_t <= ``tol`` (default ``eps``)."""
+        check_number("passes", passes, low=0.0)
+        if len(self.window) == 0 or self._K == 0:
+            return
+        tol = self.eps if tol is None else tol
+        n_it = int(math.ceil(passes))
+        for k in range(n_it):
+            eps = self.iterate()
+            if progress is not None:
+                progress((k + 1) / n_it, self)
+            if eps <= tol:
+                break
+
+    # ------------------------------------------------------------------ prediction / certificate
+    def _pred(self):
+        return self.Wbest if self.Jbest < math.inf else self.W
+
+    def predict(self, ex_tok, tok_ptr, fidx, fval, y_ptr, n_out):
+        out = np.zeros(n_out, dtype=np.int32)
+        if self._K == 0:
+            return out
+        W = self._pred()
+        Lm = max(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1, 1)
+        if self._ws is None:
+            from ..workspace import Workspace
+            self._ws = Workspace(self.structure)
+        KB.predict_batch(KBu.model(self.structure, self._K, W.Kc, self._C), W.bundle(), 1.0, W.E, 0.0,
+                         KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, y_ptr)), out,
+                         self._ws.ensure(Lm, W.Kc).scratch(Lm, False))
+        return out
+
+    def certificate(self):
+        """eps_t = min J(w_t') - max D_t (a valid bound on J(w_best) - J*) for the predicting
+        weights, from the solver's own state (no oracle call). Between a window change and the
+        next refine: gap = inf (the cuts are of another risk) and the primal of the predicting
+        weights on the new window (one oracle pass)."""
+        t0 = time.perf_counter()
+        n = len(self.window)
+        base = dict(lam=self.lam, rescaling=self.rescaling)
+        extra = {"variant": self.variant, "iterations": self.iterations, "cuts": len(self.cuts),
+                 "aggregations": self.aggregations, "rebuilds": self.rebuilds,
+                 "qp_steps": self.qp_steps_total, "D_t": self.D}
+        if n == 0 or self._K == 0:
+            return Certificate(math.inf, math.nan, -math.inf, n, 0, 0.0, False, note="no examples held",
+                               extra=extra, **base)
+        W = self._pred()
+        reg = 0.5 * self.lam * W.sqnorm()
+        if self.stale or self.Jbest == math.inf:
+            R = self._orc().risk(W, self.window)
+            why = ("the window changed since the last refine (the cuts are of a different risk)" if self.cuts
+                   else "no BMRM iteration yet")
+            return Certificate(math.inf, reg + R, -math.inf, n, n, time.perf_counter() - t0, False,
+                               regularizer=reg, hinge=R, note=f"primal only: {why}; refine to certify",
+                               extra=extra, **base)
+        gap = self.Jbest - self.lower
+        return Certificate(max(gap, 0.0), self.Jbest, self.lower, n, 0, time.perf_counter() - t0, True, raw_gap=gap,
+                           regularizer=reg, hinge=self.Jbest - reg, dual_loss=self.lower + reg,
+                           note="BMRM eps_t = min_t' J(w_t') - max_s D_s(alpha_s) (bundle dual, a lower "
+                                "bound on min J); primal of the best iterate, the one that predicts",
+                           extra=extra, **base)
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        cuts = []
+        for c in self.cuts:
+            labs = c.labs
+            if labs is not None and not isinstance(labs, np.ndarray):
+                labs = [np.asarray(x) for x in labs]
+            cuts.append({"E": c.a.E, "T": c.a.T, "B": c.a.B, "b": float(c.b), "seq0": int(c.seq0),
+                         "aggregate": labs is None, "labs": [] if labs is None else labs})
+        return {"K": self._K, "C": self._C, "E": self.W.E, "T": self.W.T, "B": self.W.B,
+                "bE": self.Wbest.E, "bT": self.Wbest.T, "bB": self.Wbest.B,
+                "alpha": self.alpha, "G": self.G, "cuts": cuts, "window": self.window.state(),
+                "scalars": {"Jbest": self.Jbest if self.Jbest < math.inf else None,
+                            "lower": self.lower if self.lower > -math.inf else None,
+                            "D": self.D if self.D > -math.inf else None,
+                            "version": self._version, "iterations": self.iterations,
+                            "oracle_calls": self.oracle_calls, "qp_steps": self.qp_steps_total,
+                            "aggregations": self.aggregations, "rebuilds": self.rebuilds},
+                "history": np.asarray(self.history, dtype=np.float64).reshape(-1, 4)}
+
+    def restore(self, structure, labels, st):
+        self.bind(structure, labels)
+        self._K = int(st["K"])
+        self._C = np.array(st["C"], dtype=np.float64)
+        for W, pre in ((self.W, ""), (self.Wbest, "b")):
+            W.E, W.T, W.B = (np.array(st[pre + k], dtype=np.float64) for k in ("E", "T", "B"))
+        self.window = Window.from_state(st["window"])
+        self.cuts = []
+        for c in st["cuts"]:
+            a = Weights.__new__(Weights)
+            a.E, a.T, a.B = (np.array(c[k], dtype=np.float64) for k in ("E", "T", "B"))
+            if c["aggregate"]:
+                labs = None
+            elif self._kind == so.MULTICLASS and self.window.single_token():
+                labs = np.asarray(c["labs"], dtype=np.int32)
+            else:
+                labs = [np.asarray(x, dtype=np.int32) for x in c["labs"]]
+            self.cuts.append(_Cut(a, float(c["b"]), int(c["seq0"]), labs))
+        self.alpha = np.array(st["alpha"], dtype=np.float64)
+        self.G = np.array(st["G"], dtype=np.float64).reshape(len(self.cuts), len(self.cuts))
+        s = st["scalars"]
+        self.Jbest = math.inf if s["Jbest"] is None else float(s["Jbest"])
+        self.lower = -math.inf if s["lower"] is None else float(s["lower"])
+        self.D = -math.inf if s["D"] is None else float(s["D"])
+        self._version = None if s["version"] is None else int(s["version"])
+        self.iterations, self.oracle_calls, self.qp_steps_total, self.aggregations, self.rebuilds = (
+            int(s[k]) for k in ("iterations", "oracle_calls", "qp_steps", "aggregations", "rebuilds"))
+        self.history = [tuple(r) for r in np.asarray(st["history"]).reshape(-1, 4)]

@@ -1,0 +1,521 @@
+"""Pragam: primal-adjoint gap minimization (Saha, Zhang, Vishwanathan, "Lower Bounds for BMRM and
+Faster Rates for Training SVMs", Algorithm 1 -- Nesterov's excessive gap technique, "Excessive gap
+technique in nonsmooth convex minimization") for the Crammer-Singer multiclass SVM over the held
+window, with the certified duality gap J(w_k) - D(alpha_k) at every iteration.
+
+Setting (one token per example, K >= 2 classes, cost Delta_i(y) = C[y_i, y]):
+
+    J(W) = (lam/2) ||W||^2 + (1/n) sum_i max_y [Delta_i(y) + <w_y - w_{y_i}, x_i>]
+    Q    = { alpha in R^{n x K}: alpha_i >= 0, sum_y alpha_iy = 1/n }    (a product of scaled simplices)
+    W(alpha) = (1/lam) X' (Y/n - alpha)          (Y: one-hot truth)           -- the paper's (24)
+    D(alpha) = <alpha, Delta> - (lam/2) ||W(alpha)||^2,   grad D(alpha) = Delta + X W(alpha)
+
+J(W) >= D(alpha) for every W and alpha in Q (weak duality), so the gap is a valid certificate of
+J(W_k) - J* whatever the step sizes. The maps (23) / (25), garbled in print, are projections
+(reconstructed by the paper's technical note, re-derived here):
+
+    alpha_mu(W) = Proj_Q( g(W) / mu ),  g(W)_iy = Delta_iy + <w_y - w_{y_i}, x_i>
+    v(alpha)    = Proj_Q( alpha + grad D(alpha) / L )
+
+each an O(nK) pass of the O(n) projection (``_kernels/projection``) per example. With two classes
+this *is* the paper's binary hinge SVM: the optimum (and every iterate) has w_0 = -w_1, and with
+v = w_1 - w_0 the objective is (lam/4)||v||^2 + (1/n) sum_i [1 - s_i <v, x_i>]_+ -- the binary SVM
+with lambda_binary = lam / 2; the per-example simplex (1/n - a_i, a_i) is the paper's box
+a_i in [0, 1/n]. We therefore use ``MulticlassSSVM`` with two classes for the binary task rather
+than adding a binary estimator. ``bias=True`` (Pragam-b, two classes only) adds the unregularized
+b_1 - b_0: Q gains the equality sum_i s_i a_i = 0 (s_i = +1 for class 1, -1 for class 0), one box
+plus one equality -- the paper's (22) -- projected by the same O(n) algorithm; the primal then
+minimizes over the bias exactly (a sort over the n kinks).
+
+L: the paper's L = ||A||^2_{1,2} / lam = sigma_max(X)^2 / lam (its section 4.1 drops the 1/lam).
+``L="exact"`` computes it (sparse SVD), a number fixes it, ``"adaptive"`` (default) backtracks as
+in Nesterov's composite gradient methods: each iteration tries L / 2, doubles it until the
+ascent inequality D(v) >= D(beta) + <grad D(beta), v - beta> - (L/2)||v - beta||^2 holds (exact for
+a quadratic: ||X'(v - beta)||^2 / lam <= L ||v - beta||^2), and when the accepted L breaks
+Nesterov's condition tau_k^2 L <= (1 - tau_k) mu_k the smoothing mu_k is raised to meet it and the
+step is redone (raising mu keeps the excessive gap condition J_mu(W_k) <= D(alpha_k), since J_mu
+decreases in mu). Every iterate then satisfies
+
+    J(W_k) - D(alpha_k) <= mu_k D_2 <= 4 L_max D_2 / ((k + 1)(k + 2)),   D_2 = 1 / (2n),
+
+reported in the certificate (``extra["bound"]``) and checked by the tests.
+
+Streaming: :meth:`learn` only adds the example to the FIFO window (no optimization; predictions
+use the last W_k). A changed window is a different problem: the next :meth:`refine` restarts
+Algorithm 1 (k = 0) from the projection of the previous dual point (held rows rescaled to the new
+1/n, new rows on their ground truth); between a window change and that refine the certificate
+reports gap = inf with a note. The structured extension (the paper's App. E) is not built.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from .._kernels import projection as KP
+from .._kernels import structops as so
+from ..certificate import Certificate
+from ..oracles.risk import Window
+from ..structures.base import Weights
+from .base import Learner, check_choice, check_number
+
+
+class Pragam(Learner):
+    """Pragam (Algorithm 1) on the Crammer-Singer dual of the held window.
+
+    Parameters
+    ----------
+    lam
+        Regularization lambda (two classes: the binary SVM with lambda_binary = lam / 2).
+    bias
+        Pragam-b: an unregularized bias (two classes only).
+    L
+        ``"adaptive"`` (backtracking), ``"exact"`` (sigma_max(X)^2 / lam) or a positive number.
+    eps
+        :meth:`refine` stops once the certified gap is <= eps.
+    capacity
+        FIFO window size (None: unbounded).
+    seed
+        Random start alpha_{-1} in Q.
+    start
+        ``"random"``: alpha_{-1} uniform-ish random in Q (Algorithm 1 as printed); ``"truth"``:
+        alpha_{-1} = Y/n (all mass on the ground truth), i.e. W_0 = W(alpha_{-1}) = 0. Any point of Q
+        is a valid start for the analysis; at small lambda the random one makes W_0 of norm ~ 1/lambda
+        and J(W_0) huge.
+    max_backtracks
+        Cap on the doublings of L in one step (adaptive L).
+    rescaling
+        ``"margin"`` only (Pragam's dual is the margin-rescaled Crammer-Singer one).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamssvm.structures.multiclass import MultiClass
+    >>> from streamssvm.learners import Pragam
+    >>> rng = np.random.default_rng(0)
+    >>> p = Pragam(lam=0.1, eps=1e-5); p.bind(MultiClass(), [0, 1]); p.ensure(3, [0, 1])
+    >>> for _ in range(80):
+    ...     y = int(rng.integers(2))
+    ...     p.learn(np.array([0, 2]), np.array([0, 1]), np.array([1.0, 2 * y - 1 + rng.normal()]), np.array([y]))
+    >>> p.refine(passes=2000)
+    >>> c = p.certificate(); c.gap <= 1e-5, c.gap <= c.extra["bound"]
+    (True, True)
+    """
+
+    structures = ("multiclass",)
+
+    def __init__(self, lam: float = 1e-3, bias: bool = False, L="adaptive", eps: float = 1e-3,
+                 capacity: int | None = 100_000, seed: int | None = 0, max_backtracks: int = 60,
+                 rescaling: str = "margin", start: str = "random"):
+        self.lam = check_number("lam", lam, low=0.0, low_open=True)
+        self.bias = bool(bias)
+        if isinstance(L, str):
+            check_choice("L", L, ("adaptive", "exact"))
+        else:
+            check_number("L", L, low=0.0, low_open=True)
+        self.L = L
+        self.eps = check_number("eps", eps, low=0.0)
+        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
+        self.seed = seed
+        self.max_backtracks = check_number("max_backtracks", max_backtracks, low=1, integer=True)
+        self.rescaling = check_choice("rescaling", rescaling, ("margin",))   # the Crammer-Singer hinge
+        self.start = check_choice("start", start, ("random", "truth"))
+        self._bound = False
+
+    # ------------------------------------------------------------------ binding
+    def bind(self, structure, labels):
+        self.check_structure(structure)
+        self.structure = structure
+        self._kind = structure.kind
+        self._K = 0
+        self.W = Weights(1, 4)
+        self.b = np.zeros(4)
+        self._C = structure.cost_matrix(4, labels)
+        self.window = Window(self.capacity)
+        self._rng = np.random.default_rng(self.seed)
+        self._version = None
+        self._prev_seq = None
+        self._prev_n = None
+        self.alpha = None
+        self.k = 0
+        self.iterations = 0
+        self.backtracks = 0
+        self.mu_raises = 0
+        self.restarts = 0
+        self.Lcur = None
+        self.Lmax = 0.0
+        self.mu = None
+        self.last = None          # (J, D, gap, mu_bound, rate_bound) after the last iteration
+        self.history = []         # per iteration: (k, J, D, gap, mu * D2, 4 Lmax D2 / ((k+1)(k+2)), Jmu)
+        self._bound = True
+
+    def ensure(self, n_features, labels):
+        n_labels = len(labels)
+        Kc = self.W.Kc
+        if n_labels > Kc:
+            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        if n_features > self.W.E.shape[0] or Kc > self.W.Kc:
+            self.W.grow(n_features, Kc)
+            b = np.zeros(Kc)
+            b[: len(self.b)] = self.b
+            self.b = b
+            self._version = None
+        if n_labels != self._K or Kc != self._C.shape[0]:
+            if self.bias and n_labels > 2:
+                raise ValueError("Pragam(bias=True) (Pragam-b) is for two classes (one box plus one equality); "
+                                 f"got {n_labels} labels")
+            self._K = n_labels
+            self._C = self.structure.cost_matrix(Kc, labels)
+            self._version = None
+
+    @property
+    def n_blocks(self):
+        return len(self.window)
+
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+        """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
+        if len(tok_ptr) != 2:
+            raise ValueError("Pragam learns one-token (multiclass) examples")
+        self.window.add(tok_ptr, fidx, fval, y, Ki)
+
+    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
+        for e in range(len(ex_tok) - 1):
+            a, b = ex_tok[e], ex_tok[e + 1]
+            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
+            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]], 1)
+
+    @property
+    def stale(self):
+        return self._version != self.window.version
+
+    # ------------------------------------------------------------------ the problem on the window
+    def _setup(self):
+        """Matrices of the current window and the restarted Algorithm 1 state (module doc)."""
+        d = self.W.E.shape[0]
+        X, y = self.window.csr(d)
+        n, K = X.shape[0], self._K
+        self._X, self._XT, self._y = X, X.T.tocsr(), y
+        self._n = n
+        self._Dm = self._C[y][:, :K].copy()
+        self._Dm[np.arange(n), y] = 0.0
+        self._Y = np.zeros((n, K))
+        self._Y[np.arange(n), y] = 1.0 / n
+        self._s = np.where(y == 1, 1.0, -1.0)
+        self._work = np.empty(2 * max(n, K) + 2)
+        self._act = np.empty(max(n, K) + 2, dtype=np.int64)
+        self._sc = [np.empty(K) for _ in range(5)]
+        # start: the previous dual point (held rows rescaled, new rows on the truth) or random
+        start = self._Y.copy()
+        if self.alpha is not None and self._prev_seq is not None and self.alpha.shape[1] == K:
+            off = self.window.first_seq - self._prev_seq
+            m = self.alpha.shape[0]
+            lo, hi = max(off, 0), min(m, off + n)
+            if hi > lo:
+                start[lo - off:hi - off] = self.alpha[lo:hi] * (self._prev_n / n)
+            self.restarts += 1
+        elif self.start == "random":
+            P = self._rng.exponential(size=(n, K))
+            start = P / P.sum(axis=1, keepdims=True) / n
+        self._alpha_m1 = self._proj(start)
+        if self.L == "exact":
+            self.Lcur = self.lipschitz()
+        elif self.L == "adaptive":
+            # a lower bound on sigma_max(X)^2 / lam; backtracking raises it where needed
+            rn = np.asarray(X.multiply(X).sum(axis=1)).ravel()
+            self.Lcur = max(float(rn.max()) if n else 1.0, 1e-12) / self.lam
+        else:
+            self.Lcur = float(self.L)
+        self.Lmax = self.Lcur
+        self.k = 0
+        self.mu = None
+        self.last = None
+        self._version = self.window.version
+        self._prev_seq = self.window.first_seq
+        self._prev_n = n
+
+    def lipschitz(self):
+        """sigma_max(X)^2 / lam for the held window (the paper's L, with the 1/lam of (26))."""
+        X = self.window.csr(self.W.E.shape[0])[0]
+        if min(X.shape) == 0:
+            return 1.0 / self.lam
+        if min(X.shape) <= 2 or X.nnz < 50:
+            s = np.linalg.norm(X.toarray(), 2)
+        else:
+            from scipy.sparse.linalg import svds
+            s = float(svds(X.astype(np.float64), k=1, return_singular_vectors=False, tol=1e-10)[0])
+            s *= 1.0 + 1e-9
+        return s * s / self.lam
+
+    def _proj(self, P):
+        """Euclidean projection of an n x K array onto Q."""
+        n, K = P.shape
+        out = np.empty_like(P)
+        if not self.bias:
+            z = 1.0 / n
+            P = np.ascontiguousarray(P)
+            KP.project_simplex_rows(P, z, out, self._work, self._act, *self._sc[:5])
+            return out
+        # two classes with the equality sum_i s_i a_i = 0, a_i = alpha_i(other class)
+        y = self._y
+        iy = np.arange(n)
+        po = P[iy, 1 - y]
+        py = P[iy, y]
+        m = np.ascontiguousarray((po - py + 1.0 / n) / 2.0)
+        a = np.empty(n)
+        _, st = KP.project_box_eq(m, np.ones(n), self._s.copy(), np.zeros(n), np.full(n, 1.0 / n), 0.0, a,
+                                  self._work, self._act)
+        out[iy, 1 - y] = a
+        out[iy, y] = 1.0 / n - a
+        return out
+
+    def _Wof(self, alpha):
+        """W(alpha) = X' (Y/n - alpha) / lam (d x K)."""
+        return np.asarray(self._XT @ (self._Y - alpha)) / self.lam
+
+    def _g(self, XW):
+        """g(W)_iy = Delta_iy + <w_y - w_{y_i}, x_i> from the scores X W."""
+        n = self._n
+        return self._Dm + XW - XW[np.arange(n), self._y][:, None]
+
+    def _primal(self, W, XW):
+        """J(W) (minimizing over the bias for Pragam-b) and the bias."""
+        n = self._n
+        reg = 0.5 * self.lam * float(np.vdot(W, W))
+        G = self._g(XW)
+        if not self.bias:
+            return reg + float(G.max(axis=1).sum()) / n, 0.0
+        # H_i(c) = [t_i - s_i c]_+ with t_i = Delta_i + <w_o - w_y, x_i>; min over c = b_1 - b_0
+        t = G[np.arange(n), 1 - self._y]
+        s = self._s
+        kinks = t / s
+        order = np.argsort(kinks)
+        # sum_i [t_i - s_i c]_+ is convex piecewise linear in c: slope at c = -sum_{active} s_i
+        best_c, best = 0.0, math.inf
+        # evaluate at every kink in O(n) after sorting via cumulative sums
+        ks = kinks[order]
+        ss = s[order]
+        ts = t[order]
+        # active for s_i > 0 when c < kink; for s_i < 0 when c > kink
+        pos = ss > 0
+        # left of kink j: positives with kink > c are active -> suffix sums; negatives with kink < c -> prefix
+        tp_suf = np.cumsum((ts * pos)[::-1])[::-1]
+        sp_suf = np.cumsum((ss * pos)[::-1])[::-1]
+        tn_pre = np.concatenate([[0.0], np.cumsum(ts * ~pos)])
+        sn_pre = np.concatenate([[0.0], np.cumsum(ss * ~pos)])
+        # at c = ks[j]: positives with index >= j+1 active (those at j contribute 0), negatives with index < j
+        tp_next = np.concatenate([tp_suf[1:], [0.0]])
+        sp_next = np.concatenate([sp_suf[1:], [0.0]])
+        vals = (tp_next - sp_next * ks) + (tn_pre[:-1] - sn_pre[:-1] * ks)
+        j = int(np.argmin(vals))
+        best, best_c = float(vals[j]), float(ks[j])
+        return reg + max(best, 0.0) / n, best_c
+
+    def _smooth(self, XW, mu):
+        """(alpha_mu(W), J_mu(W) - reg): the maximizer of <alpha, g> - mu/2 ||alpha||^2 over Q and its value."""
+        G = self._g(XW)
+        A = self._proj(G / mu)
+        return A, float(np.vdot(A, G)) - 0.5 * mu * float(np.vdot(A, A))
+
+    def _dual(self, alpha, Wa):
+        return float(np.vdot(alpha, self._Dm)) - 0.5 * self.lam * float(np.vdot(Wa, Wa))
+
+    def _vstep(self, beta, Wb, XWb):
+        """v(beta) with backtracking on L (adaptive); returns (v, W(v))."""
+        grad = self._Dm + XWb
+        L = self.Lcur / 2.0 if self.L == "adaptive" else self.Lcur
+        for _ in range(self.max_backtracks):
+            v = self._proj(beta + grad / L)
+            Wv = self._Wof(v)
+            dv = v - beta
+            lhs = self.lam * float(np.vdot(Wv - Wb, Wv - Wb))
+            rhs = L * float(np.vdot(dv, dv))
+            if self.L != "adaptive" or lhs <= rhs * (1.0 + 1e-10) + 1e-300:
+                break
+            L *= 2.0
+            self.backtracks += 1
+        self.Lcur = L
+        self.Lmax = max(self.Lmax, L)
+        return v, Wv
+
+    def iterate(self):
+        """One iteration of Algorithm 1; returns the certified gap J(W_{k+1}) - D(alpha_{k+1})."""
+        if self.stale:
+            self._setup()
+        X = self._X
+        D2 = 1.0 / (2.0 * self._n)
+        if self.mu is None:       # Algorithm 1, line 1
+            am1 = self._alpha_m1
+            Wm1 = self._Wof(am1)
+            self._Wk = Wm1
+            self._XWk = np.asarray(X @ Wm1)
+            self.alpha, self._Wa = self._vstep(am1, Wm1, self._XWk)
+            self._XWa = np.asarray(X @ self._Wa)
+            self.mu = 2.0 * self.Lcur
+        k = self.k
+        tau = 2.0 / (k + 3.0)
+        mu = self.mu
+        for _ in range(self.max_backtracks):
+            amu, _ = self._smooth(self._XWk, mu)
+            Wmu = self._Wof(amu)
+            XWmu = np.asarray(X @ Wmu)
+            beta = (1 - tau) * self.alpha + tau * amu
+            Wb = (1 - tau) * self._Wa + tau * Wmu
+            XWb = (1 - tau) * self._XWa + tau * XWmu
+            v, Wv = self._vstep(beta, Wb, XWb)
+            if tau * tau * self.Lcur <= (1 - tau) * mu * (1.0 + 1e-12) or self.L != "adaptive":
+                break
+            # Nesterov's condition broken by a larger L: raise mu (keeps J_mu(W_k) <= D(alpha_k)), redo
+            mu = tau * tau * self.Lcur / (1 - tau)
+            self.mu_raises += 1
+            self.Lcur = 2.0 * self.Lcur     # the retried v-step starts from L / 2: start from L
+        self._Wk = (1 - tau) * self._Wk + tau * Wb
+        self.k = k + 1
+        if self.k % 50 == 0:
+            self._XWk = np.asarray(X @ self._Wk)        # drop accumulated round-off
+        else:
+            self._XWk = (1 - tau) * self._XWk + tau * XWb
+        self.alpha, self._Wa = v, Wv
+        self._XWa = np.asarray(X @ Wv)
+        self.mu = (1 - tau) * mu
+        self.iterations += 1
+        J, c = self._primal(self._Wk, self._XWk)
+        D = self._dual(self.alpha, self._Wa)
+        kk = self.k
+        rate = 4.0 * self.Lmax * D2 / ((kk + 1) * (kk + 2))
+        self._bias_c = c
+        self.last = (J, D, J - D, self.mu * D2, rate)
+        self.history.append((kk, J, D, J - D, self.mu * D2, rate))
+        self._sync()
+        return J - D
+
+    def _sync(self):
+        K = self._K
+        d = self._Wk.shape[0]
+        self.W.E[:d, :K] = self._Wk
+        if self.bias:
+            self.b[:] = 0.0
+            self.b[1] = 0.5 * self._bias_c
+            self.b[0] = -0.5 * self._bias_c
+
+    def excessive_gap(self):
+        """(J_mu(W_k), D(alpha_k)) at the current iterate: Nesterov's invariant is J_mu <= D
+        (tests). Observes only."""
+        _, val = self._smooth(self._XWk, self.mu)
+        return 0.5 * self.lam * float(np.vdot(self._Wk, self._Wk)) + val, self._dual(self.alpha, self._Wa)
+
+    def refine(self, passes=1.0, tol=None, progress=None):
+        """Up to ``ceil(passes)`` iterations of Algorithm 1 (each O(nd): two products with X and two
+        with X'); stops once the certified gap is <= ``tol`` (default ``eps``)."""
+        check_number("passes", passes, low=0.0)
+        if len(self.window) == 0 or self._K < 2:
+            return
+        tol = self.eps if tol is None else tol
+        n_it = int(math.ceil(passes))
+        for it in range(n_it):
+            gap = self.iterate()
+            if progress is not None:
+                progress((it + 1) / n_it, self)
+            if gap <= tol:
+                break
+
+    # ------------------------------------------------------------------ prediction / certificate
+    def decision(self, X):
+        """Scores X W + b (n x K) of a CSR matrix with the model's feature ids."""
+        K = self._K
+        d = X.shape[1]
+        return np.asarray(X @ self.W.E[:d, :K]) + self.b[:K]
+
+    def predict(self, ex_tok, tok_ptr, fidx, fval, y_ptr, n_out):
+        import scipy.sparse as sp
+        out = np.zeros(n_out, dtype=np.int32)
+        if self._K == 0:
+            return out
+        d = self.W.E.shape[0]
+        fidx = np.asarray(fidx)
+        keep = fidx < d
+        tp = np.asarray(tok_ptr, dtype=np.int64)
+        if not keep.all():
+            cnt = np.concatenate([[0], np.cumsum(keep)])
+            tp = cnt[tp]
+            fidx, fval = fidx[keep], np.asarray(fval)[keep]
+        X = sp.csr_matrix((np.asarray(fval, dtype=np.float64), fidx, tp), shape=(len(tp) - 1, d))
+        S = self.decision(X)
+        rows = np.asarray(ex_tok[:-1], dtype=np.int64)
+        lab = np.argmax(S[rows], axis=1).astype(np.int32)
+        out[np.asarray(y_ptr[:-1], dtype=np.int64)] = lab
+        return out
+
+    def certificate(self):
+        """J(W_k) - D(alpha_k) of the last iteration (valid by weak duality; no computation), with
+        Nesterov's bound mu_k D_2 and the paper's 4 L D_2 / ((k+1)(k+2)) in ``extra``."""
+        n = len(self.window)
+        extra = {"k": self.k, "iterations": self.iterations, "L": self.Lcur, "L_max": self.Lmax,
+                 "mu": self.mu, "backtracks": self.backtracks, "mu_raises": self.mu_raises,
+                 "restarts": self.restarts, "bias": self.bias}
+        if n == 0 or self._K < 2:
+            return Certificate(math.inf, math.nan, -math.inf, n, 0, 0.0, False, self.lam,
+                               note="no examples held (or fewer than two classes)", extra=extra)
+        if self.stale or self.last is None:
+            why = "the window changed since the last refine" if self.last is not None else "no iteration yet"
+            return Certificate(math.inf, math.nan, -math.inf, n, 0, 0.0, False, self.lam,
+                               note=f"no certificate: {why}; refine to certify", extra=extra)
+        J, D, gap, mub, rate = self.last
+        extra.update({"raw_gap": gap, "mu_bound": mub, "bound": rate})
+        reg = 0.5 * self.lam * float(np.vdot(self._Wk, self._Wk))
+        return Certificate(max(gap, 0.0), J, D, n, 0, 0.0, True, self.lam, regularizer=reg, hinge=J - reg, raw_gap=gap,
+                           dual_loss=float(np.vdot(self.alpha, self._Dm)),
+                           note="Pragam primal-adjoint gap J(W_k) - D(alpha_k) (weak duality)"
+                                + ("; primal minimized over the bias" if self.bias else ""),
+                           extra=extra)
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        st = {"K": self._K, "C": self._C, "E": self.W.E, "T": self.W.T, "B": self.W.B, "b": self.b,
+              "window": self.window.state(),
+              "scalars": {"k": self.k, "iterations": self.iterations, "backtracks": self.backtracks,
+                          "mu_raises": self.mu_raises, "restarts": self.restarts, "Lcur": self.Lcur,
+                          "Lmax": self.Lmax, "mu": self.mu, "version": self._version,
+                          "prev_seq": getattr(self, "_prev_seq", None), "prev_n": getattr(self, "_prev_n", None),
+                          "bias_c": getattr(self, "_bias_c", 0.0)},
+              "history": np.asarray(self.history, dtype=np.float64).reshape(-1, 6)}
+        if self.alpha is not None:
+            st["alpha"] = self.alpha
+        if self.mu is not None:
+            st.update({"Wk": self._Wk, "Wa": self._Wa})
+        return st
+
+    def restore(self, structure, labels, st):
+        self.bind(structure, labels)
+        self._K = int(st["K"])
+        self._C = np.array(st["C"], dtype=np.float64)
+        self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
+        self.b = np.array(st["b"], dtype=np.float64)
+        self.window = Window.from_state(st["window"])
+        s = st["scalars"]
+        for k in ("k", "iterations", "backtracks", "mu_raises", "restarts"):
+            setattr(self, k, int(s[k]))
+        self.Lcur = None if s["Lcur"] is None else float(s["Lcur"])
+        self.Lmax = float(s["Lmax"])
+        self._prev_seq = None if s["prev_seq"] is None else int(s["prev_seq"])
+        self._prev_n = None if s["prev_n"] is None else int(s["prev_n"])
+        self._bias_c = float(s["bias_c"])
+        self.history = [tuple(r) for r in np.asarray(st["history"]).reshape(-1, 6)]
+        self.alpha = np.array(st["alpha"], dtype=np.float64) if "alpha" in st else None
+        if s["mu"] is not None and s["version"] is not None and int(s["version"]) == self.window.version:
+            # rebuild the window matrices, then put Algorithm 1's state back exactly
+            alpha, Lcur, Lmax, k, restarts = self.alpha, self.Lcur, self.Lmax, self.k, self.restarts
+            self._setup()
+            self.alpha, self.Lcur, self.Lmax, self.k, self.restarts = alpha, Lcur, Lmax, k, restarts
+            self.mu = float(s["mu"])
+            self._Wk = np.array(st["Wk"], dtype=np.float64)
+            self._Wa = np.array(st["Wa"], dtype=np.float64)
+            self._XWk = np.asarray(self._X @ self._Wk)
+            self._XWa = np.asarray(self._X @ self._Wa)
+            J, c = self._primal(self._Wk, self._XWk)
+            D = self._dual(self.alpha, self._Wa)
+            D2 = 1.0 / (2.0 * self._n)
+            self._bias_c = c
+            self.last = (J, D, J - D, self.mu * D2, 4.0 * self.Lmax * D2 / ((self.k + 1) * (self.k + 2)))
+        else:
+            self._version = None
