@@ -123,8 +123,7 @@ class BMRM(Learner):
         self.structure = structure
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)
-        if self.rescaling == "slack" and self._kind == so.CHAIN and structure._cost_user is not None:
-            raise ValueError("slack rescaling of chains needs the Hamming loss (no cost matrix)")
+        structure.check_rescaling(self.rescaling)
         self._K = 0
         self.W = Weights(1, 4)            # current bundle iterate w_t
         self.Wbest = Weights(1, 4)        # argmin_{t'} J(w_t') (predicts)
@@ -394,7 +393,7 @@ class BMRM(Learner):
             a.E, a.T, a.B = (np.array(c[k], dtype=np.float64) for k in ("E", "T", "B"))
             if c["aggregate"]:
                 labs = None
-            elif self._kind == so.MULTICLASS and self.window.single_token():
+            elif self.structure.single_label and self.window.single_token():
                 labs = np.asarray(c["labs"], dtype=np.int32)
             else:
                 labs = [np.asarray(x, dtype=np.int32) for x in c["labs"]]

@@ -34,7 +34,6 @@ from .._kernels import structops as so
 from ..structures.base import Weights
 from .structured import ExampleOracles
 
-MULTICLASS = so.MULTICLASS
 
 
 class Window:
@@ -166,7 +165,7 @@ class RiskOracle:
         self._orc = _example_oracles(structure, self.K, self.Kc, C)
 
     def vectorized(self, window):
-        return self.kind == MULTICLASS and window.single_token()
+        return self.structure.single_label and window.single_token()
 
     # ------------------------------------------------------------------ multiclass, vectorized
     def _mc_scores(self, W, window):

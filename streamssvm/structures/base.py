@@ -159,6 +159,9 @@ class Structure:
         """(smallest positive, largest) loss of a labeling of one example."""
         raise NotImplementedError
 
+    #: a labeling is one class per token and nothing else (multiclass): learners may vectorize
+    single_label: bool = False
+
     def check_rescaling(self, rescaling):
         """Raise ValueError when this structure's exact oracles do not support ``rescaling``."""
 

@@ -17,6 +17,7 @@ class MultiClass(_Tokens):
     kind = MULTICLASS
     use_trans = False
     name = "multiclass"
+    single_label = True
 
     def loss_range(self, ytrue, L, K, Ki, C):
         """The smallest positive and the largest cost of the true label's row."""
