@@ -1,0 +1,240 @@
+"""Distributed learning on Ray: a real local Ray cluster (one per module) and, for Kafka, the
+real Tansu broker of ``tests/conftest.py``.
+
+The actors import this checkout's ``streamssvm``: the cluster is started with
+``runtime_env={"env_vars": {"PYTHONPATH": <repo root>}}`` (``streamssvm.distributed.runtime_env``).
+"""
+import json
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="needs the [distributed] extra (Ray)")
+
+import streamssvm as ss  # noqa: E402
+import streamssvm.distributed as sd  # noqa: E402
+from streamssvm._kernels import structops as so  # noqa: E402
+from streamssvm._kernels.bcfw import M_FOFF, M_L, M_NNZ  # noqa: E402
+
+LABELS = [0, 1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def data(n, seed=0, d=6):
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(len(LABELS), d))
+    X = rng.normal(size=(n, d))
+    Y = [int(v) for v in np.argmax(X @ W.T + 0.5 * rng.normal(size=(n, len(LABELS))), axis=1)]
+    return X, Y
+
+
+def messages(n, seed=0):
+    X, Y = data(n, seed)
+    return [json.dumps({"x": {f"f{j}": float(v) for j, v in enumerate(x)}, "y": y}).encode() for x, y in zip(X, Y)]
+
+
+def bcfw_model(**kw):
+    lr = dict(lam=0.01, averaging=False, gap_every=None, seed=0, replay=1)
+    lr.update(kw)
+    return ss.MulticlassSSVM(labels=LABELS, n_features=2 ** 10, learner=ss.learners.BCFW(**lr))
+
+
+def single_process_certificate(model):
+    """The certificate of the union of the blocks at the mixed weights, computed in this process
+    by the learner's own (observing) full-gap pass."""
+    return model._learner.measure()
+
+
+def assert_feasible(model):
+    """w = A alpha with every alpha_i in the simplex (multiclass: the block statistic is alpha_i)."""
+    lr = model._learner
+    st = lr.store
+    for j in st.slots():
+        L, nnz = int(st.meta[j, M_L]), int(st.meta[j, M_NNZ])
+        s0 = int(st.meta[j, M_FOFF]) + nnz + L * L
+        a = st.Far[s0:s0 + so.stat_size(st.kind, L, st.Kc)]
+        if st.kind == so.MULTICLASS:
+            assert a.min() >= -1e-12 and abs(a.sum() - 1.0) < 1e-9
+    U = (lr.W.E.copy(), lr.W.T.copy(), lr.W.B.copy())
+    lr.full_gap()   # re-sums U from the blocks (rebuild) and refreshes the gaps
+    for a, b in zip(U, (lr.W.E, lr.W.T, lr.W.B)):
+        np.testing.assert_allclose(a, b, atol=1e-9 * max(1.0, np.abs(a).max()))
+
+
+# ----------------------------------------------------------------------------- refusals (no cluster)
+@pytest.mark.parametrize("learner, msg", [
+    (ss.learners.BCFW(step="pairwise", averaging=False, gap_every=None), "step='pairwise'"),
+    (ss.learners.BCFW(averaging=True, gap_every=None), "averaging=True"),
+    (ss.learners.BCFW(averaging=False, cache=True, gap_every=None), "cache=True"),
+    (ss.learners.BCFW(averaging=False, sampling="gap", gap_every=10.0), "sampling='gap'"),
+])
+def test_refused_bcfw_settings(learner, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(")):
+        sd.run(ss.MulticlassSSVM(labels=LABELS, learner=learner), "unused.jsonl", task="multiclass")
+
+
+def test_refused_learners_and_models():
+    from streamssvm.learners.cutting_plane import CuttingPlane
+    with pytest.raises(ValueError, match="CuttingPlane"):
+        sd.run(ss.MulticlassSSVM(labels=LABELS, learner=CuttingPlane()), "unused.jsonl", task="multiclass")
+    with pytest.raises(ValueError, match="MEMOIR"):
+        sd.run(ss.ExtremeClassifier(), "unused.jsonl", task="extreme")
+    with pytest.raises(ValueError, match="labels declared"):
+        sd.run(bcfw_model().clone({"labels": None}), "unused.jsonl", task="multiclass")
+    with pytest.raises(ValueError, match=r"beta must be in \(0, 1\]"):
+        sd.run(bcfw_model(), "unused.jsonl", task="multiclass", beta=2.0)
+
+
+# ----------------------------------------------------------------------------- BCFW mixing
+def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path):
+    X, Y = data(600, seed=1)
+    # a long single-process run: its primal value bounds min P from above, so every valid dual
+    # value of the mixed points must stay below it
+    ref = bcfw_model(replay=2)
+    for x, y in zip(X, Y):
+        ref.learn_one(x, y)
+    ref.refine(30)
+    p_ref = ref.certificate().primal
+    seen = []
+
+    def check(rec, job):
+        model = job.final_model()
+        c = single_process_certificate(model)
+        g = rec["certificate"]
+        assert c.n_blocks == rec["n_blocks"] == g["n_blocks"]
+        assert g["extra"]["raw_gap"] >= -1e-10
+        np.testing.assert_allclose(c.gap, g["gap"], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(c.primal, g["primal"], rtol=1e-9)
+        np.testing.assert_allclose(c.block_gap_sum, g["block_gap_sum"], rtol=1e-9, atol=1e-12)
+        if rec["n_blocks"] == len(X):
+            assert g["dual"] <= p_ref + 1e-9     # a feasible dual point's value is below min P
+        assert_feasible(model)
+        seen.append(rec["round"])
+
+    res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=2, round_examples=100,
+                 checkpoint_dir=tmp_path / "ck", passes=3, on_round=check)
+    assert seen == list(range(1, res.rounds + 1)) and res.rounds >= 5
+    assert res.examples_seen == len(X) and res.model.n_blocks == len(X)
+    # the refinement rounds make progress on the global certificate
+    gaps = [h["gap"] for h in res.history]
+    assert gaps[-1] < gaps[2]
+
+
+def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
+    rng = np.random.default_rng(3)
+    tags = ["a", "b", "c"]
+    X, Y = [], []
+    for _ in range(120):
+        L = int(rng.integers(2, 6))
+        y = [tags[int(v)] for v in rng.integers(0, 3, L)]
+        X.append(np.array([[1.0 if tags.index(t) == j else 0.0 for j in range(3)] + list(rng.normal(size=2))
+                           for t in y]))
+        Y.append(y)
+    m = ss.SequenceTagger(labels=tags, learner=ss.learners.BCFW(lam=0.05, averaging=False, gap_every=None, seed=0))
+    res = sd.run(m, (X, Y), task="sequence", workers=2, round_examples=20, checkpoint_dir=tmp_path / "ck",
+                 passes=1)
+    c = single_process_certificate(res.model)
+    np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    assert res.model.n_blocks == len(X)
+    assert_feasible(res.model)
+
+
+# ----------------------------------------------------------------------------- SGD parameter mixing
+def test_sgd_parameter_mixing_averages_the_workers(cluster, tmp_path):
+    X, Y = data(400, seed=2)
+    m = ss.MulticlassSSVM(labels=LABELS, learner=ss.learners.SGD(lam=0.01, seed=0))
+    rounds = []
+
+    def grab(rec, job):
+        ws = ray.get([w.model_state.remote() for w in job.workers])
+        E = [s["learner"]["a"] * s["learner"]["E"] for s in ws]
+        rounds.append(E)
+
+    res = sd.run(m, (X, Y), task="multiclass", workers=2, round_examples=50, checkpoint_dir=tmp_path / "ck",
+                 on_round=grab)
+    assert res.examples_seen == len(X)
+    for E in rounds:   # after every round every worker continues from the same (mixed) weights
+        np.testing.assert_allclose(E[0], E[1])
+    assert np.abs(rounds[-1][0]).sum() > 0
+    acc = np.mean([res.model.predict_one(x) == y for x, y in zip(X, Y)])
+    assert acc > 0.6
+    assert res.certificate["exact"] is False and np.isinf(res.certificate["gap"])
+
+
+# ----------------------------------------------------------------------------- Kafka
+def kafka_job(broker, topic, msgs, ck, group, **kw):
+    from connectors.kafka import create_topic, produce_lines
+    create_topic(broker, topic, partitions=2)
+    produce_lines(broker, topic, msgs, partitions=2)
+    return lambda **more: sd.run(bcfw_model(), f"kafka://{broker}/{topic}?group={group}&stop_at_end=true",
+                                 task="multiclass", workers=2, round_examples=40, checkpoint_dir=ck,
+                                 **{**kw, **more})
+
+
+def committed(broker, topic, group):
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=broker, group_id=group, enable_auto_commit=False)
+    try:
+        return {p: c.committed(TopicPartition(topic, p)) for p in (0, 1)}
+    finally:
+        c.close()
+
+
+def test_two_workers_two_partitions_count_and_certificate(cluster, broker, tmp_path):
+    msgs = messages(300)
+    job = kafka_job(broker, "t2", msgs, tmp_path / "ck", "g2")
+    res = job(passes=1)
+    assert res.examples_seen == len(msgs)
+    assert sum(w["n_blocks"] for w in res.workers) == len(msgs) == res.model.n_blocks
+    assert [w["n_blocks"] for w in res.workers] == [150, 150]   # one partition each
+    c = single_process_certificate(res.model)
+    np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(c.dual, res.certificate["dual"], rtol=1e-9, atol=1e-12)
+    assert committed(broker, "t2", "g2") == {0: 150, 1: 150}
+    # a second job on the same checkpoint directory resumes after the last cut: nothing new
+    again = job()
+    assert again.examples_seen == len(msgs) and again.model.n_blocks == len(msgs)
+
+
+def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_path):
+    """Worker 1 runs one round ahead of the last cut (it consumed and learned 40 more messages
+    that no cut holds), then worker 0 is killed (ray.kill). The job restarts every worker from the
+    last cut. Compared with an uninterrupted run of the same topic: the number of examples and
+    blocks (each message once), the Kafka offsets committed, and the final mixed weights and
+    certificate (rounds hold exactly ``round_examples`` records per worker, so the runs are
+    deterministic and must agree to round-off)."""
+    msgs = messages(400, seed=5)
+    from connectors.kafka import create_topic, produce_lines
+    create_topic(broker, "tk", partitions=2)
+    produce_lines(broker, "tk", msgs, partitions=2)
+
+    def make(group, ck, **kw):
+        return sd.run(bcfw_model(), f"kafka://{broker}/tk?group={group}&stop_at_end=true", task="multiclass",
+                      workers=2, round_examples=40, checkpoint_dir=ck, **kw)
+
+    killed = []
+
+    def kill(rec, job):
+        if rec["round"] == 2 and not killed:
+            info, _ = ray.get(job.workers[1].learn_round.options(num_returns=2).remote(40))
+            assert info["n_new"] == 40
+            ray.kill(job.workers[0])
+            killed.append(rec["round"])
+
+    res = make("gk", tmp_path / "a", on_round=kill)
+    assert killed == [2] and res.restarts == 1
+    ref = make("gr", tmp_path / "b")
+    assert res.restarts == 1 and ref.restarts == 0
+    assert res.examples_seen == ref.examples_seen == len(msgs)
+    assert res.model.n_blocks == len(msgs)
+    assert committed(broker, "tk", "gk") == committed(broker, "tk", "gr") == {0: 200, 1: 200}
+    np.testing.assert_allclose(res.model._learner.W.E, ref.model._learner.W.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
