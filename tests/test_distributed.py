@@ -89,8 +89,8 @@ def test_refused_learners_and_models():
         sd.run(ss.ExtremeClassifier(), "unused.jsonl", task="extreme")
     with pytest.raises(ValueError, match="labels declared"):
         sd.run(bcfw_model().clone({"labels": None}), "unused.jsonl", task="multiclass")
-    with pytest.raises(ValueError, match=r"beta must be in \(0, 1\]"):
-        sd.run(bcfw_model(), "unused.jsonl", task="multiclass", beta=2.0)
+    with pytest.raises(ValueError, match=r"beta must be in \(0, workers\]"):
+        sd.run(bcfw_model(), "unused.jsonl", task="multiclass", workers=2, beta=3.0)
 
 
 # ----------------------------------------------------------------------------- BCFW mixing
@@ -205,12 +205,13 @@ def test_two_workers_two_partitions_count_and_certificate(cluster, broker, tmp_p
 
 
 def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_path):
-    """Worker 1 runs one round ahead of the last cut (it consumed and learned 40 more messages
-    that no cut holds), then worker 0 is killed (ray.kill). The job restarts every worker from the
-    last cut. Compared with an uninterrupted run of the same topic: the number of examples and
+    """Cuts every 3 rounds. After round 4 (one round past the cut of round 3), worker 1 runs one
+    more round ahead (it consumes and learns 40 more messages that no cut holds), then worker 0
+    is killed (ray.kill). The job restarts every worker from the cut of round 3. Compared with an
+    uninterrupted run of the same topic with a cut every round: the number of examples and
     blocks (each message once), the Kafka offsets committed, and the final mixed weights and
     certificate (rounds hold exactly ``round_examples`` records per worker, so the runs are
-    deterministic and must agree to round-off)."""
+    deterministic and must agree to round-off, whatever the cut cadence)."""
     msgs = messages(400, seed=5)
     from connectors.kafka import create_topic, produce_lines
     create_topic(broker, "tk", partitions=2)
@@ -223,14 +224,15 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     killed = []
 
     def kill(rec, job):
-        if rec["round"] == 2 and not killed:
+        if rec["round"] == 4 and not killed:
             info, _ = ray.get(job.workers[1].learn_round.options(num_returns=2).remote(40))
             assert info["n_new"] == 40
             ray.kill(job.workers[0])
             killed.append(rec["round"])
 
-    res = make("gk", tmp_path / "a", on_round=kill)
-    assert killed == [2] and res.restarts == 1
+    res = make("gk", tmp_path / "a", on_round=kill, checkpoint_every=3)
+    assert killed == [4] and res.restarts == 1
+    assert [h["round"] for h in res.history] == list(range(1, res.rounds + 1))
     ref = make("gr", tmp_path / "b")
     assert res.restarts == 1 and ref.restarts == 0
     assert res.examples_seen == ref.examples_seen == len(msgs)

@@ -16,7 +16,7 @@ block steps on its own blocks only, against its local view U^0 + dU_k, where
     dU_k = sum_{i in S_k} (u_i(alpha_i^k) - u_i(alpha_i^0))
 
 (a new block starts at alpha on its ground truth, u_i = 0, L_i = 0). The mixer forms, with
-gamma = beta / K and 0 < beta <= 1,
+gamma = beta / K and 0 < beta <= K,
 
     U^+ = U^0 + gamma sum_k dU_k ,        alpha_i^+ = alpha_i^0 + gamma (alpha_i^k - alpha_i^0)  (i in S_k).
 
@@ -24,9 +24,11 @@ Each alpha_i^+ = (1 - gamma) alpha_i^0 + gamma alpha_i^k is a convex combination
 of the simplex, so it is in the simplex; and because u_i, L_i are linear in alpha_i and the
 blocks are disjoint, sum_i u_i(alpha^+) = U^0 + gamma sum_k dU_k = U^+. Hence w^+ = U^+/(lam n)
 = A alpha^+ with alpha^+ feasible: the mixed point is a dual point and the certificate
-P(w^+) - D(alpha^+) is a valid bound after every round. beta = 1 (averaging) is the setting in
-which CoCoA's guarantee holds with an unmodified local solver (adding, beta = K, needs a
-modified local subproblem -- CoCoA+ -- and is refused here).
+P(w^+) - D(alpha^+) is a valid bound after every round, for any 0 < gamma <= 1. beta = 1
+(averaging) is the setting in which CoCoA's guarantee holds with an unmodified local solver;
+adding (beta = K, gamma = 1) stays feasible but may overshoot (CoCoA+ makes it safe with a local
+subproblem whose quadratic term is scaled by K, which needs a change in the block-step kernel
+and is not implemented).
 
 The worker blends its *blocks* the same way (the stored per-block statistic is linear in
 alpha_i, see ``streamssvm._kernels.structops``; slack rescaling stores u~_i and L_i, also

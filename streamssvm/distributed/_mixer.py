@@ -105,5 +105,10 @@ class Mixer:
         path = self.cuts.commit(round_id, parts, self.state(), meta={"examples_seen": record.get("examples_seen")})
         return str(path)
 
+    def note(self, record):
+        """A round without a cut: its record joins the history of the next cut."""
+        self.history.append(record)
+        return True
+
     def weights(self):
         return dict(self.start)

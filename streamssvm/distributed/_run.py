@@ -165,7 +165,7 @@ class _Job:
                 pass
         self.workers, self.mixer = [], None
 
-    def one_round(self, max_examples, max_seconds, idle_timeout, refine_passes, certify):
+    def one_round(self, max_examples, max_seconds, idle_timeout, refine_passes, certify, cut=True):
         r = self.round + 1
         t0 = time.perf_counter()
         outs = [w.learn_round.options(num_returns=2).remote(max_examples, max_seconds, idle_timeout, refine_passes)
@@ -181,8 +181,6 @@ class _Job:
             sums = [w.block_sums.remote() for w in self.workers]
             cert = ray.get(self.mixer.certificate.remote(ray.get(sums)))
         t_cert = time.perf_counter() - t0 - t_learn - t_mix
-        paths = ray.get([self.mixer.part_path.remote(r, k) for k in range(self.K)])
-        parts = ray.get([w.save_part.remote(r, p) for w, p in zip(self.workers, paths)])
         mix_bytes = ray.get(mixed)["bytes"]
         seen = sum(i["examples_seen"] for i in infos)
         n_metric = sum(i["metrics"].get("n", 0) for i in infos) if all("n" in i["metrics"] for i in infos) else None
@@ -201,10 +199,17 @@ class _Job:
             rec.update({"gap": cert["gap"], "primal": cert["primal"], "dual": cert["dual"], "exact": cert["exact"],
                         "certificate": cert})
         rec["seconds_checkpoint"] = 0.0
-        t1 = time.perf_counter()
-        ray.get(self.mixer.commit.remote(r, parts, rec))
-        ray.get([w.commit_offsets.remote() for w in self.workers])
-        rec["seconds_checkpoint"] = time.perf_counter() - t1
+        rec["cut"] = bool(cut or rec["ended"])
+        if rec["cut"]:
+            # the consistent cut: every part durable, then the mixer commits, then the offsets
+            t1 = time.perf_counter()
+            paths = ray.get([self.mixer.part_path.remote(r, k) for k in range(self.K)])
+            parts = ray.get([w.save_part.remote(r, p) for w, p in zip(self.workers, paths)])
+            ray.get(self.mixer.commit.remote(r, parts, rec))
+            ray.get([w.commit_offsets.remote() for w in self.workers])
+            rec["seconds_checkpoint"] = time.perf_counter() - t1
+        else:
+            ray.get(self.mixer.note.remote(rec))
         rec["seconds"] = time.perf_counter() - t0
         self.round = r
         self.n_global = n_global
@@ -239,7 +244,8 @@ def _merge_metrics(ms):
 
 
 def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
-        round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1, beta=1.0,
+        round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1, checkpoint_every=1,
+        beta=1.0,
         max_rounds=None, idle_timeout=None, max_restarts=3, keep=3, metrics_path=None, on_round=None,
         num_cpus=None, progress=False):
     """Learn ``model`` from ``source`` with ``workers`` Ray actors and mixing rounds.
@@ -269,8 +275,15 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
         of them per round, stopping early once the global gap <= ``tol``.
     snapshot_every
         Rounds between two global certificates (always one at the end).
+    checkpoint_every
+        Rounds between two consistent cuts (and Kafka offset commits); always one when the
+        stream ends and at the last round. A restart replays the rounds since the last cut.
     beta
-        Mixing weight, 0 < beta <= 1 (1: CoCoA averaging / parameter averaging).
+        Mixing weight, 0 < beta <= K: ``new = start + (beta/K) sum_k delta_k``. 1 is CoCoA
+        averaging / parameter averaging (the setting with a convergence guarantee for an
+        unmodified local solver); K is "adding" -- the mixed BCFW point is still dual-feasible
+        (each block moves by a convex combination, see :mod:`._bcfw`) but steps may overshoot
+        (CoCoA+ makes adding safe with a modified local subproblem, which is not implemented).
     on_round
         ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
 
@@ -279,10 +292,12 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
     DistributedResult
     """
     kind = learner_kind(model)
-    if not (0.0 < float(beta) <= 1.0):
-        raise ValueError(f"beta must be in (0, 1], got {beta!r}")
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if not (0.0 < float(beta) <= workers):
+        raise ValueError(f"beta must be in (0, workers] = (0, {workers}], got {beta!r}")
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
     if getattr(model, "labels", None) is None:
         raise ValueError("distributed learning needs the labels declared up front (labels=[...]) so that every "
                          "worker numbers them alike")
@@ -319,8 +334,11 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
                     break
             rp = 0.0 if streaming else min(passes_per_round, passes - refine_done)
             certify = (job.round + 1) % max(int(snapshot_every), 1) == 0 or not streaming
+            last = (max_rounds is not None and job.round + 1 >= max_rounds) or (
+                not streaming and refine_done + rp >= passes - 1e-12)
+            cut = (job.round + 1) % checkpoint_every == 0 or last
             try:
-                rec = job.one_round(round_examples if streaming else 0, round_seconds, idle_timeout, rp, certify)
+                rec = job.one_round(round_examples if streaming else 0, round_seconds, idle_timeout, rp, certify, cut)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError,
                     ray.exceptions.WorkerCrashedError) as e:
                 restarts += 1
@@ -329,6 +347,8 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
                 job.stop()
                 cut = job.start()
                 history = [h for h in history if h["round"] <= job.round]
+                if job.round == 0:
+                    history = []
                 refine_done = sum(h["refine_passes"] for h in history)
                 cert = next((h["certificate"] for h in reversed(history) if "certificate" in h), None)
                 del cut
