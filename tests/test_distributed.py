@@ -85,8 +85,8 @@ def test_refused_learners_and_models():
     from streamssvm.learners.cutting_plane import CuttingPlane
     with pytest.raises(ValueError, match="CuttingPlane"):
         sd.run(ss.MulticlassSSVM(labels=LABELS, learner=CuttingPlane()), "unused.jsonl", task="multiclass")
-    with pytest.raises(ValueError, match="MEMOIR"):
-        sd.run(ss.ExtremeClassifier(), "unused.jsonl", task="extreme")
+    with pytest.raises(ValueError, match="sparse rows"):
+        sd.run(ss.ExtremeClassifier(rows="sparse", labels=LABELS), "unused.jsonl", task="extreme")
     with pytest.raises(ValueError, match="labels declared"):
         sd.run(bcfw_model().clone({"labels": None}), "unused.jsonl", task="multiclass")
     with pytest.raises(ValueError, match=r"beta must be in \(0, workers\]"):
@@ -167,6 +167,25 @@ def test_sgd_parameter_mixing_averages_the_workers(cluster, tmp_path):
     acc = np.mean([res.model.predict_one(x) == y for x, y in zip(X, Y)])
     assert acc > 0.6
     assert res.certificate["exact"] is False and np.isinf(res.certificate["gap"])
+
+
+def test_memoir_parameter_mixing(cluster, tmp_path):
+    X, Y = data(400, seed=4)
+    m = ss.ExtremeClassifier(lam=1e-3, mips="hnsw", rows="dense", labels=LABELS, seed=0)
+    rounds = []
+
+    def grab(rec, job):
+        ws = ray.get([w.model_state.remote() for w in job.workers])
+        rounds.append([s["learner"]["acc"] * s["learner"]["rows"]["V"] for s in ws])
+
+    res = sd.run(m, (X, Y), task="extreme", workers=2, round_examples=50, checkpoint_dir=tmp_path / "ck",
+                 on_round=grab)
+    assert res.examples_seen == len(X) and len(rounds) == res.rounds
+    for V in rounds:   # every worker continues from the mixed rows
+        np.testing.assert_allclose(V[0], V[1], rtol=1e-12, atol=1e-14)
+    acc = np.mean([res.model.predict_one(x) == y for x, y in zip(X, Y)])
+    assert acc > 0.6
+    assert np.isfinite(res.certificate["primal"]) and res.certificate["exact"] is False
 
 
 # ----------------------------------------------------------------------------- Kafka

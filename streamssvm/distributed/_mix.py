@@ -2,7 +2,7 @@
 
 * BCFW: CoCoA-style averaging of the weight-sum changes, blocks blended consistently, so the
   mixed point stays w = A alpha with alpha feasible (derivation in :mod:`._bcfw`).
-* SGD: iterative parameter mixing (McDonald, Hall and Mann, "Distributed training strategies
+* SGD and MEMOIR (``ExtremeClassifier`` with dense class rows): iterative parameter mixing (McDonald, Hall and Mann, "Distributed training strategies
   for the structured perceptron", NAACL 2010): after every round the workers' weight vectors
   (and their running averages) are averaged and every worker continues from the average.
 
@@ -35,8 +35,11 @@ def learner_kind(model):
     from ..learners.sgd import SGD
     name = type(model).__name__
     if name == "ExtremeClassifier":
-        raise ValueError("ExtremeClassifier (MEMOIR) is not supported by distributed learning yet: its "
-                         "maximum-inner-product index would have to be rebuilt after every mixing round")
+        if model.rows == "sparse" or (model.rows == "auto" and model.n_features is not None
+                                      and model.n_features > 4096):
+            raise ValueError("distributed MEMOIR mixes dense class rows: use rows='dense' (or array input of "
+                             "at most 4096 columns); sparse rows are not supported yet")
+        return "memoir"
     lr = getattr(model, "learner", None)
     lname = type(lr).__name__
     if lname in REFUSED:
@@ -209,5 +212,45 @@ class ParameterMixing:
         return {"hinge_sum": (c.hinge * n) if n else 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"),
                 "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
 
+class MemoirMixing(ParameterMixing):
+    """Iterative parameter mixing of MEMOIR's class rows (w_c = acc V_c); after the mixed rows are
+    installed the learner is restored from its own state, which rebuilds the MIPS index."""
+
+    kind = "memoir"
+
+    @staticmethod
+    def _weights(lr):
+        st = lr.store
+        if st.kind != "dense":
+            raise ValueError("distributed MEMOIR mixes dense class rows: use rows='dense'")
+        return {"V": lr.acc * st.V[:st.n_rows, :lr.dim]}
+
+    def n_blocks(self, model):
+        return len(getattr(model, "_recent", ()))
+
+    def apply(self, model, mixed, n_global):
+        lr = bound_learner(model)
+        self.pending = mixed
+        if lr is None:
+            return
+        V = np.asarray(mixed["V"], dtype=np.float64)
+        st = lr.state()
+        st["rows"] = {"kind": "dense", "dim": max(int(st["dim"]), V.shape[1]), "V": V, "sq": float(np.sum(V * V))}
+        st["n_rows"] = max(int(st["n_rows"]), V.shape[0])
+        st["dim"] = max(int(st["dim"]), V.shape[1])
+        st["acc"] = 1.0
+        lr.restore(st)
+
+    def block_sums(self, model, n_global):
+        lr = bound_learner(model)
+        if lr is None:
+            return {"hinge_sum": 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"), "n": 0,
+                    "oracle_calls": 0, "exact": False, "regularizer": 0.0}
+        c = model.certificate()
+        n = int(c.n_blocks)
+        return {"hinge_sum": (c.hinge * n) if n else 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"),
+                "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
+
+
 def make_mixing(kind, lam, n_workers, beta=1.0):
-    return (BCFWMixing if kind == "bcfw" else ParameterMixing)(lam, n_workers, beta)
+    return {"bcfw": BCFWMixing, "ipm": ParameterMixing, "memoir": MemoirMixing}[kind](lam, n_workers, beta)

@@ -95,7 +95,8 @@ class Mixer:
             c = Certificate(gap=float("inf"), primal=reg + hinge, dual=float("-inf"), n_blocks=n,
                             oracle_calls=calls, seconds=secs + time.perf_counter() - t0, exact=False,
                             lam=self.lam, regularizer=reg, hinge=hinge,
-                            note="parameter mixing keeps no dual point of the union: primal objective only",
+                            note="parameter mixing keeps no dual point of the union: primal objective on the "
+                                 "workers' windows only",
                             extra={"workers": len(sums)})
         return c.to_dict()
 

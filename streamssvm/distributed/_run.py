@@ -132,7 +132,7 @@ class _Job:
         self.keep = keep
         self.worker_cpus = worker_cpus
         self.job_id = job_id
-        self.lam = float(model.learner.lam)
+        self.lam = float(model.lam if kind == "memoir" else model.learner.lam)
         self.workers = []
         self.mixer = None
         self.round = 0
@@ -269,7 +269,8 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
         directory holding cuts resumes from the newest valid one.
     round_examples, round_seconds
         A round ends once each worker learned ``round_examples`` new examples (or after
-        ``round_seconds``).
+        ``round_seconds``; 10 s by default for a live Kafka topic, so an idle partition does not
+        hold a round open).
     passes, passes_per_round, tol
         After the stream: ``passes`` further passes over the held blocks, ``passes_per_round``
         of them per round, stopping early once the global gap <= ``tol``.
@@ -315,7 +316,10 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
         idf.write_text(uuid.uuid4().hex)
     job_id = idf.read_text().strip()
     cpus = ray.cluster_resources().get("CPU", 1.0)
-    job = _Job(model, _source_spec(source, workers), task, kind, workers, beta, directory, keep,
+    shards = _source_spec(source, workers)
+    if round_seconds is None and shards[0]["kind"] == "kafka" and not shards[0]["stop_at_end"]:
+        round_seconds = 10.0   # a live topic: an idle partition must not hold a round open forever
+    job = _Job(model, shards, task, kind, workers, beta, directory, keep,
                min(1.0, cpus / workers), job_id)
     restarts = 0
     history = []
