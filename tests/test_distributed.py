@@ -147,6 +147,24 @@ def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
     assert_feasible(res.model)
 
 
+def test_file_shards_and_metrics_log(cluster, tmp_path):
+    """A JSONL file: worker k learns records k mod K (a bad line is dead-lettered, not learned);
+    the metrics log gets one line per certified round with the per-worker part."""
+    lines = [line.decode() for line in messages(301, seed=7)]
+    lines[100] = "{broken"
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    log = tmp_path / "metrics.jsonl"
+    res = sd.run(bcfw_model(), str(path), task="multiclass", workers=2, round_examples=60,
+                 checkpoint_dir=tmp_path / "ck", metrics_path=str(log))
+    assert res.examples_seen == 300 == res.model.n_blocks
+    assert sorted(w["n_blocks"] for w in res.workers) == [150, 150]
+    recs = [json.loads(v) for v in log.read_text().splitlines()]
+    assert len(recs) == res.rounds and recs[-1]["n_blocks"] == 300
+    assert recs[-1]["gap"] == pytest.approx(res.certificate["gap"])
+    assert [w["worker"] for w in recs[-1]["workers"]] == [0, 1]
+
+
 # ----------------------------------------------------------------------------- SGD parameter mixing
 def test_sgd_parameter_mixing_averages_the_workers(cluster, tmp_path):
     X, Y = data(400, seed=2)
