@@ -147,7 +147,7 @@ def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
     assert_feasible(res.model)
 
 
-def test_file_shards_and_metrics_log(cluster, tmp_path):
+def test_file_shards_and_metrics_log(cluster, tmp_path, capsys):
     """A JSONL file: worker k learns records k mod K (a bad line is dead-lettered, not learned);
     the metrics log gets one line per certified round with the per-worker part."""
     lines = [line.decode() for line in messages(301, seed=7)]
@@ -163,6 +163,14 @@ def test_file_shards_and_metrics_log(cluster, tmp_path):
     assert len(recs) == res.rounds and recs[-1]["n_blocks"] == 300
     assert recs[-1]["gap"] == pytest.approx(res.certificate["gap"])
     assert [w["worker"] for w in recs[-1]["workers"]] == [0, 1]
+    # report: per-worker throughput and the global gap, from the newest cut
+    from streamssvm.distributed._cli import report
+    capsys.readouterr()
+    report(tmp_path / "ck", as_json=True)
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["examples_seen"] == 300 and [w["n_blocks"] for w in rep["workers"]] == [150, 150]
+    assert all(w["throughput"] > 0 for w in rep["workers"])
+    assert rep["global_certificate"]["gap"] == pytest.approx(res.certificate["gap"])
 
 
 # ----------------------------------------------------------------------------- SGD parameter mixing
