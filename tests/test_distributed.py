@@ -285,3 +285,31 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     assert committed(broker, "tk", "gk") == committed(broker, "tk", "gr") == {0: 200, 1: 200}
     np.testing.assert_allclose(res.model._learner.W.E, ref.model._learner.W.E, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+
+
+def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, broker, tmp_path):
+    """A job of 2 workers on a 4-partition topic stops after 2 rounds; the same checkpoint
+    directory is resumed with 4 workers: each new worker gets the dual blocks of its partition
+    (the cut records the partition of every block) and continues from that partition's offset."""
+    from connectors.kafka import create_topic, produce_lines
+    from streamssvm.checkpoint import load_state
+    from streamssvm.distributed._cut import CutStore
+    msgs = messages(400, seed=9)
+    create_topic(broker, "t4", partitions=4)
+    produce_lines(broker, "t4", msgs, partitions=4)
+    uri = f"kafka://{broker}/t4?group=g4&stop_at_end=true"
+    first = sd.run(bcfw_model(), uri, task="multiclass", workers=2, round_examples=40,
+                   checkpoint_dir=tmp_path / "ck", max_rounds=2)
+    assert first.examples_seen == 160 and first.rounds == 2
+    res = sd.run(bcfw_model(), uri, task="multiclass", workers=4, round_examples=40, checkpoint_dir=tmp_path / "ck")
+    assert res.examples_seen == len(msgs) == res.model.n_blocks
+    assert [w["n_blocks"] for w in res.workers] == [100, 100, 100, 100]
+    st, _ = CutStore(tmp_path / "ck").latest()
+    for p in st["parts"]:
+        part, _ = load_state(p["path"])
+        assert set(part["worker"]["block_partitions"].tolist()) == {p["worker"]}
+        assert part["worker"]["position"]["offsets"] == {str(p["worker"]): 100}
+    assert committed(broker, "t4", "g4") == {0: 100, 1: 100}
+    c = single_process_certificate(res.model)
+    np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    assert_feasible(res.model)

@@ -258,3 +258,51 @@ def merge_learner_states(states, U):
                 "ZB": np.zeros_like(np.asarray(U["B"], dtype=np.float64)), "facc": np.zeros(2)},
     })
     return out
+
+
+def select_blocks(state, slots):
+    """A BCFW learner state holding only the blocks in ``slots`` (renumbered 0..m-1 in the given
+    order) with the same weight sums U -- a worker's share when partitions move between workers
+    (every worker holds the global U; its blocks are its own)."""
+    slots = np.asarray(slots, dtype=np.int64)
+    s = state["store"]
+    meta = np.asarray(s["meta"], dtype=np.int64)
+    Iar, Far = np.asarray(s["Iar"], dtype=np.int32), np.asarray(s["Far"], dtype=np.float64)
+    m = len(slots)
+    new_meta = meta[slots].copy() if m else np.zeros((0, meta.shape[1]), dtype=np.int64)
+    isegs, fsegs = [], []
+    io = fo = 0
+    for q, j in enumerate(slots):
+        a, isz = int(meta[j, 0]), int(meta[j, 10])
+        b, fsz = int(meta[j, 1]), int(meta[j, 11])
+        isegs.append(Iar[a:a + isz])
+        fsegs.append(Far[b:b + fsz])
+        new_meta[q, 0], new_meta[q, 1] = io, fo
+        io += isz
+        fo += fsz
+    ts = 64
+    while ts < m:
+        ts *= 2
+    pos = {int(j): q for q, j in enumerate(slots)}
+    store = dict(s)
+    store.update({
+        "lval": np.asarray(s["lval"], dtype=np.float64)[slots], "seen": m, "evicted": 0, "n": m, "n_slots": m,
+        "tree_size": ts, "max_L": int(max([int(meta[j, 2]) for j in slots], default=1)),
+        "meta": new_meta, "gest": np.asarray(s["gest"])[slots], "last_oracle": np.asarray(s["last_oracle"])[slots],
+        "birth": np.arange(m, dtype=np.int64), "alive": np.arange(m, dtype=np.int64),
+        "free": np.zeros(0, dtype=np.int64), "order": np.arange(m, dtype=np.int64),
+        "unvisited": np.array(sorted(pos[int(v)] for v in s["unvisited"] if int(v) in pos), dtype=np.int64),
+        "Iar": np.concatenate(isegs) if isegs else np.zeros(0, dtype=np.int32),
+        "Far": np.concatenate(fsegs) if fsegs else np.zeros(0, dtype=np.float64),
+    })
+    out = dict(state)
+    out["store"] = store
+    return out
+
+
+def slot_order(state):
+    """The live slots of a learner state in arrival order (slot numbers follow arrivals when
+    nothing is evicted)."""
+    s = state["store"]
+    alive = np.asarray(s["alive"], dtype=np.int64)
+    return alive[np.argsort(np.asarray(s["birth"])[alive], kind="stable")]

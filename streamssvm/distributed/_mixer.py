@@ -45,14 +45,94 @@ class Mixer:
             return None
         st, path = got
         m = st["mixer"]
-        if int(m["n_workers"]) != self.n_workers or m["kind"] != self.kind:
-            raise ValueError(f"the checkpoint directory holds a job of {m['n_workers']} {m['kind']} workers, "
-                             f"not {self.n_workers} {self.kind} workers; use a fresh --checkpoint-dir")
+        if m["kind"] != self.kind:
+            raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} "
+                             "workers; use a fresh checkpoint directory")
+        if int(m["n_workers"]) != self.n_workers:
+            raise ValueError(f"the checkpoint directory holds a job of {m['n_workers']} workers, not "
+                             f"{self.n_workers}: only a job on a Kafka topic can change its number of workers")
         self.start = {k: np.asarray(v, dtype=np.float64) for k, v in m["start"].items()}
         self.n_global = int(m["n_global"])
         self.round = int(m["round"])
         self.history = list(m["history"])
         return {"round": self.round, "parts": st["parts"], "n_global": self.n_global, "path": str(path)}
+
+    def regroup(self, partitions):
+        """Resume a Kafka job with a different number of workers: the newest cut's dual blocks
+        move with their partitions. ``partitions[k]`` are the partitions of new worker k. Writes
+        one part per new worker and commits a new cut of the same round; returns like
+        :meth:`restore` (None when there is no cut)."""
+        from ..checkpoint import load_state, save_state
+        from ..metrics import ProgressiveMetrics
+        from . import _bcfw
+        from ._cut import PART_KIND, file_sha256
+        got = self.cuts.latest() if self.cuts is not None else None
+        if got is None:
+            return None
+        st, _ = got
+        m = st["mixer"]
+        if int(m["n_workers"]) == self.n_workers:
+            return self.restore()
+        if m["kind"] != self.kind:
+            raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} workers")
+        old = [load_state(p["path"], kind=PART_KIND)[0] for p in sorted(st["parts"], key=lambda p: p["worker"])]
+        topic, offsets = None, {}
+        for o in old:
+            pos = o["worker"]["position"]
+            if pos is None:
+                continue
+            if not isinstance(pos, dict) or "offsets" not in pos:
+                raise ValueError(f"the job was checkpointed with {m['n_workers']} workers on a file or in-memory "
+                                 f"source; resume it with {m['n_workers']} workers")
+            topic = pos["topic"]
+            offsets.update({int(p): int(v) for p, v in pos["offsets"].items()})
+        self.start = {k: np.asarray(v, dtype=np.float64) for k, v in m["start"].items()}
+        self.n_global = int(m["n_global"])
+        self.round = int(m["round"])
+        self.history = list(m["history"])
+        models = [o["model"] for o in old]
+        base = next((md for md in models if md.get("learner") is not None), models[0])
+        owner = None
+        if self.kind == "bcfw":
+            learners, part_of = [], []
+            for o in old:
+                ls = o["model"].get("learner")
+                if ls is None:
+                    continue
+                learners.append(ls)
+                order = _bcfw.slot_order(ls)
+                bp = np.asarray(o["worker"].get("block_partitions", []), dtype=np.int64)
+                if len(bp) != len(order):
+                    raise ValueError("a part does not record the partition of each of its blocks")
+                by_slot = np.full(int(ls["store"]["n_slots"]), -1, dtype=np.int64)
+                by_slot[order] = bp
+                part_of.append(by_slot)
+            if learners:
+                union = _bcfw.merge_learner_states(learners, self.start)
+                owner = np.concatenate(part_of)
+                union_order = _bcfw.slot_order(union)
+        parts = []
+        for k, parts_k in enumerate(partitions):
+            mine = {int(p) for p in parts_k}
+            model = dict(base)
+            bps = []
+            if owner is not None:
+                slots = [int(j) for j in union_order if int(owner[j]) in mine]
+                model["learner"] = _bcfw.select_blocks(union, slots)
+                bps = [int(owner[j]) for j in slots]
+            n_k = len(bps) if owner is not None else 0
+            w = {"index": k, "round": self.round, "examples_seen": n_k, "bad_records": 0,
+                 "metrics": ProgressiveMetrics(old[0]["worker"]["metrics"]["task"]).state(),
+                 "n_global": self.n_global, "ended": False, "learn_seconds": 0.0, "learn_cpu": 0.0,
+                 "position": ({"topic": topic, "offsets": {str(p): offsets[p] for p in sorted(mine) if p in offsets}}
+                              if topic is not None else None),
+                 "block_partitions": np.asarray(bps, dtype=np.int64)}
+            path = self.cuts.part_path(self.round, k).with_name(f"regroup-{self.n_workers}-worker-{k:04d}.ssvm")
+            save_state(path, {"model": model, "worker": w}, kind=PART_KIND,
+                       meta={"worker": k, "round": self.round, "regroup": True})
+            parts.append({"worker": k, "path": str(path), "sha256": file_sha256(path)})
+        self.cuts.commit(self.round, parts, self.state(), meta={"regroup_from": int(m["n_workers"])})
+        return self.restore()
 
     def part_path(self, round_id, worker):
         return str(self.cuts.part_path(round_id, worker))

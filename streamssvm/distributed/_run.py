@@ -145,7 +145,11 @@ class _Job:
         self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep)
         self.workers = [WorkerActor.remote(k, self.K, self.template.clone(), self.task, self.shards[k], self.kind,
                                            self.lam, self.beta, self.job_id) for k in range(self.K)]
-        cut = ray.get(self.mixer.restore.remote())
+        if self.shards[0]["kind"] == "kafka":
+            # a changed number of workers moves the dual blocks with their partitions
+            cut = ray.get(self.mixer.regroup.remote([s["partitions"] for s in self.shards]))
+        else:
+            cut = ray.get(self.mixer.restore.remote())
         if cut is not None:
             parts = sorted(cut["parts"], key=lambda p: p["worker"])
             ray.get([w.restore.remote(p["path"]) for w, p in zip(self.workers, parts)])

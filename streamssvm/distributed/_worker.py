@@ -38,6 +38,14 @@ def model_from_state(st):
     return _SSVM.from_state(st)
 
 
+def _partition(origin):
+    """The partition of a Kafka record's origin ``topic/partition@offset`` (-1 for other sources)."""
+    try:
+        return int(origin.rsplit("/", 1)[1].split("@", 1)[0])
+    except (IndexError, ValueError, AttributeError):
+        return -1
+
+
 class ArrayShard:
     """Examples ``k, k + K, k + 2K, ...`` of in-memory lists; position ``{"record": next index}``."""
 
@@ -143,6 +151,7 @@ class Worker:
         self.learn_seconds = 0.0
         self.learn_cpu = 0.0
         self.worker_id = f"{job_id}-w{self.index}"
+        self.block_partitions = []   # source partition of each learned example, in arrival order
         self.source = open_shard(shard, self.index, self.n_workers, self.worker_id)
         self._it = None
 
@@ -160,6 +169,7 @@ class Worker:
         self.learn_seconds = float(w["learn_seconds"])
         self.learn_cpu = float(w["learn_cpu"])
         self.position = w["position"]
+        self.block_partitions = [int(v) for v in np.asarray(w.get("block_partitions", []))]
         if self.position is not None:
             self.source.seek(self.position)
         return self.examples_seen
@@ -170,7 +180,7 @@ class Worker:
             "index": self.index, "round": int(round_id), "examples_seen": self.examples_seen,
             "bad_records": self.bad_records, "metrics": self.metrics.state(), "n_global": self.n_global,
             "ended": self.ended, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
-            "position": self.position}}
+            "position": self.position, "block_partitions": np.asarray(self.block_partitions, dtype=np.int64)}}
         p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
         return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
 
@@ -217,6 +227,7 @@ class Worker:
                 continue
             self.position = rec.position
             self.examples_seen += 1
+            self.block_partitions.append(_partition(rec.origin))
             self.metrics.update(y, y_pred)
             n_new += 1
             if n_new % 32 == 0:
