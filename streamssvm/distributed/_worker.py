@@ -7,7 +7,9 @@ Shards:
   worker's partitions, committing to the job's consumer group. Partitions are assigned by the
   job (round-robin over the topic's partitions, pinned to the worker index) rather than by the
   group coordinator, so that a restarted worker gets back exactly the partitions whose dual
-  blocks and offsets its part of the cut holds.
+  blocks and offsets its part of the cut holds. Each part records the partition of every block;
+  a job resumed with another number of workers moves the blocks with their partitions
+  (:meth:`~streamssvm.distributed._mixer.Mixer.regroup`).
 * ``{"kind": "file", "uri": ...}`` -- a file source; worker k of K learns the records whose
   number is k modulo K (each worker reads the file, the position carries the record number).
 * ``{"kind": "arrays", "X": [...], "Y": [...]}`` -- in-memory examples, sharded the same way.
