@@ -94,7 +94,8 @@ def test_refused_learners_and_models():
 
 
 # ----------------------------------------------------------------------------- BCFW mixing
-def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path):
+@pytest.mark.parametrize("beta", [1.0, 2.0])   # CoCoA averaging; CoCoA+ adding (sigma' = K = 2)
+def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, beta):
     X, Y = data(600, seed=1)
     # a long single-process run: its primal value bounds min P from above, so every valid dual
     # value of the mixed points must stay below it
@@ -120,7 +121,7 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path):
         seen.append(rec["round"])
 
     res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=2, round_examples=100,
-                 checkpoint_dir=tmp_path / "ck", passes=3, on_round=check)
+                 checkpoint_dir=tmp_path / "ck", passes=3, on_round=check, beta=beta)
     assert seen == list(range(1, res.rounds + 1)) and res.rounds >= 5
     assert res.examples_seen == len(X) and res.model.n_blocks == len(X)
     # the refinement rounds make progress on the global certificate

@@ -8,8 +8,9 @@ u_i = sum_y alpha_i(y) psi_i(y) and L_i = sum_y alpha_i(y) Delta_i(y) (both line
 the weights are w = U / (lam n) with U = sum_i u_i (the map w = A alpha).
 
 K workers hold disjoint sets of blocks S_1 ... S_K (the partition CoCoA assumes: Jaggi et al.,
-"Communication-efficient distributed dual coordinate ascent", NeurIPS 2014; Ma et al., "Adding
-vs. averaging in distributed primal-dual optimization", ICML 2015). A round starts at a
+"Communication-efficient distributed dual coordinate ascent", NeurIPS 2014; Ma, Smith, Jaggi,
+Jordan, Richtarik and Takac, "Adding vs. averaging in distributed primal-dual optimization",
+ICML 2015 -- CoCoA+). A round starts at a
 feasible point (alpha^0, U^0 = sum_i u_i(alpha^0)) known to every worker. Worker k runs BCFW
 block steps on its own blocks only, against its local view U^0 + dU_k, where
 
@@ -24,11 +25,19 @@ Each alpha_i^+ = (1 - gamma) alpha_i^0 + gamma alpha_i^k is a convex combination
 of the simplex, so it is in the simplex; and because u_i, L_i are linear in alpha_i and the
 blocks are disjoint, sum_i u_i(alpha^+) = U^0 + gamma sum_k dU_k = U^+. Hence w^+ = U^+/(lam n)
 = A alpha^+ with alpha^+ feasible: the mixed point is a dual point and the certificate
-P(w^+) - D(alpha^+) is a valid bound after every round, for any 0 < gamma <= 1. beta = 1
-(averaging) is the setting in which CoCoA's guarantee holds with an unmodified local solver;
-adding (beta = K, gamma = 1) stays feasible but may overshoot (CoCoA+ makes it safe with a local
-subproblem whose quadratic term is scaled by K, which needs a change in the block-step kernel
-and is not implemented).
+P(w^+) - D(alpha^+) is a valid bound after every round, for any 0 < gamma <= 1.
+
+Local subproblem (CoCoA+, Ma et al. 2015, with sigma' = gamma K = beta). Worker k's block steps
+maximize the dual along its own blocks with the quadratic term scaled by sigma': the gradient is
+taken at w + sigma' dW_k and the curvature is sigma' lam. BCFW's kernel does exactly that when
+its sums are held divided by sigma' (U_kernel = U^0 / sigma' + dU_k, so that sigma' U_kernel =
+U^0 + sigma' dU_k) and it runs with lam_k n_k = lam n / sigma': its weights are then
+U_kernel / (lam_k n_k) = (U^0 + sigma' dU_k) / (lam n), a block's direction counts sigma' times,
+and the exact line search returns gamma_1 / sigma' where gamma_1 is the single-process step.
+dU_k is still U_kernel(end) - U^0 / sigma' (the kernel adds the exact block changes), so the
+mixing formula and the feasibility argument above are unchanged. beta = 1 is CoCoA averaging
+(sigma' = 1, gamma = 1/K); beta = K is CoCoA+ adding (sigma' = K, gamma = 1: blocks are not
+blended at all), the safe bound sigma' >= gamma K holding with equality for every beta.
 
 The worker blends its *blocks* the same way (the stored per-block statistic is linear in
 alpha_i, see ``streamssvm._kernels.structops``; slack rescaling stores u~_i and L_i, also
@@ -105,11 +114,19 @@ def set_u(learner, U):
     learner._avg_cache = learner._pred_cache = None
 
 
-def set_global_n(learner, lam, n_global):
+def scale_u(learner, f):
+    """Multiply the learner's weight sums by ``f`` in place."""
+    for a in (learner.W.E, learner.W.T, learner.W.B):
+        a *= f
+    learner._avg_cache = learner._pred_cache = None
+
+
+def set_global_n(learner, lam, n_global, sigma=1.0):
     """Make the learner step as a single process holding ``n_global`` blocks would (see the
-    module docstring): lam_k = lam n_global / n_k."""
+    module docstring): lam_k = lam n_global / (sigma n_k); ``sigma`` > 1 is the CoCoA+ local
+    subproblem (with the learner's sums divided by sigma, see ``scale_u``)."""
     n_k = max(learner.store.n, 1)
-    lam_k = float(lam) * max(float(n_global), 1.0) / n_k
+    lam_k = float(lam) * max(float(n_global), 1.0) / (float(sigma) * n_k)
     learner.lam = lam_k
     learner._lamf = lam_k
     learner._pred_cache = None

@@ -93,13 +93,15 @@ def combine(start, deltas, gamma):
 
 
 class BCFWMixing:
-    """Worker side of BCFW mixing: snapshot at the round start, delta, apply the mixed sums."""
+    """Worker side of BCFW mixing: snapshot at the round start, delta, apply the mixed sums
+    (CoCoA with beta = 1, CoCoA+ adding with beta = K; see :mod:`._bcfw`)."""
 
     kind = "bcfw"
 
     def __init__(self, lam, n_workers, beta=1.0):
         self.lam = float(lam)
         self.gamma = float(beta) / int(n_workers)
+        self.sigma = float(beta)     # CoCoA+ local subproblem sigma' = gamma K
         self.snap = None
         self.U0 = None
         self.n_others = 0
@@ -110,6 +112,10 @@ class BCFWMixing:
         # sums, which keeps the mixed sums consistent (its local view lags for one round)
         self.snap = None if lr is None else _bcfw.snapshot_blocks(lr)
         self.U0 = {} if lr is None else _bcfw.get_u(lr)
+        if lr is not None and self.sigma != 1.0:
+            # the learner holds U / sigma' during the round (the CoCoA+ local subproblem)
+            _bcfw.scale_u(lr, 1.0 / self.sigma)
+            self.U0 = {k: v * (1.0 / self.sigma) for k, v in self.U0.items()}
         self.n_others = max(int(n_global) - self.n_blocks(model), 0)
         self.prepare(model)
 
@@ -117,7 +123,7 @@ class BCFWMixing:
         """Before learning more examples: step with the global n (local view)."""
         lr = bound_learner(model)
         if lr is not None:
-            _bcfw.set_global_n(lr, self.lam, self.n_others + _bcfw.n_blocks(lr))
+            _bcfw.set_global_n(lr, self.lam, self.n_others + _bcfw.n_blocks(lr), self.sigma)
 
     def check(self, model):
         lr = bound_learner(model)
@@ -137,7 +143,8 @@ class BCFWMixing:
         lr = bound_learner(model)
         if lr is None:
             return
-        _bcfw.blend_blocks(lr, self.snap, self.gamma)
+        if self.gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
+            _bcfw.blend_blocks(lr, self.snap, self.gamma)
         _bcfw.set_u(lr, mixed)
         _bcfw.set_global_n(lr, self.lam, n_global)
 

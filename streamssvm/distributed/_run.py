@@ -284,11 +284,10 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
         Rounds between two consistent cuts (and Kafka offset commits); always one when the
         stream ends and at the last round. A restart replays the rounds since the last cut.
     beta
-        Mixing weight, 0 < beta <= K: ``new = start + (beta/K) sum_k delta_k``. 1 is CoCoA
-        averaging / parameter averaging (the setting with a convergence guarantee for an
-        unmodified local solver); K is "adding" -- the mixed BCFW point is still dual-feasible
-        (each block moves by a convex combination, see :mod:`._bcfw`) but steps may overshoot
-        (CoCoA+ makes adding safe with a modified local subproblem, which is not implemented).
+        Mixing weight, 0 < beta <= K: ``new = start + (beta/K) sum_k delta_k``. BCFW solves the
+        CoCoA+ local subproblem with sigma' = beta (see :mod:`streamssvm.distributed._bcfw`):
+        1 is CoCoA averaging, K is CoCoA+ adding; the mixed point is dual-feasible for every
+        beta. For SGD / MEMOIR, 1 is parameter averaging.
     on_round
         ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
 
