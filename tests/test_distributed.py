@@ -13,7 +13,6 @@ ray = pytest.importorskip("ray", reason="needs the [distributed] extra (Ray)")
 
 import streamssvm as ss  # noqa: E402
 import streamssvm.distributed as sd  # noqa: E402
-from streamssvm._kernels import structops as so  # noqa: E402
 from streamssvm._kernels.bcfw import M_FOFF, M_L, M_NNZ  # noqa: E402
 
 LABELS = [0, 1, 2, 3]
@@ -50,7 +49,7 @@ def bcfw_model(**kw):
 def single_process_certificate(model):
     """The certificate of the union of the blocks at the mixed weights, computed in this process
     by the learner's own (observing) full-gap pass."""
-    return model._learner.measure()
+    return model._learner.certificate()
 
 
 def assert_feasible(model):
@@ -60,11 +59,11 @@ def assert_feasible(model):
     for j in st.slots():
         L, nnz = int(st.meta[j, M_L]), int(st.meta[j, M_NNZ])
         s0 = int(st.meta[j, M_FOFF]) + nnz + L * L
-        a = st.Far[s0:s0 + so.stat_size(st.kind, L, st.Kc)]
-        if st.kind == so.MULTICLASS:
+        a = st.Far[s0:s0 + st.structure.stat_size(L, st.Kc)]
+        if st.structure.name == "multiclass":
             assert a.min() >= -1e-12 and abs(a.sum() - 1.0) < 1e-9
     U = (lr.W.E.copy(), lr.W.T.copy(), lr.W.B.copy())
-    lr.full_gap()   # re-sums U from the blocks (rebuild) and refreshes the gaps
+    lr._full_pass()   # the learner's own pass: re-sums U from the blocks, refreshes the gaps
     for a, b in zip(U, (lr.W.E, lr.W.T, lr.W.B)):
         np.testing.assert_allclose(a, b, atol=1e-9 * max(1.0, np.abs(a).max()))
 
@@ -86,7 +85,8 @@ def test_refused_learners_and_models():
     with pytest.raises(ValueError, match="CuttingPlane"):
         sd.run(ss.MulticlassSSVM(labels=LABELS, learner=CuttingPlane()), "unused.jsonl", task="multiclass")
     with pytest.raises(ValueError, match="sparse rows"):
-        sd.run(ss.ExtremeClassifier(rows="sparse", labels=LABELS), "unused.jsonl", task="extreme")
+        sd.run(ss.ExtremeClassifier(learner=ss.learners.MEMOIR(rows="sparse"), labels=LABELS), "unused.jsonl",
+               task="extreme")
     with pytest.raises(ValueError, match="labels declared"):
         sd.run(bcfw_model().clone({"labels": None}), "unused.jsonl", task="multiclass")
     with pytest.raises(ValueError, match=r"beta must be in \(0, workers\]"):
@@ -198,7 +198,7 @@ def test_sgd_parameter_mixing_averages_the_workers(cluster, tmp_path):
 
 def test_memoir_parameter_mixing(cluster, tmp_path):
     X, Y = data(400, seed=4)
-    m = ss.ExtremeClassifier(lam=1e-3, mips="hnsw", rows="dense", labels=LABELS, seed=0)
+    m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-3, mips="hnsw", rows="dense", seed=0), labels=LABELS)
     rounds = []
 
     def grab(rec, job):
@@ -217,7 +217,7 @@ def test_memoir_parameter_mixing(cluster, tmp_path):
 
 # ----------------------------------------------------------------------------- Kafka
 def kafka_job(broker, topic, msgs, ck, group, **kw):
-    from connectors.kafka import create_topic, produce_lines
+    from streamssvm.connectors.kafka import create_topic, produce_lines
     create_topic(broker, topic, partitions=2)
     produce_lines(broker, topic, msgs, partitions=2)
     return lambda **more: sd.run(bcfw_model(), f"kafka://{broker}/{topic}?group={group}&stop_at_end=true",
@@ -259,7 +259,7 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     certificate (rounds hold exactly ``round_examples`` records per worker, so the runs are
     deterministic and must agree to round-off, whatever the cut cadence)."""
     msgs = messages(400, seed=5)
-    from connectors.kafka import create_topic, produce_lines
+    from streamssvm.connectors.kafka import create_topic, produce_lines
     create_topic(broker, "tk", partitions=2)
     produce_lines(broker, "tk", msgs, partitions=2)
 
@@ -292,7 +292,7 @@ def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, br
     """A job of 2 workers on a 4-partition topic stops after 2 rounds; the same checkpoint
     directory is resumed with 4 workers: each new worker gets the dual blocks of its partition
     (the cut records the partition of every block) and continues from that partition's offset."""
-    from connectors.kafka import create_topic, produce_lines
+    from streamssvm.connectors.kafka import create_topic, produce_lines
     from streamssvm.checkpoint import load_state
     from streamssvm.distributed._cut import CutStore
     msgs = messages(400, seed=9)

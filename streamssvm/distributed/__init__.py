@@ -24,11 +24,9 @@ Needs the optional extra: ``pip install "streamssvm[distributed]"`` (Ray).
 >>> res.examples_seen, res.certificate["gap"] >= 0                            # doctest: +SKIP
 (400, True)
 """
-try:
-    import ray  # noqa: F401
-except ImportError as e:  # pragma: no cover - exercised only without Ray
-    raise ImportError("streamssvm.distributed needs Ray: install the extra with "
-                      "pip install 'streamssvm[distributed]'") from e
+from .._optional import require
+
+require("ray", extra="distributed", feature="streamssvm.distributed")
 
 from ._mixer import Mixer
 from ._run import DistributedResult, init_cluster, run, runtime_env

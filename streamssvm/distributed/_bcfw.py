@@ -148,7 +148,7 @@ def _regions(store, slots):
     for q, j in enumerate(slots):
         L, nnz = int(meta[j, M_L]), int(meta[j, M_NNZ])
         s0 = int(meta[j, M_FOFF]) + nnz + L * L
-        ss = int(so.stat_size(store.kind, L, store.Kc))
+        ss = int(store.structure.stat_size(L, store.Kc))
         idx.append(np.arange(s0, s0 + ss))
         sizes[q] = ss
     return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
@@ -215,7 +215,7 @@ def block_sums(learner, lam, n_global):
     if n_k == 0:
         return {"hinge_sum": 0.0, "loss_sum": 0.0, "gap_sum": 0.0, "n": 0, "oracle_calls": 0, "exact": True}
     set_global_n(learner, lam, n_global)
-    c = learner.measure()
+    c = learner.certificate()   # observes only
     return {"hinge_sum": c.hinge * n_k, "loss_sum": c.dual_loss * n_k, "gap_sum": c.block_gap_sum * n_k,
             "n": n_k, "oracle_calls": c.oracle_calls, "exact": bool(c.exact)}
 

@@ -32,15 +32,16 @@ def bound_learner(model):
 
 def learner_kind(model):
     """``"bcfw"`` or ``"ipm"``; raises a clear error for learners that cannot be mixed yet."""
+    from ..learners.memoir import MEMOIR
     from ..learners.sgd import SGD
-    name = type(model).__name__
-    if name == "ExtremeClassifier":
-        if model.rows == "sparse" or (model.rows == "auto" and model.n_features is not None
-                                      and model.n_features > 4096):
-            raise ValueError("distributed MEMOIR mixes dense class rows: use rows='dense' (or array input of "
-                             "at most 4096 columns); sparse rows are not supported yet")
-        return "memoir"
+    from ..oracles.rows import DENSE_MAX_DIM
     lr = getattr(model, "learner", None)
+    if isinstance(lr, MEMOIR):
+        hashed = getattr(model, "n_features", None)
+        if lr.rows == "sparse" or (lr.rows == "auto" and hashed is not None and hashed > DENSE_MAX_DIM):
+            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense') (or array input "
+                             f"of at most {DENSE_MAX_DIM} columns); sparse rows are not supported yet")
+        return "memoir"
     lname = type(lr).__name__
     if lname in REFUSED:
         raise ValueError(REFUSED[lname] + " (supported: BCFW with step='fw', SGD)")
@@ -228,17 +229,16 @@ class MemoirMixing(ParameterMixing):
     @staticmethod
     def _weights(lr):
         st = lr.store
+        if st is None:
+            return {}
         if st.kind != "dense":
-            raise ValueError("distributed MEMOIR mixes dense class rows: use rows='dense'")
+            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense')")
         return {"V": lr.acc * st.V[:st.n_rows, :lr.dim]}
-
-    def n_blocks(self, model):
-        return len(getattr(model, "_recent", ()))
 
     def apply(self, model, mixed, n_global):
         lr = bound_learner(model)
         self.pending = mixed
-        if lr is None:
+        if lr is None or lr.store is None or "V" not in mixed:
             return
         V = np.asarray(mixed["V"], dtype=np.float64)
         st = lr.state()
@@ -246,7 +246,8 @@ class MemoirMixing(ParameterMixing):
         st["n_rows"] = max(int(st["n_rows"]), V.shape[0])
         st["dim"] = max(int(st["dim"]), V.shape[1])
         st["acc"] = 1.0
-        lr.restore(st)
+        st["allocated"] = True
+        lr.restore(model._structure, model._labels.labels, st)
 
     def block_sums(self, model, n_global):
         lr = bound_learner(model)

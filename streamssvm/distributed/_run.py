@@ -56,7 +56,7 @@ def _source_spec(source, n_workers):
         raise TypeError(f"source must be a kafka:// URI, a file path or a pair (X, Y), got {type(source).__name__}")
     source = str(source)
     if source.startswith("kafka://"):
-        from connectors.kafka import parse_kafka_uri
+        from ..connectors.kafka import parse_kafka_uri
         d = parse_kafka_uri(source)
         params = dict(d["params"])
         group = params.pop("group", "streamssvm-distributed")
@@ -78,6 +78,8 @@ def _source_spec(source, n_workers):
 
 
 def _topic_partitions(bootstrap, topic, timeout=30.0):
+    from .._optional import require
+    require("kafka", extra="kafka", feature="a kafka:// source")
     from kafka import KafkaConsumer
     c = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
@@ -132,7 +134,7 @@ class _Job:
         self.keep = keep
         self.worker_cpus = worker_cpus
         self.job_id = job_id
-        self.lam = float(model.lam if kind == "memoir" else model.learner.lam)
+        self.lam = float(model.learner.lam)
         self.workers = []
         self.mixer = None
         self.round = 0

@@ -36,8 +36,8 @@ def to_model_input(task, x, y):
 
 def model_from_state(st):
     """An estimator from its ``state()`` (through the estimators' own loader)."""
-    from ..estimators import _SSVM
-    return _SSVM.from_state(st)
+    from ..estimators.base import from_state
+    return from_state(st)
 
 
 def _partition(origin):
@@ -65,7 +65,7 @@ class ArrayShard:
         self.next = int(position["record"])
 
     def __iter__(self):
-        from connectors.base import Record
+        from ..connectors.base import Record
         while self.next < len(self.X):
             i = self.next
             self.next += self.n_workers
@@ -76,7 +76,7 @@ class FileShard:
     """Records k mod K of a file source (the file source's own positions, which count records)."""
 
     def __init__(self, uri, index, n_workers):
-        from connectors.files import open_source
+        from ..connectors.files import open_source
         self.src = open_source(uri)
         self.index, self.n_workers = int(index), int(n_workers)
         self.dead_letter = getattr(self.src, "dead_letter", None)
@@ -108,7 +108,7 @@ def open_shard(spec, index, n_workers, worker_id):
     if kind == "file":
         return FileShard(spec["uri"], index, n_workers)
     if kind == "kafka":
-        from connectors.kafka import KafkaSource, parse_kafka_uri
+        from ..connectors.kafka import KafkaSource, parse_kafka_uri
         d = parse_kafka_uri(spec["uri"])
         src = KafkaSource(d["bootstrap"], d["topic"], group=spec.get("group"), partitions=spec["partitions"],
                           stop_at_end=bool(spec.get("stop_at_end", False)), session_timeout_ms=6000,
