@@ -314,3 +314,20 @@ def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, br
     c = single_process_certificate(res.model)
     np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
     assert_feasible(res.model)
+
+
+def test_cli_run_workers_and_report(cluster, tmp_path, capsys):
+    """``streamssvm run --workers 2 ...`` then ``streamssvm report`` on its checkpoint directory."""
+    from streamssvm.cli import main
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(v.decode() for v in messages(200, seed=11)) + "\n")
+    ck = tmp_path / "ck"
+    assert main(["run", "--workers", "2", "--cluster", "local", "--source", str(path), "--task", "multiclass",
+                 "--labels", "0,1,2,3", "--n-features", "1024", "--lam", "0.01", "--round-examples", "50",
+                 "--checkpoint-dir", str(ck), "--refine-passes", "1", "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["examples_seen"] == 200 and out["global_certificate"]["n_blocks"] == 200
+    assert main(["report", str(ck), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["examples_seen"] == 200 and len(rep["workers"]) == 2
+    assert rep["global_certificate"]["gap"] == pytest.approx(out["global_certificate"]["gap"])
