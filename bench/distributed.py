@@ -209,7 +209,7 @@ def main():
              f"{cpu_model()}, {ncpu} cores shared with other jobs; Ray {ray.__version__}; local cluster start "
              f"{t_init:.1f} s. lam = {sets[0][3]}, replay 0, uniform FW steps, "
              f"{sets[0][4]} rounds per pass, certificate every round, one consistent cut per pass (ckpt s / round "
-             "is amortized over the rounds); at most {sets[0][5]} passes; beta = 1 (CoCoA averaging). "
+             f"is amortized over the rounds); at most {sets[0][5]} passes; beta = 1 (CoCoA averaging). "
              "Subsets: the first n training letters / words of OCR-large, tested on the first test letters / "
              "all 626 test words.", "",
              "| data | workers | n | passes to 0.1 | seconds to 0.1 | final gap | test acc | wall s | "
