@@ -22,6 +22,7 @@ EXTRAS = {
     "hnswlib": ("hnswlib", "extreme"),
     "matplotlib": ("matplotlib", "plot"),
     "pandas": ("pandas", "pandas"),
+    "ray": ("ray", "distributed"),
 }
 
 

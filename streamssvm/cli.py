@@ -108,6 +108,9 @@ def _open_sink(uri):
 
 
 def cmd_run(args):
+    if args.workers:   # scale-out on Ray (streamssvm.distributed; the [distributed] extra)
+        from .distributed._cli import run_from_args
+        return run_from_args(args, _make_model(args))
     from streamssvm.connectors.base import DeadLetterSink
 
     from .engine import Engine
@@ -199,6 +202,9 @@ def plot_history(history, path, title="streamssvm", xlabel="examples seen"):
 
 
 def cmd_report(args):
+    if os.path.isdir(os.path.join(args.checkpoint_dir, "cuts")):   # a distributed job's directory
+        from .distributed._cli import report
+        return report(args.checkpoint_dir, as_json=args.json)
     eng, meta, path = _load_history(args.checkpoint_dir)
     summary = {"checkpoint": str(path), "examples_seen": eng["examples_seen"],
                "bad_records": eng["bad_records"], "task": eng.get("task"),
@@ -431,6 +437,12 @@ def build_parser():
     r.add_argument("--save", default=None, help="save the final model to this file")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--workers", type=int, default=None, help="scale out: this many Ray worker actors "
+                   "(needs the [distributed] extra, --labels; features: arrays or --n-features)")
+    r.add_argument("--cluster", default="local", help="scale out: 'local' or ray://HOST:PORT (default: local)")
+    r.add_argument("--labels", default=None, help="scale out: the labels, comma-separated")
+    r.add_argument("--round-examples", type=int, default=500, help="scale out: new examples per worker per round")
+    r.add_argument("--round-seconds", type=float, default=None, help="scale out: seconds per round at most")
     r.set_defaults(func=cmd_run)
 
     b = sub.add_parser("broker", help="start a local Kafka-protocol broker (Tansu) on 127.0.0.1")

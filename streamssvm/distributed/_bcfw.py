@@ -1,0 +1,325 @@
+"""BCFW internals used by distributed mixing -- kept in this one module so that a change of the
+learner's internals (weights, block store layout) is adapted in one place.
+
+Mixing that keeps the mixed point dual-feasible
+-----------------------------------------------
+Notation of DESIGN.md section 3: block i holds alpha_i in the simplex over labelings,
+u_i = sum_y alpha_i(y) psi_i(y) and L_i = sum_y alpha_i(y) Delta_i(y) (both linear in alpha_i);
+the weights are w = U / (lam n) with U = sum_i u_i (the map w = A alpha).
+
+K workers hold disjoint sets of blocks S_1 ... S_K (the partition CoCoA assumes: Jaggi et al.,
+"Communication-efficient distributed dual coordinate ascent", NeurIPS 2014; Ma, Smith, Jaggi,
+Jordan, Richtarik and Takac, "Adding vs. averaging in distributed primal-dual optimization",
+ICML 2015 -- CoCoA+). A round starts at a
+feasible point (alpha^0, U^0 = sum_i u_i(alpha^0)) known to every worker. Worker k runs BCFW
+block steps on its own blocks only, against its local view U^0 + dU_k, where
+
+    dU_k = sum_{i in S_k} (u_i(alpha_i^k) - u_i(alpha_i^0))
+
+(a new block starts at alpha on its ground truth, u_i = 0, L_i = 0). The mixer forms, with
+gamma = beta / K and 0 < beta <= K,
+
+    U^+ = U^0 + gamma sum_k dU_k ,        alpha_i^+ = alpha_i^0 + gamma (alpha_i^k - alpha_i^0)  (i in S_k).
+
+Each alpha_i^+ = (1 - gamma) alpha_i^0 + gamma alpha_i^k is a convex combination of two points
+of the simplex, so it is in the simplex; and because u_i, L_i are linear in alpha_i and the
+blocks are disjoint, sum_i u_i(alpha^+) = U^0 + gamma sum_k dU_k = U^+. Hence w^+ = U^+/(lam n)
+= A alpha^+ with alpha^+ feasible: the mixed point is a dual point and the certificate
+P(w^+) - D(alpha^+) is a valid bound after every round, for any 0 < gamma <= 1.
+
+Local subproblem (CoCoA+, Ma et al. 2015, with sigma' = gamma K = beta). Worker k's block steps
+maximize the dual along its own blocks with the quadratic term scaled by sigma': the gradient is
+taken at w + sigma' dW_k and the curvature is sigma' lam. BCFW's kernel does exactly that when
+its sums are held divided by sigma' (U_kernel = U^0 / sigma' + dU_k, so that sigma' U_kernel =
+U^0 + sigma' dU_k) and it runs with lam_k n_k = lam n / sigma': its weights are then
+U_kernel / (lam_k n_k) = (U^0 + sigma' dU_k) / (lam n), a block's direction counts sigma' times,
+and the exact line search returns gamma_1 / sigma' where gamma_1 is the single-process step.
+dU_k is still U_kernel(end) - U^0 / sigma' (the kernel adds the exact block changes), so the
+mixing formula and the feasibility argument above are unchanged. beta = 1 is CoCoA averaging
+(sigma' = 1, gamma = 1/K); beta = K is CoCoA+ adding (sigma' = K, gamma = 1: blocks are not
+blended at all), the safe bound sigma' >= gamma K holding with equality for every beta.
+
+The worker blends its *blocks* the same way (the stored per-block statistic is linear in
+alpha_i, see ``streamssvm._kernels.structops``; slack rescaling stores u~_i and L_i, also
+linear), so that every worker's blocks and the broadcast U^+ stay consistent.
+
+Local steps use the global n: BCFW's block step on block i with weights U/(lam n) and
+per-block terms u_i/(lam n), L_i/n has the line search
+gamma_i = [lam <w, w_i - w_s> - (l_i - l_s)] / (lam ||w_i - w_s||^2), which is unchanged when
+(lam, n) is replaced by (lam n / n_k, n_k): a worker holding n_k blocks steps exactly as a
+single process holding all n blocks would, with ``lam_k = lam n / n_k`` (``set_global_n``).
+
+Certificate at the mixed w: with every worker holding U^+, each computes, for its blocks at the
+common w, sum_i max_y H_i(y; w), sum_i L_i and sum_i g_i (``block_sums``); the global gap is
+lam ||w||^2 - (1/n) sum L_i + (1/n) sum max H_i = (1/n) sum_k sum_{i in S_k} g_i (the block gaps
+add up because sum_i <w, u_i>/n = lam ||w||^2).
+
+Restrictions (each refused with a clear error by ``check_learner``): ``step="fw"`` without the
+oracle cache (pairwise / away steps and the cache keep per-block pools whose weights would also
+need blending), ``averaging=False`` (the averaged iterate of one worker is not a dual point of the
+union), and no full gap passes inside the learner (``gap_every=None`` or uniform sampling: the
+learner's refreshing pass re-sums U from the worker's own blocks only). Eviction is refused at
+run time (a block that leaves one worker would have to leave the union's sums whole).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._kernels import structops as so
+from .._kernels.bcfw import M_FOFF, M_L, M_LY, M_NNZ
+
+
+def is_bcfw(learner):
+    from ..learners.bcfw import BCFW
+    return isinstance(learner, BCFW)
+
+
+def check_learner(learner):
+    """Raise ValueError naming what distributed BCFW does not support yet."""
+    bad = []
+    if learner.step != "fw":
+        bad.append(f"step={learner.step!r} (use step='fw')")
+    if learner.cache:
+        bad.append("cache=True (use cache=False)")
+    if learner.averaging:
+        bad.append("averaging=True (use averaging=False: one worker's averaged iterate is not a dual "
+                   "point of the union of blocks)")
+    if learner.gap_every is not None and learner.sampling == "gap":
+        bad.append("sampling='gap' with gap_every set (use gap_every=None or sampling='uniform': the "
+                   "learner's own full pass would re-sum the weights from one worker's blocks)")
+    if bad:
+        raise ValueError("distributed BCFW does not support " + "; ".join(bad))
+
+
+# ----------------------------------------------------------------------------- weights
+def get_u(learner):
+    """The unnormalized weight sums U (w = U / (lam n)) as a dict of arrays (copies)."""
+    W = learner.W
+    return {"E": W.E.copy(), "T": W.T.copy(), "B": W.B.copy()}
+
+
+def set_u(learner, U):
+    """Install mixed sums U (grown to the learner's shapes or beyond)."""
+    W = learner.W
+    E = np.asarray(U["E"], dtype=np.float64)
+    if E.shape[0] > W.E.shape[0] or E.shape[1] > W.E.shape[1]:
+        W.grow(E.shape[0], max(E.shape[1], W.Kc))
+        learner._Z.grow(W.E.shape[0], W.Kc)
+        learner._mark = np.zeros(W.E.shape[0])
+    for k in ("E", "T", "B"):
+        dst = getattr(W, k)
+        src = np.asarray(U[k], dtype=np.float64)
+        dst[...] = 0.0
+        dst[tuple(slice(0, s) for s in src.shape)] = src
+    learner._avg_cache = learner._pred_cache = None
+
+
+def scale_u(learner, f):
+    """Multiply the learner's weight sums by ``f`` in place."""
+    for a in (learner.W.E, learner.W.T, learner.W.B):
+        a *= f
+    learner._avg_cache = learner._pred_cache = None
+
+
+def set_global_n(learner, lam, n_global, sigma=1.0):
+    """Make the learner step as a single process holding ``n_global`` blocks would (see the
+    module docstring): lam_k = lam n_global / (sigma n_k); ``sigma`` > 1 is the CoCoA+ local
+    subproblem (with the learner's sums divided by sigma, see ``scale_u``)."""
+    n_k = max(learner.store.n, 1)
+    lam_k = float(lam) * max(float(n_global), 1.0) / (float(sigma) * n_k)
+    learner.lam = lam_k
+    learner._lamf = lam_k
+    learner._pred_cache = None
+
+
+def n_blocks(learner):
+    return int(learner.store.n)
+
+
+def evicted(learner):
+    return int(learner.store.evicted)
+
+
+# ----------------------------------------------------------------------------- blocks
+def _regions(store, slots):
+    """Flat indices into ``store.Far`` of the dual statistic of each slot, and per-slot sizes."""
+    meta = store.meta
+    idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
+    for q, j in enumerate(slots):
+        L, nnz = int(meta[j, M_L]), int(meta[j, M_NNZ])
+        s0 = int(meta[j, M_FOFF]) + nnz + L * L
+        ss = int(store.structure.stat_size(L, store.Kc))
+        idx.append(np.arange(s0, s0 + ss))
+        sizes[q] = ss
+    return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
+
+
+def snapshot_blocks(learner):
+    """The round-start dual state of the learner's blocks (alpha^0 of the module docstring)."""
+    st = learner.store
+    slots = st.slots().copy()
+    idx, sizes = _regions(st, slots)
+    return {"slots": slots, "stat": st.Far[idx].copy(), "sizes": sizes, "lval": st.lval[slots].copy(),
+            "Kc": int(st.Kc)}
+
+
+def _birth_stat(store, slot, ss):
+    """The statistic of a block with alpha on its ground truth (how ``BlockStore.add`` starts it)."""
+    out = np.zeros(ss)
+    if not store.slack:
+        m = store.meta[slot]
+        L, nnz, ly = int(m[M_L]), int(m[M_NNZ]), int(m[M_LY])
+        io = int(m[0])
+        ytrue = store.Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly].astype(np.int32)
+        so.truth_stat(store.kind, ytrue, ly, L, store.Kc, out, 1.0)
+    return out
+
+
+def blend_blocks(learner, snap, gamma):
+    """alpha_i <- alpha_i^0 + gamma (alpha_i - alpha_i^0) for every held block (new blocks start
+    at their ground truth)."""
+    st = learner.store
+    if st.n == 0:
+        return
+    if snap is not None and snap["slots"].size and snap["Kc"] != st.Kc:
+        raise RuntimeError("the label capacity changed inside a round; declare the labels up front "
+                           "(labels=[...]) for distributed learning")
+    slots = st.slots().copy()
+    idx, sizes = _regions(st, slots)
+    start = np.empty(idx.size)
+    lstart = np.zeros(len(slots))
+    where = {}
+    if snap is not None:
+        off = np.concatenate([[0], np.cumsum(snap["sizes"])])
+        where = {int(j): q for q, j in enumerate(snap["slots"])}
+    p = 0
+    for q, j in enumerate(slots):
+        ss = int(sizes[q])
+        w = where.get(int(j))
+        if w is None:
+            start[p:p + ss] = _birth_stat(st, j, ss)
+        else:
+            start[p:p + ss] = snap["stat"][off[w]:off[w + 1]]
+            lstart[q] = snap["lval"][w]
+        p += ss
+    now = st.Far[idx]
+    st.Far[idx] = start + gamma * (now - start)
+    st.lval[slots] = lstart + gamma * (st.lval[slots] - lstart)
+
+
+def block_sums(learner, lam, n_global):
+    """Per-worker parts of the global certificate at the learner's current (mixed) weights:
+    sum_i max_y H_i, sum_i L_i, sum_i g_i over the worker's blocks, with the global scale
+    1/(lam n_global). Observes only (the learner's lam is set as in ``set_global_n``)."""
+    n_k = n_blocks(learner)
+    if n_k == 0:
+        return {"hinge_sum": 0.0, "loss_sum": 0.0, "gap_sum": 0.0, "n": 0, "oracle_calls": 0, "exact": True}
+    set_global_n(learner, lam, n_global)
+    c = learner.certificate()   # observes only
+    return {"hinge_sum": c.hinge * n_k, "loss_sum": c.dual_loss * n_k, "gap_sum": c.block_gap_sum * n_k,
+            "n": n_k, "oracle_calls": c.oracle_calls, "exact": bool(c.exact)}
+
+
+# ----------------------------------------------------------------------------- union of blocks
+def merge_learner_states(states, U):
+    """One BCFW learner state holding the union of the workers' blocks and the mixed sums U
+    (the single-process view of the distributed model). ``states`` are ``BCFW.state()`` dicts."""
+    states = [s for s in states if s is not None]
+    if not states:
+        raise ValueError("no worker has learned anything yet")
+    base = states[0]
+    stores = [s["store"] for s in states]
+    for s in stores[1:]:
+        for k in ("kind", "Kc", "pool_cap", "slack"):
+            if s[k] != stores[0][k]:
+                raise ValueError(f"workers disagree on the block layout ({k}: {s[k]!r} vs {stores[0][k]!r})")
+    metas, alive, free, order, unvisited = [], [], [], [], []
+    io = fo = so_ = 0
+    for s in stores:
+        m = np.array(s["meta"], dtype=np.int64, copy=True)
+        m[:, 0] += io
+        m[:, 1] += fo
+        metas.append(m)
+        for dst, key in ((alive, "alive"), (free, "free"), (order, "order"), (unvisited, "unvisited")):
+            dst.append(np.asarray(s[key], dtype=np.int64) + so_)
+        io += len(s["Iar"])
+        fo += len(s["Far"])
+        so_ += int(s["n_slots"])
+    ts = 64
+    while ts < so_:
+        ts *= 2
+    cat = np.concatenate
+    store = dict(stores[0])
+    store.update({
+        "capacity": None, "max_bytes": None, "eviction": "fifo",
+        "lval": cat([np.asarray(s["lval"], dtype=np.float64) for s in stores]),
+        "seen": sum(int(s["seen"]) for s in stores), "evicted": sum(int(s["evicted"]) for s in stores),
+        "n": sum(int(s["n"]) for s in stores), "n_slots": so_, "tree_size": ts,
+        "max_L": max(int(s["max_L"]) for s in stores),
+        "meta": cat(metas), "gest": cat([s["gest"] for s in stores]),
+        "last_oracle": cat([s["last_oracle"] for s in stores]), "birth": cat([s["birth"] for s in stores]),
+        "alive": cat(alive), "free": cat(free), "order": cat(order), "unvisited": cat(unvisited),
+        "Iar": cat([np.asarray(s["Iar"], dtype=np.int32) for s in stores]),
+        "Far": cat([np.asarray(s["Far"], dtype=np.float64) for s in stores]),
+    })
+    E = np.asarray(U["E"], dtype=np.float64)
+    out = dict(base)
+    out.update({
+        "tick": sum(int(s["tick"]) for s in states), "steps_since_full": 0,
+        "counters": np.sum([np.asarray(s["counters"]) for s in states], axis=0),
+        "full_pass_oracle_calls": sum(int(s["full_pass_oracle_calls"]) for s in states),
+        "n_learned": sum(int(s["n_learned"]) for s in states),
+        "E": E.copy(), "T": np.asarray(U["T"], dtype=np.float64).copy(),
+        "B": np.asarray(U["B"], dtype=np.float64).copy(), "store": store,
+        "avg": {"t0": -1, "ZE": np.zeros_like(E), "ZT": np.zeros_like(np.asarray(U["T"], dtype=np.float64)),
+                "ZB": np.zeros_like(np.asarray(U["B"], dtype=np.float64)), "facc": np.zeros(2)},
+    })
+    return out
+
+
+def select_blocks(state, slots):
+    """A BCFW learner state holding only the blocks in ``slots`` (renumbered 0..m-1 in the given
+    order) with the same weight sums U -- a worker's share when partitions move between workers
+    (every worker holds the global U; its blocks are its own)."""
+    slots = np.asarray(slots, dtype=np.int64)
+    s = state["store"]
+    meta = np.asarray(s["meta"], dtype=np.int64)
+    Iar, Far = np.asarray(s["Iar"], dtype=np.int32), np.asarray(s["Far"], dtype=np.float64)
+    m = len(slots)
+    new_meta = meta[slots].copy() if m else np.zeros((0, meta.shape[1]), dtype=np.int64)
+    isegs, fsegs = [], []
+    io = fo = 0
+    for q, j in enumerate(slots):
+        a, isz = int(meta[j, 0]), int(meta[j, 10])
+        b, fsz = int(meta[j, 1]), int(meta[j, 11])
+        isegs.append(Iar[a:a + isz])
+        fsegs.append(Far[b:b + fsz])
+        new_meta[q, 0], new_meta[q, 1] = io, fo
+        io += isz
+        fo += fsz
+    ts = 64
+    while ts < m:
+        ts *= 2
+    pos = {int(j): q for q, j in enumerate(slots)}
+    store = dict(s)
+    store.update({
+        "lval": np.asarray(s["lval"], dtype=np.float64)[slots], "seen": m, "evicted": 0, "n": m, "n_slots": m,
+        "tree_size": ts, "max_L": int(max([int(meta[j, 2]) for j in slots], default=1)),
+        "meta": new_meta, "gest": np.asarray(s["gest"])[slots], "last_oracle": np.asarray(s["last_oracle"])[slots],
+        "birth": np.arange(m, dtype=np.int64), "alive": np.arange(m, dtype=np.int64),
+        "free": np.zeros(0, dtype=np.int64), "order": np.arange(m, dtype=np.int64),
+        "unvisited": np.array(sorted(pos[int(v)] for v in s["unvisited"] if int(v) in pos), dtype=np.int64),
+        "Iar": np.concatenate(isegs) if isegs else np.zeros(0, dtype=np.int32),
+        "Far": np.concatenate(fsegs) if fsegs else np.zeros(0, dtype=np.float64),
+    })
+    out = dict(state)
+    out["store"] = store
+    return out
+
+
+def slot_order(state):
+    """The live slots of a learner state in arrival order (slot numbers follow arrivals when
+    nothing is evicted)."""
+    s = state["store"]
+    alive = np.asarray(s["alive"], dtype=np.int64)
+    return alive[np.argsort(np.asarray(s["birth"])[alive], kind="stable")]

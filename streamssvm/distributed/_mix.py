@@ -1,0 +1,264 @@
+"""How each learner's weights are mixed after a round (no Ray here).
+
+* BCFW: CoCoA-style averaging of the weight-sum changes, blocks blended consistently, so the
+  mixed point stays w = A alpha with alpha feasible (derivation in :mod:`._bcfw`).
+* SGD and MEMOIR (``ExtremeClassifier`` with dense class rows): iterative parameter mixing (McDonald, Hall and Mann, "Distributed training strategies
+  for the structured perceptron", NAACL 2010): after every round the workers' weight vectors
+  (and their running averages) are averaged and every worker continues from the average.
+
+Both are one formula at the mixer, ``new = start + (beta / K) sum_k delta_k`` with
+``delta_k = (worker k's weights at the round end) - start``; with ``beta = 1`` that is the plain
+average of the K workers' weights for parameter mixing.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _bcfw
+
+REFUSED = {
+    "GDMM": "GDMM is not supported by distributed learning yet",
+    "BMRM": "BMRM is not supported by distributed learning yet",
+    "Pragam": "Pragam is not supported by distributed learning yet",
+    "CuttingPlane": "CuttingPlane (n-slack cutting planes) is not supported by distributed learning yet",
+}
+
+
+def bound_learner(model):
+    """The estimator's bound learner, or None before its first example (binding earlier would
+    change how the estimator treats its first input)."""
+    return model._learner
+
+
+def learner_kind(model):
+    """``"bcfw"`` or ``"ipm"``; raises a clear error for learners that cannot be mixed yet."""
+    from ..learners.memoir import MEMOIR
+    from ..learners.sgd import SGD
+    from ..oracles.rows import DENSE_MAX_DIM
+    lr = getattr(model, "learner", None)
+    if isinstance(lr, MEMOIR):
+        hashed = getattr(model, "n_features", None)
+        if lr.rows == "sparse" or (lr.rows == "auto" and hashed is not None and hashed > DENSE_MAX_DIM):
+            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense') (or array input "
+                             f"of at most {DENSE_MAX_DIM} columns); sparse rows are not supported yet")
+        return "memoir"
+    lname = type(lr).__name__
+    if lname in REFUSED:
+        raise ValueError(REFUSED[lname] + " (supported: BCFW with step='fw', SGD)")
+    if _bcfw.is_bcfw(lr):
+        _bcfw.check_learner(lr)
+        return "bcfw"
+    if isinstance(lr, SGD):
+        if lr.search != "exact" and lr.rescaling == "slack":
+            pass  # any oracle: parameter mixing only needs the weights
+        return "ipm"
+    raise ValueError(f"{lname} is not supported by distributed learning (supported: BCFW with step='fw', SGD)")
+
+
+def pad(a, shape):
+    a = np.asarray(a, dtype=np.float64)
+    if a.shape == tuple(shape):
+        return a
+    out = np.zeros(shape)
+    out[tuple(slice(0, s) for s in a.shape)] = a
+    return out
+
+
+def _sub(now, start):
+    out = {}
+    for k, a in now.items():
+        b = start.get(k)
+        if b is None:
+            out[k] = a.copy()
+            continue
+        shape = tuple(max(x, y) for x, y in zip(a.shape, b.shape))
+        out[k] = pad(a, shape) - pad(b, shape)
+    return out
+
+
+def combine(start, deltas, gamma):
+    """``start + gamma * sum(deltas)`` over dicts of arrays, padding to the largest shapes."""
+    keys = set(start)
+    for d in deltas:
+        keys |= set(d)
+    out = {}
+    for k in sorted(keys):
+        arrs = [a[k] for a in [start, *deltas] if k in a]
+        shape = tuple(max(s) for s in zip(*(a.shape for a in arrs)))
+        acc = np.zeros(shape)
+        for d in deltas:
+            if k in d:
+                acc += pad(d[k], shape)
+        out[k] = (pad(start[k], shape) if k in start else np.zeros(shape)) + gamma * acc
+    return out
+
+
+class BCFWMixing:
+    """Worker side of BCFW mixing: snapshot at the round start, delta, apply the mixed sums
+    (CoCoA with beta = 1, CoCoA+ adding with beta = K; see :mod:`._bcfw`)."""
+
+    kind = "bcfw"
+
+    def __init__(self, lam, n_workers, beta=1.0):
+        self.lam = float(lam)
+        self.gamma = float(beta) / int(n_workers)
+        self.sigma = float(beta)     # CoCoA+ local subproblem sigma' = gamma K
+        self.snap = None
+        self.U0 = None
+        self.n_others = 0
+
+    def round_start(self, model, n_global):
+        lr = bound_learner(model)
+        # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
+        # sums, which keeps the mixed sums consistent (its local view lags for one round)
+        self.snap = None if lr is None else _bcfw.snapshot_blocks(lr)
+        self.U0 = {} if lr is None else _bcfw.get_u(lr)
+        if lr is not None and self.sigma != 1.0:
+            # the learner holds U / sigma' during the round (the CoCoA+ local subproblem)
+            _bcfw.scale_u(lr, 1.0 / self.sigma)
+            self.U0 = {k: v * (1.0 / self.sigma) for k, v in self.U0.items()}
+        self.n_others = max(int(n_global) - self.n_blocks(model), 0)
+        self.prepare(model)
+
+    def prepare(self, model):
+        """Before learning more examples: step with the global n (local view)."""
+        lr = bound_learner(model)
+        if lr is not None:
+            _bcfw.set_global_n(lr, self.lam, self.n_others + _bcfw.n_blocks(lr), self.sigma)
+
+    def check(self, model):
+        lr = bound_learner(model)
+        if lr is not None and _bcfw.evicted(lr):
+            raise ValueError("a worker's BCFW evicted a block (capacity / max_bytes reached): distributed "
+                             "BCFW needs every block kept; raise capacity")
+
+    def delta(self, model):
+        lr = bound_learner(model)
+        return {} if lr is None else _sub(_bcfw.get_u(lr), self.U0)
+
+    def n_blocks(self, model):
+        lr = bound_learner(model)
+        return 0 if lr is None else _bcfw.n_blocks(lr)
+
+    def apply(self, model, mixed, n_global):
+        lr = bound_learner(model)
+        if lr is None:
+            return
+        if self.gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
+            _bcfw.blend_blocks(lr, self.snap, self.gamma)
+        _bcfw.set_u(lr, mixed)
+        _bcfw.set_global_n(lr, self.lam, n_global)
+
+    def block_sums(self, model, n_global):
+        lr = bound_learner(model)
+        if lr is None:
+            return {"hinge_sum": 0.0, "loss_sum": 0.0, "gap_sum": 0.0, "n": 0, "oracle_calls": 0, "exact": True}
+        return _bcfw.block_sums(lr, self.lam, n_global)
+
+
+class ParameterMixing:
+    """Worker side of iterative parameter mixing (SGD): w = a U and the running average."""
+
+    kind = "ipm"
+
+    def __init__(self, lam, n_workers, beta=1.0):
+        self.lam = float(lam)
+        self.gamma = float(beta) / int(n_workers)
+        self.w0 = None
+        self.pending = {}
+
+    @staticmethod
+    def _weights(lr):
+        a = float(lr.a)
+        return {"E": a * lr.W.E, "T": a * lr.W.T, "B": a * lr.W.B,
+                "AE": lr.A.E.copy(), "AT": lr.A.T.copy(), "AB": lr.A.B.copy()}
+
+    def round_start(self, model, n_global):
+        lr = bound_learner(model)
+        # a worker without a learner yet holds the last mixed weights (it applies them once bound)
+        self.w0 = dict(self.pending) if lr is None else self._weights(lr)
+
+    def prepare(self, model):
+        pass
+
+    def check(self, model):
+        pass
+
+    def delta(self, model):
+        lr = bound_learner(model)
+        return {} if lr is None else _sub(self._weights(lr), self.w0)
+
+    def n_blocks(self, model):
+        lr = bound_learner(model)
+        return 0 if lr is None else int(lr.n_blocks)
+
+    def apply(self, model, mixed, n_global):
+        lr = bound_learner(model)
+        self.pending = mixed
+        if lr is None:
+            return
+        E = mixed["E"]
+        if E.shape[0] > lr.W.E.shape[0] or E.shape[1] > lr.W.E.shape[1]:
+            lr.W.grow(E.shape[0], E.shape[1])
+            lr.A.grow(E.shape[0], E.shape[1])
+        for dst, key in ((lr.W, ""), (lr.A, "A")):
+            for k in ("E", "T", "B"):
+                d = getattr(dst, k)
+                d[...] = 0.0
+                src = mixed[key + k]
+                d[tuple(slice(0, s) for s in src.shape)] = src
+        lr.a = 1.0
+
+    def block_sums(self, model, n_global):
+        """Parameter mixing keeps no dual point of the union: the primal's hinge sum only."""
+        lr = bound_learner(model)
+        if lr is None:
+            return {"hinge_sum": 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"), "n": 0,
+                    "oracle_calls": 0, "exact": False, "regularizer": 0.0}
+        c = lr.certificate()
+        n = int(c.n_blocks)
+        return {"hinge_sum": (c.hinge * n) if n else 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"),
+                "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
+
+class MemoirMixing(ParameterMixing):
+    """Iterative parameter mixing of MEMOIR's class rows (w_c = acc V_c); after the mixed rows are
+    installed the learner is restored from its own state, which rebuilds the MIPS index."""
+
+    kind = "memoir"
+
+    @staticmethod
+    def _weights(lr):
+        st = lr.store
+        if st is None:
+            return {}
+        if st.kind != "dense":
+            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense')")
+        return {"V": lr.acc * st.V[:st.n_rows, :lr.dim]}
+
+    def apply(self, model, mixed, n_global):
+        lr = bound_learner(model)
+        self.pending = mixed
+        if lr is None or lr.store is None or "V" not in mixed:
+            return
+        V = np.asarray(mixed["V"], dtype=np.float64)
+        st = lr.state()
+        st["rows"] = {"kind": "dense", "dim": max(int(st["dim"]), V.shape[1]), "V": V, "sq": float(np.sum(V * V))}
+        st["n_rows"] = max(int(st["n_rows"]), V.shape[0])
+        st["dim"] = max(int(st["dim"]), V.shape[1])
+        st["acc"] = 1.0
+        st["allocated"] = True
+        lr.restore(model._structure, model._labels.labels, st)
+
+    def block_sums(self, model, n_global):
+        lr = bound_learner(model)
+        if lr is None:
+            return {"hinge_sum": 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"), "n": 0,
+                    "oracle_calls": 0, "exact": False, "regularizer": 0.0}
+        c = model.certificate()
+        n = int(c.n_blocks)
+        return {"hinge_sum": (c.hinge * n) if n else 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"),
+                "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
+
+
+def make_mixing(kind, lam, n_workers, beta=1.0):
+    return {"bcfw": BCFWMixing, "ipm": ParameterMixing, "memoir": MemoirMixing}[kind](lam, n_workers, beta)

@@ -1,0 +1,195 @@
+"""The mixer: combines the workers' weight changes, computes the global certificate, commits
+the consistent cut of every round (plain Python: :mod:`._ray` runs it as a Ray actor)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..certificate import Certificate
+from ._cut import CutStore
+from ._mix import combine
+
+
+class Mixer:
+    """Global state of a distributed job: the mixed weights (``start`` of the next round), the
+    global number of blocks, the round id, the per-round history.
+
+    >>> import numpy as np, tempfile
+    >>> m = Mixer(2, "ipm", lam=0.1, beta=1.0, directory=tempfile.mkdtemp())
+    >>> out = m.mix(1, [5, 5], {"E": np.ones((2, 2))}, {"E": 3 * np.ones((2, 2))})
+    >>> out["weights"]["E"].tolist()     # parameter mixing: the average
+    [[2.0, 2.0], [2.0, 2.0]]
+    """
+
+    def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3):
+        self.n_workers = int(n_workers)
+        self.kind = kind
+        self.lam = float(lam)
+        self.gamma = float(beta) / self.n_workers
+        self.start = {}
+        self.n_global = 0
+        self.round = 0
+        self.history = []
+        self.cuts = CutStore(directory, keep=keep) if directory is not None else None
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        return {"start": dict(self.start), "n_global": self.n_global, "round": self.round,
+                "history": list(self.history), "kind": self.kind, "n_workers": self.n_workers}
+
+    def restore(self):
+        """Load the newest valid cut: returns ``{"round", "parts", "n_global"}`` or None."""
+        got = self.cuts.latest() if self.cuts is not None else None
+        if got is None:
+            return None
+        st, path = got
+        m = st["mixer"]
+        if m["kind"] != self.kind:
+            raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} "
+                             "workers; use a fresh checkpoint directory")
+        if int(m["n_workers"]) != self.n_workers:
+            raise ValueError(f"the checkpoint directory holds a job of {m['n_workers']} workers, not "
+                             f"{self.n_workers}: only a job on a Kafka topic can change its number of workers")
+        self.start = {k: np.asarray(v, dtype=np.float64) for k, v in m["start"].items()}
+        self.n_global = int(m["n_global"])
+        self.round = int(m["round"])
+        self.history = list(m["history"])
+        return {"round": self.round, "parts": st["parts"], "n_global": self.n_global, "path": str(path)}
+
+    def regroup(self, partitions):
+        """Resume a Kafka job with a different number of workers: the newest cut's dual blocks
+        move with their partitions. ``partitions[k]`` are the partitions of new worker k. Writes
+        one part per new worker and commits a new cut of the same round; returns like
+        :meth:`restore` (None when there is no cut)."""
+        from ..checkpoint import load_state, save_state
+        from ..metrics import ProgressiveMetrics
+        from . import _bcfw
+        from ._cut import PART_KIND, file_sha256
+        got = self.cuts.latest() if self.cuts is not None else None
+        if got is None:
+            return None
+        st, _ = got
+        m = st["mixer"]
+        if int(m["n_workers"]) == self.n_workers:
+            return self.restore()
+        if m["kind"] != self.kind:
+            raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} workers")
+        old = [load_state(p["path"], kind=PART_KIND)[0] for p in sorted(st["parts"], key=lambda p: p["worker"])]
+        topic, offsets = None, {}
+        for o in old:
+            pos = o["worker"]["position"]
+            if pos is None:
+                continue
+            if not isinstance(pos, dict) or "offsets" not in pos:
+                raise ValueError(f"the job was checkpointed with {m['n_workers']} workers on a file or in-memory "
+                                 f"source; resume it with {m['n_workers']} workers")
+            topic = pos["topic"]
+            offsets.update({int(p): int(v) for p, v in pos["offsets"].items()})
+        self.start = {k: np.asarray(v, dtype=np.float64) for k, v in m["start"].items()}
+        self.n_global = int(m["n_global"])
+        self.round = int(m["round"])
+        self.history = list(m["history"])
+        models = [o["model"] for o in old]
+        base = next((md for md in models if md.get("learner") is not None), models[0])
+        owner = None
+        if self.kind == "bcfw":
+            learners, part_of = [], []
+            for o in old:
+                ls = o["model"].get("learner")
+                if ls is None:
+                    continue
+                learners.append(ls)
+                order = _bcfw.slot_order(ls)
+                bp = np.asarray(o["worker"].get("block_partitions", []), dtype=np.int64)
+                if len(bp) != len(order):
+                    raise ValueError("a part does not record the partition of each of its blocks")
+                by_slot = np.full(int(ls["store"]["n_slots"]), -1, dtype=np.int64)
+                by_slot[order] = bp
+                part_of.append(by_slot)
+            if learners:
+                union = _bcfw.merge_learner_states(learners, self.start)
+                owner = np.concatenate(part_of)
+                union_order = _bcfw.slot_order(union)
+        parts = []
+        for k, parts_k in enumerate(partitions):
+            mine = {int(p) for p in parts_k}
+            model = dict(base)
+            bps = []
+            if owner is not None:
+                slots = [int(j) for j in union_order if int(owner[j]) in mine]
+                model["learner"] = _bcfw.select_blocks(union, slots)
+                bps = [int(owner[j]) for j in slots]
+            n_k = len(bps) if owner is not None else 0
+            w = {"index": k, "round": self.round, "examples_seen": n_k, "bad_records": 0,
+                 "metrics": ProgressiveMetrics(old[0]["worker"]["metrics"]["task"]).state(),
+                 "n_global": self.n_global, "ended": False, "learn_seconds": 0.0, "learn_cpu": 0.0,
+                 "position": ({"topic": topic, "offsets": {str(p): offsets[p] for p in sorted(mine) if p in offsets}}
+                              if topic is not None else None),
+                 "block_partitions": np.asarray(bps, dtype=np.int64)}
+            path = self.cuts.part_path(self.round, k).with_name(f"regroup-{self.n_workers}-worker-{k:04d}.ssvm")
+            save_state(path, {"model": model, "worker": w}, kind=PART_KIND,
+                       meta={"worker": k, "round": self.round, "regroup": True})
+            parts.append({"worker": k, "path": str(path), "sha256": file_sha256(path)})
+        self.cuts.commit(self.round, parts, self.state(), meta={"regroup_from": int(m["n_workers"])})
+        return self.restore()
+
+    def part_path(self, round_id, worker):
+        return str(self.cuts.part_path(round_id, worker))
+
+    # ------------------------------------------------------------------ rounds
+    def mix(self, round_id, n_blocks, *deltas):
+        """``start + (beta/K) sum_k delta_k``; returns the mixed weights to broadcast (the deltas
+        are separate arguments so that Ray hands the workers' objects over directly)."""
+        self.start = combine(self.start, list(deltas), self.gamma)
+        self.n_global = int(sum(n_blocks))
+        self.round = int(round_id)
+        return {"round": self.round, "n_global": self.n_global, "weights": self.start,
+                "bytes": int(sum(a.nbytes for a in self.start.values()))}
+
+    def certificate(self, sums):
+        """The global certificate at the mixed weights from the workers' block sums."""
+        t0 = time.perf_counter()
+        n = int(sum(s["n"] for s in sums))
+        calls = int(sum(s["oracle_calls"] for s in sums))
+        secs = max((s.get("seconds", 0.0) for s in sums), default=0.0)
+        if n == 0:
+            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.lam, note="no examples held").to_dict()
+        if self.kind == "bcfw":
+            sq = sum(float(np.vdot(self.start[k], self.start[k])) for k in ("E", "T", "B") if k in self.start)
+            scale = 1.0 / (self.lam * n)
+            reg = 0.5 * self.lam * scale * scale * sq
+            hinge = sum(s["hinge_sum"] for s in sums) / n
+            dual_loss = sum(s["loss_sum"] for s in sums) / n
+            bgs = sum(s["gap_sum"] for s in sums) / n
+            primal, dual = reg + hinge, dual_loss - reg
+            raw = primal - dual
+            c = Certificate(gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=calls,
+                            seconds=secs + time.perf_counter() - t0, exact=all(s["exact"] for s in sums),
+                            lam=self.lam, regularizer=reg, hinge=hinge, dual_loss=dual_loss, block_gap_sum=bgs,
+                            note=f"distributed: sum of the block gaps of {len(sums)} workers at the mixed weights",
+                            extra={"raw_gap": raw, "workers": len(sums)})
+        else:
+            hinge = sum(s["hinge_sum"] for s in sums) / n
+            reg = float(sums[0].get("regularizer", 0.0))
+            c = Certificate(gap=float("inf"), primal=reg + hinge, dual=float("-inf"), n_blocks=n,
+                            oracle_calls=calls, seconds=secs + time.perf_counter() - t0, exact=False,
+                            lam=self.lam, regularizer=reg, hinge=hinge,
+                            note="parameter mixing keeps no dual point of the union: primal objective on the "
+                                 "workers' windows only",
+                            extra={"workers": len(sums)})
+        return c.to_dict()
+
+    def commit(self, round_id, parts, record):
+        """Commit the cut of ``round_id`` (every part durable and verified) with the round record."""
+        self.history.append(record)
+        path = self.cuts.commit(round_id, parts, self.state(), meta={"examples_seen": record.get("examples_seen")})
+        return str(path)
+
+    def note(self, record):
+        """A round without a cut: its record joins the history of the next cut."""
+        self.history.append(record)
+        return True
+
+    def weights(self):
+        return dict(self.start)

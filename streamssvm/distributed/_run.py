@@ -1,0 +1,414 @@
+"""The driver: starts (or joins) a Ray cluster, runs the mixing rounds, restarts from the last
+consistent cut when a worker dies."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ray
+
+from ..certificate import Certificate
+from ._mix import learner_kind
+from ._mixer import Mixer
+from ._worker import Worker, model_from_state
+
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def runtime_env():
+    """The Ray runtime environment that makes actors import this checkout's ``streamssvm`` and
+    ``connectors`` (the directory holding both goes first on their PYTHONPATH)."""
+    pp = os.environ.get("PYTHONPATH", "")
+    return {"env_vars": {"PYTHONPATH": _REPO_ROOT + (os.pathsep + pp if pp else "")}}
+
+
+def init_cluster(cluster="local", num_cpus=None, **kwargs):
+    """Start a local Ray cluster (``"local"``) or connect to one (``"ray://host:port"`` or
+    ``"auto"``); a no-op when Ray is already initialized. Returns True when it started one."""
+    if ray.is_initialized():
+        return False
+    kw = dict(include_dashboard=False, runtime_env=runtime_env(), log_to_driver=False)
+    kw.update(kwargs)
+    if cluster in (None, "local"):
+        ray.init(num_cpus=num_cpus, **kw)
+    elif isinstance(cluster, str) and (cluster.startswith("ray://") or cluster == "auto"):
+        kw.pop("include_dashboard", None)
+        ray.init(address=cluster, **kw)
+    else:
+        raise ValueError(f"cluster must be 'local', 'auto' or 'ray://host:port', got {cluster!r}")
+    return True
+
+
+def _source_spec(source, n_workers):
+    """Per-worker shard specs from ``source``: a ``kafka://`` URI, a file path / URI, or a pair
+    ``(X, Y)`` of in-memory examples."""
+    if isinstance(source, tuple) and len(source) == 2:
+        X, Y = source
+        if len(X) != len(Y):
+            raise ValueError(f"X and Y have different lengths ({len(X)} vs {len(Y)})")
+        ref = (ray.put(list(X)), ray.put(list(Y)))
+        return [{"kind": "arrays", "X": ref[0], "Y": ref[1]} for _ in range(n_workers)]
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a kafka:// URI, a file path or a pair (X, Y), got {type(source).__name__}")
+    source = str(source)
+    if source.startswith("kafka://"):
+        from ..connectors.kafka import parse_kafka_uri
+        d = parse_kafka_uri(source)
+        params = dict(d["params"])
+        group = params.pop("group", "streamssvm-distributed")
+        stop = params.pop("stop_at_end", "false").lower() in ("1", "true", "yes")
+        parts = params.pop("partitions", None)
+        if params:
+            raise ValueError(f"unknown Kafka source parameters: {sorted(params)}")
+        if parts is not None:
+            parts = [int(v) for v in parts.split(",") if v.strip()]
+        else:
+            parts = _topic_partitions(d["bootstrap"], d["topic"])
+        if len(parts) < n_workers:
+            raise ValueError(f"topic {d['topic']!r} has {len(parts)} partitions for {n_workers} workers: a worker "
+                             "needs at least one partition")
+        uri = f"kafka://{d['bootstrap']}/{d['topic']}"
+        return [{"kind": "kafka", "uri": uri, "group": group, "stop_at_end": stop,
+                 "partitions": parts[k::n_workers]} for k in range(n_workers)]
+    return [{"kind": "file", "uri": source} for _ in range(n_workers)]
+
+
+def _topic_partitions(bootstrap, topic, timeout=30.0):
+    from .._optional import require
+    require("kafka", extra="kafka", feature="a kafka:// source")
+    from kafka import KafkaConsumer
+    c = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            ps = c.partitions_for_topic(topic)
+            if ps:
+                return sorted(ps)
+            if time.monotonic() > deadline:
+                raise ValueError(f"topic {topic!r} not found at {bootstrap}")
+            time.sleep(0.2)
+    finally:
+        c.close()
+
+
+@dataclass
+class DistributedResult:
+    """What :func:`run` returns.
+
+    Attributes
+    ----------
+    model
+        The mixed model as one estimator (BCFW: the union of every worker's dual blocks with the
+        mixed weights -- its ``certificate()`` is the single-process certificate; SGD: the mixed
+        weights with worker 0's window).
+    certificate
+        The last global certificate (a dict in the ``Certificate`` format).
+    history
+        One record per round (examples, blocks, bytes, seconds, per-worker throughput,
+        certificate when computed).
+    rounds, restarts, examples_seen
+        Rounds run (resumed ones included), restarts from a cut, examples reflected in the model.
+    """
+    model: object
+    certificate: dict | None
+    history: list
+    rounds: int
+    restarts: int
+    examples_seen: int
+    workers: list = field(default_factory=list)
+
+
+class _Job:
+    def __init__(self, model, shards, task, kind, n_workers, beta, directory, keep, worker_cpus, job_id):
+        self.template = model
+        self.shards = shards
+        self.task = task
+        self.kind = kind
+        self.K = n_workers
+        self.beta = beta
+        self.directory = directory
+        self.keep = keep
+        self.worker_cpus = worker_cpus
+        self.job_id = job_id
+        self.lam = float(model.learner.lam)
+        self.workers = []
+        self.mixer = None
+        self.round = 0
+        self.n_global = 0
+
+    def start(self):
+        """Create the mixer and the workers; restore all of them from the newest valid cut."""
+        MixerActor = ray.remote(Mixer).options(num_cpus=0, max_restarts=0)
+        WorkerActor = ray.remote(Worker).options(num_cpus=self.worker_cpus, max_restarts=0)
+        self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep)
+        self.workers = [WorkerActor.remote(k, self.K, self.template.clone(), self.task, self.shards[k], self.kind,
+                                           self.lam, self.beta, self.job_id) for k in range(self.K)]
+        if self.shards[0]["kind"] == "kafka":
+            # a changed number of workers moves the dual blocks with their partitions
+            cut = ray.get(self.mixer.regroup.remote([s["partitions"] for s in self.shards]))
+        else:
+            cut = ray.get(self.mixer.restore.remote())
+        if cut is not None:
+            parts = sorted(cut["parts"], key=lambda p: p["worker"])
+            ray.get([w.restore.remote(p["path"]) for w, p in zip(self.workers, parts)])
+            self.round = int(cut["round"])
+            self.n_global = int(cut["n_global"])
+        else:
+            ray.get([w.ping.remote() for w in self.workers])
+            self.round = 0
+            self.n_global = 0
+        return cut
+
+    def stop(self):
+        for a in self.workers + ([self.mixer] if self.mixer is not None else []):
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.workers, self.mixer = [], None
+
+    def one_round(self, max_examples, max_seconds, idle_timeout, refine_passes, certify, cut=True):
+        r = self.round + 1
+        t0 = time.perf_counter()
+        outs = [w.learn_round.options(num_returns=2).remote(max_examples, max_seconds, idle_timeout, refine_passes)
+                for w in self.workers]
+        infos = ray.get([o[0] for o in outs])
+        t_learn = time.perf_counter() - t0
+        mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs])
+        n_global = sum(i["n_blocks"] for i in infos)
+        ray.get([w.apply.remote(mixed, n_global) for w in self.workers])
+        t_mix = time.perf_counter() - t0 - t_learn
+        cert = None
+        if certify:
+            sums = [w.block_sums.remote() for w in self.workers]
+            cert = ray.get(self.mixer.certificate.remote(ray.get(sums)))
+        t_cert = time.perf_counter() - t0 - t_learn - t_mix
+        mix_bytes = ray.get(mixed)["bytes"]
+        seen = sum(i["examples_seen"] for i in infos)
+        n_metric = sum(i["metrics"].get("n", 0) for i in infos) if all("n" in i["metrics"] for i in infos) else None
+        rec = {"round": r, "examples_seen": seen, "new_examples": sum(i["n_new"] for i in infos),
+               "n_blocks": n_global, "time": time.time(), "ended": all(i["ended"] for i in infos),
+               "refine_passes": refine_passes, "bytes_up": sum(i["bytes_up"] for i in infos),
+               "bytes_down": mix_bytes * self.K, "seconds_learn": t_learn, "seconds_mix": t_mix,
+               "seconds_certificate": t_cert,
+               "workers": [{"worker": i["worker"], "examples_seen": i["examples_seen"], "n_blocks": i["n_blocks"],
+                            "round_seconds": i["seconds"], "round_cpu": i["cpu"],
+                            "learn_seconds": i["learn_seconds"], "learn_cpu": i["learn_cpu"],
+                            "throughput": i["examples_seen"] / max(i["learn_seconds"], 1e-9),
+                            "metrics": i["metrics"], "bad_records": i["bad_records"]} for i in infos],
+               "metrics": _merge_metrics([i["metrics"] for i in infos]), "n_metric": n_metric}
+        if cert is not None:
+            rec.update({"gap": cert["gap"], "primal": cert["primal"], "dual": cert["dual"], "exact": cert["exact"],
+                        "certificate": cert})
+        rec["seconds_checkpoint"] = 0.0
+        rec["cut"] = bool(cut or rec["ended"])
+        if rec["cut"]:
+            # the consistent cut: every part durable, then the mixer commits, then the offsets
+            t1 = time.perf_counter()
+            paths = ray.get([self.mixer.part_path.remote(r, k) for k in range(self.K)])
+            parts = ray.get([w.save_part.remote(r, p) for w, p in zip(self.workers, paths)])
+            ray.get(self.mixer.commit.remote(r, parts, rec))
+            ray.get([w.commit_offsets.remote() for w in self.workers])
+            rec["seconds_checkpoint"] = time.perf_counter() - t1
+        else:
+            ray.get(self.mixer.note.remote(rec))
+        rec["seconds"] = time.perf_counter() - t0
+        self.round = r
+        self.n_global = n_global
+        return rec
+
+    def final_model(self):
+        """The mixed model as one estimator (see :class:`DistributedResult`)."""
+        states = ray.get([w.model_state.remote() for w in self.workers])
+        if self.kind != "bcfw":
+            return model_from_state(states[0])
+        from . import _bcfw
+        U = ray.get(self.mixer.weights.remote())
+        learners = [s["learner"] for s in states if s["learner"] is not None]
+        st = dict(states[0])
+        st["learner"] = _bcfw.merge_learner_states(learners, U)
+        return model_from_state(st)
+
+
+def _merge_metrics(ms):
+    """Example-weighted average of the workers' progressive metrics."""
+    out = {}
+    tot = sum(m.get("n", 0) for m in ms)
+    if not tot:
+        return ms[0] if ms else {}
+    for k in ms[0]:
+        v = ms[0][k]
+        if k == "n":
+            out[k] = tot
+        elif isinstance(v, (int, float)):
+            out[k] = sum(m.get(k, 0.0) * m.get("n", 0) for m in ms) / tot
+    return out
+
+
+def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
+        round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1, checkpoint_every=1,
+        beta=1.0,
+        max_rounds=None, idle_timeout=None, max_restarts=3, keep=3, metrics_path=None, on_round=None,
+        num_cpus=None, progress=False):
+    """Learn ``model`` from ``source`` with ``workers`` Ray actors and mixing rounds.
+
+    Parameters
+    ----------
+    model
+        A fresh estimator whose labels are declared (``labels=[...]``) and whose features share
+        one index across workers (array inputs or ``n_features=2**k`` hashing); its learner is
+        ``BCFW(step="fw", averaging=False, ...)`` or ``SGD(...)``.
+    source
+        ``kafka://HOST:PORT/TOPIC?group=G&stop_at_end=true`` (partitions spread over the workers),
+        a file path / URI (records k mod K to worker k), or a pair ``(X, Y)``.
+    task
+        The engine task.
+    workers, cluster
+        Number of worker actors; ``"local"`` (start a local Ray cluster unless Ray is already
+        initialized), ``"auto"`` or ``"ray://host:port"``.
+    checkpoint_dir
+        Where the consistent cuts go (a directory every node can reach); a job started on a
+        directory holding cuts resumes from the newest valid one.
+    round_examples, round_seconds
+        A round ends once each worker learned ``round_examples`` new examples (or after
+        ``round_seconds``; 10 s by default for a live Kafka topic, so an idle partition does not
+        hold a round open).
+    passes, passes_per_round, tol
+        After the stream: ``passes`` further passes over the held blocks, ``passes_per_round``
+        of them per round, stopping early once the global gap <= ``tol``.
+    snapshot_every
+        Rounds between two global certificates (always one at the end).
+    checkpoint_every
+        Rounds between two consistent cuts (and Kafka offset commits); always one when the
+        stream ends and at the last round. A restart replays the rounds since the last cut.
+    beta
+        Mixing weight, 0 < beta <= K: ``new = start + (beta/K) sum_k delta_k``. BCFW solves the
+        CoCoA+ local subproblem with sigma' = beta (see :mod:`streamssvm.distributed._bcfw`):
+        1 is CoCoA averaging, K is CoCoA+ adding; the mixed point is dual-feasible for every
+        beta. For SGD / MEMOIR, 1 is parameter averaging.
+    on_round
+        ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
+
+    Returns
+    -------
+    DistributedResult
+    """
+    kind = learner_kind(model)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    if not (0.0 < float(beta) <= workers):
+        raise ValueError(f"beta must be in (0, workers] = (0, {workers}], got {beta!r}")
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
+    if getattr(model, "labels", None) is None:
+        raise ValueError("distributed learning needs the labels declared up front (labels=[...]) so that every "
+                         "worker numbers them alike")
+    if not isinstance(round_examples, int) or round_examples < 1:
+        raise ValueError(f"round_examples must be a positive int, got {round_examples!r}")
+    started = init_cluster(cluster, num_cpus=num_cpus)
+    tmp = None
+    if checkpoint_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="streamssvm-dist-")
+        checkpoint_dir = tmp.name
+    directory = Path(checkpoint_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    idf = directory / "job_id"
+    if not idf.exists():
+        idf.write_text(uuid.uuid4().hex)
+    job_id = idf.read_text().strip()
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    shards = _source_spec(source, workers)
+    if round_seconds is None and shards[0]["kind"] == "kafka" and not shards[0]["stop_at_end"]:
+        round_seconds = 10.0   # a live topic: an idle partition must not hold a round open forever
+    job = _Job(model, shards, task, kind, workers, beta, directory, keep,
+               min(1.0, cpus / workers), job_id)
+    restarts = 0
+    history = []
+    cert = None
+    try:
+        job.start()
+        refine_done = 0.0
+        while True:
+            streaming = not (history and history[-1]["ended"])
+            if max_rounds is not None and job.round >= max_rounds:
+                break
+            if not streaming:
+                if refine_done >= passes - 1e-12:
+                    break
+                if tol is not None and cert is not None and cert["gap"] <= tol:
+                    break
+            rp = 0.0 if streaming else min(passes_per_round, passes - refine_done)
+            certify = (job.round + 1) % max(int(snapshot_every), 1) == 0 or not streaming
+            last = (max_rounds is not None and job.round + 1 >= max_rounds) or (
+                not streaming and refine_done + rp >= passes - 1e-12)
+            cut = (job.round + 1) % checkpoint_every == 0 or last
+            try:
+                rec = job.one_round(round_examples if streaming else 0, round_seconds, idle_timeout, rp, certify, cut)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError,
+                    ray.exceptions.WorkerCrashedError) as e:
+                restarts += 1
+                if restarts > max_restarts:
+                    raise RuntimeError(f"distributed job failed {restarts} times; last error: {e}") from e
+                job.stop()
+                cut = job.start()
+                history = [h for h in history if h["round"] <= job.round]
+                if job.round == 0:
+                    history = []
+                refine_done = sum(h["refine_passes"] for h in history)
+                cert = next((h["certificate"] for h in reversed(history) if "certificate" in h), None)
+                del cut
+                continue
+            if not streaming:
+                refine_done += rp
+            rec["restarts"] = restarts
+            history.append(rec)
+            if "certificate" in rec:
+                cert = rec["certificate"]
+            if metrics_path and "certificate" in rec:
+                _append_metrics(metrics_path, rec)
+            if progress:
+                g = "-" if "gap" not in rec else f"{rec['gap']:.4g}"
+                print(f"round {rec['round']} | examples {rec['examples_seen']} | blocks {rec['n_blocks']} | gap {g}",
+                      flush=True)
+            if on_round is not None:
+                on_round(rec, job)
+        if not history or "certificate" not in history[-1]:
+            sums = ray.get([w.block_sums.remote() for w in job.workers])
+            cert = ray.get(job.mixer.certificate.remote(sums))
+        final = job.final_model()
+        seen = history[-1]["examples_seen"] if history else 0
+        wstats = history[-1]["workers"] if history else []
+        return DistributedResult(model=final, certificate=cert, history=history, rounds=job.round,
+                                 restarts=restarts, examples_seen=seen, workers=wstats)
+    finally:
+        try:
+            ray.get([w.close.remote() for w in job.workers], timeout=30)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+        job.stop()
+        if started:
+            ray.shutdown()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _append_metrics(path, rec):
+    """One line per certified round, in the engine's snapshot format plus the per-worker part."""
+    import json
+    import math
+    c = rec["certificate"]
+    line = {"examples_seen": rec["examples_seen"], "time": rec["time"], "gap": c["gap"], "primal": c["primal"],
+            "dual": c["dual"], "n_blocks": c["n_blocks"], "exact": c["exact"],
+            "certificate_seconds": c["seconds"], "round": rec["round"], "distributed": True,
+            "workers": [{"worker": w["worker"], "examples_seen": w["examples_seen"], "throughput": w["throughput"],
+                         "n_blocks": w["n_blocks"]} for w in rec["workers"]], **rec["metrics"]}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line, default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else str(v))
+                + "\n")
+
+
+__all__ = ["DistributedResult", "init_cluster", "run", "runtime_env", "Certificate"]

@@ -1,0 +1,283 @@
+"""A distributed worker: the engine's per-record step (predict, then learn) over its own shard
+of the source, with mixing-round hooks. Plain Python: :mod:`._ray` runs it as a Ray actor.
+
+Shards:
+
+* ``{"kind": "kafka", "uri": ..., "partitions": [...]}`` -- a kafka-python consumer on the
+  worker's partitions, committing to the job's consumer group. Partitions are assigned by the
+  job (round-robin over the topic's partitions, pinned to the worker index) rather than by the
+  group coordinator, so that a restarted worker gets back exactly the partitions whose dual
+  blocks and offsets its part of the cut holds. Each part records the partition of every block;
+  a job resumed with another number of workers moves the blocks with their partitions
+  (:meth:`~streamssvm.distributed._mixer.Mixer.regroup`).
+* ``{"kind": "file", "uri": ...}`` -- a file source; worker k of K learns the records whose
+  number is k modulo K (each worker reads the file, the position carries the record number).
+* ``{"kind": "arrays", "X": [...], "Y": [...]}`` -- in-memory examples, sharded the same way.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..checkpoint import load_state, save_state
+from ..metrics import ProgressiveMetrics
+from ._cut import PART_KIND, file_sha256
+from ._mix import make_mixing
+
+_END = object()
+
+
+def to_model_input(task, x, y):
+    from ..engine import to_model_input as f
+    return f(task, x, y)
+
+
+def model_from_state(st):
+    """An estimator from its ``state()`` (through the estimators' own loader)."""
+    from ..estimators.base import from_state
+    return from_state(st)
+
+
+def _partition(origin):
+    """The partition of a Kafka record's origin ``topic/partition@offset`` (-1 for other sources)."""
+    try:
+        return int(origin.rsplit("/", 1)[1].split("@", 1)[0])
+    except (IndexError, ValueError, AttributeError):
+        return -1
+
+
+class ArrayShard:
+    """Examples ``k, k + K, k + 2K, ...`` of in-memory lists; position ``{"record": next index}``."""
+
+    name = "arrays"
+
+    def __init__(self, X, Y, index, n_workers):
+        self.X, self.Y = X, Y
+        self.index, self.n_workers = int(index), int(n_workers)
+        self.next = self.index
+
+    def position(self):
+        return {"record": self.next}
+
+    def seek(self, position):
+        self.next = int(position["record"])
+
+    def __iter__(self):
+        from ..connectors.base import Record
+        while self.next < len(self.X):
+            i = self.next
+            self.next += self.n_workers
+            yield Record(x=self.X[i], y=self.Y[i], key=i, position={"record": self.next}, origin=f"arrays:{i}")
+
+
+class FileShard:
+    """Records k mod K of a file source (the file source's own positions, which count records)."""
+
+    def __init__(self, uri, index, n_workers):
+        from ..connectors.files import open_source
+        self.src = open_source(uri)
+        self.index, self.n_workers = int(index), int(n_workers)
+        self.dead_letter = getattr(self.src, "dead_letter", None)
+
+    def position(self):
+        return self.src.position()
+
+    def seek(self, position):
+        self.src.seek(position)
+
+    def __iter__(self):
+        for rec in self.src:
+            if rec is None:
+                yield None
+                continue
+            number = int(rec.position.get("record", 0)) - 1
+            if number % self.n_workers == self.index:
+                yield rec
+
+
+def open_shard(spec, index, n_workers, worker_id):
+    kind = spec["kind"]
+    if kind == "arrays":
+        X, Y = spec["X"], spec["Y"]
+        if not isinstance(X, (list, tuple)):   # Ray object references (nested ones are not resolved)
+            import ray
+            X, Y = ray.get(X), ray.get(Y)
+        return ArrayShard(X, Y, index, n_workers)
+    if kind == "file":
+        return FileShard(spec["uri"], index, n_workers)
+    if kind == "kafka":
+        from ..connectors.kafka import KafkaSource, parse_kafka_uri
+        d = parse_kafka_uri(spec["uri"])
+        src = KafkaSource(d["bootstrap"], d["topic"], group=spec.get("group"), partitions=spec["partitions"],
+                          stop_at_end=bool(spec.get("stop_at_end", False)), session_timeout_ms=6000,
+                          heartbeat_interval_ms=1000)
+        src.worker_id = worker_id
+        return src
+    raise ValueError(f"unknown shard kind {kind!r}")
+
+
+class Worker:
+    """One worker of a distributed job (see the module docstring).
+
+    Parameters
+    ----------
+    index, n_workers
+        This worker's number and the number of workers K.
+    model
+        A fresh estimator (labels declared) -- or None when restoring from a part.
+    task
+        The engine task (``"multiclass"``, ``"sequence"``, ...).
+    shard
+        The source spec of this worker (see the module docstring).
+    kind, lam, beta
+        Mixing kind (``"bcfw"`` or ``"ipm"``), the model's lambda, the mixing weight beta.
+    job_id
+        Identity of the job (Kafka commit metadata, so a restarted worker trusts its own offsets).
+    """
+
+    def __init__(self, index, n_workers, model, task, shard, kind, lam, beta, job_id="job"):
+        self.index = int(index)
+        self.n_workers = int(n_workers)
+        self.task = task
+        self.kind = kind
+        self.model = model
+        self.mixing = make_mixing(kind, lam, n_workers, beta)
+        self.metrics = ProgressiveMetrics(task)
+        self.examples_seen = 0
+        self.bad_records = 0
+        self.n_global = 0
+        self.position = None
+        self.ended = False
+        self.learn_seconds = 0.0
+        self.learn_cpu = 0.0
+        self.worker_id = f"{job_id}-w{self.index}"
+        self.block_partitions = []   # source partition of each learned example, in arrival order
+        self.source = open_shard(shard, self.index, self.n_workers, self.worker_id)
+        self._it = None
+
+    # ------------------------------------------------------------------ cut parts
+    def restore(self, part_path):
+        """Resume from this worker's part of a committed cut."""
+        st, _ = load_state(part_path, kind=PART_KIND)
+        self.model = model_from_state(st["model"])
+        w = st["worker"]
+        self.examples_seen = int(w["examples_seen"])
+        self.bad_records = int(w["bad_records"])
+        self.metrics = ProgressiveMetrics.from_state(w["metrics"])
+        self.n_global = int(w["n_global"])
+        self.ended = bool(w["ended"])
+        self.learn_seconds = float(w["learn_seconds"])
+        self.learn_cpu = float(w["learn_cpu"])
+        self.position = w["position"]
+        self.block_partitions = [int(v) for v in np.asarray(w.get("block_partitions", []))]
+        if self.position is not None:
+            self.source.seek(self.position)
+        return self.examples_seen
+
+    def save_part(self, round_id, path):
+        """Write this worker's part of the cut of ``round_id`` durably; returns its description."""
+        state = {"model": self.model.state(), "worker": {
+            "index": self.index, "round": int(round_id), "examples_seen": self.examples_seen,
+            "bad_records": self.bad_records, "metrics": self.metrics.state(), "n_global": self.n_global,
+            "ended": self.ended, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
+            "position": self.position, "block_partitions": np.asarray(self.block_partitions, dtype=np.int64)}}
+        p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
+        return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
+
+    def commit_offsets(self):
+        """Commit the source position of the last committed cut (Kafka: to the consumer group)."""
+        commit = getattr(self.source, "commit", None)
+        if commit is not None and self.position is not None:
+            commit(self.position)
+        return True
+
+    # ------------------------------------------------------------------ rounds
+    def learn_round(self, max_examples, max_seconds=None, idle_timeout=None, refine_passes=0.0):
+        """Learn up to ``max_examples`` new examples of the shard (or for ``max_seconds``), then
+        ``refine_passes`` local passes over the held blocks; returns ``(info, delta)``."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        self.mixing.round_start(self.model, self.n_global)
+        if self._it is None:
+            self._it = iter(self.source)
+        n_new = 0
+        last = time.monotonic()
+        while not self.ended and n_new < max_examples:
+            if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+                break
+            rec = next(self._it, _END)
+            if rec is _END:
+                self.ended = True
+                break
+            if rec is None:
+                if idle_timeout is not None and time.monotonic() - last >= idle_timeout:
+                    self.ended = True
+                    break
+                continue
+            last = time.monotonic()
+            try:
+                x, y = to_model_input(self.task, rec.x, rec.y)
+                y_pred = self.model.predict_one(x)
+                self.model.learn_one(x, y)
+            except (ValueError, TypeError, KeyError) as e:
+                self.bad_records += 1
+                dl = getattr(self.source, "dead_letter", None)
+                if dl is not None:
+                    dl.send(repr(rec.x)[:1000], f"{type(e).__name__}: {e}", rec.origin)
+                self.position = rec.position
+                continue
+            self.position = rec.position
+            self.examples_seen += 1
+            self.block_partitions.append(_partition(rec.origin))
+            self.metrics.update(y, y_pred)
+            n_new += 1
+            if n_new % 32 == 0:
+                self.mixing.prepare(self.model)
+        self._check_index()
+        self.mixing.check(self.model)
+        if refine_passes > 0:
+            self.mixing.prepare(self.model)
+            if self.model._learner is not None:
+                self.model._learner.refine(refine_passes)
+        self.learn_seconds += time.perf_counter() - t0
+        self.learn_cpu += time.process_time() - c0
+        delta = self.mixing.delta(self.model)
+        info = {"worker": self.index, "n_new": n_new, "n_blocks": self.mixing.n_blocks(self.model),
+                "examples_seen": self.examples_seen, "ended": self.ended, "seconds": time.perf_counter() - t0,
+                "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
+                "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
+                "bad_records": self.bad_records, "position": self.position}
+        return info, delta
+
+    def _check_index(self):
+        fi = self.model._features
+        if fi.n_features is None and fi.vocab:
+            raise ValueError("distributed learning needs one feature index for all workers: use array inputs "
+                             "or the hashing trick (n_features=2**k) instead of a growing vocabulary")
+
+    def apply(self, mixed, n_global):
+        """Install the mixed weights (and blend the dual blocks) broadcast by the mixer."""
+        self.n_global = int(n_global)
+        self.mixing.apply(self.model, mixed["weights"], self.n_global)
+        return True
+
+    def block_sums(self):
+        """This worker's share of the global certificate at the current (mixed) weights."""
+        t0 = time.perf_counter()
+        out = self.mixing.block_sums(self.model, self.n_global)
+        out["seconds"] = time.perf_counter() - t0
+        out["worker"] = self.index
+        return out
+
+    def model_state(self):
+        return self.model.state()
+
+    def ping(self):
+        return self.index
+
+    def close(self):
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+        return True

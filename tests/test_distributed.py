@@ -1,0 +1,333 @@
+"""Distributed learning on Ray: a real local Ray cluster (one per module) and, for Kafka, the
+real Tansu broker of ``tests/conftest.py``.
+
+The actors import this checkout's ``streamssvm``: the cluster is started with
+``runtime_env={"env_vars": {"PYTHONPATH": <repo root>}}`` (``streamssvm.distributed.runtime_env``).
+"""
+import json
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="needs the [distributed] extra (Ray)")
+
+import streamssvm as ss  # noqa: E402
+import streamssvm.distributed as sd  # noqa: E402
+from streamssvm._kernels.bcfw import M_FOFF, M_L, M_NNZ  # noqa: E402
+
+LABELS = [0, 1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def data(n, seed=0, d=6):
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(len(LABELS), d))
+    X = rng.normal(size=(n, d))
+    Y = [int(v) for v in np.argmax(X @ W.T + 0.5 * rng.normal(size=(n, len(LABELS))), axis=1)]
+    return X, Y
+
+
+def messages(n, seed=0):
+    X, Y = data(n, seed)
+    return [json.dumps({"x": {f"f{j}": float(v) for j, v in enumerate(x)}, "y": y}).encode() for x, y in zip(X, Y)]
+
+
+def bcfw_model(**kw):
+    lr = dict(lam=0.01, averaging=False, gap_every=None, seed=0, replay=1)
+    lr.update(kw)
+    return ss.MulticlassSSVM(labels=LABELS, n_features=2 ** 10, learner=ss.learners.BCFW(**lr))
+
+
+def single_process_certificate(model):
+    """The certificate of the union of the blocks at the mixed weights, computed in this process
+    by the learner's own (observing) full-gap pass."""
+    return model._learner.certificate()
+
+
+def assert_feasible(model):
+    """w = A alpha with every alpha_i in the simplex (multiclass: the block statistic is alpha_i)."""
+    lr = model._learner
+    st = lr.store
+    for j in st.slots():
+        L, nnz = int(st.meta[j, M_L]), int(st.meta[j, M_NNZ])
+        s0 = int(st.meta[j, M_FOFF]) + nnz + L * L
+        a = st.Far[s0:s0 + st.structure.stat_size(L, st.Kc)]
+        if st.structure.name == "multiclass":
+            assert a.min() >= -1e-12 and abs(a.sum() - 1.0) < 1e-9
+    U = (lr.W.E.copy(), lr.W.T.copy(), lr.W.B.copy())
+    lr._full_pass()   # the learner's own pass: re-sums U from the blocks, refreshes the gaps
+    for a, b in zip(U, (lr.W.E, lr.W.T, lr.W.B)):
+        np.testing.assert_allclose(a, b, atol=1e-9 * max(1.0, np.abs(a).max()))
+
+
+# ----------------------------------------------------------------------------- refusals (no cluster)
+@pytest.mark.parametrize("learner, msg", [
+    (ss.learners.BCFW(step="pairwise", averaging=False, gap_every=None), "step='pairwise'"),
+    (ss.learners.BCFW(averaging=True, gap_every=None), "averaging=True"),
+    (ss.learners.BCFW(averaging=False, cache=True, gap_every=None), "cache=True"),
+    (ss.learners.BCFW(averaging=False, sampling="gap", gap_every=10.0), "sampling='gap'"),
+])
+def test_refused_bcfw_settings(learner, msg):
+    with pytest.raises(ValueError, match=msg.replace("(", r"\(")):
+        sd.run(ss.MulticlassSSVM(labels=LABELS, learner=learner), "unused.jsonl", task="multiclass")
+
+
+def test_refused_learners_and_models():
+    from streamssvm.learners.cutting_plane import CuttingPlane
+    with pytest.raises(ValueError, match="CuttingPlane"):
+        sd.run(ss.MulticlassSSVM(labels=LABELS, learner=CuttingPlane()), "unused.jsonl", task="multiclass")
+    with pytest.raises(ValueError, match="sparse rows"):
+        sd.run(ss.ExtremeClassifier(learner=ss.learners.MEMOIR(rows="sparse"), labels=LABELS), "unused.jsonl",
+               task="extreme")
+    with pytest.raises(ValueError, match="labels declared"):
+        sd.run(bcfw_model().clone({"labels": None}), "unused.jsonl", task="multiclass")
+    with pytest.raises(ValueError, match=r"beta must be in \(0, workers\]"):
+        sd.run(bcfw_model(), "unused.jsonl", task="multiclass", workers=2, beta=3.0)
+
+
+# ----------------------------------------------------------------------------- BCFW mixing
+@pytest.mark.parametrize("beta", [1.0, 2.0])   # CoCoA averaging; CoCoA+ adding (sigma' = K = 2)
+def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, beta):
+    X, Y = data(600, seed=1)
+    # a long single-process run: its primal value bounds min P from above, so every valid dual
+    # value of the mixed points must stay below it
+    ref = bcfw_model(replay=2)
+    for x, y in zip(X, Y):
+        ref.learn_one(x, y)
+    ref.refine(30)
+    p_ref = ref.certificate().primal
+    seen = []
+
+    def check(rec, job):
+        model = job.final_model()
+        c = single_process_certificate(model)
+        g = rec["certificate"]
+        assert c.n_blocks == rec["n_blocks"] == g["n_blocks"]
+        assert g["extra"]["raw_gap"] >= -1e-10
+        np.testing.assert_allclose(c.gap, g["gap"], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(c.primal, g["primal"], rtol=1e-9)
+        np.testing.assert_allclose(c.block_gap_sum, g["block_gap_sum"], rtol=1e-9, atol=1e-12)
+        if rec["n_blocks"] == len(X):
+            assert g["dual"] <= p_ref + 1e-9     # a feasible dual point's value is below min P
+        assert_feasible(model)
+        seen.append(rec["round"])
+
+    res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=2, round_examples=100,
+                 checkpoint_dir=tmp_path / "ck", passes=3, on_round=check, beta=beta)
+    assert seen == list(range(1, res.rounds + 1)) and res.rounds >= 5
+    assert res.examples_seen == len(X) and res.model.n_blocks == len(X)
+    # the refinement rounds make progress on the global certificate
+    gaps = [h["gap"] for h in res.history]
+    assert gaps[-1] < gaps[2]
+
+
+def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
+    rng = np.random.default_rng(3)
+    tags = ["a", "b", "c"]
+    X, Y = [], []
+    for _ in range(120):
+        L = int(rng.integers(2, 6))
+        y = [tags[int(v)] for v in rng.integers(0, 3, L)]
+        X.append(np.array([[1.0 if tags.index(t) == j else 0.0 for j in range(3)] + list(rng.normal(size=2))
+                           for t in y]))
+        Y.append(y)
+    m = ss.SequenceTagger(labels=tags, learner=ss.learners.BCFW(lam=0.05, averaging=False, gap_every=None, seed=0))
+    res = sd.run(m, (X, Y), task="sequence", workers=2, round_examples=20, checkpoint_dir=tmp_path / "ck",
+                 passes=1)
+    c = single_process_certificate(res.model)
+    np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    assert res.model.n_blocks == len(X)
+    assert_feasible(res.model)
+
+
+def test_file_shards_and_metrics_log(cluster, tmp_path, capsys):
+    """A JSONL file: worker k learns records k mod K (a bad line is dead-lettered, not learned);
+    the metrics log gets one line per certified round with the per-worker part."""
+    lines = [line.decode() for line in messages(301, seed=7)]
+    lines[100] = "{broken"
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    log = tmp_path / "metrics.jsonl"
+    res = sd.run(bcfw_model(), str(path), task="multiclass", workers=2, round_examples=60,
+                 checkpoint_dir=tmp_path / "ck", metrics_path=str(log))
+    assert res.examples_seen == 300 == res.model.n_blocks
+    assert sorted(w["n_blocks"] for w in res.workers) == [150, 150]
+    recs = [json.loads(v) for v in log.read_text().splitlines()]
+    assert len(recs) == res.rounds and recs[-1]["n_blocks"] == 300
+    assert recs[-1]["gap"] == pytest.approx(res.certificate["gap"])
+    assert [w["worker"] for w in recs[-1]["workers"]] == [0, 1]
+    # report: per-worker throughput and the global gap, from the newest cut
+    from streamssvm.distributed._cli import report
+    capsys.readouterr()
+    report(tmp_path / "ck", as_json=True)
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["examples_seen"] == 300 and [w["n_blocks"] for w in rep["workers"]] == [150, 150]
+    assert all(w["throughput"] > 0 for w in rep["workers"])
+    assert rep["global_certificate"]["gap"] == pytest.approx(res.certificate["gap"])
+
+
+# ----------------------------------------------------------------------------- SGD parameter mixing
+def test_sgd_parameter_mixing_averages_the_workers(cluster, tmp_path):
+    X, Y = data(400, seed=2)
+    m = ss.MulticlassSSVM(labels=LABELS, learner=ss.learners.SGD(lam=0.01, seed=0))
+    rounds = []
+
+    def grab(rec, job):
+        ws = ray.get([w.model_state.remote() for w in job.workers])
+        E = [s["learner"]["a"] * s["learner"]["E"] for s in ws]
+        rounds.append(E)
+
+    res = sd.run(m, (X, Y), task="multiclass", workers=2, round_examples=50, checkpoint_dir=tmp_path / "ck",
+                 on_round=grab)
+    assert res.examples_seen == len(X)
+    for E in rounds:   # after every round every worker continues from the same (mixed) weights
+        np.testing.assert_allclose(E[0], E[1])
+    assert np.abs(rounds[-1][0]).sum() > 0
+    acc = np.mean([res.model.predict_one(x) == y for x, y in zip(X, Y)])
+    assert acc > 0.6
+    assert res.certificate["exact"] is False and np.isinf(res.certificate["gap"])
+
+
+def test_memoir_parameter_mixing(cluster, tmp_path):
+    X, Y = data(400, seed=4)
+    m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-3, mips="hnsw", rows="dense", seed=0), labels=LABELS)
+    rounds = []
+
+    def grab(rec, job):
+        ws = ray.get([w.model_state.remote() for w in job.workers])
+        rounds.append([s["learner"]["acc"] * s["learner"]["rows"]["V"] for s in ws])
+
+    res = sd.run(m, (X, Y), task="extreme", workers=2, round_examples=50, checkpoint_dir=tmp_path / "ck",
+                 on_round=grab)
+    assert res.examples_seen == len(X) and len(rounds) == res.rounds
+    for V in rounds:   # every worker continues from the mixed rows
+        np.testing.assert_allclose(V[0], V[1], rtol=1e-12, atol=1e-14)
+    acc = np.mean([res.model.predict_one(x) == y for x, y in zip(X, Y)])
+    assert acc > 0.6
+    assert np.isfinite(res.certificate["primal"]) and res.certificate["exact"] is False
+
+
+# ----------------------------------------------------------------------------- Kafka
+def kafka_job(broker, topic, msgs, ck, group, **kw):
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    create_topic(broker, topic, partitions=2)
+    produce_lines(broker, topic, msgs, partitions=2)
+    return lambda **more: sd.run(bcfw_model(), f"kafka://{broker}/{topic}?group={group}&stop_at_end=true",
+                                 task="multiclass", workers=2, round_examples=40, checkpoint_dir=ck,
+                                 **{**kw, **more})
+
+
+def committed(broker, topic, group):
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=broker, group_id=group, enable_auto_commit=False)
+    try:
+        return {p: c.committed(TopicPartition(topic, p)) for p in (0, 1)}
+    finally:
+        c.close()
+
+
+def test_two_workers_two_partitions_count_and_certificate(cluster, broker, tmp_path):
+    msgs = messages(300)
+    job = kafka_job(broker, "t2", msgs, tmp_path / "ck", "g2")
+    res = job(passes=1)
+    assert res.examples_seen == len(msgs)
+    assert sum(w["n_blocks"] for w in res.workers) == len(msgs) == res.model.n_blocks
+    assert [w["n_blocks"] for w in res.workers] == [150, 150]   # one partition each
+    c = single_process_certificate(res.model)
+    np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(c.dual, res.certificate["dual"], rtol=1e-9, atol=1e-12)
+    assert committed(broker, "t2", "g2") == {0: 150, 1: 150}
+    # a second job on the same checkpoint directory resumes after the last cut: nothing new
+    again = job()
+    assert again.examples_seen == len(msgs) and again.model.n_blocks == len(msgs)
+
+
+def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_path):
+    """Cuts every 3 rounds. After round 4 (one round past the cut of round 3), worker 1 runs one
+    more round ahead (it consumes and learns 40 more messages that no cut holds), then worker 0
+    is killed (ray.kill). The job restarts every worker from the cut of round 3. Compared with an
+    uninterrupted run of the same topic with a cut every round: the number of examples and
+    blocks (each message once), the Kafka offsets committed, and the final mixed weights and
+    certificate (rounds hold exactly ``round_examples`` records per worker, so the runs are
+    deterministic and must agree to round-off, whatever the cut cadence)."""
+    msgs = messages(400, seed=5)
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    create_topic(broker, "tk", partitions=2)
+    produce_lines(broker, "tk", msgs, partitions=2)
+
+    def make(group, ck, **kw):
+        return sd.run(bcfw_model(), f"kafka://{broker}/tk?group={group}&stop_at_end=true", task="multiclass",
+                      workers=2, round_examples=40, checkpoint_dir=ck, **kw)
+
+    killed = []
+
+    def kill(rec, job):
+        if rec["round"] == 4 and not killed:
+            info, _ = ray.get(job.workers[1].learn_round.options(num_returns=2).remote(40))
+            assert info["n_new"] == 40
+            ray.kill(job.workers[0])
+            killed.append(rec["round"])
+
+    res = make("gk", tmp_path / "a", on_round=kill, checkpoint_every=3)
+    assert killed == [4] and res.restarts == 1
+    assert [h["round"] for h in res.history] == list(range(1, res.rounds + 1))
+    ref = make("gr", tmp_path / "b")
+    assert res.restarts == 1 and ref.restarts == 0
+    assert res.examples_seen == ref.examples_seen == len(msgs)
+    assert res.model.n_blocks == len(msgs)
+    assert committed(broker, "tk", "gk") == committed(broker, "tk", "gr") == {0: 200, 1: 200}
+    np.testing.assert_allclose(res.model._learner.W.E, ref.model._learner.W.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+
+
+def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, broker, tmp_path):
+    """A job of 2 workers on a 4-partition topic stops after 2 rounds; the same checkpoint
+    directory is resumed with 4 workers: each new worker gets the dual blocks of its partition
+    (the cut records the partition of every block) and continues from that partition's offset."""
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    from streamssvm.checkpoint import load_state
+    from streamssvm.distributed._cut import CutStore
+    msgs = messages(400, seed=9)
+    create_topic(broker, "t4", partitions=4)
+    produce_lines(broker, "t4", msgs, partitions=4)
+    uri = f"kafka://{broker}/t4?group=g4&stop_at_end=true"
+    first = sd.run(bcfw_model(), uri, task="multiclass", workers=2, round_examples=40,
+                   checkpoint_dir=tmp_path / "ck", max_rounds=2)
+    assert first.examples_seen == 160 and first.rounds == 2
+    res = sd.run(bcfw_model(), uri, task="multiclass", workers=4, round_examples=40, checkpoint_dir=tmp_path / "ck")
+    assert res.examples_seen == len(msgs) == res.model.n_blocks
+    assert [w["n_blocks"] for w in res.workers] == [100, 100, 100, 100]
+    st, _ = CutStore(tmp_path / "ck").latest()
+    for p in st["parts"]:
+        part, _ = load_state(p["path"])
+        assert set(part["worker"]["block_partitions"].tolist()) == {p["worker"]}
+        assert part["worker"]["position"]["offsets"] == {str(p["worker"]): 100}
+    assert committed(broker, "t4", "g4") == {0: 100, 1: 100}
+    c = single_process_certificate(res.model)
+    np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    assert_feasible(res.model)
+
+
+def test_cli_run_workers_and_report(cluster, tmp_path, capsys):
+    """``streamssvm run --workers 2 ...`` then ``streamssvm report`` on its checkpoint directory."""
+    from streamssvm.cli import main
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(v.decode() for v in messages(200, seed=11)) + "\n")
+    ck = tmp_path / "ck"
+    assert main(["run", "--workers", "2", "--cluster", "local", "--source", str(path), "--task", "multiclass",
+                 "--labels", "0,1,2,3", "--n-features", "1024", "--lam", "0.01", "--round-examples", "50",
+                 "--checkpoint-dir", str(ck), "--refine-passes", "1", "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["examples_seen"] == 200 and out["global_certificate"]["n_blocks"] == 200
+    assert main(["report", str(ck), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["examples_seen"] == 200 and len(rep["workers"]) == 2
+    assert rep["global_certificate"]["gap"] == pytest.approx(out["global_certificate"]["gap"])
