@@ -191,6 +191,7 @@ class MEMOIR(Learner):
         self.avg = None          # Z of the lazy average (a row store like ``store``)
         self.avg_A = 0.0         # A_t = sum_s w_s acc_s
         self.avg_W = 0.0         # sum_s w_s
+        self._acc_fold = 1.0     # acc at the last fold of the average
         self.mips_active = None  # the oracle in use ("auto" resolves to exact or hnsw)
         self.in_batch = 0
         self.n_learned = 0       # examples learned
@@ -400,7 +401,7 @@ class MEMOIR(Learner):
         if self.in_batch == 0 and self.variant == "l2":
             # (1 - lam eta) per example of the batch: the shrinkage does not depend on batch_size
             f = (1.0 - self.lam * eta) if self.lam * eta < 1.0 else 1e-12
-            self.acc *= f ** self.batch_size
+            self._scale_acc(f ** self.batch_size)
         st = self.store
         self.n_steps += 1
         check = self.check_every and self.n_steps % self.check_every == 0
@@ -472,7 +473,8 @@ class MEMOIR(Learner):
             norm = np.sqrt(max(st.sq, 0.0)) * self.acc
             if norm > 0:
                 phi = min(1.0, 1.0 / (np.sqrt(self.lam) * norm))
-                self.acc *= phi
+                if phi < 1.0:
+                    self._scale_acc(phi)
         else:
             # truncation of the classes touched in this batch (C / |R_t| scaling, paper eq. 13)
             if self._touched:
@@ -488,8 +490,18 @@ class MEMOIR(Learner):
                 self._fold_average()
             st.scale(self.acc)
             self.acc = 1.0
+            self._acc_fold = 1.0
             self.n_renorm += 1
             self.oracle.update(range(st.n_rows))   # the index is rebuilt on the new scale
+
+    def _scale_acc(self, f):
+        """acc *= f. The average's A V - Z cancels A_{s-1} acc_s / acc_now-sized terms; once acc
+        has fallen 1e4-fold since the last fold, fold first (keeps that ratio below 1e4, so
+        float64 keeps ~12 digits of the average)."""
+        if self.avg is not None and self.avg_A != 0.0 and self.acc * f < 1e-4 * self._acc_fold:
+            self._fold_average()
+            self._acc_fold = self.acc * f
+        self.acc *= f
 
     def _fold_average(self):
         """Z := Z - A V, A := 0: the same sum A V - Z, with nothing left on V, so that V can be
@@ -629,7 +641,7 @@ class MEMOIR(Learner):
                 "n_rows": 0 if self.store is None else self.store.n_rows, "acc": self.acc,
                 "t": self.t, "in_batch": self.in_batch, "n_learned": self.n_learned, "n_steps": self.n_steps,
                 "n_updates": self.n_updates, "n_renorm": self.n_renorm, "checks": self.checks, "hits": self.hits,
-                "n_clock": self.n_clock, "r2_sum": self.r2_sum, "r2_n": self.r2_n, "eta_batch": self._eta_batch, "avg_A": self.avg_A, "avg_W": self.avg_W,
+                "n_clock": self.n_clock, "r2_sum": self.r2_sum, "r2_n": self.r2_n, "eta_batch": self._eta_batch, "acc_fold": self._acc_fold, "avg_A": self.avg_A, "avg_W": self.avg_W,
                 "avg": None if self.avg is None else self.avg.state(),
                 "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent]}
 
@@ -650,6 +662,7 @@ class MEMOIR(Learner):
         self.n_clock = int(st.get("n_clock", self.n_steps))
         self.r2_sum = float(st.get("r2_sum", 0.0))
         self.r2_n = int(st.get("r2_n", 0))
+        self._acc_fold = float(st.get("acc_fold", 1.0))
         self._eta_batch = float(st.get("eta_batch", self.eta()))
         if self.avg is not None and st.get("avg") is not None:
             self.avg_A, self.avg_W = float(st["avg_A"]), float(st["avg_W"])
