@@ -165,3 +165,23 @@ def test_mips_auto_without_hnswlib_stays_exact(monkeypatch):
         m.learn_one(np.eye(12)[i % 12], i % 12)
     assert m._learner.mips_active == "exact"
     assert m.predict_one(np.eye(12)[3]) == 3
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_array_fast_path_encodes_like_the_token_path(dtype):
+    from streamssvm.features import FeatureIndex
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(20, 9)) * 3).astype(dtype)
+    X[:, ::2] = 0
+    X[3] = 0
+    a, b = FeatureIndex(None), FeatureIndex(None)
+    for x in X:
+        for u, v in zip(a.encode_one(x, True), b.encode_tokens(x[None, :], True)):
+            assert u.dtype == v.dtype
+            np.testing.assert_array_equal(u, v)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        a.encode_one(np.full(9, np.nan), False)
+    with pytest.raises(ValueError, match="MAX_ABS_VALUE"):
+        a.encode_one(np.full(9, 1e300), False)
+    with pytest.raises(ValueError, match="expected 9 features"):
+        a.encode_one(np.ones(4), False)
