@@ -32,7 +32,7 @@ def _add_learner_args(p):
                         "(sarawagi: cp only)")
     g.add_argument("--eps", type=float, default=1e-3, help="cp: violation threshold of new constraints")
     g.add_argument("--max-queries", type=int, default=20, help="sgd: search budget per example")
-    g.add_argument("--mips", default="hnsw", choices=["exact", "hnsw", "lsh"], help="memoir: MIPS oracle")
+    g.add_argument("--mips", default="auto", choices=["auto", "exact", "hnsw", "lsh"], help="memoir: MIPS oracle")
     g.add_argument("--variant", default="l2", choices=["l2", "l1"], help="memoir: l2 (Pegasos) or l1 (truncated)")
     g.add_argument("--batch", type=int, default=1, help="memoir: mini-batch size (1: online)")
     g.add_argument("--rows", default="auto", choices=["auto", "dense", "sparse"],

@@ -22,15 +22,18 @@ def _stream(K=12, d=6, n=400, seed=0):
 
 
 def _brute_force(X, ys, C, lam, rescaling, eta0=0.1, eta_step=0.02):
-    """Pegasos-style MEMOIR-l2 with batch 1, written with dense numpy and full enumeration."""
+    """Pegasos-style MEMOIR-l2 with batch 1, written with dense numpy and full enumeration; the
+    step is in units of the running mean of |x|^2."""
     K, d = C.shape[0], X.shape[1] + 1
     W = np.zeros((K, d))
     seen = []
+    r2 = 0.0
     for t, (x, y) in enumerate(zip(X, ys)):
         if y not in seen:
             seen.append(y)
         x = np.concatenate([[1.0], x])
-        eta = eta0 / (1 + eta_step * t)
+        r2 += x @ x
+        eta = eta0 / (r2 / (t + 1) * (1 + eta_step * t))
         W *= 1 - lam * eta
         s = W @ x
         best, r = -np.inf, -1
@@ -55,7 +58,8 @@ def _brute_force(X, ys, C, lam, rescaling, eta0=0.1, eta_step=0.02):
 def test_exact_oracle_matches_brute_force(rescaling, rows):
     X, ys, C, _ = _stream()
     lam = 1e-2
-    m = _ext(mips="exact", loss=C, rescaling=rescaling, lam=lam, rows=rows, check_every=10)
+    m = _ext(mips="exact", loss=C, rescaling=rescaling, lam=lam, rows=rows, check_every=10, eta0=0.1,
+             eta_step=0.02)
     for x, y in zip(X, ys):
         m.learn_one(x, int(y))
     ref = _brute_force(X, ys, C, lam, rescaling)
@@ -67,7 +71,8 @@ def test_exact_oracle_matches_brute_force(rescaling, rows):
     d = m.certificate().extra
     assert d["choice_agreement"] == 1.0 and d["margin_error_max"] == 0.0
     # a callable loss gives the same model as the matrix
-    m2 = _ext(mips="exact", loss=lambda a, b: C[a, b], rescaling=rescaling, lam=lam, rows=rows)
+    m2 = _ext(mips="exact", loss=lambda a, b: C[a, b], rescaling=rescaling, lam=lam, rows=rows, eta0=0.1,
+              eta_step=0.02)
     for x, y in zip(X, ys):
         m2.learn_one(x, int(y))
     np.testing.assert_array_equal(m2._learner.store.to_dense(), lr.store.to_dense())
@@ -146,9 +151,11 @@ def test_cost_errors(tmp_path):
 @pytest.mark.parametrize("rows", ["dense", "sparse"])
 def test_index_survives_renormalization_of_the_lazy_scale(rows):
     X, ys, _, centers = _stream(K=100, d=16, n=3000, seed=4)
-    ref = _ext(mips="exact", lam=3.0, rows=rows)   # strong lam: the scale underflows
+    # eta in units of 1/mean |x|^2 (~25 here); "index" predicts with the last iterate
+    old = dict(eta0=2.5, eta_step=0.02, average="none")
+    ref = _ext(mips="exact", lam=3.0, rows=rows, **old)   # strong lam: the scale underflows
     ref.learn_many(X, ys)
-    m = _ext(mips="hnsw", lam=3.0, rows=rows, seed=0, check_every=5)
+    m = _ext(mips="hnsw", lam=3.0, rows=rows, seed=0, check_every=5, **old)
     m.learn_many(X, ys)
     assert m._learner.n_renorm > 0 and m._learner.acc >= 1e-20
     exact = np.array([m.predict_one(c) for c in centers])

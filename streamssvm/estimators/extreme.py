@@ -31,7 +31,7 @@ class ExtremeClassifier(Estimator, base.Classifier):
         A :class:`streamssvm.learners.MEMOIR` configuration (default ``MEMOIR()``): variant,
         lam, batch size, step schedule, rows, MIPS index settings, window.
     mips
-        ``"exact"``, ``"hnsw"`` or ``"lsh"``: overrides the learner's ``mips`` (None: keep it).
+        ``"auto"``, ``"exact"``, ``"hnsw"`` or ``"lsh"``: overrides the learner's ``mips`` (None: keep it).
     loss
         None (Crammer-Singer: cost 1 for every wrong class), a cost matrix ``C[y, c]`` (labels
         must then be the integers 0..K-1) or a callable ``loss(y_true, y) -> float >= 0`` with
@@ -89,8 +89,8 @@ class ExtremeClassifier(Estimator, base.Classifier):
 
     def __init__(self, learner=None, mips=None, loss=None, labels=None, n_features=None, rescaling=None,
                  predict_with=None):
-        if mips not in (None, "exact", "hnsw", "lsh"):
-            raise ValueError(f"mips must be None, 'exact', 'hnsw' or 'lsh', got {mips!r}")
+        if mips not in (None, "auto", "exact", "hnsw", "lsh"):
+            raise ValueError(f"mips must be None, 'auto', 'exact', 'hnsw' or 'lsh', got {mips!r}")
         if predict_with not in (None, "exact", "index"):
             raise ValueError(f"predict_with must be None, 'exact' or 'index', got {predict_with!r}")
         self.mips = mips

@@ -2,10 +2,26 @@
 with an approximate most-violating class from a MIPS oracle.
 
 ``variant="l2"`` is Algorithm 1 (Pegasos with projection onto the ball of radius 1/sqrt(lam));
-``variant="l1"`` is Algorithm 2 (truncated SGD for lam/2 |W|_1). Batch semantics as in the paper:
-the step size eta_t = eta0 / (1 + eta_step * t) decays per batch, the l2 shrinkage applies once
-per batch, the examples of a batch update the weights one after the other; ``batch_size=1`` is
-the online mode.
+``variant="l1"`` is Algorithm 2 (truncated SGD for lam/2 |W|_1).
+
+Step size: eta = eta0 / (R^2 (1 + eta_step * n)), n the number of *examples* learned before the
+current batch began and R^2 the running mean of |x|^2 (the step is in
+units of the input scale, so the same defaults work for unit-norm input and for any rescaling
+of it). The clock counts examples, not batches, so ``batch_size`` only groups the
+examples sharing one step size, one shrinkage (1 - lam eta)^batch_size and one projection:
+the schedule over a stream does not depend on it. (The paper's 0.02 decay is per batch of
+100 sqrt(C) examples; applied per example it divides the step by ~1000 over a 50k-example
+stream.) Defaults eta0=3, eta_step=2e-4, lam=1e-6 were chosen on the Brown-corpus
+word-from-context stream (``bench/quality_memoir.py``): with eta0=0.1 the margin of 1 is never
+reached (the hinge is active on every step) and lam has no effect.
+
+Averaging (``average="linear"``, default): prediction uses the average of the iterates weighted
+by their step index (the averaging of Lacoste-Julien, Schmidt & Bach, "A simpler approach to
+obtaining an O(1/t) convergence rate for the projected stochastic subgradient method"), which
+the SGD guarantees are stated for. It is kept lazily in O(nnz(x)) per update: with
+W_s = acc_s V_s and A_t = sum_{s<=t} w_s acc_s, sum_s w_s W_s = A_t V_t - Z_t where
+Z += A_{s-1} dV at every change dV of V (a second row store of the same kind). The l1
+variant's truncation is not a linear update, so it does not average (``average="none"``).
 
 Rows: ``W = acc * V`` with a lazy global scale ``acc`` (renormalized into V before it falls
 below 1e-20, which keeps the float32 index vectors finite; the index is then rebuilt). V lives
@@ -23,7 +39,7 @@ argmax_c Delta(y, c) (1 + s_c - s_y) (the step is then scaled by Delta(y, c)). W
 approximate index the choice is made among the candidates (index top-k and dirty set, re-scored
 exactly): an *inexact* most violating class, whose quality is measured (``diagnostics``).
 
-No dual point is kept: the eta schedule eta0 / (1 + eta_step t), the projection and the l1
+No dual point is kept: the eta schedule, the projection and the l1
 truncation do not produce w = A alpha with alpha in the product of simplices, so the
 certificate reports the primal on a held window and gap = +inf.
 
@@ -42,8 +58,21 @@ from ..oracles.mips import ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
 from .base import Learner, check_choice, check_number
 
-_MIPS = ("exact", "hnsw", "lsh")
+_MIPS = ("auto", "exact", "hnsw", "lsh")
 RENORM_BELOW = 1e-20
+# mips="auto": exact search up to this many class rows, HNSW above (if hnswlib is installed).
+# Measured (bench/results/quality_memoir.md, 256-d dense rows): a float64 scan of 2.8k rows
+# costs ~60-200 us per query, an hnswlib query at ef=200 144-363 us plus re-insertions; the
+# break-even lies between ~10k and ~30k rows (synthetic: 30k rows 1.9x, 100k rows 9.2x for hnsw).
+AUTO_HNSW_ROWS = 20_000
+
+
+def _has_hnswlib():
+    try:
+        import hnswlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class MEMOIR(Learner):
@@ -56,11 +85,18 @@ class MEMOIR(Learner):
     variant
         ``"l2"`` (Pegasos + projection) or ``"l1"`` (truncated SGD).
     mips
-        ``"exact"``, ``"hnsw"`` or ``"lsh"``.
+        ``"auto"`` (exact search up to ``AUTO_HNSW_ROWS`` class rows, HNSW above when hnswlib
+        is installed, switching as classes arrive), ``"exact"``, ``"hnsw"`` or ``"lsh"``.
     batch_size
-        Examples per step-size / shrinkage step (1: online).
+        Examples sharing one step size, shrinkage and projection (1: online); the schedule
+        counts examples, so it does not depend on this.
     eta0, eta_step
-        eta_t = eta0 / (1 + eta_step * t), t the batch index (paper: 0.1, 0.02).
+        eta = eta0 / (R^2 (1 + eta_step * n)), n the examples learned before the batch and R^2
+        the running mean of |x|^2 (see the module docstring for the choice of 3 and 2e-4).
+    average
+        ``"linear"`` (predict with the step-weighted average of the iterates, kept lazily),
+        ``"uniform"`` (plain average) or ``"none"`` (the last iterate). The l1 variant does not
+        average.
     k, max_dirty, sketch_dim, ef, M, ef_construction
         MIPS parameters (see :mod:`streamssvm.oracles.mips`).
     check_every
@@ -95,11 +131,12 @@ class MEMOIR(Learner):
 
     structures = ("multiclass",)
 
-    def __init__(self, lam: float = 1e-4, variant: str = "l2", mips: str = "hnsw", batch_size: int = 1,
-                 eta0: float = 0.1, eta_step: float = 0.02, k: int = 10, max_dirty: int = 256,
+    def __init__(self, lam: float = 1e-6, variant: str = "l2", mips: str = "auto", batch_size: int = 1,
+                 eta0: float = 3.0, eta_step: float = 2e-4, k: int = 10, max_dirty: int = 256,
                  sketch_dim: int | None = None, check_every: int = 100, seed: int | None = 0,
                  rows: str = "auto", rescaling: str = "margin", ef: int = 200, M: int = 16,
-                 ef_construction: int = 100, window: int = 1000, predict_with: str = "exact"):
+                 ef_construction: int = 100, window: int = 1000, predict_with: str = "exact",
+                 average: str = "linear"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.variant = check_choice("variant", variant, ("l2", "l1"))
         self.mips = check_choice("mips", mips, _MIPS)
@@ -118,6 +155,7 @@ class MEMOIR(Learner):
         self.ef_construction = check_number("ef_construction", ef_construction, low=1, integer=True)
         self.window = check_number("window", window, low=0, integer=True)
         self.predict_with = check_choice("predict_with", predict_with, ("exact", "index"))
+        self.average = check_choice("average", average, ("linear", "uniform", "none"))
 
     @classmethod
     def _unit_test_params(cls):
@@ -146,6 +184,15 @@ class MEMOIR(Learner):
         self.kind = None
         self.acc = 1.0
         self.t = 0               # batch index
+        self.n_clock = 0         # examples learned before the current batch (the eta clock)
+        self.r2_sum = 0.0        # sum of |x|^2 over the steps (the input scale R^2)
+        self.r2_n = 0
+        self._eta_batch = self.eta0
+        self.avg = None          # Z of the lazy average (a row store like ``store``)
+        self.avg_A = 0.0         # A_t = sum_s w_s acc_s
+        self.avg_W = 0.0         # sum_s w_s
+        self._acc_fold = 1.0     # acc at the last fold of the average
+        self.mips_active = None  # the oracle in use ("auto" resolves to exact or hnsw)
         self.in_batch = 0
         self.n_learned = 0       # examples learned
         self.n_steps = 0         # SGD steps (learned examples and refine steps)
@@ -171,16 +218,49 @@ class MEMOIR(Learner):
         if store is None:
             store = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
         self.store = st = store
-        if self.mips == "exact":
-            self.oracle = ExactMIPS(st)
-        elif self.mips == "hnsw":
+        if self.averaging and self.avg is None:
+            self.avg = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
+        self._exact = ExactMIPS(st)
+        mode = self.mips
+        if mode == "auto":
+            mode = "hnsw" if self._auto_hnsw(st.n_rows) else "exact"
+        self._make_oracle(mode)
+
+    @property
+    def averaging(self):
+        return self.average != "none" and self.variant == "l2"
+
+    def _auto_hnsw(self, n_rows):
+        return n_rows > AUTO_HNSW_ROWS and _has_hnswlib()
+
+    def _make_oracle(self, mode):
+        st = self.store
+        self.mips_active = mode
+        if mode == "exact":
+            self.oracle = self._exact
+        elif mode == "hnsw":
             self.oracle = HNSWMIPS(st, self.dim, self.sketch_dim, k=self.k, max_dirty=self.max_dirty,
                                    ef=self.ef, M=self.M, ef_construction=self.ef_construction,
                                    seed=self.seed or 0)
         else:
             self.oracle = LSHMIPS(st, self.dim, self.sketch_dim, k=max(self.k, 32), max_dirty=self.max_dirty,
                                   seed=self.seed or 0)
-        self._exact = self.oracle if self.mips == "exact" else ExactMIPS(st)
+
+    def _index_rows(self):
+        """Put the rows the store holds into a fresh index (restore, and the auto switch)."""
+        n = self.store.n_rows
+        if not n or self.oracle is self._exact:
+            return
+        if hasattr(self.oracle, "add_zero_rows") and not self.has_cost:
+            D = self.store
+            nonzero = (np.flatnonzero(D.cnnz[:n]) if D.kind == "sparse"
+                       else np.flatnonzero(np.any(D.V[:n] != 0.0, axis=1)))
+            self.oracle.add_zero_rows(0, n)      # zero rows stay out of the index
+            self.oracle.update(nonzero)
+        else:
+            self.oracle.update(range(n))
+        if hasattr(self.oracle, "reindex"):
+            self.oracle.reindex()
 
     def _reset_checks(self):
         self.checks = 0
@@ -213,21 +293,30 @@ class MEMOIR(Learner):
         if self.store is None:
             self._allocate(n_features)
         dim = int(n_features)
-        if dim > self.dim and self.kind == "dense" and self.mips != "exact" and self.sketch_dim is None:
+        if (dim > self.dim and self.kind == "dense" and self.mips_active not in ("exact", None)
+                and self.sketch_dim is None):
             raise ValueError(f"the model was built for {self.dim} features; got {dim} "
                              "(use rows='sparse' or sketch_dim for growing sparse features)")
         self._set_labels(labels)
         n0 = self.store.n_rows
         self.store.ensure(n_classes, dim)
+        if self.avg is not None:
+            self.avg.ensure(n_classes, dim)
         self.dim = max(self.dim, dim)
         if n_classes > n0:
-            if not self.has_cost and hasattr(self.oracle, "add_zero_rows"):
+            if self.mips == "auto" and self.mips_active == "exact" and self._auto_hnsw(n_classes):
+                self._make_oracle("hnsw")     # the classes crossed AUTO_HNSW_ROWS: index every row
+                self._index_rows()
+            elif not self.has_cost and hasattr(self.oracle, "add_zero_rows"):
                 self.oracle.add_zero_rows(n0, n_classes)   # zero rows stay out of the index
             else:
                 self.oracle.update(range(n0, n_classes))
 
     def eta(self):
-        return self.eta0 / (1.0 + self.eta_step * self.t)
+        """The step size of the current batch: eta0 / (R^2 (1 + eta_step n)), n the examples
+        learned before the batch, R^2 the running mean of |x|^2 (1 before any example)."""
+        r2 = self.r2_sum / self.r2_n if self.r2_sum > 0 else 1.0
+        return self.eta0 / (r2 * (1.0 + self.eta_step * self.n_clock))
 
     @property
     def n_blocks(self):
@@ -303,9 +392,16 @@ class MEMOIR(Learner):
         return self
 
     def _step(self, idx, val, y):
-        eta = self.eta()
+        xx = float(val @ val)
+        self.r2_sum += xx
+        self.r2_n += 1
+        if self.in_batch == 0:
+            self._eta_batch = self.eta()
+        eta = self._eta_batch
         if self.in_batch == 0 and self.variant == "l2":
-            self.acc *= (1.0 - self.lam * eta) if self.lam * eta < 1.0 else 1e-12
+            # (1 - lam eta) per example of the batch: the shrinkage does not depend on batch_size
+            f = (1.0 - self.lam * eta) if self.lam * eta < 1.0 else 1e-12
+            self._scale_acc(f ** self.batch_size)
         st = self.store
         self.n_steps += 1
         check = self.check_every and self.n_steps % self.check_every == 0
@@ -326,9 +422,12 @@ class MEMOIR(Learner):
                 step = eta * cost if self.rescaling == "slack" else eta
         if step > 0.0:
             a = step / self.acc
-            xx = float(val @ val)
             st.axpy(r, idx, val, -a, xx)
             st.axpy(y, idx, val, a, xx)
+            if self.avg is not None and self.avg_A != 0.0:
+                # Z += A_{s-1} dV (the lazy average; see the module docstring)
+                self.avg.axpy(r, idx, val, -a * self.avg_A, xx)
+                self.avg.axpy(y, idx, val, a * self.avg_A, xx)
             self.oracle.row_changed(r, idx, val, -a)
             self.oracle.row_changed(y, idx, val, a)
             self.n_updates += 1
@@ -336,6 +435,10 @@ class MEMOIR(Learner):
         self.in_batch += 1
         if self.in_batch >= self.batch_size:
             self._end_batch(eta)
+        if self.avg is not None:
+            w = float(self.n_steps) if self.average == "linear" else 1.0
+            self.avg_A += w * self.acc
+            self.avg_W += w
 
     def _pick(self, cands, scores, m, idx, val, y):
         costs = np.asarray(self._costs(y, cands, m), dtype=np.float64)
@@ -370,7 +473,8 @@ class MEMOIR(Learner):
             norm = np.sqrt(max(st.sq, 0.0)) * self.acc
             if norm > 0:
                 phi = min(1.0, 1.0 / (np.sqrt(self.lam) * norm))
-                self.acc *= phi
+                if phi < 1.0:
+                    self._scale_acc(phi)
         else:
             # truncation of the classes touched in this batch (C / |R_t| scaling, paper eq. 13)
             if self._touched:
@@ -380,11 +484,38 @@ class MEMOIR(Learner):
                 self.oracle.update(ids)
         self._touched.clear()
         self.t += 1
+        self.n_clock = self.n_steps
         if self.acc < RENORM_BELOW:
+            if self.avg is not None and self.avg_A != 0.0:
+                self._fold_average()
             st.scale(self.acc)
             self.acc = 1.0
+            self._acc_fold = 1.0
             self.n_renorm += 1
             self.oracle.update(range(st.n_rows))   # the index is rebuilt on the new scale
+
+    def _scale_acc(self, f):
+        """acc *= f. The average's A V - Z cancels A_{s-1} acc_s / acc_now-sized terms; once acc
+        has fallen 1e4-fold since the last fold, fold first (keeps that ratio below 1e4, so
+        float64 keeps ~12 digits of the average)."""
+        if self.avg is not None and self.avg_A != 0.0 and self.acc * f < 1e-4 * self._acc_fold:
+            self._fold_average()
+            self._acc_fold = self.acc * f
+        self.acc *= f
+
+    def _fold_average(self):
+        """Z := Z - A V, A := 0: the same sum A V - Z, with nothing left on V, so that V can be
+        rescaled (renormalization of the lazy scale) without A growing like 1 / acc."""
+        st, Z, A = self.store, self.avg, self.avg_A
+        n = st.n_rows
+        if st.kind == "dense":
+            Z.V[:n, :st.V.shape[1]] -= A * st.V[:n, :Z.V.shape[1]]
+            Z.recompute_sq()
+        else:
+            for c in np.flatnonzero(st.cnnz[:n]):
+                f, v = st.row(int(c))
+                Z.axpy(int(c), f, v, -A, float(v @ v))
+        self.avg_A = 0.0
 
     def _check(self, idx, val, y, r):
         e = self._exact.query(idx, val, y) if self.oracle is not self._exact else r
@@ -404,12 +535,36 @@ class MEMOIR(Learner):
         if self.store is None or self.store.n_rows == 0:
             return out
         o = self._exact if self.predict_with == "exact" else self.oracle
+        averaged = self.predict_with == "exact" and self.avg is not None and self.avg_W > 0
+        if averaged:
+            n = self.store.n_rows
+            sv, sz = np.zeros(n), np.zeros(n)
         for e in range(len(ex_tok) - 1):
             t = int(ex_tok[e])
             a, b = int(tok_ptr[t]), int(tok_ptr[t + 1])
-            out[int(y_ptr[e])] = o.query(np.asarray(fidx[a:b], dtype=np.int64),
-                                         np.asarray(fval[a:b], dtype=np.float64), -1)
+            idx = np.asarray(fidx[a:b], dtype=np.int64)
+            val = np.asarray(fval[a:b], dtype=np.float64)
+            if averaged:
+                out[int(y_ptr[e])] = MK.best_excluding(self._avg_scores(idx, val, sv, sz), n, -1)
+            else:
+                out[int(y_ptr[e])] = o.query(idx, val, -1)
         return out
+
+    def _avg_scores(self, idx, val, sv, sz):
+        """A <V_c, x> - <Z_c, x> for every class c: the averaged scores times sum_s w_s."""
+        self.store.scores_into(idx, val, sv)
+        self.avg.scores_into(idx, val, sz)
+        sv *= self.avg_A
+        sv -= sz
+        return sv
+
+    def averaged_weights(self):
+        """The averaged weights (classes x features, dense; tests and small models), or the
+        last iterate when not averaging."""
+        W = self.store.to_dense() * self.acc
+        if self.avg is None or self.avg_W <= 0:
+            return W
+        return (self.store.to_dense() * self.avg_A - self.avg.to_dense()[:, :W.shape[1]]) / self.avg_W
 
     def certificate(self):
         """The primal objective on the window (exact scores of every class) and
@@ -469,7 +624,9 @@ class MEMOIR(Learner):
              "margin_error_mean": float(me.mean()), "margin_error_max": float(me.max()),
              "dirty": stale.get("dirty", 0), "updates": self.n_updates, "staleness": stale,
              "mips": self.oracle.stats(), "norm": float(np.sqrt(max(st.sq, 0)) * self.acc),
-             "rows": self.kind, "rows_nnz": st.nnz, "rows_nbytes": st.nbytes, "n_classes": st.n_rows}
+             "rows": self.kind, "rows_nnz": st.nnz, "rows_nbytes": st.nbytes, "n_classes": st.n_rows,
+             "mips_active": self.mips_active, "eta": self.eta(), "average": self.average if self.avg is not None
+             else "none"}
         if self.has_cost:
             d["choice_agreement"] = self.choice_same / self.choice_checks if self.choice_checks else None
             d["violation_ratio_mean"] = float(vr.mean()) if vr is not None else None
@@ -484,6 +641,8 @@ class MEMOIR(Learner):
                 "n_rows": 0 if self.store is None else self.store.n_rows, "acc": self.acc,
                 "t": self.t, "in_batch": self.in_batch, "n_learned": self.n_learned, "n_steps": self.n_steps,
                 "n_updates": self.n_updates, "n_renorm": self.n_renorm, "checks": self.checks, "hits": self.hits,
+                "n_clock": self.n_clock, "r2_sum": self.r2_sum, "r2_n": self.r2_n, "eta_batch": self._eta_batch, "acc_fold": self._acc_fold, "avg_A": self.avg_A, "avg_W": self.avg_W,
+                "avg": None if self.avg is None else self.avg.state(),
                 "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent]}
 
     def restore(self, structure, labels, state):
@@ -492,24 +651,25 @@ class MEMOIR(Learner):
         if st["allocated"]:
             store = rows_from_state(st["rows"])
             store.ensure(int(st["n_rows"]), int(st["dim"]))
+            if st.get("avg") is not None:
+                self.avg = rows_from_state(st["avg"])
+                self.avg.ensure(int(st["n_rows"]), int(st["dim"]))
             self._allocate(int(st["dim"]), store=store)
         self.acc = float(st["acc"])
         for k in ("t", "in_batch", "n_learned", "n_steps", "n_updates", "n_renorm", "checks", "hits"):
             setattr(self, k, int(st[k]))
+        # states written before the example clock / averaging: the clock restarts at n_steps
+        self.n_clock = int(st.get("n_clock", self.n_steps))
+        self.r2_sum = float(st.get("r2_sum", 0.0))
+        self.r2_n = int(st.get("r2_n", 0))
+        self._acc_fold = float(st.get("acc_fold", 1.0))
+        self._eta_batch = float(st.get("eta_batch", self.eta()))
+        if self.avg is not None and st.get("avg") is not None:
+            self.avg_A, self.avg_W = float(st["avg_A"]), float(st["avg_W"])
         self._recent = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64),
                          int(r["c"])) for r in st["recent"]]
-        n = 0 if self.store is None else self.store.n_rows
-        if n:
-            if hasattr(self.oracle, "add_zero_rows") and not self.has_cost:
-                D = self.store
-                nonzero = (np.flatnonzero(D.cnnz[:n]) if D.kind == "sparse"
-                           else np.flatnonzero(np.any(D.V[:n] != 0.0, axis=1)))
-                self.oracle.add_zero_rows(0, n)      # zero rows stay out of the index
-                self.oracle.update(nonzero)
-            else:
-                self.oracle.update(range(n))
-            if hasattr(self.oracle, "reindex"):
-                self.oracle.reindex()
+        if self.store is not None and self.store.n_rows:
+            self._index_rows()
         return self
 
 

@@ -1,0 +1,176 @@
+"""MEMOIR (``ExtremeClassifier``) against its peers on a real dense stream with ~2.8k classes.
+
+    nice -n 10 python bench/quality_memoir.py            # a few minutes on 2 shared cores
+    nice -n 10 python bench/quality_memoir.py --quick    # ~1 minute
+
+The stream: the Brown-corpus word-from-context stream of ``bench/brown_extreme.py``, regime (b)
+(``streamssvm.datasets.brown_context_stream(n_classes=K)``, K=2800 most frequent words; the
++-3 context bag plus previous tag, projected by a fixed seeded Gaussian projection to 256
+dimensions and normalized to unit norm), a seeded random sample of ``--n`` training examples
+replayed for ``--epochs`` epochs in that order, ``--m`` test examples from the test documents.
+
+Peers (same data, same order, one process, one BLAS thread):
+
+* ``ExtremeClassifier()`` with no arguments (the new defaults: mips="auto", averaged weights);
+* the same with ``average="none"`` (last iterate), with ``mips="hnsw"``;
+* the old defaults (eta0=0.1, eta_step=0.02 per example at batch_size=1, lam=1e-4, last iterate);
+* an averaged multiclass perceptron (numpy, below; the issue's reference point);
+* ``MulticlassSSVM`` (BCFW), capped at ``--cap`` seconds of training.
+
+Vowpal Wabbit is reported as not run when the ``vowpalwabbit`` wheel is not installed.
+Writes bench/results/quality_memoir.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import streamssvm as ss  # noqa: E402
+from brown_extreme import Projection  # noqa: E402
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def data(K, n, m, seed=0):
+    d = ss.datasets.brown_context_stream(n_classes=K)
+    rng = np.random.default_rng(seed)
+    tr = [d["train"][i] for i in rng.permutation(len(d["train"]))[:n]]
+    te = [d["test"][i] for i in rng.permutation(len(d["test"]))[:m]]
+    P = Projection()
+    Xtr = np.array([P(x) for x, _ in tr])
+    Xte = np.array([P(x) for x, _ in te])
+    classes = {w: i for i, w in enumerate(d["classes"])}
+    ytr = np.array([classes[y] for _, y in tr])
+    yte = np.array([classes[y] for _, y in te])
+    return Xtr, ytr, Xte, yte, len(d["classes"])
+
+
+class AveragedPerceptron:
+    """Multiclass perceptron (update on a mistake: +x to the true row, -x to the predicted one),
+    predicting with the average of all iterates (kept lazily: W_avg = W - U / t)."""
+
+    def __init__(self, K, d):
+        self.W = np.zeros((K, d))
+        self.U = np.zeros((K, d))
+        self.t = 1
+
+    def learn_one(self, x, y):
+        p = int(np.argmax(self.W @ x))
+        if p != y:
+            self.W[y] += x
+            self.W[p] -= x
+            self.U[y] += self.t * x
+            self.U[p] -= self.t * x
+        self.t += 1
+
+    def predict(self, X):
+        return np.argmax(X @ (self.W - self.U / self.t).T, axis=1)
+
+
+def run(name, make, Xtr, ytr, Xte, yte, epochs, cap):
+    log(name)
+    m = make()
+    t0 = time.process_time()
+    n = 0
+    capped = False
+    slow = isinstance(m, ss.MulticlassSSVM)
+    for _ in range(epochs):
+        for x, y in zip(Xtr, ytr):
+            m.learn_one(x, int(y))
+            n += 1
+            if (n % 500 == 0 or slow) and time.process_time() - t0 > cap:
+                capped = True
+                break
+        if capped:
+            break
+    dt = time.process_time() - t0
+    if isinstance(m, AveragedPerceptron):
+        pred = m.predict(Xte)
+    else:
+        pred = np.array([m.predict_one(x) for x in Xte])
+    res = {"peer": name, "trained_steps": n, "capped": capped, "train_cpu_s": dt, "steps_per_cpu_s": n / dt,
+           "accuracy": float(np.mean(pred == yte))}
+    if hasattr(m, "certificate") and isinstance(m, ss.ExtremeClassifier):
+        dg = m.certificate().extra
+        res.update(norm=dg["norm"], mips_active=dg["mips_active"], updates=dg["updates"], rows=dg["n_classes"])
+    log(f"  {res}")
+    return res
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--K", type=int, default=2800)
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--m", type=int, default=4000)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--cap", type=float, default=60.0, help="CPU seconds of training per peer")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "quality_memoir"))
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.n, a.m, a.cap = 5000, 1000, 30.0
+    t0 = time.perf_counter()
+    Xtr, ytr, Xte, yte, K = data(a.K, a.n, a.m)
+    log(f"data: {Xtr.shape} train, {Xte.shape} test, {K} classes, {len(set(ytr.tolist()))} in the sample "
+        f"({time.perf_counter() - t0:.0f} s)")
+    M = ss.learners.MEMOIR
+    peers = [
+        ("ExtremeClassifier() defaults (auto, averaged)", lambda: ss.ExtremeClassifier()),
+        ("defaults, last iterate (average='none')", lambda: ss.ExtremeClassifier(M(average="none"))),
+        ("defaults, average='uniform'", lambda: ss.ExtremeClassifier(M(average="uniform"))),
+        ("defaults, mips='hnsw'", lambda: ss.ExtremeClassifier(mips="hnsw")),
+        ("old defaults (eta0=0.1, eta_step=0.02/example, lam=1e-4, last iterate)",
+         lambda: ss.ExtremeClassifier(M(eta0=0.1, eta_step=0.02, lam=1e-4, average="none"), mips="exact")),
+        ("averaged perceptron (numpy)", lambda: AveragedPerceptron(K, Xtr.shape[1])),
+        ("MulticlassSSVM (BCFW, lam=1e-4)", lambda: ss.MulticlassSSVM(ss.learners.BCFW(lam=1e-4, seed=0))),
+    ]
+    results = []
+    for name, make in peers:
+        results.append(run(name, make, Xtr, ytr, Xte, yte, a.epochs, a.cap))
+    try:
+        import vowpalwabbit  # noqa: F401
+        vw = "installed but not wired in this script"
+    except ImportError:
+        vw = "not run: the vowpalwabbit wheel is not installed here"
+    top = np.bincount(ytr).argmax()
+    info = {"K": K, "n_train": int(len(ytr)), "n_test": int(len(yte)), "epochs": a.epochs, "dim": int(Xtr.shape[1]),
+            "classes_in_train_sample": int(len(set(ytr.tolist()))), "majority_accuracy": float(np.mean(yte == top)),
+            "vowpal_wabbit": vw, "cap_cpu_s": a.cap}
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out + ".json", "w") as f:
+        json.dump({"info": info, "results": results}, f, indent=1)
+    L = ["# MEMOIR quality on the Brown word-from-context stream, regime (b)", "",
+         f"K={K} classes ({info['classes_in_train_sample']} in the training sample), 256-d unit-norm dense "
+         f"projection, {info['n_train']} training examples x {a.epochs} epochs, {info['n_test']} test examples, "
+         f"majority baseline {info['majority_accuracy']:.3f}. CPU seconds (process time), one BLAS thread. "
+         f"Vowpal Wabbit: {vw}.", "",
+         "| peer | test accuracy | steps | train CPU s | steps / CPU s | notes |", "|---|---|---|---|---|---|"]
+    for r in results:
+        note = []
+        if r["capped"]:
+            note.append(f"capped at {a.cap:g} CPU s")
+        if "mips_active" in r:
+            note.append(f"mips {r['mips_active']}, |W| {r['norm']:.1f}, updates {r['updates']}")
+        L.append(f"| {r['peer']} | {r['accuracy']:.3f} | {r['trained_steps']} | {r['train_cpu_s']:.1f} | "
+                 f"{r['steps_per_cpu_s']:.0f} | {'; '.join(note)} |")
+    with open(a.out + ".md", "w") as f:
+        f.write("\n".join(L) + "\n")
+    print("\n".join(L))
+
+
+if __name__ == "__main__":
+    main()
