@@ -26,6 +26,12 @@ EXTRAS = {
 }
 
 
+def available(module: str) -> bool:
+    """Whether the optional ``module`` can be imported (without importing it)."""
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
 def require(module: str, *, extra: str, feature: str):
     """Import and return ``module``; when it is missing, raise an ``ImportError`` naming
     ``feature`` (what the user asked for) and the extra that installs it."""
@@ -39,4 +45,4 @@ def require(module: str, *, extra: str, feature: str):
         raise ImportError(f"{feature} needs {dist}: pip install 'streamssvm[{extra}]'") from None
 
 
-__all__ = ["require", "EXTRAS"]
+__all__ = ["available", "require", "EXTRAS"]

@@ -68,11 +68,8 @@ AUTO_HNSW_ROWS = 20_000
 
 
 def _has_hnswlib():
-    try:
-        import hnswlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    from .._optional import available
+    return available("hnswlib")
 
 
 class MEMOIR(Learner):
