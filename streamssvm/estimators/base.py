@@ -81,6 +81,21 @@ def load(path):
     return from_state(st)
 
 
+def _all_finite(st):
+    """Every float array (and float) in a nested state is finite."""
+    todo = [st]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, dict):
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            todo.extend(v)
+        elif isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            if not np.isfinite(v).all():
+                return False
+    return True
+
+
 class Estimator:
     """Base of the streamssvm estimators (mixed with a river base class by each subclass).
 
@@ -161,6 +176,37 @@ class Estimator:
         if self._learner is None:
             return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.learner.lam, note="no examples held")
         return self._learner.certificate()
+
+    def weights_finite(self, full=True):
+        """Whether the learner's weights are finite: all of them (``full``), else the feature
+        rows of the last learned record and the label-pair and bias weights (what a step on it
+        changes; cheap enough to run after every record). The stream engine undoes a step after
+        which this is False (``Engine._undo``).
+
+        >>> import streamssvm as ss
+        >>> m = ss.MulticlassSSVM(learner=ss.learners.SGD())
+        >>> m.learn_one({"f": 1.0}, "a"); m.learn_one({"f": -1.0}, "b")
+        >>> m.weights_finite(), m.weights_finite(full=False)
+        (True, True)
+        """
+        lr = self._learner
+        if lr is None:
+            return True
+        W = getattr(lr, "W", None)
+        if W is None:   # a learner without dense weights (MEMOIR): every float array of its state
+            if not full:
+                return True
+            return _all_finite(lr.state())
+        if not (np.isfinite(W.T).all() and np.isfinite(W.B).all()):
+            return False
+        if full:
+            return bool(np.isfinite(W.E).all())
+        rows = getattr(self, "_last_fidx", None)
+        if rows is None:
+            return True
+        rows = np.asarray(rows)
+        rows = rows[(rows >= 0) & (rows < W.E.shape[0])]
+        return bool(np.isfinite(W.E[rows]).all())
 
     @property
     def n_blocks(self):

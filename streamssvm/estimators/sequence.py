@@ -66,6 +66,7 @@ class SequenceTagger(Estimator, base.Estimator):
     def learn_one(self, x, y):
         tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
         lr = self._sync()
+        self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, ys)
 
     def predict_one(self, x):
