@@ -78,7 +78,17 @@ def load(path):
     ('ExtremeClassifier', ['a', 'b', 'c'])
     """
     st, _ = checkpoint.load_state(path, kind=MODEL_KIND)
-    return from_state(st)
+    return _restoring(from_state, st)
+
+
+def _restoring(fn, st):
+    """``fn(st)`` with any exception a ``CheckpointError`` (a file never crashes a load)."""
+    try:
+        return fn(st)
+    except checkpoint.CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any problem with the file's content
+        raise checkpoint.CheckpointError(f"invalid model file: {type(e).__name__}: {e}") from e
 
 
 def _all_finite(st):
@@ -266,14 +276,29 @@ class Estimator:
             model._learner = learner.clone(model._overrides() or None)
             model._structure = model._make_structure()
             model._learner.restore(model._structure, model._labels.labels, st["learner"])
+            model._check_restored()
         return model
+
+    def _check_restored(self):
+        """The restored learner fits the restored indexes: every feature index the index can
+        produce has a weight row, every label id the learner can predict has a label."""
+        W = getattr(self._learner, "W", None)
+        if W is None:
+            return
+        if W.E.shape[0] < self._features.dim:
+            raise checkpoint.CheckpointError(f"invalid model file: {self._features.dim} feature columns but "
+                                             f"{W.E.shape[0]} weight rows")
+        K = int(getattr(self._learner, "_K", 0))
+        if K > len(self._labels):
+            raise checkpoint.CheckpointError(f"invalid model file: the learner knows {K} labels, the file "
+                                             f"names {len(self._labels)}")
 
     @classmethod
     def load(cls, path):
         """Load a model of this class (a file of another class is refused; see
         ``streamssvm.load``)."""
         st, _ = checkpoint.load_state(path, kind=MODEL_KIND)
-        return cls.from_state(st)
+        return _restoring(cls.from_state, st)
 
     # -------------------------------------------------------------- batch helpers
     @staticmethod

@@ -29,7 +29,9 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
+from ..blocks import validate_example, validate_weights
 from ..certificate import Certificate
+from ..checkpoint import CheckpointError
 from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
@@ -414,6 +416,18 @@ class CuttingPlane(Learner):
                             "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
 
     def restore(self, structure, labels, st):
+        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        for i, r in enumerate(st["blocks"]):
+            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
+            labs, alpha = np.asarray(r["labs"]), np.asarray(r["alpha"])
+            L = len(r["tok_ptr"]) - 1
+            if (labs.ndim != 2 or labs.shape[1] != structure.labeling_len(L, Kc) or alpha.shape != (labs.shape[0],)
+                    or labs.shape[0] < 1 or (labs.size and labs.dtype.kind not in "iu")
+                    or not np.isfinite(alpha).all()):
+                raise CheckpointError(f"invalid learner state in the file: held example {i}: working set of "
+                                      f"shape {labs.shape} / weights {alpha.shape}")
+            if labs.size and (labs.min() < -1 or labs.max() >= max(Kc, 2)):
+                raise CheckpointError(f"invalid learner state in the file: held example {i}: labelings out of range")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.W = Weights(1, 1)
