@@ -448,6 +448,8 @@ class Engine:
             status, p = self._learn_record(x, y, rec)
             if status == "poisoned":
                 return done, rec
+            if status == "damaged":
+                return done, _SOMEWHERE
             if status == "learned":
                 done.append((y, p, rec))
         return done, None
@@ -471,8 +473,12 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - one record never stops the stream
             self._bad(rec, f"{type(e).__name__}: {_short_reason(e)}")
             return "bad", None
-        if not self._weights_finite(full=self._careful()):
-            return "poisoned", None
+        careful = self._careful()
+        if not self._weights_finite(full=careful):
+            # careful (replaying with the full check after every record): this record's step
+            # made the weights non-finite; otherwise the damage may predate it (a row this
+            # record shares with an earlier one): the careful replay locates it
+            return ("poisoned" if careful else "damaged"), None
         return "learned", p
 
     def _loop(self, t0, seen0, prog):
@@ -513,7 +519,7 @@ class Engine:
                 recs.append(rec)
             done, poisoned = self._predict_learn(xs, ys, recs) if xs else ([], None)
             if poisoned is not None:
-                if self._undo(poisoned, _NONFINITE, span=len(recs)):
+                if self._undo(poisoned, _NONFINITE, span=len(done) + 1):
                     return "undo", since_snap
                 # nothing to go back to: the model cannot be trusted; stop rather than poison
                 raise RuntimeError(_CANNOT_UNDO)
