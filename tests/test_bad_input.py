@@ -267,3 +267,25 @@ def test_cutting_plane_holds_at_most_capacity_examples(tmp_path, eviction):
         m.learn_one(x, y)
         m2.learn_one(x, y)
     np.testing.assert_array_equal(m._learner.W.E, m2._learner.W.E)
+
+
+# ---------------------------------------------------------------- 4. pairwise multi-label bricked
+def test_pairwise_bcfw_refuses_too_many_labels_before_registering_them():
+    """Case 4: one record with 20 labels registered them before BCFW refused, and every later
+    record was refused (101 of 201 dead-lettered). Now the label count is checked first."""
+    m = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.BCFW(lam=0.1, seed=0))
+    m.learn_one({"a": 1.0}, {"x": True, "y": False})
+    with pytest.raises(ValueError, match="up to 16 labels"):
+        m.learn_one({"a": 1.0}, {f"l{i}": True for i in range(20)})
+    assert m.classes == ["x", "y"]
+    for i in range(20):   # the model still learns
+        m.learn_one({"a": float(i % 2)}, {"x": bool(i % 2), "y": not i % 2})
+    assert m.predict_one({"a": 1.0}) == {"x": True, "y": False}
+
+
+def test_sgd_learns_labels_arriving_one_at_a_time():
+    """Case 3 (fixed by the Workspace growing by need): the 11th-12th label asked for 22-112 GiB."""
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD())
+    for i in range(40):
+        m.learn_one({"f": 1.0, f"g{i}": 1.0}, i)
+    assert len(m.classes) == 40 and m.weights_finite()

@@ -121,9 +121,9 @@ def record(draw, task, kw):
         if part == "y":
             how = draw(st.sampled_from(["truth", "label", "many"] if kw.get("pairwise") else ["truth", "label"]))
             if how == "truth":
-                y[keys[0]] = draw(st.sampled_from(["false", 0.5, {"a": 1}, None if False else 2]))
+                y[keys[0]] = draw(st.sampled_from(["false", 0.5, {"a": 1}, 2]))
             elif how == "label":
-                y[_label(draw, task, True) if not isinstance(_label(draw, task, True), (list, set)) else None] = True
+                y[draw(st.sampled_from([None, math.nan, b"b", 10 ** 400, frozenset({"a"})]))] = True
             else:
                 y.update({f"many{i}": True for i in range(20)})   # case 4: more labels than BCFW enumerates
         if "hierarchy" in kw and part == "y" and draw(st.booleans()):
@@ -197,7 +197,7 @@ def test_api_streams(combo, tmp_path_factory):
                 except (ValueError, TypeError):
                     assert _indexes(model) == before, "a refused record changed the model"
                     continue
-                assert valid or _accepted_ok(task, kw, x, y), f"an invalid record was learned: {x!r} {y!r}"
+                assert valid or _accepted_ok(learner, kw, y), f"an invalid record was learned: {x!r} {y!r}"
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -207,10 +207,10 @@ def test_api_streams(combo, tmp_path_factory):
     run()
 
 
-def _accepted_ok(task, kw, x, y):
-    """Records the strategy marks invalid that are legitimately learned (a hierarchy label
-    refused only for its leaf set, a pairwise model without enough labels yet, ...)."""
-    return False
+def _accepted_ok(learner, kw, y):
+    """Records the strategy marks invalid that a combination legitimately learns: 20 labels on
+    a pairwise model learned by SGD (it solves the LP relaxation above 16 labels)."""
+    return bool(kw.get("pairwise")) and learner == "SGD" and any(str(k).startswith("many") for k in y)
 
 
 # ------------------------------------------------------------------ through the engine
