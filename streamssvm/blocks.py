@@ -582,7 +582,7 @@ def validate_store_state(st, structure, n_rows=None):
     >>> _ = st.add(np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.array([1.0]),
     ...            np.array([1], dtype=np.int32), 1, gram)
     >>> s = st.state(); validate_store_state(s, MultiClass(), n_rows=1)
-    >>> s["Iar"][1] = 7   # the block's feature index, past the weights' rows
+    >>> s["Iar"][2] = 7   # the block's feature index (after its 2 token pointers), past the rows
     >>> validate_store_state(s, MultiClass(), n_rows=1)
     Traceback (most recent call last):
     ...
