@@ -454,7 +454,8 @@ class CuttingPlane(Learner):
         return {"K": self._K, "E": self.W.E, "T": self.W.T, "B": self.W.B, "C": self._C,
                 "counters": np.array([self.rounds, self.n_learned, self.oracle_calls, self.queries,
                                       self.constraints_added, self.qp_steps], dtype=np.int64),
-                "seen": self.seen, "evicted": self.evicted, "res_rng": _rng_state(self._res_rng),
+                "seen": self.seen, "evicted": self.evicted,
+                **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
                 "blocks": [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
                             "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
 
