@@ -144,7 +144,7 @@ def cmd_run(args):
     if args.save:
         eng.model.save(args.save)
     src_bad = getattr(source, "n_bad", 0)
-    summary["bad_records_at_source"] = src_bad
+    summary.setdefault("bad_records_at_source", src_bad)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
@@ -155,7 +155,7 @@ def cmd_run(args):
         if c:
             print(f"certificate: gap {c['gap']:.6g}  primal {c['primal']:.6g}  dual {c['dual']:.6g}  "
                   f"blocks {c['n_blocks']}")
-        nbad = summary["bad_records"] + src_bad
+        nbad = summary.get("n_bad", summary["bad_records"] + src_bad)
         if nbad:
             print(f"bad records: {nbad} (sent to the dead-letter sink"
                   f"{' ' + args.dead_letter if args.dead_letter else ''})")
@@ -207,7 +207,7 @@ def cmd_report(args):
         return report(args.checkpoint_dir, as_json=args.json)
     eng, meta, path = _load_history(args.checkpoint_dir)
     summary = {"checkpoint": str(path), "examples_seen": eng["examples_seen"],
-               "bad_records": eng["bad_records"], "task": eng.get("task"),
+               "bad_records": eng["bad_records"], "n_bad": eng.get("n_bad", eng["bad_records"]), "task": eng.get("task"),
                "source_position": eng["position"], "last_certificate": eng["last_certificate"],
                "metrics": meta.get("metrics"), "snapshots": len(eng["history"])}
     if args.plot:

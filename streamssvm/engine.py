@@ -29,6 +29,7 @@
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -43,6 +44,29 @@ TASKS = ("multiclass", "multilabel", "sequence", "extreme")
 _END = object()
 _CKPT_KIND = "streamssvm.engine"
 _HISTORY_MAX = 10_000
+_SOMEWHERE = object()   # a poisoned step not yet located (batched learning, or found at a checkpoint)
+_NONFINITE = ("FloatingPointError: learning this record made the model's weights non-finite; the step "
+              "was undone (the model was restored to its last checkpoint and the stream replayed without it)")
+_CANNOT_UNDO = ("the weights became non-finite and the engine cannot go back to a restore point (the "
+                "source cannot seek); stopped without saving the model")
+_REASON_MAX = 500
+
+
+def _short_reason(e):
+    """An exception's message, bounded (a 5000-digit number must not fill the dead letters)."""
+    try:
+        m = str(e)
+    except Exception:  # noqa: BLE001 - e.g. an int too large to convert
+        m = repr(type(e))
+    return m if len(m) <= _REASON_MAX else m[:_REASON_MAX] + f"... ({len(m)} characters)"
+
+
+def _pos_key(position):
+    """A hashable key of a record's source position."""
+    try:
+        return json.dumps(_jsonable(position), sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(position)
 
 
 def _jsonable(v):
@@ -199,6 +223,13 @@ class Engine:
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
+        self.bad_at_source = 0      # source-level rejections up to the last restore point
+        self._src_bad0 = 0          # the source's own counter when that point was restored
+        self._poison: dict = {}     # position key -> reason: records whose step was undone
+        self._undo_point = None     # in-memory restore point (no checkpoint on disk yet)
+        self._careful_until = -1    # examples_seen below which every step checks all weights
+        self.undone = 0             # steps undone (weights made non-finite)
+        self._undone_at: set = set()
         self.history: list = []
         self.last_certificate = None
         self.resumed_from = None
@@ -210,43 +241,50 @@ class Engine:
         if self.ckpt is None:
             return False
 
-        def apply(state, meta, path):
-            # everything that can fail is done here, before the engine changes: a checkpoint
-            # that reads but cannot be applied falls back to the previous one
-            from .estimators import from_state
-            eng = state["engine"]
-            parsed = {"model": from_state(state["model"]), "examples_seen": int(eng["examples_seen"]),
-                      "bad_records": int(eng["bad_records"]),
-                      "metrics": ProgressiveMetrics.from_state(eng["metrics"]),
-                      "history": list(eng["history"]), "last_certificate": eng["last_certificate"],
-                      "position": eng["position"]}
-            if parsed["position"] is not None:
-                self.source.seek(parsed["position"])
-            return parsed
-
-        got = self.ckpt.latest(restore=apply)
+        got = self.ckpt.latest(restore=self._parse_state)
         if got is None:
             return False
         r, meta, path = got
+        self._apply_restored(r)
+        self.resumed_from = str(path)
+        return True
+
+    def _parse_state(self, state, meta=None, path=None):
+        """A checkpoint's engine state parsed and its model rebuilt, the source sought to its
+        position; everything that can fail is done here, before the engine changes (a checkpoint
+        that reads but cannot be applied falls back to the previous one)."""
+        from .estimators import from_state
+        eng = state["engine"]
+        parsed = {"model": from_state(state["model"]), "examples_seen": int(eng["examples_seen"]),
+                  "bad_records": int(eng["bad_records"]),
+                  "bad_at_source": int(eng.get("bad_at_source", 0)),
+                  "metrics": ProgressiveMetrics.from_state(eng["metrics"]),
+                  "history": list(eng["history"]), "last_certificate": eng["last_certificate"],
+                  "position": eng["position"]}
+        if parsed["position"] is not None:
+            self.source.seek(parsed["position"])
+        return parsed
+
+    def _apply_restored(self, r):
         self.model = r["model"]
         self.examples_seen = r["examples_seen"]
         self.bad_records = r["bad_records"]
+        self.bad_at_source = r["bad_at_source"]
+        self._src_bad0 = getattr(self.source, "n_bad", 0)
         self.metrics = r["metrics"]
         self.history = r["history"]
         self.last_certificate = r["last_certificate"]
         self.position = r["position"]
-        self.resumed_from = str(path)
-        return True
 
     def checkpoint(self, asynchronous_commit=False, source_position=False):
         """Write a checkpoint (model, metrics, source position); once it is durable, commit the
-        position to sources that track commits (Kafka)."""
-        if self.ckpt is None:
-            return None
-        if self.sink is not None:
+        position to sources that track commits (Kafka). Without a checkpoint directory the same
+        state is kept in memory as the restore point of :meth:`_undo`."""
+        if self.sink is not None and self.ckpt is not None:
             self.sink.flush()
         # dead letters are durable before the checkpoint that counts their records
-        self.dead_letter.sync()
+        if self.ckpt is not None:
+            self.dead_letter.sync()
         pos_fn = getattr(self.source, "position", None)
         if source_position and pos_fn is not None:
             # at the end of the source and between polls, everything the source has delivered
@@ -255,14 +293,19 @@ class Engine:
             self.position = pos_fn()
         state = {"model": self.model.state(), "engine": {
             "examples_seen": self.examples_seen, "bad_records": self.bad_records,
+            "bad_at_source": self.n_bad_at_source, "n_bad": self.n_bad,
             "metrics": self.metrics.state(), "history": self.history[-_HISTORY_MAX:],
             "last_certificate": self.last_certificate, "position": _jsonable(self.position),
             "task": self.task}}
+        if self.ckpt is None:
+            self._undo_point = copy.deepcopy(state)
+            return None
         meta = {"examples_seen": self.examples_seen, "position": _jsonable(self.position),
                 "task": self.task, "estimator": type(self.model).__name__,
                 "last_certificate": self.last_certificate, "metrics": self.metrics.get(),
-                "bad_records": self.bad_records}
+                "bad_records": self.bad_records, "n_bad": self.n_bad}
         path = self.ckpt.save(state, kind=_CKPT_KIND, meta=meta)
+        self._undo_point = None   # the checkpoint on disk is the restore point now
         commit = getattr(self.source, "commit", None)
         if commit is not None and self.position is not None:
             if asynchronous_commit:
@@ -270,6 +313,54 @@ class Engine:
             else:
                 commit(self.position)
         return path
+
+    # ------------------------------------------------------------------ bad records
+    @property
+    def n_bad_at_source(self):
+        """Records the source itself rejected (unparsable, too long, ...), resumed runs included."""
+        return self.bad_at_source + getattr(self.source, "n_bad", 0) - self._src_bad0
+
+    @property
+    def n_bad(self):
+        """Every record sent to the dead letters: by the source and by the engine (stored in
+        checkpoints; ``streamssvm report --json`` shows it)."""
+        return self.bad_records + self.n_bad_at_source
+
+    def _weights_finite(self, full):
+        """Whether the model's weights are finite: all of them (``full``), else the rows of the
+        last learned record and the label-pair / bias weights (the rows a step on it changes)."""
+        check = getattr(self.model, "weights_finite", None)
+        return True if check is None else check(full=full)
+
+    def _undo(self, rec, reason, span=0):
+        """Undo the step that made the weights non-finite: restore the last checkpoint (on
+        disk, else the in-memory restore point taken at the run's start and at every
+        checkpoint), seek the source there and replay; the poisoned record is skipped on the
+        replay and dead-lettered then. The model is then exactly as if the record never came
+        (the learners are deterministic given their state: a resumed run is bit-identical to an
+        uninterrupted one). Records between the restore point and the poisoned one are learned
+        again: their predictions reach the sink twice and the source's own dead letters may be
+        sent twice (at least once, as after a crash); every count comes from the restore point.
+        Returns False when there is nothing to go back to (the source cannot seek)."""
+        seen = self.examples_seen
+        if rec is not _SOMEWHERE:
+            self._poison[_pos_key(rec.position)] = reason
+        elif seen in self._undone_at:
+            return False   # the careful replay did not find the record: no loop
+        self._undone_at.add(seen)
+        if self._undo_point is not None:
+            try:
+                r = self._parse_state(copy.deepcopy(self._undo_point))
+            except Exception:  # noqa: BLE001 - a source that cannot seek
+                return False
+            self._apply_restored(r)
+        elif self.ckpt is None or not self.restore():
+            return False
+        self.undone += 1
+        # replay with the full check until past the point of detection (a poisoned checkpoint
+        # interval found by the full check is located record by record)
+        self._careful_until = max(self._careful_until, seen + span + 1)
+        return True
 
     def worker_id(self):
         """A stable identity for this worker's checkpoint directory (stored in it)."""
@@ -342,22 +433,53 @@ class Engine:
         """Progressive validation of a chunk: predictions made before learning. Batched, one
         ``predict_learn_many`` call (the batch is validated before anything is learned); a
         chunk it refuses, and every unbatched record, goes one record at a time, bad ones to
-        the dead letters. Returns the (y, prediction, record) triples learned."""
-        if self.batch_size:
+        the dead letters (:meth:`_learn_record`). Returns the (y, prediction, record) triples
+        learned and the record whose step made the weights non-finite (None if none)."""
+        if self.batch_size and not self._careful():
             try:
-                return list(zip(ys, self.model.predict_learn_many(xs, ys), recs))
+                done = list(zip(ys, self.model.predict_learn_many(xs, ys), recs))
+                if self._weights_finite(full=True):
+                    return done, None
+                return [], _SOMEWHERE   # the replay locates the record, one at a time
             except (ValueError, TypeError, KeyError):
                 pass
         done = []
         for x, y, rec in zip(xs, ys, recs):
-            try:
-                p = self.model.predict_one(x)
-                self.model.learn_one(x, y)
-            except (ValueError, TypeError, KeyError) as e:
-                self._bad(rec, f"{type(e).__name__}: {e}")
-                continue
-            done.append((y, p, rec))
-        return done
+            status, p = self._learn_record(x, y, rec)
+            if status == "poisoned":
+                return done, rec
+            if status == "damaged":
+                return done, _SOMEWHERE
+            if status == "learned":
+                done.append((y, p, rec))
+        return done, None
+
+    def _careful(self):
+        return self.examples_seen < self._careful_until
+
+    def _learn_record(self, x, y, rec):
+        """Predict then learn one record. Any exception from it (ValueError, TypeError,
+        OverflowError, RecursionError, MemoryError, ...) makes it a dead letter with its reason;
+        the estimators validate the whole record before changing any state. Returns
+        ("learned", prediction), ("bad", None) or ("poisoned", None) when the step made the
+        weights non-finite (the caller undoes it, :meth:`_undo`)."""
+        reason = self._poison.get(_pos_key(rec.position)) if self._poison else None
+        if reason is not None:
+            self._bad(rec, reason)
+            return "bad", None
+        try:
+            p = self.model.predict_one(x)
+            self.model.learn_one(x, y)
+        except Exception as e:  # noqa: BLE001 - one record never stops the stream
+            self._bad(rec, f"{type(e).__name__}: {_short_reason(e)}")
+            return "bad", None
+        careful = self._careful()
+        if not self._weights_finite(full=careful):
+            # careful (replaying with the full check after every record): this record's step
+            # made the weights non-finite; otherwise the damage may predate it (a row this
+            # record shares with an earlier one): the careful replay locates it
+            return ("poisoned" if careful else "damaged"), None
+        return "learned", p
 
     def _loop(self, t0, seen0, prog):
         """The stream loop: per chunk of records, pace, convert, predict then learn, count,
@@ -389,13 +511,18 @@ class Engine:
                     pacer.wait()
                 try:
                     x, y = to_model_input(self.task, rec.x, rec.y)
-                except (ValueError, TypeError, KeyError) as e:
-                    self._bad(rec, f"{type(e).__name__}: {e}")
+                except Exception as e:  # noqa: BLE001 - one record never stops the stream
+                    self._bad(rec, f"{type(e).__name__}: {_short_reason(e)}")
                     continue
                 xs.append(x)
                 ys.append(y)
                 recs.append(rec)
-            done = self._predict_learn(xs, ys, recs) if xs else []
+            done, poisoned = self._predict_learn(xs, ys, recs) if xs else ([], None)
+            if poisoned is not None:
+                if self._undo(poisoned, _NONFINITE, span=len(done) + 1):
+                    return "undo", since_snap
+                # nothing to go back to: the model cannot be trusted; stop rather than poison
+                raise RuntimeError(_CANNOT_UNDO)
             self.position = chunk[-1].position
             before = self.examples_seen
             for y, p, rec in done:
@@ -409,12 +536,46 @@ class Engine:
                 since_snap = 0
                 self.snapshot(t0, seen0)
             if self.examples_seen // self.checkpoint_every > before // self.checkpoint_every:
+                if not self._weights_finite(full=True):   # never checkpoint non-finite weights
+                    if self._undo(_SOMEWHERE, _NONFINITE):
+                        return "undo", since_snap
+                    raise RuntimeError(_CANNOT_UNDO)
                 self.checkpoint()
             gap = self.last_certificate["gap"] if self.last_certificate else None
             prog.update(self.examples_seen, self.metrics.headline, gap, new_this_run=self.examples_seen - seen0)
             if self.max_examples is not None and self.examples_seen >= self.max_examples:
                 return "max examples", since_snap
         return "end of source", since_snap
+
+    def _mark_start(self):
+        """The in-memory restore point of :meth:`_undo` when no checkpoint was restored: the
+        model as it starts and the source's position."""
+        if self.resumed_from is not None:
+            return
+        pos_fn = getattr(self.source, "position", None)
+        saved = self.position
+        if self.position is None and pos_fn is not None and hasattr(self.source, "seek"):
+            self.position = pos_fn()
+        ckpt, self.ckpt = self.ckpt, None
+        try:
+            self.checkpoint()   # in memory only
+        finally:
+            self.ckpt = ckpt
+            self.position = saved
+
+    def _run_loop(self, t0, seen0, prog):
+        """:meth:`_loop` until it stops for another reason than an undo; the weights are checked
+        finite before the final checkpoint."""
+        self._mark_start()
+        while True:
+            stopped, since_snap = self._loop(t0, seen0, prog)
+            if stopped == "undo":
+                continue
+            if not self._weights_finite(full=True):
+                if self._undo(_SOMEWHERE, _NONFINITE):
+                    continue
+                raise RuntimeError(_CANNOT_UNDO)
+            return stopped, since_snap
 
     def _bad(self, rec, reason):
         self.bad_records += 1
@@ -435,7 +596,7 @@ class Engine:
         seen0 = self.examples_seen
         prog = Progress(self.progress, self.max_examples)
         try:
-            stopped, since_snap = self._loop(t0, seen0, prog)
+            stopped, since_snap = self._run_loop(t0, seen0, prog)
             if self.refine_at_end and self.examples_seen:
                 self.model.refine(self.refine_at_end)
             if self.examples_seen and (since_snap or not self.history or self.refine_at_end):
@@ -452,7 +613,8 @@ class Engine:
             prog.close()
         el = time.perf_counter() - t0
         return {"examples_seen": self.examples_seen, "new_examples": self.examples_seen - seen0,
-                "bad_records": self.bad_records, "seconds": el, "stopped": stopped,
+                "bad_records": self.bad_records, "bad_records_at_source": self.n_bad_at_source,
+                "n_bad": self.n_bad, "undone": self.undone, "seconds": el, "stopped": stopped,
                 "throughput": (self.examples_seen - seen0) / max(el, 1e-9),
                 "metrics": self.metrics.get(), "last_certificate": self.last_certificate,
                 "position": _jsonable(self.position), "resumed_from": self.resumed_from}

@@ -236,3 +236,56 @@ def test_engine_sends_api_records_with_huge_ints_to_dead_letters():
     summary = eng.run()
     assert summary["examples_seen"] == 2 and dl.count == 2
     assert all("MAX_ABS_VALUE" in d["reason"] for d in dl.sink.items)
+
+
+# ---------------------------------------------------------------- 14. bounded memory: CuttingPlane
+@pytest.mark.parametrize("eviction", ["fifo", "reservoir"])
+def test_cutting_plane_holds_at_most_capacity_examples(tmp_path, eviction):
+    """CuttingPlane held every example forever; now at most ``capacity``, and the weights stay
+    w = A alpha over the held examples (an evicted example's contribution leaves with it)."""
+    rng = np.random.default_rng(0)
+    m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(lam=0.05, capacity=25, eviction=eviction, seed=0))
+    for i in range(120):
+        y = int(rng.integers(3))
+        m.learn_one({"f": y + 0.1 * rng.normal(), "g": 1.0}, y)
+    lr = m._learner
+    assert m.n_blocks == 25 and lr.evicted >= 120 - 25 - (0 if eviction == "fifo" else 120)
+    if eviction == "fifo":
+        assert lr.evicted == 95
+    W = lr.W.copy()
+    lr.rebuild_weights(out=W)
+    for a, b in ((lr.W.E, W.E), (lr.W.T, W.T), (lr.W.B, W.B)):
+        np.testing.assert_allclose(a, b, atol=1e-9)
+    c = m.refine(passes=10)
+    assert c.exact and c.n_blocks == 25 and c.raw_gap > -1e-9
+    p = tmp_path / "m.ssvm"
+    m.save(p)
+    m2 = ss.load(p)
+    assert m2._learner.evicted == lr.evicted and m2._learner.seen == lr.seen
+    for i in range(10):   # the restored learner evicts exactly as the original
+        x, y = {"f": float(i % 3), "g": 1.0}, i % 3
+        m.learn_one(x, y)
+        m2.learn_one(x, y)
+    np.testing.assert_array_equal(m._learner.W.E, m2._learner.W.E)
+
+
+# ---------------------------------------------------------------- 4. pairwise multi-label bricked
+def test_pairwise_bcfw_refuses_too_many_labels_before_registering_them():
+    """Case 4: one record with 20 labels registered them before BCFW refused, and every later
+    record was refused (101 of 201 dead-lettered). Now the label count is checked first."""
+    m = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.BCFW(lam=0.1, seed=0))
+    m.learn_one({"a": 1.0}, {"x": True, "y": False})
+    with pytest.raises(ValueError, match="up to 16 labels"):
+        m.learn_one({"a": 1.0}, {f"l{i}": True for i in range(20)})
+    assert m.classes == ["x", "y"]
+    for i in range(20):   # the model still learns
+        m.learn_one({"a": float(i % 2)}, {"x": bool(i % 2), "y": not i % 2})
+    assert m.predict_one({"a": 1.0}) == {"x": True, "y": False}
+
+
+def test_sgd_learns_labels_arriving_one_at_a_time():
+    """Case 3 (fixed by the Workspace growing by need): the 11th-12th label asked for 22-112 GiB."""
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD())
+    for i in range(40):
+        m.learn_one({"f": 1.0, f"g{i}": 1.0}, i)
+    assert len(m.classes) == 40 and m.weights_finite()

@@ -249,3 +249,134 @@ def test_version_1_files_are_still_read(tmp_path):
             z.writestr(n, b)
     st, _ = load_state(old)
     assert st["n"] == 1 and st["a"].tolist() == [0.0, 1.0, 2.0]
+
+
+# ------------------------------------------------------------------ crafted model files (case 11)
+_CRAFT = r'''
+import sys, numpy as np, streamssvm as ss
+from streamssvm import checkpoint
+from streamssvm.estimators.base import MODEL_KIND
+from streamssvm._kernels import bcfw as K
+p, case = sys.argv[1], sys.argv[2]
+st, meta = checkpoint.load_state(p, kind=MODEL_KIND)
+store = st["learner"]["store"]
+Iar, M = store["Iar"], store["meta"]
+for s in store["alive"]:
+    io, L, nnz = M[s, K.M_IOFF], M[s, K.M_L], M[s, K.M_NNZ]
+    if case == "feature_index":
+        Iar[io + L + 1:io + L + 1 + nnz] = 10**8
+    elif case == "true_label":
+        Iar[io + L + 1 + nnz] = 10**6
+    elif case == "segment_offset":
+        M[s, K.M_IOFF] = 10**9
+    elif case == "token_pointer":
+        Iar[io + 1] = 10**7
+if case == "alive":
+    store["alive"][:] = 10**6
+checkpoint.save_state(p, st, kind=MODEL_KIND, meta=meta)   # consistent checksums
+try:
+    m = ss.load(p)
+except checkpoint.CheckpointError as e:
+    print("REFUSED", e)
+    sys.exit(0)
+c = m.certificate()
+print("LOADED", c.gap, m.predict_one({"f": 1.0, "g": 1.0}))
+'''
+
+
+@pytest.mark.parametrize("case", ["feature_index", "true_label", "segment_offset", "token_pointer", "alive"])
+def test_a_crafted_model_with_out_of_range_indices_is_refused(tmp_path, case):
+    """Reliability case 11: a model file with consistent checksums and out-of-range indices
+    loaded and ``certificate()`` segfaulted (exit 139; run in a subprocess). Now every index of
+    the block store is checked against the sizes on load."""
+    import subprocess
+    import sys
+    import streamssvm as ss
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.1, seed=0))
+    for i in range(30):
+        m.learn_one({"f": float(i % 3), "g": 1.0}, i % 3)
+    p = tmp_path / "m.ssvm"
+    m.save(p)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ss.__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", _CRAFT, str(p), case], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("REFUSED"), r.stdout
+
+
+def _learned(learner, n=20):
+    import streamssvm as ss
+    m = ss.MulticlassSSVM(learner=learner)
+    for i in range(n):
+        m.learn_one({"f": float(i % 3), "g": 1.0}, i % 3)
+    return m
+
+
+@pytest.mark.parametrize("learner", ["SGD", "CuttingPlane"])
+@pytest.mark.parametrize("case", ["feature_index", "true_label", "weights_shape", "K"])
+def test_crafted_learner_states_are_refused(tmp_path, learner, case):
+    """The held examples and weights of SGD / CuttingPlane states are checked the same way."""
+    import streamssvm as ss
+    from streamssvm.estimators.base import MODEL_KIND
+    m = _learned(getattr(ss.learners, learner)(lam=0.1))
+    p = tmp_path / "m.ssvm"
+    m.save(p)
+    st, meta = load_state(p, kind=MODEL_KIND)
+    held = st["learner"]["recent" if learner == "SGD" else "blocks"]
+    assert held
+    if case == "feature_index":
+        held[-1]["fidx"][-1] = 10**6
+    elif case == "true_label":
+        held[-1]["y"][0] = 10**6
+    elif case == "weights_shape":
+        st["learner"]["T"] = np.zeros((1, 1))
+    else:
+        st["learner"]["K"] = 10**6
+    save_state(p, st, kind=MODEL_KIND, meta=meta)
+    with pytest.raises(CheckpointError):
+        ss.load(p)
+
+
+def test_a_model_whose_weights_miss_feature_rows_is_refused(tmp_path):
+    import streamssvm as ss
+    from streamssvm.estimators.base import MODEL_KIND
+    m = _learned(ss.learners.BCFW(lam=0.1, seed=0))
+    p = tmp_path / "m.ssvm"
+    m.save(p)
+    st, meta = load_state(p, kind=MODEL_KIND)
+    st["features"]["names"] = st["features"]["names"] + [["s", f"extra{i}"] for i in range(5000)]
+    save_state(p, st, kind=MODEL_KIND, meta=meta)
+    with pytest.raises(CheckpointError, match="weight rows"):
+        ss.load(p)
+
+
+def test_a_checkpoint_with_a_crafted_block_store_falls_back(tmp_path):
+    """The engine's restore goes through the same validator: a checkpoint whose model is
+    invalid falls back to the previous one."""
+    import streamssvm as ss
+    from streamssvm.connectors.files import open_source, write_jsonl
+    from streamssvm.engine import Engine
+    recs = [{"x": {"f": float(i % 3), "g": 1.0}, "y": i % 3} for i in range(60)]
+    write_jsonl(tmp_path / "s.jsonl", recs)
+    ck = tmp_path / "ck"
+    eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.1, seed=0)), open_source(str(tmp_path / "s.jsonl")),
+                 task="multiclass", checkpoint_dir=str(ck), checkpoint_every=20, keep=5, progress=False)
+    eng.run()
+    cm = CheckpointManager(ck, keep=5)
+    newest = cm.list()[-1]
+    st, meta = cm.load(newest)
+    from streamssvm._kernels import bcfw as K
+    store = st["model"]["learner"]["store"]
+    for sl in store["alive"]:   # feature indices past the weights (the old code took them)
+        io, L, nnz = store["meta"][sl, K.M_IOFF], store["meta"][sl, K.M_L], store["meta"][sl, K.M_NNZ]
+        store["Iar"][io + L + 1:io + L + 1 + nnz] = 10**8
+    import shutil
+    shutil.rmtree(newest)
+    assert cm.save(st, kind="streamssvm.engine", meta=meta) == newest   # consistent checksums
+    eng2 = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.1, seed=0)), open_source(str(tmp_path / "s.jsonl")),
+                  task="multiclass", checkpoint_dir=str(ck), progress=False)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert eng2.restore()
+    assert eng2.resumed_from == str(cm.list()[-2])

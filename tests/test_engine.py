@@ -250,3 +250,132 @@ def test_engine_rate_uses_the_one_pacer(tmp_path, monkeypatch):
     assert [w for w in waits if w is not None] == [5000.0] * 40
     with pytest.raises(ValueError, match="rate"):
         Engine(ss.MulticlassSSVM(), open_source(src_path), task="multiclass", rate=0)
+
+
+# ------------------------------------------------------------------ reliability (issue: no record kills a stream)
+def test_n_bad_counts_source_rejections_across_a_resume(tmp_path, capsys):
+    """Case 7: ``report --json`` counted only the engine's rejections (17 of 45); the
+    source-level rejections are now stored in the checkpoint (``n_bad``) and survive a resume."""
+    src = _stream(tmp_path / "s.jsonl", n=400, bad_every=50)   # 8 NaN (engine) + 8 not-JSON (source)
+    ck = tmp_path / "ck"
+    for stop in (150, None):
+        dl = DeadLetterSink(MemorySink())
+        eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, seed=0)), open_source(src, dead_letter=dl),
+                     task="multiclass", checkpoint_dir=ck, checkpoint_every=50, max_examples=stop, progress=False)
+        s = eng.run()
+    assert s["examples_seen"] == 400 and s["n_bad"] == 16
+    assert s["bad_records"] + s["bad_records_at_source"] == 16
+    assert main(["report", str(ck), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["n_bad"] == 16
+
+
+class _Exploding(ss.MulticlassSSVM):
+    """A model whose learn_one raises ``exc`` on records with feature ``boom``."""
+    exc = MemoryError
+
+    def learn_one(self, x, y):
+        if isinstance(x, dict) and "boom" in x:
+            raise self.exc("from this record")
+        return super().learn_one(x, y)
+
+
+@pytest.mark.parametrize("exc", [MemoryError, RecursionError, OverflowError, ZeroDivisionError])
+def test_any_exception_from_one_record_is_a_dead_letter(tmp_path, exc):
+    """Only ValueError / TypeError / KeyError were caught: a MemoryError, RecursionError or
+    OverflowError from one record stopped the stream (and every restart)."""
+    recs = [{"x": {"f": float(i % 2), "boom": 1.0} if i == 7 else {"f": float(i % 2)}, "y": i % 2}
+            for i in range(30)]
+    write_jsonl(tmp_path / "s.jsonl", recs)
+    dl = DeadLetterSink(MemorySink())
+    m = _Exploding(learner=ss.learners.BCFW(lam=0.1, seed=0))
+    m.exc = exc
+    s = Engine(m, open_source(tmp_path / "s.jsonl", dead_letter=dl), task="multiclass", progress=False).run()
+    assert s["examples_seen"] == 29 and s["bad_records"] == 1
+    assert dl.sink.items[0]["reason"].startswith(exc.__name__)
+
+
+class _Poisoning(ss.MulticlassSSVM):
+    """Simulates a step that makes the weights non-finite on the record with feature
+    ``poison`` (validated input cannot do it: |v| <= 1e12)."""
+
+    def learn_one(self, x, y):
+        super().learn_one(x, y)
+        if "poison" in x:
+            self._learner.W.E[self._last_fidx[-1], 0] = np.inf
+
+
+@pytest.mark.parametrize("ckpt", [True, False])
+@pytest.mark.parametrize("learner", ["BCFW", "SGD", "CuttingPlane"])
+def test_a_step_that_makes_weights_non_finite_is_undone(tmp_path, monkeypatch, ckpt, learner):
+    """The step is undone (restore point + replay without the record): the model equals a
+    run that never saw the record, bit for bit, and the record is a dead letter."""
+    from streamssvm.estimators import base
+    monkeypatch.setitem(base._REGISTRY, "_Poisoning", _Poisoning)   # checkpoints restore the test class
+    rng = np.random.default_rng(1)
+    recs = [{"x": {"f": float(rng.normal()), "g": float(i % 3)}, "y": i % 3} for i in range(90)]
+    bad = dict(recs[67], x={**recs[67]["x"], "poison": 1.0})
+    write_jsonl(tmp_path / "with.jsonl", recs[:67] + [bad] + recs[67:])
+    write_jsonl(tmp_path / "without.jsonl", recs)
+
+    def run(path, model, d):
+        dl = DeadLetterSink(MemorySink())
+        eng = Engine(model, open_source(path, dead_letter=dl), task="multiclass", progress=False,
+                     checkpoint_dir=(tmp_path / d) if ckpt else None, checkpoint_every=25, snapshot_every=30)
+        return eng, eng.run(), dl
+
+    mk = lambda cls: cls(learner=getattr(ss.learners, learner)(lam=0.1, seed=0))   # noqa: E731
+    e1, s1, dl1 = run(tmp_path / "with.jsonl", mk(_Poisoning), "a")
+    e2, s2, _ = run(tmp_path / "without.jsonl", mk(ss.MulticlassSSVM), "b")
+    assert s1["undone"] == 2 and s1["examples_seen"] == s2["examples_seen"] == 90
+    assert s1["bad_records"] == 1 and dl1.count == 1 and "non-finite" in dl1.sink.items[0]["reason"]
+    assert e1.model.weights_finite()
+    for k in ("E", "T", "B"):
+        np.testing.assert_array_equal(getattr(e1.model._learner.W, k), getattr(e2.model._learner.W, k))
+    assert s1["metrics"] == s2["metrics"]
+
+
+def test_a_non_finite_model_is_never_checkpointed(tmp_path, monkeypatch):
+    """Weights made non-finite outside a record's step (found by the full check before the
+    checkpoint) are located by the careful replay and undone the same way."""
+    class _Late(ss.MulticlassSSVM):
+        def learn_one(self, x, y):
+            super().learn_one(x, y)
+            if "poison" in x:   # a row the per-record check does not look at
+                self._learner.W.E[self._features.vocab["g"], 0] = np.nan   # not a row of this record
+
+    from streamssvm.estimators import base
+    monkeypatch.setitem(base._REGISTRY, "_Late", _Late)
+    recs = [{"x": {"f": float(i % 2), "g": 1.0}, "y": i % 2} for i in range(40)]
+    recs[23] = {"x": {"f": 1.0, "poison": 1.0}, "y": 1}
+    write_jsonl(tmp_path / "s.jsonl", recs)
+    dl = DeadLetterSink(MemorySink())
+    eng = Engine(_Late(learner=ss.learners.SGD(lam=0.1)), open_source(tmp_path / "s.jsonl", dead_letter=dl),
+                 task="multiclass", checkpoint_dir=tmp_path / "ck", checkpoint_every=10, progress=False)
+    s = eng.run()
+    assert s["examples_seen"] == 39 and s["undone"] >= 1 and eng.model.weights_finite(), (s, dl.sink.items)
+    assert dl.count == 1
+    for p in eng.ckpt.list():
+        st, _ = eng.ckpt.load(p)
+        assert np.isfinite(st["model"]["learner"]["E"]).all()
+
+
+def test_dead_letters_are_synced_before_each_checkpoint(tmp_path):
+    """Case 7: dead letters were lost on a crash; the engine syncs (flush + fsync) the dead
+    letters before each checkpoint that counts them."""
+    events = []
+
+    class _Sink(DeadLetterSink):
+        def sync(self):
+            events.append(("sync", self.count))
+            return super().sync()
+
+    src = _stream(tmp_path / "s.jsonl", n=100, bad_every=20)
+    dl = _Sink(MemorySink())
+    eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, seed=0)), open_source(src, dead_letter=dl),
+                 task="multiclass", checkpoint_dir=tmp_path / "ck", checkpoint_every=25, progress=False)
+    save = eng.ckpt.save
+    eng.ckpt.save = lambda *a, **k: (events.append(("save", dl.count)), save(*a, **k))[1]
+    eng.run()
+    assert [e[0] for e in events] == ["sync", "save"] * 5
+    assert all(events[i][1] == events[i + 1][1] for i in range(0, len(events), 2))

@@ -78,7 +78,32 @@ def load(path):
     ('ExtremeClassifier', ['a', 'b', 'c'])
     """
     st, _ = checkpoint.load_state(path, kind=MODEL_KIND)
-    return from_state(st)
+    return _restoring(from_state, st)
+
+
+def _restoring(fn, st):
+    """``fn(st)`` with any exception a ``CheckpointError`` (a file never crashes a load)."""
+    try:
+        return fn(st)
+    except checkpoint.CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any problem with the file's content
+        raise checkpoint.CheckpointError(f"invalid model file: {type(e).__name__}: {e}") from e
+
+
+def _all_finite(st):
+    """Every float array (and float) in a nested state is finite."""
+    todo = [st]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, dict):
+            todo.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            todo.extend(v)
+        elif isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            if not np.isfinite(v).all():
+                return False
+    return True
 
 
 class Estimator:
@@ -162,6 +187,37 @@ class Estimator:
             return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.learner.lam, note="no examples held")
         return self._learner.certificate()
 
+    def weights_finite(self, full=True):
+        """Whether the learner's weights are finite: all of them (``full``), else the feature
+        rows of the last learned record and the label-pair and bias weights (what a step on it
+        changes; cheap enough to run after every record). The stream engine undoes a step after
+        which this is False (``Engine._undo``).
+
+        >>> import streamssvm as ss
+        >>> m = ss.MulticlassSSVM(learner=ss.learners.SGD())
+        >>> m.learn_one({"f": 1.0}, "a"); m.learn_one({"f": -1.0}, "b")
+        >>> m.weights_finite(), m.weights_finite(full=False)
+        (True, True)
+        """
+        lr = self._learner
+        if lr is None:
+            return True
+        W = getattr(lr, "W", None)
+        if W is None:   # a learner without dense weights (MEMOIR): every float array of its state
+            if not full:
+                return True
+            return _all_finite(lr.state())
+        if not (np.isfinite(W.T).all() and np.isfinite(W.B).all()):
+            return False
+        if full:
+            return bool(np.isfinite(W.E).all())
+        rows = getattr(self, "_last_fidx", None)
+        if rows is None:
+            return True
+        rows = np.asarray(rows)
+        rows = rows[(rows >= 0) & (rows < W.E.shape[0])]
+        return bool(np.isfinite(W.E[rows]).all())
+
     @property
     def n_blocks(self):
         """Examples held by the learner (the n of its certificate)."""
@@ -220,14 +276,29 @@ class Estimator:
             model._learner = learner.clone(model._overrides() or None)
             model._structure = model._make_structure()
             model._learner.restore(model._structure, model._labels.labels, st["learner"])
+            model._check_restored()
         return model
+
+    def _check_restored(self):
+        """The restored learner fits the restored indexes: every feature index the index can
+        produce has a weight row, every label id the learner can predict has a label."""
+        W = getattr(self._learner, "W", None)
+        if W is None:
+            return
+        if W.E.shape[0] < self._features.dim:
+            raise checkpoint.CheckpointError(f"invalid model file: {self._features.dim} feature columns but "
+                                             f"{W.E.shape[0]} weight rows")
+        K = int(getattr(self._learner, "_K", 0))
+        if K > len(self._labels):
+            raise checkpoint.CheckpointError(f"invalid model file: the learner knows {K} labels, the file "
+                                             f"names {len(self._labels)}")
 
     @classmethod
     def load(cls, path):
         """Load a model of this class (a file of another class is refused; see
         ``streamssvm.load``)."""
         st, _ = checkpoint.load_state(path, kind=MODEL_KIND)
-        return cls.from_state(st)
+        return _restoring(cls.from_state, st)
 
     # -------------------------------------------------------------- batch helpers
     @staticmethod

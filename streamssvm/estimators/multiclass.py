@@ -71,6 +71,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         yid = self._labels.encode(y, grow=True)
         lr = self._sync()
+        self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, np.array([yid], dtype=np.int32))
 
     def predict_one(self, x):

@@ -138,9 +138,16 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     def learn_one(self, x, y):
         for lab, v in (y.items() if isinstance(y, dict) else ()):  # validate before any state changes
             self._labels.check(lab), check_truth(v, lab)
+        if isinstance(y, dict) and self._hier is None:
+            new = [lab for lab in y if lab not in self._labels.index]
+            if new:   # a label count the structure refuses is refused before any label is registered
+                s = self._structure if self._learner is not None else self._make_structure()
+                labels = self._labels.labels + new
+                s.cost_matrix(len(labels), labels)
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         pos = self._encode_y(y)
         lr = self._sync()
+        self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         Ki = self._hier.n_leaves if self._hier is not None else len(self._labels)
         lr.learn(tok_ptr, fidx, fval, pos, Ki=max(Ki, 1))
 

@@ -51,9 +51,14 @@ class SequenceTagger(Estimator, base.Estimator):
         for lab in (y if isinstance(y, (list, tuple)) else ()):  # validate before any state changes
             if lab is not None:  # (a missing label is reported below)
                 self._labels.check(lab)
-        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=True)
         if isinstance(y, (str, bytes)) or not hasattr(y, "__len__"):
             raise TypeError(f"y must be a list of labels (one per token), got {type(y).__name__}")
+        for t, lab in enumerate(y):
+            if is_missing(lab):
+                raise ValueError(f"label of token {t} is missing")
+        if isinstance(x, (list, tuple, np.ndarray)) and len(x) != len(y):   # before any name is registered
+            raise ValueError(f"x has {len(x)} tokens but y has {len(y)} labels")
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=True)
         L = len(tok_ptr) - 1
         if len(y) != L:
             raise ValueError(f"x has {L} tokens but y has {len(y)} labels")
@@ -67,6 +72,7 @@ class SequenceTagger(Estimator, base.Estimator):
     def learn_one(self, x, y):
         tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
         lr = self._sync()
+        self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, ys)
 
     def predict_one(self, x):

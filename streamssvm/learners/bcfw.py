@@ -24,7 +24,8 @@ from .. import certificate as cert_mod
 from .._kernels import bcfw as K
 from .._kernels import bundles as KB
 from .._kernels import structops as so
-from ..blocks import BlockStore
+from ..blocks import BlockStore, validate_weights
+from ..checkpoint import CheckpointError
 from ..structures.base import Weights
 from ..workspace import Workspace
 from .base import Learner, check_choice, check_number
@@ -503,6 +504,11 @@ class BCFW(Learner):
         return st
 
     def restore(self, structure, labels, st):
+        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        validate_weights(st["avg"] | {"K": st["K"]}, keys=("ZE", "ZT", "ZB"), cost=None)
+        if np.shape(st["avg"]["ZE"]) != (d, Kc) or int(st["store"]["Kc"]) != Kc:
+            raise CheckpointError("invalid learner state in the file: averaged weights or block store do not "
+                                  "match the weights' shape")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self._tick = int(st["tick"])
@@ -516,7 +522,7 @@ class BCFW(Learner):
         self.W = Weights(1, 1)
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
         self._C = np.array(st["C"], dtype=np.float64)
-        self.store = BlockStore.from_state(st["store"], structure)
+        self.store = BlockStore.from_state(st["store"], structure, n_rows=d)
         self._seed_base = int(st["seed_base"])
         a = st["avg"]
         self._avg_t0 = int(a["t0"])

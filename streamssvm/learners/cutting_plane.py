@@ -29,7 +29,9 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
+from ..blocks import _rng_restore, _rng_state, validate_example, validate_weights
 from ..certificate import Certificate
+from ..checkpoint import CheckpointError
 from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
@@ -69,7 +71,17 @@ class CuttingPlane(Learner):
     qp_sweeps
         Maximal sweeps over all blocks of the restricted QP after a round.
     seed
-        Order of the examples in a round (shuffled each round; None: in order).
+        Order of the examples in a round (shuffled each round; None: in order) and the
+        reservoir's choices.
+    capacity
+        Most examples held (None: unbounded). Each held example keeps its working set, so the
+        memory grows with the stream without a bound; when full, ``eviction`` makes room.
+    eviction
+        ``"fifo"``: the oldest held example leaves (a sliding window, for drifting streams);
+        ``"reservoir"``: a uniform sample of everything seen is kept (the new example replaces a
+        random held one with probability capacity / seen, else it is not held). An evicted
+        example's contribution A alpha_i leaves the weights with it, so w = A alpha stays exact
+        over the held examples and the certificate is that of the window.
 
     Examples
     --------
@@ -85,7 +97,8 @@ class CuttingPlane(Learner):
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact", eps: float = 1e-3,
                  max_iter: int = 100, max_queries: int = 100, tol: float = 0.999, qp_tol: float | None = None,
-                 qp_sweeps: int = 20, seed: int | None = None):
+                 qp_sweeps: int = 20, seed: int | None = None, capacity: int | None = 100_000,
+                 eviction: str = "fifo"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
@@ -96,6 +109,8 @@ class CuttingPlane(Learner):
         self.qp_tol = check_number("qp_tol", qp_tol, low=0.0, allow_none=True)
         self.qp_sweeps = check_number("qp_sweeps", qp_sweeps, low=0, integer=True)
         self.seed = seed
+        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
+        self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -116,6 +131,9 @@ class CuttingPlane(Learner):
         self.constraints_added = 0
         self.qp_steps = 0
         self._rng = np.random.default_rng(self.seed)
+        self._res_rng = np.random.default_rng(self.seed)   # the reservoir's choices
+        self.seen = 0                 # examples offered (held or not)
+        self.evicted = 0
         self._oracles = None
         self._ws = Workspace(structure)   # the kernels' scratch buffers
         self._bound = True
@@ -258,9 +276,35 @@ class CuttingPlane(Learner):
         return o.labeling(r.label).copy(), float(r.phi), r
 
     # ------------------------------------------------------------------ learning
+    def _make_room(self):
+        """Evict a held example if the store is full; False when the reservoir does not keep
+        the new one."""
+        self.seen += 1
+        if self.capacity is None or len(self.blocks) < self.capacity:
+            return True
+        if self.eviction == "fifo":
+            self._evict(0)
+            return True
+        r = int(self._res_rng.integers(0, self.seen))   # algorithm R
+        if r >= self.capacity:
+            return False
+        self._evict(int(self._res_rng.integers(0, len(self.blocks))))
+        return True
+
+    def _evict(self, i):
+        """Drop held example ``i`` and its contribution A alpha_i from the weights."""
+        b = self.blocks.pop(i)
+        if len(b.labs) > 1:
+            so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, b.tok_ptr, b.fidx, b.fval, -(b.alpha @ b.D),
+                          b.L, self._K, self.W.Kc, 1.0, self._use_trans)
+        self.evicted += 1
+
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         """Hold a new example (working set = its ground truth), then one separation and block
-        solve on it."""
+        solve on it (after an eviction when ``capacity`` examples are held)."""
+        if not self._make_room():
+            self.n_learned += 1
+            return
         b = _Block()
         b.tok_ptr = np.asarray(tok_ptr, dtype=np.int32).copy()
         b.fidx = np.asarray(fidx, dtype=np.int32).copy()
@@ -410,10 +454,24 @@ class CuttingPlane(Learner):
         return {"K": self._K, "E": self.W.E, "T": self.W.T, "B": self.W.B, "C": self._C,
                 "counters": np.array([self.rounds, self.n_learned, self.oracle_calls, self.queries,
                                       self.constraints_added, self.qp_steps], dtype=np.int64),
+                "seen": self.seen, "evicted": self.evicted,
+                **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
                 "blocks": [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
                             "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
 
     def restore(self, structure, labels, st):
+        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        for i, r in enumerate(st["blocks"]):
+            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
+            labs, alpha = np.asarray(r["labs"]), np.asarray(r["alpha"])
+            L = len(r["tok_ptr"]) - 1
+            if (labs.ndim != 2 or labs.shape[1] != structure.labeling_len(L, Kc) or alpha.shape != (labs.shape[0],)
+                    or labs.shape[0] < 1 or (labs.size and labs.dtype.kind not in "iu")
+                    or not np.isfinite(alpha).all()):
+                raise CheckpointError(f"invalid learner state in the file: held example {i}: working set of "
+                                      f"shape {labs.shape} / weights {alpha.shape}")
+            if labs.size and (labs.min() < -1 or labs.max() >= max(Kc, 2)):
+                raise CheckpointError(f"invalid learner state in the file: held example {i}: labelings out of range")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.W = Weights(1, 1)
@@ -421,6 +479,10 @@ class CuttingPlane(Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         (self.rounds, self.n_learned, self.oracle_calls, self.queries, self.constraints_added,
          self.qp_steps) = (int(v) for v in st["counters"])
+        self.seen = int(st.get("seen", len(st["blocks"])))
+        self.evicted = int(st.get("evicted", 0))
+        if "res_rng" in st:
+            _rng_restore(self._res_rng, st["res_rng"])
         mark = np.zeros(max(self.W.E.shape[0], 1))
         for r in st["blocks"]:
             b = _Block()

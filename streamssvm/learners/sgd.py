@@ -42,6 +42,8 @@ from ..certificate import Certificate
 from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
+from ..blocks import validate_example, validate_weights
+from ..checkpoint import CheckpointError
 from ..structures.base import Weights
 from .base import Learner, check_choice, check_number, check_search_rescaling
 
@@ -457,6 +459,13 @@ class SGD(Learner):
                            for tp, fi, fv, y, k in self._recent]}
 
     def restore(self, structure, labels, st):
+        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        validate_weights({"AE": st["AE"], "AT": st["AT"], "AB": st["AB"], "K": st["K"]},
+                         keys=("AE", "AT", "AB"), cost=None)
+        if np.shape(st["AE"]) != (d, Kc):
+            raise CheckpointError("invalid learner state in the file: averaged weights do not match the weights")
+        for i, r in enumerate(st["recent"]):
+            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.a = float(st["a"])
