@@ -236,14 +236,17 @@ def warm_kernels(work, notice_after=1.0, stream=None):
     said = threading.Event()
     lock = threading.Lock()
 
+    cold = _kernel_cache_cold()
+
     def say():
         with lock:
             if not said.is_set():
                 said.set()
-                print("compiling kernels (first run only; a minute or two)...", file=stream, flush=True)
+                print("compiling kernels (first run only; a minute or two)..." if cold else
+                      "loading compiled kernels...", file=stream, flush=True)
 
     t0 = time.perf_counter()
-    if _kernel_cache_cold():
+    if cold:
         say()
     timer = threading.Timer(notice_after, say)
     timer.daemon = True
