@@ -411,7 +411,7 @@ def cmd_run(args):
             print(f"interrupted after {eng.examples_seen:,} examples; nothing saved (no --checkpoint-dir)",
                   file=sys.stderr)
         return 128 + int(sig)
-    if total_run == 0 and fmt is not None:
+    if total_run == 0 and fmt is not None and eng.resumed_from is None:
         print(f"error: no records in {source.path}", file=sys.stderr)
         return 1
     if bad_run and (summary["stopped"] == "too many bad records"
