@@ -111,7 +111,7 @@ def test_signal_checkpoints_says_how_to_resume_and_resume_says_so_first(tmp_path
     ck = tmp_path / "ck"
     args = ("run", "--source", f"file://{src}", "--task", "multiclass", "--lam", "0.1", "--checkpoint-dir", ck,
             "--no-progress")
-    p = popen(*args, "--rate", "200")
+    p = popen(*args, "--rate", "200", "--checkpoint-every", "100")
     deadline = time.monotonic() + 600
     # wait until the kernels are ready and the stream runs
     while time.monotonic() < deadline and not ck.exists():
