@@ -265,3 +265,13 @@ def test_new_class_first_example_is_learned_bcfw():
     t.learn_one([{"a": 1.0}], ["x"])
     t.learn_one([{"b": 1.0}], ["y"])
     assert t.predict_one([{"a": 1.0}]) == ["x"]
+
+
+def test_new_class_revisits_the_first_block_cutting_plane():
+    import streamssvm as ss
+    m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(lam=0.01, seed=0))
+    m.learn_one({"a": 1.0}, "x")
+    assert len(m._learner.blocks[0].labs) == 1      # one label: nothing can violate it
+    m.learn_one({"b": 1.0}, "y")
+    b0 = m._learner.blocks[0]
+    assert len(b0.labs) == 2 and b0.alpha[1] > 0    # separated again against the new class
