@@ -201,6 +201,7 @@ class BCFW(Learner):
         flat = np.ascontiguousarray(s[self.store.gest[s] <= 1e-12], dtype=np.int64)
         if len(flat):
             self._run(K.SAMPLE_GIVEN, len(flat), flat)
+            self.n_revisit_steps = getattr(self, "n_revisit_steps", 0) + len(flat)
 
     @property
     def n_blocks(self):
