@@ -676,7 +676,7 @@ def cmd_demo(args):
               f"test error {err:.4f}  ({time.perf_counter() - t0:.1f}s)", flush=True)
     plot = os.path.join(args.out, "gap.png")
     plot_history(hist, plot, title=f"OCR-large: stream, then refinement (lambda={args.lam})",
-                 xlabel="examples seen, then + block steps of refinement")
+                 xlabel="words seen")
     if args.save_model:
         tagger.save(args.save_model)
     with open(os.path.join(args.out, "demo.json"), "w") as f:
