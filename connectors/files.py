@@ -658,29 +658,66 @@ def _coerce(v):
     return v
 
 
-def open_source(uri, **kwargs) -> FileSource:
-    """A file source from ``file://path?format=...&rate=...`` or a plain path. The format comes
-    from ``format=`` or the extension (.jsonl/.json, .csv, .libsvm/.svm/.svmlight/.txt,
-    .conll/.conllu/.iob); other query parameters are passed to the source."""
+SOURCE_OPTIONS = """\
+file sources: file://PATH[?OPTION=VALUE&...] (or a plain PATH). The format comes from the
+extension (.jsonl .json .ndjson: JSONL; .csv; .libsvm .svm .svmlight: libsvm; .txt: JSONL if
+its first line starts with '{', else libsvm; .conll .conllu .iob .bio: CoNLL) or from an option:
+  format=jsonl|csv|libsvm|conll   override the extension
+  rate=N                          replay at N records per second
+  max_record_bytes=N              skip longer records (default 1048576)
+  jsonl: x_field=x, y_field=y, key_field=NAME  field names of the features, label and key
+  csv: label=NAME (default: label), delimiter=, multilabel_sep=;  (labels split on it)
+  libsvm: multilabel=true (comma-separated labels; implied by --task multilabel), zero_based=true
+  conll: label_column=-1 (the column holding the tag)"""
+
+
+def parse_file_uri(uri):
+    """``(path, options)`` of ``file://path?k=v&...`` or a plain path; option values are
+    converted to int / float / bool when they read as one.
+
+    >>> parse_file_uri("file://d/x.libsvm?multilabel=true&rate=10")
+    ('d/x.libsvm', {'multilabel': True, 'rate': 10})
+    """
     uri = os.fspath(uri)
-    params = {}
     if uri.startswith("file://"):
         u = urlparse(uri)
-        path = unquote((u.netloc or "") + u.path)
-        params = {k: _coerce(v) for k, v in parse_qsl(u.query)}
-    elif "://" in uri:
+        return unquote((u.netloc or "") + u.path), {k: _coerce(v) for k, v in parse_qsl(u.query)}
+    if "://" in uri:
         raise ValueError(f"unsupported source {uri!r}: file sources take file://path or a plain path")
-    else:
-        path = uri
-    params.update(kwargs)
-    fmt = params.pop("format", None)
+    return uri, {}
+
+
+def detect_format(path, fmt=None):
+    """The source format of ``path``: ``fmt`` if given, else from the extension; a ``.txt`` file
+    whose first non-blank line starts with ``{`` is JSONL (else libsvm). A directory or an
+    unknown extension raises ValueError naming what to do."""
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a directory; give one file (e.g. file://{os.path.join(path, 'data.jsonl')})")
     if fmt == "svmlight":
         fmt = "libsvm"
+    ext = os.path.splitext(path)[1].lower()
     if fmt is None:
-        fmt = _EXT.get(os.path.splitext(path)[1].lower())
+        fmt = _EXT.get(ext)
+        if ext == ".txt" and os.path.isfile(path):
+            with open(path, "rb") as f:
+                for raw in f:
+                    if raw.strip():
+                        if raw.lstrip(_BOM + b" \t").startswith(b"{"):
+                            fmt = "jsonl"
+                        break
     if fmt not in _SOURCES:
         raise ValueError(f"cannot tell the format of {path!r}; use ?format= one of {FORMATS} "
                          f"(extensions: {', '.join(sorted(_EXT))})")
+    return fmt
+
+
+def open_source(uri, **kwargs) -> FileSource:
+    """A file source from ``file://path?format=...&rate=...`` or a plain path. The format comes
+    from ``format=`` or the extension (see :data:`SOURCE_OPTIONS` and :func:`detect_format`);
+    other query parameters are passed to the source."""
+    path, params = parse_file_uri(uri)
+    params.update(kwargs)
+    fmt = detect_format(path, params.pop("format", None))
     return _SOURCES[fmt](path, **params)
 
 
@@ -694,5 +731,5 @@ def write_jsonl(path, records) -> int:
     return n
 
 
-__all__ = ["FORMATS", "decode_json", "FileSource", "JSONLSource", "CSVSource", "LibSVMSource", "CoNLLSource",
+__all__ = ["FORMATS", "SOURCE_OPTIONS", "detect_format", "parse_file_uri", "decode_json", "FileSource", "JSONLSource", "CSVSource", "LibSVMSource", "CoNLLSource",
            "open_source", "write_jsonl", "parse_example", "default_token_features", "BadRecord"]

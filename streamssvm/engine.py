@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import sys
 import time
@@ -70,12 +71,17 @@ def _pos_key(position):
 
 
 def _jsonable(v):
+    """Plain JSON types; non-finite floats become ``None`` (strict JSON has no ``Infinity``).
+
+    >>> _jsonable({"gap": float("inf"), "n": np.int64(3), "a": np.array([0.5, np.nan])})
+    {'gap': None, 'n': 3, 'a': [0.5, None]}
+    """
     if isinstance(v, (np.integer,)):
         return int(v)
-    if isinstance(v, (np.floating,)):
-        return float(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
     if isinstance(v, np.ndarray):
-        return v.tolist()
+        return _jsonable(v.tolist())
     if isinstance(v, (list, tuple)):
         return [_jsonable(u) for u in v]
     if isinstance(v, dict):
@@ -111,8 +117,29 @@ def to_model_input(task, x, y):
     raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
 
 
+def progress_metrics(m) -> str:
+    """The progress line's metrics for a task's ``ProgressiveMetrics.get()`` dict: micro-F1 and
+    Hamming loss for multi-label (exact match is the wrong headline there), token accuracy for
+    sequences, accuracy otherwise.
+
+    >>> progress_metrics({"micro_f1": 0.81, "hamming_loss": 0.05, "exact_match": 0.17, "accuracy": 0.17})
+    'micro-F1 0.8100 | Hamming loss 0.0500'
+    >>> progress_metrics({"token_accuracy": 0.9, "sequence_accuracy": 0.5, "accuracy": 0.9})
+    'token accuracy 0.9000'
+    >>> progress_metrics(0.5)
+    'accuracy 0.5000'
+    """
+    if not isinstance(m, dict):
+        return f"accuracy {m:.4f}"
+    if "micro_f1" in m:
+        return f"micro-F1 {m['micro_f1']:.4f} | Hamming loss {m['hamming_loss']:.4f}"
+    if "token_accuracy" in m:
+        return f"token accuracy {m['token_accuracy']:.4f}"
+    return f"accuracy {m.get('accuracy', 0.0):.4f}"
+
+
 class Progress:
-    """A one-line progress display on stderr (examples/s, running accuracy, last gap)."""
+    """A one-line progress display on stderr (examples/s, running metrics, last gap)."""
 
     def __init__(self, enabled=True, total=None, stream=None, every=0.5):
         self.enabled = enabled
@@ -134,7 +161,7 @@ class Progress:
         rate = (new_this_run if new_this_run is not None else seen) / el
         tot = f"/{self.total}" if self.total else ""
         g = "-" if gap is None else f"{gap:.4g}"
-        line = f"examples {seen}{tot} | {rate:,.0f} ex/s | accuracy {acc:.4f} | gap {g} | {el:.1f}s"
+        line = f"examples {seen:,}{tot} | {rate:,.0f} ex/s | {progress_metrics(acc)} | gap {g} | {el:.1f}s"
         if self.tty:
             self.stream.write("\r" + line + " " * 4)
         else:
@@ -182,6 +209,14 @@ class Engine:
         Multiclass only: predict then learn chunks of this many records (``predict_learn_many``)
         in the same loop as the unbatched path (None: record by record).
     """
+
+    # interactive runs (the CLI sets these after construction; see the section below)
+    settings = None           # the run's settings, stored in checkpoints (``restored_settings`` on resume)
+    restored_settings = None
+    stop_signal = None        # set by request_stop(): the loop stops after the current record
+    max_bad_fraction = None   # stop when more than this fraction of the records are bad ...
+    bad_min_records = 100     # ... once this many records were read in this run
+    refine_progress = None    # callable(fraction, learner) during refine_at_end
 
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
@@ -260,7 +295,7 @@ class Engine:
                   "bad_at_source": int(eng.get("bad_at_source", 0)),
                   "metrics": ProgressiveMetrics.from_state(eng["metrics"]),
                   "history": list(eng["history"]), "last_certificate": eng["last_certificate"],
-                  "position": eng["position"]}
+                  "position": eng["position"], "settings": eng.get("settings")}
         if parsed["position"] is not None:
             self.source.seek(parsed["position"])
         return parsed
@@ -275,6 +310,7 @@ class Engine:
         self.history = r["history"]
         self.last_certificate = r["last_certificate"]
         self.position = r["position"]
+        self.restored_settings = r.get("settings")
 
     def checkpoint(self, asynchronous_commit=False, source_position=False):
         """Write a checkpoint (model, metrics, source position); once it is durable, commit the
@@ -297,6 +333,7 @@ class Engine:
             "metrics": self.metrics.state(), "history": self.history[-_HISTORY_MAX:],
             "last_certificate": self.last_certificate, "position": _jsonable(self.position),
             "task": self.task}}
+        state["engine"]["settings"] = _jsonable(self.settings)
         if self.ckpt is None:
             self._undo_point = copy.deepcopy(state)
             return None
@@ -497,6 +534,8 @@ class Engine:
         last_record = time.monotonic()
         for chunk in self._chunks():
             if chunk is None:  # idle heartbeat from a live source
+                if self.stop_signal is not None:
+                    return "interrupted", since_snap
                 if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
                     return "idle timeout", since_snap
                 continue
@@ -542,9 +581,12 @@ class Engine:
                     raise RuntimeError(_CANNOT_UNDO)
                 self.checkpoint()
             gap = self.last_certificate["gap"] if self.last_certificate else None
-            prog.update(self.examples_seen, self.metrics.headline, gap, new_this_run=self.examples_seen - seen0)
+            prog.update(self.examples_seen, self.metrics.get(), gap, new_this_run=self.examples_seen - seen0)
             if self.max_examples is not None and self.examples_seen >= self.max_examples:
                 return "max examples", since_snap
+            stop = self._interactive_stop(seen0)
+            if stop:
+                return stop, since_snap
         return "end of source", since_snap
 
     def _mark_start(self):
@@ -577,6 +619,26 @@ class Engine:
                 raise RuntimeError(_CANNOT_UNDO)
             return stopped, since_snap
 
+    # ------------------------------------------------------------------ interactive runs
+    def request_stop(self, signum=None):
+        """Ask the loop to stop after the record in progress (a signal handler calls this); the
+        run then checkpoints and returns with ``stopped == "interrupted"``."""
+        self.stop_signal = signum if signum is not None else 0
+
+    def bad_counts(self, seen0=0, bad0=0):
+        """(bad records, records read) in this run: the engine's and the source's bad records."""
+        bad = self.bad_records - bad0 + int(getattr(self.source, "n_bad", 0) or 0)
+        return bad, bad + self.examples_seen - seen0
+
+    def _interactive_stop(self, seen0):
+        if self.stop_signal is not None:
+            return "interrupted"
+        if self.max_bad_fraction is not None:
+            bad, total = self.bad_counts(seen0, self._bad0)
+            if total >= self.bad_min_records and bad > self.max_bad_fraction * total:
+                return "too many bad records"
+        return None
+
     def _bad(self, rec, reason):
         self.bad_records += 1
         try:
@@ -587,19 +649,25 @@ class Engine:
 
     def run(self):
         """Process the source until it ends or a stop condition holds; returns a summary."""
-        self.restore()
+        if self.resumed_from is None:  # the CLI restores first, to check settings and say so
+            self.restore()
         if hasattr(self.source, "on_revoke"):
             self.source.on_revoke = self._on_revoke
         if hasattr(self.source, "worker_id"):
             self.source.worker_id = self.worker_id()
         t0 = time.perf_counter()
         seen0 = self.examples_seen
+        self._bad0 = self.bad_records
         prog = Progress(self.progress, self.max_examples)
         try:
             stopped, since_snap = self._run_loop(t0, seen0, prog)
-            if self.refine_at_end and self.examples_seen:
-                self.model.refine(self.refine_at_end)
-            if self.examples_seen and (since_snap or not self.history or self.refine_at_end):
+            if stopped == "too many bad records":  # nothing worth keeping: no checkpoint
+                self.dead_letter.flush()
+                return self._summary(t0, seen0, stopped)
+            interrupted = stopped == "interrupted"  # checkpoint at once, no refinement or snapshot
+            if self.refine_at_end and self.examples_seen and not interrupted:
+                self.model.refine(self.refine_at_end, progress=self.refine_progress)
+            if not interrupted and self.examples_seen and (since_snap or not self.history or self.refine_at_end):
                 self.snapshot(t0, seen0)
             if self.sink is not None:
                 self.sink.flush()
@@ -608,9 +676,12 @@ class Engine:
                 self.dead_letter.flush()
         finally:
             gap = self.last_certificate["gap"] if self.last_certificate else None
-            prog.update(self.examples_seen, self.metrics.headline, gap, force=True,
+            prog.update(self.examples_seen, self.metrics.get(), gap, force=True,
                         new_this_run=self.examples_seen - seen0)
             prog.close()
+        return self._summary(t0, seen0, stopped)
+
+    def _summary(self, t0, seen0, stopped):
         el = time.perf_counter() - t0
         return {"examples_seen": self.examples_seen, "new_examples": self.examples_seen - seen0,
                 "bad_records": self.bad_records, "bad_records_at_source": self.n_bad_at_source,

@@ -182,11 +182,27 @@ class BCFW(Learner):
             self.store.grow_labels(Kc)
         self.W.grow(n_features, Kc)
         self._Z.grow(self.W.E.shape[0], self.W.Kc)
+        grew = n_labels > self._K > 0
         if n_labels != self._K or Kc != self._C.shape[0]:
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
             self._cmax = max(1.0, float(self._C.max()))
             self._pred_cache = None
+        if grew:
+            self._revisit_flat_blocks()
+
+    def _revisit_flat_blocks(self):
+        """A new label arrived: a held block whose gap estimate is 0 -- in particular one learned
+        while a single label was known, whose step had no other labeling to move to -- may now
+        have a positive gap that gap sampling would never see (it samples in proportion to the
+        stale estimates). Each such block gets one step now, against the grown label set, so a
+        class's first example counts as soon as a second class exists. Costs at most one step per
+        held block per new label."""
+        s = self.store.slots()
+        flat = np.ascontiguousarray(s[self.store.gest[s] <= 1e-12], dtype=np.int64)
+        if len(flat):
+            self._run(K.SAMPLE_GIVEN, len(flat), flat)
+            self.n_revisit_steps = getattr(self, "n_revisit_steps", 0) + len(flat)
 
     @property
     def n_blocks(self):

@@ -145,6 +145,7 @@ class CuttingPlane(Learner):
             Kc = max(n_labels, int(Kc * 1.25) + 1)
         old_Kc = self.W.Kc
         self.W.grow(n_features, Kc)
+        grew = n_labels > self._K > 0
         if n_labels != self._K or Kc != self._C.shape[0]:
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
@@ -152,6 +153,13 @@ class CuttingPlane(Learner):
             if Kc != old_Kc:
                 for b in self.blocks:
                     self._rebuild_block(b)
+        if grew:
+            # a block whose working set is still only its ground truth (e.g. learned while a
+            # single label was known: nothing violated it) is separated again against the grown
+            # label set, so a class's first example counts as soon as a second class exists
+            for b in self.blocks:
+                if len(b.labs) <= 1:
+                    self._visit(b)
 
     @property
     def n_blocks(self):
