@@ -31,7 +31,8 @@ def _default_learner(learner):
     from .learners.sgd import SGD
     if learner is None:
         return BCFW()
-    if not isinstance(learner, (BCFW, SGD, CuttingPlane)):
+    from .learners.base import Learner
+    if not isinstance(learner, Learner):
         raise TypeError(f"learner must be a streamssvm learner such as learners.BCFW(...), learners.SGD(...) "
                         f"or learners.CuttingPlane(...), "
                         f"got {learner!r}")
