@@ -71,8 +71,10 @@ class GDMM(Learner):
     rho
         Augmented-Lagrangian penalty (> 0).
     eta
-        Multiplier step size (> 0): lam' += eta (M mu_f - mu_t), once per pass over the held
-        examples (``refine``) and once per example visit when streaming.
+        Multiplier step size in (0, 1]: lam' += eta (M mu_f - mu_t), once per pass over the
+        held examples (``refine``) and once per example visit when streaming. The multipliers
+        are scaled by rho (the messages are M mu_f - mu_t + lam'), so eta = 1 is the method of
+        multipliers' step; larger steps diverge (measured: rho = eta = 3 on a toy chain).
     fmo
         Factorwise oracles: ``"heap"`` (exact bigram oracle over heaps; unigram oracle an
         exact scan of a random 1/``nu`` slice of the labels), ``"brute"`` (full K^2 scan for the
@@ -120,7 +122,7 @@ class GDMM(Learner):
                  sketch_dim: int | None = 64, seed: int | None = None, rescaling: str = "margin"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rho = check_number("rho", rho, low=0.0, low_open=True)
-        self.eta = check_number("eta", eta, low=0.0, low_open=True)
+        self.eta = check_number("eta", eta, low=0.0, high=1.0, low_open=True)
         self.fmo = check_choice("fmo", fmo, _FMO)
         self.nu = check_number("nu", nu, low=1, integer=True)
         if solver in ("bcfw", "afw"):

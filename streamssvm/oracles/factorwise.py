@@ -148,7 +148,7 @@ class UnigramMIPS:
         self.rows = None
         self.index = None
         self.queries = 0
-        self.candidates = 0
+        self.n_candidates = 0
 
     def attach(self, Wu, K):
         """(Re)attach the row matrix (after a reallocation) and the number of labels in use."""
@@ -178,7 +178,7 @@ class UnigramMIPS:
             c, _, m = self.index.query_candidates(idx, val)
             parts[t] = c[:m]
             self.queries += 1
-            self.candidates += m
+            self.n_candidates += m
         cnt = np.array([len(p) for p in parts], dtype=np.int64)
         np.cumsum(cnt, out=cptr[1:])
         cands = np.concatenate([np.asarray(p, dtype=np.int32) for p in parts]) if n_tok else np.zeros(0, np.int32)
