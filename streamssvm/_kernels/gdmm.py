@@ -898,3 +898,29 @@ def emission_scores(Wu, K, s, tok_ptr, fidx, fval, L, first_last, S):
         l = first_last and t == L - 1
         for y in range(K):
             S[t, y] = s * uni_score(Wu, y, 0, tok_ptr, fidx, fval, t, f, l)
+
+
+@njit(**_JIT)
+def oracle_batch(mode, T, K, Kc, s, AUGL, AUGR, H, SC, counters, out):
+    """Run the bigram oracle on each row pair of AUGL / AUGR (message patterns) inside one
+    kernel call (benchmarks: no per-call dispatch); maxima into ``out``."""
+    for i in range(AUGL.shape[0]):
+        augL = AUGL[i]
+        augR = AUGR[i]
+        npl = 0
+        npr = 0
+        for y in range(K):
+            if augL[y] > 0.0:
+                SC.ibuf[npl] = y
+                npl += 1
+                SC.mkL[y] = 1
+            if augR[y] > 0.0:
+                SC.ibuf2[npr] = y
+                npr += 1
+                SC.mkR[y] = 1
+        a, b, v = bigram_oracle(mode, T, K, Kc, s, augL, augR, SC.ibuf, npl, SC.ibuf2, npr,
+                                SC.mkL, SC.mkR, H, SC, counters)
+        out[i] = v
+        for y in range(K):
+            SC.mkL[y] = 0
+            SC.mkR[y] = 0
