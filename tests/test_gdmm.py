@@ -94,8 +94,8 @@ def _brute_chain_objective(model, X, Y, lam):
         def score(lab):
             v = 0.0
             for t in range(L):
-                v += Wu[lab[t], 2 + fi[tp[t]:tp[t + 1]]] @ fv[tp[t]:tp[t + 1]]
-            v += Wu[lab[0], 0] + Wu[lab[-1], 1] + sum(T[lab[t - 1], lab[t]] for t in range(1, L))
+                v += Wu[2 + fi[tp[t]:tp[t + 1]], lab[t]] @ fv[tp[t]:tp[t + 1]]
+            v += Wu[0, lab[0]] + Wu[1, lab[-1]] + sum(T[lab[t - 1], lab[t]] for t in range(1, L))
             return s * v
         best = max(score(lab) + np.mean([lab[t] != yt[t] for t in range(L)])
                    for lab in itertools.product(range(K), repeat=L))

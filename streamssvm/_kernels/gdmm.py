@@ -12,8 +12,9 @@ Notation (all per held example, n examples held, s = 1 / (lam n)):
 * consistency constraints  rowsum(mu_f) = mu_t,  colsum(mu_f) = mu_{t+1}  with scaled
   multipliers lamR_t (right bigram of t) and lamL_{t+1} (left bigram of t + 1), stored on the
   active labels of the token;
-* unnormalized weights U = sum_i sum_f Phi_f^T (e_ytrue_f - mu_f): ``Wu`` (labels x
-  (2 + d), columns 0 / 1 the start / end biases) and ``T`` (labels x labels); w = s U.
+* unnormalized weights U = sum_i sum_f Phi_f^T (e_ytrue_f - mu_f): ``Wu`` ((2 + d) x labels,
+  feature-major so that scoring all labels streams contiguous rows; rows 0 / 1 the start /
+  end biases) and ``T`` (labels x labels); w = s U.
 
 The augmented Lagrangian minimized per pass (scaled by n; the paper's (12) with
 alpha_f = C (e_ytrue - mu_f), C = 1 / (lam n)):
@@ -54,7 +55,7 @@ GBi = namedtuple("GBi", "a b mu cnt")
 #: max-heaps over T: global (keys a * Kc + b), per row (columns), per column (rows)
 GHeap = namedtuple("GHeap", "g gpos r rpos c cpos")
 #: scratch space (dense label-indexed buffers kept zero between calls)
-GScratch = namedtuple("GScratch", "augL augR mkL mkR rows cols aux auxv fbuf ibuf ibuf2 changed")
+GScratch = namedtuple("GScratch", "augL augR mkL mkR rows cols aux auxv fbuf ibuf ibuf2 changed uacc")
 
 ORACLE_BRUTE = 0
 ORACLE_HEAP = 1
@@ -355,22 +356,40 @@ def uni_score(Wu, y, D, tok_ptr, fidx, fval, t, first, last):
     """<U_y, x~_t> (unscaled)."""
     v = 0.0
     if first:
-        v += Wu[y, 0]
+        v += Wu[0, y]
     if last:
-        v += Wu[y, 1]
+        v += Wu[1, y]
     for p in range(tok_ptr[t], tok_ptr[t + 1]):
-        v += Wu[y, 2 + fidx[p]] * fval[p]
+        v += Wu[2 + fidx[p], y] * fval[p]
     return v
+
+
+@njit(**_JIT)
+def uni_scores_all(Wu, K, tok_ptr, fidx, fval, t, first, last, acc):
+    """acc[y] = <U_y, x~_t> for every y < K (feature-major: contiguous rows)."""
+    for y in range(K):
+        acc[y] = 0.0
+    if first:
+        for y in range(K):
+            acc[y] += Wu[0, y]
+    if last:
+        for y in range(K):
+            acc[y] += Wu[1, y]
+    for p in range(tok_ptr[t], tok_ptr[t + 1]):
+        row = Wu[2 + fidx[p]]
+        v = fval[p]
+        for y in range(K):
+            acc[y] += v * row[y]
 
 
 @njit(**_JIT)
 def uni_axpy(Wu, y, tok_ptr, fidx, fval, t, first, last, c):
     if first:
-        Wu[y, 0] += c
+        Wu[0, y] += c
     if last:
-        Wu[y, 1] += c
+        Wu[1, y] += c
     for p in range(tok_ptr[t], tok_ptr[t + 1]):
-        Wu[y, 2 + fidx[p]] += c * fval[p]
+        Wu[2 + fidx[p], y] += c * fval[p]
 
 
 @njit(**_JIT)
@@ -483,7 +502,17 @@ def uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu
     best = -np.inf
     arg = -1
     touched = 0
-    if uni_mode == UNI_SLICE:
+    if uni_mode == UNI_SLICE and nu == 1:
+        acc = SC.uacc
+        uni_scores_all(Wu, K, tok_ptr, fidx, fval, t, first, last, acc)
+        for y in range(K):
+            if mk[y] == 0:
+                v = s * acc[y] + lw * C[yt, y]
+                if v > best:
+                    best = v
+                    arg = y
+        touched = K - n
+    elif uni_mode == UNI_SLICE:
         y = rslice
         while y < K:
             if mk[y] == 0:
@@ -896,8 +925,10 @@ def emission_scores(Wu, K, s, tok_ptr, fidx, fval, L, first_last, S):
     for t in range(L):
         f = first_last and t == 0
         l = first_last and t == L - 1
+        row = S[t]
+        uni_scores_all(Wu, K, tok_ptr, fidx, fval, t, f, l, row)
         for y in range(K):
-            S[t, y] = s * uni_score(Wu, y, 0, tok_ptr, fidx, fval, t, f, l)
+            row[y] *= s
 
 
 @njit(**_JIT)

@@ -147,7 +147,7 @@ class GDMM(Learner):
         self._K = 0
         Kc = 4
         self._d = 0
-        self.Wu = np.zeros((Kc, 2 + 1))
+        self.Wu = np.zeros((2 + 1, Kc))   # feature-major: rows 0 / 1 start / end biases
         self.table = BigramTable(0, Kc, heaps=self.fmo != "brute")
         self._C = self._ad.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
@@ -219,13 +219,13 @@ class GDMM(Learner):
 
     def ensure(self, n_features, labels):
         n_labels = len(labels)
-        Kc = self.Wu.shape[0]
+        Dc, Kc = self.Wu.shape
         if n_labels > Kc:
             Kc = max(n_labels, int(Kc * 1.25) + 1)
         D = 2 + max(int(n_features), 1)
-        if Kc > self.Wu.shape[0] or D > self.Wu.shape[1]:
-            W = np.zeros((Kc, max(D, self.Wu.shape[1] if D <= self.Wu.shape[1] else int(self.Wu.shape[1] * 1.5) + 1)))
-            W[:self.Wu.shape[0], :self.Wu.shape[1]] = self.Wu
+        if Kc > self.Wu.shape[1] or D > Dc:
+            W = np.zeros((Dc if D <= Dc else max(D, int(Dc * 1.5) + 1), Kc))
+            W[:Dc, :self.Wu.shape[1]] = self.Wu
             self.Wu = W
         self._d = max(self._d, int(n_features))
         if n_labels != self._K or Kc != self._C.shape[0]:
@@ -342,7 +342,7 @@ class GDMM(Learner):
         full0 = self.counters[G.C_FULL]
         SC = self._sc()
         res = G.run_pass(order, self._data(), self._U, self._B, self.Wu, self.table.T, self._C, self._K,
-                         self.table.Kc, self.Wu.shape[1], self._s(), float(self.rho), float(self.eta),
+                         self.table.Kc, self.Wu.shape[0], self._s(), float(self.rho), float(self.eta),
                          self._use_trans, G.ORACLE_BRUTE if self.fmo == "brute" else G.ORACLE_HEAP,
                          uni_mode, int(self.nu), self._seed(), int(self.qp_iters), self.table.heaps, cptr, cands,
                          self.table.H, SC, self.counters, bool(mult))
@@ -389,7 +389,7 @@ class GDMM(Learner):
 
     # ------------------------------------------------------------------ prediction
     def _bias(self):
-        return np.ascontiguousarray(self.Wu[:, :2].T)
+        return np.ascontiguousarray(self.Wu[:2])
 
     def predict(self, ex_tok, tok_ptr, fidx, fval, y_ptr, n_out):
         out = np.zeros(n_out, dtype=np.int32)

@@ -43,7 +43,7 @@ def new_scratch(Kc, cap):
     return G.GScratch(np.zeros(Kc), np.zeros(Kc), np.zeros(Kc, dtype=np.int8), np.zeros(Kc, dtype=np.int8),
                       np.zeros(Kc), np.zeros(Kc), np.zeros(max(1024, 4 * cap), dtype=np.int32),
                       np.zeros(max(1024, 4 * cap)), np.zeros(cap + 1), np.zeros(Kc + 1, dtype=np.int32),
-                      np.zeros(Kc + 1, dtype=np.int32), np.zeros(Kc, dtype=np.int8))
+                      np.zeros(Kc + 1, dtype=np.int32), np.zeros(Kc, dtype=np.int8), np.zeros(Kc))
 
 
 class BigramTable:
@@ -135,8 +135,9 @@ class BigramTable:
 
 class UnigramMIPS:
     """Candidates for the unigram (inner-product) factors from an HNSW index over the label
-    rows ``Wu`` (labels x (2 + d): start / end bias columns, then the features).
+    rows of ``Wu`` (start / end biases, then the features, per label).
 
+    ``Wu`` is feature-major ((2 + d) x labels); the index sees its transpose (a view).
     ``k`` neighbours per token plus the index's dirty rows; rows changed by a pass are
     reported with :meth:`changed` (they join the dirty set and are re-indexed in batches).
     ``sketch_dim``: the index holds Gaussian random projections of the rows (needed when the
@@ -152,12 +153,13 @@ class UnigramMIPS:
 
     def attach(self, Wu, K):
         """(Re)attach the row matrix (after a reallocation) and the number of labels in use."""
+        D = Wu.shape[0]
         if self.rows is None:
-            self.rows = DenseRows(Wu.shape[1], capacity=1)
-            self.index = HNSWMIPS(self.rows, Wu.shape[1], sketch_dim=self.sketch_dim, k=self.k,
+            self.rows = DenseRows(D, capacity=1)
+            self.index = HNSWMIPS(self.rows, D, sketch_dim=self.sketch_dim, k=self.k,
                                   max_dirty=self.max_dirty, M=self.M, ef=self.ef, seed=self.seed)
-        self.rows.V = Wu
-        self.rows.dim = Wu.shape[1]
+        self.rows.V = Wu.T
+        self.rows.dim = D
         self.rows.n_rows = int(K)
 
     def changed(self, ids):
