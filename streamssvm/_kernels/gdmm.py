@@ -762,14 +762,16 @@ def example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, un
 
 @njit(**_JIT)
 def run_pass(order, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, eta, use_trans, bi_mode, uni_mode, nu,
-             seed, qp_iters, heaps, cptr, cands, H, SC, counters, mult):
-    """Sweeps over the examples in ``order``; then (``mult``) the multiplier step on each of
-    them. Returns the squared consistency residual seen by the multiplier step."""
+             seed, qp_iters, heaps, cptr, cands, H, SC, counters, mult, inner):
+    """``inner`` sweeps over each example in ``order``; then (``mult``) the multiplier step on
+    each of them. Returns the squared consistency residual seen by the multiplier step."""
     for i in range(order.shape[0]):
         e = order[i]
         if Dt.ex_alive[e]:
-            example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, uni_mode, nu,
-                         (seed + 7919 * i) % 2147483647, qp_iters, heaps, cptr, cands, H, SC, counters)
+            for r in range(inner):
+                example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, uni_mode, nu,
+                             (seed + 7919 * i + 104729 * r) % 2147483647, qp_iters, heaps, cptr, cands, H, SC,
+                             counters)
     res = 0.0
     if mult and use_trans:
         for i in range(order.shape[0]):

@@ -88,6 +88,9 @@ class GDMM(Learner):
         The paper's ``"bcfw"`` and ``"afw"`` block solvers are not implemented.
     qp_iters
         Inner projected steps per bigram block visit.
+    inner
+        Sweeps over an example's factors per multiplier step (1: the paper's one pass of
+        block steps between two multiplier steps).
     replay
         Held examples revisited (one sweep each) after each new example.
     capacity
@@ -117,7 +120,7 @@ class GDMM(Learner):
     structures = ("chain",)
 
     def __init__(self, lam: float = 1e-3, rho: float = 1.0, eta: float = 1.0, fmo: str = "heap",
-                 nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, replay: int = 1,
+                 nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, inner: int = 1, replay: int = 1,
                  capacity: int | None = None, active_cap: int = 8, mips_k: int = 10,
                  sketch_dim: int | None = 64, seed: int | None = None, rescaling: str = "margin"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
@@ -129,6 +132,7 @@ class GDMM(Learner):
             raise NotImplementedError(f"solver={solver!r} is not implemented; use solver='active_qp'")
         self.solver = check_choice("solver", solver, ("active_qp",))
         self.qp_iters = check_number("qp_iters", qp_iters, low=1, integer=True)
+        self.inner = check_number("inner", inner, low=1, integer=True)
         self.replay = check_number("replay", replay, low=0, integer=True)
         self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
         self.active_cap = check_number("active_cap", active_cap, low=2, integer=True)
@@ -345,7 +349,7 @@ class GDMM(Learner):
                          self.table.Kc, self.Wu.shape[0], self._s(), float(self.rho), float(self.eta),
                          self._use_trans, G.ORACLE_BRUTE if self.fmo == "brute" else G.ORACLE_HEAP,
                          uni_mode, int(self.nu), self._seed(), int(self.qp_iters), self.table.heaps, cptr, cands,
-                         self.table.H, SC, self.counters, bool(mult))
+                         self.table.H, SC, self.counters, bool(mult), int(self.inner))
         if self._mips is not None:
             ch = np.flatnonzero(SC.changed[:self._K])
             SC.changed[:] = 0
