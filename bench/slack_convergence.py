@@ -71,7 +71,7 @@ def weights_of(method, lr):
 
 
 def primal(lr, E, T, B, scale, enc):
-    o = ExampleOracles(lr._kind, lr._K, lr.W.Kc, lr._use_trans, lr._C)
+    o = ExampleOracles(lr.structure, lr._K, lr.W.Kc, lr._C)
     hinge = 0.0
     for tp, i, v, y, Ki in enc:
         o.prepare(E, T, B, scale, tp, i, v, y, Ki)
@@ -119,7 +119,7 @@ def run(task, method, X, Y, enc, lam, labels, seconds, log):
         if method == "bcfw":
             rec["oracle_calls"] = steps
             if steps >= n:
-                c = lr.measure()
+                c = lr.certificate()
                 rec["gap"], rec["dual"] = c.gap, c.dual
         curve.append(rec)
         log(f"{task} {method} {rec}")

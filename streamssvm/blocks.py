@@ -20,13 +20,51 @@ from collections import deque
 import numpy as np
 
 from ._kernels import bcfw as K
-from ._kernels.structops import HIER, MLPAIR, MULTILABEL, labeling_len, stat_size, truth_stat
+from ._kernels.bundles import Arena, pack
+from ._kernels.structops import truth_stat
 
 _EVICTION = ("fifo", "reservoir")
 
 
 class BlockStore:
-    def __init__(self, kind, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
+    """The dual blocks of a block-coordinate learner (``BCFW``), in numba-friendly arenas.
+
+    Parameters
+    ----------
+    structure, Kc
+        The structure whose examples the blocks hold (it owns the statistic's layout) and the
+        label capacity (grown by :meth:`grow_labels`).
+    pool_cap
+        Labelings kept per block (oracle cache / active set; 0 = none).
+    capacity, max_bytes
+        Bounds on the number of blocks and on the bytes of the arenas (None: unbounded).
+    eviction
+        ``"fifo"`` (sliding window) or ``"reservoir"`` (uniform sample of everything seen).
+    seed
+        Seed of the reservoir's random choices.
+    slack
+        Blocks hold the slack-rescaled statistic u~_i and its dual loss (``lval``).
+
+    Attributes read by the learner's kernels: ``Iar`` / ``Far`` (integer / float arenas),
+    ``meta`` (one row of offsets per slot), ``alive`` (the ``n`` live slots, dense),
+    ``pos`` (slot -> index in ``alive``), ``gest`` (stale block-gap estimates, +inf for blocks
+    never visited) with their sum-tree ``tree`` / ``tree_size`` (gap sampling), ``lval``,
+    ``last_oracle``; ``unvisited`` holds slots added but not yet stepped on. The certificate
+    pass reads them through ``BCFW.dual_view()`` and writes none of them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamssvm.structures import MultiClass
+    >>> st = BlockStore(MultiClass(), Kc=3, capacity=2)
+    >>> gram = lambda tp, fi, fv, L: np.eye(L)
+    >>> ex = (np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.array([1.0]))
+    >>> slots = [st.add(*ex, np.array([k], dtype=np.int32), 1, gram) for k in range(2)]
+    >>> st.n, st.choose_victim() == slots[0]     # full: FIFO evicts the oldest
+    (2, True)
+    """
+
+    def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
                  seed=None, slack=False):
         if eviction not in _EVICTION:
             raise ValueError(f"eviction must be one of {_EVICTION}, got {eviction!r}")
@@ -34,7 +72,8 @@ class BlockStore:
             raise ValueError(f"capacity must be a positive number of blocks, got {capacity!r}")
         if max_bytes is not None and int(max_bytes) < 1024:
             raise ValueError(f"max_bytes must be at least 1024, got {max_bytes!r}")
-        self.kind = int(kind)
+        self.structure = structure
+        self.kind = int(structure.kind)   # the kernels' structure code
         self.Kc = int(Kc)
         self.pool_cap = int(pool_cap)
         self.capacity = int(capacity) if capacity is not None else None
@@ -121,10 +160,19 @@ class BlockStore:
         b[:arr.shape[0]] = arr
         return b
 
+    def arena(self, gest=None, tree_size=None):
+        """The store's arrays as the kernels take them (``streamssvm._kernels.bundles.Arena``);
+        ``gest`` / ``tree_size`` replace the gap estimates / sum-tree size (a pass that must not
+        touch them)."""
+        return pack(Arena(Iar=self.Iar, Far=self.Far, meta=self.meta, gest=self.gest if gest is None else gest,
+                          last_oracle=self.last_oracle, lval=self.lval, alive=self.alive, pos=self.pos,
+                          n=int(self.n), tree=self.tree,
+                          tree_size=int(self.tree_size if tree_size is None else tree_size)))
+
     def segment_sizes(self, L, nnz, ly):
-        lablen = labeling_len(self.kind, L, self.Kc)
+        lablen = self.structure.labeling_len(L, self.Kc)
         isz = L + 1 + nnz + ly + self.pool_cap * lablen
-        fsz = nnz + L * L + stat_size(self.kind, L, self.Kc) + self.pool_cap
+        fsz = nnz + L * L + self.structure.stat_size(L, self.Kc) + self.pool_cap
         return isz, fsz, lablen
 
     # ------------------------------------------------------------------ add / remove
@@ -149,13 +197,8 @@ class BlockStore:
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
         and appends it to the alive list). Returns the slot."""
         Kc = self.Kc
-        if self.kind in (MULTILABEL, HIER):
-            lablen = ss = Kc
-        elif self.kind == MLPAIR:
-            lablen, ss = Kc, Kc + Kc * Kc
-        else:
-            lablen = L
-            ss = L * Kc + (Kc * Kc + 2 * Kc if self.kind == 0 else 0)
+        lablen = self.structure.labeling_len(L, Kc)
+        ss = self.structure.stat_size(L, Kc)
         pc = self.pool_cap
         isz = L + 1 + nnz + ly + pc * lablen
         fsz = nnz + L * L + ss + pc
@@ -222,7 +265,7 @@ class BlockStore:
         I[p0:p0 + self.pool_cap * lablen] = 0
         Fa[fo:fo + nnz] = fval
         Fa[fo + nnz:fo + nnz + L * L] = gram_fn(tok_ptr, fidx, fval, L).ravel()
-        ss = stat_size(self.kind, L, self.Kc)
+        ss = self.structure.stat_size(L, self.Kc)
         s0 = fo + nnz + L * L
         Fa[s0:s0 + ss + self.pool_cap] = 0.0
         if not self.slack:
@@ -231,11 +274,7 @@ class BlockStore:
         pn = 0
         if self.pool_cap > 0:
             # the ground truth is the first pool entry, with all the dual mass
-            if self.kind in (MULTILABEL, MLPAIR, HIER):
-                for q in ytrue:
-                    I[p0 + q] = 1
-            else:
-                I[p0:p0 + L] = ytrue
+            I[p0:p0 + lablen] = self.structure.truth_labeling(ytrue, self.Kc, self.Kc)
             Fa[s0 + ss] = 1.0
             pn = 1
         m = self.meta[slot]
@@ -257,14 +296,6 @@ class BlockStore:
         self.max_L = max(self.max_L, L)
         self.order.append(slot)
         return slot
-
-    def room(self):
-        """Blocks that can be added without any eviction (None: unbounded)."""
-        if self.max_bytes is not None:
-            return 0
-        if self.capacity is None:
-            return None
-        return max(self.capacity - self.n, 0)
 
     def fifo_victims(self, new_slots):
         """Slots that the arrivals ``new_slots`` evict under FIFO (victims[e] before arrival e,
@@ -289,12 +320,8 @@ class BlockStore:
         nnz = (tok_ptr[ex_tok[1:]] - tok_ptr[ex_tok[:-1]]).astype(np.int64)
         ly = np.diff(y_ptr).astype(np.int64)
         Kc = self.Kc
-        if self.kind in (MULTILABEL, MLPAIR, HIER):
-            lablen = np.full(m, Kc, dtype=np.int64)
-            ss = np.full(m, Kc + (Kc * Kc if self.kind == MLPAIR else 0), dtype=np.int64)
-        else:
-            lablen = L
-            ss = L * Kc + (Kc * Kc + 2 * Kc) * (self.kind == 0)
+        lablen = np.zeros(m, dtype=np.int64) + self.structure.labeling_len(L, Kc)   # (vectorized over L)
+        ss = np.zeros(m, dtype=np.int64) + self.structure.stat_size(L, Kc)
         isz = L + 1 + nnz + ly + self.pool_cap * lablen
         fsz = nnz + L * L + ss + self.pool_cap
         slots = np.empty(m, dtype=np.int64)
@@ -377,7 +404,7 @@ class BlockStore:
 
     def compact(self, new_Kc=None):
         """Rewrite the arenas with only live segments (and optionally a larger label capacity)."""
-        kind = self.kind
+        struct = self.structure
         oldKc = self.Kc
         Kc = oldKc if new_Kc is None else int(new_Kc)
         slots = self.slots().copy()
@@ -386,9 +413,9 @@ class BlockStore:
         for j in slots:
             m = self.meta[j]
             L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
-            lablen = labeling_len(kind, L, Kc)
+            lablen = struct.labeling_len(L, Kc)
             isizes.append(L + 1 + nnz + ly + self.pool_cap * lablen)
-            fsizes.append(nnz + L * L + stat_size(kind, L, Kc) + self.pool_cap)
+            fsizes.append(nnz + L * L + struct.stat_size(L, Kc) + self.pool_cap)
         Inew = np.zeros(max(1024, int(sum(isizes) * 1.25)), dtype=np.int32)
         Fnew = np.zeros(max(1024, int(sum(fsizes) * 1.25)), dtype=np.float64)
         io = fo = 0
@@ -399,18 +426,22 @@ class BlockStore:
             pcap, pn = int(m[K.M_PCAP]), int(m[K.M_PN])
             head = L + 1 + nnz + ly
             Inew[io:io + head] = self.Iar[oio:oio + head]
-            lablen = labeling_len(kind, L, Kc)
+            lablen = struct.labeling_len(L, Kc)
             oldpool = self.Iar[oio + head:oio + head + pcap * olab].reshape(pcap, olab) if pcap else None
             if pcap:
                 newpool = Inew[io + head:io + head + pcap * lablen].reshape(pcap, lablen)
                 c = min(olab, lablen)
                 newpool[:, :c] = oldpool[:, :c]
             Fnew[fo:fo + nnz + L * L] = self.Far[ofo:ofo + nnz + L * L]
-            ost = self.Far[ofo + nnz + L * L:ofo + nnz + L * L + stat_size(kind, L, oldKc)]
-            nst = Fnew[fo + nnz + L * L:fo + nnz + L * L + stat_size(kind, L, Kc)]
-            _relayout_stat(kind, L, oldKc, Kc, ost, nst)
-            a0o = ofo + nnz + L * L + stat_size(kind, L, oldKc)
-            a0n = fo + nnz + L * L + stat_size(kind, L, Kc)
+            ost = self.Far[ofo + nnz + L * L:ofo + nnz + L * L + struct.stat_size(L, oldKc)]
+            nst = Fnew[fo + nnz + L * L:fo + nnz + L * L + struct.stat_size(L, Kc)]
+            if oldKc == Kc:
+                nst[:] = ost
+            else:
+                nst[:] = 0.0
+                struct.relayout_stat(L, oldKc, Kc, ost, nst)
+            a0o = ofo + nnz + L * L + struct.stat_size(L, oldKc)
+            a0n = fo + nnz + L * L + struct.stat_size(L, Kc)
             Fnew[a0n:a0n + pcap] = self.Far[a0o:a0o + pcap]
             m[K.M_IOFF], m[K.M_FOFF], m[K.M_LABLEN] = io, fo, lablen
             m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
@@ -433,7 +464,7 @@ class BlockStore:
         pcap, pn, lablen = int(m[K.M_PCAP]), int(m[K.M_PN]), int(m[K.M_LABLEN])
         io, fo = int(m[K.M_IOFF]), int(m[K.M_FOFF])
         I, F = self.Iar, self.Far
-        ss = stat_size(self.kind, L, self.Kc)
+        ss = self.structure.stat_size(L, self.Kc)
         s0 = fo + nnz + L * L
         p0 = io + L + 1 + nnz + ly
         return {
@@ -446,11 +477,6 @@ class BlockStore:
         }
 
     # ------------------------------------------------------------------ gaps
-    def set_gap(self, slot, value):
-        self.gest[slot] = value
-        v = value if np.isfinite(value) else 0.0
-        K.tree_update(self.tree, self.tree_size, slot, max(v, 0.0))
-
     def gap_sum(self):
         s = self.slots()
         g = self.gest[s]
@@ -479,8 +505,12 @@ class BlockStore:
         }
 
     @classmethod
-    def from_state(cls, st):
-        bs = cls(st["kind"], st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"],
+    def from_state(cls, st, structure):
+        """The store of :meth:`state` for ``structure`` (which must be of the same kind)."""
+        if int(st["kind"]) != int(structure.kind):
+            raise ValueError(f"block store state of structure code {int(st['kind'])} cannot be restored "
+                             f"for a {structure.name} structure (code {int(structure.kind)})")
+        bs = cls(structure, st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"],
                  slack=bool(st.get("slack", False)))
         ns = int(st["n_slots"])
         n = int(st["n"])
@@ -517,26 +547,6 @@ class BlockStore:
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()
         return bs
-
-
-def _relayout_stat(kind, L, oldKc, Kc, ost, nst):
-    if oldKc == Kc:
-        nst[:] = ost
-        return
-    nst[:] = 0.0
-    from ._kernels.structops import CHAIN
-    if kind == MLPAIR:
-        nst[:oldKc] = ost[:oldKc]
-        nst[Kc:].reshape(Kc, Kc)[:oldKc, :oldKc] = ost[oldKc:].reshape(oldKc, oldKc)
-        return
-    if kind != CHAIN:
-        nst[:oldKc] = ost
-        return
-    nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
-    o, n_ = L * oldKc, L * Kc
-    nst[n_:n_ + Kc * Kc].reshape(Kc, Kc)[:oldKc, :oldKc] = ost[o:o + oldKc * oldKc].reshape(oldKc, oldKc)
-    o2, n2 = o + oldKc * oldKc, n_ + Kc * Kc
-    nst[n2:n2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[o2:o2 + 2 * oldKc].reshape(2, oldKc)
 
 
 def _rng_state(rng):

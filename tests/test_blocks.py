@@ -45,7 +45,7 @@ def test_compaction_keeps_blocks_and_gap():
 def test_state_round_trip_preserves_sampling_and_dual():
     t = _tagger(step="away", replay=1, cache=True, cache_size=10)
     lr = t._learner
-    st2 = BlockStore.from_state(lr.store.state())
+    st2 = BlockStore.from_state(lr.store.state(), lr.structure)
     assert st2.n == lr.store.n
     a = sorted(lr.store.slots(), key=lambda s: lr.store.birth[s])
     for s1, s2 in zip(a, range(st2.n)):

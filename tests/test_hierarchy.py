@@ -306,7 +306,7 @@ def test_bcfw_certificate_matches_brute_force_primal(graph, rescaling):
         m.learn_one(x, y)
     c0 = m.certificate()
     assert c0.exact and c0.rescaling == rescaling
-    assert c0.gap >= 0
+    assert c0.raw_gap > -1e-9
     assert c0.primal == pytest.approx(_brute_primal(m, rescaling == "slack"), rel=1e-9, abs=1e-12)
     m.refine(passes=40)
     c1 = m.certificate()
@@ -420,7 +420,7 @@ def test_errors():
 def test_cli_run_with_hierarchy(tmp_path, capsys):
     import json
 
-    from connectors.files import write_jsonl
+    from streamssvm.connectors.files import write_jsonl
     from streamssvm.cli import main
     hf = tmp_path / "h.json"
     hf.write_text(json.dumps(TREE))

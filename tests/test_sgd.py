@@ -99,7 +99,8 @@ def test_sgd_dual_point_is_valid_and_tightens(kind, rescaling):
     for x, y in data:
         m.learn_one(x, y)
     c1 = m.certificate()
-    assert c1.exact and np.isfinite(c1.gap) and c1.gap >= 0
+    assert c1.exact and np.isfinite(c1.gap)
+    assert c1.raw_gap >= c1.primal - p_hi - 1e-12   # gap >= P(w) - min P, min P <= BCFW's certified p_hi
     assert c1.dual <= p_hi + 1e-12          # weak duality against BCFW's certified optimum
     assert c1.primal >= d_lo - 1e-12
     m.refine(passes=40)

@@ -186,7 +186,7 @@ def test_example_oracles_against_brute_force(kind_name, L, K):
         else:
             ytrue = rng.integers(0, K, size=L).astype(np.int32)
             Ki = 1
-        o = ExampleOracles(st.kind, K, Kc, st.use_trans, C)
+        o = ExampleOracles(st, K, Kc, C)
         o.prepare(E, T, B, scale, tp, fi, fv, ytrue, Ki)
         pts = []
         for y in st.all_labelings(L, K):

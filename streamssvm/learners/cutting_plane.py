@@ -1,5 +1,6 @@
 """n-slack cutting plane with per-example working sets (Tsochantaridis et al. 2005; the training
-algorithm of paper 000's Table 1), for margin or slack rescaling.
+algorithm of Table 1 in Choi, Meshi & Srebro, Fast and scalable structural SVM with slack
+rescaling, AISTATS 2016), for margin or slack rescaling.
 
 Every held example i has a working set W_i of labelings (starting with its ground truth). With
 d_y = c_y (s(y_i) - s(y)) (c_y = 1 for margin, Delta(y) for slack rescaling) every constraint is
@@ -25,12 +26,14 @@ import time
 import numpy as np
 
 from .._kernels import bcfw as KB
+from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
 from ..certificate import Certificate
-from ..oracles.slack import angular_search, binary_search, bisecting_search, sarawagi_gupta_search
+from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
+from ..workspace import Workspace
 from .base import Learner, check_choice, check_number, check_search_rescaling
 
 _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
@@ -46,7 +49,7 @@ class CuttingPlane(Learner):
     Parameters
     ----------
     lam
-        Regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w) (paper 000's C;
+        Regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w) (Choi et al.'s C;
         SVM-struct's C is 1 / (lam n)).
     rescaling
         ``"margin"`` or ``"slack"``.
@@ -101,8 +104,7 @@ class CuttingPlane(Learner):
         self.structure = structure
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)
-        if self.rescaling == "slack" and self._kind == so.CHAIN and structure._cost_user is not None:
-            raise ValueError("slack rescaling of chains needs the Hamming loss (no cost matrix)")
+        structure.check_rescaling(self.rescaling)
         self._K = 0
         self.W = Weights(1, 4)
         self._C = structure.cost_matrix(4, labels)
@@ -113,12 +115,9 @@ class CuttingPlane(Learner):
         self.queries = 0              # oracle queries made by the searches
         self.constraints_added = 0
         self.qp_steps = 0
-        self.search_log = []          # per separation call (filled when ``diagnose`` is set)
-        self.diagnose = None          # searches to compare at separation calls (benchmarks only)
-        self.diagnose_fraction = 1.0  # ... on this random fraction of the calls
-        self._diag_rng = np.random.default_rng(12345)
         self._rng = np.random.default_rng(self.seed)
         self._oracles = None
+        self._ws = Workspace(structure)   # the kernels' scratch buffers
         self._bound = True
 
     def ensure(self, n_features, labels):
@@ -142,7 +141,7 @@ class CuttingPlane(Learner):
 
     def _orc(self):
         if self._oracles is None:
-            self._oracles = ExampleOracles(self._kind, self._K, self.W.Kc, self._use_trans, self._C)
+            self._oracles = ExampleOracles(self.structure, self._K, self.W.Kc, self._C)
         return self._oracles
 
     def _scale(self):
@@ -152,7 +151,7 @@ class CuttingPlane(Learner):
     def _stat_of(self, b, lab):
         """d_y = c_y (s(y_i) - s(y)) and Delta(y) for a labeling of block b."""
         Kc = self.W.Kc
-        d = np.zeros(so.stat_size(self._kind, b.L, Kc))
+        d = np.zeros(self.structure.stat_size(b.L, Kc))
         so.truth_stat(self._kind, b.ytrue, len(b.ytrue), b.L, Kc, d, 1.0)
         so.labeling_stat(self._kind, lab, b.L, Kc, d, -1.0)
         ybuf = np.zeros(Kc, dtype=np.int32)
@@ -162,7 +161,7 @@ class CuttingPlane(Learner):
         return d, float(delta)
 
     def _fit_lab(self, b, lab):
-        n = so.labeling_len(self._kind, b.L, self.W.Kc)
+        n = self.structure.labeling_len(b.L, self.W.Kc)
         out = np.zeros(n, dtype=np.int32)
         m = min(n, len(lab))
         out[:m] = lab[:m]
@@ -206,20 +205,16 @@ class CuttingPlane(Learner):
         self.constraints_added += 1
         return True
 
-    def _H(self, b, scale=None):
-        """H_i(y; w) for the working set of b at the current weights (and the score vector)."""
+    def _H(self, b, scale=None, W=None):
+        """H_i(y; w) for the working set of b at the weights ``scale * W`` (default: current)."""
         Kc = self.W.Kc
         scale = self._scale() if scale is None else scale
-        S = self._S_for(b.L)
-        so.emission_scores(self.W.E, scale, b.tok_ptr, b.fidx, b.fval, b.L, self._K, S)
+        W = self.W if W is None else W
+        S = self._ws.ensure(b.L, Kc).S
+        so.emission_scores(W.E, scale, b.tok_ptr, b.fidx, b.fval, b.L, self._K, S)
         r = np.zeros(b.D.shape[1])
-        KC.score_vector(self._kind, S, self.W.T, self.W.B, scale, b.L, self._K, Kc, self._use_trans, r)
+        KC.score_vector(self._kind, S, W.T, W.B, scale, b.L, self._K, Kc, self._use_trans, r)
         return b.delta - b.D @ r
-
-    def _S_for(self, L):
-        if getattr(self, "_Sbuf", None) is None or self._Sbuf.shape[0] < L or self._Sbuf.shape[1] != self.W.Kc:
-            self._Sbuf = np.zeros((max(L, 8), self.W.Kc))
-        return self._Sbuf
 
     def _solve_block(self, b, tol):
         """Restricted block QP to ``tol``; applies the change to the weights."""
@@ -240,37 +235,15 @@ class CuttingPlane(Learner):
 
     # ------------------------------------------------------------------ separation
     def _separate(self, b, xi):
-        """The separation call: (labeling, H_i(y^; w)) from ``search``, plus the searches'
-        diagnostics when ``diagnose`` lists searches to compare (benchmarks)."""
+        """The separation call at the current weights: (labeling, H_i(y^; w)) from ``search``."""
         o = self._orc()
         o.prepare(self.W.E, self.W.T, self.W.B, self._scale(), b.tok_ptr, b.fidx, b.fval, b.ytrue, max(b.Ki, 1))
         self.oracle_calls += 1
-        if self.diagnose and (self.diagnose_fraction >= 1.0 or self._diag_rng.random() < self.diagnose_fraction):
-            q_before = self.queries
-            rec = {"xi": xi}
-            for name in self.diagnose:
-                q0 = o.lam_queries + o.c_queries
-                lp0 = o.level_passes
-                t0 = time.perf_counter()
-                o._levels = None
-                lab, H, r = self._run_search(o, name, xi)
-                rec[name] = {"seconds": time.perf_counter() - t0, "queries": o.lam_queries + o.c_queries - q0,
-                             "level_passes": o.level_passes - lp0, "phi": H,
-                             "certified": None if r is None else bool(r.certified), "lab": lab}
-            o._levels = None
-            t0 = time.perf_counter()
-            _, ex = o.exact() if self.rescaling == "slack" else o.margin()
-            rec["exact"] = {"seconds": time.perf_counter() - t0, "phi": ex}
-            self.search_log.append(rec)
-            use = rec[self.search] if self.search in rec else None
-            if use is not None:
-                self.queries = q_before + use["queries"]
-                return use["lab"], use["phi"]
-            self.queries = q_before
         lab, H, _ = self._run_search(o, self.search, xi)
         return lab, H
 
     def _run_search(self, o, name, xi):
+        """(labeling, H, SearchResult or None) of search ``name`` on the prepared oracles ``o``."""
         if self.rescaling == "margin":
             lab, H = o.margin()
             return lab, H, None
@@ -278,25 +251,7 @@ class CuttingPlane(Learner):
             lab, H = o.exact()
             return lab, H, None
         q0 = o.lam_queries + o.c_queries
-        if name == "angular":
-            hs, gs = o.levels()
-            hmax = max(float(hs.max()) if len(hs) else 1.0, 1.0)
-            gmax = max(float(gs.max()) if len(gs) else 1e-12, 1e-12)
-            r = angular_search(o.constrained, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-        else:
-            # lam0 = H-hat / G-hat with H-hat from one MAP query (paper 000 section 4.5)
-            kmap, hm, gm = o.map_h()
-            lam0 = max(hm, 1e-12) / o.g_max()
-            if name == "bisecting":
-                r = bisecting_search(o.lam_oracle, lam0=lam0, max_queries=self.max_queries - 1, tol=self.tol)
-            elif name == "binary":
-                r = binary_search(o.lam_oracle, 1e-3 * lam0, 1e3 * lam0, max_queries=self.max_queries - 1,
-                                  tol=self.tol)
-            else:
-                r = sarawagi_gupta_search(o.lam_oracle, xi, max(xi, self.eps, 1e-12) / o.g_min() ** 2,
-                                          max_queries=self.max_queries - 1, tol=self.tol)
-            if name != "sarawagi" and hm > 0 and gm > 0 and hm * gm > r.phi:
-                r.label, r.phi = kmap, hm * gm
+        r = search_example(name, o, self.max_queries, self.tol, xi=xi, eps=self.eps)
         self.queries += o.lam_queries + o.c_queries - q0
         if r.label is None or r.phi <= 0:
             return o.truth_lab.copy(), 0.0, r
@@ -318,7 +273,7 @@ class CuttingPlane(Learner):
         so.gram(b.tok_ptr, b.fidx, b.fval, b.L, b.G, mark)
         o_truth = self._truth_lab(b)
         b.labs, b.keys = [], set()
-        b.D = np.zeros((0, so.stat_size(self._kind, b.L, self.W.Kc)))
+        b.D = np.zeros((0, self.structure.stat_size(b.L, self.W.Kc)))
         b.delta = np.zeros(0)
         b.Q = np.zeros((0, 0))
         b.alpha = np.zeros(0)
@@ -330,11 +285,7 @@ class CuttingPlane(Learner):
         self._visit(b)
 
     def _truth_lab(self, b):
-        if self._kind in (so.MULTILABEL, so.MLPAIR):
-            lab = np.zeros(self.W.Kc, dtype=np.int32)
-            lab[[k for k in b.ytrue if k < self._K]] = 1
-            return lab
-        return b.ytrue.copy()
+        return self.structure.truth_labeling(b.ytrue, self._K, self.W.Kc)
 
     def _visit(self, b):
         """Separation on one example, then its block solve; True when a label was added."""
@@ -363,6 +314,9 @@ class CuttingPlane(Learner):
         for i in order:
             added += int(self._visit(self.blocks[i]))
         self._worst = self.solve_restricted()
+        # w = A alpha again, exactly (removes the round-off of the block updates; the learner's
+        # own schedule: once per round, whatever the certificates)
+        self.rebuild_weights()
         self.rounds += 1
         return added
 
@@ -399,57 +353,57 @@ class CuttingPlane(Learner):
         if self._K == 0:
             return out
         Lm = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
-        Kc = self.W.Kc
-        S = np.zeros((max(Lm, 1), Kc))
-        V = np.zeros((max(Lm, 1), Kc))
-        bp = np.zeros((max(Lm, 1), Kc), dtype=np.int32)
-        ybuf = np.zeros(Kc, dtype=np.int32)
-        KB.predict_batch(self._kind, self._K, self._use_trans, self._scale(), self.W.E, self.W.E, 0.0, self.W.T,
-                         self.W.B, self._C, ex_tok, tok_ptr, fidx, fval, lab_ptr, out, S, V, bp, ybuf)
+        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), self._scale(),
+                         self.W.E, 0.0, KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+                         self._ws.ensure(Lm, self.W.Kc).scratch(Lm, False))
         return out
 
-    def rebuild_weights(self):
-        """U = sum_i Phi_{x_i}(alpha_i . D_i) from the dual point (removes round-off drift)."""
-        for a in (self.W.E, self.W.T, self.W.B):
+    def rebuild_weights(self, out=None):
+        """U = sum_i Phi_{x_i}(alpha_i . D_i) from the dual point (removes round-off drift), into
+        ``out`` (a :class:`Weights` shaped like ``self.W``; default: the learner's own weights)."""
+        W = self.W if out is None else out
+        for a in (W.E, W.T, W.B):
             a[...] = 0.0
         for b in self.blocks:
             if len(b.labs) > 1:
-                so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, b.tok_ptr, b.fidx, b.fval, b.alpha @ b.D,
-                              b.L, self._K, self.W.Kc, 1.0, self._use_trans)
+                so.stat_apply(self._kind, W.E, W.T, W.B, b.tok_ptr, b.fidx, b.fval, b.alpha @ b.D,
+                              b.L, self._K, W.Kc, 1.0, self._use_trans)
+        return W
 
     def certificate(self):
-        """Exact full duality gap at the current w: one exact oracle call per held example."""
+        """Exact full duality gap of w = A alpha (the current weights up to round-off, rebuilt into
+        a copy from the restricted dual point): one exact oracle call per held example. Observes:
+        the learner's weights and counters are left untouched."""
         t0 = time.perf_counter()
         n = len(self.blocks)
         if n == 0 or self._K == 0:
             return Certificate(0.0, 0.0, 0.0, n, 0, 0.0, True, self.lam, note="no examples held",
                                rescaling=self.rescaling)
-        self.rebuild_weights()
+        W = Weights(1, 1)
+        W.E, W.T, W.B = np.zeros_like(self.W.E), np.zeros_like(self.W.T), np.zeros_like(self.W.B)
+        self.rebuild_weights(out=W)
         scale = self._scale()
-        o = ExampleOracles(self._kind, self._K, self.W.Kc, self._use_trans, self._C)
+        o = ExampleOracles(self.structure, self._K, self.W.Kc, self._C)
         hinge = dual_loss = gsum = 0.0
         for b in self.blocks:
-            o.prepare(self.W.E, self.W.T, self.W.B, scale, b.tok_ptr, b.fidx, b.fval, b.ytrue, max(b.Ki, 1))
+            o.prepare(W.E, W.T, W.B, scale, b.tok_ptr, b.fidx, b.fval, b.ytrue, max(b.Ki, 1))
             Hmax = o.exact()[1] if self.rescaling == "slack" else o.margin()[1]
             hinge += Hmax
             dual_loss += float(b.alpha @ b.delta)
-            gsum += Hmax - float(b.alpha @ self._H(b, scale))
-        reg = 0.5 * self.lam * scale * scale * self.W.sqnorm()
+            gsum += Hmax - float(b.alpha @ self._H(b, scale, W))
+        reg = 0.5 * self.lam * scale * scale * W.sqnorm()
         primal = reg + hinge / n
         dual = dual_loss / n - reg
         raw = primal - dual
-        return Certificate(gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
+        return Certificate(gap=max(raw, 0.0), raw_gap=raw, primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
                            seconds=time.perf_counter() - t0, exact=True, lam=self.lam, regularizer=reg,
                            hinge=hinge / n, dual_loss=dual_loss / n, block_gap_sum=gsum / n,
                            rescaling=self.rescaling,
                            note="exact oracle pass; dual = restricted cutting-plane QP (feasible for the full dual)",
-                           extra={"raw_gap": raw, "rounds": self.rounds, "working_set_size":
+                           extra={"rounds": self.rounds, "working_set_size":
                                   float(np.mean([len(b.labs) for b in self.blocks])),
                                   "separation_calls": self.oracle_calls, "search_queries": self.queries,
                                   "constraints_added": self.constraints_added})
-
-    def measure(self):
-        return self.certificate()
 
     # ------------------------------------------------------------------ state
     def state(self):

@@ -1,4 +1,5 @@
-"""Stochastic subgradient (Pegasos) for structural SVMs with margin or slack rescaling (paper 000).
+"""Stochastic subgradient (Pegasos) for structural SVMs with margin or slack rescaling (Choi, Meshi &
+Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS 2016).
 
 Each example takes one step w <- (1 - eta_t lam) w - eta_t * Delta(y^) psi_i(y^) (slack) or
 w <- (1 - eta_t lam) w - eta_t * psi_i(y^) (margin), eta_t = 1 / (lam t), where y^ is the most
@@ -26,7 +27,7 @@ inference="auto")``) has no exact oracle: SGD then solves the LP relaxation on t
 (:mod:`streamssvm.oracles.lp`) -- the lambda-oracle at lam = 1 for margin rescaling, the LP
 constrained oracle inside angular search and the LP lambda-oracle inside bisecting / binary search
 for slack rescaling, the LP MAP for prediction -- and steps on rounded integral labelings, or with
-``relaxed=True`` on the LP optimum itself (paper 000's handling of fractional solutions). The
+``relaxed=True`` on the LP optimum itself (Choi et al.'s handling of fractional solutions). The
 certificate's hinge terms are then LP upper bounds (the primal reported is an upper bound, and so is
 the gap); relaxed steps are not a mixture of labelings, so they leave no dual point.
 """
@@ -35,9 +36,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import bcfw as KB
+from .._kernels import bundles as KBu
 from .._kernels import structops as so
 from ..certificate import Certificate
-from ..oracles.slack import angular_search, binary_search, bisecting_search
+from ..oracles.slack import run_search, search_example
+from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
 from .base import Learner, check_choice, check_number, check_search_rescaling
@@ -51,7 +54,7 @@ class SGD(Learner):
     Parameters
     ----------
     lam
-        Regularization lambda (paper 000's C).
+        Regularization lambda (Choi et al.'s C).
     rescaling
         ``"margin"`` or ``"slack"``.
     search
@@ -63,7 +66,7 @@ class SGD(Learner):
         Predict with the running average of the iterates.
     relaxed
         Only with the LP relaxation (pairwise multi-label MRF above 16 labels): step on the LP's
-        optimum as a *relaxed labeling* (its node and edge marginals), as paper 000 does
+        optimum as a *relaxed labeling* (its node and edge marginals), as Choi et al. do
         (fractional solutions are additional labels; Finley & Joachims' relaxed training),
         instead of on its rounding. Prediction still rounds.
     window
@@ -116,30 +119,11 @@ class SGD(Learner):
         self._dual_loss = 0.0           # sum of Delta(y^_s) over violating steps
         self._dropped = 0               # examples learned but no longer held
         self._relaxed_steps = 0         # steps on fractional LP marginals (no dual point)
-        self.diag = []
-        self._Lbuf = 0
-        self._S = None
+        self._ws = Workspace(structure).ensure(1, self.W.Kc)   # the kernels' scratch buffers
         self.lp_calls = 0
         self.lp_integral = 0
         self._relaxed_stat = None
-        self._alloc(1)
         self._bound = True
-
-    def _alloc(self, L):
-        Kc = self.W.Kc
-        if self._S is not None and self._Lbuf >= L and self._S.shape[1] == Kc:
-            return
-        Lb = max(L, 2 * self._Lbuf, 8)
-        self._Lbuf = Lb
-        self._S = np.zeros((Lb, Kc))
-        self._V = np.zeros((Lb, Kc))
-        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
-        self._V3 = np.zeros((Lb + 1, Kc, Lb + 1))
-        self._ybuf = np.zeros(Kc, dtype=np.int32)
-        self._lab = np.zeros(max(Lb, Kc), dtype=np.int32)
-        self._dbuf = np.zeros(max(so.stat_size(self._kind, Lb, Kc), Kc))
-        self._hs = np.zeros(max(Lb, Kc) + 1)
-        self._gs = np.zeros(max(Lb, Kc) + 1)
 
     def ensure(self, n_features, labels):
         n_labels = len(labels)
@@ -157,8 +141,7 @@ class SGD(Learner):
                                  "search='angular' (LP constrained oracle), 'bisecting' or 'binary' (LP lambda-oracle)")
             self._K = n_labels
             self._C = self.structure.cost_matrix(Kc, labels)
-            self._S = None
-            self._alloc(1)
+            self._ws.ensure(1, self.W.Kc)
 
     @property
     def n_blocks(self):
@@ -172,18 +155,18 @@ class SGD(Learner):
     def _lp_problem(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale):
         from ..oracles.lp import PairwiseMRFLP
         K = self._K
-        self._alloc(1)
-        so.emission_scores(W.E, scale, tok_ptr, fidx, fval, 1, K, self._S)
+        S = self._ws.ensure(1, self.W.Kc).S
+        so.emission_scores(W.E, scale, tok_ptr, fidx, fval, 1, K, S)
         dense = np.zeros(K, dtype=np.int32)
         dense[[k for k in ytrue if k < K]] = 1
-        return PairwiseMRFLP(self._S[0, :K].copy(), scale * np.triu(W.T[:K, :K], 1), dense, max(Ki, 1))
+        return PairwiseMRFLP(S[0, :K].copy(), scale * np.triu(W.T[:K, :K], 1), dense, max(Ki, 1))
 
     def _most_violating_lp(self, tok_ptr, fidx, fval, ytrue, Ki, W, scale, count):
         """Most violating labeling through the LP relaxation; with ``count=False`` (certificate)
         the returned H is a certified upper bound on the exact hinge."""
         lp = self._lp_problem(tok_ptr, fidx, fval, ytrue, Ki, W, scale)
         K = self._K
-        lab = self._lab[: self.W.Kc]
+        lab = self._ws.lab[: self.W.Kc]
         lab[:] = 0
         if self.relaxed and count:
             return self._most_violating_relaxed(lp, lab, Ki)
@@ -194,12 +177,13 @@ class SGD(Learner):
                 # max_y Delta + f(y) - f* = max (h - 1) + g <= LP value - 1
                 return lab, r.g, max(r.value - 1.0, 0.0) if not count else max(r.h - 1.0 + r.g, 0.0)
             o, oc = lp.search_oracles()
-            hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])   # greedy MAP: the paper's H-hat
+            hmax = max(1.0, lp.hg(lp._ascend(lp.y, 0.0))[0])   # greedy MAP: Choi et al.'s H-hat
             gmax = K / max(Ki, 1)
             r = self._lp_search(o, oc, hmax / gmax)
         finally:
-            self.lp_calls += lp.calls
-            self.lp_integral += lp.integral_calls
+            if count:   # the certificate's calls are not the learner's (certificates observe)
+                self.lp_calls += lp.calls
+                self.lp_integral += lp.integral_calls
         if count:
             self.queries += r.queries
             self.searches += 1
@@ -212,14 +196,10 @@ class SGD(Learner):
 
     def _lp_search(self, o, oc, lam0):
         """The configured search over LP oracles, started at lam0 = H-hat / G-hat."""
-        if self.search == "angular":
-            return angular_search(oc, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
-        if self.search == "bisecting":
-            return bisecting_search(o, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
-        return binary_search(o, 1e-3 * lam0, 1e3 * lam0, max_queries=self.max_queries, tol=self.tol)
+        return run_search(self.search, o, oc, lam0=lam0, max_queries=self.max_queries, tol=self.tol)
 
     def _most_violating_relaxed(self, lp, lab, Ki):
-        """Paper 000's handling: the LP optimum is a (relaxed) label with h, g linear in its
+        """Choi et al.'s handling: the LP optimum is a (relaxed) label with h, g linear in its
         marginals; the searches run over those points. Leaves the relaxed statistic in
         ``self._relaxed_stat`` for :meth:`learn`; returns (labeling = its rounding, g, H)."""
         K = self._K
@@ -266,26 +246,21 @@ class SGD(Learner):
         L = len(tok_ptr) - 1
         ly = len(ytrue)
         kind, K = self._kind, self._K
-        self._alloc(L)
-        S = self._S
+        ws = self._ws.ensure(L, self.W.Kc)
+        S = ws.S
         so.emission_scores(W.E, scale, tok_ptr, fidx, fval, L, K, S)
-        ml = kind in (so.MULTILABEL, so.MLPAIR, so.HIER)
-        lab = self._lab[: (self.W.Kc if ml else L)]
-        if ml:
-            dense = np.zeros(self.W.Kc, dtype=np.int32)
-            dense[[k for k in ytrue if k < K]] = 1
-            ts = so.labeling_score(kind, S, W.T, W.B, scale, dense, L, K, self._use_trans)
-        else:
-            ts = so.labeling_score(kind, S, W.T, W.B, scale, ytrue, L, K, self._use_trans)
+        lab = ws.lab[: self.structure.labeling_len(L, self.W.Kc)]
+        truth = self.structure.truth_labeling(ytrue, K, self.W.Kc)
+        ts = so.labeling_score(kind, S, W.T, W.B, scale, truth, L, K, self._use_trans)
         if self.rescaling == "margin":
             val = so.decode(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, 1.0, Ki,
-                            self._V, self._bp, self._ybuf, lab)
-            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+                            ws.V, ws.bp, ws.ybuf, lab)
+            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
             return lab, loss, max(val - ts, 0.0)
         if self.search == "exact" or not count:
             h = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
-                                self._V3, self._ybuf, self._dbuf, lab)
-            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+                                ws.slack_dp(L), ws.ybuf, ws.dbuf, lab)
+            loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
             return lab, loss, h
         # budgeted search over the structure's oracles (streamssvm.oracles.structured): the
         # lambda-oracle is loss-scaled decoding (Viterbi for chains); angular search's
@@ -293,48 +268,24 @@ class SGD(Learner):
         o = self._example_oracles()
         o.prepare(W.E, W.T, W.B, scale, tok_ptr, fidx, fval, ytrue, Ki)
         q0, lp0 = o.lam_queries + o.c_queries, o.level_passes
-        if self.search == "angular":
-            hs, gs = o.levels()
-            hmax = max([float(hs.max()) if len(hs) else 1.0, 1.0])
-            gmax = max([float(gs.max()) if len(gs) else 1e-12, 1e-12])
-            r = angular_search(o.constrained, lam0=hmax / gmax, max_queries=self.max_queries, tol=self.tol)
-        else:
-            # lam0 = H-hat / G-hat, H-hat from one MAP query (paper 000 section 4.5), counted
-            kmap, hm, gm = o.map_h()
-            lam0 = max(hm, 1e-12) / o.g_max()
-            budget = max(self.max_queries - 1, 1)
-            if self.search == "bisecting":
-                r = bisecting_search(o.lam_oracle, lam0=lam0, max_queries=budget, tol=self.tol)
-            else:
-                r = binary_search(o.lam_oracle, 1e-3 * lam0, 1e3 * lam0, max_queries=budget, tol=self.tol)
-            if hm > 0 and gm > 0 and hm * gm > r.phi:
-                r.label, r.phi = kmap, hm * gm
+        r = search_example(self.search, o, self.max_queries, self.tol)
         self.queries += o.lam_queries + o.c_queries - q0
         self.level_passes += o.level_passes - lp0
         self.searches += 1
         self.certified += int(r.certified)
-        if getattr(self, "diagnose", False):
-            # compare with the exact slack oracle at the same weights (benchmarks only)
-            exact = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
-                                    self._V3, self._ybuf, self._dbuf, self._lab.copy())
-            self.diag.append((r.queries, r.phi, exact))
         if r.label is None or r.phi <= 0:
             lab[:] = 0
-            if kind not in (so.MULTILABEL, so.MLPAIR, so.HIER):
-                lab[:L] = ytrue
-            else:
-                lab[:] = 0
-                lab[ytrue] = 1
+            lab[:len(truth)] = truth
             return lab, 0.0, 0.0
         lab_full = o.labeling(r.label)
         lab[:len(lab_full)] = lab_full[:len(lab)]
-        loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, self._ybuf)
+        loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
         return lab, loss, r.phi
 
     def _example_oracles(self):
         o = getattr(self, "_oracles", None)
         if o is None or o.K != self._K or o.Kc != self.W.Kc or o.C is not self._C:
-            o = ExampleOracles(self._kind, self._K, self.W.Kc, self._use_trans, self._C)
+            o = ExampleOracles(self.structure, self._K, self.W.Kc, self._C)
             self._oracles = o
         return o
 
@@ -369,8 +320,8 @@ class SGD(Learner):
         viol = H > 0.0 and loss > 0.0
         if viol:
             self._dual_loss += loss
-            st = self._dbuf
-            ss = so.stat_size(self._kind, L, self.W.Kc)
+            st = self._ws.ensure(L, self.W.Kc).dbuf
+            ss = self.structure.stat_size(L, self.W.Kc)
             st[:ss] = 0.0
             if self._relaxed_stat is not None:   # a relaxed labeling of the LP (SGD(relaxed=True))
                 self._relaxed_steps += 1
@@ -423,7 +374,7 @@ class SGD(Learner):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
-        self._alloc(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1)
+        L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
         W, scale = self._pred_weights()
         if self._lp_on():  # MAP by the LP relaxation (rounded when fractional)
             for e in range(len(ex_tok) - 1):
@@ -434,8 +385,9 @@ class SGD(Learner):
                 r = lp.oracle(0.0)
                 out[lab_ptr[e]:lab_ptr[e] + self._K] = r.labeling
             return out
-        KB.predict_batch(self._kind, self._K, self._use_trans, scale, W.E, W.E, 0.0, W.T, W.B, self._C,
-                         ex_tok, tok_ptr, fidx, fval, lab_ptr, out, self._S, self._V, self._bp, self._ybuf)
+        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), W.bundle(), scale, W.E, 0.0,
+                         KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
 
     def dual_point(self):
@@ -488,15 +440,11 @@ class SGD(Learner):
                                note=f"primal only: no dual point ({why}); gap reported as +inf" + lp_note,
                                extra=extra)
         raw = primal - dual
-        extra["raw_gap"] = raw
         which = "averaged weights (the ones used to predict)" if self.averaging else "last iterate"
         return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, not lp_note, self.lam,
-                           regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
+                           raw_gap=raw, regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
                            rescaling=self.rescaling, extra=extra,
                            note=f"{which}; dual point of the Pegasos iterates (w_T = A alpha)" + lp_note)
-
-    def measure(self):
-        return self.certificate()
 
     # ------------------------------------------------------------------ state
     def state(self):
@@ -531,6 +479,4 @@ class SGD(Learner):
             self._visits, self._dropped = [0] * len(self._recent), max(self._dropped, 1)
         else:
             self._visits = [int(v) for v in np.asarray(visits).ravel()]
-        self._S = None
-        self._Lbuf = 0
-        self._alloc(1)
+        self._ws = Workspace(self.structure).ensure(1, self.W.Kc)

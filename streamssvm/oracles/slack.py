@@ -1,4 +1,5 @@
-"""Searches for the most violating label under slack rescaling (paper 000, Choi, Meshi, Srebro).
+"""Searches for the most violating label under slack rescaling (Choi, Meshi & Srebro, Fast and
+scalable structural SVM with slack rescaling, AISTATS 2016).
 
 Every labeling y is a point (h(y), g(y)) with h = 1 + f(y) - f(y_i) and g = Delta(y_i, y); slack
 rescaling maximizes Phi = h * g, which does not decompose even when h and g do. The searches
@@ -28,10 +29,13 @@ and the number of oracle calls.
   stops): width tolerances on the lambda interval, same label at both ends, and a query budget.
 * :func:`binary_search` — minimizes the Lemma-1 bound F(lam) over a bracket (geometric
   midpoints), stopping on the certificate or when both ends return the same label.
-* :func:`sarawagi_gupta_search` — Sarawagi & Gupta (2008) as paper 000 section 3 describes it:
+* :func:`sarawagi_gupta_search` — Sarawagi & Gupta (2008) as Choi et al. (section 3) describe it:
   given the current slack xi_i of the cutting-plane working set, maximize h(y) - xi_i / g(y)
   (eq. 14) through its convex bound min_lam F(lam), F(lam) = max_y h + lam g - 2 sqrt(xi_i lam)
   (eq. 15), by golden-section search over lam. Tied to xi_i, so to cutting plane.
+
+:func:`run_search` dispatches on a search's name (the learners' ``search=`` option) and
+:func:`search_example` runs one on the oracles of an example with the usual starting point.
 
 Neither lambda-oracle search can find labels strictly inside the convex hull of the others
 (Theorem 1); angular search can, through the constrained oracle.
@@ -239,7 +243,7 @@ _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def sarawagi_gupta_search(oracle, xi, lam_hi, max_queries=100, rel_tol=1e-9, tol=0.999):
-    """Sarawagi & Gupta's search (paper 000 eqs. 13-15), for cutting plane.
+    """Sarawagi & Gupta's search (Choi et al. 2016, eqs. 13-15), for cutting plane.
 
     With the current slack ``xi`` of the example's working set, a label violates its
     slack-rescaled constraint iff h(y) - xi / g(y) > 0 (eq. 13-14, over y with h > 0, g > 0).
@@ -253,12 +257,12 @@ def sarawagi_gupta_search(oracle, xi, lam_hi, max_queries=100, rel_tol=1e-9, tol
     h > 0, g > 0 is a candidate; the search returns the candidate maximizing eq. (14) (their
     objective, not Phi = h g), with its Phi.
 
-    Bounds: every query at lam > 0 also gives paper 000's Lemma-5 bound max Phi <= K^2 / (4 lam)
+    Bounds: every query at lam > 0 also gives Choi et al.'s Lemma-5 bound max Phi <= K^2 / (4 lam)
     (valid for any lambda-oracle answer), reported as ``upper_bound``; ``certified`` is
     Phi(label) >= tol * upper_bound. The eq.-(15) bound min F on eq. (14) is in
     ``history[-1]["min_F"]`` (min F < 0 certifies that no label violates by more than xi).
     Like every lambda-oracle search it cannot return labels inside the convex hull of the
-    others (paper 000 Theorem 1).
+    others (Choi et al. 2016, Theorem 1).
 
     Stops when the bracket is narrower than ``rel_tol * lam_hi`` or after ``max_queries``.
 
@@ -311,6 +315,60 @@ def sarawagi_gupta_search(oracle, xi, lam_hi, max_queries=100, rel_tol=1e-9, tol
     ub = max(ub, best_phi)
     return SearchResult(best_label, best_phi, ub, q, certified=best_phi >= tol * ub,
                         history=[{"min_F": min_F, "best_objective": best_obj, "bracket": (a, b)}])
+
+
+# ----------------------------------------------------------------------------- dispatch
+SEARCHES = ("angular", "bisecting", "binary", "sarawagi")
+
+
+def run_search(name, oracle=None, oracle_c=None, *, lam0=1.0, max_queries=20, tol=0.999, xi=None,
+               lam_hi=None):
+    """The one slack-search dispatcher: run search ``name`` over the given oracles.
+
+    ``angular`` needs the constrained oracle ``oracle_c``; ``bisecting`` and ``binary`` the
+    lambda-oracle ``oracle`` (binary brackets [1e-3 lam0, 1e3 lam0]); ``sarawagi`` the
+    lambda-oracle, the slack ``xi`` and the bracket end ``lam_hi``.
+
+    Label 1 (Phi = 1.2) lies inside the convex hull of the others: only angular search, through
+    the constrained oracle, finds it (Choi et al. 2016, Theorem 1).
+
+    >>> o, oc = point_oracles([(2.0, 0.5), (1.2, 1.0), (0.1, 2.0)])
+    >>> [run_search(n, o, oc, lam0=1.0, xi=0.5, lam_hi=2.0).label for n in SEARCHES]
+    [1, 0, 0, 0]
+    """
+    if name == "angular":
+        return angular_search(oracle_c, lam0=lam0, max_queries=max_queries, tol=tol)
+    if name == "bisecting":
+        return bisecting_search(oracle, lam0=lam0, max_queries=max_queries, tol=tol)
+    if name == "binary":
+        return binary_search(oracle, 1e-3 * lam0, 1e3 * lam0, max_queries=max_queries, tol=tol)
+    if name == "sarawagi":
+        if xi is None or lam_hi is None:
+            raise ValueError("sarawagi search needs the working-set slack xi and lam_hi")
+        return sarawagi_gupta_search(oracle, xi, lam_hi, max_queries=max_queries, tol=tol)
+    raise ValueError(f"search must be one of {SEARCHES}, got {name!r}")
+
+
+def search_example(name, o, max_queries, tol, xi=None, eps=0.0):
+    """Run search ``name`` on the prepared oracles ``o`` of one example
+    (:class:`streamssvm.oracles.structured.ExampleOracles`), with Choi, Meshi & Srebro's
+    starting point lam0 = H-hat / G-hat (Fast and scalable structural SVM with slack
+    rescaling, AISTATS 2016, section 4.5): for angular search from the level points, for the
+    lambda-oracle searches from one MAP query (counted in the budget, and kept as a candidate).
+    ``xi`` / ``eps``: the working-set slack and violation margin (``sarawagi`` only)."""
+    if name == "angular":
+        hs, gs = o.levels()
+        hmax = max(float(hs.max()) if len(hs) else 1.0, 1.0)
+        gmax = max(float(gs.max()) if len(gs) else 1e-12, 1e-12)
+        return run_search("angular", oracle_c=o.constrained, lam0=hmax / gmax, max_queries=max_queries, tol=tol)
+    kmap, hm, gm = o.map_h()
+    lam0 = max(hm, 1e-12) / o.g_max()
+    budget = max(max_queries - 1, 1)
+    lam_hi = max(xi, eps, 1e-12) / o.g_min() ** 2 if name == "sarawagi" else None
+    r = run_search(name, o.lam_oracle, lam0=lam0, max_queries=budget, tol=tol, xi=xi, lam_hi=lam_hi)
+    if name != "sarawagi" and hm > 0 and gm > 0 and hm * gm > r.phi:
+        r.label, r.phi = kmap, hm * gm
+    return r
 
 
 # ----------------------------------------------------------------------------- point-set oracles

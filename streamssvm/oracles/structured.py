@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import structops as so
+from ..workspace import Workspace
 from .slack import constrained_argmax
 
 
@@ -32,19 +33,19 @@ class ExampleOracles:
 
     Parameters
     ----------
-    kind, K, Kc, use_trans, C
-        Structure kind (``structops`` code), labels in use, label capacity, transitions flag,
-        cost matrix (Kc x Kc).
+    structure, K, Kc, C
+        The structure (:mod:`streamssvm.structures`), labels in use, label capacity, cost matrix
+        (Kc x Kc).
 
     Examples
     --------
     >>> import numpy as np
-    >>> from streamssvm._kernels import structops as so
+    >>> from streamssvm.structures import MultiClass
     >>> from streamssvm.oracles.structured import ExampleOracles
     >>> from streamssvm.oracles.slack import bisecting_search
     >>> E = np.array([[0.0, 1.0, -1.0]]); T = np.zeros((3, 3)); B = np.zeros((2, 3))
     >>> C = 1.0 - np.eye(3)
-    >>> o = ExampleOracles(so.MULTICLASS, 3, 3, False, C)
+    >>> o = ExampleOracles(MultiClass(), 3, 3, C)
     >>> o.prepare(E, T, B, 1.0, np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32),
     ...           np.array([1.0]), np.array([0], dtype=np.int32), 1)
     >>> r = bisecting_search(o.lam_oracle, lam0=1.0, max_queries=10)
@@ -54,47 +55,29 @@ class ExampleOracles:
     2.0
     """
 
-    def __init__(self, kind, K, Kc, use_trans, C):
-        self.kind, self.K, self.Kc, self.use_trans, self.C = int(kind), int(K), int(Kc), bool(use_trans), C
+    def __init__(self, structure, K, Kc, C):
+        self.structure = structure
+        self.kind, self.K, self.Kc, self.use_trans, self.C = (int(structure.kind), int(K), int(Kc),
+                                                              bool(structure.use_trans), C)
         self.lam_queries = 0
         self.c_queries = 0
         self.level_passes = 0
         self.exact_calls = 0
-        self._L = 0
-        self._alloc(1)
-
-    def _alloc(self, L):
-        if L <= self._L:
-            return
-        Lb = max(L, 2 * self._L, 8)
-        Kc = self.Kc
-        self._L = Lb
-        self.S = np.zeros((Lb, Kc))
-        self._V = np.zeros((Lb, Kc))
-        self._bp = np.zeros((Lb, Kc), dtype=np.int32)
-        self._ybuf = np.zeros(Kc, dtype=np.int32)
-        self._dbuf = np.zeros(max(so.stat_size(self.kind, Lb, Kc), Kc) + 1)
-        self._V3 = (np.zeros((Lb + 1, Kc, Lb + 1)) if self.kind == so.CHAIN else np.zeros((1, 1, 1)))
-        self._hs = np.zeros(max(Lb, Kc) + 1)
-        self._gs = np.zeros(max(Lb, Kc) + 1)
+        self.ws = Workspace(structure).ensure(1, self.Kc)
 
     # ------------------------------------------------------------------ setup
     def prepare(self, E, T, B, scale, tok_ptr, fidx, fval, ytrue, Ki=1):
         """Bind the oracles to one example at weights ``scale * (E, T, B)``."""
         L = len(tok_ptr) - 1
-        self._alloc(L)
+        ws = self.ws.ensure(L, self.Kc)
+        self.S, self._V, self._bp, self._ybuf, self._dbuf, self._hs, self._gs = (
+            ws.S, ws.V, ws.bp, ws.ybuf, ws.dbuf, ws.hs, ws.gs)
         self.L, self.T, self.B, self.scale = L, T, B, float(scale)
         self.ytrue = np.asarray(ytrue, dtype=np.int32)
         self.Ki = int(Ki)
         so.emission_scores(E, self.scale, tok_ptr, fidx, fval, L, self.K, self.S)
-        ml = self.kind in (so.MULTILABEL, so.MLPAIR, so.HIER)
-        self.n_lab = self.Kc if ml else L
-        if ml:
-            dense = np.zeros(self.Kc, dtype=np.int32)
-            dense[[k for k in self.ytrue if k < self.K]] = 1
-            self.truth_lab = dense
-        else:
-            self.truth_lab = self.ytrue.copy()
+        self.n_lab = self.structure.labeling_len(L, self.Kc)
+        self.truth_lab = self.structure.truth_labeling(self.ytrue, self.K, self.Kc)
         self.ts = so.labeling_score(self.kind, self.S, T, B, self.scale, self.truth_lab, L, self.K, self.use_trans)
         self._labs = {}
         self._levels = None
@@ -107,23 +90,11 @@ class ExampleOracles:
 
     def g_min(self):
         """Smallest positive loss a labeling can have."""
-        if self.kind in (so.MULTILABEL, so.MLPAIR, so.HIER):
-            return 1.0 / max(self.Ki, 1)
-        if self.kind == so.MULTICLASS:
-            row = self.C[self.ytrue[0], : self.K]
-            pos = row[row > 0]
-            return float(pos.min()) if pos.size else 1.0
-        return 1.0 / self.L
+        return self.structure.loss_range(self.ytrue, self.L, self.K, self.Ki, self.C)[0]
 
     def g_max(self):
         """Largest loss of a labeling (Hamming: all wrong)."""
-        if self.kind == so.HIER:   # Hamming over the leaves / number of leaves
-            return 1.0
-        if self.kind in (so.MULTILABEL, so.MLPAIR):
-            return self.K / max(self.Ki, 1)
-        if self.kind == so.MULTICLASS:
-            return max(float(self.C[self.ytrue[0], : self.K].max()), 1e-12)
-        return float(np.mean([self.C[self.ytrue[t], : self.K].max() for t in range(self.L)]))
+        return self.structure.loss_range(self.ytrue, self.L, self.K, self.Ki, self.C)[1]
 
     # ------------------------------------------------------------------ oracles
     def _decode(self, lam):
@@ -147,23 +118,15 @@ class ExampleOracles:
 
     def levels(self):
         """The level points (h, g) (one pass, counted in ``level_passes``)."""
-        if self._levels is None and self.kind == so.MLPAIR:
-            # one enumeration gives each level's best score and its labeling (as a bit code)
-            self.level_passes += 1
-            K = self.K
-            best_m = np.zeros(K + 1)
-            self._codes = np.zeros(K + 1, dtype=np.int64)
-            so._ml_dense_truth(self.ytrue, len(self.ytrue), K, self._ybuf)
-            so._mrf_enum(self.S, self.T, self.scale, K, self._ybuf, 2, 0.0, max(self.Ki, 1), self.ts, best_m,
-                         np.zeros(K, dtype=np.int32), self._codes)
-            ms = [m for m in range(1, K + 1) if best_m[m] > -np.inf]
-            self._level_m = np.array(ms, dtype=np.int64)
-            self._levels = (np.array([1.0 + best_m[m] - self.ts for m in ms]),
-                            np.array([m / max(self.Ki, 1) for m in ms]))
+        if self._levels is None:
+            pts = self.structure.level_points(self)
+            if pts is not None:
+                self.level_passes += 1
+                self._levels = pts
         if self._levels is None:
             self.level_passes += 1
             n = so.slack_levels(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans,
-                                self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self._V3, self._ybuf,
+                                self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self.slack_dp(), self._ybuf,
                                 self._dbuf, self._hs, self._gs)
             self._levels = (self._hs[:n].copy(), self._gs[:n].copy())
         return self._levels
@@ -187,40 +150,19 @@ class ExampleOracles:
         hs, gs = self.levels()
         g_sel = gs[i]
         lab = np.zeros(max(self.n_lab, 1), dtype=np.int32)
-        kind, K, S = self.kind, self.K, self.S
-        if kind == so.MULTICLASS:
-            yt = self.ytrue[0]
-            best, arg = -np.inf, yt
-            for k in range(K):
-                if k != yt and abs(self.C[yt, k] - g_sel) < 1e-12 and S[0, k] > best:
-                    best, arg = S[0, k], k
-            lab[0] = arg
-        elif kind == so.HIER:
-            so.hier_level_labeling(S, self.C, K, self.ytrue, len(self.ytrue), max(self.Ki, 1),
-                                   int(round(g_sel * self.Ki)), lab)
-        elif kind == so.MLPAIR:
-            code = int(self._codes[self._level_m[i]])
-            for k in range(K):
-                lab[k] = (code >> k) & 1
-        elif kind == so.MULTILABEL:
-            m = int(round(g_sel * self.Ki))
-            dense = self.truth_lab[:K].copy()
-            delta = np.where(dense == 0, S[0, :K], -S[0, :K])
-            flip = np.argsort(-delta, kind="stable")[:m]
-            dense[flip] = 1 - dense[flip]
-            lab[:K] = dense
-        else:
-            m = int(round(g_sel * self.L))
-            so.chain_level_labeling(S, self.T, self.B, self.scale, self.L, K, self.use_trans, self.ytrue,
-                                    self._V3, m, lab)
+        self.structure.level_labeling(self, i, g_sel, lab)
         return lab
+
+    def slack_dp(self):
+        """The slack DP table of this example (allocated on first use, by this example's L)."""
+        return self.ws.slack_dp(self.L)
 
     def exact(self):
         """Exact slack oracle: (labeling, max_y h(y) g(y) (>= 0))."""
         self.exact_calls += 1
         lab = np.zeros(max(self.n_lab, 1), dtype=np.int32)
         v = so.slack_oracle(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans,
-                            self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self._V3, self._ybuf,
+                            self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self.slack_dp(), self._ybuf,
                             self._dbuf, lab)
         return lab, float(v)
 

@@ -17,6 +17,7 @@ import itertools
 import numpy as np
 
 from .._kernels import structops as so
+from .._kernels.bundles import WeightsBundle, pack
 
 
 def indicator_emission(d, K, tok_ptr, fidx, fval, y):
@@ -55,6 +56,10 @@ class Weights:
         B = np.zeros((2, nk))
         B[:, :kc] = self.B
         self.E, self.T, self.B = E, T, B
+
+    def bundle(self):
+        """``(E, T, B)`` as the kernels take them (``streamssvm._kernels.bundles.WeightsBundle``)."""
+        return pack(WeightsBundle(E=self.E, T=self.T, B=self.B))
 
     def sqnorm(self):
         return float(np.vdot(self.E, self.E) + np.vdot(self.T, self.T) + np.vdot(self.B, self.B))
@@ -103,6 +108,53 @@ class Structure:
         if np.any(np.diag(C)[:K] != 0) or np.any(C[:K, :K] < 0) or not np.all(np.isfinite(C)):
             raise ValueError("cost must be finite, non-negative, with a zero diagonal (Delta(y, y) = 0)")
         return C
+
+    # --- sizes and facts the learners, block store and oracles ask of a structure ---
+    #: labelings are 0/1 vectors over the label slots (multi-label, hierarchy), not one label
+    #: per token (chain, multiclass)
+    set_labeling: bool = False
+
+    def stat_size(self, L, Kc):
+        """Length of the sufficient statistic of a labeling of ``L`` tokens over ``Kc`` slots."""
+        return Kc
+
+    def labeling_len(self, L, Kc):
+        """Length of a labeling array (``L`` tokens, or ``Kc`` slots for set labelings)."""
+        return Kc if self.set_labeling else L
+
+    def relayout_stat(self, L, oldKc, Kc, ost, nst):
+        """Copy a statistic laid out for ``oldKc`` label slots into the zeroed ``nst`` laid out
+        for ``Kc`` > ``oldKc`` slots (label capacity growth)."""
+        nst[:oldKc] = ost[:oldKc]
+
+    def slack_dp_shape(self, L, Kc):
+        """Shape of the work table of the exact slack oracle, None when it needs none."""
+        return None
+
+    def truth_labeling(self, ytrue, K, Kc):
+        """The ground truth ``ytrue`` (label ids) as a labeling array of ``labeling_len``."""
+        ytrue = np.asarray(ytrue, dtype=np.int32)
+        if not self.set_labeling:
+            return ytrue.copy()
+        dense = np.zeros(Kc, dtype=np.int32)
+        dense[[k for k in ytrue if k < K]] = 1
+        return dense
+
+    def loss_range(self, ytrue, L, K, Ki, C):
+        """(smallest positive, largest) loss of a labeling of one example."""
+        raise NotImplementedError
+
+    def check_rescaling(self, rescaling):
+        """Raise ValueError when this structure's exact oracles do not support ``rescaling``."""
+
+    def level_points(self, oracles):
+        """The level points (h, g) of an :class:`~streamssvm.oracles.structured.ExampleOracles`
+        when this structure computes them itself, None to use ``structops.slack_levels``."""
+        return None
+
+    def level_labeling(self, oracles, i, g_sel, lab):
+        """Write into ``lab`` the labeling of level point ``i`` (loss ``g_sel``) of ``oracles``."""
+        raise NotImplementedError
 
     # --- reference implementations (dense, slow) used by tests and small problems ---
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):

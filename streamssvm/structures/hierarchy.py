@@ -10,9 +10,9 @@ per node). The loss is the Hamming distance over the *leaves* divided by the num
 (the multi-label loss of :class:`MultiLabel` on the label set); internal nodes carry potentials,
 not loss.
 
-Node ids follow the convention of the kernels (``streamssvm._kernels.structops``, HIER
-section): leaves first (in order of first appearance), then the internal nodes bottom-up, so
-that every child id is smaller than its parents' ids. The graph reaches the kernels through the
+Node ids follow the convention of the kernels (``streamssvm._kernels.hierarchy``): leaves
+first (in order of first appearance), then the internal nodes bottom-up, so that every child id
+is smaller than its parents' ids. The graph reaches the kernels through the
 cost-matrix argument, as negated parent lists: ``C[a, 0] = -(number of parents of a)``,
 ``C[a, 1 + i] = -(id of its i-th parent)`` (negative so that the matrix maximum, read by the
 learners as the largest loss, stays 0).
@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from .._kernels.structops import HIER, HIER_MAX_DAG_LEAVES
+from .._kernels.structops import HIER, HIER_MAX_DAG_LEAVES, hier_level_labeling
 from .base import Structure, indicator_emission
 
 
@@ -62,6 +62,7 @@ class Hierarchy(Structure):
     """
     kind = HIER
     use_trans = False
+    set_labeling = True
     name = "hierarchy"
 
     def __init__(self, hierarchy):
@@ -172,6 +173,14 @@ class Hierarchy(Structure):
                 C[a, 0] = -float(len(ps))
                 C[a, 1:1 + len(ps)] = -np.asarray(ps, dtype=float)
         return C  # all zeros (no edges) only while the learner's capacity is still below the nodes
+
+    def loss_range(self, ytrue, L, K, Ki, C):
+        """Hamming over the leaves / number of leaves: one wrong leaf at least, 1 at most."""
+        return 1.0 / max(Ki, 1), 1.0
+
+    def level_labeling(self, o, i, g_sel, lab):
+        """Best labeling with round(g_sel * Ki) wrong leaves (tree DP or DAG enumeration)."""
+        hier_level_labeling(o.S, o.C, o.K, o.ytrue, len(o.ytrue), max(o.Ki, 1), int(round(g_sel * o.Ki)), lab)
 
     # --- reference implementations (dense, slow) used by tests ---
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):

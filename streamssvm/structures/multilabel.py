@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 
+from .._kernels import structops as so
 from .._kernels.structops import MLPAIR, MLPAIR_MAX_LABELS, MULTILABEL
 from .base import Structure, indicator_emission
 
@@ -21,6 +22,7 @@ class MultiLabel(Structure):
     and ``"enum"`` otherwise."""
     kind = MULTILABEL
     use_trans = False
+    set_labeling = True
     name = "multilabel"
 
     def __init__(self, pairwise=False, inference="enum"):
@@ -32,6 +34,50 @@ class MultiLabel(Structure):
         if self.pairwise:
             self.kind = MLPAIR
             self.use_trans = True  # the pairwise weights live in the transition matrix T
+
+    def stat_size(self, L, Kc):
+        return Kc + Kc * Kc if self.pairwise else Kc
+
+    def relayout_stat(self, L, oldKc, Kc, ost, nst):
+        """Layout: label indicators (Kc,), then pairwise: co-occurrences (Kc, Kc)."""
+        nst[:oldKc] = ost[:oldKc]
+        if self.pairwise:
+            nst[Kc:].reshape(Kc, Kc)[:oldKc, :oldKc] = ost[oldKc:].reshape(oldKc, oldKc)
+
+    def loss_range(self, ytrue, L, K, Ki, C):
+        """Hamming / Ki: one wrong label at least, all K at most."""
+        return 1.0 / max(Ki, 1), K / max(Ki, 1)
+
+    def level_points(self, o):
+        """Pairwise: one enumeration gives each level's best score and its labeling (as a bit
+        code, kept on the oracles for :meth:`level_labeling`); independent labels: None."""
+        if not self.pairwise:
+            return None
+        K = o.K
+        best_m = np.zeros(K + 1)
+        o._codes = np.zeros(K + 1, dtype=np.int64)
+        so._ml_dense_truth(o.ytrue, len(o.ytrue), K, o._ybuf)
+        so._mrf_enum(o.S, o.T, o.scale, K, o._ybuf, 2, 0.0, max(o.Ki, 1), o.ts, best_m,
+                     np.zeros(K, dtype=np.int32), o._codes)
+        ms = [m for m in range(1, K + 1) if best_m[m] > -np.inf]
+        o._level_m = np.array(ms, dtype=np.int64)
+        return (np.array([1.0 + best_m[m] - o.ts for m in ms]),
+                np.array([m / max(o.Ki, 1) for m in ms]))
+
+    def level_labeling(self, o, i, g_sel, lab):
+        """Pairwise: the enumerated level's labeling; independent: flip the m best gains."""
+        K = o.K
+        if self.pairwise:
+            code = int(o._codes[o._level_m[i]])
+            for k in range(K):
+                lab[k] = (code >> k) & 1
+            return
+        m = int(round(g_sel * o.Ki))
+        dense = o.truth_lab[:K].copy()
+        delta = np.where(dense == 0, o.S[0, :K], -o.S[0, :K])
+        flip = np.argsort(-delta, kind="stable")[:m]
+        dense[flip] = 1 - dense[flip]
+        lab[:K] = dense
 
     def uses_lp(self, n_labels):
         """True when oracles on ``n_labels`` labels go through the LP relaxation."""
