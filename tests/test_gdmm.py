@@ -136,7 +136,7 @@ def test_learn_gives_exact_block_minimum_on_one_token():
                           labels=["a", "b"])
     m.learn_one([{"x": 1.0}], ["a"])
     c = m._learner.certificate()
-    assert c.extra["raw_gap"] == pytest.approx(0.0, abs=1e-9)
+    assert c.raw_gap == pytest.approx(0.0, abs=1e-9)
 
 
 # ---------------------------------------------------------------------------- optimum = BCFW optimum
@@ -177,7 +177,7 @@ def test_certificate_gap_bounds_suboptimality_and_observes():
         c = g._learner.certificate()
         after = g._learner.state()
         assert np.array_equal(before["Wu"], after["Wu"]) and np.array_equal(before["U"]["lamR"], after["U"]["lamR"])
-        assert c.extra["raw_gap"] >= c.primal - pstar - 1e-9 >= -1e-9
+        assert c.raw_gap >= c.primal - pstar - 1e-9 >= -1e-9
         g._learner.refine(3)
 
 
@@ -233,7 +233,27 @@ def test_state_round_trip_continues_identically():
 
 
 def test_rejects_other_structures_and_unimplemented_solvers():
+    from streamssvm.structures import MultiLabel
     with pytest.raises(ValueError, match="chain"):
-        ss.MulticlassSSVM(learner=GDMM(lam=0.1)).learn_one({"a": 1.0}, 1)
+        GDMM(lam=0.1).bind(MultiLabel(pairwise=True), ["a", "b"])
+    with pytest.raises(TypeError):
+        ss.MulticlassSSVM(learner=GDMM(lam=0.1))
     with pytest.raises(NotImplementedError):
         GDMM(solver="afw")
+    with pytest.raises(ValueError, match="eta"):
+        GDMM(eta=3.0)
+
+
+def test_estimator_save_load_round_trip(tmp_path):
+    X, Y = _toy_chain(n=15, K=4, seed=8)
+    m = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=2))
+    for x, y in zip(X[:10], Y[:10]):
+        m.learn_one(x, y)
+    m.save(tmp_path / "tagger")
+    r = ss.load(tmp_path / "tagger")
+    assert isinstance(r._learner, GDMM)
+    for x, y in zip(X[10:], Y[10:]):
+        m.learn_one(x, y)
+        r.learn_one(x, y)
+    assert m.predict_many(X) == r.predict_many(X)
+    assert np.array_equal(m._learner.Wu, r._learner.Wu)

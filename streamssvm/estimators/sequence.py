@@ -6,6 +6,7 @@ from river import base
 
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
+from ..learners.gdmm import GDMM
 from ..learners.sgd import SGD
 from ..structures import Chain
 from .base import Estimator, is_missing
@@ -27,7 +28,7 @@ class SequenceTagger(Estimator, base.Estimator):
     ['DET', 'NOUN', 'VERB']
     """
 
-    _learners = (BCFW, SGD, CuttingPlane)
+    _learners = (BCFW, SGD, CuttingPlane, GDMM)
 
     @classmethod
     def _default_learner(cls):
