@@ -24,7 +24,7 @@ from ._optional import require
 
 def _add_learner_args(p):
     g = p.add_argument_group("learner")
-    g.add_argument("--learner", default="bcfw", choices=["bcfw", "sgd", "cp", "memoir"],
+    g.add_argument("--learner", default="bcfw", choices=["bcfw", "sgd", "cp", "memoir", "gdmm"],
                    help="learning algorithm (default: bcfw; sgd: Pegasos; cp: n-slack cutting plane; "
                         "memoir for --task extreme)")
     g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary", "sarawagi"],
@@ -65,6 +65,10 @@ def _make_model(args):
     if args.learner == "sgd":
         learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
                                   max_queries=args.max_queries, seed=args.seed)
+    elif args.learner == "gdmm":   # GDMM (Yen et al. 2016): chains only
+        if args.task != "sequence":
+            raise ValueError("--learner gdmm learns --task sequence")
+        learner = ss.learners.GDMM(lam=args.lam, replay=args.replay, capacity=args.capacity, seed=args.seed)
     elif args.learner == "cp":
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
                                            max_queries=max(args.max_queries, 2), seed=args.seed)

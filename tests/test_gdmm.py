@@ -257,3 +257,15 @@ def test_estimator_save_load_round_trip(tmp_path):
         r.learn_one(x, y)
     assert m.predict_many(X) == r.predict_many(X)
     assert np.array_equal(m._learner.Wu, r._learner.Wu)
+
+
+def test_cli_builds_a_gdmm_tagger():
+    from streamssvm import cli
+    args = cli.build_parser().parse_args(["run", "--source", "file://x.conll", "--task", "sequence",
+                                          "--learner", "gdmm", "--lam", "0.01"])
+    m = cli._make_model(args)
+    assert isinstance(m, ss.SequenceTagger) and isinstance(m.learner, GDMM) and m.learner.lam == 0.01
+    bad = cli.build_parser().parse_args(["run", "--source", "file://x.csv", "--task", "multiclass",
+                                         "--learner", "gdmm"])
+    with pytest.raises(ValueError, match="sequence"):
+        cli._make_model(bad)
