@@ -269,3 +269,18 @@ def test_cli_builds_a_gdmm_tagger():
                                          "--learner", "gdmm"])
     with pytest.raises(ValueError, match="sequence"):
         cli._make_model(bad)
+
+
+def test_certificate_cadence_does_not_change_the_trajectory():
+    X, Y = _toy_chain(n=20, K=4, seed=9)
+    runs = []
+    for every in (1, 7, None):
+        m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=2, capacity=12, seed=1))
+        for i, (x, y) in enumerate(zip(X, Y)):
+            m.learn_one(x, y)
+            if every and i % every == 0:
+                m.certificate()
+        m.refine(0)
+        runs.append((m._learner.Wu.copy(), m._learner.table.T.copy()))
+    for Wu, T in runs[1:]:
+        assert np.array_equal(Wu, runs[0][0]) and np.array_equal(T, runs[0][1])
