@@ -32,6 +32,7 @@ import numpy as np
 from .. import certificate as cert_mod
 from .._kernels import gdmm as G
 from .._kernels import structops as so
+from .._kernels.chain import chain_viterbi
 from ..oracles.factorwise import BigramTable, UnigramMIPS, new_scratch
 from .base import Learner, check_choice, check_number
 
@@ -53,7 +54,8 @@ class _ChainAdapter:
 
     @staticmethod
     def decode(S, T, B, s, L, K, use_trans, ytrue, C, loss_scale, V, bp, ybuf, out):
-        return so.decode(so.CHAIN, S, T, B, s, L, K, use_trans, ytrue, L, C, loss_scale, 1, V, bp, ybuf, out)
+        # Viterbi with the normalized-Hamming loss weight loss_scale / L (T is zero without transitions)
+        return chain_viterbi(S, T, B, s, L, K, use_trans, ytrue, C, loss_scale / L, V, bp, out)
 
     @staticmethod
     def score(S, T, B, s, lab, L, K, use_trans):
