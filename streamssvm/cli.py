@@ -30,10 +30,11 @@ from ._optional import require
 
 def _add_learner_args(p):
     g = p.add_argument_group("learner")
-    g.add_argument("--learner", default=None, choices=["bcfw", "sgd", "cp", "memoir", "bmrm", "pragam"],
+    g.add_argument("--learner", default=None, choices=["bcfw", "sgd", "cp", "memoir", "bmrm", "pragam", "gdmm"],
                    help="learning algorithm: bcfw (block-coordinate Frank-Wolfe), sgd (Pegasos), cp (n-slack "
                         "cutting plane), memoir (extreme classification), bmrm / pragam (batch solvers over "
-                        "the held window, run by refinement); default: memoir for --task extreme, else bcfw")
+                        "the held window, run by refinement), gdmm (factorwise dual decomposition, sequences); "
+                        "default: memoir for --task extreme, else bcfw")
     g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary", "sarawagi"],
                    help="sgd/cp with --rescaling slack: exact slack oracle or a budgeted search "
                         "(sarawagi: cp only)")
@@ -79,6 +80,10 @@ def _make_model(args):
         learner = ss.learners.BMRM(lam=args.lam, rescaling=args.rescaling, eps=args.eps, capacity=args.capacity)
     elif args.learner == "pragam":
         learner = ss.learners.Pragam(lam=args.lam, eps=args.eps, capacity=args.capacity, seed=args.seed)
+    elif args.learner == "gdmm":   # GDMM (Yen et al. 2016): chains only
+        if args.task != "sequence":
+            raise ValueError("--learner gdmm learns --task sequence")
+        learner = ss.learners.GDMM(lam=args.lam, replay=args.replay, capacity=args.capacity, seed=args.seed)
     elif args.learner == "cp":
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
                                            max_queries=max(args.max_queries, 2), seed=args.seed)

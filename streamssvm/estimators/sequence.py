@@ -6,6 +6,7 @@ from river import base
 
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
+from ..learners.gdmm import GDMM
 from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..structures import Chain
@@ -28,7 +29,7 @@ class SequenceTagger(Estimator, base.Estimator):
     ['DET', 'NOUN', 'VERB']
     """
 
-    _learners = (BCFW, SGD, CuttingPlane, BMRM)
+    _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM)
 
     @classmethod
     def _default_learner(cls):

@@ -1,0 +1,549 @@
+"""GDMM: greedy direction method of multipliers over factorwise duals (Yen, Huang, Zhong,
+Zhang, Ravikumar, Dhillon, "Dual Decomposed Learning with Factorwise Oracles for Structural
+SVMs of Large Output Domain", NIPS 2016), for chains.
+
+The structural SVM's LP-relaxed dual (exact on chains, which are trees) decomposes into one
+multiclass dual per factor -- a unigram factor per token (inner-product scores over the K
+labels) and a bigram factor per adjacent pair (a K x K indicator table) -- coupled by the
+consistency of their marginals. GDMM minimizes the augmented Lagrangian of that coupling with
+greedy factorwise block steps (each factor's oracle only searches its own domain; the bigram
+oracle is sublinear in K^2 through heaps, see :mod:`streamssvm.oracles.factorwise`) and takes
+one multiplier step per pass (and per arriving example when streaming). The kernels and the
+exact mathematics are in :mod:`streamssvm._kernels.gdmm`.
+
+``lam`` is the regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w) (the paper's
+C is 1 / (lam n)); ``rho`` the augmented-Lagrangian penalty, ``eta`` the multiplier step.
+
+Certificate: the stored factor marginals are generally not consistent (the multipliers only
+enforce consistency in the limit). :meth:`GDMM.certificate` repairs them into a locally
+consistent point -- on a chain, a Markov chain built from the bigram marginals' row
+conditionals, i.e. a distribution over labelings, hence a feasible BCFW dual point -- and
+reports gap = P(w) - D(repaired) with the exact primal (loss-augmented Viterbi on every held
+example): a valid bound on P(w) - min P by weak duality. The repair moves the dual point, so
+this gap does not go to zero as fast as the algorithm's own residuals; ``extra`` reports the
+consistency residual and the (non-bounding) dual value at the stored point.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import certificate as cert_mod
+from .._kernels import gdmm as G
+from .._kernels import structops as so
+from .._kernels.chain import chain_viterbi
+from ..oracles.factorwise import BigramTable, UnigramMIPS, new_scratch
+from .base import Learner, check_choice, check_number
+
+_FMO = ("heap", "brute", "mips")
+
+
+# ------------------------------------------------------------------ adapter to the structure API
+class _ChainAdapter:
+    """Everything GDMM needs from the project's structure / kernel API, in one place (so an
+    API change touches only this class): the cost matrix, MAP / loss-augmented Viterbi, the
+    labeling score."""
+
+    def __init__(self, structure):
+        self.structure = structure
+        self.use_trans = bool(structure.use_trans)
+
+    def cost_matrix(self, Kc, labels):
+        return self.structure.cost_matrix(Kc, labels)
+
+    @staticmethod
+    def decode(S, T, B, s, L, K, use_trans, ytrue, C, loss_scale, V, bp, ybuf, out):
+        # Viterbi with the normalized-Hamming loss weight loss_scale / L (T is zero without transitions)
+        return chain_viterbi(S, T, B, s, L, K, use_trans, ytrue, C, loss_scale / L, V, bp, out)
+
+    @staticmethod
+    def score(S, T, B, s, lab, L, K, use_trans):
+        return so.labeling_score(so.CHAIN, S, T, B, s, lab, L, K, use_trans)
+
+
+class GDMM(Learner):
+    """GDMM for chains (:class:`~streamssvm.SequenceTagger`): factorwise block steps with
+    sublinear oracles and multiplier steps.
+
+    Parameters
+    ----------
+    lam
+        Regularization lambda (> 0).
+    rho
+        Augmented-Lagrangian penalty (> 0).
+    eta
+        Multiplier step size in (0, 1]: lam' += eta (M mu_f - mu_t), once per pass over the
+        held examples (``refine``) and once per example visit when streaming. The multipliers
+        are scaled by rho (the messages are M mu_f - mu_t + lam'), so eta = 1 is the method of
+        multipliers' step; larger steps diverge (measured: rho = eta = 3 on a toy chain).
+    fmo
+        Factorwise oracles: ``"heap"`` (exact bigram oracle over heaps; unigram oracle an
+        exact scan of a random 1/``nu`` slice of the labels), ``"brute"`` (full K^2 scan for the
+        bigrams; same unigram oracle), ``"mips"`` (heap bigrams; unigram candidates from the
+        project's HNSW maximum-inner-product index, approximate).
+    nu
+        Partitions of the sampled unigram oracle (1 = exact).
+    solver
+        Block solver: ``"active_qp"`` (greedy active set + exact minimizer over it: a simplex
+        projection for the unigrams, projected steps with exact line search for the bigrams).
+        The paper's ``"bcfw"`` and ``"afw"`` block solvers are not implemented.
+    qp_iters
+        Inner projected steps per bigram block visit.
+    inner
+        Sweeps over an example's factors per multiplier step (1: the paper's one pass of
+        block steps between two multiplier steps).
+    replay
+        Held examples revisited (one sweep each) after each new example.
+    capacity
+        Held examples (FIFO window; the oldest is evicted, its contribution removed). None:
+        unbounded.
+    active_cap
+        Initial capacity of each factor's active set (grown when a pass fills one).
+    mips_k, sketch_dim
+        Neighbours per query and sketch dimension of the HNSW index (``fmo="mips"``).
+    seed
+        Random seed (sampling order, slices, index).
+
+    Examples
+    --------
+    >>> import streamssvm as ss
+    >>> tagger = ss.SequenceTagger(learner=ss.learners.GDMM(lam=0.01, replay=3, seed=0))
+    >>> for i in range(60):
+    ...     words = ["the", "dog", "runs"] if i % 2 else ["a", "cat", "sleeps"]
+    ...     tagger.learn_one([{"w=" + w: 1} for w in words], ["DET", "NOUN", "VERB"])
+    >>> tagger.predict_one([{"w=the": 1}, {"w=cat": 1}, {"w=runs": 1}])
+    ['DET', 'NOUN', 'VERB']
+    >>> c = tagger.certificate()
+    >>> c.raw_gap == c.primal - c.dual and c.primal >= c.dual - 1e-9
+    True
+    """
+
+    structures = ("chain",)
+
+    def __init__(self, lam: float = 1e-3, rho: float = 1.0, eta: float = 1.0, fmo: str = "heap",
+                 nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, inner: int = 1, replay: int = 1,
+                 capacity: int | None = None, active_cap: int = 8, mips_k: int = 10,
+                 sketch_dim: int | None = 64, seed: int | None = None, rescaling: str = "margin"):
+        self.lam = check_number("lam", lam, low=0.0, low_open=True)
+        self.rho = check_number("rho", rho, low=0.0, low_open=True)
+        self.eta = check_number("eta", eta, low=0.0, high=1.0, low_open=True)
+        self.fmo = check_choice("fmo", fmo, _FMO)
+        self.nu = check_number("nu", nu, low=1, integer=True)
+        if solver in ("bcfw", "afw"):
+            raise NotImplementedError(f"solver={solver!r} is not implemented; use solver='active_qp'")
+        self.solver = check_choice("solver", solver, ("active_qp",))
+        self.qp_iters = check_number("qp_iters", qp_iters, low=1, integer=True)
+        self.inner = check_number("inner", inner, low=1, integer=True)
+        self.replay = check_number("replay", replay, low=0, integer=True)
+        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
+        self.active_cap = check_number("active_cap", active_cap, low=2, integer=True)
+        self.mips_k = check_number("mips_k", mips_k, low=1, integer=True)
+        self.sketch_dim = check_number("sketch_dim", sketch_dim, low=1, integer=True, allow_none=True)
+        self.seed = seed
+        self.rescaling = check_choice("rescaling", rescaling, ("margin",))
+        self._bound = False
+
+    # ------------------------------------------------------------------ binding / storage
+    def bind(self, structure, labels):
+        self.check_structure(structure)
+        self.structure = structure
+        self._ad = _ChainAdapter(structure)
+        self._use_trans = self._ad.use_trans
+        self._K = 0
+        Kc = 4
+        self._d = 0
+        self.Wu = np.zeros((2 + 1, Kc))   # feature-major: rows 0 / 1 start / end biases
+        self.table = BigramTable(0, Kc, heaps=self.fmo != "brute")
+        self._C = self._ad.cost_matrix(Kc, labels)
+        self._rng = np.random.default_rng(self.seed)
+        self._seed_base = int(self._rng.integers(2**31 - 1))
+        self._tick = 0
+        self.counters = np.zeros(G.N_COUNTERS, dtype=np.int64)
+        self.n_learned = 0
+        self.passes_done = 0
+        self.seconds_oracle = 0.0
+        self._acap = self.active_cap
+        self._alloc_store(16, 64, 512)
+        self._mips = UnigramMIPS(k=self.mips_k, sketch_dim=self.sketch_dim, seed=self.seed or 0) \
+            if self.fmo == "mips" else None
+        self._bound = True
+
+    def _alloc_store(self, n_ex, n_tok, nnz):
+        a = self._acap
+        self._ex_ptr = np.zeros(n_ex + 1, dtype=np.int64)
+        self._ex_alive = np.zeros(n_ex, dtype=np.bool_)
+        self._n_ex = 0
+        self._n_tok = 0
+        self._nnz = 0
+        self._tok_ptr = np.zeros(n_tok + 1, dtype=np.int64)
+        self._fidx = np.zeros(nnz, dtype=np.int64)
+        self._fval = np.zeros(nnz)
+        self._ytrue = np.zeros(n_tok, dtype=np.int32)
+        self._xsq = np.zeros(n_tok)
+        self._first = np.zeros(n_tok, dtype=np.bool_)
+        self._last = np.zeros(n_tok, dtype=np.bool_)
+        self._linv = np.zeros(n_tok)
+        self._U = G.GUni(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a)), np.zeros((n_tok, a)),
+                         np.zeros((n_tok, a)), np.zeros(n_tok, dtype=np.int32))
+        self._B = G.GBi(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a), dtype=np.int32),
+                        np.zeros((n_tok, a)), np.zeros(n_tok, dtype=np.int32))
+        self._order = []   # FIFO of held example slots
+
+    @staticmethod
+    def _grow1(x, n):
+        if x.shape[0] >= n:
+            return x
+        shape = (max(n, 2 * x.shape[0]),) + x.shape[1:]
+        y = np.zeros(shape, dtype=x.dtype)
+        y[:x.shape[0]] = x
+        return y
+
+    def _reserve(self, n_ex, n_tok, nnz):
+        g = self._grow1
+        self._ex_ptr = g(self._ex_ptr, n_ex + 1)
+        self._ex_alive = g(self._ex_alive, n_ex)
+        self._tok_ptr = g(self._tok_ptr, n_tok + 1)
+        self._fidx = g(self._fidx, nnz)
+        self._fval = g(self._fval, nnz)
+        for k in ("_ytrue", "_xsq", "_first", "_last", "_linv"):
+            setattr(self, k, g(getattr(self, k), n_tok))
+        self._U = G.GUni(*(g(x, n_tok) for x in self._U))
+        self._B = G.GBi(*(g(x, n_tok) for x in self._B))
+
+    def _grow_active(self, cap):
+        """Widen every active set to ``cap`` slots."""
+        def w(x):
+            y = np.zeros((x.shape[0], cap), dtype=x.dtype)
+            y[:, :x.shape[1]] = x
+            return y
+        U, B = self._U, self._B
+        self._U = G.GUni(w(U.lab), w(U.mu), w(U.lamL), w(U.lamR), U.cnt)
+        self._B = G.GBi(w(B.a), w(B.b), w(B.mu), B.cnt)
+        self._acap = cap
+        self._scratch = None
+
+    def ensure(self, n_features, labels):
+        n_labels = len(labels)
+        Dc, Kc = self.Wu.shape
+        if n_labels > Kc:
+            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        D = 2 + max(int(n_features), 1)
+        if Kc > self.Wu.shape[1] or D > Dc:
+            W = np.zeros((Dc if D <= Dc else max(D, int(Dc * 1.5) + 1), Kc))
+            W[:Dc, :self.Wu.shape[1]] = self.Wu
+            self.Wu = W
+        self._d = max(self._d, int(n_features))
+        if n_labels != self._K or Kc != self._C.shape[0]:
+            self.table.grow(n_labels, Kc)
+            self._K = n_labels
+            self._C = self._ad.cost_matrix(Kc, labels)
+            self._scratch = None
+
+    @property
+    def n_blocks(self):
+        return int(np.count_nonzero(self._ex_alive[:self._n_ex]))
+
+    def _s(self):
+        return 1.0 / (self.lam * max(self.n_blocks, 1))
+
+    # ------------------------------------------------------------------ bundles
+    def _data(self):
+        return G.GData(self._ex_ptr, self._ex_alive, self._tok_ptr, self._fidx, self._fval, self._ytrue,
+                       self._xsq, self._first, self._last, self._linv)
+
+    def _sc(self):
+        if getattr(self, "_scratch", None) is None or self._scratch.augL.shape[0] < self.table.Kc:
+            self._scratch = new_scratch(self.table.Kc, self._acap)
+        return self._scratch
+
+    # ------------------------------------------------------------------ learning
+    def _add_example(self, tok_ptr, fidx, fval, y):
+        L = len(tok_ptr) - 1
+        if L == 0:
+            raise ValueError("an example needs at least one token")
+        if self.capacity is not None and self.n_blocks >= self.capacity:
+            self._evict(self._order.pop(0))
+        nnz = int(tok_ptr[-1] - tok_ptr[0])
+        e, t0, z0 = self._n_ex, self._n_tok, self._nnz
+        self._reserve(e + 1, t0 + L, z0 + nnz)
+        self._fidx[z0:z0 + nnz] = fidx[tok_ptr[0]:tok_ptr[-1]]
+        self._fval[z0:z0 + nnz] = fval[tok_ptr[0]:tok_ptr[-1]]
+        self._tok_ptr[t0:t0 + L + 1] = np.asarray(tok_ptr, dtype=np.int64) - tok_ptr[0] + z0
+        self._ytrue[t0:t0 + L] = y
+        fv = np.asarray(fval[tok_ptr[0]:tok_ptr[-1]], dtype=np.float64)
+        tid = np.repeat(np.arange(L), np.diff(np.asarray(tok_ptr, dtype=np.int64)))
+        sq = np.bincount(tid, weights=fv * fv, minlength=L)
+        self._first[t0:t0 + L] = False
+        self._last[t0:t0 + L] = False
+        if self._use_trans:
+            self._first[t0] = True
+            self._last[t0 + L - 1] = True
+        self._xsq[t0:t0 + L] = sq + self._first[t0:t0 + L] + self._last[t0:t0 + L]
+        self._linv[t0:t0 + L] = 1.0 / L
+        self._ex_ptr[e] = t0
+        self._ex_ptr[e + 1] = t0 + L
+        self._ex_alive[e] = True
+        self._n_ex, self._n_tok, self._nnz = e + 1, t0 + L, z0 + nnz
+        G.init_blocks(e, self._data(), self._U, self._B)
+        self._order.append(e)
+        return e
+
+    def _evict(self, e):
+        self.table.ready()
+        G.remove_example(e, self._data(), self._U, self._B, self.Wu, self.table.T, self._K, self.table.Kc,
+                         self._use_trans, self.table.heaps, self.table.H)
+        if self._n_tok > 1024 and self._dead_tokens() > self._n_tok // 2:
+            self._compact()
+
+    def _dead_tokens(self):
+        lens = np.diff(self._ex_ptr[:self._n_ex + 1])
+        return int(lens[~self._ex_alive[:self._n_ex]].sum())
+
+    def _compact(self):
+        """Drop evicted examples from the arrays (slots are renumbered)."""
+        alive = np.flatnonzero(self._ex_alive[:self._n_ex])
+        old = (self._ex_ptr.copy(), self._tok_ptr.copy(), self._fidx, self._fval, self._ytrue, self._xsq,
+               self._first, self._last, self._linv, self._U, self._B)
+        ex_ptr, tok_ptr = old[0], old[1]
+        toks = np.concatenate([np.arange(ex_ptr[e], ex_ptr[e + 1]) for e in alive]) if len(alive) else np.zeros(0, np.int64)
+        lens = ex_ptr[alive + 1] - ex_ptr[alive]
+        nn = tok_ptr[toks + 1] - tok_ptr[toks]
+        zs = np.concatenate([np.arange(tok_ptr[t], tok_ptr[t + 1]) for t in toks]) if len(toks) else np.zeros(0, np.int64)
+        remap = {int(e): i for i, e in enumerate(alive)}
+        self._alloc_store(max(16, 2 * len(alive)), max(64, 2 * len(toks)), max(512, 2 * len(zs)))
+        m, nt, nz = len(alive), len(toks), len(zs)
+        self._ex_ptr[1:m + 1] = np.cumsum(lens)
+        self._ex_alive[:m] = True
+        self._tok_ptr[1:nt + 1] = np.cumsum(nn)
+        self._fidx[:nz] = old[2][zs]
+        self._fval[:nz] = old[3][zs]
+        for name, src in zip(("_ytrue", "_xsq", "_first", "_last", "_linv"), old[4:9]):
+            getattr(self, name)[:nt] = src[toks]
+        self._U = G.GUni(*(np.ascontiguousarray(x[toks]) for x in old[9]))
+        self._B = G.GBi(*(np.ascontiguousarray(x[toks]) for x in old[10]))
+        self._reserve(2 * m + 16, 2 * nt + 64, 2 * nz + 512)
+        self._n_ex, self._n_tok, self._nnz = m, nt, nz
+        self._order = [remap[e] for e in self._order]
+
+    def _seed(self):
+        self._tick += 1
+        return int((self._seed_base + self._tick * 2654435761) % 2147483647)
+
+    def _sweep(self, order, mult):
+        """One sweep over the examples ``order`` (then their multiplier steps when ``mult``)."""
+        if len(order) == 0 or self._K == 0:
+            return 0.0
+        self.table.ready()
+        order = np.asarray(order, dtype=np.int64)
+        uni_mode, cptr, cands = G.UNI_SLICE, np.zeros(1, np.int64), np.zeros(1, np.int32)
+        t0 = time.perf_counter()
+        if self._mips is not None:
+            self._mips.attach(self.Wu, self._K)
+            toks = np.concatenate([np.arange(self._ex_ptr[e], self._ex_ptr[e + 1]) for e in order])
+            cptr, cands = self._mips.candidates(self._tok_ptr, self._fidx, self._fval, self._first, self._last,
+                                                toks, self._n_tok)
+            uni_mode = G.UNI_CAND
+        self.seconds_oracle += time.perf_counter() - t0
+        full0 = self.counters[G.C_FULL]
+        SC = self._sc()
+        res = G.run_pass(order, self._data(), self._U, self._B, self.Wu, self.table.T, self._C, self._K,
+                         self.table.Kc, self.Wu.shape[0], self._s(), float(self.rho), float(self.eta),
+                         self._use_trans, G.ORACLE_BRUTE if self.fmo == "brute" else G.ORACLE_HEAP,
+                         uni_mode, int(self.nu), self._seed(), int(self.qp_iters), self.table.heaps, cptr, cands,
+                         self.table.H, SC, self.counters, bool(mult), int(self.inner))
+        if self._mips is not None:
+            ch = np.flatnonzero(SC.changed[:self._K])
+            SC.changed[:] = 0
+            self._mips.changed(ch)
+        if self.counters[G.C_FULL] > full0 and self._acap < 512:
+            self._grow_active(2 * self._acap)
+        return res
+
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+        """Hold a new example (its factors start at the ground truth), sweep its factors and
+        take its multiplier step, then ``replay`` sweeps on random held examples."""
+        e = self._add_example(tok_ptr, fidx, fval, np.asarray(y, dtype=np.int32))
+        self._sweep([e], True)
+        self.n_learned += 1
+        if self.replay:
+            alive = np.flatnonzero(self._ex_alive[:self._n_ex])
+            pick = self._rng.choice(alive, size=min(self.replay, len(alive)), replace=False)
+            self._sweep(pick, True)
+        return e
+
+    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
+        for e in range(len(ex_tok) - 1):
+            a, b = int(ex_tok[e]), int(ex_tok[e + 1])
+            tp = np.asarray(tok_ptr[a:b + 1], dtype=np.int64)
+            self.learn(tp - tp[0], fidx[tp[0]:tp[-1]], fval[tp[0]:tp[-1]], ys[y_ptr[e]:y_ptr[e + 1]])
+
+    def refine(self, passes=1.0, tol=None, progress=None):
+        """``passes`` passes over the held examples in random order, each followed by the
+        multiplier step on all of them (the paper's Algorithm 1). With ``tol``, stop once the
+        certificate's gap is <= tol (checked after every pass)."""
+        check_number("passes", passes, low=0.0)
+        total = int(round(passes))
+        for p in range(total):
+            alive = np.flatnonzero(self._ex_alive[:self._n_ex])
+            self._sweep(self._rng.permutation(alive), True)
+            self.passes_done += 1
+            if progress is not None:
+                progress((p + 1) / total, self)
+            if tol is not None and self.certificate().gap <= tol:
+                return
+
+    # ------------------------------------------------------------------ prediction
+    def _bias(self):
+        return np.ascontiguousarray(self.Wu[:2])
+
+    def predict(self, ex_tok, tok_ptr, fidx, fval, y_ptr, n_out):
+        out = np.zeros(n_out, dtype=np.int32)
+        if self._K == 0:
+            return out
+        s = self._s()
+        K, Kc = self._K, self.table.Kc
+        Bm = self._bias()
+        Lmax = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
+        S = np.zeros((max(Lmax, 1), Kc))
+        V = np.zeros((max(Lmax, 1), Kc))
+        bp = np.zeros((max(Lmax, 1), Kc), dtype=np.int32)
+        ybuf = np.zeros(Kc, dtype=np.int32)
+        for e in range(len(ex_tok) - 1):
+            a, b = int(ex_tok[e]), int(ex_tok[e + 1])
+            L = b - a
+            if L == 0:
+                continue
+            tp = np.asarray(tok_ptr[a:b + 1], dtype=np.int64)
+            G.emission_scores(self.Wu, K, s, tp - tp[0], fidx[tp[0]:tp[-1]], fval[tp[0]:tp[-1]], L, False, S)
+            o = out[y_ptr[e]:y_ptr[e] + L]
+            self._ad.decode(S, self.table.T, Bm, s, L, K, self._use_trans, o, self._C, 0.0, V, bp, ybuf, o)
+        return out
+
+    # ------------------------------------------------------------------ certificate
+    def certificate(self):
+        """Exact primal (loss-augmented Viterbi on every held example), the dual at the
+        repaired (consistent) point, gap = P(w) - D(repaired) >= P(w) - min P. Observes only."""
+        t0 = time.perf_counter()
+        n = self.n_blocks
+        lam = float(self.lam)
+        if n == 0 or self._K == 0:
+            return cert_mod.Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
+                                        note="no examples held")
+        s = self._s()
+        K, Kc = self._K, self.table.Kc
+        Dt = self._data()
+        T = self.table.T
+        Bm = self._bias()
+        alive = np.flatnonzero(self._ex_alive[:self._n_ex])
+        Lmax = int(np.max(self._ex_ptr[alive + 1] - self._ex_ptr[alive]))
+        S = np.zeros((Lmax, Kc))
+        V = np.zeros((Lmax, Kc))
+        bp = np.zeros((Lmax, Kc), dtype=np.int32)
+        ybuf = np.zeros(Kc, dtype=np.int32)
+        lab = np.zeros(Lmax, dtype=np.int32)
+        M = np.zeros((Lmax, Kc))
+        prev, nxt, row = np.zeros(Kc), np.zeros(Kc), np.zeros(Kc)
+        Wr = np.zeros_like(self.Wu)
+        Tr = np.zeros_like(T)
+        hinge = 0.0
+        dloss = 0.0
+        rep = 0.0
+        for e in alive:
+            a, b = int(self._ex_ptr[e]), int(self._ex_ptr[e + 1])
+            L = b - a
+            tp = self._tok_ptr[a:b + 1]
+            tpl = tp - tp[0]
+            fi, fv = self._fidx[tp[0]:tp[-1]], self._fval[tp[0]:tp[-1]]
+            G.emission_scores(self.Wu, K, s, tpl, fi, fv, L, False, S)
+            yt = self._ytrue[a:b]
+            best = self._ad.decode(S, T, Bm, s, L, K, self._use_trans, yt, self._C, 1.0, V, bp, ybuf, lab)
+            hinge += best - self._ad.score(S, T, Bm, s, yt, L, K, self._use_trans)
+            rep += G.repaired_unigrams(e, Dt, self._U, self._B, K, self._use_trans, M, prev, nxt, row)
+            dloss += G.repaired_emissions(e, Dt, K, self._C, M, Wr)
+            if self._use_trans:
+                G.repaired_pairs(e, Dt, self._U, self._B, K, M, Tr, row)
+        sq = float(np.vdot(self.Wu, self.Wu) + np.vdot(T, T))
+        sqr = float(np.vdot(Wr, Wr) + np.vdot(Tr, Tr))
+        reg = 0.5 * lam * s * s * sq
+        primal = reg + hinge / n
+        dual = dloss / n - 0.5 * lam * s * s * sqr
+        raw = primal - dual
+        resid = 0.0
+        if self._use_trans:
+            for e in alive:   # eta = 0: measures the consistency residual, changes nothing
+                resid += G.multiplier_step(int(e), Dt, self._U, self._B, 0.0)
+        c = cert_mod.Certificate(
+            gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
+            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
+            dual_loss=dloss / n, block_gap_sum=raw, raw_gap=raw,
+            note=("dual at the factor marginals repaired into a consistent point (a Markov chain from "
+                  "the bigram row conditionals): a feasible BCFW dual point, so gap = P(w) - D bounds "
+                  "P(w) - min P; primal by exact loss-augmented Viterbi"),
+            extra={"raw_gap": raw, "consistency_residual": resid, "repair_distance": rep,
+                   "passes": self.passes_done})
+        return c
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        ne, nt, nz = self._n_ex, self._n_tok, self._nnz
+        return {
+            "K": self._K, "d": self._d, "tick": self._tick, "seed_base": self._seed_base,
+            "n_learned": self.n_learned, "passes_done": self.passes_done, "acap": self._acap,
+            "counters": self.counters.copy(), "Wu": self.Wu.copy(), "T": self.table.T.copy(), "C": self._C.copy(),
+            "ex_ptr": self._ex_ptr[:ne + 1].copy(), "ex_alive": self._ex_alive[:ne].copy(),
+            "tok_ptr": self._tok_ptr[:nt + 1].copy(), "fidx": self._fidx[:nz].copy(), "fval": self._fval[:nz].copy(),
+            "ytrue": self._ytrue[:nt].copy(), "xsq": self._xsq[:nt].copy(), "first": self._first[:nt].copy(),
+            "last": self._last[:nt].copy(), "linv": self._linv[:nt].copy(),
+            "U": {k: v[:nt].copy() for k, v in self._U._asdict().items()},
+            "B": {k: v[:nt].copy() for k, v in self._B._asdict().items()},
+            "order": np.asarray(self._order, dtype=np.int64),
+            "rng": {"state": str(self._rng.bit_generator.state["state"]["state"]),
+                    "inc": str(self._rng.bit_generator.state["state"]["inc"]),
+                    "has_uint32": int(self._rng.bit_generator.state["has_uint32"]),
+                    "uinteger": int(self._rng.bit_generator.state["uinteger"])},
+        }
+
+    def restore(self, structure, labels, st):
+        self.bind(structure, labels)
+        self._K = int(st["K"])
+        self._d = int(st["d"])
+        self._tick = int(st["tick"])
+        self._seed_base = int(st["seed_base"])
+        self.n_learned = int(st["n_learned"])
+        self.passes_done = int(st["passes_done"])
+        self._acap = int(st["acap"])
+        self.counters = np.array(st["counters"], dtype=np.int64)
+        self.Wu = np.array(st["Wu"], dtype=np.float64)
+        T = np.array(st["T"], dtype=np.float64)
+        self.table = BigramTable(self._K, T.shape[0], heaps=self.fmo != "brute")
+        self.table.T[...] = T
+        self._C = np.array(st["C"], dtype=np.float64)
+        self._ex_ptr = np.array(st["ex_ptr"], dtype=np.int64)
+        self._ex_alive = np.array(st["ex_alive"], dtype=np.bool_)
+        self._tok_ptr = np.array(st["tok_ptr"], dtype=np.int64)
+        self._fidx = np.array(st["fidx"], dtype=np.int64)
+        self._fval = np.array(st["fval"], dtype=np.float64)
+        self._ytrue = np.array(st["ytrue"], dtype=np.int32)
+        self._xsq = np.array(st["xsq"], dtype=np.float64)
+        self._first = np.array(st["first"], dtype=np.bool_)
+        self._last = np.array(st["last"], dtype=np.bool_)
+        self._linv = np.array(st["linv"], dtype=np.float64)
+        U, B = st["U"], st["B"]
+        self._U = G.GUni(np.array(U["lab"], np.int32), np.array(U["mu"], float), np.array(U["lamL"], float),
+                         np.array(U["lamR"], float), np.array(U["cnt"], np.int32))
+        self._B = G.GBi(np.array(B["a"], np.int32), np.array(B["b"], np.int32), np.array(B["mu"], float),
+                        np.array(B["cnt"], np.int32))
+        self._n_ex = len(self._ex_alive)
+        self._n_tok = len(self._ytrue)
+        self._nnz = len(self._fidx)
+        self._order = [int(e) for e in st["order"]]
+        r = st["rng"]
+        bg = self._rng.bit_generator
+        s0 = bg.state
+        s0["state"] = {"state": int(r["state"]), "inc": int(r["inc"])}
+        s0["has_uint32"] = int(r["has_uint32"])
+        s0["uinteger"] = int(r["uinteger"])
+        bg.state = s0
+        self._scratch = None
+        self._reserve(self._n_ex + 1, self._n_tok + 1, self._nnz + 1)

@@ -1,0 +1,286 @@
+"""GDMM (Yen et al., NIPS 2016) for chains: oracles against brute force, block solvers against
+SciPy / brute force, the sign of the loss term, GDMM's optimum against BCFW's, certificates,
+streaming and persistence."""
+import itertools
+
+import numpy as np
+import pytest
+
+import streamssvm as ss
+from streamssvm._kernels import gdmm as G
+from streamssvm.learners.gdmm import GDMM
+from streamssvm.oracles.factorwise import BigramTable, new_scratch
+
+
+# ---------------------------------------------------------------------------- bigram oracle
+@pytest.mark.parametrize("seed", range(6))
+def test_bigram_heap_oracle_matches_brute_force_with_messages(seed):
+    rng = np.random.default_rng(seed)
+    K = int(rng.integers(2, 12))
+    tab = BigramTable(K, K + 3)
+    for a in range(K):
+        for b in range(K):
+            tab.set(a, b, float(rng.normal()))
+    assert tab.check()
+    for _ in range(30):
+        augL = np.zeros(K)
+        augR = np.zeros(K)
+        for aug in (augL, augR):     # a few labels carry messages of either sign
+            ids = rng.choice(K, size=int(rng.integers(0, K + 1)), replace=False)
+            aug[ids] = rng.normal(scale=2.0, size=len(ids))
+        s = float(rng.uniform(0.1, 3.0))
+        a, b, v, touched = tab.argmax(s, augL, augR)
+        ab, bb, vb = tab.brute(s, augL, augR)
+        assert v == pytest.approx(vb, abs=1e-12)
+        assert s * tab.T[a, b] + augL[a] + augR[b] == pytest.approx(vb, abs=1e-12)
+        assert touched >= 1
+
+
+def test_bigram_heap_maintenance_after_updates_and_growth():
+    rng = np.random.default_rng(1)
+    tab = BigramTable(5, 6)
+    for _ in range(200):
+        a, b = rng.integers(tab.K, size=2)
+        tab.add(int(a), int(b), float(rng.normal()))
+        assert tab.check()
+        if rng.random() < 0.05 and tab.K < 12:
+            tab.grow(tab.K + 1)          # a label appears mid-stream
+            assert tab.check()
+        aug = np.zeros(tab.K)
+        a1, b1, v1, _ = tab.argmax(1.0, aug, aug)
+        assert v1 == pytest.approx(tab.brute(1.0, aug, aug)[2])
+
+
+def test_bigram_heap_oracle_touches_few_entries_without_messages():
+    K = 300
+    rng = np.random.default_rng(0)
+    tab = BigramTable(K)
+    tab.T[:K, :K] = rng.normal(size=(K, K))
+    tab.rebuild()
+    aug = np.zeros(K)
+    _, _, _, touched = tab.argmax(1.0, aug, aug)
+    assert touched <= 3            # the root, and its children: the max is at the root
+
+
+# ---------------------------------------------------------------------------- block solvers
+def test_project_simplex_matches_scipy():
+    from scipy.optimize import minimize
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        m = int(rng.integers(1, 8))
+        v = rng.normal(scale=2, size=m)
+        out = np.zeros(m)
+        G.project_simplex(v, m, out, np.zeros(m))
+        r = minimize(lambda x: 0.5 * np.sum((x - v) ** 2), np.ones(m) / m, jac=lambda x: x - v,
+                     bounds=[(0, None)] * m, constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1}],
+                     method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
+        assert np.allclose(out, r.x, atol=1e-6)
+        assert out.sum() == pytest.approx(1.0) and out.min() >= 0
+
+
+def _brute_chain_objective(model, X, Y, lam):
+    """P(w) at the model's weights by enumerating every labeling (tiny chains)."""
+    lr = model._learner
+    s = lr._s()
+    K = lr._K
+    Wu, T = lr.Wu, lr.table.T
+    n = len(X)
+    h = 0.0
+    for x, y in zip(X, Y):
+        tp, fi, fv = model._features.encode_tokens(x, grow=False)
+        yt = [model._labels.encode(v, grow=False) for v in y]
+        L = len(yt)
+
+        def score(lab):
+            v = 0.0
+            for t in range(L):
+                v += Wu[2 + fi[tp[t]:tp[t + 1]], lab[t]] @ fv[tp[t]:tp[t + 1]]
+            v += Wu[0, lab[0]] + Wu[1, lab[-1]] + sum(T[lab[t - 1], lab[t]] for t in range(1, L))
+            return s * v
+        best = max(score(lab) + np.mean([lab[t] != yt[t] for t in range(L)])
+                   for lab in itertools.product(range(K), repeat=L))
+        h += best - score(yt)
+    reg = 0.5 * lam * s * s * (np.vdot(Wu, Wu) + np.vdot(T, T))
+    return reg + h / n
+
+
+def _toy_chain(n=12, K=3, seed=0, d=4):
+    rng = np.random.default_rng(seed)
+    X, Y = [], []
+    for _ in range(n):
+        L = int(rng.integers(1, 5))
+        y = list(rng.integers(K, size=L))
+        x = [{f"f{j}": float(rng.normal() + (j == y[t])) for j in range(d)} for t in range(L)]
+        X.append(x)
+        Y.append([f"t{v}" for v in y])
+    return X, Y
+
+
+def test_unigram_oracle_sign_returns_largest_loss_at_zero_weights():
+    """At w = 0 and zero multipliers the unigram block's oracle must pick the label of largest
+    loss (the loss enters with +: G = 1/2 ||w||^2 + delta^T alpha in the paper's alpha)."""
+    cost = np.array([[0, 1, 5], [1, 0, 1], [2, 1, 0]], dtype=float)
+    m = ss.SequenceTagger(learner=GDMM(lam=1.0, replay=0, seed=0), loss=cost, labels=["a", "b", "c"])
+    # one token, feature-free except its bias: after the first step label "c" (loss 5 from "a") enters
+    m.learn_one([{"x": 1e-9}], ["a"])
+    lr = m._learner
+    U = lr._U
+    labs = set(int(v) for v in U.lab[0, :U.cnt[0]])
+    assert 2 in labs and 1 not in labs
+
+
+def test_learn_gives_exact_block_minimum_on_one_token():
+    """One token, two labels, no transitions: the oracle adds the only other label and the
+    block step is the exact minimizer, so one step reaches the optimum (gap 0)."""
+    m = ss.SequenceTagger(learner=GDMM(lam=0.5, replay=0, seed=0), transitions=False,
+                          labels=["a", "b"])
+    m.learn_one([{"x": 1.0}], ["a"])
+    c = m._learner.certificate()
+    assert c.raw_gap == pytest.approx(0.0, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------- optimum = BCFW optimum
+@pytest.mark.parametrize("fmo", ["heap", "brute"])
+def test_gdmm_reaches_bcfw_optimum_on_small_chain(fmo):
+    X, Y = _toy_chain(n=10, K=3, seed=3)
+    lam = 0.1
+    g = ss.SequenceTagger(learner=GDMM(lam=lam, replay=0, fmo=fmo, seed=0))
+    b = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam, replay=0, seed=0, averaging=False,
+                                                   step="pairwise"))
+    for x, y in zip(X, Y):
+        g.learn_one(x, y)
+        b.learn_one(x, y)
+    g._learner.refine(600)
+    b._learner.refine(1000)
+    cg = g._learner.certificate()
+    cb = b._learner.certificate()
+    assert cb.gap < 1e-4 and cg.gap < 1e-3          # both certified
+    assert abs(cg.primal - cb.primal) < 1e-3
+    # the certificate's primal is the exact objective (enumeration on these tiny chains)
+    assert cg.primal == pytest.approx(_brute_chain_objective(g, X, Y, lam), abs=1e-9)
+
+
+def test_certificate_gap_bounds_suboptimality_and_observes():
+    X, Y = _toy_chain(n=8, K=3, seed=5)
+    lam = 0.05
+    ref = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam, replay=0, seed=0, averaging=False,
+                                                     step="pairwise"))
+    for x, y in zip(X, Y):
+        ref.learn_one(x, y)
+    ref._learner.refine(500)
+    pstar = ref._learner.certificate().primal   # >= min P, so P - pstar <= P - min P
+    g = ss.SequenceTagger(learner=GDMM(lam=lam, replay=1, seed=0))
+    for x, y in zip(X, Y):
+        g.learn_one(x, y)
+    for _ in range(4):
+        before = g._learner.state()
+        c = g._learner.certificate()
+        after = g._learner.state()
+        assert np.array_equal(before["Wu"], after["Wu"]) and np.array_equal(before["U"]["lamR"], after["U"]["lamR"])
+        assert c.raw_gap >= c.primal - pstar - 1e-9 >= -1e-9
+        g._learner.refine(3)
+
+
+def test_sampled_and_mips_oracles_still_converge():
+    X, Y = _toy_chain(n=10, K=6, seed=7)
+    lam = 0.1
+    out = {}
+    for name, kw in {"nu": dict(nu=3), "mips": dict(fmo="mips", mips_k=3), "exact": {}}.items():
+        g = ss.SequenceTagger(learner=GDMM(lam=lam, replay=0, seed=0, **kw))
+        for x, y in zip(X, Y):
+            g.learn_one(x, y)
+        g._learner.refine(600)
+        out[name] = g._learner.certificate()
+    assert out["exact"].gap < 1e-3
+    assert out["nu"].primal == pytest.approx(out["exact"].primal, abs=2e-3)
+    assert out["mips"].primal == pytest.approx(out["exact"].primal, abs=2e-3)
+
+
+# ---------------------------------------------------------------------------- streaming / persistence
+def test_labels_appear_mid_stream_and_window_evicts():
+    X, Y = _toy_chain(n=30, K=5, seed=2)
+    order = np.argsort([max(int(v[1:]) for v in y) for y in Y])   # later labels arrive later
+    g = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=2, capacity=10, seed=0))
+    for i in order:
+        g.learn_one(X[i], Y[i])
+    lr = g._learner
+    assert lr.n_blocks == 10
+    assert lr.table.check()
+    # the weights equal the sum of the held blocks' statistics (eviction removed the others)
+    Wu, T = lr.Wu.copy(), lr.table.T.copy()
+    for e in list(lr._order):
+        G.remove_example(e, lr._data(), lr._U, lr._B, Wu, T, lr._K, lr.table.Kc, True, False, lr.table.H)
+    assert np.abs(Wu).max() < 1e-9 and np.abs(T).max() < 1e-9
+
+
+def test_state_round_trip_continues_identically():
+    X, Y = _toy_chain(n=12, K=4, seed=4)
+    g = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=3))
+    for x, y in zip(X[:8], Y[:8]):
+        g.learn_one(x, y)
+    st = g._learner.state()
+    h = GDMM(lam=0.1, replay=1, seed=3)
+    h.restore(g._structure, g._labels.labels, st)
+    for x, y in zip(X[8:], Y[8:]):
+        tp, fi, fv = g._features.encode_tokens(x, grow=True)
+        ys = np.array([g._labels.encode(v, grow=True) for v in y], dtype=np.int32)
+        for lr in (g._learner, h):
+            lr.ensure(g._features.dim, g._labels.labels)
+            lr.learn(tp, fi, fv, ys)
+    g._learner.refine(2)
+    h.refine(2)
+    assert np.array_equal(g._learner.Wu, h.Wu) and np.array_equal(g._learner.table.T, h.table.T)
+
+
+def test_rejects_other_structures_and_unimplemented_solvers():
+    from streamssvm.structures import MultiLabel
+    with pytest.raises(ValueError, match="chain"):
+        GDMM(lam=0.1).bind(MultiLabel(pairwise=True), ["a", "b"])
+    with pytest.raises(TypeError):
+        ss.MulticlassSSVM(learner=GDMM(lam=0.1))
+    with pytest.raises(NotImplementedError):
+        GDMM(solver="afw")
+    with pytest.raises(ValueError, match="eta"):
+        GDMM(eta=3.0)
+
+
+def test_estimator_save_load_round_trip(tmp_path):
+    X, Y = _toy_chain(n=15, K=4, seed=8)
+    m = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=2))
+    for x, y in zip(X[:10], Y[:10]):
+        m.learn_one(x, y)
+    m.save(tmp_path / "tagger")
+    r = ss.load(tmp_path / "tagger")
+    assert isinstance(r._learner, GDMM)
+    for x, y in zip(X[10:], Y[10:]):
+        m.learn_one(x, y)
+        r.learn_one(x, y)
+    assert m.predict_many(X) == r.predict_many(X)
+    assert np.array_equal(m._learner.Wu, r._learner.Wu)
+
+
+def test_cli_builds_a_gdmm_tagger():
+    from streamssvm import cli
+    args = cli.build_parser().parse_args(["run", "--source", "file://x.conll", "--task", "sequence",
+                                          "--learner", "gdmm", "--lam", "0.01"])
+    m = cli._make_model(args)
+    assert isinstance(m, ss.SequenceTagger) and isinstance(m.learner, GDMM) and m.learner.lam == 0.01
+    bad = cli.build_parser().parse_args(["run", "--source", "file://x.csv", "--task", "multiclass",
+                                         "--learner", "gdmm"])
+    with pytest.raises(ValueError, match="sequence"):
+        cli._make_model(bad)
+
+
+def test_certificate_cadence_does_not_change_the_trajectory():
+    X, Y = _toy_chain(n=20, K=4, seed=9)
+    runs = []
+    for every in (1, 7, None):
+        m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=2, capacity=12, seed=1))
+        for i, (x, y) in enumerate(zip(X, Y)):
+            m.learn_one(x, y)
+            if every and i % every == 0:
+                m.certificate()
+        m.refine(0)
+        runs.append((m._learner.Wu.copy(), m._learner.table.T.copy()))
+    for Wu, T in runs[1:]:
+        assert np.array_equal(Wu, runs[0][0]) and np.array_equal(T, runs[0][1])
