@@ -46,6 +46,7 @@ from ..structures.base import Weights
 from .base import Learner, check_choice, check_number, check_search_rescaling
 
 _SEARCH = ("exact", "angular", "bisecting", "binary")
+_AVERAGING = ("weighted", "uniform", "none")
 
 
 class SGD(Learner):
@@ -84,16 +85,22 @@ class SGD(Learner):
     """
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
-                 max_queries: int = 20, tol: float = 0.999, averaging: bool = True, window: int = 1000,
-                 seed: int | None = None, relaxed: bool = False):
+                 max_queries: int = 20, tol: float = 0.999, averaging="weighted", avg_start: int = 0,
+                 project: bool = True, window: int | None = None, seed: int | None = 0, relaxed: bool = False):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
         self.max_queries = check_number("max_queries", max_queries, low=1, integer=True)
         self.tol = check_number("tol", tol, low=0.0, high=1.0)
-        self.averaging = bool(averaging)
-        self.window = check_number("window", window, low=0, integer=True)
-        self.seed = seed
+        if averaging is True:
+            averaging = "weighted"
+        elif averaging is False or averaging is None:
+            averaging = "none"
+        self.averaging = check_choice("averaging", averaging, _AVERAGING)
+        self.avg_start = check_number("avg_start", avg_start, low=0, integer=True)
+        self.project = bool(project)
+        self.window = check_number("window", window, low=0, integer=True, allow_none=True)
+        self.seed = check_number("seed", seed, low=0, integer=True, allow_none=True)
         self.relaxed = bool(relaxed)
         self._bound = False
 
@@ -104,9 +111,16 @@ class SGD(Learner):
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)
         self._K = 0
-        self.W = Weights(1, 4)
-        self.A = Weights(1, 4)          # running average of w (absolute, not unnormalized)
-        self.a = 1.0                    # w = a * U
+        self.W = Weights(1, 4)          # U: the iterate is w = a * U
+        self.V = Weights(1, 4)          # lazy average: sum_s c_s w_s = beta * U - V
+        self.a = 1.0
+        self.beta = 0.0                 # sum_s c_s a_s, in the units of the current U
+        self.csum = 0.0                 # sum_s c_s (the averaging weights)
+        self.unorm2 = 0.0               # ||U||^2, kept up to date step by step
+        self.ell = 0.0                  # dual linear term: D = lam * ell - lam/2 ||w||^2
+        self._lmax_sum = 0.0            # sum over learned examples of max_y Delta_i(y) = H_i(0) ...
+        self._lmax_n = 0                # ... and their number (the projection radius)
+        self.projections = 0            # steps where the projection was active
         self._C = structure.cost_matrix(4, labels)
         self.t = 0
         self.queries = 0
@@ -116,10 +130,10 @@ class SGD(Learner):
         self.n_learned = 0
         self._recent = []
         self._visits = []               # violating visits of each held example (dual point)
-        self._dual_loss = 0.0           # sum of Delta(y^_s) over violating steps
         self._dropped = 0               # examples learned but no longer held
         self._relaxed_steps = 0         # steps on fractional LP marginals (no dual point)
         self._ws = Workspace(structure).ensure(1, self.W.Kc)   # the kernels' scratch buffers
+        self._avg_cache = None
         self.lp_calls = 0
         self.lp_integral = 0
         self._relaxed_stat = None
@@ -131,7 +145,7 @@ class SGD(Learner):
         if n_labels > Kc:
             Kc = max(n_labels, int(Kc * 1.25) + 1)
         self.W.grow(n_features, Kc)
-        self.A.grow(n_features, Kc)
+        self.V.grow(n_features, Kc)
         if n_labels != self._K or Kc != self._C.shape[0]:
             uses_lp = getattr(self.structure, "uses_lp", None)
             if (uses_lp is not None and uses_lp(n_labels) and self.rescaling == "slack"
@@ -292,34 +306,45 @@ class SGD(Learner):
     # ------------------------------------------------------------------ steps
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         """One step on a new example, which joins the held window."""
+        L = len(tok_ptr) - 1
+        self._lmax_sum += self.structure.loss_range(ytrue, L, self._K, Ki, self._C)[1]
+        self._lmax_n += 1
         viol = self._step(tok_ptr, fidx, fval, ytrue, Ki)
-        if self.window:
+        if self.window is None or self.window > 0:
             self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
             self._visits.append(int(viol))
-            if len(self._recent) > self.window:
+            if self.window is not None and len(self._recent) > self.window:
                 del self._recent[0]
                 del self._visits[0]
                 self._dropped += 1
         else:
             self._dropped += 1
 
+    def _arrays(self, W):
+        return (W.E, W.T, W.B)
+
     def _step(self, tok_ptr, fidx, fval, ytrue, Ki):
-        """The Pegasos step; returns whether it moved the weights (a violating visit)."""
+        """The Pegasos step (then the projection and the lazy average); returns whether it moved
+        the weights (a violating visit)."""
         self.t += 1
+        self._avg_cache = None
         eta = 1.0 / (self.lam * self.t)
         shrink = 1.0 - eta * self.lam
-        if shrink <= 0.0:
-            for arr in (self.W.E, self.W.T, self.W.B):
-                arr[...] = 0.0
-            self.a = 1.0
+        if shrink <= 0.0:   # t = 1: the first step forgets the starting point
+            for v, u in zip(self._arrays(self.V), self._arrays(self.W)):
+                if self.beta:
+                    v -= self.beta * u
+                u[...] = 0.0
+            self.a, self.unorm2, self.ell = 1.0, 0.0, 0.0
         else:
             self.a *= shrink
+            self.ell *= shrink
         L = len(tok_ptr) - 1
         self._relaxed_stat = None
         lab, loss, H = self._most_violating(tok_ptr, fidx, fval, ytrue, Ki, self.W, self.a)
         viol = H > 0.0 and loss > 0.0
         if viol:
-            self._dual_loss += loss
+            self.ell += eta * loss
             st = self._ws.ensure(L, self.W.Kc).dbuf
             ss = self.structure.stat_size(L, self.W.Kc)
             st[:ss] = 0.0
@@ -330,19 +355,57 @@ class SGD(Learner):
                 so.labeling_stat(self._kind, lab, L, self.W.Kc, st, 1.0)
             so.truth_stat(self._kind, ytrue, len(ytrue), L, self.W.Kc, st, -1.0)
             coef = -eta * (loss if self.rescaling == "slack" else 1.0) / self.a
-            so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, tok_ptr, fidx, fval, st[:ss], L, self._K,
-                          self.W.Kc, coef, self._use_trans)
-        if self.a < 1e-100:
-            for arr in (self.W.E, self.W.T, self.W.B):
-                arr *= self.a
+            self._apply(tok_ptr, fidx, fval, st[:ss], L, coef)
+        if self.project and self._lmax_n:
+            # Pegasos projection (Shalev-Shwartz, Singer, Srebro & Cotter, Pegasos: primal
+            # estimated sub-gradient solver for SVM): the optimum has lam ||w*||^2 <= P(0) =
+            # mean_i max_y Delta_i(y), so projecting on that ball loses nothing and bounds the
+            # early steps of size 1 / (lam t). A projection only shrinks w, so the iterate stays
+            # a dual point (see dual_point()).
+            r2 = self._lmax_sum / self._lmax_n / self.lam
+            w2 = self.a * self.a * self.unorm2
+            if w2 > r2:
+                rho = float(np.sqrt(r2 / w2))
+                self.a *= rho
+                self.ell *= rho
+                self.projections += 1
+        if self.a < 1e-100:   # renormalize U (the lazy average keeps beta * U fixed)
+            for u in self._arrays(self.W):
+                u *= self.a
+            self.unorm2 *= self.a * self.a
+            self.beta /= self.a
             self.a = 1.0
-        if self.averaging:
-            r = 1.0 / self.t
-            for avg, cur in ((self.A.E, self.W.E), (self.A.T, self.W.T), (self.A.B, self.W.B)):
-                avg *= (1.0 - r)
-                avg += (r * self.a) * cur
+        c = self._avg_weight(self.t)
+        if c:
+            self.beta += c * self.a
+            self.csum += c
         self.n_learned += 1
         return viol
+
+    def _avg_weight(self, t):
+        """Weight c_t of the iterate w_t in the average: 0 before ``avg_start``; then 1
+        (``"uniform"``) or t - avg_start (``"weighted"``: Lacoste-Julien, Schmidt & Bach, A simpler
+        approach to obtaining an O(1/t) convergence rate for the projected stochastic subgradient
+        method -- the early, large Pegasos steps weigh little)."""
+        if self.averaging == "none" or t <= self.avg_start:
+            return 0.0
+        return float(t - self.avg_start) if self.averaging == "weighted" else 1.0
+
+    def _apply(self, tok_ptr, fidx, fval, st, L, coef):
+        """U += coef * Phi_x(st), with ||U||^2 and the lazy average updated on the touched rows only
+        (O(nnz K + K^2), not O(d K)): sum_s c_s a_s U_s = beta * U - V with V += beta * dU."""
+        W, V = self.W, self.V
+        rows = np.unique(fidx)
+        e0, t0, b0 = W.E[rows], W.T.copy(), W.B.copy()
+        so.stat_apply(self._kind, W.E, W.T, W.B, tok_ptr, fidx, fval, st, L, self._K, W.Kc, coef,
+                      self._use_trans)
+        e1 = W.E[rows]
+        self.unorm2 += (float(np.vdot(e1, e1) - np.vdot(e0, e0)) + float(np.vdot(W.T, W.T) - np.vdot(t0, t0))
+                        + float(np.vdot(W.B, W.B) - np.vdot(b0, b0)))
+        if self.beta:
+            V.E[rows] += self.beta * (e1 - e0)
+            V.T += self.beta * (W.T - t0)
+            V.B += self.beta * (W.B - b0)
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
         for e in range(len(ex_tok) - 1):
@@ -353,30 +416,47 @@ class SGD(Learner):
 
     def refine(self, passes=1.0, tol=None, progress=None):
         """Further SGD steps over the held window: ``passes`` epochs, each a fresh permutation of
-        the held examples (whole epochs keep the dual point of :meth:`certificate` feasible)."""
+        the held examples (whole epochs keep the dual point of :meth:`certificate` feasible). The
+        permutations are drawn from (seed, t): the same seed gives the same run."""
         n = len(self._recent)
         todo = int(round(passes * n))
-        rng = np.random.default_rng(self.t)
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, self.t])
+        done = 0
         while todo > 0 and n:
             for i in rng.permutation(n)[:todo]:
                 tp, fi, fv, y, Ki = self._recent[i]
                 self._visits[i] += int(self._step(tp, fi, fv, y, Ki))
                 self.n_learned -= 1  # a revisit, not a new example
+                done += 1
             todo -= n
+            if progress is not None:
+                progress(done / max(passes * n, 1), self)
+            if tol is not None and self.certificate().gap <= tol:
+                break
 
     # ------------------------------------------------------------------ prediction / certificate
+    def _averaged(self):
+        return self.averaging != "none" and self.csum > 0.0
+
     def _pred_weights(self):
-        if self.averaging and self.t > 0:
-            return self.A, 1.0
-        return self.W, self.a
+        """(Weights, scale) of the predicting weights: the average (materialized, O(d K), cached
+        until the next step) or the last iterate."""
+        if not self._averaged():
+            return self.W, self.a
+        if self._avg_cache is None:
+            A = Weights.__new__(Weights)
+            A.E, A.T, A.B = ((self.beta * u - v) / self.csum for u, v in zip(self._arrays(self.W),
+                                                                             self._arrays(self.V)))
+            self._avg_cache = A
+        return self._avg_cache, 1.0
 
     def predict(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
         L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
-        W, scale = self._pred_weights()
         if self._lp_on():  # MAP by the LP relaxation (rounded when fractional)
+            W, scale = self._pred_weights()
             for e in range(len(ex_tok) - 1):
                 if ex_tok[e + 1] == ex_tok[e]:
                     continue
@@ -385,7 +465,15 @@ class SGD(Learner):
                 r = lp.oracle(0.0)
                 out[lab_ptr[e]:lab_ptr[e] + self._K] = r.labeling
             return out
-        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), W.bundle(), scale, W.E, 0.0,
+        if self._averaged():
+            # the average (beta U - V) / csum without materializing it: the kernel scores the
+            # emissions at scale * (E - zc * ZE), the small T, B are formed here
+            scale, zc = self.beta / self.csum, 1.0 / self.beta
+            wb = KBu.pack(KBu.WeightsBundle(self.W.E, self.W.T - zc * self.V.T, self.W.B - zc * self.V.B))
+            ZE = self.V.E
+        else:
+            scale, zc, wb, ZE = self.a, 0.0, self.W.bundle(), self.W.E
+        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), wb, scale, ZE, zc,
                          KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
                          self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
@@ -406,7 +494,7 @@ class SGD(Learner):
             return None, ("uneven revisits (an example was visited more than T/n times; refine by whole "
                           "epochs to keep a dual point)")
         reg_T = 0.5 * self.lam * self.a * self.a * self.W.sqnorm()
-        return self._dual_loss / T - reg_T, None
+        return self.lam * self.ell - reg_T, None
 
     def certificate(self):
         """Primal objective on the held window (exact oracle) and, when the Pegasos iterates form a
@@ -425,6 +513,7 @@ class SGD(Learner):
         reg = 0.5 * self.lam * scale * scale * W.sqnorm()
         extra = {"queries_per_search": self.queries / max(self.searches, 1),
                  "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
+        extra["projections"] = self.projections
         primal = reg + hinge / n
         lp_note = ""
         if self._lp_on():
@@ -440,19 +529,21 @@ class SGD(Learner):
                                note=f"primal only: no dual point ({why}); gap reported as +inf" + lp_note,
                                extra=extra)
         raw = primal - dual
-        which = "averaged weights (the ones used to predict)" if self.averaging else "last iterate"
+        which = (f"{self.averaging} average of the iterates (the weights used to predict)" if self._averaged()
+                 else "last iterate")
         return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, not lp_note, self.lam,
-                           raw_gap=raw, regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
+                           raw_gap=raw, regularizer=reg, hinge=hinge / n, dual_loss=self.lam * self.ell,
                            rescaling=self.rescaling, extra=extra,
                            note=f"{which}; dual point of the Pegasos iterates (w_T = A alpha)" + lp_note)
 
     # ------------------------------------------------------------------ state
     def state(self):
         return {"K": self._K, "a": self.a, "t": self.t, "queries": self.queries, "searches": self.searches,
-                "certified": self.certified, "n_learned": self.n_learned,
-                "dual_loss": self._dual_loss, "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
+                "certified": self.certified, "n_learned": self.n_learned, "beta": self.beta, "csum": self.csum,
+                "unorm2": self.unorm2, "ell": self.ell, "lmax_sum": self._lmax_sum, "lmax_n": self._lmax_n,
+                "projections": self.projections, "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
                 "visits": np.asarray(self._visits, dtype=np.int64),
-                "E": self.W.E, "T": self.W.T, "B": self.W.B, "AE": self.A.E, "AT": self.A.T, "AB": self.A.B,
+                "E": self.W.E, "T": self.W.T, "B": self.W.B, "VE": self.V.E, "VT": self.V.T, "VB": self.V.B,
                 "C": self._C,
                 "recent": [{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
                            for tp, fi, fv, y, k in self._recent]}
@@ -465,15 +556,30 @@ class SGD(Learner):
             setattr(self, k, int(st[k]))
         self.W = Weights(1, 1)
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
-        self.A = Weights(1, 1)
-        self.A.E, self.A.T, self.A.B = (np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB"))
+        self.V = Weights(1, 1)
+        if "VE" in st:
+            self.V.E, self.V.T, self.V.B = (np.array(st[k], dtype=np.float64) for k in ("VE", "VT", "VB"))
+            self.beta, self.csum, self.ell = float(st["beta"]), float(st["csum"]), float(st["ell"])
+            self.unorm2 = float(st["unorm2"])
+            self._lmax_sum, self._lmax_n = float(st["lmax_sum"]), int(st["lmax_n"])
+            self.projections = int(st["projections"])
+        else:   # saved before the lazy average: the stored average A enters with weight t
+            A = [np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB")]
+            self.csum = float(self.t) if self.averaging != "none" else 0.0
+            self.beta = 0.0
+            self.V.E, self.V.T, self.V.B = (-self.csum * x for x in A)
+            self.ell = float(st.get("dual_loss", 0.0)) / (self.lam * max(self.t, 1))
+            self.unorm2 = self.W.sqnorm()
         self._C = np.array(st["C"], dtype=np.float64)
-        self._dual_loss = float(st.get("dual_loss", 0.0))
         self._dropped = int(st.get("dropped", 0))
         self._relaxed_steps = int(st.get("relaxed_steps", 0))
         self._recent = [(np.asarray(r["tok_ptr"], dtype=np.int32), np.asarray(r["fidx"], dtype=np.int32),
                          np.asarray(r["fval"], dtype=np.float64), np.asarray(r["y"], dtype=np.int32), int(r["Ki"]))
                         for r in st["recent"]]
+        if "lmax_sum" not in st:
+            self._lmax_sum = sum(self.structure.loss_range(y, len(tp) - 1, self._K, k, self._C)[1]
+                                 for tp, _, _, y, k in self._recent)
+            self._lmax_n = len(self._recent)
         visits = st.get("visits")
         if visits is None:  # a model saved before the dual point existed: no dual point
             self._visits, self._dropped = [0] * len(self._recent), max(self._dropped, 1)
