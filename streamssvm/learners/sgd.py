@@ -86,7 +86,7 @@ class SGD(Learner):
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
                  max_queries: int = 20, tol: float = 0.999, averaging="weighted", avg_start: int = 0,
-                 project: bool = True, window: int | None = None, seed: int | None = 0, relaxed: bool = False):
+                 project: bool = True, t0="auto", window: int | None = None, seed: int | None = 0, relaxed: bool = False):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
@@ -99,6 +99,9 @@ class SGD(Learner):
         self.averaging = check_choice("averaging", averaging, _AVERAGING)
         self.avg_start = check_number("avg_start", avg_start, low=0, integer=True)
         self.project = bool(project)
+        if t0 != "auto":
+            check_number("t0", t0, low=0.0)
+        self.t0 = t0
         self.window = check_number("window", window, low=0, integer=True, allow_none=True)
         self.seed = check_number("seed", seed, low=0, integer=True, allow_none=True)
         self.relaxed = bool(relaxed)
@@ -121,6 +124,8 @@ class SGD(Learner):
         self._lmax_sum = 0.0            # sum over learned examples of max_y Delta_i(y) = H_i(0) ...
         self._lmax_n = 0                # ... and their number (the projection radius)
         self.projections = 0            # steps where the projection was active
+        self.folds = 0                  # O(d K) renormalizations of the scale a into U
+        self._t0 = None if self.t0 == "auto" else float(self.t0)
         self._C = structure.cost_matrix(4, labels)
         self.t = 0
         self.queries = 0
@@ -307,8 +312,16 @@ class SGD(Learner):
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         """One step on a new example, which joins the held window."""
         L = len(tok_ptr) - 1
-        self._lmax_sum += self.structure.loss_range(ytrue, L, self._K, Ki, self._C)[1]
+        lmax = self.structure.loss_range(ytrue, L, self._K, Ki, self._C)[1] if self._K > 1 else 0.0
+        self._lmax_sum += lmax
         self._lmax_n += 1
+        if self._t0 is None and lmax > 1e-9:
+            # eta_t = 1 / (lam (t + t0)) with t0 such that the first step reaches the edge of the
+            # ball of radius R = sqrt(P(0) / lam): t0 = G / (lam R) - 1, G ~ ||psi|| of a labeling
+            # wrong everywhere (Bottou's calibrated eta_0 = 1 / (lam t0), here from one example)
+            G = float(np.sqrt(2.0 * (np.dot(fval, fval) + L + 1)))
+            R = float(np.sqrt(self._lmax_sum / self._lmax_n / self.lam))
+            self._t0 = max(G / (self.lam * R) - 1.0, 0.0)
         viol = self._step(tok_ptr, fidx, fval, ytrue, Ki)
         if self.window is None or self.window > 0:
             self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
@@ -328,7 +341,8 @@ class SGD(Learner):
         the weights (a violating visit)."""
         self.t += 1
         self._avg_cache = None
-        eta = 1.0 / (self.lam * self.t)
+        t0 = self._t0 or 0.0
+        eta = 1.0 / (self.lam * (self.t + t0))
         shrink = 1.0 - eta * self.lam
         if shrink <= 0.0:   # t = 1: the first step forgets the starting point
             for v, u in zip(self._arrays(self.V), self._arrays(self.W)):
@@ -369,12 +383,18 @@ class SGD(Learner):
                 self.a *= rho
                 self.ell *= rho
                 self.projections += 1
-        if self.a < 1e-100:   # renormalize U (the lazy average keeps beta * U fixed)
-            for u in self._arrays(self.W):
+        if self.a < 1e-3:
+            # fold the scale into U (O(d K), rare: a shrinks by 1 - 1/t per step, faster only while
+            # the projection is active) and restart the lazy average from the materialized sum
+            # S = beta U - V (V := -S, beta := 0): beta U and V never grow far beyond S, so their
+            # difference loses at most ~3 digits
+            for u, v in zip(self._arrays(self.W), self._arrays(self.V)):
+                if self.beta:
+                    v -= self.beta * u
                 u *= self.a
             self.unorm2 *= self.a * self.a
-            self.beta /= self.a
-            self.a = 1.0
+            self.beta, self.a = 0.0, 1.0
+            self.folds += 1
         c = self._avg_weight(self.t)
         if c:
             self.beta += c * self.a
@@ -514,6 +534,7 @@ class SGD(Learner):
         extra = {"queries_per_search": self.queries / max(self.searches, 1),
                  "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
         extra["projections"] = self.projections
+        extra["folds"] = self.folds
         primal = reg + hinge / n
         lp_note = ""
         if self._lp_on():
@@ -541,7 +562,8 @@ class SGD(Learner):
         return {"K": self._K, "a": self.a, "t": self.t, "queries": self.queries, "searches": self.searches,
                 "certified": self.certified, "n_learned": self.n_learned, "beta": self.beta, "csum": self.csum,
                 "unorm2": self.unorm2, "ell": self.ell, "lmax_sum": self._lmax_sum, "lmax_n": self._lmax_n,
-                "projections": self.projections, "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
+                "projections": self.projections, "folds": self.folds, "t0": -1.0 if self._t0 is None else self._t0,
+                "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
                 "visits": np.asarray(self._visits, dtype=np.int64),
                 "E": self.W.E, "T": self.W.T, "B": self.W.B, "VE": self.V.E, "VT": self.V.T, "VB": self.V.B,
                 "C": self._C,
@@ -562,7 +584,8 @@ class SGD(Learner):
             self.beta, self.csum, self.ell = float(st["beta"]), float(st["csum"]), float(st["ell"])
             self.unorm2 = float(st["unorm2"])
             self._lmax_sum, self._lmax_n = float(st["lmax_sum"]), int(st["lmax_n"])
-            self.projections = int(st["projections"])
+            self.projections, self.folds = int(st["projections"]), int(st["folds"])
+            self._t0 = None if float(st["t0"]) < 0 else float(st["t0"])
         else:   # saved before the lazy average: the stored average A enters with weight t
             A = [np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB")]
             self.csum = float(self.t) if self.averaging != "none" else 0.0
@@ -570,6 +593,7 @@ class SGD(Learner):
             self.V.E, self.V.T, self.V.B = (-self.csum * x for x in A)
             self.ell = float(st.get("dual_loss", 0.0)) / (self.lam * max(self.t, 1))
             self.unorm2 = self.W.sqnorm()
+            self._t0 = 0.0   # the 1 / (lam t) steps it was trained with
         self._C = np.array(st["C"], dtype=np.float64)
         self._dropped = int(st.get("dropped", 0))
         self._relaxed_steps = int(st.get("relaxed_steps", 0))
