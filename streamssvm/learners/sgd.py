@@ -86,7 +86,7 @@ class SGD(Learner):
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
                  max_queries: int = 20, tol: float = 0.999, averaging="weighted", avg_start: int = 0,
-                 project: bool = True, t0="auto", window: int | None = None, seed: int | None = 0, relaxed: bool = False):
+                 project: bool = True, t0="auto", calibrate: int = 100, window: int | None = None, seed: int | None = 0, relaxed: bool = False):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
@@ -102,6 +102,7 @@ class SGD(Learner):
         if t0 != "auto":
             check_number("t0", t0, low=0.0)
         self.t0 = t0
+        self.calibrate = check_number("calibrate", calibrate, low=0, integer=True)
         self.window = check_number("window", window, low=0, integer=True, allow_none=True)
         self.seed = check_number("seed", seed, low=0, integer=True, allow_none=True)
         self.relaxed = bool(relaxed)
@@ -124,8 +125,11 @@ class SGD(Learner):
         self._lmax_sum = 0.0            # sum over learned examples of max_y Delta_i(y) = H_i(0) ...
         self._lmax_n = 0                # ... and their number (the projection radius)
         self.projections = 0            # steps where the projection was active
+        self.calibrated = None          # what the t0 calibration chose
         self.folds = 0                  # O(d K) renormalizations of the scale a into U
         self._t0 = None if self.t0 == "auto" else float(self.t0)
+        self._pending = 0               # examples held, not yet stepped on (t0 calibration)
+        self._labels = labels
         self._C = structure.cost_matrix(4, labels)
         self.t = 0
         self.queries = 0
@@ -145,6 +149,7 @@ class SGD(Learner):
         self._bound = True
 
     def ensure(self, n_features, labels):
+        self._labels = labels
         n_labels = len(labels)
         Kc = self.W.Kc
         if n_labels > Kc:
@@ -315,13 +320,16 @@ class SGD(Learner):
         lmax = self.structure.loss_range(ytrue, L, self._K, Ki, self._C)[1] if self._K > 1 else 0.0
         self._lmax_sum += lmax
         self._lmax_n += 1
+        if self._t0 is None and self.calibrate and (self.window is None or self.window >= self.calibrate):
+            # hold the first `calibrate` examples, pick t0 on them, then step on them
+            self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
+            self._visits.append(0)
+            self._pending += 1
+            if self._pending >= self.calibrate:
+                self._calibrate()
+            return
         if self._t0 is None and lmax > 1e-9:
-            # eta_t = 1 / (lam (t + t0)) with t0 such that the first step reaches the edge of the
-            # ball of radius R = sqrt(P(0) / lam): t0 = G / (lam R) - 1, G ~ ||psi|| of a labeling
-            # wrong everywhere (Bottou's calibrated eta_0 = 1 / (lam t0), here from one example)
-            G = float(np.sqrt(2.0 * (np.dot(fval, fval) + L + 1)))
-            R = float(np.sqrt(self._lmax_sum / self._lmax_n / self.lam))
-            self._t0 = max(G / (self.lam * R) - 1.0, 0.0)
+            self._t0 = self._t0_base([(tok_ptr, fidx, fval)])
         viol = self._step(tok_ptr, fidx, fval, ytrue, Ki)
         if self.window is None or self.window > 0:
             self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
@@ -332,6 +340,40 @@ class SGD(Learner):
                 self._dropped += 1
         else:
             self._dropped += 1
+
+    def _t0_base(self, examples):
+        """t0 such that a first step of size 1 / (lam (1 + t0)) on a labeling wrong everywhere,
+        ||psi|| ~ G, reaches the edge of the ball of radius R = sqrt(P(0) / lam)."""
+        G = float(np.mean([np.sqrt(2.0 * (np.dot(fv, fv) + len(tp))) for tp, _, fv in examples]))
+        R = float(np.sqrt(max(self._lmax_sum / max(self._lmax_n, 1), 1e-12) / self.lam))
+        return max(G / (self.lam * R) - 1.0, 0.0)
+
+    def _calibrate(self):
+        """Choose t0 (eta_t = 1 / (lam (t + t0))) on the held examples, as Bottou's SGD calibrates
+        its eta_0 on a sample (Bottou, Stochastic gradient descent tricks): one pass of a fresh
+        copy per candidate t0 in base * 10^k, k = 0..5, keeping the lowest primal objective of its
+        predicting weights on these examples; then step on them with it."""
+        ex = self._recent[-self._pending:]
+        base = self._t0_base([(tp, fi, fv) for tp, fi, fv, _, _ in ex])
+        best = (np.inf, base)
+        params = self._get_params()
+        for k in range(6):
+            cand = base * 10.0 ** k
+            trial = SGD(**{**params, "t0": cand, "calibrate": 0, "window": None})
+            trial.bind(self.structure, self._labels)
+            trial.ensure(self.W.E.shape[0], self._labels)
+            for tp, fi, fv, y, Ki in ex:
+                trial.learn(tp, fi, fv, y, Ki)
+            p = trial.certificate().primal
+            if p < best[0]:
+                best = (p, cand)
+        self._t0 = best[1]
+        self.calibrated = {"t0": best[1], "primal": best[0], "base": base, "examples": len(ex)}
+        first = len(self._recent) - self._pending
+        self._pending = 0
+        for i in range(first, len(self._recent)):
+            tp, fi, fv, y, Ki = self._recent[i]
+            self._visits[i] = int(self._step(tp, fi, fv, y, Ki))
 
     def _arrays(self, W):
         return (W.E, W.T, W.B)
@@ -438,6 +480,8 @@ class SGD(Learner):
         """Further SGD steps over the held window: ``passes`` epochs, each a fresh permutation of
         the held examples (whole epochs keep the dual point of :meth:`certificate` feasible). The
         permutations are drawn from (seed, t): the same seed gives the same run."""
+        if self._pending:
+            self._calibrate()
         n = len(self._recent)
         todo = int(round(passes * n))
         rng = np.random.default_rng(None if self.seed is None else [self.seed, self.t])
@@ -535,6 +579,7 @@ class SGD(Learner):
                  "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
         extra["projections"] = self.projections
         extra["folds"] = self.folds
+        extra["t0"] = self._t0
         primal = reg + hinge / n
         lp_note = ""
         if self._lp_on():
@@ -562,7 +607,7 @@ class SGD(Learner):
         return {"K": self._K, "a": self.a, "t": self.t, "queries": self.queries, "searches": self.searches,
                 "certified": self.certified, "n_learned": self.n_learned, "beta": self.beta, "csum": self.csum,
                 "unorm2": self.unorm2, "ell": self.ell, "lmax_sum": self._lmax_sum, "lmax_n": self._lmax_n,
-                "projections": self.projections, "folds": self.folds, "t0": -1.0 if self._t0 is None else self._t0,
+                "projections": self.projections, "folds": self.folds, "pending": self._pending, "t0": -1.0 if self._t0 is None else self._t0,
                 "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
                 "visits": np.asarray(self._visits, dtype=np.int64),
                 "E": self.W.E, "T": self.W.T, "B": self.W.B, "VE": self.V.E, "VT": self.V.T, "VB": self.V.B,
@@ -586,6 +631,7 @@ class SGD(Learner):
             self._lmax_sum, self._lmax_n = float(st["lmax_sum"]), int(st["lmax_n"])
             self.projections, self.folds = int(st["projections"]), int(st["folds"])
             self._t0 = None if float(st["t0"]) < 0 else float(st["t0"])
+            self._pending = int(st["pending"])
         else:   # saved before the lazy average: the stored average A enters with weight t
             A = [np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB")]
             self.csum = float(self.t) if self.averaging != "none" else 0.0
