@@ -320,16 +320,14 @@ class SGD(Learner):
         lmax = self.structure.loss_range(ytrue, L, self._K, Ki, self._C)[1] if self._K > 1 else 0.0
         self._lmax_sum += lmax
         self._lmax_n += 1
-        if self._t0 is None and self.calibrate and (self.window is None or self.window >= self.calibrate):
-            # hold the first `calibrate` examples, pick t0 on them, then step on them
-            self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
-            self._visits.append(0)
-            self._pending += 1
-            if self._pending >= self.calibrate:
-                self._calibrate()
-            return
         if self._t0 is None and lmax > 1e-9:
             self._t0 = self._t0_base([(tok_ptr, fidx, fval)])
+            # the first `calibrate` examples are learned with this provisional t0, then t0 is
+            # calibrated on them and they are learned again from w = 0 (see _calibrate)
+            self._pending = 1 if self.t0 == "auto" and self.calibrate and (
+                self.window is None or self.window >= self.calibrate) else 0
+        elif self._pending:
+            self._pending += 1
         viol = self._step(tok_ptr, fidx, fval, ytrue, Ki)
         if self.window is None or self.window > 0:
             self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
@@ -340,6 +338,8 @@ class SGD(Learner):
                 self._dropped += 1
         else:
             self._dropped += 1
+        if self._pending >= self.calibrate > 0:
+            self._calibrate()
 
     def _t0_base(self, examples):
         """t0 such that a first step of size 1 / (lam (1 + t0)) on a labeling wrong everywhere,
@@ -352,8 +352,9 @@ class SGD(Learner):
         """Choose t0 (eta_t = 1 / (lam (t + t0))) on the held examples, as Bottou's SGD calibrates
         its eta_0 on a sample (Bottou, Stochastic gradient descent tricks): one pass of a fresh
         copy per candidate t0 in base * 10^k, k = 0..5, keeping the lowest primal objective of its
-        predicting weights on these examples; then step on them with it."""
-        ex = self._recent[-self._pending:]
+        predicting weights on these examples; then learn them again from w = 0 with it (the
+        examples before were learned with the provisional t0 of :meth:`_t0_base`)."""
+        ex = list(self._recent)   # every example learned so far (the window holds them all)
         base = self._t0_base([(tp, fi, fv) for tp, fi, fv, _, _ in ex])
         best = (np.inf, base)
         params = self._get_params()
@@ -369,9 +370,15 @@ class SGD(Learner):
                 best = (p, cand)
         self._t0 = best[1]
         self.calibrated = {"t0": best[1], "primal": best[0], "base": base, "examples": len(ex)}
-        first = len(self._recent) - self._pending
         self._pending = 0
-        for i in range(first, len(self._recent)):
+        # learn the calibration examples again, from w = 0, with the chosen t0
+        for W in (self.W, self.V):
+            for u in self._arrays(W):
+                u[...] = 0.0
+        self.a, self.beta, self.csum, self.unorm2, self.ell = 1.0, 0.0, 0.0, 0.0, 0.0
+        self.t = self.projections = self.folds = self.n_learned = 0
+        self._t0 = best[1]
+        for i in range(len(self._recent)):
             tp, fi, fv, y, Ki = self._recent[i]
             self._visits[i] = int(self._step(tp, fi, fv, y, Ki))
 
@@ -480,8 +487,6 @@ class SGD(Learner):
         """Further SGD steps over the held window: ``passes`` epochs, each a fresh permutation of
         the held examples (whole epochs keep the dual point of :meth:`certificate` feasible). The
         permutations are drawn from (seed, t): the same seed gives the same run."""
-        if self._pending:
-            self._calibrate()
         n = len(self._recent)
         todo = int(round(passes * n))
         rng = np.random.default_rng(None if self.seed is None else [self.seed, self.t])
