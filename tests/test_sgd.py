@@ -171,7 +171,7 @@ def test_averaged_iterate_beats_zero_after_one_pass(lam):
         m.learn_one(x, y)
     c = m.certificate()
     assert c.primal < 1.0 and np.isfinite(c.gap)
-    assert m._learner.calibrated["examples"] == 100
+    assert m._learner.calibrated["examples"] == 300
     old = ss.SequenceTagger(learner=ss.learners.SGD(lam=lam, averaging="uniform", project=False, t0=0))
     for x, y in data:
         old.learn_one(x, y)

@@ -5,6 +5,19 @@ from numba import njit
 
 from .common import _JIT
 
+#: The chain's loss is sum_t C[y_t, y'_t] / Z. The ``Ki`` slot of the kernels (the number of
+#: labels of a multi-label example; unused by chains otherwise) carries Z's kind for chains:
+#: Ki = 1 (the default everywhere): Z = L, the loss normalized per sentence; Ki = 2: Z = 1, the
+#: loss per token (long sentences weigh more, as in a CRF's log-likelihood).
+CHAIN_LOSS_NORMALIZED = 1
+CHAIN_LOSS_TOKEN = 2
+
+
+@njit(**_JIT)
+def chain_loss_norm(L, Ki):
+    """Z of the chain loss sum_t C[y_t, y'_t] / Z: L for Ki = 1 (normalized), 1 for Ki = 2 (per token)."""
+    return 1.0 if Ki == CHAIN_LOSS_TOKEN else float(L)
+
 
 @njit(**_JIT)
 def _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V):

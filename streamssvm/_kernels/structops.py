@@ -30,7 +30,9 @@ import numpy as np
 from numba import njit
 
 # the per-structure kernels (re-exported: ``structops.X`` is the one name callers use)
-from .chain import _chain_level_best, _chain_wrong_dp, chain_level_labeling  # noqa: F401
+from .chain import (  # noqa: F401
+    CHAIN_LOSS_NORMALIZED, CHAIN_LOSS_TOKEN, _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_loss_norm,
+)
 from .common import (  # noqa: F401
     _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
     emission_scores, gram,
@@ -92,7 +94,7 @@ def decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, loss_scale, Ki, 
             else:
                 total += off
         return total
-    lw = loss_scale / L
+    lw = loss_scale / (chain_loss_norm(L, Ki) if kind == CHAIN else L)
     if kind == MULTICLASS or L == 1 and not use_trans:
         best = -np.inf
         arg = 0
@@ -192,7 +194,7 @@ def labeling_loss(kind, lab, ytrue, ly, C, L, K, Ki, ybuf):
     v = 0.0
     for t in range(L):
         v += C[ytrue[t], lab[t]]
-    return v / L
+    return v / (chain_loss_norm(L, Ki) if kind == CHAIN else L)
 
 
 @njit(**_JIT)
@@ -291,7 +293,7 @@ def stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf):
         c = ytrue[t]
         for k in range(K):
             v += C[c, k] * st[base + k]
-    return v / L
+    return v / (chain_loss_norm(L, Ki) if kind == CHAIN else L)
 
 
 @njit(**_JIT)
@@ -441,13 +443,14 @@ def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
     # chain, Hamming loss: the DP over wrong-tag counts, then the best level and its labeling
     _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
     ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+    Z = chain_loss_norm(L, Ki)
     best = 0.0
     best_m = 0
     for m in range(1, L + 1):
         v = _chain_level_best(V, B, scale, L, K, use_trans, m)
         if v == -np.inf:
             continue
-        h = (m / L) * (1.0 + v - ts)
+        h = (m / Z) * (1.0 + v - ts)
         if h > best:
             best = h
             best_m = m
@@ -504,12 +507,13 @@ def slack_levels(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
         return K
     _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
     ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+    Z = chain_loss_norm(L, Ki)
     c = 0
     for m in range(1, L + 1):
         best = _chain_level_best(V, B, scale, L, K, use_trans, m)
         if best > -np.inf:
             hs[c] = 1.0 + best - ts
-            gs[c] = m / L
+            gs[c] = m / Z
             c += 1
     return c
 

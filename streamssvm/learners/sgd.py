@@ -86,7 +86,7 @@ class SGD(Learner):
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
                  max_queries: int = 20, tol: float = 0.999, averaging="weighted", avg_start: int = 0,
-                 project: bool = True, t0="auto", calibrate: int = 100, window: int | None = None, seed: int | None = 0, relaxed: bool = False):
+                 project: bool = True, t0="auto", calibrate: int = 300, window: int | None = None, seed: int | None = 0, relaxed: bool = False):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
