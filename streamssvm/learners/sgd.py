@@ -12,11 +12,13 @@ the exact O(L^2 K^2) chain slack DP); angular search needs the constrained lambd
 these structures is answered from the level points (one pass of the exact DP's cost per search,
 counted in ``level_passes``).
 
-A dual point (DESIGN section 3). From w = 0 with eta_t = 1 / (lam t), the t-th iterate is exactly
-w_T = (1 / (lam T)) sum_s c_s psi_s (c_s = 1, or Delta(y^_s) for slack rescaling): in the dual of the
-n held examples it is alpha_i(y^_s) = n / T for every violating visit s of example i (the rest of
-the mass on the ground truth), with dual value D = (1/T) sum_s Delta(y^_s) - (lam/2) ||w_T||^2. That
-alpha is feasible exactly when every example learned is still held and no example was visited
+A dual point (DESIGN section 3). From w = 0 with eta_t = 1 / (lam (t + t0)), the T-th iterate is
+w_T = sum_s gamma_s c_s psi_s (c_s = 1, or Delta(y^_s) for slack rescaling) with
+gamma_s = 1 / (lam (T + t0)) times the product of the projection factors applied since step s, so
+gamma_s <= 1 / (lam T): in the dual of the n held examples it is alpha_i(y^_s) = lam n gamma_s for
+every violating visit s of example i (the rest of the mass on the ground truth), with dual value
+D = lam * sum_s gamma_s Delta(y^_s) - (lam/2) ||w_T||^2 (the sum is kept as ``ell``, scaled as w
+is). That alpha is feasible when every example learned is still held and no example was visited
 (violating) more than T / n times -- true after one streaming pass, and after any number of
 whole :meth:`refine` epochs (each a permutation of the held examples). :meth:`certificate` then
 reports the valid gap P(w) - D >= P(w) - min P for the predicting (averaged) weights; otherwise
@@ -64,14 +66,32 @@ class SGD(Learner):
     max_queries, tol
         Search budget and stopping ratio (Phi(best) / certified upper bound).
     averaging
-        Predict with the running average of the iterates.
+        Predict with an average of the iterates: ``"weighted"`` (default; iterate t weighs t,
+        Lacoste-Julien, Schmidt & Bach 2012), ``"uniform"``, or ``"none"`` (the last iterate).
+        Kept lazily: O(nnz) per step, as BCFW's average. ``True``/``False`` mean weighted/none.
+    avg_start
+        Iterates before this step get weight 0 in the average (a late start).
+    project
+        Project the iterate onto the ball of radius sqrt(P(0) / lam), which holds the optimum
+        (Shalev-Shwartz et al., Pegasos). Projections only shrink w, so the dual point stays valid.
+    t0
+        Step sizes eta_t = 1 / (lam (t + t0)). ``"auto"``: calibrated (see ``calibrate``);
+        ``0`` gives the textbook Pegasos steps 1 / (lam t).
+    calibrate
+        With ``t0="auto"``: after this many examples (learned with a provisional t0 meanwhile),
+        pick t0 among 6 candidates by the primal objective of one pass over them, and learn them
+        again from w = 0 with it (Bottou, Stochastic gradient descent tricks).
     relaxed
         Only with the LP relaxation (pairwise multi-label MRF above 16 labels): step on the LP's
         optimum as a *relaxed labeling* (its node and edge marginals), as Choi et al. do
         (fractional solutions are additional labels; Finley & Joachims' relaxed training),
         instead of on its rounding. Prediction still rounds.
     window
-        Recent examples kept to report the primal objective.
+        Examples held for the certificate and :meth:`refine`: ``None`` (default) holds every
+        example learned; an integer keeps the most recent ones (the certificate then reports
+        the primal only).
+    seed
+        Seed of the refine permutations (``None``: fresh entropy).
 
     Examples
     --------
