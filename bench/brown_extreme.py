@@ -122,8 +122,19 @@ def _latency(fn, X, n):
     return {"median_us": float(np.median(ts)), "p99_us": float(np.percentile(ts, 99))}
 
 
+_ESTIMATOR_KEYS = ("mips", "loss", "labels", "n_features", "rescaling", "predict_with")
+
+
+def make_extreme(cfg):
+    """ExtremeClassifier from one flat dict: estimator keys to the estimator, the rest to
+    ``learners.MEMOIR``."""
+    est = {k: v for k, v in cfg.items() if k in _ESTIMATOR_KEYS}
+    return ss.ExtremeClassifier(learner=ss.learners.MEMOIR(**{k: v for k, v in cfg.items()
+                                                             if k not in _ESTIMATOR_KEYS}), **est)
+
+
 def run_extreme(cfg, Xtr, ytr, Xte, yte, cap, lat_n):
-    m = ss.ExtremeClassifier(**cfg)
+    m = make_extreme(cfg)
     t0 = time.perf_counter()
     n = 0
     marks = []
@@ -153,16 +164,12 @@ def run_extreme(cfg, Xtr, ytr, Xte, yte, cap, lat_n):
         res["macro_f1_index_predict"] = macro_f1(yte, pi)
         res["recall_at_1_predict"] = float(np.mean([a == b for a, b in zip(pi, pe)]))
         res["predict_index"] = _latency(m.predict_one, Xte, lat_n)
-    lr = getattr(m, "_learner", None)  # diagnostics for the report only (recall inside training)
-    if lr is not None:
-        res["rows"] = int(lr.n_rows)
-        try:
-            dg = lr.diagnostics()
-            res["rows_kind"], res["rows_nnz"], res["rows_nbytes"] = dg.get("rows"), dg.get("rows_nnz"), dg.get("rows_nbytes")
-            res["recall_at_1_train"] = dg.get("recall_at_1")
-            res["margin_error_mean"] = dg.get("margin_error_mean")
-        except Exception:  # noqa: BLE001 - diagnostics are optional
-            pass
+    dg = m.certificate().extra  # diagnostics for the report only (recall inside training)
+    if dg:
+        res["rows"] = int(dg["n_classes"])
+        res["rows_kind"], res["rows_nnz"], res["rows_nbytes"] = dg.get("rows"), dg.get("rows_nnz"), dg.get("rows_nbytes")
+        res["recall_at_1_train"] = dg.get("recall_at_1")
+        res["margin_error_mean"] = dg.get("margin_error_mean")
     return res
 
 

@@ -30,9 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import streamssvm as ss  # noqa: E402
-from connectors.base import DeadLetterSink, MemorySink  # noqa: E402
-from connectors.files import _reject_constant, parse_example  # noqa: E402
-from connectors.kafka import KafkaSink, KafkaSource, create_topic, produce_lines  # noqa: E402
+from streamssvm.connectors.base import DeadLetterSink, MemorySink  # noqa: E402
+from streamssvm.connectors.files import _reject_constant, parse_example  # noqa: E402
+from streamssvm.connectors.kafka import KafkaSink, KafkaSource, create_topic, produce_lines  # noqa: E402
 from streamssvm.cli import start_broker  # noqa: E402
 from streamssvm.engine import Engine  # noqa: E402
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from streamssvm.learners.memoir import MEMOIR
+from streamssvm.structures import MultiClass
 
 
 def dense_data(C, n, d, seed, noise, n_test):
@@ -51,14 +52,15 @@ def sparse_data(C, n, vocab, seed, n_test):
 
 
 def run(mips, data, test, C, dim, kind, params, batch):
-    lr = MEMOIR(mips=mips, lam=1e-4, check_every=50, rows=kind, batch_size=batch, **params)
-    lr.bind(dim)
-    lr.ensure(C, dim)
+    lr = MEMOIR(mips=mips, lam=1e-4, check_every=50, rows=kind, batch_size=batch, window=0, **params)
+    lr.bind(MultiClass(), [])
+    lr.ensure(dim, range(C))
     t0 = time.perf_counter()
+    one = np.array([0, 1], dtype=np.int64)
     for idx, val, y in data:
-        lr.learn(idx, val, y)
+        lr.learn(np.array([0, len(idx)]), idx, val, np.array([y]))
     el = time.perf_counter() - t0
-    acc = float(np.mean([lr.predict(i, v) == y for i, v, y in test]))
+    acc = float(np.mean([lr.predict(one, np.array([0, len(i)]), i, v, one, 1)[0] == y for i, v, y in test]))
     d = lr.diagnostics()
     st = d["staleness"]
     return {"mips": mips, "examples_per_s": len(data) / el, "seconds": el, "test_accuracy": acc,

@@ -5,9 +5,18 @@ JSON-serializable value that, given to ``seek`` on a fresh source, resumes right
 record. The engine stores it inside checkpoints, which is what makes crash recovery exact.
 
 Bad input never stops a stream and is never dropped silently: sources send it to a
-``DeadLetterSink`` with the reason and the origin, and count it.
+``DeadLetterSink`` with the reason and the origin, and count it. A record is validated whole
+before it is yielded; any exception while parsing one record becomes a dead letter.
 
-This package does not import ``streamssvm`` (dependencies point one way).
+Limits (documented defaults, per source):
+
+* ``max_record_bytes`` (``DEFAULT_MAX_RECORD_BYTES`` = 1 MiB): a longer line / message / CoNLL
+  sentence is a dead letter, read without holding it in memory;
+* feature values must be finite with ``|v| <= MAX_ABS_VALUE`` (1e12, from
+  ``streamssvm.features``);
+* dead letters keep at most ``max_raw_bytes`` (4096) of the raw record, plus its full length.
+
+This package imports only ``streamssvm.features``/``streamssvm._optional`` of the core.
 """
 from __future__ import annotations
 
@@ -17,6 +26,11 @@ import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
+
+from streamssvm.features import MAX_ABS_VALUE  # noqa: F401  (re-exported: the documented bound)
+
+DEFAULT_MAX_RECORD_BYTES = 1 << 20
+DEFAULT_MAX_RAW_BYTES = 4096
 
 
 @dataclass
@@ -81,6 +95,10 @@ class Sink:
     def flush(self) -> None:
         pass
 
+    def sync(self) -> None:
+        """Make everything written so far durable (flush; file sinks also fsync)."""
+        self.flush()
+
     def close(self) -> None:
         self.flush()
 
@@ -138,42 +156,80 @@ def _json_default(v):
 
 class DeadLetterSink:
     """Where bad records go: ``send(raw, reason, origin)`` writes ``{"reason", "origin",
-    "raw"}`` to the wrapped sink and counts. Without a sink, records are kept in memory and
-    one warning per distinct reason is emitted, so nothing is lost silently.
+    "raw", "raw_bytes"}`` to the wrapped sink and counts. ``raw`` keeps at most
+    ``max_raw_bytes`` of the record (``"truncated": true`` then); bytes that are not UTF-8 are
+    also given as ``raw_base64``. Without a sink, records are kept in memory and one warning
+    per distinct reason is emitted, so nothing is lost silently.
 
     >>> dl = DeadLetterSink()
     >>> import warnings
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("ignore")
     ...     dl.send(b"{bad", "invalid JSON", "f.jsonl:3")
+    ...     dl.send(b"x" * 10000, "too long", "f.jsonl:4")
     >>> dl.count, dl.reasons["invalid JSON"]
-    (1, 1)
+    (2, 1)
+    >>> d = dl.sink.items[1]; len(d["raw"]), d["raw_bytes"], d["truncated"]
+    (4096, 10000, True)
     """
 
-    def __init__(self, sink: Sink | None = None):
+    def __init__(self, sink: Sink | None = None, max_raw_bytes: int = DEFAULT_MAX_RAW_BYTES):
         self.warn = sink is None
         self.sink = sink if sink is not None else MemorySink()
+        self.max_raw_bytes = int(max_raw_bytes)
         self.count = 0
         self.reasons: Counter = Counter()
 
-    def send(self, raw, reason: str, origin: str = ""):
+    def send(self, raw, reason: str, origin: str = "", size: int | None = None):
+        """``size``: the full length of the record when ``raw`` is already only its head."""
         extra = {}
-        if isinstance(raw, (bytes, bytearray)):
-            import base64
-            extra["raw_base64"] = base64.b64encode(bytes(raw)).decode("ascii")
-            raw = bytes(raw).decode("utf-8", errors="backslashreplace")
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            raw = bytes(raw)
         elif not isinstance(raw, str):
-            raw = repr(raw)
+            try:
+                raw = repr(raw)
+            except Exception as e:  # noqa: BLE001 - e.g. an int too large to print
+                raw = f"<unprintable {type(raw).__name__}: {type(e).__name__}>"
+        n = len(raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw) if size is None else int(size)
+        cap = self.max_raw_bytes
+        if isinstance(raw, bytes):
+            head = raw[:cap]
+            try:
+                text = head.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if e.start >= len(head) - 3 and len(raw) > cap:  # a character cut by the truncation
+                    text = head[:e.start].decode("utf-8", "backslashreplace")
+                else:
+                    import base64
+                    extra["raw_base64"] = base64.b64encode(head).decode("ascii")
+                    text = head.decode("utf-8", errors="backslashreplace")
+            raw = text
+        elif len(raw) > cap:
+            raw = raw[:cap]
+        if n > cap:
+            extra["truncated"] = True
+        reason = str(reason)
+        if len(reason) > 1000:
+            reason = reason[:1000] + "..."
         short = reason.split(":")[0]
         if self.warn and short not in self.reasons:
             warnings.warn(f"bad record sent to the dead-letter sink ({origin}): {reason}", RuntimeWarning,
                           stacklevel=3)
         self.count += 1
         self.reasons[short] += 1
-        self.sink.write({"reason": reason, "origin": origin, "raw": raw, **extra})
+        self.sink.write({"reason": reason, "origin": origin, "raw": raw, "raw_bytes": n, **extra})
 
     def flush(self):
         self.sink.flush()
+
+    def sync(self):
+        """Flush and fsync the dead letters written so far; the engine calls it before each
+        checkpoint, so a checkpoint never covers a record whose dead letter could be lost."""
+        sync = getattr(self.sink, "sync", None)
+        if sync is not None:
+            sync()
+        else:
+            self.sink.flush()
 
     def close(self):
         self.sink.close()
@@ -220,4 +276,4 @@ class IterableSource(Source):
                 yield Record(x=x, y=y, key=k - 1, position=k, origin=f"{self.name}[{k - 1}]")
 
 
-__all__ = ["Record", "Source", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "Source", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]

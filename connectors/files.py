@@ -28,7 +28,9 @@ from urllib.parse import parse_qsl, unquote, urlparse
 
 import numpy as np
 
-from .base import DeadLetterSink, Record, Source
+from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
+
+_BOM = b"\xef\xbb\xbf"
 
 FORMATS = ("jsonl", "csv", "libsvm", "conll")
 _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".libsvm": "libsvm",
@@ -40,7 +42,44 @@ class BadRecord(ValueError):
     """Raised by parsers; the message is the dead-letter reason."""
 
 
-class _Pacer:
+class _TooLong:
+    """A line longer than ``max_record_bytes``: its head (for the dead letter) and its size."""
+
+    __slots__ = ("head", "size")
+
+    def __init__(self, head, size):
+        self.head, self.size = head, size
+
+    def strip(self):  # never blank
+        return True
+
+
+def _reason(e):
+    """The dead-letter reason of any exception raised while parsing one record."""
+    if isinstance(e, BadRecord):
+        return str(e)
+    if isinstance(e, RecursionError):
+        return "too deeply nested"
+    if isinstance(e, MemoryError):
+        return "out of memory while parsing the record"
+    try:
+        msg = str(e)
+    except Exception:  # noqa: BLE001
+        msg = ""
+    return f"{type(e).__name__}: {msg[:300]}" if msg else type(e).__name__
+
+
+class Pacer:
+    """Paces a stream at ``rate`` records per second (None: as fast as possible): the k-th
+    :meth:`wait` returns no earlier than k / rate seconds after the first one. The one pacer
+    of the project: file sources (``rate=``) and ``Engine(rate=...)`` both use it.
+
+    >>> p = Pacer(1000.0); t = time.monotonic()
+    >>> for _ in range(11): p.wait()
+    >>> time.monotonic() - t >= 0.0099
+    True
+    """
+
     def __init__(self, rate):
         if rate is not None and (not isinstance(rate, (int, float)) or rate <= 0):
             raise ValueError(f"rate must be a positive number of records per second, got {rate!r}")
@@ -65,14 +104,18 @@ class FileSource(Source):
 
     fmt = "?"
 
-    def __init__(self, path, rate=None, dead_letter: DeadLetterSink | None = None):
+    def __init__(self, path, rate=None, dead_letter: DeadLetterSink | None = None,
+                 max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES):
         super().__init__()
+        if not isinstance(max_record_bytes, int) or max_record_bytes < 1:
+            raise ValueError(f"max_record_bytes must be a positive int, got {max_record_bytes!r}")
+        self.max_record_bytes = max_record_bytes
         self.path = os.fspath(path)
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"no such file: {self.path}")
         self.name = os.path.basename(self.path)
         self.dead_letter = dead_letter if dead_letter is not None else DeadLetterSink()
-        self._pacer = _Pacer(rate)
+        self._pacer = Pacer(rate)
         self._offset = 0
         self._record = 0
         self._line = 0
@@ -93,7 +136,13 @@ class FileSource(Source):
 
     def _bad(self, raw, reason, line):
         self.n_bad += 1
-        self.dead_letter.send(raw, reason, f"{self.name}:{line}")
+        if isinstance(raw, _TooLong):
+            self.dead_letter.send(raw.head, reason, f"{self.name}:{line}", size=raw.size)
+        else:
+            self.dead_letter.send(raw, reason, f"{self.name}:{line}")
+
+    def _too_long(self, raw):
+        return BadRecord(f"record of {raw.size} bytes exceeds max_record_bytes={self.max_record_bytes}")
 
     def _emit(self, x, y, key, line):
         self._pacer.wait()
@@ -103,20 +152,52 @@ class FileSource(Source):
 
     def _lines(self):
         """(line number, start offset, end offset, raw bytes without newline) from the current
-        offset; line numbers count from 1 at the start of the file."""
+        offset; line numbers count from 1 at the start of the file. A UTF-8 byte-order mark at
+        the start of the file is dropped. A line longer than ``max_record_bytes`` comes as a
+        ``_TooLong`` (its head and size), read in bounded chunks, never held whole."""
+        cap = self.max_record_bytes
+        keep = getattr(self.dead_letter, "max_raw_bytes", 4096)
         with open(self.path, "rb") as f:
             if self._offset and not self._line:
-                # recover the line number for messages
-                f.seek(0)
-                self._line = f.read(self._offset).count(b"\n")
+                # recover the line number for messages (bounded memory)
+                n, left = 0, self._offset
+                while left > 0:
+                    chunk = f.read(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    n += chunk.count(b"\n")
+                    left -= len(chunk)
+                self._line = n
             f.seek(self._offset)
             line = self._line
             off = self._offset
-            for raw in f:
+            while True:
+                raw = f.readline(cap + 2)  # the content, up to 2 newline bytes
+                if not raw:
+                    return
                 line += 1
                 start = off
                 off += len(raw)
-                yield line, start, off, raw.rstrip(b"\r\n")
+                if not raw.endswith(b"\n") and len(raw) > cap:
+                    head = raw[:keep]
+                    size = len(raw)
+                    while True:  # skip the rest of the line in bounded chunks
+                        chunk = f.readline(1 << 20)
+                        if not chunk:
+                            break
+                        off += len(chunk)
+                        size += len(chunk)
+                        if chunk.endswith(b"\n"):
+                            break
+                    yield line, start, off, _TooLong(head, size)
+                    continue
+                raw = raw.rstrip(b"\r\n")
+                if start == 0 and raw.startswith(_BOM):
+                    raw = raw[len(_BOM):]
+                if len(raw) > cap:
+                    yield line, start, off, _TooLong(raw[:keep], len(raw))
+                    continue
+                yield line, start, off, raw
 
     def __iter__(self):  # pragma: no cover - subclasses
         raise NotImplementedError
@@ -127,26 +208,93 @@ def _reject_constant(c):
     raise BadRecord(f"non-finite number {c} in JSON")
 
 
+def _short(v):
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
+    try:
+        r = repr(v)
+    except Exception:  # noqa: BLE001
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
 def _finite(v, what):
+    """A feature value as a float: a number (bools are 0/1), finite, ``|v| <= MAX_ABS_VALUE``."""
     if isinstance(v, bool):
         return float(v)
-    if not isinstance(v, (int, float)):
-        raise BadRecord(f"{what}: non-numeric value {v!r}")
-    f = float(v)
-    if not math.isfinite(f):
+    if type(v) is int:
+        if not -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:  # exact: no float conversion of a huge int
+            raise BadRecord(f"{what}: |value| {_short(v)} exceeds {MAX_ABS_VALUE:g}")
+        return float(v)
+    if not isinstance(v, float):
+        raise BadRecord(f"{what}: non-numeric value {_short(v)}")
+    if not math.isfinite(v):
         raise BadRecord(f"{what}: non-finite value {v!r}")
-    return f
+    if abs(v) > MAX_ABS_VALUE:
+        raise BadRecord(f"{what}: |value| {v!r} exceeds {MAX_ABS_VALUE:g}")
+    return v
+
+
+def _float_text(text, what):
+    """A feature value from text (CSV cell, libsvm value), with the same checks."""
+    try:
+        f = float(text)
+    except ValueError:
+        raise BadRecord(f"{what}: non-numeric value {_short(text)}") from None
+    return _finite(f, what)
 
 
 def _features_dict(d, what="x"):
     out = {}
     for k, v in d.items():
-        out[k] = _finite(v, f"{what}[{k!r}]")
+        out[k] = _finite(v, f"{what}[{_short(k)}]")
     return out
 
 
+def _label(v, what="label"):
+    """A scalar label from JSON: a string, a bool, an integer within 64 bits or a finite float."""
+    if isinstance(v, (str, bool)):
+        return v
+    if type(v) is int:
+        if not -2**63 <= v < 2**63:
+            raise BadRecord(f"{what} {_short(v)} does not fit in 64 bits")
+        return v
+    if type(v) is float:
+        if not math.isfinite(v):
+            raise BadRecord(f"non-finite {what}")
+        return v
+    if v is None:
+        raise BadRecord(f"missing {what} (null)")
+    raise BadRecord(f"{what} must be a string, a number or a boolean, got {type(v).__name__} {_short(v)}")
+
+
+def _truth(v, lab):
+    """A multi-label truth value: true/false, 1/0, or the strings "true"/"false" (any case)."""
+    if isinstance(v, bool):
+        return v
+    if type(v) in (int, float) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+        return v.strip().lower() == "true"
+    raise BadRecord(f"truth value of label {_short(lab)} must be true/false, 1/0 or \"true\"/\"false\", "
+                    f"got {_short(v)}")
+
+
 def parse_example(obj, x_field="x", y_field="y"):
-    """Validate a decoded JSON example and convert x (see module docstring). Raises BadRecord."""
+    """Validate a decoded JSON example whole and convert x and y; raises BadRecord.
+
+    ``y``: a label (string, number, boolean), a list of labels, or an object ``{label: truth}``
+    whose truth values are booleans, 0/1 or the strings ``"true"``/``"false"`` (converted to
+    booleans; anything else is rejected rather than read as true).
+
+    >>> parse_example({"x": {"a": 1}, "y": {"u": "false", "v": 1}})
+    ({'a': 1.0}, {'u': False, 'v': True})
+    >>> try:
+    ...     parse_example({"x": {"a": 10**400}, "y": 1})
+    ... except BadRecord as e:
+    ...     print(e)
+    x['a']: |value| an integer of 1329 bits exceeds 1e+12
+    """
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     if x_field not in obj:
@@ -185,9 +333,32 @@ def parse_example(obj, x_field="x", y_field="y"):
             raise BadRecord("a sequence x needs a list of labels y")
         if len(y) != len(x):
             raise BadRecord(f"sequence length mismatch: {len(x)} tokens but {len(y)} labels")
-    if isinstance(y, float) and not math.isfinite(y):
-        raise BadRecord("non-finite label")
+    if isinstance(y, dict):
+        y = {k: _truth(v, k) for k, v in y.items()}
+    elif isinstance(y, list):
+        y = [_label(v, f"label {i}") for i, v in enumerate(y)]
+    else:
+        y = _label(y)
     return x, y
+
+
+def decode_json(raw):
+    """Decode one JSON record (bytes or str); every failure is a BadRecord: invalid UTF-8 or
+    JSON, NaN / Infinity, integers too long to convert, nesting too deep."""
+    if isinstance(raw, (bytes, bytearray)):
+        raw = bytes(raw)
+        if raw.startswith(_BOM):
+            raw = raw[len(_BOM):]
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except BadRecord:
+        raise
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadRecord(f"invalid JSON: {e}") from None
+    except RecursionError:
+        raise BadRecord("invalid JSON: too deeply nested") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise BadRecord(f"invalid JSON: {str(e)[:200]}") from None
 
 
 class JSONLSource(FileSource):
@@ -202,10 +373,9 @@ class JSONLSource(FileSource):
     fmt = "jsonl"
 
     def __init__(self, path, x_field="x", y_field="y", key_field=None, rate=None, dead_letter=None,
-                 max_line_bytes=16 * 2**20):
-        super().__init__(path, rate, dead_letter)
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+        super().__init__(path, rate, dead_letter, max_record_bytes)
         self.x_field, self.y_field, self.key_field = x_field, y_field, key_field
-        self.max_line_bytes = max_line_bytes
 
     def __iter__(self):
         for line, start, end, raw in self._lines():
@@ -213,16 +383,13 @@ class JSONLSource(FileSource):
             if not raw.strip():
                 continue
             try:
-                if len(raw) > self.max_line_bytes:
-                    raise BadRecord(f"line longer than {self.max_line_bytes} bytes")
-                try:
-                    obj = json.loads(raw, parse_constant=_reject_constant)
-                except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                    raise BadRecord(f"invalid JSON: {e}") from None
+                if isinstance(raw, _TooLong):
+                    raise self._too_long(raw)
+                obj = decode_json(raw)
                 x, y = parse_example(obj, self.x_field, self.y_field)
                 key = obj.get(self.key_field) if self.key_field else line
-            except BadRecord as e:
-                self._bad(raw, str(e), line)
+            except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
+                self._bad(raw, _reason(e), line)
                 continue
             yield self._emit(x, y, key, line)
 
@@ -235,15 +402,19 @@ class CSVSource(FileSource):
     fmt = "csv"
 
     def __init__(self, path, label="label", rate=None, dead_letter=None, label_type=str,
-                 multilabel_sep=None, delimiter=","):
-        super().__init__(path, rate, dead_letter)
+                 multilabel_sep=None, delimiter=",", max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+        super().__init__(path, rate, dead_letter, max_record_bytes)
         self.label = label
         self.label_type = label_type
         self.multilabel_sep = multilabel_sep
         self.delimiter = delimiter
         with open(self.path, "rb") as f:
-            head = f.readline()
+            head = f.readline(max_record_bytes + 2)
+        if len(head) > max_record_bytes and not head.endswith(b"\n"):
+            raise ValueError(f"{self.path}: the CSV header is longer than max_record_bytes={max_record_bytes}")
         self._header_end = len(head)
+        if head.startswith(_BOM):
+            head = head[len(_BOM):]
         try:
             self.header = next(csv.reader([head.decode("utf-8").rstrip("\r\n")], delimiter=delimiter))
         except (StopIteration, UnicodeDecodeError):
@@ -270,6 +441,8 @@ class CSVSource(FileSource):
             if not raw.strip():
                 continue
             try:
+                if isinstance(raw, _TooLong):
+                    raise self._too_long(raw)
                 try:
                     row = next(csv.reader([raw.decode("utf-8")], delimiter=self.delimiter))
                 except (UnicodeDecodeError, csv.Error) as e:
@@ -287,23 +460,18 @@ class CSVSource(FileSource):
                 for j, (name, v) in enumerate(zip(self.header, row)):
                     if j == self.label_idx or v.strip() == "":
                         continue
-                    try:
-                        f = float(v)
-                    except ValueError:
-                        raise BadRecord(f"column {name!r}: non-numeric value {v!r}") from None
-                    if not math.isfinite(f):
-                        raise BadRecord(f"column {name!r}: non-finite value {v!r}")
-                    x[name] = f
-            except BadRecord as e:
-                self._bad(raw, str(e), line)
+                    x[name] = _float_text(v, f"column {name!r}")
+            except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
+                self._bad(raw, _reason(e), line)
                 continue
             yield self._emit(x, y, line, line)
 
     def _label(self, cell):
         try:
-            return self.label_type(cell.strip())
-        except (TypeError, ValueError):
-            raise BadRecord(f"label {cell!r} is not a {getattr(self.label_type, '__name__', self.label_type)}") from None
+            lab = self.label_type(cell.strip())
+        except (TypeError, ValueError, OverflowError):
+            raise BadRecord(f"label {_short(cell)} is not a {getattr(self.label_type, '__name__', self.label_type)}") from None
+        return _label(lab)
 
 
 class LibSVMSource(FileSource):
@@ -312,18 +480,21 @@ class LibSVMSource(FileSource):
 
     fmt = "libsvm"
 
-    def __init__(self, path, multilabel=False, rate=None, dead_letter=None, zero_based=True):
-        super().__init__(path, rate, dead_letter)
+    def __init__(self, path, multilabel=False, rate=None, dead_letter=None, zero_based=True,
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+        super().__init__(path, rate, dead_letter, max_record_bytes)
         self.multilabel = multilabel
         self.zero_based = zero_based
 
     def __iter__(self):
         for line, start, end, raw in self._lines():
             self._offset, self._line = end, line
-            text = raw.split(b"#", 1)[0]
+            text = raw if isinstance(raw, _TooLong) else raw.split(b"#", 1)[0]
             if not text.strip():
                 continue
             try:
+                if isinstance(raw, _TooLong):
+                    raise self._too_long(raw)
                 try:
                     s = text.decode("ascii")
                 except UnicodeDecodeError:
@@ -343,14 +514,12 @@ class LibSVMSource(FileSource):
                         idx = int(i)
                         f = float(v)
                     except ValueError:
-                        raise BadRecord(f"bad feature token {tok!r}") from None
-                    if idx < 0 or (idx == 0 and not self.zero_based):
-                        raise BadRecord(f"bad feature index {idx}")
-                    if not math.isfinite(f):
-                        raise BadRecord(f"non-finite value in {tok!r}")
-                    x[str(idx)] = f
-            except BadRecord as e:
-                self._bad(raw, str(e), line)
+                        raise BadRecord(f"bad feature token {_short(tok)}") from None
+                    if idx < 0 or (idx == 0 and not self.zero_based) or idx >= 2**63:
+                        raise BadRecord(f"bad feature index {_short(idx)}")
+                    x[str(idx)] = _finite(f, f"feature {idx}")
+            except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
+                self._bad(raw, _reason(e), line)
                 continue
             yield self._emit(x, y, line, line)
 
@@ -362,7 +531,11 @@ class LibSVMSource(FileSource):
                 raise BadRecord(f"bad label {t!r}") from None
             if not math.isfinite(f):
                 raise BadRecord(f"non-finite label {t!r}")
-            return int(f) if f == int(f) else f
+            if f == int(f):
+                if abs(f) >= 2**63:
+                    raise BadRecord(f"label {t!r} does not fit in 64 bits")
+                return int(f)
+            return f
         if self.multilabel:
             return [one(t) for t in lab.split(",") if t.strip()]
         if "," in lab:
@@ -410,25 +583,34 @@ class CoNLLSource(FileSource):
 
     fmt = "conll"
 
-    def __init__(self, path, rate=None, dead_letter=None, label_column=-1, features=default_token_features):
-        super().__init__(path, rate, dead_letter)
+    def __init__(self, path, rate=None, dead_letter=None, label_column=-1, features=default_token_features,
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+        super().__init__(path, rate, dead_letter, max_record_bytes)
         self.label_column = label_column
         self.features = features
 
     def __iter__(self):
-        rows, first_line = [], None
+        rows, first_line, size = [], None, 0
         for line, start, end, raw in self._lines():
-            if raw.strip() and not raw.startswith(b"-DOCSTART-"):
+            if isinstance(raw, _TooLong) or (raw.strip() and not raw.startswith(b"-DOCSTART-")):
                 if first_line is None:
                     first_line = line
-                rows.append(raw)
+                # a sentence longer than max_record_bytes keeps only its head (for the dead letter)
+                size += raw.size if isinstance(raw, _TooLong) else len(raw) + 1
+                if isinstance(rows, _TooLong):
+                    rows.size = size
+                elif size > self.max_record_bytes:
+                    head = b"\n".join(r.head if isinstance(r, _TooLong) else r for r in rows + [raw])
+                    rows = _TooLong(head[:getattr(self.dead_letter, "max_raw_bytes", 4096)], size)
+                else:
+                    rows.append(raw)
                 continue
             # blank line (or DOCSTART): the sentence ends; the position moves past it
             self._line = line
             self._offset = end
             if rows:
                 rec = self._sentence(rows, first_line)
-                rows, first_line = [], None
+                rows, first_line, size = [], None, 0
                 if rec is not None:
                     yield rec
         if rows:  # last sentence without a trailing blank line
@@ -438,6 +620,10 @@ class CoNLLSource(FileSource):
                 yield rec
 
     def _sentence(self, rows, first_line):
+        if isinstance(rows, _TooLong):
+            self._bad(rows, f"sentence of {rows.size} bytes exceeds max_record_bytes={self.max_record_bytes}",
+                      first_line)
+            return None
         raw = b"\n".join(rows)
         try:
             try:
@@ -452,8 +638,8 @@ class CoNLLSource(FileSource):
                     raise BadRecord(f"token {i + 1} has {len(tk)} columns, the sentence's first has {n}")
             y = [tk[self.label_column] for tk in toks]
             x = [self.features(toks, t, self.label_column) for t in range(len(toks))]
-        except BadRecord as e:
-            self._bad(raw, str(e), first_line)
+        except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
+            self._bad(raw, _reason(e), first_line)
             return None
         return self._emit(x, y, first_line, first_line)
 
@@ -508,5 +694,5 @@ def write_jsonl(path, records) -> int:
     return n
 
 
-__all__ = ["FORMATS", "FileSource", "JSONLSource", "CSVSource", "LibSVMSource", "CoNLLSource",
+__all__ = ["FORMATS", "decode_json", "FileSource", "JSONLSource", "CSVSource", "LibSVMSource", "CoNLLSource",
            "open_source", "write_jsonl", "parse_example", "default_token_features", "BadRecord"]

@@ -11,8 +11,9 @@ Exactly-once model state:
   meanwhile), or to the beginning when neither exists; the client never resets offsets on its
   own (``auto_offset_reset="none"``): an out-of-range fetch is re-sought to our offset.
 
-Records are decoded by the same codec as the JSONL file source (``{"x": ..., "y": ...}``);
-bad messages go to the dead-letter sink (e.g. a dead-letter topic) with the reason, the raw
+Records are decoded by the same codec as the JSONL file source (``{"x": ..., "y": ...}``),
+one message at a time: any failure on a message (invalid JSON, nesting too deep, a number too
+large, a message over ``max_message_bytes``, ...) sends that message to the dead-letter sink (e.g. a dead-letter topic) with the reason, the raw
 bytes and their origin ``topic/partition@offset``.
 """
 from __future__ import annotations
@@ -22,7 +23,13 @@ import time
 from urllib.parse import parse_qsl, urlparse
 
 from .base import DeadLetterSink, Record, Sink, Source
-from .files import BadRecord, _reject_constant, parse_example
+from .files import _reason, decode_json, parse_example
+
+
+def _need_kafka():
+    """kafka-python is the ``[kafka]`` extra: a clear ImportError when it is missing."""
+    from streamssvm._optional import require
+    require("kafka", extra="kafka", feature="the Kafka connector")
 
 
 def parse_kafka_uri(uri):
@@ -103,6 +110,7 @@ class KafkaSource(Source):
         ``asynchronous`` inside rebalance callbacks (the client's event loop is running)."""
         if self._consumer is None or self.group is None:
             return
+        _need_kafka()
         from kafka import OffsetAndMetadata, TopicPartition
         pos = self.position() if position is None else position
         owned = {tp.partition for tp in self._consumer.assignment()}
@@ -124,6 +132,7 @@ class KafkaSource(Source):
 
     # ------------------------------------------------------------------ consumer
     def _make_consumer(self):
+        _need_kafka()
         from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
         cfg = dict(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False,
                    auto_offset_reset="none", session_timeout_ms=self.session_timeout_ms,
@@ -210,6 +219,7 @@ class KafkaSource(Source):
 
     def batches(self, max_records=None):
         """Lists of the records of each poll (``None`` while idle), for batched learning."""
+        _need_kafka()
         from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
         c = self._consumer or self._make_consumer()
         max_records = max_records or self.max_poll_records
@@ -241,9 +251,9 @@ class KafkaSource(Source):
                     origin = f"{self.topic}/{tp.partition}@{m.offset}"
                     try:
                         x, y = self._decode(m.value)
-                    except BadRecord as e:
+                    except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
                         self.n_bad += 1
-                        self.dead_letter.send(m.value if m.value is not None else b"", str(e), origin)
+                        self.dead_letter.send(m.value if m.value is not None else b"", _reason(e), origin)
                         continue
                     self.n_read += 1
                     key = m.key.decode("utf-8", "backslashreplace") if isinstance(m.key, bytes) else m.key
@@ -253,15 +263,12 @@ class KafkaSource(Source):
             yield recs
 
     def _decode(self, value):
+        from .files import BadRecord
         if value is None:
             raise BadRecord("empty message (null value)")
         if len(value) > self.max_message_bytes:
             raise BadRecord(f"oversized message: {len(value)} bytes > {self.max_message_bytes}")
-        try:
-            obj = json.loads(value, parse_constant=_reject_constant)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise BadRecord(f"invalid JSON: {e}") from None
-        return parse_example(obj, self.x_field, self.y_field)
+        return parse_example(decode_json(value), self.x_field, self.y_field)
 
     def close(self):
         """Leave the group (the engine has checkpointed and committed before)."""
@@ -275,6 +282,7 @@ class KafkaSink(Sink):
     """JSON messages to a topic (predictions, dead letters)."""
 
     def __init__(self, bootstrap, topic, key_field="key", producer_config=None):
+        _need_kafka()
         from kafka import KafkaProducer
         self.topic = topic
         self.key_field = key_field
@@ -298,6 +306,7 @@ class KafkaSink(Sink):
 
 def create_topic(bootstrap, topic, partitions=1):
     """Create a topic (no error if it exists)."""
+    _need_kafka()
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
@@ -313,6 +322,7 @@ def create_topic(bootstrap, topic, partitions=1):
 def produce_lines(bootstrap, topic, lines, partitions=None, key_prefix=None):
     """Send raw byte lines to a topic (round-robin over ``partitions`` when given, else by
     the producer's default). Returns the number of messages."""
+    _need_kafka()
     from kafka import KafkaProducer
     p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=1 << 18)
     n = 0

@@ -8,7 +8,7 @@ import tempfile
 import numpy as np
 
 import streamssvm as ss
-from connectors.files import open_source, write_jsonl
+from streamssvm.connectors.files import open_source, write_jsonl
 from streamssvm.engine import Engine
 
 

@@ -18,8 +18,8 @@ import tempfile
 import numpy as np
 
 import streamssvm as ss
-from connectors.base import DeadLetterSink
-from connectors.kafka import KafkaSink, KafkaSource, create_topic, produce_lines
+from streamssvm.connectors.base import DeadLetterSink
+from streamssvm.connectors.kafka import KafkaSink, KafkaSource, create_topic, produce_lines
 from streamssvm.cli import start_broker
 from streamssvm.engine import Engine
 

@@ -4,7 +4,13 @@ A *state* is a nested structure of dicts / lists whose leaves are JSON scalars (
 float -- NaN and infinities included --, bool, None) or numpy arrays of a numeric or bool
 dtype. It is stored as a JSON manifest (format, version, kind, user meta, the tree with arrays
 replaced by references, and for each array its dtype, shape and the SHA-256 of its ``.npy``
-bytes) plus one ``.npy`` file per array.
+bytes) plus one ``.npy`` file per array. The manifest carries the SHA-256 of its own canonical
+JSON (``manifest_sha256``, format version 2), so a bit flip that still parses is detected.
+
+Reading never trusts the file: the manifest's checksum and structure are checked, array names
+must be the generated ones (``a00000``...; never a path), each array member is read only up to
+the size its declared dtype and shape imply, and any exception while reading becomes a
+``CheckpointError`` -- so ``CheckpointManager.latest`` falls back to the previous checkpoint.
 
 * ``save_state`` / ``load_state``: one file (a zip), for ``model.save("tagger.ssvm")``.
 * ``CheckpointManager``: a directory of numbered checkpoint directories
@@ -26,6 +32,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -36,8 +43,11 @@ from pathlib import Path
 import numpy as np
 
 FORMAT = "streamssvm-checkpoint"
-VERSION = 1
+VERSION = 2          # 2: manifest_sha256; version-1 files (no manifest checksum) are still read
 _MANIFEST = "manifest.json"
+_ARRAY_NAME = re.compile(r"a[0-9]{5,9}")
+_NPY_HEADER_MAX = 1 << 16   # bytes allowed for the .npy header on top of the declared data
+_MANIFEST_MAX = 1 << 30     # a manifest larger than this is not ours
 
 
 class CheckpointError(Exception):
@@ -95,6 +105,8 @@ def _join(tree, arrays):
             if "__array__" in v and len(v) == 1:
                 return arrays[v["__array__"]]
             if "__float__" in v and len(v) == 1:
+                if v["__float__"] not in ("nan", "inf", "-inf"):
+                    raise ValueError(f"invalid float marker {str(v['__float__'])[:40]!r}")
                 return float(v["__float__"])
             return {k: walk(u) for k, u in v.items()}
         if isinstance(v, list):
@@ -110,33 +122,104 @@ def _npy_bytes(a):
     return buf.getvalue()
 
 
-def _manifest(tree, arrays, kind, meta, blobs):
-    return {
+def _canonical(man):
+    return json.dumps(man, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _manifest(tree, arrays, kind, meta, blobs, extra=None):
+    man = {
         "format": FORMAT, "version": VERSION, "kind": kind, "meta": _split(meta or {})[0],
         "created": time.time(), "state": tree,
         "arrays": {name: {"dtype": str(a.dtype), "shape": list(a.shape),
                           "sha256": hashlib.sha256(blobs[name]).hexdigest()}
                    for name, a in arrays.items()},
+        **(extra or {}),
     }
+    return man
+
+
+def _manifest_text(man):
+    """The manifest as written: canonical JSON plus the SHA-256 of that canonical JSON."""
+    body = _canonical(man)
+    return _canonical({**man, "manifest_sha256": hashlib.sha256(body.encode("utf-8")).hexdigest()})
+
+
+def _parse_manifest(text, where):
+    if len(text) > _MANIFEST_MAX:
+        raise CheckpointError(f"{where}: manifest of {len(text)} bytes is too large")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise CheckpointError(f"{where}: manifest nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{where}: manifest unreadable or truncated ({str(e)[:200]})") from None
+
+
+def _is_sha(v):
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
 
 
 def _check_manifest(man, where, kind):
     if not isinstance(man, dict) or man.get("format") != FORMAT:
-        raise CheckpointError(f"{where}: not a streamssvm checkpoint (format {man.get('format') if isinstance(man, dict) else None!r})")
+        fmt = man.get("format") if isinstance(man, dict) else None
+        raise CheckpointError(f"{where}: not a streamssvm checkpoint (format {str(fmt)[:80]!r})")
     v = man.get("version")
-    if not isinstance(v, int) or v > VERSION:
+    if type(v) is not int or v < 1:
+        raise CheckpointError(f"{where}: invalid format version {str(v)[:40]!r}")
+    if v > VERSION:
         raise CheckpointError(f"{where}: format version {v!r} is newer than this streamssvm reads ({VERSION}); upgrade streamssvm")
+    if v >= 2:
+        got = man.get("manifest_sha256")
+        body = {k: u for k, u in man.items() if k != "manifest_sha256"}
+        try:
+            want = hashlib.sha256(_canonical(body).encode("utf-8")).hexdigest()
+        except (ValueError, TypeError, RecursionError):
+            want = None
+        if not _is_sha(got) or got != want:
+            raise CheckpointError(f"{where}: manifest checksum mismatch (corrupt manifest)")
     if kind is not None and man.get("kind") != kind:
-        raise CheckpointError(f"{where}: holds a {man.get('kind')!r}, expected a {kind!r}")
+        raise CheckpointError(f"{where}: holds a {str(man.get('kind'))[:80]!r}, expected a {kind!r}")
+    if "state" not in man:
+        raise CheckpointError(f"{where}: manifest has no state")
+    if not isinstance(man.get("meta", {}), dict):
+        raise CheckpointError(f"{where}: manifest meta is not an object")
+    arrays = man.get("arrays")
+    if not isinstance(arrays, dict):
+        raise CheckpointError(f"{where}: manifest has no array table")
+    for name, info in arrays.items():
+        if not _ARRAY_NAME.fullmatch(name):
+            raise CheckpointError(f"{where}: invalid array name {name[:80]!r} (only generated names a00000...)")
+        if not isinstance(info, dict) or not _is_sha(info.get("sha256")):
+            raise CheckpointError(f"{where}: array {name}: invalid entry")
+        shape = info.get("shape")
+        if (not isinstance(shape, list) or len(shape) > 32
+                or not all(type(d) is int and 0 <= d < 2**62 for d in shape)):
+            raise CheckpointError(f"{where}: array {name}: invalid shape")
+        try:
+            dt = np.dtype(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
+        except TypeError:
+            dt = None
+        if dt is None or dt.kind not in "biufc" or str(dt) != info["dtype"]:
+            raise CheckpointError(f"{where}: array {name}: invalid dtype {str(info.get('dtype'))[:40]!r}")
+
+
+def _max_member_size(info):
+    """Largest ``.npy`` size consistent with the declared dtype and shape."""
+    n = 1
+    for d in info["shape"]:
+        n *= d
+    return n * np.dtype(info["dtype"]).itemsize + _NPY_HEADER_MAX
 
 
 def _decode_arrays(man, read, where):
+    """``read(name, max_bytes)`` returns the member's bytes, or raises CheckpointError when it
+    is larger than ``max_bytes`` (checked before reading)."""
     arrays = {}
     for name, info in man["arrays"].items():
         try:
-            blob = read(name)
+            blob = read(name, _max_member_size(info))
         except (KeyError, FileNotFoundError, OSError) as e:
-            raise CheckpointError(f"{where}: array {name} is missing ({e})") from None
+            raise CheckpointError(f"{where}: array {name} is missing ({str(e)[:200]})") from None
         if hashlib.sha256(blob).hexdigest() != info["sha256"]:
             raise CheckpointError(f"{where}: checksum mismatch for array {name} (corrupt or truncated)")
         try:
@@ -148,6 +231,24 @@ def _decode_arrays(man, read, where):
                                   f"manifest says {info['dtype']}/{info['shape']}")
         arrays[name] = a
     return arrays
+
+
+def _read_capped(f, limit, what):
+    data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CheckpointError(f"{what} is larger than its declared dtype and shape allow")
+    return data
+
+
+def _restore_tree(man, arrays, where):
+    try:
+        return _join(man["state"], arrays), _join(man.get("meta", {}), {})
+    except KeyError as e:
+        raise CheckpointError(f"{where}: the state refers to an array {str(e)[:80]} not in the manifest") from None
+    except RecursionError:
+        raise CheckpointError(f"{where}: state nested too deeply") from None
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: invalid state ({str(e)[:200]})") from None
 
 
 def _fsync_dir(path):
@@ -173,7 +274,7 @@ def save_state(path, state, *, kind: str, meta: dict | None = None) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
-                z.writestr(_MANIFEST, json.dumps(man, allow_nan=False))
+                z.writestr(_MANIFEST, _manifest_text(man))
                 for name, blob in blobs.items():
                     z.writestr(f"arrays/{name}.npy", blob)
             f.flush()
@@ -188,32 +289,56 @@ def save_state(path, state, *, kind: str, meta: dict | None = None) -> Path:
 
 
 def load_state(path, *, kind: str | None = None):
-    """Read a file written by :func:`save_state`; returns ``(state, meta)``."""
+    """Read a file written by :func:`save_state`; returns ``(state, meta)``. Any problem with
+    the file is a ``CheckpointError``."""
     path = Path(path)
     where = str(path)
     if not path.exists():
         raise CheckpointError(f"{where}: no such file")
+    try:
+        return _load_zip(path, where, kind)
+    except CheckpointError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the bytes do, the file is invalid
+        raise CheckpointError(f"{where}: unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def _load_zip(path, where, kind):
     try:
         z = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as e:
         raise CheckpointError(f"{where}: not a streamssvm model file or truncated ({e})") from None
     with z:
         try:
-            man = json.loads(z.read(_MANIFEST))
+            info = z.getinfo(_MANIFEST)
         except KeyError:
             raise CheckpointError(f"{where}: no manifest (not a streamssvm file)") from None
-        except (zipfile.BadZipFile, ValueError, OSError) as e:
+        if info.file_size > _MANIFEST_MAX:
+            raise CheckpointError(f"{where}: manifest too large")
+        try:
+            with z.open(info) as f:
+                text = _read_capped(f, _MANIFEST_MAX, f"{where}: manifest")
+        except (zipfile.BadZipFile, OSError) as e:
             raise CheckpointError(f"{where}: manifest unreadable ({e})") from None
+        man = _parse_manifest(text, where)
         _check_manifest(man, where, kind)
 
-        def read(name):
+        def read(name, limit):
+            member = f"arrays/{name}.npy"
             try:
-                return z.read(f"arrays/{name}.npy")
+                zi = z.getinfo(member)
+            except KeyError:
+                raise CheckpointError(f"{where}: array {name} is missing") from None
+            if zi.file_size > limit or zi.compress_size > limit:
+                raise CheckpointError(f"{where}: array {name} is larger than its declared dtype and shape allow")
+            try:
+                with z.open(zi) as f:
+                    return _read_capped(f, limit, f"{where}: array {name}")
             except zipfile.BadZipFile as e:
                 raise CheckpointError(f"{where}: array {name} is corrupt ({e})") from None
 
         arrays = _decode_arrays(man, read, where)
-    return _join(man["state"], arrays), _join(man.get("meta", {}), {})
+    return _restore_tree(man, arrays, where)
 
 
 def read_manifest(path) -> dict:
@@ -221,11 +346,17 @@ def read_manifest(path) -> dict:
     path = Path(path)
     try:
         if path.is_dir():
-            return json.loads((path / _MANIFEST).read_text())
-        with zipfile.ZipFile(path) as z:
-            return json.loads(z.read(_MANIFEST))
+            with open(path / _MANIFEST, "rb") as f:
+                text = _read_capped(f, _MANIFEST_MAX, f"{path}: manifest")
+        else:
+            with zipfile.ZipFile(path) as z, z.open(_MANIFEST) as f:
+                text = _read_capped(f, _MANIFEST_MAX, f"{path}: manifest")
     except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
         raise CheckpointError(f"{path}: manifest unreadable ({e})") from None
+    man = _parse_manifest(text, str(path))
+    if not isinstance(man, dict):
+        raise CheckpointError(f"{path}: manifest is not an object")
+    return man
 
 
 # ----------------------------------------------------------------------------- directories
@@ -271,8 +402,7 @@ class CheckpointManager:
         tree, arrays = _split(state)
         blobs = {name: _npy_bytes(a) for name, a in arrays.items()}
         seq = self._next_seq()
-        man = _manifest(tree, arrays, kind, meta, blobs)
-        man["seq"] = seq
+        man = _manifest(tree, arrays, kind, meta, blobs, extra={"seq": seq})
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=self.directory))
         try:
             (tmp / "arrays").mkdir()
@@ -283,7 +413,7 @@ class CheckpointManager:
                     os.fsync(f.fileno())
             _fsync_dir(tmp / "arrays")
             with open(tmp / _MANIFEST, "w", encoding="utf-8") as f:
-                f.write(json.dumps(man, allow_nan=False))
+                f.write(_manifest_text(man))
                 f.flush()
                 os.fsync(f.fileno())
             _fsync_dir(tmp)
@@ -297,29 +427,56 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def load(self, path):
-        """``(state, meta)`` of one checkpoint directory; CheckpointError when invalid."""
+    def load(self, path, kind: str | None = None):
+        """``(state, meta)`` of one checkpoint directory; CheckpointError when invalid (any
+        exception while reading it is turned into one)."""
         path = Path(path)
         where = str(path)
         try:
-            man = json.loads((path / _MANIFEST).read_text(encoding="utf-8"))
+            return self._load(path, where, kind)
+        except CheckpointError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the bytes do, the checkpoint is invalid
+            raise CheckpointError(f"{where}: unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+
+    def _load(self, path, where, kind):
+        try:
+            with open(path / _MANIFEST, "rb") as f:
+                text = _read_capped(f, _MANIFEST_MAX, f"{where}: manifest")
         except FileNotFoundError:
             raise CheckpointError(f"{where}: no manifest") from None
-        except (OSError, ValueError) as e:
-            raise CheckpointError(f"{where}: manifest unreadable or truncated ({e})") from None
-        _check_manifest(man, where, None)
-        arrays = _decode_arrays(man, lambda name: (path / "arrays" / f"{name}.npy").read_bytes(), where)
-        return _join(man["state"], arrays), _join(man.get("meta", {}), {})
+        except OSError as e:
+            raise CheckpointError(f"{where}: manifest unreadable ({e})") from None
+        man = _parse_manifest(text, where)
+        _check_manifest(man, where, kind)
 
-    def latest(self, kind: str | None = None):
-        """``(state, meta, path)`` of the newest valid checkpoint, or None."""
+        def read(name, limit):
+            f = path / "arrays" / f"{name}.npy"   # name is a generated one: never a path
+            if f.stat().st_size > limit:
+                raise CheckpointError(f"{where}: array {name} is larger than its declared dtype and shape allow")
+            with open(f, "rb") as fh:
+                return _read_capped(fh, limit, f"{where}: array {name}")
+
+        arrays = _decode_arrays(man, read, where)
+        return _restore_tree(man, arrays, where)
+
+    def latest(self, kind: str | None = None, restore=None):
+        """``(state, meta, path)`` of the newest valid checkpoint, or None.
+
+        ``restore``: an optional ``restore(state, meta, path)`` that applies the checkpoint
+        (builds the model, seeks the source...); when it raises, that checkpoint is skipped
+        with a warning like an unreadable one and the previous one is tried, so a checkpoint
+        that reads but cannot be applied never crashes every restart. Its return value
+        replaces ``state`` in the result."""
         for path in reversed(self.list()):
             try:
-                state, meta = self.load(path)
-                if kind is not None:
-                    man = read_manifest(path)
-                    if man.get("kind") != kind:
-                        raise CheckpointError(f"{path}: holds a {man.get('kind')!r}, expected {kind!r}")
+                state, meta = self.load(path, kind=kind)
+                if restore is not None:
+                    try:
+                        state = restore(state, meta, path)
+                    except Exception as e:  # noqa: BLE001 - any failure to apply it: fall back
+                        raise CheckpointError(f"{path}: cannot be restored ({type(e).__name__}: "
+                                              f"{str(e)[:200]})") from None
                 return state, meta, path
             except CheckpointError as e:
                 warnings.warn(f"skipping invalid checkpoint: {e}", RuntimeWarning, stacklevel=2)

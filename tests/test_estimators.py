@@ -209,3 +209,125 @@ def test_predict_learn_many_equals_predict_then_learn():
         b.learn_many(rows[k:k + 50], ys[k:k + 50])
         assert pa == pb
     np.testing.assert_allclose(a._learner.W.E[: a._features.dim], b._learner.W.E[: b._features.dim], atol=1e-12)
+
+
+def _four_models():
+    """One fitted model of every estimator class (the ExtremeClassifier with dict input)."""
+    rng = np.random.default_rng(0)
+    mc = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0), labels=[0, 1, 2])
+    ml = ss.MultiLabelSSVM(learner=ss.learners.SGD(lam=1e-2, seed=0))
+    sq = ss.SequenceTagger(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0))
+    ex = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-3, mips="hnsw", window=50), labels=["a", "b"])
+    for i in range(120):
+        c = i % 3
+        x = {f"f{c}": 1.0, "g": float(rng.normal())}
+        mc.learn_one(x, c)
+        ml.learn_one(x, {"red": c == 0, "blue": c != 0})
+        sq.learn_one([x, {"h": 1.0}], [f"t{c}", "o"])
+        ex.learn_one(x, "abc"[c])
+    return mc, ml, sq, ex
+
+
+def test_streamssvm_load_round_trips_every_estimator(tmp_path):
+    """``streamssvm.load`` restores any saved estimator through the registry; the restored
+    model predicts the same and keeps learning exactly like the original."""
+    queries = [{"f0": 1.0}, {"f1": 1.0, "g": 0.3}, {"f2": 1.0}]
+    for m in _four_models():
+        p = tmp_path / f"{type(m).__name__}.ssvm"
+        m.save(p)
+        m2 = ss.load(p)
+        assert type(m2) is type(m) and type(m2.learner) is type(m.learner)
+        assert m2.learner._get_params() == m.learner._get_params()
+        pred = (lambda mm, q: mm.predict_one([q, {"h": 1.0}])) if isinstance(m, ss.SequenceTagger) else \
+            (lambda mm, q: mm.predict_one(q))
+        assert [pred(m2, q) for q in queries] == [pred(m, q) for q in queries]
+        assert type(m).load(p).classes == m.classes
+        # the restored copy continues like the original
+        for i in range(30):
+            x = {f"f{i % 3}": 1.0, "g": 0.1 * i}
+            for mm in (m, m2):
+                if isinstance(m, ss.SequenceTagger):
+                    mm.learn_one([x, {"h": 1.0}], [f"t{i % 3}", "o"])
+                elif isinstance(m, ss.MultiLabelSSVM):
+                    mm.learn_one(x, {"red": i % 3 == 0, "blue": i % 3 != 0})
+                else:
+                    mm.learn_one(x, "abc"[i % 3] if isinstance(m, ss.ExtremeClassifier) else i % 3)
+        assert [pred(m2, q) for q in queries] == [pred(m, q) for q in queries]
+        assert m2.certificate().primal == pytest.approx(m.certificate().primal, rel=1e-9, abs=1e-12)
+    # an empty (never fitted) model round-trips too
+    e = ss.ExtremeClassifier(mips="exact", labels=[2, 0])
+    e.save(tmp_path / "e.ssvm")
+    assert ss.load(tmp_path / "e.ssvm").predict_one({"x": 1.0}) == 2
+
+
+def test_load_refuses_a_file_of_another_class(tmp_path):
+    from streamssvm.checkpoint import CheckpointError
+    mc, _, _, ex = _four_models()
+    mc.save(tmp_path / "mc.ssvm")
+    ex.save(tmp_path / "ex.ssvm")
+    with pytest.raises(CheckpointError, match="holds a MulticlassSSVM, not a ExtremeClassifier"):
+        ss.ExtremeClassifier.load(tmp_path / "mc.ssvm")
+    with pytest.raises(CheckpointError, match="holds a ExtremeClassifier, not a SequenceTagger"):
+        ss.SequenceTagger.load(tmp_path / "ex.ssvm")
+
+
+def test_registry_resolves_estimators_and_learners_by_name():
+    from streamssvm.checkpoint import CheckpointError
+    from streamssvm.estimators import base
+    for cls in (ss.MulticlassSSVM, ss.MultiLabelSSVM, ss.SequenceTagger, ss.ExtremeClassifier):
+        assert base.estimator_class(cls.__name__) is cls
+    for cls in (ss.learners.BCFW, ss.learners.SGD, ss.learners.CuttingPlane, ss.learners.MEMOIR):
+        assert base.learner_class(cls.__name__) is cls
+    with pytest.raises(CheckpointError, match="unknown estimator class 'Nope'"):
+        base.estimator_class("Nope")
+    with pytest.raises(CheckpointError, match="unknown learner class 'Nope'"):
+        base.learner_class("Nope")
+    # the base module's code names no estimator or learner class
+    import ast
+    import inspect
+    names = {n.id for n in ast.walk(ast.parse(inspect.getsource(base))) if isinstance(n, ast.Name)}
+    names |= {n.attr for n in ast.walk(ast.parse(inspect.getsource(base))) if isinstance(n, ast.Attribute)}
+    assert not names & {"MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger", "ExtremeClassifier", "BCFW", "SGD",
+                        "CuttingPlane", "MEMOIR"}
+
+
+def test_engine_and_cli_use_public_api_only():
+    import inspect
+
+    from streamssvm import cli, engine
+    for mod in (engine, cli):
+        src = inspect.getsource(mod)
+        assert "_SSVM" not in src and "._learner" not in src
+
+
+def test_pandas_is_optional(monkeypatch):
+    """Without pandas (simulated: ``import pandas`` fails): numpy batches work; a method
+    returning a pandas object says what to install."""
+    import sys
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0))
+    X = np.eye(3)
+    m.learn_many(X, [0, 1, 2])
+    assert list(m.predict_many(X)) == [m.predict_one(x) for x in X]
+    ml = ss.MultiLabelSSVM()
+    ml.learn_many(X, [{"a": True}, {"a": False}, {"b": True}])
+    with pytest.raises(ModuleNotFoundError, match="pip install pandas"):
+        ml.predict_many(X)
+
+
+@pytest.mark.parametrize("labels", [None, [0, 1, 2, 3]])
+def test_learn_many_of_one_equals_learn_one(labels):
+    """Regression: learn_many / predict_learn_many ensured the learner for the labels up to the
+    batch's largest label id only, so a batch whose labels were all old (or declared) ones
+    learned against fewer classes than learn_one."""
+    rng = np.random.default_rng(0)
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0), labels=labels)
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0), labels=labels)
+    for i in range(60):
+        y = int(rng.integers(0, 4))
+        x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=5) + y)}
+        pa = a.predict_one(x)
+        a.learn_one(x, y)
+        assert b.predict_learn_many([x], [y]) == [pa]
+    d = a._features.dim
+    np.testing.assert_array_equal(a._learner.W.E[:d, :4], b._learner.W.E[:d, :4])

@@ -6,6 +6,11 @@ from river import checks
 import streamssvm as ss
 
 
+def _ext(mips=None, loss=None, labels=None, n_features=None, rescaling=None, predict_with=None, **learner):
+    """ExtremeClassifier(learner=MEMOIR(**learner), ...)."""
+    return ss.ExtremeClassifier(learner=ss.learners.MEMOIR(**learner), mips=mips, loss=loss, labels=labels,
+                                n_features=n_features, rescaling=rescaling, predict_with=predict_with)
+
 def _data(C=300, d=24, n=6000, seed=0, noise=0.3):
     rng = np.random.default_rng(seed)
     centers = rng.normal(size=(C, d))
@@ -18,7 +23,7 @@ def _data(C=300, d=24, n=6000, seed=0, noise=0.3):
 @pytest.mark.parametrize("variant,lam", [("l2", 1e-4), ("l1", 1e-6)])
 def test_learns_with_every_oracle(mips, variant, lam):
     X, ys, centers = _data()
-    m = ss.ExtremeClassifier(mips=mips, variant=variant, lam=lam, seed=0, check_every=50)
+    m = _ext(mips=mips, variant=variant, lam=lam, seed=0, check_every=50)
     for x, y in zip(X, ys):
         m.learn_one(x, int(y))
     acc = np.mean([m.predict_one(centers[c]) == c for c in range(300)])
@@ -35,10 +40,10 @@ def test_learns_with_every_oracle(mips, variant, lam):
 
 def test_index_prediction_and_minibatches():
     X, ys, centers = _data(C=200, n=5000, seed=1)
-    m = ss.ExtremeClassifier(mips="hnsw", lam=1e-4, batch_size=50, seed=0)
+    m = _ext(mips="hnsw", lam=1e-4, batch_size=50, seed=0)
     m.learn_many(X, ys)
     exact = [m.predict_one(centers[c]) for c in range(200)]
-    m.predict_exact = False
+    m.predict_with = "index"
     approx = [m.predict_one(centers[c]) for c in range(200)]
     assert np.mean(np.array(exact) == np.arange(200)) > 0.85
     assert np.mean(np.array(exact) == np.array(approx)) > 0.9
@@ -46,7 +51,7 @@ def test_index_prediction_and_minibatches():
 
 
 def test_new_classes_mid_stream_and_errors():
-    m = ss.ExtremeClassifier(mips="hnsw", seed=0)
+    m = _ext(mips="hnsw", seed=0)
     rng = np.random.default_rng(0)
     for i in range(3000):
         c = i % (10 + i // 100)  # classes keep appearing
@@ -61,20 +66,23 @@ def test_new_classes_mid_stream_and_errors():
     with pytest.raises(ValueError, match="mips"):
         ss.ExtremeClassifier(mips="faiss")
     with pytest.raises(ValueError, match="variant"):
-        ss.ExtremeClassifier(variant="l3")
+        ss.learners.MEMOIR(variant="l3")
+    with pytest.raises(TypeError, match="MEMOIR"):
+        ss.ExtremeClassifier(learner=ss.learners.BCFW())
 
 
 def test_river_check_estimator():
-    checks.check_estimator(ss.ExtremeClassifier(mips="exact", lam=1e-3))
+    checks.check_estimator(_ext(mips="exact", lam=1e-3))
+    checks.check_estimator(ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=1e-3)))
 
 
 def test_save_load_and_cli(tmp_path):
     import json
 
-    from connectors.files import write_jsonl
+    from streamssvm.connectors.files import write_jsonl
     from streamssvm.cli import main
     X, ys, centers = _data(C=50, n=1500, seed=2)
-    m = ss.ExtremeClassifier(mips="hnsw", lam=1e-4, seed=0)
+    m = _ext(mips="hnsw", lam=1e-4, seed=0)
     m.learn_many(X[:1000], ys[:1000])
     m.save(tmp_path / "x.ssvm")
     m2 = ss.ExtremeClassifier.load(tmp_path / "x.ssvm")
@@ -82,7 +90,7 @@ def test_save_load_and_cli(tmp_path):
     for x, y in zip(X[1000:], ys[1000:]):
         m.learn_one(x, int(y))
         m2.learn_one(x, int(y))
-    np.testing.assert_allclose(m2._learner.V[:50], m._learner.V[:50])
+    np.testing.assert_allclose(m2._learner.store.to_dense()[:50], m._learner.store.to_dense()[:50])
     f = tmp_path / "e.jsonl"
     write_jsonl(f, [{"x": x.tolist(), "y": int(y)} for x, y in zip(X, ys)])
     assert main(["run", "--source", str(f), "--task", "extreme", "--learner", "memoir", "--mips", "hnsw",
@@ -106,7 +114,7 @@ def test_save_load_and_cli(tmp_path):
     diag = recs[-1]["diagnostics"]   # index quality and staleness reach the metrics log
     assert diag["rows"] == "sparse" and 0 <= diag["recall_at_1"] <= 1 and "dirty" in diag["staleness"]
     s = ss.ExtremeClassifier.load(tmp_path / "s.ssvm")
-    assert s._learner.kind == "sparse" and s.max_dirty == 32 and s._learner.n_learned == 1500
+    assert s._learner.kind == "sparse" and s.learner.max_dirty == 32 and s._learner.n_learned == 1500
 
 
 def test_labels_declared_up_front(tmp_path):
@@ -116,13 +124,13 @@ def test_labels_declared_up_front(tmp_path):
     C, d = 60, 16
     X, ys, centers = _data(C=C, d=d, n=3000, seed=3, noise=0.2)
     declared = [f"k{c}" for c in range(C)]
-    m0 = ss.ExtremeClassifier(mips="exact", labels=declared, lam=1e-4)
+    m0 = _ext(mips="exact", labels=declared, lam=1e-4)
     assert m0.predict_one(centers[0]) == "k0"          # nothing learned: all rows zero
     # learn only the first half of the classes; the other half stays declared but unseen
     half = ys < C // 2
     models = {}
     for mips in ("exact", "hnsw"):
-        m = ss.ExtremeClassifier(mips=mips, labels=declared, lam=1e-4, seed=0, check_every=20)
+        m = _ext(mips=mips, labels=declared, lam=1e-4, seed=0, check_every=20)
         for x, y in zip(X[half][:200], ys[half][:200]):
             m.learn_one(x, f"k{y}")
             assert m._learner.store.n_rows == C            # a row for every declared class
@@ -157,20 +165,20 @@ def test_labels_declared_up_front(tmp_path):
         assert m2._learner.store.n_rows == mm._learner.store.n_rows
         assert [m2.predict_one(centers[c]) for c in range(C)] == [mm.predict_one(centers[c]) for c in range(C)]
     # an empty model with declared labels round-trips too
-    e = ss.ExtremeClassifier(mips="hnsw", labels=[3, 1, 2])
+    e = _ext(mips="hnsw", labels=[3, 1, 2])
     e.save(p)
     e2 = ss.ExtremeClassifier.load(p)
     assert e2.labels == [3, 1, 2] and e2.predict_one(np.ones(4)) == 3
     with pytest.raises(TypeError):
-        ss.ExtremeClassifier(labels="abc")
+        _ext(labels="abc")
     with pytest.raises(ValueError):
-        ss.ExtremeClassifier(loss=1.0 - np.eye(3), labels=[0, 1, 5])
+        _ext(loss=1.0 - np.eye(3), labels=[0, 1, 5])
 
 
 def test_labels_declared_hnsw_zero_rows_and_exact_scores():
     """With declared classes the index keeps the zero rows out and exact search still scores
     them 0: an example whose learned scores are all negative predicts the first zero row."""
-    m = ss.ExtremeClassifier(mips="hnsw", labels=["a", "b", "c", "d"], lam=1e-6, seed=0)
+    m = _ext(mips="hnsw", labels=["a", "b", "c", "d"], lam=1e-6, seed=0)
     x = np.array([1.0, 0.0])
     m.learn_one(x, "a")     # one step: row a moves towards x, the violator (zero row b) away
     lr = m._learner
@@ -184,3 +192,71 @@ def test_labels_declared_hnsw_zero_rows_and_exact_scores():
     assert m.predict_one(q) == exp
     m.predict_with = "index"
     assert m.predict_one(q) == exp
+
+
+def _memoir_run(certify, check_every, mips="hnsw", loss=None):
+    X, ys, _ = _data(C=40, d=12, n=800, seed=7)
+    m = _ext(mips=mips, loss=loss, rescaling="slack" if loss is not None else None, lam=1e-4, seed=0,
+             check_every=check_every, window=100)
+    for i, (x, y) in enumerate(zip(X, ys)):
+        m.learn_one(x, int(y))
+        if certify and i % 7 == 0:
+            m.certificate()
+    return m
+
+
+@pytest.mark.parametrize("mips,cost", [("hnsw", False), ("lsh", False), ("hnsw", True)])
+def test_certificates_and_recall_checks_observe(mips, cost):
+    """Certifying after many examples, or checking the index against exact search at every
+    step, changes neither the rows nor anything the learner does next."""
+    loss = (1.0 - np.eye(40)) * (1.0 + np.arange(40)[None, :] % 3) if cost else None
+    ref = _memoir_run(False, 0, mips, loss)
+    for certify, check_every in ((True, 0), (False, 1), (True, 3)):
+        m = _memoir_run(certify, check_every, mips, loss)
+        np.testing.assert_array_equal(m._learner.store.to_dense(), ref._learner.store.to_dense())
+        assert m._learner.acc == ref._learner.acc and m._learner.n_updates == ref._learner.n_updates
+    assert m.certificate().extra["checks"] > 0
+
+
+def test_memoir_is_a_learner_with_the_protocol():
+    from streamssvm.learners import Learner
+    lr = ss.learners.MEMOIR()
+    assert isinstance(lr, Learner) and not type(lr).__abstractmethods__
+    with pytest.raises(ValueError, match="multiclass"):
+        lr.clone().bind(ss.structures.Chain(), [])
+    # ensure / learn_batch / predict with the protocol's argument orders
+    X, ys, centers = _data(C=20, d=8, n=600, seed=9)
+    a = _ext(mips="exact", lam=1e-4, labels=list(range(20)))   # class id = label
+    a.learn_many(X, ys)
+    b = ss.learners.MEMOIR(mips="exact", lam=1e-4, rows="dense").clone()
+    b.bind(ss.estimators.extreme.LabelCost(), [])
+    b.ensure(9, list(range(20)))   # 8 columns + the bias feature of the estimator's encoding
+    tok = [a._features.encode_one(x, grow=False) for x in X]
+    ptr = np.concatenate([[0], np.cumsum([len(t[1]) for t in tok])])
+    fidx = np.concatenate([t[1] for t in tok])
+    fval = np.concatenate([t[2] for t in tok])
+    ex = np.arange(len(X) + 1)
+    b.learn_batch(ex, ptr, fidx, fval, ex, np.asarray(ys, dtype=np.int32))
+    np.testing.assert_array_equal(b.store.to_dense()[:20, :9], a._learner.store.to_dense()[:20, :9])
+    np.testing.assert_array_equal(b.predict(ex, ptr, fidx, fval, ex, len(X)),
+                                  [a.predict_one(x) for x in X])
+    assert b.n_blocks == 600 and b.certificate().n_blocks == 600
+
+
+def test_refine_makes_epochs_over_the_window(tmp_path):
+    X, ys, _ = _data(C=30, d=10, n=400, seed=11)
+    m = _ext(mips="exact", lam=1e-3, window=200, check_every=0)
+    for x, y in zip(X, ys):
+        m.learn_one(x, int(y))
+    p0 = m.certificate().primal
+    t0 = m._learner.t
+    seen = []
+    c = m.refine(3.0, progress=lambda f, lr: seen.append(f))
+    assert m._learner.t == t0 + 600 and seen == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert m.n_blocks == 200 and c.n_blocks == 200 and c.primal < p0
+    # saved and restored mid-way, refining continues identically
+    m.save(tmp_path / "r.ssvm")
+    m2 = ss.load(tmp_path / "r.ssvm")
+    m.refine(1.0)
+    m2.refine(1.0)
+    np.testing.assert_array_equal(m2._learner.store.to_dense(), m._learner.store.to_dense())

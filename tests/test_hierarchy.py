@@ -420,7 +420,7 @@ def test_errors():
 def test_cli_run_with_hierarchy(tmp_path, capsys):
     import json
 
-    from connectors.files import write_jsonl
+    from streamssvm.connectors.files import write_jsonl
     from streamssvm.cli import main
     hf = tmp_path / "h.json"
     hf.write_text(json.dumps(TREE))

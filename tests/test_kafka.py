@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import streamssvm as ss
-from connectors.base import DeadLetterSink
-from connectors.kafka import KafkaSink, KafkaSource, create_topic, produce_lines
+from streamssvm.connectors.base import DeadLetterSink
+from streamssvm.connectors.kafka import KafkaSink, KafkaSource, create_topic, produce_lines
 from streamssvm.engine import Engine
 
 FAST = dict(session_timeout_ms=6000, heartbeat_interval_ms=1000)

@@ -3,15 +3,15 @@ import numpy as np
 import pytest
 
 from streamssvm.oracles.mips import ExactMIPS, HNSWMIPS, LSHMIPS
+from streamssvm.oracles.rows import DenseRows
 
 
-class Rows:
-    def __init__(self, W):
-        self.W = W
-        self.n = W.shape[0]
-
-    def __call__(self):
-        return self.W, self.n
+def Rows(W):
+    """A dense row store over W itself (in-place changes of W are changes of the rows)."""
+    R = DenseRows(W.shape[1], capacity=W.shape[0])
+    R.V = W
+    R.n_rows = W.shape[0]
+    return R
 
 
 def _queries(rng, d, m, nnz=None):
@@ -89,7 +89,7 @@ def test_sketched_index_on_sparse_high_dim_rows_and_growth():
         feats = rng.choice(d, size=40, replace=False)
         W[c, feats] = rng.normal(size=40) + 1.0
     rows = Rows(W)
-    rows.n = C
+    rows.n_rows = C
     o = HNSWMIPS(rows, d, sketch_dim=128, k=20, max_dirty=64, capacity=16)
     o.update(range(C))
     o.reindex()
@@ -105,7 +105,7 @@ def test_sketched_index_on_sparse_high_dim_rows_and_growth():
     for c in range(C, C + 300):
         feats = rng.choice(d, size=40, replace=False)
         W[c, feats] = 3.0
-        rows.n = c + 1
+        rows.n_rows = c + 1
         o.update([c])
     assert o.index.get_max_elements() >= C + 300
     idx = np.sort(np.flatnonzero(W[C + 299])).astype(np.int64)
@@ -119,8 +119,10 @@ def test_sketched_index_on_sparse_high_dim_rows_and_growth():
 
 
 def test_argument_errors():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="row store"):
         ExactMIPS(np.zeros((2, 2)))
+    with pytest.raises(TypeError, match="row store"):   # the callable (W, n_rows) adapter is gone
+        ExactMIPS(lambda: (np.zeros((2, 2)), 2))
     with pytest.raises(ValueError):
         HNSWMIPS(Rows(np.zeros((2, 2))), 2, k=0)
 

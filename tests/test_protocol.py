@@ -187,7 +187,7 @@ def test_certificate_cadence_does_not_change_the_model(learner, structure):
 def test_extreme_classifier_certificate_cadence():
     def run(every):
         rng = np.random.default_rng(0)
-        m = ss.ExtremeClassifier(mips="exact", lam=1e-3, seed=0)
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=1e-3, seed=0))
         data = []
         for i in range(150):
             y = int(rng.integers(6))
@@ -233,7 +233,7 @@ def _file_stream(path, n=400, seed=0):
 
 
 def _engine(src, snapshot_every=None, **kw):
-    from connectors.files import open_source
+    from streamssvm.connectors.files import open_source
     from streamssvm.engine import Engine
     model = ss.MulticlassSSVM(learner=L.BCFW(lam=1e-2, replay=2, sampling="gap", cache=True, gap_every=1.0,
                                              seed=0))
@@ -302,9 +302,6 @@ def test_the_protocol_is_what_the_base_declares():
 
 @pytest.mark.parametrize("cls", _learner_classes(), ids=lambda c: c.__name__)
 def test_every_learner_implements_the_whole_protocol(cls):
-    if cls.__name__ == "MEMOIR":
-        pytest.skip("MEMOIR is temporarily exempt from the Learner protocol until the estimators rework "
-                    "(ExtremeClassifier drives it through its own API)")
     missing = []
     for name in ABSTRACT:
         impl = None

@@ -159,7 +159,7 @@ def test_estimator_rescaling_parameter_and_cli(tmp_path, capsys):
     import json
 
     import streamssvm as ss
-    from connectors.files import write_jsonl
+    from streamssvm.connectors.files import write_jsonl
     from streamssvm.cli import main
     C = np.array([[0, 1, 4], [1, 0, 1], [4, 1, 0]], dtype=float)
     m = ss.MulticlassSSVM(loss=C, labels=[0, 1, 2], rescaling="slack",

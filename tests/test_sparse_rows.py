@@ -7,7 +7,13 @@ import streamssvm as ss
 from streamssvm.learners.memoir import MEMOIR
 from streamssvm.oracles.mips import ExactMIPS, HNSWMIPS, LSHMIPS
 from streamssvm.oracles.rows import DenseRows, SparseRows, rows_from_state
+from streamssvm.structures import MultiClass
 
+
+def _ext(mips=None, loss=None, labels=None, n_features=None, rescaling=None, predict_with=None, **learner):
+    """ExtremeClassifier(learner=MEMOIR(**learner), ...)."""
+    return ss.ExtremeClassifier(learner=ss.learners.MEMOIR(**learner), mips=mips, loss=loss, labels=labels,
+                                n_features=n_features, rescaling=rescaling, predict_with=predict_with)
 
 def _x(rng, d, nnz):
     idx = np.sort(rng.choice(d, size=nnz, replace=False)).astype(np.int64)
@@ -111,20 +117,20 @@ def test_sparse_learner_equals_dense_learner(variant, lam, batch):
     out = []
     for kind in ("dense", "sparse"):
         lr = MEMOIR(lam=lam, variant=variant, mips="exact", batch_size=batch, check_every=0, rows=kind)
-        lr.bind(d)
+        lr.bind(MultiClass(), [])
         r = np.random.default_rng(5)
         for t in range(1500):
             c = int(r.integers(C))
-            lr.ensure(max(lr.n_rows, c + 1), d)
+            lr.ensure(d, list(range(max(lr.store.n_rows if lr.store else 0, c + 1))))
             x = centers[c] + 0.3 * r.normal(size=d) * (r.random(d) < 0.1)
             idx = np.flatnonzero(x).astype(np.int64)
-            lr.learn(idx, x[idx], c)
+            lr.learn(np.array([0, len(idx)]), idx, x[idx], np.array([c]))
         out.append(lr)
     a, b = out
     assert a.kind == "dense" and b.kind == "sparse"
     assert a.acc == b.acc and a.n_updates == b.n_updates and a.n_updates > 100
     np.testing.assert_array_equal(a.store.to_dense()[:, :d], b.store.to_dense()[:, :d])
-    np.testing.assert_allclose(a.sq, b.sq, rtol=1e-12)
+    np.testing.assert_allclose(a.store.sq, b.store.sq, rtol=1e-12)
     if variant == "l1":
         assert b.store.nnz < C * d
     if lam > 1:   # the lazy scale went below 1e-20 and was folded into the rows, on both
@@ -146,7 +152,7 @@ def _regime_a(n, C, vocab, seed):
 
 def test_memory_grows_with_nnz_not_classes_times_features():
     C, vocab = 10_000, 50_000
-    m = ss.ExtremeClassifier(mips="exact", lam=1e-4, window=0, check_every=0)
+    m = _ext(mips="exact", lam=1e-4, window=0, check_every=0)
     for x, y in _regime_a(20_000, C, vocab, seed=0):
         m.learn_one(x, y)
     lr = m._learner
@@ -196,7 +202,7 @@ def test_hashed_sketches_are_linear_and_index_finds_the_best_row():
 
 def test_sparse_model_new_classes_save_load_and_index_prediction(tmp_path):
     data = list(_regime_a(4000, 300, 5000, seed=3))
-    m = ss.ExtremeClassifier(mips="exact", lam=1e-4, seed=0, check_every=20)
+    m = _ext(mips="exact", lam=1e-4, seed=0, check_every=20)
     for x, y in data[:3000]:
         m.learn_one(x, y)
     m.save(tmp_path / "s.ssvm")
@@ -206,7 +212,7 @@ def test_sparse_model_new_classes_save_load_and_index_prediction(tmp_path):
         m.learn_one(x, y)
         m2.learn_one(x, y)
     np.testing.assert_array_equal(m._learner.store.to_dense(), m2._learner.store.to_dense())
-    h = ss.ExtremeClassifier(mips="hnsw", lam=1e-4, seed=0, check_every=20)
+    h = _ext(mips="hnsw", lam=1e-4, seed=0, check_every=20)
     for x, y in data:
         h.learn_one(x, y)
     assert h._learner.kind == "sparse" and h._learner.oracle.mode == "hash"

@@ -6,16 +6,6 @@ _JIT = dict(cache=True, nogil=True)
 
 
 @njit(**_JIT)
-def sparse_scores(W, n_rows, idx, val, out):
-    """out[c] = <W[c], x> for the first n_rows rows, x sparse (idx, val)."""
-    for c in range(n_rows):
-        acc = 0.0
-        for p in range(idx.shape[0]):
-            acc += W[c, idx[p]] * val[p]
-        out[c] = acc
-
-
-@njit(**_JIT)
 def best_excluding(scores, n_rows, exclude):
     """argmax over c != exclude (exclude < 0: none); -1 when no row is left."""
     best = -np.inf

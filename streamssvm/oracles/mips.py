@@ -11,7 +11,7 @@ One interface for the three oracles:
   (everything for the exact oracle; top-k of the index and the dirty set otherwise) with their
   exact scores, for learners that re-rank candidates by a rescaled violation;
 * ``n_rows`` grows as classes arrive. ``rows`` is a row store (:class:`~.rows.DenseRows`,
-  :class:`~.rows.SparseRows`) or, as before, a callable returning ``(W, n_rows)``.
+  :class:`~.rows.SparseRows`).
 
 ``ExactMIPS`` scores every row (the reference). ``HNSWMIPS`` keeps an hnswlib inner-product
 index of the rows — or, for high-dimensional sparse inputs, of a fixed random-projection
@@ -31,55 +31,17 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import mips as K
+from .._optional import require
 from .._kernels import sparse_rows as SK
 from .rows import DenseRows, SparseRows
 
 DEFAULT_SKETCH = 128
 
 
-class _CallableRows:
-    """Adapter: a callable returning (W, n_rows) seen as a dense row store."""
-
-    kind = "dense"
-
-    def __init__(self, fn):
-        self.fn = fn
-        self._buf = np.zeros(16)
-
-    @property
-    def V(self):
-        return self.fn()[0]
-
-    @property
-    def n_rows(self):
-        return self.fn()[1]
-
-    @property
-    def dim(self):
-        return self.fn()[0].shape[1]
-
-    def argmax(self, idx, val, exclude=-1):
-        W, n = self.fn()
-        if self._buf.shape[0] < n:
-            self._buf = np.zeros(max(n, 2 * self._buf.shape[0]))
-        K.sparse_scores(W, n, idx, val, self._buf)
-        return int(K.best_excluding(self._buf, n, exclude))
-
-    def scores_into(self, idx, val, out):
-        W, n = self.fn()
-        K.sparse_scores(W, n, idx, val, out)
-
-    def rescore(self, cands, n, idx, val, exclude, out):
-        c, s = K.rescore_into(self.fn()[0], cands, n, idx, val, exclude, out)
-        return int(c), float(s)
-
-
 def as_store(rows):
     if isinstance(rows, (DenseRows, SparseRows)):
         return rows
-    if not callable(rows):
-        raise TypeError("rows must be a row store (DenseRows / SparseRows) or a callable returning (W, n_rows)")
-    return _CallableRows(rows)
+    raise TypeError(f"rows must be a row store (DenseRows / SparseRows), got {type(rows).__name__}")
 
 
 class MIPS:
@@ -377,7 +339,7 @@ class HNSWMIPS(_Dirty):
     Parameters
     ----------
     rows
-        Row store or callable returning ``(W, n_rows)``.
+        Row store (:class:`~.rows.DenseRows` or :class:`~.rows.SparseRows`).
     dim
         Columns of the rows (features); with ``sketch_dim`` the index holds sketches instead.
     sketch_dim
@@ -420,7 +382,7 @@ class HNSWMIPS(_Dirty):
         self.rebuilds = 0
 
     def _new_index(self, capacity):
-        import hnswlib
+        hnswlib = require("hnswlib", extra="extreme", feature="mips='hnsw'")
         self.index = hnswlib.Index(space="ip", dim=self.vdim)
         self.index.init_index(max_elements=max(int(capacity), 16), ef_construction=self.ef_construction, M=self.M,
                               random_seed=int(self.seed))

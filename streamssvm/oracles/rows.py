@@ -75,9 +75,6 @@ class DenseRows:
         self.V = V
         self.n_rows = max(self.n_rows, int(n_rows))
 
-    def __call__(self):  # the (W, n_rows) view of the legacy MIPS interface
-        return self.V, self.n_rows
-
     def dot(self, c, idx, val):
         return K.dense_dot(self.V, c, idx, val)
 

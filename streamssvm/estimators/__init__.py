@@ -1,0 +1,23 @@
+"""River-compatible structural SVM estimators.
+
+=================  ==============================  ==========================  =====================
+class              river base                      x                           y
+=================  ==============================  ==========================  =====================
+MulticlassSSVM     ``base.Classifier``             dict or 1-D array           hashable label
+MultiLabelSSVM     ``base.MultiLabelClassifier``   dict or 1-D array           dict[label, bool]
+SequenceTagger     ``base.Estimator``              list of dicts or 2-D array  list of labels
+ExtremeClassifier  ``base.Classifier``             dict or 1-D array           hashable label
+=================  ==============================  ==========================  =====================
+
+All have ``learn_one``, ``predict_one``, ``learn_many`` / ``predict_many`` (numpy or pandas
+batches), ``refine(passes)``, ``certificate()``, ``save(path)`` and ``load(path)``;
+:func:`load` restores any of them.
+"""
+from .base import Estimator, from_state, load
+from .extreme import ExtremeClassifier
+from .multiclass import MulticlassSSVM
+from .multilabel import MultiLabelSSVM
+from .sequence import SequenceTagger
+
+__all__ = ["Estimator", "ExtremeClassifier", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger",
+           "from_state", "load"]

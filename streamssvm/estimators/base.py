@@ -1,0 +1,241 @@
+"""Shared estimator machinery: feature / label indexing, learner binding, persistence, and the
+registry through which a saved model is restored (:func:`from_state`, ``streamssvm.load``).
+
+Every concrete estimator registers itself (by class name) when its class is defined; the
+saved file names the estimator class and the learner class, both resolved by name: the
+estimator through this registry, the learner among the subclasses of
+:class:`streamssvm.learners.Learner`. This module knows no estimator or learner by name.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import checkpoint
+from ..certificate import Certificate
+from ..features import FeatureIndex, LabelIndex, _decode_key, _encode_key
+from ..learners.base import Learner
+
+MODEL_KIND = "streamssvm.model"
+ONE_EX = np.array([0, 1], dtype=np.int64)
+
+_REGISTRY: dict = {}
+
+
+def is_missing(v):
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def require_pandas(what):
+    """Import pandas for ``what`` (a method returning a pandas object), with a clear error
+    naming the extra that installs it."""
+    from .._optional import require
+    return require("pandas", extra="pandas", feature=f"{what} (returns a pandas object)")
+
+
+def _is_dataframe(X):
+    return type(X).__name__ == "DataFrame" and type(X).__module__.startswith("pandas")
+
+
+def estimator_class(name):
+    """The registered estimator class called ``name``."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise checkpoint.CheckpointError(f"unknown estimator class {name!r} in the file; known: "
+                                         f"{sorted(_REGISTRY)}") from None
+
+
+def learner_class(name):
+    """The :class:`~streamssvm.learners.Learner` subclass called ``name``."""
+    todo = list(Learner.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if c.__name__ == name:
+            return c
+        todo.extend(c.__subclasses__())
+    raise checkpoint.CheckpointError(f"unknown learner class {name!r} in the file")
+
+
+def from_state(st):
+    """Rebuild any estimator from :meth:`Estimator.state` (dispatches on the saved class)."""
+    return estimator_class(st["config"]["class"]).from_state(st)
+
+
+def load(path):
+    """Load any saved estimator (``MulticlassSSVM``, ``MultiLabelSSVM``, ``SequenceTagger``,
+    ``ExtremeClassifier``) from a file written by ``save``; ``streamssvm.load`` is this function.
+
+    >>> import os, tempfile, streamssvm as ss
+    >>> m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=1e-3))
+    >>> for i in range(30):
+    ...     m.learn_one({f"w{i % 3}": 1.0}, "abc"[i % 3])
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.ssvm")
+    >>> _ = m.save(p)
+    >>> m2 = ss.load(p)
+    >>> type(m2).__name__, [m2.predict_one({f"w{k}": 1.0}) for k in range(3)]
+    ('ExtremeClassifier', ['a', 'b', 'c'])
+    """
+    st, _ = checkpoint.load_state(path, kind=MODEL_KIND)
+    return from_state(st)
+
+
+class Estimator:
+    """Base of the streamssvm estimators (mixed with a river base class by each subclass).
+
+    A subclass sets ``_learners`` (the learner classes it accepts), ``_default_learner`` and
+    implements ``_make_structure``. The ``learner`` parameter stays a pure configuration; the
+    estimator binds a clone of it (with the estimator's overrides, e.g. ``rescaling=``) at the
+    first example.
+    """
+
+    _learners: tuple = ()
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if not cls.__name__.startswith("_"):
+            _REGISTRY[cls.__name__] = cls
+
+    @classmethod
+    def _default_learner(cls):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _init_common(self, learner, n_features, labels, rescaling=None):
+        if learner is None:
+            learner = self._default_learner()
+        if not isinstance(learner, self._learners):
+            names = ", ".join(f"learners.{c.__name__}(...)" for c in self._learners)
+            raise TypeError(f"learner must be a streamssvm learner that {type(self).__name__} takes, such as "
+                            f"{names}; got {learner!r}")
+        self.learner = learner
+        if rescaling not in (None, "margin", "slack"):
+            raise ValueError(f"rescaling must be None, 'margin' or 'slack', got {rescaling!r}")
+        if rescaling is not None and self.learner.rescaling not in ("margin", rescaling):
+            raise ValueError(f"rescaling={rescaling!r} conflicts with the learner's rescaling={self.learner.rescaling!r}")
+        self.rescaling = rescaling
+        if n_features is not None and (not isinstance(n_features, numbers.Integral) or n_features < 1):
+            raise ValueError(f"n_features must be None (growing vocabulary) or a positive int, got {n_features!r}")
+        self.n_features = n_features
+        if labels is not None and not isinstance(labels, (list, tuple)):
+            raise TypeError("labels must be a list of the labels known up front (or None)")
+        if labels is not None and any(is_missing(lab) for lab in labels):
+            raise ValueError("labels must not contain None/NaN")
+        self.labels = labels
+        self._features = FeatureIndex(n_features)
+        self._labels = LabelIndex(labels)
+        self._learner = None  # bound copy of the learner (the parameter stays a pure config)
+
+    def _make_structure(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _overrides(self):
+        """Learner parameters the estimator sets on the bound copy."""
+        return {"rescaling": self.rescaling} if self.rescaling is not None else {}
+
+    def _bound(self):
+        if self._learner is None:
+            self._learner = self.learner.clone(self._overrides() or None)
+            self._structure = self._make_structure()
+            self._learner.bind(self._structure, self._labels.labels)
+        return self._learner
+
+    def _sync(self):
+        lr = self._bound()
+        lr.ensure(self._features.dim, self._labels.labels)
+        return lr
+
+    # -------------------------------------------------------------- optimization / certificates
+    def refine(self, passes: float = 1.0, tol: float | None = None, progress=None):
+        """Work on the held examples for ``passes`` effective passes (what that means is the
+        learner's: e.g. BCFW block steps, MEMOIR SGD epochs over its window); returns the
+        certificate after refining. ``progress(fraction, learner)`` is called between chunks."""
+        if self._learner is None:
+            raise RuntimeError("refine() needs at least one learned example")
+        self._learner.refine(passes, tol=tol, progress=progress)
+        return self._learner.certificate()
+
+    def certificate(self):
+        """Certificate of the model on the examples it holds (see
+        :class:`streamssvm.certificate.Certificate`); observing it changes nothing."""
+        if self._learner is None:
+            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.learner.lam, note="no examples held")
+        return self._learner.certificate()
+
+    @property
+    def n_blocks(self):
+        """Examples held by the learner (the n of its certificate)."""
+        return 0 if self._learner is None else self._learner.n_blocks
+
+    @property
+    def classes(self):
+        """The labels known so far, in the order they were registered."""
+        return list(self._labels.labels)
+
+    # -------------------------------------------------------------- persistence
+    def _params_state(self):
+        p = {k: v for k, v in self._get_params().items() if k != "learner"}
+        if p.get("labels") is not None:
+            p["labels"] = [_encode_key(lab) for lab in p["labels"]]
+        if p.get("loss") is not None:
+            p["loss"] = np.asarray(p["loss"], dtype=np.float64)
+        return {"class": type(self).__name__, "params": p,
+                "learner": {"class": type(self.learner).__name__, "params": dict(self.learner._get_params())}}
+
+    @classmethod
+    def _params_from_state(cls, params):
+        """Decode estimator parameters saved by ``_params_state`` (hook for non-JSON values)."""
+        if params.get("labels") is not None:
+            params["labels"] = [_decode_key(lab) for lab in params["labels"]]
+        if params.get("loss") is not None:
+            params["loss"] = np.asarray(params["loss"])
+        return params
+
+    def state(self):
+        """Everything the model needs, as JSON leaves and numpy arrays (no pickle)."""
+        if getattr(self, "loss", None) is not None and callable(self.loss):
+            raise TypeError("a model with a callable loss cannot be saved (no pickle); pass the cost as a matrix")
+        return {"config": self._params_state(), "features": self._features.state(),
+                "labels": self._labels.state(),
+                "learner": None if self._learner is None else self._learner.state()}
+
+    def save(self, path):
+        """Save to one file (zip of a JSON manifest and .npy arrays, checksummed, atomic)."""
+        return checkpoint.save_state(path, self.state(), kind=MODEL_KIND,
+                                     meta={"estimator": type(self).__name__})
+
+    @classmethod
+    def from_state(cls, st):
+        """Rebuild a model from :meth:`state`; ``cls`` must be the saved class."""
+        cfg = st["config"]
+        if cfg["class"] != cls.__name__:
+            raise checkpoint.CheckpointError(f"the file holds a {cfg['class']}, not a {cls.__name__} "
+                                             "(streamssvm.load(path) loads any estimator)")
+        learner = learner_class(cfg["learner"]["class"])(**cfg["learner"]["params"])
+        params = cls._params_from_state(dict(cfg["params"]))
+        model = cls(learner=learner, **params)
+        model._features = FeatureIndex.from_state(st["features"])
+        model._labels = LabelIndex.from_state(st["labels"])
+        if st["learner"] is not None:
+            model._learner = learner.clone(model._overrides() or None)
+            model._structure = model._make_structure()
+            model._learner.restore(model._structure, model._labels.labels, st["learner"])
+        return model
+
+    @classmethod
+    def load(cls, path):
+        """Load a model of this class (a file of another class is refused; see
+        ``streamssvm.load``)."""
+        st, _ = checkpoint.load_state(path, kind=MODEL_KIND)
+        return cls.from_state(st)
+
+    # -------------------------------------------------------------- batch helpers
+    @staticmethod
+    def _as_matrix(X):
+        """(2-D float array, pandas index or None) of a DataFrame or an array-like."""
+        if _is_dataframe(X):
+            return X.to_numpy(dtype=np.float64), X.index
+        A = np.asarray(X, dtype=np.float64)
+        if A.ndim != 2:
+            raise ValueError(f"X must be 2-D (examples x features), got shape {A.shape}")
+        return A, None

@@ -1,0 +1,184 @@
+"""Extreme multiclass: very many classes, learned by :class:`streamssvm.learners.MEMOIR`."""
+from __future__ import annotations
+
+import numpy as np
+from river import base
+
+from ..learners.memoir import MEMOIR
+from ..oracles.rows import DENSE_MAX_DIM
+from ..structures import MultiClass
+from .base import Estimator, is_missing, require_pandas
+
+
+class LabelCost(MultiClass):
+    """The Crammer-Singer structure with a cost on label *values*: ``label_cost`` is None, a
+    square matrix ``C[y_true, y]`` indexed by the labels (integers 0..K-1) or a callable
+    ``cost(y_true, y)``. MEMOIR reads it when bound and keeps its own cost cache."""
+
+    def __init__(self, label_cost=None):
+        super().__init__()
+        self.label_cost = label_cost
+
+
+class ExtremeClassifier(Estimator, base.Classifier):
+    """Multiclass with very many classes (MEMOIR; Belyy & Sholokhov, "MEMOIR: Multi-class
+    Extreme Classification with Inexact Margin"): a Crammer-Singer SVM trained by SGD whose
+    most-violating class comes from a maximum-inner-product index over the class rows.
+
+    Parameters
+    ----------
+    learner
+        A :class:`streamssvm.learners.MEMOIR` configuration (default ``MEMOIR()``): variant,
+        lam, batch size, step schedule, rows, MIPS index settings, window.
+    mips
+        ``"exact"``, ``"hnsw"`` or ``"lsh"``: overrides the learner's ``mips`` (None: keep it).
+    loss
+        None (Crammer-Singer: cost 1 for every wrong class), a cost matrix ``C[y, c]`` (labels
+        must then be the integers 0..K-1) or a callable ``loss(y_true, y) -> float >= 0`` with
+        ``loss(y, y) == 0`` (cached per true class by the learner).
+    labels
+        Classes known up front (a list), registered in that order: the model holds a (zero)
+        row for each from its first example on, so every search faces all of them (zero rows
+        stay out of an index, the smallest one standing for all; exact search scores them 0)
+        and a declared class can be predicted before it is learned. Labels not declared still
+        grow the set when they arrive. With a cost matrix they must be integers in [0, K).
+    n_features
+        Hashing trick buckets (None: growing vocabulary / array input).
+    rescaling
+        With a ``loss``: ``"margin"`` (most violating class maximizes C[y,c] + s_c - s_y) or
+        ``"slack"`` (maximizes C[y,c] (1 + s_c - s_y); the step is scaled by C[y,c]); overrides
+        the learner's. With an index the choice is made among its candidates, re-scored exactly
+        (inexact; measured in ``certificate().extra``); the exact oracle scores every class.
+    predict_with
+        ``"exact"`` (every row, the paper's choice; sparse rows make it cheap) or ``"index"``;
+        overrides the learner's (None: keep it, ``"exact"`` by default).
+
+    The learner's ``rows="auto"`` is resolved when it is bound: dense class rows for array
+    input of at most 4096 columns, sparse rows (memory O(nnz(W))) for dict input, the hashing
+    trick or wider arrays. Both give the same model. :meth:`certificate` reports the primal on
+    the learner's window (gap +inf: MEMOIR keeps no dual point) and the index diagnostics;
+    :meth:`refine` makes SGD epochs over the window.
+
+    Examples
+    --------
+    >>> import numpy as np, streamssvm as ss
+    >>> rng = np.random.default_rng(0)
+    >>> centers = rng.normal(size=(200, 16))
+    >>> m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-4, seed=0), mips="hnsw")
+    >>> for _ in range(4000):
+    ...     c = int(rng.integers(200)); m.learn_one(centers[c] + 0.1 * rng.normal(size=16), c)
+    >>> bool(np.mean([m.predict_one(centers[c]) == c for c in range(200)]) > 0.9)
+    True
+
+    Dict input (a growing vocabulary) uses sparse rows; a cost matrix with slack rescaling:
+
+    >>> C = 1.0 - np.eye(3); C[0, 2] = C[2, 0] = 3.0
+    >>> m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-3), mips="exact", loss=C,
+    ...                          rescaling="slack")
+    >>> for i in range(300):
+    ...     y = i % 3; m.learn_one({f"w{y}": 1.0, f"n{i % 7}": 0.5}, y)
+    >>> [m.predict_one({f"w{y}": 1.0}) for y in range(3)], m.certificate().extra["rows"]
+    ([0, 1, 2], 'sparse')
+    """
+
+    _learners = (MEMOIR,)
+
+    @classmethod
+    def _default_learner(cls):
+        return MEMOIR()
+
+    def __init__(self, learner=None, mips=None, loss=None, labels=None, n_features=None, rescaling=None,
+                 predict_with=None):
+        if mips not in (None, "exact", "hnsw", "lsh"):
+            raise ValueError(f"mips must be None, 'exact', 'hnsw' or 'lsh', got {mips!r}")
+        if predict_with not in (None, "exact", "index"):
+            raise ValueError(f"predict_with must be None, 'exact' or 'index', got {predict_with!r}")
+        self.mips = mips
+        self.predict_with = predict_with
+        self.loss = loss
+        self._cost_matrix = None
+        if loss is not None and not callable(loss):
+            Cm = np.asarray(loss, dtype=np.float64)
+            if Cm.ndim != 2 or Cm.shape[0] != Cm.shape[1]:
+                raise ValueError(f"loss must be a square cost matrix or a callable, got shape {Cm.shape}")
+            if not np.all(np.isfinite(Cm)) or np.any(Cm < 0) or np.any(np.diag(Cm) != 0):
+                raise ValueError("a cost matrix must be finite, >= 0, with a zero diagonal")
+            self._cost_matrix = Cm
+        self._init_common(learner, n_features, labels, rescaling)
+        if self._cost_matrix is not None:
+            for lab in self._labels.labels:
+                self._check_label(lab)
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"learner": MEMOIR(lam=1e-3), "mips": "exact"}
+
+    @property
+    def _multiclass(self):
+        return True
+
+    def _make_structure(self):
+        return LabelCost(self._cost_matrix if self._cost_matrix is not None else self.loss)
+
+    def _overrides(self):
+        new = super()._overrides()
+        if self.mips is not None:
+            new["mips"] = self.mips
+        if self.predict_with is not None:
+            new["predict_with"] = self.predict_with
+        if self.learner.rows == "auto":
+            f = self._features
+            growing = f.array_dim is None and f.n_features is None
+            new["rows"] = "sparse" if growing or f.dim > DENSE_MAX_DIM else "dense"
+        return new
+
+    def _check_label(self, y):
+        K = self._cost_matrix.shape[0]
+        if not (isinstance(y, (int, np.integer)) and not isinstance(y, bool) and 0 <= y < K):
+            raise ValueError(f"with a cost matrix of size {K} the labels must be integers in [0, {K}), got {y!r}")
+
+    def learn_one(self, x, y):
+        if is_missing(y):
+            raise ValueError("y is missing (None/NaN)")
+        if self._cost_matrix is not None:
+            self._check_label(y)  # before anything changes
+        self._labels.check(y)
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        c = self._labels.encode(y, grow=True)
+        lr = self._sync()
+        lr.learn(tok_ptr, fidx, fval, np.array([c], dtype=np.int32))
+
+    def predict_one(self, x):
+        if len(self._labels) == 0:
+            return None
+        if self._learner is None:
+            # declared classes, nothing learned: every row is zero and scores 0; exact search
+            # and the index both return the smallest class id
+            return self._labels.labels[0]
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        one = np.array([0, 1], dtype=np.int64)
+        lr = self._learner
+        # predict_with may be changed on a fitted model (it changes no learned state)
+        lr.predict_with = self.predict_with or self.learner.predict_with
+        c = int(lr.predict(one, tok_ptr, fidx, fval, one, 1)[0])
+        return self._labels.labels[c] if c >= 0 else None
+
+    def predict_proba_one(self, x):
+        """One-hot distribution on the predicted class (an SVM gives no probabilities)."""
+        y = self.predict_one(x)
+        return {} if y is None else {c: float(c == y) for c in self._labels.labels}
+
+    def learn_many(self, X, y):
+        A, _ = self._as_matrix(X)
+        ys = list(y)
+        if len(ys) != A.shape[0]:
+            raise ValueError(f"X has {A.shape[0]} rows but y has {len(ys)} labels")
+        for xi, yi in zip(A, ys):
+            self.learn_one(xi, yi)
+
+    def predict_many(self, X):
+        A, index = self._as_matrix(X)
+        out = [self.predict_one(xi) for xi in A]
+        if index is not None:
+            return require_pandas("predict_many of a DataFrame").Series(out, index=index)
+        return np.asarray(out, dtype=object)

@@ -1,0 +1,183 @@
+"""Multiclass structural SVM (Crammer-Singer) learned online by a dual learner."""
+from __future__ import annotations
+
+import numpy as np
+from river import base
+
+from ..learners.bcfw import BCFW
+from ..learners.cutting_plane import CuttingPlane
+from ..learners.sgd import SGD
+from ..structures import MultiClass
+from .base import ONE_EX, Estimator, is_missing, require_pandas
+
+
+class MulticlassSSVM(Estimator, base.Classifier):
+    """Multiclass structural SVM (Crammer-Singer) learned online by a dual learner.
+
+    Parameters
+    ----------
+    learner
+        A learner configuration, e.g. ``learners.BCFW(lam=1e-4, replay=2)`` (default BCFW()).
+    loss
+        Optional cost matrix over ``labels`` (K x K, zero diagonal) or callable
+        ``loss(y_true, y)``; default 0/1.
+    labels
+        Labels known up front (needed with a cost matrix); new labels may appear anyway.
+    n_features
+        ``None``: growing vocabulary of dict features; int: hashing trick with that many buckets.
+    rescaling
+        ``"margin"`` or ``"slack"`` (paper 000): overrides the learner's ``rescaling``. The same
+        parameter exists on every estimator.
+
+    Examples
+    --------
+    >>> from river import datasets, evaluate, metrics, compose, preprocessing
+    >>> import streamssvm as ss
+    >>> model = compose.Pipeline(preprocessing.StandardScaler(),
+    ...     ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-3, replay=2, seed=1)))
+    >>> m = evaluate.progressive_val_score(datasets.ImageSegments(), model, metrics.Accuracy())
+    >>> m.get() > 0.8
+    True
+    """
+
+    _learners = (BCFW, SGD, CuttingPlane)
+
+    @classmethod
+    def _default_learner(cls):
+        return BCFW()
+
+    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None):
+        self.loss = loss
+        self._init_common(learner, n_features, labels, rescaling)
+        self._make_structure()  # validate the loss now
+
+    def _make_structure(self):
+        return MultiClass(cost=self.loss)
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
+
+    @property
+    def _multiclass(self):
+        return True
+
+    def learn_one(self, x, y):
+        if is_missing(y):
+            raise ValueError("y is missing (None/NaN)")
+        self._labels.check(y)  # validate the whole example before any state changes
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        yid = self._labels.encode(y, grow=True)
+        lr = self._sync()
+        lr.learn(tok_ptr, fidx, fval, np.array([yid], dtype=np.int32))
+
+    def predict_one(self, x):
+        if self._learner is None or len(self._labels) == 0:
+            return None
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        out = self._learner.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)
+        return self._labels.labels[out[0]]
+
+    def predict_proba_one(self, x):
+        """One-hot distribution on the predicted class (an SVM gives no probabilities)."""
+        y = self.predict_one(x)
+        if y is None:
+            return {}
+        return {c: float(c == y) for c in self._labels.labels}
+
+    def _encode_rows(self, X, grow):
+        """CSR of a batch: a DataFrame, a 2-D array, or a list of feature dicts / 1-D arrays."""
+        if isinstance(X, (list, tuple)):
+            if X and isinstance(X[0], dict):
+                ptr = [0]
+                idx: list = []
+                val: list = []
+                for x in X:
+                    if not isinstance(x, dict):
+                        raise TypeError(f"mixed batch: expected dicts, got {type(x).__name__}")
+                    i, v = self._features.encode_dict(x, grow)
+                    idx.extend(i)
+                    val.extend(v)
+                    ptr.append(len(idx))
+                return (np.asarray(ptr, dtype=np.int32), np.asarray(idx, dtype=np.int32),
+                        np.asarray(val, dtype=np.float64), len(X), None)
+            X = np.asarray(X, dtype=np.float64) if X else np.zeros((0, max(self._features.array_dim or 1, 1)))
+        A, index = self._as_matrix(X)
+        if A.shape[0] == 0:
+            return np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0), 0, index
+        tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=grow)
+        return tok_ptr, fidx, fval, A.shape[0], index
+
+    def learn_many(self, X, y):
+        """Learn a batch in order, as a stream, in one kernel call (``X``: a DataFrame, a 2-D
+        array or a list of feature dicts; ``y``: a sequence of labels)."""
+        self._learn_encoded(list(y), *self._encode_rows(X, grow=True)[:4])
+
+    def predict_learn_many(self, X, y):
+        """Progressive validation of a batch: the predictions of all rows (made before learning
+        any of them), then learning them, with a single encoding of the batch."""
+        ys = list(y)
+        tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True)
+        # features first seen in this batch have zero weights: encoding them before predicting
+        # does not change the predictions
+        if self._learner is None or len(self._labels) == 0:
+            preds = [None] * n
+        else:
+            self._learner.ensure(self._features.dim, self._labels.labels)
+            ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+                                            fidx, fval, np.arange(n + 1, dtype=np.int64), n)
+            labs = self._labels.labels
+            preds = [labs[i] for i in ids]
+        self._learn_encoded(ys, tok_ptr, fidx, fval, n)
+        return preds
+
+    def _learn_encoded(self, ys, tok_ptr, fidx, fval, n):
+        if len(ys) != n:
+            raise ValueError(f"X has {n} rows but y has {len(ys)} labels")
+        if n == 0:
+            return
+        for v in ys:
+            if is_missing(v):
+                raise ValueError("y contains a missing label (None/NaN)")
+        # labels are indexed as they arrive, exactly as with learn_one: the batch is cut where a
+        # new label appears, and each piece is learned in one kernel call
+        n0 = len(self._labels)   # labels known before this batch (declared or seen)
+        yids = np.empty(n, dtype=np.int32)
+        cuts = [0]
+        for i in range(n):
+            k = len(self._labels)
+            yids[i] = self._labels.encode(ys[i], grow=True)
+            if len(self._labels) != k and i > 0:
+                cuts.append(i)
+        cuts.append(n)
+        tok64 = tok_ptr.astype(np.int64)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if a == b:
+                continue
+            # grow the label set up to (and including) the label that opens this piece
+            # (the labels known before the batch are all there already: never fewer, or the
+            # learner would see a smaller label set than learn_one does)
+            k_here = max(n0, int(yids[:b].max()) + 1)
+            lr = self._bound()
+            lr.ensure(self._features.dim, self._labels.labels[:k_here])
+            lr.learn_batch(np.arange(a, b + 1, dtype=np.int64) - a, tok64[a:b + 1] - tok64[a],
+                           fidx[tok64[a]:tok64[b]], fval[tok64[a]:tok64[b]],
+                           np.arange(b - a + 1, dtype=np.int64), yids[a:b])
+        self._sync()
+
+    def predict_many(self, X):
+        """Predictions for a batch (same inputs as :meth:`learn_many`), one kernel call."""
+        if self._learner is None or len(self._labels) == 0:
+            n = len(X) if isinstance(X, (list, tuple)) else self._as_matrix(X)[0].shape[0]
+            out = [None] * n
+            index = None if isinstance(X, (list, tuple)) else self._as_matrix(X)[1]
+        else:
+            tok_ptr, fidx, fval, n, index = self._encode_rows(X, grow=False)
+            ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+                                            fidx, fval, np.arange(n + 1, dtype=np.int64), n)
+            labs = self._labels.labels
+            out = [labs[i] for i in ids]
+        if index is not None:
+            return require_pandas("predict_many of a DataFrame").Series(out, index=index)
+        return np.asarray(out, dtype=object) if out and not isinstance(out[0], (int, float, np.number)) else np.asarray(out)
+

@@ -1,0 +1,173 @@
+"""Multi-label structural SVM (independent labels, pairwise potentials or a label hierarchy)."""
+from __future__ import annotations
+
+import numpy as np
+from river import base
+
+from ..learners.bcfw import BCFW
+from ..learners.cutting_plane import CuttingPlane
+from ..learners.sgd import SGD
+from ..structures import Hierarchy, MultiLabel
+from ..features import LabelIndex, _decode_key, _encode_key, check_truth
+from .base import Estimator, _is_dataframe, require_pandas
+
+
+class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
+    """Multi-label structural SVM with independent labels and normalized Hamming loss.
+
+    ``y`` is a dict ``{label: bool}``; labels never seen before are added (an example's loss is
+    normalized by the number of labels known when it arrived).
+
+    ``pairwise=True`` adds a co-occurrence potential for every pair of labels (a fully connected
+    binary MRF), decoded exactly by enumeration up to 16 labels; above that ``learners.SGD``
+    solves the LP relaxation (:mod:`streamssvm.oracles.lp`) and ``learners.BCFW`` refuses.
+
+    ``hierarchy``: hierarchical multi-label classification (paper 000, section 5.2). The labels
+    are the leaves of a tree or DAG given as ``{child: parent}`` (tree), ``{child: [parents]}``
+    (DAG; a value ``None`` declares a root) or a list of ``(child, parent)`` pairs; a labeling's
+    score sums the potentials of every node in the ancestor closure of its positive leaves, the
+    loss is the Hamming distance over the leaves divided by the number of leaves. The label set
+    is fixed by the hierarchy (a label outside it is an error); ``predict_one`` returns every
+    leaf. Inference is exact: tree dynamic programs, or enumeration for DAGs up to 16 leaves.
+    Works with BCFW and SGD, margin or slack rescaling (see :mod:`streamssvm.structures.hierarchy`).
+
+    Examples
+    --------
+    >>> import streamssvm as ss
+    >>> m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0))
+    >>> for i in range(200):
+    ...     a = i % 2
+    ...     m.learn_one({"a": a, "b": 1 - a}, {"red": bool(a), "blue": not a})
+    >>> m.predict_one({"a": 1, "b": 0})
+    {'red': True, 'blue': False}
+
+    A hierarchy (the leaves cat, dog, car, bus are the labels):
+
+    >>> tree = {"cat": "animal", "dog": "animal", "car": "vehicle", "bus": "vehicle"}
+    >>> h = ss.MultiLabelSSVM(hierarchy=tree, learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0))
+    >>> for i in range(200):
+    ...     a = i % 2
+    ...     h.learn_one({"fur": a, "wheels": 1 - a}, {"cat": bool(a), "dog": bool(a), "bus": not a})
+    >>> h.predict_one({"fur": 1, "wheels": 0})
+    {'cat': True, 'dog': True, 'car': False, 'bus': False}
+    """
+
+    _learners = (BCFW, SGD, CuttingPlane)
+
+    @classmethod
+    def _default_learner(cls):
+        return BCFW()
+
+    def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise=False,
+                 hierarchy=None):
+        self.pairwise = bool(pairwise)
+        self.hierarchy = hierarchy
+        self._hier = None
+        if hierarchy is not None:
+            if self.pairwise:
+                raise ValueError("pairwise=True and hierarchy=... are two different structures; choose one")
+            self._hier = Hierarchy(hierarchy)
+            if labels is not None and (not isinstance(labels, (list, tuple))
+                                       or set(labels) != set(self._hier.leaves)):
+                raise ValueError("with a hierarchy the labels are its leaves; pass labels=None (or exactly "
+                                 f"the leaves {self._hier.leaves!r})")
+        self._init_common(learner, n_features, labels, rescaling)
+        if self._hier is not None:
+            self._labels = LabelIndex(self._hier.nodes)
+
+    def _make_structure(self):
+        if self.hierarchy is not None:
+            return Hierarchy(self.hierarchy)
+        # SGD calls its oracles from Python and can solve the LP relaxation above 16 labels
+        return MultiLabel(pairwise=self.pairwise, inference="auto" if isinstance(self.learner, SGD) else "enum")
+
+    def _params_state(self):
+        st = super()._params_state()
+        if self.hierarchy is not None:
+            pairs = Hierarchy.parse(self.hierarchy)
+            st["params"]["hierarchy"] = {"pairs": [[_encode_key(c), None if p is None else _encode_key(p)]
+                                                   for c, p in pairs]}
+        return st
+
+    @classmethod
+    def _params_from_state(cls, params):
+        params = super()._params_from_state(params)
+        h = params.get("hierarchy")
+        if isinstance(h, dict) and set(h) == {"pairs"}:
+            params["hierarchy"] = [(_decode_key(c), None if p is None else _decode_key(p)) for c, p in h["pairs"]]
+        return params
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
+
+    def _encode_y(self, y):
+        if not isinstance(y, dict):
+            raise TypeError(f"y must be a dict {{label: bool}}, got {type(y).__name__}")
+        if self._hier is not None:
+            return self._encode_hier_y(y)
+        pos = []
+        for lab, v in y.items():
+            j = self._labels.encode(lab, grow=True)
+            if v is None:
+                continue
+            if check_truth(v, lab):
+                pos.append(j)
+        return np.array(sorted(pos), dtype=np.int32)
+
+    def _encode_hier_y(self, y):
+        """Positive leaves -> the sorted node ids of their ancestor closure."""
+        h = self._hier
+        pos = []
+        for lab, v in y.items():
+            try:
+                j = h.index.get(lab)
+            except TypeError:
+                raise TypeError(f"labels must be hashable, got {type(lab).__name__}") from None
+            if j is None:
+                raise ValueError(f"label {lab!r} is not in the hierarchy; its labels are the leaves "
+                                 f"{h.leaves[:10]!r}{' ...' if h.n_leaves > 10 else ''}")
+            if j >= h.n_leaves:
+                raise ValueError(f"label {lab!r} is an internal node of the hierarchy; labels are its leaves "
+                                 "(an internal node is on when one of its leaves is)")
+            if check_truth(v, lab):
+                pos.append(j)
+        return h.closure(pos)
+
+    def learn_one(self, x, y):
+        for lab, v in (y.items() if isinstance(y, dict) else ()):  # validate before any state changes
+            self._labels.check(lab), check_truth(v, lab)
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        pos = self._encode_y(y)
+        lr = self._sync()
+        Ki = self._hier.n_leaves if self._hier is not None else len(self._labels)
+        lr.learn(tok_ptr, fidx, fval, pos, Ki=max(Ki, 1))
+
+    def predict_one(self, x):
+        if self._learner is None or len(self._labels) == 0:
+            if self._hier is not None:
+                return {lab: False for lab in self._hier.leaves}
+            return {}
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        Kc = self._learner.W.Kc
+        out = self._learner.predict(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
+                                        fidx, fval, np.array([0, Kc], dtype=np.int64), Kc)
+        labs = self._labels.labels if self._hier is None else self._hier.leaves
+        return {lab: bool(out[k]) for k, lab in enumerate(labs)}
+
+    def learn_many(self, X, Y):
+        """``Y``: a DataFrame of booleans (one column per label) or a list of dicts."""
+        A, _ = self._as_matrix(X)
+        rows = Y.to_dict(orient="records") if _is_dataframe(Y) else list(Y)
+        if len(rows) != A.shape[0]:
+            raise ValueError(f"X has {A.shape[0]} rows but Y has {len(rows)}")
+        for i in range(A.shape[0]):
+            self.learn_one(A[i], rows[i])
+
+    def predict_many(self, X):
+        """A pandas DataFrame of booleans (one column per label; pandas must be installed)."""
+        pd = require_pandas("MultiLabelSSVM.predict_many")
+        A, index = self._as_matrix(X)
+        preds = [self.predict_one(A[i]) for i in range(A.shape[0])]
+        return pd.DataFrame(preds, index=index)
+

@@ -1,0 +1,115 @@
+"""Sequence labeling: chain structural SVM with Viterbi decoding."""
+from __future__ import annotations
+
+import numpy as np
+from river import base
+
+from ..learners.bcfw import BCFW
+from ..learners.cutting_plane import CuttingPlane
+from ..learners.sgd import SGD
+from ..structures import Chain
+from .base import Estimator, is_missing
+
+
+class SequenceTagger(Estimator, base.Estimator):
+    """Sequence labeling (chain structural SVM, Viterbi decoding).
+
+    ``x`` is a list of per-token feature dicts or a (L, d) array; ``y`` a list of L labels.
+
+    Examples
+    --------
+    >>> import numpy as np, streamssvm as ss
+    >>> tagger = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, replay=3, seed=0))
+    >>> for i in range(60):
+    ...     words = ["the", "dog", "runs"] if i % 2 else ["a", "cat", "sleeps"]
+    ...     tagger.learn_one([{"w=" + w: 1} for w in words], ["DET", "NOUN", "VERB"])
+    >>> tagger.predict_one([{"w=the": 1}, {"w=cat": 1}, {"w=runs": 1}])
+    ['DET', 'NOUN', 'VERB']
+    """
+
+    _learners = (BCFW, SGD, CuttingPlane)
+
+    @classmethod
+    def _default_learner(cls):
+        return BCFW()
+
+    def __init__(self, learner=None, loss=None, transitions=True, labels=None, n_features=None, rescaling=None):
+        self.loss = loss
+        self.transitions = bool(transitions)
+        self._init_common(learner, n_features, labels, rescaling)
+        self._make_structure()
+
+    def _make_structure(self):
+        return Chain(cost=self.loss, transitions=self.transitions)
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
+
+    def _encode_seq(self, x, y):
+        for lab in (y if isinstance(y, (list, tuple)) else ()):  # validate before any state changes
+            if lab is not None:  # (a missing label is reported below)
+                self._labels.check(lab)
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=True)
+        if isinstance(y, (str, bytes)) or not hasattr(y, "__len__"):
+            raise TypeError(f"y must be a list of labels (one per token), got {type(y).__name__}")
+        L = len(tok_ptr) - 1
+        if len(y) != L:
+            raise ValueError(f"x has {L} tokens but y has {len(y)} labels")
+        ys = np.empty(L, dtype=np.int32)
+        for t, lab in enumerate(y):
+            if is_missing(lab):
+                raise ValueError(f"label of token {t} is missing")
+            ys[t] = self._labels.encode(lab, grow=True)
+        return tok_ptr, fidx, fval, ys
+
+    def learn_one(self, x, y):
+        tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
+        lr = self._sync()
+        lr.learn(tok_ptr, fidx, fval, ys)
+
+    def predict_one(self, x):
+        if self._learner is None or len(self._labels) == 0:
+            if not isinstance(x, (list, tuple, np.ndarray)):
+                raise TypeError(f"a sequence must be a list of feature dicts or a 2-D array, got {type(x).__name__}")
+            return [None] * len(x)
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=False)
+        L = len(tok_ptr) - 1
+        out = self._learner.predict(np.array([0, L], dtype=np.int64), tok_ptr.astype(np.int64),
+                                        fidx, fval, np.array([0, L], dtype=np.int64), L)
+        labs = self._labels.labels
+        return [labs[i] for i in out]
+
+    def learn_many(self, X, Y):
+        """Learn a list of sequences in order."""
+        X = list(X)
+        Y = list(Y)
+        if len(X) != len(Y):
+            raise ValueError(f"got {len(X)} sequences but {len(Y)} label sequences")
+        for x, y in zip(X, Y):
+            self.learn_one(x, y)
+
+    def predict_many(self, X):
+        """Predict a list of sequences in one kernel call."""
+        X = list(X)
+        if not X:
+            return []
+        ptrs, fids, fvals, lens = [], [], [], []
+        off = 0
+        for x in X:
+            tp, fi, fv = self._features.encode_tokens(x, grow=False)
+            ptrs.append(tp[:-1].astype(np.int64) + off)
+            fids.append(fi)
+            fvals.append(fv)
+            off += len(fi)
+            lens.append(len(tp) - 1)
+        if self._learner is None or len(self._labels) == 0:
+            return [[None] * n for n in lens]
+        tok_ptr = np.concatenate(ptrs + [np.array([off], dtype=np.int64)])
+        ex_tok = np.zeros(len(X) + 1, dtype=np.int64)
+        np.cumsum(lens, out=ex_tok[1:])
+        out = self._learner.predict(ex_tok, tok_ptr, np.concatenate(fids), np.concatenate(fvals),
+                                        ex_tok, int(ex_tok[-1]))
+        labs = self._labels.labels
+        return [[labs[i] for i in out[ex_tok[e]:ex_tok[e + 1]]] for e in range(len(X))]
+

@@ -1,0 +1,76 @@
+"""Packaging: optional packages are imported only through streamssvm._optional.require, the
+core dependencies are declared, and (with CI set) the wheel holds streamssvm/connectors and
+no top-level 'connectors'."""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# (pandas is also imported by the estimators where the input already is a pandas object, or
+# with a fallback on ImportError; MultiLabelSSVM.predict_many goes through require)
+OPTIONAL = ("kafka", "hnswlib", "matplotlib")
+
+
+def _sources():
+    for d in ("streamssvm", "connectors"):
+        yield from (ROOT / d).rglob("*.py")
+
+
+def test_optional_packages_are_imported_only_through_require():
+    pat = re.compile(r"^\s*(import|from)\s+(%s)\b" % "|".join(OPTIONAL), re.M)
+    offenders = []
+    for f in _sources():
+        text = f.read_text()
+        for m in pat.finditer(text):
+            # allowed: an import inside a function that called require()/_need_kafka() first
+            before = text[:m.start()]
+            func = before[before.rfind("\ndef ") if "\ndef " in before else 0:]
+            func = func[func.rfind("\n    def ") if "\n    def " in func else 0:]
+            if "_need_kafka()" not in func and "require(" not in func:
+                offenders.append(f"{f.relative_to(ROOT)}: {m.group(0).strip()}")
+    assert not offenders, offenders
+
+
+def test_core_dependencies_are_declared():
+    text = (ROOT / "pyproject.toml").read_text()
+    deps = text.split("dependencies = [", 1)[1].split("]", 1)[0]
+    for pkg in ("numpy", "numba", "river", "scipy"):
+        assert f'"{pkg}' in deps
+    for pkg in ("hnswlib", "kafka-python", "matplotlib", "pandas"):
+        assert pkg not in deps, f"{pkg} must be an extra"
+    for extra in ("kafka", "extreme", "plot", "all", "test", "bench", "kafka-dev"):
+        assert re.search(rf"^{re.escape(extra)} = \[", text, re.M), extra
+
+
+def test_missing_extra_error_names_it():
+    from streamssvm._optional import require
+    with pytest.raises(ImportError, match=r"pip install 'streamssvm\[extreme\]'"):
+        require("hnswlib_not_installed_xyz", extra="extreme", feature="mips='hnsw'")
+
+
+def test_connectors_are_streamssvm_connectors():
+    import streamssvm
+    import streamssvm.connectors.files as f
+    assert f.__name__ == "streamssvm.connectors.files"
+    # in a source checkout the folder is the top-level connectors/ of this very checkout
+    if not (pathlib.Path(streamssvm.__file__).parent / "connectors").is_dir():
+        assert pathlib.Path(f.__file__).resolve().parent == (pathlib.Path(streamssvm.__file__).resolve().parents[1]
+                                                              / "connectors")
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="builds a wheel (set CI=1)")
+def test_wheel_contents(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                   check=True)
+    whl = next(tmp_path.glob("streamssvm-*.whl"))
+    names = zipfile.ZipFile(whl).namelist()
+    assert "streamssvm/connectors/files.py" in names and "streamssvm/data/ocr_letters.npz" in names
+    assert not [n for n in names if n.startswith("connectors/")]
+    meta = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    requires = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist:") and "extra ==" not in ln]
+    assert sorted(r.split()[1].split(">")[0] for r in requires) == ["numba", "numpy", "river", "scipy"]
