@@ -42,8 +42,12 @@ def _add_learner_args(p):
     g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 1e-3)")
     g.add_argument("--replay", type=int, default=1, help="block steps on held examples per new example (default: 1)")
     g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
-    g.add_argument("--step", default="fw", choices=["fw", "pairwise", "away"], help="step type (default: fw)")
-    g.add_argument("--cache", action="store_true", help="per-block oracle cache (paper 002, Alg. 5)")
+    g.add_argument("--step", default=None, choices=["fw", "pairwise", "away"],
+                   help="step type (default: pairwise as the README recommends; fw with --rescaling slack)")
+    g.add_argument("--cache", action=argparse.BooleanOptionalAction, default=None,
+                   help="per-block oracle cache (paper 002, Alg. 5; default: on, off with --rescaling slack)")
+    g.add_argument("--loss", default="normalized", choices=["normalized", "hamming"],
+                   help="sequence: Hamming loss normalized per sentence or per token (default: normalized)")
     g.add_argument("--rescaling", default="margin", choices=["margin", "slack"],
                    help="margin or slack rescaling of the loss (paper 000; default: margin)")
     g.add_argument("--capacity", type=int, default=100_000, help="blocks held at most (default: 100000)")
@@ -69,14 +73,17 @@ def _make_model(args):
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
                                            max_queries=max(args.max_queries, 2), seed=args.seed)
     else:
-        learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=args.step,
-                                   cache=args.cache, capacity=args.capacity, eviction=args.eviction,
+        slack = args.rescaling == "slack"   # BCFW's slack rescaling: fw steps, no cache (so far)
+        step = args.step or ("fw" if slack else "pairwise")
+        cache = (not slack) if args.cache is None else args.cache
+        learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=step,
+                                   cache=cache, capacity=args.capacity, eviction=args.eviction,
                                    rescaling=args.rescaling, seed=args.seed)
     if args.task == "multiclass":
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
     if args.task == "multilabel":
         return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features, hierarchy=hierarchy)
-    return ss.SequenceTagger(learner=learner, n_features=args.n_features)
+    return ss.SequenceTagger(learner=learner, n_features=args.n_features, loss=args.loss)
 
 
 def _load_hierarchy(path, task):
@@ -103,6 +110,18 @@ def _open_sink(uri):
     return JSONLSink(uri[len("file://"):] if uri.startswith("file://") else uri)
 
 
+def _read_test(uri, task):
+    """``run --test file://...``: the held-out (x, y) pairs scored at each snapshot."""
+    if uri is None:
+        return None
+    from streamssvm.connectors.files import open_source
+    src = open_source(uri)
+    try:
+        return [(rec.x, rec.y) for rec in src if rec is not None]
+    finally:
+        src.close()
+
+
 def cmd_run(args):
     from streamssvm.connectors.base import DeadLetterSink
 
@@ -125,7 +144,7 @@ def cmd_run(args):
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
                  rate=args.rate,
-                 batch_size=args.batch_size)
+                 batch_size=args.batch_size, test=_read_test(args.test, args.task))
     try:
         summary = eng.run()
     finally:
@@ -419,6 +438,7 @@ def build_parser():
     r.add_argument("--sink", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC for predictions")
     r.add_argument("--dead-letter", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC for bad records")
     r.add_argument("--max-examples", type=int, default=None)
+    r.add_argument("--test", default=None, help="file://... held-out examples scored at each snapshot (key 'test')")
     r.add_argument("--idle-timeout", type=float, default=None, help="seconds without records before stopping")
     r.add_argument("--rate", type=float, default=None, help="replay pace in examples/s (default: as fast as possible)")
     r.add_argument("--batch-size", type=int, default=None,

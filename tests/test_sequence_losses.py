@@ -78,3 +78,55 @@ def test_loss_names_and_tag_weight_validation():
         tag_weight_cost({"A": -1.0})
     c = Chain(cost={"PER": 2.0}).cost_matrix(3, ["O", "PER", "LOC"])
     np.testing.assert_array_equal(c[:3, :3], [[0, 1, 1], [2, 0, 2], [1, 1, 0]])
+
+
+def _words(n, seed=0):
+    rng = np.random.default_rng(seed)
+    vocab = {"the": "DET", "a": "DET", "dog": "NOUN", "cat": "NOUN", "runs": "VERB", "sleeps": "VERB"}
+    out = []
+    for _ in range(n):
+        L = int(rng.integers(2, 9))
+        ws = [str(w) for w in rng.choice(list(vocab), size=L)]
+        out.append(([{"w=" + w: 1.0, "b": 1.0} for w in ws], [vocab[w] for w in ws]))
+    return out
+
+
+@pytest.mark.parametrize("loss", ["normalized", "hamming"])
+def test_estimator_losses_learn_and_default_seed_is_deterministic(loss, tmp_path):
+    import streamssvm as ss
+    data = _words(80)
+
+    def run():
+        m = ss.SequenceTagger(loss=loss)   # default learner: BCFW(seed=0)
+        for x, y in data:
+            m.learn_one(x, y)
+        m.refine(passes=2)
+        return m
+    a, b = run(), run()
+    assert a.learner.seed == 0
+    np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)   # default seed=0: same run
+    assert a.predict_many([x for x, _ in data[:10]]) == [y for _, y in data[:10]]
+    # the per-token loss weighs a sentence by its length: P(0) = mean max loss = mean L
+    z = ss.SequenceTagger(loss=loss, learner=ss.learners.SGD(lam=1.0, calibrate=0, t0=1e12))
+    for x, y in data:
+        z.learn_one(x, y)
+    expect = np.mean([len(y) for _, y in data]) if loss == "hamming" else 1.0
+    assert z.certificate().primal == pytest.approx(expect, rel=1e-6)
+    a.save(tmp_path / "m.ssvm")
+    assert ss.load(tmp_path / "m.ssvm").loss == a.loss == loss
+
+
+def test_cli_run_test_reports_held_out_metrics(tmp_path):
+    import json
+
+    from streamssvm.cli import main
+    tr, te = tmp_path / "tr.conll", tmp_path / "te.conll"
+    sents = [("the DT", "dog NN", "runs VBZ"), ("a DT", "cat NN", "sleeps VBZ")]
+    tr.write_text("".join("\n".join(s) + "\n\n" for s in sents * 15))
+    te.write_text("".join("\n".join(s) + "\n\n" for s in sents[::-1] * 2))
+    metrics = tmp_path / "m.jsonl"
+    assert main(["run", "--source", f"file://{tr}", "--task", "sequence", "--test", f"file://{te}",
+                 "--snapshot-every", "10", "--metrics", str(metrics), "--no-progress", "--json"]) == 0
+    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert len(recs) >= 3 and all("test" in r for r in recs)
+    assert recs[-1]["test"]["token_accuracy"] == 1.0
