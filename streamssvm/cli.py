@@ -47,7 +47,8 @@ def _add_learner_args(p):
     g.add_argument("--cache", action=argparse.BooleanOptionalAction, default=None,
                    help="per-block oracle cache (paper 002, Alg. 5; default: on, off with --rescaling slack)")
     g.add_argument("--loss", default="normalized", choices=["normalized", "hamming"],
-                   help="sequence: Hamming loss normalized per sentence or per token (default: normalized)")
+                   help="sequence: Hamming loss normalized per sentence (default) or per token (better "
+                        "for tagging, see bench/results/quality_sequence.md)")
     g.add_argument("--rescaling", default="margin", choices=["margin", "slack"],
                    help="margin or slack rescaling of the loss (paper 000; default: margin)")
     g.add_argument("--capacity", type=int, default=100_000, help="blocks held at most (default: 100000)")
