@@ -36,6 +36,7 @@ sys.path.insert(0, HERE)
 import streamssvm as ss  # noqa: E402
 from _common import cpu_model  # noqa: E402
 from streamssvm._kernels import structops as so  # noqa: E402
+from streamssvm._kernels.bundles import model  # noqa: E402
 from streamssvm.structures import Hierarchy  # noqa: E402
 
 
@@ -90,18 +91,20 @@ def scores(P, Y):
 
 def oracle_costs(hier, rng, reps=200):
     N, nl = len(hier.nodes), hier.n_leaves
-    C = hier.cost_matrix(N, hier.nodes)
+    C = np.zeros((1, 1))  # a hierarchy's kernels read the graph from the Model bundle, not C
+    mod = model(hier, N, N, C)
     S = rng.normal(size=(1, N))
     yt = hier.closure(sorted(rng.choice(nl, size=2, replace=False)))
-    T, B = np.zeros((1, 1)), np.zeros((2, 1))
-    ybuf, out = np.zeros(N, np.int32), np.zeros(N, np.int32)
-    V, bp, V3 = np.zeros((1, N)), np.zeros((1, N), np.int32), np.zeros((1, 1, 1))
+    W = (np.zeros((1, N)), np.zeros((1, 1)), np.zeros((2, 1)))
+    out = np.zeros(N, np.int32)
+    scr = (S, np.zeros((1, N)), np.zeros((1, N), np.int32), np.zeros(N, np.int32), np.zeros(N, np.int32),
+           np.zeros(N + 1), np.zeros((1, 1, 1)))
     hs, gs = np.zeros(N + 1), np.zeros(N + 1)
     calls = {
-        "decode (MAP, tree DP)": lambda: so.decode(so.HIER, S, T, B, 1.0, 1, N, False, yt, len(yt), C, 0.0, nl, V, bp, ybuf, out),
-        "loss-augmented decode": lambda: so.decode(so.HIER, S, T, B, 1.0, 1, N, False, yt, len(yt), C, 1.0, nl, V, bp, ybuf, out),
-        "slack oracle (level DP + backtrack)": lambda: so.slack_oracle(so.HIER, S, T, B, 1.0, 1, N, False, yt, len(yt), C, nl, V3, ybuf, np.zeros(N), out),
-        "level points": lambda: so.slack_levels(so.HIER, S, T, B, 1.0, 1, N, False, yt, len(yt), C, nl, V3, ybuf, np.zeros(N), hs, gs),
+        "decode (MAP, tree DP)": lambda: so.decode(mod, W, S, 1.0, 1, yt, len(yt), 0.0, nl, scr, out),
+        "loss-augmented decode": lambda: so.decode(mod, W, S, 1.0, 1, yt, len(yt), 1.0, nl, scr, out),
+        "slack oracle (level DP + backtrack)": lambda: so.slack_oracle(mod, W, S, 1.0, 1, yt, len(yt), nl, scr, out),
+        "level points": lambda: so.slack_levels(mod, W, S, 1.0, 1, yt, len(yt), nl, scr, hs, gs),
     }
     res = {}
     for name, f in calls.items():

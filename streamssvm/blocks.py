@@ -20,7 +20,7 @@ from collections import deque
 import numpy as np
 
 from ._kernels import bcfw as K
-from ._kernels.bundles import Arena, pack
+from ._kernels.bundles import Arena, Batch, pack
 from ._kernels.structops import truth_stat
 
 _EVICTION = ("fifo", "reservoir")
@@ -350,9 +350,10 @@ class BlockStore:
         M[slots, K.M_LABLEN] = lablen
         M[slots, K.M_ISIZE] = isz
         M[slots, K.M_FSIZE] = fsz
-        K.insert_blocks(self.kind, Kc, self.Iar, self.Far, M, slots, np.asarray(ex_tok, dtype=np.int64),
-                        np.asarray(tok_ptr, dtype=np.int64), fidx, fval, np.asarray(y_ptr, dtype=np.int64),
-                        np.asarray(ys, dtype=np.int32), mark, self.slack)
+        batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
+                           fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
+        K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M), slots, batch, np.asarray(ys, dtype=np.int32), mark,
+                        self.slack)
         self.i_used += ti
         self.f_used += tf
         self.i_live += ti

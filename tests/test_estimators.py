@@ -311,7 +311,7 @@ def test_pandas_is_optional(monkeypatch):
     assert list(m.predict_many(X)) == [m.predict_one(x) for x in X]
     ml = ss.MultiLabelSSVM()
     ml.learn_many(X, [{"a": True}, {"a": False}, {"b": True}])
-    with pytest.raises(ModuleNotFoundError, match="pip install pandas"):
+    with pytest.raises(ImportError, match=r"needs pandas: pip install 'streamssvm\[pandas\]'"):
         ml.predict_many(X)
 
 

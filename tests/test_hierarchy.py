@@ -8,6 +8,7 @@ import pytest
 
 import streamssvm as ss
 from streamssvm._kernels import structops as so
+from streamssvm._kernels.bundles import model
 from streamssvm.oracles.slack import angular_search, point_oracles
 from streamssvm.structures import Hierarchy, MultiLabel
 from test_structures import random_tokens  # tests/ is on sys.path under pytest
@@ -49,6 +50,12 @@ def random_hierarchy(rng, n_leaves, n_internal, dag=False, forest=False):
         if n_internal > 1 and not isinstance(h[leaves[0]], list):  # at least one node with two parents
             h[leaves[0]] = [h[leaves[0]], next(n for n in internal if n != h[leaves[0]])]
     return h
+
+
+def scratch(Kc):
+    """Work arrays as the kernels take them (``bundles.Scratch``)."""
+    return (np.zeros((1, Kc)), np.zeros((1, Kc)), np.zeros((1, Kc), np.int32), np.zeros(Kc, np.int32),
+            np.zeros(Kc, np.int32), np.zeros(Kc + 1), np.zeros((1, 1, 1)))
 
 
 def setup(rng, n_leaves, n_internal, dag=False, forest=False, d=4, scale=None):
@@ -93,11 +100,11 @@ def test_oracles_match_brute_force(shape, nl, ni, seed):
     labs, ts = _brute(hier, S, ytrue)
     T, B = np.zeros((Kc, Kc)), np.zeros((2, Kc))
     ybuf = np.zeros(Kc, np.int32)
-    V, bp = np.zeros((1, Kc)), np.zeros((1, Kc), np.int32)
+    mod, W, scr = model(hier, N, Kc, C), (E, T, B), scratch(Kc)
     # MAP and loss-augmented decoding (the lambda-oracle for any loss weight)
     for ls in (0.0, 1.0, float(rng.uniform(0.1, 6.0))):
         out = np.zeros(Kc, np.int32)
-        val = so.decode(so.HIER, S, T, B, 1.0, 1, N, False, ytrue, ly, C, ls, Ki, V, bp, ybuf, out)
+        val = so.decode(mod, W, S, 1.0, 1, ytrue, ly, ls, Ki, scr, out)
         best = max(sc + ls * m / Ki for sc, m, _ in labs)
         assert val == pytest.approx(best, abs=1e-9)
         # the labeling is a closure and attains the value
@@ -108,16 +115,14 @@ def test_oracles_match_brute_force(shape, nl, ni, seed):
         assert got == pytest.approx(best, abs=1e-9)
     # slack oracle
     out = np.zeros(Kc, np.int32)
-    h = so.slack_oracle(so.HIER, S, T, B, 1.0, 1, N, False, ytrue, ly, C, Ki, np.zeros((1, 1, 1)), ybuf,
-                        np.zeros(Kc), out)
+    h = so.slack_oracle(mod, W, S, 1.0, 1, ytrue, ly, Ki, scr, out)
     best = max(max((m / Ki) * (1.0 + sc - ts) for sc, m, _ in labs), 0.0)
     assert h == pytest.approx(best, abs=1e-9)
     loss = so.labeling_loss(so.HIER, out, ytrue, ly, C, 1, N, Ki, ybuf)
     assert loss * (1.0 + so.labeling_score(so.HIER, S, T, B, 1.0, out, 1, N, False) - ts) == pytest.approx(best, abs=1e-9)
     # level points: the best score for every number of wrong leaves, and the level labelings
     hs, gs = np.zeros(Kc + 1), np.zeros(Kc + 1)
-    n = so.slack_levels(so.HIER, S, T, B, 1.0, 1, N, False, ytrue, ly, C, Ki, np.zeros((1, 1, 1)), ybuf,
-                        np.zeros(Kc), hs, gs)
+    n = so.slack_levels(mod, W, S, 1.0, 1, ytrue, ly, Ki, scr, hs, gs)
     levels = {}
     for sc, m, _ in labs:
         levels[m] = max(levels.get(m, -np.inf), sc)
@@ -125,7 +130,7 @@ def test_oracles_match_brute_force(shape, nl, ni, seed):
     np.testing.assert_allclose(sorted(zip(hs[:n], gs[:n])), expect, atol=1e-9)
     for m in range(0, Ki + 1):
         lab = np.zeros(Kc, np.int32)
-        ok = so.hier_level_labeling(S, C, N, ytrue, ly, Ki, m, lab)
+        ok = so.hier_level_labeling(S, hier.graph(N), N, ytrue, ly, Ki, m, lab)
         assert ok == (m in levels)
         if ok:
             assert so.labeling_loss(so.HIER, lab, ytrue, ly, C, 1, N, Ki, ybuf) == pytest.approx(m / Ki)
@@ -151,16 +156,15 @@ def test_flat_hierarchy_equals_independent_multilabel():
         C_h = hier.cost_matrix(Kc, hier.nodes)
         C_m = 1.0 - np.eye(Kc)
         T, B = np.zeros((Kc, Kc)), np.zeros((2, Kc))
-        args = (np.zeros((1, Kc)), np.zeros((1, Kc), np.int32), np.zeros(Kc, np.int32))
+        W = (np.zeros((1, Kc)), T, B)
+        m_h, m_m = model(hier, K, Kc, C_h), model(MultiLabel(), K, Kc, C_m)
         for ls in (0.0, 1.3):
             a, b = np.zeros(Kc, np.int32), np.zeros(Kc, np.int32)
-            va = so.decode(so.HIER, S, T, B, 1.0, 1, K, False, ytrue, len(ytrue), C_h, ls, K, *args, a)
-            vb = so.decode(so.MULTILABEL, S, T, B, 1.0, 1, K, False, ytrue, len(ytrue), C_m, ls, K, *args, b)
+            va = so.decode(m_h, W, S, 1.0, 1, ytrue, len(ytrue), ls, K, scratch(Kc), a)
+            vb = so.decode(m_m, W, S, 1.0, 1, ytrue, len(ytrue), ls, K, scratch(Kc), b)
             assert va == pytest.approx(vb, abs=1e-12)
-        ha = so.slack_oracle(so.HIER, S, T, B, 1.0, 1, K, False, ytrue, len(ytrue), C_h, K, np.zeros((1, 1, 1)),
-                             np.zeros(Kc, np.int32), np.zeros(Kc), np.zeros(Kc, np.int32))
-        hb = so.slack_oracle(so.MULTILABEL, S, T, B, 1.0, 1, K, False, ytrue, len(ytrue), C_m, K,
-                             np.zeros((1, 1, 1)), np.zeros(Kc, np.int32), np.zeros(Kc), np.zeros(Kc, np.int32))
+        ha = so.slack_oracle(m_h, W, S, 1.0, 1, ytrue, len(ytrue), K, scratch(Kc), np.zeros(Kc, np.int32))
+        hb = so.slack_oracle(m_m, W, S, 1.0, 1, ytrue, len(ytrue), K, scratch(Kc), np.zeros(Kc, np.int32))
         assert ha == pytest.approx(hb, abs=1e-12)
 
 
@@ -221,18 +225,18 @@ def test_large_tree_dp_is_consistent():
     S = rng.normal(size=(1, Kc))
     ytrue = hier.closure(sorted(rng.choice(hier.n_leaves, size=20, replace=False)))
     best_m = np.zeros(hier.n_leaves + 1)
-    so.hier_levels(S, C, N, ytrue, len(ytrue), hier.n_leaves, best_m, -1, np.zeros(Kc, np.int32))
+    so.hier_levels(S, hier.graph(N), N, ytrue, len(ytrue), hier.n_leaves, best_m, -1, np.zeros(Kc, np.int32))
     T, B = np.zeros((Kc, Kc)), np.zeros((2, Kc))
     ybuf = np.zeros(Kc, np.int32)
     for ls in (0.0, 2.0, 50.0):
         out = np.zeros(Kc, np.int32)
-        val = so.decode(so.HIER, S, T, B, 1.0, 1, N, False, ytrue, len(ytrue), C, ls, hier.n_leaves,
-                        np.zeros((1, Kc)), np.zeros((1, Kc), np.int32), ybuf, out)
+        val = so.decode(model(hier, N, Kc, C), (np.zeros((1, Kc)), T, B), S, 1.0, 1, ytrue, len(ytrue), ls,
+                        hier.n_leaves, scratch(Kc), out)
         m = np.arange(hier.n_leaves + 1)
         assert val == pytest.approx(np.max(best_m + ls * m / hier.n_leaves), abs=1e-9)
     for m in (1, 7, 50, hier.n_leaves):
         lab = np.zeros(Kc, np.int32)
-        assert so.hier_level_labeling(S, C, N, ytrue, len(ytrue), hier.n_leaves, m, lab)
+        assert so.hier_level_labeling(S, hier.graph(N), N, ytrue, len(ytrue), hier.n_leaves, m, lab)
         assert so.labeling_score(so.HIER, S, T, B, 1.0, lab, 1, N, False) == pytest.approx(best_m[m], abs=1e-9)
         assert so.labeling_loss(so.HIER, lab, ytrue, len(ytrue), C, 1, N, hier.n_leaves, ybuf) * hier.n_leaves \
             == pytest.approx(m)
@@ -457,3 +461,67 @@ def test_bcfw_pools_with_hierarchy(step):
             on = set(np.flatnonzero(lab[:len(hier.nodes)]))
             leaves = [k for k in on if k < hier.n_leaves]
             assert on == set(hier.closure(leaves).tolist())
+
+
+# ------------------------------------------------------------------ the graph as explicit arrays
+
+
+def test_cost_matrix_of_a_hierarchy_model_no_longer_encodes_the_graph():
+    """The learners' cost matrix is a plain 0/1 matrix; the graph comes from the Model bundle's
+    ``graph`` field, so the kernels give the tree's answers whatever the cost matrix holds."""
+    m = ss.MultiLabelSSVM(hierarchy=TREE, learner=ss.learners.BCFW(lam=0.1, seed=0))
+    for x, y in _data(8, 10, TREE):
+        m.learn_one(x, y)
+    lr, hier = m._learner, m._hier
+    N = len(hier.nodes)
+    C = lr._C
+    np.testing.assert_array_equal(C[:N, :N], 1.0 - np.eye(N))
+    assert C.min() >= 0.0
+    mod = model(hier, N, lr.W.Kc, C)
+    pptr, pidx, cptr, cidx, info = mod[5]
+    for a in range(N):
+        assert pidx[pptr[a]:pptr[a + 1]].tolist() == hier.parent_ids[a]
+    assert info.tolist() == [1, hier.n_leaves]
+    # decoding reads the graph from the bundle, not from C: an all-zero C gives the same answer,
+    # and the answer is a closure (a leaf on turns its parents on)
+    Kc = lr.W.Kc
+    S = np.zeros((1, Kc))
+    S[0, 0] = 1.0                      # "cat" alone pays
+    S[0, hier.index["animal"]] = -0.2  # its parent costs a little
+    outs = []
+    for Cx in (C, np.zeros_like(C)):
+        out = np.zeros(Kc, np.int32)
+        so.decode(model(hier, N, Kc, Cx), lr.W.bundle(), S, 1.0, 1, np.zeros(0, np.int32), 0, 0.0, hier.n_leaves,
+                  scratch(Kc), out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    on = {hier.nodes[i] for i in np.flatnonzero(outs[0][:N])}
+    assert on == {"cat", "animal", "thing"}
+
+
+def test_large_tree_graph_is_linear_in_the_nodes_and_built_once():
+    """A 2,000-node tree: the Model bundle carries O(nodes) graph arrays, built once by the
+    structure (the same arrays on every call), and the oracles run without any (K, K) matrix."""
+    rng = np.random.default_rng(21)
+    hier = Hierarchy(random_hierarchy(rng, 1500, 500))
+    N = len(hier.nodes)
+    assert N == 2000 and hier.is_tree
+    tiny_C = np.zeros((1, 1))
+    m1, m2 = model(hier, N, N, tiny_C), model(hier, N, N, tiny_C)
+    assert all(a is b for a, b in zip(m1[5], m2[5]))
+    assert sum(a.size for a in m1[5]) <= 4 * N + 10
+    S = rng.normal(size=(1, N))
+    ytrue = hier.closure(sorted(rng.choice(hier.n_leaves, size=30, replace=False)))
+    W = (np.zeros((1, N)), np.zeros((1, 1)), np.zeros((2, 1)))
+    scr = (np.zeros((1, N)), np.zeros((1, 1)), np.zeros((1, 1), np.int32), np.zeros(N, np.int32),
+           np.zeros(N, np.int32), np.zeros(N + 1), np.zeros((1, 1, 1)))
+    out = np.zeros(N, np.int32)
+    v_map = so.decode(m1, W, S, 1.0, 1, ytrue, len(ytrue), 1.0, hier.n_leaves, scr, out)
+    assert np.isfinite(v_map) and out[:N].sum() > 0
+    h = so.slack_oracle(m1, W, S, 1.0, 1, ytrue, len(ytrue), hier.n_leaves, scr, out)
+    ybuf = np.zeros(N, np.int32)
+    T1 = np.zeros((1, 1))
+    loss = so.labeling_loss(so.HIER, out, ytrue, len(ytrue), tiny_C, 1, N, hier.n_leaves, ybuf)
+    ts = float(S[0, ytrue].sum())
+    sc = so.labeling_score(so.HIER, S, T1, np.zeros((2, 1)), 1.0, out, 1, N, False)
+    assert h == pytest.approx(max(loss * (1.0 + sc - ts), 0.0), abs=1e-9)

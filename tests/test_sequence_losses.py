@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from streamssvm._kernels import structops as so
+from streamssvm._kernels.bundles import model
 from streamssvm.structures import Chain
 from streamssvm.structures.chain import CHAIN_LOSSES, tag_weight_cost
 from test_structures import dense_score, random_tokens
@@ -44,7 +45,8 @@ def test_chain_losses_match_brute_force(loss, cost, L, K):
     # loss-augmented Viterbi (margin rescaling)
     for lam in (1.0, 2.5):
         out = np.zeros(L, np.int32)
-        val = so.decode(so.CHAIN, S, T, B, scale, L, K, True, ytrue, L, C, lam, Ki, V, bp, ybuf, out)
+        val = so.decode(model(st, K, Kc, C), (E, T, B), S, scale, L, ytrue, L, lam, Ki,
+                        (S, V, bp, ybuf, out, np.zeros(Kc + 1), np.zeros((1, 1, 1))), out)
         assert val == pytest.approx(max(score[k] + lam * loss_of[k] for k in score), abs=1e-9)
     # the statistic's linear loss equals the loss of a labeling's statistic
     y = labs[len(labs) // 2]
@@ -61,10 +63,11 @@ def test_chain_losses_match_brute_force(loss, cost, L, K):
         best = max(loss_of[k] * (1.0 + score[k] - ts) for k in score)
         V3 = np.zeros((L + 1, Kc, L + 1))
         out = np.zeros(L, np.int32)
-        h = so.slack_oracle(so.CHAIN, S, T, B, scale, L, K, True, ytrue, L, C, Ki, V3, ybuf, np.zeros(Kc), out)
+        scratch = (S, V, bp, ybuf, out, np.zeros(Kc + 1), V3)
+        h = so.slack_oracle(model(st, K, Kc, C), (E, T, B), S, scale, L, ytrue, L, Ki, scratch, out)
         assert h == pytest.approx(max(best, 0.0), abs=1e-9)
         hs, gs = np.zeros(L + 1), np.zeros(L + 1)
-        n = so.slack_levels(so.CHAIN, S, T, B, scale, L, K, True, ytrue, L, C, Ki, V3, ybuf, np.zeros(Kc), hs, gs)
+        n = so.slack_levels(model(st, K, Kc, C), (E, T, B), S, scale, L, ytrue, L, Ki, scratch, hs, gs)
         for m in range(n):
             level = [k for k in score if loss_of[k] == pytest.approx(gs[m])]
             assert level and hs[m] == pytest.approx(1.0 + max(score[k] for k in level) - ts, abs=1e-9)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from streamssvm._kernels import structops as so
+from streamssvm._kernels.bundles import model
 from streamssvm.structures import Chain, MultiClass, MultiLabel
 from test_structures import dense_score, make  # tests/ is on sys.path under pytest
 
@@ -40,8 +41,8 @@ def test_slack_oracle_matches_brute_force(cls, L, K, seed):
         best = max(best, v)
     V = np.zeros((L + 1, Kc, L + 1))
     out = np.zeros(lablen, np.int32)
-    val = so.slack_oracle(kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, Ki, V,
-                          np.zeros(Kc, np.int32), np.zeros(Kc), out)
+    scratch = (S, np.zeros((L, Kc)), np.zeros((L, Kc), np.int32), np.zeros(Kc, np.int32), out, np.zeros(Kc + 1), V)
+    val = so.slack_oracle(model(st, K, Kc, C), (E, T, B), S, scale, L, ytrue, ly, Ki, scratch, out)
     assert val == pytest.approx(best, abs=1e-9)
     # the returned labeling attains it
     ybuf = np.zeros(Kc, np.int32)

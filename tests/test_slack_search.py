@@ -81,6 +81,8 @@ def test_search_argument_errors():
 @pytest.mark.parametrize("kind_name,L,K", [("chain", 4, 3), ("chain", 6, 4), ("multiclass", 1, 7), ("multilabel", 1, 6)])
 def test_searches_on_structure_levels_reach_the_exact_slack_oracle(kind_name, L, K):
     from streamssvm._kernels import structops as so
+    from streamssvm._kernels.bundles import model
+    from streamssvm.workspace import Workspace
     from streamssvm.structures import Chain, MultiClass, MultiLabel
     from test_structures import make
     cls = {"chain": Chain, "multiclass": MultiClass, "multilabel": MultiLabel}[kind_name]
@@ -98,11 +100,11 @@ def test_searches_on_structure_levels_reach_the_exact_slack_oracle(kind_name, L,
         S = np.zeros((L, Kc))
         so.emission_scores(E, scale, tp, fi, fv, L, K, S)
         V = np.zeros((L + 1, Kc, L + 1))
-        exact = so.slack_oracle(st.kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, Ki, V,
-                                np.zeros(Kc, np.int32), np.zeros(Kc), np.zeros(lablen, np.int32))
+        mod = model(st, K, Kc, C)
+        scratch = Workspace(st).ensure(L, Kc).scratch(L, True)
+        exact = so.slack_oracle(mod, (E, T, B), S, scale, L, ytrue, ly, Ki, scratch, np.zeros(lablen, np.int32))
         hs, gs = np.zeros(max(K, L) + 1), np.zeros(max(K, L) + 1)
-        n = so.slack_levels(st.kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, Ki, V,
-                            np.zeros(Kc, np.int32), np.zeros(Kc), hs, gs)
+        n = so.slack_levels(mod, (E, T, B), S, scale, L, ytrue, ly, Ki, scratch, hs, gs)
         o, oc = point_oracles(list(zip(hs[:n], gs[:n])))
         r = angular_search(oc, lam0=1.0, tol=1.0)
         assert r.phi == pytest.approx(exact, abs=1e-9)
@@ -110,8 +112,7 @@ def test_searches_on_structure_levels_reach_the_exact_slack_oracle(kind_name, L,
         # the lambda-oracle over the levels is the structure's loss-augmented decoder
         lam = float(rng.uniform(0.2, 5.0))
         lab = np.zeros(lablen, np.int32)
-        val = so.decode(st.kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, lam, Ki,
-                        np.zeros((L, Kc)), np.zeros((L, Kc), np.int32), np.zeros(Kc, np.int32), lab)
+        val = so.decode(mod, (E, T, B), S, scale, L, ytrue, ly, lam, Ki, scratch, lab)
         ts = so.labeling_score(st.kind, S, T, B, scale, ytrue, L, K, st.use_trans) if st.kind not in (so.MULTILABEL, so.MLPAIR) \
             else float(sum(S[0, k] for k in ytrue))
         _, h, g = o(lam)

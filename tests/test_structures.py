@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from streamssvm._kernels import structops as so
+from streamssvm._kernels.bundles import model
 from streamssvm.structures import Chain, MultiClass, MultiLabel
 
 
@@ -63,7 +64,8 @@ def test_oracle_matches_brute_force(cls, L, K, seed):
     V = np.zeros((L, Kc)); bp = np.zeros((L, Kc), np.int32); ybuf = np.zeros(Kc, np.int32)
     for loss_scale in (0.0, 1.0, 2.5):
         out = np.zeros(lablen, np.int32)
-        val = so.decode(kind, S, T, B, scale, L, K, st.use_trans, ytrue, ly, C, loss_scale, Ki, V, bp, ybuf, out)
+        val = so.decode(model(st, K, Kc, C), (E, T, B), S, scale, L, ytrue, ly, loss_scale, Ki,
+                        (S, V, bp, ybuf, out, np.zeros(Kc + 1), np.zeros((1, 1, 1))), out)
         best = -np.inf
         for y in st.all_labelings(L, K):
             yy = y if kind not in (so.MULTILABEL, so.MLPAIR) else np.concatenate([y, np.zeros(Kc - K, np.int32)])

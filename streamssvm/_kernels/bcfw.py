@@ -14,8 +14,8 @@ from numba import njit
 
 from .structops import labeling_len as lablen_of
 from .structops import (
-    HIER, MLPAIR, MULTILABEL, decode, emission_scores, gram, labeling_loss, slack_oracle, labeling_score, labeling_stat,
-    loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
+    HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
+    labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
 
 M_IOFF, M_FOFF, M_L, M_NNZ, M_LY, M_KI, M_PCAP, M_PN, M_LABLEN, M_FLAGS, M_ISIZE, M_FSIZE = range(12)
@@ -109,20 +109,21 @@ def _same(a, b, n):
 
 
 @njit(**_JIT)
-def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
-               gest, last_oracle, tick, S, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc,
+def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
+               gest, last_oracle, tick, S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc,
                lval, V3):
-    """A Frank-Wolfe step with slack rescaling (paper 000). H_i(y) = Delta(y) (1 - <w, psi_i(y)>)
-    is a max of affine functions with feature Delta(y) psi_i(y): the block keeps the statistic
-    of u_i itself, u~_i = sum_y alpha(y) Delta(y) (s(y_i) - s(y)), and L_i = sum_y alpha(y)
-    Delta(y) in ``lval``; the corner comes from the exact slack oracle."""
+    """A Frank-Wolfe step with slack rescaling (Choi, Meshi & Srebro, "Fast and Scalable
+    Structural SVM with Slack Rescaling"). H_i(y) = Delta(y) (1 - <w, psi_i(y)>) is a max of
+    affine functions with feature Delta(y) psi_i(y): the block keeps the statistic of u_i
+    itself, u~_i = sum_y alpha(y) Delta(y) (s(y_i) - s(y)), and L_i = sum_y alpha(y) Delta(y)
+    in ``lval``; the corner comes from the exact slack oracle."""
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     Ki = meta[j, M_KI]
     ss = st.shape[0]
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
-    hstar = slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V3, ybuf, dbuf, lab)
+    hstar = slack_oracle(model, (E, T, B), S, scale, L, ytrue, ly, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
     counters[C_ORACLE] += 1
     Li = lval[j]
     gnum = hstar - (Li - stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
@@ -132,7 +133,7 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
     last_oracle[j] = tick
     if gnum <= 0.0:
         return gnum
-    dstar = labeling_loss(kind, lab, ytrue, ly, C, L, K, Ki, ybuf)
+    dstar = labeling_loss(kind, lab, ytrue, ly, model[4], L, K, Ki, ybuf)
     for q in range(ss):
         dbuf[q] = -st[q]
     truth_stat(kind, ytrue, ly, L, Kc, dbuf, dstar)
@@ -157,7 +158,7 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
 
 
 @njit(**_JIT)
-def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3):
     """One BCFW / pairwise / away step on block j. Returns the gap numerator (n * g_j)
@@ -168,8 +169,8 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
     ``W_{s-1} = s (s - 1) / 2`` (``avg_c``), so that ``sum_t t U_t = W_k U_k - Z``; ``facc``
     accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
     if slack:
-        return slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
-                          gest, last_oracle, tick, S, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB,
+        return slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
+                          gest, last_oracle, tick, S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB,
                           facc, lval, V3)
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
@@ -180,7 +181,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
     lablen = meta[j, M_LABLEN]
     ss = st.shape[0]
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
-    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
              + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
     # ---- corner: cache (pool) or exact oracle ----
     corner = -1  # pool index of the FW corner if it is in the pool
@@ -189,7 +190,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
         best = -np.inf
         for p in range(pn):
             lp = pool[p * lablen:(p + 1) * lablen]
-            v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
+            v = (labeling_loss(kind, lp, ytrue, ly, model[4], L, K, Ki, ybuf)
                  + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
             if v > best:
                 best = v
@@ -206,7 +207,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
             counters[C_HIT] += 1
     if not hit:
         corner = -1
-        star_val = decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, 1.0, Ki, V, bp, ybuf, lab)
+        star_val = decode(model, (E, T, B), S, scale, L, ytrue, ly, 1.0, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
         counters[C_ORACLE] += 1
         gnum = star_val - m_val
         # sanity: the oracle can never be worse than the ground truth / current point
@@ -235,7 +236,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
                 if alpha[p] > 0.0 and step_type != STEP_FW:
                     continue
                 lp = pool[p * lablen:(p + 1) * lablen]
-                v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
+                v = (labeling_loss(kind, lp, ytrue, ly, model[4], L, K, Ki, ybuf)
                      + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
                 if alpha[p] > 0.0:
                     v += 1e300  # prefer inactive entries
@@ -265,7 +266,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
             if alpha[p] > 0.0:
                 nact += 1
                 lp = pool[p * lablen:(p + 1) * lablen]
-                v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
+                v = (labeling_loss(kind, lp, ytrue, ly, model[4], L, K, Ki, ybuf)
                      + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
                 if v < wv:
                     wv = v
@@ -312,7 +313,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
     for q in range(ss):
         st[q] += gamma * dbuf[q]
     stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans)
-    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
     facc[0] += dL
     if avg_c >= 0.0:
         stat_apply(kind, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans)
@@ -352,7 +353,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, me
 
 
 @njit(**_JIT)
-def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
               gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
               sampling, slots, alive, n_alive, tree, tree_size, n_steps, seed,
               S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, slack, lval, V3):
@@ -366,7 +367,7 @@ def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
         else:
             j = sample_block(sampling, tree, tree_size, alive, n_alive)
         avg_c = avg_coef(tick, avg_t0)
-        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                    gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                    S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3)
         if tree_size > 0:
@@ -376,7 +377,7 @@ def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
 
 
 @njit(**_JIT)
-def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, alive, n_alive,
+def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta, alive, n_alive,
                   gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf):
     """Exact oracle on every held block at frozen weights.
 
@@ -397,7 +398,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, al
         Ki = meta[j, M_KI]
         emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
         if slack:
-            h = slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V3, ybuf, dbuf, lab)
+            h = slack_oracle(model, (E, T, B), S, scale, L, ytrue, ly, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
             Li = lval[j]
             g = h - (Li - stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
             if g < 0.0:
@@ -409,7 +410,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, al
             sl += Li
             sg += g
             continue
-        star = decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, 1.0, Ki, V, bp, ybuf, lab)
+        star = decode(model, (E, T, B), S, scale, L, ytrue, ly, 1.0, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
         # score of the ground truth
         if kind == MLPAIR:
             for q in range(lablen_of(kind, L, Kc)):
@@ -427,7 +428,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, al
         h = star - t_score
         if h < 0.0:
             h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)
-        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
         m_val = Li + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans)
         g = star - m_val
         if g < 0.0:
@@ -473,23 +474,18 @@ def _rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, 
 @njit(**_JIT)
 def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     """S = scale * x (E - zc * ZE): scores with the lazily averaged weights."""
-    for t in range(L):
-        for k in range(K):
-            S[t, k] = 0.0
-        for p in range(tok_ptr[t], tok_ptr[t + 1]):
-            j = fidx[p]
-            v = fval[p] * scale
-            for k in range(K):
-                S[t, k] += v * (E[j, k] - zc * ZE[j, k])
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    emission_add(ZE, -zc * scale, tok_ptr, fidx, fval, L, K, S, False)
 
 
 @njit(**_JIT)
-def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_ptr, fidx, fval,
-                  lab_ptr, out, S, V, bp, ybuf):
+def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, tok_ptr, fidx, fval,
+                  lab_ptr, out, scratch):
     """MAP labelings for many examples. Example e has tokens ex_tok[e]..ex_tok[e+1] of the
     global CSR (tok_ptr into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]].
     Emission weights are E - zc * ZE (zc = 0: plain E)."""
     dummy = np.zeros(1, dtype=np.int32)
+    S = scratch[0]
     for e in range(ex_tok.shape[0] - 1):
         t0 = ex_tok[e]
         L = ex_tok[e + 1] - t0
@@ -500,8 +496,7 @@ def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_pt
             _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
         else:
             emission_scores(E, scale, tp, fidx, fval, L, K, S)
-        decode(kind, S, T, B, scale, L, K, use_trans, dummy, 0, C, 0.0, 1, V, bp, ybuf,
-               out[lab_ptr[e]:lab_ptr[e + 1]])
+        decode(model, (E, T, B), S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]])
 
 
 @njit(**_JIT)
@@ -549,16 +544,20 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
 
 
 @njit(**_JIT)
-def insert_blocks(kind, Kc, Iar, Far, meta, slots, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, mark, slack=False):
-    """Write the segments of new blocks whose offsets/sizes are already in ``meta``
-    (example e: tokens ex_tok[e]..ex_tok[e+1] of the global CSR, truth ys[y_ptr[e]:y_ptr[e+1]])."""
+def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
+    """Write the segments of new blocks whose offsets/sizes are already in ``meta``.
+    ``store = (Iar, Far, meta)`` (the BlockStore's arenas); ``batch`` the examples as a
+    ``bundles.Batch`` (example e: tokens ex_tok[e]..ex_tok[e+1] of the global CSR, truth
+    ys[y_ptr[e]:y_ptr[e+1]] with ``y_ptr`` in the ``lab_ptr`` field)."""
+    Iar, Far, meta = store
+    ex_tok, tok_ptr, fidx, fval, y_ptr = batch
     for e in range(slots.shape[0]):
         write_block(kind, Kc, Iar, Far, meta, slots[e], tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1],
                     fidx, fval, ys[y_ptr[e]:y_ptr[e + 1]], mark, slack)
 
 
 @njit(**_JIT)
-def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
+def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, model,
             Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
             sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
             avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
@@ -586,7 +585,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
     for r in range(replay + 1):
         j = jn if r == 0 else sample_block(sampling, tree, tree_size, alive, n)
         avg_c = avg_coef(tick, avg_t0)
-        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                    gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                    S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3)
         if tree_size > 0:
@@ -598,7 +597,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, C,
 
 
 @njit(**_JIT)
-def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay, E, T, B, C,
+def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay, E, T, B, model,
                      Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                      sampling, alive, pos, tree, tree_size, seed,
                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
@@ -613,7 +612,7 @@ def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, repla
     out[1] = 0
     out[2] = avg_t0
     for e in range(new_slots.shape[0]):
-        tick = _arrive(kind, K, Kc, use_trans, lam, out[0], new_slots[e], victims[e], replay, E, T, B, C,
+        tick = _arrive(kind, K, Kc, use_trans, lam, out[0], new_slots[e], victims[e], replay, E, T, B, model,
                        Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                        sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
                        out[2], ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -621,7 +620,7 @@ def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, repla
 
 
 @njit(**_JIT)
-def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, C,
+def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, model,
                       Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                       sampling, alive, pos, tree, tree_size, seed,
                       S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
@@ -631,7 +630,7 @@ def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E,
     lval[slot] = 0.0
     np.random.seed(seed)
     out[1] = 0
-    return _arrive(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, C,
+    return _arrive(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, model,
                    Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                    sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
                    avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -645,7 +644,7 @@ def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E,
 def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick0, seed, counters):
     """Run ``n_steps`` block steps (``sampling``: SAMPLE_GIVEN takes ``slots`` in order);
     returns the new tick."""
-    kind, K, Kc, use_trans, C = model
+    kind, K, Kc, use_trans, _, _ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
@@ -653,7 +652,7 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     lam, step_type, use_cache, F, nu, g_full, _sampling, _replay, slack = cfg
     lam_n = lam * n
     scale = 1.0 / lam_n
-    return _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, C, Iar, Far, meta,
+    return _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                       gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                       sampling, slots, alive, n, tree, tree_size, n_steps, seed,
                       S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, slack, lval, V3)
@@ -662,13 +661,13 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
 @njit(**_JIT)
 def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
     """The online loop over new blocks already written (see ``_learn_new_blocks``)."""
-    kind, K, Kc, use_trans, C = model
+    kind, K, Kc, use_trans, _, _ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
-    return _learn_new_blocks(kind, K, Kc, use_trans, lam, n, new_slots, victims, replay, E, T, B, C,
+    return _learn_new_blocks(kind, K, Kc, use_trans, lam, n, new_slots, victims, replay, E, T, B, model,
                              Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                              sampling, alive, pos, tree, tree_size, seed,
                              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -677,14 +676,14 @@ def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tic
 @njit(**_JIT)
 def learn_one_example(model, w, arena, scratch, avg, cfg, example, slot, victim, tick0, seed, counters, out):
     """Write one example's block into ``slot`` and learn it (see ``_learn_one_example``)."""
-    kind, K, Kc, use_trans, C = model
+    kind, K, Kc, use_trans, _, _ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
     tok_ptr, fidx, fval, ytrue, mark = example
-    return _learn_one_example(kind, K, Kc, use_trans, lam, n, slot, victim, replay, E, T, B, C,
+    return _learn_one_example(kind, K, Kc, use_trans, lam, n, slot, victim, replay, E, T, B, model,
                               Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                               sampling, alive, pos, tree, tree_size, seed,
                               S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
@@ -695,18 +694,18 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slot, victim,
 def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     """Exact oracle on every held block at weights ``scale * w`` (see ``_full_gap_pass``); an
     arena with ``tree_size`` 0 leaves the sum-tree alone."""
-    kind, K, Kc, use_trans, C = model
+    kind, K, Kc, use_trans, _, _ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
-    _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, C, Iar, Far, meta, alive, n,
+    _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta, alive, n,
                    gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf)
 
 
 @njit(**_JIT)
 def block_u(model, w, arena, j, coef, dbuf, slack):
     """w += coef * (the contribution of block ``j``)."""
-    kind, K, Kc, use_trans, C = model
+    kind, K, Kc, use_trans, _, _ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack)
@@ -715,7 +714,7 @@ def block_u(model, w, arena, j, coef, dbuf, slack):
 @njit(**_JIT)
 def rebuild_u(model, w, arena, dbuf, slack):
     """w = the sum of the held blocks' contributions."""
-    kind, K, Kc, use_trans, C = model
+    kind, K, Kc, use_trans, _, _ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     _rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n, dbuf, slack)
@@ -724,9 +723,8 @@ def rebuild_u(model, w, arena, dbuf, slack):
 @njit(**_JIT)
 def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
     """MAP labelings of a batch at weights ``scale * (E - zc * ZE, T, B)``."""
-    kind, K, Kc, use_trans, C = model
+    kind, K, Kc, use_trans, _, _ = model
     E, T, B = w
     ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
-    S, V, bp, ybuf, lab, dbuf, V3 = scratch
-    _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, C, ex_tok, tok_ptr, fidx, fval,
-                   lab_ptr, out, S, V, bp, ybuf)
+    _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, tok_ptr, fidx, fval,
+                   lab_ptr, out, scratch)

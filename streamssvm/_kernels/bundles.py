@@ -20,8 +20,11 @@ from collections import namedtuple
 
 #: The structure as the kernels see it: ``kind`` (the structure code of ``structops``), ``K``
 #: labels in use, ``Kc`` label capacity, ``use_trans`` (transition / pairwise weights in T),
-#: ``C`` the (Kc, Kc) cost matrix (for hierarchies: the graph, see ``structures.hierarchy``).
-Model = namedtuple("Model", ["kind", "K", "Kc", "use_trans", "C"])
+#: ``C`` the (Kc, Kc) cost matrix, ``graph`` the structure's graph as a tuple of five int64
+#: arrays built once by the structure (``Structure.graph``): for hierarchies the parents CSR,
+#: the children CSR and ``[is_tree, n_leaves]`` (see ``_kernels/hierarchy.py``); one-element
+#: placeholders for the other structures.
+Model = namedtuple("Model", ["kind", "K", "Kc", "use_trans", "C", "graph"])
 
 #: Unnormalized weights ``(E, T, B)``: emissions (d, Kc), transitions (Kc, Kc), start/end (2, Kc).
 WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
@@ -64,4 +67,5 @@ def pack(bundle):
 
 def model(structure, K, Kc, C):
     """The :data:`Model` bundle of a structure with ``K`` labels in use at capacity ``Kc``."""
-    return pack(Model(kind=int(structure.kind), K=int(K), Kc=int(Kc), use_trans=bool(structure.use_trans), C=C))
+    return pack(Model(kind=int(structure.kind), K=int(K), Kc=int(Kc), use_trans=bool(structure.use_trans), C=C,
+                      graph=structure.graph(int(K))))

@@ -98,3 +98,95 @@ def chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, m, out):
         m -= w
         out[t - 1] = k
     return True
+
+
+@njit(**_JIT)
+def chain_viterbi(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
+    """Viterbi: argmax_y score(y) + lw * sum_t C[ytrue[t], y_t] (lw = 0: MAP) in O(L K^2), into
+    ``out``; returns the maximum. V, bp: (>= L, >= K) work tables."""
+    for k in range(K):
+        v = S[0, k]
+        if use_trans:
+            v += scale * B[0, k]
+        if lw != 0.0:
+            v += lw * C[ytrue[0], k]
+        V[0, k] = v
+    for t in range(1, L):
+        for k in range(K):
+            best = -np.inf
+            arg = 0
+            for j in range(K):
+                v = V[t - 1, j] + scale * T[j, k]
+                if v > best:
+                    best = v
+                    arg = j
+            u = S[t, k]
+            if lw != 0.0:
+                u += lw * C[ytrue[t], k]
+            V[t, k] = best + u
+            bp[t, k] = arg
+    best = -np.inf
+    arg = 0
+    for k in range(K):
+        v = V[L - 1, k]
+        if use_trans:
+            v += scale * B[1, k]
+        if v > best:
+            best = v
+            arg = k
+    out[L - 1] = arg
+    for t in range(L - 1, 0, -1):
+        out[t - 1] = bp[t, out[t]]
+    return best
+
+
+@njit(**_JIT)
+def _chain_truth_score(S, T, B, scale, L, use_trans, ytrue):
+    v = 0.0
+    for t in range(L):
+        v += S[t, ytrue[t]]
+    if use_trans:
+        v += scale * (B[0, ytrue[0]] + B[1, ytrue[L - 1]])
+        for t in range(1, L):
+            v += scale * T[ytrue[t - 1], ytrue[t]]
+    return v
+
+
+@njit(**_JIT)
+def chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out, Z):
+    """Exact slack oracle of a chain with Hamming loss: the DP over wrong-tag counts, then the
+    best level (m / Z)(1 + best score with m wrong tags - truth score) and its labeling
+    (Z = ``chain_loss_norm(L, Ki)``)."""
+    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
+    ts = _chain_truth_score(S, T, B, scale, L, use_trans, ytrue)
+    best = 0.0
+    best_m = 0
+    for m in range(1, L + 1):
+        v = _chain_level_best(V, B, scale, L, K, use_trans, m)
+        if v == -np.inf:
+            continue
+        h = (m / Z) * (1.0 + v - ts)
+        if h > best:
+            best = h
+            best_m = m
+    if best_m == 0:
+        for t in range(L):
+            out[t] = ytrue[t]
+        return 0.0
+    chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, best_m, out)
+    return best
+
+
+@njit(**_JIT)
+def chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs, Z):
+    """The level points of a Hamming chain: one per number m of wrong tags."""
+    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
+    ts = _chain_truth_score(S, T, B, scale, L, use_trans, ytrue)
+    c = 0
+    for m in range(1, L + 1):
+        best = _chain_level_best(V, B, scale, L, K, use_trans, m)
+        if best > -np.inf:
+            hs[c] = 1.0 + best - ts
+            gs[c] = m / Z
+            c += 1
+    return c

@@ -15,16 +15,38 @@ _JIT = dict(cache=True, nogil=True)
 
 
 @njit(**_JIT)
-def emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S):
-    """S[t, k] = scale * <x_t, E[:, k]> for the first K labels (x_t sparse, CSR)."""
+def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    """S[t, k] += coef * <x_t, E[:, k]> for the first K labels (x_t sparse, CSR); with ``zero``
+    the rows are cleared first."""
     for t in range(L):
-        for k in range(K):
-            S[t, k] = 0.0
+        if zero:
+            for k in range(K):
+                S[t, k] = 0.0
         for p in range(tok_ptr[t], tok_ptr[t + 1]):
             j = fidx[p]
-            v = fval[p] * scale
+            v = fval[p] * coef
             for k in range(K):
                 S[t, k] += v * E[j, k]
+
+
+@njit(**_JIT)
+def emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S):
+    """S[t, k] = scale * <x_t, E[:, k]> for the first K labels (x_t sparse, CSR)."""
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
+
+
+@njit(**_JIT)
+def level_points(best, m_max, ts, Ki, hs, gs):
+    """The level points of the slack searches from the best score ``best[m]`` at each number
+    m = 1..m_max of wrong labels (-inf: no labeling): h = 1 + best[m] - ts, g = m / Ki.
+    Returns the number of points written to hs, gs."""
+    c = 0
+    for m in range(1, m_max + 1):
+        if best[m] > -np.inf:
+            hs[c] = 1.0 + best[m] - ts
+            gs[c] = m / Ki
+            c += 1
+    return c
 
 @njit(**_JIT)
 def _ml_dense_truth(ytrue, ly, K, ybuf):

@@ -3,7 +3,7 @@ comment below and ``streamssvm.structures.hierarchy``."""
 import numpy as np
 from numba import njit
 
-from .common import _JIT, HIER_MAX_DAG_LEAVES, _ml_dense_truth  # noqa: F401
+from .common import _JIT, HIER_MAX_DAG_LEAVES, _ml_dense_truth, level_points  # noqa: F401
 
 
 # ---------------------------------------------------------------- hierarchical multi-label (HIER)
@@ -15,12 +15,12 @@ from .common import _JIT, HIER_MAX_DAG_LEAVES, _ml_dense_truth  # noqa: F401
 # outputs) are closure indicators; the ground truth ``ytrue`` is the sorted list of the closure's
 # node ids. The loss is the Hamming distance over the leaves divided by the number of leaves.
 #
-# The graph travels in the cost matrix argument every kernel already receives (a hierarchy has
-# no cost matrix), as parent lists: ``C[a, 0] = -(number of parents of a)`` and
-# ``C[a, 1 + i] = -(id of its i-th parent)`` -- negative so that ``C.max()``, which learners read
-# as the largest loss, stays 0 (the loss is at most 1); it always fits, since parents have larger
-# ids (at most Kc - 1 - a of them). Reading the graph costs O(nodes + edges). Node ids follow one
-# convention,
+# The graph is built once by ``streamssvm.structures.Hierarchy`` and reaches the kernels as the
+# ``graph`` field of the Model bundle (``_kernels/bundles.py``): a tuple of int64 arrays
+# ``G = (pptr, pidx, cptr, cidx, info)`` -- the parents CSR (node a's parents are
+# ``pidx[pptr[a]:pptr[a + 1]]``), the children CSR with a virtual root ``N`` whose children are
+# the roots (``cptr`` has N + 2 entries), and ``info = [is_tree, n_leaves]``; O(nodes + edges)
+# memory, nothing rebuilt per call. Node ids follow one convention,
 # checked by ``streamssvm.structures.Hierarchy``: the leaves are ids ``0 .. Ki-1`` (``Ki`` = the
 # number of leaves, the loss normalizer), the internal nodes follow, and every child id is
 # smaller than its parents' ids, so increasing id order is a bottom-up order.
@@ -33,45 +33,12 @@ from .common import _JIT, HIER_MAX_DAG_LEAVES, _ml_dense_truth  # noqa: F401
 
 
 @njit(**_JIT)
-def _hier_npar(C, a):
-    return int(-C[a, 0])
-
-
-@njit(**_JIT)
-def _hier_parent(C, a, i):
-    return int(-C[a, 1 + i])
-
-
-@njit(**_JIT)
-def _hier_graph(C, K):
-    """Children CSR of the node graph from the parent lists in C, with a virtual root K whose
-    children are the roots; returns (cptr, cidx, is_tree)."""
-    nch = np.zeros(K + 1, dtype=np.int64)
-    npar = np.zeros(K, dtype=np.int64)
-    for a in range(K):
-        npar[a] = _hier_npar(C, a)
-        for i in range(npar[a]):
-            nch[_hier_parent(C, a, i)] += 1
-    tree = True
-    for a in range(K):
-        if npar[a] == 0:
-            nch[K] += 1
-        elif npar[a] > 1:
-            tree = False
-    cptr = np.zeros(K + 2, dtype=np.int64)
-    for n in range(K + 1):
-        cptr[n + 1] = cptr[n] + nch[n]
-    cidx = np.zeros(cptr[K + 1], dtype=np.int64)
-    fill = cptr[:K + 1].copy()
-    for a in range(K):
-        if npar[a] == 0:
-            cidx[fill[K]] = a
-            fill[K] += 1
-        for i in range(npar[a]):
-            b = _hier_parent(C, a, i)
-            cidx[fill[b]] = a
-            fill[b] += 1
-    return cptr, cidx, tree
+def _hier_check(G, K):
+    """The graph arrays of ``G`` for K nodes: (pptr, pidx, cptr, cidx, is_tree)."""
+    pptr, pidx, cptr, cidx, info = G
+    if cptr.shape[0] != K + 2 or pptr.shape[0] != K + 1:
+        raise ValueError("hierarchy: the model's graph does not match the number of nodes K")
+    return pptr, pidx, cptr, cidx, info[0] == 1
 
 
 @njit(**_JIT)
@@ -266,11 +233,12 @@ def _hier_tree_levels(S, K, cptr, cidx, ybuf, nl, best_m, m_sel, out):
 
 
 @njit(**_JIT)
-def _hier_enum(S, K, C, cptr, ybuf, mode, w, Ki, ts, best_m, out, m_sel):
+def _hier_enum(S, K, G, ybuf, mode, w, Ki, ts, best_m, out, m_sel):
     """Gray-code enumeration of the leaf subsets (DAGs, up to HIER_MAX_DAG_LEAVES leaves):
     O(|Anc(leaf)|) per step with per-node counts of chosen leaves below. mode 0: argmax score +
     w * wrong leaves; mode 1: argmax (m / Ki)(1 + score - ts); mode 2: best score per number m
     of wrong leaves into best_m, and with m_sel >= 0 that level's best labeling into ``out``."""
+    pptr, pidx, cptr, cidx, tree = _hier_check(G, K)
     nl = 0
     for n in range(K):
         if cptr[n] == cptr[n + 1]:
@@ -296,8 +264,8 @@ def _hier_enum(S, K, C, cptr, ybuf, mode, w, Ki, ts, best_m, out, m_sel):
             if mark[n] == 1:
                 aidx[c] = n
                 c += 1
-                for j in range(_hier_npar(C, n)):
-                    mark[_hier_parent(C, n, j)] = 1
+                for j in range(pptr[n], pptr[n + 1]):
+                    mark[pidx[j]] = 1
         aptr[i + 1] = c
     cnt = np.zeros(K, dtype=np.int64)
     cur = np.zeros(nl, dtype=np.int8)
@@ -371,13 +339,14 @@ def _hier_enum(S, K, C, cptr, ybuf, mode, w, Ki, ts, best_m, out, m_sel):
 
 
 @njit(**_JIT)
-def hier_levels(S, C, K, ytrue, ly, Ki, best_m, m_sel, out):
+def hier_levels(S, G, K, ytrue, ly, Ki, best_m, m_sel, out):
     """best_m[m] (m = 0..Ki) = the best score of a hierarchical labeling with exactly m wrong
     leaves (-inf: none); with m_sel >= 0 also the best labeling of level m_sel into ``out``
-    (closure indicator). Returns False when level m_sel is empty."""
+    (closure indicator). ``G`` is the graph of the Model bundle. Returns False when level m_sel
+    is empty."""
     ybuf = np.zeros(K, dtype=np.int32)
     _ml_dense_truth(ytrue, ly, K, ybuf)
-    cptr, cidx, tree = _hier_graph(C, K)
+    pptr, pidx, cptr, cidx, tree = _hier_check(G, K)
     nleaf = 0
     for n in range(K):
         if cptr[n] == cptr[n + 1]:
@@ -386,42 +355,49 @@ def hier_levels(S, C, K, ytrue, ly, Ki, best_m, m_sel, out):
         raise ValueError("hierarchy: Ki must be the number of leaves and best_m hold Ki + 1 values")
     if tree:
         return _hier_tree_levels(S, K, cptr, cidx, ybuf, Ki, best_m, m_sel, out)
-    r = _hier_enum(S, K, C, cptr, ybuf, 2, 0.0, Ki, 0.0, best_m, out, m_sel)
+    r = _hier_enum(S, K, G, ybuf, 2, 0.0, Ki, 0.0, best_m, out, m_sel)
     return r > -np.inf
 
 
 @njit(**_JIT)
-def hier_level_labeling(S, C, K, ytrue, ly, Ki, m, out):
+def hier_level_labeling(S, G, K, ytrue, ly, Ki, m, out):
     """The best hierarchical labeling with exactly m wrong leaves (closure indicator)."""
     best_m = np.zeros(Ki + 1)
-    return hier_levels(S, C, K, ytrue, ly, Ki, best_m, m, out)
+    return hier_levels(S, G, K, ytrue, ly, Ki, best_m, m, out)
 
 
 @njit(**_JIT)
-def _hier_decode(S, C, K, ytrue, ly, loss_scale, Ki, ybuf, out):
+def _hier_decode(S, G, K, ytrue, ly, loss_scale, Ki, ybuf, out):
     w = loss_scale / Ki if loss_scale != 0.0 else 0.0
     if loss_scale != 0.0:
         _ml_dense_truth(ytrue, ly, K, ybuf)
     else:
         for k in range(K):
             ybuf[k] = 0
-    cptr, cidx, tree = _hier_graph(C, K)
+    pptr, pidx, cptr, cidx, tree = _hier_check(G, K)
     if tree:
         return _hier_tree_map(S, K, cptr, cidx, ybuf, w, out)
     dummy = np.zeros(K + 1)
-    return _hier_enum(S, K, C, cptr, ybuf, 0, w, max(Ki, 1), 0.0, dummy, out, -1)
+    return _hier_enum(S, K, G, ybuf, 0, w, max(Ki, 1), 0.0, dummy, out, -1)
 
 
 @njit(**_JIT)
-def _hier_slack(S, C, K, ytrue, ly, Ki, out):
-    ybuf = np.zeros(K, dtype=np.int32)
+def _hier_truth_levels(S, G, K, ytrue, ly, Ki, ybuf, best_m, out):
+    """The prelude of the slack routines: the dense truth into ybuf, the best score per number of
+    wrong leaves into best_m; returns the truth's score."""
     _ml_dense_truth(ytrue, ly, K, ybuf)
     ts = 0.0
     for k in range(K):
         if ybuf[k] == 1:
             ts += S[0, k]
+    hier_levels(S, G, K, ytrue, ly, Ki, best_m, -1, out)
+    return ts
+
+
+@njit(**_JIT)
+def _hier_slack(S, G, K, ytrue, ly, Ki, ybuf, out):
     best_m = np.zeros(Ki + 1)
-    hier_levels(S, C, K, ytrue, ly, Ki, best_m, -1, out)
+    ts = _hier_truth_levels(S, G, K, ytrue, ly, Ki, ybuf, best_m, out)
     best = 0.0
     bm = 0
     for m in range(1, Ki + 1):
@@ -437,25 +413,13 @@ def _hier_slack(S, C, K, ytrue, ly, Ki, out):
         for k in range(K):
             out[k] = ybuf[k]
         return 0.0
-    hier_levels(S, C, K, ytrue, ly, Ki, best_m, bm, out)
+    hier_levels(S, G, K, ytrue, ly, Ki, best_m, bm, out)
     return best
 
 
 @njit(**_JIT)
-def _hier_slack_levels(S, C, K, ytrue, ly, Ki, hs, gs):
-    ybuf = np.zeros(K, dtype=np.int32)
-    _ml_dense_truth(ytrue, ly, K, ybuf)
-    ts = 0.0
-    for k in range(K):
-        if ybuf[k] == 1:
-            ts += S[0, k]
+def _hier_slack_levels(S, G, K, ytrue, ly, Ki, ybuf, hs, gs):
     best_m = np.zeros(Ki + 1)
     lab = np.zeros(K, dtype=np.int32)
-    hier_levels(S, C, K, ytrue, ly, Ki, best_m, -1, lab)
-    c = 0
-    for m in range(1, Ki + 1):
-        if best_m[m] > -np.inf:
-            hs[c] = 1.0 + best_m[m] - ts
-            gs[c] = m / Ki
-            c += 1
-    return c
+    ts = _hier_truth_levels(S, G, K, ytrue, ly, Ki, ybuf, best_m, lab)
+    return level_points(best_m, Ki, ts, Ki, hs, gs)

@@ -1,7 +1,13 @@
 """Numba kernels for the linear structures (chain, multiclass, multi-label, hierarchy): the
 dispatch on the structure code ``kind`` and the short per-structure branches; the longer
-per-structure routines live in ``chain.py`` (slack DP), ``mrf.py`` (pairwise multi-label
-enumeration), ``hierarchy.py`` (tree DPs / DAG enumeration), the shared pieces in ``common.py``.
+per-structure routines live in ``chain.py`` (slack DP), ``multiclass.py``, ``multilabel.py``,
+``mrf.py`` (pairwise multi-label enumeration), ``hierarchy.py`` (tree DPs / DAG enumeration), the
+shared pieces in ``common.py``.
+
+The inference entry points (:func:`decode`, :func:`slack_oracle`, :func:`slack_levels`) take the
+bundles of ``bundles.py`` as plain tuples: ``model = (kind, K, Kc, use_trans, C, graph)``,
+``w = (E, T, B)`` and ``scratch = (S, V, bp, ybuf, lab, dbuf, V3)`` (work arrays; its ``S`` is not
+read -- the scores ``S`` are passed on their own, since callers may score into other buffers).
 
 Every structure here has a joint feature map that is *linear in a sufficient statistic*
 ``s(y)`` of the labeling, and the same holds for convex combinations of labelings: the dual
@@ -31,17 +37,20 @@ from numba import njit
 
 # the per-structure kernels (re-exported: ``structops.X`` is the one name callers use)
 from .chain import (  # noqa: F401
-    CHAIN_LOSS_NORMALIZED, CHAIN_LOSS_TOKEN, _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_loss_norm,
+    CHAIN_LOSS_NORMALIZED, CHAIN_LOSS_TOKEN, _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_levels,
+    chain_loss_norm, chain_slack, chain_viterbi,
 )
 from .common import (  # noqa: F401
     _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
-    emission_scores, gram,
+    emission_add, emission_scores, gram, level_points,
 )
 from .hierarchy import (  # noqa: F401
-    _hier_decode, _hier_enum, _hier_graph, _hier_npar, _hier_parent, _hier_slack, _hier_slack_levels,
-    _hier_tree_levels, _hier_tree_map, hier_level_labeling, hier_levels,
+    _hier_check, _hier_decode, _hier_enum, _hier_slack, _hier_slack_levels, _hier_tree_levels, _hier_tree_map,
+    hier_level_labeling, hier_levels,
 )
 from .mrf import _mrf_enum, mrf_level_labeling  # noqa: F401
+from .multiclass import mc_decode, mc_levels, mc_slack  # noqa: F401
+from .multilabel import ml_decode, ml_levels, ml_slack  # noqa: F401
 
 
 @njit(**_JIT)
@@ -61,87 +70,28 @@ def labeling_len(kind, L, Kc):
 
 
 @njit(**_JIT)
-def decode(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, loss_scale, Ki, V, bp, ybuf, out):
+def decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out):
     """argmax_y <w, phi(x, y)> + loss_scale * Delta(ytrue, y); writes y into ``out``.
 
     Returns the maximal value (score + loss_scale * loss). ``loss_scale = 0`` is MAP
-    prediction (``ytrue`` is then ignored). Chain: Viterbi in O(L K^2).
+    prediction (``ytrue`` is then ignored). Chain: Viterbi in O(L K^2). Work arrays of
+    ``scratch``: V, bp (chains), ybuf.
     """
+    kind, K, Kc, use_trans, C, G = model
+    E, T, B = w
+    V, bp, ybuf = scratch[1], scratch[2], scratch[3]
     if kind == HIER:
-        return _hier_decode(S, C, K, ytrue, ly, loss_scale, Ki, ybuf, out)
+        return _hier_decode(S, G, K, ytrue, ly, loss_scale, Ki, ybuf, out)
     if kind == MLPAIR:
         _ml_dense_truth(ytrue, ly, K, ybuf)
         dummy = np.zeros(K + 1)
         return _mrf_enum(S, T, scale, K, ybuf, 0, loss_scale, max(Ki, 1), 0.0, dummy, out)
     if kind == MULTILABEL:
-        w = loss_scale / Ki if Ki > 0 else 0.0
-        if loss_scale != 0.0:
-            _ml_dense_truth(ytrue, ly, K, ybuf)
-        total = 0.0
-        for k in range(out.shape[0]):
-            out[k] = 0
-        for k in range(K):
-            on = S[0, k]
-            off = 0.0
-            if loss_scale != 0.0:
-                if ybuf[k] == 1:
-                    off += w
-                else:
-                    on += w
-            if on > off:
-                out[k] = 1
-                total += on
-            else:
-                total += off
-        return total
+        return ml_decode(S, K, ytrue, ly, loss_scale, Ki, ybuf, out)
     lw = loss_scale / (chain_loss_norm(L, Ki) if kind == CHAIN else L)
     if kind == MULTICLASS or L == 1 and not use_trans:
-        best = -np.inf
-        arg = 0
-        for k in range(K):
-            v = S[0, k]
-            if lw != 0.0:
-                v += lw * C[ytrue[0], k]
-            if v > best:
-                best = v
-                arg = k
-        out[0] = arg
-        return best
-    # chain: Viterbi
-    for k in range(K):
-        v = S[0, k]
-        if use_trans:
-            v += scale * B[0, k]
-        if lw != 0.0:
-            v += lw * C[ytrue[0], k]
-        V[0, k] = v
-    for t in range(1, L):
-        for k in range(K):
-            best = -np.inf
-            arg = 0
-            for j in range(K):
-                v = V[t - 1, j] + scale * T[j, k]
-                if v > best:
-                    best = v
-                    arg = j
-            u = S[t, k]
-            if lw != 0.0:
-                u += lw * C[ytrue[t], k]
-            V[t, k] = best + u
-            bp[t, k] = arg
-    best = -np.inf
-    arg = 0
-    for k in range(K):
-        v = V[L - 1, k]
-        if use_trans:
-            v += scale * B[1, k]
-        if v > best:
-            best = v
-            arg = k
-    out[L - 1] = arg
-    for t in range(L - 1, 0, -1):
-        out[t - 1] = bp[t, out[t]]
-    return best
+        return mc_decode(S, K, ytrue, C, lw, out)
+    return chain_viterbi(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out)
 
 
 @njit(**_JIT)
@@ -385,7 +335,7 @@ def stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans
 
 
 @njit(**_JIT)
-def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybuf, delta, out):
+def slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, out):
     """Exact most-violating labeling under slack rescaling:
     argmax_y Delta(y_true, y) * (1 + <w, phi(x, y)> - <w, phi(x, y_true)>), written to ``out``;
     returns the maximal value (>= 0: the ground truth gives 0).
@@ -394,126 +344,50 @@ def slack_oracle(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybu
     * multi-label (Hamming / Ki): for m wrong labels the best score change is the sum of the m
       largest flip gains, so one sort and prefix sums;
     * chain with Hamming loss (the cost matrix must be 0/1): dynamic programming over
-      (position, tag, number of wrong tags), O(L^2 K^2), with back-pointers recomputed.
+      (position, tag, number of wrong tags), O(L^2 K^2), with back-pointers recomputed;
+    * hierarchy: the level DP (trees) / enumeration (DAGs) of ``hierarchy.py``.
 
-    Work arrays: V (L+1, K, L+1) floats for chains; ybuf (>= K) ints; delta (>= K) floats.
-    Pairwise multi-label: enumeration (Gray code) over the 2^K labelings.
+    Work arrays of ``scratch``: V3 (L+1, K, L+1) floats for chains; ybuf (>= K) ints; dbuf
+    (>= K + 1) floats. Pairwise multi-label: enumeration (Gray code) over the 2^K labelings.
     """
+    kind, K, Kc, use_trans, C, G = model
+    E, T, B = w
+    ybuf, delta, V = scratch[3], scratch[5], scratch[6]
     if kind == HIER:
-        return _hier_slack(S, C, K, ytrue, ly, Ki, out)
+        return _hier_slack(S, G, K, ytrue, ly, Ki, ybuf, out)
     if kind == MLPAIR:
         _ml_dense_truth(ytrue, ly, K, ybuf)
         ts = labeling_score(kind, S, T, B, scale, ybuf, L, K, use_trans)
         return _mrf_enum(S, T, scale, K, ybuf, 1, 1.0, Ki, ts, delta, out)
     if kind == MULTICLASS:
-        yt = ytrue[0]
-        st = S[0, yt]
-        best = 0.0
-        arg = yt
-        for k in range(K):
-            if k == yt:
-                continue
-            v = C[yt, k] * (1.0 + S[0, k] - st)
-            if v > best:
-                best = v
-                arg = k
-        out[0] = arg
-        return best
+        return mc_slack(S, K, ytrue, C, out)
     if kind == MULTILABEL:
-        _ml_dense_truth(ytrue, ly, K, ybuf)
-        for k in range(out.shape[0]):
-            out[k] = 0
-        for k in range(K):
-            out[k] = ybuf[k]
-            delta[k] = S[0, k] if ybuf[k] == 0 else -S[0, k]
-        idx = np.argsort(-delta[:K])
-        best = 0.0
-        best_m = 0
-        acc = 0.0
-        for m in range(1, K + 1):
-            acc += delta[idx[m - 1]]
-            v = (m / Ki) * (1.0 + acc)
-            if v > best:
-                best = v
-                best_m = m
-        for q in range(best_m):
-            k = idx[q]
-            out[k] = 1 - out[k]
-        return best
-    # chain, Hamming loss: the DP over wrong-tag counts, then the best level and its labeling
-    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
-    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
-    Z = chain_loss_norm(L, Ki)
-    best = 0.0
-    best_m = 0
-    for m in range(1, L + 1):
-        v = _chain_level_best(V, B, scale, L, K, use_trans, m)
-        if v == -np.inf:
-            continue
-        h = (m / Z) * (1.0 + v - ts)
-        if h > best:
-            best = h
-            best_m = m
-    if best_m == 0:
-        for t in range(L):
-            out[t] = ytrue[t]
-        return 0.0
-    chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, best_m, out)
-    return best
+        return ml_slack(S, K, ytrue, ly, Ki, ybuf, delta, out)
+    return chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out, chain_loss_norm(L, Ki))
 
 
 @njit(**_JIT)
-def slack_levels(kind, S, T, B, scale, L, K, use_trans, ytrue, ly, C, Ki, V, ybuf, delta, hs, gs):
+def slack_levels(model, w, S, scale, L, ytrue, ly, Ki, scratch, hs, gs):
     """The (h, g) points that matter for slack rescaling, one per loss level, with
     h = 1 + best score at that level - score(y_true) and g = the level's loss: the classes for
     multiclass; m wrong labels (the m best flips) for multi-label; m wrong tags (the DP of
-    ``slack_oracle``) for Hamming chains. Every lambda-oracle and constrained lambda-oracle answer
-    of the structure is one of these points, so the searches of ``streamssvm.oracles.slack`` can
-    run on them. Returns the number of points written to hs, gs."""
+    ``slack_oracle``) for Hamming chains; m wrong leaves for hierarchies. Every lambda-oracle and
+    constrained lambda-oracle answer of the structure is one of these points, so the searches of
+    ``streamssvm.oracles.slack`` can run on them. Returns the number of points written to hs, gs."""
+    kind, K, Kc, use_trans, C, G = model
+    E, T, B = w
+    ybuf, delta, V = scratch[3], scratch[5], scratch[6]
     if kind == HIER:
-        return _hier_slack_levels(S, C, K, ytrue, ly, Ki, hs, gs)
+        return _hier_slack_levels(S, G, K, ytrue, ly, Ki, ybuf, hs, gs)
     if kind == MLPAIR:
         _ml_dense_truth(ytrue, ly, K, ybuf)
         ts = labeling_score(kind, S, T, B, scale, ybuf, L, K, use_trans)
         lab = np.zeros(K, dtype=np.int32)
         _mrf_enum(S, T, scale, K, ybuf, 2, 0.0, Ki, ts, delta, lab)
-        c = 0
-        for m in range(1, K + 1):
-            if delta[m] > -np.inf:
-                hs[c] = 1.0 + delta[m] - ts
-                gs[c] = m / Ki
-                c += 1
-        return c
+        return level_points(delta, K, ts, Ki, hs, gs)
     if kind == MULTICLASS:
-        yt = ytrue[0]
-        c = 0
-        for k in range(K):
-            if k == yt:
-                continue
-            hs[c] = 1.0 + S[0, k] - S[0, yt]
-            gs[c] = C[yt, k]
-            c += 1
-        return c
+        return mc_levels(S, K, ytrue, C, hs, gs)
     if kind == MULTILABEL:
-        _ml_dense_truth(ytrue, ly, K, ybuf)
-        for k in range(K):
-            delta[k] = S[0, k] if ybuf[k] == 0 else -S[0, k]
-        idx = np.argsort(-delta[:K])
-        acc = 0.0
-        for m in range(1, K + 1):
-            acc += delta[idx[m - 1]]
-            hs[m - 1] = 1.0 + acc
-            gs[m - 1] = m / Ki
-        return K
-    _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
-    ts = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
-    Z = chain_loss_norm(L, Ki)
-    c = 0
-    for m in range(1, L + 1):
-        best = _chain_level_best(V, B, scale, L, K, use_trans, m)
-        if best > -np.inf:
-            hs[c] = 1.0 + best - ts
-            gs[c] = m / Z
-            c += 1
-    return c
+        return ml_levels(S, K, ytrue, ly, Ki, ybuf, delta, hs, gs)
+    return chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs, chain_loss_norm(L, Ki))
 

@@ -296,14 +296,13 @@ class SGD(Learner):
         lab = ws.lab[: self.structure.labeling_len(L, self.W.Kc)]
         truth = self.structure.truth_labeling(ytrue, K, self.W.Kc)
         ts = so.labeling_score(kind, S, W.T, W.B, scale, truth, L, K, self._use_trans)
+        model = KBu.model(self.structure, K, self.W.Kc, self._C)
         if self.rescaling == "margin":
-            val = so.decode(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, 1.0, Ki,
-                            ws.V, ws.bp, ws.ybuf, lab)
+            val = so.decode(model, W.bundle(), S, scale, L, ytrue, ly, 1.0, Ki, ws.scratch(L, False), lab)
             loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
             return lab, loss, max(val - ts, 0.0)
         if self.search == "exact" or not count:
-            h = so.slack_oracle(kind, S, W.T, W.B, scale, L, K, self._use_trans, ytrue, ly, self._C, Ki,
-                                ws.slack_dp(L), ws.ybuf, ws.dbuf, lab)
+            h = so.slack_oracle(model, W.bundle(), S, scale, L, ytrue, ly, Ki, ws.scratch(L, True), lab)
             loss = so.labeling_loss(kind, lab, ytrue, ly, self._C, L, K, Ki, ws.ybuf)
             return lab, loss, h
         # budgeted search over the structure's oracles (streamssvm.oracles.structured): the

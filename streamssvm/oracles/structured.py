@@ -6,13 +6,15 @@
   (O(L K^2)), O(K) for multiclass, O(K) for independent multi-label, enumeration of the 2^K
   labelings for the pairwise multi-label MRF (so there a lambda query costs as much as the exact
   slack oracle, which is the same enumeration).
-* ``constrained(lam, hi, lo, hi_closed, lo_closed)``: the constrained lambda-oracle (paper 000
-  eq. 12). None of these structures has a cheap one (a linear constraint on (h, g) breaks
-  Viterbi); it is answered from the *level points* -- the best labeling at every loss level,
-  computed once per example by ``structops.slack_levels`` (the O(L^2 K^2) wrong-tag DP for
-  chains, a sort for multi-label, O(K) for multiclass; for the MRF one enumeration that also keeps
-  each level's labeling), which is exactly the work of the exact slack oracle. That pass is counted in ``level_passes``; the
-  constrained queries on the points afterwards are counted in ``c_queries``.
+* ``constrained(lam, hi, lo, hi_closed, lo_closed)``: the constrained lambda-oracle (Choi, Meshi
+  & Srebro, "Fast and Scalable Structural SVM with Slack Rescaling", eq. 12). None of these
+  structures has a cheap one (a linear constraint on (h, g) breaks Viterbi); it is answered
+  from the *level points* -- the best labeling at every loss level, computed once per example
+  by ``structops.slack_levels`` (the O(L^2 K^2) wrong-tag DP for chains, a sort for
+  multi-label, O(K) for multiclass; for the MRF one enumeration that also keeps each level's
+  labeling; the level DP for hierarchies), which is exactly the work of the exact slack oracle.
+  That pass is counted in ``level_passes``; the constrained queries on the points afterwards
+  are counted in ``c_queries``.
 * ``exact()``: the exact slack oracle; ``margin()``: loss-augmented decoding (lam = 1).
 
 h(y) = 1 + <w, phi(x, y)> - <w, phi(x, y_i)>, g(y) = Delta(y_i, y) as in the searches.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import structops as so
+from .._kernels.bundles import model as _model
 from ..workspace import Workspace
 from .slack import constrained_argmax
 
@@ -63,6 +66,7 @@ class ExampleOracles:
         self.c_queries = 0
         self.level_passes = 0
         self.exact_calls = 0
+        self.model = _model(structure, self.K, self.Kc, C)
         self.ws = Workspace(structure).ensure(1, self.Kc)
 
     # ------------------------------------------------------------------ setup
@@ -73,6 +77,7 @@ class ExampleOracles:
         self.S, self._V, self._bp, self._ybuf, self._dbuf, self._hs, self._gs = (
             ws.S, ws.V, ws.bp, ws.ybuf, ws.dbuf, ws.hs, ws.gs)
         self.L, self.T, self.B, self.scale = L, T, B, float(scale)
+        self.w = (E, T, B)
         self.ytrue = np.asarray(ytrue, dtype=np.int32)
         self.Ki = int(Ki)
         so.emission_scores(E, self.scale, tok_ptr, fidx, fval, L, self.K, self.S)
@@ -99,8 +104,8 @@ class ExampleOracles:
     # ------------------------------------------------------------------ oracles
     def _decode(self, lam):
         lab = np.zeros(max(self.n_lab, 1), dtype=np.int32)
-        so.decode(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans, self.ytrue,
-                  len(self.ytrue), self.C, float(lam), max(self.Ki, 1), self._V, self._bp, self._ybuf, lab)
+        so.decode(self.model, self.w, self.S, self.scale, self.L, self.ytrue, len(self.ytrue), float(lam),
+                  max(self.Ki, 1), self.ws.scratch(self.L, False), lab)
         return lab
 
     def lam_oracle(self, lam):
@@ -125,9 +130,8 @@ class ExampleOracles:
                 self._levels = pts
         if self._levels is None:
             self.level_passes += 1
-            n = so.slack_levels(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans,
-                                self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self.slack_dp(), self._ybuf,
-                                self._dbuf, self._hs, self._gs)
+            n = so.slack_levels(self.model, self.w, self.S, self.scale, self.L, self.ytrue, len(self.ytrue),
+                                max(self.Ki, 1), self.ws.scratch(self.L, True), self._hs, self._gs)
             self._levels = (self._hs[:n].copy(), self._gs[:n].copy())
         return self._levels
 
@@ -161,9 +165,8 @@ class ExampleOracles:
         """Exact slack oracle: (labeling, max_y h(y) g(y) (>= 0))."""
         self.exact_calls += 1
         lab = np.zeros(max(self.n_lab, 1), dtype=np.int32)
-        v = so.slack_oracle(self.kind, self.S, self.T, self.B, self.scale, self.L, self.K, self.use_trans,
-                            self.ytrue, len(self.ytrue), self.C, max(self.Ki, 1), self.slack_dp(), self._ybuf,
-                            self._dbuf, lab)
+        v = so.slack_oracle(self.model, self.w, self.S, self.scale, self.L, self.ytrue, len(self.ytrue),
+                            max(self.Ki, 1), self.ws.scratch(self.L, True), lab)
         return lab, float(v)
 
     def margin(self):

@@ -20,6 +20,10 @@ from .._kernels import structops as so
 from .._kernels.bundles import WeightsBundle, pack
 
 
+#: the graph of the structures without one (see :meth:`Structure.graph`)
+_NO_GRAPH = tuple(np.zeros(1, dtype=np.int64) for _ in range(5))
+
+
 def indicator_emission(d, K, tok_ptr, fidx, fval, y):
     """Dense emission block E[j, k] = x[j] * y[k] of one token x (CSR row 0) and a 0/1 vector y
     over the K label slots (multi-label and hierarchy reference feature maps)."""
@@ -108,6 +112,17 @@ class Structure:
         if np.any(np.diag(C)[:K] != 0) or np.any(C[:K, :K] < 0) or not np.all(np.isfinite(C)):
             raise ValueError("cost must be finite, non-negative, with a zero diagonal (Delta(y, y) = 0)")
         return C
+
+    def graph(self, K):
+        """The structure's graph over its ``K`` labels in use, as the kernels take it (the
+        ``graph`` field of ``streamssvm._kernels.bundles.Model``): five int64 arrays. Structures
+        without a graph share one-element placeholders.
+
+        >>> from streamssvm.structures import Chain
+        >>> [a.tolist() for a in Chain().graph(3)]
+        [[0], [0], [0], [0], [0]]
+        """
+        return _NO_GRAPH
 
     # --- sizes and facts the learners, block store and oracles ask of a structure ---
     #: labelings are 0/1 vectors over the label slots (multi-label, hierarchy), not one label

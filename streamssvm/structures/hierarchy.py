@@ -1,4 +1,5 @@
-"""Hierarchical multi-label classification (paper 000, section 5.2; Cai & Hofmann 2004).
+"""Hierarchical multi-label classification (Choi, Meshi & Srebro, "Fast and Scalable Structural
+SVM with Slack Rescaling", section 5.2; Cai & Hofmann 2004).
 
 The labels are the leaves of a given tree or DAG. A labeling is a set Y of leaves; its score sums
 the node potentials of the ancestor closure of Y (Anc(n) includes n itself)::
@@ -12,10 +13,10 @@ not loss.
 
 Node ids follow the convention of the kernels (``streamssvm._kernels.hierarchy``): leaves
 first (in order of first appearance), then the internal nodes bottom-up, so that every child id
-is smaller than its parents' ids. The graph reaches the kernels through the
-cost-matrix argument, as negated parent lists: ``C[a, 0] = -(number of parents of a)``,
-``C[a, 1 + i] = -(id of its i-th parent)`` (negative so that the matrix maximum, read by the
-learners as the largest loss, stays 0).
+is smaller than its parents' ids. The graph is built once, here, as arrays (parents CSR,
+children CSR under a virtual root, ``[is_tree, n_leaves]``; O(nodes + edges)) and reaches the
+kernels as the ``graph`` field of the Model bundle (:meth:`Hierarchy.graph`); the cost matrix
+is a plain one (the leaves' 0/1 costs), not the graph.
 
 Inference is exact: dynamic programs over the tree (MAP / loss-augmented decoding in O(nodes),
 best score per number of wrong leaves in O(leaves^2) for the slack oracle and the level points
@@ -28,6 +29,9 @@ of the searches); on a DAG, enumeration of the leaf subsets, up to 16 leaves.
 (4, True)
 >>> [h.nodes[i] for i in h.closure([0, 1])]
 ['cat', 'dog', 'animal']
+>>> pptr, pidx, cptr, cidx, info = h.graph(6)
+>>> pidx.tolist(), cptr.tolist(), cidx.tolist(), info.tolist()
+([4, 4, 5, 5], [0, 0, 0, 0, 0, 2, 4, 6], [0, 1, 2, 3, 4, 5], [1, 4])
 """
 from __future__ import annotations
 
@@ -127,6 +131,44 @@ class Hierarchy(Structure):
                 s |= anc[p]
             anc[i] = s
         self._anc = anc
+        self._graph = self._graph_arrays(self.parent_ids)
+        self._flat = {}
+
+    @staticmethod
+    def _graph_arrays(parent_ids):
+        """(pptr, pidx, cptr, cidx, info) of the nodes ``0 .. N-1`` with the given parent lists:
+        the parents CSR, the children CSR with a virtual root ``N`` whose children are the roots
+        (children listed in increasing id order), ``info = [is_tree, n_leaves]``."""
+        N = len(parent_ids)
+        npar = np.array([len(p) for p in parent_ids], dtype=np.int64)
+        pptr = np.zeros(N + 1, dtype=np.int64)
+        np.cumsum(npar, out=pptr[1:])
+        pidx = np.array([q for p in parent_ids for q in p], dtype=np.int64)
+        child = np.repeat(np.arange(N, dtype=np.int64), npar)
+        par = pidx.copy()
+        roots = np.flatnonzero(npar == 0).astype(np.int64)
+        child = np.concatenate([child, roots])
+        par = np.concatenate([par, np.full(len(roots), N, dtype=np.int64)])
+        order = np.lexsort((child, par))
+        cidx = child[order]
+        nch = np.bincount(par, minlength=N + 1).astype(np.int64)
+        cptr = np.zeros(N + 2, dtype=np.int64)
+        np.cumsum(nch, out=cptr[1:])
+        n_leaves = int(np.sum(nch[:N] == 0))
+        info = np.array([int(np.all(npar <= 1)), n_leaves], dtype=np.int64)
+        return pptr, pidx, cptr, cidx, info
+
+    def graph(self, K):
+        """The graph over the ``K`` nodes in use, for the kernels (the Model bundle's ``graph``):
+        the hierarchy's graph, built once, when ``K`` is its number of nodes; while a learner's
+        label index holds fewer nodes, ``K`` unconnected nodes (every node a leaf)."""
+        K = int(K)
+        if K == len(self.nodes):
+            return self._graph
+        g = self._flat.get(K)
+        if g is None:
+            g = self._flat[K] = self._graph_arrays([[] for _ in range(K)])
+        return g
 
     @staticmethod
     def parse(hierarchy):
@@ -159,20 +201,14 @@ class Hierarchy(Structure):
         return np.array(sorted(s), dtype=np.int32)
 
     def cost_matrix(self, Kc, labels):
-        """The graph for the kernels (over the first min(Kc, nodes) ids): ``C[a, 0] = -(number of
-        parents of a)``, ``C[a, 1 + i] = -(id of its i-th parent)``. ``labels`` must list the nodes
-        in this structure's order."""
+        """A plain (Kc, Kc) 0/1 cost matrix (the leaves' Hamming costs; the kernels read the loss
+        of a hierarchy from the leaves, and the graph from :meth:`graph`). ``labels`` must list
+        the nodes in this structure's order."""
         n = len(self.nodes)
         if list(labels[:n]) != self.nodes[:len(labels)] or len(labels) > n:
             raise ValueError("the label index of a hierarchical model must list the hierarchy's nodes "
                              "(leaves first, then internal nodes bottom-up); got a different label set")
-        C = np.zeros((Kc, Kc))
-        if len(labels) == n and Kc >= n:
-            for a in range(n):
-                ps = self.parent_ids[a]
-                C[a, 0] = -float(len(ps))
-                C[a, 1:1 + len(ps)] = -np.asarray(ps, dtype=float)
-        return C  # all zeros (no edges) only while the learner's capacity is still below the nodes
+        return super().cost_matrix(Kc, labels)
 
     def loss_range(self, ytrue, L, K, Ki, C):
         """Hamming over the leaves / number of leaves: one wrong leaf at least, 1 at most."""
@@ -180,7 +216,8 @@ class Hierarchy(Structure):
 
     def level_labeling(self, o, i, g_sel, lab):
         """Best labeling with round(g_sel * Ki) wrong leaves (tree DP or DAG enumeration)."""
-        hier_level_labeling(o.S, o.C, o.K, o.ytrue, len(o.ytrue), max(o.Ki, 1), int(round(g_sel * o.Ki)), lab)
+        hier_level_labeling(o.S, self.graph(o.K), o.K, o.ytrue, len(o.ytrue), max(o.Ki, 1), int(round(g_sel * o.Ki)),
+                            lab)
 
     # --- reference implementations (dense, slow) used by tests ---
     def joint_feature(self, d, K, tok_ptr, fidx, fval, y):

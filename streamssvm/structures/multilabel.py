@@ -12,7 +12,7 @@ from .base import Structure, indicator_emission
 class MultiLabel(Structure):
     """Multi-label with normalized Hamming loss: independent binary labels, or with
     ``pairwise=True`` a fully connected binary MRF over the labels (a co-occurrence potential
-    for every pair, Finley & Joachims as in paper 000), decoded by exact enumeration
+    for every pair, Finley & Joachims as in Choi, Meshi & Srebro), decoded by exact enumeration
     (Gray code) for up to 16 labels.
 
     ``inference`` (pairwise only): ``"enum"`` enumerates and refuses more than 16 labels;
