@@ -47,11 +47,17 @@ def _add_learner_args(p):
                    help="memoir: class rows (auto: dense for narrow arrays, sparse for dicts / wide input)")
     g.add_argument("--max-dirty", type=int, default=None, help="memoir: re-index after this many changed rows")
     g.add_argument("--ef", type=int, default=None, help="memoir --mips hnsw: search breadth")
-    g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda")
-    g.add_argument("--replay", type=int, default=1, help="bcfw: block steps on held examples per new example")
-    g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="bcfw: block sampling (gap: by block gap)")
-    g.add_argument("--step", default="fw", choices=["fw", "pairwise", "away"], help="bcfw: step type (Frank-Wolfe, pairwise or away)")
-    g.add_argument("--cache", action="store_true", help="bcfw: per-block oracle cache (Osokin et al., Minding the gaps, Alg. 5)")
+    g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 1e-3)")
+    g.add_argument("--replay", type=int, default=1, help="block steps on held examples per new example (default: 1)")
+    g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
+    g.add_argument("--step", default=None, choices=["fw", "pairwise", "away"],
+                   help="bcfw step type (default: pairwise as the README recommends; fw with --rescaling slack)")
+    g.add_argument("--cache", action=argparse.BooleanOptionalAction, default=None,
+                   help="bcfw per-block oracle cache (Osokin et al., Minding the gaps, Alg. 5; default: on, off "
+                        "with --rescaling slack)")
+    g.add_argument("--loss", default="normalized", choices=["normalized", "hamming"],
+                   help="sequence: Hamming loss normalized per sentence (default) or per token (better "
+                        "for tagging, see bench/results/quality_sequence.md)")
     g.add_argument("--rescaling", default="margin", choices=["margin", "slack"],
                    help="margin or slack rescaling of the loss")
     g.add_argument("--capacity", type=int, default=100_000, help="bcfw: blocks (examples) held at most")
@@ -88,14 +94,17 @@ def _make_model(args):
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
                                            max_queries=max(args.max_queries, 2), seed=args.seed)
     else:
-        learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=args.step,
-                                   cache=args.cache, capacity=args.capacity, eviction=args.eviction,
+        slack = args.rescaling == "slack"   # BCFW's slack rescaling: fw steps, no cache (so far)
+        step = args.step or ("fw" if slack else "pairwise")
+        cache = (not slack) if args.cache is None else args.cache
+        learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=step,
+                                   cache=cache, capacity=args.capacity, eviction=args.eviction,
                                    rescaling=args.rescaling, seed=args.seed)
     if args.task == "multiclass":
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
     if args.task == "multilabel":
         return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features, hierarchy=hierarchy)
-    return ss.SequenceTagger(learner=learner, n_features=args.n_features)
+    return ss.SequenceTagger(learner=learner, n_features=args.n_features, loss=args.loss)
 
 
 def _load_hierarchy(path, task):
@@ -126,7 +135,19 @@ _TASK_OF = {"MulticlassSSVM": "multiclass", "MultiLabelSSVM": "multilabel", "Seq
             "ExtremeClassifier": "extreme"}
 _LEARNER_KEYS = ("task", "hierarchy", "learner", "search", "eps", "max_queries", "mips", "variant", "batch", "rows",
                  "max_dirty", "ef", "lam", "replay", "sampling", "step", "cache", "rescaling", "capacity",
-                 "eviction", "n_features", "seed")
+                 "eviction", "n_features", "seed", "loss")
+
+
+def _read_test(uri, task):
+    """``run --test file://...``: the held-out (x, y) pairs scored at each snapshot."""
+    if uri is None:
+        return None
+    from streamssvm.connectors.files import open_source
+    src = open_source(uri)
+    try:
+        return [(rec.x, rec.y) for rec in src if rec is not None]
+    finally:
+        src.close()
 
 
 def _settings(args):
@@ -376,7 +397,7 @@ def cmd_run(args):
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
                  rate=args.rate,
-                 batch_size=args.batch_size)
+                 batch_size=args.batch_size, test=_read_test(args.test, args.task))
     eng.settings = _settings(args)
     eng.max_bad_fraction = args.max_bad_fraction
     if args.refine_passes and not args.no_progress:
@@ -906,6 +927,8 @@ def build_parser():
                    help="fail (exit 1) when more than this fraction of the records are bad (checked from the "
                         "100th record on and at the end)")
     r.add_argument("--max-examples", type=int, default=None, help="stop after this many examples in total")
+    r.add_argument("--test", default=None, help="file://... held-out examples scored at each snapshot (key 'test'; "
+                   "default None)")
     r.add_argument("--idle-timeout", type=float, default=None, help="seconds without records before stopping")
     r.add_argument("--rate", type=float, default=None, help="replay pace in examples/s (default None: as fast as "
                    "possible)")

@@ -221,7 +221,7 @@ class Engine:
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
                  max_examples=None, idle_timeout=None, progress=True, refine_at_end=0.0,
-                 on_snapshot=None, rate=None, batch_size=None):
+                 on_snapshot=None, rate=None, batch_size=None, test=None):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
         for name, v in (("snapshot_every", snapshot_every), ("checkpoint_every", checkpoint_every),
@@ -255,6 +255,7 @@ class Engine:
         if batch_size is not None and task != "multiclass":
             raise ValueError("batched learning (batch_size) is available for the multiclass task")
         self.batch_size = batch_size
+        self.test = None if test is None else [to_model_input(task, x, y) for x, y in test]  # held-out (x, y)
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
@@ -433,6 +434,14 @@ class Engine:
                **self.metrics.get()}
         if c.extra:  # learner diagnostics (e.g. MEMOIR: index recall, margin error, staleness)
             rec["diagnostics"] = c.extra
+        if self.test:  # held-out metrics of the current model (nothing learned from them)
+            held = ProgressiveMetrics(self.task)
+            xs = [x for x, _ in self.test]
+            preds = self.model.predict_many(xs) if hasattr(self.model, "predict_many") and self.task == "sequence" \
+                else [self.model.predict_one(x) for x in xs]
+            for (_, y), p in zip(self.test, preds):
+                held.update(y, p)
+            rec["test"] = held.get()
         rec = _jsonable(rec)
         self.last_certificate = _jsonable(c.to_dict())
         self.history.append(rec)

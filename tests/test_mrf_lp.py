@@ -325,7 +325,7 @@ def test_save_load_keeps_the_lp_path(tmp_path):
 def test_relaxed_step_uses_the_fractional_marginals(relaxed):
     # the frustrated 3-label instance: the margin oracle LP optimum is mu_k = 1/2, mu_kl = 0
     st = MultiLabel(pairwise=True, inference="lp")
-    lr = ss.learners.SGD(lam=1e-2, relaxed=relaxed, window=0)
+    lr = ss.learners.SGD(lam=1e-2, relaxed=relaxed, window=0, t0=0, project=False)  # textbook steps
     lr.bind(st, [0, 1, 2])
     lr.ensure(1, [0, 1, 2])
     lr.t = 10                                  # next step: eta = 1 / (lam * 11), a = 10 / 11

@@ -5,6 +5,19 @@ from numba import njit
 
 from .common import _JIT
 
+#: The chain's loss is sum_t C[y_t, y'_t] / Z. The ``Ki`` slot of the kernels (the number of
+#: labels of a multi-label example; unused by chains otherwise) carries Z's kind for chains:
+#: Ki = 1 (the default everywhere): Z = L, the loss normalized per sentence; Ki = 2: Z = 1, the
+#: loss per token (long sentences weigh more, as in a CRF's log-likelihood).
+CHAIN_LOSS_NORMALIZED = 1
+CHAIN_LOSS_TOKEN = 2
+
+
+@njit(**_JIT)
+def chain_loss_norm(L, Ki):
+    """Z of the chain loss sum_t C[y_t, y'_t] / Z: L for Ki = 1 (normalized), 1 for Ki = 2 (per token)."""
+    return 1.0 if Ki == CHAIN_LOSS_TOKEN else float(L)
+
 
 @njit(**_JIT)
 def _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V):
@@ -140,9 +153,10 @@ def _chain_truth_score(S, T, B, scale, L, use_trans, ytrue):
 
 
 @njit(**_JIT)
-def chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out):
+def chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out, Z):
     """Exact slack oracle of a chain with Hamming loss: the DP over wrong-tag counts, then the
-    best level (m / L)(1 + best score with m wrong tags - truth score) and its labeling."""
+    best level (m / Z)(1 + best score with m wrong tags - truth score) and its labeling
+    (Z = ``chain_loss_norm(L, Ki)``)."""
     _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
     ts = _chain_truth_score(S, T, B, scale, L, use_trans, ytrue)
     best = 0.0
@@ -151,7 +165,7 @@ def chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out):
         v = _chain_level_best(V, B, scale, L, K, use_trans, m)
         if v == -np.inf:
             continue
-        h = (m / L) * (1.0 + v - ts)
+        h = (m / Z) * (1.0 + v - ts)
         if h > best:
             best = h
             best_m = m
@@ -164,7 +178,7 @@ def chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out):
 
 
 @njit(**_JIT)
-def chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs):
+def chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs, Z):
     """The level points of a Hamming chain: one per number m of wrong tags."""
     _chain_wrong_dp(S, T, B, scale, L, K, use_trans, ytrue, V)
     ts = _chain_truth_score(S, T, B, scale, L, use_trans, ytrue)
@@ -173,6 +187,6 @@ def chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs):
         best = _chain_level_best(V, B, scale, L, K, use_trans, m)
         if best > -np.inf:
             hs[c] = 1.0 + best - ts
-            gs[c] = m / L
+            gs[c] = m / Z
             c += 1
     return c

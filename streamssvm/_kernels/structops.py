@@ -36,7 +36,10 @@ import numpy as np
 from numba import njit
 
 # the per-structure kernels (re-exported: ``structops.X`` is the one name callers use)
-from .chain import _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_levels, chain_slack, chain_viterbi  # noqa: F401
+from .chain import (  # noqa: F401
+    CHAIN_LOSS_NORMALIZED, CHAIN_LOSS_TOKEN, _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_levels,
+    chain_loss_norm, chain_slack, chain_viterbi,
+)
 from .common import (  # noqa: F401
     _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
     emission_add, emission_scores, gram, level_points,
@@ -85,7 +88,7 @@ def decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out):
         return _mrf_enum(S, T, scale, K, ybuf, 0, loss_scale, max(Ki, 1), 0.0, dummy, out)
     if kind == MULTILABEL:
         return ml_decode(S, K, ytrue, ly, loss_scale, Ki, ybuf, out)
-    lw = loss_scale / L
+    lw = loss_scale / (chain_loss_norm(L, Ki) if kind == CHAIN else L)
     if kind == MULTICLASS or L == 1 and not use_trans:
         return mc_decode(S, K, ytrue, C, lw, out)
     return chain_viterbi(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out)
@@ -141,7 +144,7 @@ def labeling_loss(kind, lab, ytrue, ly, C, L, K, Ki, ybuf):
     v = 0.0
     for t in range(L):
         v += C[ytrue[t], lab[t]]
-    return v / L
+    return v / (chain_loss_norm(L, Ki) if kind == CHAIN else L)
 
 
 @njit(**_JIT)
@@ -240,7 +243,7 @@ def stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf):
         c = ytrue[t]
         for k in range(K):
             v += C[c, k] * st[base + k]
-    return v / L
+    return v / (chain_loss_norm(L, Ki) if kind == CHAIN else L)
 
 
 @njit(**_JIT)
@@ -360,7 +363,7 @@ def slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, out):
         return mc_slack(S, K, ytrue, C, out)
     if kind == MULTILABEL:
         return ml_slack(S, K, ytrue, ly, Ki, ybuf, delta, out)
-    return chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out)
+    return chain_slack(S, T, B, scale, L, K, use_trans, ytrue, V, out, chain_loss_norm(L, Ki))
 
 
 @njit(**_JIT)
@@ -386,5 +389,5 @@ def slack_levels(model, w, S, scale, L, ytrue, ly, Ki, scratch, hs, gs):
         return mc_levels(S, K, ytrue, C, hs, gs)
     if kind == MULTILABEL:
         return ml_levels(S, K, ytrue, ly, Ki, ybuf, delta, hs, gs)
-    return chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs)
+    return chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs, chain_loss_norm(L, Ki))
 

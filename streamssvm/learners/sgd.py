@@ -12,11 +12,13 @@ the exact O(L^2 K^2) chain slack DP); angular search needs the constrained lambd
 these structures is answered from the level points (one pass of the exact DP's cost per search,
 counted in ``level_passes``).
 
-A dual point (DESIGN section 3). From w = 0 with eta_t = 1 / (lam t), the t-th iterate is exactly
-w_T = (1 / (lam T)) sum_s c_s psi_s (c_s = 1, or Delta(y^_s) for slack rescaling): in the dual of the
-n held examples it is alpha_i(y^_s) = n / T for every violating visit s of example i (the rest of
-the mass on the ground truth), with dual value D = (1/T) sum_s Delta(y^_s) - (lam/2) ||w_T||^2. That
-alpha is feasible exactly when every example learned is still held and no example was visited
+A dual point (DESIGN section 3). From w = 0 with eta_t = 1 / (lam (t + t0)), the T-th iterate is
+w_T = sum_s gamma_s c_s psi_s (c_s = 1, or Delta(y^_s) for slack rescaling) with
+gamma_s = 1 / (lam (T + t0)) times the product of the projection factors applied since step s, so
+gamma_s <= 1 / (lam T): in the dual of the n held examples it is alpha_i(y^_s) = lam n gamma_s for
+every violating visit s of example i (the rest of the mass on the ground truth), with dual value
+D = lam * sum_s gamma_s Delta(y^_s) - (lam/2) ||w_T||^2 (the sum is kept as ``ell``, scaled as w
+is). That alpha is feasible when every example learned is still held and no example was visited
 (violating) more than T / n times -- true after one streaming pass, and after any number of
 whole :meth:`refine` epochs (each a permutation of the held examples). :meth:`certificate` then
 reports the valid gap P(w) - D >= P(w) - min P for the predicting (averaged) weights; otherwise
@@ -48,6 +50,7 @@ from ..structures.base import Weights
 from .base import Learner, check_choice, check_number, check_search_rescaling
 
 _SEARCH = ("exact", "angular", "bisecting", "binary")
+_AVERAGING = ("weighted", "uniform", "none")
 
 
 class SGD(Learner):
@@ -65,14 +68,32 @@ class SGD(Learner):
     max_queries, tol
         Search budget and stopping ratio (Phi(best) / certified upper bound).
     averaging
-        Predict with the running average of the iterates.
+        Predict with an average of the iterates: ``"weighted"`` (default; iterate t weighs t,
+        Lacoste-Julien, Schmidt & Bach 2012), ``"uniform"``, or ``"none"`` (the last iterate).
+        Kept lazily: O(nnz) per step, as BCFW's average. ``True``/``False`` mean weighted/none.
+    avg_start
+        Iterates before this step get weight 0 in the average (a late start).
+    project
+        Project the iterate onto the ball of radius sqrt(P(0) / lam), which holds the optimum
+        (Shalev-Shwartz et al., Pegasos). Projections only shrink w, so the dual point stays valid.
+    t0
+        Step sizes eta_t = 1 / (lam (t + t0)). ``"auto"``: calibrated (see ``calibrate``);
+        ``0`` gives the textbook Pegasos steps 1 / (lam t).
+    calibrate
+        With ``t0="auto"``: after this many examples (learned with a provisional t0 meanwhile),
+        pick t0 among 6 candidates by the primal objective of one pass over them, and learn them
+        again from w = 0 with it (Bottou, Stochastic gradient descent tricks).
     relaxed
         Only with the LP relaxation (pairwise multi-label MRF above 16 labels): step on the LP's
         optimum as a *relaxed labeling* (its node and edge marginals), as Choi et al. do
         (fractional solutions are additional labels; Finley & Joachims' relaxed training),
         instead of on its rounding. Prediction still rounds.
     window
-        Recent examples kept to report the primal objective.
+        Examples held for the certificate and :meth:`refine`: ``None`` (default) holds every
+        example learned; an integer keeps the most recent ones (the certificate then reports
+        the primal only).
+    seed
+        Seed of the refine permutations (``None``: fresh entropy).
 
     Examples
     --------
@@ -86,16 +107,26 @@ class SGD(Learner):
     """
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
-                 max_queries: int = 20, tol: float = 0.999, averaging: bool = True, window: int = 1000,
-                 seed: int | None = None, relaxed: bool = False):
+                 max_queries: int = 20, tol: float = 0.999, averaging="weighted", avg_start: int = 0,
+                 project: bool = True, t0="auto", calibrate: int = 300, window: int | None = None, seed: int | None = 0, relaxed: bool = False):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
         self.max_queries = check_number("max_queries", max_queries, low=1, integer=True)
         self.tol = check_number("tol", tol, low=0.0, high=1.0)
-        self.averaging = bool(averaging)
-        self.window = check_number("window", window, low=0, integer=True)
-        self.seed = seed
+        if averaging is True:
+            averaging = "weighted"
+        elif averaging is False or averaging is None:
+            averaging = "none"
+        self.averaging = check_choice("averaging", averaging, _AVERAGING)
+        self.avg_start = check_number("avg_start", avg_start, low=0, integer=True)
+        self.project = bool(project)
+        if t0 != "auto":
+            check_number("t0", t0, low=0.0)
+        self.t0 = t0
+        self.calibrate = check_number("calibrate", calibrate, low=0, integer=True)
+        self.window = check_number("window", window, low=0, integer=True, allow_none=True)
+        self.seed = check_number("seed", seed, low=0, integer=True, allow_none=True)
         self.relaxed = bool(relaxed)
         self._bound = False
 
@@ -106,9 +137,21 @@ class SGD(Learner):
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)
         self._K = 0
-        self.W = Weights(1, 4)
-        self.A = Weights(1, 4)          # running average of w (absolute, not unnormalized)
-        self.a = 1.0                    # w = a * U
+        self.W = Weights(1, 4)          # U: the iterate is w = a * U
+        self.V = Weights(1, 4)          # lazy average: sum_s c_s w_s = beta * U - V
+        self.a = 1.0
+        self.beta = 0.0                 # sum_s c_s a_s, in the units of the current U
+        self.csum = 0.0                 # sum_s c_s (the averaging weights)
+        self.unorm2 = 0.0               # ||U||^2, kept up to date step by step
+        self.ell = 0.0                  # dual linear term: D = lam * ell - lam/2 ||w||^2
+        self._lmax_sum = 0.0            # sum over learned examples of max_y Delta_i(y) = H_i(0) ...
+        self._lmax_n = 0                # ... and their number (the projection radius)
+        self.projections = 0            # steps where the projection was active
+        self.calibrated = None          # what the t0 calibration chose
+        self.folds = 0                  # O(d K) renormalizations of the scale a into U
+        self._t0 = None if self.t0 == "auto" else float(self.t0)
+        self._pending = 0               # examples held, not yet stepped on (t0 calibration)
+        self._labels = labels
         self._C = structure.cost_matrix(4, labels)
         self.t = 0
         self.queries = 0
@@ -118,22 +161,23 @@ class SGD(Learner):
         self.n_learned = 0
         self._recent = []
         self._visits = []               # violating visits of each held example (dual point)
-        self._dual_loss = 0.0           # sum of Delta(y^_s) over violating steps
         self._dropped = 0               # examples learned but no longer held
         self._relaxed_steps = 0         # steps on fractional LP marginals (no dual point)
         self._ws = Workspace(structure).ensure(1, self.W.Kc)   # the kernels' scratch buffers
+        self._avg_cache = None
         self.lp_calls = 0
         self.lp_integral = 0
         self._relaxed_stat = None
         self._bound = True
 
     def ensure(self, n_features, labels):
+        self._labels = labels
         n_labels = len(labels)
         Kc = self.W.Kc
         if n_labels > Kc:
             Kc = max(n_labels, int(Kc * 1.25) + 1)
         self.W.grow(n_features, Kc)
-        self.A.grow(n_features, Kc)
+        self.V.grow(n_features, Kc)
         if n_labels != self._K or Kc != self._C.shape[0]:
             uses_lp = getattr(self.structure, "uses_lp", None)
             if (uses_lp is not None and uses_lp(n_labels) and self.rescaling == "slack"
@@ -293,34 +337,98 @@ class SGD(Learner):
     # ------------------------------------------------------------------ steps
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         """One step on a new example, which joins the held window."""
+        L = len(tok_ptr) - 1
+        lmax = self.structure.loss_range(ytrue, L, self._K, Ki, self._C)[1] if self._K > 1 else 0.0
+        self._lmax_sum += lmax
+        self._lmax_n += 1
+        if self._t0 is None and lmax > 1e-9:
+            self._t0 = self._t0_base([(tok_ptr, fidx, fval)])
+            # the first `calibrate` examples are learned with this provisional t0, then t0 is
+            # calibrated on them and they are learned again from w = 0 (see _calibrate)
+            self._pending = 1 if self.t0 == "auto" and self.calibrate and (
+                self.window is None or self.window >= self.calibrate) else 0
+        elif self._pending:
+            self._pending += 1
         viol = self._step(tok_ptr, fidx, fval, ytrue, Ki)
-        if self.window:
+        if self.window is None or self.window > 0:
             self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
             self._visits.append(int(viol))
-            if len(self._recent) > self.window:
+            if self.window is not None and len(self._recent) > self.window:
                 del self._recent[0]
                 del self._visits[0]
                 self._dropped += 1
         else:
             self._dropped += 1
+        if self._pending >= self.calibrate > 0:
+            self._calibrate()
+
+    def _t0_base(self, examples):
+        """t0 such that a first step of size 1 / (lam (1 + t0)) on a labeling wrong everywhere,
+        ||psi|| ~ G, reaches the edge of the ball of radius R = sqrt(P(0) / lam)."""
+        G = float(np.mean([np.sqrt(2.0 * (np.dot(fv, fv) + len(tp))) for tp, _, fv in examples]))
+        R = float(np.sqrt(max(self._lmax_sum / max(self._lmax_n, 1), 1e-12) / self.lam))
+        return max(G / (self.lam * R) - 1.0, 0.0)
+
+    def _calibrate(self):
+        """Choose t0 (eta_t = 1 / (lam (t + t0))) on the held examples, as Bottou's SGD calibrates
+        its eta_0 on a sample (Bottou, Stochastic gradient descent tricks): one pass of a fresh
+        copy per candidate t0 in base * 10^k, k = 0..5, keeping the lowest primal objective of its
+        predicting weights on these examples; then learn them again from w = 0 with it (the
+        examples before were learned with the provisional t0 of :meth:`_t0_base`)."""
+        ex = list(self._recent)   # every example learned so far (the window holds them all)
+        base = self._t0_base([(tp, fi, fv) for tp, fi, fv, _, _ in ex])
+        best = (np.inf, base)
+        params = self._get_params()
+        for k in range(6):
+            cand = base * 10.0 ** k
+            trial = SGD(**{**params, "t0": cand, "calibrate": 0, "window": None})
+            trial.bind(self.structure, self._labels)
+            trial.ensure(self.W.E.shape[0], self._labels)
+            for tp, fi, fv, y, Ki in ex:
+                trial.learn(tp, fi, fv, y, Ki)
+            p = trial.certificate().primal
+            if p < best[0]:
+                best = (p, cand)
+        self._t0 = best[1]
+        self.calibrated = {"t0": best[1], "primal": best[0], "base": base, "examples": len(ex)}
+        self._pending = 0
+        # learn the calibration examples again, from w = 0, with the chosen t0
+        for W in (self.W, self.V):
+            for u in self._arrays(W):
+                u[...] = 0.0
+        self.a, self.beta, self.csum, self.unorm2, self.ell = 1.0, 0.0, 0.0, 0.0, 0.0
+        self.t = self.projections = self.folds = self.n_learned = 0
+        self._t0 = best[1]
+        for i in range(len(self._recent)):
+            tp, fi, fv, y, Ki = self._recent[i]
+            self._visits[i] = int(self._step(tp, fi, fv, y, Ki))
+
+    def _arrays(self, W):
+        return (W.E, W.T, W.B)
 
     def _step(self, tok_ptr, fidx, fval, ytrue, Ki):
-        """The Pegasos step; returns whether it moved the weights (a violating visit)."""
+        """The Pegasos step (then the projection and the lazy average); returns whether it moved
+        the weights (a violating visit)."""
         self.t += 1
-        eta = 1.0 / (self.lam * self.t)
+        self._avg_cache = None
+        t0 = self._t0 or 0.0
+        eta = 1.0 / (self.lam * (self.t + t0))
         shrink = 1.0 - eta * self.lam
-        if shrink <= 0.0:
-            for arr in (self.W.E, self.W.T, self.W.B):
-                arr[...] = 0.0
-            self.a = 1.0
+        if shrink <= 0.0:   # t = 1: the first step forgets the starting point
+            for v, u in zip(self._arrays(self.V), self._arrays(self.W)):
+                if self.beta:
+                    v -= self.beta * u
+                u[...] = 0.0
+            self.a, self.unorm2, self.ell = 1.0, 0.0, 0.0
         else:
             self.a *= shrink
+            self.ell *= shrink
         L = len(tok_ptr) - 1
         self._relaxed_stat = None
         lab, loss, H = self._most_violating(tok_ptr, fidx, fval, ytrue, Ki, self.W, self.a)
         viol = H > 0.0 and loss > 0.0
         if viol:
-            self._dual_loss += loss
+            self.ell += eta * loss
             st = self._ws.ensure(L, self.W.Kc).dbuf
             ss = self.structure.stat_size(L, self.W.Kc)
             st[:ss] = 0.0
@@ -331,19 +439,63 @@ class SGD(Learner):
                 so.labeling_stat(self._kind, lab, L, self.W.Kc, st, 1.0)
             so.truth_stat(self._kind, ytrue, len(ytrue), L, self.W.Kc, st, -1.0)
             coef = -eta * (loss if self.rescaling == "slack" else 1.0) / self.a
-            so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, tok_ptr, fidx, fval, st[:ss], L, self._K,
-                          self.W.Kc, coef, self._use_trans)
-        if self.a < 1e-100:
-            for arr in (self.W.E, self.W.T, self.W.B):
-                arr *= self.a
-            self.a = 1.0
-        if self.averaging:
-            r = 1.0 / self.t
-            for avg, cur in ((self.A.E, self.W.E), (self.A.T, self.W.T), (self.A.B, self.W.B)):
-                avg *= (1.0 - r)
-                avg += (r * self.a) * cur
+            self._apply(tok_ptr, fidx, fval, st[:ss], L, coef)
+        if self.project and self._lmax_n:
+            # Pegasos projection (Shalev-Shwartz, Singer, Srebro & Cotter, Pegasos: primal
+            # estimated sub-gradient solver for SVM): the optimum has lam ||w*||^2 <= P(0) =
+            # mean_i max_y Delta_i(y), so projecting on that ball loses nothing and bounds the
+            # early steps of size 1 / (lam t). A projection only shrinks w, so the iterate stays
+            # a dual point (see dual_point()).
+            r2 = self._lmax_sum / self._lmax_n / self.lam
+            w2 = self.a * self.a * self.unorm2
+            if w2 > r2:
+                rho = float(np.sqrt(r2 / w2))
+                self.a *= rho
+                self.ell *= rho
+                self.projections += 1
+        if self.a < 1e-3:
+            # fold the scale into U (O(d K), rare: a shrinks by 1 - 1/t per step, faster only while
+            # the projection is active) and restart the lazy average from the materialized sum
+            # S = beta U - V (V := -S, beta := 0): beta U and V never grow far beyond S, so their
+            # difference loses at most ~3 digits
+            for u, v in zip(self._arrays(self.W), self._arrays(self.V)):
+                if self.beta:
+                    v -= self.beta * u
+                u *= self.a
+            self.unorm2 *= self.a * self.a
+            self.beta, self.a = 0.0, 1.0
+            self.folds += 1
+        c = self._avg_weight(self.t)
+        if c:
+            self.beta += c * self.a
+            self.csum += c
         self.n_learned += 1
         return viol
+
+    def _avg_weight(self, t):
+        """Weight c_t of the iterate w_t in the average: 0 before ``avg_start``; then 1
+        (``"uniform"``) or t - avg_start (``"weighted"``: Lacoste-Julien, Schmidt & Bach, A simpler
+        approach to obtaining an O(1/t) convergence rate for the projected stochastic subgradient
+        method -- the early, large Pegasos steps weigh little)."""
+        if self.averaging == "none" or t <= self.avg_start:
+            return 0.0
+        return float(t - self.avg_start) if self.averaging == "weighted" else 1.0
+
+    def _apply(self, tok_ptr, fidx, fval, st, L, coef):
+        """U += coef * Phi_x(st), with ||U||^2 and the lazy average updated on the touched rows only
+        (O(nnz K + K^2), not O(d K)): sum_s c_s a_s U_s = beta * U - V with V += beta * dU."""
+        W, V = self.W, self.V
+        rows = np.unique(fidx)
+        e0, t0, b0 = W.E[rows], W.T.copy(), W.B.copy()
+        so.stat_apply(self._kind, W.E, W.T, W.B, tok_ptr, fidx, fval, st, L, self._K, W.Kc, coef,
+                      self._use_trans)
+        e1 = W.E[rows]
+        self.unorm2 += (float(np.vdot(e1, e1) - np.vdot(e0, e0)) + float(np.vdot(W.T, W.T) - np.vdot(t0, t0))
+                        + float(np.vdot(W.B, W.B) - np.vdot(b0, b0)))
+        if self.beta:
+            V.E[rows] += self.beta * (e1 - e0)
+            V.T += self.beta * (W.T - t0)
+            V.B += self.beta * (W.B - b0)
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
         for e in range(len(ex_tok) - 1):
@@ -354,30 +506,47 @@ class SGD(Learner):
 
     def refine(self, passes=1.0, tol=None, progress=None):
         """Further SGD steps over the held window: ``passes`` epochs, each a fresh permutation of
-        the held examples (whole epochs keep the dual point of :meth:`certificate` feasible)."""
+        the held examples (whole epochs keep the dual point of :meth:`certificate` feasible). The
+        permutations are drawn from (seed, t): the same seed gives the same run."""
         n = len(self._recent)
         todo = int(round(passes * n))
-        rng = np.random.default_rng(self.t)
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, self.t])
+        done = 0
         while todo > 0 and n:
             for i in rng.permutation(n)[:todo]:
                 tp, fi, fv, y, Ki = self._recent[i]
                 self._visits[i] += int(self._step(tp, fi, fv, y, Ki))
                 self.n_learned -= 1  # a revisit, not a new example
+                done += 1
             todo -= n
+            if progress is not None:
+                progress(done / max(passes * n, 1), self)
+            if tol is not None and self.certificate().gap <= tol:
+                break
 
     # ------------------------------------------------------------------ prediction / certificate
+    def _averaged(self):
+        return self.averaging != "none" and self.csum > 0.0
+
     def _pred_weights(self):
-        if self.averaging and self.t > 0:
-            return self.A, 1.0
-        return self.W, self.a
+        """(Weights, scale) of the predicting weights: the average (materialized, O(d K), cached
+        until the next step) or the last iterate."""
+        if not self._averaged():
+            return self.W, self.a
+        if self._avg_cache is None:
+            A = Weights.__new__(Weights)
+            A.E, A.T, A.B = ((self.beta * u - v) / self.csum for u, v in zip(self._arrays(self.W),
+                                                                             self._arrays(self.V)))
+            self._avg_cache = A
+        return self._avg_cache, 1.0
 
     def predict(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:
             return out
         L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
-        W, scale = self._pred_weights()
         if self._lp_on():  # MAP by the LP relaxation (rounded when fractional)
+            W, scale = self._pred_weights()
             for e in range(len(ex_tok) - 1):
                 if ex_tok[e + 1] == ex_tok[e]:
                     continue
@@ -386,7 +555,15 @@ class SGD(Learner):
                 r = lp.oracle(0.0)
                 out[lab_ptr[e]:lab_ptr[e] + self._K] = r.labeling
             return out
-        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), W.bundle(), scale, W.E, 0.0,
+        if self._averaged():
+            # the average (beta U - V) / csum without materializing it: the kernel scores the
+            # emissions at scale * (E - zc * ZE), the small T, B are formed here
+            scale, zc = self.beta / self.csum, 1.0 / self.beta
+            wb = KBu.pack(KBu.WeightsBundle(self.W.E, self.W.T - zc * self.V.T, self.W.B - zc * self.V.B))
+            ZE = self.V.E
+        else:
+            scale, zc, wb, ZE = self.a, 0.0, self.W.bundle(), self.W.E
+        KB.predict_batch(KBu.model(self.structure, self._K, self.W.Kc, self._C), wb, scale, ZE, zc,
                          KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
                          self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
@@ -407,7 +584,7 @@ class SGD(Learner):
             return None, ("uneven revisits (an example was visited more than T/n times; refine by whole "
                           "epochs to keep a dual point)")
         reg_T = 0.5 * self.lam * self.a * self.a * self.W.sqnorm()
-        return self._dual_loss / T - reg_T, None
+        return self.lam * self.ell - reg_T, None
 
     def certificate(self):
         """Primal objective on the held window (exact oracle) and, when the Pegasos iterates form a
@@ -426,6 +603,9 @@ class SGD(Learner):
         reg = 0.5 * self.lam * scale * scale * W.sqnorm()
         extra = {"queries_per_search": self.queries / max(self.searches, 1),
                  "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
+        extra["projections"] = self.projections
+        extra["folds"] = self.folds
+        extra["t0"] = self._t0
         primal = reg + hinge / n
         lp_note = ""
         if self._lp_on():
@@ -441,19 +621,22 @@ class SGD(Learner):
                                note=f"primal only: no dual point ({why}); gap reported as +inf" + lp_note,
                                extra=extra)
         raw = primal - dual
-        which = "averaged weights (the ones used to predict)" if self.averaging else "last iterate"
+        which = (f"{self.averaging} average of the iterates (the weights used to predict)" if self._averaged()
+                 else "last iterate")
         return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, not lp_note, self.lam,
-                           raw_gap=raw, regularizer=reg, hinge=hinge / n, dual_loss=self._dual_loss / self.t,
+                           raw_gap=raw, regularizer=reg, hinge=hinge / n, dual_loss=self.lam * self.ell,
                            rescaling=self.rescaling, extra=extra,
                            note=f"{which}; dual point of the Pegasos iterates (w_T = A alpha)" + lp_note)
 
     # ------------------------------------------------------------------ state
     def state(self):
         return {"K": self._K, "a": self.a, "t": self.t, "queries": self.queries, "searches": self.searches,
-                "certified": self.certified, "n_learned": self.n_learned,
-                "dual_loss": self._dual_loss, "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
+                "certified": self.certified, "n_learned": self.n_learned, "beta": self.beta, "csum": self.csum,
+                "unorm2": self.unorm2, "ell": self.ell, "lmax_sum": self._lmax_sum, "lmax_n": self._lmax_n,
+                "projections": self.projections, "folds": self.folds, "pending": self._pending, "t0": -1.0 if self._t0 is None else self._t0,
+                "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
                 "visits": np.asarray(self._visits, dtype=np.int64),
-                "E": self.W.E, "T": self.W.T, "B": self.W.B, "AE": self.A.E, "AT": self.A.T, "AB": self.A.B,
+                "E": self.W.E, "T": self.W.T, "B": self.W.B, "VE": self.V.E, "VT": self.V.T, "VB": self.V.B,
                 "C": self._C,
                 "recent": [{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
                            for tp, fi, fv, y, k in self._recent]}
@@ -473,15 +656,33 @@ class SGD(Learner):
             setattr(self, k, int(st[k]))
         self.W = Weights(1, 1)
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
-        self.A = Weights(1, 1)
-        self.A.E, self.A.T, self.A.B = (np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB"))
+        self.V = Weights(1, 1)
+        if "VE" in st:
+            self.V.E, self.V.T, self.V.B = (np.array(st[k], dtype=np.float64) for k in ("VE", "VT", "VB"))
+            self.beta, self.csum, self.ell = float(st["beta"]), float(st["csum"]), float(st["ell"])
+            self.unorm2 = float(st["unorm2"])
+            self._lmax_sum, self._lmax_n = float(st["lmax_sum"]), int(st["lmax_n"])
+            self.projections, self.folds = int(st["projections"]), int(st["folds"])
+            self._t0 = None if float(st["t0"]) < 0 else float(st["t0"])
+            self._pending = int(st["pending"])
+        else:   # saved before the lazy average: the stored average A enters with weight t
+            A = [np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB")]
+            self.csum = float(self.t) if self.averaging != "none" else 0.0
+            self.beta = 0.0
+            self.V.E, self.V.T, self.V.B = (-self.csum * x for x in A)
+            self.ell = float(st.get("dual_loss", 0.0)) / (self.lam * max(self.t, 1))
+            self.unorm2 = self.W.sqnorm()
+            self._t0 = 0.0   # the 1 / (lam t) steps it was trained with
         self._C = np.array(st["C"], dtype=np.float64)
-        self._dual_loss = float(st.get("dual_loss", 0.0))
         self._dropped = int(st.get("dropped", 0))
         self._relaxed_steps = int(st.get("relaxed_steps", 0))
         self._recent = [(np.asarray(r["tok_ptr"], dtype=np.int32), np.asarray(r["fidx"], dtype=np.int32),
                          np.asarray(r["fval"], dtype=np.float64), np.asarray(r["y"], dtype=np.int32), int(r["Ki"]))
                         for r in st["recent"]]
+        if "lmax_sum" not in st:
+            self._lmax_sum = sum(self.structure.loss_range(y, len(tp) - 1, self._K, k, self._C)[1]
+                                 for tp, _, _, y, k in self._recent)
+            self._lmax_n = len(self._recent)
         visits = st.get("visits")
         if visits is None:  # a model saved before the dual point existed: no dual point
             self._visits, self._dropped = [0] * len(self._recent), max(self._dropped, 1)
