@@ -74,3 +74,15 @@ def test_wheel_contents(tmp_path):
     meta = zipfile.ZipFile(whl).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist:") and "extra ==" not in ln]
     assert sorted(r.split()[1].split(">")[0] for r in requires) == ["numba", "numpy", "river", "scipy"]
+
+
+def test_every_subpackage_is_installed():
+    """Regression: the wheel left out streamssvm.estimators (packages are listed explicitly in
+    pyproject.toml), so `pip install .` gave a package that failed on import."""
+    text = (ROOT / "pyproject.toml").read_text()
+    block = re.search(r"^packages\s*=\s*\[(.*?)\]", text, re.S | re.M).group(1)
+    listed = set(re.findall(r'"(streamssvm(?:\.[a-z_]+)*)"', block))
+    on_disk = {"streamssvm." + str(p.parent.relative_to(ROOT / "streamssvm")).replace(os.sep, ".")
+               for p in (ROOT / "streamssvm").rglob("__init__.py") if p.parent != ROOT / "streamssvm"}
+    on_disk |= {"streamssvm", "streamssvm.connectors"}
+    assert on_disk <= listed, f"not in pyproject.toml [tool.setuptools] packages: {sorted(on_disk - listed)}"
