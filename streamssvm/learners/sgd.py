@@ -643,9 +643,9 @@ class SGD(Learner):
 
     def restore(self, structure, labels, st):
         d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
-        validate_weights({"AE": st["AE"], "AT": st["AT"], "AB": st["AB"], "K": st["K"]},
-                         keys=("AE", "AT", "AB"), cost=None)
-        if np.shape(st["AE"]) != (d, Kc):
+        avg = ("VE", "VT", "VB") if "VE" in st else ("AE", "AT", "AB")   # lazy average, or the older format
+        validate_weights({**{k: st[k] for k in avg}, "K": st["K"]}, keys=avg, cost=None)
+        if np.shape(st[avg[0]]) != (d, Kc):
             raise CheckpointError("invalid learner state in the file: averaged weights do not match the weights")
         for i, r in enumerate(st["recent"]):
             validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
