@@ -47,7 +47,7 @@ def _add_learner_args(p):
                    help="memoir: class rows (auto: dense for narrow arrays, sparse for dicts / wide input)")
     g.add_argument("--max-dirty", type=int, default=None, help="memoir: re-index after this many changed rows")
     g.add_argument("--ef", type=int, default=None, help="memoir --mips hnsw: search breadth")
-    g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 1e-3)")
+    g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 0.001)")
     g.add_argument("--replay", type=int, default=1, help="block steps on held examples per new example (default: 1)")
     g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
     g.add_argument("--step", default=None, choices=["fw", "pairwise", "away"],

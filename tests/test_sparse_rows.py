@@ -116,7 +116,8 @@ def test_sparse_learner_equals_dense_learner(variant, lam, batch):
     centers = rng.normal(size=(C, d)) * (rng.random((C, d)) < 0.2)
     out = []
     for kind in ("dense", "sparse"):
-        lr = MEMOIR(lam=lam, variant=variant, mips="exact", batch_size=batch, check_every=0, rows=kind)
+        # eta0=0.1 (smaller steps than the default): enough hinge-active updates to compare the stores
+        lr = MEMOIR(lam=lam, variant=variant, mips="exact", batch_size=batch, check_every=0, rows=kind, eta0=0.1)
         lr.bind(MultiClass(), [])
         r = np.random.default_rng(5)
         for t in range(1500):

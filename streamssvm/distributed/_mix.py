@@ -170,8 +170,9 @@ class ParameterMixing:
     @staticmethod
     def _weights(lr):
         a = float(lr.a)
+        A, s = lr._pred_weights()   # the predicting (averaged) weights are s * A
         return {"E": a * lr.W.E, "T": a * lr.W.T, "B": a * lr.W.B,
-                "AE": lr.A.E.copy(), "AT": lr.A.T.copy(), "AB": lr.A.B.copy()}
+                "AE": s * A.E, "AT": s * A.T, "AB": s * A.B}
 
     def round_start(self, model, n_global):
         lr = bound_learner(model)
@@ -200,14 +201,22 @@ class ParameterMixing:
         E = mixed["E"]
         if E.shape[0] > lr.W.E.shape[0] or E.shape[1] > lr.W.E.shape[1]:
             lr.W.grow(E.shape[0], E.shape[1])
-            lr.A.grow(E.shape[0], E.shape[1])
-        for dst, key in ((lr.W, ""), (lr.A, "A")):
-            for k in ("E", "T", "B"):
-                d = getattr(dst, k)
-                d[...] = 0.0
-                src = mixed[key + k]
-                d[tuple(slice(0, s) for s in src.shape)] = src
+            lr.V.grow(E.shape[0], E.shape[1])
+        for k in ("E", "T", "B"):
+            d = getattr(lr.W, k)
+            d[...] = 0.0
+            src = mixed[k]
+            d[tuple(slice(0, s) for s in src.shape)] = src
         lr.a = 1.0
+        lr.unorm2 = lr.W.sqnorm()
+        if lr.csum > 0.0:
+            # SGD keeps its average lazily as (beta U - V) / csum: choose V so that it is the mixed average
+            for k in ("E", "T", "B"):
+                avg = np.zeros_like(getattr(lr.W, k))
+                src = mixed["A" + k]
+                avg[tuple(slice(0, s) for s in src.shape)] = src
+                getattr(lr.V, k)[...] = lr.beta * getattr(lr.W, k) - lr.csum * avg
+        lr._avg_cache = None
 
     def block_sums(self, model, n_global):
         """Parameter mixing keeps no dual point of the union: the primal's hinge sum only."""
