@@ -94,9 +94,10 @@ def _make_model(args):
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
                                            max_queries=max(args.max_queries, 2), seed=args.seed)
     else:
-        slack = args.rescaling == "slack"   # BCFW's slack rescaling: fw steps, no cache (so far)
-        step = args.step or ("fw" if slack else "pairwise")
-        cache = (not slack) if args.cache is None else args.cache
+        # BCFW's slack rescaling and distributed BCFW (--workers) take fw steps without cache (so far)
+        plain = args.rescaling == "slack" or bool(getattr(args, "workers", None))
+        step = args.step or ("fw" if plain else "pairwise")
+        cache = (not plain) if args.cache is None else args.cache
         learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=step,
                                    cache=cache, capacity=args.capacity, eviction=args.eviction,
                                    rescaling=args.rescaling, seed=args.seed)
