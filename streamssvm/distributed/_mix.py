@@ -224,10 +224,11 @@ class ParameterMixing:
         if lr is None:
             return {"hinge_sum": 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"), "n": 0,
                     "oracle_calls": 0, "exact": False, "regularizer": 0.0}
-        c = lr.certificate()
+        c = model.certificate()   # the estimator's (observes the learner; MEMOIR's too)
         n = int(c.n_blocks)
         return {"hinge_sum": (c.hinge * n) if n else 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"),
                 "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
+
 
 class MemoirMixing(ParameterMixing):
     """Iterative parameter mixing of MEMOIR's class rows (w_c = acc V_c); after the mixed rows are
@@ -257,16 +258,6 @@ class MemoirMixing(ParameterMixing):
         st["acc"] = 1.0
         st["allocated"] = True
         lr.restore(model._structure, model._labels.labels, st)
-
-    def block_sums(self, model, n_global):
-        lr = bound_learner(model)
-        if lr is None:
-            return {"hinge_sum": 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"), "n": 0,
-                    "oracle_calls": 0, "exact": False, "regularizer": 0.0}
-        c = model.certificate()
-        n = int(c.n_blocks)
-        return {"hinge_sum": (c.hinge * n) if n else 0.0, "loss_sum": float("nan"), "gap_sum": float("nan"),
-                "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
 
 
 def make_mixing(kind, lam, n_workers, beta=1.0):
