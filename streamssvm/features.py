@@ -259,7 +259,6 @@ class FeatureIndex:
         if self.array_dim is None:
             if not grow:
                 raise ValueError("the model has not seen any array input yet")
-            self.array_dim = d
         elif d != self.array_dim:
             raise ValueError(f"expected {self.array_dim} features per token, got {d}")
         # one pass: max |v| is NaN when a value is NaN, inf when one is infinite
@@ -267,6 +266,9 @@ class FeatureIndex:
             if not np.all(np.isfinite(a)):
                 raise ValueError("input contains NaN or infinite values")
             raise ValueError(f"input has a value with |v| > MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
+        # the width is fixed only by an array that passed every check (a rejected first array
+        # must not lock the model into arrays of its width)
+        self.array_dim = d
 
     def encode_tokens(self, tokens, grow):
         """CSR arrays (tok_ptr, fidx, fval) for a sequence of tokens (list of dicts or a 2-D
@@ -346,6 +348,23 @@ class FeatureIndex:
             return np.array([0, n], dtype=np.int32), fidx, fval
         raise TypeError(f"x must be a dict of features or a 1-D numpy array, got {type(x).__name__}")
 
+    def mark(self):
+        """A restore point of the index (it only ever grows): see :meth:`rollback`."""
+        return len(self.names), self.array_dim
+
+    def rollback(self, mark):
+        """Forget every name registered (and the array width fixed) since ``mark``.
+
+        >>> fi = FeatureIndex(); m = fi.mark()
+        >>> _ = fi.encode_dict({"a": 1.0}, grow=True); fi.rollback(m); fi.names, fi.dim
+        ([], 1)
+        """
+        n, array_dim = mark
+        for name in self.names[n:]:
+            del self.vocab[name]
+        del self.names[n:]
+        self.array_dim = array_dim
+
     def state(self):
         return {"n_features": self.n_features, "array_dim": self.array_dim,
                 "names": [_encode_key(n) for n in self.names]}
@@ -392,6 +411,21 @@ class LabelIndex:
 
     def decode(self, j):
         return self.labels[j]
+
+    def mark(self):
+        """A restore point (labels are only ever appended): see :meth:`rollback`."""
+        return len(self.labels)
+
+    def rollback(self, mark):
+        """Forget every label registered since ``mark``.
+
+        >>> li = LabelIndex(["x"]); m = li.mark(); _ = li.encode("y", grow=True)
+        >>> li.rollback(m); li.labels
+        ['x']
+        """
+        for lab in self.labels[mark:]:
+            del self.index[lab]
+        del self.labels[mark:]
 
     def state(self):
         return {"labels": [_encode_key(lab) for lab in self.labels]}

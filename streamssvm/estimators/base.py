@@ -8,6 +8,7 @@ estimator through this registry, the learner among the subclasses of
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 
 import numpy as np
@@ -169,6 +170,36 @@ class Estimator:
         lr = self._bound()
         lr.ensure(self._features.dim, self._labels.labels)
         return lr
+
+    @contextlib.contextmanager
+    def _registering(self, keep=True):
+        """Feature names and labels registered inside the block are forgotten if it raises
+        (and always when ``keep`` is False: a dry run that validates a batch by encoding it).
+        The learner must not be changed inside the block."""
+        fm, lm = self._features.mark(), self._labels.mark()
+        try:
+            yield
+        except BaseException:
+            self._features.rollback(fm)
+            self._labels.rollback(lm)
+            raise
+        if not keep:
+            self._features.rollback(fm)
+            self._labels.rollback(lm)
+
+    def _check_batch(self, encode, xs, ys):
+        """Validate a whole batch before any of it is learned: ``encode(x, y)`` (what
+        ``learn_one`` runs before it changes the learner) on every row, in order, then forget
+        what it registered. A bad row raises its error, prefixed with its position, and the
+        model is unchanged."""
+        with self._registering(keep=False):
+            for i, (x, y) in enumerate(zip(xs, ys)):
+                try:
+                    encode(x, y)
+                except (TypeError, ValueError) as e:
+                    if type(e) not in (TypeError, ValueError):
+                        raise
+                    raise type(e)(f"row {i}: {e}") from e
 
     # -------------------------------------------------------------- optimization / certificates
     def refine(self, passes: float = 1.0, tol: float | None = None, progress=None):

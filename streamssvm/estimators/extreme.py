@@ -137,14 +137,18 @@ class ExtremeClassifier(Estimator, base.Classifier):
         if not (isinstance(y, (int, np.integer)) and not isinstance(y, bool) and 0 <= y < K):
             raise ValueError(f"with a cost matrix of size {K} the labels must be integers in [0, {K}), got {y!r}")
 
-    def learn_one(self, x, y):
+    def _encode_example(self, x, y):
+        """Validate one example whole, then encode it (registering new names and labels)."""
         if is_missing(y):
             raise ValueError("y is missing (None/NaN)")
         if self._cost_matrix is not None:
             self._check_label(y)  # before anything changes
         self._labels.check(y)
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
-        c = self._labels.encode(y, grow=True)
+        return tok_ptr, fidx, fval, self._labels.encode(y, grow=True)
+
+    def learn_one(self, x, y):
+        tok_ptr, fidx, fval, c = self._encode_example(x, y)
         lr = self._sync()
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, np.array([c], dtype=np.int32))
@@ -174,6 +178,7 @@ class ExtremeClassifier(Estimator, base.Classifier):
         ys = list(y)
         if len(ys) != A.shape[0]:
             raise ValueError(f"X has {A.shape[0]} rows but y has {len(ys)} labels")
+        self._check_batch(self._encode_example, A, ys)   # a bad row: an error, nothing learned
         for xi, yi in zip(A, ys):
             self.learn_one(xi, yi)
 

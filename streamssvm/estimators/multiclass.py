@@ -88,17 +88,30 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return {}
         return {c: float(c == y) for c in self._labels.labels}
 
-    def _encode_rows(self, X, grow):
-        """CSR of a batch: a DataFrame, a 2-D array, or a list of feature dicts / 1-D arrays."""
+    def _encode_rows(self, X, grow, ys=None):
+        """CSR of a batch: a DataFrame, a 2-D array, or a list of feature dicts / 1-D arrays.
+        With ``ys`` (learning), the labels are validated and the whole batch is checked before
+        any feature name is registered: a bad row raises and leaves the model unchanged."""
         if isinstance(X, (list, tuple)):
             if X and isinstance(X[0], dict):
+                if ys is not None:
+                    self._check_labels(ys, len(X))
+                scanned = []
+                for i, x in enumerate(X):
+                    if not isinstance(x, dict):
+                        raise TypeError(f"mixed batch: expected dicts, got {type(x).__name__} in row {i}")
+                    try:
+                        scanned.append(self._features._scan(x, grow))
+                    except (TypeError, ValueError) as e:
+                        if type(e) not in (TypeError, ValueError):
+                            raise
+                        raise type(e)(f"row {i}: {e}") from e
+                # every row is valid: register the new names, row by row
                 ptr = [0]
                 idx: list = []
                 val: list = []
-                for x in X:
-                    if not isinstance(x, dict):
-                        raise TypeError(f"mixed batch: expected dicts, got {type(x).__name__}")
-                    i, v = self._features.encode_dict(x, grow)
+                for pairs, new in scanned:
+                    i, v = self._features._register(pairs, new)
                     idx.extend(i)
                     val.extend(v)
                     ptr.append(len(idx))
@@ -106,45 +119,74 @@ class MulticlassSSVM(Estimator, base.Classifier):
                         np.asarray(val, dtype=np.float64), len(X), None)
             X = np.asarray(X, dtype=np.float64) if X else np.zeros((0, max(self._features.array_dim or 1, 1)))
         A, index = self._as_matrix(X)
+        if ys is not None:
+            self._check_labels(ys, A.shape[0])
         if A.shape[0] == 0:
             return np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0), 0, index
-        tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=grow)
+        tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=grow)   # checks all before it registers
         return tok_ptr, fidx, fval, A.shape[0], index
+
+    def _check_labels(self, ys, n):
+        """Every label of a batch of ``n`` rows is valid (changes nothing)."""
+        if len(ys) != n:
+            raise ValueError(f"X has {n} rows but y has {len(ys)} labels")
+        for i, v in enumerate(ys):
+            if is_missing(v):
+                raise ValueError(f"y contains a missing label (None/NaN) in row {i}")
+            try:
+                self._labels.check(v)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"row {i}: {e}") from e
 
     def learn_many(self, X, y):
         """Learn a batch in order, as a stream, in one kernel call (``X``: a DataFrame, a 2-D
-        array or a list of feature dicts; ``y``: a sequence of labels)."""
-        self._learn_encoded(list(y), *self._encode_rows(X, grow=True)[:4])
+        array or a list of feature dicts; ``y``: a sequence of labels). The whole batch is
+        validated first: a bad row raises and the model is unchanged.
+
+        >>> import streamssvm as ss
+        >>> m = ss.MulticlassSSVM()
+        >>> m.learn_many([{"a": 1.0}, {"b": 1.0}], ["x", "y"])
+        >>> try:
+        ...     m.learn_many([{"c": 1.0}, {"d": float("nan")}], ["z", "x"])
+        ... except ValueError as e:
+        ...     print(e)
+        row 1: feature 'd' has a non-finite value nan
+        >>> m.classes, m._features.names
+        (['x', 'y'], ['a', 'b'])
+        """
+        ys = list(y)
+        with self._registering():
+            enc = self._encode_rows(X, grow=True, ys=ys)[:4]
+            labs = self._encode_labels(ys)
+        self._learn_encoded(*labs, *enc)
 
     def predict_learn_many(self, X, y):
         """Progressive validation of a batch: the predictions of all rows (made before learning
-        any of them), then learning them, with a single encoding of the batch."""
+        any of them), then learning them, with a single encoding of the batch. The whole batch
+        is validated first: a bad row raises and the model is unchanged."""
         ys = list(y)
-        tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True)
+        n0 = len(self._labels)
+        with self._registering():
+            tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True, ys=ys)
+            lab_enc = self._encode_labels(ys)
         # features first seen in this batch have zero weights: encoding them before predicting
-        # does not change the predictions
-        if self._learner is None or len(self._labels) == 0:
+        # does not change the predictions; labels first seen in it are not predicted
+        if self._learner is None or n0 == 0:
             preds = [None] * n
         else:
-            self._learner.ensure(self._features.dim, self._labels.labels)
+            labs = self._labels.labels[:n0]
+            self._learner.ensure(self._features.dim, labs)
             ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, fval, np.arange(n + 1, dtype=np.int64), n)
-            labs = self._labels.labels
             preds = [labs[i] for i in ids]
-        self._learn_encoded(ys, tok_ptr, fidx, fval, n)
+        self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
         return preds
 
-    def _learn_encoded(self, ys, tok_ptr, fidx, fval, n):
-        if len(ys) != n:
-            raise ValueError(f"X has {n} rows but y has {len(ys)} labels")
-        if n == 0:
-            return
-        for v in ys:
-            if is_missing(v):
-                raise ValueError("y contains a missing label (None/NaN)")
-        # labels are indexed as they arrive, exactly as with learn_one: the batch is cut where a
-        # new label appears, and each piece is learned in one kernel call
-        n0 = len(self._labels)   # labels known before this batch (declared or seen)
+    def _encode_labels(self, ys):
+        """Label ids of a validated batch, registered as they arrive (exactly as with
+        learn_one), the cuts where a new label appears, and the number of labels known before."""
+        n = len(ys)
+        n0 = len(self._labels)
         yids = np.empty(n, dtype=np.int32)
         cuts = [0]
         for i in range(n):
@@ -153,6 +195,13 @@ class MulticlassSSVM(Estimator, base.Classifier):
             if len(self._labels) != k and i > 0:
                 cuts.append(i)
         cuts.append(n)
+        return yids, cuts, n0
+
+    def _learn_encoded(self, yids, cuts, n0, tok_ptr, fidx, fval, n):
+        if n == 0:
+            return
+        # the batch is cut where a new label appears, and each piece is learned in one kernel
+        # call, with the labels learn_one would know at that point
         tok64 = tok_ptr.astype(np.int64)
         for a, b in zip(cuts[:-1], cuts[1:]):
             if a == b:

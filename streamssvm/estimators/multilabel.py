@@ -135,7 +135,8 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                 pos.append(j)
         return h.closure(pos)
 
-    def learn_one(self, x, y):
+    def _encode_example(self, x, y):
+        """Validate one example whole, then encode it (registering new names and labels)."""
         for lab, v in (y.items() if isinstance(y, dict) else ()):  # validate before any state changes
             self._labels.check(lab), check_truth(v, lab)
         if isinstance(y, dict) and self._hier is None:
@@ -144,8 +145,13 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                 s = self._structure if self._learner is not None else self._make_structure()
                 labels = self._labels.labels + new
                 s.cost_matrix(len(labels), labels)
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
-        pos = self._encode_y(y)
+        with self._registering():   # a label outside the hierarchy is found after the features
+            tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+            pos = self._encode_y(y)
+        return tok_ptr, fidx, fval, pos
+
+    def learn_one(self, x, y):
+        tok_ptr, fidx, fval, pos = self._encode_example(x, y)
         lr = self._sync()
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         Ki = self._hier.n_leaves if self._hier is not None else len(self._labels)
@@ -164,11 +170,13 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         return {lab: bool(out[k]) for k, lab in enumerate(labs)}
 
     def learn_many(self, X, Y):
-        """``Y``: a DataFrame of booleans (one column per label) or a list of dicts."""
+        """``Y``: a DataFrame of booleans (one column per label) or a list of dicts. The whole
+        batch is validated first: a bad row raises and the model is unchanged."""
         A, _ = self._as_matrix(X)
         rows = Y.to_dict(orient="records") if _is_dataframe(Y) else list(Y)
         if len(rows) != A.shape[0]:
             raise ValueError(f"X has {A.shape[0]} rows but Y has {len(rows)}")
+        self._check_batch(self._encode_example, A, rows)   # a bad row: an error, nothing learned
         for i in range(A.shape[0]):
             self.learn_one(A[i], rows[i])
 

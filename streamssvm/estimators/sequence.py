@@ -145,7 +145,8 @@ class SequenceTagger(Estimator, base.Estimator):
         return tok_ptr, fidx, fval, ys
 
     def learn_one(self, x, y):
-        tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
+        with self._registering():
+            tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
         lr = self._sync()
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, ys, Ki=self._ki())
@@ -163,11 +164,13 @@ class SequenceTagger(Estimator, base.Estimator):
         return [labs[i] for i in out]
 
     def learn_many(self, X, Y):
-        """Learn a list of sequences in order."""
+        """Learn a list of sequences in order. The whole batch is validated first: a bad
+        sequence raises and the model is unchanged."""
         X = list(X)
         Y = list(Y)
         if len(X) != len(Y):
             raise ValueError(f"got {len(X)} sequences but {len(Y)} label sequences")
+        self._check_batch(self._encode_seq, X, Y)
         for x, y in zip(X, Y):
             self.learn_one(x, y)
 
