@@ -30,11 +30,37 @@ def _map_source_connectors():
 _map_source_connectors()
 del _map_source_connectors
 
-from . import datasets, learners, structures  # noqa: E402
-from .certificate import Certificate  # noqa: E402
-from .estimators import ExtremeClassifier, MulticlassSSVM, MultiLabelSSVM, SequenceTagger, load  # noqa: E402
-
 __version__ = "0.1.0"
+
+# Lazy attributes (PEP 562): ``import streamssvm`` stays cheap -- numba and the kernel modules
+# load at the first use of an estimator, learner or structure -- so that the command line can
+# say what it is doing (e.g. that it is compiling the kernels) before that import.
+_LAZY = {"Certificate": ".certificate", "ExtremeClassifier": ".estimators", "MulticlassSSVM": ".estimators",
+         "MultiLabelSSVM": ".estimators", "SequenceTagger": ".estimators", "load": ".estimators",
+         "datasets": None, "learners": None, "structures": None}
 
 __all__ = ["Certificate", "ExtremeClassifier", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger", "datasets",
            "learners", "load", "structures", "__version__"]
+
+
+def __getattr__(name):
+    """Import what ``name`` needs at its first use.
+
+    >>> import streamssvm as ss
+    >>> ss.MulticlassSSVM.__name__, ss.learners.BCFW.__name__, callable(ss.load)
+    ('MulticlassSSVM', 'BCFW', True)
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    where = _LAZY[name]
+    if where is None:
+        value = importlib.import_module("." + name, __name__)
+    else:
+        value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

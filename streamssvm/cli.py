@@ -23,8 +23,6 @@ import sys
 import threading
 import time
 
-import numpy as np
-
 from ._optional import require
 
 
@@ -48,7 +46,9 @@ def _add_learner_args(p):
     g.add_argument("--max-dirty", type=int, default=None, help="memoir: re-index after this many changed rows")
     g.add_argument("--ef", type=int, default=None, help="memoir --mips hnsw: search breadth")
     g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 0.001)")
-    g.add_argument("--replay", type=int, default=1, help="block steps on held examples per new example (default: 1)")
+    g.add_argument("--replay", type=int, default=1,
+                   help="bcfw/gdmm: block steps on held examples per new example; cp: held examples revisited "
+                        "(default: 1)")
     g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
     g.add_argument("--step", default=None, choices=["fw", "pairwise", "away"],
                    help="bcfw step type (default: pairwise as the README recommends; fw with --rescaling slack)")
@@ -92,7 +92,8 @@ def _make_model(args):
         learner = ss.learners.GDMM(lam=args.lam, replay=args.replay, capacity=args.capacity, seed=args.seed)
     elif args.learner == "cp":
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
-                                           max_queries=max(args.max_queries, 2), seed=args.seed)
+                                           max_queries=max(args.max_queries, 2), seed=args.seed,
+                                           replay=args.replay)
     else:
         # BCFW's slack rescaling and distributed BCFW (--workers) take fw steps without cache (so far)
         plain = args.rescaling == "slack" or bool(getattr(args, "workers", None))
@@ -250,12 +251,37 @@ def graceful_signals(on_signal):
             signal.signal(s, h)
 
 
+def _kernel_cache_dirs():
+    """Where numba may keep the compiled kernels: ``$NUMBA_CACHE_DIR/_kernels_<sha1 of the
+    kernels folder>`` when that variable is set, else the kernels' ``__pycache__`` or, when the
+    install is read-only, the user-wide cache (numba's cache locators, in numba's order)."""
+    import hashlib
+    kernels = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_kernels")
+    sub = "_kernels_" + hashlib.sha1(kernels.encode()).hexdigest()
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return [os.path.join(os.environ["NUMBA_CACHE_DIR"], sub)]
+    user = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "numba")
+    return [os.path.join(kernels, "__pycache__"), os.path.join(user, sub)]
+
+
 def _kernel_cache_cold():
-    """True when the numba cache of the kernels holds no compiled function (a fresh install or
-    changed kernel sources)."""
+    """True when the numba cache of the kernels holds no compiled function (a fresh install, or
+    a new ``NUMBA_CACHE_DIR``). Light: no numba import, so the CLI can say so at once."""
     import glob
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_kernels", "__pycache__")
-    return not glob.glob(os.path.join(here, "*.nbi"))
+    return not any(glob.glob(os.path.join(d, "*.nbi")) for d in _kernel_cache_dirs())
+
+
+_COMPILE_NOTICE = "compiling kernels (first run only; a minute or two)..."
+_early_notice = {"t0": None}   # set when main() said _COMPILE_NOTICE before the heavy imports
+
+
+def _say_compiling_early(stream=None):
+    """Print the compile notice now, before numba and the kernel modules are imported (that
+    import alone takes seconds on a loaded machine), when the kernel cache is cold; the later
+    :func:`warm_kernels` then only says how long it took."""
+    if _kernel_cache_cold():
+        print(_COMPILE_NOTICE, file=stream or sys.stderr, flush=True)
+        _early_notice["t0"] = time.perf_counter()
 
 
 def warm_kernels(work, notice_after=1.0, stream=None):
@@ -266,6 +292,9 @@ def warm_kernels(work, notice_after=1.0, stream=None):
     stream = stream or sys.stderr
     said = threading.Event()
     lock = threading.Lock()
+    t_early, _early_notice["t0"] = _early_notice["t0"], None
+    if t_early is not None:   # main() said it already, before the imports
+        said.set()
 
     cold = _kernel_cache_cold()
 
@@ -273,10 +302,9 @@ def warm_kernels(work, notice_after=1.0, stream=None):
         with lock:
             if not said.is_set():
                 said.set()
-                print("compiling kernels (first run only; a minute or two)..." if cold else
-                      "loading compiled kernels...", file=stream, flush=True)
+                print(_COMPILE_NOTICE if cold else "loading compiled kernels...", file=stream, flush=True)
 
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if t_early is None else t_early
     if cold:
         say()
     timer = threading.Timer(notice_after, say)
@@ -704,6 +732,7 @@ def cmd_demo(args):
         c = tagger.refine(p - passes_done)
         passes_done = p
         pred = tagger.predict_many(X_te)
+        import numpy as np
         err = float(np.mean(np.concatenate([np.asarray(a) != np.asarray([letters[c_] for c_ in y])
                                             for a, y in zip(pred, y_te)])))
         rows.append((p, c.gap, c.primal, c.dual, err, time.perf_counter() - t0))
@@ -810,6 +839,7 @@ def cmd_export(args):
     import streamssvm as ss
     from streamssvm.connectors.files import write_jsonl
     if args.what == "ocr-letters":
+        import numpy as np
         recs = ({"x": {str(j): 1.0 for j in np.flatnonzero(x)}, "y": y}
                 for x, y in ss.datasets.ocr_letter_stream("large", train=not args.test))
     else:
@@ -991,6 +1021,8 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if getattr(args, "func", None) in (cmd_run, cmd_demo) and not getattr(args, "workers", None):
+        _say_compiling_early()   # before the first heavy import (numba, the kernels)
     try:
         return args.func(args)
     except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, _Refused) as e:
@@ -999,6 +1031,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        _early_notice["t0"] = None
 
 
 if __name__ == "__main__":  # pragma: no cover

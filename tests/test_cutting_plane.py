@@ -197,3 +197,47 @@ def test_cutting_plane_learn_many_equals_learn_one():
     b.learn_many(np.array([x for x, _ in data]), [y for _, y in data])
     np.testing.assert_allclose(a._learner.W.E, b._learner.W.E, atol=1e-12)
     assert a.certificate().gap == pytest.approx(b.certificate().gap, rel=1e-12, abs=1e-15)
+
+
+# ----------------------------------------------------------------------------- a new class's first example
+@pytest.mark.parametrize("task", ["multiclass", "sequence"])
+def test_a_new_classs_first_example_is_learned_at_once(task):
+    """{'a': 1} -> x, then {'b': 1} -> y: {'a': 1} was predicted y. Block 1's contribution is
+    halved when n goes from 1 to 2 (w = A alpha / (lam n)) and block 2's solve moved the bias
+    past it; with sequences (bias and start/end transitions shared) a replayed visit alone only
+    handed the last word to the other block. Now one held example is replayed and the QP over the
+    two is solved."""
+    import streamssvm as ss
+    if task == "multiclass":
+        m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane())
+        wrap, unwrap = (lambda x: x), (lambda y: y)
+    else:
+        m = ss.SequenceTagger(learner=ss.learners.CuttingPlane())
+        wrap, unwrap = (lambda x: [x]), (lambda y: y[0])
+    names, labels = "abcde", "vwxyz"
+    m.learn_one(wrap({"a": 1}), wrap("v"))
+    m.learn_one(wrap({"b": 1}), wrap("w"))
+    assert [unwrap(m.predict_one(wrap({f: 1}))) for f in "ab"] == ["v", "w"]
+    for f, c in zip(names[2:], labels[2:]):
+        m.learn_one(wrap({f: 1}), wrap(c))
+    assert [unwrap(m.predict_one(wrap({f: 1}))) for f in names] == list(labels)
+
+
+def test_replay_zero_is_the_new_example_only_and_the_cursor_is_saved(tmp_path):
+    import streamssvm as ss
+    m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(replay=0))
+    m.learn_one({"a": 1}, "x")
+    m.learn_one({"b": 1}, "y")
+    assert m.predict_one({"a": 1}) == "y"   # the failure the replay fixes
+    rng = np.random.default_rng(0)
+    recs = [({"f": float(rng.normal()), "g": float(i % 3)}, i % 3) for i in range(30)]
+    a = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(replay=2, capacity=7))
+    for x, y in recs[:20]:
+        a.learn_one(x, y)
+    a.save(tmp_path / "m.ssvm")
+    b = ss.load(tmp_path / "m.ssvm")
+    assert b._learner._cursor == a._learner._cursor
+    for x, y in recs[20:]:
+        a.learn_one(x, y)
+        b.learn_one(x, y)
+    np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)

@@ -9,6 +9,15 @@ DESIGN.md section 3 with each block alpha_i on the simplex over W_i; it is solve
 block-coordinate pairwise (SMO) steps with exact line search (``_kernels/cp.block_qp``), each
 block to the tolerance ``qp_tol`` on its restricted Wolfe gap.
 
+Streaming: a new example is held with its ground truth as working set and visited once
+(separation, then its block solve), then ``replay`` held examples are visited again, in turn.
+The replay matters because every block's contribution to w = A alpha / (lam n) shrinks as n
+grows and a new block's solve moves the weights the examples share (the bias at least): without
+it, the first example of a class could be outvoted by the second example of another class
+until the next ``refine`` (``{'a': 1} -> x``, ``{'b': 1} -> y`` predicted ``y`` for ``{'a': 1}``).
+It is the counterpart of the replay steps of block-coordinate Frank-Wolfe (Lacoste-Julien,
+Jaggi, Schmidt & Pletscher, Block-Coordinate Frank-Wolfe Optimization for Structural SVMs).
+
 A round (``refine``) visits every example: it computes the current slack
 xi_i = max_{y in W_i} H_i(y; w) (>= 0, the ground truth gives 0), runs the separation
 (``search``) at the current w, adds the label if H_i(y^; w) > xi_i + eps, and re-solves the
@@ -70,6 +79,10 @@ class CuttingPlane(Learner):
         Tolerance on each block's restricted Wolfe gap (default eps / 10).
     qp_sweeps
         Maximal sweeps over all blocks of the restricted QP after a round.
+    replay
+        Held examples visited again (separation and block solve) after each new one, in
+        turn, oldest first; the restricted QP over the new example and these is then solved
+        to ``qp_tol`` (0: only the new example is visited until ``refine``).
     seed
         Order of the examples in a round (shuffled each round; None: in order) and the
         reservoir's choices.
@@ -93,12 +106,19 @@ class CuttingPlane(Learner):
     >>> c = m.refine(passes=20)
     >>> m.predict_one({"f": 2.0, "g": 1.0}), 0 <= c.gap < 1e-2, c.exact
     (2, True, True)
+
+    A class's first example counts at once:
+
+    >>> m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane())
+    >>> m.learn_one({"a": 1}, "x"); m.learn_one({"b": 1}, "y")
+    >>> m.predict_one({"a": 1}), m.predict_one({"b": 1})
+    ('x', 'y')
     """
 
     def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact", eps: float = 1e-3,
                  max_iter: int = 100, max_queries: int = 100, tol: float = 0.999, qp_tol: float | None = None,
                  qp_sweeps: int = 20, seed: int | None = None, capacity: int | None = 100_000,
-                 eviction: str = "fifo"):
+                 eviction: str = "fifo", replay: int = 1):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
         self.search = check_choice("search", search, _SEARCH)
@@ -111,6 +131,7 @@ class CuttingPlane(Learner):
         self.seed = seed
         self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
         self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
+        self.replay = check_number("replay", replay, low=0, integer=True)
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -134,6 +155,7 @@ class CuttingPlane(Learner):
         self._res_rng = np.random.default_rng(self.seed)   # the reservoir's choices
         self.seen = 0                 # examples offered (held or not)
         self.evicted = 0
+        self._cursor = 0              # the next held example the replay visits
         self._oracles = None
         self._ws = Workspace(structure)   # the kernels' scratch buffers
         self._bound = True
@@ -302,6 +324,8 @@ class CuttingPlane(Learner):
     def _evict(self, i):
         """Drop held example ``i`` and its contribution A alpha_i from the weights."""
         b = self.blocks.pop(i)
+        if i < self._cursor:   # the replay's next example stays the same
+            self._cursor -= 1
         if len(b.labs) > 1:
             so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, b.tok_ptr, b.fidx, b.fval, -(b.alpha @ b.D),
                           b.L, self._K, self.W.Kc, 1.0, self._use_trans)
@@ -309,7 +333,8 @@ class CuttingPlane(Learner):
 
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         """Hold a new example (working set = its ground truth), then one separation and block
-        solve on it (after an eviction when ``capacity`` examples are held)."""
+        solve on it (after an eviction when ``capacity`` examples are held), then ``replay``
+        visits of held examples."""
         if not self._make_room():
             self.n_learned += 1
             return
@@ -335,6 +360,32 @@ class CuttingPlane(Learner):
         self.blocks.append(b)
         self.n_learned += 1
         self._visit(b)
+        touched = self._replay()
+        if touched:
+            self._solve_touched([b] + touched)
+
+    def _replay(self):
+        """Visit ``replay`` held examples other than the newest, in turn (a cursor over the
+        held examples, so each is revisited every ~n / replay new examples); returns them."""
+        n_old = len(self.blocks) - 1
+        out = []
+        for _ in range(min(self.replay, n_old)):
+            if self._cursor >= n_old:
+                self._cursor = 0
+            out.append(self.blocks[self._cursor])
+            self._visit(out[-1])
+            self._cursor += 1
+        return out
+
+    def _solve_touched(self, blocks):
+        """The restricted QP over the blocks just visited, by block sweeps (at most
+        ``qp_sweeps``) until each block's restricted gap is below ``qp_tol``: one solve per block
+        leaves the last one solved the last word on the weights they share (the bias, the
+        transitions), so the new example and a replayed one would undo each other's margin."""
+        tol = self._qp_tol()
+        for _ in range(self.qp_sweeps):
+            if max(self._solve_block(b, tol) for b in blocks) <= tol:
+                break
 
     def _truth_lab(self, b):
         return self.structure.truth_labeling(b.ytrue, self._K, self.W.Kc)
@@ -462,7 +513,7 @@ class CuttingPlane(Learner):
         return {"K": self._K, "E": self.W.E, "T": self.W.T, "B": self.W.B, "C": self._C,
                 "counters": np.array([self.rounds, self.n_learned, self.oracle_calls, self.queries,
                                       self.constraints_added, self.qp_steps], dtype=np.int64),
-                "seen": self.seen, "evicted": self.evicted,
+                "seen": self.seen, "evicted": self.evicted, "cursor": self._cursor,
                 **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
                 "blocks": [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
                             "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
@@ -489,6 +540,7 @@ class CuttingPlane(Learner):
          self.qp_steps) = (int(v) for v in st["counters"])
         self.seen = int(st.get("seen", len(st["blocks"])))
         self.evicted = int(st.get("evicted", 0))
+        self._cursor = max(int(st.get("cursor", 0)), 0)
         if "res_rng" in st:
             _rng_restore(self._res_rng, st["res_rng"])
         mark = np.zeros(max(self.W.E.shape[0], 1))

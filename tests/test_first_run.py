@@ -1,0 +1,80 @@
+"""The first run says what it is doing before the slow part (the first-ten-minutes issue, item
+1): ``import streamssvm`` is light (numba and the kernels load at the first use of an estimator,
+PEP 562), and ``streamssvm demo`` / ``run`` print the compile notice, when the kernel cache is
+cold, before numba is even imported. Ordering and content are asserted, never timing (the
+measured times are in ``bench/notice_latency.py``'s output)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED="0")
+
+
+def _py(code, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(ENV, **env), timeout=600)
+
+
+def test_import_streamssvm_does_not_import_numba_and_the_names_still_work():
+    r = _py("import sys, streamssvm as ss\n"
+            "print('numba' in sys.modules, 'streamssvm._kernels' in sys.modules)\n"
+            "print(ss.MulticlassSSVM.__name__, ss.learners.BCFW.__name__, ss.structures.__name__,\n"
+            "      ss.datasets.__name__, ss.Certificate.__name__, callable(ss.load), ss.connectors.__name__)\n"
+            "from streamssvm import *\n"
+            "print(SequenceTagger.__name__, sorted(set(ss.__all__) - set(dir(ss))))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "False False",
+        "MulticlassSSVM BCFW streamssvm.structures streamssvm.datasets Certificate True streamssvm.connectors",
+        "SequenceTagger []"]
+    r = _py("import streamssvm as ss; ss.no_such_name")
+    assert "AttributeError: module 'streamssvm' has no attribute 'no_such_name'" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", ["demo", "run"])
+def test_compile_notice_is_the_first_line_and_comes_before_numba_is_imported(tmp_path, cmd):
+    """Before: the notice came after ``import streamssvm`` had imported numba and every kernel
+    module (3.5 s on a loaded machine). ``-X importtime`` writes a line to the same stderr as
+    each import finishes, so the order of the lines is the order of the events."""
+    cache = tmp_path / "numba-cache"
+    cache.mkdir()
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"x": {"a": 1}, "y": "x"}\n{"x": {"b": 1}, "y": "y"}\n')
+    args = {"demo": ["demo", "--quick", "--out", str(tmp_path / "out")],
+            "run": ["run", "--source", str(src), "--task", "multiclass"]}[cmd]
+    p = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "streamssvm", *args], cwd=ROOT,
+                         env=dict(ENV, NUMBA_CACHE_DIR=str(cache)), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("import time:") and line.split("|")[-1].strip() == "numba":
+                break
+    finally:
+        p.kill()
+        p.wait()
+    said = [i for i, ln in enumerate(lines) if not ln.startswith("import time:")]
+    numba = [i for i, ln in enumerate(lines) if ln.startswith("import time:") and "numba" in ln]
+    kernels = [i for i, ln in enumerate(lines) if "streamssvm._kernels" in ln]
+    assert said, lines[-5:]
+    assert lines[said[0]] == "compiling kernels (first run only; a minute or two)..."
+    assert numba and said[0] < numba[0] and (not kernels or said[0] < kernels[0])
+    assert not list(cache.rglob("*.nbi"))   # nothing was compiled yet when it was said
+
+
+def test_a_warm_cache_gives_no_compile_notice_up_front(tmp_path, monkeypatch):
+    from streamssvm import cli
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    assert cli._kernel_cache_cold()
+    (d,) = cli._kernel_cache_dirs()
+    os.makedirs(d)
+    open(os.path.join(d, "bcfw._arrive-1.py311.nbi"), "wb").close()
+    assert not cli._kernel_cache_cold()
+    import io
+    buf = io.StringIO()
+    cli._say_compiling_early(buf)
+    assert buf.getvalue() == "" and cli._early_notice["t0"] is None
