@@ -50,9 +50,14 @@ def __getattr__(name):
     >>> ss.MulticlassSSVM.__name__, ss.learners.BCFW.__name__, callable(ss.load)
     ('MulticlassSSVM', 'BCFW', True)
     """
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
+    import importlib.util
+    if name not in _LAZY:
+        # any submodule (``streamssvm.estimators``, ``streamssvm.engine``, ...) as an attribute,
+        # as when the package imported them eagerly
+        if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return importlib.import_module("." + name, __name__)
     where = _LAZY[name]
     if where is None:
         value = importlib.import_module("." + name, __name__)

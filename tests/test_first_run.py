@@ -24,12 +24,14 @@ def test_import_streamssvm_does_not_import_numba_and_the_names_still_work():
             "print(ss.MulticlassSSVM.__name__, ss.learners.BCFW.__name__, ss.structures.__name__,\n"
             "      ss.datasets.__name__, ss.Certificate.__name__, callable(ss.load), ss.connectors.__name__)\n"
             "from streamssvm import *\n"
-            "print(SequenceTagger.__name__, sorted(set(ss.__all__) - set(dir(ss))))")
+            "print(SequenceTagger.__name__, sorted(set(ss.__all__) - set(dir(ss))))\n"
+            "print(ss.estimators.base.__name__, ss.engine.__name__)")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "False False",
         "MulticlassSSVM BCFW streamssvm.structures streamssvm.datasets Certificate True streamssvm.connectors",
-        "SequenceTagger []"]
+        "SequenceTagger []",
+        "streamssvm.estimators.base streamssvm.engine"]
     r = _py("import streamssvm as ss; ss.no_such_name")
     assert "AttributeError: module 'streamssvm' has no attribute 'no_such_name'" in r.stderr
 
