@@ -1019,10 +1019,19 @@ def build_parser():
     return p
 
 
+def _compiles_kernels(argv):
+    """Whether the command line ``argv`` runs a command that compiles the kernels (``run``,
+    ``demo``; not their ``--help``, not ``run --workers``), judged without building the parser
+    (which imports the connectors, and numpy with them)."""
+    a = sys.argv[1:] if argv is None else [str(v) for v in argv]
+    return bool(a) and a[0] in ("run", "demo") and not any(
+        v in ("-h", "--help") or v == "--workers" or v.startswith("--workers=") for v in a)
+
+
 def main(argv=None):
+    if _compiles_kernels(argv):
+        _say_compiling_early()   # before the first heavy import (numpy, numba, the kernels)
     args = build_parser().parse_args(argv)
-    if getattr(args, "func", None) in (cmd_run, cmd_demo) and not getattr(args, "workers", None):
-        _say_compiling_early()   # before the first heavy import (numba, the kernels)
     try:
         return args.func(args)
     except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, _Refused) as e:
