@@ -43,9 +43,27 @@ def measure(root, cmd, reps=2):
 
 
 if __name__ == "__main__":
-    res = {}
+    res = {"load_average_before": os.getloadavg()}
     for root in sys.argv[1:]:
         for cmd in ("demo", "run"):
             res[f"{root} {cmd}"] = measure(root, cmd)
             print(root, cmd, json.dumps(res[f"{root} {cmd}"]), flush=True)
-    print("load average", os.getloadavg())
+    res["load_average_after"] = os.getloadavg()
+    print("load average", res["load_average_after"])
+    os.makedirs("bench/results", exist_ok=True)
+    with open("bench/results/notice_latency.json", "w") as f:
+        json.dump(res, f, indent=1)
+    lines = ["# Time to the first line with a cold kernel cache", "",
+             f"Wall seconds from process start (`python -X importtime -m streamssvm ...`, `nice -n 10`, empty "
+             f"`NUMBA_CACHE_DIR`); load average {res['load_average_before'][0]:.1f} before, "
+             f"{res['load_average_after'][0]:.1f} after (2 cores shared). importtime itself adds overhead.", "",
+             "| checkout | command | first line at (s) | numba imported at (s) | first line |", "|---|---|---|---|---|"]
+    for k, runs in res.items():
+        if k.startswith("load_average"):
+            continue
+        root, cmd = k.rsplit(" ", 1)
+        for r in runs:
+            lines.append(f"| {root} | {cmd} | {r['first_line_s'] or float('nan'):.2f} | "
+                         f"{r['numba_imported_s'] or float('nan'):.2f} | {r['first_line']} |")
+    with open("bench/results/notice_latency.md", "w") as f:
+        f.write("\n".join(lines) + "\n")
