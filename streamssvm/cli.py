@@ -792,22 +792,25 @@ def start_broker(port=None, log=None):
 
 
 def cmd_broker(args):
-    proc, bootstrap = start_broker(args.port)
-    print(f"Kafka-protocol broker (Tansu, in-memory storage) on {bootstrap}", flush=True)
-    print(f"bootstrap: {bootstrap}", flush=True)
-
     def stop(signum, frame):  # SIGTERM as Ctrl-C: the broker goes down with us
         raise KeyboardInterrupt
+    # the handler is in place before the address is printed: a SIGTERM sent as soon as the
+    # address is read must not kill us by default and leave the broker running
     old = signal.signal(signal.SIGTERM, stop)
+    proc = None
     try:
+        proc, bootstrap = start_broker(args.port)
+        print(f"Kafka-protocol broker (Tansu, in-memory storage) on {bootstrap}", flush=True)
+        print(f"bootstrap: {bootstrap}", flush=True)
         return proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - a broker that ignores SIGTERM
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001 - a broker that ignores SIGTERM
+                proc.kill()
+                proc.wait()
         print("broker stopped", file=sys.stderr)
         return 0
     finally:
