@@ -505,6 +505,8 @@ class BlockStore:
             tcap = int(self.Iar[self._kpos(j) + 1])
             if grow or int(m[K.M_FLAGS]) & CS.FLAG_TFULL:
                 tcap = max(2 * tcap, npairs + 2 * (L - 1))
+            if Kc != self.Kc:   # more tags: the room a new block would get (it was capped at Kc^2)
+                tcap = max(tcap, int(self.tcap0(L, Kc)))
         else:
             tcap = int(self.tcap0(L, Kc))
         tcap = max(min(tcap, Kc * Kc), npairs)
