@@ -597,6 +597,23 @@ class BlockStore:
             self.maybe_compact()
         return len(flagged)
 
+    def grow_short(self):
+        """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one
+        more step's worth), so that the steps of the next kernel call rarely find a block full.
+        O(n) array operations; called before the kernel calls that run many steps."""
+        if not self.sparse or self.n == 0:
+            return 0
+        s = self.slots()
+        m = self.meta[s]
+        kpos = (m[:, K.M_IOFF] + m[:, K.M_L] + 1 + m[:, K.M_NNZ] + m[:, K.M_LY]
+                + m[:, K.M_PCAP] * m[:, K.M_LABLEN])
+        tn, tcap = self.Iar[kpos].astype(np.int64), self.Iar[kpos + 1].astype(np.int64)
+        short = (tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)
+        if not short.any():
+            return 0
+        self.meta[s[short], K.M_FLAGS] |= CS.FLAG_TFULL
+        return self.grow_flagged()
+
     def dense_stat(self, slot):
         """Block ``slot``'s statistic in the dense chain layout ``M | TM | BM`` (a copy), whichever
         layout it is stored in (tests and inspection)."""

@@ -123,6 +123,13 @@ def test_growth_keeps_weights_and_certificate_exact(monkeypatch, cfg):
     assert not np.any(lr.store.meta[lr.store.slots(), K.M_FLAGS] & CS.FLAG_TFULL)   # all given room
     for a, b in zip((lr.W.E, lr.W.T, lr.W.B), _u_from_blocks(lr)):
         np.testing.assert_allclose(a, b, atol=1e-10, rtol=0)
+    # before a kernel call that runs many steps, blocks short of room for one more step grow
+    st = lr.store
+    st.grow_short()
+    for j in st.slots():
+        kp = st._kpos(j)
+        tn, tcap, L = int(st.Iar[kp]), int(st.Iar[kp + 1]), int(st.meta[j, K.M_L])
+        assert tcap - tn >= 2 * (L - 1) or tcap == st.Kc ** 2
     dense = copy.deepcopy(est)
     dense._learner.store.compact(sparse=False)
     assert not dense._learner.store.sparse

@@ -241,6 +241,8 @@ class BCFW(Learner):
         if slots is None:
             slots = np.zeros(1, dtype=np.int64)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
+        if n_steps > 1:
+            st.grow_short()
         tick = K.run_steps(*self._bundles(st.max_L, g_full), int(sampling), slots, int(n_steps), self._tick,
                            self._seed(), self.counters)
         self._grow_flagged()
@@ -373,6 +375,7 @@ class BCFW(Learner):
         if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
+        st.grow_short()
         new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
         victims = st.fifo_victims(new_slots)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
