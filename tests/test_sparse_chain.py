@@ -276,3 +276,13 @@ def test_chain_stats_argument():
     m.learn_one({"a": 1.0}, 0)
     assert not m._learner.store.sparse   # only chains have transitions
     assert KB.Arena  # (the arena bundle is unchanged: sparse blocks are flagged in their meta row)
+
+
+def test_save_and_load_a_sparse_model(tmp_path):
+    X, Y = chain_stream(3, n=20)
+    est = fit("sparse", X, Y, step="pairwise", cache=True, cache_size=5, refine=1)
+    p = tmp_path / "m.ssvm"
+    est.save(p)
+    m2 = ss.load(p)
+    assert m2._learner.store.sparse
+    assert m2.certificate().gap == pytest.approx(est.certificate().gap, abs=1e-12)
