@@ -78,7 +78,9 @@ class BCFW(Learner):
         How chain blocks keep the transition part of their statistic: ``"sparse"`` (the
         default: a list of (tag pair, count) entries that grows by need, O(L K) memory per
         block) or ``"dense"`` (a K x K table per block; 1.8 MB per sentence with 472 tags).
-        Both give the same steps, weights and certificates (up to round-off).
+        The same dual point gives the same weights and certificate in both (up to round-off);
+        a sparse block whose list is full skips a step until the store gives it room, so two
+        runs can take slightly different steps (``streamssvm._kernels.chainsparse``).
     seed
         Random seed.
 
