@@ -20,10 +20,16 @@ from collections import deque
 import numpy as np
 
 from ._kernels import bcfw as K
+from ._kernels import chainsparse as CS
 from ._kernels.bundles import Arena, Batch, pack
+from ._kernels.common import CHAIN
 from ._kernels.structops import truth_stat
 
 _EVICTION = ("fifo", "reservoir")
+
+#: Room for TCAP_FACTOR * (L - 1) tag pairs in a new sparse chain block (the default of
+#: ``BlockStore(tcap_factor=...)``): the truth's bigrams, and a few steps' worth more.
+TCAP_FACTOR = 4
 
 
 class BlockStore:
@@ -44,6 +50,12 @@ class BlockStore:
         Seed of the reservoir's random choices.
     slack
         Blocks hold the slack-rescaled statistic u~_i and its dual loss (``lval``).
+    sparse
+        Chains only: keep the transition part of each block's statistic as a list of (tag pair,
+        count) entries (``streamssvm._kernels.chainsparse``) instead of a dense Kc x Kc table,
+        so a block costs O(L Kc + pairs) floats, not O(Kc^2). The list starts with room for
+        ``tcap_factor * (L - 1)`` pairs and doubles when a step needs more
+        (:meth:`grow_flagged`).
 
     Attributes read by the learner's kernels: ``Iar`` / ``Far`` (integer / float arenas),
     ``meta`` (one row of offsets per slot), ``alive`` (the ``n`` live slots, dense),
@@ -65,7 +77,7 @@ class BlockStore:
     """
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
-                 seed=None, slack=False):
+                 seed=None, slack=False, sparse=False, tcap_factor=None):
         if eviction not in _EVICTION:
             raise ValueError(f"eviction must be one of {_EVICTION}, got {eviction!r}")
         if capacity is not None and int(capacity) < 1:
@@ -80,6 +92,10 @@ class BlockStore:
         self.max_bytes = int(max_bytes) if max_bytes is not None else None
         self.eviction = eviction
         self.slack = bool(slack)   # blocks hold u~_i (slack rescaling) instead of the mean statistic
+        self.sparse = bool(sparse) and self.kind == CHAIN
+        self.tcap_factor = int(TCAP_FACTOR if tcap_factor is None else tcap_factor)
+        if self.tcap_factor < 1:
+            raise ValueError(f"tcap_factor must be a positive integer, got {tcap_factor!r}")
         self._rng = np.random.default_rng(seed)
         n0 = 64
         self.meta = np.zeros((n0, K.N_META), dtype=np.int64)
@@ -169,10 +185,31 @@ class BlockStore:
                           n=int(self.n), tree=self.tree,
                           tree_size=int(self.tree_size if tree_size is None else tree_size)))
 
-    def segment_sizes(self, L, nnz, ly):
-        lablen = self.structure.labeling_len(L, self.Kc)
+    def tcap0(self, L, Kc=None):
+        """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
+        Kc = self.Kc if Kc is None else Kc
+        return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
+
+    def stat_len(self, L, tcap=0, Kc=None):
+        """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
+        M | BM | TV)."""
+        Kc = self.Kc if Kc is None else Kc
+        if self.sparse:
+            return L * Kc + 2 * Kc + tcap
+        return self.structure.stat_size(L, Kc)
+
+    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None):
+        """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
+        a sparse block (default :meth:`tcap0`). Vectorized over L, nnz, ly."""
+        Kc = self.Kc if Kc is None else Kc
+        lablen = self.structure.labeling_len(L, Kc)
         isz = L + 1 + nnz + ly + self.pool_cap * lablen
-        fsz = nnz + L * L + self.structure.stat_size(L, self.Kc) + self.pool_cap
+        if self.sparse:
+            tcap = self.tcap0(L, Kc) if tcap is None else tcap
+            isz = isz + 2 + 2 * tcap
+        else:
+            tcap = 0
+        fsz = nnz + L * L + self.stat_len(L, tcap, Kc) + self.pool_cap
         return isz, fsz, lablen
 
     # ------------------------------------------------------------------ add / remove
@@ -196,12 +233,8 @@ class BlockStore:
     def reserve(self, L, nnz, ly, Ki):
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
         and appends it to the alive list). Returns the slot."""
-        Kc = self.Kc
-        lablen = self.structure.labeling_len(L, Kc)
-        ss = self.structure.stat_size(L, Kc)
         pc = self.pool_cap
-        isz = L + 1 + nnz + ly + pc * lablen
-        fsz = nnz + L * L + ss + pc
+        isz, fsz, lablen = (int(v) for v in self.segment_sizes(L, nnz, ly))
         if self.free:
             slot = self.free.pop()
         else:
@@ -214,7 +247,8 @@ class BlockStore:
             self.Iar = self._ensure(self.Iar, io + isz)
         if fo + fsz > self.Far.shape[0]:
             self.Far = self._ensure(self.Far, fo + fsz)
-        self.meta[slot] = (io, fo, L, nnz, ly, max(int(Ki), 1), pc, 0, lablen, 0, isz, fsz)
+        self.meta[slot] = (io, fo, L, nnz, ly, max(int(Ki), 1), pc, 0, lablen, CS.FLAG_SPARSE if self.sparse else 0,
+                           isz, fsz)
         self.i_used += isz
         self.f_used += fsz
         self.i_live += isz
@@ -246,7 +280,7 @@ class BlockStore:
         L = len(tok_ptr) - 1
         nnz = len(fidx)
         ly = len(ytrue)
-        isz, fsz, lablen = self.segment_sizes(L, nnz, ly)
+        isz, fsz, lablen = (int(v) for v in self.segment_sizes(L, nnz, ly))
         if self.free:
             slot = self.free.pop()
         else:
@@ -265,10 +299,18 @@ class BlockStore:
         I[p0:p0 + self.pool_cap * lablen] = 0
         Fa[fo:fo + nnz] = fval
         Fa[fo + nnz:fo + nnz + L * L] = gram_fn(tok_ptr, fidx, fval, L).ravel()
-        ss = self.structure.stat_size(L, self.Kc)
+        kp = p0 + self.pool_cap * lablen
+        tcap = (isz - (kp - io) - 2) // 2 if self.sparse else 0
+        ss = self.stat_len(L, tcap)
         s0 = fo + nnz + L * L
         Fa[s0:s0 + ss + self.pool_cap] = 0.0
-        if not self.slack:
+        if self.sparse:
+            I[kp:kp + 2] = (0, tcap)
+            if not self.slack:
+                yt = np.asarray(ytrue, dtype=np.int32)
+                CS.sp_register(I, kp, Fa[s0:s0 + ss], L * self.Kc + 2 * self.Kc, yt, L)
+                CS.sp_labeling_stat(I, kp, yt, L, self.Kc, Fa[s0:s0 + ss], 1.0)
+        elif not self.slack:
             truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         self.lval[slot] = 0.0
         pn = 0
@@ -282,6 +324,7 @@ class BlockStore:
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_L], m[K.M_NNZ], m[K.M_LY] = io, fo, L, nnz, ly
         m[K.M_KI], m[K.M_PCAP], m[K.M_PN], m[K.M_LABLEN] = max(int(Ki), 1), self.pool_cap, pn, lablen
         m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
+        m[K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
         self.i_used += isz
         self.f_used += fsz
         self.i_live += isz
@@ -320,10 +363,10 @@ class BlockStore:
         nnz = (tok_ptr[ex_tok[1:]] - tok_ptr[ex_tok[:-1]]).astype(np.int64)
         ly = np.diff(y_ptr).astype(np.int64)
         Kc = self.Kc
-        lablen = np.zeros(m, dtype=np.int64) + self.structure.labeling_len(L, Kc)   # (vectorized over L)
-        ss = np.zeros(m, dtype=np.int64) + self.structure.stat_size(L, Kc)
-        isz = L + 1 + nnz + ly + self.pool_cap * lablen
-        fsz = nnz + L * L + ss + self.pool_cap
+        isz, fsz, lablen = self.segment_sizes(L, nnz, ly)   # (vectorized over L)
+        lablen = np.zeros(m, dtype=np.int64) + lablen
+        isz = np.zeros(m, dtype=np.int64) + isz
+        fsz = np.zeros(m, dtype=np.int64) + fsz
         slots = np.empty(m, dtype=np.int64)
         nfree = min(len(self.free), m)
         for q in range(nfree):
@@ -350,6 +393,7 @@ class BlockStore:
         M[slots, K.M_LABLEN] = lablen
         M[slots, K.M_ISIZE] = isz
         M[slots, K.M_FSIZE] = fsz
+        M[slots, K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
         batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
         K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M), slots, batch, np.asarray(ys, dtype=np.int32), mark,
@@ -403,56 +447,188 @@ class BlockStore:
         if self.i_used > 4096 and self.i_live * 2 < self.i_used:
             self.compact()
 
-    def compact(self, new_Kc=None):
-        """Rewrite the arenas with only live segments (and optionally a larger label capacity)."""
-        struct = self.structure
-        oldKc = self.Kc
-        Kc = oldKc if new_Kc is None else int(new_Kc)
+    def compact(self, new_Kc=None, sparse=None):
+        """Rewrite the arenas with only live segments (and optionally a larger label capacity, or
+        the other layout of chain statistics: ``sparse`` True / False). Sparse blocks drop their
+        pairs at 0 and get room for the steps that were waiting for it (``FLAG_TFULL``)."""
+        Kc = self.Kc if new_Kc is None else int(new_Kc)
+        to_sparse = self.sparse if sparse is None else (bool(sparse) and self.kind == CHAIN)
         slots = self.slots().copy()
         slots = slots[np.argsort(self.birth[slots])]
-        isizes, fsizes = [], []
-        for j in slots:
-            m = self.meta[j]
-            L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
-            lablen = struct.labeling_len(L, Kc)
-            isizes.append(L + 1 + nnz + ly + self.pool_cap * lablen)
-            fsizes.append(nnz + L * L + struct.stat_size(L, Kc) + self.pool_cap)
-        Inew = np.zeros(max(1024, int(sum(isizes) * 1.25)), dtype=np.int32)
-        Fnew = np.zeros(max(1024, int(sum(fsizes) * 1.25)), dtype=np.float64)
+        plans = [self._plan(j, Kc, to_sparse) for j in slots]
+        Inew = np.zeros(max(1024, int(sum(p[0] for p in plans) * 1.25)), dtype=np.int32)
+        Fnew = np.zeros(max(1024, int(sum(p[1] for p in plans) * 1.25)), dtype=np.float64)
         io = fo = 0
-        for j, isz, fsz in zip(slots, isizes, fsizes):
-            m = self.meta[j]
-            L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
-            oio, ofo, olab = int(m[K.M_IOFF]), int(m[K.M_FOFF]), int(m[K.M_LABLEN])
-            pcap, pn = int(m[K.M_PCAP]), int(m[K.M_PN])
-            head = L + 1 + nnz + ly
-            Inew[io:io + head] = self.Iar[oio:oio + head]
-            lablen = struct.labeling_len(L, Kc)
-            oldpool = self.Iar[oio + head:oio + head + pcap * olab].reshape(pcap, olab) if pcap else None
-            if pcap:
-                newpool = Inew[io + head:io + head + pcap * lablen].reshape(pcap, lablen)
-                c = min(olab, lablen)
-                newpool[:, :c] = oldpool[:, :c]
-            Fnew[fo:fo + nnz + L * L] = self.Far[ofo:ofo + nnz + L * L]
-            ost = self.Far[ofo + nnz + L * L:ofo + nnz + L * L + struct.stat_size(L, oldKc)]
-            nst = Fnew[fo + nnz + L * L:fo + nnz + L * L + struct.stat_size(L, Kc)]
-            if oldKc == Kc:
-                nst[:] = ost
-            else:
-                nst[:] = 0.0
-                struct.relayout_stat(L, oldKc, Kc, ost, nst)
-            a0o = ofo + nnz + L * L + struct.stat_size(L, oldKc)
-            a0n = fo + nnz + L * L + struct.stat_size(L, Kc)
-            Fnew[a0n:a0n + pcap] = self.Far[a0o:a0o + pcap]
-            m[K.M_IOFF], m[K.M_FOFF], m[K.M_LABLEN] = io, fo, lablen
-            m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
-            del pn
+        for j, (isz, fsz, tcap) in zip(slots, plans):
+            self._copy_block(j, Inew, Fnew, io, fo, Kc, to_sparse, tcap)
             io += isz
             fo += fsz
         self.Iar, self.Far = Inew, Fnew
         self.i_used = self.i_live = io
         self.f_used = self.f_live = fo
         self.Kc = Kc
+        self.sparse = to_sparse
+
+    def _pairs(self, j):
+        """The transition part of block j's statistic as (pairs (n, 2), counts (n,)), non-zero
+        counts only (either layout)."""
+        m = self.meta[j]
+        L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
+        s0 = int(m[K.M_FOFF]) + nnz + L * L
+        Kc = self.Kc
+        if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
+            kp = self._kpos(j)
+            tn = int(self.Iar[kp])
+            pairs = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
+            vals = self.Far[s0 + L * Kc + 2 * Kc:s0 + L * Kc + 2 * Kc + tn]
+            nz = vals != 0.0
+            return pairs[nz], vals[nz].copy()
+        TM = self.Far[s0 + L * Kc:s0 + L * Kc + Kc * Kc].reshape(Kc, Kc)
+        a, b = np.nonzero(TM)
+        return np.stack([a, b], axis=1).astype(np.int64), TM[a, b].copy()
+
+    def _kpos(self, j):
+        m = self.meta[j]
+        return int(m[K.M_IOFF] + m[K.M_L] + 1 + m[K.M_NNZ] + m[K.M_LY] + m[K.M_PCAP] * m[K.M_LABLEN])
+
+    def _plan(self, j, Kc, to_sparse, grow=False):
+        """(int size, float size, pair capacity) of block j rewritten at capacity Kc in the
+        target layout; ``grow`` (or a block flagged ``FLAG_TFULL``): room for more pairs."""
+        m = self.meta[j]
+        L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
+        lablen = self.structure.labeling_len(L, Kc)
+        isz = L + 1 + nnz + ly + self.pool_cap * lablen
+        if not (to_sparse and self.kind == CHAIN):
+            return isz, nnz + L * L + self.structure.stat_size(L, Kc) + self.pool_cap, 0
+        npairs = len(self._pairs(j)[1])
+        if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
+            tcap = int(self.Iar[self._kpos(j) + 1])
+            if grow or int(m[K.M_FLAGS]) & CS.FLAG_TFULL:
+                tcap = max(2 * tcap, npairs + 2 * (L - 1))
+            if Kc != self.Kc:   # more tags: the room a new block would get (it was capped at Kc^2)
+                tcap = max(tcap, int(self.tcap0(L, Kc)))
+        else:
+            tcap = int(self.tcap0(L, Kc))
+        tcap = max(min(tcap, Kc * Kc), npairs)
+        return isz + 2 + 2 * tcap, nnz + L * L + L * Kc + 2 * Kc + tcap + self.pool_cap, tcap
+
+    def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap):
+        """Write block j (read from the current arenas and layout) at offsets io / fo of Inew /
+        Fnew, at label capacity Kc, in the target layout with ``tcap`` pairs (sparse); updates
+        its meta row."""
+        struct = self.structure
+        oldKc = self.Kc
+        m = self.meta[j]
+        L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
+        oio, ofo, olab = int(m[K.M_IOFF]), int(m[K.M_FOFF]), int(m[K.M_LABLEN])
+        pcap = int(m[K.M_PCAP])
+        old_sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
+        pairs, vals = self._pairs(j) if (old_sparse or to_sparse) else (None, None)
+        head = L + 1 + nnz + ly
+        Inew[io:io + head] = self.Iar[oio:oio + head]
+        lablen = struct.labeling_len(L, Kc)
+        if pcap:
+            oldpool = self.Iar[oio + head:oio + head + pcap * olab].reshape(pcap, olab)
+            newpool = Inew[io + head:io + head + pcap * lablen].reshape(pcap, lablen)
+            c = min(olab, lablen)
+            newpool[:, :c] = oldpool[:, :c]
+        Fnew[fo:fo + nnz + L * L] = self.Far[ofo:ofo + nnz + L * L]
+        os0, ns0 = ofo + nnz + L * L, fo + nnz + L * L
+        oss = (L * oldKc + 2 * oldKc + int(self.Iar[self._kpos(j) + 1]) if old_sparse
+               else struct.stat_size(L, oldKc))
+        ost = self.Far[os0:os0 + oss]
+        isz = head + pcap * lablen
+        if to_sparse:
+            nss = L * Kc + 2 * Kc + tcap
+            nst = Fnew[ns0:ns0 + nss]
+            nst[:] = 0.0
+            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+            ob = L * oldKc if old_sparse else L * oldKc + oldKc * oldKc
+            nst[L * Kc:L * Kc + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[ob:ob + 2 * oldKc].reshape(2, oldKc)
+            n = len(vals)
+            nst[L * Kc + 2 * Kc:L * Kc + 2 * Kc + n] = vals
+            kp = io + isz
+            Inew[kp:kp + 2] = (n, tcap)
+            Inew[kp + 2:kp + 2 + 2 * tcap] = 0
+            Inew[kp + 2:kp + 2 + 2 * n] = pairs.ravel()
+            isz += 2 + 2 * tcap
+            flags = (int(m[K.M_FLAGS]) & ~CS.FLAG_TFULL) | CS.FLAG_SPARSE
+        else:
+            nss = struct.stat_size(L, Kc)
+            nst = Fnew[ns0:ns0 + nss]
+            if old_sparse:
+                nst[:] = 0.0
+                nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+                nst[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)[pairs[:, 0], pairs[:, 1]] = vals
+                o2 = L * Kc + Kc * Kc
+                nst[o2:o2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[L * oldKc:L * oldKc + 2 * oldKc].reshape(2, oldKc)
+            elif oldKc == Kc:
+                nst[:] = ost
+            else:
+                nst[:] = 0.0
+                struct.relayout_stat(L, oldKc, Kc, ost, nst)
+            flags = int(m[K.M_FLAGS]) & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE)
+        Fnew[ns0 + nss:ns0 + nss + pcap] = self.Far[os0 + oss:os0 + oss + pcap]
+        fsz = nnz + L * L + nss + pcap
+        m[K.M_IOFF], m[K.M_FOFF], m[K.M_LABLEN] = io, fo, lablen
+        m[K.M_ISIZE], m[K.M_FSIZE], m[K.M_FLAGS] = isz, fsz, flags
+        return isz, fsz
+
+    def grow_flagged(self):
+        """Move every sparse block flagged ``FLAG_TFULL`` (a step found no room for its new tag
+        pairs and was skipped) to a segment at the end of the arenas with twice the pairs (its
+        old segment is garbage until the next compaction). Returns the number of blocks moved."""
+        if not self.sparse:
+            return 0
+        s = self.slots()
+        flagged = s[(self.meta[s, K.M_FLAGS] & CS.FLAG_TFULL) != 0]
+        for j in flagged.tolist():
+            isz, fsz, tcap = self._plan(j, self.Kc, True, grow=True)
+            io, fo = self.i_used, self.f_used
+            self.Iar = self._ensure(self.Iar, io + isz)
+            self.Far = self._ensure(self.Far, fo + fsz)
+            oi, of = int(self.meta[j, K.M_ISIZE]), int(self.meta[j, K.M_FSIZE])
+            self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap)
+            self.i_used += isz
+            self.f_used += fsz
+            self.i_live += isz - oi
+            self.f_live += fsz - of
+        if len(flagged):
+            self.maybe_compact()
+        return len(flagged)
+
+    def grow_short(self):
+        """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one
+        more step's worth), so that the steps of the next kernel call rarely find a block full.
+        O(n) array operations; called before the kernel calls that run many steps."""
+        if not self.sparse or self.n == 0:
+            return 0
+        s = self.slots()
+        m = self.meta[s]
+        kpos = (m[:, K.M_IOFF] + m[:, K.M_L] + 1 + m[:, K.M_NNZ] + m[:, K.M_LY]
+                + m[:, K.M_PCAP] * m[:, K.M_LABLEN])
+        tn, tcap = self.Iar[kpos].astype(np.int64), self.Iar[kpos + 1].astype(np.int64)
+        short = (tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)
+        if not short.any():
+            return 0
+        self.meta[s[short], K.M_FLAGS] |= CS.FLAG_TFULL
+        return self.grow_flagged()
+
+    def dense_stat(self, slot):
+        """Block ``slot``'s statistic in the dense chain layout ``M | TM | BM`` (a copy), whichever
+        layout it is stored in (tests and inspection)."""
+        m = self.meta[slot]
+        L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
+        s0 = int(m[K.M_FOFF]) + nnz + L * L
+        Kc = self.Kc
+        if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
+            return self.Far[s0:s0 + self.structure.stat_size(L, Kc)].copy()
+        out = np.zeros(self.structure.stat_size(L, Kc))
+        out[:L * Kc] = self.Far[s0:s0 + L * Kc]
+        pairs, vals = self._pairs(slot)
+        np.add.at(out[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc), (pairs[:, 0], pairs[:, 1]), vals)
+        out[L * Kc + Kc * Kc:] = self.Far[s0 + L * Kc:s0 + L * Kc + 2 * Kc]
+        return out
 
     def grow_labels(self, new_Kc):
         if new_Kc > self.Kc:
@@ -465,13 +641,16 @@ class BlockStore:
         pcap, pn, lablen = int(m[K.M_PCAP]), int(m[K.M_PN]), int(m[K.M_LABLEN])
         io, fo = int(m[K.M_IOFF]), int(m[K.M_FOFF])
         I, F = self.Iar, self.Far
-        ss = self.structure.stat_size(L, self.Kc)
+        sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
+        ss = self.stat_len(L, int(I[self._kpos(slot) + 1]) if sparse else 0)
         s0 = fo + nnz + L * L
         p0 = io + L + 1 + nnz + ly
         return {
             "tok_ptr": I[io:io + L + 1], "fidx": I[io + L + 1:io + L + 1 + nnz],
             "ytrue": I[io + L + 1 + nnz:p0], "fval": F[fo:fo + nnz],
-            "gram": F[fo + nnz:s0].reshape(L, L), "stat": F[s0:s0 + ss],
+            "gram": F[fo + nnz:s0].reshape(L, L),
+            # the statistic in the dense layout (a copy when the block is sparse)
+            "stat": self.dense_stat(slot) if sparse else F[s0:s0 + ss],
             "pool": I[p0:p0 + pcap * lablen].reshape(pcap, lablen)[:pn] if pcap else I[p0:p0],
             "alpha": F[s0 + ss:s0 + ss + pn], "L": L, "Ki": int(m[K.M_KI]),
             "exact_alpha": not (int(m[K.M_FLAGS]) & K.FLAG_INEXACT_ALPHA),
@@ -494,6 +673,7 @@ class BlockStore:
             "kind": self.kind, "Kc": self.Kc, "pool_cap": self.pool_cap,
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
+            "sparse": self.sparse, "tcap_factor": self.tcap_factor,
             "seen": self.seen, "evicted": self.evicted, "n": self.n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
@@ -512,7 +692,8 @@ class BlockStore:
         must be below it). The state is checked whole first (:func:`validate_store_state`)."""
         validate_store_state(st, structure, n_rows)
         bs = cls(structure, st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"],
-                 slack=bool(st.get("slack", False)))
+                 slack=bool(st.get("slack", False)), sparse=bool(st.get("sparse", False)),
+                 tcap_factor=int(st.get("tcap_factor", TCAP_FACTOR)))
         ns = int(st["n_slots"])
         n = int(st["n"])
         bs._grow_slots(max(ns, 1))
@@ -547,6 +728,7 @@ class BlockStore:
         bs.max_L = int(st["max_L"])
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()
+        bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
 
 
@@ -592,8 +774,13 @@ def validate_store_state(st, structure, n_rows=None):
     try:
         Kc, ns, n = int(st["Kc"]), int(st["n_slots"]), int(st["n"])
         pool_cap, tree_size, max_L = int(st["pool_cap"]), int(st["tree_size"]), int(st["max_L"])
+        sparse, tcap_factor = bool(st.get("sparse", False)), int(st.get("tcap_factor", TCAP_FACTOR))
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         _fail(f"{type(e).__name__}: {e}")
+    if sparse and int(structure.kind) != CHAIN:
+        _fail("sparse transition statistics are for chains only")
+    if not 1 <= tcap_factor <= 1 << 16:
+        _fail(f"tcap_factor={tcap_factor} out of range")
     if not (1 <= Kc <= 1 << 24 and 0 <= n <= ns <= 1 << 40 and 0 <= pool_cap <= 1 << 16
             and 1 <= tree_size <= 1 << 40 and tree_size >= ns and 1 <= max_L <= 1 << 31):
         _fail(f"sizes Kc={Kc}, n={n}, n_slots={ns}, pool_cap={pool_cap}, tree_size={tree_size}, "
@@ -630,12 +817,34 @@ def validate_store_state(st, structure, n_rows=None):
         if not (0 <= io and 0 <= fo and 1 <= L <= max_L and 0 <= nnz and 0 <= ly and 1 <= Ki
                 and pcap == pool_cap and 0 <= pn <= pcap and 0 <= lablen):
             _fail(f"slot {s}: block sizes are inconsistent ({meta[s].tolist()})")
-        need_i, need_f, want_lab = BlockStore.segment_sizes.__get__(_Sizes(structure, Kc, pool_cap))(L, nnz, ly)
+        if bool(flags & CS.FLAG_SPARSE) != sparse or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL):
+            _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse})")
+        if int(structure.kind) == CHAIN and ly != L:
+            _fail(f"slot {s}: a chain block needs one true label per token ({ly} labels, {L} tokens)")
+        want_lab = int(structure.labeling_len(L, Kc))
+        need_i = L + 1 + nnz + ly + pool_cap * want_lab
+        kpos = io + need_i
+        tn = tcap = 0
+        if sparse:
+            if kpos + 2 > ni or io + isz > ni:
+                _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")
+            tn, tcap = int(Iar[kpos]), int(Iar[kpos + 1])
+            if not 0 <= tn <= tcap <= Kc * Kc:
+                _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
+            need_i += 2 + 2 * tcap
+            need_f = nnz + L * L + L * Kc + 2 * Kc + tcap + pool_cap
+        else:
+            need_f = nnz + L * L + int(structure.stat_size(L, Kc)) + pool_cap
         if lablen != want_lab or isz != need_i or fsz != need_f:
             _fail(f"slot {s}: segment sizes {isz}/{fsz} (labeling length {lablen}) do not match the block "
                   f"({need_i}/{need_f}, {want_lab})")
         if io + isz > ni or fo + fsz > nf:
             _fail(f"slot {s}: segment [{io}, {io + isz}) / [{fo}, {fo + fsz}) beyond the arenas ({ni} / {nf})")
+        if sparse:
+            pairs = Iar[kpos + 2:kpos + 2 + 2 * tn].astype(np.int64)
+            _in_range(pairs, 0, Kc, f"slot {s}: transition pairs")
+            if len(np.unique(pairs[0::2] * Kc + pairs[1::2])) != tn:
+                _fail(f"slot {s}: transition pairs repeat")
         tp = Iar[io:io + L + 1].astype(np.int64)
         if tp[0] != 0 or tp[-1] != nnz or np.any(np.diff(tp) < 0):
             _fail(f"slot {s}: token pointers are not a partition of its {nnz} features")
@@ -690,13 +899,6 @@ def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what):
     _in_range(yy, 0, Kc, f"{what}: true labels")
     if fv.size and (fv.dtype.kind != "f" or not np.isfinite(fv).all()):
         _fail(f"{what}: feature values must be finite floats")
-
-
-class _Sizes:
-    """The attributes :meth:`BlockStore.segment_sizes` reads (validation before a store exists)."""
-
-    def __init__(self, structure, Kc, pool_cap):
-        self.structure, self.Kc, self.pool_cap = structure, Kc, pool_cap
 
 
 def _rng_state(rng):

@@ -6,6 +6,10 @@ and sizes (see ``M_*``). Segment layout of one block:
 * ints:   ``tok_ptr (L+1) | fidx (nnz) | ytrue (ly) | pool labelings (pcap * lablen)``
 * floats: ``fval (nnz) | gram (L*L) | stat (stat_size) | pool alpha (pcap)``
 
+A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its
+ints end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | BM | TV (tcap)`` (see
+``chainsparse.py``); the ``_st_*`` dispatchers below pick the layout of each block.
+
 Block gap estimates are kept in "numerator" units ``n * g_i`` (independent of the number of
 held blocks up to the staleness every estimate has anyway).
 """
@@ -17,17 +21,21 @@ from .structops import (
     HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
     labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
+from .chainsparse import (
+    FLAG_SPARSE, FLAG_TFULL, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap,
+    sp_sqnorm,
+)
 
 M_IOFF, M_FOFF, M_L, M_NNZ, M_LY, M_KI, M_PCAP, M_PN, M_LABLEN, M_FLAGS, M_ISIZE, M_FSIZE = range(12)
 N_META = 12
-FLAG_INEXACT_ALPHA = 1
+FLAG_INEXACT_ALPHA = 1   # (FLAG_SPARSE = 2, FLAG_TFULL = 4: chainsparse.py)
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
 SAMPLE_GIVEN, SAMPLE_UNIFORM, SAMPLE_GAP = 0, 1, 2
 
 # counters
-C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL = range(7)
-N_COUNTERS = 7
+C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL, C_TFULL = range(8)
+N_COUNTERS = 8
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -93,11 +101,81 @@ def _views(meta, Iar, Far, j, Kc, kind):
     pool = Iar[p0:p0 + pcap * lablen]
     fval = Far[fo:fo + nnz]
     G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
-    ss = stat_size(kind, L, Kc)
+    sp, kpos = _sinfo(meta, j)
+    ss = _ssize(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + L * L
     st = Far[s0:s0 + ss]
     alpha = Far[s0 + ss:s0 + ss + pcap]
-    return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha
+    return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos
+
+
+@njit(**_JIT)
+def _sinfo(meta, j):
+    """(is block j a sparse chain block, offset of its pair list ``tn | tcap | pairs`` in Iar)."""
+    kpos = (meta[j, M_IOFF] + meta[j, M_L] + 1 + meta[j, M_NNZ] + meta[j, M_LY]
+            + meta[j, M_PCAP] * meta[j, M_LABLEN])
+    return (meta[j, M_FLAGS] & FLAG_SPARSE) != 0, kpos
+
+
+@njit(**_JIT)
+def _ssize(kind, L, Kc, sp, Iar, kpos):
+    """Size of block's statistic region (dense: ``stat_size``; sparse: M | BM | TV)."""
+    if sp:
+        return L * Kc + 2 * Kc + Iar[kpos + 1]
+    return stat_size(kind, L, Kc)
+
+
+@njit(**_JIT)
+def _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
+    if sp:
+        return sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos)
+    return stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans)
+
+
+@njit(**_JIT)
+def _st_sqnorm(kind, sp, G, st, L, K, Kc, use_trans, Iar, kpos):
+    if sp:
+        return sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos)
+    return stat_sqnorm(kind, G, st, L, K, Kc, use_trans)
+
+
+@njit(**_JIT)
+def _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos):
+    if sp:
+        sp_apply(E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos)
+    else:
+        stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans)
+
+
+@njit(**_JIT)
+def _st_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
+    """out += coef * s(lab) (a sparse block must have the bigrams of lab registered)."""
+    if sp:
+        sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef)
+    else:
+        labeling_stat(kind, lab, L, Kc, out, coef)
+
+
+@njit(**_JIT)
+def _st_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
+    if sp:
+        sp_labeling_stat(Iar, kpos, ytrue, L, Kc, out, coef)
+    else:
+        truth_stat(kind, ytrue, ly, L, Kc, out, coef)
+
+
+@njit(**_JIT)
+def _room(sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
+    """Register the bigrams of the labelings a step moves (sparse blocks); False (and the block
+    flagged ``FLAG_TFULL``) when the block has no room for them: the step is skipped."""
+    if not sp:
+        return True
+    toff = L * Kc + 2 * Kc
+    if sp_register(Iar, kpos, st, toff, lab1, L) and sp_register(Iar, kpos, st, toff, lab2, L):
+        return True
+    meta[j, M_FLAGS] |= FLAG_TFULL
+    counters[C_TFULL] += 1
+    return False
 
 
 @njit(**_JIT)
@@ -117,16 +195,18 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     affine functions with feature Delta(y) psi_i(y): the block keeps the statistic of u_i
     itself, u~_i = sum_y alpha(y) Delta(y) (s(y_i) - s(y)), and L_i = sum_y alpha(y) Delta(y)
     in ``lval``; the corner comes from the exact slack oracle."""
-    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     Ki = meta[j, M_KI]
     ss = st.shape[0]
+    if sp and meta[j, M_FLAGS] & FLAG_TFULL:
+        return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
     hstar = slack_oracle(model, (E, T, B), S, scale, L, ytrue, ly, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
     counters[C_ORACLE] += 1
     Li = lval[j]
-    gnum = hstar - (Li - stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
+    gnum = hstar - (Li - _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos))
     if gnum < -1e-9 * (1.0 + abs(hstar)):
         counters[C_SANITY] += 1
     gest[j] = gnum if gnum > 0.0 else 0.0
@@ -134,11 +214,13 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     if gnum <= 0.0:
         return gnum
     dstar = labeling_loss(kind, lab, ytrue, ly, model[4], L, K, Ki, ybuf)
+    if not _room(sp, meta, j, Iar, kpos, st, L, Kc, ytrue, lab, counters):
+        return gnum
     for q in range(ss):
         dbuf[q] = -st[q]
-    truth_stat(kind, ytrue, ly, L, Kc, dbuf, dstar)
-    labeling_stat(kind, lab, L, Kc, dbuf, -dstar)
-    sq = stat_sqnorm(kind, G, dbuf, L, K, Kc, use_trans)
+    _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
+    _st_lab(kind, sp, lab, L, Kc, dbuf, -dstar, Iar, kpos)
+    sq = _st_sqnorm(kind, sp, G, dbuf, L, K, Kc, use_trans, Iar, kpos)
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / sq
@@ -148,11 +230,13 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
         st[q] += gamma * dbuf[q]
     dL = gamma * (dstar - Li)
     lval[j] = Li + dL
-    stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma, use_trans)
+    _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma, use_trans, Iar, kpos)
     facc[0] += dL
     if avg_c >= 0.0:
-        stat_apply(kind, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma * avg_c, use_trans)
+        _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma * avg_c, use_trans, Iar, kpos)
         facc[1] += avg_c * dL
+    if sp:   # u~ moved by +gamma d and U += gamma Phi(d): a count set to 0 leaves U by -v
+        sp_snap(st, L, Kc, Iar, kpos, T, ZT, -1.0, -avg_c if avg_c >= 0.0 else 0.0, use_trans)
     counters[C_STEPS] += 1
     return gnum
 
@@ -172,7 +256,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
         return slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                           gest, last_oracle, tick, S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB,
                           facc, lval, V3)
-    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     Ki = meta[j, M_KI]
@@ -180,9 +264,11 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     pn = meta[j, M_PN]
     lablen = meta[j, M_LABLEN]
     ss = st.shape[0]
+    if sp and meta[j, M_FLAGS] & FLAG_TFULL:
+        return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
     m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
-             + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
+             + _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos))
     # ---- corner: cache (pool) or exact oracle ----
     corner = -1  # pool index of the FW corner if it is in the pool
     hit = False
@@ -281,27 +367,31 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
                 if nact > 1 and g_away > gnum:
                     mode = STEP_AWAY
     # ---- direction d in statistic space, numerator, max step ----
+    if sp:   # the pairs of the labelings moved must be in the block's list
+        if not _room(sp, meta, j, Iar, kpos, st, L, Kc, lab, pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab,
+                     counters):
+            return gnum
     for q in range(ss):
         dbuf[q] = 0.0
     if mode == STEP_FW:
         for q in range(ss):
             dbuf[q] = -st[q]
-        labeling_stat(kind, lab, L, Kc, dbuf, 1.0)
+        _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
         num = gnum
         gmax = 1.0
     elif mode == STEP_PAIRWISE:
-        labeling_stat(kind, lab, L, Kc, dbuf, 1.0)
-        labeling_stat(kind, pool[a * lablen:(a + 1) * lablen], L, Kc, dbuf, -1.0)
+        _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
+        _st_lab(kind, sp, pool[a * lablen:(a + 1) * lablen], L, Kc, dbuf, -1.0, Iar, kpos)
         num = star_val - a_val
         gmax = alpha[a]
     else:
         for q in range(ss):
             dbuf[q] = st[q]
-        labeling_stat(kind, pool[a * lablen:(a + 1) * lablen], L, Kc, dbuf, -1.0)
+        _st_lab(kind, sp, pool[a * lablen:(a + 1) * lablen], L, Kc, dbuf, -1.0, Iar, kpos)
         num = m_val - a_val
         gmax = alpha[a] / (1.0 - alpha[a]) if alpha[a] < 1.0 else 1e300
         counters[C_AWAY] += 1
-    sq = stat_sqnorm(kind, G, dbuf, L, K, Kc, use_trans)
+    sq = _st_sqnorm(kind, sp, G, dbuf, L, K, Kc, use_trans, Iar, kpos)
     if sq <= 0.0 or num <= 0.0:
         return gnum
     gamma = lam_n * num / sq
@@ -312,12 +402,14 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     # ---- apply ----
     for q in range(ss):
         st[q] += gamma * dbuf[q]
-    stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans)
+    _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans, Iar, kpos)
     dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
     facc[0] += dL
     if avg_c >= 0.0:
-        stat_apply(kind, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans)
+        _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans, Iar, kpos)
         facc[1] += avg_c * dL
+    if sp:   # m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
+        sp_snap(st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
     if pcap > 0:
         if mode == STEP_FW:
             for p in range(pn):
@@ -392,7 +484,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
     sg = 0.0
     for q in range(n_alive):
         j = alive[q]
-        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
         L = meta[j, M_L]
         ly = meta[j, M_LY]
         Ki = meta[j, M_KI]
@@ -400,7 +492,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
         if slack:
             h = slack_oracle(model, (E, T, B), S, scale, L, ytrue, ly, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
             Li = lval[j]
-            g = h - (Li - stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans))
+            g = h - (Li - _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos))
             if g < 0.0:
                 g = 0.0
             gest[j] = g
@@ -429,7 +521,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
         if h < 0.0:
             h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)
         Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
-        m_val = Li + stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans)
+        m_val = Li + _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos)
         g = star - m_val
         if g < 0.0:
             g = 0.0
@@ -448,17 +540,26 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
 @njit(**_JIT)
 def _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack=False):
     """U += coef * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack)."""
-    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha = _views(meta, Iar, Far, j, Kc, kind)
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     ss = st.shape[0]
     if slack:
-        stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans)
+        _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos)
         return
     for q in range(ss):
         dbuf[q] = -st[q]
-    truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
-    stat_apply(kind, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, coef, use_trans)
+    if sp:   # the truth's bigrams need not be among the block's pairs: added to T directly
+        o = L * Kc
+        for t in range(L):
+            dbuf[t * Kc + ytrue[t]] += 1.0
+        dbuf[o + ytrue[0]] += 1.0
+        dbuf[o + Kc + ytrue[L - 1]] += 1.0
+        if use_trans:
+            sp_labeling_apply(T, ytrue, L, coef)
+    else:
+        truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+    _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, coef, use_trans, Iar, kpos)
 
 
 @njit(**_JIT)
@@ -524,13 +625,19 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         Iar[p0 + q] = 0
     G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
     gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nnz], Far[fo:fo + nnz], L, G, mark)
-    ss = stat_size(kind, L, Kc)
+    sp, kpos = _sinfo(meta, j)
+    if sp:   # the pair list: empty, capacity from the segment size
+        Iar[kpos] = 0
+        Iar[kpos + 1] = (meta[j, M_ISIZE] - (kpos - io) - 2) // 2
+    ss = _ssize(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + L * L
     for q in range(ss + pcap):
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly]
     if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
-        truth_stat(kind, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0)
+        if sp:
+            sp_register(Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)
+        _st_truth(kind, sp, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0, Iar, kpos)
     meta[j, M_PN] = 0
     if pcap > 0:
         if kind == MULTILABEL or kind == MLPAIR or kind == HIER:

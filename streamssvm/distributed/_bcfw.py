@@ -143,6 +143,8 @@ def evicted(learner):
 # ----------------------------------------------------------------------------- blocks
 def _regions(store, slots):
     """Flat indices into ``store.Far`` of the dual statistic of each slot, and per-slot sizes."""
+    if store.sparse:   # blending is linear in dense statistics: chain blocks go dense here
+        store.compact(sparse=False)
     meta = store.meta
     idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
     for q, j in enumerate(slots):

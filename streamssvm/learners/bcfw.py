@@ -74,6 +74,13 @@ class BCFW(Learner):
         sorting for multi-label, a DP over wrong-tag counts for Hamming chains). Slack rescaling
         is a max of affine functions with features Delta psi, so the dual, the steps and the
         certificate are those of margin rescaling on scaled features.
+    chain_stats
+        How chain blocks keep the transition part of their statistic: ``"sparse"`` (the
+        default: a list of (tag pair, count) entries that grows by need, O(L K) memory per
+        block) or ``"dense"`` (a K x K table per block; 1.8 MB per sentence with 472 tags).
+        The same dual point gives the same weights and certificate in both (up to round-off);
+        a sparse block whose list is full skips a step until the store gives it room, so two
+        runs can take slightly different steps (``streamssvm._kernels.chainsparse``).
     seed
         Random seed.
 
@@ -96,7 +103,7 @@ class BCFW(Learner):
                  cache: bool = False, cache_size: int = 50, cache_F: float = 0.25,
                  cache_nu: float = 0.01, capacity: int | None = 100_000, max_bytes: int | None = None,
                  eviction: str = "fifo", gap_every: float | None = 10.0, averaging: bool = True,
-                 rescaling: str = "margin", seed: int | None = None):
+                 rescaling: str = "margin", chain_stats: str = "sparse", seed: int | None = None):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.replay = check_number("replay", replay, low=0, integer=True)
         self.sampling = check_choice("sampling", sampling, _SAMPLING)
@@ -116,6 +123,7 @@ class BCFW(Learner):
         if rescaling == "slack" and (step != "fw" or cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
                              "(pairwise/away steps and the cache need slack corners in the pools)")
+        self.chain_stats = check_choice("chain_stats", chain_stats, ("sparse", "dense"))
         self.seed = seed
         self._bound = False
 
@@ -132,7 +140,8 @@ class BCFW(Learner):
         self._slack = self.rescaling == "slack"
         structure.check_rescaling(self.rescaling)
         self.store = BlockStore(structure, Kc, pool, self.capacity, self.max_bytes, self.eviction,
-                                seed=self.seed, slack=self._slack)
+                                seed=self.seed, slack=self._slack,
+                                sparse=getattr(self, "chain_stats", "sparse") == "sparse")
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
         self._seed_base = int(self._rng.integers(2**31 - 1))
@@ -142,6 +151,7 @@ class BCFW(Learner):
         self._had_full = False
         self._n_at_full = 0
         self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)
+        self._tfull_seen = 0
         self.full_pass_oracle_calls = 0
         self.n_learned = 0
         self._ws = Workspace(structure)   # the kernels' scratch buffers
@@ -233,8 +243,11 @@ class BCFW(Learner):
         if slots is None:
             slots = np.zeros(1, dtype=np.int64)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
+        if n_steps > 1:
+            st.grow_short()
         tick = K.run_steps(*self._bundles(st.max_L, g_full), int(sampling), slots, int(n_steps), self._tick,
                            self._seed(), self.counters)
+        self._grow_flagged()
         self._avg_cache = self._pred_cache = None
         done = tick - self._tick
         self._tick = tick
@@ -242,6 +255,13 @@ class BCFW(Learner):
         if sampling == K.SAMPLE_GIVEN:
             for s in slots[:n_steps]:
                 st.unvisited.discard(int(s))
+
+    def _grow_flagged(self):
+        """Give room to the sparse chain blocks whose step was skipped for lack of it (the
+        kernels count them in ``C_TFULL``; see ``streamssvm._kernels.chainsparse``)."""
+        if self.counters[K.C_TFULL] != self._tfull_seen:
+            self._tfull_seen = int(self.counters[K.C_TFULL])
+            self.store.grow_flagged()
 
     # ------------------------------------------------------------------ averaging
     def _avg_restart(self):
@@ -357,12 +377,14 @@ class BCFW(Learner):
         if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
+        st.grow_short()
         new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
         victims = st.fifo_victims(new_slots)
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
         out = np.zeros(3, dtype=np.int64)
         tick = K.learn_new_blocks(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(),
                                   self.counters, out)
+        self._grow_flagged()
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -397,6 +419,7 @@ class BCFW(Learner):
             st.maybe_compact()
             if self.averaging:
                 self._avg_restart()
+        self._grow_flagged()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
             self._full_pass()
@@ -532,7 +555,10 @@ class BCFW(Learner):
         self._g_full = float(st["g_full"])
         self._had_full = bool(st["had_full"])
         self._n_at_full = int(st.get("n_at_full", 0))
-        self.counters = np.array(st["counters"], dtype=np.int64)
+        self.counters = np.zeros(K.N_COUNTERS, dtype=np.int64)   # (older files have fewer counters)
+        c = np.asarray(st["counters"], dtype=np.int64).ravel()[:K.N_COUNTERS]
+        self.counters[:len(c)] = c
+        self._tfull_seen = int(self.counters[K.C_TFULL])
         self.full_pass_oracle_calls = int(st["full_pass_oracle_calls"])
         self.n_learned = int(st["n_learned"])
         self.W = Weights(1, 1)
