@@ -238,8 +238,8 @@ class Worker:
         self.mixing.check(self.model)
         if refine_passes > 0:
             self.mixing.prepare(self.model)
-            if self.model._learner is not None:
-                self.model._learner.refine(refine_passes)
+            if self.model.bound_learner is not None:
+                self.model.bound_learner.refine(refine_passes)
         self.learn_seconds += time.perf_counter() - t0
         self.learn_cpu += time.process_time() - c0
         delta = self.mixing.delta(self.model)
