@@ -94,6 +94,17 @@ def _end_sums(m, d2, sig, l, u):
 
 
 @njit(**_JIT)
+def _clamped_root(z, c, s, lo, hi):
+    """The root (z - c) / s of the linear piece c + s lam - z (s > 0), clamped to [lo, hi]."""
+    lam = (z - c) / s
+    if lam < lo:
+        lam = lo
+    if lam > hi:
+        lam = hi
+    return lam
+
+
+@njit(**_JIT)
 def _infeasible(z, slo, shi, m, d2, sig, l, u, out):
     """Whether z is outside [slo, shi] (up to rounding); if so ``out`` gets the nearest end
     (every item at its lower end when z < slo, else at its upper end)."""
@@ -206,11 +217,7 @@ def project_box_eq(m, d2, sig, l, u, z, out, work, active):
     if lo == hi:
         lam = lo
     elif s0 > 0.0:
-        lam = (z - c0) / s0
-        if lam < lo:
-            lam = lo
-        if lam > hi:
-            lam = hi
+        lam = _clamped_root(z, c0, s0, lo, hi)
     else:
         # flat piece: f is constant on (lo, hi); every lam there gives the same alpha
         if lo > -np.inf:
@@ -263,11 +270,7 @@ def project_sort(m, d2, sig, l, u, z, out):
         fx = c + s * x - z       # f on [prev, x] is c + s lam - z
         if fx >= 0.0:
             if s > 0.0:
-                lam = (z - c) / s
-                if lam < prev:
-                    lam = prev
-                if lam > x:
-                    lam = x
+                lam = _clamped_root(z, c, s, prev, x)
             else:
                 lam = prev if prev > -np.inf else x
             found = True

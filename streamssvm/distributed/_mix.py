@@ -93,31 +93,58 @@ def combine(start, deltas, gamma):
     return out
 
 
-class BCFWMixing:
-    """Worker side of BCFW mixing: snapshot at the round start, delta, apply the mixed sums
-    (CoCoA with beta = 1, CoCoA+ adding with beta = K; see :mod:`._bcfw`). Uses the learner's
-    public mixing interface only (:meth:`~streamssvm.learners.base.Learner.parameters` and
-    friends, ``BCFW.set_union``)."""
+class _Mixing:
+    """Worker side of one mixing scheme, through the learner's public mixing interface
+    (:meth:`~streamssvm.learners.base.Learner.parameters` and friends): the round's start
+    point, the worker's delta from it, installing the mixed parameters."""
 
-    kind = "bcfw"
+    kind = None
 
     def __init__(self, lam, n_workers, beta=1.0):
         self.lam = float(lam)
         self.gamma = float(beta) / int(n_workers)
-        self.sigma = float(beta)     # CoCoA+ local subproblem sigma' = gamma K
-        self.snap = None
-        self.U0 = None
-        self.n_others = 0
+        self.start = {}
 
     def round_start(self, model, n_global):
         lr = bound_learner(model)
+        self.start = {} if lr is None else lr.parameters()
+
+    def prepare(self, model):
+        """Before learning more examples (every 32 examples of a round)."""
+
+    def check(self, model):
+        """After the round's examples: raise when the worker's state cannot be mixed."""
+
+    def delta(self, model):
+        lr = bound_learner(model)
+        return {} if lr is None else _sub(lr.parameters(), self.start)
+
+    def n_blocks(self, model):
+        lr = bound_learner(model)
+        return 0 if lr is None else int(lr.n_blocks)
+
+
+class BCFWMixing(_Mixing):
+    """BCFW: snapshot at the round start, delta of the weight sums U, apply the mixed sums and
+    blend the dual blocks (CoCoA with beta = 1, CoCoA+ adding with beta = K; see :mod:`._bcfw`)."""
+
+    kind = "bcfw"
+
+    def __init__(self, lam, n_workers, beta=1.0):
+        super().__init__(lam, n_workers, beta)
+        self.sigma = float(beta)     # CoCoA+ local subproblem sigma' = gamma K
+        self.snap = None
+        self.n_others = 0
+
+    def round_start(self, model, n_global):
         # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
         # sums, which keeps the mixed sums consistent (its local view lags for one round)
+        super().round_start(model, n_global)
+        lr = bound_learner(model)
         self.snap = None if lr is None else lr.dual_snapshot()
-        self.U0 = {} if lr is None else lr.parameters()
         if lr is not None and self.sigma != 1.0:
             # the learner holds U / sigma' during the round (the CoCoA+ local subproblem)
-            self.U0 = _bcfw.scale_u(lr, 1.0 / self.sigma)
+            self.start = _bcfw.scale_u(lr, 1.0 / self.sigma)
         self.n_others = max(int(n_global) - self.n_blocks(model), 0)
         self.prepare(model)
 
@@ -132,14 +159,6 @@ class BCFWMixing:
         if lr is not None and lr.n_evicted:
             raise ValueError("a worker's BCFW evicted a block (capacity / max_bytes reached): distributed "
                              "BCFW needs every block kept; raise capacity")
-
-    def delta(self, model):
-        lr = bound_learner(model)
-        return {} if lr is None else _sub(lr.parameters(), self.U0)
-
-    def n_blocks(self, model):
-        lr = bound_learner(model)
-        return 0 if lr is None else int(lr.n_blocks)
 
     def apply(self, model, mixed, n_global):
         lr = bound_learner(model)
@@ -157,36 +176,20 @@ class BCFWMixing:
         return _bcfw.block_sums(lr, self.lam, n_global)
 
 
-class ParameterMixing:
-    """Worker side of iterative parameter mixing (SGD: w and its running average; MEMOIR: the
-    dense class rows), through the learner's ``parameters()`` / ``set_parameters()``."""
+class ParameterMixing(_Mixing):
+    """Iterative parameter mixing (SGD: w and its running average; MEMOIR: the dense class rows)."""
 
     kind = "ipm"
 
     def __init__(self, lam, n_workers, beta=1.0):
-        self.lam = float(lam)
-        self.gamma = float(beta) / int(n_workers)
-        self.w0 = None
+        super().__init__(lam, n_workers, beta)
         self.pending = {}
 
     def round_start(self, model, n_global):
-        lr = bound_learner(model)
         # a worker without a learner yet holds the last mixed weights (it applies them once bound)
-        self.w0 = dict(self.pending) if lr is None else lr.parameters()
-
-    def prepare(self, model):
-        pass
-
-    def check(self, model):
-        pass
-
-    def delta(self, model):
-        lr = bound_learner(model)
-        return {} if lr is None else _sub(lr.parameters(), self.w0)
-
-    def n_blocks(self, model):
-        lr = bound_learner(model)
-        return 0 if lr is None else int(lr.n_blocks)
+        super().round_start(model, n_global)
+        if bound_learner(model) is None:
+            self.start = dict(self.pending)
 
     def apply(self, model, mixed, n_global):
         lr = bound_learner(model)
