@@ -65,6 +65,8 @@ from __future__ import annotations
 
 import numpy as np
 
+# the column layout of a saved block store's ``meta`` (BCFW.state()["store"])
+from .._kernels.bcfw import M_FOFF, M_FSIZE, M_IOFF, M_ISIZE, M_L
 
 
 def is_bcfw(learner):
@@ -129,8 +131,8 @@ def merge_learner_states(states, U):
     io = fo = so_ = 0
     for s in stores:
         m = np.array(s["meta"], dtype=np.int64, copy=True)
-        m[:, 0] += io
-        m[:, 1] += fo
+        m[:, M_IOFF] += io
+        m[:, M_FOFF] += fo
         metas.append(m)
         for dst, key in ((alive, "alive"), (free, "free"), (order, "order"), (unvisited, "unvisited")):
             dst.append(np.asarray(s[key], dtype=np.int64) + so_)
@@ -182,11 +184,11 @@ def select_blocks(state, slots):
     isegs, fsegs = [], []
     io = fo = 0
     for q, j in enumerate(slots):
-        a, isz = int(meta[j, 0]), int(meta[j, 10])
-        b, fsz = int(meta[j, 1]), int(meta[j, 11])
+        a, isz = int(meta[j, M_IOFF]), int(meta[j, M_ISIZE])
+        b, fsz = int(meta[j, M_FOFF]), int(meta[j, M_FSIZE])
         isegs.append(Iar[a:a + isz])
         fsegs.append(Far[b:b + fsz])
-        new_meta[q, 0], new_meta[q, 1] = io, fo
+        new_meta[q, M_IOFF], new_meta[q, M_FOFF] = io, fo
         io += isz
         fo += fsz
     ts = 64
@@ -196,7 +198,7 @@ def select_blocks(state, slots):
     store = dict(s)
     store.update({
         "lval": np.asarray(s["lval"], dtype=np.float64)[slots], "seen": m, "evicted": 0, "n": m, "n_slots": m,
-        "tree_size": ts, "max_L": int(max([int(meta[j, 2]) for j in slots], default=1)),
+        "tree_size": ts, "max_L": int(max([int(meta[j, M_L]) for j in slots], default=1)),
         "meta": new_meta, "gest": np.asarray(s["gest"])[slots], "last_oracle": np.asarray(s["last_oracle"])[slots],
         "birth": np.arange(m, dtype=np.int64), "alive": np.arange(m, dtype=np.int64),
         "free": np.zeros(0, dtype=np.int64), "order": np.arange(m, dtype=np.int64),

@@ -685,7 +685,7 @@ class MEMOIR(Learner):
             rows.ensure(V.shape[0], V.shape[1])
         st.V[...] = 0.0
         st.V[:V.shape[0], :V.shape[1]] = V
-        st.sq, self.acc, self.dim = float(np.vdot(V, V)), 1.0, max(self.dim, V.shape[1])
+        st.sq, self.acc, self.dim = float(np.sum(V * V)), 1.0, max(self.dim, V.shape[1])
         self._touched.clear()
         self._allocate(self.dim, store=st)
         self._index_rows()
