@@ -58,7 +58,7 @@ def _item(i, m, d2, sig, l, u):
     return a, b, clo, chi
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _alpha(i, lam, m, d2, sig, l, u):
     """alpha_i(lam) = clip(m_i + lam sigma_i / d_i^2, l_i, u_i)."""
     v = m[i] + lam * sig[i] / d2[i]
@@ -69,7 +69,7 @@ def _alpha(i, lam, m, d2, sig, l, u):
     return v
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _term(i, lam, m, d2, sig, l, u):
     return sig[i] * _alpha(i, lam, m, d2, sig, l, u)
 
@@ -93,7 +93,7 @@ def _end_sums(m, d2, sig, l, u):
     return slo, shi
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def _clamped_root(z, c, s, lo, hi):
     """The root (z - c) / s of the linear piece c + s lam - z (s > 0), clamped to [lo, hi]."""
     lam = (z - c) / s
@@ -237,14 +237,15 @@ def project_sort(m, d2, sig, l, u, z, out):
     n = m.shape[0]
     ks = np.empty(2 * n)
     ev = np.empty(2 * n, dtype=np.int64)   # item * 2 + (0: enters free at a, 1: leaves free at b)
-    slo, shi = _end_sums(m, d2, sig, l, u)
-    if n == 0 or _infeasible(z, slo, shi, m, d2, sig, l, u, out):
-        return 0.0, 1
+    slo = 0.0      # the end sums of _end_sums, in the same pass as the kinks
+    shi = 0.0
     c = 0.0        # f(lam) + z = c + s lam left of the first finite kink
     s = 0.0
     ne = 0
     for i in range(n):
         a, b, clo, chi = _item(i, m, d2, sig, l, u)
+        slo += clo
+        shi += chi
         if a == -np.inf:
             if b == -np.inf:
                 c += chi
@@ -260,6 +261,8 @@ def project_sort(m, d2, sig, l, u, z, out):
             ks[ne] = b
             ev[ne] = 2 * i + 1
             ne += 1
+    if n == 0 or _infeasible(z, slo, shi, m, d2, sig, l, u, out):
+        return 0.0, 1
     order = np.argsort(ks[:ne], kind="mergesort")
     prev = -np.inf
     lam = 0.0
