@@ -291,7 +291,7 @@ class Engine:
         that reads but cannot be applied falls back to the previous one)."""
         parsed = parse_run_state(state, "engine")
         parsed.update(bad_at_source=int(parsed.get("bad_at_source", 0)), history=list(parsed["history"]),
-                      settings=parsed.get("settings"))
+                      last_certificate=parsed["last_certificate"], settings=parsed.get("settings"))
         if parsed["position"] is not None:
             self.source.seek(parsed["position"])
         return parsed
