@@ -57,7 +57,7 @@ import sklearn  # noqa: E402
 from sklearn.svm import LinearSVC  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, ocr_letters  # noqa: E402
 from streamssvm.learners import BCFW, BMRM, SGD, Pragam  # noqa: E402
 from streamssvm.structures.chain import Chain  # noqa: E402
 from streamssvm.structures.multiclass import MultiClass  # noqa: E402
@@ -66,11 +66,6 @@ REL = 1e-3
 
 
 # ----------------------------------------------------------------------------- data
-def ocr_letters():
-    X_tr, y_tr, X_te, y_te = ss.datasets.load_ocr("large")
-    return np.vstack(X_tr), np.concatenate(y_tr), np.vstack(X_te), np.concatenate(y_te)
-
-
 def data_ocr_vowels():
     Xtr, ytr, Xte, yte = ocr_letters()
     vow = np.isin(np.arange(26), [0, 4, 8, 14, 20])

@@ -48,13 +48,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, log  # noqa: E402
 
 DIM_B = 256
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def _status(key):

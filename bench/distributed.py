@@ -37,25 +37,19 @@ import ray  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
 import streamssvm.distributed as sd  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, fmt, ocr_letters, ocr_words  # noqa: E402
 
 TARGET = 0.1
 
 
 def letters(n_train, n_test):
-    X_tr, y_tr, X_te, y_te = ss.datasets.load_ocr("large")
-    def flat(X, Y, n):
-        xs = np.concatenate(X)[:n]
-        ys = np.concatenate(Y)[:n]
-        return list(xs), [int(v) for v in ys]
-    Xa, Ya = flat(X_tr, y_tr, n_train)
-    Xb, Yb = flat(X_te, y_te, n_test)
-    return Xa, Ya, Xb, Yb
+    X_tr, y_tr, X_te, y_te = ocr_letters()
+    return list(X_tr[:n_train]), [int(v) for v in y_tr[:n_train]], list(X_te[:n_test]), [int(v) for v in y_te[:n_test]]
 
 
 def words(n_train):
-    X_tr, y_tr, X_te, y_te = ss.datasets.load_ocr("large")
-    return X_tr[:n_train], [list(map(int, y)) for y in y_tr[:n_train]], X_te, [list(map(int, y)) for y in y_te]
+    X_tr, Y_tr, X_te, Y_te = ocr_words()
+    return X_tr[:n_train], Y_tr[:n_train], X_te, Y_te
 
 
 def make_model(task, lam, seed=0):
@@ -159,14 +153,6 @@ def projection(rows, K=16):
         out[d] = {"t_worker": t_w * big["workers"] / K, "a": float(a), "b": float(b), "round_seconds": float(t),
                   "examples_per_second": per_round_examples / t, "bytes_per_round": bpr}
     return out
-
-
-def fmt(v, p=3):
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return f"{v:.{p}g}"
-    return str(v)
 
 
 def main():

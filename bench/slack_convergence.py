@@ -147,8 +147,8 @@ def run(task, method, X, Y, enc, lam, labels, seconds, log):
 
 
 def load_yeast(n):
-    from yeast_slack import load
-    Xtr, Ytr, _, _, labels = load()
+    from _common import yeast
+    Xtr, Ytr, _, _, labels = yeast()
     return list(Xtr[:n]), Ytr[:n], labels
 
 

@@ -41,21 +41,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from river import datasets  # noqa: E402
-
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, yeast  # noqa: E402
 
 
-def load():
-    rows = list(datasets.Yeast())
-    feats = sorted(rows[0][0])
-    labels = sorted(rows[0][1])
-    X = np.array([[x[f] for f in feats] for x, _ in rows])
-    Y = np.array([[bool(y[k]) for k in labels] for _, y in rows])
-    mu, sd = X[:1500].mean(0), X[:1500].std(0) + 1e-12
-    X = (X - mu) / sd
-    return X[:1500], Y[:1500], X[1500:], Y[1500:], labels
+load = yeast   # the shared loader (bench/_common.py)
 
 
 def scores(P, Y):

@@ -396,7 +396,10 @@ def _resume_command():
 
 def cmd_run(args):
     if args.workers:   # scale-out on Ray (streamssvm.distributed; the [distributed] extra)
-        from .distributed._cli import run_from_args
+        try:
+            from .distributed._cli import run_from_args
+        except ImportError as e:   # Ray missing: the message names pip install 'streamssvm[distributed]'
+            raise SystemExit(f"error: --workers: {e}") from None
         return run_from_args(args, _make_model(args))
     from .engine import Engine
     dead = _CliDeadLetters.make(args.dead_letter)

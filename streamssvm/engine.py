@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-from .checkpoint import CheckpointManager
+from .checkpoint import CheckpointManager, parse_run_state, run_state
 from .metrics import ProgressiveMetrics
 
 TASKS = ("multiclass", "multilabel", "sequence", "extreme")
@@ -289,14 +289,9 @@ class Engine:
         """A checkpoint's engine state parsed and its model rebuilt, the source sought to its
         position; everything that can fail is done here, before the engine changes (a checkpoint
         that reads but cannot be applied falls back to the previous one)."""
-        from .estimators import from_state
-        eng = state["engine"]
-        parsed = {"model": from_state(state["model"]), "examples_seen": int(eng["examples_seen"]),
-                  "bad_records": int(eng["bad_records"]),
-                  "bad_at_source": int(eng.get("bad_at_source", 0)),
-                  "metrics": ProgressiveMetrics.from_state(eng["metrics"]),
-                  "history": list(eng["history"]), "last_certificate": eng["last_certificate"],
-                  "position": eng["position"], "settings": eng.get("settings")}
+        parsed = parse_run_state(state, "engine")
+        parsed.update(bad_at_source=int(parsed.get("bad_at_source", 0)), history=list(parsed["history"]),
+                      last_certificate=parsed["last_certificate"], settings=parsed.get("settings"))
         if parsed["position"] is not None:
             self.source.seek(parsed["position"])
         return parsed
@@ -328,13 +323,11 @@ class Engine:
             # has been processed, including bad records it dead-lettered after the last good
             # one; mid-batch only the last processed record's own position is safe
             self.position = pos_fn()
-        state = {"model": self.model.state(), "engine": {
-            "examples_seen": self.examples_seen, "bad_records": self.bad_records,
-            "bad_at_source": self.n_bad_at_source, "n_bad": self.n_bad,
-            "metrics": self.metrics.state(), "history": self.history[-_HISTORY_MAX:],
-            "last_certificate": self.last_certificate, "position": _jsonable(self.position),
-            "task": self.task}}
-        state["engine"]["settings"] = _jsonable(self.settings)
+        state = run_state(self.model, "engine", examples_seen=self.examples_seen, bad_records=self.bad_records,
+                          metrics=self.metrics, position=_jsonable(self.position),
+                          bad_at_source=self.n_bad_at_source, n_bad=self.n_bad,
+                          history=self.history[-_HISTORY_MAX:], last_certificate=self.last_certificate,
+                          task=self.task, settings=_jsonable(self.settings))
         if self.ckpt is None:
             self._undo_point = copy.deepcopy(state)
             return None

@@ -49,12 +49,12 @@ def bcfw_model(**kw):
 def single_process_certificate(model):
     """The certificate of the union of the blocks at the mixed weights, computed in this process
     by the learner's own (observing) full-gap pass."""
-    return model._learner.certificate()
+    return model.bound_learner.certificate()
 
 
 def assert_feasible(model):
     """w = A alpha with every alpha_i in the simplex (multiclass: the block statistic is alpha_i)."""
-    lr = model._learner
+    lr = model.bound_learner
     st = lr.store
     for j in st.slots():
         L, nnz = int(st.meta[j, M_L]), int(st.meta[j, M_NNZ])
@@ -284,7 +284,7 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     assert res.examples_seen == ref.examples_seen == len(msgs)
     assert res.model.n_blocks == len(msgs)
     assert committed(broker, "tk", "gk") == committed(broker, "tk", "gr") == {0: 200, 1: 200}
-    np.testing.assert_allclose(res.model._learner.W.E, ref.model._learner.W.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
 
 

@@ -7,6 +7,7 @@ that ``H_i(y; w) = Delta(y) - <w, Phi_x(d)>``.
 import numpy as np
 from numba import njit
 
+from .projection import smo_simplex
 from .structops import CHAIN, MLPAIR
 
 _JIT = dict(cache=True, nogil=True)
@@ -75,34 +76,6 @@ def block_qp(Q, grad, beta, s, tol, max_steps):
     given ``grad`` = c - s Q beta at the current ``beta`` (updated in place with ``beta``).
     In the learner, grad_y = H_i(y; w) for the working-set labelings y (the dual is scaled by
     n). Stops when the block's Wolfe gap max_y grad_y - beta . grad <= tol or after
-    ``max_steps`` steps. Returns the number of steps."""
-    m = beta.shape[0]
-    steps = 0
-    while steps < max_steps:
-        j = 0
-        for y in range(1, m):
-            if grad[y] > grad[j]:
-                j = y
-        k = -1
-        acc = 0.0
-        for y in range(m):
-            acc += beta[y] * grad[y]
-            if beta[y] > 0.0 and (k < 0 or grad[y] < grad[k]):
-                k = y
-        if grad[j] - acc <= tol or k == j or k < 0:
-            break
-        diff = grad[j] - grad[k]
-        curv = s * (Q[j, j] + Q[k, k] - 2.0 * Q[j, k])
-        t = beta[k]
-        if curv > 0.0:
-            t = min(t, diff / curv)
-        if t <= 0.0:
-            break
-        beta[j] += t
-        beta[k] -= t
-        if beta[k] < 1e-15:
-            beta[k] = 0.0
-        for y in range(m):
-            grad[y] -= s * t * (Q[y, j] - Q[y, k])
-        steps += 1
-    return steps
+    ``max_steps`` steps (the loop is :func:`streamssvm._kernels.projection.smo_simplex`).
+    Returns the number of steps."""
+    return smo_simplex(Q, grad, beta, s, tol, max_steps, True, 1e-15)

@@ -58,14 +58,63 @@ def _item(i, m, d2, sig, l, u):
     return a, b, clo, chi
 
 
-@njit(**_JIT)
-def _term(i, lam, m, d2, sig, l, u):
+@njit(inline="always", **_JIT)
+def _alpha(i, lam, m, d2, sig, l, u):
+    """alpha_i(lam) = clip(m_i + lam sigma_i / d_i^2, l_i, u_i)."""
     v = m[i] + lam * sig[i] / d2[i]
     if v < l[i]:
         v = l[i]
     elif v > u[i]:
         v = u[i]
-    return sig[i] * v
+    return v
+
+
+@njit(inline="always", **_JIT)
+def _term(i, lam, m, d2, sig, l, u):
+    return sig[i] * _alpha(i, lam, m, d2, sig, l, u)
+
+
+@njit(**_JIT)
+def _fill(lam, m, d2, sig, l, u, out):
+    """out = alpha(lam), the projection once the multiplier lam is known."""
+    for i in range(m.shape[0]):
+        out[i] = _alpha(i, lam, m, d2, sig, l, u)
+
+
+@njit(**_JIT)
+def _end_sums(m, d2, sig, l, u):
+    """(f(-inf) + z, f(+inf) + z): sum_i sigma_i alpha_i with every item at its lower / upper end."""
+    slo = 0.0
+    shi = 0.0
+    for i in range(m.shape[0]):
+        a, b, clo, chi = _item(i, m, d2, sig, l, u)
+        slo += clo
+        shi += chi
+    return slo, shi
+
+
+@njit(inline="always", **_JIT)
+def _clamped_root(z, c, s, lo, hi):
+    """The root (z - c) / s of the linear piece c + s lam - z (s > 0), clamped to [lo, hi]."""
+    lam = (z - c) / s
+    if lam < lo:
+        lam = lo
+    if lam > hi:
+        lam = hi
+    return lam
+
+
+@njit(**_JIT)
+def _infeasible(z, slo, shi, m, d2, sig, l, u, out):
+    """Whether z is outside [slo, shi] (up to rounding); if so ``out`` gets the nearest end
+    (every item at its lower end when z < slo, else at its upper end)."""
+    tol = 1e-12 * (abs(z) + abs(slo) + abs(shi) + 1.0)
+    if not (z < slo - tol or z > shi + tol):
+        return False
+    for i in range(m.shape[0]):
+        a, b, clo, chi = _item(i, m, d2, sig, l, u)
+        out[i] = clo / sig[i] if z < slo else chi / sig[i]
+    return True
 
 
 @njit(**_JIT)
@@ -111,21 +160,11 @@ def project_box_eq(m, d2, sig, l, u, z, out, work, active):
     1 = infeasible z (``out`` then holds the nearest end: all items at their lower or upper end)."""
     n = m.shape[0]
     # feasibility: f(-inf) = sum clo - z <= 0 <= f(+inf) = sum chi - z
-    slo = 0.0
-    shi = 0.0
-    for i in range(n):
-        a, b, clo, chi = _item(i, m, d2, sig, l, u)
-        slo += clo
-        shi += chi
     if n == 0:
         return 0.0, 0 if z == 0.0 else 1
-    tol = 1e-12 * (abs(z) + abs(slo) + abs(shi) + 1.0)
-    if z < slo - tol or z > shi + tol:
-        lam = -np.inf if z < slo else np.inf
-        for i in range(n):
-            a, b, clo, chi = _item(i, m, d2, sig, l, u)
-            out[i] = clo / sig[i] if z < slo else chi / sig[i]
-        return lam, 1
+    slo, shi = _end_sums(m, d2, sig, l, u)
+    if _infeasible(z, slo, shi, m, d2, sig, l, u, out):
+        return (-np.inf if z < slo else np.inf), 1
     lo = -np.inf
     hi = np.inf
     c0 = 0.0       # aggregated offset of resolved items on (lo, hi)
@@ -178,11 +217,7 @@ def project_box_eq(m, d2, sig, l, u, z, out, work, active):
     if lo == hi:
         lam = lo
     elif s0 > 0.0:
-        lam = (z - c0) / s0
-        if lam < lo:
-            lam = lo
-        if lam > hi:
-            lam = hi
+        lam = _clamped_root(z, c0, s0, lo, hi)
     else:
         # flat piece: f is constant on (lo, hi); every lam there gives the same alpha
         if lo > -np.inf:
@@ -191,13 +226,7 @@ def project_box_eq(m, d2, sig, l, u, z, out, work, active):
             lam = hi
         else:
             lam = 0.0
-    for i in range(n):
-        v = m[i] + lam * sig[i] / d2[i]
-        if v < l[i]:
-            v = l[i]
-        elif v > u[i]:
-            v = u[i]
-        out[i] = v
+    _fill(lam, m, d2, sig, l, u, out)
     return lam, 0
 
 
@@ -208,7 +237,7 @@ def project_sort(m, d2, sig, l, u, z, out):
     n = m.shape[0]
     ks = np.empty(2 * n)
     ev = np.empty(2 * n, dtype=np.int64)   # item * 2 + (0: enters free at a, 1: leaves free at b)
-    slo = 0.0
+    slo = 0.0      # the end sums of _end_sums, in the same pass as the kinks
     shi = 0.0
     c = 0.0        # f(lam) + z = c + s lam left of the first finite kink
     s = 0.0
@@ -232,11 +261,7 @@ def project_sort(m, d2, sig, l, u, z, out):
             ks[ne] = b
             ev[ne] = 2 * i + 1
             ne += 1
-    tol = 1e-12 * (abs(z) + abs(slo) + abs(shi) + 1.0)
-    if n == 0 or z < slo - tol or z > shi + tol:
-        for i in range(n):
-            a, b, clo, chi = _item(i, m, d2, sig, l, u)
-            out[i] = clo / sig[i] if z < slo else chi / sig[i]
+    if n == 0 or _infeasible(z, slo, shi, m, d2, sig, l, u, out):
         return 0.0, 1
     order = np.argsort(ks[:ne], kind="mergesort")
     prev = -np.inf
@@ -248,11 +273,7 @@ def project_sort(m, d2, sig, l, u, z, out):
         fx = c + s * x - z       # f on [prev, x] is c + s lam - z
         if fx >= 0.0:
             if s > 0.0:
-                lam = (z - c) / s
-                if lam < prev:
-                    lam = prev
-                if lam > x:
-                    lam = x
+                lam = _clamped_root(z, c, s, prev, x)
             else:
                 lam = prev if prev > -np.inf else x
             found = True
@@ -279,13 +300,7 @@ def project_sort(m, d2, sig, l, u, z, out):
                 lam = prev
         else:
             lam = prev if prev > -np.inf else 0.0
-    for i in range(n):
-        v = m[i] + lam * sig[i] / d2[i]
-        if v < l[i]:
-            v = l[i]
-        elif v > u[i]:
-            v = u[i]
-        out[i] = v
+    _fill(lam, m, d2, sig, l, u, out)
     return lam, 0
 
 
@@ -308,11 +323,58 @@ def project_simplex_rows(P, z, out, work, active, m, d2, sig, l, u):
 
 
 @njit(**_JIT)
+def smo_simplex(Q, g, x, s, tol, max_steps, wolfe, zero_below):
+    """Pairwise (SMO) steps with exact line search for
+
+        max_{x in simplex}  x . c - (s / 2) x' Q x,
+
+    from the feasible ``x`` with its gradient ``g = c - s Q x`` (both updated in place). Each step
+    moves mass from the support coordinate j of least gradient to the coordinate i of largest
+    gradient, by min(x_j, (g_i - g_j) / (s (Q_ii + Q_jj - 2 Q_ij))). Stops after ``max_steps``
+    steps or once, with ``wolfe``, the Wolfe gap max_i g_i - x . g <= tol, else the stronger
+    max_i g_i - min_{x_j > 0} g_j <= tol. A coordinate left below ``zero_below`` becomes 0.
+    Shared by BMRM's bundle dual (:func:`simplex_qp`) and the cutting-plane learner's block
+    QP (``streamssvm._kernels.cp.block_qp``). Returns the number of steps."""
+    m = x.shape[0]
+    steps = 0
+    while steps < max_steps:
+        i = 0
+        for y in range(1, m):
+            if g[y] > g[i]:
+                i = y
+        j = -1
+        acc = 0.0
+        for y in range(m):
+            acc += x[y] * g[y]
+            if x[y] > 0.0 and (j < 0 or g[y] < g[j]):
+                j = y
+        if j < 0 or i == j or (g[i] - acc if wolfe else g[i] - g[j]) <= tol:
+            break
+        curv = s * (Q[i, i] + Q[j, j] - 2.0 * Q[i, j])
+        t = x[j]
+        if curv > 0.0:
+            e = (g[i] - g[j]) / curv
+            if e < t:
+                t = e
+        if t <= 0.0:
+            break
+        x[i] += t
+        x[j] -= t
+        if x[j] < zero_below:
+            x[j] = 0.0
+        for y in range(m):
+            g[y] -= s * t * (Q[y, i] - Q[y, j])
+        steps += 1
+    return steps
+
+
+@njit(**_JIT)
 def simplex_qp(G, b, lam, alpha, tol, max_steps):
     """max_{alpha in simplex} alpha.b - alpha' G alpha / (2 lam) (the bundle dual of BMRM), by
-    pairwise (SMO) steps with exact line search from the feasible warm start ``alpha`` (updated in
-    place) until max_i g_i - min_{alpha_j > 0} g_j <= tol (then the Wolfe gap, an upper bound on
-    the distance to the optimum, is <= tol), g = b - G alpha / lam. Returns the number of steps."""
+    pairwise (SMO) steps with exact line search (:func:`smo_simplex`) from the feasible warm
+    start ``alpha`` (updated in place) until max_i g_i - min_{alpha_j > 0} g_j <= tol (then the
+    Wolfe gap, an upper bound on the distance to the optimum, is <= tol), g = b - G alpha / lam.
+    Returns the number of steps."""
     t = b.shape[0]
     g = np.empty(t)
     for i in range(t):
@@ -320,32 +382,7 @@ def simplex_qp(G, b, lam, alpha, tol, max_steps):
         for j in range(t):
             acc += G[i, j] * alpha[j]
         g[i] = b[i] - acc / lam
-    steps = 0
-    while steps < max_steps:
-        i = 0
-        for k in range(1, t):
-            if g[k] > g[i]:
-                i = k
-        j = -1
-        for k in range(t):
-            if alpha[k] > 0.0 and (j < 0 or g[k] < g[j]):
-                j = k
-        if j < 0 or i == j or g[i] - g[j] <= tol:
-            break
-        curv = (G[i, i] + G[j, j] - 2.0 * G[i, j]) / lam
-        eta = alpha[j]
-        if curv > 0.0:
-            e = (g[i] - g[j]) / curv
-            if e < eta:
-                eta = e
-        alpha[i] += eta
-        alpha[j] -= eta
-        if alpha[j] < 1e-300:
-            alpha[j] = 0.0
-        for k in range(t):
-            g[k] -= eta * (G[k, i] - G[k, j]) / lam
-        steps += 1
-    return steps
+    return smo_simplex(G, g, alpha, 1.0 / lam, tol, max_steps, False, 1e-300)
 
 
 def project(m, lower=0.0, upper=np.inf, z=1.0, sigma=1.0, d=1.0, method="linear"):

@@ -47,7 +47,7 @@ Local steps use the global n: BCFW's block step on block i with weights U/(lam n
 per-block terms u_i/(lam n), L_i/n has the line search
 gamma_i = [lam <w, w_i - w_s> - (l_i - l_s)] / (lam ||w_i - w_s||^2), which is unchanged when
 (lam, n) is replaced by (lam n / n_k, n_k): a worker holding n_k blocks steps exactly as a
-single process holding all n blocks would, with ``lam_k = lam n / n_k`` (``set_global_n``).
+single process holding all n blocks would, with ``lam_k = lam n / n_k`` (``BCFW.set_union``).
 
 Certificate at the mixed w: with every worker holding U^+, each computes, for its blocks at the
 common w, sum_i max_y H_i(y; w), sum_i L_i and sum_i g_i (``block_sums``); the global gap is
@@ -65,8 +65,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._kernels import structops as so
-from .._kernels.bcfw import M_FOFF, M_L, M_LY, M_NNZ
+# the column layout of a saved block store's ``meta`` (BCFW.state()["store"])
+from .._kernels.bcfw import M_FOFF, M_FSIZE, M_IOFF, M_ISIZE, M_L
 
 
 def is_bcfw(learner):
@@ -91,132 +91,24 @@ def check_learner(learner):
         raise ValueError("distributed BCFW does not support " + "; ".join(bad))
 
 
-# ----------------------------------------------------------------------------- weights
-def get_u(learner):
-    """The unnormalized weight sums U (w = U / (lam n)) as a dict of arrays (copies)."""
-    W = learner.W
-    return {"E": W.E.copy(), "T": W.T.copy(), "B": W.B.copy()}
-
-
-def set_u(learner, U):
-    """Install mixed sums U (grown to the learner's shapes or beyond)."""
-    W = learner.W
-    E = np.asarray(U["E"], dtype=np.float64)
-    if E.shape[0] > W.E.shape[0] or E.shape[1] > W.E.shape[1]:
-        W.grow(E.shape[0], max(E.shape[1], W.Kc))
-        learner._Z.grow(W.E.shape[0], W.Kc)
-        learner._mark = np.zeros(W.E.shape[0])
-    for k in ("E", "T", "B"):
-        dst = getattr(W, k)
-        src = np.asarray(U[k], dtype=np.float64)
-        dst[...] = 0.0
-        dst[tuple(slice(0, s) for s in src.shape)] = src
-    learner._avg_cache = learner._pred_cache = None
-
-
+# ----------------------------------------------------------------------------- the learner's side
+# Everything below goes through BCFW's public mixing interface (Learner.parameters,
+# set_parameters, dual_snapshot, blend_dual; BCFW.set_union, n_evicted).
 def scale_u(learner, f):
-    """Multiply the learner's weight sums by ``f`` in place."""
-    for a in (learner.W.E, learner.W.T, learner.W.B):
-        a *= f
-    learner._avg_cache = learner._pred_cache = None
-
-
-def set_global_n(learner, lam, n_global, sigma=1.0):
-    """Make the learner step as a single process holding ``n_global`` blocks would (see the
-    module docstring): lam_k = lam n_global / (sigma n_k); ``sigma`` > 1 is the CoCoA+ local
-    subproblem (with the learner's sums divided by sigma, see ``scale_u``)."""
-    n_k = max(learner.store.n, 1)
-    lam_k = float(lam) * max(float(n_global), 1.0) / (float(sigma) * n_k)
-    learner.lam = lam_k
-    learner._lamf = lam_k
-    learner._pred_cache = None
-
-
-def n_blocks(learner):
-    return int(learner.store.n)
-
-
-def evicted(learner):
-    return int(learner.store.evicted)
-
-
-# ----------------------------------------------------------------------------- blocks
-def _regions(store, slots):
-    """Flat indices into ``store.Far`` of the dual statistic of each slot, and per-slot sizes."""
-    if store.sparse:   # blending is linear in dense statistics: chain blocks go dense here
-        store.compact(sparse=False)
-    meta = store.meta
-    idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
-    for q, j in enumerate(slots):
-        L, nnz = int(meta[j, M_L]), int(meta[j, M_NNZ])
-        s0 = int(meta[j, M_FOFF]) + nnz + L * L
-        ss = int(store.structure.stat_size(L, store.Kc))
-        idx.append(np.arange(s0, s0 + ss))
-        sizes[q] = ss
-    return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
-
-
-def snapshot_blocks(learner):
-    """The round-start dual state of the learner's blocks (alpha^0 of the module docstring)."""
-    st = learner.store
-    slots = st.slots().copy()
-    idx, sizes = _regions(st, slots)
-    return {"slots": slots, "stat": st.Far[idx].copy(), "sizes": sizes, "lval": st.lval[slots].copy(),
-            "Kc": int(st.Kc)}
-
-
-def _birth_stat(store, slot, ss):
-    """The statistic of a block with alpha on its ground truth (how ``BlockStore.add`` starts it)."""
-    out = np.zeros(ss)
-    if not store.slack:
-        m = store.meta[slot]
-        L, nnz, ly = int(m[M_L]), int(m[M_NNZ]), int(m[M_LY])
-        io = int(m[0])
-        ytrue = store.Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly].astype(np.int32)
-        so.truth_stat(store.kind, ytrue, ly, L, store.Kc, out, 1.0)
-    return out
-
-
-def blend_blocks(learner, snap, gamma):
-    """alpha_i <- alpha_i^0 + gamma (alpha_i - alpha_i^0) for every held block (new blocks start
-    at their ground truth)."""
-    st = learner.store
-    if st.n == 0:
-        return
-    if snap is not None and snap["slots"].size and snap["Kc"] != st.Kc:
-        raise RuntimeError("the label capacity changed inside a round; declare the labels up front "
-                           "(labels=[...]) for distributed learning")
-    slots = st.slots().copy()
-    idx, sizes = _regions(st, slots)
-    start = np.empty(idx.size)
-    lstart = np.zeros(len(slots))
-    where = {}
-    if snap is not None:
-        off = np.concatenate([[0], np.cumsum(snap["sizes"])])
-        where = {int(j): q for q, j in enumerate(snap["slots"])}
-    p = 0
-    for q, j in enumerate(slots):
-        ss = int(sizes[q])
-        w = where.get(int(j))
-        if w is None:
-            start[p:p + ss] = _birth_stat(st, j, ss)
-        else:
-            start[p:p + ss] = snap["stat"][off[w]:off[w + 1]]
-            lstart[q] = snap["lval"][w]
-        p += ss
-    now = st.Far[idx]
-    st.Far[idx] = start + gamma * (now - start)
-    st.lval[slots] = lstart + gamma * (st.lval[slots] - lstart)
+    """Multiply the learner's weight sums by ``f``; returns the scaled sums."""
+    U = {k: v * f for k, v in learner.parameters().items()}
+    learner.set_parameters(U)
+    return U
 
 
 def block_sums(learner, lam, n_global):
     """Per-worker parts of the global certificate at the learner's current (mixed) weights:
     sum_i max_y H_i, sum_i L_i, sum_i g_i over the worker's blocks, with the global scale
-    1/(lam n_global). Observes only (the learner's lam is set as in ``set_global_n``)."""
-    n_k = n_blocks(learner)
+    1/(lam n_global). Observes only (the learner's working lam is set as by ``set_union``)."""
+    n_k = int(learner.n_blocks)
     if n_k == 0:
         return {"hinge_sum": 0.0, "loss_sum": 0.0, "gap_sum": 0.0, "n": 0, "oracle_calls": 0, "exact": True}
-    set_global_n(learner, lam, n_global)
+    learner.set_union(lam, n_global)
     c = learner.certificate()   # observes only
     return {"hinge_sum": c.hinge * n_k, "loss_sum": c.dual_loss * n_k, "gap_sum": c.block_gap_sum * n_k,
             "n": n_k, "oracle_calls": c.oracle_calls, "exact": bool(c.exact)}
@@ -239,8 +131,8 @@ def merge_learner_states(states, U):
     io = fo = so_ = 0
     for s in stores:
         m = np.array(s["meta"], dtype=np.int64, copy=True)
-        m[:, 0] += io
-        m[:, 1] += fo
+        m[:, M_IOFF] += io
+        m[:, M_FOFF] += fo
         metas.append(m)
         for dst, key in ((alive, "alive"), (free, "free"), (order, "order"), (unvisited, "unvisited")):
             dst.append(np.asarray(s[key], dtype=np.int64) + so_)
@@ -292,11 +184,11 @@ def select_blocks(state, slots):
     isegs, fsegs = [], []
     io = fo = 0
     for q, j in enumerate(slots):
-        a, isz = int(meta[j, 0]), int(meta[j, 10])
-        b, fsz = int(meta[j, 1]), int(meta[j, 11])
+        a, isz = int(meta[j, M_IOFF]), int(meta[j, M_ISIZE])
+        b, fsz = int(meta[j, M_FOFF]), int(meta[j, M_FSIZE])
         isegs.append(Iar[a:a + isz])
         fsegs.append(Far[b:b + fsz])
-        new_meta[q, 0], new_meta[q, 1] = io, fo
+        new_meta[q, M_IOFF], new_meta[q, M_FOFF] = io, fo
         io += isz
         fo += fsz
     ts = 64
@@ -306,7 +198,7 @@ def select_blocks(state, slots):
     store = dict(s)
     store.update({
         "lval": np.asarray(s["lval"], dtype=np.float64)[slots], "seen": m, "evicted": 0, "n": m, "n_slots": m,
-        "tree_size": ts, "max_L": int(max([int(meta[j, 2]) for j in slots], default=1)),
+        "tree_size": ts, "max_L": int(max([int(meta[j, M_L]) for j in slots], default=1)),
         "meta": new_meta, "gest": np.asarray(s["gest"])[slots], "last_oracle": np.asarray(s["last_oracle"])[slots],
         "birth": np.arange(m, dtype=np.int64), "alive": np.arange(m, dtype=np.int64),
         "free": np.zeros(0, dtype=np.int64), "order": np.arange(m, dtype=np.int64),

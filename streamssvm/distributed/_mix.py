@@ -27,7 +27,7 @@ REFUSED = {
 def bound_learner(model):
     """The estimator's bound learner, or None before its first example (binding earlier would
     change how the estimator treats its first input)."""
-    return model._learner
+    return model.bound_learner
 
 
 def learner_kind(model):
@@ -93,30 +93,58 @@ def combine(start, deltas, gamma):
     return out
 
 
-class BCFWMixing:
-    """Worker side of BCFW mixing: snapshot at the round start, delta, apply the mixed sums
-    (CoCoA with beta = 1, CoCoA+ adding with beta = K; see :mod:`._bcfw`)."""
+class _Mixing:
+    """Worker side of one mixing scheme, through the learner's public mixing interface
+    (:meth:`~streamssvm.learners.base.Learner.parameters` and friends): the round's start
+    point, the worker's delta from it, installing the mixed parameters."""
 
-    kind = "bcfw"
+    kind = None
 
     def __init__(self, lam, n_workers, beta=1.0):
         self.lam = float(lam)
         self.gamma = float(beta) / int(n_workers)
-        self.sigma = float(beta)     # CoCoA+ local subproblem sigma' = gamma K
-        self.snap = None
-        self.U0 = None
-        self.n_others = 0
+        self.start = {}
 
     def round_start(self, model, n_global):
         lr = bound_learner(model)
+        self.start = {} if lr is None else lr.parameters()
+
+    def prepare(self, model):
+        """Before learning more examples (every 32 examples of a round)."""
+
+    def check(self, model):
+        """After the round's examples: raise when the worker's state cannot be mixed."""
+
+    def delta(self, model):
+        lr = bound_learner(model)
+        return {} if lr is None else _sub(lr.parameters(), self.start)
+
+    def n_blocks(self, model):
+        lr = bound_learner(model)
+        return 0 if lr is None else int(lr.n_blocks)
+
+
+class BCFWMixing(_Mixing):
+    """BCFW: snapshot at the round start, delta of the weight sums U, apply the mixed sums and
+    blend the dual blocks (CoCoA with beta = 1, CoCoA+ adding with beta = K; see :mod:`._bcfw`)."""
+
+    kind = "bcfw"
+
+    def __init__(self, lam, n_workers, beta=1.0):
+        super().__init__(lam, n_workers, beta)
+        self.sigma = float(beta)     # CoCoA+ local subproblem sigma' = gamma K
+        self.snap = None
+        self.n_others = 0
+
+    def round_start(self, model, n_global):
         # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
         # sums, which keeps the mixed sums consistent (its local view lags for one round)
-        self.snap = None if lr is None else _bcfw.snapshot_blocks(lr)
-        self.U0 = {} if lr is None else _bcfw.get_u(lr)
+        super().round_start(model, n_global)
+        lr = bound_learner(model)
+        self.snap = None if lr is None else lr.dual_snapshot()
         if lr is not None and self.sigma != 1.0:
             # the learner holds U / sigma' during the round (the CoCoA+ local subproblem)
-            _bcfw.scale_u(lr, 1.0 / self.sigma)
-            self.U0 = {k: v * (1.0 / self.sigma) for k, v in self.U0.items()}
+            self.start = _bcfw.scale_u(lr, 1.0 / self.sigma)
         self.n_others = max(int(n_global) - self.n_blocks(model), 0)
         self.prepare(model)
 
@@ -124,30 +152,22 @@ class BCFWMixing:
         """Before learning more examples: step with the global n (local view)."""
         lr = bound_learner(model)
         if lr is not None:
-            _bcfw.set_global_n(lr, self.lam, self.n_others + _bcfw.n_blocks(lr), self.sigma)
+            lr.set_union(self.lam, self.n_others + lr.n_blocks, self.sigma)
 
     def check(self, model):
         lr = bound_learner(model)
-        if lr is not None and _bcfw.evicted(lr):
+        if lr is not None and lr.n_evicted:
             raise ValueError("a worker's BCFW evicted a block (capacity / max_bytes reached): distributed "
                              "BCFW needs every block kept; raise capacity")
-
-    def delta(self, model):
-        lr = bound_learner(model)
-        return {} if lr is None else _sub(_bcfw.get_u(lr), self.U0)
-
-    def n_blocks(self, model):
-        lr = bound_learner(model)
-        return 0 if lr is None else _bcfw.n_blocks(lr)
 
     def apply(self, model, mixed, n_global):
         lr = bound_learner(model)
         if lr is None:
             return
         if self.gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
-            _bcfw.blend_blocks(lr, self.snap, self.gamma)
-        _bcfw.set_u(lr, mixed)
-        _bcfw.set_global_n(lr, self.lam, n_global)
+            lr.blend_dual(self.snap, self.gamma)
+        lr.set_parameters(mixed)
+        lr.set_union(self.lam, n_global)
 
     def block_sums(self, model, n_global):
         lr = bound_learner(model)
@@ -156,67 +176,26 @@ class BCFWMixing:
         return _bcfw.block_sums(lr, self.lam, n_global)
 
 
-class ParameterMixing:
-    """Worker side of iterative parameter mixing (SGD): w = a U and the running average."""
+class ParameterMixing(_Mixing):
+    """Iterative parameter mixing (SGD: w and its running average; MEMOIR: the dense class rows)."""
 
     kind = "ipm"
 
     def __init__(self, lam, n_workers, beta=1.0):
-        self.lam = float(lam)
-        self.gamma = float(beta) / int(n_workers)
-        self.w0 = None
+        super().__init__(lam, n_workers, beta)
         self.pending = {}
 
-    @staticmethod
-    def _weights(lr):
-        a = float(lr.a)
-        A, s = lr._pred_weights()   # the predicting (averaged) weights are s * A
-        return {"E": a * lr.W.E, "T": a * lr.W.T, "B": a * lr.W.B,
-                "AE": s * A.E, "AT": s * A.T, "AB": s * A.B}
-
     def round_start(self, model, n_global):
-        lr = bound_learner(model)
         # a worker without a learner yet holds the last mixed weights (it applies them once bound)
-        self.w0 = dict(self.pending) if lr is None else self._weights(lr)
-
-    def prepare(self, model):
-        pass
-
-    def check(self, model):
-        pass
-
-    def delta(self, model):
-        lr = bound_learner(model)
-        return {} if lr is None else _sub(self._weights(lr), self.w0)
-
-    def n_blocks(self, model):
-        lr = bound_learner(model)
-        return 0 if lr is None else int(lr.n_blocks)
+        super().round_start(model, n_global)
+        if bound_learner(model) is None:
+            self.start = dict(self.pending)
 
     def apply(self, model, mixed, n_global):
         lr = bound_learner(model)
         self.pending = mixed
-        if lr is None:
-            return
-        E = mixed["E"]
-        if E.shape[0] > lr.W.E.shape[0] or E.shape[1] > lr.W.E.shape[1]:
-            lr.W.grow(E.shape[0], E.shape[1])
-            lr.V.grow(E.shape[0], E.shape[1])
-        for k in ("E", "T", "B"):
-            d = getattr(lr.W, k)
-            d[...] = 0.0
-            src = mixed[k]
-            d[tuple(slice(0, s) for s in src.shape)] = src
-        lr.a = 1.0
-        lr.unorm2 = lr.W.sqnorm()
-        if lr.csum > 0.0:
-            # SGD keeps its average lazily as (beta U - V) / csum: choose V so that it is the mixed average
-            for k in ("E", "T", "B"):
-                avg = np.zeros_like(getattr(lr.W, k))
-                src = mixed["A" + k]
-                avg[tuple(slice(0, s) for s in src.shape)] = src
-                getattr(lr.V, k)[...] = lr.beta * getattr(lr.W, k) - lr.csum * avg
-        lr._avg_cache = None
+        if lr is not None and mixed and lr.parameters():
+            lr.set_parameters(mixed)
 
     def block_sums(self, model, n_global):
         """Parameter mixing keeps no dual point of the union: the primal's hinge sum only."""
@@ -231,33 +210,10 @@ class ParameterMixing:
 
 
 class MemoirMixing(ParameterMixing):
-    """Iterative parameter mixing of MEMOIR's class rows (w_c = acc V_c); after the mixed rows are
-    installed the learner is restored from its own state, which rebuilds the MIPS index."""
+    """Iterative parameter mixing of MEMOIR's dense class rows (w_c = acc V_c); the learner's
+    ``set_parameters`` rebuilds its MIPS index."""
 
     kind = "memoir"
-
-    @staticmethod
-    def _weights(lr):
-        st = lr.store
-        if st is None:
-            return {}
-        if st.kind != "dense":
-            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense')")
-        return {"V": lr.acc * st.V[:st.n_rows, :lr.dim]}
-
-    def apply(self, model, mixed, n_global):
-        lr = bound_learner(model)
-        self.pending = mixed
-        if lr is None or lr.store is None or "V" not in mixed:
-            return
-        V = np.asarray(mixed["V"], dtype=np.float64)
-        st = lr.state()
-        st["rows"] = {"kind": "dense", "dim": max(int(st["dim"]), V.shape[1]), "V": V, "sq": float(np.sum(V * V))}
-        st["n_rows"] = max(int(st["n_rows"]), V.shape[0])
-        st["dim"] = max(int(st["dim"]), V.shape[1])
-        st["acc"] = 1.0
-        st["allocated"] = True
-        lr.restore(model._structure, model._labels.labels, st)
 
 
 def make_mixing(kind, lam, n_workers, beta=1.0):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import load_state, save_state
+from ..checkpoint import load_state, parse_run_state, run_state, save_state
 from ..metrics import ProgressiveMetrics
 from ._cut import PART_KIND, file_sha256
 from ._mix import make_mixing
@@ -161,11 +161,9 @@ class Worker:
     def restore(self, part_path):
         """Resume from this worker's part of a committed cut."""
         st, _ = load_state(part_path, kind=PART_KIND)
-        self.model = model_from_state(st["model"])
-        w = st["worker"]
-        self.examples_seen = int(w["examples_seen"])
-        self.bad_records = int(w["bad_records"])
-        self.metrics = ProgressiveMetrics.from_state(w["metrics"])
+        w = parse_run_state(st, "worker")
+        self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
+        self.metrics = w["metrics"]
         self.n_global = int(w["n_global"])
         self.ended = bool(w["ended"])
         self.learn_seconds = float(w["learn_seconds"])
@@ -178,11 +176,11 @@ class Worker:
 
     def save_part(self, round_id, path):
         """Write this worker's part of the cut of ``round_id`` durably; returns its description."""
-        state = {"model": self.model.state(), "worker": {
-            "index": self.index, "round": int(round_id), "examples_seen": self.examples_seen,
-            "bad_records": self.bad_records, "metrics": self.metrics.state(), "n_global": self.n_global,
-            "ended": self.ended, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
-            "position": self.position, "block_partitions": np.asarray(self.block_partitions, dtype=np.int64)}}
+        state = run_state(self.model, "worker", examples_seen=self.examples_seen, bad_records=self.bad_records,
+                          metrics=self.metrics, position=self.position, index=self.index, round=int(round_id),
+                          n_global=self.n_global, ended=self.ended, learn_seconds=self.learn_seconds,
+                          learn_cpu=self.learn_cpu,
+                          block_partitions=np.asarray(self.block_partitions, dtype=np.int64))
         p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
         return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
 
@@ -238,8 +236,8 @@ class Worker:
         self.mixing.check(self.model)
         if refine_passes > 0:
             self.mixing.prepare(self.model)
-            if self.model._learner is not None:
-                self.model._learner.refine(refine_passes)
+            if self.model.bound_learner is not None:
+                self.model.bound_learner.refine(refine_passes)
         self.learn_seconds += time.perf_counter() - t0
         self.learn_cpu += time.process_time() - c0
         delta = self.mixing.delta(self.model)

@@ -250,6 +250,12 @@ class Estimator:
         return bool(np.isfinite(W.E[rows]).all())
 
     @property
+    def bound_learner(self):
+        """The learner bound to this model's structure (it holds the running state; ``learner``
+        stays the configuration), or None before the first example."""
+        return self._learner
+
+    @property
     def n_blocks(self):
         """Examples held by the learner (the n of its certificate)."""
         return 0 if self._learner is None else self._learner.n_blocks

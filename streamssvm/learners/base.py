@@ -21,6 +21,15 @@ Every learner implements the whole protocol, with these argument orders everywhe
 ``n_blocks``                                                examples held (the certificate's n)
 ==========================================================  =====================================
 
+Optional, for parameter mixing across workers (:mod:`streamssvm.distributed`); a learner that
+cannot be mixed keeps the defaults, which raise ``NotImplementedError`` naming the learner:
+
+==========================================================  =====================================
+``parameters()``                                            the mixed arrays, by name (copies)
+``set_parameters(params)``                                  install mixed arrays (may grow)
+``dual_snapshot()`` / ``blend_dual(snapshot, weight)``      dual learners: blend the held blocks
+==========================================================  =====================================
+
 Encoded examples: ``tok_ptr`` (int, L + 1) is the CSR row pointer of the example's L tokens
 into ``fidx`` (int feature ids) and ``fval`` (float values); ``y`` holds label ids (one per token
 for chains and multiclass; the positive labels for multi-label, ``Ki`` of them). A batch stacks
@@ -56,6 +65,11 @@ def check_number(name, value, low=None, high=None, integer=False, low_open=False
     if high is not None and value > high:
         raise ValueError(f"{name} must be <= {high}, got {value!r}")
     return value
+
+
+def _no_mixing(learner, what):
+    return NotImplementedError(f"{type(learner).__name__} does not support {what}, which distributed "
+                               "learning uses to mix workers (supported: BCFW, SGD, MEMOIR)")
 
 
 def check_search_rescaling(search, rescaling):
@@ -132,3 +146,37 @@ class Learner(base.Base, abc.ABC):
     @abc.abstractmethod
     def restore(self, structure, labels, state):
         """Rebuild the running state saved by :meth:`state` (bind included)."""
+
+    # ------------------------------------------------------------------ parameter mixing (optional)
+    def parameters(self):
+        """The arrays that define the model, by name (copies), for parameter mixing: workers
+        average (or add) each other's changes of these arrays and install the result with
+        :meth:`set_parameters` (:mod:`streamssvm.distributed`). Empty before the first example.
+
+        >>> import numpy as np, streamssvm as ss
+        >>> m = ss.MulticlassSSVM(labels=[0, 1], learner=ss.learners.SGD(lam=0.1, seed=0))
+        >>> m.learn_one(np.array([1.0, 0.0]), 1)
+        >>> p = m.bound_learner.parameters()
+        >>> sorted(p)
+        ['AB', 'AE', 'AT', 'B', 'E', 'T']
+        >>> m.bound_learner.set_parameters({k: 2 * v for k, v in p.items()})
+        >>> bool(np.allclose(m.bound_learner.parameters()["E"], 2 * p["E"]))
+        True
+        """
+        raise _no_mixing(self, "parameters()")
+
+    def set_parameters(self, params):
+        """Install arrays named as :meth:`parameters` returns them; arrays larger than the
+        learner's grow it (zero-padded), smaller ones are zero-padded."""
+        raise _no_mixing(self, "set_parameters()")
+
+    def dual_snapshot(self):
+        """Dual learners: the state of the held dual blocks, for :meth:`blend_dual`."""
+        raise _no_mixing(self, "dual_snapshot() (it keeps no dual blocks)")
+
+    def blend_dual(self, snapshot, weight):
+        """Dual learners: move every held block from its state in ``snapshot`` (a
+        :meth:`dual_snapshot`; blocks not in it start from their birth state) a fraction
+        ``weight`` of the way to its current state: ``alpha_i <- alpha_i^0 + weight (alpha_i -
+        alpha_i^0)``. With 0 < weight <= 1 every block stays feasible (a convex combination)."""
+        raise _no_mixing(self, "blend_dual() (it keeps no dual blocks)")

@@ -576,3 +576,99 @@ class BCFW(Learner):
         self._mark = np.zeros(self.W.E.shape[0])
         self._constants()
 
+    # ------------------------------------------------------------------ parameter mixing
+    # (Learner.parameters; used by streamssvm.distributed, derivation in distributed/_bcfw.py)
+    def parameters(self):
+        """Copies of the weight sums U, named ``E``, ``T``, ``B`` (w = U / (lam n))."""
+        if not self.bound:
+            return {}
+        return {"E": self.W.E.copy(), "T": self.W.T.copy(), "B": self.W.B.copy()}
+
+    def set_parameters(self, params):
+        """Install weight sums U (:meth:`parameters`), growing the weights to their shapes."""
+        W = self.W
+        E = np.asarray(params["E"], dtype=np.float64)
+        if E.shape[0] > W.E.shape[0] or E.shape[1] > W.E.shape[1]:
+            W.grow(E.shape[0], max(E.shape[1], W.Kc))
+            self._Z.grow(W.E.shape[0], W.Kc)
+            self._mark = np.zeros(W.E.shape[0])
+        for k in ("E", "T", "B"):
+            dst, src = getattr(W, k), np.asarray(params[k], dtype=np.float64)
+            dst[...] = 0.0
+            dst[tuple(slice(0, s) for s in src.shape)] = src
+        self._avg_cache = self._pred_cache = None
+
+    def set_union(self, lam, n_total, sigma=1.0):
+        """Step as one worker of a union of ``n_total`` blocks under regularization ``lam``:
+        the working lambda becomes ``lam n_total / (sigma n_k)`` (n_k the blocks held here), so
+        every block step equals the single process's; ``sigma`` > 1 is the CoCoA+ local
+        subproblem (Ma et al., "Adding vs. averaging in distributed primal-dual optimization",
+        ICML 2015), with the weight sums held divided by ``sigma``."""
+        n_k = max(self.store.n, 1)
+        self.lam = self._lamf = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
+        self._pred_cache = None
+
+    @property
+    def n_evicted(self):
+        """Blocks evicted so far (capacity / max_bytes)."""
+        return int(self.store.evicted)
+
+    def _stat_regions(self, slots):
+        """Flat indices into the store's float array of each slot's dual statistic (linear in
+        alpha_i, see ``streamssvm._kernels.structops``), and the per-slot sizes. Blending is
+        linear in dense statistics, so a sparse chain store is converted to dense first."""
+        if self.store.sparse:
+            self.store.compact(sparse=False)
+        st, meta = self.store, self.store.meta
+        idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
+        for q, j in enumerate(slots):
+            L, nnz = int(meta[j, K.M_L]), int(meta[j, K.M_NNZ])
+            s0 = int(meta[j, K.M_FOFF]) + nnz + L * L
+            sizes[q] = int(st.structure.stat_size(L, st.Kc))
+            idx.append(np.arange(s0, s0 + sizes[q]))
+        return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
+
+    def _birth_stat(self, slot, size):
+        """The statistic of a block with alpha on its ground truth (how a new block starts)."""
+        st, out = self.store, np.zeros(size)
+        if not st.slack:
+            m = st.meta[slot]
+            L, nnz, ly, io = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY]), int(m[K.M_IOFF])
+            ytrue = st.Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly].astype(np.int32)
+            so.truth_stat(st.kind, ytrue, ly, L, st.Kc, out, 1.0)
+        return out
+
+    def dual_snapshot(self):
+        """The held blocks' dual statistics and losses (alpha^0 for :meth:`blend_dual`)."""
+        st = self.store
+        slots = st.slots().copy()
+        idx, sizes = self._stat_regions(slots)
+        return {"slots": slots, "stat": st.Far[idx].copy(), "sizes": sizes, "lval": st.lval[slots].copy(),
+                "Kc": int(st.Kc)}
+
+    def blend_dual(self, snapshot, weight):
+        """alpha_i <- alpha_i^0 + weight (alpha_i - alpha_i^0) for every held block (see
+        :meth:`Learner.blend_dual`); the weight sums are left alone (mixing installs them)."""
+        st = self.store
+        if st.n == 0:
+            return
+        if snapshot is not None and snapshot["slots"].size and snapshot["Kc"] != st.Kc:
+            raise RuntimeError("the label capacity changed inside a round; declare the labels up front "
+                               "(labels=[...]) for distributed learning")
+        slots = st.slots().copy()
+        idx, sizes = self._stat_regions(slots)
+        start, lstart, where = np.empty(idx.size), np.zeros(len(slots)), {}
+        if snapshot is not None:
+            off = np.concatenate([[0], np.cumsum(snapshot["sizes"])])
+            where = {int(j): q for q, j in enumerate(snapshot["slots"])}
+        p = 0
+        for q, j in enumerate(slots):
+            size, w = int(sizes[q]), where.get(int(j))
+            if w is None:
+                start[p:p + size] = self._birth_stat(j, size)
+            else:
+                start[p:p + size] = snapshot["stat"][off[w]:off[w + 1]]
+                lstart[q] = snapshot["lval"][w]
+            p += size
+        st.Far[idx] = start + weight * (st.Far[idx] - start)
+        st.lval[slots] = lstart + weight * (st.lval[slots] - lstart)

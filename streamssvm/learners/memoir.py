@@ -669,5 +669,26 @@ class MEMOIR(Learner):
             self._index_rows()
         return self
 
+    # ---------------------------------------- parameter mixing (Learner.parameters; streamssvm.distributed)
+    def parameters(self):
+        """The class rows w_c = acc V_c as one dense matrix ``V`` (dense rows only)."""
+        if self.store is not None and self.store.kind != "dense":
+            raise ValueError("parameter mixing needs dense class rows: use MEMOIR(rows='dense')")
+        return {} if self.store is None else {"V": self.acc * self.store.V[:self.store.n_rows, :self.dim]}
+
+    def set_parameters(self, params):
+        """Install class rows (:meth:`parameters`) with acc = 1 and rebuild the MIPS index."""
+        V, st = np.asarray(params["V"], dtype=np.float64), self.store
+        if st is None or st.kind != "dense":
+            raise ValueError("set_parameters() needs allocated dense class rows (MEMOIR(rows='dense'), one example)")
+        for rows in (st, st if self.avg is None else self.avg):
+            rows.ensure(V.shape[0], V.shape[1])
+        st.V[...] = 0.0
+        st.V[:V.shape[0], :V.shape[1]] = V
+        st.sq, self.acc, self.dim = float(np.sum(V * V)), 1.0, max(self.dim, V.shape[1])
+        self._touched.clear()
+        self._allocate(self.dim, store=st)
+        self._index_rows()
+
 
 __all__ = ["MEMOIR"]

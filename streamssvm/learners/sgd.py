@@ -689,3 +689,24 @@ class SGD(Learner):
         else:
             self._visits = [int(v) for v in np.asarray(visits).ravel()]
         self._ws = Workspace(self.structure).ensure(1, self.W.Kc)
+
+    # ---------------------------------------- parameter mixing (Learner.parameters; streamssvm.distributed)
+    def parameters(self):
+        """w = a U (``E``, ``T``, ``B``) and the predicting average (``AE``, ``AT``, ``AB``)."""
+        A, s = self._pred_weights() if self.bound else (None, 0.0)
+        return {} if A is None else {**{k: self.a * getattr(self.W, k) for k in "ETB"},
+                                     **{"A" + k: s * getattr(A, k) for k in "ETB"}}
+
+    def set_parameters(self, params):
+        """Install w and the average (:meth:`parameters`); the average is kept lazily as
+        (beta U - V) / csum, so V is chosen to make it the given one."""
+        self.W.grow(*np.shape(params["E"]))
+        self.V.grow(*np.shape(params["E"]))
+        for k in "ETB":
+            w, avg = getattr(self.W, k), np.zeros_like(getattr(self.W, k))
+            for dst, src in ((w, params[k]), (avg, params["A" + k])):
+                dst[...] = 0.0
+                dst[tuple(slice(0, n) for n in np.shape(src))] = src
+            if self.csum > 0.0:
+                getattr(self.V, k)[...] = self.beta * w - self.csum * avg
+        self.a, self.unorm2, self._avg_cache = 1.0, self.W.sqnorm(), None
