@@ -54,6 +54,7 @@ import numpy as np
 
 from .._kernels import mips as MK
 from ..certificate import Certificate
+from ..checkpoint import CheckpointError
 from ..oracles.mips import ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
 from .base import Learner, check_choice, check_number
@@ -65,6 +66,8 @@ RENORM_BELOW = 1e-20
 # costs ~60-200 us per query, an hnswlib query at ef=200 144-363 us plus re-insertions; the
 # break-even lies between ~10k and ~30k rows (synthetic: 30k rows 1.9x, 100k rows 9.2x for hnsw).
 AUTO_HNSW_ROWS = 20_000
+# examples learned while a single class existed, kept to be stepped when a second one arrives
+FLAT_MAX = 1000
 
 
 def _has_hnswlib():
@@ -195,9 +198,11 @@ class MEMOIR(Learner):
         self.n_steps = 0         # SGD steps (learned examples and refine steps)
         self.n_updates = 0
         self.n_renorm = 0
+        self.n_revisit_steps = 0
         self._reset_checks()
         self._touched = set()
         self._recent = []        # the window: (idx int64, val float64, class id)
+        self._flat = []          # examples learned with no competing class (stepped when one arrives)
         self._bound = True
         if labels:
             self._set_labels(labels)
@@ -308,6 +313,19 @@ class MEMOIR(Learner):
                 self.oracle.add_zero_rows(n0, n_classes)   # zero rows stay out of the index
             else:
                 self.oracle.update(range(n0, n_classes))
+            if self._flat:
+                self._revisit_flat()
+
+    def _revisit_flat(self):
+        """A second class arrived: the examples learned while their class had no competitor
+        (hinge 0 only because no other class existed; at most ``FLAT_MAX``, the last ones)
+        each get one step now, against the grown class set, so a class's first example counts
+        as soon as a second class exists (as BCFW's revisit of flat blocks). Bounded cost: one
+        step per such example, once."""
+        flat, self._flat = self._flat, []
+        for idx, val, c in flat:
+            self._step(idx, val, c)
+        self.n_revisit_steps += len(flat)
 
     def eta(self):
         """The step size of the current batch: eta0 / (R^2 (1 + eta_step n)), n the examples
@@ -358,7 +376,12 @@ class MEMOIR(Learner):
         idx = np.asarray(fidx[a:b], dtype=np.int64)
         val = np.asarray(fval[a:b], dtype=np.float64)
         c = int(y[0])
+        self._was_flat = False
         self._step(idx, val, c)
+        if self._was_flat:
+            self._flat.append((idx, val, c))
+            if len(self._flat) > FLAT_MAX:
+                del self._flat[0]
         self.n_learned += 1
         if self.window:
             self._recent.append((idx, val, c))
@@ -407,7 +430,9 @@ class MEMOIR(Learner):
             if check:
                 self._check(idx, val, y, r)
             step = 0.0
-            if r >= 0:
+            if r < 0:
+                self._note_flat(idx, val, y)
+            else:
                 score_r = st.dot(r, idx, val) * self.acc
                 score_y = st.dot(y, idx, val) * self.acc
                 if 1.0 + score_r - score_y > 0.0:
@@ -415,6 +440,8 @@ class MEMOIR(Learner):
         else:
             r, v, cost = self._rescaled(idx, val, y, check)
             step = 0.0
+            if r < 0:
+                self._note_flat(idx, val, y)
             if r >= 0 and v > 0.0:
                 step = eta * cost if self.rescaling == "slack" else eta
         if step > 0.0:
@@ -436,6 +463,10 @@ class MEMOIR(Learner):
             w = float(self.n_steps) if self.average == "linear" else 1.0
             self.avg_A += w * self.acc
             self.avg_W += w
+
+    def _note_flat(self, idx, val, y):
+        # no competitor exists at all (the only row is the true class): learn() keeps the example
+        self._was_flat = self.store.n_rows <= 1
 
     def _pick(self, cands, scores, m, idx, val, y):
         costs = np.asarray(self._costs(y, cands, m), dtype=np.float64)
@@ -640,10 +671,15 @@ class MEMOIR(Learner):
                 "n_updates": self.n_updates, "n_renorm": self.n_renorm, "checks": self.checks, "hits": self.hits,
                 "n_clock": self.n_clock, "r2_sum": self.r2_sum, "r2_n": self.r2_n, "eta_batch": self._eta_batch, "acc_fold": self._acc_fold, "avg_A": self.avg_A, "avg_W": self.avg_W,
                 "avg": None if self.avg is None else self.avg.state(),
-                "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent]}
+                "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent],
+                "flat": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._flat]}
 
     def restore(self, structure, labels, state):
+        """Rebuild from :meth:`state` after checking every size, index and value against the
+        others (:func:`validate_memoir_state`: no file can make a kernel read or write out of
+        bounds); a bad state raises ``CheckpointError``."""
         st = state
+        validate_memoir_state(st, len(labels), self.batch_size)
         self.bind(structure, labels)
         if st["allocated"]:
             store = rows_from_state(st["rows"])
@@ -665,9 +701,145 @@ class MEMOIR(Learner):
             self.avg_A, self.avg_W = float(st["avg_A"]), float(st["avg_W"])
         self._recent = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64),
                          int(r["c"])) for r in st["recent"]]
+        self._flat = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64),
+                       int(r["c"])) for r in st.get("flat", [])]
         if self.store is not None and self.store.n_rows:
             self._index_rows()
         return self
 
 
-__all__ = ["MEMOIR"]
+def _bad(msg):
+    raise CheckpointError(f"invalid MEMOIR state in the file: {msg}")
+
+
+def _int(st, key, low=0, high=1 << 62, default=None):
+    v = st.get(key, default) if default is not None else st[key]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not low <= int(v) < high:
+        _bad(f"{key} must be an integer in [{low}, {high}), got {str(v)[:40]!r}")
+    return int(v)
+
+
+def _num(st, key, low=-np.inf, low_open=False, default=None):
+    v = st.get(key, default) if default is not None else st[key]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        _bad(f"{key} must be a number, got {str(v)[:40]!r}")
+    v = float(v)
+    if not np.isfinite(v) or v < low or (low_open and v == low):
+        _bad(f"{key} must be finite and {'>' if low_open else '>='} {low}, got {v!r}")
+    return v
+
+
+def _rows_ok(rs, kind, n_rows, what):
+    """A row store's state (:meth:`DenseRows.state` / :meth:`SparseRows.state`); returns its
+    column count (every feature index used with it must be below)."""
+    if not isinstance(rs, dict) or rs.get("kind") != kind:
+        _bad(f"{what}: a {kind} row store expected")
+    dim = _int(rs, "dim", 0, 1 << 31)
+    sq = rs.get("sq")
+    if not isinstance(sq, (int, float, np.floating)) or not np.isfinite(sq) or sq < 0:
+        _bad(f"{what}: sq must be a finite number >= 0")
+    if kind == "dense":
+        V = np.asarray(rs["V"])
+        if V.ndim != 2 or (V.size and V.dtype.kind != "f") or V.shape[0] != n_rows:
+            _bad(f"{what}: V must be a ({n_rows}, columns) float array, got {V.dtype} {V.shape}")
+        if not np.isfinite(V).all():
+            _bad(f"{what}: non-finite weights")
+        return max(dim, V.shape[1])
+    if _int(rs, "n_rows", 0, 1 << 31) != n_rows:
+        _bad(f"{what}: {rs['n_rows']} rows, expected {n_rows}")
+    feat, cls, val = (np.asarray(rs[k]) for k in ("feat", "cls", "val"))
+    if not (feat.ndim == cls.ndim == val.ndim == 1 and feat.shape == cls.shape == val.shape):
+        _bad(f"{what}: feat / cls / val must be 1-D arrays of one length")
+    if feat.size and (feat.dtype.kind not in "iu" or cls.dtype.kind not in "iu" or val.dtype.kind != "f"):
+        _bad(f"{what}: feat / cls must be integer arrays and val a float array")
+    if not np.isfinite(val).all():
+        _bad(f"{what}: non-finite weights")
+    for a, hi, name in ((feat, dim, "feature indices"), (cls, n_rows, "class indices")):
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= hi):
+            _bad(f"{what}: {name} out of range [0, {hi}): min {int(a.min())}, max {int(a.max())}")
+    if feat.size and np.unique(feat.astype(np.int64) * (n_rows + 1) + cls.astype(np.int64)).size != feat.size:
+        _bad(f"{what}: repeated (feature, class) entries")
+    return max(dim, 16)
+
+
+def _examples_ok(exs, dim, n_rows, what):
+    if not isinstance(exs, list):
+        _bad(f"{what} must be a list")
+    for i, r in enumerate(exs):
+        if not isinstance(r, dict):
+            _bad(f"{what} {i}: not an example")
+        idx, val = np.asarray(r["idx"]), np.asarray(r["val"])
+        if idx.ndim != 1 or idx.shape != val.shape or (idx.size and (idx.dtype.kind not in "iu" or val.dtype.kind != "f")):
+            _bad(f"{what} {i}: idx / val must be 1-D integer / float arrays of one length")
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= dim):
+            _bad(f"{what} {i}: feature indices out of range [0, {dim})")
+        if not np.isfinite(val).all():
+            _bad(f"{what} {i}: non-finite feature values")
+        _int(r, "c", 0, max(n_rows, 1) if n_rows else 0)
+
+
+def validate_memoir_state(st, n_labels, batch_size=1):
+    """Check a :meth:`MEMOIR.state` before anything is built from it: counters and scalars,
+    the row stores (shapes, feature and class indices in range, no repeated sparse entry,
+    finite values), the lazy average (a store of the same kind and size), the held window and
+    the flat examples (feature indices below the rows' columns, classes below the row count),
+    and the row count against the ``n_labels`` labels of the file. Raises ``CheckpointError``.
+
+    >>> from streamssvm.structures import MultiClass
+    >>> lr = MEMOIR(mips="exact"); lr.bind(MultiClass(), [])
+    >>> lr.ensure(3, ["a", "b"])
+    >>> lr.learn(np.array([0, 1]), np.array([2]), np.array([1.0]), np.array([1]))
+    >>> st = lr.state(); validate_memoir_state(st, 2)
+    >>> st["recent"][0]["idx"] = np.array([7])
+    >>> validate_memoir_state(st, 2)
+    Traceback (most recent call last):
+    ...
+    streamssvm.checkpoint.CheckpointError: invalid MEMOIR state in the file: window example 0: feature indices out of range [0, 3)
+    """
+    if not isinstance(st, dict):
+        _bad("not a mapping")
+    try:
+        for k in ("t", "n_learned", "n_steps", "n_updates", "n_renorm", "checks", "hits"):
+            _int(st, k)
+        _int(st, "in_batch", 0, max(int(batch_size), 1))
+        for k in ("n_clock", "r2_n"):
+            _int(st, k, default=0) if k in st else None
+        _num(st, "acc", 0.0, low_open=True)
+        for k in ("acc_fold",):
+            if k in st:
+                _num(st, k, 0.0, low_open=True)
+        for k in ("r2_sum", "eta_batch", "avg_W"):
+            if k in st:
+                _num(st, k, 0.0)
+        if "avg_A" in st:
+            _num(st, "avg_A")
+        allocated = st["allocated"]
+        if not isinstance(allocated, (bool, np.bool_)):
+            _bad("allocated must be a boolean")
+        if not allocated:
+            if st["recent"] or st.get("flat") or st.get("avg") is not None:
+                _bad("examples or an average without rows")
+            return
+        kind = st["kind"]
+        if kind not in ("dense", "sparse"):
+            _bad(f"kind must be 'dense' or 'sparse', got {str(kind)[:40]!r}")
+        dim = _int(st, "dim", 0, 1 << 31)
+        n_rows = _int(st, "n_rows", 0, 1 << 31)
+        if n_rows > n_labels:
+            _bad(f"{n_rows} class rows but the file names {n_labels} labels")
+        cols = _rows_ok(st["rows"], kind, n_rows, "rows")
+        if kind == "dense" and dim > cols:
+            _bad(f"dim {dim} is wider than the dense rows ({cols} columns)")
+        if st.get("avg") is not None:
+            _rows_ok(st["avg"], kind, n_rows, "averaged rows")
+        # the store is grown to dim columns on restore; feature indices must be below both
+        cols = max(cols, dim)
+        _examples_ok(st["recent"], cols, n_rows, "window example")
+        _examples_ok(st.get("flat", []), cols, n_rows, "flat example")
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
+        _bad(f"{type(e).__name__}: {e}")
+
+
+__all__ = ["MEMOIR", "validate_memoir_state"]
