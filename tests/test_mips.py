@@ -179,3 +179,97 @@ def test_recall_on_real_data(cls, kw, min_recall):
         hits += s[o.query(idx, q)] >= s[exact.query(idx, q)] - 1e-9
     assert hits / 300 >= min_recall
     assert o.stats()["candidates_per_query"] < C / 5  # sublinear work
+
+
+# ------------------------------------------------------------------ float32 BLAS exact scan
+def _brute(V, n, idx, val, exclude):
+    """float64 argmax over c != exclude, ties to the smallest class (plain numpy)."""
+    s = V[:n][:, idx] @ val
+    if 0 <= exclude < n:
+        s[exclude] = -np.inf
+    return int(np.argmax(s)) if np.isfinite(s).any() else -1
+
+
+@pytest.mark.parametrize("d,nnz", [(64, None), (256, None), (256, 128)])
+def test_blas_scan_matches_the_float64_argmax_with_near_ties(d, nnz):
+    """Rows built as near-copies of a few bases (differences of 1e-12 .. 1e-7 relative, below
+    what float32 resolves) and exact copies (exact ties): the float32 scan alone would pick
+    among them at random; re-scoring the candidates in float64 gives the float64 argmax,
+    the smallest class among exact ties."""
+    from streamssvm.oracles.mips import BlasExactMIPS
+    rng = np.random.default_rng(7)
+    n = 600
+    base = rng.normal(size=(5, d))
+    V = base[rng.integers(0, 5, size=n)] * (1.0 + 1e-7 * rng.integers(-3, 4, size=(n, 1)))
+    V[::7] += 1e-12 * rng.normal(size=(len(V[::7]), d))
+    V[100:110] = V[99]           # exact ties
+    V[300:] = rng.normal(size=(n - 300, d)) * 1e-3 + V[99]
+    R = Rows(V)
+    o = BlasExactMIPS(R)
+    ex = ExactMIPS(R)
+    cands = []
+    for i, (idx, val) in enumerate(_queries(rng, d, 300, nnz)):
+        if i % 3 == 0:
+            val = np.sign(base[0, idx]) * np.abs(val)     # aim at a base: many near-ties at the top
+        exclude = int(rng.integers(-1, n))
+        c = o.query(idx, val, exclude)
+        assert c == ex.query(idx, val, exclude) == _brute(V, n, idx, val, exclude)
+    st = o.stats()
+    assert st["blas_queries"] == 300 and st["rescored_per_query"] > 1.0   # the near-ties were re-scored
+    # exact ties: the smallest class wins, with or without the excluded one
+    idx = np.arange(d)
+    val = V[99].copy()
+    assert o.query(idx, val, -1) == ex.query(idx, val, -1)
+    assert o.query(idx, val, 99) == ex.query(idx, val, 99)
+
+
+def test_blas_scan_follows_row_changes_growth_and_rescaling():
+    """Kept in sync through row_changed (axpy), update (arbitrary change, rescaling), new
+    rows and a wider store: every answer equals the float64 scan."""
+    from streamssvm.oracles.mips import BlasExactMIPS
+    rng = np.random.default_rng(3)
+    R = DenseRows(16)
+    R.ensure(4, 16)
+    o = BlasExactMIPS(R)
+    ex = ExactMIPS(R)
+    for t in range(3000):
+        if t == 500:
+            R.ensure(40, 16)
+        if t == 1500:
+            R.ensure(60, 48)             # wider rows: the mirror is rebuilt
+        n, d = R.n_rows, R.V.shape[1]
+        dd = 16 if t < 1500 else 48
+        idx = np.arange(dd)
+        val = rng.normal(size=dd)
+        c = int(rng.integers(n))
+        a = float(rng.normal()) * 0.1
+        R.axpy(c, idx, val, a, float(val @ val))
+        o.row_changed(c, idx, val, a)
+        if t % 400 == 399:
+            R.scale(1e-3)
+            o.update(range(n))
+        q = rng.normal(size=dd)
+        excl = int(rng.integers(-1, n))
+        assert o.query(idx, q, excl) == ex.query(idx, q, excl) == _brute(R.V, n, idx, q, excl)
+
+
+def test_blas_scan_edge_cases():
+    from streamssvm.oracles.mips import BlasExactMIPS
+    R = DenseRows(4)
+    o = BlasExactMIPS(R)
+    idx = np.arange(4)
+    assert o.query(idx, np.ones(4)) == -1                    # no rows
+    R.ensure(1, 4)
+    assert o.query(idx, np.ones(4), 0) == -1                 # the only row excluded
+    assert o.query(idx, np.ones(4), -1) == 0
+    R.ensure(5, 4)
+    assert o.query(idx, np.ones(4), 0) == 1                  # zero rows tie: the smallest other one
+    # repeated feature indices are summed, as the float64 scan does
+    _ = R.axpy(3, np.array([0]), np.array([1.0]), 1.0, 1.0)
+    _ = R.axpy(2, np.array([1]), np.array([1.0]), 1.5, 1.0)
+    rep = np.array([0, 0, 0, 1, 2, 3])
+    v = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+    assert o.query(rep, v) == ExactMIPS(R).query(rep, v) == 3
+    with pytest.raises(TypeError):
+        from streamssvm.oracles.rows import SparseRows
+        BlasExactMIPS(SparseRows(dim=4))

@@ -55,7 +55,7 @@ import numpy as np
 from .._kernels import mips as MK
 from ..certificate import Certificate
 from ..checkpoint import CheckpointError
-from ..oracles.mips import ExactMIPS, HNSWMIPS, LSHMIPS
+from ..oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
 from .base import Learner, check_choice, check_number
 
@@ -222,10 +222,12 @@ class MEMOIR(Learner):
         self.store = st = store
         if self.averaging and self.avg is None:
             self.avg = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
-        self._exact = ExactMIPS(st)
         mode = self.mips
         if mode == "auto":
             mode = "hnsw" if self._auto_hnsw(st.n_rows) else "exact"
+        # dense rows searched exactly: a float32 BLAS scan re-scored in float64 (same answers as
+        # the float64 scan; it needs every row change reported, which only the active oracle gets)
+        self._exact = BlasExactMIPS(st) if st.kind == "dense" and mode == "exact" else ExactMIPS(st)
         self._make_oracle(mode)
 
     @property
@@ -238,6 +240,8 @@ class MEMOIR(Learner):
     def _make_oracle(self, mode):
         st = self.store
         self.mips_active = mode
+        if mode != "exact" and isinstance(self._exact, BlasExactMIPS):
+            self._exact = ExactMIPS(st)    # its mirror would go stale: checks and prediction scan
         if mode == "exact":
             self.oracle = self._exact
         elif mode == "hnsw":

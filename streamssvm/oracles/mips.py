@@ -106,6 +106,136 @@ class ExactMIPS(MIPS):
         return self._all, buf, n
 
 
+# unit roundoffs of float32 / float64 and the float32 subnormal spacing (error bounds below)
+_U32 = 2.0 ** -24
+_U64 = 2.0 ** -53
+_TINY32 = 2.0 ** -149
+
+
+class BlasExactMIPS(ExactMIPS):
+    """Exact MIPS over dense rows by one float32 BLAS matrix-vector product, re-scored in
+    float64: the same answer as :class:`ExactMIPS` (the float64 scan), ties included.
+
+    A float32 mirror of the rows (``n_rows x columns``) and the float64 norm of every row are
+    kept in sync by :meth:`row_changed` / :meth:`update` (the caller reports every change of
+    the rows; rows added by ``ensure`` are picked up at the next query). A query computes
+    ``g = M q`` in float32 and bounds each score's error: casting and any summation order cost
+    at most ``gamma_{d+2} sum_j |v_j x_j| <= gamma_{d+2} |v_c| |x|`` in float32 (Higham,
+    "Accuracy and Stability of Numerical Algorithms", ch. 3) plus the float64 scan's own
+    ``gamma_d |v_c| |x|`` and a subnormal term, so with ``e_c`` that bound every class whose
+    float64 score can be the maximum satisfies ``g_c + e_c >= max_b (g_b - e_b)``. Those
+    candidates (a handful, unless scores are within ~1e-5 relative of each other) are re-scored
+    in float64 in the scan's summation order and the smallest id among the best is returned, as
+    the scan does. A non-finite float32 score falls back to the float64 scan.
+
+    Sparse inputs with fewer than ``min_fill * columns`` features use the float64 scan (a
+    gather of a few columns is cheaper than the dense product).
+
+    >>> import numpy as np
+    >>> from streamssvm.oracles.rows import DenseRows
+    >>> R = DenseRows(8); R.ensure(50, 8)
+    >>> rng = np.random.default_rng(0)
+    >>> for c in range(50):
+    ...     _ = R.axpy(c, np.arange(8), rng.normal(size=8), 1.0, 8.0)
+    >>> o = BlasExactMIPS(R); x = rng.normal(size=8)
+    >>> o.query(np.arange(8), x, 3) == ExactMIPS(R).query(np.arange(8), x, 3)
+    True
+    """
+
+    def __init__(self, rows, min_fill=0.1):
+        super().__init__(rows)
+        if self.store.kind != "dense":
+            raise TypeError("BlasExactMIPS needs dense rows (DenseRows)")
+        self.min_fill = float(min_fill)
+        self._M = np.zeros((0, 1), dtype=np.float32)
+        self._nrm = np.zeros(0)
+        self._synced = 0       # rows [0, _synced) mirror the store
+        self._out = np.zeros(16)
+        self.n_blas = 0
+        self.n_rescored = 0
+        self.n_fallback = 0
+
+    # -------------------------------------------------------------- mirror
+    def _sync(self):
+        """Mirror the rows added since the last query (and everything if the store's width or
+        capacity changed)."""
+        V, n = self.store.V, self.store.n_rows
+        if self._M.shape[1] != V.shape[1] or self._M.shape[0] < n:
+            M = np.zeros((max(n, 2 * self._M.shape[0], 16), V.shape[1]), dtype=np.float32)
+            nrm = np.zeros(M.shape[0])
+            self._M, self._nrm, self._synced = M, nrm, 0
+        if self._synced < n:
+            lo = self._synced
+            self._M[lo:n] = V[lo:n]
+            self._nrm[lo:n] = np.sqrt(np.einsum("ij,ij->i", V[lo:n], V[lo:n]))
+            self._synced = n
+
+    def update(self, class_ids):
+        ids = np.asarray(list(class_ids) if not isinstance(class_ids, np.ndarray) else class_ids, dtype=np.int64)
+        ids = ids[ids < self._synced]
+        if ids.size:
+            V = self.store.V
+            if V.shape[1] != self._M.shape[1]:
+                self._synced = 0       # width changed: the next query copies every row
+                return
+            self._M[ids] = V[ids]
+            self._nrm[ids] = np.sqrt(np.einsum("ij,ij->i", V[ids], V[ids]))
+
+    def row_changed(self, c, idx, val, coef):
+        if c < self._synced:
+            V = self.store.V
+            if V.shape[1] != self._M.shape[1]:
+                self._synced = 0
+                return
+            self._M[c, idx] = V[c, idx]
+            r = V[c]
+            self._nrm[c] = np.sqrt(r @ r)
+
+    # -------------------------------------------------------------- query
+    def query(self, idx, val, exclude=-1):
+        st = self.store
+        n = st.n_rows
+        if n == 0 or idx.shape[0] < self.min_fill * st.V.shape[1]:
+            return super().query(idx, val, exclude)
+        self._sync()
+        M = self._M
+        d = M.shape[1]
+        qd = np.bincount(idx, weights=val, minlength=d)
+        g = (M[:n] @ qd.astype(np.float32)).astype(np.float64)
+        m = idx.shape[0]
+        # |v_c . x| error: float32 (casts and sum over d terms) on the dense x, float64 scan
+        # (sum over the m entries of idx; |x_p| summed, which also covers repeated indices)
+        x1 = float(np.abs(val).sum())
+        bound = ((d + 2) * _U32 / (1.0 - (d + 2) * _U32) * float(np.sqrt(qd @ qd))
+                 + (m + 1) * _U64 / (1.0 - (m + 1) * _U64) * x1) * (1.0 + 1e-6)
+        e = self._nrm[:n] * bound
+        e += 2.0 * (d + 2) * _TINY32 * (1.0 + x1)
+        if 0 <= exclude < n:
+            g[exclude] = -np.inf
+        lo = g - e
+        L = lo.max()
+        if not np.isfinite(L) and not (n == 1 and 0 <= exclude < n):
+            self.n_fallback += 1
+            return super().query(idx, val, exclude)
+        g += e
+        cands = np.flatnonzero(g >= L)
+        k = cands.shape[0]
+        if self._out.shape[0] < k:
+            self._out = np.zeros(max(k, 2 * self._out.shape[0]))
+        c, _ = K.rescore_into(st.V, cands, k, idx, val, exclude, self._out)
+        self.n_queries += 1
+        self.n_blas += 1
+        self.n_rescored += k
+        self.n_candidates += n
+        return int(c)
+
+    def stats(self):
+        d = super().stats()
+        d.update(blas_queries=self.n_blas, rescored_per_query=self.n_rescored / max(self.n_blas, 1),
+                 fallbacks=self.n_fallback)
+        return d
+
+
 class _Dirty(MIPS):
     """Shared machinery of the approximate oracles: sketches, dirty set, candidates.
 
