@@ -127,13 +127,13 @@ def test_argument_errors():
         HNSWMIPS(Rows(np.zeros((2, 2))), 2, k=0)
 
 
-@pytest.mark.parametrize("cls", [HNSWMIPS, LSHMIPS])
-def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls):
+@pytest.mark.parametrize("cls,reinsert", [(HNSWMIPS, "fresh"), (HNSWMIPS, "replace"), (LSHMIPS, None)])
+def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls, reinsert):
     rng = np.random.default_rng(5)
     C, d = 3000, 12
     W = np.zeros((C, d))
     rows = Rows(W)
-    o = cls(rows, d, max_dirty=16)
+    o = cls(rows, d, max_dirty=16, **({"reinsert": reinsert} if reinsert else {}))
     o.add_zero_rows(0, C)             # 3000 classes, all zero: nothing indexed, nothing dirty
     assert not o.dirty and o.known == C
     ex = ExactMIPS(rows)
@@ -149,9 +149,13 @@ def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls):
             # the zero rows are represented by the smallest one not excluded: negative scores
             # of the moved rows lose to it, exactly as in the full scan
             assert o.query(idx, q, e) == ex.query(idx, q, e) or cls is LSHMIPS
-    if cls is HNSWMIPS:
+    if reinsert == "fresh":      # versioned labels, tombstones, rebuilds
         st = o.staleness()
         assert st["rebuilds"] > 0 and st["index_live"] <= 60
+    elif reinsert == "replace":  # one element per class, re-inserted in place: no tombstone, no rebuild
+        st = o.staleness()
+        assert st["rebuilds"] == 0 and st["index_deleted"] == 0 and st["index_live"] <= 60
+        assert o.index.get_current_count() == st["index_live"] and st["rows_reindexed"] > 1000
     qs = _queries(rng, d, 200)
     assert _recall(o, ex, qs) >= (0.95 if cls is HNSWMIPS else 0.6)
 
@@ -273,3 +277,46 @@ def test_blas_scan_edge_cases():
     with pytest.raises(TypeError):
         from streamssvm.oracles.rows import SparseRows
         BlasExactMIPS(SparseRows(dim=4))
+
+
+def test_hnsw_drift_threshold_leaves_small_changes_stale():
+    """With drift_tol, a dirty row whose change since its insertion is below drift_tol x its
+    norm leaves the dirty set without a re-insertion (its older vector stays in the graph) and
+    keeps its drift bound, so it is re-inserted once the changes add up; rows changed through
+    update() are always re-inserted. Answers stay exact re-scores of candidates."""
+    rng = np.random.default_rng(11)
+    C, d = 400, 16
+    W = rng.normal(size=(C, d))
+    rows = Rows(W)
+    o = HNSWMIPS(rows, d, max_dirty=8, drift_tol=0.2)
+    o.update(range(C))
+    o.reindex()
+    base = o.staleness()["rows_reindexed"]
+    idx = np.arange(d, dtype=np.int64)
+    c = 5
+    u = W[c].copy()
+    for t in range(8):          # steps of 0.024 x the norm at insertion: 0.192 in all
+        v = 0.024 * u
+        W[c] += v
+        o.row_changed(c, idx, v, 1.0)
+        o.reindex()
+    st = o.staleness()
+    # drift bounds 0.024, 0.048, ..., 0.192: each below 0.2 x the norm at insertion
+    assert st["rows_reindexed"] == base and st["rows_left_stale"] == 8
+    assert 0.19 * o._inorm[c] < o._drift[c] < 0.2 * o._inorm[c]
+    v = W[c] * 0.05
+    W[c] += v
+    o.row_changed(c, idx, v, 1.0)
+    o.reindex()
+    st = o.staleness()
+    assert st["rows_reindexed"] == base + 1 and o._drift[c] == 0.0
+    np.testing.assert_allclose(o.index.get_items([int(o._label[c])])[0], W[c], rtol=1e-6)
+    # update(): an arbitrary change is re-inserted whatever its size
+    W[7] *= 1.0 + 1e-9
+    o.update([7])
+    o.reindex()
+    assert o.staleness()["rows_reindexed"] == base + 2
+    ex = ExactMIPS(rows)
+    for idx_, q in _queries(rng, d, 50):
+        r = o.query(idx_, q)
+        assert r == ex.query(idx_, q) or W[r] @ q <= W[ex.query(idx_, q)] @ q

@@ -66,6 +66,9 @@ RENORM_BELOW = 1e-20
 # costs ~60-200 us per query, an hnswlib query at ef=200 144-363 us plus re-insertions; the
 # break-even lies between ~10k and ~30k rows (synthetic: 30k rows 1.9x, 100k rows 9.2x for hnsw).
 AUTO_HNSW_ROWS = 20_000
+# mips="hnsw": a dirty row is re-inserted into the graph only once its change since its last
+# insertion exceeds this fraction of its norm then (see HNSWMIPS)
+DRIFT_TOL = 0.1
 # examples learned while a single class existed, kept to be stepped when a second one arrives
 FLAT_MAX = 1000
 
@@ -97,8 +100,10 @@ class MEMOIR(Learner):
         ``"linear"`` (predict with the step-weighted average of the iterates, kept lazily),
         ``"uniform"`` (plain average) or ``"none"`` (the last iterate). The l1 variant does not
         average.
-    k, max_dirty, sketch_dim, ef, M, ef_construction
-        MIPS parameters (see :mod:`streamssvm.oracles.mips`).
+    k, max_dirty, sketch_dim, ef, M, ef_construction, drift_tol, reinsert
+        MIPS parameters (see :mod:`streamssvm.oracles.mips`; ``drift_tol``: a changed row is
+        re-inserted into the HNSW graph only once it drifted by more than this fraction of its
+        norm, ``reinsert="replace"``: into the slot its old vector frees).
     check_every
         Every this many steps, also run the exact search and record recall@1 and the margin
         error of the approximate answer (0: never). The checks only read the rows: they change
@@ -136,7 +141,7 @@ class MEMOIR(Learner):
                  sketch_dim: int | None = None, check_every: int = 100, seed: int | None = 0,
                  rows: str = "auto", rescaling: str = "margin", ef: int = 200, M: int = 16,
                  ef_construction: int = 100, window: int = 1000, predict_with: str = "exact",
-                 average: str = "linear"):
+                 average: str = "linear", drift_tol: float = DRIFT_TOL, reinsert: str = "replace"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.variant = check_choice("variant", variant, ("l2", "l1"))
         self.mips = check_choice("mips", mips, _MIPS)
@@ -156,6 +161,8 @@ class MEMOIR(Learner):
         self.window = check_number("window", window, low=0, integer=True)
         self.predict_with = check_choice("predict_with", predict_with, ("exact", "index"))
         self.average = check_choice("average", average, ("linear", "uniform", "none"))
+        self.drift_tol = check_number("drift_tol", drift_tol, low=0.0)
+        self.reinsert = check_choice("reinsert", reinsert, ("replace", "fresh"))
 
     @classmethod
     def _unit_test_params(cls):
@@ -247,7 +254,7 @@ class MEMOIR(Learner):
         elif mode == "hnsw":
             self.oracle = HNSWMIPS(st, self.dim, self.sketch_dim, k=self.k, max_dirty=self.max_dirty,
                                    ef=self.ef, M=self.M, ef_construction=self.ef_construction,
-                                   seed=self.seed or 0)
+                                   seed=self.seed or 0, drift_tol=self.drift_tol, reinsert=self.reinsert)
         else:
             self.oracle = LSHMIPS(st, self.dim, self.sketch_dim, k=max(self.k, 32), max_dirty=self.max_dirty,
                                   seed=self.seed or 0)

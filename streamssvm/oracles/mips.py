@@ -274,6 +274,7 @@ class _Dirty(MIPS):
         self._dn = 0
         self._dm = np.zeros(16, dtype=np.bool_)   # dirty membership
         self._drift = np.zeros(16)                # sum |coef| |x| since last indexed (drift bound)
+        self._force = np.zeros(16, dtype=np.bool_)  # changed arbitrarily (update): re-index regardless
         self.reindexed = 0
         self.n_reindex = 0
         self.changes_since = 0
@@ -297,10 +298,14 @@ class _Dirty(MIPS):
             self._dl[self._dn] = c
             self._dn += 1
 
-    def _clear_dirty(self):
+    def _clear_dirty(self, reset=None):
+        """Empty the dirty set; the drift bounds of ``reset`` (default: every dirty row) start
+        again from 0 (rows left stale keep theirs, measured from their last insertion)."""
         ids = self._dl[:self._dn].copy()
         self._dm[ids] = False
-        self._drift[ids] = 0.0
+        r = ids if reset is None else reset
+        self._drift[r] = 0.0
+        self._force[r] = False
         self._dn = 0
         return ids
 
@@ -324,6 +329,9 @@ class _Dirty(MIPS):
             dr = np.zeros(m)
             dr[:self._drift.shape[0]] = self._drift
             self._drift = dr
+            fo = np.zeros(m, dtype=np.bool_)
+            fo[:self._force.shape[0]] = self._force
+            self._force = fo
             iz = np.zeros(m, dtype=np.bool_)
             iz[:self._iz.shape[0]] = self._iz
             self._iz = iz
@@ -382,6 +390,7 @@ class _Dirty(MIPS):
         if ids.size:
             if self.mode != "rows":
                 self.S[ids] = self._compute(ids)
+            self._force[ids] = True
             for c in ids:
                 self._mark(int(c))
             self.changes_since += len(ids)
@@ -480,11 +489,21 @@ class HNSWMIPS(_Dirty):
     max_dirty
         Re-index the dirty rows in one batch once this many are pending.
     M, ef_construction, ef
-        hnswlib graph parameters.
-
-    A changed row is inserted under a fresh hnswlib label and its previous label is marked
-    deleted (an in-place hnswlib update repairs the neighbours' lists and costs several times an
-    insertion); the graph is rebuilt from the live rows once deleted labels outnumber them.
+        hnswlib graph parameters (hnswlib fixes ``ef_construction`` for the life of a graph: it
+        is the cost of every insertion and re-insertion).
+    drift_tol
+        Re-index a dirty row only when it drifted: when the bound ``sum |coef| |x|`` of its
+        change since its last insertion exceeds ``drift_tol`` times its norm then (rows changed
+        arbitrarily through :meth:`update`, and rows never inserted, always are). The others
+        leave the dirty set with their older vector in the graph (and keep their drift bound,
+        so they are re-inserted once the accumulated change crosses the threshold). 0: every
+        dirty row is re-inserted.
+    reinsert
+        ``"replace"``: a drifted row's label is marked deleted and its new vector takes the
+        freed slot (``add_items(..., replace_deleted=True)``): the graph keeps one element per
+        class, no tombstones accumulate and it is never rebuilt. ``"fresh"``: the new vector
+        gets a fresh label and the old one is marked deleted; the graph is rebuilt from the
+        live rows once deleted labels outnumber them.
 
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import SparseRows
@@ -499,9 +518,17 @@ class HNSWMIPS(_Dirty):
     """
 
     def __init__(self, rows, dim, sketch_dim=None, k=10, max_dirty=256, M=16, ef_construction=100,
-                 ef=64, seed=0, capacity=1024):
+                 ef=64, seed=0, capacity=1024, drift_tol=0.0, reinsert="replace"):
         super().__init__(rows, dim, sketch_dim, k, max_dirty, seed)
         self.M, self.ef_construction, self.ef = int(M), int(ef_construction), int(ef)
+        if not (drift_tol >= 0 and np.isfinite(drift_tol)):
+            raise ValueError(f"drift_tol must be finite and >= 0, got {drift_tol!r}")
+        if reinsert not in ("replace", "fresh"):
+            raise ValueError(f"reinsert must be 'replace' or 'fresh', got {reinsert!r}")
+        self.drift_tol = float(drift_tol)
+        self.reinsert = reinsert
+        self._inorm = np.zeros(16)     # norm of each row's index vector when it was inserted
+        self.skipped = 0               # dirty rows left stale (drift below drift_tol)
         self._capacity = int(capacity)
         self._new_index(self._capacity)
         self._label = np.full(16, -1, dtype=np.int64)   # class -> current hnswlib label
@@ -515,7 +542,7 @@ class HNSWMIPS(_Dirty):
         hnswlib = require("hnswlib", extra="extreme", feature="mips='hnsw'")
         self.index = hnswlib.Index(space="ip", dim=self.vdim)
         self.index.init_index(max_elements=max(int(capacity), 16), ef_construction=self.ef_construction, M=self.M,
-                              random_seed=int(self.seed))
+                              random_seed=int(self.seed), allow_replace_deleted=self.reinsert == "replace")
         self.index.set_ef(max(self.ef, self.k + 1))
         self.index.set_num_threads(1)
 
@@ -527,13 +554,13 @@ class HNSWMIPS(_Dirty):
         b[:a.shape[0]] = a
         return b
 
-    def _insert(self, ids):
+    def _insert(self, ids, vecs=None):
         m = len(ids)
         labels = np.arange(self._next, self._next + m, dtype=np.int64)
         need = self._next + m
         if need > self.index.get_max_elements():
             self.index.resize_index(max(need, 2 * self.index.get_max_elements()))
-        self.index.add_items(self._vecs(ids), labels)
+        self.index.add_items(self._vecs(ids) if vecs is None else vecs, labels)
         self._cls = self._fit(self._cls, need)
         self._cls[labels] = ids
         self._label[ids] = labels
@@ -544,7 +571,40 @@ class HNSWMIPS(_Dirty):
             return
         ids = self._dl[:self._dn].copy()
         self._label = self._fit(self._label, int(ids.max()) + 1)
+        self._inorm = self._fit(self._inorm, self._label.shape[0], 0.0)
         old = self._label[ids]
+        if self.drift_tol > 0:
+            # drifted (bound above drift_tol x the norm at insertion), changed arbitrarily, or new
+            stale = (old >= 0) & ~self._force[ids] & (self._drift[ids] <= self.drift_tol * self._inorm[ids])
+            self.skipped += int(np.count_nonzero(stale))
+            ids, old = ids[~stale], old[~stale]
+        if ids.size:
+            vecs = np.ascontiguousarray(self._vecs(ids), dtype=np.float32)
+            self._inorm[ids] = np.sqrt(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64))
+            if self.reinsert == "replace":
+                self._replace(ids, old, vecs)
+            else:
+                self._fresh(ids, old, vecs)
+            self.indexed = max(self.indexed, int(ids.max()) + 1)
+        self._clear_dirty(reset=ids)
+        self.reindexed += len(ids)
+        self.n_reindex += 1
+        self.changes_since = 0
+
+    def _replace(self, ids, old, vecs):
+        """Re-inserted rows take back the slot their label frees (one at a time, so the only
+        vacant slot is their own); new rows are added under fresh labels."""
+        re = old >= 0
+        for j in np.flatnonzero(re):
+            lab = int(old[j])
+            self.index.mark_deleted(lab)
+            self.index.add_items(vecs[j:j + 1], np.array([lab]), replace_deleted=True)
+        new = ~re
+        if new.any():
+            self._insert(ids[new], vecs[new])
+            self.live += int(np.count_nonzero(new))
+
+    def _fresh(self, ids, old, vecs):
         for lab in old[old >= 0]:
             self.index.mark_deleted(int(lab))
             self._cls[lab] = -1
@@ -554,12 +614,7 @@ class HNSWMIPS(_Dirty):
         if self.deleted > max(self.live, 1024):
             self._rebuild()
         else:
-            self._insert(ids)
-        self.indexed = max(self.indexed, int(ids.max()) + 1)
-        self._clear_dirty()
-        self.reindexed += len(ids)
-        self.n_reindex += 1
-        self.changes_since = 0
+            self._insert(ids, vecs)
 
     def _rebuild(self):
         """A fresh graph over the live rows (their current vectors)."""
@@ -569,7 +624,12 @@ class HNSWMIPS(_Dirty):
         self._label[:] = -1
         self._cls[:] = -1
         self._next = 0
-        self._insert(live)
+        vecs = np.ascontiguousarray(self._vecs(live), dtype=np.float32)
+        self._insert(live, vecs)
+        self._inorm = self._fit(self._inorm, self._label.shape[0], 0.0)
+        self._inorm[live] = np.sqrt(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64))
+        self._drift[live] = 0.0          # every live row is in the graph as it is now
+        self._force[live] = False
         self.live = len(live)
         self.deleted = 0
         self.rebuilds += 1
@@ -587,7 +647,8 @@ class HNSWMIPS(_Dirty):
 
     def staleness(self):
         d = super().staleness()
-        d.update(index_live=int(self.live), index_deleted=int(self.deleted), rebuilds=int(self.rebuilds))
+        d.update(index_live=int(self.live), index_deleted=int(self.deleted), rebuilds=int(self.rebuilds),
+                 rows_left_stale=int(self.skipped))
         return d
 
 
