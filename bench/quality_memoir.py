@@ -1,24 +1,35 @@
 """MEMOIR (``ExtremeClassifier``) against its peers on a real dense stream with ~2.8k classes.
 
-    nice -n 10 python bench/quality_memoir.py            # a few minutes on 2 shared cores
-    nice -n 10 python bench/quality_memoir.py --quick    # ~1 minute
+    nice -n 10 python bench/quality_memoir.py                      # tagpair stream, 100k x 2 epochs
+    nice -n 10 python bench/quality_memoir.py --stream context     # word from context (regime b)
+    nice -n 10 python bench/quality_memoir.py --quick              # ~1 minute
 
-The stream: the Brown-corpus word-from-context stream of ``bench/brown_extreme.py``, regime (b)
-(``streamssvm.datasets.brown_context_stream(n_classes=K)``, K=2800 most frequent words; the
-+-3 context bag plus previous tag, projected by a fixed seeded Gaussian projection to 256
-dimensions and normalized to unit norm), a seeded random sample of ``--n`` training examples
-replayed for ``--epochs`` epochs in that order, ``--m`` test examples from the test documents.
+Streams (``--stream``):
 
-Peers (same data, same order, one process, one BLAS thread):
+* ``tagpair`` (default): the Brown fine-tag bigram stream (:func:`tagpair_examples`): predict
+  the pair of corpus tags (tag_p, tag_p+1) of two adjacent tokens, among the K=2800 most
+  frequent pairs of the training documents (of 7,530 distinct pairs; majority baseline ~0.04),
+  from the words w_p-1..w_p+2, two suffixes and two capitalization flags;
+* ``context``: the word-from-context stream of ``bench/brown_extreme.py``, regime (b)
+  (``streamssvm.datasets.brown_context_stream(n_classes=K)``): every learner stays within a
+  few points of the majority baseline there, so it cannot rank averaging.
 
-* ``ExtremeClassifier()`` with no arguments (the new defaults: mips="auto", averaged weights);
-* the same with ``average="none"`` (last iterate), with ``mips="hnsw"``;
-* the old defaults (eta0=0.1, eta_step=0.02 per example at batch_size=1, lam=1e-4, last iterate);
-* an averaged multiclass perceptron (numpy, below; the issue's reference point);
-* ``MulticlassSSVM`` (BCFW), capped at ``--cap`` seconds of training.
+Either way the feature dicts are projected by a fixed seeded Gaussian projection to 256
+dimensions and normalized to unit norm (``brown_extreme.Projection``); a seeded random sample
+of ``--n`` training examples is replayed for ``--epochs`` epochs in that order, ``--m`` test
+examples come from the test documents (every 5th document).
+
+Peers (same data, same order, one process, one BLAS thread; ``--peers`` picks some):
+
+0. ``ExtremeClassifier()`` with no arguments (the defaults: mips="auto", averaged weights);
+1. the same with ``average="none"`` (last iterate); 2. ``average="uniform"``;
+3. ``mips="hnsw"``; 4. the old defaults (eta0=0.1, eta_step=0.02 per example, lam=1e-4, last
+   iterate);
+5. an averaged multiclass perceptron (numpy, below; the issue's reference point);
+6. ``MulticlassSSVM`` (BCFW), capped at ``--cap`` CPU seconds of training.
 
 Vowpal Wabbit is reported as not run when the ``vowpalwabbit`` wheel is not installed.
-Writes bench/results/quality_memoir.{json,md}.
+Writes bench/results/quality_memoir[_tagpair].{json,md}.
 """
 from __future__ import annotations
 
