@@ -57,3 +57,30 @@ def test_auto_switch_drops_the_mirror(monkeypatch):
     for x in X[:50]:
         v = np.concatenate([x, [1.0]])[: len(idx)]
         assert lr._exact.query(idx, v, -1) == ref.query(idx, v, -1)
+
+
+def test_hnsw_learner_leaves_small_drifts_stale_and_still_learns():
+    """MEMOIR on an HNSW index with drift_tol: many dirty rows leave the dirty set without a
+    re-insertion, the graph has one element per class (replace: no tombstones, no rebuilds),
+    and the model predicts as well as with every dirty row re-inserted."""
+    pytest.importorskip("hnswlib")
+    X, ys = _stream(n=4000, K=150, d=16, seed=2)
+    accs, stats = [], []
+    for tol in (0.0, 0.3):
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="hnsw", lam=1e-4, drift_tol=tol, max_dirty=16))
+        for x, y in zip(X[:3500], ys[:3500]):
+            m.learn_one(x, int(y))
+        accs.append(np.mean([m.predict_one(x) == y for x, y in zip(X[3500:], ys[3500:])]))
+        stats.append(m.certificate().extra["staleness"])
+    assert stats[0]["rows_left_stale"] == 0 and stats[1]["rows_left_stale"] > 0
+    assert stats[1]["rows_reindexed"] < stats[0]["rows_reindexed"]
+    for st in stats:
+        assert st["rebuilds"] == 0 and st["index_deleted"] == 0 and st["index_live"] <= 150
+    assert accs[1] >= accs[0] - 0.05 and accs[1] > 0.8
+
+
+def test_drift_and_reinsert_parameters_are_checked():
+    with pytest.raises(ValueError):
+        ss.learners.MEMOIR(drift_tol=-1.0)
+    with pytest.raises(ValueError):
+        ss.learners.MEMOIR(reinsert="inplace")

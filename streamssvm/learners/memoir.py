@@ -29,7 +29,14 @@ in a row store (:mod:`streamssvm.oracles.rows`): dense (classes x features) or s
 (memory O(nnz(W)), exact MIPS through an inverted index). ``rows="auto"`` picks dense for a
 fixed input width of at most ``DENSE_MAX_DIM`` columns and sparse otherwise. Both give the
 same numbers. The MIPS index holds the unscaled rows or their sketches (the argmax does not
-depend on the scale).
+depend on the scale). Exact search on dense rows is a float32 BLAS scan of a mirror of the rows,
+re-scored in float64 (:class:`~streamssvm.oracles.mips.BlasExactMIPS`: the float64 scan's
+answers, 2-3x faster); an HNSW index re-inserts a changed row only once it drifted by more than
+``drift_tol`` of its norm (:class:`~streamssvm.oracles.mips.HNSWMIPS`).
+
+A class's first examples, learned while no other class existed (hinge 0 for want of a
+competitor), are kept aside (at most ``FLAT_MAX``) and each stepped once when a second class
+arrives, so ``learn_one(x, 'a'); learn_one(z, 'b')`` already predicts ``'a'`` for x.
 
 Losses: by default the Crammer-Singer hinge max_{c != y} (1 + s_c - s_y)_+. With a cost
 ``Delta(y, c)`` (the structure's ``label_cost``: a matrix indexed by the label values or a

@@ -13,13 +13,16 @@ One interface for the three oracles:
 * ``n_rows`` grows as classes arrive. ``rows`` is a row store (:class:`~.rows.DenseRows`,
   :class:`~.rows.SparseRows`).
 
-``ExactMIPS`` scores every row (the reference). ``HNSWMIPS`` keeps an hnswlib inner-product
+``ExactMIPS`` scores every row (the reference, a float64 scan). ``BlasExactMIPS`` gives the same
+answers on dense rows with one float32 BLAS product against a mirror of the rows, re-scoring
+in float64 the few classes the float32 rounding bound cannot separate. ``HNSWMIPS`` keeps an hnswlib inner-product
 index of the rows — or, for high-dimensional sparse inputs, of a fixed random-projection
 sketch of each row, maintained linearly as rows change — plus a *dirty set* of the classes
 changed since they were last indexed: a query returns the best of the index's top-k and the
 dirty classes, re-scored exactly, so an update is visible to the very next query; dirty rows
-are re-indexed in one batch (hnswlib updates a label in place) when the set grows past
-``max_dirty``. On sparse rows (:class:`~.rows.SparseRows`) the index always holds sketches
+are re-indexed in one batch when the set grows past ``max_dirty`` -- only those that drifted
+by more than ``drift_tol`` of their norm since their last insertion, each into the slot its
+old vector frees (``replace_deleted``), so the graph never accumulates tombstones. On sparse rows (:class:`~.rows.SparseRows`) the index always holds sketches
 P^T w_c under a fixed *hashed* random sign projection (entries +-1/sqrt(m) computed from a hash
 of (feature, column)), so no d x m matrix exists and the feature space can grow.
 ``LSHMIPS`` is SimpleLSH (Neyshabur & Srebro): rows scaled by a bound M on their norms and
