@@ -41,14 +41,20 @@ def _craft(st, case):
         rows["feat"][1], rows["cls"][1] = rows["feat"][0], rows["cls"][0]
     elif case == "sparse_rows_count":
         rows["n_rows"] = 10**6
+    elif case == "sparse_class_beyond_its_rows":
+        rows["n_rows"] = 2
+        rows["cls"][:] = 3
     elif case == "dense_shape":
-        rows["V"] = rows["V"][:2]
+        rows["V"] = np.vstack([rows["V"], rows["V"]])     # more rows than the learner has
     elif case == "dense_flat":
         rows["V"] = rows["V"].ravel()
     elif case == "dense_nan":
         rows["V"][0, 0] = np.nan
     elif case == "avg_shape":
-        lr["avg"]["V" if lr["kind"] == "dense" else "cls"] = np.zeros((1, 1))
+        if lr["kind"] == "dense":
+            lr["avg"]["V"] = np.zeros((lr["n_rows"] + 5, 3))     # more rows than the learner has
+        else:
+            lr["avg"]["cls"] = np.zeros((1, 1))
     elif case == "window_feature":
         lr["recent"][-1]["idx"] = np.array([10**8])
         lr["recent"][-1]["val"] = np.array([1.0])
@@ -77,7 +83,7 @@ def _craft(st, case):
 
 
 _SPARSE = ["sparse_feature", "sparse_class", "sparse_negative_class", "sparse_repeated_entry",
-           "sparse_rows_count", "avg_shape", "window_feature", "window_negative_feature", "window_class",
+           "sparse_rows_count", "sparse_class_beyond_its_rows", "avg_shape", "window_feature", "window_negative_feature", "window_class",
            "window_negative_class", "window_shapes", "flat_feature", "more_rows_than_labels", "acc",
            "in_batch", "kind", "features_wider"]
 _DENSE = ["dense_shape", "dense_flat", "dense_nan", "avg_shape", "window_feature", "window_negative_feature",
@@ -124,7 +130,7 @@ def test_a_crafted_memoir_model_is_refused(tmp_path, kind, case):
     st, meta = load_state(p, kind=MODEL_KIND)
     _craft(st, case)
     save_state(p, st, kind=MODEL_KIND, meta=meta)   # consistent checksums
-    if case in ("sparse_feature", "sparse_class", "window_feature", "flat_feature", "features_wider",
+    if case in ("sparse_feature", "sparse_class", "sparse_class_beyond_its_rows", "window_feature", "flat_feature", "features_wider",
                 "window_negative_feature"):
         r = _run_child(p, kind)
         assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
@@ -202,3 +208,17 @@ def test_declared_labels_have_no_flat_examples():
     m.learn_one({"a": 1}, "x")
     assert not m._learner._flat and m._learner.n_updates == 1
     assert m.predict_one({"a": 1}) == "x"
+
+
+def test_fewer_stored_rows_than_classes_grow_with_zero_rows(tmp_path):
+    """Parameter mixing installs class rows that may be fewer than the learner's classes: the
+    store grows with zero rows (accepted, and safe)."""
+    m = _model("dense")
+    p = tmp_path / "m.ssvm"
+    m.save(p)
+    st, meta = load_state(p, kind=MODEL_KIND)
+    st["learner"]["rows"]["V"] = st["learner"]["rows"]["V"][:2]
+    save_state(p, st, kind=MODEL_KIND, meta=meta)
+    m2 = ss.load(p)
+    np.testing.assert_array_equal(m2._learner.store.to_dense()[2:], 0.0)
+    assert m2.predict_one(np.eye(6)[0]) in (0, 1, 2, 3)

@@ -758,13 +758,15 @@ def _rows_ok(rs, kind, n_rows, what):
         _bad(f"{what}: sq must be a finite number >= 0")
     if kind == "dense":
         V = np.asarray(rs["V"])
-        if V.ndim != 2 or (V.size and V.dtype.kind != "f") or V.shape[0] != n_rows:
-            _bad(f"{what}: V must be a ({n_rows}, columns) float array, got {V.dtype} {V.shape}")
+        # fewer rows than n_rows: the store grows with zero rows (parameter mixing installs rows so)
+        if V.ndim != 2 or (V.size and V.dtype.kind != "f") or V.shape[0] > n_rows:
+            _bad(f"{what}: V must be a 2-D float array of at most {n_rows} rows, got {V.dtype} {V.shape}")
         if not np.isfinite(V).all():
             _bad(f"{what}: non-finite weights")
         return max(dim, V.shape[1])
-    if _int(rs, "n_rows", 0, 1 << 31) != n_rows:
-        _bad(f"{what}: {rs['n_rows']} rows, expected {n_rows}")
+    rows_n = _int(rs, "n_rows", 0, 1 << 31)
+    if rows_n > n_rows:
+        _bad(f"{what}: {rows_n} rows, more than the learner's {n_rows}")
     feat, cls, val = (np.asarray(rs[k]) for k in ("feat", "cls", "val"))
     if not (feat.ndim == cls.ndim == val.ndim == 1 and feat.shape == cls.shape == val.shape):
         _bad(f"{what}: feat / cls / val must be 1-D arrays of one length")
@@ -772,7 +774,7 @@ def _rows_ok(rs, kind, n_rows, what):
         _bad(f"{what}: feat / cls must be integer arrays and val a float array")
     if not np.isfinite(val).all():
         _bad(f"{what}: non-finite weights")
-    for a, hi, name in ((feat, dim, "feature indices"), (cls, n_rows, "class indices")):
+    for a, hi, name in ((feat, dim, "feature indices"), (cls, rows_n, "class indices")):
         if a.size and (int(a.min()) < 0 or int(a.max()) >= hi):
             _bad(f"{what}: {name} out of range [0, {hi}): min {int(a.min())}, max {int(a.max())}")
     if feat.size and np.unique(feat.astype(np.int64) * (n_rows + 1) + cls.astype(np.int64)).size != feat.size:
