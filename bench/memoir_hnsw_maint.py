@@ -88,6 +88,10 @@ def main(argv=None):
         "after": {"mips": "hnsw", "drift_tol": 0.1, "reinsert": "replace"},
         "after_tol0.3": {"mips": "hnsw", "drift_tol": 0.3, "reinsert": "replace"},
         "after_ef40": {"mips": "hnsw", "drift_tol": 0.1, "reinsert": "replace", "ef_construction": 40},
+        "fresh_tol0.1": {"mips": "hnsw", "drift_tol": 0.1, "reinsert": "fresh"},
+        "fresh_tol0.3": {"mips": "hnsw", "drift_tol": 0.3, "reinsert": "fresh"},
+        "fresh_ef40": {"mips": "hnsw", "drift_tol": 0.0, "reinsert": "fresh", "ef_construction": 40},
+        "fresh_tol0.3_ef40": {"mips": "hnsw", "drift_tol": 0.3, "reinsert": "fresh", "ef_construction": 40},
     }
     res = [run(c, configs[c], X, y, Xt, yt, a.K) for c in a.configs.split(",")]
     info = {"K": a.K, "d": a.d, "n_train": a.n, "n_test": a.m, "zipf": a.zipf, "stream": "synthetic Gaussian "

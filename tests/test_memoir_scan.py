@@ -45,8 +45,8 @@ def test_auto_switch_drops_the_mirror(monkeypatch):
     checks and predictions goes back to the float64 scan (a mirror would go stale)."""
     pytest.importorskip("hnswlib")
     import streamssvm.learners.memoir as mm
-    monkeypatch.setattr(mm, "AUTO_HNSW_ROWS", 20)
-    X, ys = _stream(n=600, K=40)
+    monkeypatch.setattr(mm, "AUTO_HNSW_WORK", 20 * 17)    # 20 rows of 16 features + bias
+    X, ys = _stream(n=600, K=40, d=16)
     m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="auto", lam=1e-3, check_every=5))
     for x, y in zip(X, ys):
         m.learn_one(x, int(y))
@@ -67,7 +67,8 @@ def test_hnsw_learner_leaves_small_drifts_stale_and_still_learns():
     X, ys = _stream(n=4000, K=150, d=16, seed=2)
     accs, stats = [], []
     for tol in (0.0, 0.3):
-        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="hnsw", lam=1e-4, drift_tol=tol, max_dirty=16))
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="hnsw", lam=1e-4, drift_tol=tol, max_dirty=16,
+                                                             reinsert="replace"))
         for x, y in zip(X[:3500], ys[:3500]):
             m.learn_one(x, int(y))
         accs.append(np.mean([m.predict_one(x) == y for x, y in zip(X[3500:], ys[3500:])]))

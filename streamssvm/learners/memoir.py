@@ -68,10 +68,17 @@ from .base import Learner, check_choice, check_number
 
 _MIPS = ("auto", "exact", "hnsw", "lsh")
 RENORM_BELOW = 1e-20
-# mips="auto": exact search up to this many class rows, HNSW above (if hnswlib is installed).
-# Measured (bench/results/quality_memoir.md, 256-d dense rows): a float64 scan of 2.8k rows
-# costs ~60-200 us per query, an hnswlib query at ef=200 144-363 us plus re-insertions; the
-# break-even lies between ~10k and ~30k rows (synthetic: 30k rows 1.9x, 100k rows 9.2x for hnsw).
+# mips="auto": exact search while the scan is cheap, HNSW above (if hnswlib is installed).
+# Dense rows: HNSW once rows x columns (the scan's multiply-adds) exceed AUTO_HNSW_WORK; sparse
+# rows (exact search through the inverted index): once there are more than AUTO_HNSW_ROWS rows.
+# Measured (bench/results/memoir_scan.md, memoir_hnsw_maint.md; one core, shared machine):
+# per query, the float32 BLAS scan beats one hnswlib query (ef=200) up to ~6k rows at 257
+# columns (1.5M multiply-adds: 2.8k rows 135 vs 282 us CPU, 10k rows 999 vs 578 us); in
+# training, HNSW also pays its maintenance (37% of its training CPU at 30k classes) and loses
+# recall (0.89-0.97), so at 30k rows x 33 columns (1M) exact training took 13.0 CPU s against
+# HNSW's 23.4 s, with better accuracy (0.461 vs 0.440). 5M multiply-adds (~20k rows at 257
+# columns) keeps exact search wherever it measured faster.
+AUTO_HNSW_WORK = 5_000_000
 AUTO_HNSW_ROWS = 20_000
 # mips="hnsw": a dirty row is re-inserted into the graph only once its change since its last
 # insertion exceeds this fraction of its norm then (see HNSWMIPS)
@@ -95,8 +102,9 @@ class MEMOIR(Learner):
     variant
         ``"l2"`` (Pegasos + projection) or ``"l1"`` (truncated SGD).
     mips
-        ``"auto"`` (exact search up to ``AUTO_HNSW_ROWS`` class rows, HNSW above when hnswlib
-        is installed, switching as classes arrive), ``"exact"``, ``"hnsw"`` or ``"lsh"``.
+        ``"auto"`` (exact search up to ``AUTO_HNSW_WORK`` multiply-adds per scan on dense rows,
+        ``AUTO_HNSW_ROWS`` class rows on sparse rows, HNSW above when hnswlib is installed,
+        switching as classes arrive), ``"exact"``, ``"hnsw"`` or ``"lsh"``.
     batch_size
         Examples sharing one step size, shrinkage and projection (1: online); the schedule
         counts examples, so it does not depend on this.
@@ -110,7 +118,9 @@ class MEMOIR(Learner):
     k, max_dirty, sketch_dim, ef, M, ef_construction, drift_tol, reinsert
         MIPS parameters (see :mod:`streamssvm.oracles.mips`; ``drift_tol``: a changed row is
         re-inserted into the HNSW graph only once it drifted by more than this fraction of its
-        norm, ``reinsert="replace"``: into the slot its old vector frees).
+        norm; ``reinsert``: ``"fresh"`` labels with tombstones and rebuilds (the default: measured
+        2.8x cheaper than ``"replace"``, whose hnswlib in-place update repairs the neighbours'
+        lists), or ``"replace"`` into the slot its old vector frees).
     check_every
         Every this many steps, also run the exact search and record recall@1 and the margin
         error of the approximate answer (0: never). The checks only read the rows: they change
@@ -148,7 +158,7 @@ class MEMOIR(Learner):
                  sketch_dim: int | None = None, check_every: int = 100, seed: int | None = 0,
                  rows: str = "auto", rescaling: str = "margin", ef: int = 200, M: int = 16,
                  ef_construction: int = 100, window: int = 1000, predict_with: str = "exact",
-                 average: str = "linear", drift_tol: float = DRIFT_TOL, reinsert: str = "replace"):
+                 average: str = "linear", drift_tol: float = DRIFT_TOL, reinsert: str = "fresh"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.variant = check_choice("variant", variant, ("l2", "l1"))
         self.mips = check_choice("mips", mips, _MIPS)
@@ -249,7 +259,11 @@ class MEMOIR(Learner):
         return self.average != "none" and self.variant == "l2"
 
     def _auto_hnsw(self, n_rows):
-        return n_rows > AUTO_HNSW_ROWS and _has_hnswlib()
+        if self.kind == "dense":
+            big = n_rows * max(self.dim, 1) > AUTO_HNSW_WORK
+        else:
+            big = n_rows > AUTO_HNSW_ROWS
+        return big and _has_hnswlib()
 
     def _make_oracle(self, mode):
         st = self.store
@@ -325,7 +339,7 @@ class MEMOIR(Learner):
         self.dim = max(self.dim, dim)
         if n_classes > n0:
             if self.mips == "auto" and self.mips_active == "exact" and self._auto_hnsw(n_classes):
-                self._make_oracle("hnsw")     # the classes crossed AUTO_HNSW_ROWS: index every row
+                self._make_oracle("hnsw")     # the scan crossed the auto threshold: index every row
                 self._index_rows()
             elif not self.has_cost and hasattr(self.oracle, "add_zero_rows"):
                 self.oracle.add_zero_rows(n0, n_classes)   # zero rows stay out of the index

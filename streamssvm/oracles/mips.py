@@ -21,8 +21,8 @@ sketch of each row, maintained linearly as rows change — plus a *dirty set* of
 changed since they were last indexed: a query returns the best of the index's top-k and the
 dirty classes, re-scored exactly, so an update is visible to the very next query; dirty rows
 are re-indexed in one batch when the set grows past ``max_dirty`` -- only those that drifted
-by more than ``drift_tol`` of their norm since their last insertion, each into the slot its
-old vector frees (``replace_deleted``), so the graph never accumulates tombstones. On sparse rows (:class:`~.rows.SparseRows`) the index always holds sketches
+by more than ``drift_tol`` of their norm since their last insertion (under a fresh label, the
+old one marked deleted; or, with ``reinsert="replace"``, into the slot the old vector frees). On sparse rows (:class:`~.rows.SparseRows`) the index always holds sketches
 P^T w_c under a fixed *hashed* random sign projection (entries +-1/sqrt(m) computed from a hash
 of (feature, column)), so no d x m matrix exists and the feature space can grow.
 ``LSHMIPS`` is SimpleLSH (Neyshabur & Srebro): rows scaled by a bound M on their norms and
@@ -502,11 +502,13 @@ class HNSWMIPS(_Dirty):
         so they are re-inserted once the accumulated change crosses the threshold). 0: every
         dirty row is re-inserted.
     reinsert
+        ``"fresh"`` (default): the new vector gets a fresh label and the old one is marked
+        deleted; the graph is rebuilt from the live rows once deleted labels outnumber them.
         ``"replace"``: a drifted row's label is marked deleted and its new vector takes the
         freed slot (``add_items(..., replace_deleted=True)``): the graph keeps one element per
-        class, no tombstones accumulate and it is never rebuilt. ``"fresh"``: the new vector
-        gets a fresh label and the old one is marked deleted; the graph is rebuilt from the
-        live rows once deleted labels outnumber them.
+        class, no tombstones accumulate and it is never rebuilt -- but hnswlib then updates the
+        element in place, repairing its neighbours' lists, which cost 2.8x the re-indexing CPU
+        of ``"fresh"`` in MEMOIR training at 30k classes (``bench/results/memoir_hnsw_maint.md``).
 
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import SparseRows
@@ -521,7 +523,7 @@ class HNSWMIPS(_Dirty):
     """
 
     def __init__(self, rows, dim, sketch_dim=None, k=10, max_dirty=256, M=16, ef_construction=100,
-                 ef=64, seed=0, capacity=1024, drift_tol=0.0, reinsert="replace"):
+                 ef=64, seed=0, capacity=1024, drift_tol=0.0, reinsert="fresh"):
         super().__init__(rows, dim, sketch_dim, k, max_dirty, seed)
         self.M, self.ef_construction, self.ef = int(M), int(ef_construction), int(ef)
         if not (drift_tol >= 0 and np.isfinite(drift_tol)):
