@@ -24,8 +24,9 @@ Z += A_{s-1} dV at every change dV of V (a second row store of the same kind). T
 variant's truncation is not a linear update, so it does not average (``average="none"``).
 Measured on a real stream where learners clearly beat the majority baseline (the Brown
 fine-tag bigram stream of ``bench/quality_memoir.py``: 2,800 tag-pair classes, 256-d projected
-word features, 100k examples x 2 epochs, 10k test, majority 0.043): averaged 0.5515, last
-iterate 0.5495, averaged perceptron 0.572 (``bench/results/quality_memoir_tagpair.md``). The
+word features, 100k examples x 2 epochs, 10k test, majority 0.043): step-weighted average
+0.5515, last iterate 0.5495, uniform average 0.5397, averaged perceptron 0.572
+(``bench/results/quality_memoir_tagpair.md``). The
 average is no worse than the last iterate there (and 2.7 points worse on a stream where nothing
 beats the majority class), so it stays the default.
 
