@@ -140,7 +140,7 @@ def test_defaults_learn_a_separable_stream():
 
 def test_mips_auto_switches_to_hnsw_as_classes_arrive(monkeypatch):
     pytest.importorskip("hnswlib")
-    monkeypatch.setattr(memoir_mod, "AUTO_HNSW_ROWS", 20)
+    monkeypatch.setattr(memoir_mod, "AUTO_HNSW_WORK", 20 * 9)     # dense rows: 20 rows of 8 features + bias
     rng = np.random.default_rng(1)
     C = rng.normal(size=(40, 8))
     m, ref = ss.ExtremeClassifier(), ss.ExtremeClassifier(mips="exact")
@@ -159,6 +159,7 @@ def test_mips_auto_switches_to_hnsw_as_classes_arrive(monkeypatch):
 
 def test_mips_auto_without_hnswlib_stays_exact(monkeypatch):
     monkeypatch.setattr(memoir_mod, "AUTO_HNSW_ROWS", 5)
+    monkeypatch.setattr(memoir_mod, "AUTO_HNSW_WORK", 5)
     monkeypatch.setattr(memoir_mod, "_has_hnswlib", lambda: False)
     m = ss.ExtremeClassifier()
     for i in range(60):
@@ -185,3 +186,17 @@ def test_array_fast_path_encodes_like_the_token_path(dtype):
         a.encode_one(np.full(9, 1e300), False)
     with pytest.raises(ValueError, match="expected 9 features"):
         a.encode_one(np.ones(4), False)
+
+
+def test_mips_auto_threshold_counts_the_scan_work(monkeypatch):
+    """Dense rows switch on rows x columns (the scan's cost), sparse rows on the row count."""
+    monkeypatch.setattr(memoir_mod, "_has_hnswlib", lambda: True)
+    monkeypatch.setattr(memoir_mod, "AUTO_HNSW_WORK", 1000)
+    monkeypatch.setattr(memoir_mod, "AUTO_HNSW_ROWS", 50)
+    lr = ss.learners.MEMOIR()
+    lr.kind, lr.dim = "dense", 10
+    assert not lr._auto_hnsw(100) and lr._auto_hnsw(101)
+    lr.dim = 200
+    assert not lr._auto_hnsw(5) and lr._auto_hnsw(6)
+    lr.kind = "sparse"
+    assert not lr._auto_hnsw(50) and lr._auto_hnsw(51)

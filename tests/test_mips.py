@@ -127,13 +127,13 @@ def test_argument_errors():
         HNSWMIPS(Rows(np.zeros((2, 2))), 2, k=0)
 
 
-@pytest.mark.parametrize("cls", [HNSWMIPS, LSHMIPS])
-def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls):
+@pytest.mark.parametrize("cls,reinsert", [(HNSWMIPS, "fresh"), (HNSWMIPS, "replace"), (LSHMIPS, None)])
+def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls, reinsert):
     rng = np.random.default_rng(5)
     C, d = 3000, 12
     W = np.zeros((C, d))
     rows = Rows(W)
-    o = cls(rows, d, max_dirty=16)
+    o = cls(rows, d, max_dirty=16, **({"reinsert": reinsert} if reinsert else {}))
     o.add_zero_rows(0, C)             # 3000 classes, all zero: nothing indexed, nothing dirty
     assert not o.dirty and o.known == C
     ex = ExactMIPS(rows)
@@ -149,9 +149,13 @@ def test_zero_rows_stay_out_of_the_index_and_rows_move_often(cls):
             # the zero rows are represented by the smallest one not excluded: negative scores
             # of the moved rows lose to it, exactly as in the full scan
             assert o.query(idx, q, e) == ex.query(idx, q, e) or cls is LSHMIPS
-    if cls is HNSWMIPS:
+    if reinsert == "fresh":      # versioned labels, tombstones, rebuilds
         st = o.staleness()
         assert st["rebuilds"] > 0 and st["index_live"] <= 60
+    elif reinsert == "replace":  # one element per class, re-inserted in place: no tombstone, no rebuild
+        st = o.staleness()
+        assert st["rebuilds"] == 0 and st["index_deleted"] == 0 and st["index_live"] <= 60
+        assert o.index.get_current_count() == st["index_live"] and st["rows_reindexed"] > 1000
     qs = _queries(rng, d, 200)
     assert _recall(o, ex, qs) >= (0.95 if cls is HNSWMIPS else 0.6)
 
@@ -179,3 +183,140 @@ def test_recall_on_real_data(cls, kw, min_recall):
         hits += s[o.query(idx, q)] >= s[exact.query(idx, q)] - 1e-9
     assert hits / 300 >= min_recall
     assert o.stats()["candidates_per_query"] < C / 5  # sublinear work
+
+
+# ------------------------------------------------------------------ float32 BLAS exact scan
+def _brute(V, n, idx, val, exclude):
+    """float64 argmax over c != exclude, ties to the smallest class (plain numpy)."""
+    s = V[:n][:, idx] @ val
+    if 0 <= exclude < n:
+        s[exclude] = -np.inf
+    return int(np.argmax(s)) if np.isfinite(s).any() else -1
+
+
+@pytest.mark.parametrize("d,nnz", [(64, None), (256, None), (256, 128)])
+def test_blas_scan_matches_the_float64_argmax_with_near_ties(d, nnz):
+    """Rows built as near-copies of a few bases (differences of 1e-12 .. 1e-7 relative, below
+    what float32 resolves) and exact copies (exact ties): the float32 scan alone would pick
+    among them at random; re-scoring the candidates in float64 gives the float64 argmax,
+    the smallest class among exact ties."""
+    from streamssvm.oracles.mips import BlasExactMIPS
+    rng = np.random.default_rng(7)
+    n = 600
+    base = rng.normal(size=(5, d))
+    V = base[rng.integers(0, 5, size=n)] * (1.0 + 1e-7 * rng.integers(-3, 4, size=(n, 1)))
+    V[::7] += 1e-12 * rng.normal(size=(len(V[::7]), d))
+    V[100:110] = V[99]           # exact ties
+    V[300:] = rng.normal(size=(n - 300, d)) * 1e-3 + V[99]
+    R = Rows(V)
+    o = BlasExactMIPS(R)
+    ex = ExactMIPS(R)
+    cands = []
+    for i, (idx, val) in enumerate(_queries(rng, d, 300, nnz)):
+        if i % 3 == 0:
+            val = np.sign(base[0, idx]) * np.abs(val)     # aim at a base: many near-ties at the top
+        exclude = int(rng.integers(-1, n))
+        c = o.query(idx, val, exclude)
+        assert c == ex.query(idx, val, exclude) == _brute(V, n, idx, val, exclude)
+    st = o.stats()
+    assert st["blas_queries"] == 300 and st["rescored_per_query"] > 1.0   # the near-ties were re-scored
+    # exact ties: the smallest class wins, with or without the excluded one
+    idx = np.arange(d)
+    val = V[99].copy()
+    assert o.query(idx, val, -1) == ex.query(idx, val, -1)
+    assert o.query(idx, val, 99) == ex.query(idx, val, 99)
+
+
+def test_blas_scan_follows_row_changes_growth_and_rescaling():
+    """Kept in sync through row_changed (axpy), update (arbitrary change, rescaling), new
+    rows and a wider store: every answer equals the float64 scan."""
+    from streamssvm.oracles.mips import BlasExactMIPS
+    rng = np.random.default_rng(3)
+    R = DenseRows(16)
+    R.ensure(4, 16)
+    o = BlasExactMIPS(R)
+    ex = ExactMIPS(R)
+    for t in range(3000):
+        if t == 500:
+            R.ensure(40, 16)
+        if t == 1500:
+            R.ensure(60, 48)             # wider rows: the mirror is rebuilt
+        n, d = R.n_rows, R.V.shape[1]
+        dd = 16 if t < 1500 else 48
+        idx = np.arange(dd)
+        val = rng.normal(size=dd)
+        c = int(rng.integers(n))
+        a = float(rng.normal()) * 0.1
+        R.axpy(c, idx, val, a, float(val @ val))
+        o.row_changed(c, idx, val, a)
+        if t % 400 == 399:
+            R.scale(1e-3)
+            o.update(range(n))
+        q = rng.normal(size=dd)
+        excl = int(rng.integers(-1, n))
+        assert o.query(idx, q, excl) == ex.query(idx, q, excl) == _brute(R.V, n, idx, q, excl)
+
+
+def test_blas_scan_edge_cases():
+    from streamssvm.oracles.mips import BlasExactMIPS
+    R = DenseRows(4)
+    o = BlasExactMIPS(R)
+    idx = np.arange(4)
+    assert o.query(idx, np.ones(4)) == -1                    # no rows
+    R.ensure(1, 4)
+    assert o.query(idx, np.ones(4), 0) == -1                 # the only row excluded
+    assert o.query(idx, np.ones(4), -1) == 0
+    R.ensure(5, 4)
+    assert o.query(idx, np.ones(4), 0) == 1                  # zero rows tie: the smallest other one
+    # repeated feature indices are summed, as the float64 scan does
+    _ = R.axpy(3, np.array([0]), np.array([1.0]), 1.0, 1.0)
+    _ = R.axpy(2, np.array([1]), np.array([1.0]), 1.5, 1.0)
+    rep = np.array([0, 0, 0, 1, 2, 3])
+    v = np.array([1.0, 1.0, 1.0, 1.0, 0.0, 0.0])
+    assert o.query(rep, v) == ExactMIPS(R).query(rep, v) == 3
+    with pytest.raises(TypeError):
+        from streamssvm.oracles.rows import SparseRows
+        BlasExactMIPS(SparseRows(dim=4))
+
+
+def test_hnsw_drift_threshold_leaves_small_changes_stale():
+    """With drift_tol, a dirty row whose change since its insertion is below drift_tol x its
+    norm leaves the dirty set without a re-insertion (its older vector stays in the graph) and
+    keeps its drift bound, so it is re-inserted once the changes add up; rows changed through
+    update() are always re-inserted. Answers stay exact re-scores of candidates."""
+    rng = np.random.default_rng(11)
+    C, d = 400, 16
+    W = rng.normal(size=(C, d))
+    rows = Rows(W)
+    o = HNSWMIPS(rows, d, max_dirty=8, drift_tol=0.2)
+    o.update(range(C))
+    o.reindex()
+    base = o.staleness()["rows_reindexed"]
+    idx = np.arange(d, dtype=np.int64)
+    c = 5
+    u = W[c].copy()
+    for t in range(8):          # steps of 0.024 x the norm at insertion: 0.192 in all
+        v = 0.024 * u
+        W[c] += v
+        o.row_changed(c, idx, v, 1.0)
+        o.reindex()
+    st = o.staleness()
+    # drift bounds 0.024, 0.048, ..., 0.192: each below 0.2 x the norm at insertion
+    assert st["rows_reindexed"] == base and st["rows_left_stale"] == 8
+    assert 0.19 * o._inorm[c] < o._drift[c] < 0.2 * o._inorm[c]
+    v = W[c] * 0.05
+    W[c] += v
+    o.row_changed(c, idx, v, 1.0)
+    o.reindex()
+    st = o.staleness()
+    assert st["rows_reindexed"] == base + 1 and o._drift[c] == 0.0
+    np.testing.assert_allclose(o.index.get_items([int(o._label[c])])[0], W[c], rtol=1e-6)
+    # update(): an arbitrary change is re-inserted whatever its size
+    W[7] *= 1.0 + 1e-9
+    o.update([7])
+    o.reindex()
+    assert o.staleness()["rows_reindexed"] == base + 2
+    ex = ExactMIPS(rows)
+    for idx_, q in _queries(rng, d, 50):
+        r = o.query(idx_, q)
+        assert r == ex.query(idx_, q) or W[r] @ q <= W[ex.query(idx_, q)] @ q

@@ -132,6 +132,21 @@ class ExtremeClassifier(Estimator, base.Classifier):
             new["rows"] = "sparse" if growing or f.dim > DENSE_MAX_DIM else "dense"
         return new
 
+    def _check_restored(self):
+        """The restored learner fits the restored indexes: its rows have a column for every
+        feature index the feature index can produce and a label for every row (the learner's
+        own state was checked by :func:`~streamssvm.learners.memoir.validate_memoir_state`)."""
+        from .. import checkpoint
+        lr = self._learner
+        if lr.store is None:
+            return
+        if lr.dim < self._features.dim:
+            raise checkpoint.CheckpointError(f"invalid model file: {self._features.dim} feature columns but "
+                                             f"class rows of {lr.dim}")
+        if lr.store.n_rows > len(self._labels):
+            raise checkpoint.CheckpointError(f"invalid model file: {lr.store.n_rows} class rows, the file "
+                                             f"names {len(self._labels)} labels")
+
     def _check_label(self, y):
         K = self._cost_matrix.shape[0]
         if not (isinstance(y, (int, np.integer)) and not isinstance(y, bool) and 0 <= y < K):

@@ -22,6 +22,13 @@ the SGD guarantees are stated for. It is kept lazily in O(nnz(x)) per update: wi
 W_s = acc_s V_s and A_t = sum_{s<=t} w_s acc_s, sum_s w_s W_s = A_t V_t - Z_t where
 Z += A_{s-1} dV at every change dV of V (a second row store of the same kind). The l1
 variant's truncation is not a linear update, so it does not average (``average="none"``).
+Measured on a real stream where learners clearly beat the majority baseline (the Brown
+fine-tag bigram stream of ``bench/quality_memoir.py``: 2,800 tag-pair classes, 256-d projected
+word features, 100k examples x 2 epochs, 10k test, majority 0.043): step-weighted average
+0.5515, last iterate 0.5495, uniform average 0.5397, averaged perceptron 0.572
+(``bench/results/quality_memoir_tagpair.md``). The
+average is no worse than the last iterate there (and 2.7 points worse on a stream where nothing
+beats the majority class), so it stays the default.
 
 Rows: ``W = acc * V`` with a lazy global scale ``acc`` (renormalized into V before it falls
 below 1e-20, which keeps the float32 index vectors finite; the index is then rebuilt). V lives
@@ -29,7 +36,14 @@ in a row store (:mod:`streamssvm.oracles.rows`): dense (classes x features) or s
 (memory O(nnz(W)), exact MIPS through an inverted index). ``rows="auto"`` picks dense for a
 fixed input width of at most ``DENSE_MAX_DIM`` columns and sparse otherwise. Both give the
 same numbers. The MIPS index holds the unscaled rows or their sketches (the argmax does not
-depend on the scale).
+depend on the scale). Exact search on dense rows is a float32 BLAS scan of a mirror of the rows,
+re-scored in float64 (:class:`~streamssvm.oracles.mips.BlasExactMIPS`: the float64 scan's
+answers, 2-3x faster); an HNSW index re-inserts a changed row only once it drifted by more than
+``drift_tol`` of its norm (:class:`~streamssvm.oracles.mips.HNSWMIPS`).
+
+A class's first examples, learned while no other class existed (hinge 0 for want of a
+competitor), are kept aside (at most ``FLAT_MAX``) and each stepped once when a second class
+arrives, so ``learn_one(x, 'a'); learn_one(z, 'b')`` already predicts ``'a'`` for x.
 
 Losses: by default the Crammer-Singer hinge max_{c != y} (1 + s_c - s_y)_+. With a cost
 ``Delta(y, c)`` (the structure's ``label_cost``: a matrix indexed by the label values or a
@@ -54,17 +68,34 @@ import numpy as np
 
 from .._kernels import mips as MK
 from ..certificate import Certificate
-from ..oracles.mips import ExactMIPS, HNSWMIPS, LSHMIPS
+from ..checkpoint import CheckpointError
+from ..oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
 from .base import Learner, check_choice, check_number
 
 _MIPS = ("auto", "exact", "hnsw", "lsh")
 RENORM_BELOW = 1e-20
-# mips="auto": exact search up to this many class rows, HNSW above (if hnswlib is installed).
-# Measured (bench/results/quality_memoir.md, 256-d dense rows): a float64 scan of 2.8k rows
-# costs ~60-200 us per query, an hnswlib query at ef=200 144-363 us plus re-insertions; the
-# break-even lies between ~10k and ~30k rows (synthetic: 30k rows 1.9x, 100k rows 9.2x for hnsw).
+# mips="auto": exact search while the scan is cheap, HNSW above (if hnswlib is installed).
+# Dense rows: HNSW once rows x columns (the scan's multiply-adds) exceed AUTO_HNSW_WORK; sparse
+# rows (exact search through the inverted index): once there are more than AUTO_HNSW_ROWS rows.
+# Measured (bench/results/memoir_scan.md, memoir_hnsw_maint.md; one core, shared machine):
+# per query, the float32 BLAS scan beats one hnswlib query (ef=200) up to ~6k rows at 257
+# columns (1.5M multiply-adds: 2.8k rows 135 vs 282 us CPU, 10k rows 999 vs 578 us); in
+# training, HNSW also pays its maintenance (37% of its training CPU at 30k classes) and loses
+# recall (0.89-0.97), so at 30k rows x 33 columns (1M) exact training took 13.0 CPU s against
+# HNSW's 23.4 s, with better accuracy (0.461 vs 0.440). 5M multiply-adds (~20k rows at 257
+# columns) keeps exact search wherever it measured faster.
+AUTO_HNSW_WORK = 5_000_000
 AUTO_HNSW_ROWS = 20_000
+# mips="hnsw": a dirty row is re-inserted into the graph only once its change since its last
+# insertion exceeds this fraction of its norm then (see HNSWMIPS). Measured at 30k declared
+# classes (bench/results/memoir_hnsw_maint*.md): SGD steps are large relative to a rarely
+# updated row, so 0.1 skips almost nothing (173 of 29k re-insertions); 0.3 skips 13%
+# (re-index CPU 8.6 -> 6.9 s of ~23 s) at a recall@1 of 0.84 instead of 0.89 (accuracy 0.439
+# vs 0.440). 0.1 is the conservative default; raise it when rows are updated often.
+DRIFT_TOL = 0.1
+# examples learned while a single class existed, kept to be stepped when a second one arrives
+FLAT_MAX = 1000
 
 
 def _has_hnswlib():
@@ -82,8 +113,9 @@ class MEMOIR(Learner):
     variant
         ``"l2"`` (Pegasos + projection) or ``"l1"`` (truncated SGD).
     mips
-        ``"auto"`` (exact search up to ``AUTO_HNSW_ROWS`` class rows, HNSW above when hnswlib
-        is installed, switching as classes arrive), ``"exact"``, ``"hnsw"`` or ``"lsh"``.
+        ``"auto"`` (exact search up to ``AUTO_HNSW_WORK`` multiply-adds per scan on dense rows,
+        ``AUTO_HNSW_ROWS`` class rows on sparse rows, HNSW above when hnswlib is installed,
+        switching as classes arrive), ``"exact"``, ``"hnsw"`` or ``"lsh"``.
     batch_size
         Examples sharing one step size, shrinkage and projection (1: online); the schedule
         counts examples, so it does not depend on this.
@@ -94,8 +126,12 @@ class MEMOIR(Learner):
         ``"linear"`` (predict with the step-weighted average of the iterates, kept lazily),
         ``"uniform"`` (plain average) or ``"none"`` (the last iterate). The l1 variant does not
         average.
-    k, max_dirty, sketch_dim, ef, M, ef_construction
-        MIPS parameters (see :mod:`streamssvm.oracles.mips`).
+    k, max_dirty, sketch_dim, ef, M, ef_construction, drift_tol, reinsert
+        MIPS parameters (see :mod:`streamssvm.oracles.mips`; ``drift_tol``: a changed row is
+        re-inserted into the HNSW graph only once it drifted by more than this fraction of its
+        norm; ``reinsert``: ``"fresh"`` labels with tombstones and rebuilds (the default: measured
+        2.8x cheaper than ``"replace"``, whose hnswlib in-place update repairs the neighbours'
+        lists), or ``"replace"`` into the slot its old vector frees).
     check_every
         Every this many steps, also run the exact search and record recall@1 and the margin
         error of the approximate answer (0: never). The checks only read the rows: they change
@@ -133,7 +169,7 @@ class MEMOIR(Learner):
                  sketch_dim: int | None = None, check_every: int = 100, seed: int | None = 0,
                  rows: str = "auto", rescaling: str = "margin", ef: int = 200, M: int = 16,
                  ef_construction: int = 100, window: int = 1000, predict_with: str = "exact",
-                 average: str = "linear"):
+                 average: str = "linear", drift_tol: float = DRIFT_TOL, reinsert: str = "fresh"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.variant = check_choice("variant", variant, ("l2", "l1"))
         self.mips = check_choice("mips", mips, _MIPS)
@@ -153,6 +189,8 @@ class MEMOIR(Learner):
         self.window = check_number("window", window, low=0, integer=True)
         self.predict_with = check_choice("predict_with", predict_with, ("exact", "index"))
         self.average = check_choice("average", average, ("linear", "uniform", "none"))
+        self.drift_tol = check_number("drift_tol", drift_tol, low=0.0)
+        self.reinsert = check_choice("reinsert", reinsert, ("replace", "fresh"))
 
     @classmethod
     def _unit_test_params(cls):
@@ -195,9 +233,11 @@ class MEMOIR(Learner):
         self.n_steps = 0         # SGD steps (learned examples and refine steps)
         self.n_updates = 0
         self.n_renorm = 0
+        self.n_revisit_steps = 0
         self._reset_checks()
         self._touched = set()
         self._recent = []        # the window: (idx int64, val float64, class id)
+        self._flat = []          # examples learned with no competing class (stepped when one arrives)
         self._bound = True
         if labels:
             self._set_labels(labels)
@@ -217,10 +257,12 @@ class MEMOIR(Learner):
         self.store = st = store
         if self.averaging and self.avg is None:
             self.avg = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
-        self._exact = ExactMIPS(st)
         mode = self.mips
         if mode == "auto":
             mode = "hnsw" if self._auto_hnsw(st.n_rows) else "exact"
+        # dense rows searched exactly: a float32 BLAS scan re-scored in float64 (same answers as
+        # the float64 scan; it needs every row change reported, which only the active oracle gets)
+        self._exact = BlasExactMIPS(st) if st.kind == "dense" and mode == "exact" else ExactMIPS(st)
         self._make_oracle(mode)
 
     @property
@@ -228,17 +270,23 @@ class MEMOIR(Learner):
         return self.average != "none" and self.variant == "l2"
 
     def _auto_hnsw(self, n_rows):
-        return n_rows > AUTO_HNSW_ROWS and _has_hnswlib()
+        if self.kind == "dense":
+            big = n_rows * max(self.dim, 1) > AUTO_HNSW_WORK
+        else:
+            big = n_rows > AUTO_HNSW_ROWS
+        return big and _has_hnswlib()
 
     def _make_oracle(self, mode):
         st = self.store
         self.mips_active = mode
+        if mode != "exact" and isinstance(self._exact, BlasExactMIPS):
+            self._exact = ExactMIPS(st)    # its mirror would go stale: checks and prediction scan
         if mode == "exact":
             self.oracle = self._exact
         elif mode == "hnsw":
             self.oracle = HNSWMIPS(st, self.dim, self.sketch_dim, k=self.k, max_dirty=self.max_dirty,
                                    ef=self.ef, M=self.M, ef_construction=self.ef_construction,
-                                   seed=self.seed or 0)
+                                   seed=self.seed or 0, drift_tol=self.drift_tol, reinsert=self.reinsert)
         else:
             self.oracle = LSHMIPS(st, self.dim, self.sketch_dim, k=max(self.k, 32), max_dirty=self.max_dirty,
                                   seed=self.seed or 0)
@@ -302,12 +350,25 @@ class MEMOIR(Learner):
         self.dim = max(self.dim, dim)
         if n_classes > n0:
             if self.mips == "auto" and self.mips_active == "exact" and self._auto_hnsw(n_classes):
-                self._make_oracle("hnsw")     # the classes crossed AUTO_HNSW_ROWS: index every row
+                self._make_oracle("hnsw")     # the scan crossed the auto threshold: index every row
                 self._index_rows()
             elif not self.has_cost and hasattr(self.oracle, "add_zero_rows"):
                 self.oracle.add_zero_rows(n0, n_classes)   # zero rows stay out of the index
             else:
                 self.oracle.update(range(n0, n_classes))
+            if self._flat:
+                self._revisit_flat()
+
+    def _revisit_flat(self):
+        """A second class arrived: the examples learned while their class had no competitor
+        (hinge 0 only because no other class existed; at most ``FLAT_MAX``, the last ones)
+        each get one step now, against the grown class set, so a class's first example counts
+        as soon as a second class exists (as BCFW's revisit of flat blocks). Bounded cost: one
+        step per such example, once."""
+        flat, self._flat = self._flat, []
+        for idx, val, c in flat:
+            self._step(idx, val, c)
+        self.n_revisit_steps += len(flat)
 
     def eta(self):
         """The step size of the current batch: eta0 / (R^2 (1 + eta_step n)), n the examples
@@ -358,7 +419,12 @@ class MEMOIR(Learner):
         idx = np.asarray(fidx[a:b], dtype=np.int64)
         val = np.asarray(fval[a:b], dtype=np.float64)
         c = int(y[0])
+        self._was_flat = False
         self._step(idx, val, c)
+        if self._was_flat:
+            self._flat.append((idx, val, c))
+            if len(self._flat) > FLAT_MAX:
+                del self._flat[0]
         self.n_learned += 1
         if self.window:
             self._recent.append((idx, val, c))
@@ -407,7 +473,9 @@ class MEMOIR(Learner):
             if check:
                 self._check(idx, val, y, r)
             step = 0.0
-            if r >= 0:
+            if r < 0:
+                self._note_flat(idx, val, y)
+            else:
                 score_r = st.dot(r, idx, val) * self.acc
                 score_y = st.dot(y, idx, val) * self.acc
                 if 1.0 + score_r - score_y > 0.0:
@@ -415,6 +483,8 @@ class MEMOIR(Learner):
         else:
             r, v, cost = self._rescaled(idx, val, y, check)
             step = 0.0
+            if r < 0:
+                self._note_flat(idx, val, y)
             if r >= 0 and v > 0.0:
                 step = eta * cost if self.rescaling == "slack" else eta
         if step > 0.0:
@@ -436,6 +506,10 @@ class MEMOIR(Learner):
             w = float(self.n_steps) if self.average == "linear" else 1.0
             self.avg_A += w * self.acc
             self.avg_W += w
+
+    def _note_flat(self, idx, val, y):
+        # no competitor exists at all (the only row is the true class): learn() keeps the example
+        self._was_flat = self.store.n_rows <= 1
 
     def _pick(self, cands, scores, m, idx, val, y):
         costs = np.asarray(self._costs(y, cands, m), dtype=np.float64)
@@ -640,10 +714,15 @@ class MEMOIR(Learner):
                 "n_updates": self.n_updates, "n_renorm": self.n_renorm, "checks": self.checks, "hits": self.hits,
                 "n_clock": self.n_clock, "r2_sum": self.r2_sum, "r2_n": self.r2_n, "eta_batch": self._eta_batch, "acc_fold": self._acc_fold, "avg_A": self.avg_A, "avg_W": self.avg_W,
                 "avg": None if self.avg is None else self.avg.state(),
-                "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent]}
+                "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent],
+                "flat": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._flat]}
 
     def restore(self, structure, labels, state):
+        """Rebuild from :meth:`state` after checking every size, index and value against the
+        others (:func:`validate_memoir_state`: no file can make a kernel read or write out of
+        bounds); a bad state raises ``CheckpointError``."""
         st = state
+        validate_memoir_state(st, len(labels), self.batch_size)
         self.bind(structure, labels)
         if st["allocated"]:
             store = rows_from_state(st["rows"])
@@ -665,6 +744,8 @@ class MEMOIR(Learner):
             self.avg_A, self.avg_W = float(st["avg_A"]), float(st["avg_W"])
         self._recent = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64),
                          int(r["c"])) for r in st["recent"]]
+        self._flat = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64),
+                       int(r["c"])) for r in st.get("flat", [])]
         if self.store is not None and self.store.n_rows:
             self._index_rows()
         return self
@@ -691,4 +772,140 @@ class MEMOIR(Learner):
         self._index_rows()
 
 
-__all__ = ["MEMOIR"]
+def _bad(msg):
+    raise CheckpointError(f"invalid MEMOIR state in the file: {msg}")
+
+
+def _int(st, key, low=0, high=1 << 62, default=None):
+    v = st.get(key, default) if default is not None else st[key]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not low <= int(v) < high:
+        _bad(f"{key} must be an integer in [{low}, {high}), got {str(v)[:40]!r}")
+    return int(v)
+
+
+def _num(st, key, low=-np.inf, low_open=False, default=None):
+    v = st.get(key, default) if default is not None else st[key]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        _bad(f"{key} must be a number, got {str(v)[:40]!r}")
+    v = float(v)
+    if not np.isfinite(v) or v < low or (low_open and v == low):
+        _bad(f"{key} must be finite and {'>' if low_open else '>='} {low}, got {v!r}")
+    return v
+
+
+def _rows_ok(rs, kind, n_rows, what):
+    """A row store's state (:meth:`DenseRows.state` / :meth:`SparseRows.state`); returns its
+    column count (every feature index used with it must be below)."""
+    if not isinstance(rs, dict) or rs.get("kind") != kind:
+        _bad(f"{what}: a {kind} row store expected")
+    dim = _int(rs, "dim", 0, 1 << 31)
+    sq = rs.get("sq")
+    if not isinstance(sq, (int, float, np.floating)) or not np.isfinite(sq) or sq < 0:
+        _bad(f"{what}: sq must be a finite number >= 0")
+    if kind == "dense":
+        V = np.asarray(rs["V"])
+        # fewer rows than n_rows: the store grows with zero rows (parameter mixing installs rows so)
+        if V.ndim != 2 or (V.size and V.dtype.kind != "f") or V.shape[0] > n_rows:
+            _bad(f"{what}: V must be a 2-D float array of at most {n_rows} rows, got {V.dtype} {V.shape}")
+        if not np.isfinite(V).all():
+            _bad(f"{what}: non-finite weights")
+        return max(dim, V.shape[1])
+    rows_n = _int(rs, "n_rows", 0, 1 << 31)
+    if rows_n > n_rows:
+        _bad(f"{what}: {rows_n} rows, more than the learner's {n_rows}")
+    feat, cls, val = (np.asarray(rs[k]) for k in ("feat", "cls", "val"))
+    if not (feat.ndim == cls.ndim == val.ndim == 1 and feat.shape == cls.shape == val.shape):
+        _bad(f"{what}: feat / cls / val must be 1-D arrays of one length")
+    if feat.size and (feat.dtype.kind not in "iu" or cls.dtype.kind not in "iu" or val.dtype.kind != "f"):
+        _bad(f"{what}: feat / cls must be integer arrays and val a float array")
+    if not np.isfinite(val).all():
+        _bad(f"{what}: non-finite weights")
+    for a, hi, name in ((feat, dim, "feature indices"), (cls, rows_n, "class indices")):
+        if a.size and (int(a.min()) < 0 or int(a.max()) >= hi):
+            _bad(f"{what}: {name} out of range [0, {hi}): min {int(a.min())}, max {int(a.max())}")
+    if feat.size and np.unique(feat.astype(np.int64) * (n_rows + 1) + cls.astype(np.int64)).size != feat.size:
+        _bad(f"{what}: repeated (feature, class) entries")
+    return max(dim, 16)
+
+
+def _examples_ok(exs, dim, n_rows, what):
+    if not isinstance(exs, list):
+        _bad(f"{what} must be a list")
+    for i, r in enumerate(exs):
+        if not isinstance(r, dict):
+            _bad(f"{what} {i}: not an example")
+        idx, val = np.asarray(r["idx"]), np.asarray(r["val"])
+        if idx.ndim != 1 or idx.shape != val.shape or (idx.size and (idx.dtype.kind not in "iu" or val.dtype.kind != "f")):
+            _bad(f"{what} {i}: idx / val must be 1-D integer / float arrays of one length")
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= dim):
+            _bad(f"{what} {i}: feature indices out of range [0, {dim})")
+        if not np.isfinite(val).all():
+            _bad(f"{what} {i}: non-finite feature values")
+        _int(r, "c", 0, max(n_rows, 1) if n_rows else 0)
+
+
+def validate_memoir_state(st, n_labels, batch_size=1):
+    """Check a :meth:`MEMOIR.state` before anything is built from it: counters and scalars,
+    the row stores (shapes, feature and class indices in range, no repeated sparse entry,
+    finite values), the lazy average (a store of the same kind and size), the held window and
+    the flat examples (feature indices below the rows' columns, classes below the row count),
+    and the row count against the ``n_labels`` labels of the file. Raises ``CheckpointError``.
+
+    >>> from streamssvm.structures import MultiClass
+    >>> lr = MEMOIR(mips="exact"); lr.bind(MultiClass(), [])
+    >>> lr.ensure(3, ["a", "b"])
+    >>> lr.learn(np.array([0, 1]), np.array([2]), np.array([1.0]), np.array([1]))
+    >>> st = lr.state(); validate_memoir_state(st, 2)
+    >>> st["recent"][0]["idx"] = np.array([7])
+    >>> validate_memoir_state(st, 2)
+    Traceback (most recent call last):
+    ...
+    streamssvm.checkpoint.CheckpointError: invalid MEMOIR state in the file: window example 0: feature indices out of range [0, 3)
+    """
+    if not isinstance(st, dict):
+        _bad("not a mapping")
+    try:
+        for k in ("t", "n_learned", "n_steps", "n_updates", "n_renorm", "checks", "hits"):
+            _int(st, k)
+        _int(st, "in_batch", 0, max(int(batch_size), 1))
+        for k in ("n_clock", "r2_n"):
+            _int(st, k, default=0) if k in st else None
+        _num(st, "acc", 0.0, low_open=True)
+        for k in ("acc_fold",):
+            if k in st:
+                _num(st, k, 0.0, low_open=True)
+        for k in ("r2_sum", "eta_batch", "avg_W"):
+            if k in st:
+                _num(st, k, 0.0)
+        if "avg_A" in st:
+            _num(st, "avg_A")
+        allocated = st["allocated"]
+        if not isinstance(allocated, (bool, np.bool_)):
+            _bad("allocated must be a boolean")
+        if not allocated:
+            if st["recent"] or st.get("flat") or st.get("avg") is not None:
+                _bad("examples or an average without rows")
+            return
+        kind = st["kind"]
+        if kind not in ("dense", "sparse"):
+            _bad(f"kind must be 'dense' or 'sparse', got {str(kind)[:40]!r}")
+        dim = _int(st, "dim", 0, 1 << 31)
+        n_rows = _int(st, "n_rows", 0, 1 << 31)
+        if n_rows > n_labels:
+            _bad(f"{n_rows} class rows but the file names {n_labels} labels")
+        cols = _rows_ok(st["rows"], kind, n_rows, "rows")
+        if kind == "dense" and dim > cols:
+            _bad(f"dim {dim} is wider than the dense rows ({cols} columns)")
+        if st.get("avg") is not None:
+            _rows_ok(st["avg"], kind, n_rows, "averaged rows")
+        # the store is grown to dim columns on restore; feature indices must be below both
+        cols = max(cols, dim)
+        _examples_ok(st["recent"], cols, n_rows, "window example")
+        _examples_ok(st.get("flat", []), cols, n_rows, "flat example")
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
+        _bad(f"{type(e).__name__}: {e}")
+
+
+__all__ = ["MEMOIR", "validate_memoir_state"]

@@ -13,13 +13,16 @@ One interface for the three oracles:
 * ``n_rows`` grows as classes arrive. ``rows`` is a row store (:class:`~.rows.DenseRows`,
   :class:`~.rows.SparseRows`).
 
-``ExactMIPS`` scores every row (the reference). ``HNSWMIPS`` keeps an hnswlib inner-product
+``ExactMIPS`` scores every row (the reference, a float64 scan). ``BlasExactMIPS`` gives the same
+answers on dense rows with one float32 BLAS product against a mirror of the rows, re-scoring
+in float64 the few classes the float32 rounding bound cannot separate. ``HNSWMIPS`` keeps an hnswlib inner-product
 index of the rows — or, for high-dimensional sparse inputs, of a fixed random-projection
 sketch of each row, maintained linearly as rows change — plus a *dirty set* of the classes
 changed since they were last indexed: a query returns the best of the index's top-k and the
 dirty classes, re-scored exactly, so an update is visible to the very next query; dirty rows
-are re-indexed in one batch (hnswlib updates a label in place) when the set grows past
-``max_dirty``. On sparse rows (:class:`~.rows.SparseRows`) the index always holds sketches
+are re-indexed in one batch when the set grows past ``max_dirty`` -- only those that drifted
+by more than ``drift_tol`` of their norm since their last insertion (under a fresh label, the
+old one marked deleted; or, with ``reinsert="replace"``, into the slot the old vector frees). On sparse rows (:class:`~.rows.SparseRows`) the index always holds sketches
 P^T w_c under a fixed *hashed* random sign projection (entries +-1/sqrt(m) computed from a hash
 of (feature, column)), so no d x m matrix exists and the feature space can grow.
 ``LSHMIPS`` is SimpleLSH (Neyshabur & Srebro): rows scaled by a bound M on their norms and
@@ -106,6 +109,136 @@ class ExactMIPS(MIPS):
         return self._all, buf, n
 
 
+# unit roundoffs of float32 / float64 and the float32 subnormal spacing (error bounds below)
+_U32 = 2.0 ** -24
+_U64 = 2.0 ** -53
+_TINY32 = 2.0 ** -149
+
+
+class BlasExactMIPS(ExactMIPS):
+    """Exact MIPS over dense rows by one float32 BLAS matrix-vector product, re-scored in
+    float64: the same answer as :class:`ExactMIPS` (the float64 scan), ties included.
+
+    A float32 mirror of the rows (``n_rows x columns``) and the float64 norm of every row are
+    kept in sync by :meth:`row_changed` / :meth:`update` (the caller reports every change of
+    the rows; rows added by ``ensure`` are picked up at the next query). A query computes
+    ``g = M q`` in float32 and bounds each score's error: casting and any summation order cost
+    at most ``gamma_{d+2} sum_j |v_j x_j| <= gamma_{d+2} |v_c| |x|`` in float32 (Higham,
+    "Accuracy and Stability of Numerical Algorithms", ch. 3) plus the float64 scan's own
+    ``gamma_d |v_c| |x|`` and a subnormal term, so with ``e_c`` that bound every class whose
+    float64 score can be the maximum satisfies ``g_c + e_c >= max_b (g_b - e_b)``. Those
+    candidates (a handful, unless scores are within ~1e-5 relative of each other) are re-scored
+    in float64 in the scan's summation order and the smallest id among the best is returned, as
+    the scan does. A non-finite float32 score falls back to the float64 scan.
+
+    Sparse inputs with fewer than ``min_fill * columns`` features use the float64 scan (a
+    gather of a few columns is cheaper than the dense product).
+
+    >>> import numpy as np
+    >>> from streamssvm.oracles.rows import DenseRows
+    >>> R = DenseRows(8); R.ensure(50, 8)
+    >>> rng = np.random.default_rng(0)
+    >>> for c in range(50):
+    ...     _ = R.axpy(c, np.arange(8), rng.normal(size=8), 1.0, 8.0)
+    >>> o = BlasExactMIPS(R); x = rng.normal(size=8)
+    >>> o.query(np.arange(8), x, 3) == ExactMIPS(R).query(np.arange(8), x, 3)
+    True
+    """
+
+    def __init__(self, rows, min_fill=0.1):
+        super().__init__(rows)
+        if self.store.kind != "dense":
+            raise TypeError("BlasExactMIPS needs dense rows (DenseRows)")
+        self.min_fill = float(min_fill)
+        self._M = np.zeros((0, 1), dtype=np.float32)
+        self._nrm = np.zeros(0)
+        self._synced = 0       # rows [0, _synced) mirror the store
+        self._out = np.zeros(16)
+        self.n_blas = 0
+        self.n_rescored = 0
+        self.n_fallback = 0
+
+    # -------------------------------------------------------------- mirror
+    def _sync(self):
+        """Mirror the rows added since the last query (and everything if the store's width or
+        capacity changed)."""
+        V, n = self.store.V, self.store.n_rows
+        if self._M.shape[1] != V.shape[1] or self._M.shape[0] < n:
+            M = np.zeros((max(n, 2 * self._M.shape[0], 16), V.shape[1]), dtype=np.float32)
+            nrm = np.zeros(M.shape[0])
+            self._M, self._nrm, self._synced = M, nrm, 0
+        if self._synced < n:
+            lo = self._synced
+            self._M[lo:n] = V[lo:n]
+            self._nrm[lo:n] = np.sqrt(np.einsum("ij,ij->i", V[lo:n], V[lo:n]))
+            self._synced = n
+
+    def update(self, class_ids):
+        ids = np.asarray(list(class_ids) if not isinstance(class_ids, np.ndarray) else class_ids, dtype=np.int64)
+        ids = ids[ids < self._synced]
+        if ids.size:
+            V = self.store.V
+            if V.shape[1] != self._M.shape[1]:
+                self._synced = 0       # width changed: the next query copies every row
+                return
+            self._M[ids] = V[ids]
+            self._nrm[ids] = np.sqrt(np.einsum("ij,ij->i", V[ids], V[ids]))
+
+    def row_changed(self, c, idx, val, coef):
+        if c < self._synced:
+            V = self.store.V
+            if V.shape[1] != self._M.shape[1]:
+                self._synced = 0
+                return
+            self._M[c, idx] = V[c, idx]
+            r = V[c]
+            self._nrm[c] = np.sqrt(r @ r)
+
+    # -------------------------------------------------------------- query
+    def query(self, idx, val, exclude=-1):
+        st = self.store
+        n = st.n_rows
+        if n == 0 or idx.shape[0] < self.min_fill * st.V.shape[1]:
+            return super().query(idx, val, exclude)
+        self._sync()
+        M = self._M
+        d = M.shape[1]
+        qd = np.bincount(idx, weights=val, minlength=d)
+        g = (M[:n] @ qd.astype(np.float32)).astype(np.float64)
+        m = idx.shape[0]
+        # |v_c . x| error: float32 (casts and sum over d terms) on the dense x, float64 scan
+        # (sum over the m entries of idx; |x_p| summed, which also covers repeated indices)
+        x1 = float(np.abs(val).sum())
+        bound = ((d + 2) * _U32 / (1.0 - (d + 2) * _U32) * float(np.sqrt(qd @ qd))
+                 + (m + 1) * _U64 / (1.0 - (m + 1) * _U64) * x1) * (1.0 + 1e-6)
+        e = self._nrm[:n] * bound
+        e += 2.0 * (d + 2) * _TINY32 * (1.0 + x1)
+        if 0 <= exclude < n:
+            g[exclude] = -np.inf
+        lo = g - e
+        L = lo.max()
+        if not np.isfinite(L) and not (n == 1 and 0 <= exclude < n):
+            self.n_fallback += 1
+            return super().query(idx, val, exclude)
+        g += e
+        cands = np.flatnonzero(g >= L)
+        k = cands.shape[0]
+        if self._out.shape[0] < k:
+            self._out = np.zeros(max(k, 2 * self._out.shape[0]))
+        c, _ = K.rescore_into(st.V, cands, k, idx, val, exclude, self._out)
+        self.n_queries += 1
+        self.n_blas += 1
+        self.n_rescored += k
+        self.n_candidates += n
+        return int(c)
+
+    def stats(self):
+        d = super().stats()
+        d.update(blas_queries=self.n_blas, rescored_per_query=self.n_rescored / max(self.n_blas, 1),
+                 fallbacks=self.n_fallback)
+        return d
+
+
 class _Dirty(MIPS):
     """Shared machinery of the approximate oracles: sketches, dirty set, candidates.
 
@@ -144,6 +277,7 @@ class _Dirty(MIPS):
         self._dn = 0
         self._dm = np.zeros(16, dtype=np.bool_)   # dirty membership
         self._drift = np.zeros(16)                # sum |coef| |x| since last indexed (drift bound)
+        self._force = np.zeros(16, dtype=np.bool_)  # changed arbitrarily (update): re-index regardless
         self.reindexed = 0
         self.n_reindex = 0
         self.changes_since = 0
@@ -167,10 +301,14 @@ class _Dirty(MIPS):
             self._dl[self._dn] = c
             self._dn += 1
 
-    def _clear_dirty(self):
+    def _clear_dirty(self, reset=None):
+        """Empty the dirty set; the drift bounds of ``reset`` (default: every dirty row) start
+        again from 0 (rows left stale keep theirs, measured from their last insertion)."""
         ids = self._dl[:self._dn].copy()
         self._dm[ids] = False
-        self._drift[ids] = 0.0
+        r = ids if reset is None else reset
+        self._drift[r] = 0.0
+        self._force[r] = False
         self._dn = 0
         return ids
 
@@ -194,6 +332,9 @@ class _Dirty(MIPS):
             dr = np.zeros(m)
             dr[:self._drift.shape[0]] = self._drift
             self._drift = dr
+            fo = np.zeros(m, dtype=np.bool_)
+            fo[:self._force.shape[0]] = self._force
+            self._force = fo
             iz = np.zeros(m, dtype=np.bool_)
             iz[:self._iz.shape[0]] = self._iz
             self._iz = iz
@@ -252,6 +393,7 @@ class _Dirty(MIPS):
         if ids.size:
             if self.mode != "rows":
                 self.S[ids] = self._compute(ids)
+            self._force[ids] = True
             for c in ids:
                 self._mark(int(c))
             self.changes_since += len(ids)
@@ -350,11 +492,23 @@ class HNSWMIPS(_Dirty):
     max_dirty
         Re-index the dirty rows in one batch once this many are pending.
     M, ef_construction, ef
-        hnswlib graph parameters.
-
-    A changed row is inserted under a fresh hnswlib label and its previous label is marked
-    deleted (an in-place hnswlib update repairs the neighbours' lists and costs several times an
-    insertion); the graph is rebuilt from the live rows once deleted labels outnumber them.
+        hnswlib graph parameters (hnswlib fixes ``ef_construction`` for the life of a graph: it
+        is the cost of every insertion and re-insertion).
+    drift_tol
+        Re-index a dirty row only when it drifted: when the bound ``sum |coef| |x|`` of its
+        change since its last insertion exceeds ``drift_tol`` times its norm then (rows changed
+        arbitrarily through :meth:`update`, and rows never inserted, always are). The others
+        leave the dirty set with their older vector in the graph (and keep their drift bound,
+        so they are re-inserted once the accumulated change crosses the threshold). 0: every
+        dirty row is re-inserted.
+    reinsert
+        ``"fresh"`` (default): the new vector gets a fresh label and the old one is marked
+        deleted; the graph is rebuilt from the live rows once deleted labels outnumber them.
+        ``"replace"``: a drifted row's label is marked deleted and its new vector takes the
+        freed slot (``add_items(..., replace_deleted=True)``): the graph keeps one element per
+        class, no tombstones accumulate and it is never rebuilt -- but hnswlib then updates the
+        element in place, repairing its neighbours' lists, which cost 2.8x the re-indexing CPU
+        of ``"fresh"`` in MEMOIR training at 30k classes (``bench/results/memoir_hnsw_maint.md``).
 
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import SparseRows
@@ -369,9 +523,17 @@ class HNSWMIPS(_Dirty):
     """
 
     def __init__(self, rows, dim, sketch_dim=None, k=10, max_dirty=256, M=16, ef_construction=100,
-                 ef=64, seed=0, capacity=1024):
+                 ef=64, seed=0, capacity=1024, drift_tol=0.0, reinsert="fresh"):
         super().__init__(rows, dim, sketch_dim, k, max_dirty, seed)
         self.M, self.ef_construction, self.ef = int(M), int(ef_construction), int(ef)
+        if not (drift_tol >= 0 and np.isfinite(drift_tol)):
+            raise ValueError(f"drift_tol must be finite and >= 0, got {drift_tol!r}")
+        if reinsert not in ("replace", "fresh"):
+            raise ValueError(f"reinsert must be 'replace' or 'fresh', got {reinsert!r}")
+        self.drift_tol = float(drift_tol)
+        self.reinsert = reinsert
+        self._inorm = np.zeros(16)     # norm of each row's index vector when it was inserted
+        self.skipped = 0               # dirty rows left stale (drift below drift_tol)
         self._capacity = int(capacity)
         self._new_index(self._capacity)
         self._label = np.full(16, -1, dtype=np.int64)   # class -> current hnswlib label
@@ -385,7 +547,7 @@ class HNSWMIPS(_Dirty):
         hnswlib = require("hnswlib", extra="extreme", feature="mips='hnsw'")
         self.index = hnswlib.Index(space="ip", dim=self.vdim)
         self.index.init_index(max_elements=max(int(capacity), 16), ef_construction=self.ef_construction, M=self.M,
-                              random_seed=int(self.seed))
+                              random_seed=int(self.seed), allow_replace_deleted=self.reinsert == "replace")
         self.index.set_ef(max(self.ef, self.k + 1))
         self.index.set_num_threads(1)
 
@@ -397,13 +559,13 @@ class HNSWMIPS(_Dirty):
         b[:a.shape[0]] = a
         return b
 
-    def _insert(self, ids):
+    def _insert(self, ids, vecs=None):
         m = len(ids)
         labels = np.arange(self._next, self._next + m, dtype=np.int64)
         need = self._next + m
         if need > self.index.get_max_elements():
             self.index.resize_index(max(need, 2 * self.index.get_max_elements()))
-        self.index.add_items(self._vecs(ids), labels)
+        self.index.add_items(self._vecs(ids) if vecs is None else vecs, labels)
         self._cls = self._fit(self._cls, need)
         self._cls[labels] = ids
         self._label[ids] = labels
@@ -414,7 +576,40 @@ class HNSWMIPS(_Dirty):
             return
         ids = self._dl[:self._dn].copy()
         self._label = self._fit(self._label, int(ids.max()) + 1)
+        self._inorm = self._fit(self._inorm, self._label.shape[0], 0.0)
         old = self._label[ids]
+        if self.drift_tol > 0:
+            # drifted (bound above drift_tol x the norm at insertion), changed arbitrarily, or new
+            stale = (old >= 0) & ~self._force[ids] & (self._drift[ids] <= self.drift_tol * self._inorm[ids])
+            self.skipped += int(np.count_nonzero(stale))
+            ids, old = ids[~stale], old[~stale]
+        if ids.size:
+            vecs = np.ascontiguousarray(self._vecs(ids), dtype=np.float32)
+            self._inorm[ids] = np.sqrt(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64))
+            if self.reinsert == "replace":
+                self._replace(ids, old, vecs)
+            else:
+                self._fresh(ids, old, vecs)
+            self.indexed = max(self.indexed, int(ids.max()) + 1)
+        self._clear_dirty(reset=ids)
+        self.reindexed += len(ids)
+        self.n_reindex += 1
+        self.changes_since = 0
+
+    def _replace(self, ids, old, vecs):
+        """Re-inserted rows take back the slot their label frees (one at a time, so the only
+        vacant slot is their own); new rows are added under fresh labels."""
+        re = old >= 0
+        for j in np.flatnonzero(re):
+            lab = int(old[j])
+            self.index.mark_deleted(lab)
+            self.index.add_items(vecs[j:j + 1], np.array([lab]), replace_deleted=True)
+        new = ~re
+        if new.any():
+            self._insert(ids[new], vecs[new])
+            self.live += int(np.count_nonzero(new))
+
+    def _fresh(self, ids, old, vecs):
         for lab in old[old >= 0]:
             self.index.mark_deleted(int(lab))
             self._cls[lab] = -1
@@ -424,12 +619,7 @@ class HNSWMIPS(_Dirty):
         if self.deleted > max(self.live, 1024):
             self._rebuild()
         else:
-            self._insert(ids)
-        self.indexed = max(self.indexed, int(ids.max()) + 1)
-        self._clear_dirty()
-        self.reindexed += len(ids)
-        self.n_reindex += 1
-        self.changes_since = 0
+            self._insert(ids, vecs)
 
     def _rebuild(self):
         """A fresh graph over the live rows (their current vectors)."""
@@ -439,7 +629,12 @@ class HNSWMIPS(_Dirty):
         self._label[:] = -1
         self._cls[:] = -1
         self._next = 0
-        self._insert(live)
+        vecs = np.ascontiguousarray(self._vecs(live), dtype=np.float32)
+        self._insert(live, vecs)
+        self._inorm = self._fit(self._inorm, self._label.shape[0], 0.0)
+        self._inorm[live] = np.sqrt(np.einsum("ij,ij->i", vecs, vecs, dtype=np.float64))
+        self._drift[live] = 0.0          # every live row is in the graph as it is now
+        self._force[live] = False
         self.live = len(live)
         self.deleted = 0
         self.rebuilds += 1
@@ -457,7 +652,8 @@ class HNSWMIPS(_Dirty):
 
     def staleness(self):
         d = super().staleness()
-        d.update(index_live=int(self.live), index_deleted=int(self.deleted), rebuilds=int(self.rebuilds))
+        d.update(index_live=int(self.live), index_deleted=int(self.deleted), rebuilds=int(self.rebuilds),
+                 rows_left_stale=int(self.skipped))
         return d
 
 
