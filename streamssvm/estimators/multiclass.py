@@ -127,12 +127,39 @@ class MulticlassSSVM(Estimator, base.Classifier):
             preds = [None] * n
         else:
             self._learner.ensure(self._features.dim, self._labels.labels)
-            ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+            ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 else None
+            if ids is None:
+                ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, fval, np.arange(n + 1, dtype=np.int64), n)
             labs = self._labels.labels
             preds = [labs[i] for i in ids]
         self._learn_encoded(ys, tok_ptr, fidx, fval, n)
         return preds
+
+    def _dense_ids(self, A):
+        """Predicted class ids of the rows of a dense 2-D array (already validated by the
+        encoding) by one BLAS product with the learner's predicting emission weights: column j
+        is feature j + 1, feature 0 the bias (``FeatureIndex.encode_tokens``). The per-row
+        kernel reads every weight once per row; the product reads them once per batch. The
+        scores agree with the kernel's to rounding, and ties go to the first class as in
+        ``mc_decode``. ``None`` for learners that do not expose their predicting weights."""
+        lr = self._learner
+        K = lr._K
+        if isinstance(lr, BCFW):
+            E, ZE, zc, _, _, scale = lr._predict_params()
+        elif isinstance(lr, SGD):
+            W, scale = lr._pred_weights()
+            E, ZE, zc = W.E, None, 0.0
+        else:
+            return None
+        d = A.shape[1]
+        if K == 0 or E.shape[0] < d + 1:
+            return None
+        Wk = E[:d + 1, :K] if not zc else E[:d + 1, :K] - zc * ZE[:d + 1, :K]
+        S = np.asarray(A, dtype=np.float64) @ Wk[1:]
+        S += Wk[0]
+        S *= scale
+        return np.argmax(S, axis=1)
 
     def _learn_encoded(self, ys, tok_ptr, fidx, fval, n):
         if len(ys) != n:
