@@ -54,3 +54,27 @@ def test_multiclass_stat_apply_skips_only_zero_classes():
         so.stat_apply(so.MULTICLASS, E1, T, B, tok, fidx, fval, st, 1, K, Kc, -0.37, False)
         so.stat_apply(so.MULTILABEL, E2, T, B, tok, fidx, fval, st, 1, K, Kc, -0.37, False)
         np.testing.assert_array_equal(E1, E2)
+
+
+def test_dense_csr_equals_encode_tokens():
+    """The numba CSR of a dense batch is FeatureIndex.encode_tokens's, array for array, and a
+    bad batch gets its errors."""
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(17, 9))
+    A[rng.random(size=A.shape) < 0.4] = 0.0
+    A[3] = 0.0   # an all-zero row: the bias only
+    A[4, 2] = -0.0
+    m = ss.MulticlassSSVM()
+    got = m._dense_csr(A, True)
+    ref = m._features.encode_tokens(A, grow=True)
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+    np.testing.assert_array_equal(m._dense_csr(A.astype(np.int64), True)[2],
+                                  m._features.encode_tokens(A.astype(np.int64), grow=True)[2])
+    bad = A.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        m._dense_csr(bad, True)
+    with pytest.raises(ValueError, match="expected 9 features"):
+        m._dense_csr(A[:, :5], True)
