@@ -78,14 +78,24 @@ class SequenceTagger(Estimator, base.Estimator):
         self.costs = costs
         self.transitions = bool(transitions)
         self._init_common(learner, n_features, labels, rescaling)
+        if isinstance(self.learner, GDMM) and self.loss == "hamming":
+            raise ValueError("learners.GDMM optimizes the Hamming loss normalized per sentence; use "
+                             "loss='normalized' (its default) or another learner for loss='hamming'")
         self._make_structure()
 
+    def _loss_name(self):
+        """The loss in use: ``loss``, else the default -- per-token ``"hamming"``, except for GDMM,
+        whose factorwise steps are written for the normalized loss."""
+        if self.loss:
+            return self.loss
+        return "normalized" if isinstance(self.learner, GDMM) else DEFAULT_LOSS
+
     def _make_structure(self):
-        return Chain(cost=self.costs, transitions=self.transitions, loss=self.loss or DEFAULT_LOSS)
+        return Chain(cost=self.costs, transitions=self.transitions, loss=self._loss_name())
 
     def _ki(self):
         """The chain's loss code, read by the kernels in the Ki slot (``_kernels/chain.py``)."""
-        return CHAIN_LOSSES[self.loss or DEFAULT_LOSS]
+        return CHAIN_LOSSES[self._loss_name()]
 
     def state(self):
         if callable(self.costs):
@@ -99,7 +109,7 @@ class SequenceTagger(Estimator, base.Estimator):
             st = super()._params_state()
         finally:
             self.loss = loss
-        st["params"]["loss"] = loss
+        st["params"]["loss"] = loss or self._loss_name()   # the name in use: a later default cannot change it
         c = self.costs
         if isinstance(c, dict):
             st["params"]["costs"] = {"tags": [_encode_key(k) for k in c], "weights": [float(v) for v in c.values()]}
