@@ -55,9 +55,10 @@ def _add_learner_args(p):
     g.add_argument("--cache", action=argparse.BooleanOptionalAction, default=None,
                    help="bcfw per-block oracle cache (Osokin et al., Minding the gaps, Alg. 5; default: on, off "
                         "with --rescaling slack)")
-    g.add_argument("--loss", default="hamming", choices=["normalized", "hamming"],
-                   help="sequence: Hamming loss per token (default, SequenceTagger's; better for tagging, see "
-                        "bench/results/quality_sequence.md) or normalized per sentence (the OCR papers' loss)")
+    g.add_argument("--loss", default=None, choices=["normalized", "hamming"],
+                   help="sequence: Hamming loss per token (default; better for tagging, see "
+                        "bench/results/quality_sequence.md) or normalized per sentence (the OCR papers' loss; "
+                        "the default with --learner gdmm)")
     g.add_argument("--rescaling", default="margin", choices=["margin", "slack"],
                    help="margin or slack rescaling of the loss")
     g.add_argument("--capacity", type=int, default=100_000, help="bcfw: blocks (examples) held at most")
