@@ -56,7 +56,7 @@ def make_model(task, lam, seed=0):
     lr = ss.learners.BCFW(lam=lam, replay=0, sampling="uniform", averaging=False, gap_every=None, seed=seed)
     if task == "multiclass":
         return ss.MulticlassSSVM(labels=list(range(26)), learner=lr)
-    return ss.SequenceTagger(labels=list(range(26)), learner=lr)
+    return ss.SequenceTagger(labels=list(range(26)), learner=lr, loss="normalized")
 
 
 def accuracy(model, task, X, Y):

@@ -88,7 +88,7 @@ def make_model(task, method, lam, labels, n):
                              seed=0)
     if task == "yeast":
         return ss.MultiLabelSSVM(pairwise=True, learner=lr, labels=labels)
-    return ss.SequenceTagger(learner=lr, labels=labels)
+    return ss.SequenceTagger(learner=lr, labels=labels, loss="normalized")
 
 
 def counters(method, lr):

@@ -17,7 +17,8 @@ def test_error(tagger, X, Y):
 def main():
     X_tr, y_tr, X_te, y_te = ss.datasets.load_ocr("large")
     tagger = ss.SequenceTagger(
-        learner=ss.learners.BCFW(lam=1e-3, replay=2, sampling="gap", seed=0), labels=list(range(26)))
+        learner=ss.learners.BCFW(lam=1e-3, replay=2, sampling="gap", seed=0), labels=list(range(26)),
+        loss="normalized")   # the BCFW papers' OCR loss: P(0) = 1
     t0 = time.perf_counter()
     for i, (x, y) in enumerate(zip(X_tr, y_tr), 1):
         tagger.learn_one(x, list(y))

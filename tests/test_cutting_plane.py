@@ -61,7 +61,9 @@ def brute_primal_cp(est):
 @pytest.mark.parametrize("rescaling", ["margin", "slack"])
 def test_cutting_plane_matches_bcfw_optimum(kind, rescaling):
     cls, data = _data(kind, 5, 25)
-    cp = cls(learner=ss.learners.CuttingPlane(lam=0.05, rescaling=rescaling, eps=1e-6, max_iter=200))
+    # chains: the papers' per-sentence normalized loss (P(0) = 1), the scale these tolerances assume
+    kw = {"loss": "normalized"} if kind == "chain" else {}
+    cp = cls(learner=ss.learners.CuttingPlane(lam=0.05, rescaling=rescaling, eps=1e-6, max_iter=200), **kw)
     for x, y in data:
         cp.learn_one(x, y)
     c0 = cp.certificate()
@@ -73,7 +75,7 @@ def test_cutting_plane_matches_bcfw_optimum(kind, rescaling):
     assert c1.gap < 1e-4 and c1.gap < 0.01 * c0.gap
     assert cp._learner.constraints_added > 0
     assert c1.block_gap_sum == pytest.approx(c1.gap, abs=1e-9)
-    bc = cls(learner=ss.learners.BCFW(lam=0.05, replay=1, rescaling=rescaling, averaging=False, seed=0))
+    bc = cls(learner=ss.learners.BCFW(lam=0.05, replay=1, rescaling=rescaling, averaging=False, seed=0), **kw)
     for x, y in data:
         bc.learn_one(x, y)
     cb = bc.refine(passes=3000)

@@ -146,7 +146,7 @@ def test_gdmm_reaches_bcfw_optimum_on_small_chain(fmo):
     lam = 0.1
     g = ss.SequenceTagger(learner=GDMM(lam=lam, replay=0, fmo=fmo, seed=0))
     b = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam, replay=0, seed=0, averaging=False,
-                                                   step="pairwise"))
+                                                   step="pairwise"), loss="normalized")   # GDMM's loss
     for x, y in zip(X, Y):
         g.learn_one(x, y)
         b.learn_one(x, y)
@@ -164,7 +164,7 @@ def test_certificate_gap_bounds_suboptimality_and_observes():
     X, Y = _toy_chain(n=8, K=3, seed=5)
     lam = 0.05
     ref = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam, replay=0, seed=0, averaging=False,
-                                                     step="pairwise"))
+                                                     step="pairwise"), loss="normalized")   # GDMM's loss
     for x, y in zip(X, Y):
         ref.learn_one(x, y)
     ref._learner.refine(500)

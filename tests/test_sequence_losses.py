@@ -133,3 +133,19 @@ def test_cli_run_test_reports_held_out_metrics(tmp_path):
     recs = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert len(recs) >= 3 and all("test" in r for r in recs)
     assert recs[-1]["test"]["token_accuracy"] == 1.0
+
+
+def test_default_loss_is_per_token_hamming_except_gdmm(tmp_path):
+    """The default loss is per-token Hamming (measured better for tagging on Brown); GDMM, whose
+    steps are written for the normalized loss, keeps it by default and refuses "hamming"; the
+    name in use is saved, so a later change of the default does not change a saved model."""
+    import streamssvm as ss
+    t = ss.SequenceTagger()
+    assert t._make_structure().loss == "hamming"
+    g = ss.SequenceTagger(learner=ss.learners.GDMM(lam=0.1))
+    assert g._make_structure().loss == "normalized"
+    with pytest.raises(ValueError, match="GDMM optimizes the Hamming loss normalized"):
+        ss.SequenceTagger(learner=ss.learners.GDMM(), loss="hamming")
+    t.learn_one([{"a": 1}, {"b": 1}], ["x", "y"])
+    t.save(tmp_path / "t.ssvm")
+    assert ss.SequenceTagger.load(tmp_path / "t.ssvm").loss == "hamming"

@@ -129,10 +129,18 @@ def test_sgd_dual_point_absent_when_not_feasible(tmp_path):
     m.refine(passes=1.5)
     lr = m._learner
     c = m.certificate()
-    if max(lr._visits) * len(lr._recent) > lr.t:
+    # alpha_i = lam n a mass_i (the weight of example i's steps in w) must stay <= 1
+    if lr.lam * len(lr._recent) * lr.a * max(lr._mass) > 1.0 + 1e-9:
         assert c.gap == float("inf") and "uneven" in c.note
     else:
         assert np.isfinite(c.gap)
+    # many uneven revisits of one example: its steps outweigh 1 / (lam n), no dual point
+    for _ in range(60):
+        lr._visits[0] += int(lr._step(*lr._recent[0]))
+        lr._mass[0] += lr._q
+    c = m.certificate()
+    assert lr.lam * len(lr._recent) * lr.a * lr._mass[0] > 1.0
+    assert c.gap == float("inf") and "uneven" in c.note
     # the dual point survives save / load
     m = cls(learner=ss.learners.SGD(lam=0.1))
     for x, y in data:
@@ -187,8 +195,9 @@ def test_lazy_average_equals_explicit_average(averaging, avg_start):
     from the iterates w_t = a U seen after every step (projections and refine included), and
     prediction through the kernel (no materialized average) agrees with it."""
     data = _chain_stream(1, 80)
-    # t0=0: the plain 1 / (lam t) steps, which hit the projection
-    m = ss.SequenceTagger(learner=ss.learners.SGD(lam=1e-3, averaging=averaging, avg_start=avg_start, t0=0))
+    # t0=0: the plain 1 / (lam t) steps, which hit the projection; replay=0: one step per learn_one
+    m = ss.SequenceTagger(learner=ss.learners.SGD(lam=1e-3, averaging=averaging, avg_start=avg_start, t0=0,
+                                                  replay=0))
     acc, csum = None, 0.0
     for x, y in data:
         m.learn_one(x, y)
@@ -235,3 +244,79 @@ def test_default_window_holds_every_example():
         m.learn_one({"f": y + 0.3 * rng.normal(), "g": 1.0}, y)
     c = m.certificate()
     assert c.n_blocks == 1100 and np.isfinite(c.gap) and c.exact
+
+
+def test_flat_examples_are_stepped_when_a_second_label_arrives():
+    """Regression (issue 12, item 9, for SGD): an example learned while its label was the only
+    one had no competitor, so its step could not move; it is stepped when the next label arrives
+    (before the fix the second class won everywhere)."""
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD())
+    m.learn_one({"a": 1}, "x")
+    m.learn_one({"b": 1}, "y")
+    assert m.predict_one({"a": 1}) == "x" and m.predict_one({"b": 1}) == "y"
+    assert m._learner.flat_revisits == 1 and m._learner._flat == []
+    t = ss.SequenceTagger(learner=ss.learners.SGD())
+    t.learn_one([{"a": 1}], ["x"])
+    t.learn_one([{"b": 1}], ["y"])
+    assert t.predict_one([{"a": 1}]) == ["x"]   # before: ["y"], the only tag ever stepped on
+    assert t._learner.flat_revisits == 1
+    # each flat example once, then never again; the projection radius counts its loss range
+    lr = m._learner
+    m.learn_one({"c": 1}, "z")
+    assert lr.flat_revisits == 1 and lr._lmax_sum == pytest.approx(3.0)
+    # still a valid dual point (the revisit is a counted visit)
+    assert np.isfinite(m.certificate().gap)
+
+
+def test_flat_revisit_survives_save_load(tmp_path):
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD())
+    for _ in range(3):
+        m.learn_one({"a": 1}, "x")
+    m.save(tmp_path / "f.ssvm")
+    m2 = ss.MulticlassSSVM.load(tmp_path / "f.ssvm")
+    for mm in (m, m2):
+        mm.learn_one({"b": 1}, "y")
+        assert mm.predict_one({"a": 1}) == "x" and mm._learner.flat_revisits == 3
+    np.testing.assert_array_equal(m._learner.W.E, m2._learner.W.E)
+
+
+def test_replay_keeps_a_dual_point_and_resumes_identically(tmp_path):
+    """replay=1 (the default, as BCFW's): one step on a held example per new one. The draws are
+    capped at 1 + replay violating visits per example, so after one pass the weight of each
+    example's steps stays within 1 / (lam n) and the certificate is a valid gap; the draws are a
+    hash of (seed, t), so a model saved and loaded mid-stream continues exactly as the
+    uninterrupted one."""
+    data = _chain_stream(4, 160)
+    m = ss.SequenceTagger(learner=ss.learners.SGD(lam=1e-3, calibrate=50), loss="normalized")
+    for x, y in data[:100]:
+        m.learn_one(x, y)
+    m.save(tmp_path / "r.ssvm")
+    m2 = ss.SequenceTagger.load(tmp_path / "r.ssvm")
+    for x, y in data[100:]:
+        m.learn_one(x, y)
+        m2.learn_one(x, y)
+    lr = m._learner
+    np.testing.assert_array_equal(lr.W.E, m2._learner.W.E)
+    assert lr.t > 1.5 * len(data) and lr.n_learned == len(data)   # ~ two steps per example
+    assert max(lr._visits) <= 1 + lr.replay
+    assert lr.lam * len(lr._recent) * lr.a * max(lr._mass) <= 1.0
+    c = m.certificate()
+    assert np.isfinite(c.gap) and c.primal < 1.0
+    one = ss.SequenceTagger(learner=ss.learners.SGD(lam=1e-3, calibrate=50, replay=0), loss="normalized")
+    for x, y in data:
+        one.learn_one(x, y)
+    assert c.primal < one.certificate().primal   # the replayed steps optimize further
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_replay_and_truncated_steps_certificate_is_valid(truncate):
+    """The dual point of replayed (and truncated: Asi & Duchi's step min(eta, H / ||psi||^2))
+    steps is feasible: its value is below BCFW's certified optimum, the primal above it."""
+    cls, data = _stream("chain", 21, n=60)
+    lam = 0.1
+    d_lo, p_hi = _bcfw_optimum(cls, data, lam, "margin")
+    m = cls(learner=ss.learners.SGD(lam=lam, replay=2, truncate=truncate))
+    for x, y in data:
+        m.learn_one(x, y)
+    c = m.certificate()
+    assert np.isfinite(c.gap) and c.dual <= p_hi + 1e-12 and c.primal >= d_lo - 1e-12

@@ -63,3 +63,64 @@ def mc_levels(S, K, ytrue, C, hs, gs):
         gs[c] = C[yt, k]
         c += 1
     return c
+
+
+@njit(**_JIT)
+def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
+    """E[j, k] += coef * x_j * st[k] (x = the one token, as ``structops.stat_apply``), on the
+    classes with st[k] != 0 only: a multiclass step moves the few classes of its direction, so
+    this costs O(nnz(x) * #moved) instead of O(nnz(x) * K). The products are formed in the same
+    order as ``stat_apply``'s, so the result is the same to the bit (a skipped class adds 0).
+
+    >>> import numpy as np
+    >>> E = np.zeros((3, 4)); st = np.array([0.0, 1.0, 0.0, -1.0])
+    >>> mc_stat_apply(E, np.array([0, 2], np.int32), np.array([0, 2], np.int32), np.array([1.0, 2.0]),
+    ...               st, 4, 0.5)
+    >>> E[2].tolist()
+    [0.0, 1.0, 0.0, -1.0]
+    """
+    nz = np.empty(K, dtype=np.int64)
+    m = 0
+    for k in range(K):
+        if st[k] != 0.0:
+            nz[m] = k
+            m += 1
+    if m == 0:
+        return
+    for p in range(tok_ptr[0], tok_ptr[1]):
+        j = fidx[p]
+        v = fval[p] * coef
+        for q in range(m):
+            k = nz[q]
+            E[j, k] += v * st[k]
+
+
+@njit(**_JIT)
+def dense_rows_csr(A, tok_ptr, fidx, fval):
+    """CSR of the rows of a dense 2-D array, as ``FeatureIndex.encode_tokens`` writes it: each row
+    is the bias (feature 0, value 1) then its nonzero columns j, in order, as feature j + 1.
+    ``tok_ptr`` has n + 1 entries, ``fidx`` / ``fval`` room for n + nnz(A); returns the entries
+    written. One pass over A (the numpy route takes a nonzero scan and fancy indexing).
+
+    >>> import numpy as np
+    >>> A = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    >>> tp = np.zeros(3, np.int32); fi = np.zeros(8, np.int32); fv = np.zeros(8)
+    >>> m = dense_rows_csr(A, tp, fi, fv)
+    >>> tp.tolist(), fi[:m].tolist(), fv[:m].tolist()
+    ([0, 2, 5], [0, 2, 0, 1, 3], [1.0, 2.0, 1.0, 1.0, 3.0])
+    """
+    n, d = A.shape
+    c = 0
+    tok_ptr[0] = 0
+    for i in range(n):
+        fidx[c] = 0
+        fval[c] = 1.0
+        c += 1
+        for j in range(d):
+            v = A[i, j]
+            if v != 0.0:
+                fidx[c] = j + 1
+                fval[c] = v
+                c += 1
+        tok_ptr[i + 1] = c
+    return c

@@ -49,7 +49,7 @@ from .hierarchy import (  # noqa: F401
     hier_level_labeling, hier_levels,
 )
 from .mrf import _mrf_enum, mrf_level_labeling  # noqa: F401
-from .multiclass import mc_decode, mc_levels, mc_slack  # noqa: F401
+from .multiclass import mc_decode, mc_levels, mc_slack, mc_stat_apply  # noqa: F401
 from .multilabel import ml_decode, ml_levels, ml_slack  # noqa: F401
 
 
@@ -305,6 +305,8 @@ def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
 @njit(**_JIT)
 def stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans):
     """U += coef * Phi_x(st)."""
+    if kind == MULTICLASS:   # only the classes the step moves
+        return mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef)
     if kind == MLPAIR:
         for p in range(tok_ptr[0], tok_ptr[1]):
             j = fidx[p]

@@ -9,6 +9,7 @@ from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
+from .._kernels.multiclass import dense_rows_csr
 from ..structures import MultiClass
 from .base import ONE_EX, Estimator, is_missing, require_pandas
 
@@ -123,7 +124,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._check_labels(ys, A.shape[0])
         if A.shape[0] == 0:
             return np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0), 0, index
-        tok_ptr, fidx, fval = self._features.encode_tokens(A, grow=grow)   # checks all before it registers
+        tok_ptr, fidx, fval = self._dense_csr(A, grow)   # checks all before it registers
         return tok_ptr, fidx, fval, A.shape[0], index
 
     def _check_labels(self, ys, n):
@@ -137,6 +138,21 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 self._labels.check(v)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"row {i}: {e}") from e
+
+    def _dense_csr(self, A, grow):
+        """``FeatureIndex.encode_tokens`` of a dense batch (same checks, same arrays) in one
+        numba pass instead of numpy's nonzero scan and fancy indexing."""
+        f = self._features
+        if not isinstance(A, np.ndarray) or A.ndim != 2 or A.shape[0] == 0 or A.dtype.kind not in "biuf":
+            return f.encode_tokens(A, grow=grow)   # its errors
+        A = np.ascontiguousarray(A, dtype=np.float64)
+        f._check_array(A, grow)
+        n, d = A.shape
+        tok_ptr = np.empty(n + 1, dtype=np.int32)
+        fidx = np.empty(n * (d + 1), dtype=np.int32)
+        fval = np.empty(n * (d + 1), dtype=np.float64)
+        m = dense_rows_csr(A, tok_ptr, fidx, fval)
+        return tok_ptr, fidx[:m], fval[:m]
 
     def learn_many(self, X, y):
         """Learn a batch in order, as a stream, in one kernel call (``X``: a DataFrame, a 2-D
@@ -176,11 +192,38 @@ class MulticlassSSVM(Estimator, base.Classifier):
         else:
             labs = self._labels.labels[:n0]
             self._learner.ensure(self._features.dim, labs)
-            ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
+            ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 else None
+            if ids is None:
+                ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, fval, np.arange(n + 1, dtype=np.int64), n)
             preds = [labs[i] for i in ids]
         self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
         return preds
+
+    def _dense_ids(self, A):
+        """Predicted class ids of the rows of a dense 2-D array (already validated by the
+        encoding) by one BLAS product with the learner's predicting emission weights: column j
+        is feature j + 1, feature 0 the bias (``FeatureIndex.encode_tokens``). The per-row
+        kernel reads every weight once per row; the product reads them once per batch. The
+        scores agree with the kernel's to rounding, and ties go to the first class as in
+        ``mc_decode``. ``None`` for learners that do not expose their predicting weights."""
+        lr = self._learner
+        K = lr._K
+        if isinstance(lr, BCFW):
+            E, ZE, zc, _, _, scale = lr._predict_params()
+        elif isinstance(lr, SGD):
+            W, scale = lr._pred_weights()
+            E, ZE, zc = W.E, None, 0.0
+        else:
+            return None
+        d = A.shape[1]
+        if K == 0 or E.shape[0] < d + 1:
+            return None
+        Wk = E[:d + 1, :K] if not zc else E[:d + 1, :K] - zc * ZE[:d + 1, :K]
+        S = np.asarray(A, dtype=np.float64) @ Wk[1:]
+        S += Wk[0]
+        S *= scale
+        return np.argmax(S, axis=1)
 
     def _encode_labels(self, ys):
         """Label ids of a validated batch, registered as they arrive (exactly as with
