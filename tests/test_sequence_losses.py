@@ -3,6 +3,8 @@ enumeration on small chains, and their use by the learners."""
 import numpy as np
 import pytest
 
+import streamssvm as ss
+
 from streamssvm._kernels import structops as so
 from streamssvm._kernels.bundles import model
 from streamssvm.structures import Chain
@@ -149,3 +151,12 @@ def test_default_loss_is_per_token_hamming_except_gdmm(tmp_path):
     t.learn_one([{"a": 1}, {"b": 1}], ["x", "y"])
     t.save(tmp_path / "t.ssvm")
     assert ss.SequenceTagger.load(tmp_path / "t.ssvm").loss == "hamming"
+
+
+def test_models_saved_with_the_old_default_keep_the_normalized_loss():
+    """Files written before the default loss became per-token stored ``loss: None`` for the
+    default of their time (normalized per sentence): loading one must not switch its loss."""
+    params = {"loss": None, "labels": None}
+    assert ss.SequenceTagger._params_from_state(dict(params))["loss"] == "normalized"
+    params["loss"] = "hamming"
+    assert ss.SequenceTagger._params_from_state(dict(params))["loss"] == "hamming"
