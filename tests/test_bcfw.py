@@ -287,3 +287,20 @@ def test_matches_liblinear_crammer_singer_optimum():
     assert c.gap < 1e-5
     assert c.primal - p_lib <= c.gap + 1e-9      # weak duality against an independent point
     assert abs(c.primal - p_lib) < 1e-3 * p_lib  # both solvers found the same optimum
+
+
+@pytest.mark.parametrize("lam", [1e-3, 1e-2, 1e-1])
+@pytest.mark.parametrize("batch", [False, True])
+def test_new_tag_first_sequence_is_learned_at_once(lam, batch):
+    """A tag's first sequence counts as soon as the next tag arrives, at any lam: the flat block
+    and the new one share the start/end weights, so one step each could leave the new block the
+    last word ([a] -> x, then [b] -> y predicted y for [a] at lam = 1e-2)."""
+    m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam))
+    X, Y = [[{"a": 1.0}], [{"b": 1.0}]], [["x"], ["y"]]
+    if batch:
+        m.learn_many(X, Y)
+    else:
+        for x, y in zip(X, Y):
+            m.learn_one(x, y)
+    assert m.predict_one([{"a": 1.0}]) == ["x"]
+    assert m.predict_one([{"b": 1.0}]) == ["y"]

@@ -213,6 +213,26 @@ class BCFW(Learner):
         if len(flat):
             self._run(K.SAMPLE_GIVEN, len(flat), flat)
             self.n_revisit_steps = getattr(self, "n_revisit_steps", 0) + len(flat)
+            self._settle = flat
+
+    #: sweeps over the revisited flat blocks and the new label's first block (see _settle_new)
+    SETTLE_SWEEPS = 3
+    _settle = None   # the flat blocks revisited by the last ensure, until the next learn
+
+    def _settle_new(self, slot):
+        """After the first example of a new label is learned: ``SETTLE_SWEEPS`` sweeps of steps
+        over it and the flat blocks revisited when its label arrived. One step each is not
+        enough on sequences: the blocks share the start/end and transition weights, and the
+        step on the new block can undo the revisited block's margin on them (``[a] -> x`` then
+        ``[b] -> y`` predicted ``y`` for ``[a]`` at lam = 1e-2). Bounded: only when a label
+        arrives, and only over the blocks that had nothing to step to."""
+        flat, self._settle = self._settle, None
+        if flat is None or slot < 0 or self.store.n == 0:
+            return
+        live = flat[np.isin(flat, self.store.slots())]   # not evicted by the new block
+        sl = np.tile(np.append(live, slot).astype(np.int64), self.SETTLE_SWEEPS)
+        self._run(K.SAMPLE_GIVEN, len(sl), sl)
+        self.n_revisit_steps += len(sl)
 
     @property
     def n_blocks(self):
@@ -336,7 +356,10 @@ class BCFW(Learner):
         or -1 when the reservoir chose not to hold it."""
         st = self.store
         if st.eviction == "fifo" and st.max_bytes is None:
-            return self._learn_fifo(tok_ptr, fidx, fval, ytrue, Ki)
+            slot = self._learn_fifo(tok_ptr, fidx, fval, ytrue, Ki)
+            if self._settle is not None:
+                self._settle_new(slot)
+            return slot
         victim = st.choose_victim()
         if victim == -1:
             st.seen += 1
@@ -355,6 +378,8 @@ class BCFW(Learner):
             self._replay(self.replay)
         if self.averaging and self._avg_t0 < 0:
             self._avg_restart()
+        if self._settle is not None:
+            self._settle_new(slot)
         return slot
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
@@ -392,6 +417,8 @@ class BCFW(Learner):
         if out[1] > 0:
             self._avg_restart()
         self.n_learned += m
+        if self._settle is not None:
+            self._settle_new(int(new_slots[0]))
         needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         if needs_full and self._steps_since_full >= self.gap_every * st.n:
             self._full_pass()
