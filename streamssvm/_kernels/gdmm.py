@@ -1036,16 +1036,33 @@ def _solve_small(A, b, n):
 
 
 @njit(**_JIT)
-def tetra_project(c, wt, out):
+def tetra_project(c, wt, out, A=None, b=None, idx=None):
     """argmin_z sum_j wt[j] (z_j - c_j)^2 over the tetrahedron conv(_TETRA) (wt > 0), exact:
     the minimizer lies in the relative interior of one of the 15 faces, where it is the
     weighted projection onto that face's affine hull (a KKT system in barycentric
     coordinates); the best feasible candidate over all faces is the answer. Writes z to
-    ``out``, returns the objective."""
+    ``out``, returns the objective. ``A`` (5 x 5), ``b`` (5,), ``idx`` (4,) are optional scratch.
+
+    >>> import numpy as np
+    >>> z = np.zeros(3)
+    >>> float(tetra_project(np.array([0.5, 0.5, 0.25]), np.ones(3), z)), z.tolist()   # inside
+    (0.0, [0.5, 0.5, 0.25])
+    >>> round(float(tetra_project(np.array([2.0, 2.0, 2.0]), np.ones(3), z)), 12), z.tolist()  # vertex 11
+    (3.0, [1.0, 1.0, 1.0])
+    """
+    # inside: barycentric coordinates (q, m_k - q, m_l - q, 1 - m_k - m_l + q) all >= 0
+    if c[2] >= 0.0 and c[0] - c[2] >= 0.0 and c[1] - c[2] >= 0.0 and 1.0 - c[0] - c[1] + c[2] >= 0.0:
+        out[0] = c[0]
+        out[1] = c[1]
+        out[2] = c[2]
+        return 0.0
     V = _TETRA
-    A = np.zeros((5, 5))
-    b = np.zeros(5)
-    idx = np.zeros(4, dtype=np.int64)
+    if A is None:
+        A = np.zeros((5, 5))
+    if b is None:
+        b = np.zeros(5)
+    if idx is None:
+        idx = np.zeros(4, dtype=np.int64)
     best = np.inf
     for mask in range(1, 16):
         m = 0
@@ -1129,7 +1146,7 @@ def ml_uni_step(i, k, Dt, Q, E, K, s, rho, score):
 
 
 @njit(**_JIT)
-def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf):
+def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx):
     """Exact block minimization of L over the active pairwise factor c of example i."""
     k = Q.fk[i, c]
     l = Q.fl[i, c]
@@ -1142,7 +1159,7 @@ def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf):
     wbuf[0] = rho
     wbuf[1] = rho
     wbuf[2] = s
-    tetra_project(cbuf, wbuf, zbuf)
+    tetra_project(cbuf, wbuf, zbuf, tA, tb, tidx)
     Q.fz[i, c, 0] = zbuf[0]
     Q.fz[i, c, 1] = zbuf[1]
     Q.fz[i, c, 2] = zbuf[2]
@@ -1239,7 +1256,7 @@ def ml_multiplier_step(i, Q, eta):
 
 @njit(**_JIT)
 def ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, cand_k, cand_l,
-                    cbuf, wbuf, zbuf, counters):
+                    cbuf, wbuf, zbuf, tA, tb, tidx, counters):
     """One sweep over the factors of example i: every unigram block (exact), the greedy
     factor additions, every active pairwise block (exact)."""
     ml_scores(E, K, Dt.x_ptr, Dt.fidx, Dt.fval, i, acc)
@@ -1249,7 +1266,7 @@ def ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, can
     if K > 1:
         ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters)
     for c in range(Q.fcnt[i]):
-        ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf)
+        ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx)
     counters[ML_C_PAIR] += Q.fcnt[i]
 
 
@@ -1267,12 +1284,15 @@ def ml_run_pass(order, Dt, Q, E, T, K, s, rho, eta, grow, tol, inner, mult, coun
     cbuf = np.zeros(3)
     wbuf = np.zeros(3)
     zbuf = np.zeros(3)
+    tA = np.zeros((5, 5))
+    tb = np.zeros(5)
+    tidx = np.zeros(4, dtype=np.int64)
     for j in range(order.shape[0]):
         i = order[j]
         if Dt.alive[i]:
             for r in range(inner):
                 ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, cand_k, cand_l,
-                                cbuf, wbuf, zbuf, counters)
+                                cbuf, wbuf, zbuf, tA, tb, tidx, counters)
     res = 0.0
     if mult:
         for j in range(order.shape[0]):
@@ -1298,6 +1318,25 @@ def ml_remove_example(i, Dt, Q, E, T, K):
 
 
 @njit(**_JIT)
+def _ml_coupling(kind, uk, ul, yk, yl):
+    """E[y_k y_l] under a coupling of two Bernoulli labels driven by one uniform U: kind 0
+    comonotone values (y = [U < u]): min(u_k, u_l); kind 1 comonotone flips away from the
+    ground truth (flip = [U < |u - ybar|], as when a loss-augmented labeling flips several
+    labels at once)."""
+    if kind == 0:
+        return min(uk, ul)
+    vk = abs(uk - yk)
+    vl = abs(ul - yl)
+    if yk == 1.0 and yl == 1.0:
+        return 1.0 - max(vk, vl)
+    if yk == 1.0:
+        return max(0.0, vl - vk)
+    if yl == 1.0:
+        return max(0.0, vk - vl)
+    return min(vk, vl)
+
+
+@njit(**_JIT)
 def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
     """Certificate sums over the held examples. Per example:
 
@@ -1310,9 +1349,9 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
     * a *distribution* repair: a distribution over labelings with unigram marginals u, so a
       feasible dual point of the exact problem. Labels with integral u_k are deterministic; with
       at most two fractional labels the local repair's q of that pair is realized exactly (a
-      single edge is a tree); with more, the pair statistics are those of the mixture
-      theta * comonotone + (1 - theta) * independent couplings (E[y_k y_l] = theta min(u_k, u_l)
-      + (1 - theta) u_k u_l), theta fitted by least squares to the local repair's q.
+      single edge is a tree); with more, the pair statistics are those of a mixture
+      theta * coupling + (1 - theta) * independent labels, with the coupling (``_ml_coupling``)
+      and theta fitted by least squares to the local repair's q.
 
     Returns (hinge_sum, dloss_sum, sq_dist, sq_local, residual_sq) where sq_* = ||U_T'||^2 of
     the repaired points (upper triangle) and residual_sq the squared consistency residual of
@@ -1367,24 +1406,36 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
             l = frac[1]
             Tp[k, l] -= Ml[k, l] - Q.u[i, k] * Q.u[i, l]
         elif nf > 2:
-            num = 0.0
-            den = 0.0
+            best_r = np.inf
+            best_th = 0.0
+            best_c = 0
+            for cp in range(2):
+                num = 0.0
+                den = 0.0
+                r0 = 0.0
+                for a in range(nf):
+                    k = frac[a]
+                    for b in range(a + 1, nf):
+                        l = frac[b]
+                        p = Q.u[i, k] * Q.u[i, l]
+                        dm = _ml_coupling(cp, Q.u[i, k], Q.u[i, l], Dt.Y[i, k], Dt.Y[i, l]) - p
+                        num += dm * (Ml[k, l] - p)
+                        den += dm * dm
+                        r0 += (Ml[k, l] - p) ** 2
+                th = 0.0
+                if den > 0.0:
+                    th = min(max(num / den, 0.0), 1.0)
+                r = r0 - 2.0 * th * num + th * th * den
+                if r < best_r:
+                    best_r = r
+                    best_th = th
+                    best_c = cp
             for a in range(nf):
                 k = frac[a]
                 for b in range(a + 1, nf):
                     l = frac[b]
                     p = Q.u[i, k] * Q.u[i, l]
-                    dm = min(Q.u[i, k], Q.u[i, l]) - p
-                    num += dm * (Ml[k, l] - p)
-                    den += dm * dm
-            th = 0.0
-            if den > 0.0:
-                th = min(max(num / den, 0.0), 1.0)
-            for a in range(nf):
-                k = frac[a]
-                for b in range(a + 1, nf):
-                    l = frac[b]
-                    Tp[k, l] -= th * (min(Q.u[i, k], Q.u[i, l]) - Q.u[i, k] * Q.u[i, l])
+                    Tp[k, l] -= best_th * (_ml_coupling(best_c, Q.u[i, k], Q.u[i, l], Dt.Y[i, k], Dt.Y[i, l]) - p)
         if exact_primal:
             ml_scores(E, K, Dt.x_ptr, Dt.fidx, Dt.fval, i, acc)
             ts = 0.0

@@ -776,7 +776,7 @@ class _MLPairGDMM:
         cfg = self.cfg
         full0 = self.counters[G.ML_C_FULL]
         res = G.ml_run_pass(np.asarray(order, dtype=np.int64), self.data(), self.dual(), self.E, self.T, self.K,
-                            self.s(), float(cfg.rho), float(cfg.eta), int(cfg.grow), float(cfg.add_tol),
+                            self.s(), float(cfg.rho) * self.s(), float(cfg.eta), int(cfg.grow), float(cfg.add_tol),
                             int(cfg.inner), bool(mult), self.counters)
         maxf = self.K * (self.K - 1) // 2
         if self.counters[G.ML_C_FULL] > full0 and self.fcap < maxf:
