@@ -238,7 +238,7 @@ def test_rejects_other_structures_and_unimplemented_solvers():
         GDMM(lam=0.1).bind(MultiLabel(pairwise=False), ["a", "b"])
     with pytest.raises(TypeError):
         ss.MulticlassSSVM(learner=GDMM(lam=0.1))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="active_qp"):
         GDMM(solver="afw")
     with pytest.raises(ValueError, match="eta"):
         GDMM(eta=3.0)

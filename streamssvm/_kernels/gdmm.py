@@ -216,6 +216,34 @@ def _aux_pop(aux, auxv, na):
 
 # ---------------------------------------------------------------------------- bigram oracle
 @njit(**_JIT)
+def _walk_line(M, K, s, r, h, ra, augO, mkO, best, aux, auxv):
+    """Best s M[r, o] + ra + augO[o] over the labels o without a message (mkO[o] == 0), walking
+    the max-heap ``h`` of row r of M in decreasing order until the bound s M[r, o] + ra drops to
+    ``best`` (cases (ii) / (iii) of the bigram oracle; M is T or its transpose). Returns (best,
+    o or -1 when nothing beat ``best``, entries touched, aux, auxv)."""
+    bo = -1
+    touched = 0
+    na = 0
+    aux, auxv, na = _aux_push(aux, auxv, na, 0, M[r, h[0]])
+    while na > 0:
+        p, na = _aux_pop(aux, auxv, na)
+        o = h[p]
+        tv = s * M[r, o]
+        touched += 1
+        if tv + ra <= best:
+            break
+        if mkO[o] == 0:
+            v = tv + ra + augO[o]
+            if v > best:
+                best = v
+                bo = o
+        for c in (2 * p + 1, 2 * p + 2):
+            if c < K:
+                aux, auxv, na = _aux_push(aux, auxv, na, c, M[r, h[c]])
+    return best, bo, touched, aux, auxv
+
+
+@njit(**_JIT)
 def bigram_oracle(mode, T, K, Kc, s, augL, augR, posL, nposL, posR, nposR, mkL, mkR, H, SC, counters):
     """argmax_(a, b) s T[a, b] + augL[a] + augR[b] over a, b < K.
 
@@ -252,49 +280,19 @@ def bigram_oracle(mode, T, K, Kc, s, augL, augR, posL, nposL, posR, nposR, mkL, 
         # (ii) a positive, b not: walk row heap of a
         for i in range(nposL):
             a = posL[i]
-            ra = augL[a]
-            h = H.r[a]
-            na = 0
-            aux, auxv, na = _aux_push(aux, auxv, na, 0, T[a, h[0]])
-            while na > 0:
-                p, na = _aux_pop(aux, auxv, na)
-                b = h[p]
-                tv = s * T[a, b]
-                touched += 1
-                if tv + ra <= best:
-                    break
-                if mkR[b] == 0:
-                    v = tv + ra + augR[b]
-                    if v > best:
-                        best = v
-                        ba = a
-                        bb = b
-                for c in (2 * p + 1, 2 * p + 2):
-                    if c < K:
-                        aux, auxv, na = _aux_push(aux, auxv, na, c, T[a, h[c]])
-        # (iii) b positive, a not: walk column heap of b
+            best, o, tch, aux, auxv = _walk_line(T, K, s, a, H.r[a], augL[a], augR, mkR, best, aux, auxv)
+            touched += tch
+            if o >= 0:
+                ba = a
+                bb = o
+        # (iii) b positive, a not: walk column heap of b (the row walk on the transposed table)
         for j in range(nposR):
             b = posR[j]
-            rb = augR[b]
-            h = H.c[b]
-            na = 0
-            aux, auxv, na = _aux_push(aux, auxv, na, 0, T[h[0], b])
-            while na > 0:
-                p, na = _aux_pop(aux, auxv, na)
-                a = h[p]
-                tv = s * T[a, b]
-                touched += 1
-                if tv + rb <= best:
-                    break
-                if mkL[a] == 0:
-                    v = tv + rb + augL[a]
-                    if v > best:
-                        best = v
-                        ba = a
-                        bb = b
-                for c in (2 * p + 1, 2 * p + 2):
-                    if c < K:
-                        aux, auxv, na = _aux_push(aux, auxv, na, c, T[h[c], b])
+            best, o, tch, aux, auxv = _walk_line(T.T, K, s, b, H.c[b], augR[b], augL, mkL, best, aux, auxv)
+            touched += tch
+            if o >= 0:
+                ba = o
+                bb = b
         # (iv) neither positive: walk the global heap
         Tf = T.ravel()
         g = H.g

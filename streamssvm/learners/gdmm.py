@@ -1,6 +1,7 @@
 """GDMM: greedy direction method of multipliers over factorwise duals (Yen, Huang, Zhong,
 Zhang, Ravikumar, Dhillon, "Dual Decomposed Learning with Factorwise Oracles for Structural
-SVMs of Large Output Domain", NIPS 2016), for chains.
+SVMs of Large Output Domain", NIPS 2016), for chains and for multi-label with pairwise label
+factors.
 
 The structural SVM's LP-relaxed dual (exact on chains, which are trees) decomposes into one
 multiclass dual per factor -- a unigram factor per token (inner-product scores over the K
@@ -63,15 +64,28 @@ class _ChainAdapter:
 
 
 class GDMM(Learner):
-    """GDMM for chains (:class:`~streamssvm.SequenceTagger`): factorwise block steps with
-    sublinear oracles and multiplier steps.
+    """GDMM for chains (:class:`~streamssvm.SequenceTagger`) and pairwise multi-label
+    (:class:`~streamssvm.MultiLabelSSVM` with ``pairwise=True``): factorwise block steps with
+    factorwise oracles and multiplier steps.
+
+    Multi-label: GDMM minimizes the dual of the LP relaxation on the local polytope (the
+    paper's (5); on a fully connected graph an upper bound on the structured hinge), so its
+    optimum equals the exact one when the relaxation is tight at the optimum (measured on
+    small random instances and yeast: see ``tests/test_gdmm_multilabel.py`` and
+    ``bench/results/gdmm_multilabel_*``). The certificate's primal is exact (enumeration, up to
+    16 labels) and its dual is a feasible point of the *exact* problem (a distribution repair,
+    :func:`streamssvm._kernels.gdmm.ml_certificate_sums`), so the gap is a valid bound; above
+    16 labels there is no exact primal (gap = inf, exact=False, see the note). Above 16 labels
+    predictions solve the LP relaxation (:mod:`streamssvm.oracles.lp`).
 
     Parameters
     ----------
     lam
         Regularization lambda (> 0).
     rho
-        Augmented-Lagrangian penalty (> 0).
+        Augmented-Lagrangian penalty (> 0). Chains: absolute. Pairwise multi-label: relative,
+        the penalty is rho * s with s = 1 / (lam n) (the scale of the data term; measured on
+        yeast with lam = 1: an absolute rho = 1 moved the unigrams ~40x slower than BCFW's dual).
     eta
         Multiplier step size in (0, 1]: lam' += eta (M mu_f - mu_t), once per pass over the
         held examples (``refine``) and once per example visit when streaming. The multipliers
@@ -85,9 +99,12 @@ class GDMM(Learner):
     nu
         Partitions of the sampled unigram oracle (1 = exact).
     solver
-        Block solver: ``"active_qp"`` (greedy active set + exact minimizer over it: a simplex
-        projection for the unigrams, projected steps with exact line search for the bigrams).
-        The paper's ``"bcfw"`` and ``"afw"`` block solvers are not implemented.
+        Block solver; only ``"active_qp"``: chains -- greedy active set + exact minimizer over
+        it (a simplex projection for the unigrams, projected steps with exact line search for the
+        bigrams); pairwise multi-label -- exact block minimization (a clipped Newton step per
+        binary unigram, an exact weighted projection onto the tetrahedron per pairwise factor).
+        The paper's Frank-Wolfe and away-step block solvers (its Algorithms 4 and 2) are not
+        provided.
     qp_iters
         Inner projected steps per bigram block visit.
     inner
@@ -102,6 +119,10 @@ class GDMM(Learner):
         Initial capacity of each factor's active set (grown when a pass fills one).
     mips_k, sketch_dim
         Neighbours per query and sketch dimension of the HNSW index (``fmo="mips"``).
+    grow, add_tol
+        Pairwise multi-label: at most ``grow`` inactive pairwise factors are activated per
+        example visit (the block-greedy choice of the paper's Algorithm 3, by Frank-Wolfe gap at
+        the factor's ground-truth vertex), those with a gap > ``add_tol``.
     seed
         Random seed (sampling order, slices, index).
 
@@ -117,6 +138,18 @@ class GDMM(Learner):
     >>> c = tagger.certificate()
     >>> c.raw_gap == c.primal - c.dual and c.primal >= c.dual - 1e-9
     True
+
+    Multi-label with a co-occurrence factor for every pair of labels:
+
+    >>> m = ss.MultiLabelSSVM(learner=ss.learners.GDMM(lam=0.05, replay=2, seed=0), pairwise=True)
+    >>> for i in range(80):
+    ...     a = i % 2
+    ...     m.learn_one({"a": a, "b": 1 - a}, {"red": bool(a), "round": bool(a), "blue": not a})
+    >>> m.predict_one({"a": 1, "b": 0})
+    {'red': True, 'round': True, 'blue': False}
+    >>> c = m.certificate()
+    >>> c.exact and c.dual <= c.primal
+    True
     """
 
     structures = ("chain", "multilabel")
@@ -131,8 +164,6 @@ class GDMM(Learner):
         self.eta = check_number("eta", eta, low=0.0, high=1.0, low_open=True)
         self.fmo = check_choice("fmo", fmo, _FMO)
         self.nu = check_number("nu", nu, low=1, integer=True)
-        if solver in ("bcfw", "afw"):
-            raise NotImplementedError(f"solver={solver!r} is not implemented; use solver='active_qp'")
         self.solver = check_choice("solver", solver, ("active_qp",))
         self.qp_iters = check_number("qp_iters", qp_iters, low=1, integer=True)
         self.inner = check_number("inner", inner, low=1, integer=True)
@@ -627,6 +658,9 @@ class _MLWeights:
     Kc = property(lambda self: self._eng.Kc)
 
 
+_ML_FACTOR_BYTES = 1 << 30
+
+
 class _MLPairGDMM:
     """GDMM's running state for :class:`~streamssvm.MultiLabelSSVM` with ``pairwise=True``
     (Yen et al. 2016, section 3.2 (b), Algorithm 3: block-greedy coordinate descent over
@@ -779,8 +813,11 @@ class _MLPairGDMM:
                             self.s(), float(cfg.rho) * self.s(), float(cfg.eta), int(cfg.grow), float(cfg.add_tol),
                             int(cfg.inner), bool(mult), self.counters)
         maxf = self.K * (self.K - 1) // 2
-        if self.counters[G.ML_C_FULL] > full0 and self.fcap < maxf:
-            self._widen(fcap=min(maxf, 2 * self.fcap))
+        new = min(maxf, 2 * self.fcap)
+        # factor slots cost 48 bytes per held row; past _ML_FACTOR_BYTES the greedy step keeps
+        # refusing additions (counted in counters[ML_C_FULL]) instead of growing
+        if self.counters[G.ML_C_FULL] > full0 and self.fcap < maxf and self.fk.shape[0] * new * 48 <= _ML_FACTOR_BYTES:
+            self._widen(fcap=new)
         return res
 
     def alive_slots(self):
