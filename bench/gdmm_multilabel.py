@@ -36,16 +36,11 @@ from _common import cpu_model  # noqa: E402
 
 
 def load_yeast():
-    from river import datasets
-    rows = list(datasets.Yeast())
-    feats = sorted(rows[0][0])
-    labels = sorted(rows[0][1], key=lambda s: int(s[5:]))
-    X = np.array([[x[f] for f in feats] for x, _ in rows])
-    Y = np.array([[bool(y[k]) for k in labels] for _, y in rows])
-    mu, sd = X[:1500].mean(0), X[:1500].std(0) + 1e-12
-    X = (X - mu) / sd
-    X = np.hstack([X, np.ones((len(X), 1))])
-    return X[:1500], Y[:1500], X[1500:], Y[1500:], labels
+    """bench/yeast_slack.py's split and standardization, plus a constant feature."""
+    from yeast_slack import load
+    Xtr, Ytr, Xte, Yte, labels = load()
+    one = lambda A: np.hstack([A, np.ones((len(A), 1))])  # noqa: E731
+    return one(Xtr), Ytr, one(Xte), Yte, labels
 
 
 def rcv1_like(n_train, n_test, d=47236, K=228, nnz=60, seed=0):
