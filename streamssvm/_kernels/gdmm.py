@@ -1,6 +1,7 @@
-"""Numba kernels of GDMM for chains (Yen, Huang, Zhong, Zhang, Ravikumar, Dhillon, "Dual
-Decomposed Learning with Factorwise Oracles for Structural SVMs of Large Output Domain",
-NIPS 2016).
+"""Numba kernels of GDMM for chains and for pairwise multi-label (Yen, Huang, Zhong, Zhang,
+Ravikumar, Dhillon, "Dual Decomposed Learning with Factorwise Oracles for Structural SVMs of
+Large Output Domain", NIPS 2016). Chains below; pairwise multi-label in the section
+"multi-label, pairwise" at the end.
 
 Notation (all per held example, n examples held, s = 1 / (lam n)):
 
