@@ -31,7 +31,8 @@ def _add_learner_args(p):
     g.add_argument("--learner", default=None, choices=["bcfw", "sgd", "cp", "memoir", "bmrm", "pragam", "gdmm"],
                    help="learning algorithm: bcfw (block-coordinate Frank-Wolfe), sgd (Pegasos), cp (n-slack "
                         "cutting plane), memoir (extreme classification), bmrm / pragam (batch solvers over "
-                        "the held window, run by refinement), gdmm (factorwise dual decomposition, sequences); "
+                        "the held window, run by refinement), gdmm (factorwise dual decomposition: sequences, "
+                        "and multi-label with pairwise label factors); "
                         "default: memoir for --task extreme, else bcfw")
     g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary", "sarawagi"],
                    help="sgd/cp with --rescaling slack: exact slack oracle or a budgeted search "
@@ -87,9 +88,9 @@ def _make_model(args):
         learner = ss.learners.BMRM(lam=args.lam, rescaling=args.rescaling, eps=args.eps, capacity=args.capacity)
     elif args.learner == "pragam":
         learner = ss.learners.Pragam(lam=args.lam, eps=args.eps, capacity=args.capacity, seed=args.seed)
-    elif args.learner == "gdmm":   # GDMM (Yen et al. 2016): chains only
-        if args.task != "sequence":
-            raise ValueError("--learner gdmm learns --task sequence")
+    elif args.learner == "gdmm":   # GDMM (Yen et al. 2016): chains, pairwise multi-label
+        if args.task not in ("sequence", "multilabel"):
+            raise ValueError("--learner gdmm learns --task sequence or --task multilabel")
         learner = ss.learners.GDMM(lam=args.lam, replay=args.replay, capacity=args.capacity, seed=args.seed)
     elif args.learner == "cp":
         learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
@@ -106,7 +107,8 @@ def _make_model(args):
     if args.task == "multiclass":
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
     if args.task == "multilabel":
-        return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features, hierarchy=hierarchy)
+        return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features, hierarchy=hierarchy,
+                                 pairwise=args.learner == "gdmm")
     return ss.SequenceTagger(learner=learner, n_features=args.n_features, loss=args.loss)
 
 

@@ -234,11 +234,11 @@ def test_state_round_trip_continues_identically():
 
 def test_rejects_other_structures_and_unimplemented_solvers():
     from streamssvm.structures import MultiLabel
-    with pytest.raises(ValueError, match="chain"):
-        GDMM(lam=0.1).bind(MultiLabel(pairwise=True), ["a", "b"])
+    with pytest.raises(ValueError, match="pairwise=True"):
+        GDMM(lam=0.1).bind(MultiLabel(pairwise=False), ["a", "b"])
     with pytest.raises(TypeError):
         ss.MulticlassSSVM(learner=GDMM(lam=0.1))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="active_qp"):
         GDMM(solver="afw")
     with pytest.raises(ValueError, match="eta"):
         GDMM(eta=3.0)
@@ -269,6 +269,9 @@ def test_cli_builds_a_gdmm_tagger():
                                          "--learner", "gdmm"])
     with pytest.raises(ValueError, match="sequence"):
         cli._make_model(bad)
+    ml = cli._make_model(cli.build_parser().parse_args(["run", "--source", "file://x.svm", "--task", "multilabel",
+                                                       "--learner", "gdmm"]))
+    assert isinstance(ml, ss.MultiLabelSSVM) and ml.pairwise and isinstance(ml.learner, GDMM)
 
 
 def test_certificate_cadence_does_not_change_the_trajectory():

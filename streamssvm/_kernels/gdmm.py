@@ -1,6 +1,7 @@
-"""Numba kernels of GDMM for chains (Yen, Huang, Zhong, Zhang, Ravikumar, Dhillon, "Dual
-Decomposed Learning with Factorwise Oracles for Structural SVMs of Large Output Domain",
-NIPS 2016).
+"""Numba kernels of GDMM for chains and for pairwise multi-label (Yen, Huang, Zhong, Zhang,
+Ravikumar, Dhillon, "Dual Decomposed Learning with Factorwise Oracles for Structural SVMs of
+Large Output Domain", NIPS 2016). Chains below; pairwise multi-label in the section
+"multi-label, pairwise" at the end.
 
 Notation (all per held example, n examples held, s = 1 / (lam n)):
 
@@ -43,6 +44,8 @@ from collections import namedtuple
 
 import numpy as np
 from numba import njit
+
+from .mrf import _mrf_enum
 
 _JIT = dict(cache=True, nogil=True)
 
@@ -214,6 +217,34 @@ def _aux_pop(aux, auxv, na):
 
 # ---------------------------------------------------------------------------- bigram oracle
 @njit(**_JIT)
+def _walk_line(M, K, s, r, h, ra, augO, mkO, best, aux, auxv):
+    """Best s M[r, o] + ra + augO[o] over the labels o without a message (mkO[o] == 0), walking
+    the max-heap ``h`` of row r of M in decreasing order until the bound s M[r, o] + ra drops to
+    ``best`` (cases (ii) / (iii) of the bigram oracle; M is T or its transpose). Returns (best,
+    o or -1 when nothing beat ``best``, entries touched, aux, auxv)."""
+    bo = -1
+    touched = 0
+    na = 0
+    aux, auxv, na = _aux_push(aux, auxv, na, 0, M[r, h[0]])
+    while na > 0:
+        p, na = _aux_pop(aux, auxv, na)
+        o = h[p]
+        tv = s * M[r, o]
+        touched += 1
+        if tv + ra <= best:
+            break
+        if mkO[o] == 0:
+            v = tv + ra + augO[o]
+            if v > best:
+                best = v
+                bo = o
+        for c in (2 * p + 1, 2 * p + 2):
+            if c < K:
+                aux, auxv, na = _aux_push(aux, auxv, na, c, M[r, h[c]])
+    return best, bo, touched, aux, auxv
+
+
+@njit(**_JIT)
 def bigram_oracle(mode, T, K, Kc, s, augL, augR, posL, nposL, posR, nposR, mkL, mkR, H, SC, counters):
     """argmax_(a, b) s T[a, b] + augL[a] + augR[b] over a, b < K.
 
@@ -250,49 +281,19 @@ def bigram_oracle(mode, T, K, Kc, s, augL, augR, posL, nposL, posR, nposR, mkL, 
         # (ii) a positive, b not: walk row heap of a
         for i in range(nposL):
             a = posL[i]
-            ra = augL[a]
-            h = H.r[a]
-            na = 0
-            aux, auxv, na = _aux_push(aux, auxv, na, 0, T[a, h[0]])
-            while na > 0:
-                p, na = _aux_pop(aux, auxv, na)
-                b = h[p]
-                tv = s * T[a, b]
-                touched += 1
-                if tv + ra <= best:
-                    break
-                if mkR[b] == 0:
-                    v = tv + ra + augR[b]
-                    if v > best:
-                        best = v
-                        ba = a
-                        bb = b
-                for c in (2 * p + 1, 2 * p + 2):
-                    if c < K:
-                        aux, auxv, na = _aux_push(aux, auxv, na, c, T[a, h[c]])
-        # (iii) b positive, a not: walk column heap of b
+            best, o, tch, aux, auxv = _walk_line(T, K, s, a, H.r[a], augL[a], augR, mkR, best, aux, auxv)
+            touched += tch
+            if o >= 0:
+                ba = a
+                bb = o
+        # (iii) b positive, a not: walk column heap of b (the row walk on the transposed table)
         for j in range(nposR):
             b = posR[j]
-            rb = augR[b]
-            h = H.c[b]
-            na = 0
-            aux, auxv, na = _aux_push(aux, auxv, na, 0, T[h[0], b])
-            while na > 0:
-                p, na = _aux_pop(aux, auxv, na)
-                a = h[p]
-                tv = s * T[a, b]
-                touched += 1
-                if tv + rb <= best:
-                    break
-                if mkL[a] == 0:
-                    v = tv + rb + augL[a]
-                    if v > best:
-                        best = v
-                        ba = a
-                        bb = b
-                for c in (2 * p + 1, 2 * p + 2):
-                    if c < K:
-                        aux, auxv, na = _aux_push(aux, auxv, na, c, T[h[c], b])
+            best, o, tch, aux, auxv = _walk_line(T.T, K, s, b, H.c[b], augR[b], augL, mkL, best, aux, auxv)
+            touched += tch
+            if o >= 0:
+                ba = o
+                bb = b
         # (iv) neither positive: walk the global heap
         Tf = T.ravel()
         g = H.g
@@ -957,3 +958,501 @@ def oracle_batch(mode, T, K, Kc, s, AUGL, AUGR, H, SC, counters, out):
         for y in range(K):
             SC.mkL[y] = 0
             SC.mkR[y] = 0
+
+
+# ============================================================================ multi-label, pairwise
+# A fully connected binary MRF over K labels (MultiLabelSSVM(pairwise=True)): one binary
+# variable per label, score(y) = sum_k y_k <w_k, x> + sum_{k<l} y_k y_l T[k, l], loss Hamming / Ki.
+# Factorwise dual (Yen et al. 2016, section 3.2 (b) and Algorithm 3), per held example i:
+#
+# * unigram factor k: u_k = mu_k(1) in [0, 1] (dense, n x Kc);
+# * pairwise factor f = (k, l), k < l: marginals over (00, 01, 10, 11), kept as
+#   z_f = (m_k, m_l, q) = (mu_f(1.), mu_f(.1), mu_f(11)), i.e. a point of the tetrahedron with
+#   vertices 00 = (0, 0, 0), 01 = (0, 1, 0), 10 = (1, 0, 0), 11 = (1, 1, 1); scaled multipliers
+#   lam_kf, lam_lf of the consistency constraints m_k = u_k, m_l = u_l (the 0-coordinates are
+#   implied by the simplex);
+# * a factor is *inactive* until the greedy step adds it: z_f = its ground-truth vertex, lam = 0
+#   (storage O(active factors), not O(K^2) per example).
+#
+# Unnormalized weights U_E[:, k] = sum_i x_i (ybar_ik - u_ik) (feature-major ``E``), U_T[k, l] =
+# sum_i (ybar_ik ybar_il - q_ikl) (upper triangle of ``T``); w = s U, s = 1 / (lam n). The
+# augmented Lagrangian (scaled by n, as for chains):
+#
+#   L = (s/2) ||U||^2 - sum_i delta_i^T u_i + (rho/2) sum_i sum_f [(m_k - u_k + lam_kf)^2 + (m_l - u_l + lam_lf)^2]
+#
+# with delta_i^T u_i = sum_k (ybar_k ? 1 - u_k : u_k) / Ki. Per example we keep
+# Dv[i, k] = sum_{active f ni k} (m_fk + lam_fk - ybar_k), so that the sum of the messages over all
+# K - 1 factors of label k is (K - 1)(ybar_k - u_k) + Dv[i, k] (inactive factors sit at ybar_k).
+#
+# Block solvers (exact): a unigram block is a 1-D quadratic on [0, 1] (clip of a Newton step);
+# a pairwise block is min (rho/2)(m_k - c_k)^2 + (rho/2)(m_l - c_l)^2 + (s/2)(q - c_q)^2 over the
+# tetrahedron, solved exactly by enumerating its 15 faces (``tetra_project``).
+
+MLData = namedtuple("MLData", "x_ptr fidx fval xsq Ki Y alive")
+MLDual = namedtuple("MLDual", "u Dv fk fl fz flam fcnt")
+
+_TETRA = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+
+ML_C_UNI = 0
+ML_C_PAIR = 1
+ML_C_ADDED = 2
+ML_C_SCANNED = 3
+ML_C_FULL = 4
+ML_N_COUNTERS = 5
+
+
+@njit(**_JIT)
+def _solve_small(A, b, n):
+    """Solve A[:n, :n] x = b[:n] in place (Gaussian elimination, partial pivoting); x in b.
+    Returns False when singular."""
+    for c in range(n):
+        p = c
+        for r in range(c + 1, n):
+            if abs(A[r, c]) > abs(A[p, c]):
+                p = r
+        if abs(A[p, c]) < 1e-300:
+            return False
+        if p != c:
+            for j in range(n):
+                t = A[c, j]
+                A[c, j] = A[p, j]
+                A[p, j] = t
+            t = b[c]
+            b[c] = b[p]
+            b[p] = t
+        for r in range(c + 1, n):
+            f = A[r, c] / A[c, c]
+            if f != 0.0:
+                for j in range(c, n):
+                    A[r, j] -= f * A[c, j]
+                b[r] -= f * b[c]
+    for c in range(n - 1, -1, -1):
+        v = b[c]
+        for j in range(c + 1, n):
+            v -= A[c, j] * b[j]
+        b[c] = v / A[c, c]
+    return True
+
+
+@njit(**_JIT)
+def tetra_project(c, wt, out, A=None, b=None, idx=None):
+    """argmin_z sum_j wt[j] (z_j - c_j)^2 over the tetrahedron conv(_TETRA) (wt > 0), exact:
+    the minimizer lies in the relative interior of one of the 15 faces, where it is the
+    weighted projection onto that face's affine hull (a KKT system in barycentric
+    coordinates); the best feasible candidate over all faces is the answer. Writes z to
+    ``out``, returns the objective. ``A`` (5 x 5), ``b`` (5,), ``idx`` (4,) are optional scratch.
+
+    >>> import numpy as np
+    >>> z = np.zeros(3)
+    >>> float(tetra_project(np.array([0.5, 0.5, 0.25]), np.ones(3), z)), z.tolist()   # inside
+    (0.0, [0.5, 0.5, 0.25])
+    >>> round(float(tetra_project(np.array([2.0, 2.0, 2.0]), np.ones(3), z)), 12), z.tolist()  # vertex 11
+    (3.0, [1.0, 1.0, 1.0])
+    """
+    # inside: barycentric coordinates (q, m_k - q, m_l - q, 1 - m_k - m_l + q) all >= 0
+    if c[2] >= 0.0 and c[0] - c[2] >= 0.0 and c[1] - c[2] >= 0.0 and 1.0 - c[0] - c[1] + c[2] >= 0.0:
+        out[0] = c[0]
+        out[1] = c[1]
+        out[2] = c[2]
+        return 0.0
+    V = _TETRA
+    if A is None:
+        A = np.zeros((5, 5))
+    if b is None:
+        b = np.zeros(5)
+    if idx is None:
+        idx = np.zeros(4, dtype=np.int64)
+    best = np.inf
+    for mask in range(1, 16):
+        m = 0
+        for v in range(4):
+            if (mask >> v) & 1:
+                idx[m] = v
+                m += 1
+        # min_beta sum_j wt_j (sum_a beta_a V[a, j] - c_j)^2, sum beta = 1
+        for a in range(m):
+            for bb in range(m):
+                acc = 0.0
+                for j in range(3):
+                    acc += wt[j] * V[idx[a], j] * V[idx[bb], j]
+                A[a, bb] = 2.0 * acc
+            acc = 0.0
+            for j in range(3):
+                acc += wt[j] * V[idx[a], j] * c[j]
+            b[a] = 2.0 * acc
+            A[a, m] = 1.0
+            A[m, a] = 1.0
+        A[m, m] = 0.0
+        b[m] = 1.0
+        if not _solve_small(A, b, m + 1):
+            continue
+        ok = True
+        for a in range(m):
+            if b[a] < -1e-12:
+                ok = False
+        if not ok:
+            continue
+        z0 = 0.0
+        z1 = 0.0
+        z2 = 0.0
+        for a in range(m):
+            beta = max(b[a], 0.0)
+            z0 += beta * V[idx[a], 0]
+            z1 += beta * V[idx[a], 1]
+            z2 += beta * V[idx[a], 2]
+        f = wt[0] * (z0 - c[0]) ** 2 + wt[1] * (z1 - c[1]) ** 2 + wt[2] * (z2 - c[2]) ** 2
+        if f < best:
+            best = f
+            out[0] = z0
+            out[1] = z1
+            out[2] = z2
+    return best
+
+
+@njit(**_JIT)
+def ml_scores(E, K, x_ptr, fidx, fval, i, acc):
+    """acc[k] = <U_E[:, k], x_i> for k < K (feature-major rows)."""
+    for k in range(K):
+        acc[k] = 0.0
+    for p in range(x_ptr[i], x_ptr[i + 1]):
+        row = E[fidx[p]]
+        v = fval[p]
+        for k in range(K):
+            acc[k] += v * row[k]
+
+
+@njit(**_JIT)
+def ml_uni_step(i, k, Dt, Q, E, K, s, rho, score):
+    """Exact minimization of L over u_ik in [0, 1] (``score`` = <U_E[:, k], x_i>); returns the
+    change."""
+    yk = Dt.Y[i, k]
+    u = Q.u[i, k]
+    g = -s * score - (1.0 - 2.0 * yk) / Dt.Ki[i] - rho * ((K - 1) * (yk - u) + Q.Dv[i, k])
+    h = s * Dt.xsq[i] + rho * (K - 1)
+    if h <= 0.0:
+        return 0.0
+    un = u - g / h
+    if un < 0.0:
+        un = 0.0
+    elif un > 1.0:
+        un = 1.0
+    d = un - u
+    if d != 0.0:
+        Q.u[i, k] = un
+        for p in range(Dt.x_ptr[i], Dt.x_ptr[i + 1]):
+            E[Dt.fidx[p], k] -= d * Dt.fval[p]
+    return d
+
+
+@njit(**_JIT)
+def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx):
+    """Exact block minimization of L over the active pairwise factor c of example i."""
+    k = Q.fk[i, c]
+    l = Q.fl[i, c]
+    mk = Q.fz[i, c, 0]
+    ml = Q.fz[i, c, 1]
+    q = Q.fz[i, c, 2]
+    cbuf[0] = Q.u[i, k] - Q.flam[i, c, 0]
+    cbuf[1] = Q.u[i, l] - Q.flam[i, c, 1]
+    cbuf[2] = q + T[k, l]
+    wbuf[0] = rho
+    wbuf[1] = rho
+    wbuf[2] = s
+    tetra_project(cbuf, wbuf, zbuf, tA, tb, tidx)
+    Q.fz[i, c, 0] = zbuf[0]
+    Q.fz[i, c, 1] = zbuf[1]
+    Q.fz[i, c, 2] = zbuf[2]
+    T[k, l] += q - zbuf[2]
+    Q.Dv[i, k] += zbuf[0] - mk
+    Q.Dv[i, l] += zbuf[1] - ml
+
+
+@njit(**_JIT)
+def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters):
+    """Block-greedy factor selection (Yen et al. Algorithm 3, step 1): scan the inactive
+    pairwise factors of example i, score each by its Frank-Wolfe gap at its ground-truth vertex
+    (gradient (rho (ybar_k - u_k), rho (ybar_l - u_l), -s U_T[k, l]) in (m_k, m_l, q)) and add
+    the ``grow`` best with gap > ``tol``. ``mark`` (K x K int8, zero on entry and exit) flags
+    the active factors. Returns the number added."""
+    n = Q.fcnt[i]
+    for c in range(n):
+        mark[Q.fk[i, c], Q.fl[i, c]] = 1
+    nc = 0
+    for k in range(K):
+        yk = Dt.Y[i, k]
+        gk = rho * (yk - Q.u[i, k])
+        for l in range(k + 1, K):
+            if mark[k, l]:
+                continue
+            yl = Dt.Y[i, l]
+            gl = rho * (yl - Q.u[i, l])
+            gq = -s * T[k, l]
+            z0 = gk * yk + gl * yl + gq * (yk * yl)
+            # FW gap: max over the other vertices v of <g, z_truth - v>
+            gap = z0 - min(0.0, gl, gk, gk + gl + gq)
+            if gap <= tol:
+                continue
+            # keep the ``grow`` largest (insertion into a short sorted list)
+            if nc < grow:
+                j = nc
+                nc += 1
+            elif gap > cand_f[nc - 1]:
+                j = nc - 1
+            else:
+                continue
+            while j > 0 and cand_f[j - 1] < gap:
+                cand_f[j] = cand_f[j - 1]
+                cand_k[j] = cand_k[j - 1]
+                cand_l[j] = cand_l[j - 1]
+                j -= 1
+            cand_f[j] = gap
+            cand_k[j] = k
+            cand_l[j] = l
+    counters[ML_C_SCANNED] += K * (K - 1) // 2 - n
+    for c in range(n):
+        mark[Q.fk[i, c], Q.fl[i, c]] = 0
+    cap = Q.fk.shape[1]
+    added = 0
+    for j in range(nc):
+        if n >= cap:
+            counters[ML_C_FULL] += 1
+            break
+        k = cand_k[j]
+        l = cand_l[j]
+        Q.fk[i, n] = k
+        Q.fl[i, n] = l
+        Q.fz[i, n, 0] = Dt.Y[i, k]
+        Q.fz[i, n, 1] = Dt.Y[i, l]
+        Q.fz[i, n, 2] = Dt.Y[i, k] * Dt.Y[i, l]
+        Q.flam[i, n, 0] = 0.0
+        Q.flam[i, n, 1] = 0.0
+        n += 1
+        added += 1
+    Q.fcnt[i] = n
+    counters[ML_C_ADDED] += added
+    return added
+
+
+@njit(**_JIT)
+def ml_multiplier_step(i, Q, eta):
+    """lam_f += eta (m_f - u) on the active factors of example i (paper eq. 13); returns the
+    squared residual. (An inactive factor's residual ybar_k - u_k makes its FW gap positive, so
+    the greedy step activates it before a fixed point.)"""
+    res = 0.0
+    for c in range(Q.fcnt[i]):
+        k = Q.fk[i, c]
+        l = Q.fl[i, c]
+        rk = Q.fz[i, c, 0] - Q.u[i, k]
+        rl = Q.fz[i, c, 1] - Q.u[i, l]
+        res += rk * rk + rl * rl
+        if eta != 0.0:
+            Q.flam[i, c, 0] += eta * rk
+            Q.flam[i, c, 1] += eta * rl
+            Q.Dv[i, k] += eta * rk
+            Q.Dv[i, l] += eta * rl
+    return res
+
+
+@njit(**_JIT)
+def ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, cand_k, cand_l,
+                    cbuf, wbuf, zbuf, tA, tb, tidx, counters):
+    """One sweep over the factors of example i: every unigram block (exact), the greedy
+    factor additions, every active pairwise block (exact)."""
+    ml_scores(E, K, Dt.x_ptr, Dt.fidx, Dt.fval, i, acc)
+    for k in range(K):
+        ml_uni_step(i, k, Dt, Q, E, K, s, rho, acc[k])
+    counters[ML_C_UNI] += K
+    if K > 1:
+        ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters)
+    for c in range(Q.fcnt[i]):
+        ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx)
+    counters[ML_C_PAIR] += Q.fcnt[i]
+
+
+@njit(**_JIT)
+def ml_run_pass(order, Dt, Q, E, T, K, s, rho, eta, grow, tol, inner, mult, counters):
+    """``inner`` sweeps over each example of ``order``, then (``mult``) the multiplier step on
+    each of them; returns the squared consistency residual of the active factors."""
+    Kc = Q.u.shape[1]
+    acc = np.zeros(Kc)
+    mark = np.zeros((Kc, Kc), dtype=np.int8)
+    g = max(grow, 1)
+    cand_f = np.zeros(g)
+    cand_k = np.zeros(g, dtype=np.int64)
+    cand_l = np.zeros(g, dtype=np.int64)
+    cbuf = np.zeros(3)
+    wbuf = np.zeros(3)
+    zbuf = np.zeros(3)
+    tA = np.zeros((5, 5))
+    tb = np.zeros(5)
+    tidx = np.zeros(4, dtype=np.int64)
+    for j in range(order.shape[0]):
+        i = order[j]
+        if Dt.alive[i]:
+            for r in range(inner):
+                ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, cand_k, cand_l,
+                                cbuf, wbuf, zbuf, tA, tb, tidx, counters)
+    res = 0.0
+    if mult:
+        for j in range(order.shape[0]):
+            i = order[j]
+            if Dt.alive[i]:
+                res += ml_multiplier_step(i, Q, eta)
+    return res
+
+
+@njit(**_JIT)
+def ml_remove_example(i, Dt, Q, E, T, K):
+    """Subtract example i's contribution from the weights (eviction)."""
+    for k in range(K):
+        d = Dt.Y[i, k] - Q.u[i, k]
+        if d != 0.0:
+            for p in range(Dt.x_ptr[i], Dt.x_ptr[i + 1]):
+                E[Dt.fidx[p], k] -= d * Dt.fval[p]
+    for c in range(Q.fcnt[i]):
+        k = Q.fk[i, c]
+        l = Q.fl[i, c]
+        T[k, l] -= Dt.Y[i, k] * Dt.Y[i, l] - Q.fz[i, c, 2]
+    Dt.alive[i] = False
+
+
+@njit(**_JIT)
+def _ml_coupling(kind, uk, ul, yk, yl):
+    """E[y_k y_l] under a coupling of two Bernoulli labels driven by one uniform U: kind 0
+    comonotone values (y = [U < u]): min(u_k, u_l); kind 1 comonotone flips away from the
+    ground truth (flip = [U < |u - ybar|], as when a loss-augmented labeling flips several
+    labels at once)."""
+    if kind == 0:
+        return min(uk, ul)
+    vk = abs(uk - yk)
+    vl = abs(ul - yl)
+    if yk == 1.0 and yl == 1.0:
+        return 1.0 - max(vk, vl)
+    if yk == 1.0:
+        return max(0.0, vl - vk)
+    if yl == 1.0:
+        return max(0.0, vk - vl)
+    return min(vk, vl)
+
+
+@njit(**_JIT)
+def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
+    """Certificate sums over the held examples. Per example:
+
+    * the exact hinge max_y [s <U, phi(x, y) - phi(x, ybar)> + Delta] by enumeration
+      (``exact_primal``; K <= 16);
+    * the dual loss delta_i^T u_i;
+    * the *local* repair: every pairwise marginal q_kl clipped into the local polytope given
+      (u_k, u_l) (inactive factors: their ground truth, clipped) -- a point of the LP
+      relaxation's dual;
+    * a *distribution* repair: a distribution over labelings with unigram marginals u, so a
+      feasible dual point of the exact problem. Labels with integral u_k are deterministic; with
+      at most two fractional labels the local repair's q of that pair is realized exactly (a
+      single edge is a tree); with more, the pair statistics are those of a mixture
+      theta * coupling + (1 - theta) * independent labels, with the coupling (``_ml_coupling``)
+      and theta fitted by least squares to the local repair's q.
+
+    Returns (hinge_sum, dloss_sum, sq_dist, sq_local, residual_sq) where sq_* = ||U_T'||^2 of
+    the repaired points (upper triangle) and residual_sq the squared consistency residual of
+    every factor (inactive ones included)."""
+    Kc = Q.u.shape[1]
+    n = Dt.alive.shape[0]
+    Tp = np.zeros((K, K))
+    Tl = np.zeros((K, K))
+    Ml = np.zeros((K, K))
+    acc = np.zeros(Kc)
+    S = np.zeros((1, Kc))
+    ybuf = np.zeros(Kc, dtype=np.int32)
+    best_m = np.zeros(K + 1)
+    lab = np.zeros(K, dtype=np.int32)
+    frac = np.zeros(K, dtype=np.int64)
+    hinge = 0.0
+    dloss = 0.0
+    resid = 0.0
+    for i in range(n):
+        if not Dt.alive[i]:
+            continue
+        Ki = Dt.Ki[i]
+        nf = 0
+        for k in range(K):
+            yk = Dt.Y[i, k]
+            uk = Q.u[i, k]
+            dloss += ((1.0 - uk) if yk == 1.0 else uk) / Ki
+            resid += (K - 1) * (yk - uk) ** 2
+            if 1e-12 < uk < 1.0 - 1e-12:
+                frac[nf] = k
+                nf += 1
+            for l in range(k + 1, K):
+                ul = Q.u[i, l]
+                t = yk * Dt.Y[i, l]
+                Ml[k, l] = min(max(t, max(0.0, uk + ul - 1.0)), min(uk, ul))
+        for c in range(Q.fcnt[i]):
+            k = Q.fk[i, c]
+            l = Q.fl[i, c]
+            uk = Q.u[i, k]
+            ul = Q.u[i, l]
+            Ml[k, l] = min(max(Q.fz[i, c, 2], max(0.0, uk + ul - 1.0)), min(uk, ul))
+            resid += (Q.fz[i, c, 0] - uk) ** 2 + (Q.fz[i, c, 1] - ul) ** 2
+            resid -= (Dt.Y[i, k] - uk) ** 2 + (Dt.Y[i, l] - ul) ** 2
+        for k in range(K):
+            uk = Q.u[i, k]
+            for l in range(k + 1, K):
+                t = Dt.Y[i, k] * Dt.Y[i, l]
+                Tl[k, l] += t - Ml[k, l]
+                Tp[k, l] += t - uk * Q.u[i, l]   # independent coupling; corrected below
+        if nf == 2:
+            k = frac[0]
+            l = frac[1]
+            Tp[k, l] -= Ml[k, l] - Q.u[i, k] * Q.u[i, l]
+        elif nf > 2:
+            best_r = np.inf
+            best_th = 0.0
+            best_c = 0
+            for cp in range(2):
+                num = 0.0
+                den = 0.0
+                r0 = 0.0
+                for a in range(nf):
+                    k = frac[a]
+                    for b in range(a + 1, nf):
+                        l = frac[b]
+                        p = Q.u[i, k] * Q.u[i, l]
+                        dm = _ml_coupling(cp, Q.u[i, k], Q.u[i, l], Dt.Y[i, k], Dt.Y[i, l]) - p
+                        num += dm * (Ml[k, l] - p)
+                        den += dm * dm
+                        r0 += (Ml[k, l] - p) ** 2
+                th = 0.0
+                if den > 0.0:
+                    th = min(max(num / den, 0.0), 1.0)
+                r = r0 - 2.0 * th * num + th * th * den
+                if r < best_r:
+                    best_r = r
+                    best_th = th
+                    best_c = cp
+            for a in range(nf):
+                k = frac[a]
+                for b in range(a + 1, nf):
+                    l = frac[b]
+                    p = Q.u[i, k] * Q.u[i, l]
+                    Tp[k, l] -= best_th * (_ml_coupling(best_c, Q.u[i, k], Q.u[i, l], Dt.Y[i, k], Dt.Y[i, l]) - p)
+        if exact_primal:
+            ml_scores(E, K, Dt.x_ptr, Dt.fidx, Dt.fval, i, acc)
+            ts = 0.0
+            for k in range(K):
+                S[0, k] = s * acc[k]
+                ybuf[k] = np.int32(Dt.Y[i, k])
+            for k in range(K):
+                if ybuf[k]:
+                    ts += S[0, k]
+                    for l in range(k + 1, K):
+                        if ybuf[l]:
+                            ts += s * T[k, l]
+            v = _mrf_enum(S, T, s, K, ybuf, 0, 1.0, Ki, 0.0, best_m, lab)
+            hinge += v - ts
+    sqp = 0.0
+    sql = 0.0
+    for k in range(K):
+        for l in range(k + 1, K):
+            sqp += Tp[k, l] ** 2
+            sql += Tl[k, l] ** 2
+    return hinge, dloss, sqp, sql, resid

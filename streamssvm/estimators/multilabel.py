@@ -8,6 +8,7 @@ from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
+from ..learners.gdmm import GDMM
 from ..structures import Hierarchy, MultiLabel
 from ..features import LabelIndex, _decode_key, _encode_key, check_truth
 from .base import Estimator, _is_dataframe, require_pandas
@@ -53,7 +54,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     {'cat': True, 'dog': True, 'car': False, 'bus': False}
     """
 
-    _learners = (BCFW, SGD, CuttingPlane, BMRM)
+    _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM)
 
     @classmethod
     def _default_learner(cls):
@@ -80,7 +81,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         if self.hierarchy is not None:
             return Hierarchy(self.hierarchy)
         # SGD calls its oracles from Python and can solve the LP relaxation above 16 labels
-        return MultiLabel(pairwise=self.pairwise, inference="auto" if isinstance(self.learner, SGD) else "enum")
+        return MultiLabel(pairwise=self.pairwise, inference="auto" if isinstance(self.learner, (SGD, GDMM)) else "enum")
 
     def _params_state(self):
         st = super()._params_state()
