@@ -287,3 +287,15 @@ def test_certificate_cadence_does_not_change_the_trajectory():
         runs.append((m._learner.Wu.copy(), m._learner.table.T.copy()))
     for Wu, T in runs[1:]:
         assert np.array_equal(Wu, runs[0][0]) and np.array_equal(T, runs[0][1])
+
+
+@pytest.mark.parametrize("lam", [1e-3, 1e-2, 1e-1])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_second_tag_first_sequence_is_learned_at_once(lam, seed):
+    """[a] -> x, then [b] -> y: both count at once (the first example had a single tag to move to
+    when it was learned; the random replay draw could miss it)."""
+    m = ss.SequenceTagger(learner=ss.learners.GDMM(lam=lam, seed=seed))
+    m.learn_one([{"a": 1.0}], ["x"])
+    m.learn_one([{"b": 1.0}], ["y"])
+    assert m.predict_one([{"a": 1.0}]) == ["x"]
+    assert m.predict_one([{"b": 1.0}]) == ["y"]

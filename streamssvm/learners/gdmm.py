@@ -291,6 +291,9 @@ class GDMM(Learner):
             W[:Dc, :self.Wu.shape[1]] = self.Wu
             self.Wu = W
         self._d = max(self._d, int(n_features))
+        if n_labels > self._K == 1 and self._n_ex:
+            # every held example was learned with a single tag: it had nothing to step to
+            self._settle = np.flatnonzero(self._ex_alive[:self._n_ex])
         if n_labels != self._K or Kc != self._C.shape[0]:
             self.table.grow(n_labels, Kc)
             self._K = n_labels
@@ -437,7 +440,25 @@ class GDMM(Learner):
             alive = np.flatnonzero(self._ex_alive[:self._n_ex])
             pick = self._rng.choice(alive, size=min(self.replay, len(alive)), replace=False)
             self._sweep(pick, True)
+        if self._settle is not None:
+            self._settle_new(e)
         return e
+
+    #: sweeps over the examples held while a single tag existed and the second tag's first one
+    SETTLE_SWEEPS = 3
+    _settle = None   # set by ensure when the second tag arrives, used by the next learn
+
+    def _settle_new(self, e):
+        """The second tag's first example is learned: ``SETTLE_SWEEPS`` sweeps over it and the
+        examples held before it, which were learned while a single tag existed (their factors had
+        nothing to move to). A random replay draw may miss them, and they share the transition and
+        start/end weights with the new example ([a] -> x, then [b] -> y predicted x or y for both).
+        Once per stream, when the label set first grows past one."""
+        held, self._settle = self._settle, None
+        held = held[self._ex_alive[held]]
+        order = np.append(held, e).astype(np.int64)
+        for _ in range(self.SETTLE_SWEEPS):
+            self._sweep(order, True)
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
         for e in range(len(ex_tok) - 1):
