@@ -151,7 +151,7 @@ def test_gdmm_reaches_bcfw_optimum_on_small_chain(fmo):
         g.learn_one(x, y)
         b.learn_one(x, y)
     g._learner.refine(600)
-    b._learner.refine(1000)
+    b._learner.refine(2000)   # pairwise FW's linear rate: 1000 passes end at a gap of 1e-4 +- 1e-4
     cg = g._learner.certificate()
     cb = b._learner.certificate()
     assert cb.gap < 1e-4 and cg.gap < 1e-3          # both certified
