@@ -216,11 +216,11 @@ class BCFW(Learner):
             self._settle = flat
 
     #: sweeps over the revisited flat blocks and the new label's first block (see _settle_new)
-    SETTLE_SWEEPS = 3
+    SETTLE_SWEEPS = 1
     _settle = None   # the flat blocks revisited by the last ensure, until the next learn
 
     def _settle_new(self, slot):
-        """After the first example of a new label is learned: ``SETTLE_SWEEPS`` sweeps of steps
+        """After the first example of a new label is learned: ``SETTLE_SWEEPS`` sweep(s) of steps
         over it and the flat blocks revisited when its label arrived. One step each is not
         enough on sequences: the blocks share the start/end and transition weights, and the
         step on the new block can undo the revisited block's margin on them (``[a] -> x`` then
