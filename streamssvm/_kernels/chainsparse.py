@@ -26,7 +26,7 @@ pairs at 0 are dropped when the store compacts.
 """
 from numba import njit
 
-from .common import _JIT
+from .common import _JIT, stat_emission_apply, stat_emission_sqnorm
 
 #: flags of meta[j, M_FLAGS] (bit 0 is bcfw.FLAG_INEXACT_ALPHA)
 FLAG_SPARSE = 2
@@ -104,18 +104,7 @@ def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
 @njit(**_JIT)
 def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
     """||Phi_x(st)||^2 (``structops.stat_sqnorm`` for the sparse layout; the pairs are distinct)."""
-    v = 0.0
-    for t in range(L):
-        bt = t * Kc
-        for s in range(L):
-            g = G[t, s]
-            if g == 0.0:
-                continue
-            bs = s * Kc
-            acc = 0.0
-            for k in range(K):
-                acc += st[bt + k] * st[bs + k]
-            v += g * acc
+    v = stat_emission_sqnorm(G, st, L, K, Kc)
     if use_trans:
         o = L * Kc
         for k in range(K):
@@ -132,13 +121,7 @@ def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
 @njit(**_JIT)
 def sp_apply(E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos):
     """U += coef * Phi_x(st) (``structops.stat_apply`` for the sparse layout)."""
-    for t in range(L):
-        base = t * Kc
-        for p in range(tok_ptr[t], tok_ptr[t + 1]):
-            j = fidx[p]
-            v = fval[p] * coef
-            for k in range(K):
-                E[j, k] += v * st[base + k]
+    stat_emission_apply(E, tok_ptr, fidx, fval, st, L, K, Kc, coef)
     if use_trans:
         o = L * Kc
         for k in range(K):

@@ -30,6 +30,37 @@ def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
 
 
 @njit(**_JIT)
+def stat_emission_sqnorm(G, st, nrow, K, Kc):
+    """The emission part of ||Phi_x(st)||^2: sum_{t,s} G[t, s] <st_t, st_s> over the ``nrow``
+    per-token slots of width Kc at the start of a statistic (dense and sparse chain layouts)."""
+    v = 0.0
+    for t in range(nrow):
+        bt = t * Kc
+        for s in range(nrow):
+            g = G[t, s]
+            if g == 0.0:
+                continue
+            bs = s * Kc
+            acc = 0.0
+            for k in range(K):
+                acc += st[bt + k] * st[bs + k]
+            v += g * acc
+    return v
+
+
+@njit(**_JIT)
+def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef):
+    """The emission part of U += coef * Phi_x(st) (per-token slots of width Kc)."""
+    for t in range(nrow):
+        base = t * Kc
+        for p in range(tok_ptr[t], tok_ptr[t + 1]):
+            j = fidx[p]
+            v = fval[p] * coef
+            for k in range(K):
+                E[j, k] += v * st[base + k]
+
+
+@njit(**_JIT)
 def emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S):
     """S[t, k] = scale * <x_t, E[:, k]> for the first K labels (x_t sparse, CSR)."""
     emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)

@@ -42,7 +42,7 @@ from .chain import (  # noqa: F401
 )
 from .common import (  # noqa: F401
     _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
-    emission_add, emission_scores, gram, level_points,
+    emission_add, emission_scores, gram, level_points, stat_emission_apply, stat_emission_sqnorm,
 )
 from .hierarchy import (  # noqa: F401
     _hier_check, _hier_decode, _hier_enum, _hier_slack, _hier_slack_levels, _hier_tree_levels, _hier_tree_map,
@@ -275,19 +275,7 @@ def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
                 x = st[Kc + k * Kc + l]
                 v += x * x
         return v
-    v = 0.0
-    nrow = 1 if kind != CHAIN else L
-    for t in range(nrow):
-        bt = t * Kc
-        for s in range(nrow):
-            g = G[t, s]
-            if g == 0.0:
-                continue
-            bs = s * Kc
-            acc = 0.0
-            for k in range(K):
-                acc += st[bt + k] * st[bs + k]
-            v += g * acc
+    v = stat_emission_sqnorm(G, st, 1 if kind != CHAIN else L, K, Kc)
     if kind == CHAIN and use_trans:
         off = L * Kc
         for j in range(K):
@@ -317,14 +305,7 @@ def stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans
             for l in range(k + 1, K):
                 T[k, l] += coef * st[Kc + k * Kc + l]
         return
-    nrow = 1 if kind != CHAIN else L
-    for t in range(nrow):
-        base = t * Kc
-        for p in range(tok_ptr[t], tok_ptr[t + 1]):
-            j = fidx[p]
-            v = fval[p] * coef
-            for k in range(K):
-                E[j, k] += v * st[base + k]
+    stat_emission_apply(E, tok_ptr, fidx, fval, st, 1 if kind != CHAIN else L, K, Kc, coef)
     if kind == CHAIN and use_trans:
         off = L * Kc
         for j in range(K):
