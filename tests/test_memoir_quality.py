@@ -200,3 +200,36 @@ def test_mips_auto_threshold_counts_the_scan_work(monkeypatch):
     assert not lr._auto_hnsw(5) and lr._auto_hnsw(6)
     lr.kind = "sparse"
     assert not lr._auto_hnsw(50) and lr._auto_hnsw(51)
+
+
+def test_default_step_is_constant_in_units_of_the_input_scale():
+    # issue 11: the default step no longer decays per example (before: eta0=3, eta_step=2e-4,
+    # so eta had fallen to 3 / 1.1 after 500 examples); it is eta0 / R^2 throughout the stream
+    X, ys = _stream(n=500, seed=8)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    lr = _learner(8, 5)
+    etas = []
+    _learn(lr, X, ys, record=etas)
+    assert MEMOIR().eta_step == 0.0 and MEMOIR().eta0 == 3.0
+    assert etas[0] == 3.0 and lr.eta() == pytest.approx(3.0, rel=1e-12)
+    np.testing.assert_allclose(etas, 3.0, rtol=1e-12)
+    # input scale 10: R^2 = 100, the step 3 / 100
+    lr10 = _learner(8, 5)
+    _learn(lr10, 10.0 * X, ys)
+    assert lr10.eta() == pytest.approx(0.03, rel=1e-12)
+
+
+def test_default_steps_on_a_hand_computed_case():
+    # defaults (eta0=3, eta_step=0, lam=1e-6, step-weighted average), two classes, two examples:
+    # 1. x1 = (1, 0), y = 0: R^2 = 1, eta = 3, scores 0 and 0 (hinge 1): W0 = 3 x1, W1 = -3 x1
+    #    (the shrinkage 1 - lam eta acts before the step);
+    # 2. x2 = (0, 2), y = 1: R^2 = (1 + 4) / 2, eta = 1.2, both scores 0 (hinge 1): the rows first
+    #    shrink by f = 1 - 1.2e-6, then W1 += 1.2 x2, W0 -= 1.2 x2.
+    lr = _learner(2, 2)
+    _learn(lr, np.array([[1.0, 0.0], [0.0, 2.0]]), np.array([0, 1]))
+    f = 1.0 - 1.2e-6
+    W2 = np.array([[3.0 * f, -2.4], [-3.0 * f, 2.4]])
+    np.testing.assert_allclose(lr.store.to_dense() * lr.acc, W2, rtol=1e-13)
+    W1 = np.array([[3.0, 0.0], [-3.0, 0.0]])
+    # step-weighted average: weights 1 and 2
+    np.testing.assert_allclose(lr.averaged_weights(), (W1 + 2.0 * W2) / 3.0, rtol=1e-13)
