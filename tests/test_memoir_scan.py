@@ -77,7 +77,9 @@ def test_hnsw_learner_leaves_small_drifts_stale_and_still_learns():
     assert stats[1]["rows_reindexed"] < stats[0]["rows_reindexed"]
     for st in stats:
         assert st["rebuilds"] == 0 and st["index_deleted"] == 0 and st["index_live"] <= 150
-    assert accs[1] >= accs[0] - 0.05 and accs[1] > 0.8
+    # "still learns": far above chance (1/150); the exact learner reaches 0.81 here (500 test
+    # examples: +-0.02), so the floor leaves room for the approximate index
+    assert accs[1] >= accs[0] - 0.05 and accs[1] > 0.75
 
 
 def test_drift_and_reinsert_parameters_are_checked():
