@@ -191,8 +191,11 @@ class BlockStore:
         vals = self.gest[s]
         vals = np.where(np.isfinite(vals), np.maximum(vals, 0.0), 0.0)
         leaves[s] = vals
-        for i in range(self.tree_size - 1, 0, -1):
-            self.tree[i] = self.tree[2 * i] + self.tree[2 * i + 1]
+        # level by level (the same sums as node by node, in whole-array operations)
+        lo = self.tree_size // 2
+        while lo >= 1:
+            self.tree[lo:2 * lo] = self.tree[2 * lo:4 * lo:2] + self.tree[2 * lo + 1:4 * lo:2]
+            lo //= 2
 
     def _ensure_arena(self, name, need):
         """Room for ``need`` entries in the arena ``name`` (``"Iar"`` or ``"Far"``); the new
@@ -388,6 +391,9 @@ class BlockStore:
         victims = np.full(m, -1, dtype=np.int64)
         n = self.n
         cap = self.capacity
+        if cap is None or n + m <= cap:   # room for all: no victim
+            self.order.extend(np.asarray(new_slots).tolist())
+            return victims
         for e in range(m):
             if cap is not None and n >= cap:
                 victims[e] = self.order.popleft()
