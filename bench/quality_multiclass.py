@@ -8,7 +8,8 @@
 * 784-d dense batches (10 classes, 256 rows per batch, 40 batches, the first one learned
   outside the timing): CPU rate and progressive accuracy (each batch predicted before it is
   learned) of ``MulticlassSSVM.predict_learn_many`` (BCFW defaults, lam = 1e-4) vs
-  scikit-learn ``SGDClassifier(loss="hinge", alpha=1e-4)`` ``predict`` + ``partial_fit`` on the
+  scikit-learn ``SGDClassifier(loss="hinge", alpha=1e-4, random_state=0)`` ``predict`` +
+  ``partial_fit`` on the
   same batches, each in a fresh subprocess, on two synthetic streams: ``gauss`` (class means
   at 0.12 plus unit Gaussian noise: every value nonzero) and ``sparse`` (MNIST-like: values in
   [0, 1] on ~18% of the pixels, zero elsewhere). With ``--before DIR`` another checkout runs alternately
@@ -93,7 +94,7 @@ def batch_rates(kind="gauss", nb=40, bs=256, seed=1):
     preds = []
     t_ss = cpu(lambda: [preds.extend(m.predict_learn_many(X[i:i + bs], y[i:i + bs]))
                         for i in range(bs, nb * bs, bs)])
-    sk = SGDClassifier(loss="hinge", alpha=1e-4)
+    sk = SGDClassifier(loss="hinge", alpha=1e-4, random_state=0)
     sk.partial_fit(X[:bs], y[:bs], classes=np.arange(10))
     sk_preds = []
 
