@@ -9,11 +9,10 @@
   outside the timing): CPU rate and progressive accuracy (each batch predicted before it is
   learned) of ``MulticlassSSVM.predict_learn_many`` (BCFW defaults, lam = 1e-4) vs
   scikit-learn ``SGDClassifier(loss="hinge", alpha=1e-4, random_state=0)`` ``predict`` +
-  ``partial_fit`` on the
-  same batches, each in a fresh subprocess, on two synthetic streams: ``gauss`` (class means
-  at 0.12 plus unit Gaussian noise: every value nonzero) and ``sparse`` (MNIST-like: values in
-  [0, 1] on ~18% of the pixels, zero elsewhere). With ``--before DIR`` another checkout runs alternately
-  with this one (same run, same load):
+  ``partial_fit`` on the same batches, each in a fresh subprocess, on two synthetic streams:
+  ``gauss`` (class means at 0.12 plus unit Gaussian noise: every value nonzero) and ``sparse``
+  (MNIST-like: values in [0, 1] on ~15% of the pixels, zero elsewhere). With ``--before DIR``
+  another checkout runs alternately with this one (same run, same load):
 
     nice -n 10 python bench/quality_multiclass.py --before /path/to/older/checkout
 
@@ -55,7 +54,7 @@ def stream(n, d, K, seed, sep=1.0):
 def sparse_stream(n, d, K, seed):
     """MNIST-like rows: each class lights 160 of a shared pool of 300 pixels (its prototype,
     intensities in (0.3, 1)); a row keeps 35% of its class's pixels, with noisy intensities,
-    plus 90 random pool pixels: ~18% of the values nonzero, the classes overlapping."""
+    plus 90 random pool pixels: ~15% of the values nonzero, the classes overlapping."""
     rng = np.random.default_rng(seed)
     pool = rng.choice(d, size=300, replace=False)
     P = np.zeros((K, d))
