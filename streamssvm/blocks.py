@@ -15,6 +15,7 @@ is not held).
 """
 from __future__ import annotations
 
+import mmap
 from collections import deque
 
 import numpy as np
@@ -34,6 +35,27 @@ _EVICTION = ("fifo", "reservoir")
 #: (tests/test_sparse_chain.py::test_per_token_loss_sparse_and_dense_bound_each_other); a pair
 #: costs 16 bytes, so 8 adds ~1.5 KB to a 25-token sentence.
 TCAP_FACTOR = 8
+
+
+def lazy_zeros(n, dtype):
+    """A zero array of ``n`` entries whose pages are zeroed by the operating system when first
+    written: above 1 MiB on POSIX an anonymous private memory map (no reservation of swap,
+    and none of the transparent-huge-page advice numpy gives its large arrays: on a machine
+    that compacts memory for huge pages at the first touch, that made writing a fresh arena
+    several times slower); ``np.zeros`` otherwise.
+
+    >>> a = lazy_zeros(1 << 18, np.float64); a.shape, float(a.sum()), a.flags.writeable
+    ((262144,), 0.0, True)
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(n) * dtype.itemsize
+    if nbytes >= 1 << 20 and hasattr(mmap, "MAP_PRIVATE"):
+        try:
+            flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
+            return np.frombuffer(mmap.mmap(-1, nbytes, flags=flags), dtype=dtype, count=int(n))
+        except (OSError, ValueError):
+            pass
+    return np.zeros(n, dtype=dtype)
 
 
 class BlockStore:
@@ -169,16 +191,34 @@ class BlockStore:
         vals = self.gest[s]
         vals = np.where(np.isfinite(vals), np.maximum(vals, 0.0), 0.0)
         leaves[s] = vals
-        for i in range(self.tree_size - 1, 0, -1):
-            self.tree[i] = self.tree[2 * i] + self.tree[2 * i + 1]
+        # level by level (the same sums as node by node, in whole-array operations)
+        lo = self.tree_size // 2
+        while lo >= 1:
+            self.tree[lo:2 * lo] = self.tree[2 * lo:4 * lo:2] + self.tree[2 * lo + 1:4 * lo:2]
+            lo //= 2
 
-    @staticmethod
-    def _ensure(arr, need):
-        if need <= arr.shape[0]:
-            return arr
-        b = np.zeros(max(need, 2 * arr.shape[0]), dtype=arr.dtype)
-        b[:arr.shape[0]] = arr
-        return b
+    def _ensure_arena(self, name, need):
+        """Room for ``need`` entries in the arena ``name`` (``"Iar"`` or ``"Far"``); the new
+        part is zero. A growing arena is replaced by one four times larger from
+        :func:`lazy_zeros` (pages the operating system zeroes when first written, so the unused
+        tail costs address space only), into which only the used prefix is copied. The
+        previous ``np.zeros`` doubling copied every arena whole and touched each fresh page
+        at once: 38% of ``MulticlassSSVM.predict_learn_many`` on 784-feature rows
+        (``bench/results/quality_multiclass.md``).
+
+        >>> from streamssvm.structures import MultiClass
+        >>> st = BlockStore(MultiClass(), Kc=2); st.Far[:3] = 1.0; st.f_used = 3
+        >>> st._ensure_arena("Far", 1100); st.Far.shape, st.Far[2:4].tolist()
+        ((4096,), [1.0, 0.0])
+        """
+        old = getattr(self, name)
+        size = old.shape[0]
+        if need <= size:
+            return
+        used = self.i_used if name == "Iar" else self.f_used
+        b = lazy_zeros(max(need, 4 * size), old.dtype)
+        b[:used] = old[:used]
+        setattr(self, name, b)
 
     def arena(self, gest=None, tree_size=None):
         """The store's arrays as the kernels take them (``streamssvm._kernels.bundles.Arena``);
@@ -238,7 +278,12 @@ class BlockStore:
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
         and appends it to the alive list). Returns the slot."""
         pc = self.pool_cap
-        isz, fsz, lablen = (int(v) for v in self.segment_sizes(L, nnz, ly))
+        if self.sparse:
+            isz, fsz, lablen = (int(v) for v in self.segment_sizes(L, nnz, ly))
+        else:   # segment_sizes in plain ints (this runs once per learn_one)
+            lablen = self.structure.labeling_len(L, self.Kc)
+            isz = L + 1 + nnz + ly + pc * lablen
+            fsz = nnz + L * L + self.structure.stat_size(L, self.Kc) + pc
         if self.free:
             slot = self.free.pop()
         else:
@@ -248,9 +293,9 @@ class BlockStore:
                 self._grow_slots(self.n_slots)
         io, fo = self.i_used, self.f_used
         if io + isz > self.Iar.shape[0]:
-            self.Iar = self._ensure(self.Iar, io + isz)
+            self._ensure_arena("Iar", io + isz)
         if fo + fsz > self.Far.shape[0]:
-            self.Far = self._ensure(self.Far, fo + fsz)
+            self._ensure_arena("Far", fo + fsz)
         self.meta[slot] = (io, fo, L, nnz, ly, max(int(Ki), 1), pc, 0, lablen, CS.FLAG_SPARSE if self.sparse else 0,
                            isz, fsz)
         self.i_used += isz
@@ -292,8 +337,8 @@ class BlockStore:
             self.n_slots += 1
             self._grow_slots(self.n_slots)
         io, fo = self.i_used, self.f_used
-        self.Iar = self._ensure(self.Iar, io + isz)
-        self.Far = self._ensure(self.Far, fo + fsz)
+        self._ensure_arena("Iar", io + isz)
+        self._ensure_arena("Far", fo + fsz)
         I = self.Iar
         Fa = self.Far
         I[io:io + L + 1] = tok_ptr
@@ -351,6 +396,9 @@ class BlockStore:
         victims = np.full(m, -1, dtype=np.int64)
         n = self.n
         cap = self.capacity
+        if cap is None or n + m <= cap:   # room for all: no victim
+            self.order.extend(np.asarray(new_slots).tolist())
+            return victims
         for e in range(m):
             if cap is not None and n >= cap:
                 victims[e] = self.order.popleft()
@@ -383,8 +431,8 @@ class BlockStore:
         ioff = self.i_used + np.concatenate([[0], np.cumsum(isz)[:-1]])
         foff = self.f_used + np.concatenate([[0], np.cumsum(fsz)[:-1]])
         ti, tf = int(isz.sum()), int(fsz.sum())
-        self.Iar = self._ensure(self.Iar, self.i_used + ti)
-        self.Far = self._ensure(self.Far, self.f_used + tf)
+        self._ensure_arena("Iar", self.i_used + ti)
+        self._ensure_arena("Far", self.f_used + tf)
         M = self.meta
         M[slots] = 0
         M[slots, K.M_IOFF] = ioff
@@ -589,8 +637,8 @@ class BlockStore:
         for j in flagged.tolist():
             isz, fsz, tcap = self._plan(j, self.Kc, True, grow=True)
             io, fo = self.i_used, self.f_used
-            self.Iar = self._ensure(self.Iar, io + isz)
-            self.Far = self._ensure(self.Far, fo + fsz)
+            self._ensure_arena("Iar", io + isz)
+            self._ensure_arena("Far", fo + fsz)
             oi, of = int(self.meta[j, K.M_ISIZE]), int(self.meta[j, K.M_FSIZE])
             self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap)
             self.i_used += isz

@@ -26,6 +26,8 @@ import zlib
 
 import numpy as np
 
+from ._kernels.multiclass import dense_rows_csr
+
 BIAS = 0
 
 
@@ -252,23 +254,55 @@ class FeatureIndex:
                 val.append(f)
         return idx, val
 
-    def _check_array(self, a, grow):
+    def _check_width(self, d, grow):
+        """An array of ``d`` features per token fits this index (changes nothing)."""
         if self.vocab:
             raise TypeError("this model was trained on dict features; got a numpy array")
-        d = a.shape[-1]
         if self.array_dim is None:
             if not grow:
                 raise ValueError("the model has not seen any array input yet")
         elif d != self.array_dim:
             raise ValueError(f"expected {self.array_dim} features per token, got {d}")
+
+    @staticmethod
+    def value_error(code):
+        """The error of a rejected array value: ``code`` -1 (NaN / infinite) or -2 (too large),
+        as returned by ``dense_rows_csr``."""
+        if code == -1:
+            return ValueError("input contains NaN or infinite values")
+        return ValueError(f"input has a value with |v| > MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
+
+    def _check_array(self, a, grow):
+        self._check_width(a.shape[-1], grow)
         # one pass: max |v| is NaN when a value is NaN, inf when one is infinite
         if a.size and not np.max(np.abs(a)) <= MAX_ABS_VALUE:
-            if not np.all(np.isfinite(a)):
-                raise ValueError("input contains NaN or infinite values")
-            raise ValueError(f"input has a value with |v| > MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
+            raise self.value_error(-1 if not np.all(np.isfinite(a)) else -2)
         # the width is fixed only by an array that passed every check (a rejected first array
         # must not lock the model into arrays of its width)
+        self.array_dim = a.shape[-1]
+
+    def dense_csr(self, A, grow):
+        """:meth:`encode_tokens` of a dense 2-D float64 array (same checks, same arrays) in one
+        numba pass (``dense_rows_csr``) that also validates the values.
+
+        >>> fi = FeatureIndex(); tp, idx, val = fi.dense_csr(np.array([[0.0, 2.0], [1.0, 0.0]]), True)
+        >>> tp.tolist(), idx.tolist(), val.tolist()
+        ([0, 2, 4], [0, 2, 0, 1], [1.0, 2.0, 1.0, 1.0])
+        >>> fi.dense_csr(np.array([[1.0, float("inf")]]), True)
+        Traceback (most recent call last):
+        ...
+        ValueError: input contains NaN or infinite values
+        """
+        n, d = A.shape
+        self._check_width(d, grow)
+        tok_ptr = np.empty(n + 1, dtype=np.int32)
+        fidx = np.empty(n * (d + 1), dtype=np.int32)
+        fval = np.empty(n * (d + 1), dtype=np.float64)
+        m = dense_rows_csr(A, tok_ptr, fidx, fval, MAX_ABS_VALUE)
+        if m < 0:
+            raise self.value_error(m)
         self.array_dim = d
+        return tok_ptr, fidx[:m], fval[:m]
 
     def encode_tokens(self, tokens, grow):
         """CSR arrays (tok_ptr, fidx, fval) for a sequence of tokens (list of dicts or a 2-D
@@ -329,23 +363,16 @@ class FeatureIndex:
         if isinstance(x, np.ndarray):
             if x.ndim != 1:
                 raise ValueError(f"a flat example must be a 1-D array, got shape {x.shape}")
-            # the array fast path: the same CSR as encode_tokens(x[None, :]) without its 2-D
-            # bookkeeping (nonzero / bincount / masks)
+            # the array fast path: the same CSR as encode_tokens(x[None, :]), validated and
+            # written in one numba pass; no feature names to look up
             if x.shape[0] == 0 and self.array_dim is None:
                 return self.encode_tokens(x[None, :], grow)
             if x.dtype.kind not in "biuf":
                 raise TypeError(f"array input must be numeric, got dtype {x.dtype}")
-            a = x if x.dtype == np.float64 else x.astype(np.float64)
-            self._check_array(a, grow)
-            cols = np.flatnonzero(a)
-            n = cols.shape[0] + 1
-            fidx = np.empty(n, dtype=np.int32)
-            fval = np.empty(n, dtype=np.float64)
-            fidx[0] = BIAS
-            fval[0] = 1.0
-            np.add(cols, 1, out=fidx[1:], casting="unsafe")
-            np.take(a, cols, out=fval[1:])
-            return np.array([0, n], dtype=np.int32), fidx, fval
+            tok_ptr, fidx, fval = self.dense_csr(
+                (x if x.dtype == np.float64 and x.flags.c_contiguous else np.ascontiguousarray(x, dtype=np.float64))
+                .reshape(1, x.shape[0]), grow)
+            return tok_ptr, fidx, fval
         raise TypeError(f"x must be a dict of features or a 1-D numpy array, got {type(x).__name__}")
 
     def mark(self):

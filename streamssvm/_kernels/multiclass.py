@@ -80,37 +80,61 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
     [0.0, 1.0, 0.0, -1.0]
     """
     nz = np.empty(K, dtype=np.int64)
+    sv = np.empty(K)
     m = 0
     for k in range(K):
         if st[k] != 0.0:
             nz[m] = k
+            sv[m] = st[k]
             m += 1
     if m == 0:
         return
-    for p in range(tok_ptr[0], tok_ptr[1]):
-        j = fidx[p]
-        v = fval[p] * coef
-        for q in range(m):
-            k = nz[q]
-            E[j, k] += v * st[k]
+    # one or two classes (a Frank-Wolfe step from a block near its truth) in registers: the
+    # loop over the row is then free of the inner loop over the moved classes
+    if m == 1:
+        k0 = nz[0]
+        s0 = sv[0]
+        for p in range(tok_ptr[0], tok_ptr[1]):
+            E[fidx[p], k0] += fval[p] * coef * s0
+    elif m == 2:
+        k0 = nz[0]
+        s0 = sv[0]
+        k1 = nz[1]
+        s1 = sv[1]
+        for p in range(tok_ptr[0], tok_ptr[1]):
+            j = fidx[p]
+            v = fval[p] * coef
+            E[j, k0] += v * s0
+            E[j, k1] += v * s1
+    else:
+        for p in range(tok_ptr[0], tok_ptr[1]):
+            j = fidx[p]
+            v = fval[p] * coef
+            for q in range(m):
+                E[j, nz[q]] += v * sv[q]
 
 
 @njit(**_JIT)
-def dense_rows_csr(A, tok_ptr, fidx, fval):
+def dense_rows_csr(A, tok_ptr, fidx, fval, max_abs):
     """CSR of the rows of a dense 2-D array, as ``FeatureIndex.encode_tokens`` writes it: each row
     is the bias (feature 0, value 1) then its nonzero columns j, in order, as feature j + 1.
     ``tok_ptr`` has n + 1 entries, ``fidx`` / ``fval`` room for n + nnz(A); returns the entries
-    written. One pass over A (the numpy route takes a nonzero scan and fancy indexing).
+    written. One pass over A (the numpy route takes a scan for the largest |value|, a nonzero
+    scan and fancy indexing), which also validates it: -1 when a value is NaN or infinite, -2
+    when one has |v| > ``max_abs`` (the arrays are then partly written; the caller raises).
 
     >>> import numpy as np
     >>> A = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
     >>> tp = np.zeros(3, np.int32); fi = np.zeros(8, np.int32); fv = np.zeros(8)
-    >>> m = dense_rows_csr(A, tp, fi, fv)
+    >>> m = dense_rows_csr(A, tp, fi, fv, 1e12)
     >>> tp.tolist(), fi[:m].tolist(), fv[:m].tolist()
     ([0, 2, 5], [0, 2, 0, 1, 3], [1.0, 2.0, 1.0, 1.0, 3.0])
+    >>> A[1, 1] = np.nan; dense_rows_csr(A, tp, fi, fv, 1e12), dense_rows_csr(A[:1], tp, fi, fv, 1.0)
+    (-1, -2)
     """
     n, d = A.shape
     c = 0
+    bad = 0
     tok_ptr[0] = 0
     for i in range(n):
         fidx[c] = 0
@@ -118,9 +142,15 @@ def dense_rows_csr(A, tok_ptr, fidx, fval):
         c += 1
         for j in range(d):
             v = A[i, j]
+            if not abs(v) <= max_abs:   # NaN fails every comparison
+                if v != v or abs(v) == np.inf:
+                    return -1
+                bad = -2
             if v != 0.0:
                 fidx[c] = j + 1
                 fval[c] = v
                 c += 1
         tok_ptr[i + 1] = c
+    if bad != 0:
+        return bad
     return c

@@ -9,9 +9,20 @@ from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
-from .._kernels.multiclass import dense_rows_csr
 from ..structures import MultiClass
 from .base import ONE_EX, Estimator, is_missing, require_pandas
+
+
+def _label_batch(y):
+    """The labels of a batch: a 1-D integer (or bool) numpy array as is (validated and encoded
+    with array operations), anything else as a list.
+
+    >>> _label_batch(np.array([3, 1])).dtype.kind, _label_batch(("a", "b"))
+    ('i', ['a', 'b'])
+    """
+    if isinstance(y, np.ndarray) and y.ndim == 1 and y.dtype.kind in "biu":
+        return y
+    return list(y)
 
 
 class MulticlassSSVM(Estimator, base.Classifier):
@@ -61,6 +72,9 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _unit_test_params(cls):
         yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
 
+    _synced = None       # the learner learn_one last grew, and to what (features, labels)
+    _synced_key = None
+
     @property
     def _multiclass(self):
         return True
@@ -71,7 +85,13 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self._labels.check(y)  # validate the whole example before any state changes
         tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         yid = self._labels.encode(y, grow=True)
-        lr = self._sync()
+        # the learner is grown (``ensure``) only when a feature or a label was added since the
+        # last learn_one: the call costs more than the rest of a 16-feature array row's path
+        lr = self._learner
+        key = (self._features.dim, len(self._labels))
+        if lr is None or self._synced is not lr or self._synced_key != key:
+            lr = self._sync()
+            self._synced, self._synced_key = lr, key
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, np.array([yid], dtype=np.int32))
 
@@ -131,6 +151,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
         """Every label of a batch of ``n`` rows is valid (changes nothing)."""
         if len(ys) != n:
             raise ValueError(f"X has {n} rows but y has {len(ys)} labels")
+        if isinstance(ys, np.ndarray):   # integers (see _label_batch): valid if they fit 64 bits
+            if ys.dtype.kind == "u" and ys.size and int(ys.max()) >= 2**63:
+                i = int(np.argmax(ys >= 2**63))
+                raise ValueError(f"row {i}: integer label {int(ys[i])} does not fit in 64 bits")
+            return
         for i, v in enumerate(ys):
             if is_missing(v):
                 raise ValueError(f"y contains a missing label (None/NaN) in row {i}")
@@ -141,18 +166,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
 
     def _dense_csr(self, A, grow):
         """``FeatureIndex.encode_tokens`` of a dense batch (same checks, same arrays) in one
-        numba pass instead of numpy's nonzero scan and fancy indexing."""
+        numba pass (``FeatureIndex.dense_csr``)."""
         f = self._features
         if not isinstance(A, np.ndarray) or A.ndim != 2 or A.shape[0] == 0 or A.dtype.kind not in "biuf":
             return f.encode_tokens(A, grow=grow)   # its errors
-        A = np.ascontiguousarray(A, dtype=np.float64)
-        f._check_array(A, grow)
-        n, d = A.shape
-        tok_ptr = np.empty(n + 1, dtype=np.int32)
-        fidx = np.empty(n * (d + 1), dtype=np.int32)
-        fval = np.empty(n * (d + 1), dtype=np.float64)
-        m = dense_rows_csr(A, tok_ptr, fidx, fval)
-        return tok_ptr, fidx[:m], fval[:m]
+        return f.dense_csr(np.ascontiguousarray(A, dtype=np.float64), grow)
 
     def learn_many(self, X, y):
         """Learn a batch in order, as a stream, in one kernel call (``X``: a DataFrame, a 2-D
@@ -170,7 +188,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         >>> m.classes, m._features.names
         (['x', 'y'], ['a', 'b'])
         """
-        ys = list(y)
+        ys = _label_batch(y)
         with self._registering():
             enc = self._encode_rows(X, grow=True, ys=ys)[:4]
             labs = self._encode_labels(ys)
@@ -180,7 +198,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         """Progressive validation of a batch: the predictions of all rows (made before learning
         any of them), then learning them, with a single encoding of the batch. The whole batch
         is validated first: a bad row raises and the model is unchanged."""
-        ys = list(y)
+        ys = _label_batch(y)
         n0 = len(self._labels)
         with self._registering():
             tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True, ys=ys)
@@ -191,6 +209,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             preds = [None] * n
         else:
             labs = self._labels.labels[:n0]
+            self._synced = None
             self._learner.ensure(self._features.dim, labs)
             ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 else None
             if ids is None:
@@ -202,27 +221,18 @@ class MulticlassSSVM(Estimator, base.Classifier):
 
     def _dense_ids(self, A):
         """Predicted class ids of the rows of a dense 2-D array (already validated by the
-        encoding) by one BLAS product with the learner's predicting emission weights: column j
-        is feature j + 1, feature 0 the bias (``FeatureIndex.encode_tokens``). The per-row
-        kernel reads every weight once per row; the product reads them once per batch. The
-        scores agree with the kernel's to rounding, and ties go to the first class as in
-        ``mc_decode``. ``None`` for learners that do not expose their predicting weights."""
-        lr = self._learner
-        K = lr._K
-        if isinstance(lr, BCFW):
-            E, ZE, zc, _, _, scale = lr._predict_params()
-        elif isinstance(lr, SGD):
-            W, scale = lr._pred_weights()
-            E, ZE, zc = W.E, None, 0.0
-        else:
-            return None
+        encoding) by one BLAS product with the learner's emission weights
+        (``Learner.emission_weights``): column j is feature j + 1, feature 0 the bias
+        (``FeatureIndex.encode_tokens``). The per-row kernel reads every weight once per row;
+        the product reads them once per batch. The scores agree with the kernel's to rounding,
+        and ties go to the first class as in ``mc_decode``. ``None`` for learners without
+        dense emission weights."""
+        W = self._learner.emission_weights()
         d = A.shape[1]
-        if K == 0 or E.shape[0] < d + 1:
+        if W is None or W.shape[1] == 0 or W.shape[0] < d + 1:
             return None
-        Wk = E[:d + 1, :K] if not zc else E[:d + 1, :K] - zc * ZE[:d + 1, :K]
-        S = np.asarray(A, dtype=np.float64) @ Wk[1:]
-        S += Wk[0]
-        S *= scale
+        S = np.asarray(A, dtype=np.float64) @ W[1:d + 1]
+        S += W[0]
         return np.argmax(S, axis=1)
 
     def _encode_labels(self, ys):
@@ -230,6 +240,19 @@ class MulticlassSSVM(Estimator, base.Classifier):
         learn_one), the cuts where a new label appears, and the number of labels known before."""
         n = len(ys)
         n0 = len(self._labels)
+        if isinstance(ys, np.ndarray):
+            # an integer array: each distinct label is looked up once, the new ones registered
+            # in order of first appearance (the ids and cuts of the row-by-row loop below)
+            uniq, first, inv = np.unique(ys, return_index=True, return_inverse=True)
+            ids = np.empty(len(uniq), dtype=np.int32)
+            cuts = [0]
+            for u in np.argsort(first, kind="stable"):
+                k = len(self._labels)
+                ids[u] = self._labels.encode(ys[first[u]], grow=True)
+                if len(self._labels) != k and first[u] > 0:
+                    cuts.append(int(first[u]))
+            cuts.append(n)
+            return ids[inv.ravel()], cuts, n0
         yids = np.empty(n, dtype=np.int32)
         cuts = [0]
         for i in range(n):
@@ -243,6 +266,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _learn_encoded(self, yids, cuts, n0, tok_ptr, fidx, fval, n):
         if n == 0:
             return
+        self._synced = None   # the pieces grow the learner label by label
         # the batch is cut where a new label appears, and each piece is learned in one kernel
         # call, with the labels learn_one would know at that point
         tok64 = tok_ptr.astype(np.int64)

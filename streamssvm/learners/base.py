@@ -19,6 +19,7 @@ Every learner implements the whole protocol, with these argument orders everywhe
 ``certificate()``                                           a :class:`~streamssvm.Certificate`
 ``state()`` / ``restore(structure, labels, state)``         plain JSON leaves and numpy arrays
 ``n_blocks``                                                examples held (the certificate's n)
+``emission_weights()``                                      dense prediction weights, or None
 ==========================================================  =====================================
 
 Optional, for parameter mixing across workers (:mod:`streamssvm.distributed`); a learner that
@@ -146,6 +147,25 @@ class Learner(base.Base, abc.ABC):
     @abc.abstractmethod
     def restore(self, structure, labels, state):
         """Rebuild the running state saved by :meth:`state` (bind included)."""
+
+    def emission_weights(self):
+        """The dense emission weights the learner predicts with, as a (features x labels) array
+        with the scale folded in: the emission score of label k for a token x is
+        ``sum_j x_j W[j, k]`` (row 0 is the bias feature; the columns are the labels known to
+        the learner, in order). For a multiclass model these scores are the whole prediction
+        (``MulticlassSSVM.predict_learn_many`` scores a dense batch with one matrix product).
+        A fresh array (the learner's state is not exposed), or ``None`` for a learner whose
+        weights are not one dense matrix (the default).
+
+        >>> import numpy as np, streamssvm as ss
+        >>> m = ss.MulticlassSSVM(labels=["a", "b"], learner=ss.learners.BCFW(lam=0.1, seed=0))
+        >>> m.learn_one(np.array([1.0, 0.0]), "b"); m.learn_one(np.array([0.0, 1.0]), "a")
+        >>> W = m.bound_learner.emission_weights(); W.shape
+        (3, 2)
+        >>> ["ab"[int(np.argmax(W[0] + x @ W[1:]))] for x in np.eye(2)] == list(m.predict_many(np.eye(2)))
+        True
+        """
+        return None
 
     # ------------------------------------------------------------------ parameter mixing (optional)
     def parameters(self):

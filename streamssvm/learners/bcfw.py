@@ -544,6 +544,14 @@ class BCFW(Learner):
                 return self.W.E, self._Z.E, pc[1], pc[2], pc[3], scale
         return self.W.E, self.W.E, 0.0, self.W.T, self.W.B, scale
 
+    def emission_weights(self):
+        """scale * (E - zc ZE) on the known labels (see :meth:`Learner.emission_weights`)."""
+        E, ZE, zc, _, _, scale = self._predict_params()
+        K = self._K
+        W = E[:, :K] - zc * ZE[:, :K] if zc else E[:, :K].copy()
+        W *= scale
+        return W
+
     def predict(self, ex_tok, tok_ptr, fidx, fval, lab_ptr, lablen_total):
         out = np.zeros(lablen_total, dtype=np.int32)
         if self._K == 0:

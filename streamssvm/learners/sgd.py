@@ -660,6 +660,12 @@ class SGD(Learner):
     def _averaged(self):
         return self.averaging != "none" and self.csum > 0.0
 
+    def emission_weights(self):
+        """The predicting emission weights on the known labels (see
+        :meth:`Learner.emission_weights`)."""
+        W, scale = self._pred_weights()
+        return W.E[:, :self._K] * scale
+
     def _pred_weights(self):
         """(Weights, scale) of the predicting weights: the average (materialized, O(d K), cached
         until the next step) or the last iterate."""
