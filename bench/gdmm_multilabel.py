@@ -91,7 +91,9 @@ def rcv1_like(n_train, n_test, d=47236, K=228, nnz=60, seed=0):
 
 def lp_primal(m, xs, Y, lam):
     """P_LP(w) = lam/2 ||w||^2 + (1/n) sum_i max over the local polytope of the loss-augmented
-    score minus the truth's (HiGHS, :mod:`streamssvm.oracles.lp`): an upper bound on P(w)."""
+    score minus the truth's (HiGHS, :mod:`streamssvm.oracles.lp`): an upper bound on P(w).
+    With ``xs`` a sample of the training set the hinge is averaged over the sample only: an
+    estimate of P_LP(w) on the whole training set (not a bound)."""
     from streamssvm.oracles.lp import PairwiseMRFLP
     lr = m._learner
     K = lr._K
@@ -110,7 +112,7 @@ def lp_primal(m, xs, Y, lam):
         idx = np.array([m._features.index[j] for j in x if j in m._features.index], dtype=np.int64)
         val = np.array([x[j] for j in x if j in m._features.index])
         un = sc_ * (val @ E[idx, :K]) if len(idx) else np.zeros(K)
-        r = PairwiseMRFLP(un, P, y[:K].astype(np.int32), int(y.sum()) if False else K).oracle(1.0)
+        r = PairwiseMRFLP(un, P, y[:K].astype(np.int32), K).oracle(1.0)
         hinge += max(r.value - 1.0, 0.0)
     return reg + hinge / len(xs)
 
@@ -124,8 +126,9 @@ def as_dict(x):
     return x if isinstance(x, dict) else {f"f{j}": float(v) for j, v in enumerate(x) if v != 0.0}
 
 
-def run(name, make, Xtr, Ytr, Xte, Yte, labels, budget, every, certify, log, max_passes=10**6, n_eval=None):
-    m = ss.MultiLabelSSVM(learner=make(), pairwise=True, labels=labels)
+def run(name, make, Xtr, Ytr, Xte, Yte, labels, budget, every, certify, log, max_passes=10**6, n_eval=None,
+        pairwise=True, lam=None, n_obj=0):
+    m = ss.MultiLabelSSVM(learner=make(), pairwise=pairwise, labels=labels)
     xs = [as_dict(x) for x in Xtr]
     xt = [as_dict(x) for x in (Xte if n_eval is None else Xte[:n_eval])]
     Yt = Yte if n_eval is None else Yte[:n_eval]
@@ -143,7 +146,13 @@ def run(name, make, Xtr, Ytr, Xte, Yte, labels, budget, every, certify, log, max
             for k in ("dual_local_polytope", "consistency_residual", "active_factors"):
                 if k in c.extra:
                     rec[k] = c.extra[k]
+        if n_obj and pairwise:
+            c1 = time.process_time()
+            rec["primal_lp_sample"] = lp_primal(m, Xtr[:n_obj], Ytr[:n_obj], lam)
+            rec["primal_lp_cpu_s"] = time.process_time() - c1
+        c1 = time.process_time()
         P = np.array([[bool(m.predict_one(x).get(k, False)) for k in labels] for x in xt])
+        rec["predict_cpu_ms_per_example"] = 1e3 * (time.process_time() - c1) / max(len(xt), 1)
         rec.update(scores(P, Yt))
         curve.append(rec)
         log(f"{name} {json.dumps({k: (round(v, 5) if isinstance(v, float) else v) for k, v in rec.items()})}")

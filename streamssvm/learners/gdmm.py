@@ -702,6 +702,19 @@ class _MLPairGDMM:
         self.nnz = 0
         self._alloc(16, 256)
         self.order = []
+        self.tub = np.full(self.Kc, -np.inf)   # per-label bound on U_T (G.ml_t_bound), derived from T
+        self._visits = 0
+
+    #: inactive pair-factor search: "pruned" (exact, see G.ml_greedy_add) or "full" (all K^2 pairs)
+    pair_search = "pruned"
+    #: the bound ``tub`` is recomputed exactly every this many example visits (it only loosens between)
+    TUB_REFRESH = 64
+
+    def refresh_bound(self):
+        if self.tub.shape[0] != self.Kc:
+            self.tub = np.full(self.Kc, -np.inf)
+        G.ml_t_bound(self.T, self.K, self.tub)
+        self._visits = 0
 
     # -------------------------------------------------------------- storage
     def _alloc(self, n_ex, nnz):
@@ -762,6 +775,7 @@ class _MLPairGDMM:
         if K != self.K:
             self.structure.cost_matrix(Kc, labels)   # refuses label counts the structure cannot decode
             self.K = K
+            self.refresh_bound()
         self.d = max(self.d, int(n_features))
 
     @property
@@ -784,7 +798,7 @@ class _MLPairGDMM:
         cfg = self.cfg
         if cfg.capacity is not None and self.n_blocks >= cfg.capacity:
             i = self.order.pop(0)
-            G.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K)
+            G.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K, self.tub)
             if self.n > 1024 and self.n_blocks < self.n // 2:
                 self._compact()
         a, b = int(tok_ptr[0]), int(tok_ptr[1])
@@ -830,9 +844,12 @@ class _MLPairGDMM:
             return 0.0
         cfg = self.cfg
         full0 = self.counters[G.ML_C_FULL]
+        if self._visits >= self.TUB_REFRESH:
+            self.refresh_bound()
+        self._visits += len(order)
         res = G.ml_run_pass(np.asarray(order, dtype=np.int64), self.data(), self.dual(), self.E, self.T, self.K,
                             self.s(), float(cfg.rho) * self.s(), float(cfg.eta), int(cfg.grow), float(cfg.add_tol),
-                            int(cfg.inner), bool(mult), self.counters)
+                            int(cfg.inner), bool(mult), self.counters, self.tub, self.pair_search == "full")
         maxf = self.K * (self.K - 1) // 2
         new = min(maxf, 2 * self.fcap)
         # factor slots cost 48 bytes per held row; past _ML_FACTOR_BYTES the greedy step keeps
@@ -948,3 +965,4 @@ class _MLPairGDMM:
             raise ValueError("invalid GDMM multi-label state: feature ids or capacities out of range")
         self.order = [int(e) for e in st["order"]]
         self._reserve(self.n + 1, self.nnz + 1)
+        self.refresh_bound()
