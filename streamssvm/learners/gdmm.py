@@ -122,7 +122,10 @@ class GDMM(Learner):
     grow, add_tol
         Pairwise multi-label: at most ``grow`` inactive pairwise factors are activated per
         example visit (the block-greedy choice of the paper's Algorithm 3, by Frank-Wolfe gap at
-        the factor's ground-truth vertex), those with a gap > ``add_tol``.
+        the factor's ground-truth vertex), those with a gap > ``add_tol``. The search is exact and
+        prunes pairs whose labels sit at their ground truth (see
+        :func:`streamssvm._kernels.gdmm.ml_greedy_add`). Default 16 (yeast, 300 examples,
+        lam = 1, rho = 3, 40 passes: grow = 4 left the primal 5e-4 higher than grow = 16 or 91).
     seed
         Random seed (sampling order, slices, index).
 
@@ -157,7 +160,7 @@ class GDMM(Learner):
     def __init__(self, lam: float = 1e-3, rho: float = 1.0, eta: float = 1.0, fmo: str = "heap",
                  nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, inner: int = 1, replay: int = 1,
                  capacity: int | None = None, active_cap: int = 8, mips_k: int = 10,
-                 sketch_dim: int | None = 64, grow: int = 4, add_tol: float = 1e-9, seed: int | None = None,
+                 sketch_dim: int | None = 64, grow: int = 16, add_tol: float = 1e-9, seed: int | None = None,
                  rescaling: str = "margin"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rho = check_number("rho", rho, low=0.0, low_open=True)
