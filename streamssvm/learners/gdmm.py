@@ -70,9 +70,12 @@ class GDMM(Learner):
 
     Multi-label: GDMM minimizes the dual of the LP relaxation on the local polytope (the
     paper's (5); on a fully connected graph an upper bound on the structured hinge), so its
-    optimum equals the exact one when the relaxation is tight at the optimum (measured on
-    small random instances and yeast: see ``tests/test_gdmm_multilabel.py`` and
-    ``bench/results/gdmm_multilabel_*``). The certificate's primal is exact (enumeration, up to
+    optimum equals the exact one when the relaxation is tight at the optimum (small random
+    instances and a 5-label yeast subset: ``tests/test_gdmm_multilabel.py``); on all 14 yeast
+    labels it is not tight and GDMM's optimum sits 8e-4 to 3e-3 above BCFW's
+    (``bench/results/gdmm_multilabel_yeast_equality.md``). With many labels (228) every inactive
+    pair factor's consistency penalty holds the unigram duals at the ground truth, so learning
+    is very slow unless ``rho`` is small (``bench/results/gdmm_multilabel_w4.md``). The certificate's primal is exact (enumeration, up to
     16 labels) and its dual is a feasible point of the *exact* problem (a distribution repair,
     :func:`streamssvm._kernels.gdmm.ml_certificate_sums`), so the gap is a valid bound; above
     16 labels there is no exact primal (gap = inf, exact=False, see the note). Above 16 labels
