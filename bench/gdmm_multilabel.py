@@ -91,7 +91,9 @@ def rcv1_like(n_train, n_test, d=47236, K=228, nnz=60, seed=0):
 
 def lp_primal(m, xs, Y, lam):
     """P_LP(w) = lam/2 ||w||^2 + (1/n) sum_i max over the local polytope of the loss-augmented
-    score minus the truth's (HiGHS, :mod:`streamssvm.oracles.lp`): an upper bound on P(w)."""
+    score minus the truth's (HiGHS, :mod:`streamssvm.oracles.lp`): an upper bound on P(w).
+    With ``xs`` a sample of the training set the hinge is averaged over the sample only: an
+    estimate of P_LP(w) on the whole training set (not a bound)."""
     from streamssvm.oracles.lp import PairwiseMRFLP
     lr = m._learner
     K = lr._K
@@ -107,10 +109,10 @@ def lp_primal(m, xs, Y, lam):
     P = sc_ * np.triu(T[:K, :K], 1)
     hinge = 0.0
     for x, y in zip(xs, Y):
-        idx = np.array([m._features.index[j] for j in x if j in m._features.index], dtype=np.int64)
-        val = np.array([x[j] for j in x if j in m._features.index])
+        idx, val = m._features.encode_dict(x, False)   # bias column first, as when learning
+        idx, val = np.asarray(idx, dtype=np.int64), np.asarray(val, dtype=np.float64)
         un = sc_ * (val @ E[idx, :K]) if len(idx) else np.zeros(K)
-        r = PairwiseMRFLP(un, P, y[:K].astype(np.int32), int(y.sum()) if False else K).oracle(1.0)
+        r = PairwiseMRFLP(un, P, y[:K].astype(np.int32), K).oracle(1.0)
         hinge += max(r.value - 1.0, 0.0)
     return reg + hinge / len(xs)
 
@@ -124,8 +126,9 @@ def as_dict(x):
     return x if isinstance(x, dict) else {f"f{j}": float(v) for j, v in enumerate(x) if v != 0.0}
 
 
-def run(name, make, Xtr, Ytr, Xte, Yte, labels, budget, every, certify, log, max_passes=10**6, n_eval=None):
-    m = ss.MultiLabelSSVM(learner=make(), pairwise=True, labels=labels)
+def run(name, make, Xtr, Ytr, Xte, Yte, labels, budget, every, certify, log, max_passes=10**6, n_eval=None,
+        pairwise=True, lam=None, n_obj=0):
+    m = ss.MultiLabelSSVM(learner=make(), pairwise=pairwise, labels=labels)
     xs = [as_dict(x) for x in Xtr]
     xt = [as_dict(x) for x in (Xte if n_eval is None else Xte[:n_eval])]
     Yt = Yte if n_eval is None else Yte[:n_eval]
@@ -143,7 +146,13 @@ def run(name, make, Xtr, Ytr, Xte, Yte, labels, budget, every, certify, log, max
             for k in ("dual_local_polytope", "consistency_residual", "active_factors"):
                 if k in c.extra:
                     rec[k] = c.extra[k]
-        P = np.array([[bool(m.predict_one(x).get(k, False)) for k in labels] for x in xt])
+        if n_obj and pairwise:
+            c1 = time.process_time()
+            rec["primal_lp_sample"] = lp_primal(m, Xtr[:n_obj], Ytr[:n_obj], lam)
+            rec["primal_lp_cpu_s"] = time.process_time() - c1
+        c1 = time.process_time()
+        P = np.array([[bool(p.get(k, False)) for k in labels] for p in map(m.predict_one, xt)])
+        rec["predict_cpu_ms_per_example"] = 1e3 * (time.process_time() - c1) / max(len(xt), 1)
         rec.update(scores(P, Yt))
         curve.append(rec)
         log(f"{name} {json.dumps({k: (round(v, 5) if isinstance(v, float) else v) for k, v in rec.items()})}")
@@ -174,6 +183,10 @@ def main():
     ap.add_argument("--tag", default="")
     ap.add_argument("--n-eval", type=int, default=None, help="test examples evaluated (default all)")
     ap.add_argument("--max-passes", type=int, default=10**6)
+    ap.add_argument("--grow", type=int, default=None, help="GDMM grow (default: the learner's)")
+    ap.add_argument("--data-seed", type=int, default=0, help="rcv1: generator seed (tune on one, report another)")
+    ap.add_argument("--n-sgd", type=int, default=None, help="rcv1: SGD + LP learns only the first n (it is slow)")
+    ap.add_argument("--n-obj", type=int, default=0, help="rcv1: training examples in the sampled P_LP estimate")
     args = ap.parse_args()
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     if args.data == "yeast":
@@ -182,22 +195,30 @@ def main():
         certify = True
         learners = args.learners or ["gdmm", "bcfw"]
     else:
-        Xtr, Ytr, Xte, Yte, labels = rcv1_like(args.n, args.n_test)
+        Xtr, Ytr, Xte, Yte, labels = rcv1_like(args.n, args.n_test, seed=args.data_seed)
         lam = args.lam or 1e-3
         certify = False
         learners = args.learners or ["gdmm", "sgd"]
         log(f"rcv1-like: {len(Xtr)} train, {len(Xte)} test, {len(labels)} labels, "
             f"{np.mean([len(x) for x in Xtr]):.1f} nnz/example, {Ytr.sum(1).mean():.2f} labels/example")
-    makers = {"gdmm": lambda: ss.learners.GDMM(lam=lam, rho=args.rho, replay=0, seed=0),
+    gkw = {} if args.grow is None else {"grow": args.grow}
+    makers = {"gdmm": lambda: ss.learners.GDMM(lam=lam, rho=args.rho, replay=0, seed=0, **gkw),
               "bcfw": lambda: ss.learners.BCFW(lam=lam, replay=0, seed=0),
-              "sgd": lambda: ss.learners.SGD(lam=lam, seed=0)}
+              "sgd": lambda: ss.learners.SGD(lam=lam, seed=0),
+              "br": lambda: ss.learners.BCFW(lam=lam, seed=0)}   # binary relevance: pairwise=False
     out = {"data": args.data, "lam": lam, "budget_cpu_s": args.budget, "cpu": cpu_model(),
            "n_train": len(Xtr), "n_test": len(Xte), "labels": len(labels), "curves": {}}
+    out.update({"rho": args.rho, "grow": args.grow, "data_seed": args.data_seed, "n_sgd": args.n_sgd,
+                "n_eval": args.n_eval, "n_obj": args.n_obj})
     for name in learners:
-        out["curves"][name], m = run(name, makers[name], Xtr, Ytr, Xte, Yte, labels, args.budget, args.every,
-                                     certify, log, n_eval=args.n_eval,
-                                     max_passes=args.max_passes if name != "sgd" else 0)
-        if args.data == "rcv1":
+        ntr = args.n_sgd if (name == "sgd" and args.n_sgd) else len(Xtr)
+        out["curves"][name], m = run(name, makers[name], Xtr[:ntr], Ytr[:ntr], Xte, Yte, labels, args.budget,
+                                     args.every, certify, log, n_eval=args.n_eval,
+                                     max_passes=args.max_passes if name != "sgd" else 0,
+                                     pairwise=name != "br", lam=lam, n_obj=args.n_obj)
+        for r in out["curves"][name]:
+            r["n_train_used"] = ntr
+        if args.data == "rcv1" and not args.n_obj and name != "br":
             c0 = time.process_time()
             out["curves"][name][-1]["primal_lp"] = lp_primal(m, Xtr, Ytr, lam)
             log(f"{name} final P_LP(w) = {out['curves'][name][-1]['primal_lp']:.5f} "
@@ -208,13 +229,18 @@ def main():
     lines = [f"# GDMM vs {', '.join(l for l in learners if l != 'gdmm')}: {args.data}, pairwise multi-label", "",
              f"lam = {lam:g}; {len(Xtr)} train / {len(Xte)} test; {len(labels)} labels; CPU budget (learning + refinement) "
              f"{args.budget:g} s per learner; CPU {out['cpu']}.", "",
-             "| learner | passes | CPU s | wall s | primal | dual | gap | test Hamming | test micro-F1 | P_LP(w) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"Command: `python bench/gdmm_multilabel.py {' '.join(sys.argv[1:])}`; load average at the end "
+             f"{os.getloadavg()[0]:.1f}.", "",
+             "| learner | train used | passes | CPU s | wall s | primal | dual | gap | P_LP(w) sample est. "
+             "| test Hamming | test micro-F1 | predict ms/ex (CPU) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, cur in out["curves"].items():
         for r in cur:
             f = lambda k: (f"{r[k]:.5f}" if isinstance(r.get(k), float) else "-")  # noqa: E731
-            lines.append(f"| {name} | {r['passes']} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {f('primal')} | "
-                         f"{f('dual')} | {f('gap')} | {r['hamming_loss']:.4f} | {r['micro_f1']:.4f} | {f('primal_lp')} |")
+            lines.append(f"| {name} | {r.get('n_train_used', '-')} | {r['passes']} | {r['cpu_s']:.1f} | "
+                         f"{r['wall_s']:.1f} | {f('primal')} | {f('dual')} | {f('gap')} | "
+                         f"{f('primal_lp_sample') if 'primal_lp_sample' in r else f('primal_lp')} | "
+                         f"{r['hamming_loss']:.4f} | {r['micro_f1']:.4f} | {r.get('predict_cpu_ms_per_example', 0):.1f} |")
     with open(stem + ".md", "w") as f:
         f.write("\n".join(lines) + "\n")
 

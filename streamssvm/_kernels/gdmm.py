@@ -1145,8 +1145,9 @@ def ml_uni_step(i, k, Dt, Q, E, K, s, rho, score):
 
 
 @njit(**_JIT)
-def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx):
-    """Exact block minimization of L over the active pairwise factor c of example i."""
+def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx, tub):
+    """Exact block minimization of L over the active pairwise factor c of example i (raises the
+    bound ``tub`` of ``ml_t_bound`` when U_T[k, l] grows)."""
     k = Q.fk[i, c]
     l = Q.fl[i, c]
     mk = Q.fz[i, c, 0]
@@ -1163,60 +1164,190 @@ def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx):
     Q.fz[i, c, 1] = zbuf[1]
     Q.fz[i, c, 2] = zbuf[2]
     T[k, l] += q - zbuf[2]
+    _ml_tub_raise(tub, k, l, T[k, l])
     Q.Dv[i, k] += zbuf[0] - mk
     Q.Dv[i, l] += zbuf[1] - ml
 
 
 @njit(**_JIT)
-def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters):
-    """Block-greedy factor selection (Yen et al. Algorithm 3, step 1): scan the inactive
-    pairwise factors of example i, score each by its Frank-Wolfe gap at its ground-truth vertex
-    (gradient (rho (ybar_k - u_k), rho (ybar_l - u_l), -s U_T[k, l]) in (m_k, m_l, q)) and add
-    the ``grow`` best with gap > ``tol``. ``mark`` (K x K int8, zero on entry and exit) flags
-    the active factors. Returns the number added."""
+def _ml_pair_gap(gk, gl, gq, yk, yl):
+    """Frank-Wolfe gap of an inactive pairwise factor at its ground-truth vertex: gradient
+    (gk, gl, gq) in (m_k, m_l, q), max over the tetrahedron's vertices v of <g, z_truth - v>."""
+    return gk * yk + gl * yl + gq * (yk * yl) - min(0.0, gl, gk, gk + gl + gq)
+
+
+@njit(**_JIT)
+def _ml_before(g1, k1, l1, g2, k2, l2):
+    """Candidate order: larger gap first, ties by smaller (k, l) -- a total order, so the
+    selection does not depend on the order in which pairs are scanned."""
+    if g1 != g2:
+        return g1 > g2
+    return k1 < k2 or (k1 == k2 and l1 < l2)
+
+
+@njit(**_JIT)
+def _ml_cand_push(gap, k, l, grow, nc, cand_f, cand_k, cand_l):
+    """Insert (gap, k, l) into the short list of the ``grow`` first candidates in the order
+    ``_ml_before``. Returns the new length."""
+    if nc < grow:
+        j = nc
+        nc += 1
+    elif _ml_before(gap, k, l, cand_f[nc - 1], cand_k[nc - 1], cand_l[nc - 1]):
+        j = nc - 1
+    else:
+        return nc
+    while j > 0 and _ml_before(gap, k, l, cand_f[j - 1], cand_k[j - 1], cand_l[j - 1]):
+        cand_f[j] = cand_f[j - 1]
+        cand_k[j] = cand_k[j - 1]
+        cand_l[j] = cand_l[j - 1]
+        j -= 1
+    cand_f[j] = gap
+    cand_k[j] = k
+    cand_l[j] = l
+    return nc
+
+
+@njit(**_JIT)
+def ml_t_bound(T, K, tub):
+    """tub[k] = max_{l != k} U_T[min(k, l), max(k, l)] (the largest interaction weight touching
+    label k, upper-triangle storage); -inf for K < 2. The kernels keep ``tub`` an upper bound
+    between two calls (every increase of an entry of T raises it; decreases leave it loose)."""
+    for k in range(K):
+        tub[k] = -np.inf
+    for k in range(K):
+        for l in range(k + 1, K):
+            t = T[k, l]
+            if t > tub[k]:
+                tub[k] = t
+            if t > tub[l]:
+                tub[l] = t
+
+
+@njit(**_JIT)
+def _ml_tub_raise(tub, k, l, t):
+    if t > tub[k]:
+        tub[k] = t
+    if t > tub[l]:
+        tub[l] = t
+
+
+@njit(**_JIT)
+def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters,
+                  tub, lbuf, full):
+    """Block-greedy factor selection (Yen et al. Algorithm 3, step 1): among the inactive
+    pairwise factors of example i, add the ``grow`` with the largest Frank-Wolfe gap at their
+    ground-truth vertex (``_ml_pair_gap``; gradient (rho (ybar_k - u_k), rho (ybar_l - u_l),
+    -s U_T[k, l]) in (m_k, m_l, q)) among those with gap > ``tol``; they are added in (k, l)
+    order. ``mark`` (K x K int8, zero on entry and exit) flags the active factors. Returns the
+    number added.
+
+    ``full``: scan all K(K-1)/2 pairs. Otherwise an exact pruned search (it selects the same
+    factors): a label k is *at the
+    truth* when u_k = ybar_k (gk = 0). A pair with both labels at the truth has gap
+    max(0, -s U_T) if both labels are positive and max(0, s U_T) otherwise (section 3.2 (b) of
+    the paper: only the interaction weight matters). So the search scans (1) every pair touching
+    a label off the truth, O(|off| K); (2) the pairs of positive labels at the truth; (3) for the
+    other pairs at the truth, only the rows k whose bound s * tub[k] (``ml_t_bound``) can reach
+    the current admission threshold (``tol``, or the last kept gap once ``grow`` are kept). Ties
+    are broken by (k, l) (``_ml_before``), so both searches select the same factors.
+    ``lbuf`` (int64, >= 2 K) is scratch. ``counters[ML_C_SCANNED]`` counts the pairs evaluated."""
     n = Q.fcnt[i]
     for c in range(n):
         mark[Q.fk[i, c], Q.fl[i, c]] = 1
     nc = 0
-    for k in range(K):
-        yk = Dt.Y[i, k]
-        gk = rho * (yk - Q.u[i, k])
-        for l in range(k + 1, K):
-            if mark[k, l]:
+    scanned = 0
+    if full:
+        for k in range(K):
+            yk = Dt.Y[i, k]
+            gk = rho * (yk - Q.u[i, k])
+            for l in range(k + 1, K):
+                if mark[k, l]:
+                    continue
+                scanned += 1
+                yl = Dt.Y[i, l]
+                gap = _ml_pair_gap(gk, rho * (yl - Q.u[i, l]), -s * T[k, l], yk, yl)
+                if gap > tol:
+                    nc = _ml_cand_push(gap, k, l, grow, nc, cand_f, cand_k, cand_l)
+    else:
+        # lbuf[:K]: 1 = off the truth, 0 = at the truth; lbuf[K:2K]: row scanned in step (3)
+        noff = 0
+        for k in range(K):
+            off = 1 if Q.u[i, k] != Dt.Y[i, k] else 0
+            lbuf[k] = off
+            lbuf[K + k] = 0
+            noff += off
+        # (1) pairs with at least one label off the truth (each such pair once)
+        if noff > 0:
+            for k in range(K):
+                if lbuf[k] == 0:
+                    continue
+                yk = Dt.Y[i, k]
+                gk = rho * (yk - Q.u[i, k])
+                for l in range(K):
+                    if l == k or (lbuf[l] == 1 and l < k):
+                        continue
+                    a = min(k, l)
+                    b = max(k, l)
+                    if mark[a, b]:
+                        continue
+                    scanned += 1
+                    yl = Dt.Y[i, l]
+                    gl = rho * (yl - Q.u[i, l])
+                    if a == k:
+                        gap = _ml_pair_gap(gk, gl, -s * T[a, b], yk, yl)
+                    else:
+                        gap = _ml_pair_gap(gl, gk, -s * T[a, b], yl, yk)
+                    if gap > tol:
+                        nc = _ml_cand_push(gap, a, b, grow, nc, cand_f, cand_k, cand_l)
+        # (2) both labels at the truth and positive: gap = max(0, -s U_T)
+        for k in range(K):
+            if lbuf[k] == 1 or Dt.Y[i, k] != 1.0:
                 continue
-            yl = Dt.Y[i, l]
-            gl = rho * (yl - Q.u[i, l])
-            gq = -s * T[k, l]
-            z0 = gk * yk + gl * yl + gq * (yk * yl)
-            # FW gap: max over the other vertices v of <g, z_truth - v>
-            gap = z0 - min(0.0, gl, gk, gk + gl + gq)
-            if gap <= tol:
+            for l in range(k + 1, K):
+                if lbuf[l] == 1 or Dt.Y[i, l] != 1.0 or mark[k, l]:
+                    continue
+                scanned += 1
+                gap = max(0.0, -s * T[k, l])
+                if gap > tol:
+                    nc = _ml_cand_push(gap, k, l, grow, nc, cand_f, cand_k, cand_l)
+        # (3) both at the truth, not both positive: gap = max(0, s U_T[k, l]) <= s tub[k]
+        for k in range(K):
+            if lbuf[k] == 1:
                 continue
-            # keep the ``grow`` largest (insertion into a short sorted list)
-            if nc < grow:
-                j = nc
-                nc += 1
-            elif gap > cand_f[nc - 1]:
-                j = nc - 1
-            else:
+            if s * tub[k] <= tol or (nc == grow and s * tub[k] < cand_f[nc - 1]):
                 continue
-            while j > 0 and cand_f[j - 1] < gap:
-                cand_f[j] = cand_f[j - 1]
-                cand_k[j] = cand_k[j - 1]
-                cand_l[j] = cand_l[j - 1]
-                j -= 1
-            cand_f[j] = gap
-            cand_k[j] = k
-            cand_l[j] = l
-    counters[ML_C_SCANNED] += K * (K - 1) // 2 - n
+            lbuf[K + k] = 1
+            yk = Dt.Y[i, k]
+            for l in range(K):
+                if l == k or lbuf[l] == 1 or (yk == 1.0 and Dt.Y[i, l] == 1.0):
+                    continue
+                if l < k and lbuf[K + l] == 1:
+                    continue   # seen from row l
+                a = min(k, l)
+                b = max(k, l)
+                if mark[a, b]:
+                    continue
+                scanned += 1
+                gap = max(0.0, s * T[a, b])
+                if gap > tol:
+                    nc = _ml_cand_push(gap, a, b, grow, nc, cand_f, cand_k, cand_l)
+    counters[ML_C_SCANNED] += scanned
     for c in range(n):
         mark[Q.fk[i, c], Q.fl[i, c]] = 0
     cap = Q.fk.shape[1]
+    if nc > cap - n:   # no room for all: keep the largest gaps
+        counters[ML_C_FULL] += 1
+        nc = max(cap - n, 0)
+    # canonical (k, l) order, so that the full and the pruned search add identically
+    for a in range(1, nc):
+        j = a
+        while j > 0 and (cand_k[j - 1] > cand_k[j] or (cand_k[j - 1] == cand_k[j] and cand_l[j - 1] > cand_l[j])):
+            cand_f[j], cand_f[j - 1] = cand_f[j - 1], cand_f[j]
+            cand_k[j], cand_k[j - 1] = cand_k[j - 1], cand_k[j]
+            cand_l[j], cand_l[j - 1] = cand_l[j - 1], cand_l[j]
+            j -= 1
     added = 0
     for j in range(nc):
-        if n >= cap:
-            counters[ML_C_FULL] += 1
-            break
         k = cand_k[j]
         l = cand_l[j]
         Q.fk[i, n] = k
@@ -1255,7 +1386,7 @@ def ml_multiplier_step(i, Q, eta):
 
 @njit(**_JIT)
 def ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, cand_k, cand_l,
-                    cbuf, wbuf, zbuf, tA, tb, tidx, counters):
+                    cbuf, wbuf, zbuf, tA, tb, tidx, counters, tub, lbuf, full):
     """One sweep over the factors of example i: every unigram block (exact), the greedy
     factor additions, every active pairwise block (exact)."""
     ml_scores(E, K, Dt.x_ptr, Dt.fidx, Dt.fval, i, acc)
@@ -1263,16 +1394,17 @@ def ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, can
         ml_uni_step(i, k, Dt, Q, E, K, s, rho, acc[k])
     counters[ML_C_UNI] += K
     if K > 1:
-        ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters)
+        ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters, tub, lbuf, full)
     for c in range(Q.fcnt[i]):
-        ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx)
+        ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx, tub)
     counters[ML_C_PAIR] += Q.fcnt[i]
 
 
 @njit(**_JIT)
-def ml_run_pass(order, Dt, Q, E, T, K, s, rho, eta, grow, tol, inner, mult, counters):
+def ml_run_pass(order, Dt, Q, E, T, K, s, rho, eta, grow, tol, inner, mult, counters, tub, full):
     """``inner`` sweeps over each example of ``order``, then (``mult``) the multiplier step on
-    each of them; returns the squared consistency residual of the active factors."""
+    each of them; returns the squared consistency residual of the active factors. ``tub``: the
+    interaction-weight bound of ``ml_t_bound`` (kept valid), ``full``: see ``ml_greedy_add``."""
     Kc = Q.u.shape[1]
     acc = np.zeros(Kc)
     mark = np.zeros((Kc, Kc), dtype=np.int8)
@@ -1286,12 +1418,13 @@ def ml_run_pass(order, Dt, Q, E, T, K, s, rho, eta, grow, tol, inner, mult, coun
     tA = np.zeros((5, 5))
     tb = np.zeros(5)
     tidx = np.zeros(4, dtype=np.int64)
+    lbuf = np.zeros(2 * Kc, dtype=np.int64)
     for j in range(order.shape[0]):
         i = order[j]
         if Dt.alive[i]:
             for r in range(inner):
                 ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, cand_k, cand_l,
-                                cbuf, wbuf, zbuf, tA, tb, tidx, counters)
+                                cbuf, wbuf, zbuf, tA, tb, tidx, counters, tub, lbuf, full)
     res = 0.0
     if mult:
         for j in range(order.shape[0]):
@@ -1302,8 +1435,8 @@ def ml_run_pass(order, Dt, Q, E, T, K, s, rho, eta, grow, tol, inner, mult, coun
 
 
 @njit(**_JIT)
-def ml_remove_example(i, Dt, Q, E, T, K):
-    """Subtract example i's contribution from the weights (eviction)."""
+def ml_remove_example(i, Dt, Q, E, T, K, tub):
+    """Subtract example i's contribution from the weights (eviction); keeps ``tub`` a bound."""
     for k in range(K):
         d = Dt.Y[i, k] - Q.u[i, k]
         if d != 0.0:
@@ -1313,6 +1446,7 @@ def ml_remove_example(i, Dt, Q, E, T, K):
         k = Q.fk[i, c]
         l = Q.fl[i, c]
         T[k, l] -= Dt.Y[i, k] * Dt.Y[i, l] - Q.fz[i, c, 2]
+        _ml_tub_raise(tub, k, l, T[k, l])
     Dt.alive[i] = False
 
 

@@ -70,9 +70,12 @@ class GDMM(Learner):
 
     Multi-label: GDMM minimizes the dual of the LP relaxation on the local polytope (the
     paper's (5); on a fully connected graph an upper bound on the structured hinge), so its
-    optimum equals the exact one when the relaxation is tight at the optimum (measured on
-    small random instances and yeast: see ``tests/test_gdmm_multilabel.py`` and
-    ``bench/results/gdmm_multilabel_*``). The certificate's primal is exact (enumeration, up to
+    optimum equals the exact one when the relaxation is tight at the optimum (small random
+    instances and a 5-label yeast subset: ``tests/test_gdmm_multilabel.py``); on all 14 yeast
+    labels it is not tight and GDMM's optimum sits 8e-4 to 3e-3 above BCFW's
+    (``bench/results/gdmm_multilabel_yeast_equality.md``). With many labels (228) every inactive
+    pair factor's consistency penalty holds the unigram duals at the ground truth, so learning
+    is very slow unless ``rho`` is small (``bench/results/gdmm_multilabel_w4.md``). The certificate's primal is exact (enumeration, up to
     16 labels) and its dual is a feasible point of the *exact* problem (a distribution repair,
     :func:`streamssvm._kernels.gdmm.ml_certificate_sums`), so the gap is a valid bound; above
     16 labels there is no exact primal (gap = inf, exact=False, see the note). Above 16 labels
@@ -122,7 +125,10 @@ class GDMM(Learner):
     grow, add_tol
         Pairwise multi-label: at most ``grow`` inactive pairwise factors are activated per
         example visit (the block-greedy choice of the paper's Algorithm 3, by Frank-Wolfe gap at
-        the factor's ground-truth vertex), those with a gap > ``add_tol``.
+        the factor's ground-truth vertex), those with a gap > ``add_tol``. The search is exact and
+        prunes pairs whose labels sit at their ground truth (see
+        :func:`streamssvm._kernels.gdmm.ml_greedy_add`). Default 16 (yeast, 300 examples,
+        lam = 1, rho = 3, 40 passes: grow = 4 left the primal 5e-4 higher than grow = 16 or 91).
     seed
         Random seed (sampling order, slices, index).
 
@@ -157,7 +163,7 @@ class GDMM(Learner):
     def __init__(self, lam: float = 1e-3, rho: float = 1.0, eta: float = 1.0, fmo: str = "heap",
                  nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, inner: int = 1, replay: int = 1,
                  capacity: int | None = None, active_cap: int = 8, mips_k: int = 10,
-                 sketch_dim: int | None = 64, grow: int = 4, add_tol: float = 1e-9, seed: int | None = None,
+                 sketch_dim: int | None = 64, grow: int = 16, add_tol: float = 1e-9, seed: int | None = None,
                  rescaling: str = "margin"):
         self.lam = check_number("lam", lam, low=0.0, low_open=True)
         self.rho = check_number("rho", rho, low=0.0, low_open=True)
@@ -702,6 +708,19 @@ class _MLPairGDMM:
         self.nnz = 0
         self._alloc(16, 256)
         self.order = []
+        self.tub = np.full(self.Kc, -np.inf)   # per-label bound on U_T (G.ml_t_bound), derived from T
+        self._visits = 0
+
+    #: inactive pair-factor search: "pruned" (exact, see G.ml_greedy_add) or "full" (all K^2 pairs)
+    pair_search = "pruned"
+    #: the bound ``tub`` is recomputed exactly every this many example visits (it only loosens between)
+    TUB_REFRESH = 64
+
+    def refresh_bound(self):
+        if self.tub.shape[0] != self.Kc:
+            self.tub = np.full(self.Kc, -np.inf)
+        G.ml_t_bound(self.T, self.K, self.tub)
+        self._visits = 0
 
     # -------------------------------------------------------------- storage
     def _alloc(self, n_ex, nnz):
@@ -762,6 +781,7 @@ class _MLPairGDMM:
         if K != self.K:
             self.structure.cost_matrix(Kc, labels)   # refuses label counts the structure cannot decode
             self.K = K
+            self.refresh_bound()
         self.d = max(self.d, int(n_features))
 
     @property
@@ -784,7 +804,7 @@ class _MLPairGDMM:
         cfg = self.cfg
         if cfg.capacity is not None and self.n_blocks >= cfg.capacity:
             i = self.order.pop(0)
-            G.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K)
+            G.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K, self.tub)
             if self.n > 1024 and self.n_blocks < self.n // 2:
                 self._compact()
         a, b = int(tok_ptr[0]), int(tok_ptr[1])
@@ -830,9 +850,12 @@ class _MLPairGDMM:
             return 0.0
         cfg = self.cfg
         full0 = self.counters[G.ML_C_FULL]
+        if self._visits >= self.TUB_REFRESH:
+            self.refresh_bound()
+        self._visits += len(order)
         res = G.ml_run_pass(np.asarray(order, dtype=np.int64), self.data(), self.dual(), self.E, self.T, self.K,
                             self.s(), float(cfg.rho) * self.s(), float(cfg.eta), int(cfg.grow), float(cfg.add_tol),
-                            int(cfg.inner), bool(mult), self.counters)
+                            int(cfg.inner), bool(mult), self.counters, self.tub, self.pair_search == "full")
         maxf = self.K * (self.K - 1) // 2
         new = min(maxf, 2 * self.fcap)
         # factor slots cost 48 bytes per held row; past _ML_FACTOR_BYTES the greedy step keeps
@@ -948,3 +971,4 @@ class _MLPairGDMM:
             raise ValueError("invalid GDMM multi-label state: feature ids or capacities out of range")
         self.order = [int(e) for e in st["order"]]
         self._reserve(self.n + 1, self.nnz + 1)
+        self.refresh_bound()
