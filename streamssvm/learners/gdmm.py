@@ -529,6 +529,35 @@ class GDMM(Learner):
             return cert_mod.Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
                                         note="no examples held")
         s = self._s()
+        T = self.table.T
+        hinge, dloss, rep, Wr, Tr = self._repaired_sums()
+        sq = float(np.vdot(self.Wu, self.Wu) + np.vdot(T, T))
+        sqr = float(np.vdot(Wr, Wr) + np.vdot(Tr, Tr))
+        reg = 0.5 * lam * s * s * sq
+        primal = reg + hinge / n
+        dual = dloss / n - 0.5 * lam * s * s * sqr
+        raw = primal - dual
+        resid = 0.0
+        if self._use_trans:
+            Dt = self._data()
+            for e in np.flatnonzero(self._ex_alive[:self._n_ex]):   # eta = 0: measures the consistency residual, changes nothing
+                resid += G.multiplier_step(int(e), Dt, self._U, self._B, 0.0)
+        c = cert_mod.Certificate(
+            gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
+            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
+            dual_loss=dloss / n, block_gap_sum=raw, raw_gap=raw,
+            note=("dual at the factor marginals repaired into a consistent point (a Markov chain from "
+                  "the bigram row conditionals): a feasible BCFW dual point, so gap = P(w) - D bounds "
+                  "P(w) - min P; primal by exact loss-augmented Viterbi"),
+            extra={"raw_gap": raw, "consistency_residual": resid, "repair_distance": rep,
+                   "passes": self.passes_done})
+        return c
+
+    def _repaired_sums(self):
+        """(hinge sum at the current weights, dual loss sum and repair distance of the repaired
+        point, its unnormalized weights Wr, Tr): one pass of loss-augmented Viterbi and repair
+        over the held examples. Observes only."""
+        s = self._s()
         K, Kc = self._K, self.table.Kc
         Dt = self._data()
         T = self.table.T
@@ -561,26 +590,7 @@ class GDMM(Learner):
             dloss += G.repaired_emissions(e, Dt, K, self._C, M, Wr)
             if self._use_trans:
                 G.repaired_pairs(e, Dt, self._U, self._B, K, M, Tr, row)
-        sq = float(np.vdot(self.Wu, self.Wu) + np.vdot(T, T))
-        sqr = float(np.vdot(Wr, Wr) + np.vdot(Tr, Tr))
-        reg = 0.5 * lam * s * s * sq
-        primal = reg + hinge / n
-        dual = dloss / n - 0.5 * lam * s * s * sqr
-        raw = primal - dual
-        resid = 0.0
-        if self._use_trans:
-            for e in alive:   # eta = 0: measures the consistency residual, changes nothing
-                resid += G.multiplier_step(int(e), Dt, self._U, self._B, 0.0)
-        c = cert_mod.Certificate(
-            gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
-            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
-            dual_loss=dloss / n, block_gap_sum=raw, raw_gap=raw,
-            note=("dual at the factor marginals repaired into a consistent point (a Markov chain from "
-                  "the bigram row conditionals): a feasible BCFW dual point, so gap = P(w) - D bounds "
-                  "P(w) - min P; primal by exact loss-augmented Viterbi"),
-            extra={"raw_gap": raw, "consistency_residual": resid, "repair_distance": rep,
-                   "passes": self.passes_done})
-        return c
+        return hinge, dloss, rep, Wr, Tr
 
     # ------------------------------------------------------------------ state
     def state(self):
