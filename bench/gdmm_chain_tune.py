@@ -58,7 +58,7 @@ def parse_config(txt):
 
 
 def type_of(k):
-    return str if k in ("predict_with", "fmo") else (int if k in ("inner", "qp_iters", "nu", "local") else float)
+    return str if k in ("predict_with", "fmo") else (int if k in ("inner", "qp_iters", "nu", "rounds") else float)
 
 
 def repaired_eval(m, Xv, Yv):

@@ -83,7 +83,7 @@ def _brute_chain_objective(model, X, Y, lam):
     lr = model._learner
     s = lr._s()
     K = lr._K
-    Wu, T = lr.Wu, lr.table.T
+    Wu, T = lr._pred_weights()   # the weights that predict (the averaged iterate by default)
     n = len(X)
     h = 0.0
     for x, y in zip(X, Y):
