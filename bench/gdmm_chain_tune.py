@@ -53,12 +53,12 @@ def parse_config(txt):
         return kw
     for part in txt.split(","):
         k, v = part.split("=")
-        kw[k] = type_of(k)(v)
+        kw[k] = bool(int(v)) if k == "averaging" else type_of(k)(v)
     return kw
 
 
 def type_of(k):
-    return str if k in ("predict_with", "fmo") else (int if k in ("inner", "qp_iters", "nu", "rounds") else float)
+    return str if k in ("predict_with", "fmo") else (int if k in ("inner", "qp_iters", "nu", "rounds", "averaging") else float)
 
 
 def repaired_eval(m, Xv, Yv):
