@@ -155,8 +155,9 @@ def main():
                     help="run this peer only; the other peers' rows are kept from the existing results file of "
                          "the same --tags/--train/--test/--lam (e.g. re-run BCFW after a faster Viterbi)")
     ap.add_argument("--gdmm", default="", help="extra GDMM keyword arguments, e.g. 'rounds=2,rho=3'")
+    ap.add_argument("--suffix", default="", help="appended to the results file name")
     args = ap.parse_args()
-    out_base = os.path.join(RESULTS, f"gdmm_brown_{args.tags}_{args.train}")
+    out_base = os.path.join(RESULTS, f"gdmm_brown_{args.tags}_{args.train}{args.suffix}")
     lines = []
 
     def log(s):
@@ -175,10 +176,11 @@ def main():
     keep = {}
     if args.only and os.path.exists(out_base + ".json"):
         keep = json.load(open(out_base + ".json"))
-        own = {"gdmm": "GDMM", "bcfw": "BCFW", "sgd": "SGD", "crf": "crfsuite-lbfgs", "ap": "crfsuite-ap"}[args.only]
-        rows = [r for r in keep["rows"] if not r["method"].startswith(own)]
-        crf = [c for c in keep["crfsuite"] if not c["method"].startswith(own)]
-        extras = {k: v for k, v in keep.get("gdmm_oracle", {}).items() if not k.startswith(own)}
+        own = {"gdmm": "GDMM-heap", "bcfw": "BCFW+Viterbi", "sgd": "SGD", "crf": "crfsuite-lbfgs",
+               "ap": "crfsuite-ap"}[args.only]
+        rows = [r for r in keep["rows"] if r["method"] != own]
+        crf = [c for c in keep["crfsuite"] if c["method"] != own]
+        extras = {k: v for k, v in keep.get("gdmm_oracle", {}).items() if k != own}
         lines.append(f"(--only {args.only}: the other peers' rows are from the earlier run in {out_base}.json)")
     L = ss.learners
     gkw = {k: (float(v) if k in ("rho", "eta") else int(v)) for k, v in
