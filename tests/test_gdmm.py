@@ -140,11 +140,12 @@ def test_learn_gives_exact_block_minimum_on_one_token():
 
 
 # ---------------------------------------------------------------------------- optimum = BCFW optimum
-@pytest.mark.parametrize("fmo", ["heap", "brute"])
-def test_gdmm_reaches_bcfw_optimum_on_small_chain(fmo):
+@pytest.mark.parametrize("kw", [dict(fmo="heap"), dict(fmo="brute"), dict(fmo="heap", rounds=3, averaging=False)],
+                         ids=["heap", "brute", "heap-rounds3-noavg"])
+def test_gdmm_reaches_bcfw_optimum_on_small_chain(kw):
     X, Y = _toy_chain(n=10, K=3, seed=3)
     lam = 0.1
-    g = ss.SequenceTagger(learner=GDMM(lam=lam, replay=0, fmo=fmo, seed=0))
+    g = ss.SequenceTagger(learner=GDMM(lam=lam, replay=0, seed=0, **kw))
     b = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam, replay=0, seed=0, averaging=False,
                                                    step="pairwise"), loss="normalized")   # GDMM's loss
     for x, y in zip(X, Y):
