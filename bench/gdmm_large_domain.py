@@ -119,11 +119,13 @@ def run_gdmm(name, learner, labels, dim, train, test, passes, eval_every, log):
     lr.ensure(dim + 1, labels)
     enc = [encode(s) for s in train]
     rows = []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for tp, fi, fv, ys in enc:
         lr.learn(tp, fi, fv, ys)
     secs = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     pass_secs = [secs]
+    pass_cpu = [cpu]
     from streamssvm._kernels import gdmm as G
     for p in range(1, passes + 1):
         if p % eval_every == 0 or p == passes or p == 1:
@@ -131,22 +133,24 @@ def run_gdmm(name, learner, labels, dim, train, test, passes, eval_every, log):
             acc = accuracy(lr, test)
             te = time.perf_counter() - t1
             c = lr.counters
-            rows.append({"method": name, "pass": p, "seconds": secs, "test_acc": acc,
+            rows.append({"method": name, "pass": p, "seconds": secs, "cpu_seconds": cpu, "test_acc": acc,
                          "bigram_touched_mean": float(c[G.C_BI_TOUCHED] / max(c[G.C_BI_CALLS], 1)),
                          "bigram_touched_max": int(c[G.C_BI_TOUCH_MAX]),
                          "unigram_scored_mean": float(c[G.C_UNI_TOUCHED] / max(c[G.C_UNI_CALLS], 1)),
                          "mips_seconds": float(lr.seconds_oracle)})
-            log(f"{name:>22} pass {p:2d}  {secs:8.2f} s (last pass {pass_secs[-1]:.2f} s)  acc={acc:.4f}  "
+            log(f"{name:>22} pass {p:2d}  {secs:8.2f} s, cpu {cpu:8.2f} s (last pass {pass_secs[-1]:.2f} s)  acc={acc:.4f}  "
                 f"bigram entries/call={rows[-1]['bigram_touched_mean']:.1f} (max {rows[-1]['bigram_touched_max']})  "
                 f"unigram labels/call={rows[-1]['unigram_scored_mean']:.1f}  [eval {te:.1f} s]")
         if p == passes:
             break
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         lr.refine(1)
         dt = time.perf_counter() - t0
         pass_secs.append(dt)
+        pass_cpu.append(time.process_time() - c0)
         secs += dt
-    return rows, pass_secs
+        cpu += pass_cpu[-1]
+    return rows, {"wall": pass_secs, "cpu": pass_cpu}
 
 
 def bcfw_step_cost(labels, dim, train, lam, n_sent, log):
@@ -191,29 +195,71 @@ def run_pair(labels, dim, train, test, lam, n_sent, passes, log):
         lr = make()
         lr.bind(Chain(), labels)
         lr.ensure(dim + 1, labels)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for tp, fi, fv, ys in (encode(x) for x in sub):
             lr.learn(tp, fi, fv, ys)
         secs = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         rows = []
         for p in range(1, passes + 1):
             acc = accuracy(lr, test)
-            rows.append({"pass": p, "seconds": secs, "test_acc": acc})
-            log(f"[same {n_sent} sequences] {name:>16} pass {p}  {secs:7.2f} s  acc={acc:.4f}")
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            rows.append({"pass": p, "seconds": secs, "cpu_seconds": cpu, "test_acc": acc, "max_rss_mb": rss})
+            log(f"[same {n_sent} sequences] {name:>16} pass {p}  {secs:7.2f} s  cpu {cpu:7.2f} s  acc={acc:.4f}  "
+                f"max RSS {rss:.0f} MB")
             if p < passes:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 lr.refine(1)
                 secs += time.perf_counter() - t0
+                cpu += time.process_time() - c0
         out[name] = rows
         del lr
     target = out["BCFW+Viterbi"][-1]["test_acc"]
-    hit = [r["seconds"] for r in out["GDMM heap, nu=1"] if r["test_acc"] >= target]
+    hit = [r["cpu_seconds"] for r in out["GDMM heap, nu=1"] if r["test_acc"] >= target]
     t_g = min(hit) if hit else None
-    t_b = min(r["seconds"] for r in out["BCFW+Viterbi"] if r["test_acc"] >= target)
-    log(f"[same {n_sent} sequences] BCFW final acc {target:.4f} at {t_b:.1f} s; GDMM reaches it at "
-        f"{'never' if t_g is None else format(t_g, '.1f') + ' s'}"
+    t_b = min(r["cpu_seconds"] for r in out["BCFW+Viterbi"] if r["test_acc"] >= target)
+    log(f"[same {n_sent} sequences] BCFW final acc {target:.4f} at {t_b:.1f} CPU s; GDMM reaches it at "
+        f"{'never' if t_g is None else format(t_g, '.1f') + ' CPU s'}"
         + ("" if t_g is None else f" ({t_b / max(t_g, 1e-9):.1f}x sooner)"))
-    return {"rows": out, "bcfw_final_acc": target, "bcfw_seconds": t_b, "gdmm_seconds_to_it": t_g}
+    return {"rows": out, "bcfw_final_acc": target, "bcfw_cpu_seconds": t_b, "gdmm_cpu_seconds_to_it": t_g}
+
+
+def brute_few(labels, dim, train, lam, n_sent, log):
+    """GDMM with the brute-force K^2 bigram oracle on the first ``n_sent`` sequences (the
+    stream, then one pass): CPU seconds per sequence visit, extrapolated to a pass over the
+    whole training set (the brute oracle's cost does not depend on the weights: K^2 per call)."""
+    make = lambda: ss.learners.GDMM(lam=lam, replay=0, seed=0, fmo="brute")  # noqa: E731
+    warmup(make, labels, dim, train[:3], train[:1])
+    lr = make()
+    lr.bind(Chain(), labels)
+    lr.ensure(dim + 1, labels)
+    enc = [encode(x) for x in train[:n_sent]]
+    c0 = time.process_time()
+    for tp, fi, fv, ys in enc:
+        lr.learn(tp, fi, fv, ys)
+    lr.refine(1)
+    cpu = time.process_time() - c0
+    per = cpu / (2 * len(enc))
+    tok = sum(len(x[0]) for x in train[:n_sent])
+    tok_all = sum(len(x[0]) for x in train)
+    ext = per * len(train) * (tok_all / len(train)) / (tok / len(enc))
+    log(f"{'GDMM brute K^2':>22} {per:.2f} CPU s per sequence visit (measured on {len(enc)} sequences, stream + "
+        f"1 pass) -> EXTRAPOLATED pass over {len(train)} sequences: {ext:.0f} CPU s")
+    return {"cpu_per_visit": per, "measured_sequences": len(enc), "extrapolated_pass_cpu_seconds": ext}
+
+
+def unigram_scan_cost(lr, train, log):
+    """CPU seconds of one exact unigram scan (all K labels) for every training token: what the
+    unigram oracle with nu = 1 costs per pass (emission scores of every sequence)."""
+    from streamssvm._kernels import gdmm as G
+    K = lr._K
+    S = np.zeros((32, lr.table.Kc))
+    enc = [encode(x) for x in train]
+    G.emission_scores(lr.Wu, K, 1.0, enc[0][0], enc[0][1], enc[0][2], len(enc[0][3]), False, S)
+    c0 = time.process_time()
+    for tp, fi, fv, ys in enc:
+        G.emission_scores(lr.Wu, K, 1.0, tp, fi, fv, len(ys), False, S)
+    return time.process_time() - c0
 
 
 def oracle_micro(lr, n_calls, rng, log):
@@ -237,14 +283,14 @@ def oracle_micro(lr, n_calls, rng, log):
         out = np.zeros(n_calls)
         G.oracle_batch(mode, tab.T, K, Kc, s, AL[:2], AR[:2], tab.H, tab.SC, cnt, out[:2])   # compile / load
         cnt[:] = 0
-        t0 = time.perf_counter()
+        t0 = time.process_time()   # CPU time: wall time under load inflated the share estimate past 100 %
         G.oracle_batch(mode, tab.T, K, Kc, s, AL, AR, tab.H, tab.SC, cnt, out)
-        res[mode] = (time.perf_counter() - t0, out.copy(), cnt.copy())
+        res[mode] = (time.process_time() - t0, out.copy(), cnt.copy())
     th, vh, ch = res[G.ORACLE_HEAP]
     tb, vb, _ = res[G.ORACLE_BRUTE]
     assert np.allclose(vh, vb, rtol=1e-12, atol=1e-12)
     touched = [ch[G.C_BI_TOUCHED] / n_calls, ch[G.C_BI_TOUCH_MAX]]
-    log(f"bigram oracle on the trained table, {n_calls} calls: heap {th / n_calls * 1e6:.1f} us/call "
+    log(f"bigram oracle on the trained table, {n_calls} calls, CPU time: heap {th / n_calls * 1e6:.1f} us/call "
         f"({touched[0]:.1f} entries, max {touched[1]}), brute {tb / n_calls * 1e6:.1f} us/call "
         f"({K * K} entries): ratio {tb / max(th, 1e-12):.0f}x; same maxima")
     return {"heap_us": th / n_calls * 1e6, "brute_us": tb / n_calls * 1e6, "entries_heap_mean": float(touched[0]),
@@ -264,6 +310,8 @@ def main():
     ap.add_argument("--nu", type=int, default=8)
     ap.add_argument("--methods", default="heap,nu,mips,brute,bcfw")
     ap.add_argument("--bcfw-sentences", type=int, default=10)
+    ap.add_argument("--brute-sentences", type=int, default=0,
+                    help="GDMM brute on the first N sequences only, its pass time extrapolated (0: skip)")
     ap.add_argument("--pair-sentences", type=int, default=0,
                     help="also run GDMM and BCFW on the same first N sequences (0: skip)")
     args = ap.parse_args()
@@ -299,12 +347,26 @@ def main():
         passes[name] = ps
         rss[name] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         if m == "heap":
-            micro = oracle_micro(lr, 2000, np.random.default_rng(0), log)
+            micro = oracle_micro(lr, 2000 if len(vocab) <= 3000 else 100, np.random.default_rng(0), log)
+            n_bi = n_tok - len(train)
+            uni = unigram_scan_cost(lr, train, log)
+            bi = n_bi * micro["heap_us"] * 1e-6
+            last = ps["cpu"][-1]
+            micro["share"] = {"unigram_scan_cpu_per_pass": uni, "bigram_oracle_cpu_per_pass_est": bi,
+                              "last_pass_cpu": last, "oracle_share_est": (uni + bi) / max(last, 1e-9),
+                              "brute_bigram_cpu_per_pass_est": n_bi * micro["brute_us"] * 1e-6}
+            log(f"oracle share (estimated from micro-benchmarks): unigram exact scans {uni:.2f} CPU s + bigram heap "
+                f"oracle {n_bi} calls x {micro['heap_us']:.1f} us = {bi:.2f} s, of the last pass's {last:.2f} CPU s "
+                f"({100 * (uni + bi) / max(last, 1e-9):.0f} %); brute bigram oracle would cost "
+                f"{micro['share']['brute_bigram_cpu_per_pass_est']:.0f} s per pass")
         del lr
+    brute = None
+    if args.brute_sentences:
+        brute = brute_few(vocab, args.dim, train, args.lam, args.brute_sentences, log)
     pair = None
     if args.pair_sentences:
         pair = run_pair(vocab, args.dim, train, test, args.lam, args.pair_sentences, args.passes, log)
-    res = {"args": vars(args), "K": len(vocab), "train_tokens": n_tok, "rows": rows, "pass_seconds": passes, "pair": pair,
+    res = {"args": vars(args), "K": len(vocab), "train_tokens": n_tok, "rows": rows, "pass_seconds": passes, "pair": pair, "brute_few": brute,
            "bigram_oracle_micro": micro, "bcfw": bcfw, "max_rss_mb_after": rss}
     os.makedirs(RESULTS, exist_ok=True)
     base = os.path.join(RESULTS, f"gdmm_large_domain_K{len(vocab)}")
@@ -317,14 +379,14 @@ def main():
         for r in rows:
             fh.write(f"| {r['method']} | {r['pass']} | {r['seconds']:.1f} | {r['test_acc']:.4f} | "
                      f"{r['bigram_touched_mean']:.1f} ({r['bigram_touched_max']}) | {r['unigram_scored_mean']:.1f} |\n")
-        fh.write("\nSeconds per pass (first = the stream): " + json.dumps({k: [round(x, 2) for x in v] for k, v in passes.items()}) + "\n\n")
+        fh.write("\nSeconds per pass (first = the stream): " + json.dumps({k: {w: [round(x, 2) for x in v] for w, v in d.items()} for k, d in passes.items()}) + "\n\n")
         if pair:
             fh.write(f"GDMM and BCFW+Viterbi on the same first {args.pair_sentences} sequences:\n\n| method | pass | seconds | test acc |\n|---|---|---|---|\n")
             for k, rr in pair["rows"].items():
                 for r in rr:
                     fh.write(f"| {k} | {r['pass']} | {r['seconds']:.1f} | {r['test_acc']:.4f} |\n")
-            fh.write(f"\nBCFW final accuracy {pair['bcfw_final_acc']:.4f} at {pair['bcfw_seconds']:.1f} s; GDMM reaches it at {pair['gdmm_seconds_to_it']} s\n\n")
-        fh.write(f"Bigram oracle micro-benchmark: {micro}\n\nBCFW+Viterbi: {bcfw}\n\nmax RSS (MB) after each method: {rss}\n\n```\n"
+            fh.write(f"\nBCFW final accuracy {pair['bcfw_final_acc']:.4f} at {pair['bcfw_cpu_seconds']:.1f} CPU s; GDMM reaches it at {pair['gdmm_cpu_seconds_to_it']} CPU s\n\n")
+        fh.write(f"GDMM brute on a few sequences (EXTRAPOLATED): {brute}\n\nBigram oracle micro-benchmark: {micro}\n\nBCFW+Viterbi: {bcfw}\n\nmax RSS (MB) after each method: {rss}\n\n```\n"
                  + "\n".join(lines) + "\n```\n")
 
 

@@ -57,6 +57,11 @@ GUni = namedtuple("GUni", "lab mu lamL lamR cnt")
 GBi = namedtuple("GBi", "a b mu cnt")
 #: max-heaps over T: global (keys a * Kc + b), per row (columns), per column (rows)
 GHeap = namedtuple("GHeap", "g gpos r rpos c cpos")
+#: lazy weighted average of the iterates (Lacoste-Julien, Jaggi, Schmidt, Pletscher, "Block-
+#: Coordinate Frank-Wolfe Optimization for Structural SVMs", ICML 2013, weights proportional to
+#: the step index): ZW / ZT accumulate W_(s-1) dU so that sum_s s U_s = W_k U_k - Z with
+#: W_k = k (k + 1) / 2; coef[0] = W_(s-1) of the current step, < 0 when not averaging
+GAvg = namedtuple("GAvg", "ZW ZT coef")
 #: scratch space (dense label-indexed buffers kept zero between calls)
 GScratch = namedtuple("GScratch", "augL augR mkL mkR rows cols aux auxv fbuf ibuf ibuf2 changed uacc")
 
@@ -479,7 +484,7 @@ def msg_left(U, B, t, k):
 # ---------------------------------------------------------------------------- block steps
 @njit(**_JIT)
 def uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu, rslice,
-             cptr, cands, SC, counters):
+             cptr, cands, SC, counters, A):
     """One exact block step on the unigram factor of token t (oracle, then the exact
     minimizer over the active set: a projection, the Hessian being isotropic)."""
     tok_ptr, fidx, fval = Dt.tok_ptr, Dt.fidx, Dt.fval
@@ -565,12 +570,14 @@ def uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu
             U.mu[t, k] = tmp[n + k]
             y = U.lab[t, k]
             uni_axpy(Wu, y, tok_ptr, fidx, fval, t, first, last, -d)
+            if A.coef[0] > 0.0:
+                uni_axpy(A.ZW, y, tok_ptr, fidx, fval, t, first, last, -d * A.coef[0])
             SC.changed[y] = 1
     return n
 
 
 @njit(**_JIT)
-def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters):
+def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters, A):
     """Block step on the bigram factor f = (f, f + 1): oracle, then projected steps with an
     isotropic majorizer and exact line search over the active pairs."""
     t = f
@@ -699,6 +706,8 @@ def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, 
                 d = nv - B.mu[f, k]
                 B.mu[f, k] = nv
                 T[aa, bb] -= d
+                if A.coef[0] > 0.0:
+                    A.ZT[aa, bb] -= d * A.coef[0]
                 if heaps:
                     heap_t_changed(T, K, Kc, H, aa, bb)
     return n
@@ -745,7 +754,7 @@ def multiplier_step(e, Dt, U, B, eta):
 
 @njit(**_JIT)
 def example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, uni_mode, nu, seed,
-                 qp_iters, heaps, cptr, cands, H, SC, counters):
+                 qp_iters, heaps, cptr, cands, H, SC, counters, A):
     """One sweep over the factors of held example e: every unigram block, then every bigram."""
     a0 = Dt.ex_ptr[e]
     a1 = Dt.ex_ptr[e + 1]
@@ -755,30 +764,40 @@ def example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, un
         has_left = use_trans and t > a0
         has_right = use_trans and t + 1 < a1
         uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu, rs,
-                 cptr, cands, SC, counters)
+                 cptr, cands, SC, counters, A)
     if use_trans:
         for t in range(a0, a1 - 1):
-            bi_step(t, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters)
+            bi_step(t, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters, A)
 
 
 @njit(**_JIT)
 def run_pass(order, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, eta, use_trans, bi_mode, uni_mode, nu,
-             seed, qp_iters, heaps, cptr, cands, H, SC, counters, mult, inner):
-    """``inner`` sweeps over each example in ``order``; then (``mult``) the multiplier step on
-    each of them. Returns the squared consistency residual seen by the multiplier step."""
+             seed, qp_iters, heaps, cptr, cands, H, SC, counters, mult, inner, rounds, A, k0):
+    """Visit each example in ``order``: ``rounds`` times ``inner`` sweeps over its factors, each
+    ``inner`` sweeps followed (``mult``) by the example's multiplier step. The multipliers of an
+    example only couple its own factors, so its multiplier step may follow its own sweeps at once
+    (``rounds = 1`` equals the paper's Algorithm 1, all block steps of a pass then all multiplier
+    steps); ``rounds > 1`` takes several local method-of-multipliers iterations per visit.
+    Averaging (``A.coef[0] >= 0``): each example visit is one step of the averaging window, the
+    first one the step ``k0 + 1``. Returns the squared consistency residual seen by the last
+    multiplier step of each example."""
+    res = 0.0
+    k = k0
     for i in range(order.shape[0]):
         e = order[i]
         if Dt.ex_alive[e]:
-            for r in range(inner):
-                example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, uni_mode, nu,
-                             (seed + 7919 * i + 104729 * r) % 2147483647, qp_iters, heaps, cptr, cands, H, SC,
-                             counters)
-    res = 0.0
-    if mult and use_trans:
-        for i in range(order.shape[0]):
-            e = order[i]
-            if Dt.ex_alive[e]:
-                res += multiplier_step(e, Dt, U, B, eta)
+            if A.coef[0] >= 0.0:
+                k += 1
+                A.coef[0] = 0.5 * k * (k - 1.0)
+            for q in range(rounds):
+                for r in range(inner):
+                    example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, uni_mode, nu,
+                                 (seed + 7919 * i + 104729 * r + 15485863 * q) % 2147483647, qp_iters, heaps,
+                                 cptr, cands, H, SC, counters, A)
+                if mult and use_trans:
+                    rq = multiplier_step(e, Dt, U, B, eta)
+                    if q == rounds - 1:
+                        res += rq
     return res
 
 

@@ -113,6 +113,15 @@ class GDMM(Learner):
     inner
         Sweeps over an example's factors per multiplier step (1: the paper's one pass of
         block steps between two multiplier steps).
+    rounds
+        Chains: local method-of-multipliers iterations per example visit (``inner`` sweeps then
+        the example's multiplier step, ``rounds`` times).
+    averaging
+        Chains: predict with the weighted average of the iterates (weights proportional to the
+        example visit's index, as BCFW's ``averaging``; Lacoste-Julien et al., "Block-Coordinate
+        Frank-Wolfe Optimization for Structural SVMs", ICML 2013), kept lazily at no extra cost per
+        step. The certificate's primal is then the averaged weights'. The window restarts when an
+        example is evicted.
     replay
         Held examples revisited (one sweep each) after each new example.
     capacity
@@ -161,7 +170,8 @@ class GDMM(Learner):
     structures = ("chain", "multilabel")
 
     def __init__(self, lam: float = 1e-3, rho: float = 1.0, eta: float = 1.0, fmo: str = "heap",
-                 nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, inner: int = 1, replay: int = 1,
+                 nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, inner: int = 1, rounds: int = 1,
+                 replay: int = 1, averaging: bool = True,
                  capacity: int | None = None, active_cap: int = 8, mips_k: int = 10,
                  sketch_dim: int | None = 64, grow: int = 16, add_tol: float = 1e-9, seed: int | None = None,
                  rescaling: str = "margin"):
@@ -173,6 +183,10 @@ class GDMM(Learner):
         self.solver = check_choice("solver", solver, ("active_qp",))
         self.qp_iters = check_number("qp_iters", qp_iters, low=1, integer=True)
         self.inner = check_number("inner", inner, low=1, integer=True)
+        self.rounds = check_number("rounds", rounds, low=1, integer=True)
+        if not isinstance(averaging, (bool, np.bool_)):
+            raise TypeError(f"averaging must be True or False, got {averaging!r}")
+        self.averaging = bool(averaging)
         self.replay = check_number("replay", replay, low=0, integer=True)
         self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
         self.active_cap = check_number("active_cap", active_cap, low=2, integer=True)
@@ -223,6 +237,10 @@ class GDMM(Learner):
         self.passes_done = 0
         self.seconds_oracle = 0.0
         self._acap = self.active_cap
+        self._ZW = np.zeros_like(self.Wu)
+        self._ZT = np.zeros_like(self.table.T)
+        self._avg_k = 0
+        self._pred_cache = None
         self._alloc_store(16, 64, 512)
         self._mips = UnigramMIPS(k=self.mips_k, sketch_dim=self.sketch_dim, seed=self.seed or 0) \
             if self.fmo == "mips" else None
@@ -357,8 +375,37 @@ class GDMM(Learner):
         self._order.append(e)
         return e
 
+    def _avg_restart(self):
+        """Start a new averaging window (an evicted example's steps leave the average)."""
+        self._avg_k = 0
+        self._ZW[...] = 0.0
+        self._ZT[...] = 0.0
+        self._pred_cache = None
+
+    def _avg_fit(self):
+        """Grow the averaging accumulators with the weights (labels / features added)."""
+        for name, ref in (("_ZW", self.Wu), ("_ZT", self.table.T)):
+            Z = getattr(self, name)
+            if Z.shape != ref.shape:
+                Zn = np.zeros_like(ref)
+                Zn[:Z.shape[0], :Z.shape[1]] = Z
+                setattr(self, name, Zn)
+
+    def _pred_weights(self):
+        """(Wu, T) that predict: the averaged iterate when averaging (after a first step), else
+        the current one."""
+        if not self.averaging or self._avg_k < 2:
+            return self.Wu, self.table.T
+        if self._pred_cache is None:
+            self._avg_fit()
+            Wk = 0.5 * self._avg_k * (self._avg_k + 1.0)
+            self._pred_cache = (self.Wu - self._ZW / Wk, self.table.T - self._ZT / Wk)
+        return self._pred_cache
+
     def _evict(self, e):
         self.table.ready()
+        if self.averaging:
+            self._avg_restart()
         G.remove_example(e, self._data(), self._U, self._B, self.Wu, self.table.T, self._K, self.table.Kc,
                          self._use_trans, self.table.heaps, self.table.H)
         if self._n_tok > 1024 and self._dead_tokens() > self._n_tok // 2:
@@ -415,11 +462,17 @@ class GDMM(Learner):
         self.seconds_oracle += time.perf_counter() - t0
         full0 = self.counters[G.C_FULL]
         SC = self._sc()
+        self._avg_fit()
+        self._pred_cache = None
+        A = G.GAvg(self._ZW, self._ZT, np.array([0.0 if self.averaging else -1.0]))
         res = G.run_pass(order, self._data(), self._U, self._B, self.Wu, self.table.T, self._C, self._K,
                          self.table.Kc, self.Wu.shape[0], self._s(), float(self.rho), float(self.eta),
                          self._use_trans, G.ORACLE_BRUTE if self.fmo == "brute" else G.ORACLE_HEAP,
                          uni_mode, int(self.nu), self._seed(), int(self.qp_iters), self.table.heaps, cptr, cands,
-                         self.table.H, SC, self.counters, bool(mult), int(self.inner))
+                         self.table.H, SC, self.counters, bool(mult), int(self.inner), int(self.rounds), A,
+                         int(self._avg_k))
+        if self.averaging:
+            self._avg_k += int(np.count_nonzero(self._ex_alive[order]))
         if self._mips is not None:
             ch = np.flatnonzero(SC.changed[:self._K])
             SC.changed[:] = 0
@@ -492,9 +545,6 @@ class GDMM(Learner):
                 return
 
     # ------------------------------------------------------------------ prediction
-    def _bias(self):
-        return np.ascontiguousarray(self.Wu[:2])
-
     def predict(self, ex_tok, tok_ptr, fidx, fval, y_ptr, n_out):
         if self._ml is not None:
             return self._ml.predict(ex_tok, tok_ptr, fidx, fval, y_ptr, n_out)
@@ -503,7 +553,8 @@ class GDMM(Learner):
             return out
         s = self._s()
         K, Kc = self._K, self.table.Kc
-        Bm = self._bias()
+        Wp, Tp = self._pred_weights()
+        Bm = np.ascontiguousarray(Wp[:2])
         Lmax = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1
         S = np.zeros((max(Lmax, 1), Kc))
         V = np.zeros((max(Lmax, 1), Kc))
@@ -515,9 +566,9 @@ class GDMM(Learner):
             if L == 0:
                 continue
             tp = np.asarray(tok_ptr[a:b + 1], dtype=np.int64)
-            G.emission_scores(self.Wu, K, s, tp - tp[0], fidx[tp[0]:tp[-1]], fval[tp[0]:tp[-1]], L, False, S)
+            G.emission_scores(Wp, K, s, tp - tp[0], fidx[tp[0]:tp[-1]], fval[tp[0]:tp[-1]], L, False, S)
             o = out[y_ptr[e]:y_ptr[e] + L]
-            self._ad.decode(S, self.table.T, Bm, s, L, K, self._use_trans, o, self._C, 0.0, V, bp, ybuf, o)
+            self._ad.decode(S, Tp, Bm, s, L, K, self._use_trans, o, self._C, 0.0, V, bp, ybuf, o)
         return out
 
     # ------------------------------------------------------------------ certificate
@@ -535,10 +586,42 @@ class GDMM(Learner):
             return cert_mod.Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
                                         note="no examples held")
         s = self._s()
+        Wp, Tp = self._pred_weights()
+        hinge, dloss, rep, Wr, Tr = self._repaired_sums(Wp, Tp)
+        sq = float(np.vdot(Wp, Wp) + np.vdot(Tp, Tp))
+        sqr = float(np.vdot(Wr, Wr) + np.vdot(Tr, Tr))
+        reg = 0.5 * lam * s * s * sq
+        primal = reg + hinge / n
+        dual = dloss / n - 0.5 * lam * s * s * sqr
+        raw = primal - dual
+        resid = 0.0
+        if self._use_trans:
+            Dt = self._data()
+            for e in np.flatnonzero(self._ex_alive[:self._n_ex]):   # eta = 0: measures the consistency residual, changes nothing
+                resid += G.multiplier_step(int(e), Dt, self._U, self._B, 0.0)
+        c = cert_mod.Certificate(
+            gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
+            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
+            dual_loss=dloss / n, block_gap_sum=raw, raw_gap=raw,
+            note=("dual at the factor marginals repaired into a consistent point (a Markov chain from "
+                  "the bigram row conditionals): a feasible BCFW dual point, so gap = P(w) - D bounds "
+                  "P(w) - min P; primal by exact loss-augmented Viterbi at the weights that predict"
+                  + (" (the averaged iterate)" if Wp is not self.Wu else "")),
+            extra={"raw_gap": raw, "consistency_residual": resid, "repair_distance": rep,
+                   "passes": self.passes_done, "averaged": Wp is not self.Wu})
+        return c
+
+    def _repaired_sums(self, Wh=None, Th=None):
+        """(hinge sum at the weights Wh, Th (default: the current iterate), dual loss sum and repair distance of the repaired
+        point, its unnormalized weights Wr, Tr): one pass of loss-augmented Viterbi and repair
+        over the held examples. Observes only."""
+        s = self._s()
         K, Kc = self._K, self.table.Kc
         Dt = self._data()
         T = self.table.T
-        Bm = self._bias()
+        Wh = self.Wu if Wh is None else Wh
+        Th = T if Th is None else Th
+        Bm = np.ascontiguousarray(Wh[:2])
         alive = np.flatnonzero(self._ex_alive[:self._n_ex])
         Lmax = int(np.max(self._ex_ptr[alive + 1] - self._ex_ptr[alive]))
         S = np.zeros((Lmax, Kc))
@@ -559,34 +642,15 @@ class GDMM(Learner):
             tp = self._tok_ptr[a:b + 1]
             tpl = tp - tp[0]
             fi, fv = self._fidx[tp[0]:tp[-1]], self._fval[tp[0]:tp[-1]]
-            G.emission_scores(self.Wu, K, s, tpl, fi, fv, L, False, S)
+            G.emission_scores(Wh, K, s, tpl, fi, fv, L, False, S)
             yt = self._ytrue[a:b]
-            best = self._ad.decode(S, T, Bm, s, L, K, self._use_trans, yt, self._C, 1.0, V, bp, ybuf, lab)
-            hinge += best - self._ad.score(S, T, Bm, s, yt, L, K, self._use_trans)
+            best = self._ad.decode(S, Th, Bm, s, L, K, self._use_trans, yt, self._C, 1.0, V, bp, ybuf, lab)
+            hinge += best - self._ad.score(S, Th, Bm, s, yt, L, K, self._use_trans)
             rep += G.repaired_unigrams(e, Dt, self._U, self._B, K, self._use_trans, M, prev, nxt, row)
             dloss += G.repaired_emissions(e, Dt, K, self._C, M, Wr)
             if self._use_trans:
                 G.repaired_pairs(e, Dt, self._U, self._B, K, M, Tr, row)
-        sq = float(np.vdot(self.Wu, self.Wu) + np.vdot(T, T))
-        sqr = float(np.vdot(Wr, Wr) + np.vdot(Tr, Tr))
-        reg = 0.5 * lam * s * s * sq
-        primal = reg + hinge / n
-        dual = dloss / n - 0.5 * lam * s * s * sqr
-        raw = primal - dual
-        resid = 0.0
-        if self._use_trans:
-            for e in alive:   # eta = 0: measures the consistency residual, changes nothing
-                resid += G.multiplier_step(int(e), Dt, self._U, self._B, 0.0)
-        c = cert_mod.Certificate(
-            gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
-            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
-            dual_loss=dloss / n, block_gap_sum=raw, raw_gap=raw,
-            note=("dual at the factor marginals repaired into a consistent point (a Markov chain from "
-                  "the bigram row conditionals): a feasible BCFW dual point, so gap = P(w) - D bounds "
-                  "P(w) - min P; primal by exact loss-augmented Viterbi"),
-            extra={"raw_gap": raw, "consistency_residual": resid, "repair_distance": rep,
-                   "passes": self.passes_done})
-        return c
+        return hinge, dloss, rep, Wr, Tr
 
     # ------------------------------------------------------------------ state
     def state(self):
@@ -608,6 +672,7 @@ class GDMM(Learner):
             "B": {k: v[:nt].copy() for k, v in self._B._asdict().items()},
             "order": np.asarray(self._order, dtype=np.int64),
             "rng": self._rng_state(),
+            "avg_k": self._avg_k, "ZW": self._ZW.copy(), "ZT": self._ZT.copy(),
         }
 
     def _rng_state(self):
@@ -668,6 +733,14 @@ class GDMM(Learner):
         self._order = [int(e) for e in st["order"]]
         self._set_rng_state(st["rng"])
         self._scratch = None
+        self._pred_cache = None
+        if "ZW" in st:   # states written before averaging existed restart the window
+            ZW, ZT = np.array(st["ZW"], dtype=np.float64), np.array(st["ZT"], dtype=np.float64)
+            if ZW.shape != self.Wu.shape or ZT.shape != T.shape:
+                raise ValueError("invalid GDMM state: the averaging accumulators do not match the weights' shapes")
+            self._ZW, self._ZT, self._avg_k = ZW, ZT, int(st["avg_k"])
+        else:
+            self._ZW, self._ZT, self._avg_k = np.zeros_like(self.Wu), np.zeros_like(T), 0
         self._reserve(self._n_ex + 1, self._n_tok + 1, self._nnz + 1)
 
 
