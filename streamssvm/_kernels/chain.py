@@ -175,29 +175,22 @@ def chain_viterbi_dense(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, ou
 @njit(**_JIT)
 def transition_support(T, K, max_nnz):
     """The non-zero pattern of T[:K, :K] by rows: (ptr, idx, n) with row j's columns in
-    idx[ptr[j]:ptr[j + 1]] (ascending). n = -1 (and empty arrays) when there are more than
-    ``max_nnz`` non-zeros."""
-    n = 0
-    for j in range(K):
-        Tj = T[j]
-        c = 0
-        for k in range(K):
-            c += Tj[k] != 0.0
-        n += c
-        if n > max_nnz:
-            return np.zeros(1, np.int64), np.zeros(0, np.int32), -1
+    idx[ptr[j]:ptr[j + 1]] (ascending). n = -1 when there are more than ``max_nnz`` non-zeros
+    (the scan stops there). One branch-free pass over T (every column index is written, the
+    write position advances on non-zeros)."""
     ptr = np.empty(K + 1, np.int64)
-    idx = np.empty(n, np.int32)
+    idx = np.empty(max_nnz + K + 1, np.int32)
     q = 0
     ptr[0] = 0
     for j in range(K):
         Tj = T[j]
         for k in range(K):
-            if Tj[k] != 0.0:
-                idx[q] = k
-                q += 1
+            idx[q] = k
+            q += Tj[k] != 0.0
         ptr[j + 1] = q
-    return ptr, idx, n
+        if q > max_nnz:
+            return ptr, idx, -1
+    return ptr, idx, q
 
 
 @njit(**_JIT)
