@@ -18,7 +18,16 @@ Every method runs in its own process so that its peak RSS (``ru_maxrss``) is its
 Times are CPU (``time.process_time``) and wall seconds of learning only (loading and feature
 extraction excluded). The machine is shared, so compare the ratios of one run.
 
+``--before COMMIT`` also runs the bcfw methods at that commit (``git archive`` into /tmp; that
+tree's own copy of this script and of the library, in a subprocess), for before/after numbers
+of one run; ``--chunk N`` feeds the stream N sentences per ``learn_many`` call with a progress
+line (CPU, peak RSS, store size) after each, and ``--log FILE`` appends every JSON line to FILE
+as it arrives (for the long full-training-set run).
+
     nice -n 10 python bench/quality_large_tagset.py --train 1000 2000 --test 500 --passes 3
+    nice -n 10 python bench/quality_large_tagset.py --train 2000 --passes 2 --methods bcfw-sparse --before 937830c
+    nice -n 10 python bench/quality_large_tagset.py --train 100000 --passes 2 --methods bcfw-sparse --chunk 5000 \
+        --log full.log --name quality_large_tagset_full_bcfw
 """
 from __future__ import annotations
 
