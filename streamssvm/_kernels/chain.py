@@ -101,9 +101,10 @@ def chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, m, out):
 
 
 #: The sparse Viterbi runs when at most this fraction of the K x K transition weights is non-zero
-#: (and K >= VITERBI_SPARSE_MIN_K); denser tables take the dense loop.
-VITERBI_SPARSE_MAX_DENSITY = 0.25
-VITERBI_SPARSE_MIN_K = 24
+#: (and K >= VITERBI_SPARSE_MIN_K); denser tables take the dense loop. Measured crossover (random
+#: T, L = 20, scan included): density ~0.25 at K = 48 and 472, ~0.2 at K = 96, ~0.05 at K = 24.
+VITERBI_SPARSE_MAX_DENSITY = 0.2
+VITERBI_SPARSE_MIN_K = 32
 #: How many of the best previous tags the sparse Viterbi keeps per position (``_top_tags``).
 VITERBI_TOP = 16
 
