@@ -18,7 +18,16 @@ Every method runs in its own process so that its peak RSS (``ru_maxrss``) is its
 Times are CPU (``time.process_time``) and wall seconds of learning only (loading and feature
 extraction excluded). The machine is shared, so compare the ratios of one run.
 
+``--before COMMIT`` also runs the bcfw methods at that commit (``git archive`` into /tmp; that
+tree's own copy of this script and of the library, in a subprocess), for before/after numbers
+of one run; ``--chunk N`` feeds the stream N sentences per ``learn_many`` call with a progress
+line (CPU, peak RSS, store size) after each, and ``--log FILE`` appends every JSON line to FILE
+as it arrives (for the long full-training-set run).
+
     nice -n 10 python bench/quality_large_tagset.py --train 1000 2000 --test 500 --passes 3
+    nice -n 10 python bench/quality_large_tagset.py --train 2000 --passes 2 --methods bcfw-sparse --before 937830c
+    nice -n 10 python bench/quality_large_tagset.py --train 100000 --passes 2 --methods bcfw-sparse --chunk 5000 \
+        --log full.log --name quality_large_tagset_full_bcfw
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,8 +51,9 @@ def _rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def child(method, n_train, n_test, passes):
-    """One method in this process; prints one JSON line per measurement."""
+def child(method, n_train, n_test, passes, chunk=0):
+    """One method in this process; prints one JSON line per measurement (with ``chunk`` > 0 the
+    stream is fed ``chunk`` sentences per ``learn_many`` call and a progress line follows each)."""
     import numpy as np
     import gdmm_brown as gb
     import streamssvm as ss
@@ -80,9 +91,17 @@ def child(method, n_train, n_test, passes):
     w.predict_many(Xte[:2])
     del w
     m = ss.SequenceTagger(learner=learner, labels=alltags)
-    c0, w0 = time.process_time(), time.perf_counter()
-    m.learn_many(Xtr, Ytr)
-    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    cpu = wall = 0.0
+    step = chunk if chunk > 0 else len(Xtr)
+    for a in range(0, len(Xtr), step):
+        c0, w0 = time.process_time(), time.perf_counter()
+        m.learn_many(Xtr[a:a + step], Ytr[a:a + step])
+        cpu += time.process_time() - c0
+        wall += time.perf_counter() - w0
+        if chunk > 0:
+            print(json.dumps(base | {"progress": "stream", "seen": min(a + step, len(Xtr)), "cpu_s": cpu,
+                                     "wall_s": wall, "peak_rss_mb": _rss_mb(),
+                                     "store_mb": m._learner.store.nbytes() / 2**20}), flush=True)
     lr = m._learner
     for p in range(1, passes + 1):
         acc = gb.accuracy(m.predict_many(Xte), Yte)
@@ -99,6 +118,9 @@ def child(method, n_train, n_test, passes):
         m.refine(1)
         cpu += time.process_time() - c1
         wall += time.perf_counter() - w1
+        if chunk > 0:
+            print(json.dumps(base | {"progress": f"refine pass {p + 1} done", "cpu_s": cpu, "wall_s": wall,
+                                     "peak_rss_mb": _rss_mb()}), flush=True)
     if passes >= 1:
         c = m.certificate()
         print(json.dumps(base | {"pass": passes, "certificate_gap": float(c.gap), "primal": float(c.primal)}),
@@ -141,25 +163,71 @@ def ocr_check(passes, repeats, n_train=None):
     return rows
 
 
-def run_child(method, n, n_test, passes, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", method, "--train", str(n), "--test", str(n_test),
-           "--passes", str(passes)]
+def before_tree(commit):
+    """A checkout of ``commit`` (``git archive`` into /tmp, no change to the repository): the
+    "before" runs use that tree's own copy of this script and of the library."""
+    root = os.path.join("/tmp", f"qlt_before_{commit}")
+    if not os.path.isdir(root):
+        os.makedirs(root)
+        arch = subprocess.run(["git", "-C", os.path.dirname(HERE), "archive", commit], check=True,
+                              capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", root], input=arch, check=True)
+    return root
+
+
+def run_child(method, n, n_test, passes, timeout, before=None, chunk=0, log=None):
+    """One method in a subprocess (``before``: the script and library of that commit; its rows get
+    ``@<commit>`` appended to the method). CPU seconds of the child come from its own
+    ``time.process_time``; ``child_cpu_s`` is ``getrusage`` of the whole child (loading included).
+    With ``log``, the child's JSON lines are appended to that file as they arrive."""
+    script, env, label = os.path.abspath(__file__), dict(os.environ), method
+    if before:
+        root = before_tree(before)
+        script = os.path.join(root, "bench", "quality_large_tagset.py")
+        env["PYTHONPATH"] = root
+        label = f"{method}@{before}"
+    cmd = [sys.executable, script, "--child", method, "--train", str(n), "--test", str(n_test), "--passes", str(passes)]
+    if chunk:
+        cmd += ["--chunk", str(chunk)]
     t0 = time.perf_counter()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    rows, rc, err = [], None, ""
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        out, err, rc = r.stdout, r.stderr, r.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err, rc = "timeout", None
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    if rc != 0:
-        rows.append({"method": method, "n_train": n, "error": (err or "")[-800:], "returncode": rc,
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            row = json.loads(line) | {"method": label}
+            rows.append(row)
+            if log:
+                with open(log, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+            if time.perf_counter() - t0 > timeout:
+                proc.kill()
+                err = "timeout"
+                break
+        rc = proc.wait()
+        err = err or proc.stderr.read()
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+    if rc is not None and rc < 0 and not err:
+        err = "timeout"
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    for row in rows:
+        row["child_cpu_s"] = child_cpu
+    if rc != 0 or err == "timeout":
+        rows.append({"method": label, "n_train": n, "error": (err or "")[-800:], "returncode": rc,
                      "seconds_until_stop": time.perf_counter() - t0})
     return rows
 
 
 def write_md(res, path):
-    lines = ["# BCFW on Brown with 472 fine tags: sparse chain statistics", "",
+    lines = ["# BCFW on Brown with 472 fine tags", "",
              f"`{res['command']}`", "", res["note"], "",
              "| method | train sentences | pass / iters | CPU s | wall s | test acc | peak RSS MB | store MB |",
              "|---|---|---|---|---|---|---|---|"]
@@ -183,14 +251,19 @@ def main(argv=None):
     ap.add_argument("--test", type=int, default=500)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--methods", nargs="+", default=["bcfw-sparse", "bcfw-dense", "crfsuite-ap"])
+    ap.add_argument("--no-current", action="store_true", help="with --before: only the runs at that commit")
     ap.add_argument("--dense-max", type=int, default=2000, help="largest run of bcfw-dense (K^2 per block)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--name", default="quality_large_tagset")
     ap.add_argument("--ocr", action="store_true", help="OCR-large sparse vs dense timing instead")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--before", help="also run the bcfw methods at this commit (its own script and library)")
+    ap.add_argument("--chunk", type=int, default=0, help="stream in learn_many calls of this many sentences, "
+                    "with a progress line after each")
+    ap.add_argument("--log", help="append every JSON line to this file as it arrives")
     a = ap.parse_args(argv)
     if a.child:
-        child(a.child, a.train[0], a.test, a.passes)
+        child(a.child, a.train[0], a.test, a.passes, a.chunk)
         return
     if a.ocr:
         rows = ocr_check(a.passes, a.repeats)
@@ -213,10 +286,12 @@ def main(argv=None):
         for meth in a.methods:
             if meth == "bcfw-dense" and n > a.dense_max:
                 continue
-            got = run_child(meth, n, a.test, a.passes, a.timeout)
-            for r in got:
-                print(json.dumps(r), flush=True)
-            rows += got
+            runs = ([] if a.no_current and a.before else [None]) + ([a.before] if a.before and meth.startswith("bcfw") else [])
+            for before in runs:
+                got = run_child(meth, n, a.test, a.passes, a.timeout, before=before, chunk=a.chunk, log=a.log)
+                for r in got:
+                    print(json.dumps(r), flush=True)
+                rows += got
     res = {"command": "python bench/quality_large_tagset.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "note": "Brown, 472 fine tags, split/features of bench/gdmm_brown.py; each method in its own process "
                    "(peak RSS = ru_maxrss of that process, which includes loading the corpus); times = learning only.",

@@ -300,3 +300,42 @@ def test_per_token_loss_sparse_and_dense_bound_each_other():
     assert d.gap < 2e-3 and s.gap < 2e-3
     assert d.dual <= s.primal + 1e-12 and s.dual <= d.primal + 1e-12
     assert s.primal == pytest.approx(d.primal, abs=2e-3)
+
+
+# ---------------------------------------------------------------- row-sparse emission kernels
+def _row_sparse_stat(rng, L, K, Kc, per_row):
+    st = np.zeros(L * Kc + 2 * Kc + 5)
+    for t in range(L):
+        ks = rng.choice(K, size=min(per_row, K), replace=False)
+        st[t * Kc + ks] = rng.normal(size=len(ks))
+    st[L * Kc:] = rng.normal(size=2 * Kc + 5)   # tail beyond the rows: must be ignored
+    return st
+
+
+@pytest.mark.parametrize("per_row", [0, 1, 3, 40])
+def test_row_sparse_emission_kernels_equal_dense(per_row):
+    """chainsparse.sp_emission_sqnorm / sp_emission_apply skip the zero entries of each row:
+    the same values as common.stat_emission_sqnorm / stat_emission_apply, bit for bit."""
+    from streamssvm._kernels import chainsparse as CS
+    from streamssvm._kernels.common import stat_emission_apply, stat_emission_sqnorm
+    rng = np.random.default_rng(per_row)
+    for L, K, Kc in ((1, 5, 7), (6, 40, 40), (25, 472, 480)):
+        st = _row_sparse_stat(rng, L, K, Kc, per_row)
+        X = rng.normal(size=(L, 9)) * (rng.random((L, 9)) < 0.5)
+        X[:, 0] = 1.0
+        G = X @ X.T
+        G[0, L - 1] = G[L - 1, 0] = 0.0   # a zero entry of the Gram matrix is skipped by both
+        assert CS.sp_emission_sqnorm(G, st, L, K, Kc) == stat_emission_sqnorm(G, st, L, K, Kc)
+        tok_ptr = np.zeros(L + 1, np.int32)
+        fidx, fval = [], []
+        for t in range(L):
+            nz = np.nonzero(X[t])[0]
+            fidx.extend(nz)
+            fval.extend(X[t, nz])
+            tok_ptr[t + 1] = len(fidx)
+        fidx, fval = np.array(fidx, np.int32), np.array(fval)
+        E0 = rng.normal(size=(9, Kc))
+        E1, E2 = E0.copy(), E0.copy()
+        CS.sp_emission_apply(E1, tok_ptr, fidx, fval, st, L, K, Kc, -0.37)
+        stat_emission_apply(E2, tok_ptr, fidx, fval, st, L, K, Kc, -0.37)
+        assert np.array_equal(E1, E2)

