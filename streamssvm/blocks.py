@@ -278,12 +278,7 @@ class BlockStore:
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
         and appends it to the alive list). Returns the slot."""
         pc = self.pool_cap
-        if self.sparse:
-            isz, fsz, lablen = (int(v) for v in self.segment_sizes(L, nnz, ly))
-        else:   # segment_sizes in plain ints (this runs once per learn_one)
-            lablen = self.structure.labeling_len(L, self.Kc)
-            isz = L + 1 + nnz + ly + pc * lablen
-            fsz = nnz + L * L + self.structure.stat_size(L, self.Kc) + pc
+        isz, fsz, lablen = (int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly)))
         if self.free:
             slot = self.free.pop()
         else:
