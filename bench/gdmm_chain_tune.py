@@ -29,21 +29,16 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import streamssvm as ss  # noqa: E402
-from _common import brown_documents, split_documents  # noqa: E402
-from gdmm_brown import accuracy, base_tag, token_features  # noqa: E402
+from gdmm_brown import accuracy  # noqa: E402
+from gdmm_brown import load as load_brown  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
 def load(n_train, skip, n_val, tags="base"):
-    docs = brown_documents()
-    alltags = sorted({base_tag(t) if tags == "base" else t for _, sents in docs for s in sents for _, t in s})
-
-    def example(s):
-        words = [w for w, _ in s]
-        ys = [base_tag(t) if tags == "base" else t for _, t in s]
-        return [token_features(words, t) for t in range(len(words))], ys
-    tr, _ = split_documents(docs, skip + n_val, 0, example)
+    """The first n_train training sentences and the validation sentences skip..skip+n_val, both
+    from the training documents (``gdmm_brown.load``'s split and features)."""
+    tr, _, alltags = load_brown(tags, skip + n_val, 0)
     return tr[:n_train], tr[skip:skip + n_val], alltags
 
 

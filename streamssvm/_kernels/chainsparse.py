@@ -24,10 +24,9 @@ Counts that cancel to round-off (|v| < ``SNAP``, e.g. after a pairwise step drop
 set to exactly 0 and the weights corrected by the same amount, so w = sum_i u_i still holds;
 pairs at 0 are dropped when the store compacts.
 """
-import numpy as np
 from numba import njit
 
-from .common import _JIT
+from .common import _JIT, stat_emission_apply, stat_emission_sqnorm
 
 #: flags of meta[j, M_FLAGS] (bit 0 is bcfw.FLAG_INEXACT_ALPHA)
 FLAG_SPARSE = 2
@@ -83,61 +82,6 @@ def sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef):
 
 
 @njit(**_JIT)
-def row_support(st, nrow, K, Kc):
-    """The non-zero tags of each per-token row of a statistic, ascending: (ptr, ks) with row t's
-    tags in ks[ptr[t]:ptr[t + 1]]. A block's rows are mixtures of the few labelings it touched,
-    so they hold few non-zeros out of K."""
-    ptr = np.empty(nrow + 1, np.int64)
-    ks = np.empty(nrow * K + 1, np.int32)
-    q = 0
-    ptr[0] = 0
-    for t in range(nrow):
-        base = t * Kc
-        for k in range(K):
-            ks[q] = k
-            q += st[base + k] != 0.0
-        ptr[t + 1] = q
-    return ptr, ks
-
-
-@njit(**_JIT)
-def sp_emission_sqnorm(G, st, nrow, K, Kc):
-    """``common.stat_emission_sqnorm`` over the non-zeros of the rows only: the same sum
-    sum_{t,s} G[t, s] <st_t, st_s> with the zero terms left out (same order, same value), in
-    O(L K + L^2 nnz/row) instead of O(L^2 K)."""
-    ptr, ks = row_support(st, nrow, K, Kc)
-    v = 0.0
-    for t in range(nrow):
-        bt = t * Kc
-        for s in range(nrow):
-            g = G[t, s]
-            if g == 0.0:
-                continue
-            bs = s * Kc
-            acc = 0.0
-            for p in range(ptr[s], ptr[s + 1]):
-                k = ks[p]
-                acc += st[bt + k] * st[bs + k]
-            v += g * acc
-    return v
-
-
-@njit(**_JIT)
-def sp_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef):
-    """``common.stat_emission_apply`` (E += coef * x_t st_t for every token) over the non-zeros
-    of the rows only (the zero terms would add 0)."""
-    ptr, ks = row_support(st, nrow, K, Kc)
-    for t in range(nrow):
-        base = t * Kc
-        for p in range(tok_ptr[t], tok_ptr[t + 1]):
-            j = fidx[p]
-            v = fval[p] * coef
-            for q in range(ptr[t], ptr[t + 1]):
-                k = ks[q]
-                E[j, k] += v * st[base + k]
-
-
-@njit(**_JIT)
 def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
     """<w, Phi_x(st)> (``structops.stat_score`` for the sparse layout)."""
     v = 0.0
@@ -160,7 +104,7 @@ def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
 @njit(**_JIT)
 def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
     """||Phi_x(st)||^2 (``structops.stat_sqnorm`` for the sparse layout; the pairs are distinct)."""
-    v = sp_emission_sqnorm(G, st, L, K, Kc)
+    v = stat_emission_sqnorm(G, st, L, K, Kc)
     if use_trans:
         o = L * Kc
         for k in range(K):
@@ -177,7 +121,7 @@ def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
 @njit(**_JIT)
 def sp_apply(E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos):
     """U += coef * Phi_x(st) (``structops.stat_apply`` for the sparse layout)."""
-    sp_emission_apply(E, tok_ptr, fidx, fval, st, L, K, Kc, coef)
+    stat_emission_apply(E, tok_ptr, fidx, fval, st, L, K, Kc, coef)
     if use_trans:
         o = L * Kc
         for k in range(K):

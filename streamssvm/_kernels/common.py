@@ -30,9 +30,30 @@ def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
 
 
 @njit(**_JIT)
+def row_support(st, nrow, K, Kc):
+    """The non-zero tags of each per-token row of a statistic, ascending: (ptr, ks) with row t's
+    tags in ks[ptr[t]:ptr[t + 1]]. A block's rows are mixtures of the few labelings it touched,
+    so they hold few non-zeros out of K."""
+    ptr = np.empty(nrow + 1, np.int64)
+    ks = np.empty(nrow * K + 1, np.int32)
+    q = 0
+    ptr[0] = 0
+    for t in range(nrow):
+        base = t * Kc
+        for k in range(K):
+            ks[q] = k
+            q += st[base + k] != 0.0
+        ptr[t + 1] = q
+    return ptr, ks
+
+
+@njit(**_JIT)
 def stat_emission_sqnorm(G, st, nrow, K, Kc):
     """The emission part of ||Phi_x(st)||^2: sum_{t,s} G[t, s] <st_t, st_s> over the ``nrow``
-    per-token slots of width Kc at the start of a statistic (dense and sparse chain layouts)."""
+    per-token slots of width Kc at the start of a statistic (dense and sparse chain layouts).
+    Only the non-zeros of each row are visited (the zero terms are left out, in the same order,
+    so the value is the plain sum's): O(L K + L^2 nnz/row) instead of O(L^2 K)."""
+    ptr, ks = row_support(st, nrow, K, Kc)
     v = 0.0
     for t in range(nrow):
         bt = t * Kc
@@ -42,7 +63,8 @@ def stat_emission_sqnorm(G, st, nrow, K, Kc):
                 continue
             bs = s * Kc
             acc = 0.0
-            for k in range(K):
+            for p in range(ptr[s], ptr[s + 1]):
+                k = ks[p]
                 acc += st[bt + k] * st[bs + k]
             v += g * acc
     return v
@@ -50,13 +72,16 @@ def stat_emission_sqnorm(G, st, nrow, K, Kc):
 
 @njit(**_JIT)
 def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef):
-    """The emission part of U += coef * Phi_x(st) (per-token slots of width Kc)."""
+    """The emission part of U += coef * Phi_x(st) (per-token slots of width Kc), over the
+    non-zeros of each row only (the zero terms would add 0)."""
+    ptr, ks = row_support(st, nrow, K, Kc)
     for t in range(nrow):
         base = t * Kc
         for p in range(tok_ptr[t], tok_ptr[t + 1]):
             j = fidx[p]
             v = fval[p] * coef
-            for k in range(K):
+            for q in range(ptr[t], ptr[t + 1]):
+                k = ks[q]
                 E[j, k] += v * st[base + k]
 
 
