@@ -235,6 +235,27 @@ def test_state_round_trip_continues_identically():
         assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("bad", ["nan_ZW", "inf_ZT", "negative_avg_k"])
+def test_crafted_averaging_state_is_refused(bad):
+    """A state whose averaging accumulators are not finite (or whose visit count is negative)
+    is refused at restore instead of predicting NaN."""
+    X, Y = _toy_chain(n=6, K=4, seed=4)
+    g = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=3))
+    for x, y in zip(X, Y):
+        g.learn_one(x, y)
+    st = dict(g._learner.state())
+    if bad == "nan_ZW":
+        st["ZW"] = np.array(st["ZW"], dtype=float)
+        st["ZW"].flat[0] = np.nan
+    elif bad == "inf_ZT":
+        st["ZT"] = np.array(st["ZT"], dtype=float)
+        st["ZT"].flat[0] = np.inf
+    else:
+        st["avg_k"] = -3
+    with pytest.raises(ValueError, match="averaging accumulators"):
+        GDMM(lam=0.1, replay=1, seed=3).restore(g._structure, g._labels.labels, st)
+
+
 def test_averaged_weights_are_the_index_weighted_mean_of_the_iterates():
     """The lazily kept average (Z += W_(s-1) dU) equals sum_s s U_s / W_k over the example
     visits, computed here from the recorded iterates; predictions and the certificate's primal

@@ -738,7 +738,10 @@ class GDMM(Learner):
             ZW, ZT = np.array(st["ZW"], dtype=np.float64), np.array(st["ZT"], dtype=np.float64)
             if ZW.shape != self.Wu.shape or ZT.shape != T.shape:
                 raise ValueError("invalid GDMM state: the averaging accumulators do not match the weights' shapes")
-            self._ZW, self._ZT, self._avg_k = ZW, ZT, int(st["avg_k"])
+            avg_k = int(st["avg_k"])
+            if avg_k < 0 or not (np.isfinite(ZW).all() and np.isfinite(ZT).all()):
+                raise ValueError("invalid GDMM state: the averaging accumulators must be finite with avg_k >= 0")
+            self._ZW, self._ZT, self._avg_k = ZW, ZT, avg_k
         else:
             self._ZW, self._ZT, self._avg_k = np.zeros_like(self.Wu), np.zeros_like(T), 0
         self._reserve(self._n_ex + 1, self._n_tok + 1, self._nnz + 1)
