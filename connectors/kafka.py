@@ -140,6 +140,10 @@ class KafkaSource(Source):
                    max_partition_fetch_bytes=max(self.max_message_bytes, 8 << 20),
                    fetch_max_bytes=max(self.max_message_bytes * 4, 50 << 20),
                    fetch_max_wait_ms=self.fetch_max_wait_ms)
+        if "allow_auto_create_topics" in KafkaConsumer.DEFAULT_CONFIG:
+            # a source never creates its topic (with the broker's default partition count, on a
+            # typo or when a broker comes back empty): its producer decides the layout
+            cfg["allow_auto_create_topics"] = False
         cfg.update(self.consumer_config)
         c = KafkaConsumer(**cfg)
         self._consumer = c
