@@ -689,6 +689,8 @@ class GDMM(Learner):
         bg.state = s0
 
     def restore(self, structure, labels, st):
+        from ._gdmm_state import validate_gdmm_state
+        validate_gdmm_state(st, structure, labels)   # refuses a crafted state before anything changes
         self.bind(structure, labels)
         if self._ml is not None:
             if "ml" not in st:
