@@ -72,9 +72,9 @@ def _set(st, path, fn):
     d[path[-1]] = fn(d[path[-1]])
 
 
-def _alive_token(st):
-    e = int(np.flatnonzero(st["ex_alive"])[0])
-    return int(st["ex_ptr"][e])
+def _newest_token(st):
+    """The first token of the newest example (held: the kernels visit it)."""
+    return int(st["ex_ptr"][-2])
 
 
 def _at(a, i, v):
@@ -98,8 +98,9 @@ CHAIN_CASES = {
     "U_cnt_past_capacity": ("U.cnt", lambda st: _set(st, ["U", "cnt"], lambda c: _at(c, -1, 10_000))),
     "U_cnt_zero": ("U.cnt", lambda st: _set(st, ["U", "cnt"], lambda c: _at(c, -1, 0))),
     "U_mu_off_simplex": ("U.mu", lambda st: _set(st, ["U", "mu"], lambda a: a * 3.0)),
-    "B_a_past_labels": ("B.a", lambda st: _set(st, ["B", "a"], lambda a: _at(a, 0, 10_000_000))),
-    "B_cnt_past_capacity": ("B.cnt", lambda st: _set(st, ["B", "cnt"], lambda c: _at(c, 0, 10_000))),
+    "B_a_past_labels": ("B.a", lambda st: _set(st, ["B", "a"], lambda a: _at(a, _newest_token(st) * a.shape[1],
+                                                                            10_000_000))),
+    "B_cnt_past_capacity": ("B.cnt", lambda st: _set(st, ["B", "cnt"], lambda c: _at(c, _newest_token(st), 10_000))),
     "B_cnt_at_last_token": ("B.cnt", lambda st: _set(st, ["B", "cnt"], lambda c: _at(c, -1, 1))),
     "order_past_examples": ("order", lambda st: _set(st, ["order"], lambda a: _at(a, 0, 10_000_000))),
     "order_dead_example": ("order", lambda st: _set(st, ["order"], lambda a: _at(a, 0, int(np.flatnonzero(~st["ex_alive"])[0])))),
@@ -117,22 +118,28 @@ CHAIN_CASES = {
     "rng": ("rng", lambda st: _set(st, ["rng"], lambda r: {"state": "x", "inc": 1, "has_uint32": 0, "uinteger": 0})),
 }
 
+def _last_row(a):
+    """Flat index of the first entry of the last row (the newest, held example)."""
+    return a.size - int(np.prod(a.shape[1:]))
+
+
 ML_CASES = {
     "x_ptr_past_features": ("x_ptr", lambda st: _set(st, ["x_ptr"], lambda a: _at(a, -2, a[-1] + 10_000_000))),
     "x_ptr_decreasing": ("x_ptr", lambda st: _set(st, ["x_ptr"], lambda a: _at(a, 1, a[-1] + 1))),
-    "fidx_past_rows": ("fidx", lambda st: _set(st, ["fidx"], lambda a: _at(a, 0, -3))),
-    "fk_past_labels": ("fk", lambda st: _set(st, ["fk"], lambda a: _at(a, 0, 10_000_000)) or
-                       _set(st, ["fcnt"], lambda c: _at(c, 0, max(int(c[0]), 1)))),
-    "fk_not_below_fl": ("fk", lambda st: _set(st, ["fk"], lambda a: _at(a, 0, 3)) or
-                        _set(st, ["fl"], lambda a: _at(a, 0, 1)) or
-                        _set(st, ["fcnt"], lambda c: _at(c, 0, max(int(c[0]), 1)))),
-    "fcnt_past_capacity": ("fcnt", lambda st: _set(st, ["fcnt"], lambda c: _at(c, 0, 10_000))),
+    "fidx_negative": ("fidx", lambda st: _set(st, ["fidx"], lambda a: _at(a, -1, -3))),
+    "fidx_past_rows": ("fidx", lambda st: _set(st, ["fidx"], lambda a: _at(a, -1, 10_000_000))),
+    "fk_past_labels": ("fk", lambda st: _set(st, ["fk"], lambda a: _at(a, _last_row(a), 10_000_000)) or
+                       _set(st, ["fcnt"], lambda c: _at(c, -1, max(int(c[-1]), 1)))),
+    "fk_not_below_fl": ("fk", lambda st: _set(st, ["fk"], lambda a: _at(a, _last_row(a), 3)) or
+                        _set(st, ["fl"], lambda a: _at(a, _last_row(a), 1)) or
+                        _set(st, ["fcnt"], lambda c: _at(c, -1, max(int(c[-1]), 1)))),
+    "fcnt_past_capacity": ("fcnt", lambda st: _set(st, ["fcnt"], lambda c: _at(c, -1, 10_000))),
     "fz_outside_tetrahedron": ("fz", lambda st: _set(st, ["fz"], lambda a: a + 5.0) or
-                               _set(st, ["fcnt"], lambda c: _at(c, 0, max(int(c[0]), 1)))),
-    "Y_not_binary": ("Y", lambda st: _set(st, ["Y"], lambda a: _at(a, 0, 7.0))),
-    "u_outside_unit": ("u", lambda st: _set(st, ["u"], lambda a: _at(a, 0, -4.0))),
+                               _set(st, ["fcnt"], lambda c: _at(c, -1, max(int(c[-1]), 1)))),
+    "Y_not_binary": ("Y", lambda st: _set(st, ["Y"], lambda a: _at(a, _last_row(a), 7.0))),
+    "u_outside_unit": ("u", lambda st: _set(st, ["u"], lambda a: _at(a, _last_row(a), -4.0))),
     "Ki_zero": ("Ki", lambda st: _set(st, ["Ki"], lambda a: a * 0.0)),
-    "xsq_nan": ("xsq", lambda st: _set(st, ["xsq"], lambda a: _at(a, 0, np.nan))),
+    "xsq_nan": ("xsq", lambda st: _set(st, ["xsq"], lambda a: _at(a, -1, np.nan))),
     "rows_short": ("alive", lambda st: _set(st, ["alive"], lambda a: a[:-1])),
     "order_past_examples": ("order", lambda st: _set(st, ["order"], lambda a: _at(a, 0, 10_000_000))),
     "K_past_capacity": ("K", lambda st: _set(st, ["K"], lambda k: int(st["Kc"]) + 1)),
@@ -260,7 +267,8 @@ import streamssvm.learners._gdmm_state as V
 kind, case = sys.argv[1], sys.argv[2]
 m, X = t._chain_model() if kind == "chain" else t._ml_model()
 st = t._copy(m._learner.state())
-(t.CHAIN_CASES if kind == "chain" else t.ML_CASES)[case][1](st)
+if case != "valid":
+    (t.CHAIN_CASES if kind == "chain" else t.ML_CASES)[case][1](st)
 V.validate_gdmm_state = lambda *a: None          # the restore as it was before the validator
 m._learner = t._restore(m, st)
 out = {}
@@ -285,7 +293,7 @@ print(json.dumps(out))
 def _evidence():
     rows = []
     for kind, cases in (("chain", CHAIN_CASES), ("ml", ML_CASES)):
-        for case in sorted(cases):
+        for case in ["valid"] + sorted(cases):
             p = subprocess.run([sys.executable, "-c", _CHILD, kind, case], capture_output=True, text=True,
                                timeout=600)
             if p.returncode < 0:

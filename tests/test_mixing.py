@@ -148,3 +148,114 @@ def test_bcfw_set_union_steps_as_the_union():
     lr.set_union(0.05, 120, sigma=2.0)
     assert lr.lam == pytest.approx(0.05 * 120 / (2.0 * 30))
     assert lr.n_evicted == 0
+
+
+# ----------------------------------------------------------------------------- store-state editing
+def _stores(kind):
+    """Two fitted BCFW learners of one structure (a chain's blocks use the sparse transition
+    layout), one with evictions (free slots in its store)."""
+    from test_gdmm_restore import _chain_data
+    out = []
+    for seed, cap in ((0, 100_000), (1, 15)):
+        if kind == "chain":
+            m = ss.SequenceTagger(learner=L.BCFW(lam=0.05, averaging=False, gap_every=None, seed=seed,
+                                                 capacity=cap))
+            X, Y = _chain_data(n=25, K=3, seed=seed)
+            X2 = X
+        else:
+            m = ss.MulticlassSSVM(labels=LABELS, learner=L.BCFW(lam=0.05, averaging=False, gap_every=None,
+                                                                seed=seed, capacity=cap))
+            X2, Y = data(25, seed)
+        for x, y in zip(X2, Y):
+            m.learn_one(x, y)
+        out.append(m)
+    if kind == "chain":   # one label set and one feature index for both
+        for m in out:
+            m.bound_learner.ensure(max(o._features.dim for o in out), out[0]._labels.labels)
+    return out
+
+
+def _blocks(store):
+    return [{k: np.array(v) for k, v in store.block(j).items() if isinstance(v, np.ndarray)}
+            for j in store_slot_order_of(store)]
+
+
+def store_slot_order_of(store):
+    from streamssvm.blocks import store_slot_order
+    return store_slot_order(store.state())
+
+
+def _same_blocks(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+@pytest.mark.parametrize("kind", ["multiclass", "chain"])
+def test_concat_and_select_store_states_round_trip(kind):
+    """The union of two real stores holds both stores' blocks unchanged (and validates); selecting
+    one store's slots back out of the union gives that store's blocks in their order."""
+    from streamssvm.blocks import (BlockStore, concat_store_states, select_store_blocks, store_slot_order,
+                                   validate_store_state)
+    a, b = _stores(kind)
+    la, lb = a.bound_learner, b.bound_learner
+    assert len(lb.store.state()["free"]) > 0   # the evicting store has free slots
+    structure = a._structure
+    rows = max(la.W.E.shape[0], lb.W.E.shape[0])
+    sa, sb = la.store.state(), lb.store.state()
+    u = concat_store_states([sa, sb])
+    validate_store_state(u, structure, n_rows=rows)
+    assert u["n"] == sa["n"] + sb["n"] and u["n_slots"] == sa["n_slots"] + sb["n_slots"]
+    union = BlockStore.from_state(u, structure, n_rows=rows)
+    # the union's slots: a's first (same numbers), then b's shifted by a's slot count
+    ua = [{k: np.array(v) for k, v in union.block(j).items() if isinstance(v, np.ndarray)}
+          for j in store_slot_order(sa)]
+    ub = [{k: np.array(v) for k, v in union.block(j + sa["n_slots"]).items() if isinstance(v, np.ndarray)}
+          for j in store_slot_order(sb)]
+    _same_blocks(ua, _blocks(la.store))
+    _same_blocks(ub, _blocks(lb.store))
+    # b's share back out of the union, in b's arrival order
+    share = select_store_blocks(u, store_slot_order(sb) + sa["n_slots"])
+    validate_store_state(share, structure, n_rows=rows)
+    _same_blocks(_blocks(BlockStore.from_state(share, structure, n_rows=rows)), _blocks(lb.store))
+    # an empty selection is a valid empty store
+    validate_store_state(select_store_blocks(u, []), structure, n_rows=rows)
+
+
+def test_store_state_editing_refuses_what_it_cannot_do():
+    from streamssvm.blocks import concat_store_states, select_store_blocks
+    a, b = _stores("multiclass")
+    sa, sb = a.bound_learner.store.state(), b.bound_learner.store.state()
+    with pytest.raises(ValueError, match="block layout \\(Kc"):
+        concat_store_states([sa, dict(sb, Kc=sb["Kc"] + 1)])
+    with pytest.raises(ValueError, match="no store states"):
+        concat_store_states([])
+    dead = int(sb["free"][0])
+    with pytest.raises(ValueError, match="alive and distinct"):
+        select_store_blocks(sb, [dead])
+    with pytest.raises(ValueError, match="alive and distinct"):
+        select_store_blocks(sb, [int(sb["alive"][0])] * 2)
+
+
+def test_merged_learner_state_restores_as_one_bcfw():
+    """distributed._bcfw on top of the store functions: the merged state of two workers is a
+    BCFW state that restores (every block validated) and holds both workers' blocks; a worker's
+    share selected back restores too."""
+    from streamssvm.distributed import _bcfw
+    m1, _ = fitted(bcfw(), n=30, seed=0)
+    m2, _ = fitted(bcfw(), n=20, seed=1)
+    s1, s2 = m1.bound_learner.state(), m2.bound_learner.state()
+    U = m1.bound_learner.parameters()
+    merged = _bcfw.merge_learner_states([s1, None, s2], U)
+    r = L.BCFW(lam=0.05, averaging=False, gap_every=None, seed=0)
+    r.restore(m1._structure, m1._labels.labels, merged)
+    assert r.n_blocks == 50 and np.array_equal(r.W.E, U["E"])
+    share = _bcfw.select_blocks(merged, _bcfw.slot_order(s2) + int(s1["store"]["n_slots"]))   # worker 2's slots
+    r2 = L.BCFW(lam=0.05, averaging=False, gap_every=None, seed=0)
+    r2.restore(m1._structure, m1._labels.labels, share)
+    assert r2.n_blocks == 20
+    _same_blocks(_blocks(r2.store), _blocks(m2.bound_learner.store))
+    with pytest.raises(ValueError, match="cannot join the workers' blocks"):
+        _bcfw.merge_learner_states([s1, dict(s2, store=dict(s2["store"], pool_cap=3))], U)

@@ -65,8 +65,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# the column layout of a saved block store's ``meta`` (BCFW.state()["store"])
-from .._kernels.bcfw import M_FOFF, M_FSIZE, M_IOFF, M_ISIZE, M_L
+from ..blocks import concat_store_states, select_store_blocks, store_slot_order
 
 
 def is_bcfw(learner):
@@ -117,55 +116,25 @@ def block_sums(learner, lam, n_global):
 # ----------------------------------------------------------------------------- union of blocks
 def merge_learner_states(states, U):
     """One BCFW learner state holding the union of the workers' blocks and the mixed sums U
-    (the single-process view of the distributed model). ``states`` are ``BCFW.state()`` dicts."""
+    (the single-process view of the distributed model). ``states`` are ``BCFW.state()`` dicts;
+    their block stores are joined by :func:`streamssvm.blocks.concat_store_states`."""
     states = [s for s in states if s is not None]
     if not states:
         raise ValueError("no worker has learned anything yet")
-    base = states[0]
-    stores = [s["store"] for s in states]
-    for s in stores[1:]:
-        for k in ("kind", "Kc", "pool_cap", "slack"):
-            if s[k] != stores[0][k]:
-                raise ValueError(f"workers disagree on the block layout ({k}: {s[k]!r} vs {stores[0][k]!r})")
-    metas, alive, free, order, unvisited = [], [], [], [], []
-    io = fo = so_ = 0
-    for s in stores:
-        m = np.array(s["meta"], dtype=np.int64, copy=True)
-        m[:, M_IOFF] += io
-        m[:, M_FOFF] += fo
-        metas.append(m)
-        for dst, key in ((alive, "alive"), (free, "free"), (order, "order"), (unvisited, "unvisited")):
-            dst.append(np.asarray(s[key], dtype=np.int64) + so_)
-        io += len(s["Iar"])
-        fo += len(s["Far"])
-        so_ += int(s["n_slots"])
-    ts = 64
-    while ts < so_:
-        ts *= 2
-    cat = np.concatenate
-    store = dict(stores[0])
-    store.update({
-        "capacity": None, "max_bytes": None, "eviction": "fifo",
-        "lval": cat([np.asarray(s["lval"], dtype=np.float64) for s in stores]),
-        "seen": sum(int(s["seen"]) for s in stores), "evicted": sum(int(s["evicted"]) for s in stores),
-        "n": sum(int(s["n"]) for s in stores), "n_slots": so_, "tree_size": ts,
-        "max_L": max(int(s["max_L"]) for s in stores),
-        "meta": cat(metas), "gest": cat([s["gest"] for s in stores]),
-        "last_oracle": cat([s["last_oracle"] for s in stores]), "birth": cat([s["birth"] for s in stores]),
-        "alive": cat(alive), "free": cat(free), "order": cat(order), "unvisited": cat(unvisited),
-        "Iar": cat([np.asarray(s["Iar"], dtype=np.int32) for s in stores]),
-        "Far": cat([np.asarray(s["Far"], dtype=np.float64) for s in stores]),
-    })
+    try:
+        store = concat_store_states([s["store"] for s in states])
+    except ValueError as e:
+        raise ValueError(f"cannot join the workers' blocks: {e}") from None
     E = np.asarray(U["E"], dtype=np.float64)
-    out = dict(base)
+    T = np.asarray(U["T"], dtype=np.float64)
+    out = dict(states[0])
     out.update({
         "tick": sum(int(s["tick"]) for s in states), "steps_since_full": 0,
         "counters": np.sum([np.asarray(s["counters"]) for s in states], axis=0),
         "full_pass_oracle_calls": sum(int(s["full_pass_oracle_calls"]) for s in states),
         "n_learned": sum(int(s["n_learned"]) for s in states),
-        "E": E.copy(), "T": np.asarray(U["T"], dtype=np.float64).copy(),
-        "B": np.asarray(U["B"], dtype=np.float64).copy(), "store": store,
-        "avg": {"t0": -1, "ZE": np.zeros_like(E), "ZT": np.zeros_like(np.asarray(U["T"], dtype=np.float64)),
+        "E": E.copy(), "T": T.copy(), "B": np.asarray(U["B"], dtype=np.float64).copy(), "store": store,
+        "avg": {"t0": -1, "ZE": np.zeros_like(E), "ZT": np.zeros_like(T),
                 "ZB": np.zeros_like(np.asarray(U["B"], dtype=np.float64)), "facc": np.zeros(2)},
     })
     return out
@@ -173,47 +142,15 @@ def merge_learner_states(states, U):
 
 def select_blocks(state, slots):
     """A BCFW learner state holding only the blocks in ``slots`` (renumbered 0..m-1 in the given
-    order) with the same weight sums U -- a worker's share when partitions move between workers
-    (every worker holds the global U; its blocks are its own)."""
-    slots = np.asarray(slots, dtype=np.int64)
-    s = state["store"]
-    meta = np.asarray(s["meta"], dtype=np.int64)
-    Iar, Far = np.asarray(s["Iar"], dtype=np.int32), np.asarray(s["Far"], dtype=np.float64)
-    m = len(slots)
-    new_meta = meta[slots].copy() if m else np.zeros((0, meta.shape[1]), dtype=np.int64)
-    isegs, fsegs = [], []
-    io = fo = 0
-    for q, j in enumerate(slots):
-        a, isz = int(meta[j, M_IOFF]), int(meta[j, M_ISIZE])
-        b, fsz = int(meta[j, M_FOFF]), int(meta[j, M_FSIZE])
-        isegs.append(Iar[a:a + isz])
-        fsegs.append(Far[b:b + fsz])
-        new_meta[q, M_IOFF], new_meta[q, M_FOFF] = io, fo
-        io += isz
-        fo += fsz
-    ts = 64
-    while ts < m:
-        ts *= 2
-    pos = {int(j): q for q, j in enumerate(slots)}
-    store = dict(s)
-    store.update({
-        "lval": np.asarray(s["lval"], dtype=np.float64)[slots], "seen": m, "evicted": 0, "n": m, "n_slots": m,
-        "tree_size": ts, "max_L": int(max([int(meta[j, M_L]) for j in slots], default=1)),
-        "meta": new_meta, "gest": np.asarray(s["gest"])[slots], "last_oracle": np.asarray(s["last_oracle"])[slots],
-        "birth": np.arange(m, dtype=np.int64), "alive": np.arange(m, dtype=np.int64),
-        "free": np.zeros(0, dtype=np.int64), "order": np.arange(m, dtype=np.int64),
-        "unvisited": np.array(sorted(pos[int(v)] for v in s["unvisited"] if int(v) in pos), dtype=np.int64),
-        "Iar": np.concatenate(isegs) if isegs else np.zeros(0, dtype=np.int32),
-        "Far": np.concatenate(fsegs) if fsegs else np.zeros(0, dtype=np.float64),
-    })
+    order, :func:`streamssvm.blocks.select_store_blocks`) with the same weight sums U -- a
+    worker's share when partitions move between workers (every worker holds the global U; its
+    blocks are its own)."""
     out = dict(state)
-    out["store"] = store
+    out["store"] = select_store_blocks(state["store"], slots)
     return out
 
 
 def slot_order(state):
     """The live slots of a learner state in arrival order (slot numbers follow arrivals when
     nothing is evicted)."""
-    s = state["store"]
-    alive = np.asarray(s["alive"], dtype=np.int64)
-    return alive[np.argsort(np.asarray(s["birth"])[alive], kind="stable")]
+    return store_slot_order(state["store"])
