@@ -1,5 +1,7 @@
-"""Shared helpers of the benchmarks: machine description, formatting, and the one loader of
-each data set the benchmarks share (OCR letters / words, Brown, yeast)."""
+"""Shared helpers of the benchmarks: machine description, formatting, timing, writing the
+results (``<stem>.json`` + ``<stem>.md``), and the one loader of each data set the benchmarks
+share (OCR letters / words, Brown, yeast)."""
+import json
 import os
 import platform
 import sys
@@ -33,6 +35,65 @@ def fmt(v, p=3):
     if isinstance(v, float):
         return f"{v:.{p}g}"
     return str(v)
+
+
+def table_head(*columns):
+    """The two header lines of a markdown table.
+
+    >>> table_head("peer", "accuracy")
+    ['| peer | accuracy |', '|---|---|']
+    """
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def write_results(stem, data, lines, default=None, echo=True):
+    """Write ``data`` as ``<stem>.json`` (``default``: ``json.dump``'s fallback encoder) and the
+    markdown ``lines`` as ``<stem>.md`` (the folder is created), print the markdown unless
+    ``echo`` is False; returns the markdown text.
+
+    >>> import tempfile
+    >>> stem = os.path.join(tempfile.mkdtemp(), "sub", "demo")
+    >>> md = write_results(stem, {"x": 1}, ["# demo", *table_head("a", "b"), "| 1 | 2 |"], echo=False)
+    >>> json.load(open(stem + ".json")), open(stem + ".md").read() == md
+    ({'x': 1}, True)
+    """
+    md = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
+    with open(stem + ".json", "w") as f:
+        json.dump(data, f, indent=1, default=default)
+    with open(stem + ".md", "w") as f:
+        f.write(md)
+    if echo:
+        print(md)
+    return md
+
+
+class Clock:
+    """Wall and CPU (process) seconds of a ``with`` block: ``with Clock() as c: ...`` then
+    ``c.wall``, ``c.cpu`` (also readable inside the block: the time so far).
+
+    >>> with Clock() as c:
+    ...     _ = sum(range(1000))
+    >>> c.wall >= 0.0 and c.cpu >= 0.0
+    True
+    """
+
+    def __enter__(self):
+        self._w0, self._c0 = time.perf_counter(), time.process_time()
+        self._done = None
+        return self
+
+    def __exit__(self, *exc):
+        self._done = (time.perf_counter() - self._w0, time.process_time() - self._c0)
+        return False
+
+    @property
+    def wall(self):
+        return self._done[0] if self._done else time.perf_counter() - self._w0
+
+    @property
+    def cpu(self):
+        return self._done[1] if self._done else time.process_time() - self._c0
 
 
 # ----------------------------------------------------------------------------- data sets

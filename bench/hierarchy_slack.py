@@ -22,7 +22,6 @@ Writes bench/results/hierarchy_slack.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -34,7 +33,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, write_results  # noqa: E402
 from streamssvm._kernels import structops as so  # noqa: E402
 from streamssvm._kernels.bundles import model  # noqa: E402
 from streamssvm.structures import Hierarchy  # noqa: E402
@@ -196,13 +195,7 @@ def main(argv=None):
     lines += ["", "## Oracle cost on this tree (microseconds per call)", "", "| oracle | us |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in costs.items()]
     lines += ["", f"Machine: {cpu_model()}, {os.cpu_count()} cores (shared)."]
-    md = "\n".join(lines) + "\n"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "hierarchy_slack.json"), "w") as f:
-        json.dump({"rows": rows, "oracle_us": costs}, f, indent=1)
-    with open(os.path.join(args.out, "hierarchy_slack.md"), "w") as f:
-        f.write(md)
-    print(md)
+    write_results(os.path.join(args.out, "hierarchy_slack"), {"rows": rows, "oracle_us": costs}, lines)
 
 
 if __name__ == "__main__":

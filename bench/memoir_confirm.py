@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import log  # noqa: E402
+from _common import log, table_head, write_results  # noqa: E402
 from brown_extreme import Projection  # noqa: E402
 from quality_memoir import AveragedPerceptron, data, data_tagpair, run  # noqa: E402
 
@@ -162,7 +162,7 @@ def main(argv=None):
         info = r["info"]
         L += [f"## {stream}: K={info['K']}, {info['n_train']} train x {info['epochs']} epochs, {info['n_test']} test, "
               f"dim {info['dim']}, majority {info['majority_accuracy']:.3f}", "",
-              "| peer | test accuracy | steps | train CPU s | notes |", "|---|---|---|---|---|"]
+              *table_head("peer", "test accuracy", "steps", "train CPU s", "notes")]
         for x in r["results"]:
             note = []
             if x["capped"]:
@@ -172,9 +172,7 @@ def main(argv=None):
             L.append(f"| {x['peer']} | {x['accuracy']:.4f} | {x['trained_steps']} | {x['train_cpu_s']:.1f} | "
                      f"{'; '.join(note)} |")
         L.append("")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(L) + "\n")
-    print("\n".join(L))
+    write_results(a.out, {"cap_cpu_s": a.cap, "streams": all_results}, L)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,10 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
+from _common import table_head, write_results  # noqa: E402
 
 
 def run(name, kw, X, y, Xt, yt, K):
@@ -96,24 +98,20 @@ def main(argv=None):
     res = [run(c, configs[c], X, y, Xt, yt, a.K) for c in a.configs.split(",")]
     info = {"K": a.K, "d": a.d, "n_train": a.n, "n_test": a.m, "zipf": a.zipf, "stream": "synthetic Gaussian "
             "centers, noise 0.5, Zipf-like class frequencies, labels declared", "threads": 1}
-    with open(a.out + ".json", "w") as f:
-        json.dump({"info": info, "results": res}, f, indent=1)
     L = ["# HNSW maintenance in MEMOIR training (synthetic, labels declared)", "",
          f"K={a.K:,} classes declared, d={a.d}, class frequencies ~ 1/(c+1)^{a.zipf:g}, {a.n:,} training "
          f"examples (one pass), {a.m:,} test; "
          "`python bench/memoir_hnsw_maint.py`. CPU seconds (process time) in one process; re-index share = "
          "CPU in the index's reindex / training CPU. recall@1: sampled steps where the index's answer "
          "attains the exact maximum.", "",
-         "| config | train CPU s | re-index CPU s | share | accuracy | recall@1 | rows re-inserted | left stale | rebuilds |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         *table_head("config", "train CPU s", "re-index CPU s", "share", "accuracy", "recall@1", "rows re-inserted",
+                     "left stale", "rebuilds")]
     for r in res:
         L.append(f"| {r['config']} `{r['params']}` | {r['train_cpu_s']:.1f} | {r['reindex_cpu_s']:.1f} | "
                  f"{r['reindex_share']:.0%} | {r['accuracy']:.3f} | "
                  f"{'' if r['recall_at_1'] is None else format(r['recall_at_1'], '.3f')} | {r['rows_reindexed']} | "
                  f"{r['rows_left_stale']} | {r['rebuilds']} |")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(L) + "\n")
-    print("\n".join(L))
+    write_results(a.out, {"info": info, "results": res}, L)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
+from _common import table_head, write_results  # noqa: E402
 from streamssvm.oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS  # noqa: E402
 from streamssvm.oracles.rows import DenseRows  # noqa: E402
 
@@ -97,22 +99,18 @@ def main(argv=None):
         res.append(r)
     info = {"python": sys.version.split()[0], "numpy": np.__version__, "threads": 1, "ef": a.ef,
             "note": "synthetic Gaussian rows; median of reps rounds; ratios per round, same process"}
-    with open(a.out + ".json", "w") as f:
-        json.dump({"info": info, "results": res}, f, indent=1)
     lines = ["# Exact scan per query: numba float64 vs float32 BLAS (+ float64 re-scoring) vs hnswlib",
              "", f"`python bench/memoir_scan.py` ({info['note']}; 257 columns, ef={a.ef}, M=16, k=10, "
              "one BLAS thread). Microseconds per query (wall / CPU); ratios are CPU time over the BLAS "
              "scan's in the same round.", "",
-             "| rows | numba f64 | BLAS f32 | hnswlib | numba/BLAS | hnsw/BLAS | BLAS = f64 argmax | re-scored/query | hnsw recall@1 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             *table_head("rows", "numba f64", "BLAS f32", "hnswlib", "numba/BLAS", "hnsw/BLAS", "BLAS = f64 argmax",
+                         "re-scored/query", "hnsw recall@1")]
     for r in res:
         lines.append(f"| {r['n_rows']:,} | {r['numba_f64_wall_us']:.0f} / {r['numba_f64_cpu_us']:.0f} | "
                      f"{r['blas_f32_wall_us']:.0f} / {r['blas_f32_cpu_us']:.0f} | {r['hnsw_wall_us']:.0f} / "
                      f"{r['hnsw_cpu_us']:.0f} | {r['numba_f64_over_blas_cpu']:.2f} | {r['hnsw_over_blas_cpu']:.2f} | "
                      f"{r['blas_agrees_with_f64']:.3f} | {r['blas_rescored_per_query']:.2f} | {r['hnsw_recall_at_1']:.3f} |")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(a.out, {"info": info, "results": res}, lines)
 
 
 if __name__ == "__main__":

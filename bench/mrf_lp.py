@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model, yeast as load_yeast  # noqa: E402
+from _common import cpu_model, write_results, yeast as load_yeast  # noqa: E402
 from streamssvm._kernels import structops as so  # noqa: E402
 from streamssvm.oracles.lp import PairwiseMRFLP  # noqa: E402
 from streamssvm.oracles.slack import angular_search  # noqa: E402
@@ -215,13 +215,7 @@ def main(argv=None):
         lines.append(f"| {r['rescaling']} | {'relaxed LP point' if r['relaxed'] else 'rounded labeling'} | "
                      f"{r['hamming']:.3f} | {r['lp_calls_per_example']:.1f} | {r['lp_integral']:.1%} | "
                      f"{r['train_seconds']:.1f} |")
-    md = "\n".join(lines) + "\n"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "mrf_lp.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, "mrf_lp.md"), "w") as f:
-        f.write(md)
-    print(md)
+    write_results(os.path.join(args.out, "mrf_lp"), results, lines)
 
 
 if __name__ == "__main__":

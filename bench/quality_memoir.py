@@ -34,7 +34,6 @@ Writes bench/results/quality_memoir[_tagpair].{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -49,7 +48,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import log  # noqa: E402
+from _common import log, table_head, write_results  # noqa: E402
 from brown_extreme import Projection  # noqa: E402
 
 
@@ -221,9 +220,6 @@ def main(argv=None):
     info = {"K": K, "n_train": int(len(ytr)), "n_test": int(len(yte)), "epochs": a.epochs, "dim": int(Xtr.shape[1]),
             "classes_in_train_sample": int(len(set(ytr.tolist()))), "majority_accuracy": float(np.mean(yte == top)),
             "vowpal_wabbit": vw, "cap_cpu_s": a.cap, "stream": a.stream, **extra}
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out + ".json", "w") as f:
-        json.dump({"info": info, "results": results}, f, indent=1)
     what = ("the Brown fine-tag bigram stream (bench/quality_memoir.py: tagpair_examples)" if a.stream == "tagpair"
             else "the Brown word-from-context stream, regime (b)")
     L = [f"# MEMOIR quality on {what}", "",
@@ -231,7 +227,7 @@ def main(argv=None):
          f"projection, {info['n_train']} training examples x {a.epochs} epochs, {info['n_test']} test examples, "
          f"majority baseline {info['majority_accuracy']:.3f}. CPU seconds (process time), one BLAS thread. "
          f"Vowpal Wabbit: {vw}.", "",
-         "| peer | test accuracy | steps | train CPU s | steps / CPU s | notes |", "|---|---|---|---|---|---|"]
+         *table_head("peer", "test accuracy", "steps", "train CPU s", "steps / CPU s", "notes")]
     for r in results:
         note = []
         if r["capped"]:
@@ -240,9 +236,7 @@ def main(argv=None):
             note.append(f"mips {r['mips_active']}, |W| {r['norm']:.1f}, updates {r['updates']}")
         L.append(f"| {r['peer']} | {r['accuracy']:.3f} | {r['trained_steps']} | {r['train_cpu_s']:.1f} | "
                  f"{r['steps_per_cpu_s']:.0f} | {'; '.join(note)} |")
-    with open(a.out + ".md", "w") as f:
-        f.write("\n".join(L) + "\n")
-    print("\n".join(L))
+    write_results(a.out, {"info": info, "results": results}, L)
 
 
 if __name__ == "__main__":

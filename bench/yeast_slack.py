@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 import time
@@ -42,7 +41,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model, yeast  # noqa: E402
+from _common import cpu_model, write_results, yeast  # noqa: E402
 
 
 load = yeast   # the shared loader (bench/_common.py)
@@ -256,12 +255,7 @@ def main(argv=None):
         lines.append(f"| {r['search']} | {r['queries_per_search']:.1f} | {100 * r['success']:.1f}% | "
                      f"{r['ms_per_example']:.2f} | {r['test']['micro_f1']:.3f} |")
     lines += ["", f"Machine: {cpu_model()}, {os.cpu_count()} cores."]
-    md = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "yeast_slack.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, "yeast_slack.md"), "w") as f:
-        f.write(md)
-    print(md)
+    write_results(os.path.join(args.out, "yeast_slack"), results, lines)
 
 
 if __name__ == "__main__":
