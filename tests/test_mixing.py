@@ -259,3 +259,35 @@ def test_merged_learner_state_restores_as_one_bcfw():
     _same_blocks(_blocks(r2.store), _blocks(m2.bound_learner.store))
     with pytest.raises(ValueError, match="cannot join the workers' blocks"):
         _bcfw.merge_learner_states([s1, dict(s2, store=dict(s2["store"], pool_cap=3))], U)
+
+
+@pytest.mark.parametrize("bad", ["order", "free", "lval"])
+def test_store_state_with_repeated_fifo_or_free_slots_is_refused(bad):
+    """validate_store_state refuses a FIFO order or free list that repeats a slot (a repeated
+    FIFO entry made the window evict the newest block instead of the oldest; a repeated free
+    slot would hold two blocks) and non-finite slack losses."""
+    from streamssvm.blocks import validate_store_state
+    from streamssvm.checkpoint import CheckpointError
+    m = ss.MulticlassSSVM(labels=LABELS, learner=L.BCFW(lam=0.05, seed=0, capacity=10))
+    X, Y = data(22, 0)
+    for x, y in zip(X, Y):
+        m.learn_one(x, y)
+    s = m.bound_learner.state()["store"]
+    rows = m.bound_learner.W.E.shape[0]
+    validate_store_state(s, m._structure, n_rows=rows)
+    s = dict(s)
+    if bad == "order":
+        s["order"] = np.array([s["order"][0]] * len(s["order"]))
+    elif bad == "free":
+        assert len(s["free"]) >= 1
+        s["free"] = np.array([s["free"][0]] * len(s["free"]))
+        s["n_slots"] = s["n_slots"] + 1   # still len(free) + n == n_slots ... with a repeated slot
+        s["free"] = np.append(s["free"], s["free"][0])
+        for k in ("meta", "gest", "last_oracle", "birth", "lval"):
+            a = np.asarray(s[k])
+            s[k] = np.concatenate([a, a[-1:]])
+    else:
+        s["lval"] = np.array(s["lval"], dtype=float)
+        s["lval"][int(s["alive"][0])] = np.nan
+    with pytest.raises(CheckpointError, match="repeat|lval"):
+        validate_store_state(s, m._structure, n_rows=rows)
