@@ -7,6 +7,7 @@ case with the validator disabled, one subprocess per case, and prints what happe
 evidence quoted in the commit that added these tests).
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from streamssvm.checkpoint import CheckpointError
 from streamssvm.estimators.base import MODEL_KIND
 from streamssvm.learners.gdmm import GDMM
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEARNER = dict(lam=0.1, replay=1, seed=3, capacity=12)
 
 
@@ -256,6 +258,32 @@ def test_crafted_model_file_is_refused_by_load(chain, tmp_path):
     with pytest.raises(CheckpointError, match="invalid GDMM state: fidx"):
         ss.load(bad)
     assert ss.load(path).predict_many(X) == m.predict_many(X)
+
+
+def test_cli_refuses_a_crafted_gdmm_model_file(tmp_path):
+    """``streamssvm run --model`` on a GDMM tagger file whose held example names a feature row
+    far past the weights: refused with the field named, not an out-of-bounds write (before the
+    validator the continued training wrote Wu[2 + fidx] out of bounds). The CLI reports a
+    CheckpointError with a traceback (exit 1), not as ``error: ...`` (exit 2)."""
+    from streamssvm import checkpoint
+    conll = tmp_path / "w.conll"
+    conll.write_text("The DT\ncat NN\nsleeps VBZ\n\nA DT\ndog NN\nruns VBZ\n\n" * 15)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "streamssvm", *map(str, args)], capture_output=True, text=True,
+                              timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    good = tmp_path / "m.ssvm"
+    r = cli("run", "--source", f"file://{conll}", "--task", "sequence", "--learner", "gdmm", "--lam", "0.1",
+            "--save", good, "--no-progress")
+    assert r.returncode == 0, r.stderr
+    st, meta = checkpoint.load_state(good, kind=MODEL_KIND)
+    st["learner"]["fidx"][-1] = 10_000_000
+    bad = tmp_path / "bad.ssvm"
+    checkpoint.save_state(bad, st, kind=MODEL_KIND, meta=meta)
+    r = cli("run", "--source", f"file://{conll}", "--task", "sequence", "--model", bad, "--no-progress")
+    assert r.returncode in (1, 2) and "invalid GDMM state: fidx" in r.stderr, (r.returncode, r.stderr[-500:])
+    r = cli("run", "--source", f"file://{conll}", "--task", "sequence", "--model", good, "--no-progress")
+    assert r.returncode == 0, r.stderr
 
 
 # ---------------------------------------------------------------------------- evidence (not a test)
