@@ -88,7 +88,7 @@ def _at(a, i, v):
 # name -> (the field the error must name, a function that crafts the state in place)
 CHAIN_CASES = {
     "ex_ptr_past_tokens": ("ex_ptr", lambda st: _set(st, ["ex_ptr"], lambda a: _at(a, -1, a[-1] + 10_000_000))),
-    "ex_ptr_decreasing": ("ex_ptr", lambda st: _set(st, ["ex_ptr"], lambda a: _at(a, 1, a[2] + 1))),
+    "ex_ptr_decreasing": ("ex_ptr", lambda st: _set(st, ["ex_ptr"], lambda a: _at(a, -2, a[-1] + 1))),
     "tok_ptr_past_features": ("tok_ptr", lambda st: _set(st, ["tok_ptr"], lambda a: _at(a, -2, a[-1] + 10_000_000))),
     "fidx_past_rows": ("fidx", lambda st: _set(st, ["fidx"], lambda a: _at(a, -1, 10_000_000))),
     "fidx_negative": ("fidx", lambda st: _set(st, ["fidx"], lambda a: _at(a, -1, -50))),
@@ -213,6 +213,26 @@ def test_valid_states_round_trip_bit_identically(chain, multilabel):
         assert np.array_equal(m._learner.state()["T"], r.state()["T"])
 
 
+@pytest.mark.parametrize("kw", [dict(transitions=False), dict(loss=np.array([[0, 1, 2, 2], [1, 0, 2, 2], [2, 2, 0, 1],
+                                                                        [2, 2, 1, 0]], dtype=float))],
+                         ids=["no_transitions", "cost_matrix"])
+def test_other_chain_models_round_trip(kw):
+    """Without transitions (no first / last flags) and with a user cost matrix (checked against
+    the structure's): valid states restore and continue identically."""
+    X, Y = _chain_data(n=16)
+    m = ss.SequenceTagger(learner=GDMM(**LEARNER), labels=["t0", "t1", "t2", "t3"], **kw)
+    for x, y in zip(X, Y):
+        m.learn_one(x, y)
+    r = _restore(m, _copy(m._learner.state()))
+    m._learner.refine(1)
+    r.refine(1)
+    assert np.array_equal(m._learner.Wu, r.Wu) and np.array_equal(m._learner.table.T, r.table.T)
+    st = _copy(m._learner.state())
+    st["C"] = st["C"] * 2.0   # a cost the structure does not have
+    with pytest.raises(ValueError, match="invalid GDMM state: C"):
+        _restore(m, st)
+
+
 def test_chain_state_after_compaction_and_label_growth_validates():
     """A long window with evictions (compaction renumbers slots) and labels arriving late."""
     from streamssvm.learners._gdmm_state import validate_gdmm_state
@@ -300,20 +320,25 @@ if case != "valid":
 V.validate_gdmm_state = lambda *a: None          # the restore as it was before the validator
 m._learner = t._restore(m, st)
 out = {}
+step = "predict"
 try:
     p = m.predict_many(X[:5])
-    out["predict"] = "ok"
-    before = m._learner.state()
+    step = "certificate"
+    c = m._learner.certificate()
+    out["certificate"] = {"gap": c.gap, "primal": c.primal, "dual": c.dual}
+    step = "refine"
+    m._learner.refine(1)
+    step = "learn"
     for x, y in zip(*(t._chain_data(6, seed=9) if kind == "chain" else t._ml_data(6, seed=9))):
         m.learn_one(x, y)
+    step = "refine"
     m._learner.refine(1)
     c = m._learner.certificate()
-    out["learn+refine"] = "ok"
-    out["certificate"] = {"gap": c.gap, "primal": c.primal, "dual": c.dual}
+    out["certificate_after"] = {"gap": round(c.gap, 6), "primal": round(c.primal, 6), "dual": round(c.dual, 6)}
     out["finite_weights"] = bool(all(np.isfinite(np.asarray(v)).all() for k, v in m._learner.state().items()
                                      if isinstance(v, np.ndarray) and v.dtype.kind == "f"))
 except Exception as e:
-    out["error"] = f"{type(e).__name__}: {str(e)[:120]}"
+    out["error"] = f"{step}: {type(e).__name__}: {str(e)[:120]}"
 print(json.dumps(out))
 """
 
