@@ -101,6 +101,24 @@ def _pointers(a, end, name, strict=False):
         _fail(name, "not " + ("increasing (every example needs a token)" if strict else "non-decreasing"))
 
 
+def _csr(st, ptr_key, n_rows, d):
+    """The held rows' features: ``st[ptr_key]`` (n_rows + 1 non-decreasing pointers from 0 to the
+    number of features), ``fidx`` in [0, d), finite ``fval``. Returns each row's squared norm."""
+    ptr = np.asarray(_get(st, ptr_key))
+    if ptr.shape != (n_rows + 1,):
+        _fail(ptr_key, f"shape {ptr.shape}, expected ({n_rows + 1},) (one pointer per row + 1)")
+    fidx = np.asarray(_get(st, "fidx"))
+    if fidx.ndim != 1:
+        _fail("fidx", f"must be 1-D, got shape {fidx.shape}")
+    nz = fidx.size
+    ptr = _arr(st, ptr_key, "int", (n_rows + 1,))
+    _pointers(ptr, nz, ptr_key)
+    _in_range(_arr(st, "fidx", "int", (nz,)), 0, d, "fidx")
+    fval = _arr(st, "fval", "float", (nz,))
+    rows = np.repeat(np.arange(n_rows), np.diff(ptr))
+    return np.bincount(rows, weights=fval * fval, minlength=n_rows)
+
+
 def _rng(st):
     r = _get(st, "rng")
     bg = np.random.PCG64()
@@ -212,18 +230,7 @@ def validate_chain_state(st, structure, labels):
     _pointers(ex_ptr, nt, "ex_ptr", strict=True)
     ytrue = _arr(st, "ytrue", "int", (nt,))
     _in_range(ytrue, 0, K, "ytrue")
-    tok_ptr = np.asarray(_get(st, "tok_ptr"))
-    if tok_ptr.shape != (nt + 1,):
-        _fail("tok_ptr", f"shape {tok_ptr.shape}, expected ({nt + 1},) (one pointer per token + 1)")
-    fidx_raw = np.asarray(_get(st, "fidx"))
-    if fidx_raw.ndim != 1:
-        _fail("fidx", f"must be 1-D, got shape {fidx_raw.shape}")
-    nz = fidx_raw.size
-    tok_ptr = _arr(st, "tok_ptr", "int", (nt + 1,))
-    _pointers(tok_ptr, nz, "tok_ptr")
-    fidx = _arr(st, "fidx", "int", (nz,))
-    _in_range(fidx, 0, d, "fidx")
-    fval = _arr(st, "fval", "float", (nz,))
+    sq = _csr(st, "tok_ptr", nt, d)
     first = _arr(st, "first", "bool", (nt,))
     last = _arr(st, "last", "bool", (nt,))
     want_first = np.zeros(nt, dtype=np.bool_)
@@ -242,9 +249,7 @@ def validate_chain_state(st, structure, labels):
     if not np.allclose(linv, 1.0 / np.repeat(lens, lens), rtol=1e-12, atol=0.0):
         _fail("linv", "must be 1 / (length of the token's example)")
     xsq = _arr(st, "xsq", "float", (nt,))
-    tid = np.repeat(np.arange(nt), np.diff(tok_ptr))
-    want = np.bincount(tid, weights=fval * fval, minlength=nt) + want_first + want_last
-    if not np.allclose(xsq, want, rtol=NORM_RTOL, atol=1e-12):
+    if not np.allclose(xsq, sq + want_first + want_last, rtol=NORM_RTOL, atol=1e-12):
         _fail("xsq", "the squared token norms do not match the features (+ the start / end biases)")
 
     # ---- unigram factors: active labels, marginals, multipliers
@@ -334,18 +339,9 @@ def validate_ml_state(st, structure, labels):
     if x_ptr.ndim != 1 or x_ptr.size < 1:
         _fail("x_ptr", f"must be a 1-D array of n_examples + 1 pointers, got shape {x_ptr.shape}")
     n = x_ptr.size - 1
-    fidx_raw = np.asarray(_get(st, "fidx"))
-    if fidx_raw.ndim != 1:
-        _fail("fidx", f"must be 1-D, got shape {fidx_raw.shape}")
-    nz = fidx_raw.size
-    x_ptr = _arr(st, "x_ptr", "int", (n + 1,))
-    _pointers(x_ptr, nz, "x_ptr")
-    fidx = _arr(st, "fidx", "int", (nz,))
-    _in_range(fidx, 0, d, "fidx")
-    fval = _arr(st, "fval", "float", (nz,))
+    sq = _csr(st, "x_ptr", n, d)
     xsq = _arr(st, "xsq", "float", (n,))
-    tid = np.repeat(np.arange(n), np.diff(x_ptr))
-    if not np.allclose(xsq, np.bincount(tid, weights=fval * fval, minlength=n), rtol=NORM_RTOL, atol=1e-12):
+    if not np.allclose(xsq, sq, rtol=NORM_RTOL, atol=1e-12):
         _fail("xsq", "the squared norms do not match the features")
     Ki = _arr(st, "Ki", "float", (n,))
     if Ki.size and Ki.min() < 1.0:
