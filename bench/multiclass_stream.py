@@ -17,7 +17,6 @@ Writes bench/results/multiclass_stream.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -35,7 +34,7 @@ from river import datasets, linear_model, multiclass, preprocessing  # noqa: E40
 from sklearn.linear_model import SGDClassifier  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, write_results  # noqa: E402
 
 
 
@@ -225,12 +224,7 @@ def main(argv=None):
             lines.append(f"| {name} | {k} | {v['ex_per_s']:,.0f} | {v['train_accuracy_last2000']:.4f} |")
     lines += ["", f"Machine: {info['cpu']}, {info['cores']} cores; river {info['river']}, scikit-learn "
               f"{info['sklearn']}, numpy {info['numpy']}."]
-    md = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "multiclass_stream.json"), "w") as f:
-        json.dump({"machine": info, **results}, f, indent=1, default=float)
-    with open(os.path.join(args.out, "multiclass_stream.md"), "w") as f:
-        f.write(md)
-    print(md)
+    write_results(os.path.join(args.out, "multiclass_stream"), {"machine": info, **results}, lines, default=float)
 
 
 if __name__ == "__main__":

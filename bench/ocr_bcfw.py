@@ -18,7 +18,6 @@ Writes bench/results/ocr_bcfw.{json,md,png}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -33,7 +32,7 @@ sys.path.insert(0, HERE)
 import numba  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model, fmt  # noqa: E402
+from _common import cpu_model, fmt, write_results  # noqa: E402
 
 ANCHOR = {  # pystruct FrankWolfeSSVM measured by the issue author on this machine kind
     0.001: {"sec_per_pass": 0.9, "gap": {10: 0.30, 50: 0.165, 100: 0.094}, "err": {10: 0.124, 50: 0.118, 100: 0.118}},
@@ -271,11 +270,8 @@ def main(argv=None):
             "total_seconds": time.perf_counter() - t_all, "args": vars(args)}
     md += "\n" + f"Machine: {info['cpu']}, {info['cores']} cores; numpy {info['numpy']}, numba {info['numba']}. " \
                  f"Budget per run: {args.max_passes:g} passes or {args.max_seconds:g} s of training.\n"
-    with open(os.path.join(args.out, "ocr_bcfw.json"), "w") as f:
-        json.dump({"machine": info, "seconds_per_pass": sec_pass, "summary": {str(k): v for k, v in summary.items()},
-                   "runs": results}, f, indent=1, default=float)
-    with open(os.path.join(args.out, "ocr_bcfw.md"), "w") as f:
-        f.write(md)
+    write_results(os.path.join(args.out, "ocr_bcfw"), {"machine": info, "seconds_per_pass": sec_pass, "summary": {
+        str(k): v for k, v in summary.items()}, "runs": results}, [md.rstrip("\n")], default=float, echo=False)
     plot(results, args.lams, os.path.join(args.out, "ocr_bcfw.png"))
     print(md)
 

@@ -28,7 +28,6 @@ Writes bench/results/slack_convergence.{json,md,png}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -40,7 +39,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model  # noqa: E402
+from _common import cpu_model, write_results  # noqa: E402
 from streamssvm.features import FeatureIndex  # noqa: E402
 from streamssvm.oracles.structured import ExampleOracles  # noqa: E402
 
@@ -220,11 +219,7 @@ def main(argv=None):
               "level points (plus one level pass per step, the exact oracle's cost); SGD-bisecting lambda-oracle "
               "queries (one MAP query included); BCFW one exact slack oracle per block step.", "",
               f"Machine: {cpu_model()}, {os.cpu_count()} cores (shared with other jobs: seconds are noisy)."]
-    md = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "slack_convergence.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, "slack_convergence.md"), "w") as f:
-        f.write(md)
+    md = write_results(os.path.join(args.out, "slack_convergence"), results, lines, echo=False)
     try:
         import matplotlib
         matplotlib.use("Agg")
