@@ -1044,9 +1044,10 @@ def main(argv=None):
     if _compiles_kernels(argv):
         _say_compiling_early()   # before the first heavy import (numpy, numba, the kernels)
     args = build_parser().parse_args(argv)
+    from .checkpoint import CheckpointError
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, _Refused) as e:
+    except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, CheckpointError, _Refused) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

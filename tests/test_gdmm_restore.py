@@ -292,7 +292,9 @@ def test_cli_refuses_a_crafted_gdmm_model_file(tmp_path):
     bad = tmp_path / "bad.ssvm"
     checkpoint.save_state(bad, st, kind=MODEL_KIND, meta=meta)
     r = cli("run", "--source", f"file://{conll}", "--task", "sequence", "--model", bad, "--no-progress")
-    assert r.returncode in (1, 2) and "invalid GDMM state: fidx" in r.stderr, (r.returncode, r.stderr[-500:])
+    # a refused model file is a user error (exit 2, one line), not a traceback
+    assert r.returncode == 2 and "invalid GDMM state: fidx" in r.stderr, (r.returncode, r.stderr[-500:])
+    assert "Traceback" not in r.stderr and r.stderr.lstrip().splitlines()[-1].startswith("error: "), r.stderr[-500:]
     r = cli("run", "--source", f"file://{conll}", "--task", "sequence", "--model", good, "--no-progress")
     assert r.returncode == 0, r.stderr
 
