@@ -89,6 +89,30 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
             m += 1
     if m == 0:
         return
+    if fidx.shape[0] == 0:   # a dense row (``common``): value p is feature p - tok_ptr[0]
+        a = tok_ptr[0]
+        if m == 1:
+            k0 = nz[0]
+            s0 = sv[0]
+            for p in range(a, tok_ptr[1]):
+                E[p - a, k0] += fval[p] * coef * s0
+        elif m == 2:
+            k0 = nz[0]
+            s0 = sv[0]
+            k1 = nz[1]
+            s1 = sv[1]
+            for p in range(a, tok_ptr[1]):
+                w = E[p - a]
+                v = fval[p] * coef
+                w[k0] += v * s0
+                w[k1] += v * s1
+        else:
+            for p in range(a, tok_ptr[1]):
+                w = E[p - a]
+                v = fval[p] * coef
+                for q in range(m):
+                    w[nz[q]] += v * sv[q]
+        return
     # one or two classes (a Frank-Wolfe step from a block near its truth) in registers: the
     # loop over the row is then free of the inner loop over the moved classes
     if m == 1:
