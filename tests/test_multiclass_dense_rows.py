@@ -61,14 +61,17 @@ def test_dense_rows_give_the_sparse_layout_model_to_the_bit(kw, path):
 
 
 def test_dense_rows_on_the_batch_and_row_paths_are_the_same():
-    """learn_many holds the rows as learn_one does (dense where the rule says so), same weights."""
+    """learn_many holds the rows as learn_one does (dense where the rule says so, same values)."""
     X, y = _rows(1)
     a, b = _model(True), _model(True)
     a.learn_many(X, y)
     for x, c in zip(X, y):
         b.learn_one(x, int(c))
     np.testing.assert_array_equal(_flags(a), _flags(b))
-    np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)
+    sa, sb = a._learner.store, b._learner.store
+    for s in sa.slots()[:40]:
+        for k in ("fidx", "fval", "gram", "ytrue", "tok_ptr"):
+            np.testing.assert_array_equal(sa.block(s)[k], sb.block(s)[k])
 
 
 def test_dense_block_view_and_compaction_to_more_labels():
@@ -135,7 +138,10 @@ def test_crafted_dense_row_states_are_refused():
         validate_store_state(bad, structure, n_rows=d)
     # dense rows are for multiclass blocks only
     ml = ss.structures.MultiLabel()
-    bad = dict(s, kind=int(ml.kind))
+    alive = s["alive"].copy()
+    q = int(np.flatnonzero(alive == j)[0])
+    alive[[0, q]] = alive[[q, 0]]   # the dense block checked first
+    bad = dict(s, kind=int(ml.kind), alive=alive)
     with pytest.raises(CheckpointError, match="dense row is for one-token multiclass"):
         validate_store_state(bad, ml, n_rows=d)
     # token pointers must cover the values
@@ -181,7 +187,7 @@ def test_dense_kernels_equal_sparse_kernels(K_):
     C.gram(tp_s, nzi, x[nzi], 1, G1, np.zeros(n + 5))
     C.gram(tp_d, none, x, 1, G2, np.zeros(0))
     assert G1[0, 0] == G2[0, 0]
-    from streamssvm._kernels.multiclass import mc_stat_apply
+    from streamssvm._kernels.multiclass import mc_stat_apply, mc_stat_apply2
     for moved in (1, 2, min(3, K_)):
         st = np.zeros(Kc)
         st[rng.choice(K_, size=min(moved, K_), replace=False)] = rng.normal(size=min(moved, K_))
@@ -192,3 +198,11 @@ def test_dense_kernels_equal_sparse_kernels(K_):
         C.stat_emission_apply(E3, tp_s, nzi, x[nzi], st, 1, K_, Kc, -0.7)
         C.stat_emission_apply(E4, tp_d, none, x, st, 1, K_, Kc, -0.7)
         np.testing.assert_array_equal(E3, E4)
+        # the fused step update of the weights and the averaging accumulator (both layouts)
+        for tp, fi, fv in ((tp_s, nzi, x[nzi]), (tp_d, none, x)):
+            E5, Z5 = E.copy(), -E
+            mc_stat_apply2(E5, Z5, tp, fi, fv, st, K_, -0.7, 3.1)
+            Z1 = -E
+            mc_stat_apply(Z1, tp_s, nzi, x[nzi], st, K_, 3.1)
+            np.testing.assert_array_equal(E5, E1)
+            np.testing.assert_array_equal(Z5, Z1)

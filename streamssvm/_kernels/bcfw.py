@@ -24,7 +24,8 @@ from .structops import (
     HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
     labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
-from .common import FLAG_DENSE_ROW, write_dense_row
+from .common import FLAG_DENSE_ROW, MULTICLASS, write_dense_row
+from .multiclass import mc_stat_apply2
 from .chainsparse import (
     FLAG_SPARSE, FLAG_TFULL, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap,
     sp_sqnorm,
@@ -413,11 +414,15 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     # ---- apply ----
     for q in range(ss):
         st[q] += gamma * dbuf[q]
-    _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans, Iar, kpos)
+    if kind == MULTICLASS and avg_c >= 0.0:   # E and ZE in one pass over the row, same values
+        mc_stat_apply2(E, ZE, tok_ptr, fidx, fval, dbuf, K, -gamma, -gamma * avg_c)
+    else:
+        _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans, Iar, kpos)
     dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
     facc[0] += dL
     if avg_c >= 0.0:
-        _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans, Iar, kpos)
+        if kind != MULTICLASS:
+            _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans, Iar, kpos)
         facc[1] += avg_c * dL
     if sp:   # m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
         sp_snap(st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)

@@ -77,12 +77,39 @@ def write_dense_row(fidx, fval, a, b, out):
 @njit(**_JIT)
 def _dense_scores(E, coef, fval, a, b, K, S, t):
     """S[t, k] = sum_p (fval[p] * coef) * E[p - a, k] for p = a..b-1 in order (the sparse loop's
-    terms and order), with the class accumulators in registers, eight classes per pass over the
-    row (the sparse loop keeps S in memory and reads an index per value)."""
+    terms and order), with the class accumulators in registers, up to ten classes per pass over
+    the row (the sparse loop keeps S in memory and reads an index per value). Ten accumulators per
+    pass measured fastest (2.3 us for 785 x 10 against 6.7 us for 8 + 2 and ~10 us sparse)."""
     k0 = 0
     while k0 < K:
         r = K - k0
-        if r >= 8:
+        if r >= 10:
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = a8 = a9 = 0.0
+            for p in range(a, b):
+                v = fval[p] * coef
+                w = E[p - a]
+                a0 += v * w[k0]
+                a1 += v * w[k0 + 1]
+                a2 += v * w[k0 + 2]
+                a3 += v * w[k0 + 3]
+                a4 += v * w[k0 + 4]
+                a5 += v * w[k0 + 5]
+                a6 += v * w[k0 + 6]
+                a7 += v * w[k0 + 7]
+                a8 += v * w[k0 + 8]
+                a9 += v * w[k0 + 9]
+            S[t, k0] += a0
+            S[t, k0 + 1] += a1
+            S[t, k0 + 2] += a2
+            S[t, k0 + 3] += a3
+            S[t, k0 + 4] += a4
+            S[t, k0 + 5] += a5
+            S[t, k0 + 6] += a6
+            S[t, k0 + 7] += a7
+            S[t, k0 + 8] += a8
+            S[t, k0 + 9] += a9
+            k0 += 10
+        elif r >= 8:
             a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
             for p in range(a, b):
                 v = fval[p] * coef
