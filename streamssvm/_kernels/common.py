@@ -175,7 +175,7 @@ def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
     >>> emission_add(E, 1.0, np.array([0, 4], np.int32), np.zeros(0, np.int32),
     ...              np.array([1.0, 0.0, 2.0, 3.0]), 1, 3, S, True)
     >>> sparse, S.tolist() == sparse
-    ([[57.0, 63.0, 69.0]], True)
+    ([[39.0, 45.0, 51.0]], True)
     """
     dense = fidx.shape[0] == 0
     for t in range(L):
