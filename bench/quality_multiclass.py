@@ -228,6 +228,7 @@ def main():
     ap.add_argument("--rss-growth", nargs="+", type=float, default=None,
                     help="only compare these arena growth factors' peak memory")
     ap.add_argument("--rss-batches", type=int, default=160)
+    ap.add_argument("--out", default="quality_multiclass", help="results name under bench/results/")
     args = ap.parse_args()
     if args.rss_growth:
         rss_in_one_run(args)
@@ -238,7 +239,7 @@ def main():
         res.update(r)
     r, raw["batches"] = batch_rates_in_one_run(args)
     res.update(r)
-    out = os.path.join(HERE, "results", "quality_multiclass")
+    out = os.path.join(HERE, "results", args.out)
     with open(out + ".json", "w") as fh:
         json.dump({"summary": res, "runs": raw, "args": vars(args)}, fh, indent=1)
     L = ["# Multiclass speed (issue part 5)", "",
