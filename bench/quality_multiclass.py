@@ -17,6 +17,12 @@
     nice -n 10 python bench/quality_multiclass.py --before /path/to/older/checkout
 
 CPU seconds are process time (one BLAS thread). Writes bench/results/quality_multiclass.{json,md}.
+
+Arena growth factor (``blocks.ARENA_GROWTH``) against peak resident memory, each factor in a fresh
+subprocess learning ``--rss-batches`` gauss batches with ``learn_many``, alternated ``--reps``
+times (writes bench/results/quality_multiclass_rss.{json,md}):
+
+    nice -n 10 python bench/quality_multiclass.py --rss-growth 4 2 1.5
 """
 from __future__ import annotations
 
@@ -143,6 +149,54 @@ def batch_rates_in_one_run(args):
     return res, runs_out
 
 
+def arena_rss(growth, nb=160, bs=256, seed=1):
+    """Peak resident memory (``ru_maxrss``) and CPU seconds of learning ``nb`` gauss batches with
+    ``learn_many`` (BCFW defaults, lam = 1e-4) with arenas growing by ``growth``, in this process
+    (the data are made before, their memory is in the baseline)."""
+    import resource
+    from streamssvm import blocks
+    blocks.ARENA_GROWTH = float(growth)
+    X, y = batch_data("gauss", nb, bs, seed)
+    m = ss.MulticlassSSVM(ss.learners.BCFW(lam=1e-4, seed=0), labels=list(range(10)))
+    m.learn_many(X[:bs], y[:bs])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t = cpu(lambda: [m.learn_many(X[i:i + bs], y[i:i + bs]) for i in range(bs, nb * bs, bs)])
+    st = m._learner.store
+    return {"growth": float(growth), "rows": nb * bs, "learn_cpu_s": t, "maxrss_mb_before": base,
+            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "arena_used_mb": (st.f_used * 8 + st.i_used * 4) / 2**20,
+            "arena_reserved_mb": (st.Far.nbytes + st.Iar.nbytes) / 2**20, "load": os.getloadavg()[0],
+            "accuracy_last_batch": float(np.mean(m.predict_many(X[-bs:]) == y[-bs:]))}
+
+
+def rss_in_one_run(args):
+    import subprocess
+    root = os.path.dirname(HERE)
+    runs = []
+    for _ in range(args.reps):
+        for g in args.rss_growth:
+            code = (f"import sys, json; sys.path.insert(0, {root!r}); sys.path.insert(1, {HERE!r}); "
+                    f"import quality_multiclass as q; print(json.dumps(q.arena_rss({g!r}, {args.rss_batches})))")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root).stdout
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+            print(runs[-1], flush=True)
+    out = os.path.join(HERE, "results", "quality_multiclass_rss")
+    with open(out + ".json", "w") as fh:
+        json.dump({"runs": runs, "args": vars(args)}, fh, indent=1)
+    L = ["# Arena growth factor against peak resident memory", "",
+         f"`nice -n 10 python bench/quality_multiclass.py --rss-growth {' '.join(map(str, args.rss_growth))} "
+         f"--rss-batches {args.rss_batches} --reps {args.reps}`: each factor in a fresh subprocess, alternated; "
+         "gauss stream (784-d dense rows, every value non-zero), `learn_many` of 256-row batches, BCFW defaults.", "",
+         "| growth | rows | peak RSS MB (before learning) | arena used MB | arena reserved MB | learn CPU s | load |",
+         "|---|---|---|---|---|---|---|"]
+    L += [f"| {r['growth']} | {r['rows']} | {r['maxrss_mb']:.0f} ({r['maxrss_mb_before']:.0f}) | "
+          f"{r['arena_used_mb']:.0f} | {r['arena_reserved_mb']:.0f} | {r['learn_cpu_s']:.2f} | {r['load']:.1f} |"
+          for r in runs]
+    with open(out + ".md", "w") as fh:
+        fh.write("\n".join(L) + "\n")
+    print("\n".join(L))
+
+
 def learn_one_costs(reps):
     """Median CPU microseconds per ``learn_one`` / ``encode_one`` of array and dict rows, the two
     alternating ``reps`` times (each rep a fresh model on the same 4000 rows)."""
@@ -171,18 +225,30 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--streams", nargs="+", default=["gauss", "sparse"], choices=["gauss", "sparse"])
     ap.add_argument("--skip-learn-one", action="store_true")
+    ap.add_argument("--rss-growth", nargs="+", type=float, default=None,
+                    help="only compare these arena growth factors' peak memory")
+    ap.add_argument("--rss-batches", type=int, default=160)
+    ap.add_argument("--out", default="quality_multiclass", help="results name under bench/results/")
     args = ap.parse_args()
+    if args.rss_growth:
+        rss_in_one_run(args)
+        return
     res, raw = {}, {}
     if not args.skip_learn_one:
         r, raw["learn_one"] = learn_one_costs(args.reps)
         res.update(r)
     r, raw["batches"] = batch_rates_in_one_run(args)
     res.update(r)
-    out = os.path.join(HERE, "results", "quality_multiclass")
+    out = os.path.join(HERE, "results", args.out)
     with open(out + ".json", "w") as fh:
         json.dump({"summary": res, "runs": raw, "args": vars(args)}, fh, indent=1)
     L = ["# Multiclass speed (issue part 5)", "",
          "| measure | value |", "|---|---|"] + [f"| {k} | {v:.3g} |" for k, v in res.items()]
+    L += ["", "| stream | checkout | streamssvm CPU s | sklearn CPU s | rate ratio (sklearn s / ours) | "
+          "accuracy ours / sklearn | load |", "|---|---|---|---|---|---|---|"]
+    L += [f"| {r['kind']} | {r['checkout']} | {r['streamssvm_cpu_s']:.3f} | {r['sklearn_cpu_s']:.3f} | "
+          f"{r['streamssvm_over_sklearn']:.2f} | {r['streamssvm_accuracy']:.3f} / {r['sklearn_accuracy']:.3f} | "
+          f"{r['load']:.1f} |" for r in raw["batches"]]
     with open(out + ".md", "w") as fh:
         fh.write("\n".join(L) + "\n")
     print("\n".join(L))

@@ -23,7 +23,7 @@ import numpy as np
 from ._kernels import bcfw as K
 from ._kernels import chainsparse as CS
 from ._kernels.bundles import Arena, Batch, pack
-from ._kernels.common import CHAIN
+from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans
 from ._kernels.structops import truth_stat
 
 _EVICTION = ("fifo", "reservoir")
@@ -35,6 +35,12 @@ _EVICTION = ("fifo", "reservoir")
 #: (tests/test_sparse_chain.py::test_per_token_loss_sparse_and_dense_bound_each_other); a pair
 #: costs 16 bytes, so 8 adds ~1.5 KB to a 25-token sentence.
 TCAP_FACTOR = 8
+
+
+#: How much larger a growing arena becomes (``BlockStore._ensure_arena``). The unused tail of a
+#: lazily zeroed arena costs address space, not memory: the peak resident size of a growth is the
+#: used prefix twice (old arena and its copy) whatever the factor, and a smaller factor copies more.
+ARENA_GROWTH = 4
 
 
 def lazy_zeros(n, dtype):
@@ -56,6 +62,28 @@ def lazy_zeros(n, dtype):
         except (OSError, ValueError):
             pass
     return np.zeros(n, dtype=dtype)
+
+
+_MADV_POPULATE_WRITE = 23   # Linux >= 5.14 (not named by Python's mmap module before 3.13)
+PREFAULT = True
+
+
+def prefault(a, lo, hi):
+    """Map the pages of ``a[lo:hi]`` for writing in one system call when ``a`` is a
+    :func:`lazy_zeros` memory map (``MADV_POPULATE_WRITE``), instead of one page fault per 4 KB
+    page at the first write; nothing otherwise (other systems, older kernels, numpy arrays).
+
+    >>> a = lazy_zeros(1 << 18, np.float64); prefault(a, 10, 5000); float(a[10:5000].sum())
+    0.0
+    """
+    mm = getattr(a.base, "obj", None)
+    if not PREFAULT or hi <= lo or not isinstance(mm, mmap.mmap):
+        return
+    start = lo * a.itemsize // mmap.PAGESIZE * mmap.PAGESIZE
+    try:
+        mm.madvise(_MADV_POPULATE_WRITE, start, min(hi * a.itemsize, len(mm)) - start)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 class BlockStore:
@@ -82,6 +110,12 @@ class BlockStore:
         so a block costs O(L Kc + pairs) floats, not O(Kc^2). The list starts with room for
         ``tcap_factor * (L - 1)`` pairs and doubles when a step needs more
         (:meth:`grow_flagged`).
+    dense_rows
+        Multiclass: keep a row whose non-zeros cover at least 2/3 of features 0..max index as
+        its values only, zeros included, without feature indices (``FLAG_DENSE_ROW``, see
+        ``streamssvm._kernels.common``): 8 bytes per value instead of 12, read contiguously by
+        the step kernels, with the same results to the bit. Decided per block; rows added by
+        :meth:`add` stay sparse.
 
     Attributes read by the learner's kernels: ``Iar`` / ``Far`` (integer / float arenas),
     ``meta`` (one row of offsets per slot), ``alive`` (the ``n`` live slots, dense),
@@ -103,7 +137,7 @@ class BlockStore:
     """
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
-                 seed=None, slack=False, sparse=False, tcap_factor=None):
+                 seed=None, slack=False, sparse=False, tcap_factor=None, dense_rows=True):
         if eviction not in _EVICTION:
             raise ValueError(f"eviction must be one of {_EVICTION}, got {eviction!r}")
         if capacity is not None and int(capacity) < 1:
@@ -119,6 +153,7 @@ class BlockStore:
         self.eviction = eviction
         self.slack = bool(slack)   # blocks hold u~_i (slack rescaling) instead of the mean statistic
         self.sparse = bool(sparse) and self.kind == CHAIN
+        self.dense_rows = bool(dense_rows) and self.kind == MULTICLASS
         self.tcap_factor = int(TCAP_FACTOR if tcap_factor is None else tcap_factor)
         if self.tcap_factor < 1:
             raise ValueError(f"tcap_factor must be a positive integer, got {tcap_factor!r}")
@@ -216,7 +251,8 @@ class BlockStore:
         if need <= size:
             return
         used = self.i_used if name == "Iar" else self.f_used
-        b = lazy_zeros(max(need, 4 * size), old.dtype)
+        b = lazy_zeros(max(need, int(ARENA_GROWTH * size)), old.dtype)
+        prefault(b, 0, used)
         b[:used] = old[:used]
         setattr(self, name, b)
 
@@ -242,12 +278,13 @@ class BlockStore:
             return L * Kc + 2 * Kc + tcap
         return self.structure.stat_size(L, Kc)
 
-    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None):
+    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
-        a sparse block (default :meth:`tcap0`). Vectorized over L, nnz, ly."""
+        a sparse block (default :meth:`tcap0`); ``nnz`` the values stored, ``nidx`` the feature
+        indices stored (default nnz; 0 for a dense row). Vectorized over L, nnz, ly, nidx."""
         Kc = self.Kc if Kc is None else Kc
         lablen = self.structure.labeling_len(L, Kc)
-        isz = L + 1 + nnz + ly + self.pool_cap * lablen
+        isz = L + 1 + (nnz if nidx is None else nidx) + ly + self.pool_cap * lablen
         if self.sparse:
             tcap = self.tcap0(L, Kc) if tcap is None else tcap
             isz = isz + 2 + 2 * tcap
@@ -274,11 +311,18 @@ class BlockStore:
     def oldest(self):
         return int(self.order[0])
 
-    def reserve(self, L, nnz, ly, Ki):
+    def reserve(self, L, nnz, ly, Ki, fidx=None):
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
-        and appends it to the alive list). Returns the slot."""
+        and appends it to the alive list). ``fidx``: the row's feature indices (a one-token
+        row may then be kept dense, see ``dense_rows``). Returns the slot."""
         pc = self.pool_cap
-        isz, fsz, lablen = (int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly)))
+        flags = CS.FLAG_SPARSE if self.sparse else 0
+        nidx = nnz
+        if self.dense_rows and L == 1 and fidx is not None and len(fidx):
+            span = dense_row_span(fidx, 0, len(fidx))
+            if span > 0:
+                nnz, nidx, flags = span, 0, FLAG_DENSE_ROW
+        isz, fsz, lablen = (int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly), nidx=int(nidx)))
         if self.free:
             slot = self.free.pop()
         else:
@@ -291,8 +335,7 @@ class BlockStore:
             self._ensure_arena("Iar", io + isz)
         if fo + fsz > self.Far.shape[0]:
             self._ensure_arena("Far", fo + fsz)
-        self.meta[slot] = (io, fo, L, nnz, ly, max(int(Ki), 1), pc, 0, lablen, CS.FLAG_SPARSE if self.sparse else 0,
-                           isz, fsz)
+        self.meta[slot] = (io, fo, L, nnz, ly, max(int(Ki), 1), pc, 0, lablen, flags, isz, fsz)
         self.i_used += isz
         self.f_used += fsz
         self.i_live += isz
@@ -410,7 +453,18 @@ class BlockStore:
         nnz = (tok_ptr[ex_tok[1:]] - tok_ptr[ex_tok[:-1]]).astype(np.int64)
         ly = np.diff(y_ptr).astype(np.int64)
         Kc = self.Kc
-        isz, fsz, lablen = self.segment_sizes(L, nnz, ly)   # (vectorized over L)
+        nidx = nnz
+        dense = None
+        if self.dense_rows and m:   # rows kept dense: their span of values, no indices
+            span = np.empty(m, dtype=np.int64)
+            dense_row_spans(np.asarray(ex_tok, dtype=np.int64), np.asarray(tok_ptr, dtype=np.int64), fidx, span)
+            dense = span > 0
+            if dense.any():
+                nnz = np.where(dense, span, nnz)
+                nidx = np.where(dense, 0, nnz)
+            else:
+                dense = None
+        isz, fsz, lablen = self.segment_sizes(L, nnz, ly, nidx=nidx)   # (vectorized over L)
         lablen = np.zeros(m, dtype=np.int64) + lablen
         isz = np.zeros(m, dtype=np.int64) + isz
         fsz = np.zeros(m, dtype=np.int64) + fsz
@@ -428,6 +482,8 @@ class BlockStore:
         ti, tf = int(isz.sum()), int(fsz.sum())
         self._ensure_arena("Iar", self.i_used + ti)
         self._ensure_arena("Far", self.f_used + tf)
+        prefault(self.Iar, self.i_used, self.i_used + ti)
+        prefault(self.Far, self.f_used, self.f_used + tf)
         M = self.meta
         M[slots] = 0
         M[slots, K.M_IOFF] = ioff
@@ -441,6 +497,8 @@ class BlockStore:
         M[slots, K.M_ISIZE] = isz
         M[slots, K.M_FSIZE] = fsz
         M[slots, K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
+        if dense is not None:
+            M[slots[dense], K.M_FLAGS] = FLAG_DENSE_ROW
         batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
         K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M), slots, batch, np.asarray(ys, dtype=np.int32), mark,
@@ -536,7 +594,7 @@ class BlockStore:
 
     def _kpos(self, j):
         m = self.meta[j]
-        return int(m[K.M_IOFF] + m[K.M_L] + 1 + m[K.M_NNZ] + m[K.M_LY] + m[K.M_PCAP] * m[K.M_LABLEN])
+        return int(m[K.M_IOFF] + m[K.M_L] + 1 + _nidx(m) + m[K.M_LY] + m[K.M_PCAP] * m[K.M_LABLEN])
 
     def _plan(self, j, Kc, to_sparse, grow=False):
         """(int size, float size, pair capacity) of block j rewritten at capacity Kc in the
@@ -544,7 +602,7 @@ class BlockStore:
         m = self.meta[j]
         L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
         lablen = self.structure.labeling_len(L, Kc)
-        isz = L + 1 + nnz + ly + self.pool_cap * lablen
+        isz = L + 1 + _nidx(m) + ly + self.pool_cap * lablen
         if not (to_sparse and self.kind == CHAIN):
             return isz, nnz + L * L + self.structure.stat_size(L, Kc) + self.pool_cap, 0
         npairs = len(self._pairs(j)[1])
@@ -571,7 +629,7 @@ class BlockStore:
         pcap = int(m[K.M_PCAP])
         old_sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
         pairs, vals = self._pairs(j) if (old_sparse or to_sparse) else (None, None)
-        head = L + 1 + nnz + ly
+        head = L + 1 + _nidx(m) + ly
         Inew[io:io + head] = self.Iar[oio:oio + head]
         lablen = struct.labeling_len(L, Kc)
         if pcap:
@@ -652,7 +710,8 @@ class BlockStore:
             return 0
         s = self.slots()
         m = self.meta[s]
-        kpos = (m[:, K.M_IOFF] + m[:, K.M_L] + 1 + m[:, K.M_NNZ] + m[:, K.M_LY]
+        kpos = (m[:, K.M_IOFF] + m[:, K.M_L] + 1 + np.where(m[:, K.M_FLAGS] & FLAG_DENSE_ROW, 0, m[:, K.M_NNZ])
+                + m[:, K.M_LY]
                 + m[:, K.M_PCAP] * m[:, K.M_LABLEN])
         tn, tcap = self.Iar[kpos].astype(np.int64), self.Iar[kpos + 1].astype(np.int64)
         short = (tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)
@@ -691,10 +750,13 @@ class BlockStore:
         sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
         ss = self.stat_len(L, int(I[self._kpos(slot) + 1]) if sparse else 0)
         s0 = fo + nnz + L * L
-        p0 = io + L + 1 + nnz + ly
+        nix = _nidx(m)
+        p0 = io + L + 1 + nix + ly
         return {
-            "tok_ptr": I[io:io + L + 1], "fidx": I[io + L + 1:io + L + 1 + nnz],
-            "ytrue": I[io + L + 1 + nnz:p0], "fval": F[fo:fo + nnz],
+            # a dense row's feature indices are 0..nnz-1 (a new array: the block stores none)
+            "tok_ptr": I[io:io + L + 1],
+            "fidx": I[io + L + 1:io + L + 1 + nnz] if nix else np.arange(nnz, dtype=np.int32),
+            "ytrue": I[io + L + 1 + nix:p0], "fval": F[fo:fo + nnz], "dense_row": not nix and nnz > 0,
             "gram": F[fo + nnz:s0].reshape(L, L),
             # the statistic in the dense layout (a copy when the block is sparse)
             "stat": self.dense_stat(slot) if sparse else F[s0:s0 + ss],
@@ -720,7 +782,7 @@ class BlockStore:
             "kind": self.kind, "Kc": self.Kc, "pool_cap": self.pool_cap,
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
-            "sparse": self.sparse, "tcap_factor": self.tcap_factor,
+            "sparse": self.sparse, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows,
             "seen": self.seen, "evicted": self.evicted, "n": self.n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
@@ -740,7 +802,7 @@ class BlockStore:
         validate_store_state(st, structure, n_rows)
         bs = cls(structure, st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"],
                  slack=bool(st.get("slack", False)), sparse=bool(st.get("sparse", False)),
-                 tcap_factor=int(st.get("tcap_factor", TCAP_FACTOR)))
+                 tcap_factor=int(st.get("tcap_factor", TCAP_FACTOR)), dense_rows=bool(st.get("dense_rows", True)))
         ns = int(st["n_slots"])
         n = int(st["n"])
         bs._grow_slots(max(ns, 1))
@@ -777,6 +839,11 @@ class BlockStore:
         bs._rebuild_tree()
         bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
+
+
+def _nidx(m):
+    """Feature indices stored by the block of meta row ``m``: none for a dense row."""
+    return 0 if int(m[K.M_FLAGS]) & FLAG_DENSE_ROW else int(m[K.M_NNZ])
 
 
 def _fail(msg):
@@ -868,12 +935,17 @@ def validate_store_state(st, structure, n_rows=None):
         if not (0 <= io and 0 <= fo and 1 <= L <= max_L and 0 <= nnz and 0 <= ly and 1 <= Ki
                 and pcap == pool_cap and 0 <= pn <= pcap and 0 <= lablen):
             _fail(f"slot {s}: block sizes are inconsistent ({meta[s].tolist()})")
-        if bool(flags & CS.FLAG_SPARSE) != sparse or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL):
+        if bool(flags & CS.FLAG_SPARSE) != sparse or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL
+                                                                | FLAG_DENSE_ROW):
             _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse})")
+        dense = bool(flags & FLAG_DENSE_ROW)
+        if dense and (int(structure.kind) != MULTICLASS or L != 1):
+            _fail(f"slot {s}: a dense row is for one-token multiclass blocks (L={L})")
+        nix = 0 if dense else nnz
         if int(structure.kind) == CHAIN and ly != L:
             _fail(f"slot {s}: a chain block needs one true label per token ({ly} labels, {L} tokens)")
         want_lab = int(structure.labeling_len(L, Kc))
-        need_i = L + 1 + nnz + ly + pool_cap * want_lab
+        need_i = L + 1 + nix + ly + pool_cap * want_lab
         kpos = io + need_i
         tn = tcap = 0
         if sparse:
@@ -899,10 +971,12 @@ def validate_store_state(st, structure, n_rows=None):
         tp = Iar[io:io + L + 1].astype(np.int64)
         if tp[0] != 0 or tp[-1] != nnz or np.any(np.diff(tp) < 0):
             _fail(f"slot {s}: token pointers are not a partition of its {nnz} features")
+        if n_rows is not None and dense and nnz > n_rows:
+            _fail(f"slot {s}: a dense row of {nnz} features, the weights have {n_rows} rows")
         if n_rows is not None:
-            _in_range(Iar[io + L + 1:io + L + 1 + nnz], 0, n_rows, f"slot {s}: feature indices")
-        _in_range(Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly], 0, Kc, f"slot {s}: true labels")
-        p0 = io + L + 1 + nnz + ly
+            _in_range(Iar[io + L + 1:io + L + 1 + nix], 0, n_rows, f"slot {s}: feature indices")
+        _in_range(Iar[io + L + 1 + nix:io + L + 1 + nix + ly], 0, Kc, f"slot {s}: true labels")
+        p0 = io + L + 1 + nix + ly
         _in_range(Iar[p0:p0 + pn * lablen], -1, max(Kc, 2), f"slot {s}: pool labelings")
         if not np.isfinite(Far[fo:fo + fsz]).all():
             _fail(f"slot {s}: non-finite values")

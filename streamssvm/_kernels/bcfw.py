@@ -6,6 +6,9 @@ and sizes (see ``M_*``). Segment layout of one block:
 * ints:   ``tok_ptr (L+1) | fidx (nnz) | ytrue (ly) | pool labelings (pcap * lablen)``
 * floats: ``fval (nnz) | gram (L*L) | stat (stat_size) | pool alpha (pcap)``
 
+A one-token block flagged ``FLAG_DENSE_ROW`` (``common.py``) stores no ``fidx``: its nnz values
+are those of features 0..nnz-1, zeros included (the empty ``fidx`` view tells the kernels).
+
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its
 ints end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | BM | TV (tcap)`` (see
 ``chainsparse.py``); the ``_st_*`` dispatchers below pick the layout of each block.
@@ -21,6 +24,8 @@ from .structops import (
     HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
     labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
+from .common import FLAG_DENSE_ROW, MULTICLASS, write_dense_row
+from .multiclass import mc_stat_apply2
 from .chainsparse import (
     FLAG_SPARSE, FLAG_TFULL, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap,
     sp_sqnorm,
@@ -91,13 +96,14 @@ def _views(meta, Iar, Far, j, Kc, kind):
     fo = meta[j, M_FOFF]
     L = meta[j, M_L]
     nnz = meta[j, M_NNZ]
+    nix = _nidx(meta, j)
     ly = meta[j, M_LY]
     pcap = meta[j, M_PCAP]
     lablen = meta[j, M_LABLEN]
     tok_ptr = Iar[io:io + L + 1]
-    fidx = Iar[io + L + 1:io + L + 1 + nnz]
-    ytrue = Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly]
-    p0 = io + L + 1 + nnz + ly
+    fidx = Iar[io + L + 1:io + L + 1 + nix]   # empty for a dense row (common.py)
+    ytrue = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
+    p0 = io + L + 1 + nix + ly
     pool = Iar[p0:p0 + pcap * lablen]
     fval = Far[fo:fo + nnz]
     G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
@@ -110,9 +116,15 @@ def _views(meta, Iar, Far, j, Kc, kind):
 
 
 @njit(**_JIT)
+def _nidx(meta, j):
+    """Feature indices stored for block j: none for a dense row (``FLAG_DENSE_ROW``), else nnz."""
+    return 0 if meta[j, M_FLAGS] & FLAG_DENSE_ROW else meta[j, M_NNZ]
+
+
+@njit(**_JIT)
 def _sinfo(meta, j):
     """(is block j a sparse chain block, offset of its pair list ``tn | tcap | pairs`` in Iar)."""
-    kpos = (meta[j, M_IOFF] + meta[j, M_L] + 1 + meta[j, M_NNZ] + meta[j, M_LY]
+    kpos = (meta[j, M_IOFF] + meta[j, M_L] + 1 + _nidx(meta, j) + meta[j, M_LY]
             + meta[j, M_PCAP] * meta[j, M_LABLEN])
     return (meta[j, M_FLAGS] & FLAG_SPARSE) != 0, kpos
 
@@ -402,11 +414,15 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     # ---- apply ----
     for q in range(ss):
         st[q] += gamma * dbuf[q]
-    _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans, Iar, kpos)
+    if kind == MULTICLASS and avg_c >= 0.0:   # E and ZE in one pass over the row, same values
+        mc_stat_apply2(E, ZE, tok_ptr, fidx, fval, dbuf, K, -gamma, -gamma * avg_c)
+    else:
+        _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans, Iar, kpos)
     dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
     facc[0] += dL
     if avg_c >= 0.0:
-        _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans, Iar, kpos)
+        if kind != MULTICLASS:
+            _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans, Iar, kpos)
         facc[1] += avg_c * dL
     if sp:   # m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
         sp_snap(st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
@@ -613,18 +629,24 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
     pcap = meta[j, M_PCAP]
     lablen = meta[j, M_LABLEN]
     base = tok_ptr[0]
-    for t in range(L + 1):
-        Iar[io + t] = tok_ptr[t] - base
-    for p in range(nnz):
-        Iar[io + L + 1 + p] = fidx[base + p]
-        Far[fo + p] = fval[base + p]
+    nix = _nidx(meta, j)
+    if not meta[j, M_FLAGS] & FLAG_DENSE_ROW:
+        for t in range(L + 1):
+            Iar[io + t] = tok_ptr[t] - base
+        for p in range(nnz):
+            Iar[io + L + 1 + p] = fidx[base + p]
+            Far[fo + p] = fval[base + p]
+    else:   # a dense row of nnz values (one token; BlockStore decides with common.dense_row_span)
+        Iar[io] = 0
+        Iar[io + 1] = nnz
+        write_dense_row(fidx, fval, base, tok_ptr[1], Far[fo:fo + nnz])
     for q in range(ly):
-        Iar[io + L + 1 + nnz + q] = ytrue[q]
-    p0 = io + L + 1 + nnz + ly
+        Iar[io + L + 1 + nix + q] = ytrue[q]
+    p0 = io + L + 1 + nix + ly
     for q in range(pcap * lablen):
         Iar[p0 + q] = 0
     G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
-    gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nnz], Far[fo:fo + nnz], L, G, mark)
+    gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nix], Far[fo:fo + nnz], L, G, mark)
     sp, kpos = _sinfo(meta, j)
     if sp:   # the pair list: empty, capacity from the segment size
         Iar[kpos] = 0
@@ -633,7 +655,7 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
     s0 = fo + nnz + L * L
     for q in range(ss + pcap):
         Far[s0 + q] = 0.0
-    yt = Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly]
+    yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
     if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
         if sp:
             sp_register(Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)

@@ -89,6 +89,30 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
             m += 1
     if m == 0:
         return
+    if fidx.shape[0] == 0:   # a dense row (``common``): value p is feature p - tok_ptr[0]
+        a = tok_ptr[0]
+        if m == 1:
+            k0 = nz[0]
+            s0 = sv[0]
+            for p in range(a, tok_ptr[1]):
+                E[p - a, k0] += fval[p] * coef * s0
+        elif m == 2:
+            k0 = nz[0]
+            s0 = sv[0]
+            k1 = nz[1]
+            s1 = sv[1]
+            for p in range(a, tok_ptr[1]):
+                w = E[p - a]
+                v = fval[p] * coef
+                w[k0] += v * s0
+                w[k1] += v * s1
+        else:
+            for p in range(a, tok_ptr[1]):
+                w = E[p - a]
+                v = fval[p] * coef
+                for q in range(m):
+                    w[nz[q]] += v * sv[q]
+        return
     # one or two classes (a Frank-Wolfe step from a block near its truth) in registers: the
     # loop over the row is then free of the inner loop over the moved classes
     if m == 1:
@@ -112,6 +136,54 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
             v = fval[p] * coef
             for q in range(m):
                 E[j, nz[q]] += v * sv[q]
+
+
+@njit(**_JIT)
+def mc_stat_apply2(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
+    """``mc_stat_apply(E, ..., coef)`` and ``mc_stat_apply(Z, ..., zcoef)`` in one pass over the
+    row (a step that also moves the averaging accumulator): the same products, so the same
+    values to the bit.
+
+    >>> import numpy as np
+    >>> E = np.zeros((3, 4)); Z = np.zeros((3, 4)); st = np.array([0.0, 1.0, 0.0, -1.0])
+    >>> mc_stat_apply2(E, Z, np.array([0, 2], np.int32), np.array([0, 2], np.int32), np.array([1.0, 2.0]),
+    ...                st, 4, 0.5, 2.0)
+    >>> E[2].tolist(), Z[2].tolist()
+    ([0.0, 1.0, 0.0, -1.0], [0.0, 4.0, 0.0, -4.0])
+    """
+    nz = np.empty(K, dtype=np.int64)
+    sv = np.empty(K)
+    m = 0
+    for k in range(K):
+        if st[k] != 0.0:
+            nz[m] = k
+            sv[m] = st[k]
+            m += 1
+    if m == 0:
+        return
+    dense = fidx.shape[0] == 0   # a dense row (``common``): value p is feature p - tok_ptr[0]
+    a = tok_ptr[0]
+    if m == 2:
+        k0 = nz[0]
+        s0 = sv[0]
+        k1 = nz[1]
+        s1 = sv[1]
+        for p in range(a, tok_ptr[1]):
+            j = p - a if dense else fidx[p]
+            v = fval[p] * coef
+            u = fval[p] * zcoef
+            E[j, k0] += v * s0
+            E[j, k1] += v * s1
+            Z[j, k0] += u * s0
+            Z[j, k1] += u * s1
+    else:
+        for p in range(a, tok_ptr[1]):
+            j = p - a if dense else fidx[p]
+            v = fval[p] * coef
+            u = fval[p] * zcoef
+            for q in range(m):
+                E[j, nz[q]] += v * sv[q]
+                Z[j, nz[q]] += u * sv[q]
 
 
 @njit(**_JIT)

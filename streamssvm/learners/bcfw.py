@@ -432,7 +432,7 @@ class BCFW(Learner):
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         victim = st.order.popleft() if (st.capacity is not None and st.n >= st.capacity) else -1
-        slot = st.reserve(L, len(fidx), len(ytrue), Ki)
+        slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark))
@@ -675,6 +675,7 @@ class BCFW(Learner):
         if not st.slack:
             m = st.meta[slot]
             L, nnz, ly, io = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY]), int(m[K.M_IOFF])
+            nnz = 0 if int(m[K.M_FLAGS]) & K.FLAG_DENSE_ROW else nnz   # a dense row stores no indices
             ytrue = st.Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly].astype(np.int32)
             so.truth_stat(st.kind, ytrue, ly, L, st.Kc, out, 1.0)
         return out
