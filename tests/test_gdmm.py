@@ -317,14 +317,15 @@ def test_rejects_other_structures_and_unimplemented_solvers():
         GDMM(eta=3.0)
 
 
-def test_estimator_save_load_round_trip(tmp_path):
+@pytest.mark.parametrize("solver", ["active_qp", "afw"])
+def test_estimator_save_load_round_trip(tmp_path, solver):
     X, Y = _toy_chain(n=15, K=4, seed=8)
-    m = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=2))
+    m = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=2, solver=solver))
     for x, y in zip(X[:10], Y[:10]):
         m.learn_one(x, y)
     m.save(tmp_path / "tagger")
     r = ss.load(tmp_path / "tagger")
-    assert isinstance(r._learner, GDMM)
+    assert isinstance(r._learner, GDMM) and r._learner.solver == solver
     for x, y in zip(X[10:], Y[10:]):
         m.learn_one(x, y)
         r.learn_one(x, y)

@@ -160,6 +160,15 @@ class GDMM(Learner):
     >>> c.raw_gap == c.primal - c.dual and c.primal >= c.dual - 1e-9
     True
 
+    The paper's Frank-Wolfe block solver (chains; ``"afw"`` for away steps):
+
+    >>> fw = ss.SequenceTagger(learner=ss.learners.GDMM(lam=0.01, replay=3, seed=0, solver="bcfw"))
+    >>> for i in range(60):
+    ...     words = ["the", "dog", "runs"] if i % 2 else ["a", "cat", "sleeps"]
+    ...     fw.learn_one([{"w=" + w: 1} for w in words], ["DET", "NOUN", "VERB"])
+    >>> fw.predict_one([{"w=a": 1}, {"w=dog": 1}, {"w=sleeps": 1}])
+    ['DET', 'NOUN', 'VERB']
+
     Multi-label with a co-occurrence factor for every pair of labels:
 
     >>> m = ss.MultiLabelSSVM(learner=ss.learners.GDMM(lam=0.05, replay=2, seed=0), pairwise=True)
