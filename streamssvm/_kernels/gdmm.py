@@ -33,7 +33,10 @@ Block solvers: unigram blocks have an isotropic Hessian (s |x~_t|^2 + rho * neig
 the exact minimizer over the active set is one Euclidean projection onto the simplex; bigram
 blocks have Hessian s I + rho (M_1^T M_1 + M_2^T M_2): projected steps with an isotropic
 majorizer followed by an exact line search along the step (curvature d^T H d counted once),
-repeated ``qp_iters`` times.
+repeated ``qp_iters`` times. The paper's block solvers (``SOLVER_FW``: one Frank-Wolfe step per
+factor, its Algorithm 4; ``SOLVER_AFW``: away-step Frank-Wolfe until a non-drop step, its
+Algorithm 2) move towards the oracle's vertex (or away from the worst active one) with the exact
+step <g, d> / d^T H d, the same curvature counted once.
 
 Bigram oracle ("heap"): the table T sits in a global max-heap plus one heap per row and one
 per column; labels split by the sign of their augment (-rho m): both positive -> enumerate;
