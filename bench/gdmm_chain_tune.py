@@ -63,6 +63,7 @@ def repaired_eval(m, Xv, Yv):
     Wu, T = lr.Wu, lr.table.T.copy()
     lr.Wu = Wr
     lr.table.T[...] = Tr
+    avg, lr.averaging, cache, lr._pred_cache = lr.averaging, False, lr._pred_cache, None   # predict with Wr, Tr
     try:
         hinge = lr._repaired_sums()[0]
         s = lr._s()
@@ -71,6 +72,7 @@ def repaired_eval(m, Xv, Yv):
     finally:
         lr.Wu = Wu
         lr.table.T[...] = T
+        lr.averaging, lr._pred_cache = avg, cache
     return P, acc
 
 
