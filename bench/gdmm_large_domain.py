@@ -337,7 +337,9 @@ def main():
     cfg = {"heap": ("GDMM heap, nu=1", dict(fmo="heap")),
            "nu": (f"GDMM heap, nu={args.nu}", dict(fmo="heap", nu=args.nu)),
            "mips": ("GDMM heap + HNSW unigram", dict(fmo="mips", mips_k=10, sketch_dim=64)),
-           "brute": ("GDMM brute K^2", dict(fmo="brute"))}
+           "brute": ("GDMM brute K^2", dict(fmo="brute")),
+           "fw": ("GDMM heap, solver=bcfw", dict(fmo="heap", solver="bcfw")),
+           "afw": ("GDMM heap, solver=afw", dict(fmo="heap", solver="afw"))}
     rss = {}
     for m in methods:
         if m == "bcfw_full":
