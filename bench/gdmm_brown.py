@@ -155,6 +155,8 @@ def main():
                     help="run this peer only; the other peers' rows are kept from the existing results file of "
                          "the same --tags/--train/--test/--lam (e.g. re-run BCFW after a faster Viterbi)")
     ap.add_argument("--gdmm", default="", help="extra GDMM keyword arguments, e.g. 'rounds=2,rho=3'")
+    ap.add_argument("--solvers", default="active_qp",
+                    help="GDMM block solvers to run, comma-separated (active_qp, bcfw, afw)")
     ap.add_argument("--suffix", default="", help="appended to the results file name")
     args = ap.parse_args()
     out_base = os.path.join(RESULTS, f"gdmm_brown_{args.tags}_{args.train}{args.suffix}")
@@ -183,13 +185,17 @@ def main():
         extras = {k: v for k, v in keep.get("gdmm_oracle", {}).items() if k != own}
         lines.append(f"(--only {args.only}: the other peers' rows are from the earlier run in {out_base}.json)")
     L = ss.learners
-    gkw = {k: (float(v) if k in ("rho", "eta") else int(v)) for k, v in
-           (kv.split("=") for kv in args.gdmm.split(",") if kv)}
+    def conv(k, v):
+        return float(v) if k in ("rho", "eta") else v if k in ("solver", "fmo") else int(v)
+    gkw = {k: conv(k, v) for k, v in (kv.split("=") for kv in args.gdmm.split(",") if kv)}
     if "gdmm" in methods:
-        r, e = run_ssvm("GDMM-heap", L.GDMM(lam=args.lam, replay=0, fmo="heap", seed=0, **gkw), Xtr, Ytr, Xte, Yte,
-                        labels, args.passes, log)
-        rows += r
-        extras["GDMM-heap"] = e
+        for solver in args.solvers.split(","):
+            name = "GDMM-heap" + ("" if solver == "active_qp" else "-" + solver)
+            kw = dict(gkw, solver=solver) if solver != "active_qp" else gkw
+            r, e = run_ssvm(name, L.GDMM(lam=args.lam, replay=0, fmo="heap", seed=0, **kw), Xtr, Ytr, Xte, Yte,
+                            labels, args.passes, log)
+            rows += r
+            extras[name] = e
     if "bcfw" in methods:
         r, _ = run_ssvm("BCFW+Viterbi", L.BCFW(lam=args.lam, replay=0, seed=0), Xtr, Ytr, Xte, Yte, labels,
                         args.passes, log)

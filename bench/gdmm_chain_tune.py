@@ -53,7 +53,7 @@ def parse_config(txt):
 
 
 def type_of(k):
-    return str if k in ("predict_with", "fmo") else (int if k in ("inner", "qp_iters", "nu", "rounds", "averaging") else float)
+    return str if k in ("predict_with", "fmo", "solver") else (int if k in ("inner", "qp_iters", "nu", "rounds", "averaging") else float)
 
 
 def repaired_eval(m, Xv, Yv):
@@ -63,6 +63,7 @@ def repaired_eval(m, Xv, Yv):
     Wu, T = lr.Wu, lr.table.T.copy()
     lr.Wu = Wr
     lr.table.T[...] = Tr
+    avg, lr.averaging, cache, lr._pred_cache = lr.averaging, False, lr._pred_cache, None   # predict with Wr, Tr
     try:
         hinge = lr._repaired_sums()[0]
         s = lr._s()
@@ -71,10 +72,21 @@ def repaired_eval(m, Xv, Yv):
     finally:
         lr.Wu = Wu
         lr.table.T[...] = T
+        lr.averaging, lr._pred_cache = avg, cache
     return P, acc
 
 
-def run(name, learner, Xtr, Ytr, Xv, Yv, labels, passes, log):
+def grow_rho(lr, factor, cap):
+    """Increasing penalty schedule (bench only): rho <- min(rho * factor, cap) before a pass, the
+    scaled multipliers lam' = lam / rho rescaled so that the unscaled multipliers are kept."""
+    new = min(lr.rho * factor, cap)
+    if new != lr.rho:
+        lr._U.lamL[...] *= lr.rho / new
+        lr._U.lamR[...] *= lr.rho / new
+        lr.rho = new
+
+
+def run(name, learner, Xtr, Ytr, Xv, Yv, labels, passes, log, rho_growth=None, rho_cap=100.0):
     w = ss.SequenceTagger(learner=learner.clone(), labels=labels, loss="normalized")
     w.learn_many(Xtr[:3], Ytr[:3])
     w._learner.refine(1)
@@ -99,6 +111,8 @@ def run(name, learner, Xtr, Ytr, Xv, Yv, labels, passes, log):
         if p == passes:
             break
         c0 = time.process_time()
+        if rho_growth:
+            grow_rho(lr, rho_growth, rho_cap)
         lr.refine(1)
         cpu += time.process_time() - c0
     return rows
@@ -130,8 +144,12 @@ def main():
         if cfg == "bcfw":
             lr = ss.learners.BCFW(lam=args.lam, replay=0, seed=0)
         else:
-            lr = ss.learners.GDMM(lam=args.lam, replay=0, seed=0, **parse_config(cfg))
-        rows += run(cfg, lr, Xtr, Ytr, Xv, Yv, labels, args.passes, log)
+            kw = parse_config(cfg)
+            growth = kw.pop("rho_growth", None)
+            cap = kw.pop("rho_cap", 100.0)
+            lr = ss.learners.GDMM(lam=args.lam, replay=0, seed=0, **kw)
+        rows += run(cfg, lr, Xtr, Ytr, Xv, Yv, labels, args.passes, log,
+                    rho_growth=None if cfg == "bcfw" else growth, rho_cap=None if cfg == "bcfw" else cap)
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, args.out + ".json"), "w") as fh:
         json.dump({"args": vars(args), "rows": rows, "load": os.getloadavg()}, fh, indent=1)

@@ -140,9 +140,12 @@ def test_learn_gives_exact_block_minimum_on_one_token():
 
 
 # ---------------------------------------------------------------------------- optimum = BCFW optimum
-@pytest.mark.parametrize("kw", [dict(fmo="heap"), dict(fmo="brute"), dict(fmo="heap", rounds=3, averaging=False)],
-                         ids=["heap", "brute", "heap-rounds3-noavg"])
+@pytest.mark.parametrize("kw", [dict(fmo="heap"), dict(fmo="brute"), dict(fmo="heap", rounds=3, averaging=False),
+                                dict(solver="bcfw", passes=2500), dict(solver="afw")],
+                         ids=["heap", "brute", "heap-rounds3-noavg", "fw", "afw"])
 def test_gdmm_reaches_bcfw_optimum_on_small_chain(kw):
+    kw = dict(kw)
+    passes = kw.pop("passes", 600)
     X, Y = _toy_chain(n=10, K=3, seed=3)
     lam = 0.1
     g = ss.SequenceTagger(learner=GDMM(lam=lam, replay=0, seed=0, **kw))
@@ -151,7 +154,7 @@ def test_gdmm_reaches_bcfw_optimum_on_small_chain(kw):
     for x, y in zip(X, Y):
         g.learn_one(x, y)
         b.learn_one(x, y)
-    g._learner.refine(600)
+    g._learner.refine(passes)
     b._learner.refine(2000)   # pairwise FW's linear rate: 1000 passes end at a gap of 1e-4 +- 1e-4
     cg = g._learner.certificate()
     cb = b._learner.certificate()
@@ -307,19 +310,22 @@ def test_rejects_other_structures_and_unimplemented_solvers():
     with pytest.raises(TypeError):
         ss.MulticlassSSVM(learner=GDMM(lam=0.1))
     with pytest.raises(ValueError, match="active_qp"):
-        GDMM(solver="afw")
+        GDMM(solver="newton")
+    with pytest.raises(ValueError, match="chain block solver"):
+        GDMM(lam=0.1, solver="bcfw").bind(MultiLabel(pairwise=True), ["a", "b"])
     with pytest.raises(ValueError, match="eta"):
         GDMM(eta=3.0)
 
 
-def test_estimator_save_load_round_trip(tmp_path):
+@pytest.mark.parametrize("solver", ["active_qp", "afw"])
+def test_estimator_save_load_round_trip(tmp_path, solver):
     X, Y = _toy_chain(n=15, K=4, seed=8)
-    m = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=2))
+    m = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=1, seed=2, solver=solver))
     for x, y in zip(X[:10], Y[:10]):
         m.learn_one(x, y)
     m.save(tmp_path / "tagger")
     r = ss.load(tmp_path / "tagger")
-    assert isinstance(r._learner, GDMM)
+    assert isinstance(r._learner, GDMM) and r._learner.solver == solver
     for x, y in zip(X[10:], Y[10:]):
         m.learn_one(x, y)
         r.learn_one(x, y)
@@ -367,3 +373,164 @@ def test_second_tag_first_sequence_is_learned_at_once(lam, seed):
     m.learn_one([{"b": 1.0}], ["y"])
     assert m.predict_one([{"a": 1.0}]) == ["x"]
     assert m.predict_one([{"b": 1.0}]) == ["y"]
+
+
+# ---------------------------------------------------------------------------- Frank-Wolfe block solvers
+def _dense_blocks(lr, e):
+    """Dense unigram marginals (L x K), bigram marginals ((L-1) x K x K) and multipliers of
+    held example e."""
+    K = lr._K
+    a0, a1 = int(lr._ex_ptr[e]), int(lr._ex_ptr[e + 1])
+    L = a1 - a0
+    mu = np.zeros((L, K))
+    lamL = np.zeros((L, K))
+    lamR = np.zeros((L, K))
+    pair = np.zeros((max(L - 1, 0), K, K))
+    U, B = lr._U, lr._B
+    for i, t in enumerate(range(a0, a1)):
+        for k in range(U.cnt[t]):
+            y = U.lab[t, k]
+            mu[i, y] += U.mu[t, k]
+            lamL[i, y] += U.lamL[t, k]
+            lamR[i, y] += U.lamR[t, k]
+        if t + 1 < a1:
+            for k in range(B.cnt[t]):
+                pair[i, B.a[t, k], B.b[t, k]] += B.mu[t, k]
+    return mu, pair, lamL, lamR
+
+
+def _aug_lagrangian(lr, override=None):
+    """The augmented Lagrangian (s/2)||U(mu)||^2 - delta^T mu + (rho/2) sum ||M mu_f - mu_t + lam||^2
+    of GDMM's chain dual (Yen et al. 2016, (12), scaled by n), computed from the marginals alone
+    (U rebuilt from scratch). ``override``: {("u", e, i): dense mu_t} / {("b", e, i): dense mu_f}."""
+    override = override or {}
+    K, s, rho = lr._K, lr._s(), lr.rho
+    Wu = np.zeros_like(lr.Wu)
+    T = np.zeros_like(lr.table.T)
+    lin = 0.0
+    pen = 0.0
+    for e in np.flatnonzero(lr._ex_alive[:lr._n_ex]):
+        mu, pair, lamL, lamR = _dense_blocks(lr, e)
+        a0, a1 = int(lr._ex_ptr[e]), int(lr._ex_ptr[e + 1])
+        for i in range(a1 - a0):
+            mu[i] = override.get(("u", e, i), mu[i])
+            if i < a1 - a0 - 1:
+                pair[i] = override.get(("b", e, i), pair[i])
+        for i, t in enumerate(range(a0, a1)):
+            yt = lr._ytrue[t]
+            coef = -mu[i].copy()
+            coef[yt] += 1.0
+            rows = [0] * bool(lr._first[t]) + [1] * bool(lr._last[t])
+            for r in rows:
+                Wu[r, :K] += coef
+            for p in range(lr._tok_ptr[t], lr._tok_ptr[t + 1]):
+                Wu[2 + lr._fidx[p], :K] += lr._fval[p] * coef
+            lin += lr._linv[t] * (lr._C[yt, :K] @ mu[i])
+            if t + 1 < a1:
+                T[:K, :K] -= pair[i]
+                T[yt, lr._ytrue[t + 1]] += 1.0
+                pen += np.sum((pair[i].sum(1) - mu[i] + lamR[i]) ** 2)
+                pen += np.sum((pair[i].sum(0) - mu[i + 1] + lamL[i + 1]) ** 2)
+    return 0.5 * s * (np.vdot(Wu, Wu) + np.vdot(T, T)) - lin + 0.5 * rho * pen, Wu, T
+
+
+def _fw_setup(solver, seed=4, K=4):
+    """A GDMM chain learner after a few passes, its first 3-token example, and a block-step caller."""
+    X, Y = _toy_chain(n=8, K=K, seed=seed)
+    X = [[{"f0": 1.0}, {"f1": 0.5}, {"f2": -1.0}]] + X
+    Y = [["t0", "t1", "t2"]] + Y
+    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, seed=0, solver=solver, rho=0.7))
+    for x, y in zip(X, Y):
+        m.learn_one(x, y)
+    lr = m._learner
+    lr.refine(3)
+    lr.table.ready()
+    SC = lr._sc()
+    A = G.GAvg(lr._ZW, lr._ZT, np.array([-1.0]))
+    code = {"active_qp": G.SOLVER_QP, "bcfw": G.SOLVER_FW, "afw": G.SOLVER_AFW}[solver]
+    e = 0
+    a0, a1 = int(lr._ex_ptr[e]), int(lr._ex_ptr[e + 1])
+    assert a1 - a0 == 3
+
+    def uni(i):
+        t = a0 + i
+        return G.uni_step(t, t > a0, t + 1 < a1, lr._data(), lr._U, lr._B, lr.Wu, lr._C, lr._K, lr.Wu.shape[0],
+                          lr._s(), lr.rho, G.UNI_SLICE, 1, 0, np.zeros(1, np.int64), np.zeros(1, np.int32), SC,
+                          lr.counters, A, code)
+
+    def bi(i):
+        return G.bi_step(a0 + i, a0, a1, lr._U, lr._B, lr.table.T, lr._K, lr.table.Kc, lr._s(), lr.rho,
+                         G.ORACLE_HEAP, lr.qp_iters, lr.table.heaps, lr.table.H, SC, lr.counters, A, code)
+    return lr, e, uni, bi
+
+
+def _numeric_grad(lr, key, x0):
+    """Gradient of the (quadratic) augmented Lagrangian w.r.t. one block, by central differences."""
+    g = np.zeros_like(x0)
+    for idx in np.ndindex(x0.shape):
+        xp, xm = x0.copy(), x0.copy()
+        xp[idx] += 1e-4
+        xm[idx] -= 1e-4
+        g[idx] = (_aug_lagrangian(lr, {key: xp})[0] - _aug_lagrangian(lr, {key: xm})[0]) / 2e-4
+    return g
+
+
+@pytest.mark.parametrize("kind,i", [("u", 1), ("u", 0), ("b", 0), ("b", 1)])
+def test_frank_wolfe_block_step_is_an_exact_line_search_towards_the_best_vertex(kind, i):
+    """One 'bcfw' block step moves the block towards the vertex of smallest gradient (found by
+    brute force over all K or K^2 vertices) by the step minimizing the augmented Lagrangian on
+    that segment (brute force over a grid of steps): a curvature counted twice halves the step
+    and fails here."""
+    lr, e, uni, bi = _fw_setup("bcfw")
+    val0, Wu0, T0 = _aug_lagrangian(lr)
+    assert np.allclose(Wu0, lr.Wu) and np.allclose(T0, lr.table.T)   # the evaluator rebuilds the weights
+    mu, pair, _, _ = _dense_blocks(lr, e)
+    x0 = (mu[i] if kind == "u" else pair[i]).copy()
+    key = (kind, e, i)
+    grad = _numeric_grad(lr, key, x0)
+    vert = np.zeros_like(x0)
+    vert[np.unravel_index(np.argmin(grad), x0.shape)] = 1.0
+    (uni if kind == "u" else bi)(i)
+    mu1, pair1, _, _ = _dense_blocks(lr, e)
+    x1 = mu1[i] if kind == "u" else pair1[i]
+    val1 = _aug_lagrangian(lr)[0]
+    gam = np.max(np.abs(x1 - x0)) / np.max(np.abs(vert - x0))
+    assert 0.0 < gam <= 1.0
+    assert np.allclose(x1, x0 + gam * (vert - x0), atol=1e-12)     # a step along e_vertex - mu
+    grid = [_aug_lagrangian(lr, {key: x0 + g * (vert - x0)})[0] for g in np.linspace(0.0, 1.0, 401)]
+    assert val1 <= min(grid) + 1e-12 and val1 < val0
+    # and the step is where the derivative along the segment vanishes (or the segment's end)
+    dv = (_aug_lagrangian(lr, {key: x0 + (gam + 1e-4) * (vert - x0)})[0]
+          - _aug_lagrangian(lr, {key: x0 + (gam - 1e-4) * (vert - x0)})[0]) / 2e-4
+    assert gam == pytest.approx(1.0) or abs(dv) < 1e-7
+
+
+def _block_minimum(lr, key, x0):
+    """min of the augmented Lagrangian over one block's simplex (all K or K^2 labels), SciPy SLSQP."""
+    from scipy.optimize import minimize
+    shape = x0.shape
+    res = minimize(lambda z: _aug_lagrangian(lr, {key: z.reshape(shape)})[0], x0.ravel(), method="SLSQP",
+                   bounds=[(0.0, 1.0)] * x0.size,
+                   constraints=[{"type": "eq", "fun": lambda z: z.sum() - 1.0}],
+                   options=dict(ftol=1e-14, maxiter=500))
+    return res.fun
+
+
+@pytest.mark.parametrize("solver,steps,tol", [("bcfw", 3000, 2e-5), ("afw", 60, 1e-9)])
+@pytest.mark.parametrize("kind,i", [("u", 1), ("b", 0)])
+def test_repeated_frank_wolfe_block_steps_reach_the_block_minimum(solver, steps, tol, kind, i):
+    """Frank-Wolfe block steps repeated on one factor (the others and the multipliers fixed)
+    converge to the block subproblem's minimum over the whole simplex (SciPy on the brute-force
+    augmented Lagrangian); the away-step variant (linear rate) to 1e-9."""
+    lr, e, uni, bi = _fw_setup(solver)
+    mu, pair, _, _ = _dense_blocks(lr, e)
+    x0 = (mu[i] if kind == "u" else pair[i]).copy()
+    key = (kind, e, i)
+    target = _block_minimum(lr, key, x0)
+    prev = _aug_lagrangian(lr)[0]
+    for _ in range(steps):
+        (uni if kind == "u" else bi)(i)
+    val = _aug_lagrangian(lr)[0]
+    assert val <= prev + 1e-12
+    assert val == pytest.approx(target, abs=tol)
+    assert val >= target - 1e-9     # SciPy's minimum is not beaten: the evaluator and the kernel agree

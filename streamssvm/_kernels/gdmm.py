@@ -33,7 +33,10 @@ Block solvers: unigram blocks have an isotropic Hessian (s |x~_t|^2 + rho * neig
 the exact minimizer over the active set is one Euclidean projection onto the simplex; bigram
 blocks have Hessian s I + rho (M_1^T M_1 + M_2^T M_2): projected steps with an isotropic
 majorizer followed by an exact line search along the step (curvature d^T H d counted once),
-repeated ``qp_iters`` times.
+repeated ``qp_iters`` times. The paper's block solvers (``SOLVER_FW``: one Frank-Wolfe step per
+factor, its Algorithm 4; ``SOLVER_AFW``: away-step Frank-Wolfe until a non-drop step, its
+Algorithm 2) move towards the oracle's vertex (or away from the worst active one) with the exact
+step <g, d> / d^T H d, the same curvature counted once.
 
 Bigram oracle ("heap"): the table T sits in a global max-heap plus one heap per row and one
 per column; labels split by the sign of their augment (-rho m): both positive -> enumerate;
@@ -69,6 +72,9 @@ ORACLE_BRUTE = 0
 ORACLE_HEAP = 1
 UNI_SLICE = 0     # exact scan of a random 1/nu slice of the labels (nu = 1: exact)
 UNI_CAND = 1      # candidates given per token (MIPS)
+SOLVER_QP = 0     # greedy active set + exact minimizer over it (projections)
+SOLVER_FW = 1     # one Frank-Wolfe step per factor (Yen et al. 2016, Algorithm 4)
+SOLVER_AFW = 2    # away-step Frank-Wolfe per factor, repeated until a non-drop step (Algorithm 2)
 
 # counters
 C_UNI_CALLS = 0
@@ -484,9 +490,11 @@ def msg_left(U, B, t, k):
 # ---------------------------------------------------------------------------- block steps
 @njit(**_JIT)
 def uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu, rslice,
-             cptr, cands, SC, counters, A):
-    """One exact block step on the unigram factor of token t (oracle, then the exact
-    minimizer over the active set: a projection, the Hessian being isotropic)."""
+             cptr, cands, SC, counters, A, solver=SOLVER_QP):
+    """One block step on the unigram factor of token t: the oracle, then (``SOLVER_QP``) the
+    exact minimizer over the active set -- a projection, the Hessian being isotropic -- or
+    (``SOLVER_FW`` / ``SOLVER_AFW``) one Frank-Wolfe / away-step Frank-Wolfe step with exact line
+    search. Returns True after an away-step drop step (the caller repeats the block)."""
     tok_ptr, fidx, fval = Dt.tok_ptr, Dt.fidx, Dt.fval
     first = Dt.first[t]
     last = Dt.last[t]
@@ -542,6 +550,23 @@ def uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu
         mk[U.lab[t, k]] = 0
     counters[C_UNI_CALLS] += 1
     counters[C_UNI_TOUCHED] += touched
+    h = s * Dt.xsq[t] + rho * (has_left + has_right)
+    if solver != SOLVER_QP:
+        # Frank-Wolfe vertex: the best active label, or the oracle's when it scores higher
+        fw = 0
+        for k in range(1, n):
+            if g[k] > g[fw]:
+                fw = k
+        if arg >= 0 and best > g[fw]:
+            k = _uni_add(U, B, t, arg, has_left, has_right)
+            if k < 0:
+                counters[C_FULL] += 1
+            else:
+                g[k] = best
+                fw = k
+                if k >= n:
+                    n = k + 1
+        return _uni_fw_step(t, n, fw, g, h, Dt, U, Wu, SC, A, solver == SOLVER_AFW)
     # add the oracle's label when it is a descent direction (its score beats a label in use)
     if arg >= 0:
         worst = np.inf
@@ -557,7 +582,6 @@ def uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu
                 if k >= n:
                     n = k + 1
     # exact minimizer over the active set: mu <- P(mu + g / h)
-    h = s * Dt.xsq[t] + rho * (has_left + has_right)
     tmp = SC.auxv
     if tmp.shape[0] < 3 * n:
         tmp = np.empty(3 * n)
@@ -573,13 +597,131 @@ def uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu
             if A.coef[0] > 0.0:
                 uni_axpy(A.ZW, y, tok_ptr, fidx, fval, t, first, last, -d * A.coef[0])
             SC.changed[y] = 1
-    return n
+    return False
 
 
 @njit(**_JIT)
-def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters, A):
-    """Block step on the bigram factor f = (f, f + 1): oracle, then projected steps with an
-    isotropic majorizer and exact line search over the active pairs."""
+def _fw_direction(mu, g, n, fw, away):
+    """Choose between the Frank-Wolfe direction e_fw - mu and (``away``) the away direction
+    mu - e_v, v the active vertex of lowest score (Lacoste-Julien and Jaggi, "On the Global Linear
+    Convergence of Frank-Wolfe Optimization Variants", NIPS 2015; Yen et al. 2016, Algorithm 2,
+    (16)-(17)). ``g`` is the negated gradient. Returns (is_away, vertex, <g, d>, largest step)."""
+    mg = 0.0
+    for k in range(n):
+        mg += mu[k] * g[k]
+    lin = g[fw] - mg
+    if not away:
+        return False, fw, lin, 1.0
+    v = -1
+    for k in range(n):
+        if mu[k] > 0.0 and (v < 0 or g[k] < g[v]):
+            v = k
+    if v < 0 or mu[v] >= 1.0:
+        return False, fw, lin, 1.0
+    lin_a = mg - g[v]
+    if lin_a > lin:
+        return True, v, lin_a, mu[v] / (1.0 - mu[v])
+    return False, fw, lin, 1.0
+
+
+@njit(**_JIT)
+def _fw_fill(mu, n, is_away, v, d):
+    """d[:n] = e_v - mu (Frank-Wolfe) or mu - e_v (away); returns ||d||^2."""
+    dd = 0.0
+    for k in range(n):
+        x = -mu[k]
+        if k == v:
+            x += 1.0
+        if is_away:
+            x = -x
+        d[k] = x
+        dd += x * x
+    return dd
+
+
+@njit(**_JIT)
+def _uni_fw_step(t, n, fw, g, h, Dt, U, Wu, SC, A, away):
+    """One (away-step) Frank-Wolfe step on the unigram block of token t with exact line search:
+    along d the augmented Lagrangian is <-g, d> gamma + (h / 2) ||d||^2 gamma^2 (isotropic block
+    Hessian h I, h = s |x~_t|^2 + rho * neighbours). Returns True for a drop step."""
+    mu = U.mu[t]
+    is_away, v, lin, gmax = _fw_direction(mu, g, n, fw, away)
+    if lin <= 1e-15:
+        return False
+    d = SC.auxv
+    if d.shape[0] < n:
+        d = np.empty(n)
+    dd = _fw_fill(mu, n, is_away, v, d)
+    gam = lin / (h * dd)
+    drop = False
+    if gam >= gmax:
+        gam = gmax
+        drop = is_away
+    tok_ptr, fidx, fval = Dt.tok_ptr, Dt.fidx, Dt.fval
+    first = Dt.first[t]
+    last = Dt.last[t]
+    for k in range(n):
+        nv = mu[k] + gam * d[k]
+        if nv < 0.0 or (drop and k == v):
+            nv = 0.0
+        dk = nv - mu[k]
+        if dk != 0.0:
+            mu[k] = nv
+            y = U.lab[t, k]
+            uni_axpy(Wu, y, tok_ptr, fidx, fval, t, first, last, -dk)
+            if A.coef[0] > 0.0:
+                uni_axpy(A.ZW, y, tok_ptr, fidx, fval, t, first, last, -dk * A.coef[0])
+            SC.changed[y] = 1
+    return drop
+
+
+@njit(**_JIT)
+def _bi_apply(f, n, d, gam, B, T, K, Kc, heaps, H, A, zero):
+    """mu_f += gam d over the active pairs (clipped at 0; slot ``zero`` set to exactly 0: a drop
+    step), with T, the averaging accumulator and the heaps kept in step."""
+    for k in range(n):
+        x = gam * d[k]
+        if x != 0.0 or k == zero:
+            aa = B.a[f, k]
+            bb = B.b[f, k]
+            nv = B.mu[f, k] + x
+            if nv < 0.0 or k == zero:
+                nv = 0.0
+            x = nv - B.mu[f, k]
+            B.mu[f, k] = nv
+            T[aa, bb] -= x
+            if A.coef[0] > 0.0:
+                A.ZT[aa, bb] -= x * A.coef[0]
+            if heaps:
+                heap_t_changed(T, K, Kc, H, aa, bb)
+
+
+@njit(**_JIT)
+def _bi_curvature(f, n, d, s, rho, B, rows, cols):
+    """d^T H_f d = s ||d||^2 + rho (||rowsum d||^2 + ||colsum d||^2): the table's term once,
+    each consistency constraint's term once (``rows`` / ``cols`` dense, left zero)."""
+    dd = 0.0
+    for k in range(n):
+        dd += d[k] * d[k]
+        rows[B.a[f, k]] += d[k]
+        cols[B.b[f, k]] += d[k]
+    curv = s * dd
+    for k in range(n):
+        aa = B.a[f, k]
+        bb = B.b[f, k]
+        curv += rho * (rows[aa] * rows[aa] + cols[bb] * cols[bb])
+        rows[aa] = 0.0  # each label counted once: zero after use
+        cols[bb] = 0.0
+    return curv
+
+
+@njit(**_JIT)
+def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters, A,
+            solver=SOLVER_QP):
+    """Block step on the bigram factor f = (f, f + 1): oracle, then (``SOLVER_QP``) projected
+    steps with an isotropic majorizer and exact line search over the active pairs, or
+    (``SOLVER_FW`` / ``SOLVER_AFW``) one Frank-Wolfe / away-step Frank-Wolfe step with exact line
+    search. Returns True after an away-step drop step (the caller repeats the block)."""
     t = f
     u = f + 1
     augL = SC.augL
@@ -610,6 +752,7 @@ def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, 
     g = SC.fbuf
     worst = np.inf
     have = -1
+    fw = 0
     for k in range(n):
         aa = B.a[f, k]
         bb = B.b[f, k]
@@ -618,6 +761,10 @@ def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, 
             worst = g[k]
         if aa == a and bb == b:
             have = k
+        if g[k] > g[fw]:
+            fw = k
+    if solver != SOLVER_QP:
+        worst = g[fw]   # Frank-Wolfe: the oracle's pair is the vertex when it beats every active one
     if have < 0 and best > worst + 1e-12:
         ok = True
         if _find(U.lab[t], U.cnt[t], a) < 0:
@@ -632,6 +779,7 @@ def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, 
                 counters[C_FULL] += 1
             else:
                 g[k] = best
+                fw = k
                 if k >= n:
                     n = k + 1
         else:
@@ -651,6 +799,20 @@ def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, 
         tmp = np.empty(4 * n)
     rows = SC.rows
     cols = SC.cols
+    if solver != SOLVER_QP:
+        # (away-step) Frank-Wolfe step; exact line search on the quadratic (12) along d
+        is_away, v, lin, gmax = _fw_direction(B.mu[f], g, n, fw, solver == SOLVER_AFW)
+        if lin <= 1e-15:
+            return False
+        _fw_fill(B.mu[f], n, is_away, v, tmp)
+        curv = _bi_curvature(f, n, tmp, s, rho, B, rows, cols)
+        gam = lin / curv
+        drop = False
+        if gam >= gmax:
+            gam = gmax
+            drop = is_away
+        _bi_apply(f, n, tmp, gam, B, T, K, Kc, heaps, H, A, v if drop else -1)
+        return drop
     for it in range(qp_iters):
         if it > 0:
             # refresh -gradient: s T + aug, aug = -rho m, m changes with mu_f
@@ -710,7 +872,7 @@ def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, 
                     A.ZT[aa, bb] -= d * A.coef[0]
                 if heaps:
                     heap_t_changed(T, K, Kc, H, aa, bb)
-    return n
+    return False
 
 
 @njit(**_JIT)
@@ -754,25 +916,33 @@ def multiplier_step(e, Dt, U, B, eta):
 
 @njit(**_JIT)
 def example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, uni_mode, nu, seed,
-                 qp_iters, heaps, cptr, cands, H, SC, counters, A):
-    """One sweep over the factors of held example e: every unigram block, then every bigram."""
+                 qp_iters, heaps, cptr, cands, H, SC, counters, A, solver=SOLVER_QP):
+    """One sweep over the factors of held example e: every unigram block, then every bigram.
+    ``SOLVER_AFW`` repeats a block after a drop step (Yen et al. 2016, Algorithm 2: "until a
+    non-drop step"), at most ``qp_iters`` times."""
     a0 = Dt.ex_ptr[e]
     a1 = Dt.ex_ptr[e + 1]
     np.random.seed(seed)
+    reps = qp_iters if solver == SOLVER_AFW else 1
     for t in range(a0, a1):
         rs = np.random.randint(nu) if nu > 1 else 0
         has_left = use_trans and t > a0
         has_right = use_trans and t + 1 < a1
-        uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu, rs,
-                 cptr, cands, SC, counters, A)
+        for _ in range(reps):
+            if not uni_step(t, has_left, has_right, Dt, U, B, Wu, C, K, D, s, rho, uni_mode, nu, rs,
+                            cptr, cands, SC, counters, A, solver):
+                break
     if use_trans:
         for t in range(a0, a1 - 1):
-            bi_step(t, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters, A)
+            for _ in range(reps):
+                if not bi_step(t, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, counters, A,
+                               solver):
+                    break
 
 
 @njit(**_JIT)
 def run_pass(order, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, eta, use_trans, bi_mode, uni_mode, nu,
-             seed, qp_iters, heaps, cptr, cands, H, SC, counters, mult, inner, rounds, A, k0):
+             seed, qp_iters, heaps, cptr, cands, H, SC, counters, mult, inner, rounds, A, k0, solver=SOLVER_QP):
     """Visit each example in ``order``: ``rounds`` times ``inner`` sweeps over its factors, each
     ``inner`` sweeps followed (``mult``) by the example's multiplier step. The multipliers of an
     example only couple its own factors, so its multiplier step may follow its own sweeps at once
@@ -793,7 +963,7 @@ def run_pass(order, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, eta, use_trans, bi_mod
                 for r in range(inner):
                     example_pass(e, Dt, U, B, Wu, T, C, K, Kc, D, s, rho, use_trans, bi_mode, uni_mode, nu,
                                  (seed + 7919 * i + 104729 * r + 15485863 * q) % 2147483647, qp_iters, heaps,
-                                 cptr, cands, H, SC, counters, A)
+                                 cptr, cands, H, SC, counters, A, solver)
                 if mult and use_trans:
                     rq = multiplier_step(e, Dt, U, B, eta)
                     if q == rounds - 1:
