@@ -238,8 +238,6 @@ def test_chain_state_after_compaction_and_label_growth_validates():
     validate_gdmm_state(lr.state(), m._structure, m._labels.labels)
 
 
-@pytest.mark.xfail(strict=True, reason="GDMM._compact resets the FIFO order (_alloc_store sets _order = [] before "
-                   "the remap reads it); fix in gdmm.py: keep the order before _alloc_store")
 def test_window_keeps_its_fifo_order_through_compaction():
     """After a compaction (more than 1024 tokens, over half of them dead) the eviction order
     still lists every held example, so the window keeps evicting the oldest."""
@@ -253,6 +251,27 @@ def test_window_keeps_its_fifo_order_through_compaction():
     lr = m._learner
     assert compacted
     assert np.array_equal(np.sort(lr._order), np.flatnonzero(lr._ex_alive[:lr._n_ex]))
+
+
+def test_order_written_by_the_old_compaction_is_completed_on_load(tmp_path):
+    """Files written before the compaction fix list only the examples that arrived after the last
+    compaction: loading puts the other held examples first (they are older), so the window
+    evicts them before the listed ones instead of never."""
+    from streamssvm import checkpoint
+    X, Y = _chain_data(n=60, K=5, seed=3)
+    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, capacity=40, seed=1))
+    for x, y in zip(X, Y):
+        m.learn_one(x, y)
+    path = tmp_path / "tagger"
+    m.save(path)
+    st, meta = checkpoint.load_state(path, kind=MODEL_KIND)
+    full = [int(e) for e in st["learner"]["order"]]
+    st["learner"]["order"] = np.asarray(full[-5:], dtype=np.int64)   # what the old _compact left
+    old = tmp_path / "old"
+    checkpoint.save_state(old, st, kind=MODEL_KIND, meta=meta)
+    lr = ss.load(old)._learner
+    assert lr._order[-5:] == full[-5:]
+    assert sorted(lr._order) == sorted(full) and lr._order[:-5] == sorted(full[:-5])
 
 
 def test_crafted_model_file_is_refused_by_load(chain, tmp_path):

@@ -444,6 +444,7 @@ class GDMM(Learner):
         nn = tok_ptr[toks + 1] - tok_ptr[toks]
         zs = np.concatenate([np.arange(tok_ptr[t], tok_ptr[t + 1]) for t in toks]) if len(toks) else np.zeros(0, np.int64)
         remap = {int(e): i for i, e in enumerate(alive)}
+        order = self._order   # _alloc_store resets self._order
         self._alloc_store(max(16, 2 * len(alive)), max(64, 2 * len(toks)), max(512, 2 * len(zs)))
         m, nt, nz = len(alive), len(toks), len(zs)
         self._ex_ptr[1:m + 1] = np.cumsum(lens)
@@ -457,7 +458,7 @@ class GDMM(Learner):
         self._B = G.GBi(*(np.ascontiguousarray(x[toks]) for x in old[10]))
         self._reserve(2 * m + 16, 2 * nt + 64, 2 * nz + 512)
         self._n_ex, self._n_tok, self._nnz = m, nt, nz
-        self._order = [remap[e] for e in self._order]
+        self._order = [remap[e] for e in order]
 
     def _seed(self):
         self._tick += 1
@@ -750,7 +751,11 @@ class GDMM(Learner):
         self._n_ex = len(self._ex_alive)
         self._n_tok = len(self._ytrue)
         self._nnz = len(self._fidx)
-        self._order = [int(e) for e in st["order"]]
+        order = [int(e) for e in st["order"]]
+        # files written before _compact kept its FIFO order list only the examples that arrived
+        # after the last compaction: the held examples missing from it are older, evict them first
+        listed = set(order)
+        self._order = [int(e) for e in np.flatnonzero(self._ex_alive) if int(e) not in listed] + order
         self._set_rng_state(st["rng"])
         self._scratch = None
         self._pred_cache = None
