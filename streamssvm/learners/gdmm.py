@@ -73,9 +73,9 @@ class GDMM(Learner):
     optimum equals the exact one when the relaxation is tight at the optimum (small random
     instances and a 5-label yeast subset: ``tests/test_gdmm_multilabel.py``); on all 14 yeast
     labels it is not tight and GDMM's optimum sits 8e-4 to 3e-3 above BCFW's
-    (``bench/results/gdmm_multilabel_yeast_equality.md``). With many labels (228) every inactive
-    pair factor's consistency penalty holds the unigram duals at the ground truth, so learning
-    is very slow unless ``rho`` is small (``bench/results/gdmm_multilabel_w4.md``). The certificate's primal is exact (enumeration, up to
+    (``bench/results/gdmm_multilabel_yeast_equality.md``). A pair factor the greedy step has
+    not activated has no variables: it follows its two unigrams (their independent coupling), so
+    it constrains nothing until it is activated. The certificate's primal is exact (enumeration, up to
     16 labels) and its dual is a feasible point of the *exact* problem (a distribution repair,
     :func:`streamssvm._kernels.gdmm.ml_certificate_sums`), so the gap is a valid bound; above
     16 labels there is no exact primal (gap = inf, exact=False, see the note). Above 16 labels
@@ -815,8 +815,14 @@ class _MLPairGDMM:
         self.fz = np.zeros((n_ex, fc, 3))
         self.flam = np.zeros((n_ex, fc, 2))
         self.fcnt = np.zeros(n_ex, dtype=np.int32)
+        self.nact = np.zeros((n_ex, Kc))
 
-    _ROWS = ("xsq", "Ki", "Y", "alive", "u", "Dv", "fk", "fl", "fz", "flam", "fcnt")
+    _ROWS = ("xsq", "Ki", "Y", "alive", "u", "Dv", "fk", "fl", "fz", "flam", "fcnt", "nact")
+    #: rows derived from the others (not saved): nact[i, k] = active factors of example i containing k
+    _DERIVED = ("nact",)
+    #: how inactive pair factors are defined in a saved state: "product" = implicitly (u_k, u_l, u_k u_l)
+    #: (current); states without the key put them at the ground truth (converted on restore)
+    INACTIVE = "product"
 
     def _reserve(self, n_ex, nnz):
         g = GDMM._grow1
@@ -834,7 +840,7 @@ class _MLPairGDMM:
             y[:, :x.shape[1]] = x
             return y
         if Kc is not None and Kc > self.u.shape[1]:
-            self.Y, self.u, self.Dv = w(self.Y, Kc), w(self.u, Kc), w(self.Dv, Kc)
+            self.Y, self.u, self.Dv, self.nact = w(self.Y, Kc), w(self.u, Kc), w(self.Dv, Kc), w(self.nact, Kc)
         if fcap is not None and fcap > self.fk.shape[1]:
             self.fk, self.fl, self.fz, self.flam = (w(self.fk, fcap), w(self.fl, fcap), w(self.fz, fcap),
                                                     w(self.flam, fcap))
@@ -871,7 +877,7 @@ class _MLPairGDMM:
         return G.MLData(self.x_ptr, self.fidx, self.fval, self.xsq, self.Ki, self.Y, self.alive)
 
     def dual(self):
-        return G.MLDual(self.u, self.Dv, self.fk, self.fl, self.fz, self.flam, self.fcnt)
+        return G.MLDual(self.u, self.Dv, self.fk, self.fl, self.fz, self.flam, self.fcnt, self.nact)
 
     # -------------------------------------------------------------- learning
     def add(self, tok_ptr, fidx, fval, y, Ki):
@@ -898,6 +904,7 @@ class _MLPairGDMM:
         self.Y[i, np.asarray(y, dtype=np.int64)] = 1.0
         self.u[i] = self.Y[i]      # ground truth: feasible, adds nothing to the weights
         self.Dv[i] = 0.0
+        self.nact[i] = 0.0
         self.fcnt[i] = 0
         self.alive[i] = True
         self.n, self.nnz = i + 1, z0 + nz
@@ -1020,9 +1027,11 @@ class _MLPairGDMM:
         n, z = self.n, self.nnz
         st = {"K": self.K, "Kc": self.Kc, "d": self.d, "fcap": self.fcap, "E": self.E.copy(), "T": self.T.copy(),
               "counters": self.counters.copy(), "x_ptr": self.x_ptr[:n + 1].copy(), "fidx": self.fidx[:z].copy(),
-              "fval": self.fval[:z].copy(), "order": np.asarray(self.order, dtype=np.int64)}
+              "fval": self.fval[:z].copy(), "order": np.asarray(self.order, dtype=np.int64),
+              "inactive_factors": self.INACTIVE}
         for k in self._ROWS:
-            st[k] = getattr(self, k)[:n].copy()
+            if k not in self._DERIVED:
+                st[k] = getattr(self, k)[:n].copy()
         return st
 
     def restore(self, st):
@@ -1039,12 +1048,32 @@ class _MLPairGDMM:
                  "Dv": np.float64, "fk": np.int32, "fl": np.int32, "fz": np.float64, "flam": np.float64,
                  "fcnt": np.int32}
         for k in self._ROWS:
-            setattr(self, k, np.array(st[k], dtype=types[k]))
+            if k not in self._DERIVED:
+                setattr(self, k, np.array(st[k], dtype=types[k]))
         self.n = len(self.alive)
         self.nnz = len(self.fidx)
         if (self.fidx.size and (self.fidx.min() < 0 or self.fidx.max() >= self.E.shape[0])) \
                 or self.fk.shape[1] != self.fcap or self.u.shape[1] != self.Kc:
             raise ValueError("invalid GDMM multi-label state: feature ids or capacities out of range")
+        for i, c in enumerate(self.fcnt.tolist()):
+            fk, fl = self.fk[i, :max(c, 0)], self.fl[i, :max(c, 0)]
+            if c < 0 or c > self.fcap or np.any(fk < 0) or np.any(fk >= fl) or np.any(fl >= self.K):
+                raise ValueError(f"invalid GDMM multi-label state: pair factors of example slot {i} out of range")
         self.order = [int(e) for e in st["order"]]
+        self.nact = np.zeros((self.n, self.Kc))
+        for i in range(self.n):
+            c = int(self.fcnt[i])
+            np.add.at(self.nact[i], self.fk[i, :c], 1.0)
+            np.add.at(self.nact[i], self.fl[i, :c], 1.0)
         self._reserve(self.n + 1, self.nnz + 1)
         self.refresh_bound()
+        form = st.get("inactive_factors", "truth")
+        if form == "truth":
+            # saved before inactive factors followed their unigrams: they sat at the ground truth
+            # (pair statistic ybar_k ybar_l, contributing nothing to U_T); add their implicit
+            # statistic ybar_k ybar_l - u_k u_l now
+            Dt, Q = self.data(), self.dual()
+            for i in self.alive_slots():
+                G.ml_implicit_t_add(int(i), Dt, Q, self.T, self.K, 1.0, self.tub)
+        elif form != self.INACTIVE:
+            raise ValueError(f"invalid GDMM multi-label state: unknown inactive-factor form {form!r}")
