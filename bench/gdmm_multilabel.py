@@ -179,7 +179,7 @@ def main():
     ap.add_argument("--every", type=int, default=5)
     ap.add_argument("--n", type=int, default=23149)
     ap.add_argument("--n-test", type=int, default=2000)
-    ap.add_argument("--rho", type=float, default=1.0)
+    ap.add_argument("--rho", type=float, default=None, help="GDMM rho (default: the learner's)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--n-eval", type=int, default=None, help="test examples evaluated (default all)")
     ap.add_argument("--max-passes", type=int, default=10**6)
@@ -202,7 +202,9 @@ def main():
         log(f"rcv1-like: {len(Xtr)} train, {len(Xte)} test, {len(labels)} labels, "
             f"{np.mean([len(x) for x in Xtr]):.1f} nnz/example, {Ytr.sum(1).mean():.2f} labels/example")
     gkw = {} if args.grow is None else {"grow": args.grow}
-    makers = {"gdmm": lambda: ss.learners.GDMM(lam=lam, rho=args.rho, replay=0, seed=0, **gkw),
+    if args.rho is not None:
+        gkw["rho"] = args.rho
+    makers = {"gdmm": lambda: ss.learners.GDMM(lam=lam, replay=0, seed=0, **gkw),
               "bcfw": lambda: ss.learners.BCFW(lam=lam, replay=0, seed=0),
               "sgd": lambda: ss.learners.SGD(lam=lam, seed=0),
               "br": lambda: ss.learners.BCFW(lam=lam, seed=0)}   # binary relevance: pairwise=False
