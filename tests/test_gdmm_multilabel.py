@@ -349,3 +349,34 @@ def test_many_labels_unigram_duals_are_not_pinned_by_inactive_factors():
     none = float(Y.mean())          # Hamming loss of predicting no label
     assert ham["br"] < 0.5 * none
     assert ham["gdmm"] < ham["br"] + 0.02, (ham, none)
+
+
+def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
+    """States written before inactive factors followed their unigrams (no
+    "inactive_factors" key) held U_T without the inactive factors' statistic
+    ybar_k ybar_l - u_k u_l; restore adds it, so the restored learner equals the current one.
+    An unknown form is refused."""
+    K = 6
+    xs, ys = _toy(25, K, 4, seed=8)
+    m = _model(GDMM(lam=0.2, replay=1, seed=2, grow=2), xs, ys, 1, K)
+    lr, ml = m._learner, m._learner._ml
+    st = lr.state()
+    assert st["inactive_factors"] == "product"
+    old = dict(st)
+    del old["inactive_factors"]
+    T = np.array(st["T"], dtype=float)
+    for i in ml.alive_slots():
+        q = np.outer(ml.u[i, :K], ml.u[i, :K])
+        yy = np.outer(ml.Y[i, :K], ml.Y[i, :K])
+        for c in range(ml.fcnt[i]):
+            q[ml.fk[i, c], ml.fl[i, c]] = yy[ml.fk[i, c], ml.fl[i, c]]   # active: stays in T
+        T[:K, :K] -= np.triu(yy - q, 1)
+    assert not np.allclose(T, ml.T)
+    old["T"] = T
+    r = GDMM(lam=0.2, replay=1, seed=2, grow=2)
+    r.restore(lr.structure, m._labels.labels, old)
+    assert np.allclose(r._ml.T, ml.T, atol=1e-12)
+    assert np.array_equal(r._ml.nact[:ml.n], ml.nact[:ml.n])
+    bad = dict(st, inactive_factors="nonsense")
+    with pytest.raises(ValueError, match="inactive-factor form"):
+        GDMM(lam=0.2).restore(lr.structure, m._labels.labels, bad)
