@@ -146,6 +146,14 @@ def run(name, make, Xtr, Ytr, Xte, Yte, labels, budget, every, certify, log, max
             for k in ("dual_local_polytope", "consistency_residual", "active_factors"):
                 if k in c.extra:
                     rec[k] = c.extra[k]
+        elif name in ("gdmm", "br"):   # no exact primal above 16 labels; the dual is still a valid lower bound
+            c = m.certificate()
+            rec["dual"] = c.dual
+            if name == "br":
+                rec["primal"] = c.primal   # independent labels: exact
+            for k in ("dual_local_polytope", "active_factors"):
+                if k in c.extra:
+                    rec[k] = c.extra[k]
         if n_obj and pairwise:
             c1 = time.process_time()
             rec["primal_lp_sample"] = lp_primal(m, Xtr[:n_obj], Ytr[:n_obj], lam)

@@ -380,3 +380,25 @@ def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
     bad = dict(st, inactive_factors="nonsense")
     with pytest.raises(ValueError, match="inactive-factor form"):
         GDMM(lam=0.2).restore(lr.structure, m._labels.labels, bad)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_prediction_above_16_labels_removes_dominated_labels_exactly(seed):
+    """Above 16 labels, labels with theta_k + sum of positive interactions <= 0 are fixed off
+    before decoding; the labeling found scores as the exact MAP (enumeration of all 2^20)."""
+    from types import SimpleNamespace
+    from streamssvm._kernels import structops as so
+    rng = np.random.default_rng(seed)
+    K = 20
+    T = np.zeros((K, K))
+    T[:] = np.triu(rng.normal(scale=0.4, size=(K, K)), 1)
+    sc = rng.normal(-1.0, 1.0, size=K)
+    s = 0.7
+    fake = SimpleNamespace(K=K, T=T)
+    lab = _MLPairGDMM._predict_reduced(fake, sc, s)
+
+    def score(y):
+        return float(sc @ y + s * y @ T @ y)
+    best = np.zeros(K, np.int32)
+    so._mrf_enum(sc[None, :].copy(), T, s, K, np.zeros(K, np.int32), 0, 0.0, 1, 0.0, np.zeros(K + 1), best)
+    assert abs(score(lab) - score(best)) < 1e-9

@@ -970,13 +970,46 @@ class _MLPairGDMM:
             sc = s * (np.asarray(fval[a:b], dtype=np.float64) @ self.E[np.asarray(fidx[a:b], dtype=np.int64), :K]) \
                 if b > a else np.zeros(K)
             if lp:
-                from ..oracles.lp import PairwiseMRFLP
-                r = PairwiseMRFLP(sc, s * np.triu(self.T[:K, :K], 1), np.zeros(K, np.int32), 1).oracle(0.0)
-                lab[:] = r.labeling
+                lab[:] = self._predict_reduced(sc, s)
             else:
                 S[0, :K] = sc
                 so._mrf_enum(S, self.T, s, K, ybuf, 0, 0.0, 1, 0.0, best_m, lab)
             out[y_ptr[e]:y_ptr[e] + K] = lab
+        return out
+
+    def _predict_reduced(self, sc, s):
+        """MAP labeling above 16 labels. Labels that are off in some optimum are removed first:
+        if theta_k + sum_{l in R} max(0, P_kl) <= 0 over the labels R still undecided, then for
+        the LP relaxation (and the integer problem) theta_k mu_k + sum_l P_kl mu_kl <=
+        mu_k (theta_k + sum max(0, P_kl)) <= 0 since mu_kl <= mu_k, so setting mu_k = 0 (and its
+        pair marginals to 0, still in the local polytope) loses nothing; repeated until no label
+        is removed. The rest is solved exactly by enumeration when at most 16 labels remain,
+        else by the LP relaxation (:mod:`streamssvm.oracles.lp`) on the remaining labels."""
+        K = self.K
+        P = s * np.triu(self.T[:K, :K], 1)
+        Pp = np.maximum(P + P.T, 0.0)
+        live = np.ones(K, dtype=bool)
+        while True:
+            ub = sc + Pp[:, live].sum(axis=1)
+            drop = live & (ub <= 0.0)
+            if not drop.any():
+                break
+            live &= ~drop
+        R = np.flatnonzero(live)
+        out = np.zeros(K, dtype=np.int32)
+        m = len(R)
+        if m == 0:
+            return out
+        if m <= so.MLPAIR_MAX_LABELS:
+            S = np.zeros((1, m))
+            S[0] = sc[R]
+            lab = np.zeros(m, dtype=np.int32)
+            so._mrf_enum(S, np.ascontiguousarray(self.T[np.ix_(R, R)]), s, m, np.zeros(m, dtype=np.int32), 0, 0.0,
+                         1, 0.0, np.zeros(m + 1), lab)
+        else:
+            from ..oracles.lp import PairwiseMRFLP
+            lab = PairwiseMRFLP(sc[R], P[np.ix_(R, R)], np.zeros(m, np.int32), 1).oracle(0.0).labeling
+        out[R] = lab
         return out
 
     # -------------------------------------------------------------- certificate
