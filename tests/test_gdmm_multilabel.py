@@ -333,22 +333,23 @@ def test_many_labels_unigram_duals_are_not_pinned_by_inactive_factors():
     """Regression (issue 13, RCV1-shaped run): inactive pair factors used to sit at their
     ground truth, so with K labels each unigram dual carried K - 1 consistency penalties and
     barely moved (its step ~1 / (rho (K - 1)) of an independent label's). Inactive factors now
-    follow their unigrams: with 30 labels GDMM fits the training set about as well as binary
-    relevance (BCFW, independent labels, same lam), far better than predicting no label."""
-    K = 30
-    xs, ys, Y = _many_labels(40, K, 6, seed=11)
+    follow their unigrams: with 40 labels GDMM fits the training set about as well as binary
+    relevance (BCFW, independent labels, same lam), far better than predicting no label.
+    (Before: training Hamming loss 0.081 against binary relevance's 0.0325.)"""
+    K = 40
+    xs, ys, Y = _many_labels(80, K, 8, seed=0)
     labels = [f"l{k}" for k in range(K)]
     ham = {}
     for name, lr, pw in [("br", ss.learners.BCFW(lam=0.01, seed=0), False), ("gdmm", GDMM(lam=0.01, seed=0), True)]:
         m = ss.MultiLabelSSVM(learner=lr, pairwise=pw, labels=labels)
         for x, y in zip(xs, ys):
             m.learn_one(x, y)
-        m.refine(5)
+        m.refine(10)
         P = np.array([[m.predict_one(x).get(k, False) for k in labels] for x in xs])
         ham[name] = float(np.mean(P != Y))
     none = float(Y.mean())          # Hamming loss of predicting no label
     assert ham["br"] < 0.5 * none
-    assert ham["gdmm"] < ham["br"] + 0.02, (ham, none)
+    assert ham["gdmm"] < ham["br"] + 0.01, (ham, none)
 
 
 def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
