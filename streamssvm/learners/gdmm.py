@@ -79,7 +79,9 @@ class GDMM(Learner):
     16 labels) and its dual is a feasible point of the *exact* problem (a distribution repair,
     :func:`streamssvm._kernels.gdmm.ml_certificate_sums`), so the gap is a valid bound; above
     16 labels there is no exact primal (gap = inf, exact=False, see the note). Above 16 labels
-    predictions solve the LP relaxation (:mod:`streamssvm.oracles.lp`).
+    prediction first fixes off the labels that are off in some optimum (unary score plus the
+    positive interactions with the undecided labels <= 0), then enumerates the rest exactly when
+    at most 16 remain, else solves the LP relaxation on them (:mod:`streamssvm.oracles.lp`).
 
     Parameters
     ----------
