@@ -2,7 +2,7 @@
 exact certificate every 10 passes (one JSON line each on stdout). Used to compare two versions of
 the code on the same data (run it with each version on PYTHONPATH):
 
-    PYTHONPATH=$PWD python bench/gdmm_multilabel_yeast_conv.py
+    PYTHONPATH=$PWD python bench/gdmm_multilabel_yeast_conv.py [rho]
 """
 import itertools, json, sys, time
 import numpy as np
@@ -16,7 +16,9 @@ X = (X - X.mean(0)) / (X.std(0) + 1e-12)
 xs = [dict({f"f{j}": float(v) for j, v in enumerate(r)}, one=1.0) for r in X]
 ys = [y for _, y in rows]
 labels = sorted(rows[0][1])
-m = ss.MultiLabelSSVM(learner=ss.learners.GDMM(lam=1.0, seed=0), pairwise=True, labels=labels)
+rho = float(sys.argv[1]) if len(sys.argv) > 1 else None   # optional: GDMM rho (default: the learner's)
+m = ss.MultiLabelSSVM(learner=ss.learners.GDMM(lam=1.0, seed=0, **({} if rho is None else {"rho": rho})), pairwise=True,
+                      labels=labels)
 c0 = time.process_time()
 for x, y in zip(xs, ys):
     m.learn_one(x, y)
