@@ -1160,25 +1160,34 @@ def oracle_batch(mode, T, K, Kc, s, AUGL, AUGR, H, SC, counters, out):
 #   vertices 00 = (0, 0, 0), 01 = (0, 1, 0), 10 = (1, 0, 0), 11 = (1, 1, 1); scaled multipliers
 #   lam_kf, lam_lf of the consistency constraints m_k = u_k, m_l = u_l (the 0-coordinates are
 #   implied by the simplex);
-# * a factor is *inactive* until the greedy step adds it: z_f = its ground-truth vertex, lam = 0
-#   (storage O(active factors), not O(K^2) per example).
+# * a factor is *inactive* until the greedy step adds it (storage O(active factors), not O(K^2) per
+#   example). An inactive factor has no variables of its own: its marginals are *implicitly* the
+#   independent coupling of its two unigrams, z_f = (u_k, u_l, u_k u_l) (a point of the local
+#   polytope, so always feasible), with no multiplier. Its consistency residual is zero, so it
+#   constrains nothing; it only carries the pair statistic q = u_k u_l into U_T. When the greedy
+#   step activates it, it starts at that same point (lam = 0): U_T does not change.
+#   (Defining inactive factors at their ground-truth vertex instead -- the previous version --
+#   made the K - 1 consistency penalties of each label pin u_k to ybar_k: with 228 labels the
+#   unigram duals moved ~1e-7 per pass.)
 #
 # Unnormalized weights U_E[:, k] = sum_i x_i (ybar_ik - u_ik) (feature-major ``E``), U_T[k, l] =
-# sum_i (ybar_ik ybar_il - q_ikl) (upper triangle of ``T``); w = s U, s = 1 / (lam n). The
-# augmented Lagrangian (scaled by n, as for chains):
+# sum_i (ybar_ik ybar_il - q_ikl) (upper triangle of ``T``; q_ikl = u_ik u_il for an inactive
+# factor); w = s U, s = 1 / (lam n). The augmented Lagrangian (scaled by n, as for chains):
 #
-#   L = (s/2) ||U||^2 - sum_i delta_i^T u_i + (rho/2) sum_i sum_f [(m_k - u_k + lam_kf)^2 + (m_l - u_l + lam_lf)^2]
+#   L = (s/2) ||U||^2 - sum_i delta_i^T u_i + (rho/2) sum_i sum_{f active} [(m_k - u_k + lam_kf)^2 + (m_l - u_l + lam_lf)^2]
 #
 # with delta_i^T u_i = sum_k (ybar_k ? 1 - u_k : u_k) / Ki. Per example we keep
-# Dv[i, k] = sum_{active f ni k} (m_fk + lam_fk - ybar_k), so that the sum of the messages over all
-# K - 1 factors of label k is (K - 1)(ybar_k - u_k) + Dv[i, k] (inactive factors sit at ybar_k).
+# Dv[i, k] = sum_{active f ni k} (m_fk + lam_fk - ybar_k) and nact[i, k] = the number of active
+# factors containing k, so that the sum of the messages of label k is
+# Dv[i, k] + nact[i, k] (ybar_k - u_k).
 #
-# Block solvers (exact): a unigram block is a 1-D quadratic on [0, 1] (clip of a Newton step);
-# a pairwise block is min (rho/2)(m_k - c_k)^2 + (rho/2)(m_l - c_l)^2 + (s/2)(q - c_q)^2 over the
-# tetrahedron, solved exactly by enumerating its 15 faces (``tetra_project``).
+# Block solvers (exact): a unigram block is a 1-D quadratic on [0, 1] (clip of a Newton step; it
+# includes the inactive factors' terms of (s/2)||U_T||^2, linear in u_k); a pairwise block is
+# min (rho/2)(m_k - c_k)^2 + (rho/2)(m_l - c_l)^2 + (s/2)(q - c_q)^2 over the tetrahedron, solved
+# exactly by enumerating its 15 faces (``tetra_project``).
 
 MLData = namedtuple("MLData", "x_ptr fidx fval xsq Ki Y alive")
-MLDual = namedtuple("MLDual", "u Dv fk fl fz flam fcnt")
+MLDual = namedtuple("MLDual", "u Dv fk fl fz flam fcnt nact")
 
 _TETRA = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
 
@@ -1311,13 +1320,30 @@ def ml_scores(E, K, x_ptr, fidx, fval, i, acc):
 
 
 @njit(**_JIT)
-def ml_uni_step(i, k, Dt, Q, E, K, s, rho, score):
+def ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, score, mark, tub):
     """Exact minimization of L over u_ik in [0, 1] (``score`` = <U_E[:, k], x_i>); returns the
-    change."""
+    change. The inactive factors (k, l) of example i (``mark`` is 0 there; 1 on the active ones)
+    hold q = u_k u_l, so U_T[k, l] is linear in u_k with slope -u_l: their part of
+    (s/2)||U_T||^2 enters the quadratic, and U_T (and its bound ``tub``) follows the step."""
     yk = Dt.Y[i, k]
     u = Q.u[i, k]
-    g = -s * score - (1.0 - 2.0 * yk) / Dt.Ki[i] - rho * ((K - 1) * (yk - u) + Q.Dv[i, k])
-    h = s * Dt.xsq[i] + rho * (K - 1)
+    na = Q.nact[i, k]
+    g = -s * score - (1.0 - 2.0 * yk) / Dt.Ki[i] - rho * (na * (yk - u) + Q.Dv[i, k])
+    h = s * Dt.xsq[i] + rho * na
+    gt = 0.0
+    ht = 0.0
+    for l in range(K):
+        ul = Q.u[i, l]
+        if l == k or ul == 0.0:
+            continue
+        a = min(k, l)
+        b = max(k, l)
+        if mark[a, b]:
+            continue
+        gt += T[a, b] * ul
+        ht += ul * ul
+    g -= s * gt
+    h += s * ht
     if h <= 0.0:
         return 0.0
     un = u - g / h
@@ -1330,6 +1356,17 @@ def ml_uni_step(i, k, Dt, Q, E, K, s, rho, score):
         Q.u[i, k] = un
         for p in range(Dt.x_ptr[i], Dt.x_ptr[i + 1]):
             E[Dt.fidx[p], k] -= d * Dt.fval[p]
+        if ht > 0.0:
+            for l in range(K):
+                ul = Q.u[i, l]
+                if l == k or ul == 0.0:
+                    continue
+                a = min(k, l)
+                b = max(k, l)
+                if mark[a, b]:
+                    continue
+                T[a, b] -= d * ul
+                _ml_tub_raise(tub, a, b, T[a, b])
     return d
 
 
@@ -1359,10 +1396,13 @@ def ml_pair_step(i, c, Dt, Q, T, s, rho, cbuf, wbuf, zbuf, tA, tb, tidx, tub):
 
 
 @njit(**_JIT)
-def _ml_pair_gap(gk, gl, gq, yk, yl):
-    """Frank-Wolfe gap of an inactive pairwise factor at its ground-truth vertex: gradient
-    (gk, gl, gq) in (m_k, m_l, q), max over the tetrahedron's vertices v of <g, z_truth - v>."""
-    return gk * yk + gl * yl + gq * (yk * yl) - min(0.0, gl, gk, gk + gl + gq)
+def _ml_pair_gap(gq, uk, ul):
+    """Frank-Wolfe gap of an inactive pairwise factor at its implicit point z = (u_k, u_l,
+    u_k u_l): the gradient of L in (m_k, m_l, q) there is (0, 0, gq) (zero residual, no
+    multiplier; gq = -s U_T[k, l]), so max over the tetrahedron's vertices v of <g, z - v> is
+    gq u_k u_l - min(0, gq). At the ground truth (u = ybar) it is max(0, -gq) unless both labels
+    are positive, max(0, gq) if they are."""
+    return gq * (uk * ul) - min(0.0, gq)
 
 
 @njit(**_JIT)
@@ -1425,14 +1465,13 @@ def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_
                   tub, lbuf, full):
     """Block-greedy factor selection (Yen et al. Algorithm 3, step 1): among the inactive
     pairwise factors of example i, add the ``grow`` with the largest Frank-Wolfe gap at their
-    ground-truth vertex (``_ml_pair_gap``; gradient (rho (ybar_k - u_k), rho (ybar_l - u_l),
-    -s U_T[k, l]) in (m_k, m_l, q)) among those with gap > ``tol``; they are added in (k, l)
-    order. ``mark`` (K x K int8, zero on entry and exit) flags the active factors. Returns the
+    implicit point (``_ml_pair_gap``) among those with gap > ``tol``; they are added in (k, l)
+    order, at their implicit point (u_k, u_l, u_k u_l) with zero multipliers (``Dv``, ``nact``
+    updated; U_T unchanged). ``mark`` (K x K int8, zero on entry and exit) flags the active factors. Returns the
     number added.
 
     ``full``: scan all K(K-1)/2 pairs. Otherwise an exact pruned search (it selects the same
-    factors): a label k is *at the
-    truth* when u_k = ybar_k (gk = 0). A pair with both labels at the truth has gap
+    factors): a label k is *at the truth* when u_k = ybar_k. A pair with both labels at the truth has gap
     max(0, -s U_T) if both labels are positive and max(0, s U_T) otherwise (section 3.2 (b) of
     the paper: only the interaction weight matters). So the search scans (1) every pair touching
     a label off the truth, O(|off| K); (2) the pairs of positive labels at the truth; (3) for the
@@ -1447,14 +1486,12 @@ def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_
     scanned = 0
     if full:
         for k in range(K):
-            yk = Dt.Y[i, k]
-            gk = rho * (yk - Q.u[i, k])
+            uk = Q.u[i, k]
             for l in range(k + 1, K):
                 if mark[k, l]:
                     continue
                 scanned += 1
-                yl = Dt.Y[i, l]
-                gap = _ml_pair_gap(gk, rho * (yl - Q.u[i, l]), -s * T[k, l], yk, yl)
+                gap = _ml_pair_gap(-s * T[k, l], uk, Q.u[i, l])
                 if gap > tol:
                     nc = _ml_cand_push(gap, k, l, grow, nc, cand_f, cand_k, cand_l)
     else:
@@ -1470,8 +1507,7 @@ def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_
             for k in range(K):
                 if lbuf[k] == 0:
                     continue
-                yk = Dt.Y[i, k]
-                gk = rho * (yk - Q.u[i, k])
+                uk = Q.u[i, k]
                 for l in range(K):
                     if l == k or (lbuf[l] == 1 and l < k):
                         continue
@@ -1480,12 +1516,7 @@ def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_
                     if mark[a, b]:
                         continue
                     scanned += 1
-                    yl = Dt.Y[i, l]
-                    gl = rho * (yl - Q.u[i, l])
-                    if a == k:
-                        gap = _ml_pair_gap(gk, gl, -s * T[a, b], yk, yl)
-                    else:
-                        gap = _ml_pair_gap(gl, gk, -s * T[a, b], yl, yk)
+                    gap = _ml_pair_gap(-s * T[a, b], uk, Q.u[i, l])
                     if gap > tol:
                         nc = _ml_cand_push(gap, a, b, grow, nc, cand_f, cand_k, cand_l)
         # (2) both labels at the truth and positive: gap = max(0, -s U_T)
@@ -1539,13 +1570,19 @@ def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_
     for j in range(nc):
         k = cand_k[j]
         l = cand_l[j]
+        uk = Q.u[i, k]
+        ul = Q.u[i, l]
         Q.fk[i, n] = k
         Q.fl[i, n] = l
-        Q.fz[i, n, 0] = Dt.Y[i, k]
-        Q.fz[i, n, 1] = Dt.Y[i, l]
-        Q.fz[i, n, 2] = Dt.Y[i, k] * Dt.Y[i, l]
+        Q.fz[i, n, 0] = uk
+        Q.fz[i, n, 1] = ul
+        Q.fz[i, n, 2] = uk * ul
         Q.flam[i, n, 0] = 0.0
         Q.flam[i, n, 1] = 0.0
+        Q.Dv[i, k] += uk - Dt.Y[i, k]
+        Q.Dv[i, l] += ul - Dt.Y[i, l]
+        Q.nact[i, k] += 1.0
+        Q.nact[i, l] += 1.0
         n += 1
         added += 1
     Q.fcnt[i] = n
@@ -1556,8 +1593,7 @@ def ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_
 @njit(**_JIT)
 def ml_multiplier_step(i, Q, eta):
     """lam_f += eta (m_f - u) on the active factors of example i (paper eq. 13); returns the
-    squared residual. (An inactive factor's residual ybar_k - u_k makes its FW gap positive, so
-    the greedy step activates it before a fixed point.)"""
+    squared residual (inactive factors follow their unigrams: residual zero)."""
     res = 0.0
     for c in range(Q.fcnt[i]):
         k = Q.fk[i, c]
@@ -1579,8 +1615,12 @@ def ml_example_pass(i, Dt, Q, E, T, K, s, rho, grow, tol, acc, mark, cand_f, can
     """One sweep over the factors of example i: every unigram block (exact), the greedy
     factor additions, every active pairwise block (exact)."""
     ml_scores(E, K, Dt.x_ptr, Dt.fidx, Dt.fval, i, acc)
+    for c in range(Q.fcnt[i]):
+        mark[Q.fk[i, c], Q.fl[i, c]] = 1
     for k in range(K):
-        ml_uni_step(i, k, Dt, Q, E, K, s, rho, acc[k])
+        ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, acc[k], mark, tub)
+    for c in range(Q.fcnt[i]):
+        mark[Q.fk[i, c], Q.fl[i, c]] = 0
     counters[ML_C_UNI] += K
     if K > 1:
         ml_greedy_add(i, Dt, Q, T, K, s, rho, grow, tol, mark, cand_f, cand_k, cand_l, counters, tub, lbuf, full)
@@ -1624,6 +1664,29 @@ def ml_run_pass(order, Dt, Q, E, T, K, s, rho, eta, grow, tol, inner, mult, coun
 
 
 @njit(**_JIT)
+def ml_implicit_t_add(i, Dt, Q, T, K, c, tub):
+    """T[k, l] += c (ybar_k ybar_l - u_k u_l) over the *inactive* factors of example i (their
+    implicit pair statistic); keeps ``tub`` a bound."""
+    for k in range(K):
+        yk = Dt.Y[i, k]
+        uk = Q.u[i, k]
+        if yk == 0.0 and uk == 0.0:
+            continue
+        for l in range(k + 1, K):
+            v = yk * Dt.Y[i, l] - uk * Q.u[i, l]
+            if v != 0.0:
+                T[k, l] += c * v
+                _ml_tub_raise(tub, k, l, T[k, l])
+    for f in range(Q.fcnt[i]):   # active factors: undo the above
+        k = Q.fk[i, f]
+        l = Q.fl[i, f]
+        v = Dt.Y[i, k] * Dt.Y[i, l] - Q.u[i, k] * Q.u[i, l]
+        if v != 0.0:
+            T[k, l] -= c * v
+            _ml_tub_raise(tub, k, l, T[k, l])
+
+
+@njit(**_JIT)
 def ml_remove_example(i, Dt, Q, E, T, K, tub):
     """Subtract example i's contribution from the weights (eviction); keeps ``tub`` a bound."""
     for k in range(K):
@@ -1631,6 +1694,7 @@ def ml_remove_example(i, Dt, Q, E, T, K, tub):
         if d != 0.0:
             for p in range(Dt.x_ptr[i], Dt.x_ptr[i + 1]):
                 E[Dt.fidx[p], k] -= d * Dt.fval[p]
+    ml_implicit_t_add(i, Dt, Q, T, K, -1.0, tub)
     for c in range(Q.fcnt[i]):
         k = Q.fk[i, c]
         l = Q.fl[i, c]
@@ -1666,7 +1730,7 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
       (``exact_primal``; K <= 16);
     * the dual loss delta_i^T u_i;
     * the *local* repair: every pairwise marginal q_kl clipped into the local polytope given
-      (u_k, u_l) (inactive factors: their ground truth, clipped) -- a point of the LP
+      (u_k, u_l) (inactive factors: their implicit u_k u_l, already inside) -- a point of the LP
       relaxation's dual;
     * a *distribution* repair: a distribution over labelings with unigram marginals u, so a
       feasible dual point of the exact problem. Labels with integral u_k are deterministic; with
@@ -1677,7 +1741,7 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
 
     Returns (hinge_sum, dloss_sum, sq_dist, sq_local, residual_sq) where sq_* = ||U_T'||^2 of
     the repaired points (upper triangle) and residual_sq the squared consistency residual of
-    every factor (inactive ones included)."""
+    the active factors (the inactive ones have none by definition)."""
     Kc = Q.u.shape[1]
     n = Dt.alive.shape[0]
     Tp = np.zeros((K, K))
@@ -1701,14 +1765,12 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
             yk = Dt.Y[i, k]
             uk = Q.u[i, k]
             dloss += ((1.0 - uk) if yk == 1.0 else uk) / Ki
-            resid += (K - 1) * (yk - uk) ** 2
             if 1e-12 < uk < 1.0 - 1e-12:
                 frac[nf] = k
                 nf += 1
             for l in range(k + 1, K):
                 ul = Q.u[i, l]
-                t = yk * Dt.Y[i, l]
-                Ml[k, l] = min(max(t, max(0.0, uk + ul - 1.0)), min(uk, ul))
+                Ml[k, l] = min(max(uk * ul, max(0.0, uk + ul - 1.0)), min(uk, ul))
         for c in range(Q.fcnt[i]):
             k = Q.fk[i, c]
             l = Q.fl[i, c]
@@ -1716,7 +1778,6 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
             ul = Q.u[i, l]
             Ml[k, l] = min(max(Q.fz[i, c, 2], max(0.0, uk + ul - 1.0)), min(uk, ul))
             resid += (Q.fz[i, c, 0] - uk) ** 2 + (Q.fz[i, c, 1] - ul) ** 2
-            resid -= (Dt.Y[i, k] - uk) ** 2 + (Dt.Y[i, l] - ul) ** 2
         for k in range(K):
             uk = Q.u[i, k]
             for l in range(k + 1, K):
