@@ -379,7 +379,7 @@ def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
     assert np.allclose(r._ml.T, ml.T, atol=1e-12)
     assert np.array_equal(r._ml.nact[:ml.n], ml.nact[:ml.n])
     bad = dict(st, inactive_factors="nonsense")
-    with pytest.raises(ValueError, match="inactive-factor form"):
+    with pytest.raises(ValueError, match="inactive.factor"):
         GDMM(lam=0.2).restore(lr.structure, m._labels.labels, bad)
 
 

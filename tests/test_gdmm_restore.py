@@ -136,6 +136,7 @@ ML_CASES = {
                         _set(st, ["fl"], lambda a: _at(a, _last_row(a), 1)) or
                         _set(st, ["fcnt"], lambda c: _at(c, -1, max(int(c[-1]), 1)))),
     "fcnt_past_capacity": ("fcnt", lambda st: _set(st, ["fcnt"], lambda c: _at(c, -1, 10_000))),
+    "inactive_factors_unknown": ("inactive_factors", lambda st: st.update(inactive_factors="nonsense")),
     "fz_outside_tetrahedron": ("fz", lambda st: _set(st, ["fz"], lambda a: a + 5.0) or
                                _set(st, ["fcnt"], lambda c: _at(c, -1, max(int(c[-1]), 1)))),
     "Y_not_binary": ("Y", lambda st: _set(st, ["Y"], lambda a: _at(a, _last_row(a), 7.0))),

@@ -319,6 +319,10 @@ def validate_ml_state(st, structure, labels):
     generator state."""
     if "ml" not in st:
         _fail("ml", "a chain model's state for a multi-label structure")
+    # how inactive pair factors are defined: "product" (they follow their unigrams, u_k u_l) or
+    # "truth" (states saved before that: they sat at the ground truth; converted on restore)
+    if st.get("inactive_factors", "truth") not in ("product", "truth"):
+        _fail("inactive_factors", f"unknown form {st.get('inactive_factors')!r}")
     E = np.asarray(_get(st, "E"))
     if E.ndim != 2 or E.shape[0] < 1 or not 1 <= E.shape[1] <= _MAX_CAP:
         _fail("E", f"must be features x label capacity, got shape {E.shape}")
