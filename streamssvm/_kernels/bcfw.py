@@ -21,6 +21,8 @@ from .structops import (
     HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
     labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
+from .chain import chain_loss_norm, chain_viterbi_with_support, viterbi_support
+from .common import CHAIN
 from .chainsparse import (
     FLAG_SPARSE, FLAG_TFULL, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap,
     sp_sqnorm,
@@ -469,6 +471,25 @@ def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, m
 
 
 @njit(**_JIT)
+def _frozen_support(kind, T, K):
+    """``chain.viterbi_support`` of a chain's T (n = -1, nothing scanned, for other structures)."""
+    if kind == CHAIN and T.shape[0] >= K and T.shape[1] >= K:
+        return viterbi_support(T, K)
+    return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
+
+
+@njit(**_JIT)
+def _decode_frozen(model, E, T, B, S, scale, L, ytrue, ly, loss_scale, Ki, V, bp, scratch, out, ptr, idx, nsup):
+    """``structops.decode`` for weights that stay fixed over a loop (a gap pass, a prediction
+    batch): chains take the Viterbi with the transition support found once per loop
+    (``chain.viterbi_support``) instead of once per call; same values and labelings."""
+    if model[0] == CHAIN and L > 1:
+        return chain_viterbi_with_support(S, T, B, scale, L, model[1], model[3], ytrue, model[4],
+                                          loss_scale / chain_loss_norm(L, Ki), V, bp, out, ptr, idx, nsup)
+    return decode(model, (E, T, B), S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
+
+
+@njit(**_JIT)
 def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta, alive, n_alive,
                   gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf):
     """Exact oracle on every held block at frozen weights.
@@ -482,6 +503,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
     sh = 0.0
     sl = 0.0
     sg = 0.0
+    ptr, sidx, nsup = _frozen_support(kind, T, K)   # T is frozen for the whole pass
     for q in range(n_alive):
         j = alive[q]
         tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
@@ -502,7 +524,8 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
             sl += Li
             sg += g
             continue
-        star = decode(model, (E, T, B), S, scale, L, ytrue, ly, 1.0, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
+        star = _decode_frozen(model, E, T, B, S, scale, L, ytrue, ly, 1.0, Ki, V, bp, (S, V, bp, ybuf, lab, dbuf, V3),
+                              lab, ptr, sidx, nsup)
         # score of the ground truth
         if kind == MLPAIR:
             for q in range(lablen_of(kind, L, Kc)):
@@ -587,6 +610,7 @@ def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, to
     Emission weights are E - zc * ZE (zc = 0: plain E)."""
     dummy = np.zeros(1, dtype=np.int32)
     S = scratch[0]
+    ptr, sidx, nsup = _frozen_support(kind, T, K)   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):
         t0 = ex_tok[e]
         L = ex_tok[e + 1] - t0
@@ -597,7 +621,8 @@ def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, to
             _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
         else:
             emission_scores(E, scale, tp, fidx, fval, L, K, S)
-        decode(model, (E, T, B), S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]])
+        _decode_frozen(model, E, T, B, S, scale, L, dummy, 0, 0.0, 1, scratch[1], scratch[2], scratch,
+                       out[lab_ptr[e]:lab_ptr[e + 1]], ptr, sidx, nsup)
 
 
 @njit(**_JIT)

@@ -468,8 +468,11 @@ class BCFW(Learner):
         done = 0
         if self._needs_full and total > 0 and (not self._had_full or self.store.n > 2 * self._n_at_full):
             # the block gaps were estimated when far fewer blocks were held (a stream just
-            # arrived): refresh them once before sampling by them
-            self._full_pass(certify=False)
+            # arrived): sampling by them would be sampling by noise
+            if self.sweep_stale and not self.cache:
+                done = self._sweep(min(total, self.store.n), progress, total)
+            else:
+                self._full_pass(certify=False)
         chunk = max(self.store.n, 1)
         while done < total:
             s = min(chunk, total - done)
@@ -481,6 +484,36 @@ class BCFW(Learner):
                 c = self._full_pass()
                 if c.gap <= tol:
                     return
+
+    #: When ``refine`` starts on stale block-gap estimates (a stream just arrived) and no oracle
+    #: cache needs the global gap: step once on every held block, in a random order, instead of
+    #: a full gap pass that only refreshes the estimates (both are n oracle calls; each call of
+    #: the sweep also measures its block's gap, so the estimates are fresh afterwards).
+    sweep_stale = True
+
+    def _sweep(self, n_steps, progress=None, total=None):
+        """One step on each of ``n_steps`` held blocks drawn without replacement (a random
+        permutation from the learner's seeded stream); the kernel writes each block's gap
+        estimate from its oracle call, so after a sweep over every block the estimates count as
+        refreshed for ``refine``'s schedule (``_had_full``, ``_n_at_full``). Returns the number of
+        steps taken."""
+        st = self.store
+        perm = np.random.default_rng(self._seed()).permutation(st.slots())[:n_steps].astype(np.int64)
+        chunk = max(st.n, 1)
+        done = 0
+        while done < len(perm):
+            s = min(chunk, len(perm) - done)
+            self._run(K.SAMPLE_GIVEN, s, np.ascontiguousarray(perm[done:done + s]))
+            done += s
+            if progress is not None:
+                progress(done / max(total or len(perm), 1), self)
+        if done >= st.n:
+            # every estimate is fresh now (each measured at its block's step): refine samples
+            # by them; the global gap of the cache rule is their sum (the sweep runs without one)
+            self._g_full = float(st.gap_sum()) / max(st.n, 1)
+            self._had_full = True
+            self._n_at_full = st.n
+        return done
 
     # ------------------------------------------------------------------ gap / certificate
     def dual_view(self):
