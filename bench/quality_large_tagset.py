@@ -11,7 +11,9 @@ Every method runs in its own process so that its peak RSS (``ru_maxrss``) is its
 * ``bcfw-sparse`` / ``bcfw-dense``: ``SequenceTagger(labels=<472 tags>)`` with the BCFW defaults
   (``BCFW(seed=0)``: lam 1e-3, replay 1, gap sampling, FW steps, averaging) and
   ``chain_stats="sparse"`` / ``"dense"``; the first pass is the stream (``learn_many``), then
-  ``refine(1)`` per further pass; after each pass (untimed) the test token accuracy;
+  the learner's ``refine(1)`` per further pass (``SequenceTagger.refine`` also computes a
+  certificate, 2n oracle calls that observe only: not timed, as AP computes none); after each
+  pass (untimed) the test token accuracy;
 * ``crfsuite-ap``: averaged perceptron with ``max_iterations`` = 1, 2, ... (one training run
   each; the table shows each run's time).
 
@@ -115,7 +117,7 @@ def child(method, n_train, n_test, passes, chunk=0):
         if p == passes:
             break
         c1, w1 = time.process_time(), time.perf_counter()
-        m.refine(1)
+        lr.refine(1)   # the learner's refine: the estimator's also certifies (2n oracle calls, an observation)
         cpu += time.process_time() - c1
         wall += time.perf_counter() - w1
         if chunk > 0:
