@@ -84,8 +84,10 @@ def child(method, n_train, n_test, passes, chunk=0):
             print(json.dumps(base | {"pass": it, "cpu_s": cpu, "wall_s": wall, "test_acc": acc,
                                      "rss_before_mb": rss0, "peak_rss_mb": _rss_mb()}), flush=True)
         return
-    stats = method.split("-")[1]
-    learner = ss.learners.BCFW(seed=0, chain_stats=stats)
+    name, _, opts = method.partition("@")   # e.g. bcfw-sparse@lam=0.0001: a non-default lambda
+    stats = name.split("-")[1]
+    kw = {k: float(v) for k, v in (o.split("=") for o in opts.split(",") if o)}
+    learner = ss.learners.BCFW(seed=0, chain_stats=stats, **kw)
     # warm-up outside the timed region (numba cache load)
     w = ss.SequenceTagger(learner=learner.clone(), labels=alltags)
     w.learn_many(Xtr[:3], Ytr[:3])
@@ -286,7 +288,7 @@ def main(argv=None):
     rows = []
     for n in a.train:
         for meth in a.methods:
-            if meth == "bcfw-dense" and n > a.dense_max:
+            if meth.startswith("bcfw-dense") and n > a.dense_max:
                 continue
             runs = ([] if a.no_current and a.before else [None]) + ([a.before] if a.before and meth.startswith("bcfw") else [])
             for before in runs:

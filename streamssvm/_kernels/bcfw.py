@@ -689,7 +689,7 @@ def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
 
 
 @njit(**_JIT)
-def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, model,
+def _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n, jn, v, replay, E, T, B, model,
             Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
             sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
             avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
@@ -712,7 +712,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, model,
     alive[n] = jn
     pos[jn] = n
     n += 1
-    lam_n = lam * n
+    lam_n = min(lam * n, lam_n_max)
     scale = 1.0 / lam_n
     for r in range(replay + 1):
         j = jn if r == 0 else sample_block(sampling, tree, tree_size, alive, n)
@@ -729,7 +729,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, model,
 
 
 @njit(**_JIT)
-def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay, E, T, B, model,
+def _learn_new_blocks(kind, K, Kc, use_trans, lam, lam_n_max, n0, new_slots, victims, replay, E, T, B, model,
                      Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                      sampling, alive, pos, tree, tree_size, seed,
                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
@@ -744,7 +744,7 @@ def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, repla
     out[1] = 0
     out[2] = avg_t0
     for e in range(new_slots.shape[0]):
-        tick = _arrive(kind, K, Kc, use_trans, lam, out[0], new_slots[e], victims[e], replay, E, T, B, model,
+        tick = _arrive(kind, K, Kc, use_trans, lam, lam_n_max, out[0], new_slots[e], victims[e], replay, E, T, B, model,
                        Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                        sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
                        out[2], ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -752,7 +752,7 @@ def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, repla
 
 
 @njit(**_JIT)
-def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, model,
+def _learn_one_example(kind, K, Kc, use_trans, lam, lam_n_max, n0, slot, victim, replay, E, T, B, model,
                       Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                       sampling, alive, pos, tree, tree_size, seed,
                       S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
@@ -762,7 +762,7 @@ def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E,
     lval[slot] = 0.0
     np.random.seed(seed)
     out[1] = 0
-    return _arrive(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, model,
+    return _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n0, slot, victim, replay, E, T, B, model,
                    Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                    sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
                    avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -781,8 +781,8 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, _sampling, _replay, slack = cfg
-    lam_n = lam * n
+    lam, step_type, use_cache, F, nu, g_full, _sampling, _replay, slack, lam_n_max = cfg
+    lam_n = min(lam * n, lam_n_max)
     scale = 1.0 / lam_n
     return _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                       gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
@@ -798,8 +798,8 @@ def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tic
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
-    return _learn_new_blocks(kind, K, Kc, use_trans, lam, n, new_slots, victims, replay, E, T, B, model,
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
+    return _learn_new_blocks(kind, K, Kc, use_trans, lam, lam_n_max, n, new_slots, victims, replay, E, T, B, model,
                              Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                              sampling, alive, pos, tree, tree_size, seed,
                              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -813,9 +813,9 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slot, victim,
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
     tok_ptr, fidx, fval, ytrue, mark = example
-    return _learn_one_example(kind, K, Kc, use_trans, lam, n, slot, victim, replay, E, T, B, model,
+    return _learn_one_example(kind, K, Kc, use_trans, lam, lam_n_max, n, slot, victim, replay, E, T, B, model,
                               Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                               sampling, alive, pos, tree, tree_size, seed,
                               S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,

@@ -215,7 +215,7 @@ class Estimator:
         """Certificate of the model on the examples it holds (see
         :class:`streamssvm.certificate.Certificate`); observing it changes nothing."""
         if self._learner is None:
-            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.learner.lam, note="no examples held")
+            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, getattr(self.learner, "effective_lam", lambda: self.learner.lam)(), note="no examples held")
         return self._learner.certificate()
 
     def weights_finite(self, full=True):
