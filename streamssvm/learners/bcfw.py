@@ -283,7 +283,8 @@ class BCFW(Learner):
                 self._ws.ensure(L, self.W.Kc).scratch(L, self._slack),
                 KB.pack(KB.Averaging(t0=int(self._avg_t0), ZE=self._Z.E, ZT=self._Z.T, ZB=self._Z.B,
                                      facc=self._facc)),
-                KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self.lam is None else float(self.lam), step_type=_STEP[self.step], use_cache=bool(self.cache),
+                KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self.lam is None else float(self.lam),
+                                      step_type=_STEP[self.step], use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
                                       slack=bool(self._slack), lam_n_max=self._lam_n_max())))
