@@ -15,7 +15,7 @@ def brute_primal(est):
     d = est._features.dim
     E, T, B, scale = lr.predict_weights()  # the weights the certificate certifies
     w = [scale * E[:d, :K], scale * T[:K, :K], scale * B[:, :K]]
-    reg = 0.5 * lr.lam * sum(float(np.sum(a * a)) for a in w)
+    reg = 0.5 * lr.effective_lam() * sum(float(np.sum(a * a)) for a in w)
     hinge = 0.0
     for slot in st.slots():
         b = st.block(slot)
@@ -304,3 +304,51 @@ def test_new_tag_first_sequence_is_learned_at_once(lam, batch):
             m.learn_one(x, y)
     assert m.predict_one([{"a": 1.0}]) == ["x"]
     assert m.predict_one([{"b": 1.0}]) == ["y"]
+
+
+def _mc_stream(n, seed=0, k=4):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        y = int(rng.integers(k))
+        out.append(({"f%d" % y: 1.0 + 0.3 * rng.normal(), "g": rng.normal(), "b": 1.0}, y))
+    return out
+
+
+def test_default_lambda_is_fixed_below_the_cap():
+    """BCFW() (lam=None) and BCFW(lam=1e-3) take the same steps while n <= AUTO_LAM_N / AUTO_LAM
+    (6,000): the small-data default is unchanged, bit for bit."""
+    data = _mc_stream(600)
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-3, seed=0))
+    for m in (a, b):
+        m.learn_many([x for x, _ in data], [y for _, y in data])
+        m.refine(2)
+    np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)
+    assert a.certificate().gap == b.certificate().gap and a.certificate().lam == 1e-3
+
+
+def test_default_lambda_follows_n_beyond_the_cap():
+    """With n > AUTO_LAM_N / AUTO_LAM examples held, the default lambda is AUTO_LAM_N / n (lam * n
+    stops growing: the regularizer does not outweigh more data): the stream and refine steps, the
+    certificate and the predictions all use it, so the default learner converges to the optimum
+    of the fixed-lambda problem at that lambda (before: lambda = 1e-3 whatever n)."""
+    BCFW = ss.learners.BCFW
+    n = int(BCFW.AUTO_LAM_N / BCFW.AUTO_LAM) + 600
+    data = _mc_stream(n, seed=1)
+    X, Y = [x for x, _ in data], [y for _, y in data]
+    lam_n = BCFW.AUTO_LAM_N / n
+    a = ss.MulticlassSSVM(learner=BCFW(seed=0))
+    b = ss.MulticlassSSVM(learner=BCFW(lam=lam_n, seed=0))
+    for m in (a, b):
+        m.learn_many(X, Y)
+        m.refine(300, tol=1e-4)
+    ca, cb = a.certificate(), b.certificate()
+    assert a._learner.effective_lam() == ca.lam == lam_n < BCFW.AUTO_LAM
+    assert ca.gap <= 1e-4 and cb.gap <= 1e-4
+    assert abs(ca.primal - cb.primal) <= ca.gap + cb.gap + 1e-9
+    # a different problem from lambda = 1e-3 (its optimum is higher: P grows with lambda)
+    c = ss.MulticlassSSVM(learner=BCFW(lam=BCFW.AUTO_LAM, seed=0))
+    c.learn_many(X, Y)
+    c.refine(300, tol=1e-4)
+    assert c.certificate().dual > ca.primal

@@ -282,7 +282,7 @@ def _brute_primal(est, slack):
     d = est._features.dim
     E, T, B, scale = lr.predict_weights()
     w = scale * E[:d, :K]
-    reg = 0.5 * lr.lam * float(np.sum(w * w)) + 0.5 * lr.lam * scale ** 2 * float(np.sum(T * T) + np.sum(B * B))
+    reg = 0.5 * lr.effective_lam() * float(np.sum(w * w)) + 0.5 * lr.effective_lam() * scale ** 2 * float(np.sum(T * T) + np.sum(B * B))
     hinge = 0.0
     labs = hier.all_labelings()
     for slot in st.slots():

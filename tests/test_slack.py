@@ -59,7 +59,7 @@ def _brute_slack_primal(est):
     d = est._features.dim
     E, T, B, scale = lr.predict_weights()
     w = [scale * E[:d, :K], scale * T[:K, :K], scale * B[:, :K]]
-    reg = 0.5 * lr.lam * sum(float(np.sum(a * a)) for a in w)
+    reg = 0.5 * lr.effective_lam() * sum(float(np.sum(a * a)) for a in w)
     hinge = 0.0
     for slot in st.slots():
         b = st.block(slot)

@@ -208,3 +208,50 @@ def test_dispatch_threshold_follows_density():
     for density in (CH.VITERBI_SPARSE_MAX_DENSITY * 0.5, min(1.0, CH.VITERBI_SPARSE_MAX_DENSITY * 2)):
         S, T, B, ytrue, C = instance(rng, L, K, density)
         check_all(S, T, B, 0.5, L, K, True, ytrue, C, 0.1)
+
+
+
+def test_frozen_support_paths_equal_per_call_viterbi():
+    """BCFW's prediction batch and full gap pass find the transition support once per loop
+    (``chain.viterbi_support``, T frozen) instead of once per Viterbi call: the same labelings
+    as ``chain_viterbi`` called per sentence on the same scores."""
+    import streamssvm as ss
+    rng = np.random.default_rng(5)
+    K, d = 100, 6
+    centers = rng.normal(size=(K, d)) * 2.0
+    X, Y = [], []
+    for _ in range(100):   # tags follow tag + 0 or 1: few tag pairs ever get a weight
+        L = int(rng.integers(1, 9))
+        y = [int(v) % K for v in np.cumsum(np.append(rng.integers(0, K), rng.integers(0, 2, L - 1)))]
+        X.append(centers[y] + 0.3 * rng.normal(size=(L, d)))
+        Y.append(y)
+    m = ss.SequenceTagger(learner=ss.learners.BCFW(seed=0, lam=1e-2), labels=list(range(K)))
+    m.learn_many(X, Y)
+    m.refine(2)
+    lr = m._learner
+    E, ZE, zc, T, B, scale = lr._predict_params()
+    Kn = lr._K
+    nnz = np.count_nonzero(T[:Kn, :Kn])
+    assert 0 < nnz <= CH.VITERBI_SPARSE_MAX_DENSITY * Kn * Kn and Kn >= CH.VITERBI_SPARSE_MIN_K  # sparse path
+    enc = [m._features.encode_tokens(x, grow=False) for x in X]
+    lens = [len(tp) - 1 for tp, _, _ in enc]
+    ex_tok = np.zeros(len(X) + 1, dtype=np.int64)
+    np.cumsum(lens, out=ex_tok[1:])
+    offs = np.cumsum([0] + [len(fi) for _, fi, _ in enc])
+    tok_ptr = np.concatenate([tp[:-1].astype(np.int64) + o for (tp, _, _), o in zip(enc, offs)] + [offs[-1:]])
+    fidx = np.concatenate([fi for _, fi, _ in enc])
+    fval = np.concatenate([fv for _, _, fv in enc])
+    batch = lr.predict(ex_tok, tok_ptr, fidx, fval, ex_tok, int(ex_tok[-1]))
+    W = E - zc * ZE
+    n_multi = 0
+    for e, (tp, fi, fv) in enumerate(enc):
+        L = lens[e]
+        S = np.zeros((L, Kn))
+        for t in range(L):
+            S[t] = scale * (fv[tp[t]:tp[t + 1]] @ W[fi[tp[t]:tp[t + 1]], :Kn])
+        out = np.zeros(L, np.int32)
+        V, bp = np.zeros((L, Kn)), np.zeros((L, Kn), np.int32)
+        CH.chain_viterbi(S, T, B, scale, L, Kn, True, np.zeros(L, np.int32), np.zeros((Kn, Kn)), 0.0, V, bp, out)
+        assert out.tolist() == batch[ex_tok[e]:ex_tok[e + 1]].tolist()
+        n_multi += L > 1
+    assert n_multi > 40

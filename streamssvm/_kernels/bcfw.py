@@ -24,7 +24,8 @@ from .structops import (
     HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
     labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
 )
-from .common import FLAG_DENSE_ROW, MULTICLASS, write_dense_row
+from .chain import chain_loss_norm, chain_viterbi_with_support, viterbi_support
+from .common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, write_dense_row
 from .multiclass import mc_stat_apply2
 from .chainsparse import (
     FLAG_SPARSE, FLAG_TFULL, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap,
@@ -485,6 +486,25 @@ def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, m
 
 
 @njit(**_JIT)
+def _frozen_support(kind, T, K):
+    """``chain.viterbi_support`` of a chain's T (n = -1, nothing scanned, for other structures)."""
+    if kind == CHAIN and T.shape[0] >= K and T.shape[1] >= K:
+        return viterbi_support(T, K)
+    return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
+
+
+@njit(**_JIT)
+def _decode_frozen(model, E, T, B, S, scale, L, ytrue, ly, loss_scale, Ki, V, bp, scratch, out, ptr, idx, nsup):
+    """``structops.decode`` for weights that stay fixed over a loop (a gap pass, a prediction
+    batch): chains take the Viterbi with the transition support found once per loop
+    (``chain.viterbi_support``) instead of once per call; same values and labelings."""
+    if model[0] == CHAIN and L > 1:
+        return chain_viterbi_with_support(S, T, B, scale, L, model[1], model[3], ytrue, model[4],
+                                          loss_scale / chain_loss_norm(L, Ki), V, bp, out, ptr, idx, nsup)
+    return decode(model, (E, T, B), S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
+
+
+@njit(**_JIT)
 def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta, alive, n_alive,
                   gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf):
     """Exact oracle on every held block at frozen weights.
@@ -498,6 +518,7 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
     sh = 0.0
     sl = 0.0
     sg = 0.0
+    ptr, sidx, nsup = _frozen_support(kind, T, K)   # T is frozen for the whole pass
     for q in range(n_alive):
         j = alive[q]
         tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
@@ -518,7 +539,8 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
             sl += Li
             sg += g
             continue
-        star = decode(model, (E, T, B), S, scale, L, ytrue, ly, 1.0, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
+        star = _decode_frozen(model, E, T, B, S, scale, L, ytrue, ly, 1.0, Ki, V, bp, (S, V, bp, ybuf, lab, dbuf, V3),
+                              lab, ptr, sidx, nsup)
         # score of the ground truth
         if kind == MLPAIR:
             for q in range(lablen_of(kind, L, Kc)):
@@ -603,6 +625,7 @@ def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, to
     Emission weights are E - zc * ZE (zc = 0: plain E)."""
     dummy = np.zeros(1, dtype=np.int32)
     S = scratch[0]
+    ptr, sidx, nsup = _frozen_support(kind, T, K)   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):
         t0 = ex_tok[e]
         L = ex_tok[e + 1] - t0
@@ -613,7 +636,8 @@ def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, to
             _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
         else:
             emission_scores(E, scale, tp, fidx, fval, L, K, S)
-        decode(model, (E, T, B), S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]])
+        _decode_frozen(model, E, T, B, S, scale, L, dummy, 0, 0.0, 1, scratch[1], scratch[2], scratch,
+                       out[lab_ptr[e]:lab_ptr[e + 1]], ptr, sidx, nsup)
 
 
 @njit(**_JIT)
@@ -686,7 +710,7 @@ def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
 
 
 @njit(**_JIT)
-def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, model,
+def _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n, jn, v, replay, E, T, B, model,
             Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
             sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
             avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
@@ -709,7 +733,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, model,
     alive[n] = jn
     pos[jn] = n
     n += 1
-    lam_n = lam * n
+    lam_n = min(lam * n, lam_n_max)
     scale = 1.0 / lam_n
     for r in range(replay + 1):
         j = jn if r == 0 else sample_block(sampling, tree, tree_size, alive, n)
@@ -726,7 +750,7 @@ def _arrive(kind, K, Kc, use_trans, lam, n, jn, v, replay, E, T, B, model,
 
 
 @njit(**_JIT)
-def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, replay, E, T, B, model,
+def _learn_new_blocks(kind, K, Kc, use_trans, lam, lam_n_max, n0, new_slots, victims, replay, E, T, B, model,
                      Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                      sampling, alive, pos, tree, tree_size, seed,
                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
@@ -741,7 +765,7 @@ def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, repla
     out[1] = 0
     out[2] = avg_t0
     for e in range(new_slots.shape[0]):
-        tick = _arrive(kind, K, Kc, use_trans, lam, out[0], new_slots[e], victims[e], replay, E, T, B, model,
+        tick = _arrive(kind, K, Kc, use_trans, lam, lam_n_max, out[0], new_slots[e], victims[e], replay, E, T, B, model,
                        Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
                        sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
                        out[2], ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -749,7 +773,7 @@ def _learn_new_blocks(kind, K, Kc, use_trans, lam, n0, new_slots, victims, repla
 
 
 @njit(**_JIT)
-def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, model,
+def _learn_one_example(kind, K, Kc, use_trans, lam, lam_n_max, n0, slot, victim, replay, E, T, B, model,
                       Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                       sampling, alive, pos, tree, tree_size, seed,
                       S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
@@ -759,7 +783,7 @@ def _learn_one_example(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E,
     lval[slot] = 0.0
     np.random.seed(seed)
     out[1] = 0
-    return _arrive(kind, K, Kc, use_trans, lam, n0, slot, victim, replay, E, T, B, model,
+    return _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n0, slot, victim, replay, E, T, B, model,
                    Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                    sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
                    avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -778,8 +802,8 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, _sampling, _replay, slack = cfg
-    lam_n = lam * n
+    lam, step_type, use_cache, F, nu, g_full, _sampling, _replay, slack, lam_n_max = cfg
+    lam_n = min(lam * n, lam_n_max)
     scale = 1.0 / lam_n
     return _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
                       gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
@@ -795,8 +819,8 @@ def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tic
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
-    return _learn_new_blocks(kind, K, Kc, use_trans, lam, n, new_slots, victims, replay, E, T, B, model,
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
+    return _learn_new_blocks(kind, K, Kc, use_trans, lam, lam_n_max, n, new_slots, victims, replay, E, T, B, model,
                              Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                              sampling, alive, pos, tree, tree_size, seed,
                              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
@@ -810,9 +834,9 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slot, victim,
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack = cfg
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
     tok_ptr, fidx, fval, ytrue, mark = example
-    return _learn_one_example(kind, K, Kc, use_trans, lam, n, slot, victim, replay, E, T, B, model,
+    return _learn_one_example(kind, K, Kc, use_trans, lam, lam_n_max, n, slot, victim, replay, E, T, B, model,
                               Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
                               sampling, alive, pos, tree, tree_size, seed,
                               S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,

@@ -47,9 +47,10 @@ Averaging = namedtuple("Averaging", ["t0", "ZE", "ZT", "ZB", "facc"])
 
 #: Block-step configuration: ``lam`` regularization, ``step_type`` (STEP_*), ``use_cache``
 #: oracle cache on, ``F`` / ``nu`` its parameters, ``g_full`` the last full gap, ``sampling``
-#: (SAMPLE_*) for replays, ``replay`` steps after each new block, ``slack`` slack rescaling.
+#: (SAMPLE_*) for replays, ``replay`` steps after each new block, ``slack`` slack rescaling,
+#: ``lam_n_max`` the cap on lam * n (inf: none; see ``BCFW(lam_n_cap=...)``).
 StepConfig = namedtuple("StepConfig", ["lam", "step_type", "use_cache", "F", "nu", "g_full", "sampling",
-                                       "replay", "slack"])
+                                       "replay", "slack", "lam_n_max"])
 
 #: One new example for ``learn_one_example``: its CSR tokens, ground truth, and the feature
 #: mark buffer of the Gram computation.

@@ -281,6 +281,38 @@ def chain_viterbi_sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, o
 
 
 @njit(**_JIT)
+def viterbi_support(T, K):
+    """The transition support ``chain_viterbi`` would scan, for a T that stays fixed over many
+    calls (a gap pass, a prediction batch): (ptr, idx, n) as ``transition_support``, n = -1 when
+    the dense loop is the one to run (K < ``VITERBI_SPARSE_MIN_K`` or T too dense)."""
+    if K < VITERBI_SPARSE_MIN_K:
+        return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
+    return transition_support(T, K, int(VITERBI_SPARSE_MAX_DENSITY * K * K))
+
+
+@njit(**_JIT)
+def chain_viterbi_with_support(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out, ptr, idx, n):
+    """``chain_viterbi`` with the support of T computed once by ``viterbi_support`` (T unchanged
+    since): the same value and labeling, without the per-call scan of T.
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0); K, L = 40, 6
+    >>> T = np.where(rng.random((K, K)) < 0.05, rng.normal(size=(K, K)), 0.0)
+    >>> S = rng.normal(size=(L, K)); B = np.zeros((2, K)); y = np.zeros(L, np.int32); C = np.zeros((K, K))
+    >>> o1, o2 = np.zeros(L, np.int32), np.zeros(L, np.int32)
+    >>> V, bp = np.zeros((L, K)), np.zeros((L, K), np.int32)
+    >>> a = chain_viterbi(S, T, B, 1.0, L, K, True, y, C, 0.0, V, bp, o1)
+    >>> ptr, idx, n = viterbi_support(T, K)
+    >>> b = chain_viterbi_with_support(S, T, B, 1.0, L, K, True, y, C, 0.0, V, bp, o2, ptr, idx, n)
+    >>> n > 0, a == b, o1.tolist() == o2.tolist()
+    (True, True, True)
+    """
+    if L > 1 and n >= 0:
+        return chain_viterbi_sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out, ptr, idx)
+    return chain_viterbi_dense(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out)
+
+
+@njit(**_JIT)
 def chain_viterbi(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
     """Viterbi: argmax_y score(y) + lw * sum_t C[ytrue[t], y_t] (lw = 0: MAP) into ``out``;
     returns the maximum. V, bp: (>= L, >= K) work tables. Exact either way: the sparse DP of

@@ -134,7 +134,8 @@ class _Job:
         self.keep = keep
         self.worker_cpus = worker_cpus
         self.job_id = job_id
-        self.lam = float(model.learner.lam)
+        lam = model.learner.lam   # BCFW(lam=None), lambda following n: the union keeps its 1e-3
+        self.lam = float(model.learner.effective_lam(1) if lam is None else lam)
         self.workers = []
         self.mixer = None
         self.round = 0

@@ -215,7 +215,8 @@ class Estimator:
         """Certificate of the model on the examples it holds (see
         :class:`streamssvm.certificate.Certificate`); observing it changes nothing."""
         if self._learner is None:
-            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.learner.lam, note="no examples held")
+            lam = getattr(self.learner, "effective_lam", lambda: self.learner.lam)()
+            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, lam, note="no examples held")
         return self._learner.certificate()
 
     def weights_finite(self, full=True):
