@@ -46,7 +46,9 @@ def _add_learner_args(p):
                    help="memoir: class rows (auto: dense for narrow arrays, sparse for dicts / wide input)")
     g.add_argument("--max-dirty", type=int, default=None, help="memoir: re-index after this many changed rows")
     g.add_argument("--ef", type=int, default=None, help="memoir --mips hnsw: search breadth")
-    g.add_argument("--lam", type=float, default=1e-3, help="regularization lambda (default: 0.001)")
+    g.add_argument("--lam", type=float, default=None,
+                   help="regularization lambda (default: the learner's own: bcfw 0.001, following the number "
+                        "n of held examples as 6/n beyond 6,000; memoir 1e-6; the others 0.001)")
     g.add_argument("--replay", type=int, default=1,
                    help="bcfw/gdmm: block steps on held examples per new example; cp: held examples revisited "
                         "(default: 1)")
@@ -71,6 +73,7 @@ def _add_learner_args(p):
 def _make_model(args):
     import streamssvm as ss
     hierarchy = _load_hierarchy(getattr(args, "hierarchy", None), args.task)
+    lam = {} if args.lam is None else {"lam": args.lam}   # no --lam: each learner's own default
     if args.learner is None:  # --task extreme implies MEMOIR
         args.learner = "memoir" if args.task == "extreme" else "bcfw"
     if args.task == "extreme" or args.learner == "memoir":
@@ -78,22 +81,22 @@ def _make_model(args):
             raise ValueError(f"--task extreme goes with --learner memoir (got --task {args.task} "
                              f"--learner {args.learner})")
         extra = {k: v for k, v in (("max_dirty", args.max_dirty), ("ef", args.ef)) if v is not None}
-        learner = ss.learners.MEMOIR(variant=args.variant, mips=args.mips, lam=args.lam, batch_size=args.batch,
+        learner = ss.learners.MEMOIR(variant=args.variant, mips=args.mips, **lam, batch_size=args.batch,
                                      seed=args.seed, rows=args.rows, rescaling=args.rescaling, **extra)
         return ss.ExtremeClassifier(learner=learner, n_features=args.n_features)
     if args.learner == "sgd":
-        learner = ss.learners.SGD(lam=args.lam, rescaling=args.rescaling, search=args.search,
+        learner = ss.learners.SGD(**lam, rescaling=args.rescaling, search=args.search,
                                   max_queries=args.max_queries, seed=args.seed)
     elif args.learner == "bmrm":
-        learner = ss.learners.BMRM(lam=args.lam, rescaling=args.rescaling, eps=args.eps, capacity=args.capacity)
+        learner = ss.learners.BMRM(**lam, rescaling=args.rescaling, eps=args.eps, capacity=args.capacity)
     elif args.learner == "pragam":
-        learner = ss.learners.Pragam(lam=args.lam, eps=args.eps, capacity=args.capacity, seed=args.seed)
+        learner = ss.learners.Pragam(**lam, eps=args.eps, capacity=args.capacity, seed=args.seed)
     elif args.learner == "gdmm":   # GDMM (Yen et al. 2016): chains, pairwise multi-label
         if args.task not in ("sequence", "multilabel"):
             raise ValueError("--learner gdmm learns --task sequence or --task multilabel")
-        learner = ss.learners.GDMM(lam=args.lam, replay=args.replay, capacity=args.capacity, seed=args.seed)
+        learner = ss.learners.GDMM(**lam, replay=args.replay, capacity=args.capacity, seed=args.seed)
     elif args.learner == "cp":
-        learner = ss.learners.CuttingPlane(lam=args.lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
+        learner = ss.learners.CuttingPlane(**lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
                                            max_queries=max(args.max_queries, 2), seed=args.seed,
                                            replay=args.replay)
     else:
@@ -101,7 +104,7 @@ def _make_model(args):
         plain = args.rescaling == "slack" or bool(getattr(args, "workers", None))
         step = args.step or ("fw" if plain else "pairwise")
         cache = (not plain) if args.cache is None else args.cache
-        learner = ss.learners.BCFW(lam=args.lam, replay=args.replay, sampling=args.sampling, step=step,
+        learner = ss.learners.BCFW(**lam, replay=args.replay, sampling=args.sampling, step=step,
                                    cache=cache, capacity=args.capacity, eviction=args.eviction,
                                    rescaling=args.rescaling, seed=args.seed)
     if args.task == "multiclass":

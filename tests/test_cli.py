@@ -275,3 +275,22 @@ def test_new_class_revisits_the_first_block_cutting_plane():
     m.learn_one({"b": 1.0}, "y")
     b0 = m._learner.blocks[0]
     assert len(b0.labs) == 2 and b0.alpha[1] > 0    # separated again against the new class
+
+
+def test_without_lam_each_learner_keeps_its_own_default():
+    """``run`` without ``--lam`` builds each learner with the library's default (it used to pass
+    0.001 to every learner: MEMOIR's default is 1e-6, BCFW's follows the number of examples);
+    an explicit ``--lam`` still reaches the learner."""
+    import streamssvm as ss
+    from streamssvm.cli import _make_model, build_parser
+
+    def learner(*extra):
+        args = build_parser().parse_args(["run", "--source", "file:///dev/null", *extra])
+        return _make_model(args).learner
+
+    assert learner("--task", "extreme").lam == ss.learners.MEMOIR().lam == 1e-6
+    bcfw = learner("--task", "multiclass")
+    assert bcfw.lam is None and bcfw.effective_lam(24_000) == 6 / 24_000
+    assert learner("--task", "sequence", "--learner", "gdmm").lam == ss.learners.GDMM().lam
+    assert learner("--task", "extreme", "--lam", "0.01").lam == 0.01
+    assert learner("--task", "multiclass", "--lam", "0.5").lam == 0.5
