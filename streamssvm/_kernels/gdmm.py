@@ -857,21 +857,7 @@ def bi_step(f, a0, a1, U, B, T, K, Kc, s, rho, bi_mode, qp_iters, heaps, H, SC, 
         gam = lin / curv
         if gam > 1.0:
             gam = 1.0
-        for k in range(n):
-            d = gam * tmp[3 * n + k]
-            if d != 0.0:
-                aa = B.a[f, k]
-                bb = B.b[f, k]
-                nv = B.mu[f, k] + d
-                if nv < 0.0:
-                    nv = 0.0
-                d = nv - B.mu[f, k]
-                B.mu[f, k] = nv
-                T[aa, bb] -= d
-                if A.coef[0] > 0.0:
-                    A.ZT[aa, bb] -= d * A.coef[0]
-                if heaps:
-                    heap_t_changed(T, K, Kc, H, aa, bb)
+        _bi_apply(f, n, tmp[3 * n:4 * n], gam, B, T, K, Kc, heaps, H, A, -1)
     return False
 
 
