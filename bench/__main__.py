@@ -78,7 +78,7 @@ def summary_md(info, groups, sizes_name, total_wall):
          f"{info['load_end']} at the end; Python {info['python']}, numpy {info['numpy']}, numba {info['numba']}, "
          f"scikit-learn {info['scikit-learn']}, river {info['river']}; streamssvm {info['streamssvm']} at commit "
          f"`{info['commit']}`. BLAS pinned to one thread (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS = 1, "
-         "set before numpy is imported). Peers: " + "; ".join(f"{k} {v}" for k, v in info["peers"].items()) + ".", "",
+         "and NUMBA_NUM_THREADS = 1, set before numpy is imported). Peers: " + "; ".join(f"{k} {v}" for k, v in info["peers"].items()) + ".", "",
          "CPU s / wall s: the whole row group (kernel compilation or cache load, data loading and its peers included);"
          " the cells give the measured parts alone.", ""]
     L += table_head("row", "data", "streamssvm", "peer(s)", "ratio", "group CPU s / wall s")
