@@ -54,7 +54,9 @@ def test_error(tagger, X, Y):
     return float(np.mean(np.concatenate([np.asarray(p) != y for p, y in zip(pred, Y)])))
 
 
-def run_one(data, lam, method, seed, max_passes, max_seconds, log):
+def run_one(data, lam, method, seed, max_passes, max_seconds, log, stop_gap=THRESH[-1]):
+    """One run: stream the training words, then refine pass by pass (the gap certified at the
+    passes in ``marks``) until the gap is <= ``stop_gap``, ``max_passes`` or ``max_seconds``."""
     X_tr, y_tr, X_te, y_te = data
     sampling, step, cache = method
     tagger = ss.SequenceTagger(learner=ss.learners.BCFW(lam=lam, replay=0, sampling=sampling, step=step,
@@ -86,12 +88,12 @@ def run_one(data, lam, method, seed, max_passes, max_seconds, log):
 
     while True:
         p = record()
-        if passes_done in (1, 10, 50, 100) or passes_done >= max_passes or train_s >= max_seconds or p["gap"] <= THRESH[-1]:
+        if passes_done in (1, 10, 50, 100) or passes_done >= max_passes or train_s >= max_seconds or p["gap"] <= stop_gap:
             p["test_error"] = test_error(tagger, X_te, y_te)
         curve.append(p)
         log(f"  {mname(method)} lam={lam} seed={seed} pass {passes_done:g} eff {p['effective_passes']:.1f} "
             f"gap {p['gap']:.4g} t {train_s:.1f}s")
-        if p["gap"] <= THRESH[-1] or passes_done >= max_passes or train_s >= max_seconds:
+        if p["gap"] <= stop_gap or passes_done >= max_passes or train_s >= max_seconds:
             break
         while next_mark < len(marks) and marks[next_mark] <= passes_done:
             next_mark += 1
