@@ -141,7 +141,7 @@ def med(vals):
 
 
 def summarize(results, sec_pass, lams):
-    lines = ["# OCR-large, BCFW (paper 002 reproduction)", "",
+    lines = ["# OCR-large, BCFW (Osokin et al., Minding the gaps, ICML 2016: reproduction)", "",
              "Gap = certified duality gap of the averaged weights (the ones that predict), measured",
              "offline. Passes = effective passes (oracle calls / n; cache hits excluded; the algorithm's own",
              "full gap passes included; the streaming pass counts as pass 1). Seconds = training time",
