@@ -1,4 +1,4 @@
-"""Slack vs margin rescaling on a hierarchical multi-label problem (paper 000, section 5.2, Table 3).
+"""Slack vs margin rescaling on a hierarchical multi-label problem (Choi, Meshi & Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS 2016, section 5.2, Table 3).
 
     python bench/hierarchy_slack.py          # ~2 minutes
     python bench/hierarchy_slack.py --quick
@@ -175,7 +175,7 @@ def main(argv=None):
         rows.append(row)
         log(row)
     costs = oracle_costs(hier, np.random.default_rng(2))
-    lines = ["# Hierarchical multi-label: slack vs margin rescaling (paper 000, Table 3 analogue)", "",
+    lines = ["# Hierarchical multi-label: slack vs margin rescaling (Choi, Meshi & Srebro, AISTATS 2016, Table 3 analogue)", "",
              f"Synthetic SWIKI-shaped tree: {len(hier.nodes)} nodes, {hier.n_leaves} leaves (labels); "
              f"{len(Xtr)} train / {len(Xte)} test examples, d = {X.shape[1]}; lambda = {args.lam:g}. BCFW: one "
              f"streamed pass (replay 1) then {args.passes:g} refinement passes; SGD: {1 + int(args.passes) // 4} "

@@ -33,7 +33,10 @@ import streamssvm as ss  # noqa: E402
 from streamssvm.connectors.base import DeadLetterSink, MemorySink  # noqa: E402
 from streamssvm.connectors.files import _reject_constant, parse_example  # noqa: E402
 from streamssvm.connectors.kafka import KafkaSink, KafkaSource, create_topic, produce_lines  # noqa: E402
-from streamssvm.cli import start_broker  # noqa: E402
+try:  # the broker launcher: streamssvm.cli (a module) or its own module in the cli package
+    from streamssvm.cli.broker import start_broker  # noqa: E402
+except ImportError:
+    from streamssvm.cli import start_broker  # noqa: E402
 from streamssvm.engine import Engine  # noqa: E402
 
 

@@ -34,7 +34,7 @@ from river import datasets, linear_model, multiclass, preprocessing  # noqa: E40
 from sklearn.linear_model import SGDClassifier  # noqa: E402
 
 import streamssvm as ss  # noqa: E402
-from _common import cpu_model, write_results  # noqa: E402
+from _common import Clock, cpu_model, write_results  # noqa: E402
 
 
 
@@ -94,25 +94,34 @@ def models(classes, features, lams):
     return ms
 
 
-def progressive(make, data, reps):
-    times, learn_times, accs = [], [], []
+def progressive(make, data, reps, learn_only=True):
+    """Progressive validation (predict, then learn, one example at a time) of ``make()`` on
+    ``data``, ``reps`` times: accuracy, examples per wall and per CPU second (medians); with
+    ``learn_only`` also the rate of learning alone (a fresh model, no predictions)."""
+    walls, cpus, learn_walls, accs = [], [], [], []
     for _ in range(reps):
         m = make()
         correct = 0
-        t0 = time.perf_counter()
-        for x, y in data:
-            p = m.predict_one(x)
-            correct += p == y
-            m.learn_one(x, y)
-        times.append(time.perf_counter() - t0)
+        with Clock() as c:
+            for x, y in data:
+                p = m.predict_one(x)
+                correct += p == y
+                m.learn_one(x, y)
+        walls.append(c.wall)
+        cpus.append(c.cpu)
         accs.append(correct / len(data))
-        m = make()
-        t0 = time.perf_counter()
-        for x, y in data:
-            m.learn_one(x, y)
-        learn_times.append(time.perf_counter() - t0)
-    return {"accuracy": float(np.median(accs)), "ex_per_s": len(data) / float(np.median(times)),
-            "learn_ex_per_s": len(data) / float(np.median(learn_times)), "all_seconds": times}
+        if learn_only:
+            m = make()
+            with Clock() as c:
+                for x, y in data:
+                    m.learn_one(x, y)
+            learn_walls.append(c.wall)
+    out = {"accuracy": float(np.median(accs)), "ex_per_s": len(data) / float(np.median(walls)),
+           "ex_per_cpu_s": len(data) / float(np.median(cpus)), "wall_s": float(np.median(walls)),
+           "cpu_s": float(np.median(cpus)), "all_seconds": walls}
+    if learn_only:
+        out["learn_ex_per_s"] = len(data) / float(np.median(learn_walls))
+    return out
 
 
 def learn_many_bench(X, y, reps, replay):

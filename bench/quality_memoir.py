@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
-from _common import log, table_head, write_results  # noqa: E402
+from _common import brown_documents, log, table_head, write_results  # noqa: E402
 from brown_extreme import Projection  # noqa: E402
 
 
@@ -76,7 +76,7 @@ def tagpair_examples(K, test_every=5):
     capitalized (``c0``, ``c1``). Document i is a test document when i % 5 == 4 (as
     ``brown_context_stream``)."""
     from collections import Counter
-    docs = ss.datasets.load_brown()
+    docs = brown_documents()
     is_test = [i % test_every == test_every - 1 for i in range(len(docs))]
     freq = Counter(f"{s[p][1]} {s[p + 1][1]}" for (_, sents), t in zip(docs, is_test) if not t
                    for s in sents for p in range(len(s) - 1))

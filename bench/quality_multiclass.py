@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
 from streamssvm.features import FeatureIndex  # noqa: E402
@@ -86,32 +87,43 @@ def batch_rates(kind="gauss", nb=40, bs=256, seed=1):
     """CPU seconds and progressive accuracy of ``predict_learn_many`` (BCFW defaults, lam =
     1e-4) and of scikit-learn's ``predict`` + ``partial_fit`` on the same 784-d dense batches,
     in this process."""
-    from sklearn.linear_model import SGDClassifier
     X, y = batch_data(kind, nb, bs, seed)
-    m = ss.MulticlassSSVM(ss.learners.BCFW(lam=1e-4, seed=0), labels=list(range(10)))
+    return dict(batch_rates_on(X, y, bs, lam=1e-4), kind=kind)
+
+
+def batch_rates_on(X, y, bs=256, lam=1e-4):
+    """``MulticlassSSVM(BCFW(lam)).predict_learn_many`` against scikit-learn's ``predict`` +
+    ``partial_fit`` on the batches of ``bs`` rows of (X, y) (integer labels), in this process:
+    CPU and wall seconds after the first batch (learned outside the clock), progressive accuracy
+    (each batch predicted before it is learned)."""
+    from sklearn.linear_model import SGDClassifier
+    from _common import Clock
+    classes = np.unique(y)
+    labels = classes.tolist()
+    nb = len(X) // bs
+    m = ss.MulticlassSSVM(ss.learners.BCFW(lam=lam, seed=0), labels=labels)
     # compile / load every kernel outside the timing: the first call only learns (no model yet),
-    # the second predicts too (the per-row kernel before this change, BLAS after); the model
-    # that is timed learns the first batch once
-    w = ss.MulticlassSSVM(ss.learners.BCFW(lam=1e-4, seed=0), labels=list(range(10)))
+    # the second predicts too; the model that is timed learns the first batch once
+    w = ss.MulticlassSSVM(ss.learners.BCFW(lam=lam, seed=0), labels=labels)
     w.predict_learn_many(X[:bs], y[:bs])
     w.predict_learn_many(X[bs:2 * bs], y[bs:2 * bs])
     m.predict_learn_many(X[:bs], y[:bs])
     preds = []
-    t_ss = cpu(lambda: [preds.extend(m.predict_learn_many(X[i:i + bs], y[i:i + bs]))
-                        for i in range(bs, nb * bs, bs)])
+    with Clock() as c_ss:
+        for i in range(bs, nb * bs, bs):
+            preds.extend(m.predict_learn_many(X[i:i + bs], y[i:i + bs]))
     sk = SGDClassifier(loss="hinge", alpha=1e-4, random_state=0)
-    sk.partial_fit(X[:bs], y[:bs], classes=np.arange(10))
+    sk.partial_fit(X[:bs], y[:bs], classes=classes)
     sk_preds = []
-
-    def run_sk():
+    with Clock() as c_sk:
         for i in range(bs, nb * bs, bs):
             sk_preds.extend(sk.predict(X[i:i + bs]))
             sk.partial_fit(X[i:i + bs], y[i:i + bs])
-    t_sk = cpu(run_sk)
     rows = (nb - 1) * bs
     yt = y[bs:nb * bs]
-    return {"kind": kind, "rows": rows, "nnz_fraction": float(np.mean(X != 0)),
-            "streamssvm_cpu_s": t_ss, "sklearn_cpu_s": t_sk, "streamssvm_over_sklearn": t_sk / t_ss,
+    return {"rows": rows, "dim": int(X.shape[1]), "nnz_fraction": float(np.mean(X != 0)),
+            "streamssvm_cpu_s": c_ss.cpu, "sklearn_cpu_s": c_sk.cpu, "streamssvm_wall_s": c_ss.wall,
+            "sklearn_wall_s": c_sk.wall, "streamssvm_over_sklearn": c_sk.cpu / c_ss.cpu,
             "streamssvm_accuracy": float(np.mean(np.asarray(preds) == yt)),
             "sklearn_accuracy": float(np.mean(np.asarray(sk_preds) == yt)),
             "load": os.getloadavg()[0], "streamssvm": ss.__file__}

@@ -1,5 +1,6 @@
 """Slack rescaling: convergence of SGD with angular / bisecting / exact slack oracles and of BCFW
-(paper 000, Fig. 4 and App. I: "angular search with SGD converges an order of magnitude faster").
+(Choi, Meshi & Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS 2016,
+Fig. 4 and App. I: "angular search with SGD converges an order of magnitude faster").
 
     python bench/slack_convergence.py           # ~7 minutes on 2 shared cores
     python bench/slack_convergence.py --quick   # ~1 minute
@@ -186,7 +187,7 @@ def main(argv=None):
             for r in curves[meth]:
                 r["gap_vs_best_dual"] = r["primal"] - d_best
         results["tasks"][task] = {"n": n, "best_dual": d_best, "curves": curves}
-    lines = ["# Slack rescaling: convergence of SGD with angular / bisecting / exact oracles, and BCFW (paper 000)", "",
+    lines = ["# Slack rescaling: convergence of SGD with angular / bisecting / exact oracles, and BCFW (Choi, Meshi & Srebro, AISTATS 2016)", "",
              f"lambda = {args.lam:g}, slack rescaling; each method gets {args.seconds:g} s of optimization time "
              "(primal measurements excluded). P = exact primal at the weights used to predict (averaged iterates). "
              "Bound = P - D_best, D_best = the best dual value of BCFW's alpha (exact certificate): a valid upper "
