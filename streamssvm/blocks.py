@@ -27,6 +27,8 @@ from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, 
 from ._kernels.structops import truth_stat
 
 _EVICTION = ("fifo", "reservoir")
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+_NO_SLOTS.flags.writeable = False
 
 #: Room for TCAP_FACTOR * (L - 1) tag pairs in a new sparse chain block (the default of
 #: ``BlockStore(tcap_factor=...)``): the truth's bigrams, and a few steps' worth more. 8, not 4:
@@ -172,21 +174,48 @@ class BlockStore:
         self.f_live = 0
         self.alive = np.zeros(n0, dtype=np.int64)   # dense list of live slots
         self.pos = np.full(n0, -1, dtype=np.int64)  # slot -> index in alive, -1 if free
-        self.n = 0
+        self._n = 0
         self.free = []
         self.n_slots = 0
         self.tree_size = 64
         self.tree = np.zeros(2 * self.tree_size)
-        self.unvisited = set()
-        self.order = deque()   # live slots in arrival order (FIFO eviction)
-        self.seen = 0          # examples offered to the store
-        self.evicted = 0
+        self._unvisited = set()
+        self._order = deque()   # live slots in arrival order (FIFO eviction)
+        self._seen = 0          # examples offered to the store
+        self._evicted = 0
         self.max_L = 1
+
+    # ------------------------------------------------------------------ counters (read-only)
+    # Written only by the store's own methods (the kernels write the arrays, never these).
+    @property
+    def n(self):
+        """Number of live blocks."""
+        return self._n
+
+    @property
+    def seen(self):
+        """Examples offered to the store (held or not)."""
+        return self._seen
+
+    @property
+    def evicted(self):
+        """Blocks evicted or removed so far."""
+        return self._evicted
+
+    @property
+    def order(self):
+        """The live slots in arrival order (the FIFO queue), as a tuple."""
+        return tuple(self._order)
+
+    @property
+    def unvisited(self):
+        """Slots added but not stepped on yet (a frozen copy; see :meth:`mark_visited`)."""
+        return frozenset(self._unvisited)
 
     # ------------------------------------------------------------------ sizes
     def nbytes(self):
         """Bytes held for the live blocks (arena segments + slot tables)."""
-        return int(self.i_live * 4 + self.f_live * 8 + self.n * (K.N_META * 8 + 8 * 5))
+        return int(self.i_live * 4 + self.f_live * 8 + self._n * (K.N_META * 8 + 8 * 5))
 
     def allocated_bytes(self):
         return int(self.Iar.nbytes + self.Far.nbytes + self.meta.nbytes + self.gest.nbytes
@@ -194,10 +223,10 @@ class BlockStore:
                    + self.pos.nbytes + self.tree.nbytes)
 
     def __len__(self):
-        return self.n
+        return self._n
 
     def slots(self):
-        return self.alive[:self.n]
+        return self.alive[:self._n]
 
     # ------------------------------------------------------------------ growth
     def _grow_slots(self, need):
@@ -262,7 +291,7 @@ class BlockStore:
         touch them)."""
         return pack(Arena(Iar=self.Iar, Far=self.Far, meta=self.meta, gest=self.gest if gest is None else gest,
                           last_oracle=self.last_oracle, lval=self.lval, alive=self.alive, pos=self.pos,
-                          n=int(self.n), tree=self.tree,
+                          n=int(self._n), tree=self.tree,
                           tree_size=int(self.tree_size if tree_size is None else tree_size)))
 
     def tcap0(self, L, Kc=None):
@@ -297,19 +326,55 @@ class BlockStore:
     def choose_victim(self):
         """Slot to evict before adding a new block, ``None`` if there is room, or ``-1`` when the
         reservoir decides not to keep the new example."""
-        full = self.capacity is not None and self.n >= self.capacity
+        full = self.capacity is not None and self._n >= self.capacity
         if not full:
             return None
         if self.eviction == "fifo":
-            return int(self.order[0])
+            return int(self._order[0])
         # reservoir (algorithm R)
-        r = self._rng.integers(0, self.seen + 1)
+        r = self._rng.integers(0, self._seen + 1)
         if r < self.capacity:
-            return int(self.alive[self._rng.integers(0, self.n)])
+            return int(self.alive[self._rng.integers(0, self._n)])
         return -1
 
     def oldest(self):
-        return int(self.order[0])
+        return int(self._order[0])
+
+    def note_seen(self):
+        """Count an offered example that the store does not hold (the reservoir declined it:
+        :meth:`choose_victim` returned -1)."""
+        self._seen += 1
+
+    def fifo_victim(self):
+        """Before one new block of a FIFO store bounded by blocks: the oldest slot, taken off
+        the arrival queue, when the store is full (the kernel evicts it, then
+        :meth:`after_learn_one`); -1 when there is room."""
+        if self.capacity is not None and self._n >= self.capacity:
+            return self._order.popleft()
+        return -1
+
+    def after_learn_one(self, n, victim):
+        """Bookkeeping after the kernel made a :meth:`reserve`-d block live (``n`` live blocks
+        now) and evicted ``victim`` (from :meth:`fifo_victim`; -1 for none)."""
+        self._n = int(n)
+        if victim >= 0:
+            self.forget(victim)
+            self.maybe_compact()
+
+    def mark_visited(self, slots):
+        """The blocks in ``slots`` were stepped on: no longer unvisited."""
+        if self._unvisited:
+            self._unvisited.difference_update(int(s) for s in slots)
+
+    def mark_all_visited(self):
+        """A full pass visited every held block."""
+        self._unvisited.clear()
+
+    def unvisited_slots(self):
+        """The slots added but not stepped on yet, in increasing order (int64 array)."""
+        if not self._unvisited:
+            return _NO_SLOTS
+        return np.array(sorted(self._unvisited), dtype=np.int64)
 
     def reserve(self, L, nnz, ly, Ki, fidx=None):
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
@@ -343,12 +408,12 @@ class BlockStore:
         self.gest[slot] = np.inf
         self.lval[slot] = 0.0
         self.last_oracle[slot] = -1
-        self.birth[slot] = self.seen
+        self.birth[slot] = self._seen
         self.pos[slot] = -1
-        self.seen += 1
+        self._seen += 1
         if L > self.max_L:
             self.max_L = L
-        self.order.append(slot)
+        self._order.append(slot)
         return slot
 
     def forget(self, v):
@@ -356,14 +421,15 @@ class BlockStore:
         self.free.append(int(v))
         self.i_live -= int(self.meta[v, K.M_ISIZE])
         self.f_live -= int(self.meta[v, K.M_FSIZE])
-        self.unvisited.discard(int(v))
-        self.evicted += 1
+        self._unvisited.discard(int(v))
+        self._evicted += 1
 
     def over_bytes(self):
-        return self.max_bytes is not None and self.nbytes() > self.max_bytes and self.n > 1
+        return self.max_bytes is not None and self.nbytes() > self.max_bytes and self._n > 1
 
     def add(self, tok_ptr, fidx, fval, ytrue, Ki, gram_fn):
-        """Store a new block; returns its slot. ``gram_fn(tok_ptr, fidx, fval, L)`` -> (L, L)."""
+        """Store a new block, live and unvisited, and count its example as seen; returns its slot.
+        ``gram_fn(tok_ptr, fidx, fval, L)`` -> (L, L)."""
         L = len(tok_ptr) - 1
         nnz = len(fidx)
         ly = len(ytrue)
@@ -418,13 +484,14 @@ class BlockStore:
         self.f_live += fsz
         self.gest[slot] = np.inf
         self.last_oracle[slot] = -1
-        self.birth[slot] = self.seen
-        self.pos[slot] = self.n
-        self.alive[self.n] = slot
-        self.n += 1
-        self.unvisited.add(slot)
+        self.birth[slot] = self._seen
+        self.pos[slot] = self._n
+        self.alive[self._n] = slot
+        self._n += 1
+        self._unvisited.add(slot)
         self.max_L = max(self.max_L, L)
-        self.order.append(slot)
+        self._order.append(slot)
+        self._seen += 1
         return slot
 
     def fifo_victims(self, new_slots):
@@ -432,16 +499,16 @@ class BlockStore:
         -1 for none); updates the arrival order."""
         m = len(new_slots)
         victims = np.full(m, -1, dtype=np.int64)
-        n = self.n
+        n = self._n
         cap = self.capacity
         if cap is None or n + m <= cap:   # room for all: no victim
-            self.order.extend(np.asarray(new_slots).tolist())
+            self._order.extend(np.asarray(new_slots).tolist())
             return victims
         for e in range(m):
             if cap is not None and n >= cap:
-                victims[e] = self.order.popleft()
+                victims[e] = self._order.popleft()
                 n -= 1
-            self.order.append(int(new_slots[e]))
+            self._order.append(int(new_slots[e]))
             n += 1
         return victims
 
@@ -510,9 +577,9 @@ class BlockStore:
         self.gest[slots] = np.inf
         self.lval[slots] = 0.0
         self.last_oracle[slots] = -1
-        self.birth[slots] = self.seen + np.arange(m)
+        self.birth[slots] = self._seen + np.arange(m)
         self.pos[slots] = -1
-        self.seen += m
+        self._seen += m
         self.max_L = max(self.max_L, int(L.max()) if m else 1)
         return slots
 
@@ -521,7 +588,7 @@ class BlockStore:
         for v in victims:
             if v >= 0:
                 self.forget(v)
-        self.n = int(n_final)
+        self._n = int(n_final)
         self.maybe_compact()
 
     def maybe_compact(self):
@@ -533,22 +600,22 @@ class BlockStore:
         p = self.pos[slot]
         if p < 0:
             raise KeyError(f"slot {slot} is not held")
-        last = self.alive[self.n - 1]
+        last = self.alive[self._n - 1]
         self.alive[p] = last
         self.pos[last] = p
         self.pos[slot] = -1
-        self.n -= 1
+        self._n -= 1
         self.free.append(int(slot))
         self.i_live -= int(self.meta[slot, K.M_ISIZE])
         self.f_live -= int(self.meta[slot, K.M_FSIZE])
         self.gest[slot] = 0.0
         K.tree_update(self.tree, self.tree_size, slot, 0.0)
-        self.unvisited.discard(int(slot))
-        self.evicted += 1
-        if self.order and self.order[0] == slot:
-            self.order.popleft()
+        self._unvisited.discard(int(slot))
+        self._evicted += 1
+        if self._order and self._order[0] == slot:
+            self._order.popleft()
         else:
-            self.order.remove(int(slot))
+            self._order.remove(int(slot))
         if self.i_used > 4096 and self.i_live * 2 < self.i_used:
             self.compact()
 
@@ -706,7 +773,7 @@ class BlockStore:
         """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one
         more step's worth), so that the steps of the next kernel call rarely find a block full.
         O(n) array operations; called before the kernel calls that run many steps."""
-        if not self.sparse or self.n == 0:
+        if not self.sparse or self._n == 0:
             return 0
         s = self.slots()
         m = self.meta[s]
@@ -783,13 +850,13 @@ class BlockStore:
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
             "sparse": self.sparse, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows,
-            "seen": self.seen, "evicted": self.evicted, "n": self.n, "n_slots": ns,
+            "seen": self._seen, "evicted": self._evicted, "n": self._n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
             "last_oracle": self.last_oracle[:ns].copy(), "birth": self.birth[:ns].copy(),
-            "alive": self.alive[:self.n].copy(), "free": np.array(self.free, dtype=np.int64),
-            "order": np.array(self.order, dtype=np.int64),
-            "unvisited": np.array(sorted(self.unvisited), dtype=np.int64),
+            "alive": self.alive[:self._n].copy(), "free": np.array(self.free, dtype=np.int64),
+            "order": np.array(self._order, dtype=np.int64),
+            "unvisited": np.array(sorted(self._unvisited), dtype=np.int64),
             "Iar": self.Iar[:self.i_used].copy(), "Far": self.Far[:self.f_used].copy(),
             "rng": _rng_state(self._rng),
         }
@@ -821,19 +888,19 @@ class BlockStore:
             bs.Iar = np.zeros(1024, dtype=np.int32)
         if bs.Far.size == 0:
             bs.Far = np.zeros(1024)
-        bs.n = n
+        bs._n = n
         bs.n_slots = ns
         bs.alive[:n] = st["alive"]
         bs.pos[:] = -1
         bs.pos[bs.alive[:n]] = np.arange(n)
         bs.free = [int(v) for v in st["free"]]
-        bs.order = deque(int(v) for v in st["order"])
-        bs.unvisited = {int(v) for v in st["unvisited"]}
+        bs._order = deque(int(v) for v in st["order"])
+        bs._unvisited = {int(v) for v in st["unvisited"]}
         live = bs.alive[:n]
         bs.i_used = bs.i_live = int(np.sum(bs.meta[live, K.M_ISIZE]))
         bs.f_used = bs.f_live = int(np.sum(bs.meta[live, K.M_FSIZE]))
-        bs.seen = int(st["seen"])
-        bs.evicted = int(st["evicted"])
+        bs._seen = int(st["seen"])
+        bs._evicted = int(st["evicted"])
         bs.max_L = int(st["max_L"])
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()

@@ -307,8 +307,7 @@ class BCFW(Learner):
         self._tick = tick
         self._steps_since_full += done
         if sampling == K.SAMPLE_GIVEN:
-            for s in slots[:n_steps]:
-                st.unvisited.discard(int(s))
+            st.mark_visited(slots[:n_steps])
 
     def _grow_flagged(self):
         """Give room to the sparse chain blocks whose step was skipped for lack of it (the
@@ -348,9 +347,8 @@ class BCFW(Learner):
         return self._avg_cache
 
     def _visit_unvisited(self):
-        st = self.store
-        if st.unvisited:
-            slots = np.array(sorted(st.unvisited), dtype=np.int64)
+        slots = self.store.unvisited_slots()
+        if len(slots):
             self._run(K.SAMPLE_GIVEN, len(slots), slots)
 
     def _replay(self, n_steps):
@@ -396,14 +394,13 @@ class BCFW(Learner):
             return slot
         victim = st.choose_victim()
         if victim == -1:
-            st.seen += 1
+            st.note_seen()
             return -1
         if victim is not None:
             self._evict(victim)
         if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         slot = st.add(tok_ptr, fidx, fval, ytrue, Ki, self._gram)
-        st.seen += 1
         while st.over_bytes():
             self._evict(st.oldest())
         self._run(K.SAMPLE_GIVEN, 1, np.array([slot], dtype=np.int64))
@@ -464,7 +461,7 @@ class BCFW(Learner):
         L = len(tok_ptr) - 1
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        victim = st.order.popleft() if (st.capacity is not None and st.n >= st.capacity) else -1
+        victim = st.fifo_victim()
         slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
@@ -474,12 +471,9 @@ class BCFW(Learner):
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
-        st.n = int(out[0])
-        if victim >= 0:
-            st.forget(victim)
-            st.maybe_compact()
-            if self.averaging:
-                self._avg_restart()
+        st.after_learn_one(out[0], victim)
+        if victim >= 0 and self.averaging:
+            self._avg_restart()
         self._grow_flagged()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
@@ -577,7 +571,7 @@ class BCFW(Learner):
         if not certify:
             view = dataclasses.replace(view, avg=None)
         c = cert_mod.dual_gap(view, gest=st.gest, tree=st.tree, tree_size=st.tree_size)
-        st.unvisited.clear()
+        st.mark_all_visited()
         self._g_full = c.extra.get("iterate_gap", c.gap)
         self._had_full = True
         self._n_at_full = st.n
