@@ -12,6 +12,11 @@ The store is bounded: by a number of blocks (``capacity``) and optionally by byt
 for drifting streams) and ``"reservoir"`` keeps a uniform sample of everything seen
 (the new example replaces a random held block with probability capacity / seen; otherwise it
 is not held).
+
+The store's counters and queues change only through its methods (the kernels write its arrays
+in place). A saved store is checked by :func:`streamssvm.saved_state.validate_store_state`
+before it is rebuilt; the union of several saved stores (distributed runs) is
+:mod:`streamssvm.distributed._union`.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from ._kernels import chainsparse as CS
 from ._kernels.bundles import Arena, Batch, pack
 from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans
 from ._kernels.structops import truth_stat
+from .saved_state import _rng_restore, _rng_state, validate_store_state
 
 _EVICTION = ("fifo", "reservoir")
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
@@ -123,8 +129,13 @@ class BlockStore:
     ``meta`` (one row of offsets per slot), ``alive`` (the ``n`` live slots, dense),
     ``pos`` (slot -> index in ``alive``), ``gest`` (stale block-gap estimates, +inf for blocks
     never visited) with their sum-tree ``tree`` / ``tree_size`` (gap sampling), ``lval``,
-    ``last_oracle``; ``unvisited`` holds slots added but not yet stepped on. The certificate
-    pass reads them through ``BCFW.dual_view()`` and writes none of them.
+    ``last_oracle``. Read-only counters and queues: ``n`` (live blocks), ``seen`` (examples
+    offered), ``evicted``, ``order`` (FIFO arrival order) and ``unvisited`` (slots added but not
+    yet stepped on); the learner changes them through :meth:`add` / :meth:`reserve` /
+    :meth:`write_new`, :meth:`note_seen`, :meth:`fifo_victim`, :meth:`fifo_victims`,
+    :meth:`after_learn_one`, :meth:`after_kernel_insert`, :meth:`remove`, :meth:`mark_visited`
+    and :meth:`mark_all_visited`. The certificate pass reads the arrays through
+    ``BCFW.dual_view()`` and writes none of them.
 
     Examples
     --------
@@ -294,11 +305,13 @@ class BlockStore:
                           n=int(self._n), tree=self.tree,
                           tree_size=int(self.tree_size if tree_size is None else tree_size)))
 
+    # layout: see _kernels/layout.py
     def tcap0(self, L, Kc=None):
         """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
         Kc = self.Kc if Kc is None else Kc
         return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
 
+    # layout: see _kernels/layout.py
     def stat_len(self, L, tcap=0, Kc=None):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
         M | BM | TV)."""
@@ -307,6 +320,7 @@ class BlockStore:
             return L * Kc + 2 * Kc + tcap
         return self.structure.stat_size(L, Kc)
 
+    # layout: see _kernels/layout.py
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
         a sparse block (default :meth:`tcap0`); ``nnz`` the values stored, ``nidx`` the feature
@@ -911,330 +925,3 @@ class BlockStore:
 def _nidx(m):
     """Feature indices stored by the block of meta row ``m``: none for a dense row."""
     return 0 if int(m[K.M_FLAGS]) & FLAG_DENSE_ROW else int(m[K.M_NNZ])
-
-
-def _fail(msg):
-    from .checkpoint import CheckpointError
-    raise CheckpointError(f"invalid block store in the file: {msg}")
-
-
-def _int_array(st, key, n=None):
-    a = np.asarray(st[key])
-    if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
-        _fail(f"{key} must be an integer array, got dtype {a.dtype}")
-    a = a.astype(np.int64).ravel() if a.ndim != 2 else a.astype(np.int64)
-    if n is not None and a.shape[0] != n:
-        _fail(f"{key} has {a.shape[0]} entries, expected {n}")
-    return a
-
-
-def _in_range(a, lo, hi, what):
-    if a.size and (int(a.min()) < lo or int(a.max()) >= hi):
-        _fail(f"{what} out of range [{lo}, {hi}): min {int(a.min())}, max {int(a.max())}")
-
-
-def validate_store_state(st, structure, n_rows=None):
-    """Check every index and pointer of a saved :class:`BlockStore` against the sizes, so that
-    no file can make a numba kernel read or write out of bounds (the kernels trust them). The
-    one validator of block stores, used by ``streamssvm.load`` and by checkpoint restores alike
-    (both go through :meth:`BlockStore.from_state`). Raises ``CheckpointError``.
-
-    >>> from streamssvm.structures import MultiClass
-    >>> import numpy as np
-    >>> st = BlockStore(MultiClass(), Kc=3)
-    >>> gram = lambda tp, fi, fv, L: np.eye(L)
-    >>> _ = st.add(np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.array([1.0]),
-    ...            np.array([1], dtype=np.int32), 1, gram)
-    >>> s = st.state(); validate_store_state(s, MultiClass(), n_rows=1)
-    >>> s["Iar"][2] = 7   # the block's feature index (after its 2 token pointers), past the rows
-    >>> validate_store_state(s, MultiClass(), n_rows=1)
-    Traceback (most recent call last):
-    ...
-    streamssvm.checkpoint.CheckpointError: invalid block store in the file: slot 0: feature indices out of range [0, 1): min 7, max 7
-    """
-    try:
-        Kc, ns, n = int(st["Kc"]), int(st["n_slots"]), int(st["n"])
-        pool_cap, tree_size, max_L = int(st["pool_cap"]), int(st["tree_size"]), int(st["max_L"])
-        sparse, tcap_factor = bool(st.get("sparse", False)), int(st.get("tcap_factor", TCAP_FACTOR))
-    except (KeyError, TypeError, ValueError, OverflowError) as e:
-        _fail(f"{type(e).__name__}: {e}")
-    if sparse and int(structure.kind) != CHAIN:
-        _fail("sparse transition statistics are for chains only")
-    if not 1 <= tcap_factor <= 1 << 16:
-        _fail(f"tcap_factor={tcap_factor} out of range")
-    if not (1 <= Kc <= 1 << 24 and 0 <= n <= ns <= 1 << 40 and 0 <= pool_cap <= 1 << 16
-            and 1 <= tree_size <= 1 << 40 and tree_size >= ns and 1 <= max_L <= 1 << 31):
-        _fail(f"sizes Kc={Kc}, n={n}, n_slots={ns}, pool_cap={pool_cap}, tree_size={tree_size}, "
-              f"max_L={max_L} are inconsistent")
-    meta = _int_array(st, "meta", ns)
-    if meta.ndim != 2 or meta.shape[1] != K.N_META:
-        _fail(f"meta must be ({ns}, {K.N_META}), got {meta.shape}")
-    for key in ("gest", "last_oracle", "birth") + (("lval",) if "lval" in st else ()):
-        if np.asarray(st[key]).shape != (ns,):
-            _fail(f"{key} must have {ns} entries")
-    alive = _int_array(st, "alive", n)
-    _in_range(alive, 0, ns, "alive slots")
-    if len(np.unique(alive)) != n:
-        _fail("alive slots repeat")
-    free = _int_array(st, "free")
-    order = _int_array(st, "order")
-    unvisited = _int_array(st, "unvisited")
-    for a, what in ((free, "free slots"), (order, "order"), (unvisited, "unvisited slots")):
-        _in_range(a, 0, ns, what)
-    if not (set(order.tolist()) <= set(alive.tolist()) and set(unvisited.tolist()) <= set(alive.tolist())):
-        _fail("order / unvisited name slots that are not alive")
-    if len(np.unique(order)) != len(order) or len(np.unique(free)) != len(free):
-        _fail("order / free slots repeat")   # a repeated FIFO entry evicts the wrong block, a repeated free slot holds two
-    if "lval" in st and not np.isfinite(np.asarray(st["lval"], dtype=np.float64)).all():
-        _fail("lval has non-finite values")
-    if set(free.tolist()) & set(alive.tolist()) or len(free) + n != ns:
-        _fail("free and alive slots overlap or do not cover the slots")
-    Iar = np.asarray(st["Iar"])
-    Far = np.asarray(st["Far"])
-    if Iar.ndim != 1 or Far.ndim != 1 or Iar.dtype.kind not in "iu" and Iar.size or Far.dtype.kind != "f" and Far.size:
-        _fail("the arenas must be 1-D integer / float arrays")
-    kind_ok = int(st["kind"]) == int(structure.kind)
-    if not kind_ok:
-        return   # from_state names the mismatch
-    ni, nf = Iar.shape[0], Far.shape[0]
-    for s in alive.tolist():
-        io, fo, L, nnz, ly, Ki, pcap, pn, lablen, flags, isz, fsz = (int(v) for v in meta[s])
-        if not (0 <= io and 0 <= fo and 1 <= L <= max_L and 0 <= nnz and 0 <= ly and 1 <= Ki
-                and pcap == pool_cap and 0 <= pn <= pcap and 0 <= lablen):
-            _fail(f"slot {s}: block sizes are inconsistent ({meta[s].tolist()})")
-        if bool(flags & CS.FLAG_SPARSE) != sparse or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL
-                                                                | FLAG_DENSE_ROW):
-            _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse})")
-        dense = bool(flags & FLAG_DENSE_ROW)
-        if dense and (int(structure.kind) != MULTICLASS or L != 1):
-            _fail(f"slot {s}: a dense row is for one-token multiclass blocks (L={L})")
-        nix = 0 if dense else nnz
-        if int(structure.kind) == CHAIN and ly != L:
-            _fail(f"slot {s}: a chain block needs one true label per token ({ly} labels, {L} tokens)")
-        want_lab = int(structure.labeling_len(L, Kc))
-        need_i = L + 1 + nix + ly + pool_cap * want_lab
-        kpos = io + need_i
-        tn = tcap = 0
-        if sparse:
-            if kpos + 2 > ni or io + isz > ni:
-                _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")
-            tn, tcap = int(Iar[kpos]), int(Iar[kpos + 1])
-            if not 0 <= tn <= tcap <= Kc * Kc:
-                _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
-            need_i += 2 + 2 * tcap
-            need_f = nnz + L * L + L * Kc + 2 * Kc + tcap + pool_cap
-        else:
-            need_f = nnz + L * L + int(structure.stat_size(L, Kc)) + pool_cap
-        if lablen != want_lab or isz != need_i or fsz != need_f:
-            _fail(f"slot {s}: segment sizes {isz}/{fsz} (labeling length {lablen}) do not match the block "
-                  f"({need_i}/{need_f}, {want_lab})")
-        if io + isz > ni or fo + fsz > nf:
-            _fail(f"slot {s}: segment [{io}, {io + isz}) / [{fo}, {fo + fsz}) beyond the arenas ({ni} / {nf})")
-        if sparse:
-            pairs = Iar[kpos + 2:kpos + 2 + 2 * tn].astype(np.int64)
-            _in_range(pairs, 0, Kc, f"slot {s}: transition pairs")
-            if len(np.unique(pairs[0::2] * Kc + pairs[1::2])) != tn:
-                _fail(f"slot {s}: transition pairs repeat")
-        tp = Iar[io:io + L + 1].astype(np.int64)
-        if tp[0] != 0 or tp[-1] != nnz or np.any(np.diff(tp) < 0):
-            _fail(f"slot {s}: token pointers are not a partition of its {nnz} features")
-        if n_rows is not None and dense and nnz > n_rows:
-            _fail(f"slot {s}: a dense row of {nnz} features, the weights have {n_rows} rows")
-        if n_rows is not None:
-            _in_range(Iar[io + L + 1:io + L + 1 + nix], 0, n_rows, f"slot {s}: feature indices")
-        _in_range(Iar[io + L + 1 + nix:io + L + 1 + nix + ly], 0, Kc, f"slot {s}: true labels")
-        p0 = io + L + 1 + nix + ly
-        _in_range(Iar[p0:p0 + pn * lablen], -1, max(Kc, 2), f"slot {s}: pool labelings")
-        if not np.isfinite(Far[fo:fo + fsz]).all():
-            _fail(f"slot {s}: non-finite values")
-
-
-def validate_weights(st, keys=("E", "T", "B"), cost="C"):
-    """Check a learner state's weight arrays (``E``: features x label capacity, ``T``, ``B``,
-    the cost matrix) and its label count ``K`` against each other; returns ``(rows, Kc, K)``.
-    Raises ``CheckpointError``."""
-    E, T, B = (np.asarray(st[k]) for k in keys)
-    if E.ndim != 2 or E.dtype.kind != "f" or E.shape[0] < 1 or E.shape[1] < 1:
-        _fail(f"{keys[0]} must be a 2-D float array (features x labels), got {E.dtype} {E.shape}")
-    d, Kc = E.shape
-    if T.shape != (Kc, Kc) or B.shape != (2, Kc) or T.dtype.kind != "f" or B.dtype.kind != "f":
-        _fail(f"{keys[1]} / {keys[2]} must be ({Kc}, {Kc}) / (2, {Kc}) float arrays, got {T.shape} / {B.shape}")
-    if cost is not None and st.get(cost) is not None:
-        C = np.asarray(st[cost])
-        if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] > Kc or C.dtype.kind != "f":
-            _fail(f"the cost matrix must be square, at most {Kc} x {Kc}, got {C.shape}")
-    K = int(st["K"])
-    if not 0 <= K <= Kc:
-        _fail(f"K={K} labels with a label capacity of {Kc}")
-    for a, k in zip((E, T, B), keys):
-        if not np.isfinite(a).all():
-            _fail(f"{k} has non-finite weights")
-    return d, Kc, K
-
-
-def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what):
-    """Check one held example (CSR tokens, features, truth) against the weights' sizes."""
-    tp = np.asarray(tok_ptr)
-    fi = np.asarray(fidx)
-    fv = np.asarray(fval)
-    yy = np.asarray(y)
-    if tp.ndim != 1 or tp.size < 2 or tp.dtype.kind not in "iu":
-        _fail(f"{what}: token pointers must be a 1-D integer array with at least 2 entries")
-    if fi.ndim != 1 or fv.ndim != 1 or fi.shape != fv.shape or (fi.size and fi.dtype.kind not in "iu"):
-        _fail(f"{what}: feature indices and values must be 1-D arrays of one length")
-    if yy.ndim != 1 or (yy.size and yy.dtype.kind not in "iu"):
-        _fail(f"{what}: the truth must be a 1-D integer array")
-    tp = tp.astype(np.int64)
-    if tp[0] != 0 or tp[-1] != fi.size or np.any(np.diff(tp) < 0):
-        _fail(f"{what}: token pointers are not a partition of its {fi.size} features")
-    _in_range(fi, 0, n_rows, f"{what}: feature indices")
-    _in_range(yy, 0, Kc, f"{what}: true labels")
-    if fv.size and (fv.dtype.kind != "f" or not np.isfinite(fv).all()):
-        _fail(f"{what}: feature values must be finite floats")
-
-
-def _rng_state(rng):
-    s = rng.bit_generator.state
-    return {"bit_generator": s["bit_generator"], "state": str(s["state"]["state"]),
-            "inc": str(s["state"]["inc"]), "has_uint32": s["has_uint32"], "uinteger": s["uinteger"]}
-
-
-def _rng_restore(rng, d):
-    rng.bit_generator.state = {"bit_generator": d["bit_generator"],
-                               "state": {"state": int(d["state"]), "inc": int(d["inc"])},
-                               "has_uint32": d["has_uint32"], "uinteger": d["uinteger"]}
-
-
-# ----------------------------------------------------------------------------- store-state editing
-# Functions on the saved state of a BlockStore (the dict of :meth:`BlockStore.state`), for code
-# that moves blocks between stores without building them (distributed mixing: the union of the
-# workers' blocks, a worker's share of it). Their results pass :func:`validate_store_state`.
-
-_LAYOUT_KEYS = ("kind", "Kc", "pool_cap", "slack", "sparse", "tcap_factor")
-
-
-def _tree_size(n_slots):
-    ts = 64
-    while ts < n_slots:
-        ts *= 2
-    return ts
-
-
-def concat_store_states(states):
-    """One store state holding the blocks of every state in ``states``: the slots of
-    ``states[i]`` follow those of ``states[:i]`` (slot numbers, free slots, alive / FIFO /
-    unvisited orders shifted; arenas concatenated with the segment offsets moved). The stores
-    must share their block layout (kind, label capacity, pool size, slack, sparse transitions);
-    the result is unbounded (``capacity`` and ``max_bytes`` None, FIFO eviction: a union of
-    bounded stores is bounded by none of them) and keeps the first store's generator state.
-
-    >>> from streamssvm.structures import MultiClass
-    >>> gram = lambda tp, fi, fv, L: np.eye(L)
-    >>> def store(labels):
-    ...     s = BlockStore(MultiClass(), Kc=3)
-    ...     for y in labels:
-    ...         _ = s.add(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([y]), 1, gram)
-    ...     return s.state()
-    >>> u = concat_store_states([store([0, 1]), store([2])])
-    >>> validate_store_state(u, MultiClass(), n_rows=1)
-    >>> b = BlockStore.from_state(u, MultiClass(), n_rows=1)
-    >>> len(b), [int(b.block(j)["ytrue"][0]) for j in b.slots()]
-    (3, [0, 1, 2])
-    """
-    states = list(states)
-    if not states:
-        raise ValueError("no store states to concatenate")
-    first = states[0]
-    for s in states[1:]:
-        for k in _LAYOUT_KEYS:
-            if s.get(k) != first.get(k):
-                raise ValueError(f"the stores disagree on the block layout ({k}: {s.get(k)!r} vs {first.get(k)!r})")
-    if len({"lval" in s for s in states}) != 1:
-        raise ValueError("the stores disagree on the block layout (lval: present in some states only)")
-    metas, alive, free, order, unvisited = [], [], [], [], []
-    io = fo = ns = 0
-    for s in states:
-        m = np.array(s["meta"], dtype=np.int64, copy=True)
-        m[:, K.M_IOFF] += io
-        m[:, K.M_FOFF] += fo
-        metas.append(m)
-        for dst, key in ((alive, "alive"), (free, "free"), (order, "order"), (unvisited, "unvisited")):
-            dst.append(np.asarray(s[key], dtype=np.int64) + ns)
-        io += len(s["Iar"])
-        fo += len(s["Far"])
-        ns += int(s["n_slots"])
-    cat = np.concatenate
-    out = dict(first)
-    out.update({
-        "capacity": None, "max_bytes": None, "eviction": "fifo",
-        "seen": sum(int(s["seen"]) for s in states), "evicted": sum(int(s["evicted"]) for s in states),
-        "n": sum(int(s["n"]) for s in states), "n_slots": ns, "tree_size": _tree_size(ns),
-        "max_L": max(int(s["max_L"]) for s in states),
-        "meta": cat(metas), "gest": cat([np.asarray(s["gest"], dtype=np.float64) for s in states]),
-        "last_oracle": cat([np.asarray(s["last_oracle"]) for s in states]),
-        "birth": cat([np.asarray(s["birth"]) for s in states]),
-        "alive": cat(alive), "free": cat(free), "order": cat(order), "unvisited": cat(unvisited),
-        "Iar": cat([np.asarray(s["Iar"], dtype=np.int32) for s in states]),
-        "Far": cat([np.asarray(s["Far"], dtype=np.float64) for s in states]),
-    })
-    if "lval" in first:
-        out["lval"] = cat([np.asarray(s["lval"], dtype=np.float64) for s in states])
-    return out
-
-
-def select_store_blocks(state, slots):
-    """A store state holding only the blocks in ``slots`` (renumbered 0..m-1 in the given
-    order, which becomes their arrival and FIFO order; arenas cut down to their segments; the
-    unvisited ones stay unvisited). Refuses slots that are not alive or repeat.
-
-    >>> from streamssvm.structures import MultiClass
-    >>> gram = lambda tp, fi, fv, L: np.eye(L)
-    >>> s = BlockStore(MultiClass(), Kc=3)
-    >>> for y in (0, 1, 2):
-    ...     _ = s.add(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([y]), 1, gram)
-    >>> sel = select_store_blocks(s.state(), [2, 0])
-    >>> validate_store_state(sel, MultiClass(), n_rows=1)
-    >>> b = BlockStore.from_state(sel, MultiClass(), n_rows=1)
-    >>> [int(b.block(j)["ytrue"][0]) for j in store_slot_order(sel)]
-    [2, 0]
-    """
-    slots = np.asarray(slots, dtype=np.int64).ravel()
-    alive = np.asarray(state["alive"], dtype=np.int64)
-    if len(np.unique(slots)) != slots.size or not np.isin(slots, alive).all():
-        raise ValueError(f"select_store_blocks: slots must be alive and distinct, got {slots.tolist()[:20]}")
-    meta = np.asarray(state["meta"], dtype=np.int64)
-    Iar, Far = np.asarray(state["Iar"], dtype=np.int32), np.asarray(state["Far"], dtype=np.float64)
-    m = slots.size
-    new_meta = meta[slots].copy() if m else np.zeros((0, meta.shape[1]), dtype=np.int64)
-    isegs, fsegs = [], []
-    io = fo = 0
-    for q, j in enumerate(slots.tolist()):
-        a, isz = int(meta[j, K.M_IOFF]), int(meta[j, K.M_ISIZE])
-        b, fsz = int(meta[j, K.M_FOFF]), int(meta[j, K.M_FSIZE])
-        isegs.append(Iar[a:a + isz])
-        fsegs.append(Far[b:b + fsz])
-        new_meta[q, K.M_IOFF], new_meta[q, K.M_FOFF] = io, fo
-        io += isz
-        fo += fsz
-    pos = {int(j): q for q, j in enumerate(slots.tolist())}
-    out = dict(state)
-    out.update({
-        "seen": m, "evicted": 0, "n": m, "n_slots": m, "tree_size": _tree_size(m),
-        "max_L": int(max((int(meta[j, K.M_L]) for j in slots.tolist()), default=1)),
-        "meta": new_meta, "gest": np.asarray(state["gest"], dtype=np.float64)[slots],
-        "last_oracle": np.asarray(state["last_oracle"])[slots],
-        "birth": np.arange(m, dtype=np.int64), "alive": np.arange(m, dtype=np.int64),
-        "free": np.zeros(0, dtype=np.int64), "order": np.arange(m, dtype=np.int64),
-        "unvisited": np.array(sorted(pos[int(v)] for v in state["unvisited"] if int(v) in pos), dtype=np.int64),
-        "Iar": np.concatenate(isegs) if isegs else np.zeros(0, dtype=np.int32),
-        "Far": np.concatenate(fsegs) if fsegs else np.zeros(0, dtype=np.float64),
-    })
-    if "lval" in state:
-        out["lval"] = np.asarray(state["lval"], dtype=np.float64)[slots]
-    return out
-
-
-def store_slot_order(state):
-    """The live slots of a store state in arrival order (by ``birth``)."""
-    alive = np.asarray(state["alive"], dtype=np.int64)
-    return alive[np.argsort(np.asarray(state["birth"])[alive], kind="stable")]

@@ -26,8 +26,9 @@ from .. import certificate as cert_mod
 from .._kernels import bcfw as K
 from .._kernels import bundles as KB
 from .._kernels import structops as so
-from ..blocks import BlockStore, validate_weights
+from ..blocks import BlockStore
 from ..checkpoint import CheckpointError
+from ..saved_state import validate_weights
 from ..structures.base import Weights
 from ..workspace import Workspace
 from .base import Learner, check_choice, check_number
