@@ -846,6 +846,40 @@ class BlockStore:
             "exact_alpha": not (int(m[K.M_FLAGS]) & K.FLAG_INEXACT_ALPHA),
         }
 
+    # ------------------------------------------------------------------ dual statistics (mixing)
+    def stat_regions(self, slots):
+        """Flat indices into ``Far`` of each slot's dual statistic (linear in alpha_i, see
+        ``streamssvm._kernels.structops``), and the per-slot sizes. Blending is linear in dense
+        statistics, so a sparse chain store is converted to dense first."""
+        if self.sparse:
+            self.compact(sparse=False)
+        meta = self.meta
+        idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
+        for q, j in enumerate(slots):
+            L, nnz = int(meta[j, K.M_L]), int(meta[j, K.M_NNZ])
+            s0 = int(meta[j, K.M_FOFF]) + nnz + L * L
+            sizes[q] = int(self.structure.stat_size(L, self.Kc))
+            idx.append(np.arange(s0, s0 + sizes[q]))
+        return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
+
+    def start_stat(self, slot, size):
+        """The statistic of block ``slot`` with alpha on its ground truth (how a new block
+        starts; zero for slack-rescaled blocks), ``size`` floats (dense layout)."""
+        out = np.zeros(size)
+        if not self.slack:
+            m = self.meta[slot]
+            L, ly, io = int(m[K.M_L]), int(m[K.M_LY]), int(m[K.M_IOFF])
+            nix = _nidx(m)   # a dense row stores no indices
+            ytrue = self.Iar[io + L + 1 + nix:io + L + 1 + nix + ly].astype(np.int32)
+            truth_stat(self.kind, ytrue, ly, L, self.Kc, out, 1.0)
+        return out
+
+    def blend_stats(self, slots, idx, start, lstart, weight):
+        """``stat <- start + weight (stat - start)`` on the regions ``idx`` (:meth:`stat_regions`
+        of ``slots``) and the same for the slots' dual losses from ``lstart``."""
+        self.Far[idx] = start + weight * (self.Far[idx] - start)
+        self.lval[slots] = lstart + weight * (self.lval[slots] - lstart)
+
     # ------------------------------------------------------------------ gaps
     def gap_sum(self):
         s = self.slots()

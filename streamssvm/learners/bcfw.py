@@ -715,37 +715,11 @@ class BCFW(Learner):
         """Blocks evicted so far (capacity / max_bytes)."""
         return int(self.store.evicted)
 
-    def _stat_regions(self, slots):
-        """Flat indices into the store's float array of each slot's dual statistic (linear in
-        alpha_i, see ``streamssvm._kernels.structops``), and the per-slot sizes. Blending is
-        linear in dense statistics, so a sparse chain store is converted to dense first."""
-        if self.store.sparse:
-            self.store.compact(sparse=False)
-        st, meta = self.store, self.store.meta
-        idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
-        for q, j in enumerate(slots):
-            L, nnz = int(meta[j, K.M_L]), int(meta[j, K.M_NNZ])
-            s0 = int(meta[j, K.M_FOFF]) + nnz + L * L
-            sizes[q] = int(st.structure.stat_size(L, st.Kc))
-            idx.append(np.arange(s0, s0 + sizes[q]))
-        return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
-
-    def _birth_stat(self, slot, size):
-        """The statistic of a block with alpha on its ground truth (how a new block starts)."""
-        st, out = self.store, np.zeros(size)
-        if not st.slack:
-            m = st.meta[slot]
-            L, nnz, ly, io = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY]), int(m[K.M_IOFF])
-            nnz = 0 if int(m[K.M_FLAGS]) & K.FLAG_DENSE_ROW else nnz   # a dense row stores no indices
-            ytrue = st.Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly].astype(np.int32)
-            so.truth_stat(st.kind, ytrue, ly, L, st.Kc, out, 1.0)
-        return out
-
     def dual_snapshot(self):
         """The held blocks' dual statistics and losses (alpha^0 for :meth:`blend_dual`)."""
         st = self.store
         slots = st.slots().copy()
-        idx, sizes = self._stat_regions(slots)
+        idx, sizes = st.stat_regions(slots)
         return {"slots": slots, "stat": st.Far[idx].copy(), "sizes": sizes, "lval": st.lval[slots].copy(),
                 "Kc": int(st.Kc)}
 
@@ -759,7 +733,7 @@ class BCFW(Learner):
             raise RuntimeError("the label capacity changed inside a round; declare the labels up front "
                                "(labels=[...]) for distributed learning")
         slots = st.slots().copy()
-        idx, sizes = self._stat_regions(slots)
+        idx, sizes = st.stat_regions(slots)
         start, lstart, where = np.empty(idx.size), np.zeros(len(slots)), {}
         if snapshot is not None:
             off = np.concatenate([[0], np.cumsum(snapshot["sizes"])])
@@ -768,10 +742,9 @@ class BCFW(Learner):
         for q, j in enumerate(slots):
             size, w = int(sizes[q]), where.get(int(j))
             if w is None:
-                start[p:p + size] = self._birth_stat(j, size)
+                start[p:p + size] = st.start_stat(j, size)
             else:
                 start[p:p + size] = snapshot["stat"][off[w]:off[w + 1]]
                 lstart[q] = snapshot["lval"][w]
             p += size
-        st.Far[idx] = start + weight * (st.Far[idx] - start)
-        st.lval[slots] = lstart + weight * (st.lval[slots] - lstart)
+        st.blend_stats(slots, idx, start, lstart, weight)
