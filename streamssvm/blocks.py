@@ -229,6 +229,7 @@ class BlockStore:
         return int(self.i_live * 4 + self.f_live * 8 + self._n * (K.N_META * 8 + 8 * 5))
 
     def allocated_bytes(self):
+        """Bytes allocated by the arenas and slot tables (live blocks, garbage and room)."""
         return int(self.Iar.nbytes + self.Far.nbytes + self.meta.nbytes + self.gest.nbytes
                    + self.last_oracle.nbytes + self.birth.nbytes + self.alive.nbytes
                    + self.pos.nbytes + self.tree.nbytes)
@@ -237,6 +238,7 @@ class BlockStore:
         return self._n
 
     def slots(self):
+        """The live slots (a view of ``alive``, in the kernels' sampling order)."""
         return self.alive[:self._n]
 
     # ------------------------------------------------------------------ growth
@@ -352,6 +354,7 @@ class BlockStore:
         return -1
 
     def oldest(self):
+        """The slot of the oldest held block (the next FIFO victim)."""
         return int(self._order[0])
 
     def note_seen(self):
@@ -431,7 +434,8 @@ class BlockStore:
         return slot
 
     def forget(self, v):
-        """Bookkeeping for a block the kernel already evicted (not in alive any more)."""
+        """Bookkeeping for a block no longer in the alive list (evicted by the kernel, or
+        :meth:`remove`-d): its slot is free, its segments garbage until the next compaction."""
         self.free.append(int(v))
         self.i_live -= int(self.meta[v, K.M_ISIZE])
         self.f_live -= int(self.meta[v, K.M_FSIZE])
@@ -439,6 +443,7 @@ class BlockStore:
         self._evicted += 1
 
     def over_bytes(self):
+        """The live blocks exceed ``max_bytes`` (and more than one block is held)."""
         return self.max_bytes is not None and self.nbytes() > self.max_bytes and self._n > 1
 
     def add(self, tok_ptr, fidx, fval, ytrue, Ki, gram_fn):
@@ -606,6 +611,7 @@ class BlockStore:
         self.maybe_compact()
 
     def maybe_compact(self):
+        """Compact when more than half of the int arena is garbage (evicted segments)."""
         if self.i_used > 4096 and self.i_live * 2 < self.i_used:
             self.compact()
 
@@ -619,19 +625,14 @@ class BlockStore:
         self.pos[last] = p
         self.pos[slot] = -1
         self._n -= 1
-        self.free.append(int(slot))
-        self.i_live -= int(self.meta[slot, K.M_ISIZE])
-        self.f_live -= int(self.meta[slot, K.M_FSIZE])
         self.gest[slot] = 0.0
         K.tree_update(self.tree, self.tree_size, slot, 0.0)
-        self._unvisited.discard(int(slot))
-        self._evicted += 1
+        self.forget(slot)
         if self._order and self._order[0] == slot:
             self._order.popleft()
         else:
             self._order.remove(int(slot))
-        if self.i_used > 4096 and self.i_live * 2 < self.i_used:
-            self.compact()
+        self.maybe_compact()
 
     def compact(self, new_Kc=None, sparse=None):
         """Rewrite the arenas with only live segments (and optionally a larger label capacity, or
@@ -673,6 +674,7 @@ class BlockStore:
         a, b = np.nonzero(TM)
         return np.stack([a, b], axis=1).astype(np.int64), TM[a, b].copy()
 
+    # layout: see _kernels/layout.py
     def _kpos(self, j):
         m = self.meta[j]
         return int(m[K.M_IOFF] + m[K.M_L] + 1 + _nidx(m) + m[K.M_LY] + m[K.M_PCAP] * m[K.M_LABLEN])
@@ -818,6 +820,7 @@ class BlockStore:
         return out
 
     def grow_labels(self, new_Kc):
+        """Relayout every block for a label capacity of ``new_Kc`` (when larger)."""
         if new_Kc > self.Kc:
             self.compact(new_Kc)
 
@@ -956,6 +959,7 @@ class BlockStore:
         return bs
 
 
+# layout: see _kernels/layout.py
 def _nidx(m):
     """Feature indices stored by the block of meta row ``m``: none for a dense row."""
     return 0 if int(m[K.M_FLAGS]) & FLAG_DENSE_ROW else int(m[K.M_NNZ])
