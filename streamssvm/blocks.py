@@ -12,6 +12,11 @@ The store is bounded: by a number of blocks (``capacity``) and optionally by byt
 for drifting streams) and ``"reservoir"`` keeps a uniform sample of everything seen
 (the new example replaces a random held block with probability capacity / seen; otherwise it
 is not held).
+
+The store's counters and queues change only through its methods (the kernels write its arrays
+in place). A saved store is checked by :func:`streamssvm.saved_state.validate_store_state`
+before it is rebuilt; the union of several saved stores (distributed runs) is
+:mod:`streamssvm.distributed._union`.
 """
 from __future__ import annotations
 
@@ -25,8 +30,11 @@ from ._kernels import chainsparse as CS
 from ._kernels.bundles import Arena, Batch, pack
 from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans
 from ._kernels.structops import truth_stat
+from .saved_state import _rng_restore, _rng_state, validate_store_state
 
 _EVICTION = ("fifo", "reservoir")
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+_NO_SLOTS.flags.writeable = False
 
 #: Room for TCAP_FACTOR * (L - 1) tag pairs in a new sparse chain block (the default of
 #: ``BlockStore(tcap_factor=...)``): the truth's bigrams, and a few steps' worth more. 8, not 4:
@@ -121,8 +129,13 @@ class BlockStore:
     ``meta`` (one row of offsets per slot), ``alive`` (the ``n`` live slots, dense),
     ``pos`` (slot -> index in ``alive``), ``gest`` (stale block-gap estimates, +inf for blocks
     never visited) with their sum-tree ``tree`` / ``tree_size`` (gap sampling), ``lval``,
-    ``last_oracle``; ``unvisited`` holds slots added but not yet stepped on. The certificate
-    pass reads them through ``BCFW.dual_view()`` and writes none of them.
+    ``last_oracle``. Read-only counters and queues: ``n`` (live blocks), ``seen`` (examples
+    offered), ``evicted``, ``order`` (FIFO arrival order) and ``unvisited`` (slots added but not
+    yet stepped on); the learner changes them through :meth:`add` / :meth:`reserve` /
+    :meth:`write_new`, :meth:`note_seen`, :meth:`fifo_victim`, :meth:`fifo_victims`,
+    :meth:`after_learn_one`, :meth:`after_kernel_insert`, :meth:`remove`, :meth:`mark_visited`
+    and :meth:`mark_all_visited`. The certificate pass reads the arrays through
+    ``BCFW.dual_view()`` and writes none of them.
 
     Examples
     --------
@@ -172,32 +185,61 @@ class BlockStore:
         self.f_live = 0
         self.alive = np.zeros(n0, dtype=np.int64)   # dense list of live slots
         self.pos = np.full(n0, -1, dtype=np.int64)  # slot -> index in alive, -1 if free
-        self.n = 0
+        self._n = 0
         self.free = []
         self.n_slots = 0
         self.tree_size = 64
         self.tree = np.zeros(2 * self.tree_size)
-        self.unvisited = set()
-        self.order = deque()   # live slots in arrival order (FIFO eviction)
-        self.seen = 0          # examples offered to the store
-        self.evicted = 0
+        self._unvisited = set()
+        self._order = deque()   # live slots in arrival order (FIFO eviction)
+        self._seen = 0          # examples offered to the store
+        self._evicted = 0
         self.max_L = 1
+
+    # ------------------------------------------------------------------ counters (read-only)
+    # Written only by the store's own methods (the kernels write the arrays, never these).
+    @property
+    def n(self):
+        """Number of live blocks."""
+        return self._n
+
+    @property
+    def seen(self):
+        """Examples offered to the store (held or not)."""
+        return self._seen
+
+    @property
+    def evicted(self):
+        """Blocks evicted or removed so far."""
+        return self._evicted
+
+    @property
+    def order(self):
+        """The live slots in arrival order (the FIFO queue), as a tuple."""
+        return tuple(self._order)
+
+    @property
+    def unvisited(self):
+        """Slots added but not stepped on yet (a frozen copy; see :meth:`mark_visited`)."""
+        return frozenset(self._unvisited)
 
     # ------------------------------------------------------------------ sizes
     def nbytes(self):
         """Bytes held for the live blocks (arena segments + slot tables)."""
-        return int(self.i_live * 4 + self.f_live * 8 + self.n * (K.N_META * 8 + 8 * 5))
+        return int(self.i_live * 4 + self.f_live * 8 + self._n * (K.N_META * 8 + 8 * 5))
 
     def allocated_bytes(self):
+        """Bytes allocated by the arenas and slot tables (live blocks, garbage and room)."""
         return int(self.Iar.nbytes + self.Far.nbytes + self.meta.nbytes + self.gest.nbytes
                    + self.last_oracle.nbytes + self.birth.nbytes + self.alive.nbytes
                    + self.pos.nbytes + self.tree.nbytes)
 
     def __len__(self):
-        return self.n
+        return self._n
 
     def slots(self):
-        return self.alive[:self.n]
+        """The live slots (a view of ``alive``, in the kernels' sampling order)."""
+        return self.alive[:self._n]
 
     # ------------------------------------------------------------------ growth
     def _grow_slots(self, need):
@@ -262,14 +304,16 @@ class BlockStore:
         touch them)."""
         return pack(Arena(Iar=self.Iar, Far=self.Far, meta=self.meta, gest=self.gest if gest is None else gest,
                           last_oracle=self.last_oracle, lval=self.lval, alive=self.alive, pos=self.pos,
-                          n=int(self.n), tree=self.tree,
+                          n=int(self._n), tree=self.tree,
                           tree_size=int(self.tree_size if tree_size is None else tree_size)))
 
+    # layout: see _kernels/layout.py
     def tcap0(self, L, Kc=None):
         """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
         Kc = self.Kc if Kc is None else Kc
         return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
 
+    # layout: see _kernels/layout.py
     def stat_len(self, L, tcap=0, Kc=None):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
         M | BM | TV)."""
@@ -278,6 +322,7 @@ class BlockStore:
             return L * Kc + 2 * Kc + tcap
         return self.structure.stat_size(L, Kc)
 
+    # layout: see _kernels/layout.py
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
         a sparse block (default :meth:`tcap0`); ``nnz`` the values stored, ``nidx`` the feature
@@ -297,19 +342,56 @@ class BlockStore:
     def choose_victim(self):
         """Slot to evict before adding a new block, ``None`` if there is room, or ``-1`` when the
         reservoir decides not to keep the new example."""
-        full = self.capacity is not None and self.n >= self.capacity
+        full = self.capacity is not None and self._n >= self.capacity
         if not full:
             return None
         if self.eviction == "fifo":
-            return int(self.order[0])
+            return int(self._order[0])
         # reservoir (algorithm R)
-        r = self._rng.integers(0, self.seen + 1)
+        r = self._rng.integers(0, self._seen + 1)
         if r < self.capacity:
-            return int(self.alive[self._rng.integers(0, self.n)])
+            return int(self.alive[self._rng.integers(0, self._n)])
         return -1
 
     def oldest(self):
-        return int(self.order[0])
+        """The slot of the oldest held block (the next FIFO victim)."""
+        return int(self._order[0])
+
+    def note_seen(self):
+        """Count an offered example that the store does not hold (the reservoir declined it:
+        :meth:`choose_victim` returned -1)."""
+        self._seen += 1
+
+    def fifo_victim(self):
+        """Before one new block of a FIFO store bounded by blocks: the oldest slot, taken off
+        the arrival queue, when the store is full (the kernel evicts it, then
+        :meth:`after_learn_one`); -1 when there is room."""
+        if self.capacity is not None and self._n >= self.capacity:
+            return self._order.popleft()
+        return -1
+
+    def after_learn_one(self, n, victim):
+        """Bookkeeping after the kernel made a :meth:`reserve`-d block live (``n`` live blocks
+        now) and evicted ``victim`` (from :meth:`fifo_victim`; -1 for none)."""
+        self._n = int(n)
+        if victim >= 0:
+            self.forget(victim)
+            self.maybe_compact()
+
+    def mark_visited(self, slots):
+        """The blocks in ``slots`` were stepped on: no longer unvisited."""
+        if self._unvisited:
+            self._unvisited.difference_update(int(s) for s in slots)
+
+    def mark_all_visited(self):
+        """A full pass visited every held block."""
+        self._unvisited.clear()
+
+    def unvisited_slots(self):
+        """The slots added but not stepped on yet, in increasing order (int64 array)."""
+        if not self._unvisited:
+            return _NO_SLOTS
+        return np.array(sorted(self._unvisited), dtype=np.int64)
 
     def reserve(self, L, nnz, ly, Ki, fidx=None):
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
@@ -343,27 +425,30 @@ class BlockStore:
         self.gest[slot] = np.inf
         self.lval[slot] = 0.0
         self.last_oracle[slot] = -1
-        self.birth[slot] = self.seen
+        self.birth[slot] = self._seen
         self.pos[slot] = -1
-        self.seen += 1
+        self._seen += 1
         if L > self.max_L:
             self.max_L = L
-        self.order.append(slot)
+        self._order.append(slot)
         return slot
 
     def forget(self, v):
-        """Bookkeeping for a block the kernel already evicted (not in alive any more)."""
+        """Bookkeeping for a block no longer in the alive list (evicted by the kernel, or
+        :meth:`remove`-d): its slot is free, its segments garbage until the next compaction."""
         self.free.append(int(v))
         self.i_live -= int(self.meta[v, K.M_ISIZE])
         self.f_live -= int(self.meta[v, K.M_FSIZE])
-        self.unvisited.discard(int(v))
-        self.evicted += 1
+        self._unvisited.discard(int(v))
+        self._evicted += 1
 
     def over_bytes(self):
-        return self.max_bytes is not None and self.nbytes() > self.max_bytes and self.n > 1
+        """The live blocks exceed ``max_bytes`` (and more than one block is held)."""
+        return self.max_bytes is not None and self.nbytes() > self.max_bytes and self._n > 1
 
     def add(self, tok_ptr, fidx, fval, ytrue, Ki, gram_fn):
-        """Store a new block; returns its slot. ``gram_fn(tok_ptr, fidx, fval, L)`` -> (L, L)."""
+        """Store a new block, live and unvisited, and count its example as seen; returns its slot.
+        ``gram_fn(tok_ptr, fidx, fval, L)`` -> (L, L)."""
         L = len(tok_ptr) - 1
         nnz = len(fidx)
         ly = len(ytrue)
@@ -418,13 +503,14 @@ class BlockStore:
         self.f_live += fsz
         self.gest[slot] = np.inf
         self.last_oracle[slot] = -1
-        self.birth[slot] = self.seen
-        self.pos[slot] = self.n
-        self.alive[self.n] = slot
-        self.n += 1
-        self.unvisited.add(slot)
+        self.birth[slot] = self._seen
+        self.pos[slot] = self._n
+        self.alive[self._n] = slot
+        self._n += 1
+        self._unvisited.add(slot)
         self.max_L = max(self.max_L, L)
-        self.order.append(slot)
+        self._order.append(slot)
+        self._seen += 1
         return slot
 
     def fifo_victims(self, new_slots):
@@ -432,16 +518,16 @@ class BlockStore:
         -1 for none); updates the arrival order."""
         m = len(new_slots)
         victims = np.full(m, -1, dtype=np.int64)
-        n = self.n
+        n = self._n
         cap = self.capacity
         if cap is None or n + m <= cap:   # room for all: no victim
-            self.order.extend(np.asarray(new_slots).tolist())
+            self._order.extend(np.asarray(new_slots).tolist())
             return victims
         for e in range(m):
             if cap is not None and n >= cap:
-                victims[e] = self.order.popleft()
+                victims[e] = self._order.popleft()
                 n -= 1
-            self.order.append(int(new_slots[e]))
+            self._order.append(int(new_slots[e]))
             n += 1
         return victims
 
@@ -510,9 +596,9 @@ class BlockStore:
         self.gest[slots] = np.inf
         self.lval[slots] = 0.0
         self.last_oracle[slots] = -1
-        self.birth[slots] = self.seen + np.arange(m)
+        self.birth[slots] = self._seen + np.arange(m)
         self.pos[slots] = -1
-        self.seen += m
+        self._seen += m
         self.max_L = max(self.max_L, int(L.max()) if m else 1)
         return slots
 
@@ -521,10 +607,11 @@ class BlockStore:
         for v in victims:
             if v >= 0:
                 self.forget(v)
-        self.n = int(n_final)
+        self._n = int(n_final)
         self.maybe_compact()
 
     def maybe_compact(self):
+        """Compact when more than half of the int arena is garbage (evicted segments)."""
         if self.i_used > 4096 and self.i_live * 2 < self.i_used:
             self.compact()
 
@@ -533,24 +620,19 @@ class BlockStore:
         p = self.pos[slot]
         if p < 0:
             raise KeyError(f"slot {slot} is not held")
-        last = self.alive[self.n - 1]
+        last = self.alive[self._n - 1]
         self.alive[p] = last
         self.pos[last] = p
         self.pos[slot] = -1
-        self.n -= 1
-        self.free.append(int(slot))
-        self.i_live -= int(self.meta[slot, K.M_ISIZE])
-        self.f_live -= int(self.meta[slot, K.M_FSIZE])
+        self._n -= 1
         self.gest[slot] = 0.0
         K.tree_update(self.tree, self.tree_size, slot, 0.0)
-        self.unvisited.discard(int(slot))
-        self.evicted += 1
-        if self.order and self.order[0] == slot:
-            self.order.popleft()
+        self.forget(slot)
+        if self._order and self._order[0] == slot:
+            self._order.popleft()
         else:
-            self.order.remove(int(slot))
-        if self.i_used > 4096 and self.i_live * 2 < self.i_used:
-            self.compact()
+            self._order.remove(int(slot))
+        self.maybe_compact()
 
     def compact(self, new_Kc=None, sparse=None):
         """Rewrite the arenas with only live segments (and optionally a larger label capacity, or
@@ -592,6 +674,7 @@ class BlockStore:
         a, b = np.nonzero(TM)
         return np.stack([a, b], axis=1).astype(np.int64), TM[a, b].copy()
 
+    # layout: see _kernels/layout.py
     def _kpos(self, j):
         m = self.meta[j]
         return int(m[K.M_IOFF] + m[K.M_L] + 1 + _nidx(m) + m[K.M_LY] + m[K.M_PCAP] * m[K.M_LABLEN])
@@ -706,7 +789,7 @@ class BlockStore:
         """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one
         more step's worth), so that the steps of the next kernel call rarely find a block full.
         O(n) array operations; called before the kernel calls that run many steps."""
-        if not self.sparse or self.n == 0:
+        if not self.sparse or self._n == 0:
             return 0
         s = self.slots()
         m = self.meta[s]
@@ -737,6 +820,7 @@ class BlockStore:
         return out
 
     def grow_labels(self, new_Kc):
+        """Relayout every block for a label capacity of ``new_Kc`` (when larger)."""
         if new_Kc > self.Kc:
             self.compact(new_Kc)
 
@@ -765,6 +849,40 @@ class BlockStore:
             "exact_alpha": not (int(m[K.M_FLAGS]) & K.FLAG_INEXACT_ALPHA),
         }
 
+    # ------------------------------------------------------------------ dual statistics (mixing)
+    def stat_regions(self, slots):
+        """Flat indices into ``Far`` of each slot's dual statistic (linear in alpha_i, see
+        ``streamssvm._kernels.structops``), and the per-slot sizes. Blending is linear in dense
+        statistics, so a sparse chain store is converted to dense first."""
+        if self.sparse:
+            self.compact(sparse=False)
+        meta = self.meta
+        idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
+        for q, j in enumerate(slots):
+            L, nnz = int(meta[j, K.M_L]), int(meta[j, K.M_NNZ])
+            s0 = int(meta[j, K.M_FOFF]) + nnz + L * L
+            sizes[q] = int(self.structure.stat_size(L, self.Kc))
+            idx.append(np.arange(s0, s0 + sizes[q]))
+        return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
+
+    def start_stat(self, slot, size):
+        """The statistic of block ``slot`` with alpha on its ground truth (how a new block
+        starts; zero for slack-rescaled blocks), ``size`` floats (dense layout)."""
+        out = np.zeros(size)
+        if not self.slack:
+            m = self.meta[slot]
+            L, ly, io = int(m[K.M_L]), int(m[K.M_LY]), int(m[K.M_IOFF])
+            nix = _nidx(m)   # a dense row stores no indices
+            ytrue = self.Iar[io + L + 1 + nix:io + L + 1 + nix + ly].astype(np.int32)
+            truth_stat(self.kind, ytrue, ly, L, self.Kc, out, 1.0)
+        return out
+
+    def blend_stats(self, slots, idx, start, lstart, weight):
+        """``stat <- start + weight (stat - start)`` on the regions ``idx`` (:meth:`stat_regions`
+        of ``slots``) and the same for the slots' dual losses from ``lstart``."""
+        self.Far[idx] = start + weight * (self.Far[idx] - start)
+        self.lval[slots] = lstart + weight * (self.lval[slots] - lstart)
+
     # ------------------------------------------------------------------ gaps
     def gap_sum(self):
         s = self.slots()
@@ -783,13 +901,13 @@ class BlockStore:
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
             "sparse": self.sparse, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows,
-            "seen": self.seen, "evicted": self.evicted, "n": self.n, "n_slots": ns,
+            "seen": self._seen, "evicted": self._evicted, "n": self._n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
             "last_oracle": self.last_oracle[:ns].copy(), "birth": self.birth[:ns].copy(),
-            "alive": self.alive[:self.n].copy(), "free": np.array(self.free, dtype=np.int64),
-            "order": np.array(self.order, dtype=np.int64),
-            "unvisited": np.array(sorted(self.unvisited), dtype=np.int64),
+            "alive": self.alive[:self._n].copy(), "free": np.array(self.free, dtype=np.int64),
+            "order": np.array(self._order, dtype=np.int64),
+            "unvisited": np.array(sorted(self._unvisited), dtype=np.int64),
             "Iar": self.Iar[:self.i_used].copy(), "Far": self.Far[:self.f_used].copy(),
             "rng": _rng_state(self._rng),
         }
@@ -821,19 +939,19 @@ class BlockStore:
             bs.Iar = np.zeros(1024, dtype=np.int32)
         if bs.Far.size == 0:
             bs.Far = np.zeros(1024)
-        bs.n = n
+        bs._n = n
         bs.n_slots = ns
         bs.alive[:n] = st["alive"]
         bs.pos[:] = -1
         bs.pos[bs.alive[:n]] = np.arange(n)
         bs.free = [int(v) for v in st["free"]]
-        bs.order = deque(int(v) for v in st["order"])
-        bs.unvisited = {int(v) for v in st["unvisited"]}
+        bs._order = deque(int(v) for v in st["order"])
+        bs._unvisited = {int(v) for v in st["unvisited"]}
         live = bs.alive[:n]
         bs.i_used = bs.i_live = int(np.sum(bs.meta[live, K.M_ISIZE]))
         bs.f_used = bs.f_live = int(np.sum(bs.meta[live, K.M_FSIZE]))
-        bs.seen = int(st["seen"])
-        bs.evicted = int(st["evicted"])
+        bs._seen = int(st["seen"])
+        bs._evicted = int(st["evicted"])
         bs.max_L = int(st["max_L"])
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()
@@ -841,333 +959,7 @@ class BlockStore:
         return bs
 
 
+# layout: see _kernels/layout.py
 def _nidx(m):
     """Feature indices stored by the block of meta row ``m``: none for a dense row."""
     return 0 if int(m[K.M_FLAGS]) & FLAG_DENSE_ROW else int(m[K.M_NNZ])
-
-
-def _fail(msg):
-    from .checkpoint import CheckpointError
-    raise CheckpointError(f"invalid block store in the file: {msg}")
-
-
-def _int_array(st, key, n=None):
-    a = np.asarray(st[key])
-    if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
-        _fail(f"{key} must be an integer array, got dtype {a.dtype}")
-    a = a.astype(np.int64).ravel() if a.ndim != 2 else a.astype(np.int64)
-    if n is not None and a.shape[0] != n:
-        _fail(f"{key} has {a.shape[0]} entries, expected {n}")
-    return a
-
-
-def _in_range(a, lo, hi, what):
-    if a.size and (int(a.min()) < lo or int(a.max()) >= hi):
-        _fail(f"{what} out of range [{lo}, {hi}): min {int(a.min())}, max {int(a.max())}")
-
-
-def validate_store_state(st, structure, n_rows=None):
-    """Check every index and pointer of a saved :class:`BlockStore` against the sizes, so that
-    no file can make a numba kernel read or write out of bounds (the kernels trust them). The
-    one validator of block stores, used by ``streamssvm.load`` and by checkpoint restores alike
-    (both go through :meth:`BlockStore.from_state`). Raises ``CheckpointError``.
-
-    >>> from streamssvm.structures import MultiClass
-    >>> import numpy as np
-    >>> st = BlockStore(MultiClass(), Kc=3)
-    >>> gram = lambda tp, fi, fv, L: np.eye(L)
-    >>> _ = st.add(np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32), np.array([1.0]),
-    ...            np.array([1], dtype=np.int32), 1, gram)
-    >>> s = st.state(); validate_store_state(s, MultiClass(), n_rows=1)
-    >>> s["Iar"][2] = 7   # the block's feature index (after its 2 token pointers), past the rows
-    >>> validate_store_state(s, MultiClass(), n_rows=1)
-    Traceback (most recent call last):
-    ...
-    streamssvm.checkpoint.CheckpointError: invalid block store in the file: slot 0: feature indices out of range [0, 1): min 7, max 7
-    """
-    try:
-        Kc, ns, n = int(st["Kc"]), int(st["n_slots"]), int(st["n"])
-        pool_cap, tree_size, max_L = int(st["pool_cap"]), int(st["tree_size"]), int(st["max_L"])
-        sparse, tcap_factor = bool(st.get("sparse", False)), int(st.get("tcap_factor", TCAP_FACTOR))
-    except (KeyError, TypeError, ValueError, OverflowError) as e:
-        _fail(f"{type(e).__name__}: {e}")
-    if sparse and int(structure.kind) != CHAIN:
-        _fail("sparse transition statistics are for chains only")
-    if not 1 <= tcap_factor <= 1 << 16:
-        _fail(f"tcap_factor={tcap_factor} out of range")
-    if not (1 <= Kc <= 1 << 24 and 0 <= n <= ns <= 1 << 40 and 0 <= pool_cap <= 1 << 16
-            and 1 <= tree_size <= 1 << 40 and tree_size >= ns and 1 <= max_L <= 1 << 31):
-        _fail(f"sizes Kc={Kc}, n={n}, n_slots={ns}, pool_cap={pool_cap}, tree_size={tree_size}, "
-              f"max_L={max_L} are inconsistent")
-    meta = _int_array(st, "meta", ns)
-    if meta.ndim != 2 or meta.shape[1] != K.N_META:
-        _fail(f"meta must be ({ns}, {K.N_META}), got {meta.shape}")
-    for key in ("gest", "last_oracle", "birth") + (("lval",) if "lval" in st else ()):
-        if np.asarray(st[key]).shape != (ns,):
-            _fail(f"{key} must have {ns} entries")
-    alive = _int_array(st, "alive", n)
-    _in_range(alive, 0, ns, "alive slots")
-    if len(np.unique(alive)) != n:
-        _fail("alive slots repeat")
-    free = _int_array(st, "free")
-    order = _int_array(st, "order")
-    unvisited = _int_array(st, "unvisited")
-    for a, what in ((free, "free slots"), (order, "order"), (unvisited, "unvisited slots")):
-        _in_range(a, 0, ns, what)
-    if not (set(order.tolist()) <= set(alive.tolist()) and set(unvisited.tolist()) <= set(alive.tolist())):
-        _fail("order / unvisited name slots that are not alive")
-    if len(np.unique(order)) != len(order) or len(np.unique(free)) != len(free):
-        _fail("order / free slots repeat")   # a repeated FIFO entry evicts the wrong block, a repeated free slot holds two
-    if "lval" in st and not np.isfinite(np.asarray(st["lval"], dtype=np.float64)).all():
-        _fail("lval has non-finite values")
-    if set(free.tolist()) & set(alive.tolist()) or len(free) + n != ns:
-        _fail("free and alive slots overlap or do not cover the slots")
-    Iar = np.asarray(st["Iar"])
-    Far = np.asarray(st["Far"])
-    if Iar.ndim != 1 or Far.ndim != 1 or Iar.dtype.kind not in "iu" and Iar.size or Far.dtype.kind != "f" and Far.size:
-        _fail("the arenas must be 1-D integer / float arrays")
-    kind_ok = int(st["kind"]) == int(structure.kind)
-    if not kind_ok:
-        return   # from_state names the mismatch
-    ni, nf = Iar.shape[0], Far.shape[0]
-    for s in alive.tolist():
-        io, fo, L, nnz, ly, Ki, pcap, pn, lablen, flags, isz, fsz = (int(v) for v in meta[s])
-        if not (0 <= io and 0 <= fo and 1 <= L <= max_L and 0 <= nnz and 0 <= ly and 1 <= Ki
-                and pcap == pool_cap and 0 <= pn <= pcap and 0 <= lablen):
-            _fail(f"slot {s}: block sizes are inconsistent ({meta[s].tolist()})")
-        if bool(flags & CS.FLAG_SPARSE) != sparse or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL
-                                                                | FLAG_DENSE_ROW):
-            _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse})")
-        dense = bool(flags & FLAG_DENSE_ROW)
-        if dense and (int(structure.kind) != MULTICLASS or L != 1):
-            _fail(f"slot {s}: a dense row is for one-token multiclass blocks (L={L})")
-        nix = 0 if dense else nnz
-        if int(structure.kind) == CHAIN and ly != L:
-            _fail(f"slot {s}: a chain block needs one true label per token ({ly} labels, {L} tokens)")
-        want_lab = int(structure.labeling_len(L, Kc))
-        need_i = L + 1 + nix + ly + pool_cap * want_lab
-        kpos = io + need_i
-        tn = tcap = 0
-        if sparse:
-            if kpos + 2 > ni or io + isz > ni:
-                _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")
-            tn, tcap = int(Iar[kpos]), int(Iar[kpos + 1])
-            if not 0 <= tn <= tcap <= Kc * Kc:
-                _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
-            need_i += 2 + 2 * tcap
-            need_f = nnz + L * L + L * Kc + 2 * Kc + tcap + pool_cap
-        else:
-            need_f = nnz + L * L + int(structure.stat_size(L, Kc)) + pool_cap
-        if lablen != want_lab or isz != need_i or fsz != need_f:
-            _fail(f"slot {s}: segment sizes {isz}/{fsz} (labeling length {lablen}) do not match the block "
-                  f"({need_i}/{need_f}, {want_lab})")
-        if io + isz > ni or fo + fsz > nf:
-            _fail(f"slot {s}: segment [{io}, {io + isz}) / [{fo}, {fo + fsz}) beyond the arenas ({ni} / {nf})")
-        if sparse:
-            pairs = Iar[kpos + 2:kpos + 2 + 2 * tn].astype(np.int64)
-            _in_range(pairs, 0, Kc, f"slot {s}: transition pairs")
-            if len(np.unique(pairs[0::2] * Kc + pairs[1::2])) != tn:
-                _fail(f"slot {s}: transition pairs repeat")
-        tp = Iar[io:io + L + 1].astype(np.int64)
-        if tp[0] != 0 or tp[-1] != nnz or np.any(np.diff(tp) < 0):
-            _fail(f"slot {s}: token pointers are not a partition of its {nnz} features")
-        if n_rows is not None and dense and nnz > n_rows:
-            _fail(f"slot {s}: a dense row of {nnz} features, the weights have {n_rows} rows")
-        if n_rows is not None:
-            _in_range(Iar[io + L + 1:io + L + 1 + nix], 0, n_rows, f"slot {s}: feature indices")
-        _in_range(Iar[io + L + 1 + nix:io + L + 1 + nix + ly], 0, Kc, f"slot {s}: true labels")
-        p0 = io + L + 1 + nix + ly
-        _in_range(Iar[p0:p0 + pn * lablen], -1, max(Kc, 2), f"slot {s}: pool labelings")
-        if not np.isfinite(Far[fo:fo + fsz]).all():
-            _fail(f"slot {s}: non-finite values")
-
-
-def validate_weights(st, keys=("E", "T", "B"), cost="C"):
-    """Check a learner state's weight arrays (``E``: features x label capacity, ``T``, ``B``,
-    the cost matrix) and its label count ``K`` against each other; returns ``(rows, Kc, K)``.
-    Raises ``CheckpointError``."""
-    E, T, B = (np.asarray(st[k]) for k in keys)
-    if E.ndim != 2 or E.dtype.kind != "f" or E.shape[0] < 1 or E.shape[1] < 1:
-        _fail(f"{keys[0]} must be a 2-D float array (features x labels), got {E.dtype} {E.shape}")
-    d, Kc = E.shape
-    if T.shape != (Kc, Kc) or B.shape != (2, Kc) or T.dtype.kind != "f" or B.dtype.kind != "f":
-        _fail(f"{keys[1]} / {keys[2]} must be ({Kc}, {Kc}) / (2, {Kc}) float arrays, got {T.shape} / {B.shape}")
-    if cost is not None and st.get(cost) is not None:
-        C = np.asarray(st[cost])
-        if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] > Kc or C.dtype.kind != "f":
-            _fail(f"the cost matrix must be square, at most {Kc} x {Kc}, got {C.shape}")
-    K = int(st["K"])
-    if not 0 <= K <= Kc:
-        _fail(f"K={K} labels with a label capacity of {Kc}")
-    for a, k in zip((E, T, B), keys):
-        if not np.isfinite(a).all():
-            _fail(f"{k} has non-finite weights")
-    return d, Kc, K
-
-
-def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what):
-    """Check one held example (CSR tokens, features, truth) against the weights' sizes."""
-    tp = np.asarray(tok_ptr)
-    fi = np.asarray(fidx)
-    fv = np.asarray(fval)
-    yy = np.asarray(y)
-    if tp.ndim != 1 or tp.size < 2 or tp.dtype.kind not in "iu":
-        _fail(f"{what}: token pointers must be a 1-D integer array with at least 2 entries")
-    if fi.ndim != 1 or fv.ndim != 1 or fi.shape != fv.shape or (fi.size and fi.dtype.kind not in "iu"):
-        _fail(f"{what}: feature indices and values must be 1-D arrays of one length")
-    if yy.ndim != 1 or (yy.size and yy.dtype.kind not in "iu"):
-        _fail(f"{what}: the truth must be a 1-D integer array")
-    tp = tp.astype(np.int64)
-    if tp[0] != 0 or tp[-1] != fi.size or np.any(np.diff(tp) < 0):
-        _fail(f"{what}: token pointers are not a partition of its {fi.size} features")
-    _in_range(fi, 0, n_rows, f"{what}: feature indices")
-    _in_range(yy, 0, Kc, f"{what}: true labels")
-    if fv.size and (fv.dtype.kind != "f" or not np.isfinite(fv).all()):
-        _fail(f"{what}: feature values must be finite floats")
-
-
-def _rng_state(rng):
-    s = rng.bit_generator.state
-    return {"bit_generator": s["bit_generator"], "state": str(s["state"]["state"]),
-            "inc": str(s["state"]["inc"]), "has_uint32": s["has_uint32"], "uinteger": s["uinteger"]}
-
-
-def _rng_restore(rng, d):
-    rng.bit_generator.state = {"bit_generator": d["bit_generator"],
-                               "state": {"state": int(d["state"]), "inc": int(d["inc"])},
-                               "has_uint32": d["has_uint32"], "uinteger": d["uinteger"]}
-
-
-# ----------------------------------------------------------------------------- store-state editing
-# Functions on the saved state of a BlockStore (the dict of :meth:`BlockStore.state`), for code
-# that moves blocks between stores without building them (distributed mixing: the union of the
-# workers' blocks, a worker's share of it). Their results pass :func:`validate_store_state`.
-
-_LAYOUT_KEYS = ("kind", "Kc", "pool_cap", "slack", "sparse", "tcap_factor")
-
-
-def _tree_size(n_slots):
-    ts = 64
-    while ts < n_slots:
-        ts *= 2
-    return ts
-
-
-def concat_store_states(states):
-    """One store state holding the blocks of every state in ``states``: the slots of
-    ``states[i]`` follow those of ``states[:i]`` (slot numbers, free slots, alive / FIFO /
-    unvisited orders shifted; arenas concatenated with the segment offsets moved). The stores
-    must share their block layout (kind, label capacity, pool size, slack, sparse transitions);
-    the result is unbounded (``capacity`` and ``max_bytes`` None, FIFO eviction: a union of
-    bounded stores is bounded by none of them) and keeps the first store's generator state.
-
-    >>> from streamssvm.structures import MultiClass
-    >>> gram = lambda tp, fi, fv, L: np.eye(L)
-    >>> def store(labels):
-    ...     s = BlockStore(MultiClass(), Kc=3)
-    ...     for y in labels:
-    ...         _ = s.add(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([y]), 1, gram)
-    ...     return s.state()
-    >>> u = concat_store_states([store([0, 1]), store([2])])
-    >>> validate_store_state(u, MultiClass(), n_rows=1)
-    >>> b = BlockStore.from_state(u, MultiClass(), n_rows=1)
-    >>> len(b), [int(b.block(j)["ytrue"][0]) for j in b.slots()]
-    (3, [0, 1, 2])
-    """
-    states = list(states)
-    if not states:
-        raise ValueError("no store states to concatenate")
-    first = states[0]
-    for s in states[1:]:
-        for k in _LAYOUT_KEYS:
-            if s.get(k) != first.get(k):
-                raise ValueError(f"the stores disagree on the block layout ({k}: {s.get(k)!r} vs {first.get(k)!r})")
-    if len({"lval" in s for s in states}) != 1:
-        raise ValueError("the stores disagree on the block layout (lval: present in some states only)")
-    metas, alive, free, order, unvisited = [], [], [], [], []
-    io = fo = ns = 0
-    for s in states:
-        m = np.array(s["meta"], dtype=np.int64, copy=True)
-        m[:, K.M_IOFF] += io
-        m[:, K.M_FOFF] += fo
-        metas.append(m)
-        for dst, key in ((alive, "alive"), (free, "free"), (order, "order"), (unvisited, "unvisited")):
-            dst.append(np.asarray(s[key], dtype=np.int64) + ns)
-        io += len(s["Iar"])
-        fo += len(s["Far"])
-        ns += int(s["n_slots"])
-    cat = np.concatenate
-    out = dict(first)
-    out.update({
-        "capacity": None, "max_bytes": None, "eviction": "fifo",
-        "seen": sum(int(s["seen"]) for s in states), "evicted": sum(int(s["evicted"]) for s in states),
-        "n": sum(int(s["n"]) for s in states), "n_slots": ns, "tree_size": _tree_size(ns),
-        "max_L": max(int(s["max_L"]) for s in states),
-        "meta": cat(metas), "gest": cat([np.asarray(s["gest"], dtype=np.float64) for s in states]),
-        "last_oracle": cat([np.asarray(s["last_oracle"]) for s in states]),
-        "birth": cat([np.asarray(s["birth"]) for s in states]),
-        "alive": cat(alive), "free": cat(free), "order": cat(order), "unvisited": cat(unvisited),
-        "Iar": cat([np.asarray(s["Iar"], dtype=np.int32) for s in states]),
-        "Far": cat([np.asarray(s["Far"], dtype=np.float64) for s in states]),
-    })
-    if "lval" in first:
-        out["lval"] = cat([np.asarray(s["lval"], dtype=np.float64) for s in states])
-    return out
-
-
-def select_store_blocks(state, slots):
-    """A store state holding only the blocks in ``slots`` (renumbered 0..m-1 in the given
-    order, which becomes their arrival and FIFO order; arenas cut down to their segments; the
-    unvisited ones stay unvisited). Refuses slots that are not alive or repeat.
-
-    >>> from streamssvm.structures import MultiClass
-    >>> gram = lambda tp, fi, fv, L: np.eye(L)
-    >>> s = BlockStore(MultiClass(), Kc=3)
-    >>> for y in (0, 1, 2):
-    ...     _ = s.add(np.array([0, 1]), np.array([0]), np.array([1.0]), np.array([y]), 1, gram)
-    >>> sel = select_store_blocks(s.state(), [2, 0])
-    >>> validate_store_state(sel, MultiClass(), n_rows=1)
-    >>> b = BlockStore.from_state(sel, MultiClass(), n_rows=1)
-    >>> [int(b.block(j)["ytrue"][0]) for j in store_slot_order(sel)]
-    [2, 0]
-    """
-    slots = np.asarray(slots, dtype=np.int64).ravel()
-    alive = np.asarray(state["alive"], dtype=np.int64)
-    if len(np.unique(slots)) != slots.size or not np.isin(slots, alive).all():
-        raise ValueError(f"select_store_blocks: slots must be alive and distinct, got {slots.tolist()[:20]}")
-    meta = np.asarray(state["meta"], dtype=np.int64)
-    Iar, Far = np.asarray(state["Iar"], dtype=np.int32), np.asarray(state["Far"], dtype=np.float64)
-    m = slots.size
-    new_meta = meta[slots].copy() if m else np.zeros((0, meta.shape[1]), dtype=np.int64)
-    isegs, fsegs = [], []
-    io = fo = 0
-    for q, j in enumerate(slots.tolist()):
-        a, isz = int(meta[j, K.M_IOFF]), int(meta[j, K.M_ISIZE])
-        b, fsz = int(meta[j, K.M_FOFF]), int(meta[j, K.M_FSIZE])
-        isegs.append(Iar[a:a + isz])
-        fsegs.append(Far[b:b + fsz])
-        new_meta[q, K.M_IOFF], new_meta[q, K.M_FOFF] = io, fo
-        io += isz
-        fo += fsz
-    pos = {int(j): q for q, j in enumerate(slots.tolist())}
-    out = dict(state)
-    out.update({
-        "seen": m, "evicted": 0, "n": m, "n_slots": m, "tree_size": _tree_size(m),
-        "max_L": int(max((int(meta[j, K.M_L]) for j in slots.tolist()), default=1)),
-        "meta": new_meta, "gest": np.asarray(state["gest"], dtype=np.float64)[slots],
-        "last_oracle": np.asarray(state["last_oracle"])[slots],
-        "birth": np.arange(m, dtype=np.int64), "alive": np.arange(m, dtype=np.int64),
-        "free": np.zeros(0, dtype=np.int64), "order": np.arange(m, dtype=np.int64),
-        "unvisited": np.array(sorted(pos[int(v)] for v in state["unvisited"] if int(v) in pos), dtype=np.int64),
-        "Iar": np.concatenate(isegs) if isegs else np.zeros(0, dtype=np.int32),
-        "Far": np.concatenate(fsegs) if fsegs else np.zeros(0, dtype=np.float64),
-    })
-    if "lval" in state:
-        out["lval"] = np.asarray(state["lval"], dtype=np.float64)[slots]
-    return out
-
-
-def store_slot_order(state):
-    """The live slots of a store state in arrival order (by ``birth``)."""
-    alive = np.asarray(state["alive"], dtype=np.int64)
-    return alive[np.argsort(np.asarray(state["birth"])[alive], kind="stable")]

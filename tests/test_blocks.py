@@ -66,3 +66,48 @@ def test_ocr_large_store_memory_is_compact():
     dense_bytes = 6251 * 4082 * 8  # what a dense w_i per block would cost (204 MB)
     assert st.nbytes() < 100e6
     assert st.nbytes() < dense_bytes / 3
+
+
+def _row_store(**kw):
+    from streamssvm.structures import MultiClass
+    st = BlockStore(MultiClass(), Kc=3, **kw)
+    gram = lambda tp, fi, fv, L: np.eye(L)   # noqa: E731
+    add = lambda y: st.add(np.array([0, 1], dtype=np.int32), np.array([0], dtype=np.int32),   # noqa: E731
+                           np.array([1.0]), np.array([y], dtype=np.int32), 1, gram)
+    return st, add
+
+
+def test_counters_and_queues_change_only_through_methods():
+    """n, seen, evicted, the FIFO order and the unvisited set are read-only; the store's methods
+    keep them consistent (add counts its example as seen; fifo_victim takes the oldest off the
+    queue only when full; mark_visited / mark_all_visited empty the unvisited set)."""
+    st, add = _row_store(capacity=2)
+    for name in ("n", "seen", "evicted", "order", "unvisited"):
+        with pytest.raises(AttributeError):
+            setattr(st, name, 0)
+    assert st.fifo_victim() == -1 and st.order == ()
+    a, b = add(0), add(1)
+    assert (st.n, st.seen, st.order, st.unvisited) == (2, 2, (a, b), frozenset({a, b}))
+    assert st.birth[a] == 0 and st.birth[b] == 1
+    np.testing.assert_array_equal(st.unvisited_slots(), sorted((a, b)))
+    st.mark_visited(np.array([a]))
+    assert st.unvisited == {b}
+    st.mark_all_visited()
+    assert st.unvisited == frozenset() and st.unvisited_slots().size == 0
+    st.note_seen()
+    assert st.seen == 3 and st.n == 2
+    assert st.fifo_victim() == a and st.order == (b,)   # full: the oldest leaves the queue
+    st.remove(b)
+    assert (st.n, st.evicted, st.order) == (1, 1, ())
+
+
+def test_blend_stats_moves_between_start_and_current():
+    st, add = _row_store()
+    s = [add(y) for y in (0, 1, 2)]
+    idx, sizes = st.stat_regions(np.array(s))
+    assert sizes.tolist() == [st.structure.stat_size(1, 3)] * 3 and idx.size == sizes.sum()
+    start = np.concatenate([st.start_stat(j, int(z)) for j, z in zip(s, sizes)])
+    np.testing.assert_array_equal(start, st.Far[idx])   # a new block is at its start
+    st.Far[idx] += 1.0
+    st.blend_stats(np.array(s), idx, start, np.zeros(3), 0.25)
+    np.testing.assert_allclose(st.Far[idx], start + 0.25)

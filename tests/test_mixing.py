@@ -181,7 +181,7 @@ def _blocks(store):
 
 
 def store_slot_order_of(store):
-    from streamssvm.blocks import store_slot_order
+    from streamssvm.distributed._union import store_slot_order
     return store_slot_order(store.state())
 
 
@@ -197,8 +197,9 @@ def _same_blocks(a, b):
 def test_concat_and_select_store_states_round_trip(kind):
     """The union of two real stores holds both stores' blocks unchanged (and validates); selecting
     one store's slots back out of the union gives that store's blocks in their order."""
-    from streamssvm.blocks import (BlockStore, concat_store_states, select_store_blocks, store_slot_order,
-                                   validate_store_state)
+    from streamssvm.blocks import BlockStore
+    from streamssvm.distributed._union import concat_store_states, select_store_blocks, store_slot_order
+    from streamssvm.saved_state import validate_store_state
     a, b = _stores(kind)
     la, lb = a.bound_learner, b.bound_learner
     assert len(lb.store.state()["free"]) > 0   # the evicting store has free slots
@@ -225,7 +226,7 @@ def test_concat_and_select_store_states_round_trip(kind):
 
 
 def test_store_state_editing_refuses_what_it_cannot_do():
-    from streamssvm.blocks import concat_store_states, select_store_blocks
+    from streamssvm.distributed._union import concat_store_states, select_store_blocks
     a, b = _stores("multiclass")
     sa, sb = a.bound_learner.store.state(), b.bound_learner.store.state()
     with pytest.raises(ValueError, match="block layout \\(Kc"):
@@ -266,7 +267,7 @@ def test_store_state_with_repeated_fifo_or_free_slots_is_refused(bad):
     """validate_store_state refuses a FIFO order or free list that repeats a slot (a repeated
     FIFO entry made the window evict the newest block instead of the oldest; a repeated free
     slot would hold two blocks) and non-finite slack losses."""
-    from streamssvm.blocks import validate_store_state
+    from streamssvm.saved_state import validate_store_state
     from streamssvm.checkpoint import CheckpointError
     m = ss.MulticlassSSVM(labels=LABELS, learner=L.BCFW(lam=0.05, seed=0, capacity=10))
     X, Y = data(22, 0)

@@ -9,7 +9,8 @@ import pytest
 import streamssvm as ss
 from streamssvm._kernels import bcfw as K
 from streamssvm._kernels import common as C
-from streamssvm.blocks import BlockStore, validate_store_state
+from streamssvm.blocks import BlockStore
+from streamssvm.saved_state import validate_store_state
 from streamssvm.checkpoint import CheckpointError
 from streamssvm.structures import MultiClass
 

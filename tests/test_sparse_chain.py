@@ -11,7 +11,8 @@ import streamssvm.blocks as blk
 from streamssvm._kernels import bcfw as K
 from streamssvm._kernels import bundles as KB
 from streamssvm._kernels import chainsparse as CS
-from streamssvm.blocks import BlockStore, validate_store_state
+from streamssvm.blocks import BlockStore
+from streamssvm.saved_state import validate_store_state
 from streamssvm.checkpoint import CheckpointError
 
 

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..blocks import concat_store_states, select_store_blocks, store_slot_order
+from ._union import concat_store_states, select_store_blocks, store_slot_order
 
 
 def is_bcfw(learner):
@@ -117,7 +117,7 @@ def block_sums(learner, lam, n_global):
 def merge_learner_states(states, U):
     """One BCFW learner state holding the union of the workers' blocks and the mixed sums U
     (the single-process view of the distributed model). ``states`` are ``BCFW.state()`` dicts;
-    their block stores are joined by :func:`streamssvm.blocks.concat_store_states`."""
+    their block stores are joined by :func:`streamssvm.distributed._union.concat_store_states`."""
     states = [s for s in states if s is not None]
     if not states:
         raise ValueError("no worker has learned anything yet")
@@ -142,7 +142,7 @@ def merge_learner_states(states, U):
 
 def select_blocks(state, slots):
     """A BCFW learner state holding only the blocks in ``slots`` (renumbered 0..m-1 in the given
-    order, :func:`streamssvm.blocks.select_store_blocks`) with the same weight sums U -- a
+    order, :func:`streamssvm.distributed._union.select_store_blocks`) with the same weight sums U -- a
     worker's share when partitions move between workers (every worker holds the global U; its
     blocks are its own)."""
     out = dict(state)

@@ -7,7 +7,7 @@ file or checkpoint is data from outside, so :meth:`GDMM.restore` first runs
 :func:`validate_gdmm_state`, which checks every array of the state -- shape, dtype, monotone
 pointers, index ranges, finiteness and the consistency of the arrays with each other -- and
 refuses a state that breaks any of them with a ``ValueError`` naming the field. It observes only
-(it never changes the state or the learner), like ``blocks.validate_store_state`` does for the
+(it never changes the state or the learner), like ``saved_state.validate_store_state`` does for the
 block learners' stores.
 
 >>> import streamssvm as ss

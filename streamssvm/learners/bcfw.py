@@ -26,8 +26,9 @@ from .. import certificate as cert_mod
 from .._kernels import bcfw as K
 from .._kernels import bundles as KB
 from .._kernels import structops as so
-from ..blocks import BlockStore, validate_weights
+from ..blocks import BlockStore
 from ..checkpoint import CheckpointError
+from ..saved_state import validate_weights
 from ..structures.base import Weights
 from ..workspace import Workspace
 from .base import Learner, check_choice, check_number
@@ -307,8 +308,7 @@ class BCFW(Learner):
         self._tick = tick
         self._steps_since_full += done
         if sampling == K.SAMPLE_GIVEN:
-            for s in slots[:n_steps]:
-                st.unvisited.discard(int(s))
+            st.mark_visited(slots[:n_steps])
 
     def _grow_flagged(self):
         """Give room to the sparse chain blocks whose step was skipped for lack of it (the
@@ -348,9 +348,8 @@ class BCFW(Learner):
         return self._avg_cache
 
     def _visit_unvisited(self):
-        st = self.store
-        if st.unvisited:
-            slots = np.array(sorted(st.unvisited), dtype=np.int64)
+        slots = self.store.unvisited_slots()
+        if len(slots):
             self._run(K.SAMPLE_GIVEN, len(slots), slots)
 
     def _replay(self, n_steps):
@@ -396,14 +395,13 @@ class BCFW(Learner):
             return slot
         victim = st.choose_victim()
         if victim == -1:
-            st.seen += 1
+            st.note_seen()
             return -1
         if victim is not None:
             self._evict(victim)
         if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         slot = st.add(tok_ptr, fidx, fval, ytrue, Ki, self._gram)
-        st.seen += 1
         while st.over_bytes():
             self._evict(st.oldest())
         self._run(K.SAMPLE_GIVEN, 1, np.array([slot], dtype=np.int64))
@@ -464,7 +462,7 @@ class BCFW(Learner):
         L = len(tok_ptr) - 1
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        victim = st.order.popleft() if (st.capacity is not None and st.n >= st.capacity) else -1
+        victim = st.fifo_victim()
         slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
@@ -474,12 +472,9 @@ class BCFW(Learner):
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
-        st.n = int(out[0])
-        if victim >= 0:
-            st.forget(victim)
-            st.maybe_compact()
-            if self.averaging:
-                self._avg_restart()
+        st.after_learn_one(out[0], victim)
+        if victim >= 0 and self.averaging:
+            self._avg_restart()
         self._grow_flagged()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
@@ -577,7 +572,7 @@ class BCFW(Learner):
         if not certify:
             view = dataclasses.replace(view, avg=None)
         c = cert_mod.dual_gap(view, gest=st.gest, tree=st.tree, tree_size=st.tree_size)
-        st.unvisited.clear()
+        st.mark_all_visited()
         self._g_full = c.extra.get("iterate_gap", c.gap)
         self._had_full = True
         self._n_at_full = st.n
@@ -720,37 +715,11 @@ class BCFW(Learner):
         """Blocks evicted so far (capacity / max_bytes)."""
         return int(self.store.evicted)
 
-    def _stat_regions(self, slots):
-        """Flat indices into the store's float array of each slot's dual statistic (linear in
-        alpha_i, see ``streamssvm._kernels.structops``), and the per-slot sizes. Blending is
-        linear in dense statistics, so a sparse chain store is converted to dense first."""
-        if self.store.sparse:
-            self.store.compact(sparse=False)
-        st, meta = self.store, self.store.meta
-        idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
-        for q, j in enumerate(slots):
-            L, nnz = int(meta[j, K.M_L]), int(meta[j, K.M_NNZ])
-            s0 = int(meta[j, K.M_FOFF]) + nnz + L * L
-            sizes[q] = int(st.structure.stat_size(L, st.Kc))
-            idx.append(np.arange(s0, s0 + sizes[q]))
-        return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
-
-    def _birth_stat(self, slot, size):
-        """The statistic of a block with alpha on its ground truth (how a new block starts)."""
-        st, out = self.store, np.zeros(size)
-        if not st.slack:
-            m = st.meta[slot]
-            L, nnz, ly, io = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY]), int(m[K.M_IOFF])
-            nnz = 0 if int(m[K.M_FLAGS]) & K.FLAG_DENSE_ROW else nnz   # a dense row stores no indices
-            ytrue = st.Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly].astype(np.int32)
-            so.truth_stat(st.kind, ytrue, ly, L, st.Kc, out, 1.0)
-        return out
-
     def dual_snapshot(self):
         """The held blocks' dual statistics and losses (alpha^0 for :meth:`blend_dual`)."""
         st = self.store
         slots = st.slots().copy()
-        idx, sizes = self._stat_regions(slots)
+        idx, sizes = st.stat_regions(slots)
         return {"slots": slots, "stat": st.Far[idx].copy(), "sizes": sizes, "lval": st.lval[slots].copy(),
                 "Kc": int(st.Kc)}
 
@@ -764,7 +733,7 @@ class BCFW(Learner):
             raise RuntimeError("the label capacity changed inside a round; declare the labels up front "
                                "(labels=[...]) for distributed learning")
         slots = st.slots().copy()
-        idx, sizes = self._stat_regions(slots)
+        idx, sizes = st.stat_regions(slots)
         start, lstart, where = np.empty(idx.size), np.zeros(len(slots)), {}
         if snapshot is not None:
             off = np.concatenate([[0], np.cumsum(snapshot["sizes"])])
@@ -773,10 +742,9 @@ class BCFW(Learner):
         for q, j in enumerate(slots):
             size, w = int(sizes[q]), where.get(int(j))
             if w is None:
-                start[p:p + size] = self._birth_stat(j, size)
+                start[p:p + size] = st.start_stat(j, size)
             else:
                 start[p:p + size] = snapshot["stat"][off[w]:off[w + 1]]
                 lstart[q] = snapshot["lval"][w]
             p += size
-        st.Far[idx] = start + weight * (st.Far[idx] - start)
-        st.lval[slots] = lstart + weight * (st.lval[slots] - lstart)
+        st.blend_stats(slots, idx, start, lstart, weight)

@@ -38,7 +38,7 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
-from ..blocks import _rng_restore, _rng_state, validate_example, validate_weights
+from ..saved_state import _rng_restore, _rng_state, validate_example, validate_weights
 from ..certificate import Certificate
 from ..checkpoint import CheckpointError
 from ..oracles.slack import search_example

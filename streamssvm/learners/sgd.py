@@ -48,7 +48,7 @@ from ..certificate import Certificate
 from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
-from ..blocks import validate_example, validate_weights
+from ..saved_state import validate_example, validate_weights
 from ..checkpoint import CheckpointError
 from ..structures.base import Weights
 from .base import Learner, check_choice, check_number, check_search_rescaling
