@@ -8,6 +8,7 @@ import pytest
 
 import streamssvm as ss
 from streamssvm._kernels import gdmm as G
+from streamssvm._kernels import gdmm_chain as GC
 from streamssvm.learners.gdmm import GDMM
 from streamssvm.oracles.factorwise import BigramTable, new_scratch
 
@@ -70,7 +71,7 @@ def test_project_simplex_matches_scipy():
         m = int(rng.integers(1, 8))
         v = rng.normal(scale=2, size=m)
         out = np.zeros(m)
-        G.project_simplex(v, m, out, np.zeros(m))
+        GC.project_simplex(v, m, out, np.zeros(m))
         r = minimize(lambda x: 0.5 * np.sum((x - v) ** 2), np.ones(m) / m, jac=lambda x: x - v,
                      bounds=[(0, None)] * m, constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1}],
                      method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
@@ -213,7 +214,8 @@ def test_labels_appear_mid_stream_and_window_evicts():
     # the weights equal the sum of the held blocks' statistics (eviction removed the others)
     Wu, T = lr.Wu.copy(), lr.table.T.copy()
     for e in list(lr._order):
-        G.remove_example(e, lr._data(), lr._U, lr._B, Wu, T, lr._K, lr.table.Kc, True, False, lr.table.H)
+        W = G.pack(G.ChainWeights(Wu, T, lr.table.H, G.LazyAverage(lr._ZW, lr._ZT, np.array([-1.0]))))
+        GC.remove_example(e, lr._data(), lr._dual(), W, (lr._K, lr.table.Kc, True, lr._C), False)
     assert np.abs(Wu).max() < 1e-9 and np.abs(T).max() < 1e-9
 
 
@@ -446,21 +448,21 @@ def _fw_setup(solver, seed=4, K=4):
     lr.refine(3)
     lr.table.ready()
     SC = lr._sc()
-    A = G.GAvg(lr._ZW, lr._ZT, np.array([-1.0]))
     code = {"active_qp": G.SOLVER_QP, "bcfw": G.SOLVER_FW, "afw": G.SOLVER_AFW}[solver]
+    cfg = G.chain_step(s=lr._s(), rho=lr.rho, eta=lr.eta, bi_mode=G.ORACLE_HEAP, uni_mode=G.UNI_SLICE, nu=1,
+                       qp_iters=lr.qp_iters, heaps=lr.table.heaps, solver=code, inner=1, rounds=1, mult=False)
+    work = (G.pack(SC), lr.counters)
     e = 0
     a0, a1 = int(lr._ex_ptr[e]), int(lr._ex_ptr[e + 1])
     assert a1 - a0 == 3
 
     def uni(i):
         t = a0 + i
-        return G.uni_step(t, t > a0, t + 1 < a1, lr._data(), lr._U, lr._B, lr.Wu, lr._C, lr._K, lr.Wu.shape[0],
-                          lr._s(), lr.rho, G.UNI_SLICE, 1, 0, np.zeros(1, np.int64), np.zeros(1, np.int32), SC,
-                          lr.counters, A, code)
+        return GC.uni_step(t, t > a0, t + 1 < a1, 0, lr._data(), lr._dual(), lr._weights(), lr._model(), cfg, work,
+                           (np.zeros(1, np.int64), np.zeros(1, np.int32)))
 
     def bi(i):
-        return G.bi_step(a0 + i, a0, a1, lr._U, lr._B, lr.table.T, lr._K, lr.table.Kc, lr._s(), lr.rho,
-                         G.ORACLE_HEAP, lr.qp_iters, lr.table.heaps, lr.table.H, SC, lr.counters, A, code)
+        return GC.bi_step(a0 + i, a0, a1, lr._dual(), lr._weights(), lr._model(), cfg, work)
     return lr, e, uni, bi
 
 

@@ -5,6 +5,7 @@ import pytest
 
 import streamssvm as ss
 from streamssvm._kernels import gdmm as G
+from streamssvm._kernels import gdmm_multilabel as GM
 from streamssvm.learners.gdmm import GDMM, _MLPairGDMM
 
 TETRA = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
@@ -38,7 +39,7 @@ def test_tetra_projection_is_the_exact_minimizer(seed):
         c = rng.normal(scale=1.5, size=3)
         wt = rng.uniform(0.01, 3.0, size=3)
         z = np.zeros(3)
-        f = G.tetra_project(c, wt, z)
+        f = GM.tetra_project(c, wt, z)
         # feasible: barycentric coordinates >= 0
         bary = np.array([1 - z[0] - z[1] + z[2], z[1] - z[2], z[0] - z[2], z[2]])
         assert bary.min() >= -1e-9 and abs(f - np.sum(wt * (z - c) ** 2)) < 1e-9
@@ -197,17 +198,17 @@ def test_pruned_pair_search_selects_what_the_full_scan_selects(seed, grow):
     Kc = T.shape[0]
     s, rho, tol = 0.7, 1.3, 1e-9
     tub = np.zeros(Kc)
-    G.ml_t_bound(T, K, tub)
-    mark = np.zeros((Kc, Kc), np.int8)
+    GM.ml_t_bound(T, K, tub)
     g = min(grow, 40)
     scanned = {}
     for full in (True, False):
         Qc = _copy_dual(Q)
         cnt = np.zeros(G.ML_N_COUNTERS, np.int64)
-        added = [G.ml_greedy_add(i, Dt, Qc, T, K, s, rho, g, tol, mark, np.zeros(g), np.zeros(g, np.int64),
-                                 np.zeros(g, np.int64), cnt, tub, np.zeros(2 * Kc, np.int64), full)
+        step = G.ml_step(K=K, s=s, rho=rho, eta=1.0, grow=g, tol=tol, inner=1, mult=False, full=full)
+        scratch = G.MLScratch(*GM.ml_scratch(Kc, g))
+        added = [GM.ml_greedy_add(i, G.pack(Dt), G.pack(Qc), T, step, G.pack(scratch), cnt, tub)
                  for i in range(len(Dt.Y))]
-        assert not mark.any()
+        assert not scratch.mark.any()
         scanned[full] = (added, Qc, cnt[G.ML_C_SCANNED])
     (a_full, Q_full, n_full), (a_pr, Q_pr, n_pr) = scanned[True], scanned[False]
     assert a_full == a_pr and sum(a_full) > 0
@@ -229,14 +230,14 @@ def test_pruned_search_uses_a_loose_bound_correctly_and_a_low_bound_would_miss()
     Dt.Y[0, 2] = 0.0
     Q.u[0, 2] = 0.0
     tub = np.zeros(Kc)
-    G.ml_t_bound(T, K, tub)
+    GM.ml_t_bound(T, K, tub)
 
     def run(tb, full):
         Qc = _copy_dual(Q)
         Qc.fcnt[0] = 0
-        G.ml_greedy_add(0, Dt, Qc, T, K, 1.0, 1.0, 1, 1e-9, np.zeros((Kc, Kc), np.int8), np.zeros(1),
-                        np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(G.ML_N_COUNTERS, np.int64), tb,
-                        np.zeros(2 * Kc, np.int64), full)
+        step = G.ml_step(K=K, s=1.0, rho=1.0, eta=1.0, grow=1, tol=1e-9, inner=1, mult=False, full=full)
+        GM.ml_greedy_add(0, G.pack(Dt), G.pack(Qc), T, step, GM.ml_scratch(Kc, 1), np.zeros(G.ML_N_COUNTERS, np.int64),
+                         tb)
         return (int(Qc.fk[0, 0]), int(Qc.fl[0, 0])) if Qc.fcnt[0] else None
     assert run(tub, True) == (2, 9)
     assert run(tub + 10.0, False) == (2, 9)           # loose: still exact

@@ -1,9 +1,10 @@
 """Validation of a saved :class:`~streamssvm.learners.GDMM` state (chains and pairwise
 multi-label) before anything is restored.
 
-The GDMM kernels (:mod:`streamssvm._kernels.gdmm`) trust their index arrays: the example and
-token pointers, the feature ids, the true labels, the active sets' labels and counts. A model
-file or checkpoint is data from outside, so :meth:`GDMM.restore` first runs
+The GDMM kernels (:mod:`streamssvm._kernels.gdmm_chain`,
+:mod:`streamssvm._kernels.gdmm_multilabel`) trust their index arrays: the example and token
+pointers, the feature ids, the true labels, the active sets' labels and counts. A model file or
+checkpoint is data from outside, so :meth:`GDMM.restore` first runs
 :func:`validate_gdmm_state`, which checks every array of the state -- shape, dtype, monotone
 pointers, index ranges, finiteness and the consistency of the arrays with each other -- and
 refuses a state that breaks any of them with a ``ValueError`` naming the field. It observes only

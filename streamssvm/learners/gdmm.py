@@ -10,7 +10,8 @@ consistency of their marginals. GDMM minimizes the augmented Lagrangian of that 
 greedy factorwise block steps (each factor's oracle only searches its own domain; the bigram
 oracle is sublinear in K^2 through heaps, see :mod:`streamssvm.oracles.factorwise`) and takes
 one multiplier step per pass (and per arriving example when streaming). The kernels and the
-exact mathematics are in :mod:`streamssvm._kernels.gdmm`.
+exact mathematics are in :mod:`streamssvm._kernels.gdmm_chain` and
+:mod:`streamssvm._kernels.gdmm_multilabel`.
 
 ``lam`` is the regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w) (the paper's
 C is 1 / (lam n)); ``rho`` the augmented-Lagrangian penalty, ``eta`` the multiplier step.
@@ -32,6 +33,8 @@ import numpy as np
 
 from .. import certificate as cert_mod
 from .._kernels import gdmm as G
+from .._kernels import gdmm_chain as GC
+from .._kernels import gdmm_multilabel as GM
 from .._kernels import structops as so
 from .._kernels.chain import chain_viterbi
 from ..oracles.factorwise import BigramTable, UnigramMIPS, new_scratch
@@ -80,7 +83,7 @@ class GDMM(Learner):
     not activated has no variables: it follows its two unigrams (their independent coupling), so
     it constrains nothing until it is activated. The certificate's primal is exact (enumeration, up to
     16 labels) and its dual is a feasible point of the *exact* problem (a distribution repair,
-    :func:`streamssvm._kernels.gdmm.ml_certificate_sums`), so the gap is a valid bound; above
+    :func:`streamssvm._kernels.gdmm_multilabel.ml_certificate_sums`), so the gap is a valid bound; above
     16 labels there is no exact primal (gap = inf, exact=False, see the note). Above 16 labels
     prediction first fixes off the labels that are off in some optimum (unary score plus the
     positive interactions with the undecided labels <= 0), then enumerates the rest exactly when
@@ -147,7 +150,7 @@ class GDMM(Learner):
         example visit (the block-greedy choice of the paper's Algorithm 3, by Frank-Wolfe gap at
         the factor's ground-truth vertex), those with a gap > ``add_tol``. The search is exact and
         prunes pairs whose labels sit at their ground truth (see
-        :func:`streamssvm._kernels.gdmm.ml_greedy_add`). Default 16 (yeast, 300 examples,
+        :func:`streamssvm._kernels.gdmm_multilabel.ml_greedy_add`). Default 16 (yeast, 300 examples,
         lam = 1, rho = 3, 40 passes: grow = 4 left the primal 5e-4 higher than grow = 16 or 91).
     seed
         Random seed (sampling order, slices, index).
@@ -284,9 +287,9 @@ class GDMM(Learner):
         self._first = np.zeros(n_tok, dtype=np.bool_)
         self._last = np.zeros(n_tok, dtype=np.bool_)
         self._linv = np.zeros(n_tok)
-        self._U = G.GUni(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a)), np.zeros((n_tok, a)),
+        self._U = G.Unigrams(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a)), np.zeros((n_tok, a)),
                          np.zeros((n_tok, a)), np.zeros(n_tok, dtype=np.int32))
-        self._B = G.GBi(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a), dtype=np.int32),
+        self._B = G.Bigrams(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a), dtype=np.int32),
                         np.zeros((n_tok, a)), np.zeros(n_tok, dtype=np.int32))
         self._order = []   # FIFO of held example slots
 
@@ -308,8 +311,8 @@ class GDMM(Learner):
         self._fval = g(self._fval, nnz)
         for k in ("_ytrue", "_xsq", "_first", "_last", "_linv"):
             setattr(self, k, g(getattr(self, k), n_tok))
-        self._U = G.GUni(*(g(x, n_tok) for x in self._U))
-        self._B = G.GBi(*(g(x, n_tok) for x in self._B))
+        self._U = G.Unigrams(*(g(x, n_tok) for x in self._U))
+        self._B = G.Bigrams(*(g(x, n_tok) for x in self._B))
 
     def _grow_active(self, cap):
         """Widen every active set to ``cap`` slots."""
@@ -318,8 +321,8 @@ class GDMM(Learner):
             y[:, :x.shape[1]] = x
             return y
         U, B = self._U, self._B
-        self._U = G.GUni(w(U.lab), w(U.mu), w(U.lamL), w(U.lamR), U.cnt)
-        self._B = G.GBi(w(B.a), w(B.b), w(B.mu), B.cnt)
+        self._U = G.Unigrams(w(U.lab), w(U.mu), w(U.lamL), w(U.lamR), U.cnt)
+        self._B = G.Bigrams(w(B.a), w(B.b), w(B.mu), B.cnt)
         self._acap = cap
         self._scratch = None
 
@@ -358,8 +361,19 @@ class GDMM(Learner):
 
     # ------------------------------------------------------------------ bundles
     def _data(self):
-        return G.GData(self._ex_ptr, self._ex_alive, self._tok_ptr, self._fidx, self._fval, self._ytrue,
-                       self._xsq, self._first, self._last, self._linv)
+        return G.pack(G.ChainData(self._ex_ptr, self._ex_alive, self._tok_ptr, self._fidx, self._fval, self._ytrue,
+                                  self._xsq, self._first, self._last, self._linv))
+
+    def _dual(self):
+        return G.pack(G.ChainDual(self._U, self._B))
+
+    def _model(self):
+        return G.pack(G.ChainModel(int(self._K), int(self.table.Kc), bool(self._use_trans), self._C))
+
+    def _weights(self, coef=-1.0):
+        """The weights bundle; ``coef`` < 0: not averaging (see ``gdmm.LazyAverage``)."""
+        return G.pack(G.ChainWeights(self.Wu, self.table.T, self.table.H,
+                                     G.LazyAverage(self._ZW, self._ZT, np.array([float(coef)]))))
 
     def _sc(self):
         if getattr(self, "_scratch", None) is None or self._scratch.augL.shape[0] < self.table.Kc:
@@ -394,7 +408,7 @@ class GDMM(Learner):
         self._ex_ptr[e + 1] = t0 + L
         self._ex_alive[e] = True
         self._n_ex, self._n_tok, self._nnz = e + 1, t0 + L, z0 + nnz
-        G.init_blocks(e, self._data(), self._U, self._B)
+        GC.init_blocks(e, self._data(), self._dual())
         self._order.append(e)
         return e
 
@@ -429,8 +443,7 @@ class GDMM(Learner):
         self.table.ready()
         if self.averaging:
             self._avg_restart()
-        G.remove_example(e, self._data(), self._U, self._B, self.Wu, self.table.T, self._K, self.table.Kc,
-                         self._use_trans, self.table.heaps, self.table.H)
+        GC.remove_example(e, self._data(), self._dual(), self._weights(), self._model(), self.table.heaps)
         if self._n_tok > 1024 and self._dead_tokens() > self._n_tok // 2:
             self._compact()
 
@@ -459,8 +472,8 @@ class GDMM(Learner):
         self._fval[:nz] = old[3][zs]
         for name, src in zip(("_ytrue", "_xsq", "_first", "_last", "_linv"), old[4:9]):
             getattr(self, name)[:nt] = src[toks]
-        self._U = G.GUni(*(np.ascontiguousarray(x[toks]) for x in old[9]))
-        self._B = G.GBi(*(np.ascontiguousarray(x[toks]) for x in old[10]))
+        self._U = G.Unigrams(*(np.ascontiguousarray(x[toks]) for x in old[9]))
+        self._B = G.Bigrams(*(np.ascontiguousarray(x[toks]) for x in old[10]))
         self._reserve(2 * m + 16, 2 * nt + 64, 2 * nz + 512)
         self._n_ex, self._n_tok, self._nnz = m, nt, nz
         self._order = [remap[e] for e in order]
@@ -488,13 +501,13 @@ class GDMM(Learner):
         SC = self._sc()
         self._avg_fit()
         self._pred_cache = None
-        A = G.GAvg(self._ZW, self._ZT, np.array([0.0 if self.averaging else -1.0]))
-        res = G.run_pass(order, self._data(), self._U, self._B, self.Wu, self.table.T, self._C, self._K,
-                         self.table.Kc, self.Wu.shape[0], self._s(), float(self.rho), float(self.eta),
-                         self._use_trans, G.ORACLE_BRUTE if self.fmo == "brute" else G.ORACLE_HEAP,
-                         uni_mode, int(self.nu), self._seed(), int(self.qp_iters), self.table.heaps, cptr, cands,
-                         self.table.H, SC, self.counters, bool(mult), int(self.inner), int(self.rounds), A,
-                         int(self._avg_k), _SOLVER_CODE[self.solver])
+        cfg = G.chain_step(s=self._s(), rho=self.rho, eta=self.eta,
+                           bi_mode=G.ORACLE_BRUTE if self.fmo == "brute" else G.ORACLE_HEAP, uni_mode=uni_mode,
+                           nu=self.nu, qp_iters=self.qp_iters, heaps=self.table.heaps,
+                           solver=_SOLVER_CODE[self.solver], inner=self.inner, rounds=self.rounds, mult=mult)
+        res = GC.run_pass(order, self._data(), self._dual(), self._weights(0.0 if self.averaging else -1.0),
+                          self._model(), cfg, (G.pack(SC), self.counters), (cptr, cands), self._seed(),
+                          int(self._avg_k))
         if self.averaging:
             self._avg_k += int(np.count_nonzero(self._ex_alive[order]))
         if self._mips is not None:
@@ -590,7 +603,7 @@ class GDMM(Learner):
             if L == 0:
                 continue
             tp = np.asarray(tok_ptr[a:b + 1], dtype=np.int64)
-            G.emission_scores(Wp, K, s, tp - tp[0], fidx[tp[0]:tp[-1]], fval[tp[0]:tp[-1]], L, False, S)
+            GC.emission_scores(Wp, K, s, tp - tp[0], fidx[tp[0]:tp[-1]], fval[tp[0]:tp[-1]], L, False, S)
             o = out[y_ptr[e]:y_ptr[e] + L]
             self._ad.decode(S, Tp, Bm, s, L, K, self._use_trans, o, self._C, 0.0, V, bp, ybuf, o)
         return out
@@ -620,9 +633,9 @@ class GDMM(Learner):
         raw = primal - dual
         resid = 0.0
         if self._use_trans:
-            Dt = self._data()
+            Dt, duals = self._data(), self._dual()
             for e in np.flatnonzero(self._ex_alive[:self._n_ex]):   # eta = 0: measures the consistency residual, changes nothing
-                resid += G.multiplier_step(int(e), Dt, self._U, self._B, 0.0)
+                resid += GC.multiplier_step(int(e), Dt, duals, 0.0)
         c = cert_mod.Certificate(
             gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
             seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
@@ -641,7 +654,7 @@ class GDMM(Learner):
         over the held examples. Observes only."""
         s = self._s()
         K, Kc = self._K, self.table.Kc
-        Dt = self._data()
+        Dt, dual = self._data(), self._dual()
         T = self.table.T
         Wh = self.Wu if Wh is None else Wh
         Th = T if Th is None else Th
@@ -666,14 +679,14 @@ class GDMM(Learner):
             tp = self._tok_ptr[a:b + 1]
             tpl = tp - tp[0]
             fi, fv = self._fidx[tp[0]:tp[-1]], self._fval[tp[0]:tp[-1]]
-            G.emission_scores(Wh, K, s, tpl, fi, fv, L, False, S)
+            GC.emission_scores(Wh, K, s, tpl, fi, fv, L, False, S)
             yt = self._ytrue[a:b]
             best = self._ad.decode(S, Th, Bm, s, L, K, self._use_trans, yt, self._C, 1.0, V, bp, ybuf, lab)
             hinge += best - self._ad.score(S, Th, Bm, s, yt, L, K, self._use_trans)
-            rep += G.repaired_unigrams(e, Dt, self._U, self._B, K, self._use_trans, M, prev, nxt, row)
-            dloss += G.repaired_emissions(e, Dt, K, self._C, M, Wr)
+            rep += GC.repaired_unigrams(e, Dt, dual, K, self._use_trans, M, prev, nxt, row)
+            dloss += GC.repaired_emissions(e, Dt, K, self._C, M, Wr)
             if self._use_trans:
-                G.repaired_pairs(e, Dt, self._U, self._B, K, M, Tr, row)
+                GC.repaired_pairs(e, Dt, dual, K, M, Tr, row)
         return hinge, dloss, rep, Wr, Tr
 
     # ------------------------------------------------------------------ state
@@ -749,9 +762,9 @@ class GDMM(Learner):
         self._last = np.array(st["last"], dtype=np.bool_)
         self._linv = np.array(st["linv"], dtype=np.float64)
         U, B = st["U"], st["B"]
-        self._U = G.GUni(np.array(U["lab"], np.int32), np.array(U["mu"], float), np.array(U["lamL"], float),
+        self._U = G.Unigrams(np.array(U["lab"], np.int32), np.array(U["mu"], float), np.array(U["lamL"], float),
                          np.array(U["lamR"], float), np.array(U["cnt"], np.int32))
-        self._B = G.GBi(np.array(B["a"], np.int32), np.array(B["b"], np.int32), np.array(B["mu"], float),
+        self._B = G.Bigrams(np.array(B["a"], np.int32), np.array(B["b"], np.int32), np.array(B["mu"], float),
                         np.array(B["cnt"], np.int32))
         self._n_ex = len(self._ex_alive)
         self._n_tok = len(self._ytrue)
@@ -798,7 +811,7 @@ class _MLPairGDMM:
     """GDMM's running state for :class:`~streamssvm.MultiLabelSSVM` with ``pairwise=True``
     (Yen et al. 2016, section 3.2 (b), Algorithm 3: block-greedy coordinate descent over
     binary unigram and pairwise interaction factors). Kernels and mathematics:
-    :mod:`streamssvm._kernels.gdmm` (section "multi-label, pairwise")."""
+    :mod:`streamssvm._kernels.gdmm_multilabel`."""
 
     def __init__(self, cfg, structure, labels):
         self.cfg = cfg
@@ -814,10 +827,10 @@ class _MLPairGDMM:
         self.nnz = 0
         self._alloc(16, 256)
         self.order = []
-        self.tub = np.full(self.Kc, -np.inf)   # per-label bound on U_T (G.ml_t_bound), derived from T
+        self.tub = np.full(self.Kc, -np.inf)   # per-label bound on U_T (gdmm_multilabel.ml_t_bound), derived from T
         self._visits = 0
 
-    #: inactive pair-factor search: "pruned" (exact, see G.ml_greedy_add) or "full" (all K^2 pairs)
+    #: inactive pair-factor search: "pruned" (exact, see gdmm_multilabel.ml_greedy_add) or "full" (all K^2 pairs)
     pair_search = "pruned"
     #: the bound ``tub`` is recomputed exactly every this many example visits (it only loosens between)
     TUB_REFRESH = 64
@@ -825,7 +838,7 @@ class _MLPairGDMM:
     def refresh_bound(self):
         if self.tub.shape[0] != self.Kc:
             self.tub = np.full(self.Kc, -np.inf)
-        G.ml_t_bound(self.T, self.K, self.tub)
+        GM.ml_t_bound(self.T, self.K, self.tub)
         self._visits = 0
 
     # -------------------------------------------------------------- storage
@@ -904,10 +917,10 @@ class _MLPairGDMM:
         return 1.0 / (self.cfg.lam * max(self.n_blocks, 1))
 
     def data(self):
-        return G.MLData(self.x_ptr, self.fidx, self.fval, self.xsq, self.Ki, self.Y, self.alive)
+        return G.pack(G.MLData(self.x_ptr, self.fidx, self.fval, self.xsq, self.Ki, self.Y, self.alive))
 
     def dual(self):
-        return G.MLDual(self.u, self.Dv, self.fk, self.fl, self.fz, self.flam, self.fcnt, self.nact)
+        return G.pack(G.MLDual(self.u, self.Dv, self.fk, self.fl, self.fz, self.flam, self.fcnt, self.nact))
 
     # -------------------------------------------------------------- learning
     def add(self, tok_ptr, fidx, fval, y, Ki):
@@ -916,7 +929,7 @@ class _MLPairGDMM:
         cfg = self.cfg
         if cfg.capacity is not None and self.n_blocks >= cfg.capacity:
             i = self.order.pop(0)
-            G.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K, self.tub)
+            GM.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K, self.tub)
             if self.n > 1024 and self.n_blocks < self.n // 2:
                 self._compact()
         a, b = int(tok_ptr[0]), int(tok_ptr[1])
@@ -966,9 +979,10 @@ class _MLPairGDMM:
         if self._visits >= self.TUB_REFRESH:
             self.refresh_bound()
         self._visits += len(order)
-        res = G.ml_run_pass(np.asarray(order, dtype=np.int64), self.data(), self.dual(), self.E, self.T, self.K,
-                            self.s(), float(cfg.rho) * self.s(), float(cfg.eta), int(cfg.grow), float(cfg.add_tol),
-                            int(cfg.inner), bool(mult), self.counters, self.tub, self.pair_search == "full")
+        step = G.ml_step(K=self.K, s=self.s(), rho=float(cfg.rho) * self.s(), eta=cfg.eta, grow=cfg.grow,
+                         tol=cfg.add_tol, inner=cfg.inner, mult=mult, full=self.pair_search == "full")
+        res = GM.ml_run_pass(np.asarray(order, dtype=np.int64), self.data(), self.dual(), self.E, self.T, step,
+                             self.counters, self.tub)
         maxf = self.K * (self.K - 1) // 2
         new = min(maxf, 2 * self.fcap)
         # factor slots cost 48 bytes per held row; past _ML_FACTOR_BYTES the greedy step keeps
@@ -1053,7 +1067,7 @@ class _MLPairGDMM:
                                         note="no examples held")
         K, s = self.K, self.s()
         exact = K <= so.MLPAIR_MAX_LABELS
-        hinge, dloss, sqp, sql, resid = G.ml_certificate_sums(self.data(), self.dual(), self.E, self.T, K, s, exact)
+        hinge, dloss, sqp, sql, resid = GM.ml_certificate_sums(self.data(), self.dual(), self.E, self.T, K, s, exact)
         sqE = float(np.vdot(self.E[:, :K], self.E[:, :K]))
         sqT = float(np.sum(np.triu(self.T[:K, :K], 1) ** 2))
         reg = 0.5 * lam * s * s * (sqE + sqT)
@@ -1137,6 +1151,6 @@ class _MLPairGDMM:
             # statistic ybar_k ybar_l - u_k u_l now
             Dt, Q = self.data(), self.dual()
             for i in self.alive_slots():
-                G.ml_implicit_t_add(int(i), Dt, Q, self.T, self.K, 1.0, self.tub)
+                GM.ml_implicit_t_add(int(i), Dt, Q, self.T, self.K, 1.0, self.tub)
         elif form != self.INACTIVE:
             raise ValueError(f"invalid GDMM multi-label state: unknown inactive-factor form {form!r}")
