@@ -6,7 +6,8 @@ import pytest
 import streamssvm as ss
 from streamssvm._kernels import gdmm as G
 from streamssvm._kernels import gdmm_multilabel as GM
-from streamssvm.learners.gdmm import GDMM, _MLPairGDMM
+from streamssvm.learners._gdmm_multilabel import MLPairGDMM
+from streamssvm.learners.gdmm import GDMM
 
 TETRA = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
 
@@ -60,7 +61,7 @@ def test_first_step_moves_away_from_the_truth_at_zero_weights():
     xs, ys = _toy(1, 4, 3, seed=0)
     ys = [{"l0": True, "l1": False, "l2": True, "l3": False}]
     m = _model(GDMM(lam=1.0, replay=0, seed=0), xs, ys, 0, 4)
-    u = m._learner._ml.u[0, :4]
+    u = m._learner._engine.u[0, :4]
     assert u[1] > 0 and u[3] > 0 and u[0] < 1 and u[2] < 1
 
 
@@ -71,7 +72,7 @@ def test_weights_equal_the_sum_of_the_held_dual_points():
     K = 5
     xs, ys = _toy(30, K, 4, seed=1)
     m = _model(GDMM(lam=0.3, replay=2, seed=1, capacity=20), xs, ys, 3, K)
-    ml = m._learner._ml
+    ml = m._learner._engine
     E = np.zeros_like(ml.E)
     T = np.zeros_like(ml.T)
     for i in ml.alive_slots():
@@ -111,16 +112,16 @@ def test_certificate_observes_and_state_round_trip_continues_identically():
         a.learn_one(x, y)
         b.learn_one(x, y)
         b.certificate()
-    assert np.array_equal(a._learner._ml.E, b._learner._ml.E)
+    assert np.array_equal(a._learner._engine.E, b._learner._engine.E)
     lr = a._learner
     st = lr.state()
     r = GDMM(lam=0.2, replay=1, seed=4)
     r.restore(lr.structure, a._labels.labels, st)
     lr.refine(2)
     r.refine(2)
-    assert np.array_equal(lr._ml.E, r._ml.E) and np.array_equal(lr._ml.T, r._ml.T)
-    n = lr._ml.n
-    assert n == r._ml.n and np.array_equal(lr._ml.u[:n], r._ml.u[:n]) and np.array_equal(lr._ml.fz[:n], r._ml.fz[:n])
+    assert np.array_equal(lr._engine.E, r._engine.E) and np.array_equal(lr._engine.T, r._engine.T)
+    n = lr._engine.n
+    assert n == r._engine.n and np.array_equal(lr._engine.u[:n], r._engine.u[:n]) and np.array_equal(lr._engine.fz[:n], r._engine.fz[:n])
 
 
 def test_estimator_save_load_and_labels_appearing_mid_stream(tmp_path):
@@ -136,7 +137,7 @@ def test_estimator_save_load_and_labels_appearing_mid_stream(tmp_path):
         m.learn_one(x, y)
         r.learn_one(x, y)
     assert [m.predict_one(x) for x in xs] == [r.predict_one(x) for x in xs]
-    assert np.array_equal(m._learner._ml.E, r._learner._ml.E)
+    assert np.array_equal(m._learner._engine.E, r._learner._engine.E)
 
 
 def test_more_than_16_labels_predict_by_the_lp_and_certificate_says_why():
@@ -253,13 +254,13 @@ def test_pruned_and_full_search_learn_identically(monkeypatch):
     xs, ys = _toy(60, K, 5, seed=7, thr=1.0)
     res = []
     for mode in ("full", "pruned"):
-        monkeypatch.setattr(_MLPairGDMM, "pair_search", mode)
+        monkeypatch.setattr(MLPairGDMM, "pair_search", mode)
         m = ss.MultiLabelSSVM(learner=GDMM(lam=0.1, replay=2, seed=0, grow=3, capacity=45), pairwise=True,
                               labels=[f"l{k}" for k in range(K)])
         for x, y in zip(xs, ys):
             m.learn_one(x, y)
         m.refine(5)
-        res.append(m._learner._ml)
+        res.append(m._learner._engine)
     a, b = res
     assert np.array_equal(a.E, b.E) and np.array_equal(a.T, b.T)
     assert np.array_equal(a.fk[:a.n], b.fk[:b.n]) and np.array_equal(a.fz[:a.n], b.fz[:b.n])
@@ -281,7 +282,7 @@ def _lp_primal(m):
     """P_LP(w): the objective GDMM minimizes (hinge by the LP relaxation on the local polytope,
     HiGHS), an upper bound on the exact P(w)."""
     from streamssvm.oracles.lp import PairwiseMRFLP
-    ml = m._learner._ml
+    ml = m._learner._engine
     K, s = ml.K, ml.s()
     reg = 0.5 * m._learner.lam * s * s * (float(np.vdot(ml.E[:, :K], ml.E[:, :K]))
                                           + float(np.sum(np.triu(ml.T[:K, :K], 1) ** 2)))
@@ -361,7 +362,7 @@ def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
     K = 6
     xs, ys = _toy(25, K, 4, seed=8)
     m = _model(GDMM(lam=0.2, replay=1, seed=2, grow=2), xs, ys, 1, K)
-    lr, ml = m._learner, m._learner._ml
+    lr, ml = m._learner, m._learner._engine
     st = lr.state()
     assert st["inactive_factors"] == "product"
     old = dict(st)
@@ -377,8 +378,8 @@ def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
     old["T"] = T
     r = GDMM(lam=0.2, replay=1, seed=2, grow=2)
     r.restore(lr.structure, m._labels.labels, old)
-    assert np.allclose(r._ml.T, ml.T, atol=1e-12)
-    assert np.array_equal(r._ml.nact[:ml.n], ml.nact[:ml.n])
+    assert np.allclose(r._engine.T, ml.T, atol=1e-12)
+    assert np.array_equal(r._engine.nact[:ml.n], ml.nact[:ml.n])
     bad = dict(st, inactive_factors="nonsense")
     with pytest.raises(ValueError, match="inactive.factor"):
         GDMM(lam=0.2).restore(lr.structure, m._labels.labels, bad)
@@ -397,7 +398,7 @@ def test_prediction_above_16_labels_removes_dominated_labels_exactly(seed):
     sc = rng.normal(-1.0, 1.0, size=K)
     s = 0.7
     fake = SimpleNamespace(K=K, T=T)
-    lab = _MLPairGDMM._predict_reduced(fake, sc, s)
+    lab = MLPairGDMM._predict_reduced(fake, sc, s)
 
     def score(y):
         return float(sc @ y + s * y @ T @ y)

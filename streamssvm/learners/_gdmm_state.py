@@ -38,6 +38,16 @@ NORM_RTOL = 1e-9
 _MAX_CAP = 1 << 24   # label capacity / active-set width / factor capacity
 
 
+def grow_rows(x, n):
+    """``x`` with at least ``n`` rows (doubling; new rows zero): the engines' held-example arrays grow
+    this way."""
+    if x.shape[0] >= n:
+        return x
+    shape = (max(n, 2 * x.shape[0]),) + x.shape[1:]
+    y = np.zeros(shape, dtype=x.dtype)
+    y[:x.shape[0]] = x
+    return y
+
 def _fail(field, msg):
     raise ValueError(f"invalid GDMM state: {field}: {msg}")
 
@@ -313,7 +323,7 @@ def _simplex(mu, act, name):
 
 
 def validate_ml_state(st, structure, labels):
-    """Every array of a pairwise multi-label GDMM state (see ``_MLPairGDMM.state``): weights,
+    """Every array of a pairwise multi-label GDMM state (see ``MLPairGDMM.state``): weights,
     the held examples' CSR store (pointers, feature ids and values, squared norms, label
     counts, 0/1 truths), the unigram duals in [0, 1], the active pairwise factors (label pairs
     k < l < K, distinct per example, marginals in the tetrahedron), the FIFO order and the
