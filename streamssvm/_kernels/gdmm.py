@@ -108,20 +108,21 @@ ML_N_COUNTERS = 5
 
 
 def pack(bundle):
-    """The plain tuple numba receives (nested bundles too)."""
-    return tuple(pack(x) if isinstance(x, tuple) else x for x in bundle)
+    """The plain tuple numba receives (a nested bundle is packed by its builder)."""
+    return tuple(bundle)
+
+
+def _typed(bundle, types):
+    """The plain tuple of a bundle of scalars, each field cast to its type (numba compiles one
+    specialization per type signature: an int where a float was expected would compile another)."""
+    return tuple(t(v) for t, v in zip(types, bundle))
 
 
 def chain_step(**fields):
-    """A :data:`ChainStep` as numba receives it, its scalars typed once here."""
-    c = ChainStep(**fields)
-    return pack(c._replace(s=float(c.s), rho=float(c.rho), eta=float(c.eta), bi_mode=int(c.bi_mode),
-                           uni_mode=int(c.uni_mode), nu=int(c.nu), qp_iters=int(c.qp_iters), heaps=bool(c.heaps),
-                           solver=int(c.solver), inner=int(c.inner), rounds=int(c.rounds), mult=bool(c.mult)))
+    """A :data:`ChainStep` as numba receives it."""
+    return _typed(ChainStep(**fields), (float, float, float, int, int, int, int, bool, int, int, int, bool))
 
 
 def ml_step(**fields):
-    """An :data:`MLStep` as numba receives it, its scalars typed once here."""
-    c = MLStep(**fields)
-    return pack(c._replace(K=int(c.K), s=float(c.s), rho=float(c.rho), eta=float(c.eta), grow=int(c.grow),
-                           tol=float(c.tol), inner=int(c.inner), mult=bool(c.mult), full=bool(c.full)))
+    """An :data:`MLStep` as numba receives it."""
+    return _typed(MLStep(**fields), (int, float, float, float, int, float, int, bool, bool))
