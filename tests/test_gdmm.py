@@ -235,7 +235,8 @@ def test_state_round_trip_continues_identically():
             lr.learn(tp, fi, fv, ys)
     g._learner.refine(2)
     h.refine(2)
-    assert np.array_equal(g._learner._engine.Wu, h._engine.Wu) and np.array_equal(g._learner._engine.table.T, h._engine.table.T)
+    ge, he = g._learner._engine, h._engine
+    assert np.array_equal(ge.Wu, he.Wu) and np.array_equal(ge.table.T, he.table.T)
     for a, b in zip(g._learner._engine._pred_weights(), h._engine._pred_weights()):   # the averaged iterate too
         assert np.array_equal(a, b)
 

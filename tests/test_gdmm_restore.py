@@ -218,7 +218,8 @@ def test_other_chain_models_round_trip(kw):
     r = _restore(m, _copy(m._learner.state()))
     m._learner.refine(1)
     r.refine(1)
-    assert np.array_equal(m._learner._engine.Wu, r._engine.Wu) and np.array_equal(m._learner._engine.table.T, r._engine.table.T)
+    me, re_ = m._learner._engine, r._engine
+    assert np.array_equal(me.Wu, re_.Wu) and np.array_equal(me.table.T, re_.table.T)
     st = _copy(m._learner.state())
     st["C"] = st["C"] * 2.0   # a cost the structure does not have
     with pytest.raises(ValueError, match="invalid GDMM state: C"):

@@ -1,8 +1,9 @@
 """Numba kernels of GDMM for chains (Yen, Huang, Zhong, Zhang, Ravikumar, Dhillon, "Dual
 Decomposed Learning with Factorwise Oracles for Structural SVMs of Large Output Domain", NIPS
 2016). Pairwise multi-label: :mod:`streamssvm._kernels.gdmm_multilabel`; the bundles the kernels
-take (``Dt`` :data:`~streamssvm._kernels.gdmm.ChainData`, ``dual`` = (U, B), ``W`` the weights,
-``M`` the model, ``cfg`` the pass configuration, ``work``): :mod:`streamssvm._kernels.gdmm`.
+take -- ``Dt`` (:data:`~streamssvm._kernels.gdmm.ChainData`), ``dual`` = (U, B) (``ChainDual``), ``W``
+(``ChainWeights``), ``M`` (``ChainModel``), ``cfg`` (``ChainStep``), ``work`` (``ChainWork``), ``cand``
+(``Candidates``) -- are declared in :mod:`streamssvm._kernels.gdmm`.
 
 Notation (all per held example, n examples held, s = 1 / (lam n)):
 

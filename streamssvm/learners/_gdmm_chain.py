@@ -308,7 +308,8 @@ class ChainGDMM:
                            nu=self.cfg.nu, qp_iters=self.cfg.qp_iters, heaps=self.table.heaps,
                            solver=_SOLVER_CODE[self.cfg.solver], inner=self.cfg.inner, rounds=self.cfg.rounds, mult=mult)
         res = GC.run_pass(order, self._data(), self._dual(), self._weights(0.0 if self.cfg.averaging else -1.0),
-                          self._model(), cfg, (G.pack(SC), self.counters), (cptr, cands), self._seed(),
+                          self._model(), cfg, G.pack(G.ChainWork(G.pack(SC), self.counters)),
+                          G.pack(G.Candidates(cptr, cands)), self._seed(),
                           int(self._avg_k))
         if self.cfg.averaging:
             self._avg_k += int(np.count_nonzero(self._ex_alive[order]))

@@ -9,7 +9,7 @@ checkpoint is data from outside, so :meth:`GDMM.restore` first runs
 pointers, index ranges, finiteness and the consistency of the arrays with each other -- and
 refuses a state that breaks any of them with a ``ValueError`` naming the field. It observes only
 (it never changes the state or the learner), like ``blocks.validate_store_state`` does for the
-block learners' stores.
+block learners' stores. :func:`grow_rows` is the engines' one rule for growing their arrays.
 
 >>> import streamssvm as ss
 >>> from streamssvm.learners import GDMM

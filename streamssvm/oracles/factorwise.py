@@ -125,8 +125,9 @@ class BigramTable:
         mkR[posR] = 1
         before = int(self.counters[G.C_BI_TOUCHED])
         m = G.ORACLE_HEAP if (mode == "heap" and self.heaps) else G.ORACLE_BRUTE
-        a, b, v = GC.bigram_oracle(m, self.T, K, self.Kc, float(s), (aL, posL, len(posL), mkL),
-                                   (aR, posR, len(posR), mkR), self.H, G.pack(self.SC), self.counters)
+        a, b, v = GC.bigram_oracle(m, self.T, K, self.Kc, float(s), G.pack(G.OracleSide(aL, posL, len(posL), mkL)),
+                                   G.pack(G.OracleSide(aR, posR, len(posR), mkR)), self.H, G.pack(self.SC),
+                                   self.counters)
         return int(a), int(b), float(v), int(self.counters[G.C_BI_TOUCHED]) - before
 
     def brute(self, s, augL, augR):
