@@ -170,6 +170,19 @@ def ml_scores(E, K, x_ptr, fidx, fval, i, acc):
 
 
 @njit(**_JIT)
+def _ml_inactive_pair(k, l, ul, mark):
+    """(min(k, l), max(k, l)) when the pair factor of labels k != l is inactive (``mark`` 0) and
+    u_l != 0 -- a pair whose implicit statistic u_k u_l moves with u_k -- else (-1, -1)."""
+    if l == k or ul == 0.0:
+        return -1, -1
+    a = min(k, l)
+    b = max(k, l)
+    if mark[a, b]:
+        return -1, -1
+    return a, b
+
+
+@njit(**_JIT)
 def ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, score, mark, tub):
     """Exact minimization of L over u_ik in [0, 1] (``score`` = <U_E[:, k], x_i>); returns the
     change. The inactive factors (k, l) of example i (``mark`` is 0 there; 1 on the active ones)
@@ -186,11 +199,8 @@ def ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, score, mark, tub):
     ht = 0.0
     for l in range(K):
         ul = Q_u[i, l]
-        if l == k or ul == 0.0:
-            continue
-        a = min(k, l)
-        b = max(k, l)
-        if mark[a, b]:
+        a, b = _ml_inactive_pair(k, l, ul, mark)
+        if a < 0:
             continue
         gt += T[a, b] * ul
         ht += ul * ul
@@ -211,11 +221,8 @@ def ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, score, mark, tub):
         if ht > 0.0:
             for l in range(K):
                 ul = Q_u[i, l]
-                if l == k or ul == 0.0:
-                    continue
-                a = min(k, l)
-                b = max(k, l)
-                if mark[a, b]:
+                a, b = _ml_inactive_pair(k, l, ul, mark)
+                if a < 0:
                     continue
                 T[a, b] -= d * ul
                 _ml_tub_raise(tub, a, b, T[a, b])
