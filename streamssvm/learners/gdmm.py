@@ -39,7 +39,6 @@ from .base import Learner, check_choice, check_number
 _FMO = ("heap", "brute", "mips")
 
 
-
 class GDMM(Learner):
     """GDMM for chains (:class:`~streamssvm.SequenceTagger`) and pairwise multi-label
     (:class:`~streamssvm.MultiLabelSSVM` with ``pairwise=True``): factorwise block steps with
