@@ -116,7 +116,7 @@ def run_ssvm(name, learner, Xtr, Ytr, Xte, Yte, labels, passes, log):
     extra = {}
     if hasattr(lr, "counters") and name.startswith("GDMM"):
         from streamssvm._kernels import gdmm as G
-        cnt = lr.counters
+        cnt = lr._engine.counters
         extra = {"bigram_calls": int(cnt[G.C_BI_CALLS]),
                  "bigram_entries_touched_mean": float(cnt[G.C_BI_TOUCHED] / max(cnt[G.C_BI_CALLS], 1)),
                  "bigram_entries_touched_max": int(cnt[G.C_BI_TOUCH_MAX])}

@@ -133,12 +133,12 @@ def run_gdmm(name, learner, labels, dim, train, test, passes, eval_every, log):
             acc = accuracy(lr, test)
             te = time.perf_counter() - t1
             isg = isinstance(lr, ss.learners.GDMM)
-            c = lr.counters if isg else np.zeros(G.N_COUNTERS, dtype=np.int64)
+            c = lr._engine.counters if isg else np.zeros(G.N_COUNTERS, dtype=np.int64)
             rows.append({"method": name, "pass": p, "seconds": secs, "cpu_seconds": cpu, "test_acc": acc,
                          "bigram_touched_mean": float(c[G.C_BI_TOUCHED] / max(c[G.C_BI_CALLS], 1)),
                          "bigram_touched_max": int(c[G.C_BI_TOUCH_MAX]),
                          "unigram_scored_mean": float(c[G.C_UNI_TOUCHED] / max(c[G.C_UNI_CALLS], 1)),
-                         "mips_seconds": float(lr.seconds_oracle) if isg else 0.0,
+                         "mips_seconds": float(lr._engine.seconds_oracle) if isg else 0.0,
                          "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
             log(f"{name:>22} pass {p:2d}  {secs:8.2f} s, cpu {cpu:8.2f} s (last pass {pass_secs[-1]:.2f} s)  acc={acc:.4f}  "
                 f"bigram entries/call={rows[-1]['bigram_touched_mean']:.1f} (max {rows[-1]['bigram_touched_max']})  "
@@ -253,7 +253,8 @@ def brute_few(labels, dim, train, lam, n_sent, log):
 def unigram_scan_cost(lr, train, log):
     """CPU seconds of one exact unigram scan (all K labels) for every training token: what the
     unigram oracle with nu = 1 costs per pass (emission scores of every sequence)."""
-    from streamssvm._kernels import gdmm as G
+    from streamssvm._kernels import gdmm_chain as G
+    lr = lr._engine   # GDMM's chain engine
     K = lr._K
     S = np.zeros((32, lr.table.Kc))
     enc = [encode(x) for x in train]
@@ -268,6 +269,8 @@ def oracle_micro(lr, n_calls, rng, log):
     """Bigram oracle: heap vs brute force on the trained table with random message patterns
     like those of the run (a few active labels each side)."""
     from streamssvm._kernels import gdmm as G
+    from streamssvm._kernels import gdmm_chain as GC
+    lr = lr._engine   # GDMM's chain engine
     tab = lr.table
     tab.ready()
     K, Kc = tab.K, tab.Kc
@@ -283,10 +286,10 @@ def oracle_micro(lr, n_calls, rng, log):
     for mode in (G.ORACLE_HEAP, G.ORACLE_BRUTE):
         cnt = np.zeros(G.N_COUNTERS, dtype=np.int64)
         out = np.zeros(n_calls)
-        G.oracle_batch(mode, tab.T, K, Kc, s, AL[:2], AR[:2], tab.H, tab.SC, cnt, out[:2])   # compile / load
+        GC.oracle_batch(mode, tab.T, K, Kc, s, AL[:2], AR[:2], tab.H, tab.SC, cnt, out[:2])   # compile / load
         cnt[:] = 0
         t0 = time.process_time()   # CPU time: wall time under load inflated the share estimate past 100 %
-        G.oracle_batch(mode, tab.T, K, Kc, s, AL, AR, tab.H, tab.SC, cnt, out)
+        GC.oracle_batch(mode, tab.T, K, Kc, s, AL, AR, tab.H, tab.SC, cnt, out)
         res[mode] = (time.process_time() - t0, out.copy(), cnt.copy())
     th, vh, ch = res[G.ORACLE_HEAP]
     tb, vb, _ = res[G.ORACLE_BRUTE]

@@ -97,8 +97,8 @@ def lp_primal(m, xs, Y, lam):
     from streamssvm.oracles.lp import PairwiseMRFLP
     lr = m._learner
     K = lr._K
-    if hasattr(lr, "_ml") and lr._ml is not None:
-        ml = lr._ml
+    if hasattr(lr, "_engine"):   # GDMM: its pairwise multi-label engine
+        ml = lr._engine
         sc_, E, T = ml.s(), ml.E, ml.T
         reg = 0.5 * lam * sc_ ** 2 * (float(np.vdot(E[:, :K], E[:, :K])) + float(np.sum(np.triu(T[:K, :K], 1) ** 2)))
     else:

@@ -8,6 +8,7 @@ import pytest
 
 import streamssvm as ss
 from streamssvm._kernels import gdmm as G
+from streamssvm._kernels import gdmm_chain as GC
 from streamssvm.learners.gdmm import GDMM
 from streamssvm.oracles.factorwise import BigramTable, new_scratch
 
@@ -70,7 +71,7 @@ def test_project_simplex_matches_scipy():
         m = int(rng.integers(1, 8))
         v = rng.normal(scale=2, size=m)
         out = np.zeros(m)
-        G.project_simplex(v, m, out, np.zeros(m))
+        GC.project_simplex(v, m, out, np.zeros(m))
         r = minimize(lambda x: 0.5 * np.sum((x - v) ** 2), np.ones(m) / m, jac=lambda x: x - v,
                      bounds=[(0, None)] * m, constraints=[{"type": "eq", "fun": lambda x: x.sum() - 1}],
                      method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
@@ -80,7 +81,7 @@ def test_project_simplex_matches_scipy():
 
 def _brute_chain_objective(model, X, Y, lam):
     """P(w) at the model's weights by enumerating every labeling (tiny chains)."""
-    lr = model._learner
+    lr = model._learner._engine
     s = lr._s()
     K = lr._K
     Wu, T = lr._pred_weights()   # the weights that predict (the averaged iterate by default)
@@ -123,7 +124,7 @@ def test_unigram_oracle_sign_returns_largest_loss_at_zero_weights():
     m = ss.SequenceTagger(learner=GDMM(lam=1.0, replay=0, seed=0), loss=cost, labels=["a", "b", "c"])
     # one token, feature-free except its bias: after the first step label "c" (loss 5 from "a") enters
     m.learn_one([{"x": 1e-9}], ["a"])
-    lr = m._learner
+    lr = m._learner._engine
     U = lr._U
     labs = set(int(v) for v in U.lab[0, :U.cnt[0]])
     assert 2 in labs and 1 not in labs
@@ -207,13 +208,14 @@ def test_labels_appear_mid_stream_and_window_evicts():
     g = ss.SequenceTagger(learner=GDMM(lam=0.1, replay=2, capacity=10, seed=0))
     for i in order:
         g.learn_one(X[i], Y[i])
-    lr = g._learner
+    lr = g._learner._engine
     assert lr.n_blocks == 10
     assert lr.table.check()
     # the weights equal the sum of the held blocks' statistics (eviction removed the others)
     Wu, T = lr.Wu.copy(), lr.table.T.copy()
     for e in list(lr._order):
-        G.remove_example(e, lr._data(), lr._U, lr._B, Wu, T, lr._K, lr.table.Kc, True, False, lr.table.H)
+        W = G.pack(G.ChainWeights(Wu, T, lr.table.H, G.LazyAverage(lr._ZW, lr._ZT, np.array([-1.0]))))
+        GC.remove_example(e, lr._data(), lr._dual(), W, (lr._K, lr.table.Kc, True, lr._C), False)
     assert np.abs(Wu).max() < 1e-9 and np.abs(T).max() < 1e-9
 
 
@@ -233,8 +235,9 @@ def test_state_round_trip_continues_identically():
             lr.learn(tp, fi, fv, ys)
     g._learner.refine(2)
     h.refine(2)
-    assert np.array_equal(g._learner.Wu, h.Wu) and np.array_equal(g._learner.table.T, h.table.T)
-    for a, b in zip(g._learner._pred_weights(), h._pred_weights()):   # the averaged iterate too
+    ge, he = g._learner._engine, h._engine
+    assert np.array_equal(ge.Wu, he.Wu) and np.array_equal(ge.table.T, he.table.T)
+    for a, b in zip(g._learner._engine._pred_weights(), h._engine._pred_weights()):   # the averaged iterate too
         assert np.array_equal(a, b)
 
 
@@ -270,12 +273,12 @@ def test_averaged_weights_are_the_index_weighted_mean_of_the_iterates():
     for x, y in zip(X, Y):
         g.learn_one(x, y)
         lr = g._learner
-        its.append((lr.Wu.copy(), lr.table.T.copy()))
+        its.append((lr._engine.Wu.copy(), lr._engine.table.T.copy()))
     for _ in range(2):      # refine: one step per held example; record after the pass
-        before = lr._avg_k
+        before = lr._engine._avg_k
         lr.refine(1)
-        assert lr._avg_k == before + len(X)
-    Wbar, Tbar = lr._pred_weights()
+        assert lr._engine._avg_k == before + len(X)
+    Wbar, Tbar = lr._engine._pred_weights()
     # rebuild from the iterates: the refine passes' per-visit iterates are not observable from
     # outside, so check the streamed part exactly on a fresh run without refine
     h = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, seed=1))
@@ -286,19 +289,18 @@ def test_averaged_weights_are_the_index_weighted_mean_of_the_iterates():
     D, Kc = its[-1][0].shape
     want_W = sum((i + 1) * np.pad(W, ((0, D - W.shape[0]), (0, Kc - W.shape[1]))) for i, (W, _) in enumerate(its)) / Wk
     want_T = sum((i + 1) * np.pad(T, ((0, Kc - T.shape[0]), (0, Kc - T.shape[1]))) for i, (_, T) in enumerate(its)) / Wk
-    hW, hT = h._learner._pred_weights()
+    hW, hT = h._learner._engine._pred_weights()
     assert np.allclose(hW, want_W, atol=1e-12) and np.allclose(hT, want_T, atol=1e-12)
-    assert not np.allclose(hW, h._learner.Wu)        # the average is not the last iterate here
-    assert not np.allclose(Wbar, lr.Wu)
+    assert not np.allclose(hW, h._learner._engine.Wu)        # the average is not the last iterate here
+    assert not np.allclose(Wbar, lr._engine.Wu)
     c = lr.certificate()
     assert c.extra["averaged"] and c.primal >= c.dual - 1e-9
     n = GDMM(lam=0.05, replay=0, seed=1, averaging=False)
-    assert n._pred_weights.__self__ is n
     m = ss.SequenceTagger(learner=n)
     for x, y in zip(X, Y):
         m.learn_one(x, y)
-    W0, T0 = m._learner._pred_weights()
-    assert W0 is m._learner.Wu and T0 is m._learner.table.T
+    W0, T0 = m._learner._engine._pred_weights()
+    assert W0 is m._learner._engine.Wu and T0 is m._learner._engine.table.T
     with pytest.raises(TypeError, match="averaging"):
         GDMM(averaging=1)
 
@@ -330,7 +332,7 @@ def test_estimator_save_load_round_trip(tmp_path, solver):
         m.learn_one(x, y)
         r.learn_one(x, y)
     assert m.predict_many(X) == r.predict_many(X)
-    assert np.array_equal(m._learner.Wu, r._learner.Wu)
+    assert np.array_equal(m._learner._engine.Wu, r._learner._engine.Wu)
 
 
 def test_cli_builds_a_gdmm_tagger():
@@ -358,7 +360,7 @@ def test_certificate_cadence_does_not_change_the_trajectory():
             if every and i % every == 0:
                 m.certificate()
         m.refine(0)
-        runs.append((m._learner.Wu.copy(), m._learner.table.T.copy()))
+        runs.append((m._learner._engine.Wu.copy(), m._learner._engine.table.T.copy()))
     for Wu, T in runs[1:]:
         assert np.array_equal(Wu, runs[0][0]) and np.array_equal(T, runs[0][1])
 
@@ -404,7 +406,7 @@ def _aug_lagrangian(lr, override=None):
     of GDMM's chain dual (Yen et al. 2016, (12), scaled by n), computed from the marginals alone
     (U rebuilt from scratch). ``override``: {("u", e, i): dense mu_t} / {("b", e, i): dense mu_f}."""
     override = override or {}
-    K, s, rho = lr._K, lr._s(), lr.rho
+    K, s, rho = lr._K, lr._s(), lr.cfg.rho
     Wu = np.zeros_like(lr.Wu)
     T = np.zeros_like(lr.table.T)
     lin = 0.0
@@ -442,25 +444,25 @@ def _fw_setup(solver, seed=4, K=4):
     m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, seed=0, solver=solver, rho=0.7))
     for x, y in zip(X, Y):
         m.learn_one(x, y)
-    lr = m._learner
-    lr.refine(3)
+    m._learner.refine(3)
+    lr = m._learner._engine
     lr.table.ready()
     SC = lr._sc()
-    A = G.GAvg(lr._ZW, lr._ZT, np.array([-1.0]))
     code = {"active_qp": G.SOLVER_QP, "bcfw": G.SOLVER_FW, "afw": G.SOLVER_AFW}[solver]
+    cfg = G.chain_step(s=lr._s(), rho=lr.cfg.rho, eta=lr.cfg.eta, bi_mode=G.ORACLE_HEAP, uni_mode=G.UNI_SLICE, nu=1,
+                       qp_iters=lr.cfg.qp_iters, heaps=lr.table.heaps, solver=code, inner=1, rounds=1, mult=False)
+    work = (G.pack(SC), lr.counters)
     e = 0
     a0, a1 = int(lr._ex_ptr[e]), int(lr._ex_ptr[e + 1])
     assert a1 - a0 == 3
 
     def uni(i):
         t = a0 + i
-        return G.uni_step(t, t > a0, t + 1 < a1, lr._data(), lr._U, lr._B, lr.Wu, lr._C, lr._K, lr.Wu.shape[0],
-                          lr._s(), lr.rho, G.UNI_SLICE, 1, 0, np.zeros(1, np.int64), np.zeros(1, np.int32), SC,
-                          lr.counters, A, code)
+        return GC.uni_step(t, t > a0, t + 1 < a1, 0, lr._data(), lr._dual(), lr._weights(), lr._model(), cfg, work,
+                           (np.zeros(1, np.int64), np.zeros(1, np.int32)))
 
     def bi(i):
-        return G.bi_step(a0 + i, a0, a1, lr._U, lr._B, lr.table.T, lr._K, lr.table.Kc, lr._s(), lr.rho,
-                         G.ORACLE_HEAP, lr.qp_iters, lr.table.heaps, lr.table.H, SC, lr.counters, A, code)
+        return GC.bi_step(a0 + i, a0, a1, lr._dual(), lr._weights(), lr._model(), cfg, work)
     return lr, e, uni, bi
 
 

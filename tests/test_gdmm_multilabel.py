@@ -5,7 +5,9 @@ import pytest
 
 import streamssvm as ss
 from streamssvm._kernels import gdmm as G
-from streamssvm.learners.gdmm import GDMM, _MLPairGDMM
+from streamssvm._kernels import gdmm_multilabel as GM
+from streamssvm.learners._gdmm_multilabel import MLPairGDMM
+from streamssvm.learners.gdmm import GDMM
 
 TETRA = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
 
@@ -38,7 +40,7 @@ def test_tetra_projection_is_the_exact_minimizer(seed):
         c = rng.normal(scale=1.5, size=3)
         wt = rng.uniform(0.01, 3.0, size=3)
         z = np.zeros(3)
-        f = G.tetra_project(c, wt, z)
+        f = GM.tetra_project(c, wt, z)
         # feasible: barycentric coordinates >= 0
         bary = np.array([1 - z[0] - z[1] + z[2], z[1] - z[2], z[0] - z[2], z[2]])
         assert bary.min() >= -1e-9 and abs(f - np.sum(wt * (z - c) ** 2)) < 1e-9
@@ -59,7 +61,7 @@ def test_first_step_moves_away_from_the_truth_at_zero_weights():
     xs, ys = _toy(1, 4, 3, seed=0)
     ys = [{"l0": True, "l1": False, "l2": True, "l3": False}]
     m = _model(GDMM(lam=1.0, replay=0, seed=0), xs, ys, 0, 4)
-    u = m._learner._ml.u[0, :4]
+    u = m._learner._engine.u[0, :4]
     assert u[1] > 0 and u[3] > 0 and u[0] < 1 and u[2] < 1
 
 
@@ -70,7 +72,7 @@ def test_weights_equal_the_sum_of_the_held_dual_points():
     K = 5
     xs, ys = _toy(30, K, 4, seed=1)
     m = _model(GDMM(lam=0.3, replay=2, seed=1, capacity=20), xs, ys, 3, K)
-    ml = m._learner._ml
+    ml = m._learner._engine
     E = np.zeros_like(ml.E)
     T = np.zeros_like(ml.T)
     for i in ml.alive_slots():
@@ -110,16 +112,16 @@ def test_certificate_observes_and_state_round_trip_continues_identically():
         a.learn_one(x, y)
         b.learn_one(x, y)
         b.certificate()
-    assert np.array_equal(a._learner._ml.E, b._learner._ml.E)
+    assert np.array_equal(a._learner._engine.E, b._learner._engine.E)
     lr = a._learner
     st = lr.state()
     r = GDMM(lam=0.2, replay=1, seed=4)
     r.restore(lr.structure, a._labels.labels, st)
     lr.refine(2)
     r.refine(2)
-    assert np.array_equal(lr._ml.E, r._ml.E) and np.array_equal(lr._ml.T, r._ml.T)
-    n = lr._ml.n
-    assert n == r._ml.n and np.array_equal(lr._ml.u[:n], r._ml.u[:n]) and np.array_equal(lr._ml.fz[:n], r._ml.fz[:n])
+    assert np.array_equal(lr._engine.E, r._engine.E) and np.array_equal(lr._engine.T, r._engine.T)
+    n = lr._engine.n
+    assert n == r._engine.n and np.array_equal(lr._engine.u[:n], r._engine.u[:n]) and np.array_equal(lr._engine.fz[:n], r._engine.fz[:n])
 
 
 def test_estimator_save_load_and_labels_appearing_mid_stream(tmp_path):
@@ -135,7 +137,7 @@ def test_estimator_save_load_and_labels_appearing_mid_stream(tmp_path):
         m.learn_one(x, y)
         r.learn_one(x, y)
     assert [m.predict_one(x) for x in xs] == [r.predict_one(x) for x in xs]
-    assert np.array_equal(m._learner._ml.E, r._learner._ml.E)
+    assert np.array_equal(m._learner._engine.E, r._learner._engine.E)
 
 
 def test_more_than_16_labels_predict_by_the_lp_and_certificate_says_why():
@@ -197,17 +199,17 @@ def test_pruned_pair_search_selects_what_the_full_scan_selects(seed, grow):
     Kc = T.shape[0]
     s, rho, tol = 0.7, 1.3, 1e-9
     tub = np.zeros(Kc)
-    G.ml_t_bound(T, K, tub)
-    mark = np.zeros((Kc, Kc), np.int8)
+    GM.ml_t_bound(T, K, tub)
     g = min(grow, 40)
     scanned = {}
     for full in (True, False):
         Qc = _copy_dual(Q)
         cnt = np.zeros(G.ML_N_COUNTERS, np.int64)
-        added = [G.ml_greedy_add(i, Dt, Qc, T, K, s, rho, g, tol, mark, np.zeros(g), np.zeros(g, np.int64),
-                                 np.zeros(g, np.int64), cnt, tub, np.zeros(2 * Kc, np.int64), full)
+        step = G.ml_step(K=K, s=s, rho=rho, eta=1.0, grow=g, tol=tol, inner=1, mult=False, full=full)
+        scratch = G.MLScratch(*GM.ml_scratch(Kc, g))
+        added = [GM.ml_greedy_add(i, G.pack(Dt), G.pack(Qc), T, step, G.pack(scratch), cnt, tub)
                  for i in range(len(Dt.Y))]
-        assert not mark.any()
+        assert not scratch.mark.any()
         scanned[full] = (added, Qc, cnt[G.ML_C_SCANNED])
     (a_full, Q_full, n_full), (a_pr, Q_pr, n_pr) = scanned[True], scanned[False]
     assert a_full == a_pr and sum(a_full) > 0
@@ -229,14 +231,14 @@ def test_pruned_search_uses_a_loose_bound_correctly_and_a_low_bound_would_miss()
     Dt.Y[0, 2] = 0.0
     Q.u[0, 2] = 0.0
     tub = np.zeros(Kc)
-    G.ml_t_bound(T, K, tub)
+    GM.ml_t_bound(T, K, tub)
 
     def run(tb, full):
         Qc = _copy_dual(Q)
         Qc.fcnt[0] = 0
-        G.ml_greedy_add(0, Dt, Qc, T, K, 1.0, 1.0, 1, 1e-9, np.zeros((Kc, Kc), np.int8), np.zeros(1),
-                        np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(G.ML_N_COUNTERS, np.int64), tb,
-                        np.zeros(2 * Kc, np.int64), full)
+        step = G.ml_step(K=K, s=1.0, rho=1.0, eta=1.0, grow=1, tol=1e-9, inner=1, mult=False, full=full)
+        GM.ml_greedy_add(0, G.pack(Dt), G.pack(Qc), T, step, GM.ml_scratch(Kc, 1), np.zeros(G.ML_N_COUNTERS, np.int64),
+                         tb)
         return (int(Qc.fk[0, 0]), int(Qc.fl[0, 0])) if Qc.fcnt[0] else None
     assert run(tub, True) == (2, 9)
     assert run(tub + 10.0, False) == (2, 9)           # loose: still exact
@@ -252,13 +254,13 @@ def test_pruned_and_full_search_learn_identically(monkeypatch):
     xs, ys = _toy(60, K, 5, seed=7, thr=1.0)
     res = []
     for mode in ("full", "pruned"):
-        monkeypatch.setattr(_MLPairGDMM, "pair_search", mode)
+        monkeypatch.setattr(MLPairGDMM, "pair_search", mode)
         m = ss.MultiLabelSSVM(learner=GDMM(lam=0.1, replay=2, seed=0, grow=3, capacity=45), pairwise=True,
                               labels=[f"l{k}" for k in range(K)])
         for x, y in zip(xs, ys):
             m.learn_one(x, y)
         m.refine(5)
-        res.append(m._learner._ml)
+        res.append(m._learner._engine)
     a, b = res
     assert np.array_equal(a.E, b.E) and np.array_equal(a.T, b.T)
     assert np.array_equal(a.fk[:a.n], b.fk[:b.n]) and np.array_equal(a.fz[:a.n], b.fz[:b.n])
@@ -280,7 +282,7 @@ def _lp_primal(m):
     """P_LP(w): the objective GDMM minimizes (hinge by the LP relaxation on the local polytope,
     HiGHS), an upper bound on the exact P(w)."""
     from streamssvm.oracles.lp import PairwiseMRFLP
-    ml = m._learner._ml
+    ml = m._learner._engine
     K, s = ml.K, ml.s()
     reg = 0.5 * m._learner.lam * s * s * (float(np.vdot(ml.E[:, :K], ml.E[:, :K]))
                                           + float(np.sum(np.triu(ml.T[:K, :K], 1) ** 2)))
@@ -360,7 +362,7 @@ def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
     K = 6
     xs, ys = _toy(25, K, 4, seed=8)
     m = _model(GDMM(lam=0.2, replay=1, seed=2, grow=2), xs, ys, 1, K)
-    lr, ml = m._learner, m._learner._ml
+    lr, ml = m._learner, m._learner._engine
     st = lr.state()
     assert st["inactive_factors"] == "product"
     old = dict(st)
@@ -376,8 +378,8 @@ def test_state_saved_with_inactive_factors_at_the_truth_is_converted():
     old["T"] = T
     r = GDMM(lam=0.2, replay=1, seed=2, grow=2)
     r.restore(lr.structure, m._labels.labels, old)
-    assert np.allclose(r._ml.T, ml.T, atol=1e-12)
-    assert np.array_equal(r._ml.nact[:ml.n], ml.nact[:ml.n])
+    assert np.allclose(r._engine.T, ml.T, atol=1e-12)
+    assert np.array_equal(r._engine.nact[:ml.n], ml.nact[:ml.n])
     bad = dict(st, inactive_factors="nonsense")
     with pytest.raises(ValueError, match="inactive.factor"):
         GDMM(lam=0.2).restore(lr.structure, m._labels.labels, bad)
@@ -396,7 +398,7 @@ def test_prediction_above_16_labels_removes_dominated_labels_exactly(seed):
     sc = rng.normal(-1.0, 1.0, size=K)
     s = 0.7
     fake = SimpleNamespace(K=K, T=T)
-    lab = _MLPairGDMM._predict_reduced(fake, sc, s)
+    lab = MLPairGDMM._predict_reduced(fake, sc, s)
 
     def score(y):
         return float(sc @ y + s * y @ T @ y)

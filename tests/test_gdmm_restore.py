@@ -218,7 +218,8 @@ def test_other_chain_models_round_trip(kw):
     r = _restore(m, _copy(m._learner.state()))
     m._learner.refine(1)
     r.refine(1)
-    assert np.array_equal(m._learner.Wu, r.Wu) and np.array_equal(m._learner.table.T, r.table.T)
+    me, re_ = m._learner._engine, r._engine
+    assert np.array_equal(me.Wu, re_.Wu) and np.array_equal(me.table.T, re_.table.T)
     st = _copy(m._learner.state())
     st["C"] = st["C"] * 2.0   # a cost the structure does not have
     with pytest.raises(ValueError, match="invalid GDMM state: C"):
@@ -234,9 +235,9 @@ def test_chain_state_after_compaction_and_label_growth_validates():
     for i in order:
         m.learn_one(X[i], Y[i])
     m._learner.refine(3)
-    lr = m._learner
+    lr = m._learner._engine
     assert lr._n_tok > 1024 or lr._acap > 2   # the store was compacted or the active sets grew
-    validate_gdmm_state(lr.state(), m._structure, m._labels.labels)
+    validate_gdmm_state(m._learner.state(), m._structure, m._labels.labels)
 
 
 def test_window_keeps_its_fifo_order_through_compaction():
@@ -246,10 +247,10 @@ def test_window_keeps_its_fifo_order_through_compaction():
     m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, capacity=150, seed=1))
     compacted = False
     for x, y in zip(X, Y):
-        n_ex = m._learner._n_ex if m._learner is not None else 0
+        n_ex = m._learner._engine._n_ex if m._learner is not None else 0
         m.learn_one(x, y)
-        compacted |= m._learner._n_ex < n_ex
-    lr = m._learner
+        compacted |= m._learner._engine._n_ex < n_ex
+    lr = m._learner._engine
     assert compacted
     assert np.array_equal(np.sort(lr._order), np.flatnonzero(lr._ex_alive[:lr._n_ex]))
 
@@ -270,7 +271,7 @@ def test_order_written_by_the_old_compaction_is_completed_on_load(tmp_path):
     st["learner"]["order"] = np.asarray(full[-5:], dtype=np.int64)   # what the old _compact left
     old = tmp_path / "old"
     checkpoint.save_state(old, st, kind=MODEL_KIND, meta=meta)
-    lr = ss.load(old)._learner
+    lr = ss.load(old)._learner._engine
     assert lr._order[-5:] == full[-5:]
     assert sorted(lr._order) == sorted(full) and lr._order[:-5] == sorted(full[:-5])
 

@@ -1,14 +1,15 @@
 """Validation of a saved :class:`~streamssvm.learners.GDMM` state (chains and pairwise
 multi-label) before anything is restored.
 
-The GDMM kernels (:mod:`streamssvm._kernels.gdmm`) trust their index arrays: the example and
-token pointers, the feature ids, the true labels, the active sets' labels and counts. A model
-file or checkpoint is data from outside, so :meth:`GDMM.restore` first runs
+The GDMM kernels (:mod:`streamssvm._kernels.gdmm_chain`,
+:mod:`streamssvm._kernels.gdmm_multilabel`) trust their index arrays: the example and token
+pointers, the feature ids, the true labels, the active sets' labels and counts. A model file or
+checkpoint is data from outside, so :meth:`GDMM.restore` first runs
 :func:`validate_gdmm_state`, which checks every array of the state -- shape, dtype, monotone
 pointers, index ranges, finiteness and the consistency of the arrays with each other -- and
 refuses a state that breaks any of them with a ``ValueError`` naming the field. It observes only
 (it never changes the state or the learner), like ``saved_state.validate_store_state`` does for the
-block learners' stores.
+block learners' stores. :func:`grow_rows` is the engines' one rule for growing their arrays.
 
 >>> import streamssvm as ss
 >>> from streamssvm.learners import GDMM
@@ -36,6 +37,16 @@ NORM_RTOL = 1e-9
 
 _MAX_CAP = 1 << 24   # label capacity / active-set width / factor capacity
 
+
+def grow_rows(x, n):
+    """``x`` with at least ``n`` rows (doubling; new rows zero): the engines' held-example arrays grow
+    this way."""
+    if x.shape[0] >= n:
+        return x
+    shape = (max(n, 2 * x.shape[0]),) + x.shape[1:]
+    y = np.zeros(shape, dtype=x.dtype)
+    y[:x.shape[0]] = x
+    return y
 
 def _fail(field, msg):
     raise ValueError(f"invalid GDMM state: {field}: {msg}")
@@ -312,7 +323,7 @@ def _simplex(mu, act, name):
 
 
 def validate_ml_state(st, structure, labels):
-    """Every array of a pairwise multi-label GDMM state (see ``_MLPairGDMM.state``): weights,
+    """Every array of a pairwise multi-label GDMM state (see ``MLPairGDMM.state``): weights,
     the held examples' CSR store (pointers, feature ids and values, squared norms, label
     counts, 0/1 truths), the unigram duals in [0, 1], the active pairwise factors (label pairs
     k < l < K, distinct per example, marginals in the tetrahedron), the FIFO order and the

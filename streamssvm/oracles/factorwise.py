@@ -11,7 +11,7 @@ Factorwise Oracles for Structural SVMs of Large Output Domain", NIPS 2016, secti
   re-scored exactly (with the loss and the messages) by the block solver. Neither the paper nor
   its code has this oracle; it is approximate (the label found may not be the best).
 * The nu-partition sampled unigram oracle (a random 1/nu slice of the labels, exact inside it)
-  runs inside the kernel (``streamssvm._kernels.gdmm.uni_step``).
+  runs inside the kernel (``streamssvm._kernels.gdmm_chain.uni_step``).
 
 >>> import numpy as np
 >>> tab = BigramTable(4)
@@ -28,19 +28,23 @@ from __future__ import annotations
 import numpy as np
 
 from .._kernels import gdmm as G
+from .._kernels import gdmm_chain as GC
 from .mips import HNSWMIPS
 from .rows import DenseRows
 
 
 def new_heaps(Kc):
-    return G.GHeap(np.zeros(Kc * Kc, dtype=np.int32), np.zeros(Kc * Kc, dtype=np.int32),
+    """The :data:`~streamssvm._kernels.gdmm.Heaps` over a Kc x Kc table, as the kernels take it."""
+    return G.pack(G.Heaps(np.zeros(Kc * Kc, dtype=np.int32), np.zeros(Kc * Kc, dtype=np.int32),
                    np.zeros((Kc, Kc), dtype=np.int32), np.zeros((Kc, Kc), dtype=np.int32),
-                   np.zeros((Kc, Kc), dtype=np.int32), np.zeros((Kc, Kc), dtype=np.int32))
+                   np.zeros((Kc, Kc), dtype=np.int32), np.zeros((Kc, Kc), dtype=np.int32)))
 
 
 def new_scratch(Kc, cap):
+    """A zeroed :data:`~streamssvm._kernels.gdmm.ChainScratch` for Kc labels and active sets of
+    ``cap`` (pass it to the kernels through :func:`~streamssvm._kernels.gdmm.pack`)."""
     cap = max(int(cap), 4)
-    return G.GScratch(np.zeros(Kc), np.zeros(Kc), np.zeros(Kc, dtype=np.int8), np.zeros(Kc, dtype=np.int8),
+    return G.ChainScratch(np.zeros(Kc), np.zeros(Kc), np.zeros(Kc, dtype=np.int8), np.zeros(Kc, dtype=np.int8),
                       np.zeros(Kc), np.zeros(Kc), np.zeros(max(1024, 4 * cap), dtype=np.int32),
                       np.zeros(max(1024, 4 * cap)), np.zeros(cap + 1), np.zeros(Kc + 1, dtype=np.int32),
                       np.zeros(Kc + 1, dtype=np.int32), np.zeros(Kc, dtype=np.int8), np.zeros(Kc))
@@ -84,7 +88,7 @@ class BigramTable:
 
     def rebuild(self):
         if self.heaps and self.K > 0:
-            G.build_heaps(self.T, self.K, self.Kc, self.H)
+            GC.build_heaps(self.T, self.K, self.Kc, self.H)
         self._stale = False
 
     def ready(self):
@@ -95,7 +99,7 @@ class BigramTable:
         self.ready()
         self.T[a, b] = v
         if self.heaps:
-            G.heap_t_changed(self.T, self.K, self.Kc, self.H, a, b)
+            GC.heap_t_changed(self.T, self.K, self.Kc, self.H, a, b)
 
     def add(self, a, b, dv):
         self.set(a, b, self.T[a, b] + dv)
@@ -103,7 +107,7 @@ class BigramTable:
     def check(self):
         """True when all heaps are consistent with the table (tests)."""
         self.ready()
-        return bool(G.check_heaps(self.T, self.K, self.Kc, self.H))
+        return bool(GC.check_heaps(self.T, self.K, self.Kc, self.H))
 
     def argmax(self, s, augL, augR, mode="heap"):
         """argmax_(a, b) s T[a, b] + augL[a] + augR[b] -> (a, b, value, entries touched)."""
@@ -121,8 +125,9 @@ class BigramTable:
         mkR[posR] = 1
         before = int(self.counters[G.C_BI_TOUCHED])
         m = G.ORACLE_HEAP if (mode == "heap" and self.heaps) else G.ORACLE_BRUTE
-        a, b, v = G.bigram_oracle(m, self.T, K, self.Kc, float(s), aL, aR, posL, len(posL), posR,
-                                  len(posR), mkL, mkR, self.H, self.SC, self.counters)
+        a, b, v = GC.bigram_oracle(m, self.T, K, self.Kc, float(s), G.pack(G.OracleSide(aL, posL, len(posL), mkL)),
+                                   G.pack(G.OracleSide(aR, posR, len(posR), mkR)), self.H, G.pack(self.SC),
+                                   self.counters)
         return int(a), int(b), float(v), int(self.counters[G.C_BI_TOUCHED]) - before
 
     def brute(self, s, augL, augR):
