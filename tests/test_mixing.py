@@ -143,11 +143,14 @@ def test_bcfw_set_union_steps_as_the_union():
     U / (lam_k n_k) are the union's U / (lam n)."""
     m, _ = fitted(bcfw(), n=30)
     lr = m.bound_learner
+    lam = lr.lam
     lr.set_union(0.05, 120)
-    assert lr.lam == pytest.approx(0.05 * 120 / 30)
+    assert lr.effective_lam() == pytest.approx(0.05 * 120 / 30)
     lr.set_union(0.05, 120, sigma=2.0)
-    assert lr.lam == pytest.approx(0.05 * 120 / (2.0 * 30))
+    assert lr.effective_lam() == pytest.approx(0.05 * 120 / (2.0 * 30))
     assert lr.n_evicted == 0
+    # the union's lambda is running state: the constructor parameter is never rewritten
+    assert lr.lam == lam and lr._get_params()["lam"] == lam and lr.clone().effective_lam() == lam
 
 
 # ----------------------------------------------------------------------------- store-state editing

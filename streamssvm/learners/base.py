@@ -88,14 +88,54 @@ class Learner(base.Base, abc.ABC):
     and ``rescaling`` (``"margin"`` or ``"slack"``) in their constructor.
     """
 
+    #: the constructor's parameters (:class:`~streamssvm.params.Param` rows)
+    params: tuple = ()
+
+    # ---------------------------------------------------------------- declared capabilities
+    # Read by the estimators, the command line and :mod:`streamssvm.distributed` instead of
+    # asking which class a learner is.
+
     #: names of the structures this learner can be bound to (``Structure.name``); None = all
     structures: tuple | None = None
+    #: how :mod:`streamssvm.distributed` mixes workers' models: ``"dual"`` (blend the held dual
+    #: blocks and sum the weights' changes: BCFW), ``"primal"`` (iterative parameter mixing,
+    #: McDonald et al. 2010: average the :meth:`parameters`: SGD, MEMOIR), or None (not mixable)
+    mixing: str | None = None
+    #: whether :mod:`streamssvm.distributed` can run this learner (see :meth:`check_distributed`)
+    distributed: bool = False
+    #: whether :meth:`emission_weights` returns a dense (features x labels) matrix
+    dense_weights: bool = False
+    #: the multi-label inference the learner drives: ``"enum"`` (exact enumeration inside the
+    #: kernels) or ``"auto"`` (oracles called from Python, the LP relaxation above 16 labels)
+    multilabel_inference: str = "enum"
+    #: the chain loss a :class:`~streamssvm.SequenceTagger` uses when its ``loss`` is not set
+    default_chain_loss: str = "hamming"
+    #: the chain losses the learner optimizes (None: every loss of the chain structure)
+    chain_losses: tuple | None = None
 
     def check_structure(self, structure):
         """Raise a clear error when this learner cannot learn ``structure``."""
         if self.structures is not None and structure.name not in self.structures:
             raise ValueError(f"{type(self).__name__} learns {', '.join(self.structures)} models, "
                              f"not {structure.name}")
+
+    def check_distributed(self, n_features=None):
+        """Raise a ValueError naming what :mod:`streamssvm.distributed` cannot do with this
+        learner as configured (``n_features``: the estimator's hashed input width, if any)."""
+        if not self.distributed:
+            raise ValueError(f"{type(self).__name__} is not supported by distributed learning yet "
+                             "(supported: BCFW with step='fw', SGD, MEMOIR with dense rows)")
+
+    def effective_lam(self, n=None):
+        """The regularization lambda of the objective with ``n`` examples held (default: the
+        held ones): ``lam`` (BCFW's ``lam=None`` makes it follow n)."""
+        return self.lam
+
+    def weight_tables(self):
+        """The :class:`~streamssvm.structures.base.Weights` (emission, transition and bias
+        tables) the learner steps on, or None for a learner that keeps its weights otherwise
+        (MEMOIR's class rows). Its live state, for checks (finiteness, restored shapes)."""
+        return None
 
     @property
     def bound(self):
@@ -200,3 +240,17 @@ class Learner(base.Base, abc.ABC):
         ``weight`` of the way to its current state: ``alpha_i <- alpha_i^0 + weight (alpha_i -
         alpha_i^0)``. With 0 < weight <= 1 every block stays feasible (a convex combination)."""
         raise _no_mixing(self, "blend_dual() (it keeps no dual blocks)")
+
+
+class DenseWeights:
+    """Mixin of the learners whose weights are one :class:`~streamssvm.structures.base.Weights`
+    ``W`` (emission rows E, transition table T, bias B; ``Kc`` label columns allocated, the
+    first ``_K`` of them the labels the learner knows)."""
+
+    def weight_tables(self):
+        return self.W
+
+    @property
+    def n_labels(self):
+        """Labels the learner knows (the used columns of its weight tables)."""
+        return self._K

@@ -30,14 +30,14 @@ from ..blocks import BlockStore, validate_weights
 from ..checkpoint import CheckpointError
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import Learner, check_number
+from .base import DenseWeights, Learner, check_number
 from ..params import Param, set_params
 
 _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
 
 
-class BCFW(Learner):
+class BCFW(DenseWeights, Learner):
     """Online block-coordinate Frank-Wolfe (BCFW) with gap sampling, pairwise/away steps and
     an oracle cache.
 
@@ -115,6 +115,10 @@ class BCFW(Learner):
     AUTO_LAM = 1e-3
     AUTO_LAM_N = 6.0
 
+    mixing = "dual"
+    distributed = True
+    dense_weights = True
+
     params = (
         Param("lam", None, "float", "regularization lambda; None: follows the examples held, "
               "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, none=True),
@@ -148,6 +152,7 @@ class BCFW(Learner):
         if rescaling == "slack" and (step != "fw" or cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
                              "(pairwise/away steps and the cache need slack corners in the pools)")
+        self._lam_override = None   # a distributed worker's lambda (set_union), running state
         self._bound = False
 
     # ------------------------------------------------------------------ binding / growth
@@ -164,7 +169,7 @@ class BCFW(Learner):
         structure.check_rescaling(self.rescaling)
         self.store = BlockStore(structure, Kc, pool, self.capacity, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack,
-                                sparse=getattr(self, "chain_stats", "sparse") == "sparse")
+                                sparse=self.chain_stats == "sparse")
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
         self._seed_base = int(self._rng.integers(2**31 - 1))
@@ -260,6 +265,12 @@ class BCFW(Learner):
     def n_blocks(self):
         return self.store.n
 
+    @property
+    def _lam_fixed(self):
+        """The fixed lambda in use: a union's (:meth:`set_union`, running state), else ``lam``
+        (None: lambda follows n)."""
+        return self.lam if self._lam_override is None else self._lam_override
+
     def effective_lam(self, n=None):
         """The lambda of the objective with ``n`` examples held (default: the held ones):
         ``lam``, or with ``lam=None`` min(1e-3, 6 / n).
@@ -268,15 +279,15 @@ class BCFW(Learner):
         >>> BCFW().effective_lam(500), BCFW().effective_lam(24000), BCFW(lam=0.01).effective_lam(24000)
         (0.001, 0.00025, 0.01)
         """
-        if self.lam is not None:
-            return float(self.lam)
+        if self._lam_fixed is not None:
+            return float(self._lam_fixed)
         if n is None:
             n = self.store.n if self._bound else 1
         return min(self.AUTO_LAM, self.AUTO_LAM_N / max(int(n), 1))
 
     def _lam_n_max(self):
         """The kernels' cap on lambda * n (inf: a fixed lambda)."""
-        return float("inf") if self.lam is not None else float(self.AUTO_LAM_N)
+        return float("inf") if self._lam_fixed is not None else float(self.AUTO_LAM_N)
 
     def _scale(self):
         n = max(self.store.n, 1)
@@ -291,7 +302,7 @@ class BCFW(Learner):
                 self._ws.ensure(L, self.W.Kc).scratch(L, self._slack),
                 KB.pack(KB.Averaging(t0=int(self._avg_t0), ZE=self._Z.E, ZT=self._Z.T, ZB=self._Z.B,
                                      facc=self._facc)),
-                KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self.lam is None else float(self.lam),
+                KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self._lam_fixed is None else float(self._lam_fixed),
                                       step_type=_STEP[self.step], use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
@@ -655,6 +666,8 @@ class BCFW(Learner):
             "avg": {"t0": self._avg_t0, "ZE": self._Z.E, "ZT": self._Z.T, "ZB": self._Z.B,
                     "facc": self._facc},
         }
+        if self._lam_override is not None:   # a distributed worker's (set_union)
+            st["lam_override"] = self._lam_override
         return st
 
     def restore(self, structure, labels, st):
@@ -681,6 +694,7 @@ class BCFW(Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         self.store = BlockStore.from_state(st["store"], structure, n_rows=d)
         self._seed_base = int(st["seed_base"])
+        self._lam_override = None if st.get("lam_override") is None else float(st["lam_override"])
         a = st["avg"]
         self._avg_t0 = int(a["t0"])
         self._Z = Weights(1, 1)
@@ -720,7 +734,7 @@ class BCFW(Learner):
         subproblem (Ma et al., "Adding vs. averaging in distributed primal-dual optimization",
         ICML 2015), with the weight sums held divided by ``sigma``."""
         n_k = max(self.store.n, 1)
-        self.lam = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
+        self._lam_override = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
         self._pred_cache = None
 
     @property

@@ -55,7 +55,7 @@ from .._kernels import structops as so
 from ..certificate import Certificate
 from ..oracles.risk import RiskOracle, Window, weights_dot, weights_like
 from ..structures.base import Weights
-from .base import Learner, check_number
+from .base import DenseWeights, Learner, check_number
 from ..params import Param, set_params
 
 
@@ -66,7 +66,7 @@ class _Cut:
         self.a, self.b, self.seq0, self.labs = a, b, seq0, labs   # labs None: an aggregate
 
 
-class BMRM(Learner):
+class BMRM(DenseWeights, Learner):
     """Bundle method (qp-bmrm or ls-bmrm) on the held window, with the eps_t certificate.
 
     Parameters

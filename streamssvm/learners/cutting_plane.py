@@ -45,7 +45,7 @@ from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import Learner, check_number, check_search_rescaling
+from .base import DenseWeights, Learner, check_number, check_search_rescaling
 from ..params import Param, set_params
 
 _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
@@ -55,7 +55,7 @@ class _Block:
     __slots__ = ("tok_ptr", "fidx", "fval", "ytrue", "Ki", "L", "G", "labs", "keys", "delta", "D", "Q", "alpha")
 
 
-class CuttingPlane(Learner):
+class CuttingPlane(DenseWeights, Learner):
     """n-slack cutting plane on the held examples, margin or slack rescaling.
 
     Parameters

@@ -35,7 +35,7 @@ from .._kernels import gdmm as G
 from .._kernels import structops as so
 from .._kernels.chain import chain_viterbi
 from ..oracles.factorwise import BigramTable, UnigramMIPS, new_scratch
-from .base import Learner, check_number
+from .base import DenseWeights, Learner, check_number
 from ..params import Param, set_params
 
 _FMO = ("heap", "brute", "mips")
@@ -67,7 +67,7 @@ class _ChainAdapter:
         return so.labeling_score(so.CHAIN, S, T, B, s, lab, L, K, use_trans)
 
 
-class GDMM(Learner):
+class GDMM(DenseWeights, Learner):
     """GDMM for chains (:class:`~streamssvm.SequenceTagger`) and pairwise multi-label
     (:class:`~streamssvm.MultiLabelSSVM` with ``pairwise=True``): factorwise block steps with
     factorwise oracles and multiplier steps.
@@ -189,6 +189,11 @@ class GDMM(Learner):
     """
 
     structures = ("chain", "multilabel")
+
+    multilabel_inference = "auto"
+    #: the factorwise steps are written for the loss normalized per sentence
+    default_chain_loss = "normalized"
+    chain_losses = ("normalized",)
 
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),

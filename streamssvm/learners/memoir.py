@@ -193,6 +193,9 @@ class MEMOIR(Learner):
 
     structures = ("multiclass",)
 
+    mixing = "primal"
+    distributed = True
+
     params = (
         Param("lam", 1e-6, "float", "regularization lambda (Yen et al. use 1 for l2, 1e-6 for l1)",
               low=0.0, low_open=True),
@@ -236,6 +239,14 @@ class MEMOIR(Learner):
     @classmethod
     def _unit_test_params(cls):
         yield {"mips": "exact", "lam": 1e-3}
+
+    def check_distributed(self, n_features=None):
+        """Distributed MEMOIR mixes dense class rows: sparse rows (``rows="sparse"``, or
+        ``"auto"`` with a hashed input wider than ``DENSE_MAX_DIM``) are refused."""
+        if self.rows == "sparse" or (self.rows == "auto" and n_features is not None
+                                     and n_features > DENSE_MAX_DIM):
+            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense') (or array "
+                             f"input of at most {DENSE_MAX_DIM} columns); sparse rows are not supported yet")
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self, structure, labels):

@@ -58,11 +58,11 @@ from .._kernels import structops as so
 from ..certificate import Certificate
 from ..oracles.risk import Window
 from ..structures.base import Weights
-from .base import Learner, check_number
+from .base import DenseWeights, Learner, check_number
 from ..params import Param, set_params
 
 
-class Pragam(Learner):
+class Pragam(DenseWeights, Learner):
     """Pragam (Algorithm 1) on the Crammer-Singer dual of the held window.
 
     Parameters

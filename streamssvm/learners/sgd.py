@@ -51,7 +51,7 @@ from ..oracles.structured import ExampleOracles
 from ..blocks import validate_example, validate_weights
 from ..checkpoint import CheckpointError
 from ..structures.base import Weights
-from .base import Learner, check_search_rescaling
+from .base import DenseWeights, Learner, check_search_rescaling
 from ..params import Param, set_params
 
 _SEARCH = ("exact", "angular", "bisecting", "binary")
@@ -68,7 +68,7 @@ def _mix(seed, t):
 _AVERAGING = ("weighted", "uniform", "none")
 
 
-class SGD(Learner):
+class SGD(DenseWeights, Learner):
     """Pegasos-style SGD with margin or slack rescaling.
 
     Parameters
@@ -132,6 +132,11 @@ class SGD(Learner):
     >>> m.predict_one({"f": 2.0, "g": 1.0})
     2
     """
+
+    mixing = "primal"
+    distributed = True
+    dense_weights = True
+    multilabel_inference = "auto"
 
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
