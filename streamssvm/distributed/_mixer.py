@@ -158,7 +158,7 @@ class Mixer:
         calls = int(sum(s["oracle_calls"] for s in sums))
         secs = max((s.get("seconds", 0.0) for s in sums), default=0.0)
         if n == 0:
-            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.lam, note="no examples held").to_dict()
+            return Certificate.empty(self.lam).to_dict()
         if self.kind == "bcfw":
             sq = sum(float(np.vdot(self.start[k], self.start[k])) for k in ("E", "T", "B") if k in self.start)
             scale = 1.0 / (self.lam * n)

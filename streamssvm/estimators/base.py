@@ -232,7 +232,7 @@ class Estimator:
         :class:`streamssvm.certificate.Certificate`); observing it changes nothing."""
         if self._learner is None:
             lam = self.learner.effective_lam()
-            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, lam, note="no examples held")
+            return Certificate.empty(lam)
         return self._learner.certificate()
 
     def weights_finite(self, full=True):
@@ -321,7 +321,8 @@ class Estimator:
         if cfg["class"] != cls.__name__:
             raise checkpoint.CheckpointError(f"the file holds a {cfg['class']}, not a {cls.__name__} "
                                              "(streamssvm.load(path) loads any estimator)")
-        learner = learner_class(cfg["learner"]["class"])(**cfg["learner"]["params"])
+        lcls = learner_class(cfg["learner"]["class"])
+        learner = lcls(**lcls.upgrade_params(cfg["learner"]["params"]))   # files may use former names
         params = cls._params_from_state(dict(cfg["params"]))
         model = cls(learner=learner, **params)
         model._features = FeatureIndex.from_state(st["features"])

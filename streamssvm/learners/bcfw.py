@@ -30,8 +30,8 @@ from ..blocks import BlockStore, validate_weights
 from ..checkpoint import CheckpointError
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import DenseWeights, Learner, check_number
-from ..params import Param, set_params
+from .base import DenseWeights, Learner, label_capacity, check_number
+from ..params import Param
 
 _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
@@ -68,7 +68,7 @@ class BCFW(DenseWeights, Learner):
         Labelings kept per block (cache / active set), default 50.
     cache_F, cache_nu
         Hit-rule constants (Osokin et al.: 0.25 and 0.01).
-    capacity, max_bytes, eviction
+    window, max_bytes, eviction
         Bounds of the BlockStore and its policy (``"fifo"`` window or ``"reservoir"``).
     gap_every
         Effective passes (n block steps) between two full exact gap passes when sampling by
@@ -119,6 +119,7 @@ class BCFW(DenseWeights, Learner):
     distributed = True
     dense_weights = True
 
+    renamed = {'capacity': 'window'}
     params = (
         Param("lam", None, "float", "regularization lambda; None: follows the examples held, "
               "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, none=True),
@@ -130,7 +131,7 @@ class BCFW(DenseWeights, Learner):
         Param("cache_size", 50, "int", "labelings kept per block (cache / active set)", low=2),
         Param("cache_F", 0.25, "float", "cache hit-rule constant F", low=0.0),
         Param("cache_nu", 0.01, "float", "cache hit-rule constant nu", low=0.0),
-        Param("capacity", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
+        Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
         Param("max_bytes", None, "int", "memory bound of the held blocks (None: unbounded)",
               low=1024, none=True),
         Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
@@ -145,11 +146,16 @@ class BCFW(DenseWeights, Learner):
         Param("seed", None, "seed", "random seed"),
     )
 
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05, "replay": 1, "gap_every": 1.0, "seed": 0}
+
     def __init__(self, *, lam=None, replay=1, sampling="gap", step="fw", cache=False, cache_size=50,
-                 cache_F=0.25, cache_nu=0.01, capacity=100_000, max_bytes=None, eviction="fifo",
-                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=None):
-        set_params(self, locals())
-        if rescaling == "slack" and (step != "fw" or cache):
+                 cache_F=0.25, cache_nu=0.01, window=100_000, max_bytes=None, eviction="fifo",
+                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=None, **kwargs):
+        self._set_params(locals())
+        if self.rescaling == "slack" and (self.step != "fw" or self.cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
                              "(pairwise/away steps and the cache need slack corners in the pools)")
         self._lam_override = None   # a distributed worker's lambda (set_union), running state
@@ -167,7 +173,7 @@ class BCFW(DenseWeights, Learner):
         pool = self.cache_size if (self.cache or self.step != "fw") else 0
         self._slack = self.rescaling == "slack"
         structure.check_rescaling(self.rescaling)
-        self.store = BlockStore(structure, Kc, pool, self.capacity, self.max_bytes, self.eviction,
+        self.store = BlockStore(structure, Kc, pool, self.window, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack,
                                 sparse=self.chain_stats == "sparse")
         self._C = structure.cost_matrix(Kc, labels)
@@ -213,9 +219,8 @@ class BCFW(DenseWeights, Learner):
     def ensure(self, n_features, labels):
         """Grow weights / blocks / costs for new features and labels."""
         n_labels = len(labels)
-        Kc = self.W.Kc
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, self.W.Kc)
+        if Kc > self.W.Kc:
             self.store.grow_labels(Kc)
         self.W.grow(n_features, Kc)
         self._Z.grow(self.W.E.shape[0], self.W.Kc)

@@ -45,8 +45,8 @@ from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import DenseWeights, Learner, check_number, check_search_rescaling
-from ..params import Param, set_params
+from .base import DenseWeights, Learner, label_capacity, check_number, check_search_rescaling
+from ..params import Param
 
 _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
 
@@ -87,7 +87,7 @@ class CuttingPlane(DenseWeights, Learner):
     seed
         Order of the examples in a round (shuffled each round; None: in order) and the
         reservoir's choices.
-    capacity
+    window
         Most examples held (None: unbounded). Each held example keeps its working set, so the
         memory grows with the stream without a bound; when full, ``eviction`` makes room.
     eviction
@@ -116,6 +116,7 @@ class CuttingPlane(DenseWeights, Learner):
     ('x', 'y')
     """
 
+    renamed = {'capacity': 'window'}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
@@ -131,16 +132,21 @@ class CuttingPlane(DenseWeights, Learner):
               low=0.0, none=True),
         Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0),
         Param("seed", None, "seed", "order of the examples in a round (None: in order), reservoir"),
-        Param("capacity", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
+        Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
         Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
               choices=("fifo", "reservoir")),
         Param("replay", 1, "int", "held examples visited again after each new one", low=0),
     )
 
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05, "max_iter": 5, "seed": 0}
+
     def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", eps=1e-3, max_iter=100,
-                 max_queries=100, tol=0.999, qp_tol=None, qp_sweeps=20, seed=None, capacity=100_000,
-                 eviction="fifo", replay=1):
-        set_params(self, locals())
+                 max_queries=100, tol=0.999, qp_tol=None, qp_sweeps=20, seed=None, window=100_000,
+                 eviction="fifo", replay=1, **kwargs):
+        self._set_params(locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -171,9 +177,7 @@ class CuttingPlane(DenseWeights, Learner):
 
     def ensure(self, n_features, labels):
         n_labels = len(labels)
-        Kc = self.W.Kc
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, self.W.Kc)
         old_Kc = self.W.Kc
         self.W.grow(n_features, Kc)
         grew = n_labels > self._K > 0
@@ -319,13 +323,13 @@ class CuttingPlane(DenseWeights, Learner):
         """Evict a held example if the store is full; False when the reservoir does not keep
         the new one."""
         self.seen += 1
-        if self.capacity is None or len(self.blocks) < self.capacity:
+        if self.window is None or len(self.blocks) < self.window:
             return True
         if self.eviction == "fifo":
             self._evict(0)
             return True
         r = int(self._res_rng.integers(0, self.seen))   # algorithm R
-        if r >= self.capacity:
+        if r >= self.window:
             return False
         self._evict(int(self._res_rng.integers(0, len(self.blocks))))
         return True
@@ -412,13 +416,6 @@ class CuttingPlane(DenseWeights, Learner):
     def _qp_tol(self):
         return self.eps / 10.0 if self.qp_tol is None else self.qp_tol
 
-    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
-        for e in range(len(ex_tok) - 1):
-            a, b = ex_tok[e], ex_tok[e + 1]
-            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
-            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]],
-                       1 if Ki is None else Ki[e])
-
     def round(self):
         """One cutting-plane round; returns the number of constraints added."""
         order = np.arange(len(self.blocks)) if self.seed is None else self._rng.permutation(len(self.blocks))
@@ -489,8 +486,7 @@ class CuttingPlane(DenseWeights, Learner):
         t0 = time.perf_counter()
         n = len(self.blocks)
         if n == 0 or self._K == 0:
-            return Certificate(0.0, 0.0, 0.0, n, 0, 0.0, True, self.lam, note="no examples held",
-                               rescaling=self.rescaling)
+            return Certificate.empty(self.lam, n, rescaling=self.rescaling)
         W = Weights(1, 1)
         W.E, W.T, W.B = np.zeros_like(self.W.E), np.zeros_like(self.W.T), np.zeros_like(self.W.B)
         self.rebuild_weights(out=W)
@@ -524,6 +520,7 @@ class CuttingPlane(DenseWeights, Learner):
                                       self.constraints_added, self.qp_steps], dtype=np.int64),
                 "seen": self.seen, "evicted": self.evicted, "cursor": self._cursor,
                 **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
+                **({"round_rng": _rng_state(self._rng)} if self.seed is not None else {}),
                 "blocks": [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
                             "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
 
@@ -552,6 +549,8 @@ class CuttingPlane(DenseWeights, Learner):
         self._cursor = max(int(st.get("cursor", 0)), 0)
         if "res_rng" in st:
             _rng_restore(self._res_rng, st["res_rng"])
+        if "round_rng" in st:   # the rounds' order (older files: restarts from the seed)
+            _rng_restore(self._rng, st["round_rng"])
         mark = np.zeros(max(self.W.E.shape[0], 1))
         for r in st["blocks"]:
             b = _Block()

@@ -35,8 +35,8 @@ from .._kernels import gdmm as G
 from .._kernels import structops as so
 from .._kernels.chain import chain_viterbi
 from ..oracles.factorwise import BigramTable, UnigramMIPS, new_scratch
-from .base import DenseWeights, Learner, check_number
-from ..params import Param, set_params
+from .base import DenseWeights, Learner, label_capacity, check_number
+from ..params import Param
 
 _FMO = ("heap", "brute", "mips")
 #: block solvers by name -> kernel code (``"bcfw"`` / ``"afw"``: chains only)
@@ -136,7 +136,7 @@ class GDMM(DenseWeights, Learner):
         example is evicted.
     replay
         Held examples revisited (one sweep each) after each new example.
-    capacity
+    window
         Held examples (FIFO window; the oldest is evicted, its contribution removed). None:
         unbounded.
     active_cap
@@ -195,6 +195,7 @@ class GDMM(DenseWeights, Learner):
     default_chain_loss = "normalized"
     chain_losses = ("normalized",)
 
+    renamed = {'capacity': 'window'}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
         Param("rho", 1.0, "float", "augmented-Lagrangian penalty (multi-label: relative to 1 / (lam n))",
@@ -209,7 +210,7 @@ class GDMM(DenseWeights, Learner):
         Param("rounds", 1, "int", "chains: method-of-multipliers iterations per example visit", low=1),
         Param("replay", 1, "int", "held examples revisited after each new example", low=0),
         Param("averaging", True, "bool", "chains: predict with the weighted average of the iterates"),
-        Param("capacity", None, "int", "held examples, a FIFO window (None: unbounded)", low=1, none=True),
+        Param("window", None, "int", "held examples, a FIFO window (None: unbounded)", low=1, none=True),
         Param("active_cap", 8, "int", "initial capacity of each factor's active set", low=2),
         Param("mips_k", 10, "int", "fmo='mips': neighbours per query", low=1),
         Param("sketch_dim", 64, "int", "fmo='mips': sketch dimension (None: none)", low=1, none=True),
@@ -220,10 +221,15 @@ class GDMM(DenseWeights, Learner):
         Param("rescaling", "margin", "choice", "margin rescaling only", choices=("margin",)),
     )
 
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05, "replay": 1, "seed": 0}
+
     def __init__(self, *, lam=1e-3, rho=1.0, eta=1.0, fmo="heap", nu=1, solver="active_qp", qp_iters=5,
-                 inner=1, rounds=1, replay=1, averaging=True, capacity=None, active_cap=8, mips_k=10,
-                 sketch_dim=64, grow=16, add_tol=1e-9, seed=None, rescaling="margin"):
-        set_params(self, locals())
+                 inner=1, rounds=1, replay=1, averaging=True, window=None, active_cap=8, mips_k=10,
+                 sketch_dim=64, grow=16, add_tol=1e-9, seed=None, rescaling="margin", **kwargs):
+        self._set_params(locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding / storage
@@ -338,8 +344,7 @@ class GDMM(DenseWeights, Learner):
             return
         n_labels = len(labels)
         Dc, Kc = self.Wu.shape
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, Kc)
         D = 2 + max(int(n_features), 1)
         if Kc > self.Wu.shape[1] or D > Dc:
             W = np.zeros((Dc if D <= Dc else max(D, int(Dc * 1.5) + 1), Kc))
@@ -379,7 +384,7 @@ class GDMM(DenseWeights, Learner):
         L = len(tok_ptr) - 1
         if L == 0:
             raise ValueError("an example needs at least one token")
-        if self.capacity is not None and self.n_blocks >= self.capacity:
+        if self.window is not None and self.n_blocks >= self.window:
             self._evict(self._order.pop(0))
         nnz = int(tok_ptr[-1] - tok_ptr[0])
         e, t0, z0 = self._n_ex, self._n_tok, self._nnz
@@ -922,7 +927,7 @@ class _MLPairGDMM:
         if len(tok_ptr) != 2:
             raise ValueError("a multi-label example is one feature vector (one token)")
         cfg = self.cfg
-        if cfg.capacity is not None and self.n_blocks >= cfg.capacity:
+        if cfg.window is not None and self.n_blocks >= cfg.window:
             i = self.order.pop(0)
             G.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K, self.tub)
             if self.n > 1024 and self.n_blocks < self.n // 2:

@@ -42,13 +42,13 @@ eta = min(C, hinge / (2 |x|^2))) measured no better on the tuning split (0.5228
 to 0.5237 against 0.5279 for the constant step, in a simulation without the bias feature), so
 the simpler constant step is the default.
 
-Averaging (``average="linear"``, default): prediction uses the average of the iterates weighted
+Averaging (``averaging=True``, ``avg_weighting="linear"``, the default): prediction uses the average of the iterates weighted
 by their step index (the averaging of Lacoste-Julien, Schmidt & Bach, "A simpler approach to
 obtaining an O(1/t) convergence rate for the projected stochastic subgradient method"), which
 the SGD guarantees are stated for. It is kept lazily in O(nnz(x)) per update: with
 W_s = acc_s V_s and A_t = sum_{s<=t} w_s acc_s, sum_s w_s W_s = A_t V_t - Z_t where
 Z += A_{s-1} dV at every change dV of V (a second row store of the same kind). The l1
-variant's truncation is not a linear update, so it does not average (``average="none"``).
+variant's truncation is not a linear update, so it does not average (as ``averaging=False``).
 Measured on the Brown tag-pair stream of ``bench/quality_memoir.py`` (2,800 classes, 100k
 examples x 2 epochs, 10k test, majority 0.043): with the constant default step, step-weighted
 average 0.5802, uniform average 0.5727, last iterate 0.4665
@@ -99,7 +99,7 @@ from ..checkpoint import CheckpointError
 from ..oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
 from .base import Learner
-from ..params import Param, set_params
+from ..params import Param
 
 _MIPS = ("auto", "exact", "hnsw", "lsh")
 RENORM_BELOW = 1e-20
@@ -151,10 +151,11 @@ class MEMOIR(Learner):
         eta = eta0 / (R^2 (1 + eta_step * n)), n the examples learned before the batch and R^2
         the running mean of |x|^2 (see the module docstring for the choice of 3 and 0: a constant
         step; eta_step > 0 decays it per example).
-    average
-        ``"linear"`` (predict with the step-weighted average of the iterates, kept lazily),
-        ``"uniform"`` (plain average) or ``"none"`` (the last iterate). The l1 variant does not
-        average.
+    averaging, avg_weighting
+        Predict with an average of the iterates (default True; kept lazily), weighted
+        ``"linear"`` (by step, the default) or ``"uniform"``; ``False`` predicts with the last
+        iterate. The l1 variant does not average. (The former ``average="linear"`` /
+        ``"uniform"`` / ``"none"`` is still read, deprecated.)
     k, max_dirty, sketch_dim, ef, M, ef_construction, drift_tol, reinsert
         MIPS parameters (see :mod:`streamssvm.oracles.mips`; ``drift_tol``: a changed row is
         re-inserted into the HNSW graph only once it drifted by more than this fraction of its
@@ -222,8 +223,9 @@ class MEMOIR(Learner):
         Param("window", 1000, "int", "examples held for the certificate and refine (0: none)", low=0),
         Param("predict_with", "exact", "choice", "predict by scoring every row or asking the index",
               choices=("exact", "index")),
-        Param("average", "linear", "choice", "predict with the step-weighted (linear) or uniform "
-              "average of the iterates, or the last one (none)", choices=("linear", "uniform", "none")),
+        Param("averaging", True, "bool", "predict with an average of the iterates (l2 variant)"),
+        Param("avg_weighting", "linear", "choice", "weights of the iterates in the average: linear "
+              "(step-weighted) or uniform", choices=("linear", "uniform")),
         Param("drift_tol", DRIFT_TOL, "float", "HNSW: relative drift before a row is re-inserted",
               low=0.0),
         Param("reinsert", "fresh", "choice", "HNSW: re-insert fresh (tombstones) or in place (replace)",
@@ -233,8 +235,18 @@ class MEMOIR(Learner):
     def __init__(self, *, lam=1e-6, variant="l2", mips="auto", batch_size=1, eta0=3.0, eta_step=0.0,
                  k=10, max_dirty=256, sketch_dim=None, check_every=100, seed=0, rows="auto",
                  rescaling="margin", ef=200, M=16, ef_construction=100, window=1000,
-                 predict_with="exact", average="linear", drift_tol=DRIFT_TOL, reinsert="fresh"):
-        set_params(self, locals())
+                 predict_with="exact", averaging=True, avg_weighting="linear", drift_tol=DRIFT_TOL,
+                 reinsert="fresh", **kwargs):
+        self._set_params(locals())
+
+    @classmethod
+    def _upgrade_values(cls, params):
+        if "average" in params:     # the former average="linear" | "uniform" | "none"
+            params = dict(params)
+            v = params.pop("average")
+            params["averaging"] = v != "none"
+            params["avg_weighting"] = "linear" if v == "none" else v
+        return params
 
     @classmethod
     def _unit_test_params(cls):
@@ -307,7 +319,7 @@ class MEMOIR(Learner):
         if store is None:
             store = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
         self.store = st = store
-        if self.averaging and self.avg is None:
+        if self._averages and self.avg is None:
             self.avg = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
         mode = self.mips
         if mode == "auto":
@@ -318,8 +330,9 @@ class MEMOIR(Learner):
         self._make_oracle(mode)
 
     @property
-    def averaging(self):
-        return self.average != "none" and self.variant == "l2"
+    def _averages(self):
+        """Whether the learner keeps the average (the l1 variant does not)."""
+        return self.averaging and self.variant == "l2"
 
     def _auto_hnsw(self, n_rows):
         if self.kind == "dense":
@@ -555,7 +568,7 @@ class MEMOIR(Learner):
         if self.in_batch >= self.batch_size:
             self._end_batch(eta)
         if self.avg is not None:
-            w = float(self.n_steps) if self.average == "linear" else 1.0
+            w = float(self.n_steps) if self.avg_weighting == "linear" else 1.0
             self.avg_A += w * self.acc
             self.avg_W += w
 
@@ -697,8 +710,7 @@ class MEMOIR(Learner):
         import time as _t
         t0 = _t.perf_counter()
         if not self._recent:
-            return Certificate(float("inf"), float("nan"), float("-inf"), 0, 0, 0.0, False, self.lam,
-                               note="no examples held")
+            return Certificate.empty(self.lam, exact=False)
         st = self.store
         n_rows = st.n_rows
         buf = np.zeros(max(n_rows, 1))
@@ -748,7 +760,7 @@ class MEMOIR(Learner):
              "dirty": stale.get("dirty", 0), "updates": self.n_updates, "staleness": stale,
              "mips": self.oracle.stats(), "norm": float(np.sqrt(max(st.sq, 0)) * self.acc),
              "rows": self.kind, "rows_nnz": st.nnz, "rows_nbytes": st.nbytes, "n_classes": st.n_rows,
-             "mips_active": self.mips_active, "eta": self.eta(), "average": self.average if self.avg is not None
+             "mips_active": self.mips_active, "eta": self.eta(), "average": self.avg_weighting if self.avg is not None
              else "none"}
         if self.has_cost:
             d["choice_agreement"] = self.choice_same / self.choice_checks if self.choice_checks else None

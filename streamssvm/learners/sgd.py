@@ -51,8 +51,8 @@ from ..oracles.structured import ExampleOracles
 from ..blocks import validate_example, validate_weights
 from ..checkpoint import CheckpointError
 from ..structures.base import Weights
-from .base import DenseWeights, Learner, check_search_rescaling
-from ..params import Param, set_params
+from .base import DenseWeights, Learner, label_capacity, check_search_rescaling
+from ..params import Param
 
 _SEARCH = ("exact", "angular", "bisecting", "binary")
 _M64 = (1 << 64) - 1
@@ -65,7 +65,9 @@ def _mix(seed, t):
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
     return z ^ (z >> 31)
-_AVERAGING = ("weighted", "uniform", "none")
+#: SGD's former ``averaging`` values: (averaging, avg_weighting)
+_AVERAGING = {"weighted": (True, "linear"), "uniform": (True, "uniform"), "none": (False, "linear"),
+              None: (False, "linear")}
 
 
 class SGD(DenseWeights, Learner):
@@ -82,10 +84,11 @@ class SGD(DenseWeights, Learner):
         search ``"angular"``, ``"bisecting"``, ``"binary"``.
     max_queries, tol
         Search budget and stopping ratio (Phi(best) / certified upper bound).
-    averaging
-        Predict with an average of the iterates: ``"weighted"`` (default; iterate t weighs t,
-        Lacoste-Julien, Schmidt & Bach 2012), ``"uniform"``, or ``"none"`` (the last iterate).
-        Kept lazily: O(nnz) per step, as BCFW's average. ``True``/``False`` mean weighted/none.
+    averaging, avg_weighting
+        Predict with an average of the iterates (default True), weighted ``"linear"`` (default;
+        iterate t weighs t, Lacoste-Julien, Schmidt & Bach 2012) or ``"uniform"``; ``False``
+        predicts with the last iterate. Kept lazily: O(nnz) per step, as BCFW's average. (The
+        former ``averaging="weighted"`` / ``"uniform"`` / ``"none"`` are still read, deprecated.)
     avg_start
         Iterates before this step get weight 0 in the average (a late start).
     project
@@ -147,9 +150,9 @@ class SGD(DenseWeights, Learner):
         Param("max_queries", 20, "int", "budgeted search: most oracle queries", low=1),
         Param("tol", 0.999, "float", "budgeted search: stopping ratio Phi(best) / upper bound",
               low=0.0, high=1.0),
-        Param("averaging", "weighted", "choice", "predict with an average of the iterates: weighted, "
-              "uniform or none (True / False: weighted / none)", choices=_AVERAGING + (True, False),
-              none=True),
+        Param("averaging", True, "bool", "predict with an average of the iterates"),
+        Param("avg_weighting", "linear", "choice", "weights of the iterates in the average: linear "
+              "(iterate t weighs t) or uniform", choices=("linear", "uniform")),
         Param("avg_start", 0, "int", "iterates before this step get weight 0 in the average", low=0),
         Param("project", True, "bool", "project onto the ball that holds the optimum (Pegasos)"),
         Param("t0", "auto", "float", "step sizes 1 / (lam (t + t0)); auto: calibrated", low=0.0,
@@ -163,13 +166,29 @@ class SGD(DenseWeights, Learner):
         Param("truncate", False, "bool", "truncated steps (Asi & Duchi)"),
     )
 
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05, "seed": 0}
+
     def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", max_queries=20, tol=0.999,
-                 averaging="weighted", avg_start=0, project=True, t0="auto", calibrate=300, window=None,
-                 seed=0, relaxed=False, replay=1, truncate=False):
-        set_params(self, locals())
-        # the averaging scheme (True / False / None are the spellings of weighted / none)
-        self._avg_kind = {True: "weighted", False: "none", None: "none"}.get(averaging, averaging)
+                 averaging=True, avg_weighting="linear", avg_start=0, project=True, t0="auto", calibrate=300, window=None,
+                 seed=0, relaxed=False, replay=1, truncate=False, **kwargs):
+        self._set_params(locals())
+        # the averaging scheme the steps read: "weighted" (linear), "uniform" or "none"
+        self._avg_kind = ("none" if not self.averaging else
+                          "weighted" if self.avg_weighting == "linear" else "uniform")
         self._bound = False
+
+    @classmethod
+    def _upgrade_values(cls, params):
+        v = params.get("averaging")
+        if v is None or isinstance(v, str):     # the former averaging="weighted" | "uniform" | "none"
+            params = dict(params)
+            params["averaging"], weighting = _AVERAGING[v]
+            if v is not None or "avg_weighting" not in params:
+                params["avg_weighting"] = weighting
+        return params
 
     # ------------------------------------------------------------------ binding
     def bind(self, structure, labels):
@@ -219,9 +238,7 @@ class SGD(DenseWeights, Learner):
     def ensure(self, n_features, labels):
         self._labels = labels
         n_labels = len(labels)
-        Kc = self.W.Kc
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, self.W.Kc)
         self.W.grow(n_features, Kc)
         self.V.grow(n_features, Kc)
         if n_labels != self._K or Kc != self._C.shape[0]:
@@ -747,8 +764,7 @@ class SGD(DenseWeights, Learner):
         W, scale = self._pred_weights()
         n = len(self._recent)
         if n == 0 or self._K == 0:
-            return Certificate(float("inf"), float("nan"), float("-inf"), 0, 0, 0.0, False, self.lam,
-                               rescaling=self.rescaling, note="no examples held")
+            return Certificate.empty(self.lam, exact=False, rescaling=self.rescaling)
         hinge = 0.0
         for tp, fi, fv, y, Ki in self._recent:
             hinge += self._most_violating(tp, fi, fv, y, Ki, W, scale, count=False)[2]
