@@ -119,7 +119,7 @@ class BCFW(DenseWeights, Learner):
     distributed = True
     dense_weights = True
 
-    renamed = {'capacity': 'window'}
+    renamed = {"capacity": "window"}
     params = (
         Param("lam", None, "float", "regularization lambda; None: follows the examples held, "
               "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, none=True),
@@ -158,7 +158,8 @@ class BCFW(DenseWeights, Learner):
         if self.rescaling == "slack" and (self.step != "fw" or self.cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
                              "(pairwise/away steps and the cache need slack corners in the pools)")
-        self._lam_override = None   # a distributed worker's lambda (set_union), running state
+        self._lam_override = None   # a distributed worker's lambda (set_union), running state: not
+        # saved (the worker's mixing sets it again each round; a saved model is the union's)
         self._bound = False
 
     # ------------------------------------------------------------------ binding / growth
@@ -671,8 +672,6 @@ class BCFW(DenseWeights, Learner):
             "avg": {"t0": self._avg_t0, "ZE": self._Z.E, "ZT": self._Z.T, "ZB": self._Z.B,
                     "facc": self._facc},
         }
-        if self._lam_override is not None:   # a distributed worker's (set_union)
-            st["lam_override"] = self._lam_override
         return st
 
     def restore(self, structure, labels, st):
@@ -699,7 +698,6 @@ class BCFW(DenseWeights, Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         self.store = BlockStore.from_state(st["store"], structure, n_rows=d)
         self._seed_base = int(st["seed_base"])
-        self._lam_override = None if st.get("lam_override") is None else float(st["lam_override"])
         a = st["avg"]
         self._avg_t0 = int(a["t0"])
         self._Z = Weights(1, 1)

@@ -105,7 +105,7 @@ class BMRM(DenseWeights, Learner):
 
     structures = ("multiclass", "multilabel", "hierarchy", "chain")
 
-    renamed = {'capacity': 'window', 'eps': 'tol'}
+    renamed = {"capacity": "window", "eps": "tol"}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
         Param("variant", "qp", "choice", "exact bundle QP or line search", choices=("qp", "ls")),

@@ -116,7 +116,7 @@ class CuttingPlane(DenseWeights, Learner):
     ('x', 'y')
     """
 
-    renamed = {'capacity': 'window'}
+    renamed = {"capacity": "window"}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",

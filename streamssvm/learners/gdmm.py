@@ -195,7 +195,7 @@ class GDMM(DenseWeights, Learner):
     default_chain_loss = "normalized"
     chain_losses = ("normalized",)
 
-    renamed = {'capacity': 'window'}
+    renamed = {"capacity": "window"}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
         Param("rho", 1.0, "float", "augmented-Lagrangian penalty (multi-label: relative to 1 / (lam n))",

@@ -106,7 +106,7 @@ class Pragam(DenseWeights, Learner):
 
     structures = ("multiclass",)
 
-    renamed = {'capacity': 'window', 'eps': 'tol'}
+    renamed = {"capacity": "window", "eps": "tol"}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda (two classes: the binary SVM's lambda is "
               "lam / 2)", low=0.0, low_open=True),
