@@ -96,6 +96,20 @@ class Certificate:
         self.oracle_calls = int(self.oracle_calls)
         self.extra = {k: (float(v) if hasattr(v, "dtype") else v) for k, v in self.extra.items()}
 
+    @classmethod
+    def empty(cls, lam, n=0, *, exact=True, seconds=0.0, rescaling="margin", note="no examples held",
+              extra=None):
+        """The certificate of a learner that holds no examples (or cannot certify yet): with a
+        dual point (``exact``) the empty objective, gap = primal = dual = 0; without one (a
+        primal-only learner) gap = +inf, primal unknown (nan), dual = -inf.
+
+        >>> Certificate.empty(0.1).gap, Certificate.empty(0.1, exact=False).gap
+        (0.0, inf)
+        """
+        gap, primal, dual = (0.0, 0.0, 0.0) if exact else (float("inf"), float("nan"), float("-inf"))
+        return cls(gap, primal, dual, n, 0, seconds, exact, lam, rescaling=rescaling, note=note,
+                   extra={} if extra is None else extra)
+
     def to_dict(self):
         return asdict(self)
 
@@ -174,8 +188,7 @@ def dual_gap(view: DualView, gest=None, tree=None, tree_size: int = 0) -> Certif
     n = v.n
     lam = float(v.lam)
     if n == 0 or v.K == 0:
-        return Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
-                           rescaling=v.rescaling, note="no examples held")
+        return Certificate.empty(lam, n, seconds=time.perf_counter() - t0, rescaling=v.rescaling)
     slack = v.rescaling == "slack"
     U = v.U
     scale = v.scale

@@ -244,7 +244,7 @@ def test_cutting_plane_holds_at_most_capacity_examples(tmp_path, eviction):
     """CuttingPlane held every example forever; now at most ``capacity``, and the weights stay
     w = A alpha over the held examples (an evicted example's contribution leaves with it)."""
     rng = np.random.default_rng(0)
-    m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(lam=0.05, capacity=25, eviction=eviction, seed=0))
+    m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(lam=0.05, window=25, eviction=eviction, seed=0))
     for i in range(120):
         y = int(rng.integers(3))
         m.learn_one({"f": y + 0.1 * rng.normal(), "g": 1.0}, y)

@@ -183,7 +183,7 @@ def test_flat_structures_certificate(est_cls):
 
 def test_eviction_fifo_keeps_dual_consistent():
     X, Y = small_chain_data(3, n=40)
-    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, replay=2, capacity=10, seed=0))
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, replay=2, window=10, seed=0))
     for x, y in zip(X, Y):
         est.learn_one(x, y)
     lr = est._learner
@@ -198,12 +198,12 @@ def test_eviction_fifo_keeps_dual_consistent():
 
 def test_reservoir_and_bytes_bound():
     X, Y = small_chain_data(4, n=60)
-    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, capacity=15, eviction="reservoir", seed=0))
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, window=15, eviction="reservoir", seed=0))
     for x, y in zip(X, Y):
         est.learn_one(x, y)
     assert est._learner.store.n == 15
     assert est._learner.store.seen == 60
-    est2 = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, capacity=None, max_bytes=4096, seed=0))
+    est2 = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, window=None, max_bytes=4096, seed=0))
     for x, y in zip(X, Y):
         est2.learn_one(x, y)
     assert est2._learner.store.nbytes() <= 4096

@@ -56,7 +56,7 @@ def test_binary_optimum_against_scipy_and_valid_eps(variant):
     Jref, Dref, J = binary_reference(X, y, lam_b)
     assert Jref - Dref < 1e-8
     tol = 1e-4 if variant == "ls" else 1e-7       # ls-bmrm's O(1/eps) is slow
-    b = feed(BMRM(lam=2 * lam_b, variant=variant, eps=tol), X, y)
+    b = feed(BMRM(lam=2 * lam_b, variant=variant, tol=tol), X, y)
     b.refine(passes=5000)
     c = b.certificate()
     assert c.exact and c.gap <= tol
@@ -77,7 +77,7 @@ def test_qp_needs_fewer_cuts_than_ls():
     X, y = binary_problem(1)
     its = {}
     for variant in ("qp", "ls"):
-        b = feed(BMRM(lam=0.01, variant=variant, eps=1e-3), X, y)
+        b = feed(BMRM(lam=0.01, variant=variant, tol=1e-3), X, y)
         b.refine(passes=5000)
         assert b.certificate().gap <= 1e-3
         its[variant] = b.iterations
@@ -88,7 +88,7 @@ def test_bounded_bundle_aggregation_stays_valid():
     X, y = binary_problem(2)
     Jref, _, _ = binary_reference(X, y, 0.01)
     for max_cuts, tol in ((8, 1e-5), (2, 1e-3)):
-        b = feed(BMRM(lam=0.02, variant="qp", eps=tol, max_cuts=max_cuts), X, y)
+        b = feed(BMRM(lam=0.02, variant="qp", tol=tol, max_cuts=max_cuts), X, y)
         b.refine(passes=3000)
         assert len(b.cuts) <= max_cuts
         assert b.certificate().gap <= tol
@@ -112,7 +112,7 @@ def test_risk_adapter_matches_brute_force_and_cuts_are_minorants():
         r = RiskOracle(MultiClass(), K, K, C, resc)
         W = Weights(d, K)
         W.E[...] = rng.normal(size=(d, K))
-        R, a, bb, labs = r.evaluate(W, b.window)
+        R, a, bb, labs = r.evaluate(W, b.held)
         S = X @ W.E
         brute = 0.0
         for i in range(n):
@@ -123,13 +123,13 @@ def test_risk_adapter_matches_brute_force_and_cuts_are_minorants():
         assert weights_dot(a, W) + bb == pytest.approx(R, abs=1e-12)
         # the generic path (per-example oracles) on the same window
         r.vectorized = lambda window: False
-        R2, a2, bb2, _ = r.evaluate(W, b.window)
+        R2, a2, bb2, _ = r.evaluate(W, b.held)
         assert R2 == pytest.approx(R, abs=1e-12) and bb2 == pytest.approx(bb, abs=1e-12)
         np.testing.assert_allclose(a2.E, a.E, atol=1e-12)
         for _ in range(5):
             W2 = Weights(d, K)
             W2.E[...] = rng.normal(size=(d, K))
-            assert weights_dot(a, W2) + bb <= r.evaluate(W2, b.window)[0] + 1e-12
+            assert weights_dot(a, W2) + bb <= r.evaluate(W2, b.held)[0] + 1e-12
 
 
 def _fit(cls, data, learner, **kw):
@@ -149,7 +149,7 @@ def test_every_structure_matches_cutting_plane_optimum(kind, rescaling):
         (make, data), cls, kw = _pairwise_stream(5, 20), ss.MultiLabelSSVM, {"pairwise": True}
     else:
         (cls, data), kw = _stream(kind, 5, n=20), {}
-    bm = _fit(cls, data, BMRM(lam=0.05, rescaling=rescaling, eps=1e-7), **kw)
+    bm = _fit(cls, data, BMRM(lam=0.05, rescaling=rescaling, tol=1e-7), **kw)
     assert bm.certificate().gap == float("inf")          # nothing certified before refine
     cb = bm.refine(passes=400)
     assert cb.exact and cb.gap <= 1e-7, cb
@@ -161,14 +161,14 @@ def test_every_structure_matches_cutting_plane_optimum(kind, rescaling):
     # BMRM's primal is the exact objective of the predicting weights: the cutting plane's own
     # exact oracle pass at BMRM's weights gives the same value
     lr = bm._learner
-    R = lr._orc().risk(lr.Wbest, lr.window)
+    R = lr._orc().risk(lr.Wbest, lr.held)
     assert cb.primal == pytest.approx(0.5 * lr.lam * lr.Wbest.sqnorm() + R, abs=1e-12)
     assert bm.predict_one(data[0][0]) is not None
 
 
 def test_streaming_window_recomputes_cuts():
     cls, data = _stream("multiclass", 7, n=50)
-    m = cls(learner=BMRM(lam=0.05, eps=1e-8, capacity=30))
+    m = cls(learner=BMRM(lam=0.05, tol=1e-8, window=30))
     for x, yy in data[:30]:
         m.learn_one(x, yy)
     c0 = m.refine(passes=200)
@@ -178,7 +178,7 @@ def test_streaming_window_recomputes_cuts():
     lr = m._learner
     stale = m.certificate()
     assert stale.gap == float("inf") and "window changed" in stale.note
-    assert lr.n_blocks == 30 and lr.window.first_seq == 10
+    assert lr.n_blocks == 30 and lr.held.first_seq == 10
     # the recomputed cuts are minorants of the *new* risk
     lr._rebuild()
     assert lr.rebuilds == 1 and all(c.labs is not None for c in lr.cuts)
@@ -187,7 +187,7 @@ def test_streaming_window_recomputes_cuts():
     for _ in range(5):
         W = lr.W.copy()
         W.E[...] = rng.normal(size=W.E.shape)
-        R = o.risk(W, lr.window)
+        R = o.risk(W, lr.held)
         assert max(weights_dot(c.a, W) + c.b for c in lr.cuts) <= R + 1e-12
     c1 = m.refine(passes=200)
     assert c1.gap <= 1e-8 and c1.n_blocks == 30
@@ -200,11 +200,11 @@ def test_streaming_window_recomputes_cuts():
 
 def test_state_roundtrip_continues_identically(tmp_path):
     X, y = binary_problem(4, n=40, d=4)
-    a = feed(BMRM(lam=0.02, eps=0.0, max_cuts=4), X, y)
+    a = feed(BMRM(lam=0.02, tol=0.0, max_cuts=4), X, y)
     a.refine(passes=6)
     save_state(tmp_path / "b.ssvm", a.state(), kind="test")
     st, _ = load_state(tmp_path / "b.ssvm")
-    b = BMRM(lam=0.02, eps=0.0, max_cuts=4)
+    b = BMRM(lam=0.02, tol=0.0, max_cuts=4)
     b.restore(MultiClass(), [0, 1], st)
     assert b.certificate().gap == a.certificate().gap
     a.refine(passes=10)
@@ -215,8 +215,8 @@ def test_state_roundtrip_continues_identically(tmp_path):
 
 def test_certificate_observes():
     X, y = binary_problem(5)
-    a = feed(BMRM(lam=0.02, eps=0.0), X, y)
-    b = feed(BMRM(lam=0.02, eps=0.0), X, y)
+    a = feed(BMRM(lam=0.02, tol=0.0), X, y)
+    b = feed(BMRM(lam=0.02, tol=0.0), X, y)
     for _ in range(15):
         a.refine(passes=1)
         a.certificate()
@@ -276,7 +276,7 @@ def test_hadamard_instance_as_printed_finishes_in_two_iterations():
     assert e2 < 1.0 / (2 * lam * 2)                                   # the claimed bound 1/(2 lam t) fails
 
 
-@pytest.mark.parametrize("make", [lambda: BMRM(lam=0.05, eps=1e-6), lambda: ss.learners.Pragam(lam=0.05, eps=1e-6)])
+@pytest.mark.parametrize("make", [lambda: BMRM(lam=0.05, tol=1e-6), lambda: ss.learners.Pragam(lam=0.05, tol=1e-6)])
 def test_estimator_save_load(tmp_path, make):
     cls, data = _stream("multiclass", 8, n=30)
     m = cls(learner=make())

@@ -233,7 +233,7 @@ def test_replay_zero_is_the_new_example_only_and_the_cursor_is_saved(tmp_path):
     assert m.predict_one({"a": 1}) == "y"   # the failure the replay fixes
     rng = np.random.default_rng(0)
     recs = [({"f": float(rng.normal()), "g": float(i % 3)}, i % 3) for i in range(30)]
-    a = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(replay=2, capacity=7))
+    a = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(replay=2, window=7))
     for x, y in recs[:20]:
         a.learn_one(x, y)
     a.save(tmp_path / "m.ssvm")

@@ -78,7 +78,7 @@ def test_learn_many_with_replay_and_eviction(capacity):
     rng = np.random.default_rng(1)
     X = rng.normal(size=(400, 8))
     y = np.array(["abcd"[i] for i in (X[:, 0] > 0).astype(int) + 2 * (X[:, 1] > 0)])
-    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, capacity=capacity, seed=0))
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, window=capacity, seed=0))
     m.learn_many(X[:100], y[:100])
     m.learn_many(X[100:], y[100:])
     lr = m._learner

@@ -169,7 +169,7 @@ def test_cost_errors(tmp_path):
 def test_index_survives_renormalization_of_the_lazy_scale(rows):
     X, ys, _, centers = _stream(K=100, d=16, n=3000, seed=4)
     # eta in units of 1/mean |x|^2 (~25 here); "index" predicts with the last iterate
-    old = dict(eta0=2.5, eta_step=0.02, average="none")
+    old = dict(eta0=2.5, eta_step=0.02, averaging=False)
     ref = _ext(mips="exact", lam=3.0, rows=rows, **old)   # strong lam: the scale underflows
     ref.learn_many(X, ys)
     m = _ext(mips="hnsw", lam=3.0, rows=rows, seed=0, check_every=5, **old)

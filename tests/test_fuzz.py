@@ -41,9 +41,9 @@ TREE = {"cat": "animal", "dog": "animal", "car": "vehicle", "bus": "vehicle"}
 
 
 def _learner(name):
-    return {"BCFW": lambda: ss.learners.BCFW(lam=0.05, replay=1, seed=0, capacity=30),
+    return {"BCFW": lambda: ss.learners.BCFW(lam=0.05, replay=1, seed=0, window=30),
             "SGD": lambda: ss.learners.SGD(lam=0.05, seed=0),
-            "CuttingPlane": lambda: ss.learners.CuttingPlane(lam=0.05, capacity=30, max_iter=3, seed=0),
+            "CuttingPlane": lambda: ss.learners.CuttingPlane(lam=0.05, window=30, max_iter=3, seed=0),
             "MEMOIR": lambda: ss.learners.MEMOIR(mips="exact", lam=1e-2, seed=0)}[name]()
 
 

@@ -71,7 +71,7 @@ def test_weights_equal_the_sum_of_the_held_dual_points():
     inactive factors), also after evictions."""
     K = 5
     xs, ys = _toy(30, K, 4, seed=1)
-    m = _model(GDMM(lam=0.3, replay=2, seed=1, capacity=20), xs, ys, 3, K)
+    m = _model(GDMM(lam=0.3, replay=2, seed=1, window=20), xs, ys, 3, K)
     ml = m._learner._engine
     E = np.zeros_like(ml.E)
     T = np.zeros_like(ml.T)
@@ -255,7 +255,7 @@ def test_pruned_and_full_search_learn_identically(monkeypatch):
     res = []
     for mode in ("full", "pruned"):
         monkeypatch.setattr(MLPairGDMM, "pair_search", mode)
-        m = ss.MultiLabelSSVM(learner=GDMM(lam=0.1, replay=2, seed=0, grow=3, capacity=45), pairwise=True,
+        m = ss.MultiLabelSSVM(learner=GDMM(lam=0.1, replay=2, seed=0, grow=3, window=45), pairwise=True,
                               labels=[f"l{k}" for k in range(K)])
         for x, y in zip(xs, ys):
             m.learn_one(x, y)

@@ -20,7 +20,7 @@ from streamssvm.estimators.base import MODEL_KIND
 from streamssvm.learners.gdmm import GDMM
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LEARNER = dict(lam=0.1, replay=1, seed=3, capacity=12)
+LEARNER = dict(lam=0.1, replay=1, seed=3, window=12)
 
 
 def _chain_data(n=20, K=4, d=5, seed=0):
@@ -55,7 +55,7 @@ def _chain_model(n=20):
 
 def _ml_model(n=30):
     X, Y = _ml_data(n)
-    m = ss.MultiLabelSSVM(learner=GDMM(lam=0.2, replay=1, seed=4, capacity=20), pairwise=True)
+    m = ss.MultiLabelSSVM(learner=GDMM(lam=0.2, replay=1, seed=4, window=20), pairwise=True)
     for x, y in zip(X, Y):
         m.learn_one(x, y)
     m._learner.refine(2)
@@ -231,7 +231,7 @@ def test_chain_state_after_compaction_and_label_growth_validates():
     from streamssvm.learners._gdmm_state import validate_gdmm_state
     X, Y = _chain_data(n=400, K=6, seed=5)
     order = np.argsort([max(int(v[1:]) for v in y) for y in Y], kind="stable")
-    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=2, capacity=150, seed=1, active_cap=2))
+    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=2, window=150, seed=1, active_cap=2))
     for i in order:
         m.learn_one(X[i], Y[i])
     m._learner.refine(3)
@@ -244,7 +244,7 @@ def test_window_keeps_its_fifo_order_through_compaction():
     """After a compaction (more than 1024 tokens, over half of them dead) the eviction order
     still lists every held example, so the window keeps evicting the oldest."""
     X, Y = _chain_data(n=400, K=6, seed=5)
-    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, capacity=150, seed=1))
+    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, window=150, seed=1))
     compacted = False
     for x, y in zip(X, Y):
         n_ex = m._learner._engine._n_ex if m._learner is not None else 0
@@ -261,7 +261,7 @@ def test_order_written_by_the_old_compaction_is_completed_on_load(tmp_path):
     evicts them before the listed ones instead of never."""
     from streamssvm import checkpoint
     X, Y = _chain_data(n=60, K=5, seed=3)
-    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, capacity=40, seed=1))
+    m = ss.SequenceTagger(learner=GDMM(lam=0.05, replay=0, window=40, seed=1))
     for x, y in zip(X, Y):
         m.learn_one(x, y)
     path = tmp_path / "tagger"

@@ -69,7 +69,7 @@ def test_step_is_in_units_of_the_input_scale():
 
 def _explicit_average(lr_kw, X, ys, K, linear):
     """The same learner with averaging off; the iterates W_s averaged explicitly."""
-    lr = _learner(K, X.shape[1], average="none", **lr_kw)
+    lr = _learner(K, X.shape[1], averaging=False, **lr_kw)
     one = np.array([0, X.shape[1]], dtype=np.int64)
     idx = np.arange(X.shape[1], dtype=np.int64)
     S, wsum = 0.0, 0.0
@@ -87,7 +87,7 @@ def test_lazy_average_matches_explicit_average(average, lam):
     X, ys = _stream(n=400, seed=3)
     kw = dict(eta0=1.0, eta_step=1e-3, lam=lam, batch_size=3)
     ref, last = _explicit_average(kw, X, ys, 8, average == "linear")
-    lr = _learner(8, 5, average=average, **kw)
+    lr = _learner(8, 5, avg_weighting=average, **kw)
     _learn(lr, X, ys)
     if lam == 2.0:
         assert lr.n_renorm > 0

@@ -13,7 +13,7 @@ from streamssvm.estimators.base import MODEL_KIND
 
 
 def _model(kind, average="linear"):
-    m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-3, mips="exact", average=average))
+    m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-3, mips="exact", averaging=average != "none"))
     rng = np.random.default_rng(0)
     for i in range(40):
         c = i % 4
@@ -179,7 +179,7 @@ def test_new_class_first_example_is_learned(mips, loss):
 
 def test_new_class_first_example_dense_and_last_iterate():
     for average in ("linear", "none"):
-        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(average=average))
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(averaging=average != "none"))
         m.learn_one(np.array([1.0, 0.0, 0.2]), "x")
         m.learn_one(np.array([0.0, 1.0, 0.2]), "y")
         assert m.predict_one(np.array([1.0, 0.0, 0.2])) == "x"

@@ -22,7 +22,7 @@ def test_blas_scan_learner_matches_the_float64_scan(average):
     X, ys = _stream()
     models = []
     for force in (False, True):
-        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=2.0, average=average, eta0=1.0))
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=2.0, averaging=average != "none", eta0=1.0))
         for i, (x, y) in enumerate(zip(X, ys)):
             m.learn_one(x, int(y))
             if i == 0:

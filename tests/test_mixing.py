@@ -143,11 +143,14 @@ def test_bcfw_set_union_steps_as_the_union():
     U / (lam_k n_k) are the union's U / (lam n)."""
     m, _ = fitted(bcfw(), n=30)
     lr = m.bound_learner
+    lam = lr.lam
     lr.set_union(0.05, 120)
-    assert lr.lam == pytest.approx(0.05 * 120 / 30)
+    assert lr.effective_lam() == pytest.approx(0.05 * 120 / 30)
     lr.set_union(0.05, 120, sigma=2.0)
-    assert lr.lam == pytest.approx(0.05 * 120 / (2.0 * 30))
+    assert lr.effective_lam() == pytest.approx(0.05 * 120 / (2.0 * 30))
     assert lr.n_evicted == 0
+    # the union's lambda is running state: the constructor parameter is never rewritten
+    assert lr.lam == lam and lr._get_params()["lam"] == lam and lr.clone().effective_lam() == lam
 
 
 # ----------------------------------------------------------------------------- store-state editing
@@ -159,12 +162,12 @@ def _stores(kind):
     for seed, cap in ((0, 100_000), (1, 15)):
         if kind == "chain":
             m = ss.SequenceTagger(learner=L.BCFW(lam=0.05, averaging=False, gap_every=None, seed=seed,
-                                                 capacity=cap))
+                                                 window=cap))
             X, Y = _chain_data(n=25, K=3, seed=seed)
             X2 = X
         else:
             m = ss.MulticlassSSVM(labels=LABELS, learner=L.BCFW(lam=0.05, averaging=False, gap_every=None,
-                                                                seed=seed, capacity=cap))
+                                                                seed=seed, window=cap))
             X2, Y = data(25, seed)
         for x, y in zip(X2, Y):
             m.learn_one(x, y)
@@ -269,7 +272,7 @@ def test_store_state_with_repeated_fifo_or_free_slots_is_refused(bad):
     slot would hold two blocks) and non-finite slack losses."""
     from streamssvm.saved_state import validate_store_state
     from streamssvm.checkpoint import CheckpointError
-    m = ss.MulticlassSSVM(labels=LABELS, learner=L.BCFW(lam=0.05, seed=0, capacity=10))
+    m = ss.MulticlassSSVM(labels=LABELS, learner=L.BCFW(lam=0.05, seed=0, window=10))
     X, Y = data(22, 0)
     for x, y in zip(X, Y):
         m.learn_one(x, y)

@@ -109,7 +109,7 @@ def test_l_without_one_over_lambda_is_too_small():
 
 def test_streaming_restart_and_window():
     X, y = binary_problem(6, n=50)
-    p = feed(Pragam(lam=0.04, capacity=30, eps=1e-6), X[:30], y[:30])
+    p = feed(Pragam(lam=0.04, window=30, tol=1e-6), X[:30], y[:30])
     p.refine(passes=3000)
     assert p.certificate().gap <= 1e-6
     for i in range(30, 40):
@@ -127,11 +127,11 @@ def test_streaming_restart_and_window():
 def test_state_roundtrip_continues_identically(tmp_path):
     X, y = binary_problem(7, n=40, d=4)
     for bias in (False, True):
-        a = feed(Pragam(lam=0.02, bias=bias, eps=0.0), X, y)
+        a = feed(Pragam(lam=0.02, bias=bias, tol=0.0), X, y)
         a.refine(passes=7)
         save_state(tmp_path / "p.ssvm", a.state(), kind="test")
         st, _ = load_state(tmp_path / "p.ssvm")
-        b = Pragam(lam=0.02, bias=bias, eps=0.0)
+        b = Pragam(lam=0.02, bias=bias, tol=0.0)
         b.restore(MultiClass(), [0, 1], st)
         assert b.certificate().gap == pytest.approx(a.certificate().gap, abs=1e-13)
         a.refine(passes=10)
@@ -142,8 +142,8 @@ def test_state_roundtrip_continues_identically(tmp_path):
 
 def test_certificate_observes_and_predicts():
     X, y = binary_problem(8)
-    a = feed(Pragam(lam=0.02, eps=0.0), X, y)
-    b = feed(Pragam(lam=0.02, eps=0.0), X, y)
+    a = feed(Pragam(lam=0.02, tol=0.0), X, y)
+    b = feed(Pragam(lam=0.02, tol=0.0), X, y)
     for _ in range(20):
         a.refine(passes=1)
         a.certificate()

@@ -16,69 +16,13 @@ import pytest
 import streamssvm as ss
 from streamssvm import learners as L
 from streamssvm.learners.base import Learner
+from streamssvm.learners.checks import (TREE, assert_same_state, chain_data, hierarchy_data, multiclass_data,
+                                        multilabel_data)
 
 # ----------------------------------------------------------------------------- data
 
-
-def _multiclass(n=120, seed=0, K=4, d=5):
-    rng = np.random.default_rng(seed)
-    W = rng.normal(size=(K, d))
-    out = []
-    for _ in range(n):
-        x = rng.normal(size=d)
-        y = int(np.argmax(W @ x + 0.5 * rng.normal(size=K)))
-        out.append(({f"f{j}": float(v) for j, v in enumerate(x)}, y))
-    return out
-
-
-def _multilabel(n=100, seed=1, K=4, d=5):
-    rng = np.random.default_rng(seed)
-    W = rng.normal(size=(K, d))
-    out = []
-    for _ in range(n):
-        x = rng.normal(size=d)
-        s = W @ x + 0.5 * rng.normal(size=K)
-        y = {f"l{k}": bool(s[k] > 0) for k in range(K)}
-        y["l3"] = y["l0"] and y["l1"]
-        out.append(({f"f{j}": float(v) for j, v in enumerate(x)}, y))
-    return out
-
-
-def _chain(n=80, seed=2, K=3, d=5):
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(K, d)) * 1.5
-    out = []
-    for _ in range(n):
-        Ln = int(rng.integers(1, 5))
-        y = [int(rng.integers(K))]
-        for _t in range(Ln - 1):
-            y.append(int((y[-1] + rng.integers(0, 2)) % K))
-        out.append((centers[y] + rng.normal(size=(Ln, d)) * 1.2, y))
-    return out
-
-
-TREE = {"cat": "animal", "dog": "animal", "cow": "animal", "car": "vehicle", "bus": "vehicle",
-        "animal": "thing", "vehicle": "thing", "rock": "thing"}
-
-
-def _hierarchy(n=60, seed=3, d=5):
-    from streamssvm.structures import Hierarchy
-    rng = np.random.default_rng(seed)
-    hier = Hierarchy(TREE)
-    nl = hier.n_leaves
-    P = rng.normal(size=(nl, d)) * 1.5
-    out = []
-    for _ in range(n):
-        pos = {int(rng.integers(nl))}
-        if rng.random() < 0.4:
-            pos.add(int(rng.integers(nl)))
-        x = P[sorted(pos)].sum(axis=0) + 0.3 * rng.normal(size=d)
-        out.append((x, {hier.nodes[j]: j in pos for j in range(nl)}))
-    return out
-
-
-DATA = {"multiclass": _multiclass, "multilabel": _multilabel, "chain": _chain, "mrf": _multilabel,
-        "hierarchy": _hierarchy}
+DATA = {"multiclass": multiclass_data, "multilabel": multilabel_data, "chain": chain_data, "mrf": multilabel_data,
+        "hierarchy": hierarchy_data}
 
 
 def _estimator(structure, learner):
@@ -125,35 +69,6 @@ LEARNERS.update({"bmrm-qp": lambda: L.BMRM(lam=0.05, max_cuts=4), "pragam": lamb
 CASES += [("bmrm-qp", s) for s in ("multiclass", "multilabel", "chain", "mrf", "hierarchy")] + [("pragam", "multiclass")]
 
 
-def _flat(state, prefix=""):
-    """A learner state (nested dicts / lists of arrays and JSON leaves) as sorted (path, value)."""
-    if isinstance(state, dict):
-        out = []
-        for k in sorted(state):
-            out += _flat(state[k], f"{prefix}/{k}")
-        return out
-    if isinstance(state, (list, tuple)):
-        out = []
-        for i, v in enumerate(state):
-            out += _flat(v, f"{prefix}[{i}]")
-        return out
-    return [(prefix, state)]
-
-
-def assert_same_state(a, b):
-    fa, fb = _flat(a), _flat(b)
-    assert [k for k, _ in fa] == [k for k, _ in fb]
-    for (k, va), (_, vb) in zip(fa, fb):
-        if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray):
-            va, vb = np.asarray(va), np.asarray(vb)
-            assert va.shape == vb.shape and va.dtype == vb.dtype, k
-            assert np.array_equal(va, vb, equal_nan=va.dtype.kind == "f"), f"{k} differs"
-        elif isinstance(va, float) and np.isnan(va):
-            assert isinstance(vb, float) and np.isnan(vb), k
-        else:
-            assert va == vb, f"{k}: {va!r} != {vb!r}"
-
-
 def _run(make_learner, structure, every, refine=1.0):
     data = DATA[structure]()
     m = _estimator(structure, make_learner())
@@ -187,26 +102,7 @@ def test_certificate_cadence_does_not_change_the_model(learner, structure):
     assert (c1.primal, c1.dual, c1.raw_gap) == (c2.primal, c2.dual, c2.raw_gap) or not np.isfinite(c1.dual)
 
 
-def test_extreme_classifier_certificate_cadence():
-    def run(every):
-        rng = np.random.default_rng(0)
-        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=1e-3, seed=0))
-        data = []
-        for i in range(150):
-            y = int(rng.integers(6))
-            x = {f"w{y}": 1.0, f"n{int(rng.integers(10))}": float(rng.random())}
-            data.append((x, y))
-            m.learn_one(x, y)
-            if every and (i + 1) % every == 0:
-                m.certificate()
-        return m, data
-
-    ref, data = run(None)
-    p_ref = [ref.predict_one(x) for x, _ in data[:50]]
-    for every in (1, 50):
-        m, _ = run(every)
-        assert [m.predict_one(x) for x, _ in data[:50]] == p_ref
-        assert_same_state(m._learner.state(), ref._learner.state())
+# MEMOIR's and GDMM's cadence tests are the generated ones (tests/test_learner_checks.py).
 
 
 def test_bcfw_own_full_passes_still_run_on_schedule():
@@ -299,8 +195,8 @@ ABSTRACT = sorted(name for name, v in vars(Learner).items() if getattr(v, "__isa
 
 
 def test_the_protocol_is_what_the_base_declares():
-    assert set(ABSTRACT) == {"bind", "ensure", "learn", "learn_batch", "refine", "predict", "certificate",
-                             "n_blocks", "state", "restore"}
+    assert set(ABSTRACT) == {"bind", "ensure", "learn", "refine", "predict", "certificate",
+                             "n_blocks", "state", "restore"}   # learn_batch defaults to m learn calls
 
 
 @pytest.mark.parametrize("cls", _learner_classes(), ids=lambda c: c.__name__)

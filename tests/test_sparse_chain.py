@@ -70,9 +70,9 @@ CONFIGS = [
     dict(step="fw", cache=True, cache_size=6),
     dict(step="pairwise", cache=True, cache_size=6),
     dict(step="away", cache_size=6, sampling="uniform"),
-    dict(step="fw", cache=True, cache_size=4, capacity=12),      # FIFO eviction
+    dict(step="fw", cache=True, cache_size=4, window=12),      # FIFO eviction
     dict(step="fw", rescaling="slack"),
-    dict(step="fw", rescaling="slack", capacity=12, averaging=False),
+    dict(step="fw", rescaling="slack", window=12, averaging=False),
 ]
 
 
@@ -113,7 +113,7 @@ def _u_from_blocks(lr):
 
 
 @pytest.mark.parametrize("cfg", [dict(step="fw"), dict(step="pairwise", cache=True, cache_size=6),
-                                 dict(step="pairwise", cache=True, cache_size=4, capacity=12),
+                                 dict(step="pairwise", cache=True, cache_size=4, window=12),
                                  dict(step="fw", rescaling="slack")], ids=str)
 def test_growth_keeps_weights_and_certificate_exact(monkeypatch, cfg):
     """With room for a single pair per token, steps run out of room, are skipped, and the

@@ -68,11 +68,6 @@ import numpy as np
 from ._union import concat_store_states, select_store_blocks, store_slot_order
 
 
-def is_bcfw(learner):
-    from ..learners.bcfw import BCFW
-    return isinstance(learner, BCFW)
-
-
 def check_learner(learner):
     """Raise ValueError naming what distributed BCFW does not support yet."""
     bad = []

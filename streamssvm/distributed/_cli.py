@@ -26,10 +26,9 @@ def parse_labels(text):
 def distributed_model(model, labels):
     """The CLI's model made fit for distributed learning: labels declared; BCFW without
     averaging and without its own refreshing full passes (see :mod:`._bcfw`)."""
-    from ..learners.bcfw import BCFW
     params = {"labels": labels}
-    lr = getattr(model, "learner", None)
-    if isinstance(lr, BCFW):
+    lr = model.learner
+    if lr.mixing == "dual":
         params["learner"] = lr.clone({"averaging": False, "gap_every": None})
     return model.clone(params)
 

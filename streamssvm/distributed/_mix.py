@@ -16,13 +16,6 @@ import numpy as np
 
 from . import _bcfw
 
-REFUSED = {
-    "GDMM": "GDMM is not supported by distributed learning yet",
-    "BMRM": "BMRM is not supported by distributed learning yet",
-    "Pragam": "Pragam is not supported by distributed learning yet",
-    "CuttingPlane": "CuttingPlane (n-slack cutting planes) is not supported by distributed learning yet",
-}
-
 
 def bound_learner(model):
     """The estimator's bound learner, or None before its first example (binding earlier would
@@ -31,28 +24,17 @@ def bound_learner(model):
 
 
 def learner_kind(model):
-    """``"bcfw"`` or ``"ipm"``; raises a clear error for learners that cannot be mixed yet."""
-    from ..learners.memoir import MEMOIR
-    from ..learners.sgd import SGD
-    from ..oracles.rows import DENSE_MAX_DIM
-    lr = getattr(model, "learner", None)
-    if isinstance(lr, MEMOIR):
-        hashed = getattr(model, "n_features", None)
-        if lr.rows == "sparse" or (lr.rows == "auto" and hashed is not None and hashed > DENSE_MAX_DIM):
-            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense') (or array input "
-                             f"of at most {DENSE_MAX_DIM} columns); sparse rows are not supported yet")
-        return "memoir"
-    lname = type(lr).__name__
-    if lname in REFUSED:
-        raise ValueError(REFUSED[lname] + " (supported: BCFW with step='fw', SGD)")
-    if _bcfw.is_bcfw(lr):
+    """``"bcfw"`` (dual mixing: blend the held blocks) or ``"ipm"`` (iterative parameter
+    mixing), from the learner's declared ``mixing``; raises a clear error for learners or
+    settings that cannot be mixed yet."""
+    lr = model.learner
+    lr.check_distributed(model.n_features)
+    if lr.mixing == "dual":
         _bcfw.check_learner(lr)
         return "bcfw"
-    if isinstance(lr, SGD):
-        if lr.search != "exact" and lr.rescaling == "slack":
-            pass  # any oracle: parameter mixing only needs the weights
+    if lr.mixing == "primal":
         return "ipm"
-    raise ValueError(f"{lname} is not supported by distributed learning (supported: BCFW with step='fw', SGD)")
+    raise ValueError(f"{type(lr).__name__} declares no mixing and cannot be distributed")
 
 
 def pad(a, shape):
@@ -209,12 +191,5 @@ class ParameterMixing(_Mixing):
                 "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
 
 
-class MemoirMixing(ParameterMixing):
-    """Iterative parameter mixing of MEMOIR's dense class rows (w_c = acc V_c); the learner's
-    ``set_parameters`` rebuilds its MIPS index."""
-
-    kind = "memoir"
-
-
 def make_mixing(kind, lam, n_workers, beta=1.0):
-    return {"bcfw": BCFWMixing, "ipm": ParameterMixing, "memoir": MemoirMixing}[kind](lam, n_workers, beta)
+    return {"bcfw": BCFWMixing, "ipm": ParameterMixing}[kind](lam, n_workers, beta)

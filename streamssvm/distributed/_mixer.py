@@ -11,6 +11,10 @@ from ._cut import CutStore
 from ._mix import combine
 
 
+#: job kinds of files written before MEMOIR declared its mixing (``Learner.mixing``)
+_LEGACY_KINDS = {"memoir": "ipm"}
+
+
 class Mixer:
     """Global state of a distributed job: the mixed weights (``start`` of the next round), the
     global number of blocks, the round id, the per-round history.
@@ -45,7 +49,7 @@ class Mixer:
             return None
         st, path = got
         m = st["mixer"]
-        if m["kind"] != self.kind:
+        if _LEGACY_KINDS.get(m["kind"], m["kind"]) != self.kind:
             raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} "
                              "workers; use a fresh checkpoint directory")
         if int(m["n_workers"]) != self.n_workers:
@@ -73,7 +77,7 @@ class Mixer:
         m = st["mixer"]
         if int(m["n_workers"]) == self.n_workers:
             return self.restore()
-        if m["kind"] != self.kind:
+        if _LEGACY_KINDS.get(m["kind"], m["kind"]) != self.kind:
             raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} workers")
         old = [load_state(p["path"], kind=PART_KIND)[0] for p in sorted(st["parts"], key=lambda p: p["worker"])]
         topic, offsets = None, {}
@@ -154,7 +158,7 @@ class Mixer:
         calls = int(sum(s["oracle_calls"] for s in sums))
         secs = max((s.get("seconds", 0.0) for s in sums), default=0.0)
         if n == 0:
-            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, self.lam, note="no examples held").to_dict()
+            return Certificate.empty(self.lam).to_dict()
         if self.kind == "bcfw":
             sq = sum(float(np.vdot(self.start[k], self.start[k])) for k in ("E", "T", "B") if k in self.start)
             scale = 1.0 / (self.lam * n)

@@ -117,6 +117,22 @@ class Estimator:
     """
 
     _learners: tuple = ()
+    #: the learning task, as the engine and the command line name it: ``"multiclass"``,
+    #: ``"multilabel"``, ``"sequence"`` or ``"extreme"``
+    task: str | None = None
+
+    def coerce_input(self, x, y):
+        """A connector record's ``(x, y)`` in the form this estimator learns (e.g. a JSON list
+        of features as a numpy array, a list of positive labels as a ``{label: True}`` dict);
+        raises ValueError / TypeError with a reason for a record it cannot take. The default
+        is the single-label one (multiclass, extreme): flat features, one label."""
+        if isinstance(x, list):
+            x = np.asarray(x, dtype=np.float64)
+        if isinstance(x, np.ndarray) and x.ndim != 1:
+            raise ValueError(f"multiclass examples need flat features, got an array of shape {x.shape}")
+        if isinstance(y, (list, dict, set)):
+            raise TypeError(f"multiclass label must be a single value, got {type(y).__name__}")
+        return x, y
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -215,8 +231,8 @@ class Estimator:
         """Certificate of the model on the examples it holds (see
         :class:`streamssvm.certificate.Certificate`); observing it changes nothing."""
         if self._learner is None:
-            lam = getattr(self.learner, "effective_lam", lambda: self.learner.lam)()
-            return Certificate(0.0, 0.0, 0.0, 0, 0, 0.0, True, lam, note="no examples held")
+            lam = self.learner.effective_lam()
+            return Certificate.empty(lam)
         return self._learner.certificate()
 
     def weights_finite(self, full=True):
@@ -234,8 +250,8 @@ class Estimator:
         lr = self._learner
         if lr is None:
             return True
-        W = getattr(lr, "W", None)
-        if W is None:   # a learner without dense weights (MEMOIR): every float array of its state
+        W = lr.weight_tables()
+        if W is None:   # a learner without weight tables (MEMOIR): every float array of its state
             if not full:
                 return True
             return _all_finite(lr.state())
@@ -305,7 +321,8 @@ class Estimator:
         if cfg["class"] != cls.__name__:
             raise checkpoint.CheckpointError(f"the file holds a {cfg['class']}, not a {cls.__name__} "
                                              "(streamssvm.load(path) loads any estimator)")
-        learner = learner_class(cfg["learner"]["class"])(**cfg["learner"]["params"])
+        lcls = learner_class(cfg["learner"]["class"])
+        learner = lcls(**lcls.upgrade_params(cfg["learner"]["params"]))   # files may use former names
         params = cls._params_from_state(dict(cfg["params"]))
         model = cls(learner=learner, **params)
         model._features = FeatureIndex.from_state(st["features"])
@@ -320,13 +337,13 @@ class Estimator:
     def _check_restored(self):
         """The restored learner fits the restored indexes: every feature index the index can
         produce has a weight row, every label id the learner can predict has a label."""
-        W = getattr(self._learner, "W", None)
+        W = self._learner.weight_tables()
         if W is None:
             return
         if W.E.shape[0] < self._features.dim:
             raise checkpoint.CheckpointError(f"invalid model file: {self._features.dim} feature columns but "
                                              f"{W.E.shape[0]} weight rows")
-        K = int(getattr(self._learner, "_K", 0))
+        K = int(self._learner.n_labels)
         if K > len(self._labels):
             raise checkpoint.CheckpointError(f"invalid model file: the learner knows {K} labels, the file "
                                              f"names {len(self._labels)}")

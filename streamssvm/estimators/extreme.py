@@ -82,6 +82,7 @@ class ExtremeClassifier(Estimator, base.Classifier):
     """
 
     _learners = (MEMOIR,)
+    task = "extreme"
 
     @classmethod
     def _default_learner(cls):

@@ -55,6 +55,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
     """
 
     _learners = (BCFW, SGD, CuttingPlane, BMRM, Pragam)
+    task = "multiclass"
 
     @classmethod
     def _default_learner(cls):

@@ -55,6 +55,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     """
 
     _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM)
+    task = "multilabel"
 
     @classmethod
     def _default_learner(cls):
@@ -77,11 +78,22 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         if self._hier is not None:
             self._labels = LabelIndex(self._hier.nodes)
 
+    def coerce_input(self, x, y):
+        """A record's ``(x, y)``: a JSON list of features as a float array; ``y`` a ``{label:
+        bool}`` dict, or the positive labels (a list, or one label) as one."""
+        if isinstance(x, list):
+            x = np.asarray(x, dtype=np.float64)
+        if isinstance(y, dict):
+            return x, y
+        if isinstance(y, (list, tuple, set)):
+            return x, {lab: True for lab in y}
+        return x, {y: True}
+
     def _make_structure(self):
         if self.hierarchy is not None:
             return Hierarchy(self.hierarchy)
-        # SGD calls its oracles from Python and can solve the LP relaxation above 16 labels
-        return MultiLabel(pairwise=self.pairwise, inference="auto" if isinstance(self.learner, (SGD, GDMM)) else "enum")
+        # SGD and GDMM call their oracles from Python and can solve the LP relaxation above 16 labels
+        return MultiLabel(pairwise=self.pairwise, inference=self.learner.multilabel_inference)
 
     def _params_state(self):
         st = super()._params_state()

@@ -21,6 +21,7 @@ from .base import Estimator, is_missing
 #: behind). The OCR papers' protocol (Lacoste-Julien et al., Block-coordinate Frank-Wolfe optimization
 #: for structural SVMs) uses ``loss="normalized"``: the OCR benchmarks and the demo name it.
 DEFAULT_LOSS = "hamming"
+_LOSS_NAMES = {"normalized": "Hamming loss normalized per sentence", "hamming": "per-token Hamming loss"}
 
 
 class SequenceTagger(Estimator, base.Estimator):
@@ -60,6 +61,7 @@ class SequenceTagger(Estimator, base.Estimator):
     """
 
     _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM)
+    task = "sequence"
 
     @classmethod
     def _default_learner(cls):
@@ -78,17 +80,28 @@ class SequenceTagger(Estimator, base.Estimator):
         self.costs = costs
         self.transitions = bool(transitions)
         self._init_common(learner, n_features, labels, rescaling)
-        if isinstance(self.learner, GDMM) and self.loss == "hamming":
-            raise ValueError("learners.GDMM optimizes the Hamming loss normalized per sentence; use "
-                             "loss='normalized' (its default) or another learner for loss='hamming'")
+        allowed = self.learner.chain_losses
+        if self.loss is not None and allowed is not None and self.loss not in allowed:
+            what = " or ".join(f"{_LOSS_NAMES[k]} (loss={k!r})" for k in allowed)
+            raise ValueError(f"learners.{type(self.learner).__name__} optimizes the {what}; use "
+                             f"loss={self.learner.default_chain_loss!r} (its default) or another learner "
+                             f"for loss={self.loss!r}")
         self._make_structure()
 
+    def coerce_input(self, x, y):
+        """A record's ``(x, y)``: x a list of token feature dicts or a 2-D array, y a list of tags."""
+        if isinstance(x, np.ndarray) and x.ndim != 2:
+            raise ValueError(f"sequence examples need a 2-D array (tokens x features), got shape {x.shape}")
+        if not isinstance(y, (list, tuple)):
+            raise TypeError(f"sequence labels must be a list, got {type(y).__name__}")
+        return x, list(y)
+
     def _loss_name(self):
-        """The loss in use: ``loss``, else the default -- per-token ``"hamming"``, except for GDMM,
-        whose factorwise steps are written for the normalized loss."""
+        """The loss in use: ``loss``, else the learner's ``default_chain_loss`` (per-token
+        ``"hamming"``, except for GDMM, whose factorwise steps are written for the normalized loss)."""
         if self.loss:
             return self.loss
-        return "normalized" if isinstance(self.learner, GDMM) else DEFAULT_LOSS
+        return self.learner.default_chain_loss
 
     def _make_structure(self):
         return Chain(cost=self.costs, transitions=self.transitions, loss=self._loss_name())

@@ -17,6 +17,7 @@ from .._kernels import structops as so
 from .._kernels.chain import chain_viterbi
 from ..oracles.factorwise import BigramTable, UnigramMIPS, new_scratch
 from ._gdmm_state import grow_rows
+from .base import label_capacity
 
 #: block solvers by name -> kernel code (``"bcfw"`` / ``"afw"``: chains only)
 SOLVERS = ("active_qp", "bcfw", "afw")
@@ -123,7 +124,7 @@ class ChainGDMM:
         n_labels = len(labels)
         Dc, Kc = self.Wu.shape
         if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+            Kc = label_capacity(n_labels, Kc)
         D = 2 + max(int(n_features), 1)
         if Kc > self.Wu.shape[1] or D > Dc:
             W = np.zeros((Dc if D <= Dc else max(D, int(Dc * 1.5) + 1), Kc))
@@ -187,7 +188,7 @@ class ChainGDMM:
         L = len(tok_ptr) - 1
         if L == 0:
             raise ValueError("an example needs at least one token")
-        if self.cfg.capacity is not None and self.n_blocks >= self.cfg.capacity:
+        if self.cfg.window is not None and self.n_blocks >= self.cfg.window:
             self._evict(self._order.pop(0))
         nnz = int(tok_ptr[-1] - tok_ptr[0])
         e, t0, z0 = self._n_ex, self._n_tok, self._nnz
@@ -374,8 +375,7 @@ class ChainGDMM:
         n = self.n_blocks
         lam = float(self.cfg.lam)
         if n == 0 or self._K == 0:
-            return cert_mod.Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
-                                        note="no examples held")
+            return cert_mod.Certificate.empty(lam, n, seconds=time.perf_counter() - t0)
         s = self._s()
         Wp, Tp = self._pred_weights()
         hinge, dloss, rep, Wr, Tr = self._repaired_sums(Wp, Tp)

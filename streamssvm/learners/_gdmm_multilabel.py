@@ -17,6 +17,7 @@ from .._kernels import gdmm as G
 from .._kernels import gdmm_multilabel as GM
 from .._kernels import structops as so
 from ._gdmm_state import grow_rows
+from .base import label_capacity
 
 
 
@@ -120,7 +121,7 @@ class MLPairGDMM:
 
     def ensure(self, n_features, labels):
         K = len(labels)
-        Kc = self.Kc if K <= self.Kc else max(K, int(self.Kc * 1.25) + 1)
+        Kc = label_capacity(K, self.Kc)
         D = max(int(n_features), 1)
         if Kc > self.Kc or D > self.E.shape[0]:
             E = np.zeros((D if D <= self.E.shape[0] else max(D, int(self.E.shape[0] * 1.5) + 1), Kc))
@@ -156,7 +157,7 @@ class MLPairGDMM:
         if len(tok_ptr) != 2:
             raise ValueError("a multi-label example is one feature vector (one token)")
         cfg = self.cfg
-        if cfg.capacity is not None and self.n_blocks >= cfg.capacity:
+        if cfg.window is not None and self.n_blocks >= cfg.window:
             i = self.order.pop(0)
             GM.ml_remove_example(i, self.data(), self.dual(), self.E, self.T, self.K, self.tub)
             if self.n > 1024 and self.n_blocks < self.n // 2:
@@ -299,8 +300,7 @@ class MLPairGDMM:
         n = self.n_blocks
         lam = float(cfg.lam)
         if n == 0 or self.K == 0:
-            return cert_mod.Certificate(0.0, 0.0, 0.0, n, 0, time.perf_counter() - t0, True, lam,
-                                        note="no examples held")
+            return cert_mod.Certificate.empty(lam, n, seconds=time.perf_counter() - t0)
         K, s = self.K, self.s()
         exact = K <= so.MLPAIR_MAX_LABELS
         hinge, dloss, sqp, sql, resid = GM.ml_certificate_sums(self.data(), self.dual(), self.E, self.T, K, s, exact)

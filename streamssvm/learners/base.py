@@ -31,6 +31,16 @@ cannot be mixed keeps the defaults, which raise ``NotImplementedError`` naming t
 ``dual_snapshot()`` / ``blend_dual(snapshot, weight)``      dual learners: blend the held blocks
 ==========================================================  =====================================
 
+Declared, not discovered: a learner class states what it can do in class attributes the
+estimators, the command line and :mod:`streamssvm.distributed` read (``structures``,
+``mixing``, ``distributed``, ``dense_weights``, ``multilabel_inference``,
+``default_chain_loss``, ``chain_losses``; see :class:`Learner`), and its constructor parameters
+as :class:`~streamssvm.params.Param` rows (``params``), stored unchanged. The learners share
+one vocabulary: ``window`` (examples held), ``averaging`` (bool), ``tol`` (a stopping
+tolerance); former names are read from old model files and accepted, deprecated, from callers
+(``renamed``, :meth:`Learner.upgrade_params`). :mod:`streamssvm.learners.checks` generates the
+conformance checks every learner passes.
+
 Encoded examples: ``tok_ptr`` (int, L + 1) is the CSR row pointer of the example's L tokens
 into ``fidx`` (int feature ids) and ``fval`` (float values); ``y`` holds label ids (one per token
 for chains and multiclass; the positive labels for multi-label, ``Ki`` of them). A batch stacks
@@ -44,8 +54,12 @@ from __future__ import annotations
 
 import abc
 import numbers
+import warnings
 
+import numpy as np
 from river import base
+
+from ..params import set_params
 
 
 def check_choice(name, value, choices):
@@ -68,6 +82,17 @@ def check_number(name, value, low=None, high=None, integer=False, low_open=False
     return value
 
 
+def label_capacity(n_labels, Kc):
+    """The label columns to allocate for ``n_labels`` labels when ``Kc`` are: ``Kc`` while they
+    fit, else a quarter more (at least ``n_labels``), so labels arriving one at a time cost
+    amortized O(1) relayouts.
+
+    >>> label_capacity(3, 4), label_capacity(5, 4), label_capacity(40, 4)
+    (4, 6, 40)
+    """
+    return Kc if n_labels <= Kc else max(n_labels, int(Kc * 1.25) + 1)
+
+
 def _no_mixing(learner, what):
     return NotImplementedError(f"{type(learner).__name__} does not support {what}, which distributed "
                                "learning uses to mix workers (supported: BCFW, SGD, MEMOIR)")
@@ -88,14 +113,89 @@ class Learner(base.Base, abc.ABC):
     and ``rescaling`` (``"margin"`` or ``"slack"``) in their constructor.
     """
 
+    #: the constructor's parameters (:class:`~streamssvm.params.Param` rows)
+    params: tuple = ()
+    #: former parameter names, ``{old: new}``: accepted with a DeprecationWarning (and read
+    #: silently from model files written before the learners shared one vocabulary)
+    renamed: dict = {}
+
+    @classmethod
+    def upgrade_params(cls, params):
+        """``params`` (constructor arguments, e.g. read from a model file) with former names
+        and values in their current form (:attr:`renamed`, :meth:`_upgrade_values`)."""
+        return cls._upgrade_values({cls.renamed.get(k, k): v for k, v in params.items()})
+
+    @classmethod
+    def _upgrade_values(cls, params):
+        """Former values (and names with a value change) in their current form; the default
+        changes nothing."""
+        return params
+
+    def _set_params(self, values):
+        """Store the constructor's ``locals()`` through :func:`~streamssvm.params.set_params`;
+        former names and values (the constructor's ``**kwargs``, named so river's ``repr`` and
+        ``clone`` skip it) are taken with a DeprecationWarning."""
+        cls = type(self)
+        current = {p.name: values[p.name] for p in cls.params}
+        former = dict(values.get("kwargs") or {})
+        new = cls.upgrade_params(current | former)
+        unknown = sorted(set(new) - set(current))
+        if unknown:
+            raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument {unknown[0]!r}")
+        targets = {cls.renamed.get(k, k) for k in former}
+        said = [f"{k}= (now {cls.renamed[k]}=)" if k in cls.renamed else f"{k}=" for k in sorted(former)]
+        said += [f"{k}={current[k]!r} (now {k}={new[k]!r})" for k in current
+                 if k not in targets and new[k] is not current[k]]
+        if said:
+            warnings.warn(f"{cls.__name__}: {', '.join(said)} deprecated, see its docstring",
+                          DeprecationWarning, stacklevel=3)
+        set_params(self, new)
+
+    # ---------------------------------------------------------------- declared capabilities
+    # Read by the estimators, the command line and :mod:`streamssvm.distributed` instead of
+    # asking which class a learner is.
+
     #: names of the structures this learner can be bound to (``Structure.name``); None = all
     structures: tuple | None = None
+    #: how :mod:`streamssvm.distributed` mixes workers' models: ``"dual"`` (blend the held dual
+    #: blocks and sum the weights' changes: BCFW), ``"primal"`` (iterative parameter mixing,
+    #: McDonald et al. 2010: average the :meth:`parameters`: SGD, MEMOIR), or None (not mixable)
+    mixing: str | None = None
+    #: whether :mod:`streamssvm.distributed` can run this learner (see :meth:`check_distributed`)
+    distributed: bool = False
+    #: whether :meth:`emission_weights` returns a dense (features x labels) matrix
+    dense_weights: bool = False
+    #: the multi-label inference the learner drives: ``"enum"`` (exact enumeration inside the
+    #: kernels) or ``"auto"`` (oracles called from Python, the LP relaxation above 16 labels)
+    multilabel_inference: str = "enum"
+    #: the chain loss a :class:`~streamssvm.SequenceTagger` uses when its ``loss`` is not set
+    default_chain_loss: str = "hamming"
+    #: the chain losses the learner optimizes (None: every loss of the chain structure)
+    chain_losses: tuple | None = None
 
     def check_structure(self, structure):
         """Raise a clear error when this learner cannot learn ``structure``."""
         if self.structures is not None and structure.name not in self.structures:
             raise ValueError(f"{type(self).__name__} learns {', '.join(self.structures)} models, "
                              f"not {structure.name}")
+
+    def check_distributed(self, n_features=None):
+        """Raise a ValueError naming what :mod:`streamssvm.distributed` cannot do with this
+        learner as configured (``n_features``: the estimator's hashed input width, if any)."""
+        if not self.distributed:
+            raise ValueError(f"{type(self).__name__} is not supported by distributed learning yet "
+                             "(supported: BCFW with step='fw', SGD, MEMOIR with dense rows)")
+
+    def effective_lam(self, n=None):
+        """The regularization lambda of the objective with ``n`` examples held (default: the
+        held ones): ``lam`` (BCFW's ``lam=None`` makes it follow n)."""
+        return self.lam
+
+    def weight_tables(self):
+        """The :class:`~streamssvm.structures.base.Weights` (emission, transition and bias
+        tables) the learner steps on, or None for a learner that keeps its weights otherwise
+        (MEMOIR's class rows). Its live state, for checks (finiteness, restored shapes)."""
+        return None
 
     @property
     def bound(self):
@@ -115,9 +215,14 @@ class Learner(base.Base, abc.ABC):
     def learn(self, tok_ptr, fidx, fval, y, Ki=1):
         """Learn one new example (the estimator has called :meth:`ensure` for its features and labels)."""
 
-    @abc.abstractmethod
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
-        """Learn m new examples in order, exactly as m calls of :meth:`learn` would."""
+        """Learn m new examples in order, exactly as m calls of :meth:`learn` would (the
+        default makes those m calls; a learner with a batched kernel overrides it)."""
+        for e in range(len(ex_tok) - 1):
+            a, b = ex_tok[e], ex_tok[e + 1]
+            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
+            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]],
+                       1 if Ki is None else Ki[e])
 
     @abc.abstractmethod
     def refine(self, passes=1.0, tol=None, progress=None):
@@ -200,3 +305,17 @@ class Learner(base.Base, abc.ABC):
         ``weight`` of the way to its current state: ``alpha_i <- alpha_i^0 + weight (alpha_i -
         alpha_i^0)``. With 0 < weight <= 1 every block stays feasible (a convex combination)."""
         raise _no_mixing(self, "blend_dual() (it keeps no dual blocks)")
+
+
+class DenseWeights:
+    """Mixin of the learners whose weights are one :class:`~streamssvm.structures.base.Weights`
+    ``W`` (emission rows E, transition table T, bias B; ``Kc`` label columns allocated, the
+    first ``_K`` of them the labels the learner knows)."""
+
+    def weight_tables(self):
+        return self.W
+
+    @property
+    def n_labels(self):
+        """Labels the learner knows (the used columns of its weight tables)."""
+        return self._K

@@ -31,13 +31,14 @@ from ..checkpoint import CheckpointError
 from ..saved_state import validate_weights
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import Learner, check_choice, check_number
+from .base import DenseWeights, Learner, label_capacity, check_number
+from ..params import Param
 
 _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
 
 
-class BCFW(Learner):
+class BCFW(DenseWeights, Learner):
     """Online block-coordinate Frank-Wolfe (BCFW) with gap sampling, pairwise/away steps and
     an oracle cache.
 
@@ -68,7 +69,7 @@ class BCFW(Learner):
         Labelings kept per block (cache / active set), default 50.
     cache_F, cache_nu
         Hit-rule constants (Osokin et al.: 0.25 and 0.01).
-    capacity, max_bytes, eviction
+    window, max_bytes, eviction
         Bounds of the BlockStore and its policy (``"fifo"`` window or ``"reservoir"``).
     gap_every
         Effective passes (n block steps) between two full exact gap passes when sampling by
@@ -115,32 +116,51 @@ class BCFW(Learner):
     AUTO_LAM = 1e-3
     AUTO_LAM_N = 6.0
 
-    def __init__(self, lam: float | None = None, replay: int = 1, sampling: str = "gap", step: str = "fw",
-                 cache: bool = False, cache_size: int = 50, cache_F: float = 0.25,
-                 cache_nu: float = 0.01, capacity: int | None = 100_000, max_bytes: int | None = None,
-                 eviction: str = "fifo", gap_every: float | None = 10.0, averaging: bool = True,
-                 rescaling: str = "margin", chain_stats: str = "sparse", seed: int | None = None):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True, allow_none=True)
-        self.replay = check_number("replay", replay, low=0, integer=True)
-        self.sampling = check_choice("sampling", sampling, _SAMPLING)
-        self.step = check_choice("step", step, _STEP)
-        if not isinstance(cache, bool):
-            raise TypeError(f"cache must be True or False, got {cache!r}")
-        self.cache = cache
-        self.cache_size = check_number("cache_size", cache_size, low=2, integer=True)
-        self.cache_F = check_number("cache_F", cache_F, low=0.0)
-        self.cache_nu = check_number("cache_nu", cache_nu, low=0.0)
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.max_bytes = check_number("max_bytes", max_bytes, low=1024, integer=True, allow_none=True)
-        self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
-        self.gap_every = check_number("gap_every", gap_every, low=0.0, low_open=True, allow_none=True)
-        self.averaging = bool(averaging)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        if rescaling == "slack" and (step != "fw" or cache):
+    mixing = "dual"
+    distributed = True
+    dense_weights = True
+
+    renamed = {"capacity": "window"}
+    params = (
+        Param("lam", None, "float", "regularization lambda; None: follows the examples held, "
+              "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, none=True),
+        Param("replay", 1, "int", "block steps on held examples after each new example", low=0),
+        Param("sampling", "gap", "choice", "block sampling: by stale block gaps or uniform",
+              choices=tuple(_SAMPLING)),
+        Param("step", "fw", "choice", "Frank-Wolfe, pairwise or away steps", choices=tuple(_STEP)),
+        Param("cache", False, "bool", "per-block oracle cache (Osokin et al. 2016, Algorithm 5)"),
+        Param("cache_size", 50, "int", "labelings kept per block (cache / active set)", low=2),
+        Param("cache_F", 0.25, "float", "cache hit-rule constant F", low=0.0),
+        Param("cache_nu", 0.01, "float", "cache hit-rule constant nu", low=0.0),
+        Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
+        Param("max_bytes", None, "int", "memory bound of the held blocks (None: unbounded)",
+              low=1024, none=True),
+        Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
+              choices=("fifo", "reservoir")),
+        Param("gap_every", 10.0, "float", "effective passes between full exact gap passes (None: never)",
+              low=0.0, low_open=True, none=True),
+        Param("averaging", True, "bool", "predict with the weighted average of the iterates"),
+        Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
+              choices=("margin", "slack")),
+        Param("chain_stats", "sparse", "choice", "chain blocks' transition statistic: sparse list or "
+              "dense table", choices=("sparse", "dense")),
+        Param("seed", None, "seed", "random seed"),
+    )
+
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05, "replay": 1, "gap_every": 1.0, "seed": 0}
+
+    def __init__(self, *, lam=None, replay=1, sampling="gap", step="fw", cache=False, cache_size=50,
+                 cache_F=0.25, cache_nu=0.01, window=100_000, max_bytes=None, eviction="fifo",
+                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=None, **kwargs):
+        self._set_params(locals())
+        if self.rescaling == "slack" and (self.step != "fw" or self.cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
                              "(pairwise/away steps and the cache need slack corners in the pools)")
-        self.chain_stats = check_choice("chain_stats", chain_stats, ("sparse", "dense"))
-        self.seed = seed
+        self._lam_override = None   # a distributed worker's lambda (set_union), running state: not
+        # saved (the worker's mixing sets it again each round; a saved model is the union's)
         self._bound = False
 
     # ------------------------------------------------------------------ binding / growth
@@ -155,9 +175,9 @@ class BCFW(Learner):
         pool = self.cache_size if (self.cache or self.step != "fw") else 0
         self._slack = self.rescaling == "slack"
         structure.check_rescaling(self.rescaling)
-        self.store = BlockStore(structure, Kc, pool, self.capacity, self.max_bytes, self.eviction,
+        self.store = BlockStore(structure, Kc, pool, self.window, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack,
-                                sparse=getattr(self, "chain_stats", "sparse") == "sparse")
+                                sparse=self.chain_stats == "sparse")
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
         self._seed_base = int(self._rng.integers(2**31 - 1))
@@ -201,9 +221,8 @@ class BCFW(Learner):
     def ensure(self, n_features, labels):
         """Grow weights / blocks / costs for new features and labels."""
         n_labels = len(labels)
-        Kc = self.W.Kc
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, self.W.Kc)
+        if Kc > self.W.Kc:
             self.store.grow_labels(Kc)
         self.W.grow(n_features, Kc)
         self._Z.grow(self.W.E.shape[0], self.W.Kc)
@@ -253,6 +272,12 @@ class BCFW(Learner):
     def n_blocks(self):
         return self.store.n
 
+    @property
+    def _lam_fixed(self):
+        """The fixed lambda in use: a union's (:meth:`set_union`, running state), else ``lam``
+        (None: lambda follows n)."""
+        return self.lam if self._lam_override is None else self._lam_override
+
     def effective_lam(self, n=None):
         """The lambda of the objective with ``n`` examples held (default: the held ones):
         ``lam``, or with ``lam=None`` min(1e-3, 6 / n).
@@ -261,15 +286,15 @@ class BCFW(Learner):
         >>> BCFW().effective_lam(500), BCFW().effective_lam(24000), BCFW(lam=0.01).effective_lam(24000)
         (0.001, 0.00025, 0.01)
         """
-        if self.lam is not None:
-            return float(self.lam)
+        if self._lam_fixed is not None:
+            return float(self._lam_fixed)
         if n is None:
             n = self.store.n if self._bound else 1
         return min(self.AUTO_LAM, self.AUTO_LAM_N / max(int(n), 1))
 
     def _lam_n_max(self):
         """The kernels' cap on lambda * n (inf: a fixed lambda)."""
-        return float("inf") if self.lam is not None else float(self.AUTO_LAM_N)
+        return float("inf") if self._lam_fixed is not None else float(self.AUTO_LAM_N)
 
     def _scale(self):
         n = max(self.store.n, 1)
@@ -284,7 +309,7 @@ class BCFW(Learner):
                 self._ws.ensure(L, self.W.Kc).scratch(L, self._slack),
                 KB.pack(KB.Averaging(t0=int(self._avg_t0), ZE=self._Z.E, ZT=self._Z.T, ZB=self._Z.B,
                                      facc=self._facc)),
-                KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self.lam is None else float(self.lam),
+                KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self._lam_fixed is None else float(self._lam_fixed),
                                       step_type=_STEP[self.step], use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
@@ -707,7 +732,7 @@ class BCFW(Learner):
         subproblem (Ma et al., "Adding vs. averaging in distributed primal-dual optimization",
         ICML 2015), with the weight sums held divided by ``sigma``."""
         n_k = max(self.store.n, 1)
-        self.lam = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
+        self._lam_override = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
         self._pred_cache = None
 
     @property

@@ -30,7 +30,7 @@ is, all cuts are replaced by their alpha-weighted aggregate (a convex combinatio
 R is a minorant of R, so the model stays a minorant of J and every D_t stays a lower bound on J*),
 and alpha = e_aggregate reproduces the previous D_t, so the next D_t can only grow.
 
-Streaming: :meth:`learn` only adds the example to the FIFO window (``capacity``) and does no
+Streaming: :meth:`learn` only adds the example to the FIFO window (``window``) and does no
 optimization -- predictions keep using the current best iterate until :meth:`refine`. A changed
 window is a different risk: the cuts are stale. At the next :meth:`refine` every cut that is
 stored as per-example labelings is **recomputed** on the new window (examples no longer held drop
@@ -55,7 +55,8 @@ from .._kernels import structops as so
 from ..certificate import Certificate
 from ..oracles.risk import RiskOracle, Window, weights_dot, weights_like
 from ..structures.base import Weights
-from .base import Learner, check_choice, check_number
+from .base import DenseWeights, Learner, label_capacity, check_number
+from ..params import Param
 
 
 class _Cut:
@@ -65,7 +66,7 @@ class _Cut:
         self.a, self.b, self.seq0, self.labs = a, b, seq0, labs   # labs None: an aggregate
 
 
-class BMRM(Learner):
+class BMRM(DenseWeights, Learner):
     """Bundle method (qp-bmrm or ls-bmrm) on the held window, with the eps_t certificate.
 
     Parameters
@@ -76,13 +77,13 @@ class BMRM(Learner):
         :class:`~streamssvm.learners.Pragam`).
     variant
         ``"qp"`` (exact bundle QP) or ``"ls"`` (line search).
-    eps
-        Stop :meth:`refine` once eps_t <= eps (absolute, in units of J).
+    tol
+        Stop :meth:`refine` once eps_t <= tol (absolute, in units of J; formerly ``eps``).
     max_cuts
         Bundle size bound (aggregation beyond it, see module doc).
     rescaling
         ``"margin"`` or ``"slack"`` (the exact slack oracle).
-    capacity
+    window
         FIFO window size (examples held); None: unbounded.
     qp_tol, qp_steps
         Inner QP tolerance (Wolfe gap) and step cap (``qp``).
@@ -93,7 +94,7 @@ class BMRM(Learner):
     >>> from streamssvm.structures.multiclass import MultiClass
     >>> from streamssvm.learners import BMRM
     >>> rng = np.random.default_rng(0)
-    >>> b = BMRM(lam=0.1, eps=1e-6); b.bind(MultiClass(), [0, 1, 2]); b.ensure(3, [0, 1, 2])
+    >>> b = BMRM(lam=0.1, tol=1e-6); b.bind(MultiClass(), [0, 1, 2]); b.ensure(3, [0, 1, 2])
     >>> for _ in range(60):
     ...     y = int(rng.integers(3))
     ...     b.learn(np.array([0, 2]), np.array([0, 1]), np.array([1.0, y + 0.3 * rng.normal()]), np.array([y]))
@@ -104,17 +105,27 @@ class BMRM(Learner):
 
     structures = ("multiclass", "multilabel", "hierarchy", "chain")
 
-    def __init__(self, lam: float = 1e-3, variant: str = "qp", eps: float = 1e-3, max_cuts: int = 200,
-                 rescaling: str = "margin", capacity: int | None = 100_000, qp_tol: float = 1e-12,
-                 qp_steps: int = 100_000):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.variant = check_choice("variant", variant, ("qp", "ls"))
-        self.eps = check_number("eps", eps, low=0.0)
-        self.max_cuts = check_number("max_cuts", max_cuts, low=2, integer=True)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.qp_tol = check_number("qp_tol", qp_tol, low=0.0)
-        self.qp_steps = check_number("qp_steps", qp_steps, low=1, integer=True)
+    renamed = {"capacity": "window", "eps": "tol"}
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("variant", "qp", "choice", "exact bundle QP or line search", choices=("qp", "ls")),
+        Param("tol", 1e-3, "float", "refine stops once eps_t <= tol (absolute, in units of J)", low=0.0),
+        Param("max_cuts", 200, "int", "bundle size bound (aggregation beyond it)", low=2),
+        Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
+              choices=("margin", "slack")),
+        Param("window", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
+        Param("qp_tol", 1e-12, "float", "inner QP tolerance (Wolfe gap)", low=0.0),
+        Param("qp_steps", 100_000, "int", "inner QP step cap", low=1),
+    )
+
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05, "max_cuts": 4}
+
+    def __init__(self, *, lam=1e-3, variant="qp", tol=1e-3, max_cuts=200, rescaling="margin",
+                 window=100_000, qp_tol=1e-12, qp_steps=100_000, **kwargs):
+        self._set_params(locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -128,7 +139,7 @@ class BMRM(Learner):
         self.W = Weights(1, 4)            # current bundle iterate w_t
         self.Wbest = Weights(1, 4)        # argmin_{t'} J(w_t') (predicts)
         self._C = structure.cost_matrix(4, labels)
-        self.window = Window(self.capacity)
+        self.held = Window(self.window)
         self._oracle = None
         self._ws = None                   # the kernels' scratch buffers (prediction)
         self._reset_bundle()
@@ -151,9 +162,7 @@ class BMRM(Learner):
 
     def ensure(self, n_features, labels):
         n_labels = len(labels)
-        Kc = self.W.Kc
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, self.W.Kc)
         grew = n_features > self.W.E.shape[0] or Kc > self.W.Kc
         self.W.grow(n_features, Kc)
         self.Wbest.grow(n_features, Kc)
@@ -167,7 +176,7 @@ class BMRM(Learner):
 
     @property
     def n_blocks(self):
-        return len(self.window)
+        return len(self.held)
 
     def _orc(self):
         if self._oracle is None:
@@ -177,19 +186,12 @@ class BMRM(Learner):
     # ------------------------------------------------------------------ learning
     def learn(self, tok_ptr, fidx, fval, y, Ki=1):
         """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
-        self.window.add(tok_ptr, fidx, fval, y, Ki)
-
-    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
-        for e in range(len(ex_tok) - 1):
-            a, b = ex_tok[e], ex_tok[e + 1]
-            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
-            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]],
-                       1 if Ki is None else Ki[e])
+        self.held.add(tok_ptr, fidx, fval, y, Ki)
 
     @property
     def stale(self):
         """True when the window changed since the cuts were (re)built."""
-        return self._version != self.window.version
+        return self._version != self.held.version
 
     def _rebuild(self):
         """Recompute the labeled cuts on the current window, drop the aggregate (module doc)."""
@@ -198,7 +200,7 @@ class BMRM(Learner):
         had = len(self.cuts) > 0
         self.cuts = []
         for c in kept:
-            a, b = o.cut_from_labelings(self.W, self.window, c.seq0, c.labs)
+            a, b = o.cut_from_labelings(self.W, self.held, c.seq0, c.labs)
             self.cuts.append(_Cut(a, b, c.seq0, c.labs))
         t = len(self.cuts)
         self.G = np.array([[weights_dot(self.cuts[i].a, self.cuts[j].a) for j in range(t)] for i in range(t)])
@@ -207,7 +209,7 @@ class BMRM(Learner):
         self.Jbest = math.inf
         self.lower = -math.inf
         self.D = -math.inf
-        self._version = self.window.version
+        self._version = self.held.version
         if had:
             self.rebuilds += 1
         if t:
@@ -284,13 +286,13 @@ class BMRM(Learner):
             self._rebuild()
         o = self._orc()
         c0 = o.oracle_calls
-        R, a, b, labs = o.evaluate(self.W, self.window)
+        R, a, b, labs = o.evaluate(self.W, self.held)
         self.oracle_calls += o.oracle_calls - c0
         J = 0.5 * self.lam * self.W.sqnorm() + R
         if J < self.Jbest:
             self.Jbest = J
             self.Wbest = self.W.copy()
-        self._add_cut(_Cut(a, b, self.window.first_seq, labs))
+        self._add_cut(_Cut(a, b, self.held.first_seq, labs))
         self._solve()
         self.iterations += 1
         eps = self.Jbest - self.lower
@@ -299,11 +301,11 @@ class BMRM(Learner):
 
     def refine(self, passes=1.0, tol=None, progress=None):
         """Up to ``ceil(passes)`` BMRM iterations (each one oracle pass over the window and one
-        cut); stops once eps_t <= ``tol`` (default ``eps``)."""
+        cut); stops once eps_t <= ``tol`` (default: the ``tol`` parameter)."""
         check_number("passes", passes, low=0.0)
-        if len(self.window) == 0 or self._K == 0:
+        if len(self.held) == 0 or self._K == 0:
             return
-        tol = self.eps if tol is None else tol
+        tol = self.tol if tol is None else tol
         n_it = int(math.ceil(passes))
         for k in range(n_it):
             eps = self.iterate()
@@ -336,18 +338,17 @@ class BMRM(Learner):
         next refine: gap = inf (the cuts are of another risk) and the primal of the predicting
         weights on the new window (one oracle pass)."""
         t0 = time.perf_counter()
-        n = len(self.window)
+        n = len(self.held)
         base = dict(lam=self.lam, rescaling=self.rescaling)
         extra = {"variant": self.variant, "iterations": self.iterations, "cuts": len(self.cuts),
                  "aggregations": self.aggregations, "rebuilds": self.rebuilds,
                  "qp_steps": self.qp_steps_total, "D_t": self.D}
         if n == 0 or self._K == 0:
-            return Certificate(math.inf, math.nan, -math.inf, n, 0, 0.0, False, note="no examples held",
-                               extra=extra, **base)
+            return Certificate.empty(self.lam, n, exact=False, rescaling=self.rescaling, extra=extra)
         W = self._pred()
         reg = 0.5 * self.lam * W.sqnorm()
         if self.stale or self.Jbest == math.inf:
-            R = self._orc().risk(W, self.window)
+            R = self._orc().risk(W, self.held)
             why = ("the window changed since the last refine (the cuts are of a different risk)" if self.cuts
                    else "no BMRM iteration yet")
             return Certificate(math.inf, reg + R, -math.inf, n, n, time.perf_counter() - t0, False,
@@ -371,7 +372,7 @@ class BMRM(Learner):
                          "aggregate": labs is None, "labs": [] if labs is None else labs})
         return {"K": self._K, "C": self._C, "E": self.W.E, "T": self.W.T, "B": self.W.B,
                 "bE": self.Wbest.E, "bT": self.Wbest.T, "bB": self.Wbest.B,
-                "alpha": self.alpha, "G": self.G, "cuts": cuts, "window": self.window.state(),
+                "alpha": self.alpha, "G": self.G, "cuts": cuts, "window": self.held.state(),
                 "scalars": {"Jbest": self.Jbest if self.Jbest < math.inf else None,
                             "lower": self.lower if self.lower > -math.inf else None,
                             "D": self.D if self.D > -math.inf else None,
@@ -386,14 +387,14 @@ class BMRM(Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         for W, pre in ((self.W, ""), (self.Wbest, "b")):
             W.E, W.T, W.B = (np.array(st[pre + k], dtype=np.float64) for k in ("E", "T", "B"))
-        self.window = Window.from_state(st["window"])
+        self.held = Window.from_state(st["window"])
         self.cuts = []
         for c in st["cuts"]:
             a = Weights.__new__(Weights)
             a.E, a.T, a.B = (np.array(c[k], dtype=np.float64) for k in ("E", "T", "B"))
             if c["aggregate"]:
                 labs = None
-            elif self.structure.single_label and self.window.single_token():
+            elif self.structure.single_label and self.held.single_token():
                 labs = np.asarray(c["labs"], dtype=np.int32)
             else:
                 labs = [np.asarray(x, dtype=np.int32) for x in c["labs"]]

@@ -45,7 +45,8 @@ from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import Learner, check_choice, check_number, check_search_rescaling
+from .base import DenseWeights, Learner, label_capacity, check_number, check_search_rescaling
+from ..params import Param
 
 _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
 
@@ -54,7 +55,7 @@ class _Block:
     __slots__ = ("tok_ptr", "fidx", "fval", "ytrue", "Ki", "L", "G", "labs", "keys", "delta", "D", "Q", "alpha")
 
 
-class CuttingPlane(Learner):
+class CuttingPlane(DenseWeights, Learner):
     """n-slack cutting plane on the held examples, margin or slack rescaling.
 
     Parameters
@@ -86,7 +87,7 @@ class CuttingPlane(Learner):
     seed
         Order of the examples in a round (shuffled each round; None: in order) and the
         reservoir's choices.
-    capacity
+    window
         Most examples held (None: unbounded). Each held example keeps its working set, so the
         memory grows with the stream without a bound; when full, ``eviction`` makes room.
     eviction
@@ -115,23 +116,37 @@ class CuttingPlane(Learner):
     ('x', 'y')
     """
 
-    def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact", eps: float = 1e-3,
-                 max_iter: int = 100, max_queries: int = 100, tol: float = 0.999, qp_tol: float | None = None,
-                 qp_sweeps: int = 20, seed: int | None = None, capacity: int | None = 100_000,
-                 eviction: str = "fifo", replay: int = 1):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        self.search = check_choice("search", search, _SEARCH)
-        self.eps = check_number("eps", eps, low=0.0)
-        self.max_iter = check_number("max_iter", max_iter, low=1, integer=True)
-        self.max_queries = check_number("max_queries", max_queries, low=1, integer=True)
-        self.tol = check_number("tol", tol, low=0.0, high=1.0)
-        self.qp_tol = check_number("qp_tol", qp_tol, low=0.0, allow_none=True)
-        self.qp_sweeps = check_number("qp_sweeps", qp_sweeps, low=0, integer=True)
-        self.seed = seed
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
-        self.replay = check_number("replay", replay, low=0, integer=True)
+    renamed = {"capacity": "window"}
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
+              choices=("margin", "slack")),
+        Param("search", "exact", "choice", "separation oracle: exact, or a search over lambda-oracles "
+              "(slack rescaling)", choices=_SEARCH),
+        Param("eps", 1e-3, "float", "a label enters the working set when it violates by more than eps",
+              low=0.0),
+        Param("max_iter", 100, "int", "most rounds one refine call runs", low=1),
+        Param("max_queries", 100, "int", "budgeted search: most oracle queries", low=1),
+        Param("tol", 0.999, "float", "budgeted search: stopping ratio", low=0.0, high=1.0),
+        Param("qp_tol", None, "float", "tolerance on each block's restricted Wolfe gap (None: eps / 10)",
+              low=0.0, none=True),
+        Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0),
+        Param("seed", None, "seed", "order of the examples in a round (None: in order), reservoir"),
+        Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
+        Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
+              choices=("fifo", "reservoir")),
+        Param("replay", 1, "int", "held examples visited again after each new one", low=0),
+    )
+
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05, "max_iter": 5, "seed": 0}
+
+    def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", eps=1e-3, max_iter=100,
+                 max_queries=100, tol=0.999, qp_tol=None, qp_sweeps=20, seed=None, window=100_000,
+                 eviction="fifo", replay=1, **kwargs):
+        self._set_params(locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -162,9 +177,7 @@ class CuttingPlane(Learner):
 
     def ensure(self, n_features, labels):
         n_labels = len(labels)
-        Kc = self.W.Kc
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, self.W.Kc)
         old_Kc = self.W.Kc
         self.W.grow(n_features, Kc)
         grew = n_labels > self._K > 0
@@ -310,13 +323,13 @@ class CuttingPlane(Learner):
         """Evict a held example if the store is full; False when the reservoir does not keep
         the new one."""
         self.seen += 1
-        if self.capacity is None or len(self.blocks) < self.capacity:
+        if self.window is None or len(self.blocks) < self.window:
             return True
         if self.eviction == "fifo":
             self._evict(0)
             return True
         r = int(self._res_rng.integers(0, self.seen))   # algorithm R
-        if r >= self.capacity:
+        if r >= self.window:
             return False
         self._evict(int(self._res_rng.integers(0, len(self.blocks))))
         return True
@@ -403,13 +416,6 @@ class CuttingPlane(Learner):
     def _qp_tol(self):
         return self.eps / 10.0 if self.qp_tol is None else self.qp_tol
 
-    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
-        for e in range(len(ex_tok) - 1):
-            a, b = ex_tok[e], ex_tok[e + 1]
-            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
-            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]],
-                       1 if Ki is None else Ki[e])
-
     def round(self):
         """One cutting-plane round; returns the number of constraints added."""
         order = np.arange(len(self.blocks)) if self.seed is None else self._rng.permutation(len(self.blocks))
@@ -480,8 +486,7 @@ class CuttingPlane(Learner):
         t0 = time.perf_counter()
         n = len(self.blocks)
         if n == 0 or self._K == 0:
-            return Certificate(0.0, 0.0, 0.0, n, 0, 0.0, True, self.lam, note="no examples held",
-                               rescaling=self.rescaling)
+            return Certificate.empty(self.lam, n, rescaling=self.rescaling)
         W = Weights(1, 1)
         W.E, W.T, W.B = np.zeros_like(self.W.E), np.zeros_like(self.W.T), np.zeros_like(self.W.B)
         self.rebuild_weights(out=W)
@@ -515,6 +520,7 @@ class CuttingPlane(Learner):
                                       self.constraints_added, self.qp_steps], dtype=np.int64),
                 "seen": self.seen, "evicted": self.evicted, "cursor": self._cursor,
                 **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
+                **({"round_rng": _rng_state(self._rng)} if self.seed is not None else {}),
                 "blocks": [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
                             "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
 
@@ -543,6 +549,8 @@ class CuttingPlane(Learner):
         self._cursor = max(int(st.get("cursor", 0)), 0)
         if "res_rng" in st:
             _rng_restore(self._res_rng, st["res_rng"])
+        if "round_rng" in st:   # the rounds' order (older files: restarts from the seed)
+            _rng_restore(self._rng, st["round_rng"])
         mark = np.zeros(max(self.W.E.shape[0], 1))
         for r in st["blocks"]:
             b = _Block()

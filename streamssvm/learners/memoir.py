@@ -42,13 +42,13 @@ eta = min(C, hinge / (2 |x|^2))) measured no better on the tuning split (0.5228
 to 0.5237 against 0.5279 for the constant step, in a simulation without the bias feature), so
 the simpler constant step is the default.
 
-Averaging (``average="linear"``, default): prediction uses the average of the iterates weighted
+Averaging (``averaging=True``, ``avg_weighting="linear"``, the default): prediction uses the average of the iterates weighted
 by their step index (the averaging of Lacoste-Julien, Schmidt & Bach, "A simpler approach to
 obtaining an O(1/t) convergence rate for the projected stochastic subgradient method"), which
 the SGD guarantees are stated for. It is kept lazily in O(nnz(x)) per update: with
 W_s = acc_s V_s and A_t = sum_{s<=t} w_s acc_s, sum_s w_s W_s = A_t V_t - Z_t where
 Z += A_{s-1} dV at every change dV of V (a second row store of the same kind). The l1
-variant's truncation is not a linear update, so it does not average (``average="none"``).
+variant's truncation is not a linear update, so it does not average (as ``averaging=False``).
 Measured on the Brown tag-pair stream of ``bench/quality_memoir.py`` (2,800 classes, 100k
 examples x 2 epochs, 10k test, majority 0.043): with the constant default step, step-weighted
 average 0.5802, uniform average 0.5727, last iterate 0.4665
@@ -98,7 +98,8 @@ from ..certificate import Certificate
 from ..checkpoint import CheckpointError
 from ..oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
-from .base import Learner, check_choice, check_number
+from .base import Learner
+from ..params import Param
 
 _MIPS = ("auto", "exact", "hnsw", "lsh")
 RENORM_BELOW = 1e-20
@@ -150,10 +151,11 @@ class MEMOIR(Learner):
         eta = eta0 / (R^2 (1 + eta_step * n)), n the examples learned before the batch and R^2
         the running mean of |x|^2 (see the module docstring for the choice of 3 and 0: a constant
         step; eta_step > 0 decays it per example).
-    average
-        ``"linear"`` (predict with the step-weighted average of the iterates, kept lazily),
-        ``"uniform"`` (plain average) or ``"none"`` (the last iterate). The l1 variant does not
-        average.
+    averaging, avg_weighting
+        Predict with an average of the iterates (default True; kept lazily), weighted
+        ``"linear"`` (by step, the default) or ``"uniform"``; ``False`` predicts with the last
+        iterate. The l1 variant does not average. (The former ``average="linear"`` /
+        ``"uniform"`` / ``"none"`` is still read, deprecated.)
     k, max_dirty, sketch_dim, ef, M, ef_construction, drift_tol, reinsert
         MIPS parameters (see :mod:`streamssvm.oracles.mips`; ``drift_tol``: a changed row is
         re-inserted into the HNSW graph only once it drifted by more than this fraction of its
@@ -192,37 +194,71 @@ class MEMOIR(Learner):
 
     structures = ("multiclass",)
 
-    def __init__(self, lam: float = 1e-6, variant: str = "l2", mips: str = "auto", batch_size: int = 1,
-                 eta0: float = 3.0, eta_step: float = 0.0, k: int = 10, max_dirty: int = 256,
-                 sketch_dim: int | None = None, check_every: int = 100, seed: int | None = 0,
-                 rows: str = "auto", rescaling: str = "margin", ef: int = 200, M: int = 16,
-                 ef_construction: int = 100, window: int = 1000, predict_with: str = "exact",
-                 average: str = "linear", drift_tol: float = DRIFT_TOL, reinsert: str = "fresh"):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.variant = check_choice("variant", variant, ("l2", "l1"))
-        self.mips = check_choice("mips", mips, _MIPS)
-        self.batch_size = check_number("batch_size", batch_size, low=1, integer=True)
-        self.eta0 = check_number("eta0", eta0, low=0.0, low_open=True)
-        self.eta_step = check_number("eta_step", eta_step, low=0.0)
-        self.k = check_number("k", k, low=1, integer=True)
-        self.max_dirty = check_number("max_dirty", max_dirty, low=1, integer=True)
-        self.sketch_dim = check_number("sketch_dim", sketch_dim, low=1, integer=True, allow_none=True)
-        self.check_every = check_number("check_every", check_every, low=0, integer=True)
-        self.seed = check_number("seed", seed, low=0, integer=True, allow_none=True)
-        self.rows = check_choice("rows", rows, ("auto", "dense", "sparse"))
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        self.ef = check_number("ef", ef, low=1, integer=True)
-        self.M = check_number("M", M, low=2, integer=True)
-        self.ef_construction = check_number("ef_construction", ef_construction, low=1, integer=True)
-        self.window = check_number("window", window, low=0, integer=True)
-        self.predict_with = check_choice("predict_with", predict_with, ("exact", "index"))
-        self.average = check_choice("average", average, ("linear", "uniform", "none"))
-        self.drift_tol = check_number("drift_tol", drift_tol, low=0.0)
-        self.reinsert = check_choice("reinsert", reinsert, ("replace", "fresh"))
+    mixing = "primal"
+    distributed = True
+
+    params = (
+        Param("lam", 1e-6, "float", "regularization lambda (Yen et al. use 1 for l2, 1e-6 for l1)",
+              low=0.0, low_open=True),
+        Param("variant", "l2", "choice", "l2 (Pegasos + projection) or l1 (truncated SGD)",
+              choices=("l2", "l1")),
+        Param("mips", "auto", "choice", "maximum-inner-product search: auto, exact, hnsw or lsh",
+              choices=_MIPS),
+        Param("batch_size", 1, "int", "examples sharing one step size, shrinkage and projection", low=1),
+        Param("eta0", 3.0, "float", "step size scale: eta = eta0 / (R^2 (1 + eta_step n))",
+              low=0.0, low_open=True),
+        Param("eta_step", 0.0, "float", "per-example decay of the step size", low=0.0),
+        Param("k", 10, "int", "MIPS: candidates per query", low=1),
+        Param("max_dirty", 256, "int", "MIPS: changed rows buffered before the index is updated", low=1),
+        Param("sketch_dim", None, "int", "MIPS: sketch dimension (None: none)", low=1, none=True),
+        Param("check_every", 100, "int", "steps between exact-search recall checks (0: never)", low=0),
+        Param("seed", 0, "seed", "seed of the index's random projections / graph"),
+        Param("rows", "auto", "choice", "class rows: auto, dense or sparse",
+              choices=("auto", "dense", "sparse")),
+        Param("rescaling", "margin", "choice", "how the structure's cost enters the hinge",
+              choices=("margin", "slack")),
+        Param("ef", 200, "int", "HNSW: query beam width", low=1),
+        Param("M", 16, "int", "HNSW: graph degree", low=2),
+        Param("ef_construction", 100, "int", "HNSW: construction beam width", low=1),
+        Param("window", 1000, "int", "examples held for the certificate and refine (0: none)", low=0),
+        Param("predict_with", "exact", "choice", "predict by scoring every row or asking the index",
+              choices=("exact", "index")),
+        Param("averaging", True, "bool", "predict with an average of the iterates (l2 variant)"),
+        Param("avg_weighting", "linear", "choice", "weights of the iterates in the average: linear "
+              "(step-weighted) or uniform", choices=("linear", "uniform")),
+        Param("drift_tol", DRIFT_TOL, "float", "HNSW: relative drift before a row is re-inserted",
+              low=0.0),
+        Param("reinsert", "fresh", "choice", "HNSW: re-insert fresh (tombstones) or in place (replace)",
+              choices=("replace", "fresh")),
+    )
+
+    def __init__(self, *, lam=1e-6, variant="l2", mips="auto", batch_size=1, eta0=3.0, eta_step=0.0,
+                 k=10, max_dirty=256, sketch_dim=None, check_every=100, seed=0, rows="auto",
+                 rescaling="margin", ef=200, M=16, ef_construction=100, window=1000,
+                 predict_with="exact", averaging=True, avg_weighting="linear", drift_tol=DRIFT_TOL,
+                 reinsert="fresh", **kwargs):
+        self._set_params(locals())
+
+    @classmethod
+    def _upgrade_values(cls, params):
+        if "average" in params:     # the former average="linear" | "uniform" | "none"
+            params = dict(params)
+            v = params.pop("average")
+            params["averaging"] = v != "none"
+            params["avg_weighting"] = "linear" if v == "none" else v
+        return params
 
     @classmethod
     def _unit_test_params(cls):
         yield {"mips": "exact", "lam": 1e-3}
+
+    def check_distributed(self, n_features=None):
+        """Distributed MEMOIR mixes dense class rows: sparse rows (``rows="sparse"``, or
+        ``"auto"`` with a hashed input wider than ``DENSE_MAX_DIM``) are refused."""
+        if self.rows == "sparse" or (self.rows == "auto" and n_features is not None
+                                     and n_features > DENSE_MAX_DIM):
+            raise ValueError("distributed MEMOIR mixes dense class rows: use MEMOIR(rows='dense') (or array "
+                             f"input of at most {DENSE_MAX_DIM} columns); sparse rows are not supported yet")
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self, structure, labels):
@@ -283,7 +319,7 @@ class MEMOIR(Learner):
         if store is None:
             store = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
         self.store = st = store
-        if self.averaging and self.avg is None:
+        if self._averages and self.avg is None:
             self.avg = SparseRows(dim=max(self.dim, 1)) if kind == "sparse" else DenseRows(max(self.dim, 1))
         mode = self.mips
         if mode == "auto":
@@ -294,8 +330,9 @@ class MEMOIR(Learner):
         self._make_oracle(mode)
 
     @property
-    def averaging(self):
-        return self.average != "none" and self.variant == "l2"
+    def _averages(self):
+        """Whether the learner keeps the average (the l1 variant does not)."""
+        return self.averaging and self.variant == "l2"
 
     def _auto_hnsw(self, n_rows):
         if self.kind == "dense":
@@ -531,7 +568,7 @@ class MEMOIR(Learner):
         if self.in_batch >= self.batch_size:
             self._end_batch(eta)
         if self.avg is not None:
-            w = float(self.n_steps) if self.average == "linear" else 1.0
+            w = float(self.n_steps) if self.avg_weighting == "linear" else 1.0
             self.avg_A += w * self.acc
             self.avg_W += w
 
@@ -673,8 +710,7 @@ class MEMOIR(Learner):
         import time as _t
         t0 = _t.perf_counter()
         if not self._recent:
-            return Certificate(float("inf"), float("nan"), float("-inf"), 0, 0, 0.0, False, self.lam,
-                               note="no examples held")
+            return Certificate.empty(self.lam, exact=False)
         st = self.store
         n_rows = st.n_rows
         buf = np.zeros(max(n_rows, 1))
@@ -724,7 +760,7 @@ class MEMOIR(Learner):
              "dirty": stale.get("dirty", 0), "updates": self.n_updates, "staleness": stale,
              "mips": self.oracle.stats(), "norm": float(np.sqrt(max(st.sq, 0)) * self.acc),
              "rows": self.kind, "rows_nnz": st.nnz, "rows_nbytes": st.nbytes, "n_classes": st.n_rows,
-             "mips_active": self.mips_active, "eta": self.eta(), "average": self.average if self.avg is not None
+             "mips_active": self.mips_active, "eta": self.eta(), "average": self.avg_weighting if self.avg is not None
              else "none"}
         if self.has_cost:
             d["choice_agreement"] = self.choice_same / self.choice_checks if self.choice_checks else None

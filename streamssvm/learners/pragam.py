@@ -58,10 +58,11 @@ from .._kernels import structops as so
 from ..certificate import Certificate
 from ..oracles.risk import Window
 from ..structures.base import Weights
-from .base import Learner, check_choice, check_number
+from .base import DenseWeights, Learner, label_capacity, check_number
+from ..params import Param
 
 
-class Pragam(Learner):
+class Pragam(DenseWeights, Learner):
     """Pragam (Algorithm 1) on the Crammer-Singer dual of the held window.
 
     Parameters
@@ -72,9 +73,9 @@ class Pragam(Learner):
         Pragam-b: an unregularized bias (two classes only).
     L
         ``"adaptive"`` (backtracking), ``"exact"`` (sigma_max(X)^2 / lam) or a positive number.
-    eps
-        :meth:`refine` stops once the certified gap is <= eps.
-    capacity
+    tol
+        :meth:`refine` stops once the certified gap is <= tol (formerly ``eps``).
+    window
         FIFO window size (None: unbounded).
     seed
         Random start alpha_{-1} in Q.
@@ -94,7 +95,7 @@ class Pragam(Learner):
     >>> from streamssvm.structures.multiclass import MultiClass
     >>> from streamssvm.learners import Pragam
     >>> rng = np.random.default_rng(0)
-    >>> p = Pragam(lam=0.1, eps=1e-5); p.bind(MultiClass(), [0, 1]); p.ensure(3, [0, 1])
+    >>> p = Pragam(lam=0.1, tol=1e-5); p.bind(MultiClass(), [0, 1]); p.ensure(3, [0, 1])
     >>> for _ in range(80):
     ...     y = int(rng.integers(2))
     ...     p.learn(np.array([0, 2]), np.array([0, 1]), np.array([1.0, 2 * y - 1 + rng.normal()]), np.array([y]))
@@ -105,22 +106,32 @@ class Pragam(Learner):
 
     structures = ("multiclass",)
 
-    def __init__(self, lam: float = 1e-3, bias: bool = False, L="adaptive", eps: float = 1e-3,
-                 capacity: int | None = 100_000, seed: int | None = 0, max_backtracks: int = 60,
-                 rescaling: str = "margin", start: str = "random"):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.bias = bool(bias)
-        if isinstance(L, str):
-            check_choice("L", L, ("adaptive", "exact"))
-        else:
-            check_number("L", L, low=0.0, low_open=True)
-        self.L = L
-        self.eps = check_number("eps", eps, low=0.0)
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.seed = seed
-        self.max_backtracks = check_number("max_backtracks", max_backtracks, low=1, integer=True)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin",))   # the Crammer-Singer hinge
-        self.start = check_choice("start", start, ("random", "truth"))
+    renamed = {"capacity": "window", "eps": "tol"}
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda (two classes: the binary SVM's lambda is "
+              "lam / 2)", low=0.0, low_open=True),
+        Param("bias", False, "bool", "Pragam-b: an unregularized bias (two classes only)"),
+        Param("L", "adaptive", "float", "Lipschitz constant: adaptive (backtracking), exact "
+              "(sigma_max(X)^2 / lam) or a positive number", low=0.0, low_open=True,
+              choices=("adaptive", "exact")),
+        Param("tol", 1e-3, "float", "refine stops once the certified gap is <= tol", low=0.0),
+        Param("window", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
+        Param("seed", 0, "seed", "random start alpha_{-1} in Q"),
+        Param("max_backtracks", 60, "int", "cap on the doublings of L in one step", low=1),
+        Param("rescaling", "margin", "choice", "margin only (the Crammer-Singer dual)",
+              choices=("margin",)),
+        Param("start", "random", "choice", "alpha_{-1}: random in Q, or all mass on the truth",
+              choices=("random", "truth")),
+    )
+
+    @classmethod
+    def _unit_test_params(cls):
+        """Small, fast settings for the conformance checks (river's convention)."""
+        yield {"lam": 0.05}
+
+    def __init__(self, *, lam=1e-3, bias=False, L="adaptive", tol=1e-3, window=100_000, seed=0,
+                 max_backtracks=60, rescaling="margin", start="random", **kwargs):
+        self._set_params(locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -132,7 +143,7 @@ class Pragam(Learner):
         self.W = Weights(1, 4)
         self.b = np.zeros(4)
         self._C = structure.cost_matrix(4, labels)
-        self.window = Window(self.capacity)
+        self.held = Window(self.window)
         self._rng = np.random.default_rng(self.seed)
         self._version = None
         self._prev_seq = None
@@ -152,9 +163,7 @@ class Pragam(Learner):
 
     def ensure(self, n_features, labels):
         n_labels = len(labels)
-        Kc = self.W.Kc
-        if n_labels > Kc:
-            Kc = max(n_labels, int(Kc * 1.25) + 1)
+        Kc = label_capacity(n_labels, self.W.Kc)
         if n_features > self.W.E.shape[0] or Kc > self.W.Kc:
             self.W.grow(n_features, Kc)
             b = np.zeros(Kc)
@@ -171,29 +180,23 @@ class Pragam(Learner):
 
     @property
     def n_blocks(self):
-        return len(self.window)
+        return len(self.held)
 
     def learn(self, tok_ptr, fidx, fval, y, Ki=1):
         """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
         if len(tok_ptr) != 2:
             raise ValueError("Pragam learns one-token (multiclass) examples")
-        self.window.add(tok_ptr, fidx, fval, y, Ki)
-
-    def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
-        for e in range(len(ex_tok) - 1):
-            a, b = ex_tok[e], ex_tok[e + 1]
-            tp = np.asarray(tok_ptr[a:b + 1] - tok_ptr[a], dtype=np.int32)
-            self.learn(tp, fidx[tok_ptr[a]:tok_ptr[b]], fval[tok_ptr[a]:tok_ptr[b]], ys[y_ptr[e]:y_ptr[e + 1]], 1)
+        self.held.add(tok_ptr, fidx, fval, y, Ki)
 
     @property
     def stale(self):
-        return self._version != self.window.version
+        return self._version != self.held.version
 
     # ------------------------------------------------------------------ the problem on the window
     def _setup(self):
         """Matrices of the current window and the restarted Algorithm 1 state (module doc)."""
         d = self.W.E.shape[0]
-        X, y = self.window.csr(d)
+        X, y = self.held.csr(d)
         n, K = X.shape[0], self._K
         self._X, self._XT, self._y = X, X.T.tocsr(), y
         self._n = n
@@ -208,7 +211,7 @@ class Pragam(Learner):
         # start: the previous dual point (held rows rescaled, new rows on the truth) or random
         start = self._Y.copy()
         if self.alpha is not None and self._prev_seq is not None and self.alpha.shape[1] == K:
-            off = self.window.first_seq - self._prev_seq
+            off = self.held.first_seq - self._prev_seq
             m = self.alpha.shape[0]
             lo, hi = max(off, 0), min(m, off + n)
             if hi > lo:
@@ -230,13 +233,13 @@ class Pragam(Learner):
         self.k = 0
         self.mu = None
         self.last = None
-        self._version = self.window.version
-        self._prev_seq = self.window.first_seq
+        self._version = self.held.version
+        self._prev_seq = self.held.first_seq
         self._prev_n = n
 
     def lipschitz(self):
         """sigma_max(X)^2 / lam for the held window (the paper's L, with the 1/lam of (26))."""
-        X = self.window.csr(self.W.E.shape[0])[0]
+        X = self.held.csr(self.W.E.shape[0])[0]
         if min(X.shape) == 0:
             return 1.0 / self.lam
         if min(X.shape) <= 2 or X.nnz < 50:
@@ -406,11 +409,11 @@ class Pragam(Learner):
 
     def refine(self, passes=1.0, tol=None, progress=None):
         """Up to ``ceil(passes)`` iterations of Algorithm 1 (each O(nd): two products with X and two
-        with X'); stops once the certified gap is <= ``tol`` (default ``eps``)."""
+        with X'); stops once the certified gap is <= ``tol`` (default: the ``tol`` parameter)."""
         check_number("passes", passes, low=0.0)
-        if len(self.window) == 0 or self._K < 2:
+        if len(self.held) == 0 or self._K < 2:
             return
-        tol = self.eps if tol is None else tol
+        tol = self.tol if tol is None else tol
         n_it = int(math.ceil(passes))
         for it in range(n_it):
             gap = self.iterate()
@@ -449,13 +452,13 @@ class Pragam(Learner):
     def certificate(self):
         """J(W_k) - D(alpha_k) of the last iteration (valid by weak duality; no computation), with
         Nesterov's bound mu_k D_2 and the paper's 4 L D_2 / ((k+1)(k+2)) in ``extra``."""
-        n = len(self.window)
+        n = len(self.held)
         extra = {"k": self.k, "iterations": self.iterations, "L": self.Lcur, "L_max": self.Lmax,
                  "mu": self.mu, "backtracks": self.backtracks, "mu_raises": self.mu_raises,
                  "restarts": self.restarts, "bias": self.bias}
         if n == 0 or self._K < 2:
-            return Certificate(math.inf, math.nan, -math.inf, n, 0, 0.0, False, self.lam,
-                               note="no examples held (or fewer than two classes)", extra=extra)
+            return Certificate.empty(self.lam, n, exact=False, extra=extra,
+                                     note="no examples held (or fewer than two classes)")
         if self.stale or self.last is None:
             why = "the window changed since the last refine" if self.last is not None else "no iteration yet"
             return Certificate(math.inf, math.nan, -math.inf, n, 0, 0.0, False, self.lam,
@@ -472,7 +475,7 @@ class Pragam(Learner):
     # ------------------------------------------------------------------ state
     def state(self):
         st = {"K": self._K, "C": self._C, "E": self.W.E, "T": self.W.T, "B": self.W.B, "b": self.b,
-              "window": self.window.state(),
+              "window": self.held.state(),
               "scalars": {"k": self.k, "iterations": self.iterations, "backtracks": self.backtracks,
                           "mu_raises": self.mu_raises, "restarts": self.restarts, "Lcur": self.Lcur,
                           "Lmax": self.Lmax, "mu": self.mu, "version": self._version,
@@ -491,7 +494,7 @@ class Pragam(Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
         self.b = np.array(st["b"], dtype=np.float64)
-        self.window = Window.from_state(st["window"])
+        self.held = Window.from_state(st["window"])
         s = st["scalars"]
         for k in ("k", "iterations", "backtracks", "mu_raises", "restarts"):
             setattr(self, k, int(s[k]))
@@ -502,7 +505,7 @@ class Pragam(Learner):
         self._bias_c = float(s["bias_c"])
         self.history = [tuple(r) for r in np.asarray(st["history"]).reshape(-1, 6)]
         self.alpha = np.array(st["alpha"], dtype=np.float64) if "alpha" in st else None
-        if s["mu"] is not None and s["version"] is not None and int(s["version"]) == self.window.version:
+        if s["mu"] is not None and s["version"] is not None and int(s["version"]) == self.held.version:
             # rebuild the window matrices, then put Algorithm 1's state back exactly
             alpha, Lcur, Lmax, k, restarts = self.alpha, self.Lcur, self.Lmax, self.k, self.restarts
             self._setup()
