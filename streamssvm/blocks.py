@@ -847,7 +847,7 @@ def _nidx(m):
 
 
 def _fail(msg):
-    from .checkpoint import CheckpointError
+    from .errors import CheckpointError
     raise CheckpointError(f"invalid block store in the file: {msg}")
 
 
@@ -883,7 +883,7 @@ def validate_store_state(st, structure, n_rows=None):
     >>> validate_store_state(s, MultiClass(), n_rows=1)
     Traceback (most recent call last):
     ...
-    streamssvm.checkpoint.CheckpointError: invalid block store in the file: slot 0: feature indices out of range [0, 1): min 7, max 7
+    streamssvm.errors.CheckpointError: invalid block store in the file: slot 0: feature indices out of range [0, 1): min 7, max 7
     """
     try:
         Kc, ns, n = int(st["Kc"]), int(st["n_slots"]), int(st["n"])

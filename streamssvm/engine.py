@@ -38,8 +38,10 @@ import time
 
 import numpy as np
 
-from .checkpoint import CheckpointManager, parse_run_state, run_state
+from .checkpoint import CheckpointManager
+from .run_state import parse_run_state, run_state
 from .metrics import ProgressiveMetrics
+from .params import Param
 
 TASKS = ("multiclass", "multilabel", "sequence", "extreme")
 _END = object()
@@ -209,6 +211,31 @@ class Engine:
         Multiclass only: predict then learn chunks of this many records (``predict_learn_many``)
         in the same loop as the unbatched path (None: record by record).
     """
+
+    #: the keyword-only configuration of ``__init__`` (:mod:`streamssvm.params`): the docs and the
+    #: command line read it; ``__init__`` keeps its own checks (and their messages)
+    params = (
+        Param("task", None, "choice", "what the model learns", choices=TASKS),
+        Param("snapshot_every", None, "int", "examples between two exact certificates", low=1, none=True),
+        Param("checkpoint_dir", None, "object", "where checkpoints go (none: in memory only)"),
+        Param("checkpoint_every", None, "int", "examples between two checkpoints (none: 10 snapshots' "
+              "worth, or 10,000)", low=1, none=True),
+        Param("keep", 3, "int", "checkpoints kept", low=1),
+        Param("metrics_path", None, "object", "JSONL file receiving one line per snapshot"),
+        Param("sink", None, "object", "sink of the predictions", cli=False),
+        Param("dead_letter", None, "object", "dead-letter sink (default: the source's own)", cli=False),
+        Param("max_examples", None, "int", "stop after this many examples in total", low=1, none=True),
+        Param("idle_timeout", None, "float", "stop after this many seconds without a record", low=0.0,
+              none=True),
+        Param("progress", True, "bool", "show a progress line on stderr"),
+        Param("refine_at_end", 0.0, "float", "passes over the held examples after the stream", low=0.0),
+        Param("on_snapshot", None, "object", "callable(record) after each snapshot", cli=False),
+        Param("rate", None, "float", "records per second (none: as fast as possible)", low=0.0, low_open=True,
+              none=True),
+        Param("batch_size", None, "int", "multiclass: predict then learn chunks of this many records", low=1,
+              none=True),
+        Param("test", None, "object", "held-out (x, y) pairs scored at each snapshot", cli=False),
+    )
 
     # interactive runs (the CLI sets these after construction; see the section below)
     settings = None           # the run's settings, stored in checkpoints (``restored_settings`` on resume)

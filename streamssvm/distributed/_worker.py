@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import load_state, parse_run_state, run_state, save_state
+from ..checkpoint import load_state, save_state
+from ..run_state import parse_run_state, run_state
 from ..metrics import ProgressiveMetrics
 from ._cut import PART_KIND, file_sha256
 from ._mix import make_mixing

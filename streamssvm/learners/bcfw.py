@@ -27,7 +27,7 @@ from .._kernels import bcfw as K
 from .._kernels import bundles as KB
 from .._kernels import structops as so
 from ..blocks import BlockStore, validate_weights
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from ..structures.base import Weights
 from ..workspace import Workspace
 from .base import Learner, check_choice, check_number

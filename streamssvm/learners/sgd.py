@@ -49,7 +49,7 @@ from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
 from ..blocks import validate_example, validate_weights
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from ..structures.base import Weights
 from .base import Learner, check_choice, check_number, check_search_rescaling
 
