@@ -28,6 +28,8 @@ from urllib.parse import parse_qsl, unquote, urlparse
 
 import numpy as np
 
+from streamssvm.features import check_value
+
 from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
 
 _BOM = b"\xef\xbb\xbf"
@@ -219,20 +221,12 @@ def _short(v):
 
 
 def _finite(v, what):
-    """A feature value as a float: a number (bools are 0/1), finite, ``|v| <= MAX_ABS_VALUE``."""
-    if isinstance(v, bool):
-        return float(v)
-    if type(v) is int:
-        if not -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:  # exact: no float conversion of a huge int
-            raise BadRecord(f"{what}: |value| {_short(v)} exceeds {MAX_ABS_VALUE:g}")
-        return float(v)
-    if not isinstance(v, float):
-        raise BadRecord(f"{what}: non-numeric value {_short(v)}")
-    if not math.isfinite(v):
-        raise BadRecord(f"{what}: non-finite value {v!r}")
-    if abs(v) > MAX_ABS_VALUE:
-        raise BadRecord(f"{what}: |value| {v!r} exceeds {MAX_ABS_VALUE:g}")
-    return v
+    """A feature value as a float (:func:`streamssvm.features.check_value`: a number, bools are
+    0/1, finite, ``|v| <= MAX_ABS_VALUE``); a bad one is a :class:`BadRecord`."""
+    try:
+        return check_value(v, what)
+    except (TypeError, ValueError) as e:
+        raise BadRecord(str(e)) from None
 
 
 def _float_text(text, what):
@@ -293,7 +287,7 @@ def parse_example(obj, x_field="x", y_field="y"):
     ...     parse_example({"x": {"a": 10**400}, "y": 1})
     ... except BadRecord as e:
     ...     print(e)
-    x['a']: |value| an integer of 1329 bits exceeds 1e+12
+    x['a']: |value| an integer of 1329 bits exceeds MAX_ABS_VALUE = 1e+12
     """
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")

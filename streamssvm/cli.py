@@ -455,7 +455,7 @@ def cmd_run(args):
         dead.close()
     if args.save:
         eng.model.save(args.save)
-    src_bad = getattr(source, "n_bad", 0)
+    src_bad = source.n_bad
     summary["bad_records_at_source"] = src_bad
     bad_run = eng.bad_records - bad0 + src_bad
     total_run = summary["new_examples"] + bad_run
@@ -531,8 +531,8 @@ def cmd_predict(args):
     stdout, one JSON line each); with labels in the records, the accuracy goes to stderr."""
     import streamssvm as ss
 
-    from .engine import _jsonable, to_model_input
     from .metrics import ProgressiveMetrics
+    from .step import jsonable, send_dead_letter, step
     model = ss.load(args.model)
     task = _TASK_OF.get(type(model).__name__, "multiclass")
     args.task = task
@@ -548,15 +548,14 @@ def cmd_predict(args):
                     break
                 if rec is None:
                     continue
-                try:
-                    x, y = to_model_input(task, rec.x, rec.y if rec.y is not None else ([] if task == "sequence" else 0))
-                    p = model.predict_one(x)
-                except (ValueError, TypeError, KeyError) as e:
+                got_one = step(model, rec, task=task, learn=False)
+                if got_one.bad:
                     nbad += 1
-                    dead.send(repr(rec.x)[:4096], f"{type(e).__name__}: {e}", getattr(rec, "origin", ""))
+                    send_dead_letter(dead, rec, got_one.reason)
                     continue
                 n += 1
-                out = {"key": rec.key, "prediction": _jsonable(p)}
+                p, y = got_one.prediction, got_one.y
+                out = {"key": rec.key, "prediction": jsonable(p)}
                 if sink is not None:
                     sink.write(out)
                 else:
@@ -568,7 +567,7 @@ def cmd_predict(args):
             if sink is not None:
                 sink.close()
             dead.close()
-    nbad += getattr(source, "n_bad", 0)
+    nbad += source.n_bad
     m = metrics.get()
     msg = f"predicted {n:,} records with {args.model} ({type(model).__name__})"
     if metrics.n:
