@@ -163,24 +163,24 @@ class Engine:
     #: command line read it; ``__init__`` keeps its own checks (and their messages)
     params = (
         Param("task", None, "choice", "what the model learns", choices=TASKS),
-        Param("snapshot_every", None, "int", "examples between two exact certificates", low=1, none=True),
+        Param("snapshot_every", None, "int", "examples between full-gap snapshots (none: one at the end)", low=1,
+              none=True),
         Param("checkpoint_dir", None, "object", "where checkpoints go (none: in memory only)"),
-        Param("checkpoint_every", None, "int", "examples between two checkpoints (none: 10 snapshots' "
-              "worth, or 10,000)", low=1, none=True),
-        Param("keep", 3, "int", "checkpoints kept", low=1),
+        Param("checkpoint_every", None, "int", "examples between checkpoints (none: 10 snapshots' worth, or "
+              "10000)", low=1, none=True),
+        Param("keep", 3, "int", "checkpoints to keep", low=1),
         Param("metrics_path", None, "object", "JSONL file receiving one line per snapshot"),
         Param("sink", None, "object", "sink of the predictions", cli=False),
         Param("dead_letter", None, "object", "dead-letter sink (default: the source's own)", cli=False),
         Param("max_examples", None, "int", "stop after this many examples in total", low=1, none=True),
-        Param("idle_timeout", None, "float", "stop after this many seconds without a record", low=0.0,
-              none=True),
+        Param("idle_timeout", None, "float", "seconds without records before stopping", low=0.0, none=True),
         Param("progress", True, "bool", "show a progress line on stderr"),
-        Param("refine_at_end", 0.0, "float", "passes over the held examples after the stream", low=0.0),
+        Param("refine_at_end", 0.0, "float", "refinement passes at the end of the source", low=0.0),
         Param("on_snapshot", None, "object", "callable(record) after each snapshot", cli=False),
-        Param("rate", None, "float", "records per second (none: as fast as possible)", low=0.0, low_open=True,
-              none=True),
-        Param("batch_size", None, "int", "multiclass: predict then learn chunks of this many records", low=1,
-              none=True),
+        Param("rate", None, "float", "replay pace in examples/s (none: as fast as possible)", low=0.0,
+              low_open=True, none=True),
+        Param("batch_size", None, "int", "multiclass: predict_many + learn_many per batch (Kafka: per poll, at "
+              "most this many)", low=1, none=True),
         Param("test", None, "object", "held-out (x, y) pairs scored at each snapshot", cli=False),
     )
 

@@ -12,6 +12,40 @@ import sys
 import threading
 
 
+def param_option(group, cls, name, flag=None, help=None):
+    """An option for the parameter ``name`` of ``cls``'s ``params`` spec (:mod:`streamssvm.params`):
+    ``--name`` (or ``flag``, whose name is then the attribute), read with :meth:`Param.parse`,
+    defaulting to the spec's default, its help the spec's text (or ``help``) followed by
+    :meth:`Param.describe`; so the command line's defaults are the library's.
+
+    >>> import argparse
+    >>> from streamssvm.engine import Engine
+    >>> p = argparse.ArgumentParser()
+    >>> _ = param_option(p, Engine, "keep")
+    >>> p.parse_args(["--keep", "5"]).keep, p.parse_args([]).keep
+    (5, 3)
+    """
+    from ..params import spec
+    row = spec(cls, name)
+
+    def parse(text):
+        try:
+            return row.parse(text)
+        except (TypeError, ValueError) as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = row.type
+    text = f"{help or row.help}; {row.describe()}"
+    flag = flag or "--" + name.replace("_", "-")
+    dest = flag.lstrip("-").replace("-", "_")
+    if row.type == "bool":
+        return group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=row.default,
+                                  help=text)
+    metavar = "{" + ",".join(map(str, row.choices)) + "}" if row.type == "choice" else dest.upper()
+    kw = {"choices": list(row.choices)} if row.type == "choice" else {}
+    return group.add_argument(flag, dest=dest, type=parse, default=row.default, help=text, metavar=metavar, **kw)
+
+
 def add_learner_args(p):
     g = p.add_argument_group("learner")
     g.add_argument("--learner", default=None, choices=["bcfw", "sgd", "cp", "memoir", "bmrm", "pragam", "gdmm"],

@@ -8,7 +8,7 @@ from .broker import cmd_broker, cmd_produce
 from .datasets import cmd_datasets
 from .demo import cmd_demo
 from .export import cmd_export
-from .options import HelpFormatter, Refused, add_learner_args
+from .options import HelpFormatter, Refused, add_learner_args, param_option
 from .predict import cmd_predict
 from .report import cmd_report
 from .run import cmd_run
@@ -25,6 +25,7 @@ def _run_source_help():
 
 def build_parser():
     from .. import __version__
+    from ..engine import Engine   # here: importing the CLI stays light (the compile notice comes first)
     fmt = {"formatter_class": HelpFormatter}
     p = argparse.ArgumentParser(prog="streamssvm", description="Streaming structural SVMs with duality-gap "
                                 "certificates.", **fmt)
@@ -57,14 +58,12 @@ def build_parser():
                    "a new one; the learner options are then the model's")
     add_learner_args(r)
     r.add_argument("--checkpoint-dir", default=None, help="checkpoint here and resume from here (default: none)")
-    r.add_argument("--checkpoint-every", type=int, default=None,
-                   help="examples between checkpoints (default None: 10 snapshots' worth, or 10000)")
-    r.add_argument("--keep", type=int, default=3, help="checkpoints to keep")
+    param_option(r, Engine, "checkpoint_every")
+    param_option(r, Engine, "keep")
     r.add_argument("--reset", action="store_true", help="delete the checkpoints in --checkpoint-dir and start over")
     r.add_argument("--override", action="store_true", help="resume a checkpoint made with other settings anyway "
                    "(its model keeps its own settings)")
-    r.add_argument("--snapshot-every", type=int, default=None,
-                   help="examples between full-gap snapshots (default None: one at the end)")
+    param_option(r, Engine, "snapshot_every")
     r.add_argument("--metrics", default=None, help="JSONL file receiving one line per snapshot")
     r.add_argument("--sink", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC for predictions")
     r.add_argument("--dead-letter", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC for bad records "
@@ -72,15 +71,13 @@ def build_parser():
     r.add_argument("--max-bad-fraction", type=float, default=0.5,
                    help="fail (exit 1) when more than this fraction of the records are bad (checked from the "
                         "100th record on and at the end)")
-    r.add_argument("--max-examples", type=int, default=None, help="stop after this many examples in total")
+    param_option(r, Engine, "max_examples")
     r.add_argument("--test", default=None, help="file://... held-out examples scored at each snapshot (key 'test'; "
                    "default None)")
-    r.add_argument("--idle-timeout", type=float, default=None, help="seconds without records before stopping")
-    r.add_argument("--rate", type=float, default=None, help="replay pace in examples/s (default None: as fast as "
-                   "possible)")
-    r.add_argument("--batch-size", type=int, default=None,
-                   help="multiclass: predict_many + learn_many per batch (Kafka: per poll, at most this many)")
-    r.add_argument("--refine-passes", type=float, default=0.0, help="refinement passes at the end of the source")
+    param_option(r, Engine, "idle_timeout")
+    param_option(r, Engine, "rate")
+    param_option(r, Engine, "batch_size")
+    param_option(r, Engine, "refine_at_end", flag="--refine-passes")
     r.add_argument("--save", default=None, help="save the final model to this file (for predict / run --model)")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.add_argument("--no-progress", action="store_true", help="no progress line")
