@@ -182,8 +182,9 @@ def test_a_params_spec_declares_every_keyword_only_parameter():
         for cls in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not (isinstance(cls, ast.ClassDef) and _declares_params(cls)):
                 continue
-            spec = next(s.value for s in cls.body if isinstance(s, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "params" for t in s.targets))
+            spec = next((s.value for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == "params"
+                for t in (s.targets if isinstance(s, ast.Assign) else [s.target]))), None)
             if not isinstance(spec, ast.Tuple):   # rows built elsewhere (shared rows): not read here
                 continue
             rows = {c.args[0].value for c in spec.elts if isinstance(c, ast.Call) and c.args
