@@ -191,6 +191,7 @@ class Engine:
     max_bad_fraction = None   # stop when more than this fraction of the records are bad ...
     bad_min_records = 100     # ... once this many records were read in this run
     refine_progress = None    # callable(fraction, learner) during refine_at_end
+    _wid = None               # worker_id() without a checkpoint directory
 
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
@@ -332,8 +333,7 @@ class Engine:
     def _weights_finite(self, full):
         """Whether the model's weights are finite: all of them (``full``), else the rows of the
         last learned record and the label-pair / bias weights (the rows a step on it changes)."""
-        check = getattr(self.model, "weights_finite", None)
-        return True if check is None else check(full=full)
+        return self.model.weights_finite(full=full)
 
     def _undo(self, rec, reason, span=0):
         """Undo the step that made the weights non-finite: restore the last checkpoint (on
@@ -368,7 +368,7 @@ class Engine:
     def worker_id(self):
         """A stable identity for this worker's checkpoint directory (stored in it)."""
         if self.ckpt is None:
-            if not hasattr(self, "_wid"):
+            if self._wid is None:
                 import uuid
                 self._wid = uuid.uuid4().hex
             return self._wid
@@ -402,7 +402,7 @@ class Engine:
         if self.test:  # held-out metrics of the current model (nothing learned from them)
             held = ProgressiveMetrics(self.task)
             xs = [x for x, _ in self.test]
-            preds = self.model.predict_many(xs) if hasattr(self.model, "predict_many") and self.task == "sequence" \
+            preds = self.model.predict_many(xs) if self.task == "sequence" \
                 else [self.model.predict_one(x) for x in xs]
             for (_, y), p in zip(self.test, preds):
                 held.update(y, p)

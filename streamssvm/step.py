@@ -101,7 +101,7 @@ def dead_letter_payload(record):
 
 def send_dead_letter(dead_letter, record, reason):
     """Send a bad record to a ``DeadLetterSink`` with its reason and origin."""
-    dead_letter.send(dead_letter_payload(record), reason, getattr(record, "origin", ""))
+    dead_letter.send(dead_letter_payload(record), reason, record.origin if record is not None else "")
 
 
 def model_input(task, x, y):
