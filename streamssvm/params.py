@@ -53,8 +53,9 @@ class Param:
     ``type`` is one of :data:`TYPES`: ``"int"`` / ``"float"`` (bounded by ``low`` / ``high``,
     ``low_open`` for a strict lower bound; floats must be finite), ``"bool"``, ``"choice"``
     (one of ``choices``), ``"str"``, ``"seed"`` (None or an int >= 0), ``"object"`` (not checked
-    here: the class checks it). ``none=True`` also accepts None. ``cli=False`` keeps a parameter
-    out of the command line (objects, arrays, callables).
+    here: the class checks it). ``none=True`` also accepts None. For an ``"int"`` / ``"float"``,
+    ``choices`` lists literal values accepted besides the numbers (``t0="auto"``). ``cli=False``
+    keeps a parameter out of the command line (objects, arrays, callables).
     """
 
     name: str
@@ -81,11 +82,15 @@ class Param:
         if value is None and (self.none or self.type in ("seed", "object")):
             return value
         t = self.type
+        if t in ("int", "float") and isinstance(value, str) and value in self.choices:
+            return value
         if t in ("int", "float", "seed"):
             integer = t != "float"
             ok = isinstance(value, numbers.Integral if integer else numbers.Real) and not isinstance(value, bool)
             if not ok:
                 kind = "an integer" if integer else "a number"
+                if self.choices and t != "seed":
+                    kind += f" or one of {tuple(self.choices)}"
                 raise TypeError(f"{self.name} must be {kind}{' or None' if self.none else ''}, got {value!r}")
             if not integer and not math.isfinite(value):
                 raise ValueError(f"{self.name} must be a finite number, got {value!r}")
@@ -112,6 +117,8 @@ class Param:
         if s.lower() in ("none", "null") and (self.none or self.type == "seed"):
             return None
         t = self.type
+        if t in ("int", "float") and s in self.choices:
+            return s
         try:
             if t in ("int", "seed"):
                 value = int(s)
@@ -143,6 +150,8 @@ class Param:
                 out += f" {'>' if self.low_open else '>='} {self.low}"
             if self.high is not None:
                 out += f"{',' if self.low is not None else ''} <= {self.high}"
+            if self.choices:
+                out += ", or " + ", ".join(map(str, self.choices))
         elif t == "choice":
             out = "one of " + ", ".join(map(str, self.choices))
         elif t == "seed":

@@ -214,7 +214,7 @@ def test_lazy_average_equals_explicit_average(averaging, avg_start):
     # the kernel path (scale * (U - V / beta)) predicts what the materialized average predicts
     X = [x for x, _ in data[:30]]
     fast = m.predict_many(X)
-    lr.W, lr.a, lr.averaging = A, scale, "none"   # the materialized average as the iterate
+    lr.W, lr.a, lr._avg_kind = A, scale, "none"   # the materialized average as the iterate
     assert m.predict_many(X) == fast
 
 

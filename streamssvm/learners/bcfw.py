@@ -30,7 +30,8 @@ from ..blocks import BlockStore, validate_weights
 from ..errors import CheckpointError
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import Learner, check_choice, check_number
+from .base import Learner, check_number
+from ..params import Param, set_params
 
 _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
@@ -114,32 +115,39 @@ class BCFW(Learner):
     AUTO_LAM = 1e-3
     AUTO_LAM_N = 6.0
 
-    def __init__(self, lam: float | None = None, replay: int = 1, sampling: str = "gap", step: str = "fw",
-                 cache: bool = False, cache_size: int = 50, cache_F: float = 0.25,
-                 cache_nu: float = 0.01, capacity: int | None = 100_000, max_bytes: int | None = None,
-                 eviction: str = "fifo", gap_every: float | None = 10.0, averaging: bool = True,
-                 rescaling: str = "margin", chain_stats: str = "sparse", seed: int | None = None):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True, allow_none=True)
-        self.replay = check_number("replay", replay, low=0, integer=True)
-        self.sampling = check_choice("sampling", sampling, _SAMPLING)
-        self.step = check_choice("step", step, _STEP)
-        if not isinstance(cache, bool):
-            raise TypeError(f"cache must be True or False, got {cache!r}")
-        self.cache = cache
-        self.cache_size = check_number("cache_size", cache_size, low=2, integer=True)
-        self.cache_F = check_number("cache_F", cache_F, low=0.0)
-        self.cache_nu = check_number("cache_nu", cache_nu, low=0.0)
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.max_bytes = check_number("max_bytes", max_bytes, low=1024, integer=True, allow_none=True)
-        self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
-        self.gap_every = check_number("gap_every", gap_every, low=0.0, low_open=True, allow_none=True)
-        self.averaging = bool(averaging)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
+    params = (
+        Param("lam", None, "float", "regularization lambda; None: follows the examples held, "
+              "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, none=True),
+        Param("replay", 1, "int", "block steps on held examples after each new example", low=0),
+        Param("sampling", "gap", "choice", "block sampling: by stale block gaps or uniform",
+              choices=tuple(_SAMPLING)),
+        Param("step", "fw", "choice", "Frank-Wolfe, pairwise or away steps", choices=tuple(_STEP)),
+        Param("cache", False, "bool", "per-block oracle cache (Osokin et al. 2016, Algorithm 5)"),
+        Param("cache_size", 50, "int", "labelings kept per block (cache / active set)", low=2),
+        Param("cache_F", 0.25, "float", "cache hit-rule constant F", low=0.0),
+        Param("cache_nu", 0.01, "float", "cache hit-rule constant nu", low=0.0),
+        Param("capacity", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
+        Param("max_bytes", None, "int", "memory bound of the held blocks (None: unbounded)",
+              low=1024, none=True),
+        Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
+              choices=("fifo", "reservoir")),
+        Param("gap_every", 10.0, "float", "effective passes between full exact gap passes (None: never)",
+              low=0.0, low_open=True, none=True),
+        Param("averaging", True, "bool", "predict with the weighted average of the iterates"),
+        Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
+              choices=("margin", "slack")),
+        Param("chain_stats", "sparse", "choice", "chain blocks' transition statistic: sparse list or "
+              "dense table", choices=("sparse", "dense")),
+        Param("seed", None, "seed", "random seed"),
+    )
+
+    def __init__(self, *, lam=None, replay=1, sampling="gap", step="fw", cache=False, cache_size=50,
+                 cache_F=0.25, cache_nu=0.01, capacity=100_000, max_bytes=None, eviction="fifo",
+                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=None):
+        set_params(self, locals())
         if rescaling == "slack" and (step != "fw" or cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
                              "(pairwise/away steps and the cache need slack corners in the pools)")
-        self.chain_stats = check_choice("chain_stats", chain_stats, ("sparse", "dense"))
-        self.seed = seed
         self._bound = False
 
     # ------------------------------------------------------------------ binding / growth

@@ -55,7 +55,8 @@ from .._kernels import structops as so
 from ..certificate import Certificate
 from ..oracles.risk import RiskOracle, Window, weights_dot, weights_like
 from ..structures.base import Weights
-from .base import Learner, check_choice, check_number
+from .base import Learner, check_number
+from ..params import Param, set_params
 
 
 class _Cut:
@@ -104,17 +105,21 @@ class BMRM(Learner):
 
     structures = ("multiclass", "multilabel", "hierarchy", "chain")
 
-    def __init__(self, lam: float = 1e-3, variant: str = "qp", eps: float = 1e-3, max_cuts: int = 200,
-                 rescaling: str = "margin", capacity: int | None = 100_000, qp_tol: float = 1e-12,
-                 qp_steps: int = 100_000):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.variant = check_choice("variant", variant, ("qp", "ls"))
-        self.eps = check_number("eps", eps, low=0.0)
-        self.max_cuts = check_number("max_cuts", max_cuts, low=2, integer=True)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.qp_tol = check_number("qp_tol", qp_tol, low=0.0)
-        self.qp_steps = check_number("qp_steps", qp_steps, low=1, integer=True)
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("variant", "qp", "choice", "exact bundle QP or line search", choices=("qp", "ls")),
+        Param("eps", 1e-3, "float", "refine stops once eps_t <= eps (absolute, in units of J)", low=0.0),
+        Param("max_cuts", 200, "int", "bundle size bound (aggregation beyond it)", low=2),
+        Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
+              choices=("margin", "slack")),
+        Param("capacity", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
+        Param("qp_tol", 1e-12, "float", "inner QP tolerance (Wolfe gap)", low=0.0),
+        Param("qp_steps", 100_000, "int", "inner QP step cap", low=1),
+    )
+
+    def __init__(self, *, lam=1e-3, variant="qp", eps=1e-3, max_cuts=200, rescaling="margin",
+                 capacity=100_000, qp_tol=1e-12, qp_steps=100_000):
+        set_params(self, locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding

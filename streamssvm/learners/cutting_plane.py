@@ -45,7 +45,8 @@ from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights
 from ..workspace import Workspace
-from .base import Learner, check_choice, check_number, check_search_rescaling
+from .base import Learner, check_number, check_search_rescaling
+from ..params import Param, set_params
 
 _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
 
@@ -115,23 +116,31 @@ class CuttingPlane(Learner):
     ('x', 'y')
     """
 
-    def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact", eps: float = 1e-3,
-                 max_iter: int = 100, max_queries: int = 100, tol: float = 0.999, qp_tol: float | None = None,
-                 qp_sweeps: int = 20, seed: int | None = None, capacity: int | None = 100_000,
-                 eviction: str = "fifo", replay: int = 1):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        self.search = check_choice("search", search, _SEARCH)
-        self.eps = check_number("eps", eps, low=0.0)
-        self.max_iter = check_number("max_iter", max_iter, low=1, integer=True)
-        self.max_queries = check_number("max_queries", max_queries, low=1, integer=True)
-        self.tol = check_number("tol", tol, low=0.0, high=1.0)
-        self.qp_tol = check_number("qp_tol", qp_tol, low=0.0, allow_none=True)
-        self.qp_sweeps = check_number("qp_sweeps", qp_sweeps, low=0, integer=True)
-        self.seed = seed
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.eviction = check_choice("eviction", eviction, ("fifo", "reservoir"))
-        self.replay = check_number("replay", replay, low=0, integer=True)
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
+              choices=("margin", "slack")),
+        Param("search", "exact", "choice", "separation oracle: exact, or a search over lambda-oracles "
+              "(slack rescaling)", choices=_SEARCH),
+        Param("eps", 1e-3, "float", "a label enters the working set when it violates by more than eps",
+              low=0.0),
+        Param("max_iter", 100, "int", "most rounds one refine call runs", low=1),
+        Param("max_queries", 100, "int", "budgeted search: most oracle queries", low=1),
+        Param("tol", 0.999, "float", "budgeted search: stopping ratio", low=0.0, high=1.0),
+        Param("qp_tol", None, "float", "tolerance on each block's restricted Wolfe gap (None: eps / 10)",
+              low=0.0, none=True),
+        Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0),
+        Param("seed", None, "seed", "order of the examples in a round (None: in order), reservoir"),
+        Param("capacity", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
+        Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
+              choices=("fifo", "reservoir")),
+        Param("replay", 1, "int", "held examples visited again after each new one", low=0),
+    )
+
+    def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", eps=1e-3, max_iter=100,
+                 max_queries=100, tol=0.999, qp_tol=None, qp_sweeps=20, seed=None, capacity=100_000,
+                 eviction="fifo", replay=1):
+        set_params(self, locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding

@@ -35,7 +35,8 @@ from .._kernels import gdmm as G
 from .._kernels import structops as so
 from .._kernels.chain import chain_viterbi
 from ..oracles.factorwise import BigramTable, UnigramMIPS, new_scratch
-from .base import Learner, check_choice, check_number
+from .base import Learner, check_number
+from ..params import Param, set_params
 
 _FMO = ("heap", "brute", "mips")
 #: block solvers by name -> kernel code (``"bcfw"`` / ``"afw"``: chains only)
@@ -189,33 +190,35 @@ class GDMM(Learner):
 
     structures = ("chain", "multilabel")
 
-    def __init__(self, lam: float = 1e-3, rho: float = 1.0, eta: float = 1.0, fmo: str = "heap",
-                 nu: int = 1, solver: str = "active_qp", qp_iters: int = 5, inner: int = 1, rounds: int = 1,
-                 replay: int = 1, averaging: bool = True,
-                 capacity: int | None = None, active_cap: int = 8, mips_k: int = 10,
-                 sketch_dim: int | None = 64, grow: int = 16, add_tol: float = 1e-9, seed: int | None = None,
-                 rescaling: str = "margin"):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.rho = check_number("rho", rho, low=0.0, low_open=True)
-        self.eta = check_number("eta", eta, low=0.0, high=1.0, low_open=True)
-        self.fmo = check_choice("fmo", fmo, _FMO)
-        self.nu = check_number("nu", nu, low=1, integer=True)
-        self.solver = check_choice("solver", solver, _SOLVERS)
-        self.qp_iters = check_number("qp_iters", qp_iters, low=1, integer=True)
-        self.inner = check_number("inner", inner, low=1, integer=True)
-        self.rounds = check_number("rounds", rounds, low=1, integer=True)
-        if not isinstance(averaging, (bool, np.bool_)):
-            raise TypeError(f"averaging must be True or False, got {averaging!r}")
-        self.averaging = bool(averaging)
-        self.replay = check_number("replay", replay, low=0, integer=True)
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.active_cap = check_number("active_cap", active_cap, low=2, integer=True)
-        self.mips_k = check_number("mips_k", mips_k, low=1, integer=True)
-        self.sketch_dim = check_number("sketch_dim", sketch_dim, low=1, integer=True, allow_none=True)
-        self.grow = check_number("grow", grow, low=1, integer=True)
-        self.add_tol = check_number("add_tol", add_tol, low=0.0)
-        self.seed = seed
-        self.rescaling = check_choice("rescaling", rescaling, ("margin",))
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("rho", 1.0, "float", "augmented-Lagrangian penalty (multi-label: relative to 1 / (lam n))",
+              low=0.0, low_open=True),
+        Param("eta", 1.0, "float", "multiplier step size", low=0.0, high=1.0, low_open=True),
+        Param("fmo", "heap", "choice", "factorwise oracles: heap, brute or mips", choices=_FMO),
+        Param("nu", 1, "int", "partitions of the sampled unigram oracle (1: exact)", low=1),
+        Param("solver", "active_qp", "choice", "block solver", choices=_SOLVERS),
+        Param("qp_iters", 5, "int", "inner steps per bigram block visit (active_qp) or after drop "
+              "steps (afw)", low=1),
+        Param("inner", 1, "int", "sweeps over an example's factors per multiplier step", low=1),
+        Param("rounds", 1, "int", "chains: method-of-multipliers iterations per example visit", low=1),
+        Param("replay", 1, "int", "held examples revisited after each new example", low=0),
+        Param("averaging", True, "bool", "chains: predict with the weighted average of the iterates"),
+        Param("capacity", None, "int", "held examples, a FIFO window (None: unbounded)", low=1, none=True),
+        Param("active_cap", 8, "int", "initial capacity of each factor's active set", low=2),
+        Param("mips_k", 10, "int", "fmo='mips': neighbours per query", low=1),
+        Param("sketch_dim", 64, "int", "fmo='mips': sketch dimension (None: none)", low=1, none=True),
+        Param("grow", 16, "int", "pairwise multi-label: most factors activated per example visit", low=1),
+        Param("add_tol", 1e-9, "float", "pairwise multi-label: gap a factor needs to be activated",
+              low=0.0),
+        Param("seed", None, "seed", "random seed (sampling order, slices, index)"),
+        Param("rescaling", "margin", "choice", "margin rescaling only", choices=("margin",)),
+    )
+
+    def __init__(self, *, lam=1e-3, rho=1.0, eta=1.0, fmo="heap", nu=1, solver="active_qp", qp_iters=5,
+                 inner=1, rounds=1, replay=1, averaging=True, capacity=None, active_cap=8, mips_k=10,
+                 sketch_dim=64, grow=16, add_tol=1e-9, seed=None, rescaling="margin"):
+        set_params(self, locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding / storage

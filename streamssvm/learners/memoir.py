@@ -98,7 +98,8 @@ from ..certificate import Certificate
 from ..errors import CheckpointError
 from ..oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
-from .base import Learner, check_choice, check_number
+from .base import Learner
+from ..params import Param, set_params
 
 _MIPS = ("auto", "exact", "hnsw", "lsh")
 RENORM_BELOW = 1e-20
@@ -192,33 +193,45 @@ class MEMOIR(Learner):
 
     structures = ("multiclass",)
 
-    def __init__(self, lam: float = 1e-6, variant: str = "l2", mips: str = "auto", batch_size: int = 1,
-                 eta0: float = 3.0, eta_step: float = 0.0, k: int = 10, max_dirty: int = 256,
-                 sketch_dim: int | None = None, check_every: int = 100, seed: int | None = 0,
-                 rows: str = "auto", rescaling: str = "margin", ef: int = 200, M: int = 16,
-                 ef_construction: int = 100, window: int = 1000, predict_with: str = "exact",
-                 average: str = "linear", drift_tol: float = DRIFT_TOL, reinsert: str = "fresh"):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.variant = check_choice("variant", variant, ("l2", "l1"))
-        self.mips = check_choice("mips", mips, _MIPS)
-        self.batch_size = check_number("batch_size", batch_size, low=1, integer=True)
-        self.eta0 = check_number("eta0", eta0, low=0.0, low_open=True)
-        self.eta_step = check_number("eta_step", eta_step, low=0.0)
-        self.k = check_number("k", k, low=1, integer=True)
-        self.max_dirty = check_number("max_dirty", max_dirty, low=1, integer=True)
-        self.sketch_dim = check_number("sketch_dim", sketch_dim, low=1, integer=True, allow_none=True)
-        self.check_every = check_number("check_every", check_every, low=0, integer=True)
-        self.seed = check_number("seed", seed, low=0, integer=True, allow_none=True)
-        self.rows = check_choice("rows", rows, ("auto", "dense", "sparse"))
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        self.ef = check_number("ef", ef, low=1, integer=True)
-        self.M = check_number("M", M, low=2, integer=True)
-        self.ef_construction = check_number("ef_construction", ef_construction, low=1, integer=True)
-        self.window = check_number("window", window, low=0, integer=True)
-        self.predict_with = check_choice("predict_with", predict_with, ("exact", "index"))
-        self.average = check_choice("average", average, ("linear", "uniform", "none"))
-        self.drift_tol = check_number("drift_tol", drift_tol, low=0.0)
-        self.reinsert = check_choice("reinsert", reinsert, ("replace", "fresh"))
+    params = (
+        Param("lam", 1e-6, "float", "regularization lambda (Yen et al. use 1 for l2, 1e-6 for l1)",
+              low=0.0, low_open=True),
+        Param("variant", "l2", "choice", "l2 (Pegasos + projection) or l1 (truncated SGD)",
+              choices=("l2", "l1")),
+        Param("mips", "auto", "choice", "maximum-inner-product search: auto, exact, hnsw or lsh",
+              choices=_MIPS),
+        Param("batch_size", 1, "int", "examples sharing one step size, shrinkage and projection", low=1),
+        Param("eta0", 3.0, "float", "step size scale: eta = eta0 / (R^2 (1 + eta_step n))",
+              low=0.0, low_open=True),
+        Param("eta_step", 0.0, "float", "per-example decay of the step size", low=0.0),
+        Param("k", 10, "int", "MIPS: candidates per query", low=1),
+        Param("max_dirty", 256, "int", "MIPS: changed rows buffered before the index is updated", low=1),
+        Param("sketch_dim", None, "int", "MIPS: sketch dimension (None: none)", low=1, none=True),
+        Param("check_every", 100, "int", "steps between exact-search recall checks (0: never)", low=0),
+        Param("seed", 0, "seed", "seed of the index's random projections / graph"),
+        Param("rows", "auto", "choice", "class rows: auto, dense or sparse",
+              choices=("auto", "dense", "sparse")),
+        Param("rescaling", "margin", "choice", "how the structure's cost enters the hinge",
+              choices=("margin", "slack")),
+        Param("ef", 200, "int", "HNSW: query beam width", low=1),
+        Param("M", 16, "int", "HNSW: graph degree", low=2),
+        Param("ef_construction", 100, "int", "HNSW: construction beam width", low=1),
+        Param("window", 1000, "int", "examples held for the certificate and refine (0: none)", low=0),
+        Param("predict_with", "exact", "choice", "predict by scoring every row or asking the index",
+              choices=("exact", "index")),
+        Param("average", "linear", "choice", "predict with the step-weighted (linear) or uniform "
+              "average of the iterates, or the last one (none)", choices=("linear", "uniform", "none")),
+        Param("drift_tol", DRIFT_TOL, "float", "HNSW: relative drift before a row is re-inserted",
+              low=0.0),
+        Param("reinsert", "fresh", "choice", "HNSW: re-insert fresh (tombstones) or in place (replace)",
+              choices=("replace", "fresh")),
+    )
+
+    def __init__(self, *, lam=1e-6, variant="l2", mips="auto", batch_size=1, eta0=3.0, eta_step=0.0,
+                 k=10, max_dirty=256, sketch_dim=None, check_every=100, seed=0, rows="auto",
+                 rescaling="margin", ef=200, M=16, ef_construction=100, window=1000,
+                 predict_with="exact", average="linear", drift_tol=DRIFT_TOL, reinsert="fresh"):
+        set_params(self, locals())
 
     @classmethod
     def _unit_test_params(cls):

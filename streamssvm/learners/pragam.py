@@ -58,7 +58,8 @@ from .._kernels import structops as so
 from ..certificate import Certificate
 from ..oracles.risk import Window
 from ..structures.base import Weights
-from .base import Learner, check_choice, check_number
+from .base import Learner, check_number
+from ..params import Param, set_params
 
 
 class Pragam(Learner):
@@ -105,22 +106,26 @@ class Pragam(Learner):
 
     structures = ("multiclass",)
 
-    def __init__(self, lam: float = 1e-3, bias: bool = False, L="adaptive", eps: float = 1e-3,
-                 capacity: int | None = 100_000, seed: int | None = 0, max_backtracks: int = 60,
-                 rescaling: str = "margin", start: str = "random"):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.bias = bool(bias)
-        if isinstance(L, str):
-            check_choice("L", L, ("adaptive", "exact"))
-        else:
-            check_number("L", L, low=0.0, low_open=True)
-        self.L = L
-        self.eps = check_number("eps", eps, low=0.0)
-        self.capacity = check_number("capacity", capacity, low=1, integer=True, allow_none=True)
-        self.seed = seed
-        self.max_backtracks = check_number("max_backtracks", max_backtracks, low=1, integer=True)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin",))   # the Crammer-Singer hinge
-        self.start = check_choice("start", start, ("random", "truth"))
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda (two classes: the binary SVM's lambda is "
+              "lam / 2)", low=0.0, low_open=True),
+        Param("bias", False, "bool", "Pragam-b: an unregularized bias (two classes only)"),
+        Param("L", "adaptive", "float", "Lipschitz constant: adaptive (backtracking), exact "
+              "(sigma_max(X)^2 / lam) or a positive number", low=0.0, low_open=True,
+              choices=("adaptive", "exact")),
+        Param("eps", 1e-3, "float", "refine stops once the certified gap is <= eps", low=0.0),
+        Param("capacity", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
+        Param("seed", 0, "seed", "random start alpha_{-1} in Q"),
+        Param("max_backtracks", 60, "int", "cap on the doublings of L in one step", low=1),
+        Param("rescaling", "margin", "choice", "margin only (the Crammer-Singer dual)",
+              choices=("margin",)),
+        Param("start", "random", "choice", "alpha_{-1}: random in Q, or all mass on the truth",
+              choices=("random", "truth")),
+    )
+
+    def __init__(self, *, lam=1e-3, bias=False, L="adaptive", eps=1e-3, capacity=100_000, seed=0,
+                 max_backtracks=60, rescaling="margin", start="random"):
+        set_params(self, locals())
         self._bound = False
 
     # ------------------------------------------------------------------ binding

@@ -51,7 +51,8 @@ from ..oracles.structured import ExampleOracles
 from ..blocks import validate_example, validate_weights
 from ..errors import CheckpointError
 from ..structures.base import Weights
-from .base import Learner, check_choice, check_number, check_search_rescaling
+from .base import Learner, check_search_rescaling
+from ..params import Param, set_params
 
 _SEARCH = ("exact", "angular", "bisecting", "binary")
 _M64 = (1 << 64) - 1
@@ -132,31 +133,37 @@ class SGD(Learner):
     2
     """
 
-    def __init__(self, lam: float = 1e-3, rescaling: str = "margin", search: str = "exact",
-                 max_queries: int = 20, tol: float = 0.999, averaging="weighted", avg_start: int = 0,
-                 project: bool = True, t0="auto", calibrate: int = 300, window: int | None = None, seed: int | None = 0,
-                 relaxed: bool = False, replay: int = 1, truncate: bool = False):
-        self.lam = check_number("lam", lam, low=0.0, low_open=True)
-        self.rescaling = check_choice("rescaling", rescaling, ("margin", "slack"))
-        self.search = check_choice("search", search, _SEARCH)
-        self.max_queries = check_number("max_queries", max_queries, low=1, integer=True)
-        self.tol = check_number("tol", tol, low=0.0, high=1.0)
-        if averaging is True:
-            averaging = "weighted"
-        elif averaging is False or averaging is None:
-            averaging = "none"
-        self.averaging = check_choice("averaging", averaging, _AVERAGING)
-        self.avg_start = check_number("avg_start", avg_start, low=0, integer=True)
-        self.project = bool(project)
-        if t0 != "auto":
-            check_number("t0", t0, low=0.0)
-        self.t0 = t0
-        self.calibrate = check_number("calibrate", calibrate, low=0, integer=True)
-        self.window = check_number("window", window, low=0, integer=True, allow_none=True)
-        self.seed = check_number("seed", seed, low=0, integer=True, allow_none=True)
-        self.relaxed = bool(relaxed)
-        self.truncate = bool(truncate)
-        self.replay = check_number("replay", replay, low=0, integer=True)
+    params = (
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
+              choices=("margin", "slack")),
+        Param("search", "exact", "choice", "slack rescaling: the exact slack oracle or a budgeted search",
+              choices=_SEARCH),
+        Param("max_queries", 20, "int", "budgeted search: most oracle queries", low=1),
+        Param("tol", 0.999, "float", "budgeted search: stopping ratio Phi(best) / upper bound",
+              low=0.0, high=1.0),
+        Param("averaging", "weighted", "choice", "predict with an average of the iterates: weighted, "
+              "uniform or none (True / False: weighted / none)", choices=_AVERAGING + (True, False),
+              none=True),
+        Param("avg_start", 0, "int", "iterates before this step get weight 0 in the average", low=0),
+        Param("project", True, "bool", "project onto the ball that holds the optimum (Pegasos)"),
+        Param("t0", "auto", "float", "step sizes 1 / (lam (t + t0)); auto: calibrated", low=0.0,
+              choices=("auto",)),
+        Param("calibrate", 300, "int", "t0='auto': examples learned before t0 is calibrated", low=0),
+        Param("window", None, "int", "examples held for the certificate and refine (None: all)",
+              low=0, none=True),
+        Param("seed", 0, "seed", "seed of the replay draws and refine permutations"),
+        Param("relaxed", False, "bool", "LP relaxation: step on the relaxed labeling, not its rounding"),
+        Param("replay", 1, "int", "steps on held examples after each new one", low=0),
+        Param("truncate", False, "bool", "truncated steps (Asi & Duchi)"),
+    )
+
+    def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", max_queries=20, tol=0.999,
+                 averaging="weighted", avg_start=0, project=True, t0="auto", calibrate=300, window=None,
+                 seed=0, relaxed=False, replay=1, truncate=False):
+        set_params(self, locals())
+        # the averaging scheme (True / False / None are the spellings of weighted / none)
+        self._avg_kind = {True: "weighted", False: "none", None: "none"}.get(averaging, averaging)
         self._bound = False
 
     # ------------------------------------------------------------------ binding
@@ -594,9 +601,9 @@ class SGD(Learner):
         (``"uniform"``) or t - avg_start (``"weighted"``: Lacoste-Julien, Schmidt & Bach, A simpler
         approach to obtaining an O(1/t) convergence rate for the projected stochastic subgradient
         method -- the early, large Pegasos steps weigh little)."""
-        if self.averaging == "none" or t <= self.avg_start:
+        if self._avg_kind == "none" or t <= self.avg_start:
             return 0.0
-        return float(t - self.avg_start) if self.averaging == "weighted" else 1.0
+        return float(t - self.avg_start) if self._avg_kind == "weighted" else 1.0
 
     def _psi(self, tok_ptr, fidx, fval, st, L):
         """(rows, (PE, PT, PB)): Phi_x(st) on the touched feature rows only (PE[r] is row rows[r]
@@ -658,7 +665,7 @@ class SGD(Learner):
 
     # ------------------------------------------------------------------ prediction / certificate
     def _averaged(self):
-        return self.averaging != "none" and self.csum > 0.0
+        return self._avg_kind != "none" and self.csum > 0.0
 
     def emission_weights(self):
         """The predicting emission weights on the known labels (see
@@ -761,7 +768,7 @@ class SGD(Learner):
                                note=f"primal only: no dual point ({why}); gap reported as +inf" + lp_note,
                                extra=extra)
         raw = primal - dual
-        which = (f"{self.averaging} average of the iterates (the weights used to predict)" if self._averaged()
+        which = (f"{self._avg_kind} average of the iterates (the weights used to predict)" if self._averaged()
                  else "last iterate")
         return Certificate(max(raw, 0.0), primal, dual, n, n, time.perf_counter() - t0, not lp_note, self.lam,
                            raw_gap=raw, regularizer=reg, hinge=hinge / n, dual_loss=self.lam * self.ell,
@@ -809,7 +816,7 @@ class SGD(Learner):
             self._pending = int(st["pending"])
         else:   # saved before the lazy average: the stored average A enters with weight t
             A = [np.array(st[k], dtype=np.float64) for k in ("AE", "AT", "AB")]
-            self.csum = float(self.t) if self.averaging != "none" else 0.0
+            self.csum = float(self.t) if self._avg_kind != "none" else 0.0
             self.beta = 0.0
             self.V.E, self.V.T, self.V.B = (-self.csum * x for x in A)
             self.ell = float(st.get("dual_loss", 0.0)) / (self.lam * max(self.t, 1))
