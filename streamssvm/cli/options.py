@@ -46,87 +46,122 @@ def param_option(group, cls, name, flag=None, help=None):
     return group.add_argument(flag, dest=dest, type=parse, default=row.default, help=text, metavar=metavar, **kw)
 
 
+#: the learners of ``--learner`` and their classes in :mod:`streamssvm.learners`
+LEARNERS = {"bcfw": "BCFW", "sgd": "SGD", "cp": "CuttingPlane", "memoir": "MEMOIR", "bmrm": "BMRM",
+            "pragam": "Pragam", "gdmm": "GDMM"}
+#: learner parameters whose option is not ``--<name>`` (``run --batch-size`` is the engine's batches)
+FLAGS = {"batch_size": "--batch"}
+#: the command line's own defaults where they differ from the library's: a run repeats (a
+#: learner's ``seed=None`` draws fresh entropy)
+CLI_DEFAULTS = {"seed": 0}
+#: the model options that are not a learner's parameters
+MODEL_KEYS = ("task", "hierarchy", "learner", "loss", "n_features")
+
+
+def _flag(name):
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def _dest(name):
+    """The attribute of the parsed arguments holding learner parameter ``name``."""
+    return _flag(name)[2:].replace("-", "_")
+
+
+def learner_class(key):
+    """The learner class of ``--learner key``."""
+    import streamssvm.learners as learners
+    return getattr(learners, LEARNERS[key])
+
+
+def learner_rows():
+    """``{parameter name: [(learner key, Param row)]}`` over the learners' command-line rows."""
+    rows = {}
+    for key in LEARNERS:
+        for row in learner_class(key).params:
+            if row.cli:
+                rows.setdefault(row.name, []).append((key, row))
+    return rows
+
+
+def _grouped(pairs):
+    """``"bcfw, sgd 0.001; memoir 1e-06"``: learner keys grouped by a shared text."""
+    by = {}
+    for key, text in pairs:
+        by.setdefault(text, []).append(key)
+    return "; ".join(f"{'/'.join(keys)} {text}" for text, keys in by.items())
+
+
+def _learner_help(name, rows):
+    keys = "/".join(k for k, _ in rows)
+    kinds = _grouped((k, r.describe(default=False)) for k, r in rows)
+    if len({r.describe(default=False) for _, r in rows}) == 1:
+        kinds = rows[0][1].describe(default=False)
+    defaults = _grouped((k, "none" if r.default is None else str(r.default)) for k, r in rows)
+    if len({str(r.default) for _, r in rows}) == 1:
+        defaults = "none" if rows[0][1].default is None else str(rows[0][1].default)
+    text = f"{keys}: {rows[0][1].help}; {kinds} (default: the learner's own: {defaults})"
+    if name in CLI_DEFAULTS:
+        text = f"{keys}: {rows[0][1].help}; {kinds} (default: {CLI_DEFAULTS[name]}, so that a run repeats)"
+    return text.replace("%", "%%")
+
+
 def add_learner_args(p):
+    """The model's options: ``--learner``, one option per parameter of the learners' ``params``
+    rows (read by the chosen learner's row, :meth:`Param.parse`; not given: the learner's own
+    default), and the estimator's ``--loss`` and ``--n-features``."""
     g = p.add_argument_group("learner")
-    g.add_argument("--learner", default=None, choices=["bcfw", "sgd", "cp", "memoir", "bmrm", "pragam", "gdmm"],
+    g.add_argument("--learner", default=None, choices=list(LEARNERS),
                    help="learning algorithm: bcfw (block-coordinate Frank-Wolfe), sgd (Pegasos), cp (n-slack "
                         "cutting plane), memoir (extreme classification), bmrm / pragam (batch solvers over "
                         "the held window, run by refinement), gdmm (factorwise dual decomposition: sequences, "
                         "and multi-label with pairwise label factors); "
                         "default: memoir for --task extreme, else bcfw")
-    g.add_argument("--search", default="exact", choices=["exact", "angular", "bisecting", "binary", "sarawagi"],
-                   help="sgd/cp with --rescaling slack: exact slack oracle or a budgeted search "
-                        "(sarawagi: cp only)")
-    g.add_argument("--eps", type=float, default=1e-3, help="cp: violation threshold of new constraints")
-    g.add_argument("--max-queries", type=int, default=20, help="sgd: search budget per example")
-    g.add_argument("--mips", default="auto", choices=["auto", "exact", "hnsw", "lsh"], help="memoir: MIPS oracle")
-    g.add_argument("--variant", default="l2", choices=["l2", "l1"], help="memoir: l2 (Pegasos) or l1 (truncated)")
-    g.add_argument("--batch", type=int, default=1, help="memoir: mini-batch size (1: online)")
-    g.add_argument("--rows", default="auto", choices=["auto", "dense", "sparse"],
-                   help="memoir: class rows (auto: dense for narrow arrays, sparse for dicts / wide input)")
-    g.add_argument("--max-dirty", type=int, default=None, help="memoir: re-index after this many changed rows")
-    g.add_argument("--ef", type=int, default=None, help="memoir --mips hnsw: search breadth")
-    g.add_argument("--lam", type=float, default=None,
-                   help="regularization lambda (default: the learner's own: bcfw 0.001, following the number "
-                        "n of held examples as 6/n beyond 6,000; memoir 1e-6; the others 0.001)")
-    g.add_argument("--replay", type=int, default=1,
-                   help="bcfw/gdmm: block steps on held examples per new example; cp: held examples revisited "
-                        "(default: 1)")
-    g.add_argument("--sampling", default="gap", choices=["gap", "uniform"], help="block sampling (default: gap)")
-    g.add_argument("--step", default=None, choices=["fw", "pairwise", "away"],
-                   help="bcfw step type (default: pairwise as the README recommends; fw with --rescaling slack)")
-    g.add_argument("--cache", action=argparse.BooleanOptionalAction, default=None,
-                   help="bcfw per-block oracle cache (Osokin et al., Minding the gaps, Alg. 5; default: on, off "
-                        "with --rescaling slack)")
+    for name, rows in learner_rows().items():
+        flag, dest = _flag(name), _dest(name)
+        if all(r.type == "bool" for _, r in rows):
+            g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=None,
+                           help=_learner_help(name, rows))
+        else:
+            g.add_argument(flag, dest=dest, default=None, metavar=dest.upper(), help=_learner_help(name, rows))
     g.add_argument("--loss", default=None, choices=["normalized", "hamming"],
                    help="sequence: Hamming loss per token (default; better for tagging, see "
                         "bench/results/quality_sequence.md) or normalized per sentence (the OCR papers' loss; "
                         "the default with --learner gdmm)")
-    g.add_argument("--rescaling", default="margin", choices=["margin", "slack"],
-                   help="margin or slack rescaling of the loss")
-    g.add_argument("--capacity", type=int, default=100_000, help="bcfw: blocks (examples) held at most")
-    g.add_argument("--eviction", default="fifo", choices=["fifo", "reservoir"], help="bcfw: which held block leaves when full")
     g.add_argument("--n-features", type=int, default=None, help="hashing trick with this many buckets (default None: a growing vocabulary)")
-    g.add_argument("--seed", type=int, default=0, help="random seed")
+
+
+def learner_params(args):
+    """The chosen learner's arguments: each of its parameters given on the command line, read
+    by its row (a parameter of another learner is ignored), plus :data:`CLI_DEFAULTS`."""
+    if args.learner is None:  # --task extreme implies MEMOIR
+        args.learner = "memoir" if args.task == "extreme" else "bcfw"
+    out = {}
+    for row in learner_class(args.learner).params:
+        if not row.cli:
+            continue
+        value = getattr(args, _dest(row.name), None)
+        if value is None:
+            if row.name in CLI_DEFAULTS:
+                out[row.name] = CLI_DEFAULTS[row.name]
+            continue
+        out[row.name] = row.parse(value) if isinstance(value, str) else row.check(value)
+    return out
 
 
 def make_model(args):
+    """The model of ``run``'s options: the learner (:func:`learner_params`) inside the task's
+    estimator."""
     import streamssvm as ss
     hierarchy = load_hierarchy(getattr(args, "hierarchy", None), args.task)
-    lam = {} if args.lam is None else {"lam": args.lam}   # no --lam: each learner's own default
-    if args.learner is None:  # --task extreme implies MEMOIR
-        args.learner = "memoir" if args.task == "extreme" else "bcfw"
+    kw = learner_params(args)
     if args.task == "extreme" or args.learner == "memoir":
         if args.task != "extreme" or args.learner != "memoir":
             raise ValueError(f"--task extreme goes with --learner memoir (got --task {args.task} "
                              f"--learner {args.learner})")
-        extra = {k: v for k, v in (("max_dirty", args.max_dirty), ("ef", args.ef)) if v is not None}
-        learner = ss.learners.MEMOIR(variant=args.variant, mips=args.mips, **lam, batch_size=args.batch,
-                                     seed=args.seed, rows=args.rows, rescaling=args.rescaling, **extra)
-        return ss.ExtremeClassifier(learner=learner, n_features=args.n_features)
-    if args.learner == "sgd":
-        learner = ss.learners.SGD(**lam, rescaling=args.rescaling, search=args.search,
-                                  max_queries=args.max_queries, seed=args.seed)
-    elif args.learner == "bmrm":
-        learner = ss.learners.BMRM(**lam, rescaling=args.rescaling, eps=args.eps, capacity=args.capacity)
-    elif args.learner == "pragam":
-        learner = ss.learners.Pragam(**lam, eps=args.eps, capacity=args.capacity, seed=args.seed)
-    elif args.learner == "gdmm":   # GDMM (Yen et al. 2016): chains, pairwise multi-label
-        if args.task not in ("sequence", "multilabel"):
-            raise ValueError("--learner gdmm learns --task sequence or --task multilabel")
-        learner = ss.learners.GDMM(**lam, replay=args.replay, capacity=args.capacity, seed=args.seed)
-    elif args.learner == "cp":
-        learner = ss.learners.CuttingPlane(**lam, rescaling=args.rescaling, search=args.search, eps=args.eps,
-                                           max_queries=max(args.max_queries, 2), seed=args.seed,
-                                           replay=args.replay)
-    else:
-        # BCFW's slack rescaling and distributed BCFW (--workers) take fw steps without cache (so far)
-        plain = args.rescaling == "slack" or bool(getattr(args, "workers", None))
-        step = args.step or ("fw" if plain else "pairwise")
-        cache = (not plain) if args.cache is None else args.cache
-        learner = ss.learners.BCFW(**lam, replay=args.replay, sampling=args.sampling, step=step,
-                                   cache=cache, capacity=args.capacity, eviction=args.eviction,
-                                   rescaling=args.rescaling, seed=args.seed)
+        return ss.ExtremeClassifier(learner=ss.learners.MEMOIR(**kw), n_features=args.n_features)
+    if args.learner == "gdmm" and args.task not in ("sequence", "multilabel"):   # GDMM (Yen et al. 2016)
+        raise ValueError("--learner gdmm learns --task sequence or --task multilabel")
+    learner = learner_class(args.learner)(**kw)
     if args.task == "multiclass":
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
     if args.task == "multilabel":
@@ -163,11 +198,6 @@ TASK_OF = {"MulticlassSSVM": "multiclass", "MultiLabelSSVM": "multilabel", "Sequ
             "ExtremeClassifier": "extreme"}
 
 
-LEARNER_KEYS = ("task", "hierarchy", "learner", "search", "eps", "max_queries", "mips", "variant", "batch", "rows",
-                 "max_dirty", "ef", "lam", "replay", "sampling", "step", "cache", "rescaling", "capacity",
-                 "eviction", "n_features", "seed", "loss")
-
-
 def read_test(uri, task):
     """``run --test file://...``: the held-out (x, y) pairs scored at each snapshot."""
     if uri is None:
@@ -185,7 +215,9 @@ def run_settings(args):
     (run-control options such as --max-examples or --sink may change between runs)."""
     if getattr(args, "model", None):
         return {"task": args.task, "model": os.path.abspath(args.model)}
-    return {k: getattr(args, k, None) for k in LEARNER_KEYS}
+    learner = learner_class(args.learner)(**learner_params(args))   # every parameter, given or default
+    return {**{k: getattr(args, k, None) for k in MODEL_KEYS},
+            **{_dest(r.name): getattr(learner, r.name) for r in learner.params if r.cli}}
 
 
 class CliDeadLetters:
