@@ -27,4 +27,5 @@ from .warmup import (_early_notice, _kernel_cache_cold, _kernel_cache_dirs,  # n
 
 _make_model = make_model   # the name it had in the one-module CLI
 
-__all__ = ["build_parser", "free_port", "graceful_signals", "main", "make_model", "plot_history", "start_broker", "warm_kernels"]
+__all__ = ["build_parser", "free_port", "graceful_signals", "main", "make_model", "plot_history", "start_broker",
+           "warm_kernels"]

@@ -127,7 +127,8 @@ def add_learner_args(p):
                    help="sequence: Hamming loss per token (default; better for tagging, see "
                         "bench/results/quality_sequence.md) or normalized per sentence (the OCR papers' loss; "
                         "the default with --learner gdmm)")
-    g.add_argument("--n-features", type=int, default=None, help="hashing trick with this many buckets (default None: a growing vocabulary)")
+    g.add_argument("--n-features", type=int, default=None,
+                   help="hashing trick with this many buckets (default None: a growing vocabulary)")
 
 
 def learner_params(args):

@@ -356,7 +356,7 @@ def run(model, source, options=None, **kwargs):
         raise ValueError(f"beta must be in (0, workers] = (0, {workers}], got {beta!r}")
     if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
-    if getattr(model, "labels", None) is None:
+    if model.labels is None:
         raise ValueError("distributed learning needs the labels declared up front (labels=[...]) so that every "
                          "worker numbers them alike")
     if not isinstance(round_examples, int) or round_examples < 1:
