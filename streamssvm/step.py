@@ -136,9 +136,7 @@ def predict_learn(model, x, y, learn=True):
     """Predict ``x``, then learn ``(x, y)`` (unless ``learn`` is false): the :class:`Outcome`,
     ``"bad"`` with its reason if anything raised."""
     try:
-        p = model.predict_one(x)
-        if learn:
-            model.learn_one(x, y)
+        p = model.predict_learn_one(x, y) if learn else model.predict_one(x)
     except Exception as e:  # noqa: BLE001 - one record never stops the stream
         return Outcome(BAD, x=x, y=y, reason=reason_of(e))
     return Outcome(LEARNED if learn else PREDICTED, p, x, y)
