@@ -454,9 +454,10 @@ class Engine:
         return self.examples_seen < self._careful_until
 
     def _learn_record(self, x, y, rec):
-        """Predict then learn one record. Any exception from it (ValueError, TypeError,
-        OverflowError, RecursionError, MemoryError, ...) makes it a dead letter with its reason;
-        the estimators validate the whole record before changing any state. Returns
+        """Predict then learn one record (:func:`streamssvm.step.predict_learn`). Any exception
+        from it (ValueError, TypeError, OverflowError, RecursionError, MemoryError, ...) makes it
+        a dead letter with its reason; the estimators validate the whole record before changing
+        any state. Returns
         ("learned", prediction), ("bad", None) or ("poisoned", None) when the step made the
         weights non-finite (the caller undoes it, :meth:`_undo`)."""
         reason = self._poison.get(_pos_key(rec.position)) if self._poison else None
