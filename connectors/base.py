@@ -275,11 +275,7 @@ class DeadLetterSink:
     def sync(self):
         """Flush and fsync the dead letters written so far; the engine calls it before each
         checkpoint, so a checkpoint never covers a record whose dead letter could be lost."""
-        sync = getattr(self.sink, "sync", None)
-        if sync is not None:
-            sync()
-        else:
-            self.sink.flush()
+        self.sink.sync()
 
     def close(self):
         self.sink.close()

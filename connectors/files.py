@@ -158,7 +158,7 @@ class FileSource(Source):
         the start of the file is dropped. A line longer than ``max_record_bytes`` comes as a
         ``_TooLong`` (its head and size), read in bounded chunks, never held whole."""
         cap = self.max_record_bytes
-        keep = getattr(self.dead_letter, "max_raw_bytes", 4096)
+        keep = self.dead_letter.max_raw_bytes
         with open(self.path, "rb") as f:
             if self._offset and not self._line:
                 # recover the line number for messages (bounded memory)
@@ -588,7 +588,7 @@ class CoNLLSource(FileSource):
                     rows.size = size
                 elif size > self.max_record_bytes:
                     head = b"\n".join(r.head if isinstance(r, _TooLong) else r for r in rows + [raw])
-                    rows = _TooLong(head[:getattr(self.dead_letter, "max_raw_bytes", 4096)], size)
+                    rows = _TooLong(head[:self.dead_letter.max_raw_bytes], size)
                 else:
                     rows.append(raw)
                 continue
