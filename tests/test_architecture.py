@@ -20,7 +20,7 @@ PACKAGES = ((ROOT / "streamssvm", "streamssvm"), (ROOT / "connectors", "streamss
 BELOW_ESTIMATORS = ("streamssvm.learners", "streamssvm.oracles", "streamssvm.structures", "streamssvm._kernels",
                     "streamssvm.blocks", "streamssvm.certificate", "streamssvm.checkpoint", "streamssvm.errors",
                     "streamssvm.features", "streamssvm.metrics", "streamssvm.params", "streamssvm.workspace",
-                    "streamssvm.connectors", "streamssvm._optional")
+                    "streamssvm.connectors", "streamssvm._optional", "streamssvm.saved_state")
 
 MAX_PARAMETERS = 12
 
