@@ -58,10 +58,51 @@ class Record:
     origin: str = ""
 
 
+def chunks(records, size):
+    """Lists of at most ``size`` records of an iterable of records (``None`` while a live
+    source is idle: the pending list first, then ``None``)."""
+    chunk = []
+    for rec in records:
+        if rec is None:
+            if chunk:
+                yield chunk
+                chunk = []
+            yield None
+            continue
+        chunk.append(rec)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
 class Source:
-    """Base class of sources: iterate to get records; ``position()`` / ``seek()`` resume."""
+    """Base class of sources: iterate to get records; ``position()`` / ``seek()`` resume.
+
+    Every hook a consumer of sources may call is declared here with its default, so that the
+    engine calls them instead of probing a source for them:
+
+    * ``position()`` / ``seek(position)``: where the source is, and going back there (required
+      for resuming; the default position ``None`` means "cannot resume");
+    * ``batches(max_records)``: lists of records (default: consecutive records of the iteration;
+      Kafka: its polls);
+    * ``commit(position, asynchronous=False)``: a checkpoint covering ``position`` is durable
+      (Kafka commits the offsets to its group; default: nothing to do);
+    * ``close()``;
+    * ``dead_letter``: the source's own ``DeadLetterSink`` (None: it rejects nothing itself);
+      ``n_read`` / ``n_bad``: records read / rejected by the source;
+    * ``group_member``: whether the source is one member of a consumer group, whose
+      ``on_revoke(partitions)`` callback and ``worker_id`` the engine sets (Kafka).
+    """
 
     name = "source"
+    n_read = 0
+    n_bad = 0
+    dead_letter = None
+    group_member = False
+    on_revoke = None
+    worker_id = None
 
     def __init__(self):
         self.n_read = 0
@@ -70,11 +111,20 @@ class Source:
     def __iter__(self) -> Iterator[Record]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def position(self):  # pragma: no cover - interface
-        raise NotImplementedError
+    def position(self):
+        """The position after the last record yielded (JSON-serializable), or None if the
+        source cannot resume."""
+        return None
 
     def seek(self, position) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} cannot seek")
+
+    def batches(self, max_records=None):
+        """Lists of at most ``max_records`` records (``None`` while idle)."""
+        return chunks(self, max_records or 1)
+
+    def commit(self, position=None, asynchronous=False) -> None:
+        """A checkpoint covering ``position`` is durable (nothing to do by default)."""
 
     def close(self) -> None:
         pass
@@ -225,11 +275,7 @@ class DeadLetterSink:
     def sync(self):
         """Flush and fsync the dead letters written so far; the engine calls it before each
         checkpoint, so a checkpoint never covers a record whose dead letter could be lost."""
-        sync = getattr(self.sink, "sync", None)
-        if sync is not None:
-            sync()
-        else:
-            self.sink.flush()
+        self.sink.sync()
 
     def close(self):
         self.sink.close()
@@ -276,4 +322,4 @@ class IterableSource(Source):
                 yield Record(x=x, y=y, key=k - 1, position=k, origin=f"{self.name}[{k - 1}]")
 
 
-__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "Source", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "Source", "chunks", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]

@@ -28,6 +28,8 @@ from urllib.parse import parse_qsl, unquote, urlparse
 
 import numpy as np
 
+from streamssvm.features import check_value
+
 from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
 
 _BOM = b"\xef\xbb\xbf"
@@ -156,7 +158,7 @@ class FileSource(Source):
         the start of the file is dropped. A line longer than ``max_record_bytes`` comes as a
         ``_TooLong`` (its head and size), read in bounded chunks, never held whole."""
         cap = self.max_record_bytes
-        keep = getattr(self.dead_letter, "max_raw_bytes", 4096)
+        keep = self.dead_letter.max_raw_bytes
         with open(self.path, "rb") as f:
             if self._offset and not self._line:
                 # recover the line number for messages (bounded memory)
@@ -199,7 +201,29 @@ class FileSource(Source):
                     continue
                 yield line, start, off, raw
 
-    def __iter__(self):  # pragma: no cover - subclasses
+    def __iter__(self):
+        """The records of a line format: each line with content (:meth:`_content`) parsed by
+        :meth:`_parse` into ``(x, y, key)``; any exception on a line makes it a dead letter."""
+        for line, start, end, raw in self._lines():
+            self._offset, self._line = end, line
+            text = raw if isinstance(raw, _TooLong) else self._content(raw)
+            if not text.strip():
+                continue
+            try:
+                if isinstance(raw, _TooLong):
+                    raise self._too_long(raw)
+                x, y, key = self._parse(text, line)
+            except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
+                self._bad(raw, _reason(e), line)
+                continue
+            yield self._emit(x, y, key, line)
+
+    def _content(self, raw):
+        """The part of a line that holds the record (libsvm drops its ``#`` comment)."""
+        return raw
+
+    def _parse(self, text, line):  # pragma: no cover - subclasses
+        """``(x, y, key)`` of one line, or an exception whose message is the dead-letter reason."""
         raise NotImplementedError
 
 
@@ -219,20 +243,12 @@ def _short(v):
 
 
 def _finite(v, what):
-    """A feature value as a float: a number (bools are 0/1), finite, ``|v| <= MAX_ABS_VALUE``."""
-    if isinstance(v, bool):
-        return float(v)
-    if type(v) is int:
-        if not -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:  # exact: no float conversion of a huge int
-            raise BadRecord(f"{what}: |value| {_short(v)} exceeds {MAX_ABS_VALUE:g}")
-        return float(v)
-    if not isinstance(v, float):
-        raise BadRecord(f"{what}: non-numeric value {_short(v)}")
-    if not math.isfinite(v):
-        raise BadRecord(f"{what}: non-finite value {v!r}")
-    if abs(v) > MAX_ABS_VALUE:
-        raise BadRecord(f"{what}: |value| {v!r} exceeds {MAX_ABS_VALUE:g}")
-    return v
+    """A feature value as a float (:func:`streamssvm.features.check_value`: a number, bools are
+    0/1, finite, ``|v| <= MAX_ABS_VALUE``); a bad one is a :class:`BadRecord`."""
+    try:
+        return check_value(v, what)
+    except (TypeError, ValueError) as e:
+        raise BadRecord(str(e)) from None
 
 
 def _float_text(text, what):
@@ -293,7 +309,7 @@ def parse_example(obj, x_field="x", y_field="y"):
     ...     parse_example({"x": {"a": 10**400}, "y": 1})
     ... except BadRecord as e:
     ...     print(e)
-    x['a']: |value| an integer of 1329 bits exceeds 1e+12
+    x['a']: |value| an integer of 1329 bits exceeds MAX_ABS_VALUE = 1e+12
     """
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
@@ -377,21 +393,10 @@ class JSONLSource(FileSource):
         super().__init__(path, rate, dead_letter, max_record_bytes)
         self.x_field, self.y_field, self.key_field = x_field, y_field, key_field
 
-    def __iter__(self):
-        for line, start, end, raw in self._lines():
-            self._offset, self._line = end, line
-            if not raw.strip():
-                continue
-            try:
-                if isinstance(raw, _TooLong):
-                    raise self._too_long(raw)
-                obj = decode_json(raw)
-                x, y = parse_example(obj, self.x_field, self.y_field)
-                key = obj.get(self.key_field) if self.key_field else line
-            except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
-                self._bad(raw, _reason(e), line)
-                continue
-            yield self._emit(x, y, key, line)
+    def _parse(self, text, line):
+        obj = decode_json(text)
+        x, y = parse_example(obj, self.x_field, self.y_field)
+        return x, y, (obj.get(self.key_field) if self.key_field else line)
 
 
 class CSVSource(FileSource):
@@ -435,36 +440,26 @@ class CSVSource(FileSource):
         if self._offset < self._header_end:
             self._offset, self._line = self._header_end, 1
 
-    def __iter__(self):
-        for line, start, end, raw in self._lines():
-            self._offset, self._line = end, line
-            if not raw.strip():
+    def _parse(self, text, line):
+        try:
+            row = next(csv.reader([text.decode("utf-8")], delimiter=self.delimiter))
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise BadRecord(f"unreadable CSV line: {e}") from None
+        if len(row) != len(self.header):
+            raise BadRecord(f"{len(row)} columns, the header has {len(self.header)}")
+        cell = row[self.label_idx].strip()
+        if cell == "" and not self.multilabel_sep:
+            raise BadRecord("empty label")
+        if self.multilabel_sep:
+            y = [self._label(c) for c in cell.split(self.multilabel_sep) if c.strip()]
+        else:
+            y = self._label(cell)
+        x = {}
+        for j, (name, v) in enumerate(zip(self.header, row)):
+            if j == self.label_idx or v.strip() == "":
                 continue
-            try:
-                if isinstance(raw, _TooLong):
-                    raise self._too_long(raw)
-                try:
-                    row = next(csv.reader([raw.decode("utf-8")], delimiter=self.delimiter))
-                except (UnicodeDecodeError, csv.Error) as e:
-                    raise BadRecord(f"unreadable CSV line: {e}") from None
-                if len(row) != len(self.header):
-                    raise BadRecord(f"{len(row)} columns, the header has {len(self.header)}")
-                cell = row[self.label_idx].strip()
-                if cell == "" and not self.multilabel_sep:
-                    raise BadRecord("empty label")
-                if self.multilabel_sep:
-                    y = [self._label(c) for c in cell.split(self.multilabel_sep) if c.strip()]
-                else:
-                    y = self._label(cell)
-                x = {}
-                for j, (name, v) in enumerate(zip(self.header, row)):
-                    if j == self.label_idx or v.strip() == "":
-                        continue
-                    x[name] = _float_text(v, f"column {name!r}")
-            except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
-                self._bad(raw, _reason(e), line)
-                continue
-            yield self._emit(x, y, line, line)
+            x[name] = _float_text(v, f"column {name!r}")
+        return x, y, line
 
     def _label(self, cell):
         try:
@@ -486,42 +481,34 @@ class LibSVMSource(FileSource):
         self.multilabel = multilabel
         self.zero_based = zero_based
 
-    def __iter__(self):
-        for line, start, end, raw in self._lines():
-            self._offset, self._line = end, line
-            text = raw if isinstance(raw, _TooLong) else raw.split(b"#", 1)[0]
-            if not text.strip():
-                continue
+    def _content(self, raw):
+        return raw.split(b"#", 1)[0]
+
+    def _parse(self, text, line):
+        try:
+            s = text.decode("ascii")
+        except UnicodeDecodeError:
+            raise BadRecord("non-ASCII bytes in a libsvm line") from None
+        parts = s.split()
+        if self.multilabel and ":" in parts[0]:
+            lab, feats = "", parts
+        else:
+            lab, feats = parts[0], parts[1:]
+        y = self._labels(lab)
+        x = {}
+        for tok in feats:
+            if ":" not in tok:
+                raise BadRecord(f"bad feature token {tok!r} (expected idx:val)")
+            i, v = tok.split(":", 1)
             try:
-                if isinstance(raw, _TooLong):
-                    raise self._too_long(raw)
-                try:
-                    s = text.decode("ascii")
-                except UnicodeDecodeError:
-                    raise BadRecord("non-ASCII bytes in a libsvm line") from None
-                parts = s.split()
-                if self.multilabel and ":" in parts[0]:
-                    lab, feats = "", parts
-                else:
-                    lab, feats = parts[0], parts[1:]
-                y = self._labels(lab)
-                x = {}
-                for tok in feats:
-                    if ":" not in tok:
-                        raise BadRecord(f"bad feature token {tok!r} (expected idx:val)")
-                    i, v = tok.split(":", 1)
-                    try:
-                        idx = int(i)
-                        f = float(v)
-                    except ValueError:
-                        raise BadRecord(f"bad feature token {_short(tok)}") from None
-                    if idx < 0 or (idx == 0 and not self.zero_based) or idx >= 2**63:
-                        raise BadRecord(f"bad feature index {_short(idx)}")
-                    x[str(idx)] = _finite(f, f"feature {idx}")
-            except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
-                self._bad(raw, _reason(e), line)
-                continue
-            yield self._emit(x, y, line, line)
+                idx = int(i)
+                f = float(v)
+            except ValueError:
+                raise BadRecord(f"bad feature token {_short(tok)}") from None
+            if idx < 0 or (idx == 0 and not self.zero_based) or idx >= 2**63:
+                raise BadRecord(f"bad feature index {_short(idx)}")
+            x[str(idx)] = _finite(f, f"feature {idx}")
+        return x, y, line
 
     def _labels(self, lab):
         def one(t):
@@ -601,7 +588,7 @@ class CoNLLSource(FileSource):
                     rows.size = size
                 elif size > self.max_record_bytes:
                     head = b"\n".join(r.head if isinstance(r, _TooLong) else r for r in rows + [raw])
-                    rows = _TooLong(head[:getattr(self.dead_letter, "max_raw_bytes", 4096)], size)
+                    rows = _TooLong(head[:self.dead_letter.max_raw_bytes], size)
                 else:
                     rows.append(raw)
                 continue

@@ -64,6 +64,8 @@ class KafkaSource(Source):
         (the engine's ``idle_timeout`` can stop it).
     """
 
+    group_member = True   # the engine sets on_revoke and worker_id (see ``Source``)
+
     def __init__(self, bootstrap, topic, group=None, partitions=None, dead_letter=None,
                  poll_timeout_ms=200, max_poll_records=1000, stop_at_end=False, x_field="x",
                  y_field="y", max_message_bytes=1 << 20, session_timeout_ms=6000,

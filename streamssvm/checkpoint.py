@@ -42,16 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import CheckpointError  # noqa: F401  (re-exported: the file format's error)
+
 FORMAT = "streamssvm-checkpoint"
 VERSION = 2          # 2: manifest_sha256; version-1 files (no manifest checksum) are still read
 _MANIFEST = "manifest.json"
 _ARRAY_NAME = re.compile(r"a[0-9]{5,9}")
 _NPY_HEADER_MAX = 1 << 16   # bytes allowed for the .npy header on top of the declared data
 _MANIFEST_MAX = 1 << 30     # a manifest larger than this is not ours
-
-
-class CheckpointError(Exception):
-    """A checkpoint or model file is missing, foreign, too new, truncated or corrupt."""
 
 
 # ----------------------------------------------------------------------------- tree <-> JSON
@@ -481,36 +479,3 @@ class CheckpointManager:
             except CheckpointError as e:
                 warnings.warn(f"skipping invalid checkpoint: {e}", RuntimeWarning, stacklevel=2)
         return None
-
-
-# ----------------------------------------------------------------------------- stream runs
-def run_state(model, section, *, examples_seen, bad_records, metrics, position, **extra):
-    """What a stream run checkpoints: the model's state, and under ``section`` (``"engine"``
-    for :class:`streamssvm.engine.Engine`, ``"worker"`` for a distributed worker) the run's
-    progress -- examples seen, bad records, the progressive metrics, the source position --
-    plus ``extra`` fields. :func:`parse_run_state` reads it back.
-
-    >>> import streamssvm as ss
-    >>> from streamssvm.metrics import ProgressiveMetrics
-    >>> m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0)); m.learn_one({"f": 1.0}, "a")
-    >>> st = run_state(m, "engine", examples_seen=1, bad_records=0, metrics=ProgressiveMetrics("multiclass"),
-    ...                position={"record": 1}, task="multiclass")
-    >>> r = parse_run_state(st, "engine")
-    >>> r["examples_seen"], r["position"], r["task"], r["model"].classes
-    (1, {'record': 1}, 'multiclass', ['a'])
-    """
-    return {"model": model.state(), section: {
-        "examples_seen": int(examples_seen), "bad_records": int(bad_records), "metrics": metrics.state(),
-        "position": position, **extra}}
-
-
-def parse_run_state(state, section):
-    """A :func:`run_state` read back: the section's fields, with ``model`` rebuilt
-    (``streamssvm.estimators.from_state``, which validates it), ``metrics`` a
-    ``ProgressiveMetrics`` and the counts as ints. Raises on an invalid state; changes nothing."""
-    from .estimators import from_state
-    from .metrics import ProgressiveMetrics
-    sec = state[section]
-    return {**sec, "model": from_state(state["model"]), "examples_seen": int(sec["examples_seen"]),
-            "bad_records": int(sec["bad_records"]), "metrics": ProgressiveMetrics.from_state(sec["metrics"]),
-            "position": sec["position"]}

@@ -31,17 +31,23 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import sys
 import time
 
 import numpy as np
 
-from .checkpoint import CheckpointManager, parse_run_state, run_state
+from .checkpoint import CheckpointManager
+from .connectors.base import Source, chunks
+from .run_state import parse_run_state, run_state
+from .step import TASKS, jsonable, model_input, predict_learn, reason_of, send_dead_letter
 from .metrics import ProgressiveMetrics
+from .params import Param
 
-TASKS = ("multiclass", "multilabel", "sequence", "extreme")
+# the names this module gave them before :mod:`streamssvm.step` held them
+_jsonable = jsonable
+to_model_input = model_input
+
 _END = object()
 _CKPT_KIND = "streamssvm.engine"
 _HISTORY_MAX = 10_000
@@ -50,16 +56,6 @@ _NONFINITE = ("FloatingPointError: learning this record made the model's weights
               "was undone (the model was restored to its last checkpoint and the stream replayed without it)")
 _CANNOT_UNDO = ("the weights became non-finite and the engine cannot go back to a restore point (the "
                 "source cannot seek); stopped without saving the model")
-_REASON_MAX = 500
-
-
-def _short_reason(e):
-    """An exception's message, bounded (a 5000-digit number must not fill the dead letters)."""
-    try:
-        m = str(e)
-    except Exception:  # noqa: BLE001 - e.g. an int too large to convert
-        m = repr(type(e))
-    return m if len(m) <= _REASON_MAX else m[:_REASON_MAX] + f"... ({len(m)} characters)"
 
 
 def _pos_key(position):
@@ -68,53 +64,6 @@ def _pos_key(position):
         return json.dumps(_jsonable(position), sort_keys=True, default=str)
     except (TypeError, ValueError):
         return repr(position)
-
-
-def _jsonable(v):
-    """Plain JSON types; non-finite floats become ``None`` (strict JSON has no ``Infinity``).
-
-    >>> _jsonable({"gap": float("inf"), "n": np.int64(3), "a": np.array([0.5, np.nan])})
-    {'gap': None, 'n': 3, 'a': [0.5, None]}
-    """
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, np.ndarray):
-        return _jsonable(v.tolist())
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(u) for u in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(u) for k, u in v.items()}
-    return v
-
-
-def to_model_input(task, x, y):
-    """Convert a connector record to the estimator's (x, y); raises ValueError/TypeError with
-    a reason for bad records."""
-    if task in ("multiclass", "extreme"):
-        if isinstance(x, list):
-            x = np.asarray(x, dtype=np.float64)
-        if isinstance(x, np.ndarray) and x.ndim != 1:
-            raise ValueError(f"multiclass examples need flat features, got an array of shape {x.shape}")
-        if isinstance(y, (list, dict, set)):
-            raise TypeError(f"multiclass label must be a single value, got {type(y).__name__}")
-        return x, y
-    if task == "multilabel":
-        if isinstance(x, list):
-            x = np.asarray(x, dtype=np.float64)
-        if isinstance(y, dict):
-            return x, y
-        if isinstance(y, (list, tuple, set)):
-            return x, {lab: True for lab in y}
-        return x, {y: True}
-    if task == "sequence":
-        if isinstance(x, np.ndarray) and x.ndim != 2:
-            raise ValueError(f"sequence examples need a 2-D array (tokens x features), got shape {x.shape}")
-        if not isinstance(y, (list, tuple)):
-            raise TypeError(f"sequence labels must be a list, got {type(y).__name__}")
-        return x, list(y)
-    raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
 
 
 def progress_metrics(m) -> str:
@@ -210,6 +159,31 @@ class Engine:
         in the same loop as the unbatched path (None: record by record).
     """
 
+    #: the keyword-only configuration of ``__init__`` (:mod:`streamssvm.params`): the docs and the
+    #: command line read it; ``__init__`` keeps its own checks (and their messages)
+    params = (
+        Param("task", None, "choice", "what the model learns", choices=TASKS),
+        Param("snapshot_every", None, "int", "examples between full-gap snapshots (none: one at the end)", low=1,
+              none=True),
+        Param("checkpoint_dir", None, "object", "where checkpoints go (none: in memory only)"),
+        Param("checkpoint_every", None, "int", "examples between checkpoints (none: 10 snapshots' worth, or "
+              "10000)", low=1, none=True),
+        Param("keep", 3, "int", "checkpoints to keep", low=1),
+        Param("metrics_path", None, "object", "JSONL file receiving one line per snapshot"),
+        Param("sink", None, "object", "sink of the predictions", cli=False),
+        Param("dead_letter", None, "object", "dead-letter sink (default: the source's own)", cli=False),
+        Param("max_examples", None, "int", "stop after this many examples in total", low=1, none=True),
+        Param("idle_timeout", None, "float", "seconds without records before stopping", low=0.0, none=True),
+        Param("progress", True, "bool", "show a progress line on stderr"),
+        Param("refine_at_end", 0.0, "float", "refinement passes at the end of the source", low=0.0),
+        Param("on_snapshot", None, "object", "callable(record) after each snapshot", cli=False),
+        Param("rate", None, "float", "replay pace in examples/s (none: as fast as possible)", low=0.0,
+              low_open=True, none=True),
+        Param("batch_size", None, "int", "multiclass: predict_many + learn_many per batch (Kafka: per poll, at "
+              "most this many)", low=1, none=True),
+        Param("test", None, "object", "held-out (x, y) pairs scored at each snapshot", cli=False),
+    )
+
     # interactive runs (the CLI sets these after construction; see the section below)
     settings = None           # the run's settings, stored in checkpoints (``restored_settings`` on resume)
     restored_settings = None
@@ -217,6 +191,7 @@ class Engine:
     max_bad_fraction = None   # stop when more than this fraction of the records are bad ...
     bad_min_records = 100     # ... once this many records were read in this run
     refine_progress = None    # callable(fraction, learner) during refine_at_end
+    _wid = None               # worker_id() without a checkpoint directory
 
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
@@ -224,6 +199,9 @@ class Engine:
                  on_snapshot=None, rate=None, batch_size=None, test=None):
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        if not isinstance(source, Source):
+            raise TypeError(f"source must be a streamssvm.connectors.base.Source (IterableSource wraps any "
+                            f"iterable of (x, y) pairs), got {type(source).__name__}")
         for name, v in (("snapshot_every", snapshot_every), ("checkpoint_every", checkpoint_every),
                         ("max_examples", max_examples)):
             if v is not None and (not isinstance(v, (int, np.integer)) or v < 1):
@@ -237,9 +215,9 @@ class Engine:
         self.metrics_path = metrics_path
         self.sink = sink
         if dead_letter is None:
-            dead_letter = getattr(source, "dead_letter", None)
+            dead_letter = source.dead_letter
         if dead_letter is None:
-            from streamssvm.connectors.base import DeadLetterSink
+            from .connectors.base import DeadLetterSink
             dead_letter = DeadLetterSink()
         self.dead_letter = dead_letter
         self.max_examples = max_examples
@@ -255,7 +233,7 @@ class Engine:
         if batch_size is not None and task != "multiclass":
             raise ValueError("batched learning (batch_size) is available for the multiclass task")
         self.batch_size = batch_size
-        self.test = None if test is None else [to_model_input(task, x, y) for x, y in test]  # held-out (x, y)
+        self.test = None if test is None else [model_input(task, x, y) for x, y in test]  # held-out (x, y)
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
@@ -301,7 +279,7 @@ class Engine:
         self.examples_seen = r["examples_seen"]
         self.bad_records = r["bad_records"]
         self.bad_at_source = r["bad_at_source"]
-        self._src_bad0 = getattr(self.source, "n_bad", 0)
+        self._src_bad0 = self.source.n_bad
         self.metrics = r["metrics"]
         self.history = r["history"]
         self.last_certificate = r["last_certificate"]
@@ -317,12 +295,11 @@ class Engine:
         # dead letters are durable before the checkpoint that counts their records
         if self.ckpt is not None:
             self.dead_letter.sync()
-        pos_fn = getattr(self.source, "position", None)
-        if source_position and pos_fn is not None:
+        if source_position:
             # at the end of the source and between polls, everything the source has delivered
             # has been processed, including bad records it dead-lettered after the last good
             # one; mid-batch only the last processed record's own position is safe
-            self.position = pos_fn()
+            self.position = self.source.position()
         state = run_state(self.model, "engine", examples_seen=self.examples_seen, bad_records=self.bad_records,
                           metrics=self.metrics, position=_jsonable(self.position),
                           bad_at_source=self.n_bad_at_source, n_bad=self.n_bad,
@@ -337,19 +314,15 @@ class Engine:
                 "bad_records": self.bad_records, "n_bad": self.n_bad}
         path = self.ckpt.save(state, kind=_CKPT_KIND, meta=meta)
         self._undo_point = None   # the checkpoint on disk is the restore point now
-        commit = getattr(self.source, "commit", None)
-        if commit is not None and self.position is not None:
-            if asynchronous_commit:
-                commit(self.position, asynchronous=True)
-            else:
-                commit(self.position)
+        if self.position is not None:
+            self.source.commit(self.position, asynchronous=asynchronous_commit)
         return path
 
     # ------------------------------------------------------------------ bad records
     @property
     def n_bad_at_source(self):
         """Records the source itself rejected (unparsable, too long, ...), resumed runs included."""
-        return self.bad_at_source + getattr(self.source, "n_bad", 0) - self._src_bad0
+        return self.bad_at_source + self.source.n_bad - self._src_bad0
 
     @property
     def n_bad(self):
@@ -360,8 +333,7 @@ class Engine:
     def _weights_finite(self, full):
         """Whether the model's weights are finite: all of them (``full``), else the rows of the
         last learned record and the label-pair / bias weights (the rows a step on it changes)."""
-        check = getattr(self.model, "weights_finite", None)
-        return True if check is None else check(full=full)
+        return self.model.weights_finite(full=full)
 
     def _undo(self, rec, reason, span=0):
         """Undo the step that made the weights non-finite: restore the last checkpoint (on
@@ -396,7 +368,7 @@ class Engine:
     def worker_id(self):
         """A stable identity for this worker's checkpoint directory (stored in it)."""
         if self.ckpt is None:
-            if not hasattr(self, "_wid"):
+            if self._wid is None:
                 import uuid
                 self._wid = uuid.uuid4().hex
             return self._wid
@@ -430,7 +402,7 @@ class Engine:
         if self.test:  # held-out metrics of the current model (nothing learned from them)
             held = ProgressiveMetrics(self.task)
             xs = [x for x, _ in self.test]
-            preds = self.model.predict_many(xs) if hasattr(self.model, "predict_many") and self.task == "sequence" \
+            preds = self.model.predict_many(xs) if self.task == "sequence" \
                 else [self.model.predict_one(x) for x in xs]
             for (_, y), p in zip(self.test, preds):
                 held.update(y, p)
@@ -449,24 +421,9 @@ class Engine:
     def _chunks(self):
         """Lists of records (``None`` while a live source is idle): the source's own polls when
         batching and the source has them (Kafka), else ``batch_size`` records (1 unbatched)."""
-        if self.batch_size and hasattr(self.source, "batches"):
-            yield from self.source.batches(self.batch_size)
-            return
-        size = self.batch_size or 1
-        chunk = []
-        for rec in self.source:
-            if rec is None:
-                if chunk:
-                    yield chunk
-                    chunk = []
-                yield None
-                continue
-            chunk.append(rec)
-            if len(chunk) >= size:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+        if self.batch_size:
+            return self.source.batches(self.batch_size)
+        return chunks(self.source, 1)
 
     def _predict_learn(self, xs, ys, recs):
         """Progressive validation of a chunk: predictions made before learning. Batched, one
@@ -497,20 +454,19 @@ class Engine:
         return self.examples_seen < self._careful_until
 
     def _learn_record(self, x, y, rec):
-        """Predict then learn one record. Any exception from it (ValueError, TypeError,
-        OverflowError, RecursionError, MemoryError, ...) makes it a dead letter with its reason;
-        the estimators validate the whole record before changing any state. Returns
+        """Predict then learn one record (:func:`streamssvm.step.predict_learn`). Any exception
+        from it (ValueError, TypeError, OverflowError, RecursionError, MemoryError, ...) makes it
+        a dead letter with its reason; the estimators validate the whole record before changing
+        any state. Returns
         ("learned", prediction), ("bad", None) or ("poisoned", None) when the step made the
         weights non-finite (the caller undoes it, :meth:`_undo`)."""
         reason = self._poison.get(_pos_key(rec.position)) if self._poison else None
         if reason is not None:
             self._bad(rec, reason)
             return "bad", None
-        try:
-            p = self.model.predict_one(x)
-            self.model.learn_one(x, y)
-        except Exception as e:  # noqa: BLE001 - one record never stops the stream
-            self._bad(rec, f"{type(e).__name__}: {_short_reason(e)}")
+        out = predict_learn(self.model, x, y)
+        if out.bad:
+            self._bad(rec, out.reason)
             return "bad", None
         careful = self._careful()
         if not self._weights_finite(full=careful):
@@ -518,7 +474,7 @@ class Engine:
             # made the weights non-finite; otherwise the damage may predate it (a row this
             # record shares with an earlier one): the careful replay locates it
             return ("poisoned" if careful else "damaged"), None
-        return "learned", p
+        return "learned", out.prediction
 
     def _loop(self, t0, seen0, prog):
         """The stream loop: per chunk of records, pace, convert, predict then learn, count,
@@ -551,9 +507,9 @@ class Engine:
                 if pacer is not None:
                     pacer.wait()
                 try:
-                    x, y = to_model_input(self.task, rec.x, rec.y)
+                    x, y = model_input(self.task, rec.x, rec.y)
                 except Exception as e:  # noqa: BLE001 - one record never stops the stream
-                    self._bad(rec, f"{type(e).__name__}: {_short_reason(e)}")
+                    self._bad(rec, reason_of(e))
                     continue
                 xs.append(x)
                 ys.append(y)
@@ -596,10 +552,9 @@ class Engine:
         model as it starts and the source's position."""
         if self.resumed_from is not None:
             return
-        pos_fn = getattr(self.source, "position", None)
         saved = self.position
-        if self.position is None and pos_fn is not None and hasattr(self.source, "seek"):
-            self.position = pos_fn()
+        if self.position is None:
+            self.position = self.source.position()
         ckpt, self.ckpt = self.ckpt, None
         try:
             self.checkpoint()   # in memory only
@@ -629,7 +584,7 @@ class Engine:
 
     def bad_counts(self, seen0=0, bad0=0):
         """(bad records, records read) in this run: the engine's and the source's bad records."""
-        bad = self.bad_records - bad0 + int(getattr(self.source, "n_bad", 0) or 0)
+        bad = self.bad_records - bad0 + int(self.source.n_bad or 0)
         return bad, bad + self.examples_seen - seen0
 
     def _interactive_stop(self, seen0):
@@ -643,19 +598,14 @@ class Engine:
 
     def _bad(self, rec, reason):
         self.bad_records += 1
-        try:
-            raw = json.dumps(_jsonable({"x": rec.x, "y": rec.y}), default=str) if rec is not None else ""
-        except (ValueError, TypeError, RecursionError):  # e.g. a 5000-digit int; the sink bounds its repr
-            raw = {"x": rec.x, "y": rec.y}
-        self.dead_letter.send(raw, reason, getattr(rec, "origin", ""))
+        send_dead_letter(self.dead_letter, rec, reason)
 
     def run(self):
         """Process the source until it ends or a stop condition holds; returns a summary."""
         if self.resumed_from is None:  # the CLI restores first, to check settings and say so
             self.restore()
-        if hasattr(self.source, "on_revoke"):
+        if self.source.group_member:
             self.source.on_revoke = self._on_revoke
-        if hasattr(self.source, "worker_id"):
             self.source.worker_id = self.worker_id()
         t0 = time.perf_counter()
         seen0 = self.examples_seen

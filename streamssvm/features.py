@@ -47,32 +47,45 @@ def _short(v):
     return r if len(r) <= 80 else r[:77] + "..."
 
 
-def _check_value(name, v):
+def check_value(v, what="value"):
     """``float(v)`` for a valid feature value: a real number (bools are 0/1), finite, with
-    ``|v| <= MAX_ABS_VALUE``; else TypeError / ValueError naming the feature.
+    ``|v| <= MAX_ABS_VALUE``; else TypeError / ValueError whose message starts with ``what``.
+    The one check of feature values: the estimators' encoders and the file connectors' parsers
+    both call it.
 
-    >>> _check_value("a", 10**400)
+    >>> check_value(2), check_value(True)
+    (2.0, 1.0)
+    >>> check_value(10**400, "feature 'a'")
     Traceback (most recent call last):
     ...
     ValueError: feature 'a': |value| an integer of 1329 bits exceeds MAX_ABS_VALUE = 1e+12
+    >>> check_value(float("nan"), "x['b']")
+    Traceback (most recent call last):
+    ...
+    ValueError: x['b'] has a non-finite value nan
     """
     if isinstance(v, bool):
         return 1.0 if v else 0.0
     if not isinstance(v, numbers.Real):
-        raise TypeError(f"feature {_short(name)} has a non-numeric value {_short(v)} ({type(v).__name__})")
+        raise TypeError(f"{what} has a non-numeric value {_short(v)} ({type(v).__name__})")
     if isinstance(v, numbers.Integral):
         if not -MAX_ABS_VALUE <= v <= MAX_ABS_VALUE:  # exact comparison, no conversion overflow
-            raise ValueError(f"feature {_short(name)}: |value| {_short(v)} exceeds MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
+            raise ValueError(f"{what}: |value| {_short(v)} exceeds MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
         return float(v)
     try:
         f = float(v)
     except (OverflowError, ValueError):
-        raise ValueError(f"feature {_short(name)}: value {_short(v)} is not representable as a float") from None
+        raise ValueError(f"{what}: value {_short(v)} is not representable as a float") from None
     if not math.isfinite(f):
-        raise ValueError(f"feature {_short(name)} has a non-finite value {_short(v)}")
+        raise ValueError(f"{what} has a non-finite value {_short(v)}")
     if abs(f) > MAX_ABS_VALUE:
-        raise ValueError(f"feature {_short(name)}: |value| {_short(v)} exceeds MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
+        raise ValueError(f"{what}: |value| {_short(v)} exceeds MAX_ABS_VALUE = {MAX_ABS_VALUE:g}")
     return f
+
+
+def _check_value(name, v):
+    """:func:`check_value` of feature ``name``'s value."""
+    return check_value(v, f"feature {_short(name)}")
 
 
 def _check_key(k, what):

@@ -12,10 +12,10 @@ import numpy as np
 from ._kernels import bcfw as K
 from ._kernels import chainsparse as CS
 from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS
+from .errors import CheckpointError
 
 
 def _fail(msg):
-    from .checkpoint import CheckpointError
     raise CheckpointError(f"invalid block store in the file: {msg}")
 
 

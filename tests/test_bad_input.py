@@ -289,3 +289,29 @@ def test_sgd_learns_labels_arriving_one_at_a_time():
     for i in range(40):
         m.learn_one({"f": 1.0, f"g{i}": 1.0}, i)
     assert len(m.classes) == 40 and m.weights_finite()
+
+
+def test_one_step_and_one_dead_letter_payload_for_every_caller():
+    """``streamssvm.step``: the engine, the distributed workers and ``predict`` take the same
+    step; any exception makes the record bad, and its dead letter is the record's JSON."""
+    from streamssvm.connectors.base import Record
+    from streamssvm.step import send_dead_letter, step
+
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
+    assert step(m, Record({"f": 1.0}, "a"), task="multiclass").status == "learned"
+    bad = Record({"f": float("nan")}, "a", origin="f.jsonl:2")
+    for learn in (True, False):
+        out = step(m, bad, task="multiclass", learn=learn)
+        assert out.bad and out.reason.startswith("ValueError: ") and "non-finite" in out.reason
+    assert step(m, Record({"f": 1.0}, None), task="multiclass", learn=False).prediction == "a"
+    assert step(m, Record([[1.0]], "a"), task="multiclass").reason.startswith("ValueError: multiclass")
+
+    class Deep(ss.MulticlassSSVM):
+        def learn_one(self, x, y):
+            raise RecursionError("too deep")
+
+    assert step(Deep(), Record({"f": 1.0}, "a"), task="multiclass").reason == "RecursionError: too deep"
+    dl = DeadLetterSink(MemorySink())
+    send_dead_letter(dl, bad, out.reason)
+    item = dl.sink.items[0]
+    assert json.loads(item["raw"]) == {"x": {"f": None}, "y": "a"} and item["origin"] == "f.jsonl:2"

@@ -60,8 +60,8 @@ def worker_cmd(bootstrap, topic, ckpt, save, extra=()):
 
 def reference_weights(msgs):
     """The model an uninterrupted run over the same messages (in order) must end with."""
-    # the CLI's BCFW defaults: pairwise steps with the oracle cache
-    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, step="pairwise", cache=True, seed=0))
+    # the CLI's BCFW: the library's defaults (FW steps, no oracle cache), seed 0
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, replay=1, seed=0))
     for raw in msgs:
         try:
             obj = json.loads(raw)

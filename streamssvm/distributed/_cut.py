@@ -20,7 +20,8 @@ import shutil
 import warnings
 from pathlib import Path
 
-from ..checkpoint import CheckpointError, CheckpointManager
+from ..checkpoint import CheckpointManager
+from ..errors import CheckpointError
 
 CUT_KIND = "streamssvm.distributed.cut"
 PART_KIND = "streamssvm.distributed.part"

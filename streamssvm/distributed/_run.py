@@ -12,6 +12,7 @@ from pathlib import Path
 import ray
 
 from ..certificate import Certificate
+from ..params import Param
 from ._mix import learner_kind
 from ._mixer import Mixer
 from ._worker import Worker, model_from_state
@@ -250,22 +251,11 @@ def _merge_metrics(ms):
     return out
 
 
-def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
-        round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1, checkpoint_every=1,
-        beta=1.0,
-        max_rounds=None, idle_timeout=None, max_restarts=3, keep=3, metrics_path=None, on_round=None,
-        num_cpus=None, progress=False):
-    """Learn ``model`` from ``source`` with ``workers`` Ray actors and mixing rounds.
+class RunOptions:
+    """The configuration of a distributed :func:`run` (every field keyword-only).
 
     Parameters
     ----------
-    model
-        A fresh estimator whose labels are declared (``labels=[...]``) and whose features share
-        one index across workers (array inputs or ``n_features=2**k`` hashing); its learner is
-        ``BCFW(step="fw", averaging=False, ...)`` or ``SGD(...)``.
-    source
-        ``kafka://HOST:PORT/TOPIC?group=G&stop_at_end=true`` (partitions spread over the workers),
-        a file path / URI (records k mod K to worker k), or a pair ``(X, Y)``.
     task
         The engine task.
     workers, cluster
@@ -293,11 +283,72 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
         beta. For SGD / MEMOIR, 1 is parameter averaging.
     on_round
         ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
+    """
+
+    params = (
+        Param("task", None, "choice", "what the model learns",
+              choices=("multiclass", "multilabel", "sequence", "extreme")),
+        Param("workers", 2, "int", "worker actors", low=1),
+        Param("cluster", "local", "str", "local, auto or ray://host:port"),
+        Param("checkpoint_dir", None, "object", "where the consistent cuts go"),
+        Param("round_examples", 500, "int", "new examples per worker and round", low=1),
+        Param("round_seconds", None, "float", "seconds per round", low=0.0, low_open=True, none=True),
+        Param("passes", 0.0, "float", "passes over the held blocks after the stream", low=0.0),
+        Param("passes_per_round", 1.0, "float", "of those passes per round", low=0.0, low_open=True),
+        Param("tol", None, "float", "stop refining once the global gap <= tol", low=0.0, none=True),
+        Param("snapshot_every", 1, "int", "rounds between two global certificates", low=1),
+        Param("checkpoint_every", 1, "int", "rounds between two consistent cuts", low=1),
+        Param("beta", 1.0, "float", "mixing weight, 0 < beta <= workers", low=0.0, low_open=True),
+        Param("max_rounds", None, "int", "stop after this many rounds", low=0, none=True),
+        Param("idle_timeout", None, "float", "a worker's shard ends after this many idle seconds", low=0.0,
+              none=True),
+        Param("max_restarts", 3, "int", "restarts from the last cut before giving up", low=0),
+        Param("keep", 3, "int", "cuts kept", low=1),
+        Param("metrics_path", None, "object", "JSONL file receiving one line per certified round"),
+        Param("on_round", None, "object", "callable(record, job) after every committed round", cli=False),
+        Param("num_cpus", None, "int", "CPUs of a local Ray cluster", low=1, none=True),
+        Param("progress", False, "bool", "print one line per round"),
+    )
+
+    def __init__(self, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
+                 round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1,
+                 checkpoint_every=1, beta=1.0, max_rounds=None, idle_timeout=None, max_restarts=3, keep=3,
+                 metrics_path=None, on_round=None, num_cpus=None, progress=False):
+        values = locals()
+        for p in self.params:   # stored unchanged; :func:`run` checks them (its messages)
+            setattr(self, p.name, values[p.name])
+
+
+def run(model, source, options=None, **kwargs):
+    """Learn ``model`` from ``source`` with ``workers`` Ray actors and mixing rounds.
+
+    Parameters
+    ----------
+    model
+        A fresh estimator whose labels are declared (``labels=[...]``) and whose features share
+        one index across workers (array inputs or ``n_features=2**k`` hashing); its learner is
+        ``BCFW(step="fw", averaging=False, ...)`` or ``SGD(...)``.
+    source
+        ``kafka://HOST:PORT/TOPIC?group=G&stop_at_end=true`` (partitions spread over the workers),
+        a file path / URI (records k mod K to worker k), or a pair ``(X, Y)``.
+    options, **kwargs
+        A :class:`RunOptions`, or its fields as keywords (``task=...``, ``workers=...``, ...).
 
     Returns
     -------
     DistributedResult
     """
+    if options is None:
+        options = RunOptions(**kwargs)
+    elif kwargs:
+        raise TypeError("give either options or keyword arguments, not both")
+    o = options
+    task, workers, cluster, checkpoint_dir = o.task, o.workers, o.cluster, o.checkpoint_dir
+    round_examples, round_seconds, passes, passes_per_round = o.round_examples, o.round_seconds, o.passes, \
+        o.passes_per_round
+    tol, snapshot_every, checkpoint_every, beta = o.tol, o.snapshot_every, o.checkpoint_every, o.beta
+    max_rounds, idle_timeout, max_restarts, keep = o.max_rounds, o.idle_timeout, o.max_restarts, o.keep
+    metrics_path, on_round, num_cpus, progress = o.metrics_path, o.on_round, o.num_cpus, o.progress
     kind = learner_kind(model)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
@@ -305,7 +356,7 @@ def run(model, source, *, task, workers=2, cluster="local", checkpoint_dir=None,
         raise ValueError(f"beta must be in (0, workers] = (0, {workers}], got {beta!r}")
     if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
-    if getattr(model, "labels", None) is None:
+    if model.labels is None:
         raise ValueError("distributed learning needs the labels declared up front (labels=[...]) so that every "
                          "worker numbers them alike")
     if not isinstance(round_examples, int) or round_examples < 1:
@@ -412,4 +463,4 @@ def _append_metrics(path, rec):
                 + "\n")
 
 
-__all__ = ["DistributedResult", "init_cluster", "run", "runtime_env", "Certificate"]
+__all__ = ["DistributedResult", "RunOptions", "init_cluster", "run", "runtime_env", "Certificate"]

@@ -21,17 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import load_state, parse_run_state, run_state, save_state
+from ..checkpoint import load_state, save_state
+from ..connectors.base import Record, Source
 from ..metrics import ProgressiveMetrics
+from ..run_state import parse_run_state, run_state
+from ..step import send_dead_letter, step
 from ._cut import PART_KIND, file_sha256
 from ._mix import make_mixing
 
 _END = object()
-
-
-def to_model_input(task, x, y):
-    from ..engine import to_model_input as f
-    return f(task, x, y)
 
 
 def model_from_state(st):
@@ -48,12 +46,13 @@ def _partition(origin):
         return -1
 
 
-class ArrayShard:
+class ArrayShard(Source):
     """Examples ``k, k + K, k + 2K, ...`` of in-memory lists; position ``{"record": next index}``."""
 
     name = "arrays"
 
     def __init__(self, X, Y, index, n_workers):
+        super().__init__()
         self.X, self.Y = X, Y
         self.index, self.n_workers = int(index), int(n_workers)
         self.next = self.index
@@ -65,21 +64,21 @@ class ArrayShard:
         self.next = int(position["record"])
 
     def __iter__(self):
-        from ..connectors.base import Record
         while self.next < len(self.X):
             i = self.next
             self.next += self.n_workers
             yield Record(x=self.X[i], y=self.Y[i], key=i, position={"record": self.next}, origin=f"arrays:{i}")
 
 
-class FileShard:
+class FileShard(Source):
     """Records k mod K of a file source (the file source's own positions, which count records)."""
 
     def __init__(self, uri, index, n_workers):
         from ..connectors.files import open_source
+        super().__init__()
         self.src = open_source(uri)
         self.index, self.n_workers = int(index), int(n_workers)
-        self.dead_letter = getattr(self.src, "dead_letter", None)
+        self.dead_letter = self.src.dead_letter
 
     def position(self):
         return self.src.position()
@@ -186,9 +185,8 @@ class Worker:
 
     def commit_offsets(self):
         """Commit the source position of the last committed cut (Kafka: to the consumer group)."""
-        commit = getattr(self.source, "commit", None)
-        if commit is not None and self.position is not None:
-            commit(self.position)
+        if self.position is not None:
+            self.source.commit(self.position)
         return True
 
     # ------------------------------------------------------------------ rounds
@@ -214,21 +212,16 @@ class Worker:
                     break
                 continue
             last = time.monotonic()
-            try:
-                x, y = to_model_input(self.task, rec.x, rec.y)
-                y_pred = self.model.predict_one(x)
-                self.model.learn_one(x, y)
-            except (ValueError, TypeError, KeyError) as e:
-                self.bad_records += 1
-                dl = getattr(self.source, "dead_letter", None)
-                if dl is not None:
-                    dl.send(repr(rec.x)[:1000], f"{type(e).__name__}: {e}", rec.origin)
-                self.position = rec.position
-                continue
+            out = step(self.model, rec, task=self.task)
             self.position = rec.position
+            if out.bad:
+                self.bad_records += 1
+                if self.source.dead_letter is not None:
+                    send_dead_letter(self.source.dead_letter, rec, out.reason)
+                continue
             self.examples_seen += 1
             self.block_partitions.append(_partition(rec.origin))
-            self.metrics.update(y, y_pred)
+            self.metrics.update(out.y, out.prediction)
             n_new += 1
             if n_new % 32 == 0:
                 self.mixing.prepare(self.model)
@@ -275,7 +268,5 @@ class Worker:
         return self.index
 
     def close(self):
-        close = getattr(self.source, "close", None)
-        if close is not None:
-            close()
+        self.source.close()
         return True

@@ -217,6 +217,14 @@ class Estimator:
                         raise
                     raise type(e)(f"row {i}: {e}") from e
 
+    def predict_learn_one(self, x, y):
+        """Predict ``x``, then learn ``(x, y)``; returns the prediction made before learning
+        (progressive validation in one call, as ``streamssvm.step`` takes it). An estimator may
+        override it to encode the record once for both."""
+        p = self.predict_one(x)
+        self.learn_one(x, y)
+        return p
+
     # -------------------------------------------------------------- optimization / certificates
     def refine(self, passes: float = 1.0, tol: float | None = None, progress=None):
         """Work on the held examples for ``passes`` effective passes (what that means is the

@@ -27,7 +27,7 @@ from .._kernels import bcfw as K
 from .._kernels import bundles as KB
 from .._kernels import structops as so
 from ..blocks import BlockStore
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from ..saved_state import validate_weights
 from ..structures.base import Weights
 from ..workspace import Workspace

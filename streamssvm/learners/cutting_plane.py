@@ -40,7 +40,7 @@ from .._kernels import cp as KC
 from .._kernels import structops as so
 from ..saved_state import _rng_restore, _rng_state, validate_example, validate_weights
 from ..certificate import Certificate
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from ..oracles.slack import search_example
 from ..oracles.structured import ExampleOracles
 from ..structures.base import Weights

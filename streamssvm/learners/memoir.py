@@ -95,7 +95,7 @@ import numpy as np
 
 from .._kernels import mips as MK
 from ..certificate import Certificate
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from ..oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
 from .base import Learner
@@ -924,7 +924,7 @@ def validate_memoir_state(st, n_labels, batch_size=1):
     >>> validate_memoir_state(st, 2)
     Traceback (most recent call last):
     ...
-    streamssvm.checkpoint.CheckpointError: invalid MEMOIR state in the file: window example 0: feature indices out of range [0, 3)
+    streamssvm.errors.CheckpointError: invalid MEMOIR state in the file: window example 0: feature indices out of range [0, 3)
     """
     if not isinstance(st, dict):
         _bad("not a mapping")

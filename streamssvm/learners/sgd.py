@@ -49,7 +49,7 @@ from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
 from ..saved_state import validate_example, validate_weights
-from ..checkpoint import CheckpointError
+from ..errors import CheckpointError
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_search_rescaling
 from ..params import Param

@@ -1,0 +1,75 @@
+"""The metrics plot of ``report --plot`` and ``demo`` (gap, primal/dual and accuracy against examples
+seen; the ``plot`` extra)."""
+from __future__ import annotations
+
+import math
+
+from .._optional import require
+
+
+def _finite(v):
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _accuracy_name(h):
+    """The metric a history entry's accuracy panel shows: (key, label)."""
+    if "micro_f1" in h:
+        return "micro_f1", "micro-F1"
+    if "token_accuracy" in h:
+        return "token_accuracy", "token accuracy"
+    return "accuracy", "accuracy"
+
+
+def plot_history(history, path, title="streamssvm", xlabel="examples seen"):
+    """A figure read at a glance: the stream (progressive validation) and the refinement (test
+    accuracy) in separate columns, one metric per axis (duality gap on a log scale above, the
+    accuracy below), thousands separators on the axes; where no finite gap exists (e.g. MEMOIR,
+    SGD past its window) the gap axis says "no dual certificate (primal only)" and shows the
+    primal objective instead.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "g.png")
+    >>> plot_history([{"examples_seen": 1000 * k, "gap": 1.0 / k, "accuracy": 0.5} for k in (1, 2)], p)
+    >>> os.path.getsize(p) > 0
+    True
+    """
+    matplotlib = require("matplotlib", extra="plot", feature="plots (demo, report --plot)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    phases = [ph for ph in ("stream", "refine") if any(h.get("phase", "stream") == ph for h in history)]
+    fig, ax = plt.subplots(2, len(phases), figsize=(5.5 * len(phases), 7), squeeze=False)
+    thousands = FuncFormatter(lambda v, _: f"{v:,.0f}")
+    for col, phase in enumerate(phases):
+        hs = [h for h in history if h.get("phase", "stream") == phase]
+        xs = [h["examples_seen"] for h in hs]
+        if phase == "refine":
+            xs = [h.get("passes", x) for h, x in zip(hs, xs)]
+        gx = [(x, h["gap"]) for x, h in zip(xs, hs) if _finite(h.get("gap"))]
+        a = ax[0][col]
+        if gx:
+            a.semilogy([x for x, _ in gx], [max(g, 1e-12) for _, g in gx], "o-", color=f"C{col}", ms=3)
+            a.set_ylabel("duality gap (certified upper bound)")
+        else:
+            px = [(x, h["primal"]) for x, h in zip(xs, hs) if _finite(h.get("primal"))]
+            if px:
+                a.plot([x for x, _ in px], [p for _, p in px], "o-", color="C2", ms=3)
+                a.set_ylabel("primal objective")
+            a.text(0.5, 0.5, "no dual certificate (primal only)", transform=a.transAxes, ha="center",
+                   va="center", fontsize=11, color="0.3")
+        key, name = _accuracy_name(hs[0])
+        b = ax[1][col]
+        b.plot(xs, [h.get(key) if _finite(h.get(key)) else float("nan") for h in hs], "o-",
+               color=f"C{col}", ms=3)
+        b.set_ylabel(("progressive " if phase == "stream" else "test ") + name)
+        xl = xlabel if phase == "stream" else "refinement passes"
+        a.set_title("stream (progressive validation)" if phase == "stream" else "refinement after the stream")
+        for axis in (a, b):
+            axis.set_xlabel(xl)
+            axis.grid(True, which="both", alpha=0.3)
+            axis.xaxis.set_major_locator(MaxNLocator(nbins=5))
+            axis.xaxis.set_major_formatter(thousands if phase == "stream" else FuncFormatter(lambda v, _: f"{v:g}"))
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

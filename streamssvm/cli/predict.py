@@ -1,0 +1,62 @@
+"""``streamssvm predict``: predict every record of a source with a saved model."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .options import CliDeadLetters, TASK_OF, open_file_or_kafka, open_sink, graceful_signals
+
+
+def cmd_predict(args):
+    """Predict every record of a source with a saved model; predictions go to the sink (default:
+    stdout, one JSON line each); with labels in the records, the accuracy goes to stderr."""
+    import streamssvm as ss
+
+    from ..metrics import ProgressiveMetrics
+    from ..step import jsonable, send_dead_letter, step
+    model = ss.load(args.model)
+    task = TASK_OF.get(type(model).__name__, "multiclass")
+    args.task = task
+    dead = CliDeadLetters.make(args.dead_letter)
+    source, fmt = open_file_or_kafka(args, dead)
+    sink = open_sink(args.sink) if args.sink else None
+    metrics = ProgressiveMetrics(task)
+    n = nbad = 0
+    with graceful_signals(lambda s: None) as got:
+        try:
+            for rec in source:
+                if got:
+                    break
+                if rec is None:
+                    continue
+                got_one = step(model, rec, task=task, learn=False)
+                if got_one.bad:
+                    nbad += 1
+                    send_dead_letter(dead, rec, got_one.reason)
+                    continue
+                n += 1
+                p, y = got_one.prediction, got_one.y
+                out = {"key": rec.key, "prediction": jsonable(p)}
+                if sink is not None:
+                    sink.write(out)
+                else:
+                    print(json.dumps(out, default=str))
+                if rec.y is not None:
+                    metrics.update(y, p)
+        finally:
+            source.close()
+            if sink is not None:
+                sink.close()
+            dead.close()
+    nbad += source.n_bad
+    m = metrics.get()
+    msg = f"predicted {n:,} records with {args.model} ({type(model).__name__})"
+    if metrics.n:
+        from ..engine import progress_metrics
+        msg += f"; {progress_metrics(m)}"
+    if nbad:
+        msg += f"; bad records: {nbad:,}"
+    print(msg, file=sys.stderr)
+    if got:
+        return 128 + got[0]
+    return 1 if n == 0 else 0

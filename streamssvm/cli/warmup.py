@@ -1,0 +1,115 @@
+"""Kernel warm-up: whether numba's cache of the kernels is cold, the compile notice, and a throwaway
+model that compiles every kernel a run will use before any clock starts."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+
+
+def _kernel_cache_dirs():
+    """Where numba may keep the compiled kernels: ``$NUMBA_CACHE_DIR/_kernels_<sha1 of the
+    kernels folder>`` when that variable is set, else the kernels' ``__pycache__`` or, when the
+    install is read-only, the user-wide cache (numba's cache locators, in numba's order)."""
+    import hashlib
+    kernels = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_kernels")
+    sub = "_kernels_" + hashlib.sha1(kernels.encode()).hexdigest()
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return [os.path.join(os.environ["NUMBA_CACHE_DIR"], sub)]
+    user = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "numba")
+    return [os.path.join(kernels, "__pycache__"), os.path.join(user, sub)]
+
+
+def _kernel_cache_cold():
+    """True when the numba cache of the kernels holds no compiled function (a fresh install, or
+    a new ``NUMBA_CACHE_DIR``). Light: no numba import, so the CLI can say so at once."""
+    import glob
+    return not any(glob.glob(os.path.join(d, "*.nbi")) for d in _kernel_cache_dirs())
+
+
+_COMPILE_NOTICE = "compiling kernels (first run only; a minute or two)..."
+
+
+_early_notice = {"t0": None}   # set when main() said _COMPILE_NOTICE before the heavy imports
+
+
+def _say_compiling_early(stream=None):
+    """Print the compile notice now, before numba and the kernel modules are imported (that
+    import alone takes seconds on a loaded machine), when the kernel cache is cold; the later
+    :func:`warm_kernels` then only says how long it took."""
+    if _kernel_cache_cold():
+        print(_COMPILE_NOTICE, file=stream or sys.stderr, flush=True)
+        _early_notice["t0"] = time.perf_counter()
+
+
+def warm_kernels(work, notice_after=1.0, stream=None):
+    """Run ``work()`` (a throwaway model learning a tiny example) so that the numba kernels are
+    compiled before any clock starts. Says ``compiling kernels (first run only)...`` at once when
+    the cache is cold, or after ``notice_after`` seconds if the work is still running, and how
+    long it took."""
+    stream = stream or sys.stderr
+    said = threading.Event()
+    lock = threading.Lock()
+    t_early, _early_notice["t0"] = _early_notice["t0"], None
+    if t_early is not None:   # main() said it already, before the imports
+        said.set()
+
+    cold = _kernel_cache_cold()
+
+    def say():
+        with lock:
+            if not said.is_set():
+                said.set()
+                print(_COMPILE_NOTICE if cold else "loading compiled kernels...", file=stream, flush=True)
+
+    t0 = time.perf_counter() if t_early is None else t_early
+    if cold:
+        say()
+    timer = threading.Timer(notice_after, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        work()
+    finally:
+        timer.cancel()
+        with lock:
+            said_it = said.is_set()
+            said.set()
+    if said_it:
+        print(f"kernels ready ({time.perf_counter() - t0:.1f}s; not counted in any rate)", file=stream, flush=True)
+
+
+def warm_model(make_model, task, source_uri=None, fmt=None):
+    """A throwaway model learns one or two records (the first records of a file source, else
+    synthetic ones of the task), certifies and predicts: every kernel the run will use compiles."""
+    from ..step import model_input as to_model_input
+    recs = []
+    if fmt is not None:
+        from streamssvm.connectors.base import DeadLetterSink
+        from streamssvm.connectors.files import open_source
+        src = open_source(source_uri, dead_letter=DeadLetterSink(), format=fmt)
+        src.dead_letter.warn = False
+        for r in src:
+            try:
+                recs.append(to_model_input(task, r.x, r.y))
+            except (ValueError, TypeError, KeyError):
+                continue
+            if len(recs) >= 2:
+                break
+        src.close()
+    if not recs:
+        recs = {"sequence": [([{"a": 1.0}, {"b": 1.0}], ["p", "q"]), ([{"b": 1.0}], ["q"])],
+                "multilabel": [({"a": 1.0}, {"p": True}), ({"b": 1.0}, {"q": True})]}.get(
+                    task, [({"a": 1.0}, "p"), ({"b": 1.0}, "q")])
+    m = make_model()
+    for x, y in recs:
+        try:
+            m.predict_one(x)
+            m.learn_one(x, y)
+        except (ValueError, TypeError, KeyError):
+            pass
+    with contextlib.suppress(ValueError, TypeError, RuntimeError):
+        m.certificate()
+        m.refine(0.5)
