@@ -40,13 +40,12 @@ import numpy as np
 from .checkpoint import CheckpointManager
 from .connectors.base import Source, chunks
 from .run_state import parse_run_state, run_state
-from .step import TASKS, jsonable, model_input, predict_learn, reason_of, send_dead_letter
+from .step import TASKS, jsonable, predict_learn, reason_of, send_dead_letter
 from .metrics import ProgressiveMetrics
 from .params import Param
 
 # the names this module gave them before :mod:`streamssvm.step` held them
 _jsonable = jsonable
-to_model_input = model_input
 
 _END = object()
 _CKPT_KIND = "streamssvm.engine"
@@ -233,7 +232,7 @@ class Engine:
         if batch_size is not None and task != "multiclass":
             raise ValueError("batched learning (batch_size) is available for the multiclass task")
         self.batch_size = batch_size
-        self.test = None if test is None else [model_input(task, x, y) for x, y in test]  # held-out (x, y)
+        self.test = None if test is None else [model.coerce_input(x, y) for x, y in test]  # held-out (x, y)
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
@@ -507,7 +506,7 @@ class Engine:
                 if pacer is not None:
                     pacer.wait()
                 try:
-                    x, y = model_input(self.task, rec.x, rec.y)
+                    x, y = self.model.coerce_input(rec.x, rec.y)
                 except Exception as e:  # noqa: BLE001 - one record never stops the stream
                     self._bad(rec, reason_of(e))
                     continue
@@ -643,4 +642,4 @@ class Engine:
                 "position": _jsonable(self.position), "resumed_from": self.resumed_from}
 
 
-__all__ = ["Engine", "Progress", "TASKS", "to_model_input"]
+__all__ = ["Engine", "Progress", "TASKS"]

@@ -1,7 +1,7 @@
 """One record through a model: the step the stream engine, the distributed workers and
 ``streamssvm predict`` all take, with one rule for bad records and one dead-letter payload.
 
-A record is converted to the estimator's ``(x, y)`` (:func:`model_input`), predicted, then
+A record is converted to the estimator's ``(x, y)`` (``Estimator.coerce_input``), predicted, then
 learned (progressive validation). *Any* exception on the way -- ValueError, TypeError,
 KeyError, OverflowError, RecursionError, MemoryError, ... -- makes it a bad record with the
 reason ``"<ExceptionType>: <message>"`` (the message bounded): one record never stops a stream.
@@ -12,9 +12,9 @@ model as it was. A bad record goes to the dead letters as the JSON text of ``{"x
 >>> import streamssvm as ss
 >>> from streamssvm.connectors.base import Record
 >>> m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
->>> step(m, Record({"f": 1.0}, "a"), task="multiclass").status
+>>> step(m, Record({"f": 1.0}, "a")).status
 'learned'
->>> out = step(m, Record({"f": "high"}, "a"), task="multiclass")
+>>> out = step(m, Record({"f": "high"}, "a"))
 >>> out.status, out.reason
 ('bad', "TypeError: feature 'f' has a non-numeric value 'high' (str)")
 >>> dead_letter_payload(Record({"f": float("nan")}, "a"))
@@ -104,34 +104,6 @@ def send_dead_letter(dead_letter, record, reason):
     dead_letter.send(dead_letter_payload(record), reason, record.origin if record is not None else "")
 
 
-def model_input(task, x, y):
-    """Convert a connector record's ``x`` / ``y`` to the estimator's ``(x, y)`` for ``task``;
-    raises ValueError / TypeError with a reason for a record of the wrong shape."""
-    if task in ("multiclass", "extreme"):
-        if isinstance(x, list):
-            x = np.asarray(x, dtype=np.float64)
-        if isinstance(x, np.ndarray) and x.ndim != 1:
-            raise ValueError(f"multiclass examples need flat features, got an array of shape {x.shape}")
-        if isinstance(y, (list, dict, set)):
-            raise TypeError(f"multiclass label must be a single value, got {type(y).__name__}")
-        return x, y
-    if task == "multilabel":
-        if isinstance(x, list):
-            x = np.asarray(x, dtype=np.float64)
-        if isinstance(y, dict):
-            return x, y
-        if isinstance(y, (list, tuple, set)):
-            return x, {lab: True for lab in y}
-        return x, {y: True}
-    if task == "sequence":
-        if isinstance(x, np.ndarray) and x.ndim != 2:
-            raise ValueError(f"sequence examples need a 2-D array (tokens x features), got shape {x.shape}")
-        if not isinstance(y, (list, tuple)):
-            raise TypeError(f"sequence labels must be a list, got {type(y).__name__}")
-        return x, list(y)
-    raise ValueError(f"unknown task {task!r}; choose one of {TASKS}")
-
-
 def predict_learn(model, x, y, learn=True):
     """Predict ``x``, then learn ``(x, y)`` (unless ``learn`` is false): the :class:`Outcome`,
     ``"bad"`` with its reason if anything raised."""
@@ -142,19 +114,19 @@ def predict_learn(model, x, y, learn=True):
     return Outcome(LEARNED if learn else PREDICTED, p, x, y)
 
 
-def step(model, record, *, task, learn=True):
-    """One record through ``model``: converted (:func:`model_input`), predicted, then learned
+def step(model, record, *, learn=True):
+    """One record through ``model``: converted (``model.coerce_input``), predicted, then learned
     (``learn=False``: only predicted; a record without a label is then predicted alike).
     Returns an :class:`Outcome`; a bad record (any exception) leaves the model unchanged."""
     y = record.y
     if y is None and not learn:
-        y = [] if task == "sequence" else 0   # a placeholder: nothing is learned from it
+        y = [] if model.task == "sequence" else 0   # a placeholder: nothing is learned from it
     try:
-        x, y = model_input(task, record.x, y)
+        x, y = model.coerce_input(record.x, y)
     except Exception as e:  # noqa: BLE001 - one record never stops the stream
         return Outcome(BAD, reason=reason_of(e))
     return predict_learn(model, x, y, learn=learn)
 
 
-__all__ = ["BAD", "LEARNED", "PREDICTED", "TASKS", "Outcome", "dead_letter_payload", "jsonable", "model_input",
+__all__ = ["BAD", "LEARNED", "PREDICTED", "TASKS", "Outcome", "dead_letter_payload", "jsonable",
            "predict_learn", "reason_of", "send_dead_letter", "short_reason", "step"]

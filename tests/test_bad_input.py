@@ -298,19 +298,19 @@ def test_one_step_and_one_dead_letter_payload_for_every_caller():
     from streamssvm.step import send_dead_letter, step
 
     m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
-    assert step(m, Record({"f": 1.0}, "a"), task="multiclass").status == "learned"
+    assert step(m, Record({"f": 1.0}, "a")).status == "learned"
     bad = Record({"f": float("nan")}, "a", origin="f.jsonl:2")
     for learn in (True, False):
-        out = step(m, bad, task="multiclass", learn=learn)
+        out = step(m, bad, learn=learn)
         assert out.bad and out.reason.startswith("ValueError: ") and "non-finite" in out.reason
-    assert step(m, Record({"f": 1.0}, None), task="multiclass", learn=False).prediction == "a"
-    assert step(m, Record([[1.0]], "a"), task="multiclass").reason.startswith("ValueError: multiclass")
+    assert step(m, Record({"f": 1.0}, None), learn=False).prediction == "a"
+    assert step(m, Record([[1.0]], "a")).reason.startswith("ValueError: multiclass")
 
     class Deep(ss.MulticlassSSVM):
         def learn_one(self, x, y):
             raise RecursionError("too deep")
 
-    assert step(Deep(), Record({"f": 1.0}, "a"), task="multiclass").reason == "RecursionError: too deep"
+    assert step(Deep(), Record({"f": 1.0}, "a")).reason == "RecursionError: too deep"
     dl = DeadLetterSink(MemorySink())
     send_dead_letter(dl, bad, out.reason)
     item = dl.sink.items[0]

@@ -195,10 +195,6 @@ def open_sink(uri):
     return JSONLSink(uri[len("file://"):] if uri.startswith("file://") else uri)
 
 
-TASK_OF = {"MulticlassSSVM": "multiclass", "MultiLabelSSVM": "multilabel", "SequenceTagger": "sequence",
-            "ExtremeClassifier": "extreme"}
-
-
 def read_test(uri, task):
     """``run --test file://...``: the held-out (x, y) pairs scored at each snapshot."""
     if uri is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .options import CliDeadLetters, TASK_OF, open_file_or_kafka, open_sink, graceful_signals
+from .options import CliDeadLetters, open_file_or_kafka, open_sink, graceful_signals
 
 
 def cmd_predict(args):
@@ -15,7 +15,7 @@ def cmd_predict(args):
     from ..metrics import ProgressiveMetrics
     from ..step import jsonable, send_dead_letter, step
     model = ss.load(args.model)
-    task = TASK_OF.get(type(model).__name__, "multiclass")
+    task = model.task
     args.task = task
     dead = CliDeadLetters.make(args.dead_letter)
     source, fmt = open_file_or_kafka(args, dead)
@@ -29,7 +29,7 @@ def cmd_predict(args):
                     break
                 if rec is None:
                     continue
-                got_one = step(model, rec, task=task, learn=False)
+                got_one = step(model, rec, learn=False)
                 if got_one.bad:
                     nbad += 1
                     send_dead_letter(dead, rec, got_one.reason)

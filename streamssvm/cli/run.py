@@ -10,7 +10,7 @@ import sys
 import time
 
 from .options import (
-    CliDeadLetters, Refused, TASK_OF, certificate_text, likely_cause, make_model, open_file_or_kafka,
+    CliDeadLetters, Refused, certificate_text, likely_cause, make_model, open_file_or_kafka,
     open_sink, read_test, run_settings, strict_json, graceful_signals)
 from .warmup import warm_model, warm_kernels
 
@@ -68,7 +68,7 @@ def cmd_run(args):
     if args.model:
         import streamssvm as ss
         model = ss.load(args.model)
-        got = TASK_OF.get(type(model).__name__)
+        got = model.task
         if got != args.task:
             raise ValueError(f"--model {args.model} is a {type(model).__name__} (--task {got}), not --task {args.task}")
         make = lambda: ss.load(args.model)  # noqa: E731

@@ -84,7 +84,7 @@ def warm_kernels(work, notice_after=1.0, stream=None):
 def warm_model(make_model, task, source_uri=None, fmt=None):
     """A throwaway model learns one or two records (the first records of a file source, else
     synthetic ones of the task), certifies and predicts: every kernel the run will use compiles."""
-    from ..step import model_input as to_model_input
+    m = make_model()
     recs = []
     if fmt is not None:
         from streamssvm.connectors.base import DeadLetterSink
@@ -93,7 +93,7 @@ def warm_model(make_model, task, source_uri=None, fmt=None):
         src.dead_letter.warn = False
         for r in src:
             try:
-                recs.append(to_model_input(task, r.x, r.y))
+                recs.append(m.coerce_input(r.x, r.y))
             except (ValueError, TypeError, KeyError):
                 continue
             if len(recs) >= 2:
@@ -103,7 +103,6 @@ def warm_model(make_model, task, source_uri=None, fmt=None):
         recs = {"sequence": [([{"a": 1.0}, {"b": 1.0}], ["p", "q"]), ([{"b": 1.0}], ["q"])],
                 "multilabel": [({"a": 1.0}, {"p": True}), ({"b": 1.0}, {"q": True})]}.get(
                     task, [({"a": 1.0}, "p"), ({"b": 1.0}, "q")])
-    m = make_model()
     for x, y in recs:
         try:
             m.predict_one(x)

@@ -212,7 +212,7 @@ class Worker:
                     break
                 continue
             last = time.monotonic()
-            out = step(self.model, rec, task=self.task)
+            out = step(self.model, rec)
             self.position = rec.position
             if out.bad:
                 self.bad_records += 1
