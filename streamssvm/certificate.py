@@ -1,13 +1,22 @@
-"""Duality-gap certificates.
+"""Duality-gap certificates, and the notation every learner shares.
 
-With the weights frozen, one pass of exact oracle calls over the held blocks gives
+For the n examples held now (the window), a joint feature map phi and a task loss Delta:
+
+    P(w) = (lam/2) ||w||^2 + (1/n) sum_i H_i(w)
+    margin rescaling:  H_i(w) = max_y  Delta_i(y) - <w, psi_i(y)>,   psi_i(y) = phi(x_i, y_i) - phi(x_i, y)
+    slack rescaling:   H_i(w) = max_y  Delta_i(y) (1 - <w, psi_i(y)>)
+
+The dual (block-coordinate Frank-Wolfe form, Lacoste-Julien et al., ICML 2013): each block alpha_i
+is a distribution over labelings, ``w = sum_i u_i / (lam n)`` with ``u_i = sum_y alpha_i(y) psi_i(y)``,
+and ``L_i = sum_y alpha_i(y) Delta_i(y)``. With the weights frozen, one pass of exact oracle calls
+over the held blocks gives
 
     P(w) = (lam/2) ||w||^2 + (1/n) sum_i max_y H_i(y; w)
     D(alpha) = (1/n) sum_i L_i - (lam/2) ||w||^2
     gap = P(w) - D(alpha) = sum_i g_i >= 0
 
 and, by weak duality, ``gap >= P(w) - min_w P``: the model is certified to be within ``gap`` of
-the optimum of the regularized objective on the examples it holds (DESIGN.md section 3).
+the optimum of the regularized objective on the examples it holds.
 """
 from __future__ import annotations
 

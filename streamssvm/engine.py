@@ -1,4 +1,4 @@
-"""The stream loop (DESIGN.md section 5).
+"""The stream loop.
 
     source -> predict (progressive validation, sink) -> learn -> snapshot -> checkpoint
 

@@ -2,7 +2,7 @@
 1): ``import streamssvm`` is light (numba and the kernels load at the first use of an estimator,
 PEP 562), and ``streamssvm demo`` / ``run`` print the compile notice, when the kernel cache is
 cold, before numba is even imported. Ordering and content are asserted, never timing (the
-measured times are in ``bench/notice_latency.py``'s output)."""
+measured times are in ``bench/archive/notice_latency.py``'s output)."""
 import os
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""Hierarchical multi-label (paper 000, section 5.2): oracles against brute-force enumeration
+"""Hierarchical multi-label (Choi, Meshi & Srebro, AISTATS 2016, section 5.2): oracles against brute-force enumeration
 over all leaf subsets, statistic algebra, certificates, SGD searches, the estimator."""
 import os
 import tempfile

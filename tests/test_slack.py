@@ -1,4 +1,4 @@
-"""Exact slack-rescaled oracles (paper 000) against brute-force enumeration."""
+"""Exact slack-rescaled oracles (Choi, Meshi & Srebro, AISTATS 2016) against brute-force enumeration."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""Slack-rescaling searches (paper 000) on explicit point sets, against brute force."""
+"""Slack-rescaling searches (Choi, Meshi & Srebro, AISTATS 2016) on explicit point sets, against brute force."""
 import math
 
 import numpy as np

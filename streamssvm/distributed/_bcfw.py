@@ -3,7 +3,7 @@ learner's internals (weights, block store layout) is adapted in one place.
 
 Mixing that keeps the mixed point dual-feasible
 -----------------------------------------------
-Notation of DESIGN.md section 3: block i holds alpha_i in the simplex over labelings,
+Notation of :mod:`streamssvm.certificate`: block i holds alpha_i in the simplex over labelings,
 u_i = sum_y alpha_i(y) psi_i(y) and L_i = sum_y alpha_i(y) Delta_i(y) (both linear in alpha_i);
 the weights are w = U / (lam n) with U = sum_i u_i (the map w = A alpha).
 

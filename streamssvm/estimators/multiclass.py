@@ -40,7 +40,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
     n_features
         ``None``: growing vocabulary of dict features; int: hashing trick with that many buckets.
     rescaling
-        ``"margin"`` or ``"slack"`` (paper 000): overrides the learner's ``rescaling``. The same
+        ``"margin"`` or ``"slack"`` (Choi, Meshi & Srebro, AISTATS 2016): overrides the learner's ``rescaling``. The same
         parameter exists on every estimator.
 
     Examples

@@ -24,7 +24,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     binary MRF), decoded exactly by enumeration up to 16 labels; above that ``learners.SGD``
     solves the LP relaxation (:mod:`streamssvm.oracles.lp`) and ``learners.BCFW`` refuses.
 
-    ``hierarchy``: hierarchical multi-label classification (paper 000, section 5.2). The labels
+    ``hierarchy``: hierarchical multi-label classification (Choi, Meshi & Srebro, AISTATS 2016, section 5.2). The labels
     are the leaves of a tree or DAG given as ``{child: parent}`` (tree), ``{child: [parents]}``
     (DAG; a value ``None`` declares a root) or a list of ``(child, parent)`` pairs; a labeling's
     score sums the potentials of every node in the ancestor closure of its positive leaves, the

@@ -5,7 +5,7 @@ rescaling, AISTATS 2016), for margin or slack rescaling.
 Every held example i has a working set W_i of labelings (starting with its ground truth). With
 d_y = c_y (s(y_i) - s(y)) (c_y = 1 for margin, Delta(y) for slack rescaling) every constraint is
 affine in w: H_i(y; w) = Delta(y) - <w, Phi_x(d_y)>. The restricted dual is the BCFW dual of
-DESIGN.md section 3 with each block alpha_i on the simplex over W_i; it is solved by
+the dual of :mod:`streamssvm.certificate` with each block alpha_i on the simplex over W_i; it is solved by
 block-coordinate pairwise (SMO) steps with exact line search (``_kernels/cp.block_qp``), each
 block to the tolerance ``qp_tol`` on its restricted Wolfe gap.
 

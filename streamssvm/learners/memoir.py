@@ -24,11 +24,11 @@ Bach & Moulines analyse for smooth losses ("Non-strongly-convex smooth stochasti
 with convergence rate O(1/n)"); for this hinge it is a measured choice, not a guarantee. lam=1e-6 keeps the shrinkage (1 - lam eta) per
 example (1.5e-6 on unit-norm input plus the bias feature) a mild forgetting (a factor 0.74
 over 200k examples). They were chosen on a *tuning* split
-only (``bench/memoir_tune.py``: the first 40k examples of the Brown tag-pair training sample of
+only (``bench/archive/memoir_tune.py``: the first 40k examples of the Brown tag-pair training sample of
 ``bench/quality_memoir.py`` x 2 epochs, validated on the next 10k; no test document read):
 validation accuracy 0.5151 (eta0=3, no decay), 0.5122 (eta0=1), 0.5060 (eta0=3, eta_step=2e-4,
-the previous default), averaged perceptron 0.5123 (``bench/results/memoir_tune.md``). Confirmed
-on streams not used for tuning (``bench/memoir_confirm.py``, ``bench/results/quality_memoir_confirm.md``):
+the previous default), averaged perceptron 0.5123 (``bench/archive/results/memoir_tune.md``). Confirmed
+on streams not used for tuning (``bench/archive/memoir_confirm.py``, ``bench/results/quality_memoir_confirm.md``):
 test accuracy of the defaults / the previous defaults / an averaged perceptron on x / the same
 on [1, x] (the bias feature the estimators add):
 Brown tag pairs (2,800 classes, 100k x 2 epochs, 10k test) 0.5802 / 0.5515 / 0.5723 / 0.5689;

@@ -12,7 +12,7 @@ the exact O(L^2 K^2) chain slack DP); angular search needs the constrained lambd
 these structures is answered from the level points (one pass of the exact DP's cost per search,
 counted in ``level_passes``).
 
-A dual point (DESIGN section 3). From w = 0 with eta_t = 1 / (lam (t + t0)), the T-th iterate is
+A dual point (the dual of :mod:`streamssvm.certificate`). From w = 0 with eta_t = 1 / (lam (t + t0)), the T-th iterate is
 w_T = sum_s gamma_s c_s psi_s (c_s = 1, or Delta(y^_s) for slack rescaling) with
 gamma_s = 1 / (lam (T + t0)) times the product of the projection factors applied since step s, so
 gamma_s <= 1 / (lam T): in the dual of the n held examples it is alpha_i(y^_s) = lam n gamma_s for

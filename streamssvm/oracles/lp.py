@@ -1,5 +1,5 @@
 """LP relaxation of the pairwise multi-label MRF: the lambda-oracle and the constrained
-lambda-oracle O_c (paper 000, eq. 12) on the local polytope, solved with scipy's HiGHS.
+lambda-oracle O_c (Choi, Meshi & Srebro, Fast and Scalable Structural SVM with Slack Rescaling, AISTATS 2016, eq. 12) on the local polytope, solved with scipy's HiGHS.
 
 One example of the fully connected binary MRF over K labels has unary scores ``s_k`` and
 pairwise weights ``P_kl`` (k < l); a labeling y in {0, 1}^K scores

@@ -1,4 +1,4 @@
-"""Maximum-inner-product search (MIPS) over class weight rows (paper 004, MEMOIR).
+"""Maximum-inner-product search (MIPS) over class weight rows (MEMOIR, Belyy & Sholokhov, Multi-class Extreme Classification with Inexact Margin).
 
 One interface for the three oracles:
 

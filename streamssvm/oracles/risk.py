@@ -2,7 +2,7 @@
 (:class:`~streamssvm.learners.BMRM`, :class:`~streamssvm.learners.Pragam`) and the structures'
 kernels. Everything structure-dependent those solvers need is here.
 
-With the examples S held now (n = |S|) and P(w) = (lam/2)||w||^2 + R(w) (DESIGN.md section 3),
+With the examples S held now (n = |S|) and P(w) = (lam/2)||w||^2 + R(w) (the notation of :mod:`streamssvm.certificate`),
 
     R(w) = (1/n) sum_i H_i(w),   margin: H_i = max_y Delta_i(y) - <w, psi_i(y)>,
                                  slack:  H_i = max_y Delta_i(y) (1 - <w, psi_i(y)>).

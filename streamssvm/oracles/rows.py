@@ -1,4 +1,4 @@
-"""Class-weight rows for extreme multiclass (MEMOIR, paper 004): dense or sparse.
+"""Class-weight rows for extreme multiclass (MEMOIR, Belyy & Sholokhov, Multi-class Extreme Classification with Inexact Margin): dense or sparse.
 
 Both stores hold the *unscaled* rows V (the learner keeps W = acc * V with a lazy global scale)
 and offer the same operations, with the same floating-point summation order, so a learner gives
