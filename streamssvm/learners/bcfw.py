@@ -468,9 +468,10 @@ class BCFW(Learner):
         slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
-        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark))
-        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, slot, victim, self._tick,
-                                   self._seed(), self.counters, out)
+        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark,
+                                     slot=int(slot), victim=int(victim)))
+        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, self._tick, self._seed(),
+                                   self.counters, out)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
