@@ -13,11 +13,14 @@ A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of
 Block gap estimates are kept in "numerator" units ``n * g_i`` (independent of the number of
 held blocks up to the staleness every estimate has anyway).
 """
+import inspect
+
 import numpy as np
-from numba import njit
+from numba import from_dtype, njit, types
+from numba.extending import overload
 
 from .structops import (
-    HIER, MLPAIR, MULTILABEL, decode, decode_frozen, emission_add, emission_scores, frozen_support, gram, kind_code,
+    Chain, HIER, MLPAIR, MULTILABEL, decode, decode_frozen, emission_add, emission_scores, frozen_support, gram, kind_code,
     labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply, stat_loss_lin,
     stat_score, stat_sqnorm, tag, truth_stat,
 )
@@ -39,6 +42,7 @@ C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL, C_TFULL = range(
 N_COUNTERS = 8
 
 _JIT = dict(cache=True, nogil=True)
+_CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
 
 @njit(**_JIT)
 def tree_update(tree, size, slot, value):
@@ -85,7 +89,28 @@ def avg_coef(tick, avg_t0):
     return s_ * (s_ - 1.0) / 2.0
 
 
-@njit(**_JIT)
+def _chain_only(dense):
+    """Decorator for the helpers that read a block in either layout: the decorated body (which
+    branches on ``sp``, the block's sparse flag) is compiled for chains only, the one structure
+    whose blocks can use the sparse pair list (``chainsparse.py``); every other structure compiles
+    ``dense`` (same parameters) instead, without the sparse code. The structure is the type of
+    the first argument (a tag, or the ``model`` bundle), as for ``structops``' operations."""
+    def register(body):
+        def select(first, *rest):
+            t = first.types[0] if isinstance(first, types.BaseTuple) else first
+            return body if t == _CHAIN_TAG else dense
+
+        select.__signature__ = inspect.signature(body)
+        overload(body, jit_options=_JIT)(select)
+        return body
+    return register
+
+
+def _dense_score(model, w, S, scale, st, L, sp, Iar, kpos):
+    return stat_score(model[0], S, w[1], w[2], scale, st, L, model[1], model[2], model[3])
+
+
+@_chain_only(_dense_score)
 def _st_score(model, w, S, scale, st, L, sp, Iar, kpos):
     """<w, Phi_x(st)> in the block's layout."""
     if sp:
@@ -93,7 +118,11 @@ def _st_score(model, w, S, scale, st, L, sp, Iar, kpos):
     return stat_score(model[0], S, w[1], w[2], scale, st, L, model[1], model[2], model[3])
 
 
-@njit(**_JIT)
+def _dense_sqnorm(model, G, st, L, sp, Iar, kpos):
+    return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
+
+
+@_chain_only(_dense_sqnorm)
 def _st_sqnorm(model, G, st, L, sp, Iar, kpos):
     """||Phi_x(st)||^2 in the block's layout."""
     if sp:
@@ -101,7 +130,11 @@ def _st_sqnorm(model, G, st, L, sp, Iar, kpos):
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
 
 
-@njit(**_JIT)
+def _dense_apply(model, w, x, st, L, coef, sp, Iar, kpos):
+    stat_apply(model[0], w, x, st, L, model[1], model[2], coef, model[3])
+
+
+@_chain_only(_dense_apply)
 def _st_apply(model, w, x, st, L, coef, sp, Iar, kpos):
     """w += coef * Phi_x(st) in the block's layout (``x = (tok_ptr, fidx, fval)``)."""
     if sp:
@@ -110,7 +143,11 @@ def _st_apply(model, w, x, st, L, coef, sp, Iar, kpos):
         stat_apply(model[0], w, x, st, L, model[1], model[2], coef, model[3])
 
 
-@njit(**_JIT)
+def _dense_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
+    labeling_stat(kind, lab, L, Kc, out, coef)
+
+
+@_chain_only(_dense_lab)
 def _st_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
     """out += coef * s(lab) (a sparse block must have the bigrams of lab registered)."""
     if sp:
@@ -119,16 +156,45 @@ def _st_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
         labeling_stat(kind, lab, L, Kc, out, coef)
 
 
-@njit(**_JIT)
+def _dense_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
+    truth_stat(kind, ytrue, ly, L, Kc, out, coef)
+
+
+@_chain_only(_dense_truth)
 def _st_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
+    """out += coef * s(ytrue) in the block's layout."""
     if sp:
         sp_labeling_stat(Iar, kpos, ytrue, L, Kc, out, coef)
     else:
         truth_stat(kind, ytrue, ly, L, Kc, out, coef)
 
 
-@njit(**_JIT)
-def _room(sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
+def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
+    truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+
+
+@_chain_only(_dense_truth_u)
+def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
+    """dbuf += s(ytrue) for ``block_u``; a sparse block adds the truth's bigrams (which need not
+    be among the block's pairs) to T directly, times ``coef``."""
+    if sp:
+        o = L * Kc
+        for t in range(L):
+            dbuf[t * Kc + ytrue[t]] += 1.0
+        dbuf[o + ytrue[0]] += 1.0
+        dbuf[o + Kc + ytrue[L - 1]] += 1.0
+        if use_trans:
+            sp_labeling_apply(T, ytrue, L, coef)
+    else:
+        truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+
+
+def _dense_room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
+    return True
+
+
+@_chain_only(_dense_room)
+def _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
     """Register the bigrams of the labelings a step moves (sparse blocks); False (and the block
     flagged ``FLAG_TFULL``) when the block has no room for them: the step is skipped."""
     if not sp:
@@ -141,6 +207,28 @@ def _room(sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
     return False
 
 
+def _dense_snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
+    pass
+
+
+@_chain_only(_dense_snap)
+def _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
+    """``chainsparse.sp_snap`` on a sparse block."""
+    if sp:
+        sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans)
+
+
+def _dense_register(kind, sp, Iar, kpos, st, toff, lab, L):
+    pass
+
+
+@_chain_only(_dense_register)
+def _register(kind, sp, Iar, kpos, st, toff, lab, L):
+    """``chainsparse.sp_register`` of a labeling on a sparse block."""
+    if sp:
+        sp_register(Iar, kpos, st, toff, lab, L)
+
+
 @njit(**_JIT)
 def _same(a, b, n):
     for q in range(n):
@@ -149,8 +237,7 @@ def _same(a, b, n):
     return True
 
 
-@njit(**_JIT)
-def slack_step(model, w, arena, scratch, avg, counters, j, tick, lam_n, avg_c):
+def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
     """A Frank-Wolfe step with slack rescaling (Choi, Meshi & Srebro, "Fast and Scalable
     Structural SVM with Slack Rescaling"). H_i(y) = Delta(y) (1 - <w, psi_i(y)>) is a max of
     affine functions with feature Delta(y) psi_i(y): the block keeps the statistic of u_i
@@ -182,7 +269,7 @@ def slack_step(model, w, arena, scratch, avg, counters, j, tick, lam_n, avg_c):
     if gnum <= 0.0:
         return gnum
     dstar = labeling_loss(kind, lab, ytrue, ly, model[4], L, K, Ki, ybuf)
-    if not _room(sp, meta, j, Iar, kpos, st, L, Kc, ytrue, lab, counters):
+    if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, ytrue, lab, counters):
         return gnum
     for q in range(ss):
         dbuf[q] = -st[q]
@@ -203,14 +290,13 @@ def slack_step(model, w, arena, scratch, avg, counters, j, tick, lam_n, avg_c):
     if avg_c >= 0.0:
         _st_apply(model, (ZE, ZT, ZB), x, dbuf, L, gamma * avg_c, sp, Iar, kpos)
         facc[1] += avg_c * dL
-    if sp:   # u~ moved by +gamma d and U += gamma Phi(d): a count set to 0 leaves U by -v
-        sp_snap(st, L, Kc, Iar, kpos, T, ZT, -1.0, -avg_c if avg_c >= 0.0 else 0.0, use_trans)
+    # a sparse block: u~ moved by +gamma d and U += gamma Phi(d): a count set to 0 leaves U by -v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, -1.0, -avg_c if avg_c >= 0.0 else 0.0, use_trans)
     counters[C_STEPS] += 1
     return gnum
 
 
-@njit(**_JIT)
-def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
+def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
     """One BCFW / pairwise / away step on block j. Returns the gap numerator (n * g_j)
     measured at the corner used (exact oracle on a miss).
 
@@ -218,8 +304,6 @@ def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     the iteration index s) is kept lazily through ``Z += W_{s-1} * dU`` with
     ``W_{s-1} = s (s - 1) / 2`` (``avg_c``), so that ``sum_t t U_t = W_k U_k - Z``; ``facc``
     accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
-    if cfg[8]:
-        return slack_step(model, w, arena, scratch, avg, counters, j, tick, lam_n, avg_c)
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
@@ -340,8 +424,8 @@ def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
                     mode = STEP_AWAY
     # ---- direction d in statistic space, numerator, max step ----
     if sp:   # the pairs of the labelings moved must be in the block's list
-        if not _room(sp, meta, j, Iar, kpos, st, L, Kc, lab, pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab,
-                     counters):
+        if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab,
+                     pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab, counters):
             return gnum
     for q in range(ss):
         dbuf[q] = 0.0
@@ -384,8 +468,8 @@ def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
         if kind_code(kind) != MULTICLASS:
             _st_apply(model, (ZE, ZT, ZB), x, dbuf, L, -gamma * avg_c, sp, Iar, kpos)
         facc[1] += avg_c * dL
-    if sp:   # m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
-        sp_snap(st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
+    # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
     if pcap > 0:
         if mode == STEP_FW:
             for p in range(pn):
@@ -418,6 +502,34 @@ def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
                 alpha[p] = 0.0
     counters[C_STEPS] += 1
     return gnum
+
+
+#: The loss rescaling of the steps, as a type (like the structure tags of ``structops``): the
+#: ``slack`` field of a StepConfig is MARGIN (margin rescaling, ``margin_step``) or SLACK (slack
+#: rescaling, ``slack_step``), so a kernel compiles the one step it runs.
+MARGIN, SLACK = np.uint8(0), np.int8(1)
+
+
+def rescaling(slack):
+    """The StepConfig ``slack`` field of a learner with (True) or without slack rescaling."""
+    return SLACK if slack else MARGIN
+
+
+def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
+    """One step on block j: ``margin_step`` or ``slack_step``, chosen when the calling kernel
+    compiles by the type of ``cfg``'s ``slack`` field (:func:`rescaling`). Returns the gap
+    numerator (n * g_j) measured at the corner used."""
+    raise TypeError("block_step runs inside the kernels (numba)")
+
+
+@overload(block_step, jit_options=_JIT)
+def _block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
+    rule = cfg.types[8]
+    if rule == from_dtype(np.dtype(type(MARGIN))):
+        return margin_step
+    if rule == from_dtype(np.dtype(type(SLACK))):
+        return slack_step
+    raise TypeError(f"StepConfig.slack must be bcfw.MARGIN or bcfw.SLACK (rescaling(...)), not {rule}")
 
 
 @njit(**_JIT)
@@ -512,16 +624,7 @@ def block_u(model, w, arena, j, coef, dbuf, slack):
         return
     for q in range(ss):
         dbuf[q] = -st[q]
-    if sp:   # the truth's bigrams need not be among the block's pairs: added to T directly
-        o = L * Kc
-        for t in range(L):
-            dbuf[t * Kc + ytrue[t]] += 1.0
-        dbuf[o + ytrue[0]] += 1.0
-        dbuf[o + Kc + ytrue[L - 1]] += 1.0
-        if use_trans:
-            sp_labeling_apply(T, ytrue, L, coef)
-    else:
-        truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+    _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans)
     _st_apply(model, w, x, dbuf, L, coef, sp, Iar, kpos)
 
 
@@ -609,8 +712,7 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
     if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
-        if sp:
-            sp_register(Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)
+        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)
         _st_truth(kind, sp, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0, Iar, kpos)
     meta[j, M_PN] = 0
     if pcap > 0:

@@ -287,7 +287,7 @@ class BCFW(Learner):
                                       step_type=_STEP[self.step], use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
-                                      slack=bool(self._slack), lam_n_max=self._lam_n_max())))
+                                      slack=K.rescaling(self._slack), lam_n_max=self._lam_n_max())))
 
     # ------------------------------------------------------------------ steps
     def _run(self, sampling, n_steps, slots=None):
