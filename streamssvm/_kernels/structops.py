@@ -290,10 +290,9 @@ class Chain:
 
     def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
         if L > 1:
-            ptr, idx, nsup = support
-            return chain_viterbi_with_support(S, w[1], w[2], scale, L, model[1], model[3], ytrue, model[4],
-                                              loss_scale / chain_loss_norm(L, Ki), scratch[1], scratch[2], out,
-                                              ptr, idx, nsup)
+            return chain_viterbi_with_support(S, (w[1], w[2]), scale, L, model[1], model[3], ytrue, model[4],
+                                              loss_scale / chain_loss_norm(L, Ki), (scratch[1], scratch[2]), out,
+                                              support)
         return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
 
     def stat_size(kind, L, Kc):
@@ -307,7 +306,7 @@ class Chain:
         lw = loss_scale / chain_loss_norm(L, Ki)
         if L == 1 and not use_trans:
             return mc_decode(S, K, ytrue, C, lw, out)
-        return chain_viterbi(S, w[1], w[2], scale, L, K, use_trans, ytrue, C, lw, scratch[1], scratch[2], out)
+        return chain_viterbi(S, (w[1], w[2]), scale, L, K, use_trans, ytrue, C, lw, (scratch[1], scratch[2]), out)
 
     def labeling_score(kind, S, T, B, scale, lab, L, K, use_trans):
         v = 0.0

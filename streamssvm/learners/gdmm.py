@@ -59,7 +59,7 @@ class _ChainAdapter:
     @staticmethod
     def decode(S, T, B, s, L, K, use_trans, ytrue, C, loss_scale, V, bp, ybuf, out):
         # Viterbi with the normalized-Hamming loss weight loss_scale / L (T is zero without transitions)
-        return chain_viterbi(S, T, B, s, L, K, use_trans, ytrue, C, loss_scale / L, V, bp, out)
+        return chain_viterbi(S, (T, B), s, L, K, use_trans, ytrue, C, loss_scale / L, (V, bp), out)
 
     @staticmethod
     def score(S, T, B, s, lab, L, K, use_trans):
