@@ -20,7 +20,7 @@ The accessors below are jitted (the kernels call them); :func:`segment_sizes` an
 >>> import numpy as np
 >>> from streamssvm._kernels.common import CHAIN
 >>> [int(v) for v in segment_sizes(CHAIN, L=3, nnz=5, ly=3, pool_cap=2, Kc=4)]
-[17, 58, 3]
+[18, 52, 3]
 """
 import numpy as np
 from numba import njit
@@ -53,6 +53,19 @@ def pairs_pos(meta, j):
     kpos = (meta[j, M_IOFF] + meta[j, M_L] + 1 + n_index(meta, j) + meta[j, M_LY]
             + meta[j, M_PCAP] * meta[j, M_LABLEN])
     return (meta[j, M_FLAGS] & FLAG_SPARSE) != 0, kpos
+
+
+@njit(**_JIT)
+def truth_pos(meta, j):
+    """Offset in Iar of block j's ground truth (``ly`` ints)."""
+    return meta[j, M_IOFF] + meta[j, M_L] + 1 + n_index(meta, j)
+
+
+@njit(**_JIT)
+def stat_pos(meta, j):
+    """Offset in Far of block j's statistic region."""
+    L = meta[j, M_L]
+    return meta[j, M_FOFF] + meta[j, M_NNZ] + L * L
 
 
 @njit(**_JIT)

@@ -25,6 +25,7 @@ import numpy as np
 from .. import certificate as cert_mod
 from .._kernels import bcfw as K
 from .._kernels import bundles as KB
+from .._kernels import layout as KL
 from .._kernels import structops as so
 from ..blocks import BlockStore, validate_weights
 from ..checkpoint import CheckpointError
@@ -730,8 +731,7 @@ class BCFW(Learner):
         st, meta = self.store, self.store.meta
         idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
         for q, j in enumerate(slots):
-            L, nnz = int(meta[j, K.M_L]), int(meta[j, K.M_NNZ])
-            s0 = int(meta[j, K.M_FOFF]) + nnz + L * L
+            L, s0 = int(meta[j, K.M_L]), int(KL.stat_pos(meta, j))
             sizes[q] = int(st.structure.stat_size(L, st.Kc))
             idx.append(np.arange(s0, s0 + sizes[q]))
         return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
@@ -741,9 +741,8 @@ class BCFW(Learner):
         st, out = self.store, np.zeros(size)
         if not st.slack:
             m = st.meta[slot]
-            L, nnz, ly, io = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY]), int(m[K.M_IOFF])
-            nnz = 0 if int(m[K.M_FLAGS]) & K.FLAG_DENSE_ROW else nnz   # a dense row stores no indices
-            ytrue = st.Iar[io + L + 1 + nnz:io + L + 1 + nnz + ly].astype(np.int32)
+            L, ly, y0 = int(m[K.M_L]), int(m[K.M_LY]), int(KL.truth_pos(st.meta, slot))
+            ytrue = st.Iar[y0:y0 + ly].astype(np.int32)
             so.truth_stat(st.kind, ytrue, ly, L, st.Kc, out, 1.0)
         return out
 
