@@ -192,7 +192,10 @@ def test_superset_support_is_exact():
         idx.extend(cols)
         ptr[j + 1] = len(idx)
     idx = np.array(idx, np.int32)
-    val, lab = run(CH.chain_viterbi_sparse, S, T, B, 1.0, L, K, True, ytrue, C, 0.2, ptr, idx)
+    def sparse_with(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
+        return CH.chain_viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, -2))
+
+    val, lab = run(sparse_with, S, T, B, 1.0, L, K, True, ytrue, C, 0.2)
     assert val == ref_val and lab.tolist() == ref_lab.tolist()
 
 

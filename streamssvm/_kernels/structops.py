@@ -637,6 +637,7 @@ class Hierarchy:
 STRUCTURES = {cls.kind: cls for cls in (Chain, Multiclass, MultiLabel, PairwiseMultiLabel, Hierarchy)}
 _BY_TAG_TYPE = {from_dtype(np.dtype(cls.tag)): cls for cls in STRUCTURES.values()}
 _TAGS = {kind: cls.tag(kind) for kind, cls in STRUCTURES.items()}
+_TAG_CLASSES = frozenset(cls.tag for cls in STRUCTURES.values())
 
 
 def tag(kind):
@@ -647,7 +648,7 @@ def tag(kind):
     >>> tag(MULTICLASS), int(tag(CHAIN)), tag(tag(HIER)) is tag(HIER)
     (np.uint8(1), 0, True)
     """
-    if isinstance(kind, np.generic) and from_dtype(kind.dtype) in _BY_TAG_TYPE:
+    if type(kind) in _TAG_CLASSES:
         return kind
     return _TAGS[int(kind)]
 
