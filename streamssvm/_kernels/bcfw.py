@@ -20,11 +20,11 @@ from numba import from_dtype, njit, types
 from numba.extending import overload
 
 from .structops import (
-    Chain, HIER, MLPAIR, MULTILABEL, decode, decode_frozen, emission_add, emission_scores, frozen_support, gram, kind_code,
+    Chain, HIER, Multiclass, MLPAIR, MULTILABEL, decode, decode_frozen, emission_add, emission_scores, frozen_support, gram, kind_code,
     labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply, stat_loss_lin,
     stat_score, stat_sqnorm, tag, truth_stat,
 )
-from .common import MULTICLASS, write_dense_row
+from .common import write_dense_row
 from .multiclass import mc_stat_apply2
 from .chainsparse import (
     sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm,
@@ -42,7 +42,11 @@ C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL, C_TFULL = range(
 N_COUNTERS = 8
 
 _JIT = dict(cache=True, nogil=True)
+#: kernels called only from other kernels: no CPython entry (its unboxing of the bundles is
+#: sizeable compiled code)
+_INNER = dict(_JIT, no_cpython_wrapper=True)
 _CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
+_MULTICLASS_TAG = from_dtype(np.dtype(Multiclass.tag))
 
 @njit(**_JIT)
 def tree_update(tree, size, slot, value):
@@ -167,6 +171,26 @@ def _st_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
         sp_labeling_stat(Iar, kpos, ytrue, L, Kc, out, coef)
     else:
         truth_stat(kind, ytrue, ly, L, Kc, out, coef)
+
+
+def _step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
+    """w += coef * Phi_x(d) and, when averaging (avg_c >= 0), z += coef * avg_c * Phi_x(d)."""
+    _st_apply(model, w, x, d, L, coef, sp, Iar, kpos)
+    if avg_c >= 0.0:
+        _st_apply(model, z, x, d, L, coef * avg_c, sp, Iar, kpos)
+
+
+def _mc_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
+    if avg_c >= 0.0:   # E and ZE in one pass over the row, same values
+        mc_stat_apply2(w[0], z[0], x[0], x[1], x[2], d, model[1], coef, coef * avg_c)
+    else:
+        _st_apply(model, w, x, d, L, coef, sp, Iar, kpos)
+
+
+@overload(_step_apply, jit_options=_JIT)
+def _ol_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
+    """Multiclass updates E and ZE in one pass over the example's row (``mc_stat_apply2``)."""
+    return _mc_step_apply if model.types[0] == _MULTICLASS_TAG else _step_apply
 
 
 def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
@@ -458,15 +482,10 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     # ---- apply ----
     for q in range(ss):
         st[q] += gamma * dbuf[q]
-    if kind_code(kind) == MULTICLASS and avg_c >= 0.0:   # E and ZE in one pass over the row, same values
-        mc_stat_apply2(E, ZE, tok_ptr, fidx, fval, dbuf, K, -gamma, -gamma * avg_c)
-    else:
-        _st_apply(model, w, x, dbuf, L, -gamma, sp, Iar, kpos)
+    _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gamma, avg_c, sp, Iar, kpos)
     dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf)
     facc[0] += dL
     if avg_c >= 0.0:
-        if kind_code(kind) != MULTICLASS:
-            _st_apply(model, (ZE, ZT, ZB), x, dbuf, L, -gamma * avg_c, sp, Iar, kpos)
         facc[1] += avg_c * dL
     # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
     _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
@@ -671,7 +690,7 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
         decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
     """Write one block's segment at the offsets already in meta[j]: tokens (tok_ptr relative
     to fidx/fval), ground truth, Gram matrix, the dual point on the ground truth (statistic
@@ -768,7 +787,7 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     return tick
 
 
-@njit(**_JIT)
+@njit(inline="always", **_INNER)
 def _arrive(model, w, arena, scratch, avg, cfg, counters, n, jn, v, tick, out):
     """Evict v (if >= 0), append block jn (``n`` blocks held before), step on it, then
     ``replay`` sampled steps. Reads the averaging origin from out[2] (-1 = off) and updates

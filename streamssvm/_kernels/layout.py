@@ -76,7 +76,7 @@ def block_stat_len(kind, L, Kc, sp, Iar, kpos):
     return stat_size(kind, L, Kc)
 
 
-@njit(**_JIT)
+@njit(**dict(_JIT, no_cpython_wrapper=True))
 def block_views(arena, j, Kc, kind):
     """Views of block j's segments in the arena (``bundles.Arena``): ``(tok_ptr, fidx, ytrue,
     pool, fval, G, st, alpha, sp, kpos)`` with ``sp, kpos`` of :func:`pairs_pos`."""
