@@ -20,9 +20,9 @@ from numba import from_dtype, njit, types
 from numba.extending import overload
 
 from .structops import (
-    Chain, HIER, Multiclass, MLPAIR, MULTILABEL, decode, decode_frozen, emission_add, emission_scores, frozen_support, gram, kind_code,
-    labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply, stat_loss_lin,
-    stat_score, stat_sqnorm, tag, truth_stat,
+    HIER, MLPAIR, MULTILABEL, Chain, Multiclass, decode, decode_frozen, emission_add, emission_scores, frozen_support,
+    gram, kind_code, labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply,
+    stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
 from .common import write_dense_row
 from .multiclass import mc_stat_apply2
@@ -47,6 +47,7 @@ _JIT = dict(cache=True, nogil=True)
 _INNER = dict(_JIT, no_cpython_wrapper=True)
 _CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
 _MULTICLASS_TAG = from_dtype(np.dtype(Multiclass.tag))
+
 
 @njit(**_JIT)
 def tree_update(tree, size, slot, value):

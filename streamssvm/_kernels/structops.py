@@ -191,8 +191,10 @@ def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out
     return _py_decode_frozen(tagged(model), w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support)
 
 
-_OPERATIONS = (kind_code, frozen_support, decode_frozen, stat_size, labeling_len, decode, labeling_score, labeling_loss, labeling_stat, truth_stat,
-               stat_score, stat_loss_lin, loss_const, stat_sqnorm, stat_apply, slack_oracle, slack_levels)
+#: every per-structure operation (each structure class below implements all of them)
+_OPERATIONS = (kind_code, frozen_support, decode_frozen, stat_size, labeling_len, decode, labeling_score, labeling_loss,
+               labeling_stat, truth_stat, stat_score, stat_loss_lin, loss_const, stat_sqnorm, stat_apply, slack_oracle,
+               slack_levels)
 
 
 # ---------------------------------------------------------------------------------------------
