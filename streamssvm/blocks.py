@@ -27,6 +27,7 @@ import numpy as np
 
 from ._kernels import bcfw as K
 from ._kernels import chainsparse as CS
+from ._kernels import layout as KL
 from ._kernels.bundles import Arena, Batch, pack
 from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans
 from ._kernels.structops import truth_stat
@@ -307,13 +308,11 @@ class BlockStore:
                           n=int(self._n), tree=self.tree,
                           tree_size=int(self.tree_size if tree_size is None else tree_size)))
 
-    # layout: see _kernels/layout.py
     def tcap0(self, L, Kc=None):
         """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
         Kc = self.Kc if Kc is None else Kc
         return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
 
-    # layout: see _kernels/layout.py
     def stat_len(self, L, tcap=0, Kc=None):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
         M | BM | TV)."""
@@ -322,7 +321,6 @@ class BlockStore:
             return L * Kc + 2 * Kc + tcap
         return self.structure.stat_size(L, Kc)
 
-    # layout: see _kernels/layout.py
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
         a sparse block (default :meth:`tcap0`); ``nnz`` the values stored, ``nidx`` the feature
@@ -674,10 +672,9 @@ class BlockStore:
         a, b = np.nonzero(TM)
         return np.stack([a, b], axis=1).astype(np.int64), TM[a, b].copy()
 
-    # layout: see _kernels/layout.py
     def _kpos(self, j):
-        m = self.meta[j]
-        return int(m[K.M_IOFF] + m[K.M_L] + 1 + _nidx(m) + m[K.M_LY] + m[K.M_PCAP] * m[K.M_LABLEN])
+        """Offset in Iar of block j's pair list (``_kernels/layout.py``)."""
+        return int(KL.pairs_pos(self.meta, j)[1])
 
     def _plan(self, j, Kc, to_sparse, grow=False):
         """(int size, float size, pair capacity) of block j rewritten at capacity Kc in the
@@ -859,8 +856,7 @@ class BlockStore:
         meta = self.meta
         idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
         for q, j in enumerate(slots):
-            L, nnz = int(meta[j, K.M_L]), int(meta[j, K.M_NNZ])
-            s0 = int(meta[j, K.M_FOFF]) + nnz + L * L
+            L, s0 = int(meta[j, K.M_L]), int(KL.stat_pos(meta, j))
             sizes[q] = int(self.structure.stat_size(L, self.Kc))
             idx.append(np.arange(s0, s0 + sizes[q]))
         return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
@@ -871,9 +867,8 @@ class BlockStore:
         out = np.zeros(size)
         if not self.slack:
             m = self.meta[slot]
-            L, ly, io = int(m[K.M_L]), int(m[K.M_LY]), int(m[K.M_IOFF])
-            nix = _nidx(m)   # a dense row stores no indices
-            ytrue = self.Iar[io + L + 1 + nix:io + L + 1 + nix + ly].astype(np.int32)
+            L, ly, y0 = int(m[K.M_L]), int(m[K.M_LY]), int(KL.truth_pos(self.meta, slot))
+            ytrue = self.Iar[y0:y0 + ly].astype(np.int32)
             truth_stat(self.kind, ytrue, ly, L, self.Kc, out, 1.0)
         return out
 
@@ -959,7 +954,6 @@ class BlockStore:
         return bs
 
 
-# layout: see _kernels/layout.py
 def _nidx(m):
     """Feature indices stored by the block of meta row ``m``: none for a dense row."""
     return 0 if int(m[K.M_FLAGS]) & FLAG_DENSE_ROW else int(m[K.M_NNZ])

@@ -205,7 +205,7 @@ def test_statistic_algebra_matches_dense_feature_map(shape):
         so.gram(tp, fi, fv, 1, G, np.zeros(d))
         assert so.stat_sqnorm(so.HIER, G, m, 1, N, Kc, False) == pytest.approx(float(np.sum(dense ** 2)), rel=1e-10)
         E2, T2, B2 = np.zeros((d, Kc)), np.zeros((Kc, Kc)), np.zeros((2, Kc))
-        so.stat_apply(so.HIER, E2, T2, B2, tp, fi, fv, m, 1, N, Kc, 2.0, False)
+        so.stat_apply(so.HIER, (E2, T2, B2), (tp, fi, fv), m, 1, N, Kc, 2.0, False)
         np.testing.assert_allclose(E2[:, :N], 2 * dense, atol=1e-12)
         # Hamming over the leaves: internal nodes carry no loss
         for y in pick:

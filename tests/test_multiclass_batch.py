@@ -51,8 +51,8 @@ def test_multiclass_stat_apply_skips_only_zero_classes():
         E0 = rng.normal(size=(d, Kc))
         E1, E2 = E0.copy(), E0.copy()
         T, B = np.zeros((Kc, Kc)), np.zeros((2, Kc))
-        so.stat_apply(so.MULTICLASS, E1, T, B, tok, fidx, fval, st, 1, K, Kc, -0.37, False)
-        so.stat_apply(so.MULTILABEL, E2, T, B, tok, fidx, fval, st, 1, K, Kc, -0.37, False)
+        so.stat_apply(so.MULTICLASS, (E1, T, B), (tok, fidx, fval), st, 1, K, Kc, -0.37, False)
+        so.stat_apply(so.MULTILABEL, (E2, T, B), (tok, fidx, fval), st, 1, K, Kc, -0.37, False)
         np.testing.assert_array_equal(E1, E2)
 
 

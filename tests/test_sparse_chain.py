@@ -108,7 +108,7 @@ def _u_from_blocks(lr):
         dvec = b["stat"].copy() if lr._slack else -b["stat"]
         if not lr._slack:
             so.truth_stat(so.CHAIN, b["ytrue"], len(b["ytrue"]), b["L"], st.Kc, dvec, 1.0)
-        so.stat_apply(so.CHAIN, E, T, B, b["tok_ptr"], b["fidx"], b["fval"], dvec, b["L"], lr._K, st.Kc, 1.0, True)
+        so.stat_apply(so.CHAIN, (E, T, B), (b["tok_ptr"], b["fidx"], b["fval"]), dvec, b["L"], lr._K, st.Kc, 1.0, True)
     return E, T, B
 
 

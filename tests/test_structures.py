@@ -128,7 +128,7 @@ def test_statistic_algebra_matches_dense_feature_map(cls, L, K):
     sq = sum(float(np.sum(a * a)) for a in dense)
     assert so.stat_sqnorm(kind, G, m, L, K, Kc, st.use_trans) == pytest.approx(sq, rel=1e-10)
     E2, T2, B2 = np.zeros((d, Kc)), np.zeros((Kc, Kc)), np.zeros((2, Kc))
-    so.stat_apply(kind, E2, T2, B2, tp, fi, fv, m, L, K, Kc, 2.0, st.use_trans)
+    so.stat_apply(kind, (E2, T2, B2), (tp, fi, fv), m, L, K, Kc, 2.0, st.use_trans)
     np.testing.assert_allclose(E2[:, :K], 2 * dense[0], atol=1e-12)
     if st.use_trans:
         np.testing.assert_allclose(T2[:K, :K], 2 * dense[1], atol=1e-12)

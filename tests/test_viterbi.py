@@ -88,10 +88,16 @@ def run(f, S, T, B, scale, L, K, use_trans, ytrue, C, lw, *extra):
 def sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
     ptr, idx, n = CH.transition_support(T, K, K * K)
     assert n == int((T[:K, :K] != 0).sum())
-    return CH.chain_viterbi_sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out, ptr, idx)
+    return CH.chain_viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, n))
 
 
-PATHS = {"auto": CH.chain_viterbi, "dense": CH.chain_viterbi_dense, "sparse": sparse}
+def _flat(fn):
+    """The Viterbi kernel with its bundles spelled out: (S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out)."""
+    return lambda S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out: fn(
+        S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out)
+
+
+PATHS = {"auto": _flat(CH.chain_viterbi), "dense": _flat(CH.chain_viterbi_dense), "sparse": sparse}
 
 
 def check_all(S, T, B, scale, L, K, use_trans, ytrue, C, lw):
@@ -186,7 +192,10 @@ def test_superset_support_is_exact():
         idx.extend(cols)
         ptr[j + 1] = len(idx)
     idx = np.array(idx, np.int32)
-    val, lab = run(CH.chain_viterbi_sparse, S, T, B, 1.0, L, K, True, ytrue, C, 0.2, ptr, idx)
+    def sparse_with(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
+        return CH.chain_viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, -2))
+
+    val, lab = run(sparse_with, S, T, B, 1.0, L, K, True, ytrue, C, 0.2)
     assert val == ref_val and lab.tolist() == ref_lab.tolist()
 
 
@@ -251,7 +260,7 @@ def test_frozen_support_paths_equal_per_call_viterbi():
             S[t] = scale * (fv[tp[t]:tp[t + 1]] @ W[fi[tp[t]:tp[t + 1]], :Kn])
         out = np.zeros(L, np.int32)
         V, bp = np.zeros((L, Kn)), np.zeros((L, Kn), np.int32)
-        CH.chain_viterbi(S, T, B, scale, L, Kn, True, np.zeros(L, np.int32), np.zeros((Kn, Kn)), 0.0, V, bp, out)
+        CH.chain_viterbi(S, (T, B), scale, L, Kn, True, np.zeros(L, np.int32), np.zeros((Kn, Kn)), 0.0, (V, bp), out)
         assert out.tolist() == batch[ex_tok[e]:ex_tok[e + 1]].tolist()
         n_multi += L > 1
     assert n_multi > 40

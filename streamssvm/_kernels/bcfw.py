@@ -1,40 +1,38 @@
 """Numba kernels for block-coordinate Frank-Wolfe on the linear structures.
 
-Blocks live in two arenas (``Iar`` int32, ``Far`` float64); ``meta[slot]`` holds the offsets
-and sizes (see ``M_*``). Segment layout of one block:
+The dual blocks live in the BlockStore's arenas, laid out as ``layout.py`` describes (its
+constants ``M_*``, ``N_META`` and flags are re-exported here). Every kernel takes the state as
+the bundles of ``bundles.py`` (plain tuples: ``model``, ``w``, ``arena``, ``scratch``, ``avg``,
+``cfg``, ``example``, ``batch``), unpacked in their declared field order where fields are used;
+the structure is the *type* of ``model[0]`` (``structops.tag``), so each kernel compiles the code
+of one structure.
 
-* ints:   ``tok_ptr (L+1) | fidx (nnz) | ytrue (ly) | pool labelings (pcap * lablen)``
-* floats: ``fval (nnz) | gram (L*L) | stat (stat_size) | pool alpha (pcap)``
-
-A one-token block flagged ``FLAG_DENSE_ROW`` (``common.py``) stores no ``fidx``: its nnz values
-are those of features 0..nnz-1, zeros included (the empty ``fidx`` view tells the kernels).
-
-A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its
-ints end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | BM | TV (tcap)`` (see
-``chainsparse.py``); the ``_st_*`` dispatchers below pick the layout of each block.
+A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
+``chainsparse.py``); the ``_st_*`` helpers below pick the layout of each block.
 
 Block gap estimates are kept in "numerator" units ``n * g_i`` (independent of the number of
 held blocks up to the staleness every estimate has anyway).
 """
-import numpy as np
-from numba import njit
+import inspect
 
-from .structops import labeling_len as lablen_of
+import numpy as np
+from numba import from_dtype, njit, types
+from numba.extending import overload
+
 from .structops import (
-    HIER, MLPAIR, MULTILABEL, decode, emission_add, emission_scores, gram, labeling_loss, slack_oracle, labeling_score,
-    labeling_stat, loss_const, stat_apply, stat_loss_lin, stat_score, stat_size, stat_sqnorm, truth_stat,
+    HIER, MLPAIR, MULTILABEL, Chain, Multiclass, decode, decode_frozen, emission_add, emission_scores, frozen_support,
+    gram, kind_code, labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply,
+    stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
-from .chain import chain_loss_norm, chain_viterbi_with_support, viterbi_support
-from .common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, write_dense_row
+from .common import write_dense_row
 from .multiclass import mc_stat_apply2
 from .chainsparse import (
-    FLAG_SPARSE, FLAG_TFULL, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap,
-    sp_sqnorm,
+    sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm,
 )
-
-M_IOFF, M_FOFF, M_L, M_NNZ, M_LY, M_KI, M_PCAP, M_PN, M_LABLEN, M_FLAGS, M_ISIZE, M_FSIZE = range(12)
-N_META = 12
-FLAG_INEXACT_ALPHA = 1   # (FLAG_SPARSE = 2, FLAG_TFULL = 4: chainsparse.py)
+from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
+    FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE, M_IOFF, M_ISIZE, M_KI,
+    M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, block_stat_len, block_views, n_index, pairs_pos,
+)
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
 SAMPLE_GIVEN, SAMPLE_UNIFORM, SAMPLE_GAP = 0, 1, 2
@@ -44,6 +42,11 @@ C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL, C_TFULL = range(
 N_COUNTERS = 8
 
 _JIT = dict(cache=True, nogil=True)
+#: kernels called only from other kernels: no CPython entry (its unboxing of the bundles is
+#: sizeable compiled code)
+_INNER = dict(_JIT, no_cpython_wrapper=True)
+_CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
+_MULTICLASS_TAG = from_dtype(np.dtype(Multiclass.tag))
 
 
 @njit(**_JIT)
@@ -91,76 +94,65 @@ def avg_coef(tick, avg_t0):
     return s_ * (s_ - 1.0) / 2.0
 
 
-@njit(**_JIT)
-def _views(meta, Iar, Far, j, Kc, kind):
-    io = meta[j, M_IOFF]
-    fo = meta[j, M_FOFF]
-    L = meta[j, M_L]
-    nnz = meta[j, M_NNZ]
-    nix = _nidx(meta, j)
-    ly = meta[j, M_LY]
-    pcap = meta[j, M_PCAP]
-    lablen = meta[j, M_LABLEN]
-    tok_ptr = Iar[io:io + L + 1]
-    fidx = Iar[io + L + 1:io + L + 1 + nix]   # empty for a dense row (common.py)
-    ytrue = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
-    p0 = io + L + 1 + nix + ly
-    pool = Iar[p0:p0 + pcap * lablen]
-    fval = Far[fo:fo + nnz]
-    G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
-    sp, kpos = _sinfo(meta, j)
-    ss = _ssize(kind, L, Kc, sp, Iar, kpos)
-    s0 = fo + nnz + L * L
-    st = Far[s0:s0 + ss]
-    alpha = Far[s0 + ss:s0 + ss + pcap]
-    return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos
+def _chain_only(dense):
+    """Decorator for the helpers that read a block in either layout: the decorated body (which
+    branches on ``sp``, the block's sparse flag) is compiled for chains only, the one structure
+    whose blocks can use the sparse pair list (``chainsparse.py``); every other structure compiles
+    ``dense`` (same parameters) instead, without the sparse code. The structure is the type of
+    the first argument (a tag, or the ``model`` bundle), as for ``structops``' operations."""
+    def register(body):
+        def select(first, *rest):
+            t = first.types[0] if isinstance(first, types.BaseTuple) else first
+            return body if t == _CHAIN_TAG else dense
+
+        select.__signature__ = inspect.signature(body)
+        overload(body, jit_options=_JIT)(select)
+        return body
+    return register
 
 
-@njit(**_JIT)
-def _nidx(meta, j):
-    """Feature indices stored for block j: none for a dense row (``FLAG_DENSE_ROW``), else nnz."""
-    return 0 if meta[j, M_FLAGS] & FLAG_DENSE_ROW else meta[j, M_NNZ]
+def _dense_score(model, w, S, scale, st, L, sp, Iar, kpos):
+    return stat_score(model[0], S, w[1], w[2], scale, st, L, model[1], model[2], model[3])
 
 
-@njit(**_JIT)
-def _sinfo(meta, j):
-    """(is block j a sparse chain block, offset of its pair list ``tn | tcap | pairs`` in Iar)."""
-    kpos = (meta[j, M_IOFF] + meta[j, M_L] + 1 + _nidx(meta, j) + meta[j, M_LY]
-            + meta[j, M_PCAP] * meta[j, M_LABLEN])
-    return (meta[j, M_FLAGS] & FLAG_SPARSE) != 0, kpos
-
-
-@njit(**_JIT)
-def _ssize(kind, L, Kc, sp, Iar, kpos):
-    """Size of block's statistic region (dense: ``stat_size``; sparse: M | BM | TV)."""
+@_chain_only(_dense_score)
+def _st_score(model, w, S, scale, st, L, sp, Iar, kpos):
+    """<w, Phi_x(st)> in the block's layout."""
     if sp:
-        return L * Kc + 2 * Kc + Iar[kpos + 1]
-    return stat_size(kind, L, Kc)
+        return sp_score(S, w[1], w[2], scale, st, L, model[1], model[2], model[3], Iar, kpos)
+    return stat_score(model[0], S, w[1], w[2], scale, st, L, model[1], model[2], model[3])
 
 
-@njit(**_JIT)
-def _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
+def _dense_sqnorm(model, G, st, L, sp, Iar, kpos):
+    return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
+
+
+@_chain_only(_dense_sqnorm)
+def _st_sqnorm(model, G, st, L, sp, Iar, kpos):
+    """||Phi_x(st)||^2 in the block's layout."""
     if sp:
-        return sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos)
-    return stat_score(kind, S, T, B, scale, st, L, K, Kc, use_trans)
+        return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
+    return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
 
 
-@njit(**_JIT)
-def _st_sqnorm(kind, sp, G, st, L, K, Kc, use_trans, Iar, kpos):
+def _dense_apply(model, w, x, st, L, coef, sp, Iar, kpos):
+    stat_apply(model[0], w, x, st, L, model[1], model[2], coef, model[3])
+
+
+@_chain_only(_dense_apply)
+def _st_apply(model, w, x, st, L, coef, sp, Iar, kpos):
+    """w += coef * Phi_x(st) in the block's layout (``x = (tok_ptr, fidx, fval)``)."""
     if sp:
-        return sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos)
-    return stat_sqnorm(kind, G, st, L, K, Kc, use_trans)
-
-
-@njit(**_JIT)
-def _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos):
-    if sp:
-        sp_apply(E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos)
+        sp_apply(w, x, st, L, model[1], model[2], coef, model[3], Iar, kpos)
     else:
-        stat_apply(kind, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans)
+        stat_apply(model[0], w, x, st, L, model[1], model[2], coef, model[3])
 
 
-@njit(**_JIT)
+def _dense_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
+    labeling_stat(kind, lab, L, Kc, out, coef)
+
+
+@_chain_only(_dense_lab)
 def _st_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
     """out += coef * s(lab) (a sparse block must have the bigrams of lab registered)."""
     if sp:
@@ -169,16 +161,65 @@ def _st_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
         labeling_stat(kind, lab, L, Kc, out, coef)
 
 
-@njit(**_JIT)
+def _dense_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
+    truth_stat(kind, ytrue, ly, L, Kc, out, coef)
+
+
+@_chain_only(_dense_truth)
 def _st_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
+    """out += coef * s(ytrue) in the block's layout."""
     if sp:
         sp_labeling_stat(Iar, kpos, ytrue, L, Kc, out, coef)
     else:
         truth_stat(kind, ytrue, ly, L, Kc, out, coef)
 
 
-@njit(**_JIT)
-def _room(sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
+def _step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
+    """w += coef * Phi_x(d) and, when averaging (avg_c >= 0), z += coef * avg_c * Phi_x(d)."""
+    _st_apply(model, w, x, d, L, coef, sp, Iar, kpos)
+    if avg_c >= 0.0:
+        _st_apply(model, z, x, d, L, coef * avg_c, sp, Iar, kpos)
+
+
+def _mc_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
+    if avg_c >= 0.0:   # E and ZE in one pass over the row, same values
+        mc_stat_apply2(w[0], z[0], x[0], x[1], x[2], d, model[1], coef, coef * avg_c)
+    else:
+        _st_apply(model, w, x, d, L, coef, sp, Iar, kpos)
+
+
+@overload(_step_apply, jit_options=_JIT)
+def _ol_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
+    """Multiclass updates E and ZE in one pass over the example's row (``mc_stat_apply2``)."""
+    return _mc_step_apply if model.types[0] == _MULTICLASS_TAG else _step_apply
+
+
+def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
+    truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+
+
+@_chain_only(_dense_truth_u)
+def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
+    """dbuf += s(ytrue) for ``block_u``; a sparse block adds the truth's bigrams (which need not
+    be among the block's pairs) to T directly, times ``coef``."""
+    if sp:
+        o = L * Kc
+        for t in range(L):
+            dbuf[t * Kc + ytrue[t]] += 1.0
+        dbuf[o + ytrue[0]] += 1.0
+        dbuf[o + Kc + ytrue[L - 1]] += 1.0
+        if use_trans:
+            sp_labeling_apply(T, ytrue, L, coef)
+    else:
+        truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+
+
+def _dense_room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
+    return True
+
+
+@_chain_only(_dense_room)
+def _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
     """Register the bigrams of the labelings a step moves (sparse blocks); False (and the block
     flagged ``FLAG_TFULL``) when the block has no room for them: the step is skipped."""
     if not sp:
@@ -191,6 +232,28 @@ def _room(sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
     return False
 
 
+def _dense_snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
+    pass
+
+
+@_chain_only(_dense_snap)
+def _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
+    """``chainsparse.sp_snap`` on a sparse block."""
+    if sp:
+        sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans)
+
+
+def _dense_register(kind, sp, Iar, kpos, st, toff, lab, L):
+    pass
+
+
+@_chain_only(_dense_register)
+def _register(kind, sp, Iar, kpos, st, toff, lab, L):
+    """``chainsparse.sp_register`` of a labeling on a sparse block."""
+    if sp:
+        sp_register(Iar, kpos, st, toff, lab, L)
+
+
 @njit(**_JIT)
 def _same(a, b, n):
     for q in range(n):
@@ -199,16 +262,20 @@ def _same(a, b, n):
     return True
 
 
-@njit(**_JIT)
-def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
-               gest, last_oracle, tick, S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc,
-               lval, V3):
+def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
     """A Frank-Wolfe step with slack rescaling (Choi, Meshi & Srebro, "Fast and Scalable
     Structural SVM with Slack Rescaling"). H_i(y) = Delta(y) (1 - <w, psi_i(y)>) is a max of
     affine functions with feature Delta(y) psi_i(y): the block keeps the statistic of u_i
     itself, u~_i = sum_y alpha(y) Delta(y) (s(y_i) - s(y)), and L_i = sum_y alpha(y) Delta(y)
     in ``lval``; the corner comes from the exact slack oracle."""
-    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
+    kind, K, Kc, use_trans, C, G_ = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    avg_t0, ZE, ZT, ZB, facc = avg
+    scale = 1.0 / lam_n
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+    x = (tok_ptr, fidx, fval)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     Ki = meta[j, M_KI]
@@ -216,10 +283,10 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
-    hstar = slack_oracle(model, (E, T, B), S, scale, L, ytrue, ly, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
+    hstar = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
     counters[C_ORACLE] += 1
     Li = lval[j]
-    gnum = hstar - (Li - _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos))
+    gnum = hstar - (Li - _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     if gnum < -1e-9 * (1.0 + abs(hstar)):
         counters[C_SANITY] += 1
     gest[j] = gnum if gnum > 0.0 else 0.0
@@ -227,13 +294,13 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     if gnum <= 0.0:
         return gnum
     dstar = labeling_loss(kind, lab, ytrue, ly, model[4], L, K, Ki, ybuf)
-    if not _room(sp, meta, j, Iar, kpos, st, L, Kc, ytrue, lab, counters):
+    if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, ytrue, lab, counters):
         return gnum
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
     _st_lab(kind, sp, lab, L, Kc, dbuf, -dstar, Iar, kpos)
-    sq = _st_sqnorm(kind, sp, G, dbuf, L, K, Kc, use_trans, Iar, kpos)
+    sq = _st_sqnorm(model, G, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / sq
@@ -243,21 +310,18 @@ def slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
         st[q] += gamma * dbuf[q]
     dL = gamma * (dstar - Li)
     lval[j] = Li + dL
-    _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma, use_trans, Iar, kpos)
+    _st_apply(model, w, x, dbuf, L, gamma, sp, Iar, kpos)
     facc[0] += dL
     if avg_c >= 0.0:
-        _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, gamma * avg_c, use_trans, Iar, kpos)
+        _st_apply(model, (ZE, ZT, ZB), x, dbuf, L, gamma * avg_c, sp, Iar, kpos)
         facc[1] += avg_c * dL
-    if sp:   # u~ moved by +gamma d and U += gamma Phi(d): a count set to 0 leaves U by -v
-        sp_snap(st, L, Kc, Iar, kpos, T, ZT, -1.0, -avg_c if avg_c >= 0.0 else 0.0, use_trans)
+    # a sparse block: u~ moved by +gamma d and U += gamma Phi(d): a count set to 0 leaves U by -v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, -1.0, -avg_c if avg_c >= 0.0 else 0.0, use_trans)
     counters[C_STEPS] += 1
     return gnum
 
 
-@njit(**_JIT)
-def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
-               gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-               S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3):
+def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
     """One BCFW / pairwise / away step on block j. Returns the gap numerator (n * g_j)
     measured at the corner used (exact oracle on a miss).
 
@@ -265,11 +329,15 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     the iteration index s) is kept lazily through ``Z += W_{s-1} * dU`` with
     ``W_{s-1} = s (s - 1) / 2`` (``avg_c``), so that ``sum_t t U_t = W_k U_k - Z``; ``facc``
     accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
-    if slack:
-        return slack_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
-                          gest, last_oracle, tick, S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB,
-                          facc, lval, V3)
-    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
+    kind, K, Kc, use_trans, C, G_ = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    avg_t0, ZE, ZT, ZB, facc = avg
+    scale = 1.0 / lam_n
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+    x = (tok_ptr, fidx, fval)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     Ki = meta[j, M_KI]
@@ -280,8 +348,8 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
-    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
-             + _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos))
+    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+             + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     # ---- corner: cache (pool) or exact oracle ----
     corner = -1  # pool index of the FW corner if it is in the pool
     hit = False
@@ -289,7 +357,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
         best = -np.inf
         for p in range(pn):
             lp = pool[p * lablen:(p + 1) * lablen]
-            v = (labeling_loss(kind, lp, ytrue, ly, model[4], L, K, Ki, ybuf)
+            v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
                  + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
             if v > best:
                 best = v
@@ -306,7 +374,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
             counters[C_HIT] += 1
     if not hit:
         corner = -1
-        star_val = decode(model, (E, T, B), S, scale, L, ytrue, ly, 1.0, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
+        star_val = decode(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab)
         counters[C_ORACLE] += 1
         gnum = star_val - m_val
         # sanity: the oracle can never be worse than the ground truth / current point
@@ -335,7 +403,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
                 if alpha[p] > 0.0 and step_type != STEP_FW:
                     continue
                 lp = pool[p * lablen:(p + 1) * lablen]
-                v = (labeling_loss(kind, lp, ytrue, ly, model[4], L, K, Ki, ybuf)
+                v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
                      + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
                 if alpha[p] > 0.0:
                     v += 1e300  # prefer inactive entries
@@ -365,7 +433,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
             if alpha[p] > 0.0:
                 nact += 1
                 lp = pool[p * lablen:(p + 1) * lablen]
-                v = (labeling_loss(kind, lp, ytrue, ly, model[4], L, K, Ki, ybuf)
+                v = (labeling_loss(kind, lp, ytrue, ly, C, L, K, Ki, ybuf)
                      + labeling_score(kind, S, T, B, scale, lp, L, K, use_trans))
                 if v < wv:
                     wv = v
@@ -381,8 +449,8 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
                     mode = STEP_AWAY
     # ---- direction d in statistic space, numerator, max step ----
     if sp:   # the pairs of the labelings moved must be in the block's list
-        if not _room(sp, meta, j, Iar, kpos, st, L, Kc, lab, pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab,
-                     counters):
+        if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab,
+                     pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab, counters):
             return gnum
     for q in range(ss):
         dbuf[q] = 0.0
@@ -404,7 +472,7 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
         num = m_val - a_val
         gmax = alpha[a] / (1.0 - alpha[a]) if alpha[a] < 1.0 else 1e300
         counters[C_AWAY] += 1
-    sq = _st_sqnorm(kind, sp, G, dbuf, L, K, Kc, use_trans, Iar, kpos)
+    sq = _st_sqnorm(model, G, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0 or num <= 0.0:
         return gnum
     gamma = lam_n * num / sq
@@ -415,18 +483,13 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     # ---- apply ----
     for q in range(ss):
         st[q] += gamma * dbuf[q]
-    if kind == MULTICLASS and avg_c >= 0.0:   # E and ZE in one pass over the row, same values
-        mc_stat_apply2(E, ZE, tok_ptr, fidx, fval, dbuf, K, -gamma, -gamma * avg_c)
-    else:
-        _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma, use_trans, Iar, kpos)
-    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
+    _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gamma, avg_c, sp, Iar, kpos)
+    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf)
     facc[0] += dL
     if avg_c >= 0.0:
-        if kind != MULTICLASS:
-            _st_apply(kind, sp, ZE, ZT, ZB, tok_ptr, fidx, fval, dbuf, L, K, Kc, -gamma * avg_c, use_trans, Iar, kpos)
         facc[1] += avg_c * dL
-    if sp:   # m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
-        sp_snap(st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
+    # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
     if pcap > 0:
         if mode == STEP_FW:
             for p in range(pn):
@@ -461,53 +524,38 @@ def block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far
     return gnum
 
 
-@njit(**_JIT)
-def _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
-              gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
-              sampling, slots, alive, n_alive, tree, tree_size, n_steps, seed,
-              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, slack, lval, V3):
-    """Run ``n_steps`` block steps. ``sampling``: given ``slots`` in order / uniform over
-    ``alive[:n_alive]`` / proportional to the gap estimates (sum-tree)."""
-    np.random.seed(seed)
-    tick = tick0
-    for it in range(n_steps):
-        if sampling == SAMPLE_GIVEN:
-            j = slots[it]
-        else:
-            j = sample_block(sampling, tree, tree_size, alive, n_alive)
-        avg_c = avg_coef(tick, avg_t0)
-        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
-                   gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3)
-        if tree_size > 0:
-            tree_update(tree, tree_size, j, gest[j])
-        tick += 1
-    return tick
+#: The loss rescaling of the steps, as a type (like the structure tags of ``structops``): the
+#: ``slack`` field of a StepConfig is MARGIN (margin rescaling, ``margin_step``) or SLACK (slack
+#: rescaling, ``slack_step``), so a kernel compiles the one step it runs.
+MARGIN, SLACK = np.uint8(0), np.int8(1)
+
+
+def rescaling(slack):
+    """The StepConfig ``slack`` field of a learner with (True) or without slack rescaling."""
+    return SLACK if slack else MARGIN
+
+
+def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
+    """One step on block j: ``margin_step`` or ``slack_step``, chosen when the calling kernel
+    compiles by the type of ``cfg``'s ``slack`` field (:func:`rescaling`). Returns the gap
+    numerator (n * g_j) measured at the corner used."""
+    raise TypeError("block_step runs inside the kernels (numba)")
+
+
+@overload(block_step, jit_options=_JIT)
+def _block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
+    rule = cfg.types[8]
+    if rule == from_dtype(np.dtype(type(MARGIN))):
+        return margin_step
+    if rule == from_dtype(np.dtype(type(SLACK))):
+        return slack_step
+    raise TypeError(f"StepConfig.slack must be bcfw.MARGIN or bcfw.SLACK (rescaling(...)), not {rule}")
 
 
 @njit(**_JIT)
-def _frozen_support(kind, T, K):
-    """``chain.viterbi_support`` of a chain's T (n = -1, nothing scanned, for other structures)."""
-    if kind == CHAIN and T.shape[0] >= K and T.shape[1] >= K:
-        return viterbi_support(T, K)
-    return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
-
-
-@njit(**_JIT)
-def _decode_frozen(model, E, T, B, S, scale, L, ytrue, ly, loss_scale, Ki, V, bp, scratch, out, ptr, idx, nsup):
-    """``structops.decode`` for weights that stay fixed over a loop (a gap pass, a prediction
-    batch): chains take the Viterbi with the transition support found once per loop
-    (``chain.viterbi_support``) instead of once per call; same values and labelings."""
-    if model[0] == CHAIN and L > 1:
-        return chain_viterbi_with_support(S, T, B, scale, L, model[1], model[3], ytrue, model[4],
-                                          loss_scale / chain_loss_norm(L, Ki), V, bp, out, ptr, idx, nsup)
-    return decode(model, (E, T, B), S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
-
-
-@njit(**_JIT)
-def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta, alive, n_alive,
-                  gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf):
-    """Exact oracle on every held block at frozen weights.
+def full_gap_pass(model, w, arena, scratch, scale, slack, out):
+    """Exact oracle on every held block at frozen weights ``scale * w``; an arena with
+    ``tree_size`` 0 leaves the sum-tree alone.
 
     out[0] = sum_i max_y H_i(y; w)  (hinge terms, >= 0)
     out[1] = sum_i L_i              (dual loss terms, Delta of the block statistic)
@@ -515,21 +563,25 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
     out[3] = number of oracle calls
     Refreshes every block gap estimate.
     """
+    kind, K, Kc, use_trans, C, G_ = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
     sh = 0.0
     sl = 0.0
     sg = 0.0
-    ptr, sidx, nsup = _frozen_support(kind, T, K)   # T is frozen for the whole pass
-    for q in range(n_alive):
+    support = frozen_support(kind, T, K)   # T is frozen for the whole pass
+    for q in range(n):
         j = alive[q]
-        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
         L = meta[j, M_L]
         ly = meta[j, M_LY]
         Ki = meta[j, M_KI]
         emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
         if slack:
-            h = slack_oracle(model, (E, T, B), S, scale, L, ytrue, ly, Ki, (S, V, bp, ybuf, lab, dbuf, V3), lab)
+            h = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
             Li = lval[j]
-            g = h - (Li - _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos))
+            g = h - (Li - _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
             if g < 0.0:
                 g = 0.0
             gest[j] = g
@@ -539,16 +591,16 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
             sl += Li
             sg += g
             continue
-        star = _decode_frozen(model, E, T, B, S, scale, L, ytrue, ly, 1.0, Ki, V, bp, (S, V, bp, ybuf, lab, dbuf, V3),
-                              lab, ptr, sidx, nsup)
+        star = decode_frozen(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab, support)
         # score of the ground truth
-        if kind == MLPAIR:
-            for q in range(lablen_of(kind, L, Kc)):
+        code = kind_code(kind)
+        if code == MLPAIR:
+            for q in range(labeling_len(kind, L, Kc)):
                 lab[q] = 0
             for p in range(ly):
                 lab[ytrue[p]] = 1
             t_score = labeling_score(kind, S, T, B, scale, lab, L, K, use_trans)
-        elif kind == MULTILABEL or kind == HIER:
+        elif code == MULTILABEL or code == HIER:
             t_score = 0.0
             for p in range(ly):
                 if ytrue[p] < K:
@@ -558,8 +610,8 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
         h = star - t_score
         if h < 0.0:
             h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)
-        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, model[4], L, K, Kc, Ki, ybuf)
-        m_val = Li + _st_score(kind, sp, S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos)
+        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+        m_val = Li + _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
         g = star - m_val
         if g < 0.0:
             g = 0.0
@@ -572,42 +624,40 @@ def _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta
     out[0] = sh
     out[1] = sl
     out[2] = sg
-    out[3] = n_alive
+    out[3] = n
 
 
 @njit(**_JIT)
-def _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack=False):
-    """U += coef * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack)."""
-    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = _views(meta, Iar, Far, j, Kc, kind)
+def block_u(model, w, arena, j, coef, dbuf, slack):
+    """w += coef * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack): the
+    contribution of block ``j``."""
+    kind, K, Kc, use_trans, C, G_ = model
+    E, T, B = w
+    Iar, meta = arena[0], arena[2]
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+    x = (tok_ptr, fidx, fval)
     L = meta[j, M_L]
     ly = meta[j, M_LY]
     ss = st.shape[0]
     if slack:
-        _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos)
+        _st_apply(model, w, x, st, L, coef, sp, Iar, kpos)
         return
     for q in range(ss):
         dbuf[q] = -st[q]
-    if sp:   # the truth's bigrams need not be among the block's pairs: added to T directly
-        o = L * Kc
-        for t in range(L):
-            dbuf[t * Kc + ytrue[t]] += 1.0
-        dbuf[o + ytrue[0]] += 1.0
-        dbuf[o + Kc + ytrue[L - 1]] += 1.0
-        if use_trans:
-            sp_labeling_apply(T, ytrue, L, coef)
-    else:
-        truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
-    _st_apply(kind, sp, E, T, B, tok_ptr, fidx, fval, dbuf, L, K, Kc, coef, use_trans, Iar, kpos)
+    _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans)
+    _st_apply(model, w, x, dbuf, L, coef, sp, Iar, kpos)
 
 
 @njit(**_JIT)
-def _rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n_alive, dbuf, slack=False):
-    """Recompute U = sum_i u_i from the blocks (removes accumulated round-off)."""
+def rebuild_u(model, w, arena, dbuf, slack):
+    """w = sum_i u_i over the held blocks (removes accumulated round-off)."""
+    E, T, B = w
+    alive, n = arena[6], arena[8]
     E[:, :] = 0.0
     T[:, :] = 0.0
     B[:, :] = 0.0
-    for q in range(n_alive):
-        _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive[q], 1.0, dbuf, slack)
+    for q in range(n):
+        block_u(model, w, arena, alive[q], 1.0, dbuf, slack)
 
 
 @njit(**_JIT)
@@ -618,14 +668,16 @@ def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
 
 
 @njit(**_JIT)
-def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, tok_ptr, fidx, fval,
-                  lab_ptr, out, scratch):
-    """MAP labelings for many examples. Example e has tokens ex_tok[e]..ex_tok[e+1] of the
-    global CSR (tok_ptr into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]].
-    Emission weights are E - zc * ZE (zc = 0: plain E)."""
+def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
+    """MAP labelings of a batch (``bundles.Batch``) at weights ``scale * (E - zc * ZE, T, B)``
+    (zc = 0: plain E). Example e has tokens ex_tok[e]..ex_tok[e+1] of the global CSR (tok_ptr
+    into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]]."""
+    kind, K, Kc, use_trans, C, G_ = model
+    E, T, B = w
+    ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
     dummy = np.zeros(1, dtype=np.int32)
     S = scratch[0]
-    ptr, sidx, nsup = _frozen_support(kind, T, K)   # T is frozen for the whole batch
+    support = frozen_support(kind, T, K)   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):
         t0 = ex_tok[e]
         L = ex_tok[e + 1] - t0
@@ -636,11 +688,10 @@ def _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, to
             _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
         else:
             emission_scores(E, scale, tp, fidx, fval, L, K, S)
-        _decode_frozen(model, E, T, B, S, scale, L, dummy, 0, 0.0, 1, scratch[1], scratch[2], scratch,
-                       out[lab_ptr[e]:lab_ptr[e + 1]], ptr, sidx, nsup)
+        decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
     """Write one block's segment at the offsets already in meta[j]: tokens (tok_ptr relative
     to fidx/fval), ground truth, Gram matrix, the dual point on the ground truth (statistic
@@ -653,7 +704,7 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
     pcap = meta[j, M_PCAP]
     lablen = meta[j, M_LABLEN]
     base = tok_ptr[0]
-    nix = _nidx(meta, j)
+    nix = n_index(meta, j)
     if not meta[j, M_FLAGS] & FLAG_DENSE_ROW:
         for t in range(L + 1):
             Iar[io + t] = tok_ptr[t] - base
@@ -671,22 +722,22 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         Iar[p0 + q] = 0
     G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
     gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nix], Far[fo:fo + nnz], L, G, mark)
-    sp, kpos = _sinfo(meta, j)
+    sp, kpos = pairs_pos(meta, j)
     if sp:   # the pair list: empty, capacity from the segment size
         Iar[kpos] = 0
         Iar[kpos + 1] = (meta[j, M_ISIZE] - (kpos - io) - 2) // 2
-    ss = _ssize(kind, L, Kc, sp, Iar, kpos)
+    ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + L * L
     for q in range(ss + pcap):
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
     if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
-        if sp:
-            sp_register(Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)
+        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)
         _st_truth(kind, sp, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0, Iar, kpos)
     meta[j, M_PN] = 0
     if pcap > 0:
-        if kind == MULTILABEL or kind == MLPAIR or kind == HIER:
+        code = kind_code(kind)
+        if code == MULTILABEL or code == MLPAIR or code == HIER:
             for q in range(ly):
                 Iar[p0 + yt[q]] = 1
         else:
@@ -696,12 +747,17 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         meta[j, M_PN] = 1
 
 
-@njit(**_JIT)
 def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
     """Write the segments of new blocks whose offsets/sizes are already in ``meta``.
-    ``store = (Iar, Far, meta)`` (the BlockStore's arenas); ``batch`` the examples as a
-    ``bundles.Batch`` (example e: tokens ex_tok[e]..ex_tok[e+1] of the global CSR, truth
-    ys[y_ptr[e]:y_ptr[e+1]] with ``y_ptr`` in the ``lab_ptr`` field)."""
+    ``kind`` the structure's code or tag; ``store = (Iar, Far, meta)`` (the BlockStore's
+    arenas); ``batch`` the examples as a ``bundles.Batch`` (example e: tokens
+    ex_tok[e]..ex_tok[e+1] of the global CSR, truth ys[y_ptr[e]:y_ptr[e+1]] with ``y_ptr`` in
+    the ``lab_ptr`` field)."""
+    _insert_blocks(tag(kind), Kc, store, slots, batch, ys, mark, slack)
+
+
+@njit(**_JIT)
+def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
     Iar, Far, meta = store
     ex_tok, tok_ptr, fidx, fval, y_ptr = batch
     for e in range(slots.shape[0]):
@@ -710,15 +766,38 @@ def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
 
 
 @njit(**_JIT)
-def _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n, jn, v, replay, E, T, B, model,
-            Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-            sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
-            avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
-    """Evict v (if >= 0), append block jn, step on it, then ``replay`` sampled steps.
-    Updates out[0] (held blocks), out[1] (evictions), out[2] (averaging origin, -1 = off);
-    returns the new tick."""
+def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick0, seed, counters):
+    """Run ``n_steps`` block steps; returns the new tick. ``sampling``: SAMPLE_GIVEN takes
+    ``slots`` in order, SAMPLE_UNIFORM draws uniformly over the held blocks, SAMPLE_GAP
+    proportionally to the gap estimates (sum-tree)."""
+    alive, n, tree, tree_size, gest = arena[6], arena[8], arena[9], arena[10], arena[3]
+    lam, lam_n_max, avg_t0 = cfg[0], cfg[9], avg[0]
+    lam_n = min(lam * n, lam_n_max)
+    np.random.seed(seed)
+    tick = tick0
+    for it in range(n_steps):
+        if sampling == SAMPLE_GIVEN:
+            j = slots[it]
+        else:
+            j = sample_block(sampling, tree, tree_size, alive, n)
+        avg_c = avg_coef(tick, avg_t0)
+        block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
+        if tree_size > 0:
+            tree_update(tree, tree_size, j, gest[j])
+        tick += 1
+    return tick
+
+
+@njit(inline="always", **_INNER)
+def _arrive(model, w, arena, scratch, avg, cfg, counters, n, jn, v, tick, out):
+    """Evict v (if >= 0), append block jn (``n`` blocks held before), step on it, then
+    ``replay`` sampled steps. Reads the averaging origin from out[2] (-1 = off) and updates
+    out[0] (held blocks), out[1] (evictions), out[2]; returns the new tick."""
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n_, tree, tree_size = arena
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
+    avg_t0 = out[2]
     if v >= 0:
-        _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, v, -1.0, dbuf, slack)
+        block_u(model, w, arena, v, -1.0, scratch[5], slack)
         p = pos[v]
         last = alive[n - 1]
         alive[p] = last
@@ -734,13 +813,10 @@ def _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n, jn, v, replay, E, T, B, m
     pos[jn] = n
     n += 1
     lam_n = min(lam * n, lam_n_max)
-    scale = 1.0 / lam_n
     for r in range(replay + 1):
         j = jn if r == 0 else sample_block(sampling, tree, tree_size, alive, n)
         avg_c = avg_coef(tick, avg_t0)
-        block_step(kind, j, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
-                   gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-                   S, V, bp, ybuf, lab, dbuf, counters, avg_c, ZE, ZT, ZB, facc, slack, lval, V3)
+        block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
         if tree_size > 0:
             tree_update(tree, tree_size, j, gest[j])
         tick += 1
@@ -750,134 +826,30 @@ def _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n, jn, v, replay, E, T, B, m
 
 
 @njit(**_JIT)
-def _learn_new_blocks(kind, K, Kc, use_trans, lam, lam_n_max, n0, new_slots, victims, replay, E, T, B, model,
-                     Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
-                     sampling, alive, pos, tree, tree_size, seed,
-                     S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3):
+def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
     """The online loop for m new blocks whose segments are already written (slots
     ``new_slots``, not yet in ``alive``): for each, in order, evict ``victims[e]`` if >= 0
     (its u_i leaves the weights; averaging stops until the caller restarts it), append the new
     block (n changes), one step on it, then ``replay`` steps on blocks sampled among the held
-    ones. out = [held blocks, evictions, averaging origin]."""
+    ones. out = [held blocks, evictions, averaging origin]; returns the new tick."""
     np.random.seed(seed)
     tick = tick0
-    out[0] = n0
+    out[0] = arena[8]
     out[1] = 0
-    out[2] = avg_t0
+    out[2] = avg[0]
     for e in range(new_slots.shape[0]):
-        tick = _arrive(kind, K, Kc, use_trans, lam, lam_n_max, out[0], new_slots[e], victims[e], replay, E, T, B, model,
-                       Iar, Far, meta, gest, last_oracle, tick, step_type, use_cache, F, nu, g_full,
-                       sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
-                       out[2], ZE, ZT, ZB, facc, out, slack, lval, V3)
+        tick = _arrive(model, w, arena, scratch, avg, cfg, counters, out[0], new_slots[e], victims[e], tick, out)
     return tick
 
 
 @njit(**_JIT)
-def _learn_one_example(kind, K, Kc, use_trans, lam, lam_n_max, n0, slot, victim, replay, E, T, B, model,
-                      Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
-                      sampling, alive, pos, tree, tree_size, seed,
-                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
-                      tok_ptr, fidx, fval, ytrue, mark, slack, lval, V3):
-    """``write_block`` + ``_arrive`` for one example in a single call (the learn_one path)."""
-    write_block(kind, Kc, Iar, Far, meta, slot, tok_ptr, fidx, fval, ytrue, mark, slack)
-    lval[slot] = 0.0
+def learn_one_example(model, w, arena, scratch, avg, cfg, example, tick0, seed, counters, out):
+    """Write one example's block (``bundles.Example``) into its slot and learn it: ``write_block``
+    and one arrival (see ``learn_new_blocks``) in a single call, the learn_one path."""
+    tok_ptr, fidx, fval, ytrue, mark, slot, victim = example
+    write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr, fidx, fval, ytrue, mark, cfg[8])
+    arena[5][slot] = 0.0
     np.random.seed(seed)
     out[1] = 0
-    return _arrive(kind, K, Kc, use_trans, lam, lam_n_max, n0, slot, victim, replay, E, T, B, model,
-                   Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
-                   sampling, alive, pos, tree, tree_size, S, V, bp, ybuf, lab, dbuf, counters,
-                   avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
-
-
-# ---------------------------------------------------------------------------------------------
-# Entry points: the state travels as the bundles of ``streamssvm._kernels.bundles`` (plain
-# tuples, unpacked here in the field order declared there).
-
-@njit(**_JIT)
-def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick0, seed, counters):
-    """Run ``n_steps`` block steps (``sampling``: SAMPLE_GIVEN takes ``slots`` in order);
-    returns the new tick."""
-    kind, K, Kc, use_trans, _, _ = model
-    E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
-    S, V, bp, ybuf, lab, dbuf, V3 = scratch
-    avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, _sampling, _replay, slack, lam_n_max = cfg
-    lam_n = min(lam * n, lam_n_max)
-    scale = 1.0 / lam_n
-    return _run_steps(kind, K, Kc, use_trans, lam_n, scale, E, T, B, model, Iar, Far, meta,
-                      gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
-                      sampling, slots, alive, n, tree, tree_size, n_steps, seed,
-                      S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, slack, lval, V3)
-
-
-@njit(**_JIT)
-def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
-    """The online loop over new blocks already written (see ``_learn_new_blocks``)."""
-    kind, K, Kc, use_trans, _, _ = model
-    E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
-    S, V, bp, ybuf, lab, dbuf, V3 = scratch
-    avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
-    return _learn_new_blocks(kind, K, Kc, use_trans, lam, lam_n_max, n, new_slots, victims, replay, E, T, B, model,
-                             Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
-                             sampling, alive, pos, tree, tree_size, seed,
-                             S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out, slack, lval, V3)
-
-
-@njit(**_JIT)
-def learn_one_example(model, w, arena, scratch, avg, cfg, example, slot, victim, tick0, seed, counters, out):
-    """Write one example's block into ``slot`` and learn it (see ``_learn_one_example``)."""
-    kind, K, Kc, use_trans, _, _ = model
-    E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
-    S, V, bp, ybuf, lab, dbuf, V3 = scratch
-    avg_t0, ZE, ZT, ZB, facc = avg
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
-    tok_ptr, fidx, fval, ytrue, mark = example
-    return _learn_one_example(kind, K, Kc, use_trans, lam, lam_n_max, n, slot, victim, replay, E, T, B, model,
-                              Iar, Far, meta, gest, last_oracle, tick0, step_type, use_cache, F, nu, g_full,
-                              sampling, alive, pos, tree, tree_size, seed,
-                              S, V, bp, ybuf, lab, dbuf, counters, avg_t0, ZE, ZT, ZB, facc, out,
-                              tok_ptr, fidx, fval, ytrue, mark, slack, lval, V3)
-
-
-@njit(**_JIT)
-def full_gap_pass(model, w, arena, scratch, scale, slack, out):
-    """Exact oracle on every held block at weights ``scale * w`` (see ``_full_gap_pass``); an
-    arena with ``tree_size`` 0 leaves the sum-tree alone."""
-    kind, K, Kc, use_trans, _, _ = model
-    E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
-    S, V, bp, ybuf, lab, dbuf, V3 = scratch
-    _full_gap_pass(kind, K, Kc, use_trans, scale, E, T, B, model, Iar, Far, meta, alive, n,
-                   gest, tree, tree_size, S, V, bp, ybuf, lab, out, slack, lval, V3, dbuf)
-
-
-@njit(**_JIT)
-def block_u(model, w, arena, j, coef, dbuf, slack):
-    """w += coef * (the contribution of block ``j``)."""
-    kind, K, Kc, use_trans, _, _ = model
-    E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
-    _block_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, j, coef, dbuf, slack)
-
-
-@njit(**_JIT)
-def rebuild_u(model, w, arena, dbuf, slack):
-    """w = the sum of the held blocks' contributions."""
-    kind, K, Kc, use_trans, _, _ = model
-    E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
-    _rebuild_u(kind, K, Kc, use_trans, E, T, B, Iar, Far, meta, alive, n, dbuf, slack)
-
-
-@njit(**_JIT)
-def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
-    """MAP labelings of a batch at weights ``scale * (E - zc * ZE, T, B)``."""
-    kind, K, Kc, use_trans, _, _ = model
-    E, T, B = w
-    ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
-    _predict_batch(kind, K, use_trans, scale, E, ZE, zc, T, B, model, ex_tok, tok_ptr, fidx, fval,
-                   lab_ptr, out, scratch)
+    out[2] = avg[0]
+    return _arrive(model, w, arena, scratch, avg, cfg, counters, arena[8], slot, victim, tick0, out)

@@ -14,17 +14,20 @@ learner's averaging / step configuration.
 >>> from streamssvm.structures import MultiClass
 >>> m = model(MultiClass(), K=3, Kc=4, C=1.0 - np.eye(4))
 >>> m[:4]
-(1, 3, 4, False)
+(np.uint8(1), 3, 4, False)
 """
 from collections import namedtuple
 
-#: The structure as the kernels see it: ``kind`` (the structure code of ``structops``), ``K``
+from .structops import tag
+
+#: The structure as the kernels see it: ``tag`` (the structure's tag, ``structops.tag``: its numpy
+#: scalar type selects the structure's code when a kernel compiles, its value is the code), ``K``
 #: labels in use, ``Kc`` label capacity, ``use_trans`` (transition / pairwise weights in T),
 #: ``C`` the (Kc, Kc) cost matrix, ``graph`` the structure's graph as a tuple of five int64
 #: arrays built once by the structure (``Structure.graph``): for hierarchies the parents CSR,
 #: the children CSR and ``[is_tree, n_leaves]`` (see ``_kernels/hierarchy.py``); one-element
 #: placeholders for the other structures.
-Model = namedtuple("Model", ["kind", "K", "Kc", "use_trans", "C", "graph"])
+Model = namedtuple("Model", ["tag", "K", "Kc", "use_trans", "C", "graph"])
 
 #: Unnormalized weights ``(E, T, B)``: emissions (d, Kc), transitions (Kc, Kc), start/end (2, Kc).
 WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
@@ -52,9 +55,10 @@ Averaging = namedtuple("Averaging", ["t0", "ZE", "ZT", "ZB", "facc"])
 StepConfig = namedtuple("StepConfig", ["lam", "step_type", "use_cache", "F", "nu", "g_full", "sampling",
                                        "replay", "slack", "lam_n_max"])
 
-#: One new example for ``learn_one_example``: its CSR tokens, ground truth, and the feature
-#: mark buffer of the Gram computation.
-Example = namedtuple("Example", ["tok_ptr", "fidx", "fval", "ytrue", "mark"])
+#: One new example for ``learn_one_example``: its CSR tokens, ground truth, the feature mark
+#: buffer of the Gram computation, the ``slot`` its block goes to and the block it evicts
+#: (``victim``, -1: none).
+Example = namedtuple("Example", ["tok_ptr", "fidx", "fval", "ytrue", "mark", "slot", "victim"])
 
 #: Examples to predict: ``ex_tok`` example -> tokens, ``tok_ptr``/``fidx``/``fval`` the CSR,
 #: ``lab_ptr`` example -> its slice of the output.
@@ -68,5 +72,5 @@ def pack(bundle):
 
 def model(structure, K, Kc, C):
     """The :data:`Model` bundle of a structure with ``K`` labels in use at capacity ``Kc``."""
-    return pack(Model(kind=int(structure.kind), K=int(K), Kc=int(Kc), use_trans=bool(structure.use_trans), C=C,
+    return pack(Model(tag=tag(structure.kind), K=int(K), Kc=int(Kc), use_trans=bool(structure.use_trans), C=C,
                       graph=structure.graph(int(K))))

@@ -148,11 +148,13 @@ def _viterbi_unary(S, ytrue, C, lw, t, K, V):
 
 
 @njit(**_JIT)
-def chain_viterbi_dense(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
+def chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
     """``chain_viterbi`` over every tag pair, O(L K^2): the previous tag j in the outer loop and
     the tag k in the inner one, so the inner loop runs along a row of T with a running best and
     argmax per k (contiguous reads; numba 0.68 still does not vectorize the running max inside the
     nested loop: 1.2-1.3x the k-outer loop at K = 472). Ties go to the smallest j."""
+    T, B = trans
+    V, bp = work
     _viterbi_first(S, B, scale, K, use_trans, ytrue, C, lw, V)
     for t in range(1, L):
         Vt = V[t]
@@ -218,7 +220,7 @@ def _top_tags(v, K, R, tv, tj):
 
 
 @njit(**_JIT)
-def chain_viterbi_sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out, ptr, idx):
+def chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support):
     """``chain_viterbi`` when few transition weights are non-zero, exactly: with supp(k) the
     previous tags j with T[j, k] != 0 (``transition_support``; any superset works),
 
@@ -228,6 +230,9 @@ def chain_viterbi_sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, o
     by decreasing V (the ``VITERBI_TOP`` best, then a scan of column k if all of those are in
     supp(k)) until one is outside supp(k). Same value and, ties included, the same labeling as
     ``chain_viterbi_dense`` (smallest j on ties; every candidate is computed as V[j] + s T[j, k])."""
+    T, B = trans
+    V, bp = work
+    ptr, idx = support[0], support[1]
     _viterbi_first(S, B, scale, K, use_trans, ytrue, C, lw, V)
     R = min(VITERBI_TOP, K)
     tv = np.empty(R)
@@ -291,7 +296,7 @@ def viterbi_support(T, K):
 
 
 @njit(**_JIT)
-def chain_viterbi_with_support(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out, ptr, idx, n):
+def chain_viterbi_with_support(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support):
     """``chain_viterbi`` with the support of T computed once by ``viterbi_support`` (T unchanged
     since): the same value and labeling, without the per-call scan of T.
 
@@ -301,19 +306,20 @@ def chain_viterbi_with_support(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V,
     >>> S = rng.normal(size=(L, K)); B = np.zeros((2, K)); y = np.zeros(L, np.int32); C = np.zeros((K, K))
     >>> o1, o2 = np.zeros(L, np.int32), np.zeros(L, np.int32)
     >>> V, bp = np.zeros((L, K)), np.zeros((L, K), np.int32)
-    >>> a = chain_viterbi(S, T, B, 1.0, L, K, True, y, C, 0.0, V, bp, o1)
+    >>> a = chain_viterbi(S, (T, B), 1.0, L, K, True, y, C, 0.0, (V, bp), o1)
     >>> ptr, idx, n = viterbi_support(T, K)
-    >>> b = chain_viterbi_with_support(S, T, B, 1.0, L, K, True, y, C, 0.0, V, bp, o2, ptr, idx, n)
+    >>> b = chain_viterbi_with_support(S, (T, B), 1.0, L, K, True, y, C, 0.0, (V, bp), o2, (ptr, idx, n))
     >>> n > 0, a == b, o1.tolist() == o2.tolist()
     (True, True, True)
     """
+    n = support[2]
     if L > 1 and n >= 0:
-        return chain_viterbi_sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out, ptr, idx)
-    return chain_viterbi_dense(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out)
+        return chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support)
+    return chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out)
 
 
 @njit(**_JIT)
-def chain_viterbi(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
+def chain_viterbi(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
     """Viterbi: argmax_y score(y) + lw * sum_t C[ytrue[t], y_t] (lw = 0: MAP) into ``out``;
     returns the maximum. V, bp: (>= L, >= K) work tables. Exact either way: the sparse DP of
     ``chain_viterbi_sparse`` when at most ``VITERBI_SPARSE_MAX_DENSITY`` of T[:K, :K] is non-zero
@@ -324,14 +330,15 @@ def chain_viterbi(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
     >>> S = np.array([[1.0, 0.0], [0.0, 0.5]]); T = np.array([[0.0, -2.0], [0.0, 0.0]])
     >>> B = np.zeros((2, 2)); out = np.zeros(2, np.int32); y = np.zeros(2, np.int32)
     >>> V = np.zeros((2, 2)); bp = np.zeros((2, 2), np.int32)
-    >>> float(chain_viterbi(S, T, B, 1.0, 2, 2, True, y, np.zeros((2, 2)), 0.0, V, bp, out)), out.tolist()
+    >>> float(chain_viterbi(S, (T, B), 1.0, 2, 2, True, y, np.zeros((2, 2)), 0.0, (V, bp), out)), out.tolist()
     (1.0, [0, 0])
     """
+    T = trans[0]
     if L > 1 and K >= VITERBI_SPARSE_MIN_K:
-        ptr, idx, n = transition_support(T, K, int(VITERBI_SPARSE_MAX_DENSITY * K * K))
-        if n >= 0:
-            return chain_viterbi_sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out, ptr, idx)
-    return chain_viterbi_dense(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out)
+        support = transition_support(T, K, int(VITERBI_SPARSE_MAX_DENSITY * K * K))
+        if support[2] >= 0:
+            return chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support)
+    return chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out)
 
 
 @njit(**_JIT)

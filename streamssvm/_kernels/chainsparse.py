@@ -27,10 +27,8 @@ pairs at 0 are dropped when the store compacts.
 from numba import njit
 
 from .common import _JIT, stat_emission_apply, stat_emission_sqnorm
+from .layout import FLAG_SPARSE, FLAG_TFULL  # noqa: F401 (the block flags, declared in layout.py)
 
-#: flags of meta[j, M_FLAGS] (bit 0 is bcfw.FLAG_INEXACT_ALPHA)
-FLAG_SPARSE = 2
-FLAG_TFULL = 4
 #: transition counts below this (in absolute value) after a step are round-off: set to 0
 SNAP = 1e-13
 
@@ -119,9 +117,11 @@ def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
 
 
 @njit(**_JIT)
-def sp_apply(E, T, B, tok_ptr, fidx, fval, st, L, K, Kc, coef, use_trans, Iar, kpos):
-    """U += coef * Phi_x(st) (``structops.stat_apply`` for the sparse layout)."""
-    stat_emission_apply(E, tok_ptr, fidx, fval, st, L, K, Kc, coef)
+def sp_apply(w, x, st, L, K, Kc, coef, use_trans, Iar, kpos):
+    """U += coef * Phi_x(st) (``structops.stat_apply`` for the sparse layout; ``w = (E, T, B)``,
+    ``x = (tok_ptr, fidx, fval)``)."""
+    E, T, B = w
+    stat_emission_apply(E, x[0], x[1], x[2], st, L, K, Kc, coef)
     if use_trans:
         o = L * Kc
         for k in range(K):

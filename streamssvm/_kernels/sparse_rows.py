@@ -11,6 +11,10 @@ Sparse layout (all preallocated, grown by the Python wrapper before a call could
   ``cnnz[c]`` slots of row c;
 * ``meta = [n_slots, n_zero]`` (int64) and ``fm = [sq]`` (float64, ||V||^2 kept incrementally).
 
+The kernels that touch every structure take them as one plain tuple ``rows = (hkey, hslot, sval,
+sfeat, scls, fnext, cnext, fhead, chead, cnnz, meta, fm)`` (in this order; see
+``streamssvm.oracles.rows.SparseRows.kernel_rows``).
+
 Summation orders are the same as in the dense kernels (sequential over the entries of x), so
 sparse and dense rows give bit-identical scores and updates.
 """
@@ -67,9 +71,10 @@ def dot(hkey, hslot, sval, c, idx, x):
 
 
 @njit(**_JIT)
-def axpy(hkey, hslot, sval, sfeat, scls, fnext, cnext, fhead, chead, cnnz, meta, fm, c, idx, x, a, xx):
+def axpy(rows, c, idx, x, a, xx):
     """V[c] += a * x (inserting missing entries); ||V||^2 updated as sq + 2a<V[c],x> + a^2|x|^2.
     The caller guarantees room for nnz(x) new slots and a hash load <= 1/2 afterwards."""
+    hkey, hslot, sval, sfeat, scls, fnext, cnext, fhead, chead, cnnz, meta, fm = rows
     mask = hkey.shape[0] - 1
     d = 0.0
     for p in range(idx.shape[0]):
@@ -238,9 +243,10 @@ def row_entries(chead, cnext, sfeat, sval, c, fout, vout):
 
 
 @njit(**_JIT)
-def rebuild(feat, cls, val, n, hkey, hslot, sval, sfeat, scls, fnext, cnext, fhead, chead, cnnz, meta):
+def rebuild(feat, cls, val, n, rows):
     """Fill empty structures with the entries (feat, cls, val)[:n], dropping zeros (compaction,
     load). Entries must be distinct (feature, class) pairs."""
+    hkey, hslot, sval, sfeat, scls, fnext, cnext, fhead, chead, cnnz, meta, fm = rows
     m = 0
     nz = 0
     for q in range(n):

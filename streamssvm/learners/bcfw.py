@@ -25,6 +25,7 @@ import numpy as np
 from .. import certificate as cert_mod
 from .._kernels import bcfw as K
 from .._kernels import bundles as KB
+from .._kernels import layout as KL
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..errors import CheckpointError
@@ -313,7 +314,7 @@ class BCFW(DenseWeights, Learner):
                                       step_type=_STEP[self.step], use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
-                                      slack=bool(self._slack), lam_n_max=self._lam_n_max())))
+                                      slack=K.rescaling(self._slack), lam_n_max=self._lam_n_max())))
 
     # ------------------------------------------------------------------ steps
     def _run(self, sampling, n_steps, slots=None):
@@ -491,9 +492,10 @@ class BCFW(DenseWeights, Learner):
         slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
-        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark))
-        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, slot, victim, self._tick,
-                                   self._seed(), self.counters, out)
+        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark,
+                                     slot=int(slot), victim=int(victim)))
+        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, self._tick, self._seed(),
+                                   self.counters, out)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick

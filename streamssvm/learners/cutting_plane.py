@@ -289,7 +289,7 @@ class CuttingPlane(DenseWeights, Learner):
         self.qp_steps += KC.block_qp(b.Q, grad, beta, self._scale(), tol, 1000)
         delta = beta - b.alpha
         st = delta @ b.D
-        so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, b.tok_ptr, b.fidx, b.fval, st, b.L, self._K,
+        so.stat_apply(self._kind, (self.W.E, self.W.T, self.W.B), (b.tok_ptr, b.fidx, b.fval), st, b.L, self._K,
                       self.W.Kc, 1.0, self._use_trans)
         b.alpha = beta
         return gap
@@ -340,7 +340,7 @@ class CuttingPlane(DenseWeights, Learner):
         if i < self._cursor:   # the replay's next example stays the same
             self._cursor -= 1
         if len(b.labs) > 1:
-            so.stat_apply(self._kind, self.W.E, self.W.T, self.W.B, b.tok_ptr, b.fidx, b.fval, -(b.alpha @ b.D),
+            so.stat_apply(self._kind, (self.W.E, self.W.T, self.W.B), (b.tok_ptr, b.fidx, b.fval), -(b.alpha @ b.D),
                           b.L, self._K, self.W.Kc, 1.0, self._use_trans)
         self.evicted += 1
 
@@ -475,7 +475,7 @@ class CuttingPlane(DenseWeights, Learner):
             a[...] = 0.0
         for b in self.blocks:
             if len(b.labs) > 1:
-                so.stat_apply(self._kind, W.E, W.T, W.B, b.tok_ptr, b.fidx, b.fval, b.alpha @ b.D,
+                so.stat_apply(self._kind, (W.E, W.T, W.B), (b.tok_ptr, b.fidx, b.fval), b.alpha @ b.D,
                               b.L, self._K, W.Kc, 1.0, self._use_trans)
         return W
 

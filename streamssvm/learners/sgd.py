@@ -635,7 +635,7 @@ class SGD(DenseWeights, Learner):
         PE = np.zeros((len(rows), Kc))
         PT = np.zeros_like(self.W.T)
         PB = np.zeros_like(self.W.B)
-        so.stat_apply(self._kind, PE, PT, PB, tok_ptr, inv.astype(np.int32), fval, st, L, self._K, Kc, 1.0,
+        so.stat_apply(self._kind, (PE, PT, PB), (tok_ptr, inv.astype(np.int32), fval), st, L, self._K, Kc, 1.0,
                       self._use_trans)
         return rows, (PE, PT, PB)
 

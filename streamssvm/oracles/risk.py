@@ -220,7 +220,7 @@ class RiskOracle:
         so.labeling_stat(self.kind, lab, L, self.Kc, st, 1.0)
         so.truth_stat(self.kind, y, len(y), L, self.Kc, st, -1.0)
         c = 1.0 if self.rescaling == "margin" else delta
-        so.stat_apply(self.kind, a.E, a.T, a.B, tp, fi, fv, st, L, self.K, self.Kc, coef * c, self.use_trans)
+        so.stat_apply(self.kind, (a.E, a.T, a.B), (tp, fi, fv), st, L, self.K, self.Kc, coef * c, self.use_trans)
         return delta
 
     # ------------------------------------------------------------------ API

@@ -214,8 +214,7 @@ class SparseRows:
         self.fhead[:] = -1
         self.chead[:] = -1
         self.cnnz[:] = 0
-        K.rebuild(feat, cls, val, n, self.hkey, self.hslot, self.sval, self.sfeat, self.scls, self.fnext,
-                  self.cnext, self.fhead, self.chead, self.cnnz, self.meta)
+        K.rebuild(feat, cls, val, n, self.kernel_rows())
 
     def ensure(self, n_rows, dim):
         if dim > self.fhead.shape[0]:
@@ -237,6 +236,11 @@ class SparseRows:
         self.n_rows = max(self.n_rows, int(n_rows))
 
     # -------------------------------------------------------------- operations
+    def kernel_rows(self):
+        """The arrays as ``streamssvm._kernels.sparse_rows`` takes them (one plain tuple)."""
+        return (self.hkey, self.hslot, self.sval, self.sfeat, self.scls, self.fnext, self.cnext, self.fhead,
+                self.chead, self.cnnz, self.meta, self.fm)
+
     def dot(self, c, idx, val):
         return K.dot(self.hkey, self.hslot, self.sval, c, idx, val)
 
@@ -246,8 +250,7 @@ class SparseRows:
             raise IndexError(f"row {c} / feature out of range: call ensure(n_rows, dim) first")
         if self.meta[0] + idx.shape[0] > self.sval.shape[0]:
             self._grow_slots(idx.shape[0])
-        return K.axpy(self.hkey, self.hslot, self.sval, self.sfeat, self.scls, self.fnext, self.cnext,
-                      self.fhead, self.chead, self.cnnz, self.meta, self.fm, c, idx, val, a, xx)
+        return K.axpy(self.kernel_rows(), c, idx, val, a, xx)
 
     def argmax(self, idx, val, exclude=-1):
         c, self.last_touched = K.exact_argmax(self.fhead, self.fnext, self.scls, self.sval, idx, val, self.n_rows,
@@ -317,7 +320,7 @@ class SparseRows:
         r = cls(dim=int(st["dim"]), capacity=max(16, int(st["n_rows"])), slots=max(1024, 2 * val.shape[0]))
         r.ensure(int(st["n_rows"]), int(st["dim"]))
         K.rebuild(np.asarray(st["feat"], dtype=np.int64), np.asarray(st["cls"], dtype=np.int64), val, val.shape[0],
-                  r.hkey, r.hslot, r.sval, r.sfeat, r.scls, r.fnext, r.cnext, r.fhead, r.chead, r.cnnz, r.meta)
+                  r.kernel_rows())
         r.sq = float(st["sq"])
         return r
 

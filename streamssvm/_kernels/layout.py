@@ -1,0 +1,127 @@
+"""The layout of a dual block in the BlockStore's arenas: the one place that knows it.
+
+Blocks live in two arenas (``Iar`` int32, ``Far`` float64); ``meta[slot]`` (``N_META`` int64
+columns ``M_*``) holds the offsets and sizes of the block's two segments:
+
+* ints:   ``tok_ptr (L+1) | fidx (nidx) | ytrue (ly) | pool labelings (pcap * lablen)``
+* floats: ``fval (nnz) | gram (L*L) | stat (stat size) | pool alpha (pcap)``
+
+``nidx`` is ``nnz`` except for a one-token block flagged ``FLAG_DENSE_ROW`` (``common.py``),
+which stores no ``fidx``: its nnz values are those of features 0..nnz-1, zeros included (the
+empty ``fidx`` view tells the kernels).
+
+A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its ints
+end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | BM | TV (tcap)`` (see
+``chainsparse.py``); its statistic size is read from ``tcap`` in the arena.
+
+The accessors below are jitted (the kernels call them); :func:`segment_sizes` and
+:func:`stat_len` are plain numpy (vectorized over the lengths) for the store.
+
+>>> import numpy as np
+>>> from streamssvm._kernels.common import CHAIN
+>>> [int(v) for v in segment_sizes(CHAIN, L=3, nnz=5, ly=3, pool_cap=2, Kc=4)]
+[18, 52, 3]
+"""
+import numpy as np
+from numba import njit
+
+from .common import _JIT, FLAG_DENSE_ROW  # noqa: F401 (FLAG_DENSE_ROW: a block flag, re-exported)
+from .structops import labeling_len, stat_size
+
+#: columns of ``meta[slot]``: int / float segment offsets, tokens, stored values, truth length,
+#: loss normalizer Ki, pool capacity, pool entries in use, labeling length, flags, int / float
+#: segment sizes.
+M_IOFF, M_FOFF, M_L, M_NNZ, M_LY, M_KI, M_PCAP, M_PN, M_LABLEN, M_FLAGS, M_ISIZE, M_FSIZE = range(12)
+N_META = 12
+
+#: flags of ``meta[j, M_FLAGS]``: the pool's alpha is no longer exact (an active entry was
+#: evicted); a sparse chain block; a sparse block out of room for new pairs; (8: FLAG_DENSE_ROW).
+FLAG_INEXACT_ALPHA = 1
+FLAG_SPARSE = 2
+FLAG_TFULL = 4
+
+
+@njit(**_JIT)
+def n_index(meta, j):
+    """Feature indices stored for block j: none for a dense row (``FLAG_DENSE_ROW``), else nnz."""
+    return 0 if meta[j, M_FLAGS] & FLAG_DENSE_ROW else meta[j, M_NNZ]
+
+
+@njit(**_JIT)
+def pairs_pos(meta, j):
+    """(is block j a sparse chain block, offset of its pair list ``tn | tcap | pairs`` in Iar)."""
+    kpos = (meta[j, M_IOFF] + meta[j, M_L] + 1 + n_index(meta, j) + meta[j, M_LY]
+            + meta[j, M_PCAP] * meta[j, M_LABLEN])
+    return (meta[j, M_FLAGS] & FLAG_SPARSE) != 0, kpos
+
+
+@njit(**_JIT)
+def truth_pos(meta, j):
+    """Offset in Iar of block j's ground truth (``ly`` ints)."""
+    return meta[j, M_IOFF] + meta[j, M_L] + 1 + n_index(meta, j)
+
+
+@njit(**_JIT)
+def stat_pos(meta, j):
+    """Offset in Far of block j's statistic region."""
+    L = meta[j, M_L]
+    return meta[j, M_FOFF] + meta[j, M_NNZ] + L * L
+
+
+@njit(**_JIT)
+def block_stat_len(kind, L, Kc, sp, Iar, kpos):
+    """Size of a block's statistic region (dense: ``stat_size``; sparse: M | BM | TV)."""
+    if sp:
+        return L * Kc + 2 * Kc + Iar[kpos + 1]
+    return stat_size(kind, L, Kc)
+
+
+@njit(**dict(_JIT, no_cpython_wrapper=True))
+def block_views(arena, j, Kc, kind):
+    """Views of block j's segments in the arena (``bundles.Arena``): ``(tok_ptr, fidx, ytrue,
+    pool, fval, G, st, alpha, sp, kpos)`` with ``sp, kpos`` of :func:`pairs_pos`."""
+    Iar, Far, meta = arena[0], arena[1], arena[2]
+    io = meta[j, M_IOFF]
+    fo = meta[j, M_FOFF]
+    L = meta[j, M_L]
+    nnz = meta[j, M_NNZ]
+    nix = n_index(meta, j)
+    ly = meta[j, M_LY]
+    pcap = meta[j, M_PCAP]
+    lablen = meta[j, M_LABLEN]
+    tok_ptr = Iar[io:io + L + 1]
+    fidx = Iar[io + L + 1:io + L + 1 + nix]   # empty for a dense row (common.py)
+    ytrue = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
+    p0 = io + L + 1 + nix + ly
+    pool = Iar[p0:p0 + pcap * lablen]
+    fval = Far[fo:fo + nnz]
+    G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
+    sp, kpos = pairs_pos(meta, j)
+    ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
+    s0 = fo + nnz + L * L
+    st = Far[s0:s0 + ss]
+    alpha = Far[s0 + ss:s0 + ss + pcap]
+    return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos
+
+
+def stat_len(kind, L, Kc, sparse=False, tcap=0):
+    """Floats of a block's statistic region: the structure's statistic size, or ``M | BM | TV``
+    for a sparse chain block with ``tcap`` pairs. Vectorized over L and tcap."""
+    if sparse:
+        return L * Kc + 2 * Kc + tcap
+    return stat_size(kind, L, Kc)
+
+
+def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None):
+    """(int size, float size, labeling length) of a block's segments: ``L`` tokens, ``nnz``
+    values stored and ``nidx`` feature indices (default nnz; 0 for a dense row), ``ly`` truth
+    entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs.
+    Vectorized over L, nnz, ly, nidx and tcap."""
+    lablen = labeling_len(kind, L, Kc)
+    isz = L + 1 + (nnz if nidx is None else nidx) + ly + pool_cap * lablen
+    if sparse:
+        isz = isz + 2 + 2 * tcap
+    else:
+        tcap = 0
+    fsz = nnz + L * L + stat_len(kind, L, Kc, sparse, tcap) + pool_cap
+    return isz, fsz, lablen
