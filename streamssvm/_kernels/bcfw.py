@@ -321,8 +321,70 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     return gnum
 
 
+def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
+    """One block Frank-Wolfe step (Lacoste-Julien et al., "Block-Coordinate Frank-Wolfe
+    Optimization for Structural SVMs", ICML 2013) on a block without a corner pool: the exact
+    oracle gives the corner, the step moves towards it with the exact line search. The
+    arithmetic of ``margin_step``'s FW step on a block whose pool capacity is 0 (same operations
+    in the same order), without its cache, pool and pairwise / away code, so the default learner
+    compiles only this. Returns the gap numerator (n * g_j); averaging as in ``margin_step``."""
+    kind, K, Kc, use_trans, C, G_ = model
+    E, T, B = w
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    S, V, bp, ybuf, lab, dbuf, V3 = scratch
+    avg_t0, ZE, ZT, ZB, facc = avg
+    scale = 1.0 / lam_n
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+    x = (tok_ptr, fidx, fval)
+    L = meta[j, M_L]
+    ly = meta[j, M_LY]
+    Ki = meta[j, M_KI]
+    ss = st.shape[0]
+    if sp and meta[j, M_FLAGS] & FLAG_TFULL:
+        return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
+    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+             + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
+    star_val = decode(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab)
+    counters[C_ORACLE] += 1
+    gnum = star_val - m_val
+    # sanity: the oracle can never be worse than the ground truth / current point
+    if gnum < -1e-9 * (1.0 + abs(star_val)):
+        counters[C_SANITY] += 1
+    gest[j] = gnum if gnum > 0.0 else 0.0
+    last_oracle[j] = tick
+    if gnum <= 0.0:
+        return gnum
+    # the pairs of the corner's labeling must be in a sparse block's list
+    if sp and not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab, lab, counters):
+        return gnum
+    for q in range(ss):
+        dbuf[q] = -st[q]
+    _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
+    sq = _st_sqnorm(model, G, dbuf, L, sp, Iar, kpos)
+    if sq <= 0.0:
+        return gnum
+    gamma = lam_n * gnum / sq
+    if gamma > 1.0:
+        gamma = 1.0
+    if gamma <= 0.0:
+        return gnum
+    for q in range(ss):
+        st[q] += gamma * dbuf[q]
+    _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gamma, avg_c, sp, Iar, kpos)
+    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    facc[0] += dL
+    if avg_c >= 0.0:
+        facc[1] += avg_c * dL
+    # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
+    counters[C_STEPS] += 1
+    return gnum
+
+
 def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
-    """One BCFW / pairwise / away step on block j. Returns the gap numerator (n * g_j)
+    """One BCFW / pairwise / away step on block j, with the block's corner pool (oracle cache,
+    active set; ``fw_step`` on blocks without one). Returns the gap numerator (n * g_j)
     measured at the corner used (exact oracle on a miss).
 
     Averaging (``avg_c >= 0``): the weighted average of the iterates (weights proportional to
@@ -535,10 +597,25 @@ def rescaling(slack):
     return SLACK if slack else MARGIN
 
 
+#: The step rule of a learner whose blocks have no corner pool (``step="fw"`` without cache), as
+#: a type: a StepConfig whose ``step_type`` is FW_PLAIN (a numpy uint8 of value STEP_FW) compiles
+#: ``fw_step``; an int STEP_* compiles ``margin_step`` with its pool, cache and pairwise / away
+#: code.
+FW_PLAIN = np.uint8(STEP_FW)
+
+
+def step_rule(step_type, pooled):
+    """The StepConfig ``step_type`` field: FW_PLAIN for blocks without a corner pool (``pooled``
+    False: every step is a Frank-Wolfe step there, whatever ``step_type``), else the int
+    ``step_type`` (STEP_*)."""
+    return int(step_type) if pooled else FW_PLAIN
+
+
 def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
-    """One step on block j: ``margin_step`` or ``slack_step``, chosen when the calling kernel
-    compiles by the type of ``cfg``'s ``slack`` field (:func:`rescaling`). Returns the gap
-    numerator (n * g_j) measured at the corner used."""
+    """One step on block j: ``fw_step``, ``margin_step`` or ``slack_step``, chosen when the
+    calling kernel compiles by the types of ``cfg``'s ``slack`` field (:func:`rescaling`) and
+    ``step_type`` field (:func:`step_rule`). Returns the gap numerator (n * g_j) measured at
+    the corner used."""
     raise TypeError("block_step runs inside the kernels (numba)")
 
 
@@ -546,7 +623,7 @@ def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
 def _block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
     rule = cfg.types[8]
     if rule == from_dtype(np.dtype(type(MARGIN))):
-        return margin_step
+        return fw_step if cfg.types[1] == from_dtype(np.dtype(type(FW_PLAIN))) else margin_step
     if rule == from_dtype(np.dtype(type(SLACK))):
         return slack_step
     raise TypeError(f"StepConfig.slack must be bcfw.MARGIN or bcfw.SLACK (rescaling(...)), not {rule}")

@@ -48,7 +48,7 @@ Scratch = namedtuple("Scratch", ["S", "V", "bp", "ybuf", "lab", "dbuf", "V3"])
 #: the weighted sums of the block statistics, ``facc`` the accumulated loss terms.
 Averaging = namedtuple("Averaging", ["t0", "ZE", "ZT", "ZB", "facc"])
 
-#: Block-step configuration: ``lam`` regularization, ``step_type`` (STEP_*), ``use_cache``
+#: Block-step configuration: ``lam`` regularization, ``step_type`` (``bcfw.step_rule``), ``use_cache``
 #: oracle cache on, ``F`` / ``nu`` its parameters, ``g_full`` the last full gap, ``sampling``
 #: (SAMPLE_*) for replays, ``replay`` steps after each new block, ``slack`` slack rescaling,
 #: ``lam_n_max`` the cap on lam * n (inf: none; see ``BCFW(lam_n_cap=...)``).

@@ -311,7 +311,8 @@ class BCFW(DenseWeights, Learner):
                 KB.pack(KB.Averaging(t0=int(self._avg_t0), ZE=self._Z.E, ZT=self._Z.T, ZB=self._Z.B,
                                      facc=self._facc)),
                 KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self._lam_fixed is None else float(self._lam_fixed),
-                                      step_type=_STEP[self.step], use_cache=bool(self.cache),
+                                      step_type=K.step_rule(_STEP[self.step], self.store.pool_cap > 0),
+                                      use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
                                       slack=K.rescaling(self._slack), lam_n_max=self._lam_n_max())))
