@@ -1,33 +1,51 @@
-"""The numba cache of the kernels is dropped when any kernel source changes (numba alone only
-watches each function's own file)."""
+"""The numba cache of the kernels lives in a user cache folder keyed by the digest of all kernel
+sources: never inside the package (a leftover folder there shadows a later editable install), and
+a source change (numba alone only watches each function's own file) means a new folder, so stale
+machine code is never loaded."""
+import glob
 import os
+import subprocess
+import sys
 
 from streamssvm import _kernels
 
 
-def test_stale_cache_files_are_removed_when_a_source_changes(tmp_path):
+def test_a_source_change_is_a_new_cache_folder(tmp_path):
     src = tmp_path / "k"
     src.mkdir()
     for name in ("a.py", "b.py"):
         (src / name).write_text(f"# {name}\n")
-    cache = src / "__pycache__"
-    cache.mkdir()
-    (cache / "b.f-1.py311.nbi").write_bytes(b"index")
-    (cache / "b.f-1.py311.1.nbc").write_bytes(b"code")
-    (cache / "b.cpython-311.pyc").write_bytes(b"pyc")
-    # first import with no stamp: unknown provenance, dropped; the stamp is written
-    assert _kernels.refresh_cache(str(src)) == 2
-    assert (cache / _kernels._STAMP).read_text() == _kernels.sources_digest(str(src))
-    assert (cache / "b.cpython-311.pyc").exists()
-    # unchanged sources: cache files written now are kept
-    (cache / "b.f-1.py311.nbi").write_bytes(b"index")
-    assert _kernels.refresh_cache(str(src)) == 0 and (cache / "b.f-1.py311.nbi").exists()
-    # another module changed (b's file did not): b's compiled code may inline it, so it goes
-    (src / "a.py").write_text("# a, edited\n")
-    assert _kernels.refresh_cache(str(src)) == 1 and not (cache / "b.f-1.py311.nbi").exists()
+    before = _kernels.cache_dir(str(src), root=str(tmp_path / "cache"))
+    assert before == _kernels.cache_dir(str(src), root=str(tmp_path / "cache"))
+    (src / "a.py").write_text("# a, edited\n")   # b's code may inline a: b's cache must go too
+    after = _kernels.cache_dir(str(src), root=str(tmp_path / "cache"))
+    assert after != before and os.path.dirname(after) == os.path.dirname(before)
 
 
-def test_the_package_stamp_matches_its_sources():
-    stamp = os.path.join(os.path.dirname(_kernels.__file__), "__pycache__", _kernels._STAMP)
-    with open(stamp) as fh:   # a source checkout: the folder is writable, the stamp written at import
-        assert fh.read().strip() == _kernels.sources_digest()
+def test_compiled_kernels_land_in_the_user_cache_not_in_the_package(tmp_path):
+    """A fresh interpreter with ``STREAMSSVM_CACHE`` set compiles a kernel: its index and code
+    files are in that cache's digest folder, and the package folder gains no numba file."""
+    code = ("import numpy as np\n"
+            "from streamssvm._kernels import bcfw, cache_dir\n"
+            "t = np.zeros(8); bcfw.tree_update(t, 4, 1, 2.0)\n"
+            "print(cache_dir())\n")
+    pkg_cache = os.path.join(os.path.dirname(_kernels.__file__), "__pycache__")
+    in_package = set(glob.glob(os.path.join(pkg_cache, "*.nb[ic]")))
+    env = dict(os.environ, STREAMSSVM_CACHE=str(tmp_path / "c"))
+    env.pop("NUMBA_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    folder = out.stdout.strip()
+    assert folder.startswith(str(tmp_path / "c")) and os.path.basename(folder).startswith(
+        "kernels-" + _kernels.sources_digest()[:16])
+    assert any(f.startswith("bcfw.tree_update") for f in os.listdir(folder))
+    assert set(glob.glob(os.path.join(pkg_cache, "*.nb[ic]"))) == in_package
+
+
+def test_an_unwritable_root_falls_back_to_the_next(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("STREAMSSVM_CACHE", str(blocked / "sub"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    path = _kernels._writable_cache_dir()
+    assert path is not None and path.startswith(str(tmp_path / "xdg"))
