@@ -73,7 +73,7 @@ def test_a_warm_cache_gives_no_compile_notice_up_front(tmp_path, monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     assert cli._kernel_cache_cold()
     (d,) = cli._kernel_cache_dirs()
-    os.makedirs(d)
+    os.makedirs(d, exist_ok=True)
     open(os.path.join(d, "bcfw._arrive-1.py311.nbi"), "wb").close()
     assert not cli._kernel_cache_cold()
     import io

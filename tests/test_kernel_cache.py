@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from streamssvm import _kernels
+from streamssvm import _kernels, kernel_cache
 
 
 def test_a_source_change_is_a_new_cache_folder(tmp_path):
@@ -15,10 +15,10 @@ def test_a_source_change_is_a_new_cache_folder(tmp_path):
     src.mkdir()
     for name in ("a.py", "b.py"):
         (src / name).write_text(f"# {name}\n")
-    before = _kernels.cache_dir(str(src), root=str(tmp_path / "cache"))
-    assert before == _kernels.cache_dir(str(src), root=str(tmp_path / "cache"))
+    before = kernel_cache.cache_dir(str(src), root=str(tmp_path / "cache"))
+    assert before == kernel_cache.cache_dir(str(src), root=str(tmp_path / "cache"))
     (src / "a.py").write_text("# a, edited\n")   # b's code may inline a: b's cache must go too
-    after = _kernels.cache_dir(str(src), root=str(tmp_path / "cache"))
+    after = kernel_cache.cache_dir(str(src), root=str(tmp_path / "cache"))
     assert after != before and os.path.dirname(after) == os.path.dirname(before)
 
 
@@ -26,7 +26,7 @@ def test_compiled_kernels_land_in_the_user_cache_not_in_the_package(tmp_path):
     """A fresh interpreter with ``STREAMSSVM_CACHE`` set compiles a kernel: its index and code
     files are in that cache's digest folder, and the package folder gains no numba file."""
     code = ("import numpy as np\n"
-            "from streamssvm._kernels import bcfw, cache_dir\n"
+            "from streamssvm._kernels import bcfw\nfrom streamssvm.kernel_cache import cache_dir\n"
             "t = np.zeros(8); bcfw.tree_update(t, 4, 1, 2.0)\n"
             "print(cache_dir())\n")
     pkg_cache = os.path.join(os.path.dirname(_kernels.__file__), "__pycache__")
@@ -36,7 +36,7 @@ def test_compiled_kernels_land_in_the_user_cache_not_in_the_package(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     folder = out.stdout.strip()
     assert folder.startswith(str(tmp_path / "c")) and os.path.basename(folder).startswith(
-        "kernels-" + _kernels.sources_digest()[:16])
+        "kernels-" + kernel_cache.sources_digest()[:16])
     assert any(f.startswith("bcfw.tree_update") for f in os.listdir(folder))
     assert set(glob.glob(os.path.join(pkg_cache, "*.nb[ic]"))) == in_package
 
@@ -47,5 +47,5 @@ def test_an_unwritable_root_falls_back_to_the_next(tmp_path, monkeypatch):
     monkeypatch.setenv("STREAMSSVM_CACHE", str(blocked / "sub"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
-    path = _kernels._writable_cache_dir()
+    path = kernel_cache.writable_cache_dir()
     assert path is not None and path.startswith(str(tmp_path / "xdg"))

@@ -10,23 +10,17 @@ import time
 
 
 def _kernel_cache_dirs():
-    """Where numba may keep the compiled kernels: ``$NUMBA_CACHE_DIR/_kernels_<sha1 of the
-    kernels folder>`` when that variable is set, else the kernels' ``__pycache__`` or, when the
-    install is read-only, the user-wide cache (numba's cache locators, in numba's order)."""
-    import hashlib
-    kernels = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_kernels")
-    sub = "_kernels_" + hashlib.sha1(kernels.encode()).hexdigest()
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return [os.path.join(os.environ["NUMBA_CACHE_DIR"], sub)]
-    user = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "numba")
-    return [os.path.join(kernels, "__pycache__"), os.path.join(user, sub)]
+    """The folder numba will cache the kernels in (:func:`streamssvm.kernel_cache.writable_cache_dir`)."""
+    from ..kernel_cache import writable_cache_dir
+    path = writable_cache_dir()
+    return [] if path is None else [path]
 
 
 def _kernel_cache_cold():
-    """True when the numba cache of the kernels holds no compiled function (a fresh install, or
-    a new ``NUMBA_CACHE_DIR``). Light: no numba import, so the CLI can say so at once."""
-    import glob
-    return not any(glob.glob(os.path.join(d, "*.nbi")) for d in _kernel_cache_dirs())
+    """True when the kernel cache holds no compiled function (a fresh install, an upgrade, a new
+    cache root). Light: no numba import, so the CLI can say so at once."""
+    from ..kernel_cache import is_cold
+    return is_cold()
 
 
 _COMPILE_NOTICE = "compiling kernels (first run only; a minute or two)..."
