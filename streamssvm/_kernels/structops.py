@@ -201,19 +201,24 @@ _OPERATIONS = (kind_code, frozen_support, decode_frozen, stat_size, labeling_len
 # The structures: one class each, its tag and its body of every operation (same parameter names
 # as the operation; the first, the tag or the model, only selected the class).
 
-class Multiclass:
-    """One label per example: a chain of length one without transitions, statistic ``[M: Kc]``."""
-    kind = MULTICLASS
-    tag = np.uint8
-
-    def kind_code(kind):
-        return MULTICLASS
+class _NoTransitions:
+    """The frozen-weights operations of the structures without a transition table: no Viterbi
+    support to find, and decoding at frozen weights is plain decoding."""
 
     def frozen_support(kind, T, K):
         return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
 
     def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
         return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
+
+
+class Multiclass(_NoTransitions):
+    """One label per example: a chain of length one without transitions, statistic ``[M: Kc]``."""
+    kind = MULTICLASS
+    tag = np.uint8
+
+    def kind_code(kind):
+        return MULTICLASS
 
     def stat_size(kind, L, Kc):
         return Kc
@@ -399,7 +404,7 @@ class Chain:
                             chain_loss_norm(L, Ki))
 
 
-class MultiLabel:
+class MultiLabel(_NoTransitions):
     """Independent binary labels, statistic ``[M: Kc]`` (``M[k]`` the mean of ``y_k``); a
     labeling is a 0/1 int per label slot, the truth the list of positive label ids; the loss is
     Hamming / Ki."""
@@ -408,12 +413,6 @@ class MultiLabel:
 
     def kind_code(kind):
         return MULTILABEL
-
-    def frozen_support(kind, T, K):
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
-
-    def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
-        return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
 
     def stat_size(kind, L, Kc):
         return Kc
@@ -462,7 +461,7 @@ class MultiLabel:
         return ml_levels(S, model[1], ytrue, ly, Ki, scratch[3], scratch[5], hs, gs)
 
 
-class PairwiseMultiLabel:
+class PairwiseMultiLabel(_NoTransitions):
     """Multi-label with pairwise co-occurrence potentials (a fully connected binary MRF, exact by
     Gray-code enumeration up to ``MLPAIR_MAX_LABELS``), statistic ``[M: Kc][pairs: Kc x Kc]``."""
     kind = MLPAIR
@@ -470,12 +469,6 @@ class PairwiseMultiLabel:
 
     def kind_code(kind):
         return MLPAIR
-
-    def frozen_support(kind, T, K):
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
-
-    def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
-        return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
 
     def stat_size(kind, L, Kc):
         return Kc + Kc * Kc
@@ -565,7 +558,7 @@ class PairwiseMultiLabel:
         return level_points(delta, K, ts, Ki, hs, gs)
 
 
-class Hierarchy:
+class Hierarchy(_NoTransitions):
     """Hierarchical multi-label: the labels are the leaves of a tree / DAG, statistic
     ``[M: Kc]`` with one slot per node (``M[n]`` the mean of "n is in the ancestor closure of the
     chosen leaves"); the loss is Hamming over the leaves (ids < Ki) / Ki (``hierarchy.py``)."""
@@ -574,12 +567,6 @@ class Hierarchy:
 
     def kind_code(kind):
         return HIER
-
-    def frozen_support(kind, T, K):
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
-
-    def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
-        return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
 
     def stat_size(kind, L, Kc):
         return Kc
