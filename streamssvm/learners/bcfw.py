@@ -738,6 +738,105 @@ class BCFW(DenseWeights, Learner):
         self._lam_override = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
         self._pred_cache = None
 
+    # ------------------------------------------------------------------ regularization path
+    # (used by streamssvm.regpath; Osokin et al., Minding the gaps for block Frank-Wolfe
+    # optimization of structured SVMs, ICML 2016, Sec. 4)
+    def set_lam(self, lam, keep="weights"):
+        """Move the held problem to the fixed regularization ``lam``. ``keep="dual"``: the dual
+        point stays, the weights w = U / (lam n) scale by lam_old / lam. ``keep="weights"`` (lam
+        at most the current lambda): Osokin et al.'s Proposition 1, every block's dual point
+        moves towards its ground truth, alpha_i <- (1 - rho) e_{y_i} + rho alpha_i with
+        rho = lam / lam_old, so U scales by rho and w is unchanged; every block gap grows by
+        (1 - rho) delta_i (the estimates are moved by as much). Returns
+        Delta = sum_i delta_i = (1/n) sum_i sum_y alpha_i(y) H_i(y; w) at the old lambda (0 for
+        ``keep="dual"``). Chain blocks are converted to the dense layout first."""
+        lam = float(lam)
+        if not lam > 0.0:
+            raise ValueError(f"lam must be > 0, got {lam!r}")
+        st = self.store
+        old = self.effective_lam()
+        delta = 0.0
+        if keep == "weights" and st.n and self._K and lam != old:
+            rho = lam / old
+            if rho > 1.0:
+                raise ValueError(f"keep='weights' needs lam <= the current lambda {old!r}, got {lam!r}")
+            deltas = self.block_deltas()
+            self._shrink_to_truth(rho)
+            s = st.slots()
+            g = st.gest[s]
+            st.gest[s] = np.where(np.isfinite(g), np.maximum(g + (1.0 - rho) * deltas, 0.0), g)
+            st._rebuild_tree()
+            delta = float(np.sum(deltas)) / st.n
+            self._g_full += (1.0 - rho) * delta
+        elif keep not in ("weights", "dual"):
+            raise ValueError(f"keep must be 'weights' or 'dual', got {keep!r}")
+        self.lam = lam
+        self._lam_override = None
+        self._avg_restart()
+        self._avg_cache = self._pred_cache = None
+        return delta
+
+    def block_deltas(self):
+        """n delta_i = L_i - <w, u_i> of every held block (in ``store.slots()`` order): n times
+        its share of Delta in Osokin et al.'s Proposition 1 (no oracle call)."""
+        from .._kernels import regpath as RK
+        st = self.store
+        out = np.zeros(st.n)
+        if st.n and self._K:
+            RK.block_deltas(KB.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), st.arena(),
+                            self._ws.ensure(st.max_L, self.W.Kc).scratch(st.max_L, self._slack), self._scale()[0],
+                            self._slack, out)
+        return out
+
+    def _shrink_to_truth(self, rho):
+        """alpha_i <- (1 - rho) e_{y_i} + rho alpha_i on every held block and U <- rho U."""
+        from .._kernels import regpath as RK
+        st = self.store
+        if st.sparse:
+            st.compact(sparse=False)
+        RK.shrink_to_truth(KB.model(self.structure, self._K, self.W.Kc, self._C), st.arena(), float(rho),
+                           self._slack, bool(self.structure.set_labeling),
+                           np.zeros(max(int(st.max_L), int(st.Kc)), dtype=np.int32))
+        for a in (self.W.E, self.W.T, self.W.B):
+            a *= rho
+
+    def reset_to_truth(self, lam):
+        """Every held block's dual point back on its ground truth (alpha_i = e_{y_i}, so w = 0,
+        the learner's starting point) at the fixed regularization ``lam``; block gap estimates
+        unknown (+inf)."""
+        st = self.store
+        if st.n and self._K:
+            self._shrink_to_truth(0.0)
+        st.gest[st.slots()] = np.inf
+        st._rebuild_tree()
+        self._had_full = False
+        self.set_lam(lam, keep="dual")
+
+    def start_at_max_loss(self):
+        """Every held block's dual point on a labeling of largest loss, argmax_y Delta_i(y) (the
+        oracle at w = 0; Osokin et al.'s Algorithm 6): back to the ground truths, then one
+        Frank-Wolfe step per block at lambda = inf (full step, cache off). The lambda stays
+        inf until :meth:`set_lam` (``keep="dual"``) sets one."""
+        st = self.store
+        self._shrink_to_truth(0.0)
+        st.gest[st.slots()] = np.inf
+        st._rebuild_tree()
+        self.lam = float("inf")
+        self._lam_override = None
+        cache, self.cache = self.cache, False
+        try:
+            s = np.ascontiguousarray(st.slots(), dtype=np.int64).copy()
+            self._run(K.SAMPLE_GIVEN, len(s), s)
+        finally:
+            self.cache = cache
+        self._avg_restart()
+
+    def refresh_gaps(self):
+        """The algorithm's own full exact gap pass now (see :meth:`_full_pass`): every block gap
+        estimate refreshed, the pass counted in ``full_pass_oracle_calls``; returns the
+        certificate of the iterate."""
+        return self._full_pass(certify=False)
+
     @property
     def n_evicted(self):
         """Blocks evicted so far (capacity / max_bytes)."""
