@@ -243,6 +243,21 @@ class Estimator:
             return Certificate.empty(lam)
         return self._learner.certificate()
 
+    def regularization_path(self, eps=0.1, kappa=0.7, lam_min=1e-5, exact=True, data=None, **kwargs):
+        """The eps-approximate regularization path of the examples a BCFW learner holds (Osokin
+        et al., Minding the gaps for block Frank-Wolfe optimization of structured SVMs, ICML
+        2016, Sec. 4): a :class:`streamssvm.regpath.RegularizationPath` (breakpoints, certified
+        gaps, ``model_at(lam)``, ``best(metric)`` on ``data``). The model is not changed; see
+        :func:`streamssvm.regpath.regularization_path` for the other options."""
+        from ..regpath import regularization_path
+        return regularization_path(self, eps, kappa, lam_min, exact, data, **kwargs)
+
+    def grid_search(self, lams, warm_start=True, eps=0.1, data=None, **kwargs):
+        """The baseline of the path: solve the held problem at each lambda of ``lams`` to a
+        certified gap <= ``eps`` (:func:`streamssvm.regpath.grid_search`)."""
+        from ..regpath import grid_search
+        return grid_search(self, lams, warm_start, eps, data, **kwargs)
+
     def weights_finite(self, full=True):
         """Whether the learner's weights are finite: all of them (``full``), else the feature
         rows of the last learned record and the label-pair and bias weights (what a step on it
