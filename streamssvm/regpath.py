@@ -35,9 +35,36 @@ import numpy as np
 
 from ._kernels import bcfw as K
 from .metrics import ProgressiveMetrics
+from .params import Param
 
 #: relative safety margin on the excess gap eps - g (round-off of the breakpoint arithmetic)
 TAU_MARGIN = 1e-9
+
+
+class PathSettings:
+    """The settings of :func:`regularization_path` as :class:`~streamssvm.params.Param` rows
+    (the options of ``streamssvm path`` are generated from them)."""
+    params = (
+        Param("eps", 0.1, "float", "path accuracy: every lambda gets weights within eps of its optimum",
+              low=0.0, low_open=True),
+        Param("kappa", 0.7, "float", "solver tolerance at each breakpoint, kappa * eps (Osokin et al.: 0.9 for the "
+              "eps-path, 0.7 for the heuristic path)", low=0.0, low_open=True, high=0.999),
+        Param("lam_min", 1e-5, "float", "stop once the next breakpoint would be below this lambda",
+              low=0.0, low_open=True),
+        Param("exact", True, "bool", "certify every breakpoint by an exact full gap pass (else the heuristic path "
+              "stopped by the stale block-gap estimates)"),
+        Param("max_passes", 1000.0, "float", "effective passes allowed per breakpoint", low=0.0, low_open=True),
+        Param("check_every", 0.25, "float", "effective passes between two looks at the stale gap estimates",
+              low=0.0, low_open=True),
+        Param("max_seconds", None, "float", "wall-time budget of the path (None: none)", low=0.0,
+              low_open=True, none=True),
+    )
+
+
+def _check_settings(**kw):
+    from .params import spec
+    for k, v in kw.items():
+        spec(PathSettings, k).check(v)
 
 
 def _bcfw_learner(estimator):
@@ -305,10 +332,8 @@ def regularization_path(estimator, eps=0.1, kappa=0.7, lam_min=1e-5, exact=True,
     progress
         ``progress(j, lam, gap)`` after each breakpoint.
     """
-    if not 0.0 < kappa < 1.0:
-        raise ValueError(f"kappa must be in (0, 1), got {kappa!r}")
-    if not eps > 0.0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
+    _check_settings(eps=eps, kappa=kappa, lam_min=lam_min, exact=exact, max_passes=max_passes,
+                    check_every=check_every, max_seconds=max_seconds)
     work = _working_copy(estimator)
     lr = work.bound_learner
     data = _materialize(data)

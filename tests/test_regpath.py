@@ -266,3 +266,32 @@ def test_path_refuses_other_learners_and_empty_models():
     m.learn_one({"a": -1.0}, 1)
     with pytest.raises(TypeError):
         m.regularization_path()
+
+
+def test_cli_path_json_plot_and_saved_model(tmp_path, capsys):
+    import json
+
+    from streamssvm.cli.parser import main
+    tr, te = tmp_path / "tr.jsonl", tmp_path / "te.jsonl"
+    assert main(["export", "ocr-words", str(tr), "--limit", "15"]) == 0
+    assert main(["export", "ocr-words", str(te), "--test", "--limit", "8"]) == 0
+    capsys.readouterr()
+    args = ["path", "--source", f"file://{tr}", "--task", "sequence", "--loss", "normalized", "--test", f"file://{te}",
+            "--eps", "0.1", "--kappa", "0.7", "--save", str(tmp_path / "m.ssvm"), "--json"]
+    try:
+        import matplotlib  # noqa: F401
+        args += ["--plot", str(tmp_path / "p.png")]
+    except ImportError:
+        pass
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["examples"] == 15 and out["status"] == "end"
+    assert max(out["gaps"]) <= 0.07 + TOL
+    lam = out["best"]["lam"]
+    assert lam in out["breakpoints"]
+    m = ss.load(str(tmp_path / "m.ssvm"))
+    c = m.certificate()
+    assert c.lam == pytest.approx(lam) and c.raw_gap <= EPS + TOL
+    with pytest.raises(SystemExit) as e:   # argparse refuses a setting outside its Param row
+        main(["path", "--source", f"file://{tr}", "--task", "sequence", "--kappa", "1.5"])
+    assert e.value.code == 2

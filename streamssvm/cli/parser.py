@@ -9,6 +9,7 @@ from .datasets import cmd_datasets
 from .demo import cmd_demo
 from .export import cmd_export
 from .options import HelpFormatter, Refused, add_learner_args, param_option
+from .path import add_path_args, cmd_path
 from .predict import cmd_predict
 from .report import cmd_report
 from .run import cmd_run
@@ -123,6 +124,20 @@ def build_parser():
     rp.add_argument("--plot", default=None, help="write a PNG of gap and accuracy against examples seen")
     rp.add_argument("--json", action="store_true", help="machine-readable summary (strict JSON)")
     rp.set_defaults(func=cmd_report)
+    pa = sub.add_parser("path", help="the eps-approximate regularization path of a file's examples (BCFW), scored "
+                        "on --test", **fmt)
+    pa.add_argument("--source", required=True, help="file://PATH[?OPTION=...]: the training examples (held whole)")
+    pa.add_argument("--task", required=True, choices=["multiclass", "multilabel", "sequence"],
+                    help="what a record's label is: one class, a set of labels, a tag sequence")
+    pa.add_argument("--test", default=None, help="file://... validation examples scored at every breakpoint")
+    pa.add_argument("--hierarchy", default=None, help="multilabel: JSON file {child: parent} (as for run)")
+    add_path_args(pa)
+    pa.add_argument("--plot", default=None, help="write a PNG of gap, primal and validation score against lambda")
+    pa.add_argument("--save", default=None, help="save the model at the best validation lambda (without --test: "
+                    "the smallest breakpoint) to this file")
+    pa.add_argument("--json", action="store_true", help="print the path as JSON")
+    pa.set_defaults(func=cmd_path)
+
     ds = sub.add_parser("datasets", help="list or fetch the downloadable datasets (Brown corpus)", **fmt)
     ds.add_argument("action", choices=["list", "fetch"], help="list: what is where; fetch: download")
     ds.add_argument("name", nargs="?", default=None, help="dataset to fetch (brown)")
@@ -136,7 +151,7 @@ def _compiles_kernels(argv):
     ``demo``; not their ``--help``, not ``run --workers``), judged without building the parser
     (which imports the connectors, and numpy with them)."""
     a = sys.argv[1:] if argv is None else [str(v) for v in argv]
-    return bool(a) and a[0] in ("run", "demo") and not any(
+    return bool(a) and a[0] in ("run", "demo", "path") and not any(
         v in ("-h", "--help") or v == "--workers" or v.startswith("--workers=") for v in a)
 
 
