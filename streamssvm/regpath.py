@@ -174,6 +174,29 @@ class _Snapshot:
     lval: np.ndarray
     gest: np.ndarray
     Kc: int
+    pools: list | None = None
+
+    @staticmethod
+    def _pools(st, slots):
+        """Each block's corner pool (labelings and dual weights) and flags, when the blocks have
+        one (pairwise / away steps, cache)."""
+        if st.pool_cap == 0:
+            return None
+        from ._kernels import layout as KL
+        out = []
+        for j in slots:
+            b = st.block(int(j))
+            out.append((b["pool"].copy(), b["alpha"].copy(), int(st.meta[j, KL.M_FLAGS])))
+        return out
+
+    def _install_pools(self, st):
+        from ._kernels import layout as KL
+        for j, (pool, alpha, flags) in zip(self.slots, self.pools):
+            st.meta[j, KL.M_PN] = len(alpha)
+            st.meta[j, KL.M_FLAGS] = flags
+            b = st.block(int(j))
+            b["pool"][...] = pool
+            b["alpha"][...] = alpha
 
     @classmethod
     def take(cls, lr):
@@ -183,7 +206,7 @@ class _Snapshot:
         st = lr.store
         return cls(float(lr.effective_lam()), (lr.W.E.copy(), lr.W.T.copy(), lr.W.B.copy()),
                    nz.astype(np.int64), stat[nz].copy(), int(stat.size), d["slots"], d["sizes"], d["lval"],
-                   st.gest[d["slots"]].copy(), d["Kc"])
+                   st.gest[d["slots"]].copy(), d["Kc"], cls._pools(st, d["slots"]))
 
     def install(self, lr):
         stat = np.zeros(self.size)
@@ -191,6 +214,8 @@ class _Snapshot:
         lr.blend_dual({"slots": self.slots, "stat": stat, "sizes": self.sizes, "lval": self.lval, "Kc": self.Kc},
                       0.0)
         lr.set_parameters({"E": self.U[0], "T": self.U[1], "B": self.U[2]})
+        if self.pools is not None:
+            self._install_pools(lr.store)
         lr.store.gest[self.slots] = self.gest
         lr.store._rebuild_tree()
         lr.lam = self.lam
@@ -198,8 +223,9 @@ class _Snapshot:
 
     @property
     def nbytes(self):
+        pools = sum(p.nbytes + a.nbytes for p, a, _ in self.pools) if self.pools else 0
         return int(self.nz.nbytes + self.vals.nbytes + sum(a.nbytes for a in self.U) + self.lval.nbytes
-                   + self.gest.nbytes + self.slots.nbytes + self.sizes.nbytes)
+                   + self.gest.nbytes + self.slots.nbytes + self.sizes.nbytes + pools)
 
 
 @dataclass

@@ -295,3 +295,24 @@ def test_cli_path_json_plot_and_saved_model(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:   # argparse refuses a setting outside its Param row
         main(["path", "--source", f"file://{tr}", "--task", "sequence", "--kappa", "1.5"])
     assert e.value.code == 2
+
+
+def test_model_at_restores_the_pools_of_pairwise_steps():
+    """A pooled learner's model_at has each block's corner weights consistent with its statistic
+    (multiclass: the statistic is the distribution over classes), so pairwise / away steps can go
+    on from it."""
+    m, _ = _multiclass(learner=ss.learners.BCFW(lam=0.05, replay=2, step="pairwise", cache=True, seed=0))
+    path = m.regularization_path(eps=EPS, lam_min=1e-6)
+    for lam in (path.breakpoints[1], np.sqrt(path.breakpoints[2] * path.breakpoints[3])):
+        est = path.model_at(lam)
+        st = est.bound_learner.store
+        K = est.bound_learner.n_labels
+        for j in st.slots():
+            b = st.block(int(j))
+            assert b["exact_alpha"]
+            dist = np.zeros(st.Kc)
+            np.add.at(dist, b["pool"][:, 0], b["alpha"])
+            np.testing.assert_allclose(b["stat"][:K], dist[:K], atol=1e-10)
+        assert est.certificate().raw_gap <= EPS + TOL
+        est.refine(passes=2)
+        assert est.certificate().raw_gap >= -1e-9
