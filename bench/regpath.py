@@ -16,7 +16,7 @@ the piece holding it is computed; after the end of the path, every smaller lambd
 the examples (one pass to hold them) is not counted. Each case is one process, BLAS pinned to
 one thread; measure under ``flock /tmp/bench.lock``.
 
-Writes bench/results/regpath.{json,md}.
+Writes bench/results/regpath.{json,md,png}.
 """
 from __future__ import annotations
 
@@ -146,7 +146,9 @@ def markdown(results, args):
                      f"last {ep['breakpoints'][-1]:.4g}, max certified gap at a breakpoint "
                      f"{max(ep['gaps']):.3g} (≤ κε = 0.09). Heuristic path: {hp['n_breakpoints']} breakpoints, "
                      f"exact gap at its breakpoints up to {hp['max_true_gap']:.3g} "
-                     f"({hp['n_true_gap_over_eps']} above eps).")
+                     f"({hp['n_true_gap_over_eps']} above eps). The eps-path's first decade of lambda "
+                     f"(λ₀/10 ≤ λ ≤ λ₀) holds {sum(b >= ep['breakpoints'][0] / 10 for b in ep['breakpoints'])} "
+                     f"breakpoints and costs {_passes_at(ep, ep['breakpoints'][0] / 10):.0f} passes.")
         lines.append("")
         lines += _against_the_paper(res)
     lines += ["## Against the paper", "",
@@ -154,8 +156,25 @@ def markdown(results, args):
               "search; (2) the cost of the whole path is comparable with the cost of grid search, while the path "
               "serves every lambda without a predefined grid; (3) the heuristic path (kappa = 0.7) is cheaper "
               "than the eps-path and accurate enough. The per-case lines above check each claim on our runs "
-              "at the smallest lambda of the grid that every method covered.", ""]
+              "at the smallest lambda of the grid that every method covered.", "",
+              "Where ours differ: claims 1 and 3 hold on every case. Claim 2 holds against grid search without "
+              "warm start (0.6-2x its passes) but the eps-path costs 2-4x the passes of warm-started grid search "
+              "down to the same lambda. The cost sits at large lambda: there Delta = l - lam ||w||^2 is close to "
+              "the dual loss (about 1 with the normalized loss) while the excess gap tau = eps - g is at most "
+              "(1 - kappa) eps to a few hundredths, so rho = 1 - tau / Delta is 0.97-0.99 and a decade of lambda "
+              "holds a hundred breakpoints, each certified by an exact full pass (at least 1.25 passes with our "
+              "check every 0.25 passes), where the grid spends ~15 passes per decade. The heuristic path saves "
+              "the certifying passes but not the breakpoints. The paper's Fig. 8 gives no per-breakpoint "
+              "numbers to compare this with; its time axis is for the authors' implementation on their machine, so only "
+              "ratios between methods are comparable. The heuristic path's exact gaps exceed eps at some small "
+              "lambdas (letters, OCR-small), as the paper reports for large kappa.", ""]
     return lines
+
+
+def _passes_at(r, lam):
+    """Cumulative passes of a path's last breakpoint at or above ``lam``."""
+    b = np.asarray(r["breakpoints"])
+    return float(np.asarray(r["passes"])[np.flatnonzero(b >= lam)[-1]])
 
 
 def _against_the_paper(res):
@@ -178,6 +197,36 @@ def _against_the_paper(res):
             + ", ".join(f"{m} {w[m]:.1f}" for m in ms) + ".", ""]
 
 
+def plot(data, file):
+    """Fig. 8's shape: cumulative effective passes (top) and CPU seconds (bottom) to reach each
+    lambda, one column per case."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    res = data["results"]
+    fig, ax = plt.subplots(2, len(res), figsize=(4.6 * len(res), 6.5), squeeze=False)
+    for col, (name, r) in enumerate(res.items()):
+        for k, (meth, m) in enumerate(r["methods"].items()):
+            if meth.endswith("path"):
+                x, p, c = m["breakpoints"], m["passes"], m["cpu_seconds"]
+            else:
+                x, p, c = m["lams"], m["passes"], m["cpu_seconds"]
+            style = dict(marker="o" if meth.endswith("path") else "s", ms=2.5, lw=1, color=f"C{k}", label=meth)
+            ax[0][col].loglog(x, np.maximum(p, 1e-1), **style)
+            ax[1][col].loglog(x, np.maximum(c, 1e-3), **style)
+        ax[0][col].set_title(f"{name} (n = {r['n']})")
+        ax[1][col].set_xlabel("lambda")
+        for a in (ax[0][col], ax[1][col]):
+            a.invert_xaxis()
+            a.grid(True, which="both", alpha=0.3)
+    ax[0][0].set_ylabel("cumulative effective passes")
+    ax[1][0].set_ylabel("cumulative CPU seconds")
+    ax[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(file, dpi=100)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="30 s budget per method")
@@ -185,7 +234,13 @@ def main():
     ap.add_argument("--max-passes", type=float, default=None, help="effective passes per lambda (default 300)")
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "regpath"))
+    ap.add_argument("--plot-only", action="store_true", help="redraw <out>.png from <out>.json (no measurement)")
     args = ap.parse_args()
+    if args.plot_only:
+        import json
+        with open(args.out + ".json") as f:
+            plot(json.load(f), args.out + ".png")
+        return
     args.budget = args.budget or (30.0 if args.quick else 240.0)
     args.max_passes = args.max_passes or 300.0
     results = {name: run_case(name, args.budget, args.max_passes) for name in args.cases}
@@ -195,6 +250,10 @@ def main():
                                                                for m, r in v["methods"].items()}}
                                             for k, v in results.items()}}
     write_results(args.out, data, markdown(results, args))
+    try:
+        plot(data, args.out + ".png")
+    except ImportError:
+        log("matplotlib missing: no plot")
 
 
 if __name__ == "__main__":
