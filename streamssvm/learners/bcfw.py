@@ -749,7 +749,10 @@ class BCFW(DenseWeights, Learner):
         rho = lam / lam_old, so U scales by rho and w is unchanged; every block gap grows by
         (1 - rho) delta_i (the estimates are moved by as much). Returns
         Delta = sum_i delta_i = (1/n) sum_i sum_y alpha_i(y) H_i(y; w) at the old lambda (0 for
-        ``keep="dual"``). Chain blocks are converted to the dense layout first."""
+        ``keep="dual"``). Chain blocks are converted to the dense layout first. Unlike every other
+        method, this one sets a parameter (``lam``): the learner now solves another problem, and
+        a model saved afterwards must say so (the estimator's ``learner`` configuration is the
+        caller's to update, as ``RegularizationPath.model_at`` does)."""
         lam = float(lam)
         if not lam > 0.0:
             raise ValueError(f"lam must be > 0, got {lam!r}")
