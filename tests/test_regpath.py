@@ -39,12 +39,12 @@ def _chain(n=12, learner=None):
     return m, (X[n:n + 10], [list(y) for y in Y[n:n + 10]])
 
 
-def _multilabel(n=30, seed=1):
+def _multilabel(n=30, seed=1, leaves="abc", **kw):
     rng = np.random.default_rng(seed)
-    m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.05, replay=2, seed=0))
+    m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.05, replay=2, seed=0), **kw)
     for i in range(n):
         x = {f"f{k}": float(v) for k, v in enumerate(rng.normal(size=4))}
-        y = {lab: bool(x[f"f{k}"] > 0.3) for k, lab in enumerate("abc")}
+        y = {lab: bool(x[f"f{k}"] > 0.3) for k, lab in enumerate(leaves)}
         m.learn_one(x, y)
     return m
 
@@ -76,7 +76,10 @@ def mc_path():
     lambda: _chain()[0],
     lambda: _chain(learner=ss.learners.BCFW(lam=0.05, replay=2, step="away", seed=0))[0],
     _multilabel,
-], ids=["multiclass", "multiclass-pairwise-cache", "multiclass-slack", "chain", "chain-away", "multilabel"])
+    lambda: _multilabel(pairwise=True),
+    lambda: _multilabel(leaves="bce", hierarchy={"a": None, "b": "a", "c": "a", "d": None, "e": "d"}),
+], ids=["multiclass", "multiclass-pairwise-cache", "multiclass-slack", "chain", "chain-away", "multilabel",
+        "multilabel-pairwise", "hierarchy"])
 def test_set_lam_keeps_w_and_moves_the_gap_by_one_minus_rho_delta(make):
     lr, c0 = _iterate_cert(make())
     scale0 = lr._scale()[0]
