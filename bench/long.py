@@ -36,6 +36,9 @@ LONG = [
     ("quality_sequence", ["bench/quality_sequence.py"],
      "SequenceTagger losses and SGD vs BCFW on OCR-large and Brown, vs python-crfsuite", 10),
     ("bmrm_pragam", ["bench/bmrm_pragam.py"], "BMRM and Pragam against liblinear and Pegasos", 8),
+    ("regpath", ["bench/regpath.py", "--quick"],
+     "eps-approximate regularization path vs heuristic path vs grid search (Osokin et al. Fig. 8); "
+     "--quick is the committed result (30 s per method)", 4),
     ("gdmm_large_domain_K3000", ["bench/gdmm_large_domain.py"], "GDMM vs BCFW with 1k-10k labels (synthetic)", 15),
     ("gdmm_multilabel_yeast_gdmm", ["bench/gdmm_multilabel.py", "yeast"], "GDMM multi-label on yeast", 15),
     ("distributed", ["bench/distributed.py"], "Ray scale-out: 1, 2 and 4 workers", 5),
