@@ -319,3 +319,19 @@ def test_model_at_restores_the_pools_of_pairwise_steps():
         assert est.certificate().raw_gap <= EPS + TOL
         est.refine(passes=2)
         assert est.certificate().raw_gap >= -1e-9
+
+
+@pytest.mark.parametrize("make", [lambda: _multiclass()[0], lambda: _chain()[0],
+                                  lambda: _chain(learner=ss.learners.BCFW(lam=0.05, step="pairwise", cache=True))[0],
+                                  lambda: _multiclass(learner=ss.learners.BCFW(lam=0.05, rescaling="slack"))[0]],
+                         ids=["multiclass", "chain", "chain-pairwise-cache", "multiclass-slack"])
+def test_start_at_max_loss_puts_every_block_on_a_largest_loss(make):
+    """Algorithm 6's dual point: every block on argmax_y Delta_i(y) (0/1 and normalized Hamming:
+    loss 1), so l = mean max loss and the gap vanishes as lambda -> inf (g(0) = 0, which the
+    first linear piece relies on)."""
+    lr, _ = _iterate_cert(make())
+    lr.start_at_max_loss()
+    lr.set_lam(1e9, keep="dual")
+    c = lr.certificate()
+    assert c.dual_loss == pytest.approx(1.0, abs=1e-12)
+    assert c.raw_gap <= 1e-6
