@@ -103,7 +103,8 @@ def run_case(name, budget, max_passes):
         if meth.endswith("path"):
             exact = meth == "eps-path"
             p = model.regularization_path(eps=EPS, kappa=0.9 if exact else 0.7, lam_min=GRID[-1], exact=exact,
-                                          certify=not exact, max_seconds=budget, max_passes=max_passes)
+                                          certify=not exact, max_seconds=budget, max_passes=max_passes,
+                                          keep_models=False)
             r = p.to_dict()
             r["covered"] = covered_cost(p.breakpoints, p.passes, p.seconds, p.cpu_seconds, p.lower, p.status)
             r["n_breakpoints"] = len(p)

@@ -335,3 +335,13 @@ def test_start_at_max_loss_puts_every_block_on_a_largest_loss(make):
     c = lr.certificate()
     assert c.dual_loss == pytest.approx(1.0, abs=1e-12)
     assert c.raw_gap <= 1e-6
+
+
+def test_keep_models_false_keeps_the_numbers_only():
+    m, _ = _multiclass()
+    a = m.regularization_path(eps=EPS, lam_min=1e-6)
+    b = m.regularization_path(eps=EPS, lam_min=1e-6, keep_models=False)
+    np.testing.assert_allclose(a.breakpoints, b.breakpoints)
+    assert b.snapshot_bytes == 0 < a.snapshot_bytes
+    with pytest.raises(RuntimeError):
+        b.model_at(b.breakpoints[0])
