@@ -175,6 +175,9 @@ def test_end_of_path_condition_is_not_the_printed_inverted_test():
     g0 = lr.certificate().raw_gap
     assert delta > EPS - g0        # the first breakpoint is not the end ...
     assert len(path) > 1           # ... and the path went on
+    # the printed test would stop here and claim w^0 for every smaller lambda: brute force says no
+    lr.set_lam(path.breakpoints[0] / 100, keep="weights")
+    assert lr.certificate().raw_gap > EPS
 
 
 def test_first_breakpoint_is_at_most_the_papers_lambda_inf(mc_path):
