@@ -80,12 +80,24 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _multiclass(self):
         return True
 
+    _last_enc = None     # the EncodedRecord of the last predict_one (reused by learn_one)
+
     def learn_one(self, x, y):
         if is_missing(y):
             raise ValueError("y is missing (None/NaN)")
         self._labels.check(y)  # validate the whole example before any state changes
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
-        yid = self._labels.encode(y, grow=True)
+        enc = self._last_enc
+        if enc is not None and enc.x is x and self._features.trusts(enc) and enc.unchanged():
+            # river's progressive validation: predict_one(x) then learn_one(x, y) on the same,
+            # unchanged x -- its encoding is reused (see FeatureIndex.encode_record)
+            tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
+            self._last_enc = None   # reused once: the learner gets fresh arrays for each learn
+        else:
+            tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
+
+    def _learn_arrays(self, tok_ptr, fidx, fval, yid):
+        """Learn one encoded example whose features and label are registered."""
         # the learner is grown (``ensure``) only when a feature or a label was added since the
         # last learn_one: the call costs more than the rest of a 16-feature array row's path
         lr = self._learner
@@ -99,9 +111,31 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
             return None
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        enc = self._features.encode_record(x, keep=True)
+        self._last_enc = enc
+        return self._predict_arrays(enc.tok_ptr, enc.fidx, enc.fval)
+
+    def _predict_arrays(self, tok_ptr, fidx, fval):
         out = self._learner.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)
         return self._labels.labels[out[0]]
+
+    def predict_learn_one(self, x, y):
+        """Predict ``x``, then learn ``(x, y)``, encoding ``x`` once (validated whole first);
+        the prediction and the learned state are those of ``predict_one`` then ``learn_one``."""
+        if self._learner is None or len(self._labels) == 0:
+            self.learn_one(x, y)
+            return None
+        enc = self._features.encode_record(x)   # x's errors first, as predict_one raises them
+        if is_missing(y):
+            raise ValueError("y is missing (None/NaN)")
+        self._labels.check(y)
+        p = self._predict_arrays(enc.tok_ptr, enc.fidx, enc.fval)
+        if self._features.trusts(enc):
+            tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
+        else:   # new feature names: registered now (the prediction did not know them)
+            tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
+        return p
 
     def predict_proba_one(self, x):
         """One-hot distribution on the predicted class (an SVM gives no probabilities)."""

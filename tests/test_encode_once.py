@@ -1,0 +1,196 @@
+"""One validation, one encoding (issue 22 items 1 and 3): ``predict_learn_one`` encodes a
+record once, ``learn_one`` reuses the encoding of a ``predict_one`` on the same unchanged ``x``
+(river's progressive validation), and integer feature names take the exact-type fast path.
+Every path must give bit-identical predictions and states to the reference: ``predict_one`` on
+a copy of ``x``, then ``learn_one`` on another copy (no reuse possible)."""
+import copy
+
+import numpy as np
+import pytest
+
+import streamssvm as ss
+from streamssvm.features import EncodedRecord, FeatureIndex
+
+LEARNERS = {
+    "BCFW": lambda: ss.learners.BCFW(lam=1e-2, replay=1, seed=0),
+    "BCFW-avg": lambda: ss.learners.BCFW(lam=1e-2, replay=2, seed=1, averaging=True),
+    "SGD": lambda: ss.learners.SGD(seed=0),
+    "CuttingPlane": lambda: ss.learners.CuttingPlane(lam=1e-2),
+    "BMRM": lambda: ss.learners.BMRM(lam=1e-2),
+    "Pragam": lambda: ss.learners.Pragam(lam=1e-2),
+}
+
+
+def _stream(kind, n=60, seed=0):
+    rng = np.random.default_rng(seed)
+    K, d = 4, 7
+    C = rng.normal(size=(K, d))
+    out = []
+    for i in range(n):
+        y = int(rng.integers(0, K))
+        v = C[y] + rng.normal(size=d)
+        v[rng.random(d) < 0.3] = 0.0
+        if kind == "array":
+            x = v
+        elif kind == "int":
+            x = {j: float(v[j]) for j in range(d) if v[j] != 0.0}
+        else:   # str keys; new names keep appearing
+            x = {f"f{j}": float(v[j]) for j in range(d) if v[j] != 0.0}
+            x[f"rare{i % 9}"] = 1.0
+        out.append((x, "abcd"[y] if kind != "int" else y))
+    return out
+
+
+def _flat_state(m):
+    leaves = []
+
+    def walk(v, path):
+        if isinstance(v, dict):
+            for k in sorted(v, key=str):
+                walk(v[k], f"{path}/{k}")
+        elif isinstance(v, (list, tuple)):
+            for i, u in enumerate(v):
+                walk(u, f"{path}/{i}")
+        elif isinstance(v, np.ndarray):
+            leaves.append((path, v.dtype.str, v.shape, v.tobytes()))
+        else:
+            leaves.append((path, repr(v)))
+    walk(m.state(), "")
+    return leaves
+
+
+def _model(learner, hashing):
+    return ss.MulticlassSSVM(learner=LEARNERS[learner](), n_features=64 if hashing else None)
+
+
+@pytest.mark.parametrize("learner", sorted(LEARNERS))
+@pytest.mark.parametrize("kind", ["str", "int", "array", "hashed"])
+def test_encode_once_paths_are_bit_identical(learner, kind):
+    """predict_learn_one, and predict_one + learn_one on the same x (the reuse), give the
+    predictions and states of the reference path, for every learner of MulticlassSSVM."""
+    rows = _stream("str" if kind == "hashed" else kind)
+    ref, one, pv = (_model(learner, kind == "hashed") for _ in range(3))
+    p_ref, p_one, p_pv = [], [], []
+    for x, y in rows:
+        p_ref.append(ref.predict_one(copy.deepcopy(x)))
+        ref.learn_one(copy.deepcopy(x), y)
+        p_one.append(one.predict_learn_one(x, y))
+        p_pv.append(pv.predict_one(x))
+        pv.learn_one(x, y)
+    assert p_ref == p_one == p_pv
+    assert _flat_state(ref) == _flat_state(one) == _flat_state(pv)
+
+
+def test_learn_one_reuses_the_encoding_of_predict_one():
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
+    m.learn_one({"a": 1.0}, "x")
+    m.learn_one({"b": 1.0}, "y")
+    x = {"a": 2.0, "b": 1.0}
+    m.predict_one(x)
+    enc = m._last_enc
+    assert enc.x is x and m._features.trusts(enc) and enc.unchanged()
+    calls = []
+    orig = m._features.encode_one
+    m._features.encode_one = lambda *a, **k: calls.append(a) or orig(*a, **k)
+    m.learn_one(x, "x")
+    assert calls == []            # reused
+    assert m._last_enc is None    # once
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda x: x.__setitem__("a", 3.0),       # a value changed
+    lambda x: x.__setitem__("c", 1.0),       # a name added (a new feature)
+    lambda x: x.pop("b"),                    # a name removed
+    lambda x: x.__setitem__("a", float("nan")),   # now invalid: learn_one must reject it
+])
+def test_a_dict_mutated_between_predict_and_learn_is_encoded_again(mutate):
+    """The reuse is keyed on identity AND an unchanged copy: a mutated dict is re-encoded
+    (and re-validated), giving what a fresh model gets from learn_one on the new dict."""
+    def fresh():
+        m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
+        m.learn_one({"a": 1.0}, "x")
+        m.learn_one({"b": 1.0}, "y")
+        return m
+    m, ref = fresh(), fresh()
+    x = {"a": 2.0, "b": 1.0}
+    m.predict_one(x)
+    mutate(x)
+    try:
+        ref.learn_one(dict(x), "x")
+    except ValueError:
+        with pytest.raises(ValueError, match="non-finite"):
+            m.learn_one(x, "x")
+        assert _flat_state(m) == _flat_state(fresh())
+        return
+    m.learn_one(x, "x")
+    assert _flat_state(m) == _flat_state(ref)
+
+
+def test_a_mutated_array_is_encoded_again():
+    def fresh():
+        m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
+        m.learn_one(np.array([1.0, 0.0]), "x")
+        m.learn_one(np.array([0.0, 1.0]), "y")
+        return m
+    m, ref = fresh(), fresh()
+    x = np.array([2.0, 1.0])
+    m.predict_one(x)
+    x[0] = -5.0
+    m.learn_one(x, "x")
+    ref.learn_one(x.copy(), "x")
+    assert _flat_state(m) == _flat_state(ref)
+
+
+def test_hashing_does_not_reuse_dicts():
+    """With hashing, 1, 1.0 and True are equal keys in different buckets: no copy is kept."""
+    f = FeatureIndex(n_features=16)
+    enc = f.encode_record({1: 1.0}, keep=True)
+    assert not enc.unchanged()
+
+
+def test_a_rollback_makes_an_encoding_stale():
+    f = FeatureIndex()
+    f.encode_dict({"a": 1.0, "b": 1.0}, grow=True)
+    enc = f.encode_record({"a": 1.0}, keep=True)
+    assert f.trusts(enc)
+    m = f.mark()
+    f.encode_dict({"c": 1.0}, grow=True)
+    f.rollback(m)
+    assert not f.trusts(enc)   # same size again, but the index went through a rollback
+
+
+def test_encoded_records_come_from_an_index_only():
+    with pytest.raises(TypeError, match="encode_record"):
+        EncodedRecord(object(), {}, (None, None, None), True, FeatureIndex(), None)
+
+
+def test_new_names_make_an_incomplete_record():
+    f = FeatureIndex()
+    f.encode_dict({"a": 1.0}, grow=True)
+    enc = f.encode_record({"a": 2.0, "z": 1.0})
+    assert not enc.complete and not f.trusts(enc)
+    assert enc.fidx.tolist() == [0, 1] and f.names == ["a"]   # nothing registered
+
+
+def test_predict_learn_one_bad_record_changes_nothing_and_names_x_first():
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
+    m.learn_one({"a": 1.0}, "x")
+    before = _flat_state(m)
+    with pytest.raises(TypeError, match="non-numeric"):
+        m.predict_learn_one({"new": 1.0, "a": "high"}, None)
+    with pytest.raises(ValueError, match="missing"):
+        m.predict_learn_one({"new": 1.0}, None)
+    assert _flat_state(m) == before and m._features.names == ["a"]
+
+
+@pytest.mark.parametrize("key, err", [(2**63, ValueError), (-2**63 - 1, ValueError), (True, None),
+                                      (np.int64(3), None), (3, None)])
+def test_int_key_fast_path_keeps_the_checks(key, err):
+    f = FeatureIndex()
+    if err is None:
+        f.encode_dict({key: 1.0}, grow=True)
+        assert f.names == [key]
+    else:
+        with pytest.raises(err, match="64 bits"):
+            f.encode_dict({key: 1.0}, grow=True)
+        assert f.names == []
