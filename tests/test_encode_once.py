@@ -194,3 +194,62 @@ def test_int_key_fast_path_keeps_the_checks(key, err):
         with pytest.raises(err, match="64 bits"):
             f.encode_dict({key: 1.0}, grow=True)
         assert f.names == []
+
+
+@pytest.mark.parametrize("where", ["row", "other_row", "T", "B", "none"])
+def test_weights_finite_after_one_record_matches_numpy(where):
+    """The one-pass kernel of weights_finite(full=False) answers what the numpy checks do."""
+    m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))
+    for i in range(6):
+        m.learn_one({f"f{i % 3}": 1.0, "g": float(i)}, "abc"[i % 3])
+    W = m._learner.weight_tables()
+    rows = m._last_fidx
+    if where == "row":
+        W.E[rows[-1], 0] = np.nan
+    elif where == "other_row":
+        other = [j for j in range(W.E.shape[0]) if j not in set(rows.tolist())][0]
+        W.E[other, 1] = np.inf
+    elif where == "T":
+        W.T[0, 0] = np.inf
+    elif where == "B":
+        W.B[-1, -1] = np.nan
+    want = (np.isfinite(W.T).all() and np.isfinite(W.B).all()
+            and np.isfinite(W.E[rows[(rows >= 0) & (rows < W.E.shape[0])]]).all())
+    assert m.weights_finite(full=False) == bool(want)
+    assert m.weights_finite(full=True) == (where == "none")
+
+
+def _ml_stream(kind, n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        v = rng.normal(size=6)
+        v[rng.random(6) < 0.3] = 0.0
+        y = {lab: bool(v[j] > 0.2) for j, lab in enumerate("pqr")}
+        x = v if kind == "array" else {f"f{j}": float(v[j]) for j in range(6) if v[j] != 0.0} | {f"n{i % 7}": 1.0}
+        out.append((x, y))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["dict", "array"])
+@pytest.mark.parametrize("make", [
+    lambda: ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=1e-3, seed=0)),
+    lambda: ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0)),
+    lambda: ss.MultiLabelSSVM(learner=ss.learners.SGD(seed=0)),
+], ids=["extreme-memoir", "multilabel-bcfw", "multilabel-sgd"])
+def test_reuse_is_bit_identical_for_the_other_flat_estimators(make, kind):
+    """ExtremeClassifier and MultiLabelSSVM reuse predict_one's encoding in learn_one (and so
+    in predict_learn_one) with the predictions and states of the path without reuse."""
+    multilabel = "MultiLabel" in type(make()).__name__
+    rows = _ml_stream(kind) if multilabel else [(x, "abcd"[i % 4]) for i, (x, _) in enumerate(_stream(
+        "array" if kind == "array" else "str"))]
+    ref, pv, one = make(), make(), make()
+    p_ref, p_pv, p_one = [], [], []
+    for x, y in rows:
+        p_ref.append(ref.predict_one(copy.deepcopy(x)))
+        ref.learn_one(copy.deepcopy(x), y)
+        p_pv.append(pv.predict_one(x))
+        pv.learn_one(x, y)
+        p_one.append(one.predict_learn_one(x, y))
+    assert p_ref == p_pv == p_one
+    assert _flat_state(ref) == _flat_state(pv) == _flat_state(one)

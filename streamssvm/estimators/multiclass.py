@@ -80,20 +80,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _multiclass(self):
         return True
 
-    _last_enc = None     # the EncodedRecord of the last predict_one (reused by learn_one)
-
     def learn_one(self, x, y):
         if is_missing(y):
             raise ValueError("y is missing (None/NaN)")
         self._labels.check(y)  # validate the whole example before any state changes
-        enc = self._last_enc
-        if enc is not None and enc.x is x and self._features.trusts(enc) and enc.unchanged():
-            # river's progressive validation: predict_one(x) then learn_one(x, y) on the same,
-            # unchanged x -- its encoding is reused (see FeatureIndex.encode_record)
-            tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
-            self._last_enc = None   # reused once: the learner gets fresh arrays for each learn
-        else:
-            tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
 
     def _learn_arrays(self, tok_ptr, fidx, fval, yid):
@@ -111,9 +102,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
             return None
-        enc = self._features.encode_record(x, keep=True)
-        self._last_enc = enc
-        return self._predict_arrays(enc.tok_ptr, enc.fidx, enc.fval)
+        return self._predict_arrays(*self._encode_to_predict(x))
 
     def _predict_arrays(self, tok_ptr, fidx, fval):
         out = self._learner.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)
