@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import zlib
@@ -29,6 +30,7 @@ import numpy as np
 from ._kernels.multiclass import dense_rows_csr
 
 BIAS = 0
+_STR, _INT, _PLAIN = {str}, {int}, {float, int}
 
 
 #: Largest accepted |feature value|. Larger values (e.g. 1e308) would overflow squared norms,
@@ -265,6 +267,45 @@ class FeatureIndex:
         values: finite, ``|v| <= MAX_ABS_VALUE``) before any new name is registered."""
         return self._register(*self._scan(x, grow))
 
+    #: dicts of at least this many features may take :meth:`_dict_arrays` (measured: the scan is
+    #: faster below ~50 features, the array operations 2-3x faster at 400-800)
+    BULK_MIN = 64
+
+    def _dict_arrays(self, x):
+        """The CSR arrays ``(idx, val)`` of a dict of known names, with array operations:
+        ``(idx, val, unknown)`` where ``unknown`` says that non-zero features with new names
+        were left out (the arrays are those of ``encode_dict(x, grow=False)``), or None when
+        the dict is not one this path takes (then :meth:`_scan` checks it): a growing
+        vocabulary, at least :attr:`BULK_MIN` names all ``str`` or all ``int`` (64-bit), values
+        all plain ``float`` / ``int`` within ``MAX_ABS_VALUE``. Same values, same order (by
+        column), so the same arrays to the bit."""
+        if self.n_features is not None or self.array_dim is not None or len(x) < self.BULK_MIN:
+            return None
+        kt = set(map(type, x))
+        if kt != _STR and (kt != _INT or not (-_INT_LIMIT <= min(x) and max(x) < _INT_LIMIT)):
+            return None
+        vals = list(x.values())
+        if not set(map(type, vals)) <= _PLAIN:
+            return None
+        try:
+            v = np.array(vals, dtype=np.float64)
+        except (OverflowError, ValueError):
+            return None
+        if not np.abs(v).max() <= MAX_ABS_VALUE:   # NaN fails too
+            return None
+        j = np.fromiter(map(self.vocab.get, x, itertools.repeat(-1)), dtype=np.int64, count=len(vals))
+        nz = v != 0.0
+        keep = nz & (j >= 0)
+        unknown = bool(np.count_nonzero(nz) != np.count_nonzero(keep))
+        j, v = j[keep], v[keep]
+        order = np.argsort(j, kind="stable")
+        idx = np.empty(len(j) + 1, dtype=np.int32)
+        val = np.empty(len(j) + 1, dtype=np.float64)
+        idx[0], val[0] = BIAS, 1.0
+        idx[1:] = j[order]
+        val[1:] = v[order]
+        return idx, val, unknown
+
     def _scan(self, x, grow):
         """Validate one token and split it into known (index, value) pairs and new names;
         changes nothing."""
@@ -423,7 +464,11 @@ class FeatureIndex:
     def encode_one(self, x, grow):
         """CSR arrays for a single flat example (dict or 1-D array)."""
         if isinstance(x, dict):
-            i, v = self.encode_dict(x, grow)
+            bulk = self._dict_arrays(x)
+            if bulk is not None and not (grow and bulk[2]):   # new names: registered by encode_dict
+                i, v = bulk[0], bulk[1]
+            else:
+                i, v = self.encode_dict(x, grow)
             return (np.array([0, len(i)], dtype=np.int32), np.asarray(i, dtype=np.int32),
                     np.asarray(v, dtype=np.float64))
         if isinstance(x, np.ndarray):
@@ -448,10 +493,14 @@ class FeatureIndex:
         (dicts: only with a growing vocabulary, where equal names have equal indices; with
         hashing ``1``, ``1.0`` and ``True`` are equal keys of different buckets)."""
         if isinstance(x, dict):
-            pairs, new = self._scan(x, True)   # grow=True only lists the new names
-            idx, val = self._register(pairs, None)
-            arrays = (np.array([0, len(idx)], dtype=np.int32), np.array(idx, dtype=np.int32),
-                      np.array(val, dtype=np.float64))
+            bulk = self._dict_arrays(x)
+            if bulk is not None:
+                idx, val, new = bulk
+            else:
+                pairs, new = self._scan(x, True)   # grow=True only lists the new names
+                idx, val = self._register(pairs, None)
+            arrays = (np.array([0, len(idx)], dtype=np.int32), np.asarray(idx, dtype=np.int32),
+                      np.asarray(val, dtype=np.float64))
             snap = dict(x) if keep and not new and self.n_features is None else None
             return EncodedRecord(_ISSUER, x, arrays, not new, self, snap)
         arrays = self.encode_one(x, grow=False)

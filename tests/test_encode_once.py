@@ -253,3 +253,59 @@ def test_reuse_is_bit_identical_for_the_other_flat_estimators(make, kind):
         p_one.append(one.predict_learn_one(x, y))
     assert p_ref == p_pv == p_one
     assert _flat_state(ref) == _flat_state(pv) == _flat_state(one)
+
+
+def _slow(f, x, grow):
+    i, v = f._register(*f._scan(x, grow))
+    return np.asarray(i, dtype=np.int32), np.asarray(v, dtype=np.float64)
+
+
+@pytest.mark.parametrize("keys", ["str", "int"])
+def test_bulk_dict_encoding_equals_the_scan(keys):
+    """Dicts of >= BULK_MIN features take array operations (FeatureIndex._dict_arrays): the
+    arrays of the feature-by-feature scan, to the bit, for known, new and zero features."""
+    rng = np.random.default_rng(3)
+    name = (lambda j: f"w{j}") if keys == "str" else (lambda j: int(j) * 7 - 100)
+    fast, slow = FeatureIndex(), FeatureIndex()
+    for t in range(60):
+        d = int(rng.integers(FeatureIndex.BULK_MIN, 80))
+        cols = rng.choice(120, size=d, replace=False)
+        vals = rng.normal(size=d) * 10.0 ** rng.integers(-3, 4, size=d)
+        vals[rng.random(d) < 0.2] = 0.0
+        vals[rng.random(d) < 0.05] = -0.0
+        x = {name(c): (int(round(v)) if k % 5 == 0 else float(v)) for k, (c, v) in enumerate(zip(cols, vals))}
+        for grow in (False, True):
+            tf, i_f, v_f = fast.encode_one(x, grow=grow)
+            i_s, v_s = _slow(slow, x, grow)
+            assert i_f.tolist() == i_s.tolist() and v_f.tobytes() == v_s.tobytes()
+            assert fast.names == slow.names
+        enc = fast.encode_record(x)
+        i_s, v_s = _slow(slow, x, False)
+        assert enc.fidx.tolist() == i_s.tolist() and enc.fval.tobytes() == v_s.tobytes()
+
+
+@pytest.mark.parametrize("bad, err", [(float("nan"), "non-finite"), (1e13, "MAX_ABS_VALUE"), ("x", "non-numeric"),
+                                      (10**400, "MAX_ABS_VALUE")])
+def test_bulk_dict_path_leaves_bad_values_to_the_scan(bad, err):
+    f = FeatureIndex()
+    x = {f"w{j}": 1.0 for j in range(40)}
+    f.encode_one(x, grow=True)
+    x["w7"] = bad
+    with pytest.raises((ValueError, TypeError), match=err):
+        f.encode_one(x, grow=False)
+    with pytest.raises((ValueError, TypeError), match=err):
+        f.encode_record(x)
+
+
+def test_predict_learn_one_calls_a_subclass_learn_one():
+    """A subclass overriding learn_one (or predict_one) gets it called by predict_learn_one."""
+    seen = []
+
+    class Logged(ss.MulticlassSSVM):
+        def learn_one(self, x, y):
+            seen.append(y)
+            return super().learn_one(x, y)
+    m = Logged(learner=ss.learners.SGD(seed=0))
+    for i in range(4):
+        m.predict_learn_one({"f": float(i)}, i % 2)
+    assert seen == [0, 1, 0, 1]

@@ -110,7 +110,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
 
     def predict_learn_one(self, x, y):
         """Predict ``x``, then learn ``(x, y)``, encoding ``x`` once (validated whole first);
-        the prediction and the learned state are those of ``predict_one`` then ``learn_one``."""
+        the prediction and the learned state are those of ``predict_one`` then ``learn_one``
+        (which a subclass overriding either gets: predict_one, then learn_one)."""
+        cls = type(self)
+        if cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one:
+            return Estimator.predict_learn_one(self, x, y)
         if self._learner is None or len(self._labels) == 0:
             self.learn_one(x, y)
             return None
