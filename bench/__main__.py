@@ -155,7 +155,9 @@ def main(argv=None):
     if a.suite == "hotpath":   # the record path against its peers (bench/hotpath.py)
         from bench import hotpath
         return hotpath.main((["--quick"] if a.quick else []) + (["--out", a.out] if a.out else []) +
-                            (["--only", *a.only] if a.only else []))
+                            (["--only", *a.only] if a.only else []) +
+                            (["--before", os.path.join(HERE, "results", "hotpath_before.json")]
+                             if os.path.exists(os.path.join(HERE, "results", "hotpath_before.json")) else []))
     if a.suite == "long":
         if a.quick:
             ap.error("the long suite has no --quick (each script's --quick overwrites its results: run it by hand)")

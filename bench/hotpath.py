@@ -14,12 +14,13 @@ perf_counter; BLAS pinned to one thread before numpy is imported):
   ``--oaa 26`` (pyvw: one parse, ``learn``, the prediction made before the update), its text
   lines built outside the clock.
 * ``digits64``: the same on scikit-learn's bundled 8x8 digits (64-d, 10 classes, 1797 rows,
-  streamed ``passes`` times). No real 784-d image set is available offline (MNIST would need a
-  download), so this stands in for issue 22's 784-d row.
+  streamed ``passes`` times); ``digits784``: those digits bilinearly upsampled to 28 x 28
+  (784-d, values < 0.5 zeroed): no real 784-d image set is available offline (MNIST would need
+  a download), so these stand in for issue 22's 784-d rows.
 * ``phishing``: dict input, binary: river's Phishing (9 features), ``MulticlassSSVM()`` against
   river ``LogisticRegression()``, microseconds per example.
-* ``dictkeys``: the 64-d digits as dicts with int keys and with str keys, against river
-  ``SoftmaxRegression()`` (str keys).
+* ``dictkeys``: the 64-d and the 784-d digits as dicts with int keys and with str keys, against
+  river ``SoftmaxRegression()`` (str keys).
 * ``file``: ``streamssvm run --source file://letters.jsonl`` (CLI defaults, no progress bar, a
   fresh checkpoint folder) in a subprocess, its CPU from ``getrusage``; per record = (run on n
   records - run on 1 record) / (n - 1), start-up excluded; against the library's own
@@ -95,6 +96,17 @@ def digits(passes):
     from sklearn.datasets import load_digits
     X, y = load_digits(return_X_y=True)
     return np.tile(X, (passes, 1)).astype(np.float64), np.tile(y, passes).astype(np.int64)
+
+
+def digits784(passes):
+    """The digits bilinearly upsampled to 28 x 28 (784-d, ~half non-zero): real images at the
+    width of issue 22's 784-d rows (no 784-d image set is available offline)."""
+    import numpy as np
+    from scipy.ndimage import zoom
+    X, y = digits(1)
+    Z = np.stack([zoom(r.reshape(8, 8), 3.5, order=1).ravel() for r in X])
+    Z[Z < 0.5] = 0.0
+    return np.tile(Z, (passes, 1)), np.tile(y, passes)
 
 
 def vw_lines(X, y):
@@ -184,6 +196,13 @@ def bench_numpy(n, passes, reps, log):
     for k in ("streamssvm predict_one + learn_one", "streamssvm predict_learn_one"):
         out.append(row("learn_one + predict_one, numpy row, 64-d, 10 classes",
                        f"scikit-learn digits x{passes}, {len(y)} rows", res, k, "VW --oaa 10"))
+    X, y = digits784(1)
+    fns = {**ours_rows(X, y), "VW --oaa 10": vw_runner(vw_lines(X, y), 10)}
+    res = paired(fns, reps)
+    log(f"digits784: {res}")
+    for k in ("streamssvm predict_one + learn_one", "streamssvm predict_learn_one"):
+        out.append(row("learn_one + predict_one, numpy row, 784-d, 10 classes",
+                       f"digits upsampled to 28x28, {len(y)} rows", res, k, "VW --oaa 10"))
     return out
 
 
@@ -210,6 +229,17 @@ def bench_dicts(passes, reps, log):
     log(f"dictkeys: {res}")
     for k in ("streamssvm, int keys", "streamssvm, str keys"):
         out.append(row("learn_one + predict_one, dict, 64-d, 10 classes", f"scikit-learn digits x{passes}, "
+                       f"{len(y)} rows", res, k, "river SoftmaxRegression"))
+    X, y = digits784(1)
+    as_int = [({j: float(v) for j, v in enumerate(r) if v}, int(c)) for r, c in zip(X, y)]
+    as_str = [({str(j): float(v) for j, v in enumerate(r) if v}, int(c)) for r, c in zip(X, y)]
+    fns = {"streamssvm, int keys": river_runner(ss.MulticlassSSVM, as_int),
+           "streamssvm, str keys": river_runner(ss.MulticlassSSVM, as_str),
+           "river SoftmaxRegression": river_runner(linear_model.SoftmaxRegression, as_str)}
+    res = paired(fns, reps)
+    log(f"dictkeys784: {res}")
+    for k in ("streamssvm, int keys", "streamssvm, str keys"):
+        out.append(row("learn_one + predict_one, dict, 784-d, 10 classes", f"digits upsampled to 28x28, "
                        f"{len(y)} rows", res, k, "river SoftmaxRegression"))
     return out
 
@@ -295,18 +325,26 @@ def bench_floor(log):
     return out
 
 
-def markdown(info, rows, floor):
+def markdown(info, rows, floor, before=None):
     L = ["# The record path (issue 22)", "",
          f"`python -m bench --suite hotpath{' --quick' if info['quick'] else ''}` — {info['started']} UTC, streamssvm "
          f"from `{info['code']}` (commit `{info['commit']}`), load average {info['load']} at the start. Paired "
          f"repetitions ({info['reps']}), medians; CPU = process time; BLAS on one thread. Speed ratio = peer time / our "
          "time (> 1: we are faster).", "",
-         "| row | data | ours | µs/example CPU (wall) | peer | µs/example CPU (wall) | speed ratio CPU (wall) |",
-         "|---|---|---|---|---|---|---|"]
+         "| row | data | ours | µs/example CPU (wall) | peer | µs/example CPU (wall) | speed ratio CPU (wall) |"
+         + (" before: ours µs CPU, ratio CPU |" if before else ""),
+         "|---|---|---|---|---|---|---|" + ("---|" if before else "")]
+    old = {(b["row"], b["ours"]): b for b in (before or {}).get("rows", [])}
     for r in rows:
+        b = old.get((r["row"], r["ours"]))
         L.append(f"| {r['row']} | {r['data']} | {r['ours']} | {r['ours_cpu_us']:.1f} ({r['ours_wall_us']:.1f}) | "
                  f"{r['peer']} | {r['peer_cpu_us']:.1f} ({r['peer_wall_us']:.1f}) | {r['speed_ratio_cpu']:.2f} "
-                 f"({r['speed_ratio_wall']:.2f}) |")
+                 f"({r['speed_ratio_wall']:.2f}) |"
+                 + ((f" {b['ours_cpu_us']:.1f}, {b['speed_ratio_cpu']:.2f} |" if b else " — |") if before else ""))
+    if before:
+        bi = before["machine"]
+        L += ["", f"Before: the same script on `{bi['code']}` (commit `{bi['commit']}`), {bi['started']} UTC, load "
+              f"average {bi['load']} (its own peers; ratios compare within each run)."]
     L += ["", "Floor: " + "; ".join(f"{k}: {v:.2f} µs" for k, v in floor.items()) + "."]
     return "\n".join(L) + "\n"
 
@@ -318,6 +356,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="results stem (default bench/results/hotpath; --quick: a temp file)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", nargs="+", default=None, help="numpy dicts file")
+    ap.add_argument("--before", default=None, help="a hotpath .json of another checkout: its numbers as a column")
     a = ap.parse_args(argv)
     _setup_path(a.code)
     import streamssvm
@@ -346,9 +385,13 @@ def main(argv=None):
     out = a.out or (os.path.join(tempfile.gettempdir(), "hotpath-quick") if a.quick
                     else os.path.join(HERE, "results", "hotpath"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    md = markdown(info, rows, floor)
+    before = None
+    if a.before:
+        with open(a.before) as f:
+            before = json.load(f)
+    md = markdown(info, rows, floor, before)
     with open(out + ".json", "w") as f:
-        json.dump({"machine": info, "rows": rows, "floor_us": floor}, f, indent=1)
+        json.dump({"machine": info, "rows": rows, "floor_us": floor, "before": before}, f, indent=1)
     with open(out + ".md", "w") as f:
         f.write(md)
     print(md)
