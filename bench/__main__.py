@@ -1,6 +1,8 @@
 """``python -m bench --suite headline [--quick] [--dry-run] [--only GROUP ...]`` (from the
 repository root): run the headline suite and write ``bench/results/SUMMARY.{md,json}``;
-``--suite long`` runs the full benchmark scripts behind the other rows (see ``bench/long.py``).
+``--suite long`` runs the full benchmark scripts behind the other rows (see ``bench/long.py``);
+``--suite hotpath`` the record path against its peers (``bench/hotpath.py``, writes
+``bench/results/hotpath.{md,json}``).
 
 BLAS is pinned to one thread (``OPENBLAS_NUM_THREADS`` = ``OMP_NUM_THREADS`` =
 ``MKL_NUM_THREADS`` = 1) before numpy is imported: a streaming learner is single-threaded,
@@ -132,7 +134,7 @@ def main(argv=None):
     from bench import headline, long
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=("headline", "long"), default="headline")
+    ap.add_argument("--suite", choices=("headline", "long", "hotpath"), default="headline")
     ap.add_argument("--quick", action="store_true",
                     help="small sizes, every row in ~2-3 minutes (a smoke run; written to a temporary folder)")
     ap.add_argument("--dry-run", action="store_true", help="list the rows (commands) without running them")
@@ -150,6 +152,12 @@ def main(argv=None):
     def log(msg):
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
+    if a.suite == "hotpath":   # the record path against its peers (bench/hotpath.py)
+        from bench import hotpath
+        return hotpath.main((["--quick"] if a.quick else []) + (["--out", a.out] if a.out else []) +
+                            (["--only", *a.only] if a.only else []) +
+                            (["--before", os.path.join(HERE, "results", "hotpath_before.json")]
+                             if os.path.exists(os.path.join(HERE, "results", "hotpath_before.json")) else []))
     if a.suite == "long":
         if a.quick:
             ap.error("the long suite has no --quick (each script's --quick overwrites its results: run it by hand)")

@@ -260,11 +260,49 @@ def _float_text(text, what):
     return _finite(f, what)
 
 
+def _float_cell(text, name):
+    """A CSV cell as a float, as :func:`_float_text` checks it; the message of a bad cell is
+    built only when there is one."""
+    try:
+        f = float(text)
+    except ValueError:
+        f = None
+    if f is not None and -MAX_ABS_VALUE <= f <= MAX_ABS_VALUE:   # False for NaN
+        return f
+    return _float_text(text, f"column {name!r}")
+
+
 def _features_dict(d, what="x"):
+    """The features of a JSON object as floats, checked (:func:`_finite`); the message of a bad
+    one is built only when there is one (no string formatting on the good path)."""
     out = {}
+    lim = MAX_ABS_VALUE
     for k, v in d.items():
-        out[k] = _finite(v, f"{what}[{_short(k)}]")
+        t = type(v)
+        if (t is float or t is int) and -lim <= v <= lim:   # False for NaN
+            out[k] = float(v)
+        else:
+            out[k] = _finite(v, f"{what}[{_short(k)}]")
     return out
+
+
+_PLAIN_NUMBERS = {float, int}
+
+
+def _finite_list(x, what):
+    """A JSON list of numbers as a float64 array, each value checked as :func:`_finite` does:
+    plain ints and floats within ``MAX_ABS_VALUE`` in one numpy pass; anything else (bools,
+    strings, huge integers, NaN) value by value for its reason."""
+    if set(map(type, x)) <= _PLAIN_NUMBERS:
+        try:
+            a = np.asarray(x, dtype=np.float64)
+        except (OverflowError, ValueError, TypeError):
+            a = None
+        if a is not None and (a.size == 0 or np.abs(a).max() <= MAX_ABS_VALUE):
+            return a
+    for v in x:
+        _finite(v, what)
+    return np.asarray(x, dtype=np.float64)
 
 
 def _label(v, what="label"):
@@ -331,16 +369,11 @@ def parse_example(obj, x_field="x", y_field="y"):
             n = len(x[0])
             if any(len(t) != n for t in x):
                 raise BadRecord("ragged token vectors (rows of different lengths)")
-            for i, t in enumerate(x):
-                for v in t:
-                    _finite(v, f"x[{i}]")
-            x = np.asarray(x, dtype=np.float64)
+            x = np.stack([_finite_list(t, f"x[{i}]") for i, t in enumerate(x)]) if n else np.zeros((len(x), 0))
             if x.shape[1] == 0:
                 raise BadRecord("empty token vectors")
         else:
-            for v in x:
-                _finite(v, "x")
-            x = np.asarray(x, dtype=np.float64)
+            x = _finite_list(x, "x")
     else:
         raise BadRecord(f"x must be an object, a list of numbers or a list of tokens, got {type(x).__name__}")
     is_seq = isinstance(x, list) or (isinstance(x, np.ndarray) and x.ndim == 2)
@@ -458,7 +491,7 @@ class CSVSource(FileSource):
         for j, (name, v) in enumerate(zip(self.header, row)):
             if j == self.label_idx or v.strip() == "":
                 continue
-            x[name] = _float_text(v, f"column {name!r}")
+            x[name] = _float_cell(v, name)
         return x, y, line
 
     def _label(self, cell):
@@ -507,7 +540,7 @@ class LibSVMSource(FileSource):
                 raise BadRecord(f"bad feature token {_short(tok)}") from None
             if idx < 0 or (idx == 0 and not self.zero_based) or idx >= 2**63:
                 raise BadRecord(f"bad feature index {_short(idx)}")
-            x[str(idx)] = _finite(f, f"feature {idx}")
+            x[str(idx)] = f if -MAX_ABS_VALUE <= f <= MAX_ABS_VALUE else _finite(f, f"feature {idx}")
         return x, y, line
 
     def _labels(self, lab):

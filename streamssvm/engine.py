@@ -537,8 +537,9 @@ class Engine:
                         return "undo", since_snap
                     raise RuntimeError(_CANNOT_UNDO)
                 self.checkpoint()
-            gap = self.last_certificate["gap"] if self.last_certificate else None
-            prog.update(self.examples_seen, self.metrics.get(), gap, new_this_run=self.examples_seen - seen0)
+            if prog.enabled:   # the metrics' dict only for a display
+                gap = self.last_certificate["gap"] if self.last_certificate else None
+                prog.update(self.examples_seen, self.metrics.get(), gap, new_this_run=self.examples_seen - seen0)
             if self.max_examples is not None and self.examples_seen >= self.max_examples:
                 return "max examples", since_snap
             stop = self._interactive_stop(seen0)

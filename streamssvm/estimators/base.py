@@ -16,6 +16,7 @@ import numpy as np
 from .. import checkpoint
 from ..certificate import Certificate
 from ..features import FeatureIndex, LabelIndex, _decode_key, _encode_key
+from .._kernels.finite import rows_finite
 from ..learners.base import Learner
 
 MODEL_KIND = "streamssvm.model"
@@ -217,10 +218,32 @@ class Estimator:
                         raise
                     raise type(e)(f"row {i}: {e}") from e
 
+    _last_enc = None     # the EncodedRecord of the last predict_one (reused by learn_one)
+
+    def _encode_to_predict(self, x):
+        """CSR arrays of a flat ``x`` for prediction (``encode_one(x, grow=False)``), its
+        encoding kept for a ``learn_one`` on the same ``x`` (:meth:`_encode_to_learn`)."""
+        enc = self._features.encode_record(x, keep=True)
+        self._last_enc = enc
+        return enc.tok_ptr, enc.fidx, enc.fval
+
+    def _encode_to_learn(self, x):
+        """``encode_one(x, grow=True)``, or the arrays the last prediction encoded when ``x`` is
+        the same object, unchanged (:meth:`EncodedRecord.unchanged`), holding no new name, and
+        the index has not changed since: river's progressive validation calls ``predict_one(x)``
+        then ``learn_one(x, y)``. An encoding is reused once (the learner gets its own arrays
+        for every learn)."""
+        enc = self._last_enc
+        if enc is not None and enc.x is x and self._features.trusts(enc) and enc.unchanged():
+            self._last_enc = None
+            return enc.tok_ptr, enc.fidx, enc.fval
+        return self._features.encode_one(x, grow=True)
+
     def predict_learn_one(self, x, y):
         """Predict ``x``, then learn ``(x, y)``; returns the prediction made before learning
-        (progressive validation in one call, as ``streamssvm.step`` takes it). An estimator may
-        override it to encode the record once for both."""
+        (progressive validation in one call, as ``streamssvm.step`` takes it). The learning
+        reuses the prediction's encoding (:meth:`_encode_to_learn`); an estimator may override
+        it to encode the record once in every case."""
         p = self.predict_one(x)
         self.learn_one(x, y)
         return p
@@ -278,11 +301,14 @@ class Estimator:
             if not full:
                 return True
             return _all_finite(lr.state())
+        rows = None if full else getattr(self, "_last_fidx", None)
+        if (type(rows) is np.ndarray and rows.ndim == 1 and rows.dtype.kind == "i"
+                and all(type(a) is np.ndarray and a.ndim == 2 and a.dtype == np.float64 for a in (W.E, W.T, W.B))):
+            return bool(rows_finite(W.E, rows, W.T, W.B))   # one compiled pass, the same answer
         if not (np.isfinite(W.T).all() and np.isfinite(W.B).all()):
             return False
         if full:
             return bool(np.isfinite(W.E).all())
-        rows = getattr(self, "_last_fidx", None)
         if rows is None:
             return True
         rows = np.asarray(rows)

@@ -160,7 +160,7 @@ class ExtremeClassifier(Estimator, base.Classifier):
         if self._cost_matrix is not None:
             self._check_label(y)  # before anything changes
         self._labels.check(y)
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        tok_ptr, fidx, fval = self._encode_to_learn(x)
         return tok_ptr, fidx, fval, self._labels.encode(y, grow=True)
 
     def learn_one(self, x, y):
@@ -176,7 +176,7 @@ class ExtremeClassifier(Estimator, base.Classifier):
             # declared classes, nothing learned: every row is zero and scores 0; exact search
             # and the index both return the smallest class id
             return self._labels.labels[0]
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        tok_ptr, fidx, fval = self._encode_to_predict(x)
         one = np.array([0, 1], dtype=np.int64)
         lr = self._learner
         # predict_with may be changed on a fitted model (it changes no learned state)

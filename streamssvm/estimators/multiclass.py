@@ -84,8 +84,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if is_missing(y):
             raise ValueError("y is missing (None/NaN)")
         self._labels.check(y)  # validate the whole example before any state changes
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
-        yid = self._labels.encode(y, grow=True)
+        tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
+        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
+
+    def _learn_arrays(self, tok_ptr, fidx, fval, yid):
+        """Learn one encoded example whose features and label are registered."""
         # the learner is grown (``ensure``) only when a feature or a label was added since the
         # last learn_one: the call costs more than the rest of a 16-feature array row's path
         lr = self._learner
@@ -99,9 +102,33 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
             return None
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        return self._predict_arrays(*self._encode_to_predict(x))
+
+    def _predict_arrays(self, tok_ptr, fidx, fval):
         out = self._learner.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)
         return self._labels.labels[out[0]]
+
+    def predict_learn_one(self, x, y):
+        """Predict ``x``, then learn ``(x, y)``, encoding ``x`` once (validated whole first);
+        the prediction and the learned state are those of ``predict_one`` then ``learn_one``
+        (which a subclass overriding either gets: predict_one, then learn_one)."""
+        cls = type(self)
+        if cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one:
+            return Estimator.predict_learn_one(self, x, y)
+        if self._learner is None or len(self._labels) == 0:
+            self.learn_one(x, y)
+            return None
+        enc = self._features.encode_record(x)   # x's errors first, as predict_one raises them
+        if is_missing(y):
+            raise ValueError("y is missing (None/NaN)")
+        self._labels.check(y)
+        p = self._predict_arrays(enc.tok_ptr, enc.fidx, enc.fval)
+        if self._features.trusts(enc):
+            tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
+        else:   # new feature names: registered now (the prediction did not know them)
+            tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
+        return p
 
     def predict_proba_one(self, x):
         """One-hot distribution on the predicted class (an SVM gives no probabilities)."""

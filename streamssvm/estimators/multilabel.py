@@ -159,7 +159,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                 labels = self._labels.labels + new
                 s.cost_matrix(len(labels), labels)
         with self._registering():   # a label outside the hierarchy is found after the features
-            tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+            tok_ptr, fidx, fval = self._encode_to_learn(x)
             pos = self._encode_y(y)
         return tok_ptr, fidx, fval, pos
 
@@ -175,7 +175,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             if self._hier is not None:
                 return {lab: False for lab in self._hier.leaves}
             return {}
-        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        tok_ptr, fidx, fval = self._encode_to_predict(x)
         Kc = self._learner.W.Kc
         out = self._learner.predict(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
                                         fidx, fval, np.array([0, Kc], dtype=np.int64), Kc)

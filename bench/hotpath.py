@@ -1,0 +1,402 @@
+"""The record path: what one record costs from a ``learn_one`` / ``predict_one`` call, a file or a
+Kafka topic to the kernels, against peers measured in the same run (issue 22's table).
+
+    python -m bench --suite hotpath [--quick]            # this checkout -> bench/results/hotpath.{json,md}
+    python bench/hotpath.py --code /tmp/base --out /tmp/base_hotpath   # another checkout's streamssvm
+
+Rows (each a median of ``--reps`` paired repetitions: ours and the peer alternate in one
+process, fresh models each time, kernels compiled before the clock; CPU = process time, wall =
+perf_counter; BLAS pinned to one thread before numpy is imported):
+
+* ``numpy16``: progressive validation (predict, then learn) of OCR letters as 16-d rows (the
+  16 packed pixel bytes of ``ocr_letters.npz`` as numbers), 26 classes, ``MulticlassSSVM()``
+  defaults, by ``predict_one`` + ``learn_one`` and by ``predict_learn_one``; peer Vowpal Wabbit
+  ``--oaa 26`` (pyvw: one parse, ``learn``, the prediction made before the update), its text
+  lines built outside the clock.
+* ``digits64``: the same on scikit-learn's bundled 8x8 digits (64-d, 10 classes, 1797 rows,
+  streamed ``passes`` times); ``digits784``: those digits bilinearly upsampled to 28 x 28
+  (784-d, values < 0.5 zeroed): no real 784-d image set is available offline (MNIST would need
+  a download), so these stand in for issue 22's 784-d rows.
+* ``phishing``: dict input, binary: river's Phishing (9 features), ``MulticlassSSVM()`` against
+  river ``LogisticRegression()``, microseconds per example.
+* ``dictkeys``: the 64-d and the 784-d digits as dicts with int keys and with str keys, against
+  river ``SoftmaxRegression()`` (str keys).
+* ``file``: ``streamssvm run --source file://letters.jsonl`` (CLI defaults, no progress bar, a
+  fresh checkpoint folder) in a subprocess, its CPU from ``getrusage``; per record = (run on n
+  records - run on 1 record) / (n - 1), start-up excluded; against the library's own
+  ``predict_learn_many`` on the same rows in batches of 256.
+* ``floor``: an empty numba call from Python (one array; the six bundles of a BCFW step).
+"""
+from __future__ import annotations
+
+import os
+
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_v] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DATA = os.environ.get("STREAMSSVM_DATA", "/work/shared/datasets")
+
+
+def _setup_path(code):
+    """Import streamssvm from ``code`` (a checkout), or from this one."""
+    sys.path.insert(0, code or ROOT)
+    if HERE not in sys.path:
+        sys.path.insert(1, HERE)
+
+
+class Clock:
+    def __enter__(self):
+        self.w0, self.c0 = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall, self.cpu = time.perf_counter() - self.w0, time.process_time() - self.c0
+        return False
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def paired(fns, reps):
+    """Run each ``fn() -> n examples`` ``reps`` times, alternating; per name the medians of CPU
+    and wall seconds per example (and every rep)."""
+    got = {k: {"cpu": [], "wall": []} for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            with Clock() as c:
+                n = fn()
+            got[k]["cpu"].append(c.cpu / n)
+            got[k]["wall"].append(c.wall / n)
+    return {k: {"cpu_us": 1e6 * median(v["cpu"]), "wall_us": 1e6 * median(v["wall"]),
+                "cpu_us_reps": [1e6 * t for t in v["cpu"]]} for k, v in got.items()}
+
+
+# ----------------------------------------------------------------------------- data
+def ocr16(n):
+    import numpy as np
+    d = np.load(os.path.join(DATA, "ocr_letters.npz"))
+    return d["pixels"][:n].astype(np.float64), d["labels"][:n].astype(np.int64)
+
+
+def digits(passes):
+    import numpy as np
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    return np.tile(X, (passes, 1)).astype(np.float64), np.tile(y, passes).astype(np.int64)
+
+
+def digits784(passes):
+    """The digits bilinearly upsampled to 28 x 28 (784-d, ~half non-zero): real images at the
+    width of issue 22's 784-d rows (no 784-d image set is available offline)."""
+    import numpy as np
+    from scipy.ndimage import zoom
+    X, y = digits(1)
+    Z = np.stack([zoom(r.reshape(8, 8), 3.5, order=1).ravel() for r in X])
+    Z[Z < 0.5] = 0.0
+    return np.tile(Z, (passes, 1)), np.tile(y, passes)
+
+
+def vw_lines(X, y):
+    return [f"{int(c) + 1} | " + " ".join(f"{j}:{v:g}" for j, v in enumerate(row) if v) for row, c in zip(X, y)]
+
+
+# ----------------------------------------------------------------------------- runners
+def ours_rows(X, y, both=True):
+    import streamssvm as ss
+
+    def run():
+        m = ss.MulticlassSSVM()
+        for x, c in zip(X, y):
+            m.predict_one(x)
+            m.learn_one(x, c)
+        return len(y)
+
+    def run_one_call():
+        m = ss.MulticlassSSVM()
+        for x, c in zip(X, y):
+            m.predict_learn_one(x, c)
+        return len(y)
+    return {"streamssvm predict_one + learn_one": run, "streamssvm predict_learn_one": run_one_call} if both \
+        else {"streamssvm predict_one + learn_one": run}
+
+
+def vw_runner(lines, k):
+    from vowpalwabbit import pyvw
+
+    def run():
+        vw = pyvw.Workspace(f"--oaa {k} --quiet")
+        for line in lines:
+            ex = vw.parse(line)
+            vw.learn(ex)
+            ex.get_multiclass_prediction()
+            vw.finish_example(ex)
+        vw.finish()
+        return len(lines)
+    return run
+
+
+def river_runner(make, data):
+    def run():
+        m = make()
+        for x, c in data:
+            m.predict_one(x)
+            m.learn_one(x, c)
+        return len(data)
+    return run
+
+
+def warm():
+    """Compile (or load) the kernels the rows use before any clock."""
+    import numpy as np
+    import streamssvm as ss
+    m = ss.MulticlassSSVM()
+    for i in range(5):
+        m.predict_one(np.array([1.0, i]))
+        m.learn_one(np.array([1.0, i]), i % 2)
+    m.predict_learn_many(np.ones((4, 2)), [0, 1, 0, 1])
+    d = ss.MulticlassSSVM()
+    for i in range(5):
+        d.predict_one({"a": 1.0})
+        d.learn_one({"a": 1.0, i: 2.0}, i % 2)
+
+
+def row(name, data, res, ours, peer):
+    o, p = res[ours], res[peer]
+    return {"row": name, "data": data, "ours": ours, "peer": peer, "ours_cpu_us": o["cpu_us"],
+            "ours_wall_us": o["wall_us"], "peer_cpu_us": p["cpu_us"], "peer_wall_us": p["wall_us"],
+            "speed_ratio_cpu": p["cpu_us"] / o["cpu_us"], "speed_ratio_wall": p["wall_us"] / o["wall_us"]}
+
+
+def bench_numpy(n, passes, reps, log):
+    out = []
+    X, y = ocr16(n)
+    fns = {**ours_rows(X, y), "VW --oaa 26": vw_runner(vw_lines(X, y), 26)}
+    res = paired(fns, reps)
+    log(f"numpy16: {res}")
+    for k in ("streamssvm predict_one + learn_one", "streamssvm predict_learn_one"):
+        out.append(row("learn_one + predict_one, numpy row, 16-d, 26 classes", f"OCR letters, {len(y)} rows",
+                       res, k, "VW --oaa 26"))
+    X, y = digits(passes)
+    fns = {**ours_rows(X, y), "VW --oaa 10": vw_runner(vw_lines(X, y), 10)}
+    res = paired(fns, reps)
+    log(f"digits64: {res}")
+    for k in ("streamssvm predict_one + learn_one", "streamssvm predict_learn_one"):
+        out.append(row("learn_one + predict_one, numpy row, 64-d, 10 classes",
+                       f"scikit-learn digits x{passes}, {len(y)} rows", res, k, "VW --oaa 10"))
+    X, y = digits784(1)
+    fns = {**ours_rows(X, y), "VW --oaa 10": vw_runner(vw_lines(X, y), 10)}
+    res = paired(fns, reps)
+    log(f"digits784: {res}")
+    for k in ("streamssvm predict_one + learn_one", "streamssvm predict_learn_one"):
+        out.append(row("learn_one + predict_one, numpy row, 784-d, 10 classes",
+                       f"digits upsampled to 28x28, {len(y)} rows", res, k, "VW --oaa 10"))
+    return out
+
+
+def bench_dicts(passes, reps, log):
+    import streamssvm as ss
+    from river import datasets, linear_model
+    out = []
+    phish = list(datasets.Phishing())
+    fns = {"streamssvm predict_one + learn_one": river_runner(ss.MulticlassSSVM, phish),
+           "streamssvm predict_learn_one": lambda: _plo(phish),
+           "river LogisticRegression": river_runner(linear_model.LogisticRegression, phish)}
+    res = paired(fns, reps)
+    log(f"phishing: {res}")
+    for k in ("streamssvm predict_one + learn_one", "streamssvm predict_learn_one"):
+        out.append(row("learn_one + predict_one, dict, binary (9 features)", f"river Phishing, {len(phish)} rows",
+                       res, k, "river LogisticRegression"))
+    X, y = digits(passes)
+    as_int = [({j: float(v) for j, v in enumerate(r) if v}, int(c)) for r, c in zip(X, y)]
+    as_str = [({str(j): float(v) for j, v in enumerate(r) if v}, int(c)) for r, c in zip(X, y)]
+    fns = {"streamssvm, int keys": river_runner(ss.MulticlassSSVM, as_int),
+           "streamssvm, str keys": river_runner(ss.MulticlassSSVM, as_str),
+           "river SoftmaxRegression": river_runner(linear_model.SoftmaxRegression, as_str)}
+    res = paired(fns, reps)
+    log(f"dictkeys: {res}")
+    for k in ("streamssvm, int keys", "streamssvm, str keys"):
+        out.append(row("learn_one + predict_one, dict, 64-d, 10 classes", f"scikit-learn digits x{passes}, "
+                       f"{len(y)} rows", res, k, "river SoftmaxRegression"))
+    X, y = digits784(1)
+    as_int = [({j: float(v) for j, v in enumerate(r) if v}, int(c)) for r, c in zip(X, y)]
+    as_str = [({str(j): float(v) for j, v in enumerate(r) if v}, int(c)) for r, c in zip(X, y)]
+    fns = {"streamssvm, int keys": river_runner(ss.MulticlassSSVM, as_int),
+           "streamssvm, str keys": river_runner(ss.MulticlassSSVM, as_str),
+           "river SoftmaxRegression": river_runner(linear_model.SoftmaxRegression, as_str)}
+    res = paired(fns, reps)
+    log(f"dictkeys784: {res}")
+    for k in ("streamssvm, int keys", "streamssvm, str keys"):
+        out.append(row("learn_one + predict_one, dict, 784-d, 10 classes", f"digits upsampled to 28x28, "
+                       f"{len(y)} rows", res, k, "river SoftmaxRegression"))
+    return out
+
+
+def _plo(data):
+    import streamssvm as ss
+    m = ss.MulticlassSSVM()
+    for x, c in data:
+        m.predict_learn_one(x, c)
+    return len(data)
+
+
+def _children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _cli_run(code, path, workdir):
+    ck = tempfile.mkdtemp(dir=workdir)
+    env = dict(os.environ, PYTHONPATH=code or ROOT)
+    c0, w0 = _children_cpu(), time.perf_counter()
+    subprocess.run([sys.executable, "-m", "streamssvm", "run", "--source", f"file://{path}", "--task", "multiclass",
+                    "--no-progress", "--checkpoint-dir", ck, "--json"], env=env, check=True, capture_output=True,
+                   cwd=workdir)
+    return _children_cpu() - c0, time.perf_counter() - w0
+
+
+def bench_file(code, n, reps, log):
+    import streamssvm as ss
+    X, y = ocr16(n)
+    work = tempfile.mkdtemp(prefix="hotpath-")
+    big, one = os.path.join(work, "letters.jsonl"), os.path.join(work, "one.jsonl")
+    with open(big, "w") as f:
+        for r, c in zip(X, y):
+            f.write(json.dumps({"x": r.tolist(), "y": int(c)}) + "\n")
+    with open(one, "w") as f:
+        f.write(json.dumps({"x": X[0].tolist(), "y": int(y[0])}) + "\n")
+    _cli_run(code, one, work)   # the kernel cache loaded once before the clock
+    cli_cpu, cli_wall, lib_cpu, lib_wall = [], [], [], []
+    for _ in range(reps):
+        c1, w1 = _cli_run(code, one, work)
+        cn, wn = _cli_run(code, big, work)
+        cli_cpu.append((cn - c1) / (n - 1))
+        cli_wall.append((wn - w1) / (n - 1))
+        with Clock() as c:
+            m = ss.MulticlassSSVM()
+            for a in range(0, n, 256):
+                m.predict_learn_many(X[a:a + 256], y[a:a + 256])
+        lib_cpu.append(c.cpu / n)
+        lib_wall.append(c.wall / n)
+    res = {"streamssvm run file://": {"cpu_us": 1e6 * median(cli_cpu), "wall_us": 1e6 * median(cli_wall)},
+           "library predict_learn_many (256)": {"cpu_us": 1e6 * median(lib_cpu), "wall_us": 1e6 * median(lib_wall)}}
+    log(f"file: {res}")
+    return [row("`run file://` (CLI defaults) vs the library's predict_learn_many", f"OCR letters as JSONL (16 numbers "
+                f"per record), {n} records", res, "streamssvm run file://", "library predict_learn_many (256)")]
+
+
+def bench_floor(log):
+    import numba
+    import numpy as np
+    import timeit
+    import streamssvm as ss
+
+    @numba.njit
+    def empty1(a):
+        return 0
+
+    @numba.njit
+    def empty6(a, b, c, d, e, f):
+        return 0
+    a = np.zeros(3)
+    empty1(a)
+    m = ss.MulticlassSSVM()
+    for i in range(30):
+        m.learn_one(np.array([1.0, i % 3]), i % 3)
+    tup = m._learner._bundles(1, 1.0) if hasattr(m._learner, "_bundles") else None
+    out = {"empty numba call, 1 array": min(timeit.repeat(lambda: empty1(a), number=20000, repeat=5)) / 20000 * 1e6}
+    if tup is not None:
+        empty6(*tup)
+        out["empty numba call, the 6 BCFW bundles"] = min(timeit.repeat(lambda: empty6(*tup), number=20000,
+                                                                        repeat=5)) / 20000 * 1e6
+    log(f"floor: {out}")
+    return out
+
+
+def markdown(info, rows, floor, before=None):
+    L = ["# The record path (issue 22)", "",
+         f"`python -m bench --suite hotpath{' --quick' if info['quick'] else ''}` — {info['started']} UTC, streamssvm "
+         f"from `{info['code']}` (commit `{info['commit']}`), load average {info['load']} at the start. Paired "
+         f"repetitions ({info['reps']}), medians; CPU = process time; BLAS on one thread. Speed ratio = peer time / our "
+         "time (> 1: we are faster).", "",
+         "| row | data | ours | µs/example CPU (wall) | peer | µs/example CPU (wall) | speed ratio CPU (wall) |"
+         + (" before: ours µs CPU, ratio CPU |" if before else ""),
+         "|---|---|---|---|---|---|---|" + ("---|" if before else "")]
+    old = {(b["row"], b["ours"]): b for b in (before or {}).get("rows", [])}
+    for r in rows:
+        b = old.get((r["row"], r["ours"]))
+        L.append(f"| {r['row']} | {r['data']} | {r['ours']} | {r['ours_cpu_us']:.1f} ({r['ours_wall_us']:.1f}) | "
+                 f"{r['peer']} | {r['peer_cpu_us']:.1f} ({r['peer_wall_us']:.1f}) | {r['speed_ratio_cpu']:.2f} "
+                 f"({r['speed_ratio_wall']:.2f}) |"
+                 + ((f" {b['ours_cpu_us']:.1f}, {b['speed_ratio_cpu']:.2f} |" if b else " — |") if before else ""))
+    if before:
+        bi = before["machine"]
+        L += ["", f"Before: the same script on `{bi['code']}` (commit `{bi['commit']}`), {bi['started']} UTC, load "
+              f"average {bi['load']} (its own peers; ratios compare within each run)."]
+    L += ["", "Floor: " + "; ".join(f"{k}: {v:.2f} µs" for k, v in floor.items()) + "."]
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (a smoke run, ~1 minute)")
+    ap.add_argument("--code", default=None, help="import streamssvm from this checkout (default: this one)")
+    ap.add_argument("--out", default=None, help="results stem (default bench/results/hotpath; --quick: a temp file)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--only", nargs="+", default=None, help="numpy dicts file")
+    ap.add_argument("--before", default=None, help="a hotpath .json of another checkout: its numbers as a column")
+    a = ap.parse_args(argv)
+    _setup_path(a.code)
+    import streamssvm
+    code = os.path.dirname(os.path.dirname(os.path.abspath(streamssvm.__file__)))
+
+    def log(m):
+        print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)
+    n, passes, nfile = (3000, 1, 3000) if a.quick else (20000, 3, 20000)
+    warm()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    info = {"started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "code": code, "commit": commit,
+            "load": " ".join(f"{v:.2f}" for v in os.getloadavg()), "reps": a.reps, "quick": a.quick}
+    rows = []
+    if not a.only or "numpy" in a.only:
+        rows += bench_numpy(n, passes, a.reps, log)
+    if not a.only or "dicts" in a.only:
+        rows += bench_dicts(passes, a.reps, log)
+    if not a.only or "file" in a.only:
+        rows += bench_file(code, nfile, a.reps, log)
+    floor = bench_floor(log)
+    info["load_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    out = a.out or (os.path.join(tempfile.gettempdir(), "hotpath-quick") if a.quick
+                    else os.path.join(HERE, "results", "hotpath"))
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    before = None
+    if a.before:
+        with open(a.before) as f:
+            before = json.load(f)
+    md = markdown(info, rows, floor, before)
+    with open(out + ".json", "w") as f:
+        json.dump({"machine": info, "rows": rows, "floor_us": floor, "before": before}, f, indent=1)
+    with open(out + ".md", "w") as f:
+        f.write(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

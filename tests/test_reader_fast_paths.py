@@ -1,0 +1,68 @@
+"""The readers' good path builds no error message (issue 22 item 1): JSON objects and lists of
+numbers, CSV cells and libsvm values are checked without formatting a string per feature; a bad
+value still gets the reason the value-by-value check gives."""
+import json
+
+import numpy as np
+import pytest
+
+from streamssvm.connectors import files
+from streamssvm.connectors.files import BadRecord
+from streamssvm.features import check_value
+
+
+def _no_messages(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("an error message was formatted on the good path")
+    monkeypatch.setattr(files, "_short", boom)
+    monkeypatch.setattr(files, "_finite", boom)
+    monkeypatch.setattr(files, "_float_text", boom)
+
+
+def test_good_json_records_format_no_message(monkeypatch):
+    _no_messages(monkeypatch)
+    x, y = files.parse_example({"x": {"a": 1, "b": -2.5, "c": 0}, "y": "u"})
+    assert x == {"a": 1.0, "b": -2.5, "c": 0.0} and all(type(v) is float for v in x.values())
+    x, _ = files.parse_example({"x": [1, 2.5, -1e12], "y": 1})
+    assert x.dtype == np.float64 and x.tolist() == [1.0, 2.5, -1e12]
+    x, _ = files.parse_example({"x": [[1, 2], [3.5, 0]], "y": ["a", "b"]})
+    assert x.shape == (2, 2) and x.tolist() == [[1.0, 2.0], [3.5, 0.0]]
+
+
+def test_good_csv_and_libsvm_lines_format_no_message(tmp_path, monkeypatch):
+    p = tmp_path / "a.csv"
+    p.write_text("f,g,label\n1.5,2,a\n")
+    q = tmp_path / "a.svm"
+    q.write_text("1 3:0.5 7:2\n")
+    _no_messages(monkeypatch)
+    assert [r.x for r in files.CSVSource(str(p), label="label")] == [{"f": 1.5, "g": 2.0}]
+    assert [r.x for r in files.LibSVMSource(str(q))] == [{"3": 0.5, "7": 2.0}]
+
+
+BAD_VALUES = [True, "1", None, 10**400, 2**70, 1e13, -1e13, [1]]
+
+
+@pytest.mark.parametrize("v", BAD_VALUES, ids=repr)
+def test_json_values_take_the_checked_path(v):
+    """Values outside the fast path (bools, strings, huge or large numbers, containers) get
+    check_value's result or reason, in objects and lists alike."""
+    for x, what in (({"a": 1.0, "k": v}, "x['k']"), ([1.0, v], "x")):
+        try:
+            want = check_value(v, what)
+        except (TypeError, ValueError) as e:
+            with pytest.raises(BadRecord) as got:
+                files.parse_example({"x": x, "y": 1})
+            assert str(got.value) == str(e)
+            continue
+        gx, _ = files.parse_example({"x": x, "y": 1})
+        assert (gx["k"] if isinstance(gx, dict) else gx[1]) == want
+
+
+def test_a_400_digit_integer_in_jsonl_is_a_dead_letter(tmp_path):
+    p = tmp_path / "a.jsonl"
+    rows = [{"x": [1, 2], "y": 0}, {"x": [10**400, 2], "y": 0}, {"x": {"a": 10**400}, "y": 0},
+            {"x": [1, 3], "y": 1}]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n" + '{"x": [NaN, 1], "y": 0}\n')
+    src = files.JSONLSource(str(p))
+    got = [r.x.tolist() for r in src]
+    assert got == [[1.0, 2.0], [1.0, 3.0]] and src.n_bad == 3
