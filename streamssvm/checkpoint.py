@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CheckpointError  # noqa: F401  (re-exported: the file format's error)
+from .errors import CheckpointError, SourceFault  # noqa: F401  (CheckpointError re-exported: the file format's error)
 
 FORMAT = "streamssvm-checkpoint"
 VERSION = 2          # 2: manifest_sha256; version-1 files (no manifest checksum) are still read
@@ -465,13 +465,17 @@ class CheckpointManager:
         (builds the model, seeks the source...); when it raises, that checkpoint is skipped
         with a warning like an unreadable one and the previous one is tried, so a checkpoint
         that reads but cannot be applied never crashes every restart. Its return value
-        replaces ``state`` in the result."""
+        replaces ``state`` in the result. A ``SourceFault`` (the input changed under the
+        checkpointed position) is not the checkpoint's fault and propagates: falling back would
+        only start over silently."""
         for path in reversed(self.list()):
             try:
                 state, meta = self.load(path, kind=kind)
                 if restore is not None:
                     try:
                         state = restore(state, meta, path)
+                    except SourceFault:
+                        raise
                     except Exception as e:  # noqa: BLE001 - any failure to apply it: fall back
                         raise CheckpointError(f"{path}: cannot be restored ({type(e).__name__}: "
                                               f"{str(e)[:200]})") from None

@@ -8,7 +8,7 @@ from .broker import cmd_broker, cmd_produce
 from .datasets import cmd_datasets
 from .demo import cmd_demo
 from .export import cmd_export
-from .options import HelpFormatter, Refused, add_learner_args, param_option
+from .options import HelpFormatter, Refused, RunFault, add_learner_args, param_option
 from .predict import cmd_predict
 from .report import cmd_report
 from .run import cmd_run
@@ -19,7 +19,9 @@ def _run_source_help():
     from streamssvm.connectors.files import SOURCE_OPTIONS
     return (SOURCE_OPTIONS + "\n\nkafka sources: kafka://HOST:PORT/TOPIC?group=G[&partitions=0,1][&stop_at_end=1]\n\n"
             "exit status: 0 done; 1 no records, or more than --max-bad-fraction of them bad; 2 bad arguments or "
-            "settings that differ from the checkpoint's; 130 / 143 stopped by SIGINT / SIGTERM (checkpoint "
+            "settings that differ from the checkpoint's; 3 a fault the run cannot go on with (the input changed under "
+            "the checkpoint, a Kafka broker or topic gone, the checkpoint directory locked or not writable, a full "
+            "disk); 130 / 143 stopped by SIGINT / SIGTERM (checkpoint "
             "written, run the same command to resume)")
 
 
@@ -144,9 +146,12 @@ def main(argv=None):
     if _compiles_kernels(argv):
         _say_compiling_early()   # before the first heavy import (numpy, numba, the kernels)
     args = build_parser().parse_args(argv)
-    from ..errors import CheckpointError
+    from ..errors import CheckpointError, SourceFault
     try:
         return args.func(args)
+    except (SourceFault, RunFault) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
     except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, CheckpointError, Refused) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
