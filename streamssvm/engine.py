@@ -253,7 +253,7 @@ class Engine:
         """Load the newest valid checkpoint (if any) and seek the source to its position."""
         if self.ckpt is None:
             return False
-
+        self.ckpt.acquire()   # one run per checkpoint directory (a second one stops with RunFault)
         got = self.ckpt.latest(restore=self._parse_state)
         if got is None:
             return False
@@ -307,6 +307,7 @@ class Engine:
         if self.ckpt is None:
             self._undo_point = copy.deepcopy(state)
             return None
+        self.ckpt.acquire()
         meta = {"examples_seen": self.examples_seen, "position": _jsonable(self.position),
                 "task": self.task, "estimator": type(self.model).__name__,
                 "last_certificate": self.last_certificate, "metrics": self.metrics.get(),
@@ -626,6 +627,8 @@ class Engine:
             if self.dead_letter is not None:
                 self.dead_letter.flush()
         finally:
+            if self.ckpt is not None:
+                self.ckpt.release()
             gap = self.last_certificate["gap"] if self.last_certificate else None
             prog.update(self.examples_seen, self.metrics.get(), gap, force=True,
                         new_this_run=self.examples_seen - seen0)

@@ -29,4 +29,9 @@ class SourceChanged(SourceFault, ValueError):
     """The input under a checkpointed position is not the input the checkpoint read."""
 
 
-__all__ = ["StateError", "CheckpointError", "SourceFault", "SourceChanged"]
+class RunFault(Exception):
+    """The run's surroundings fail it: its checkpoint directory is locked by another run or not
+    writable, or the disk is full. The message is one line naming the directory or file."""
+
+
+__all__ = ["StateError", "CheckpointError", "SourceFault", "SourceChanged", "RunFault"]

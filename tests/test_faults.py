@@ -140,3 +140,71 @@ def test_a_half_written_last_line_waits_for_its_newline(tmp_path):
     assert s["examples_seen"] == 2
     assert sorted(eng.model.classes_ if hasattr(eng.model, "classes_") else eng.model._labels.labels) == [1, 2]
     assert eng.model._features.names == ["1", "2", "3"]
+
+
+# ----------------------------------------------------------------------------- (10) lock, disk faults
+def _run_args(src, ck, *extra):
+    return ("run", "--source", src, "--task", "multiclass", "--checkpoint-dir", ck, "--no-progress",
+            "--checkpoint-every", "100", *extra)
+
+
+def test_a_second_run_on_one_checkpoint_directory_is_refused(tmp_path):
+    from streamssvm.checkpoint import CheckpointManager
+    from streamssvm.errors import RunFault
+    p = tmp_path / "s.jsonl"
+    write_jsonl(p, _records(200))
+    ck = tmp_path / "ck"
+    holder = CheckpointManager(ck)
+    holder.acquire()       # the first run, alive
+    try:
+        r = _cli(*_run_args(p, ck, "--sink", tmp_path / "pred.jsonl"))
+        assert r.returncode == 3, r.stderr
+        assert f"in use by another run (pid {os.getpid()})" in r.stderr and "Traceback" not in r.stderr
+        assert not (tmp_path / "pred.jsonl").exists() and not list(ck.glob("ckpt-*"))
+        with pytest.raises(RunFault, match="in use"):
+            _engine(p, ck).run()
+    finally:
+        holder.release()
+    r = _cli(*_run_args(p, ck))      # released (a killed holder releases it too: flock)
+    assert r.returncode == 0, r.stderr
+
+
+def test_unwritable_checkpoint_directory_is_one_line_before_any_work(tmp_path):
+    p = tmp_path / "s.jsonl"
+    write_jsonl(p, _records(50))
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = _cli(*_run_args(p, blocker / "ck"))
+    assert r.returncode == 3 and "not writable" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_full_disk_gives_one_line_and_no_torn_sink_line(tmp_path):
+    p = tmp_path / "s.jsonl"
+    write_jsonl(p, _records(300))
+    r = _cli(*_run_args(p, tmp_path / "ck", "--sink", "/dev/full"))
+    assert r.returncode == 3, r.stderr
+    assert "No space left on device (/dev/full)" in r.stderr and "Traceback" not in r.stderr
+    # a sink a killed (or out-of-space) run left with half a line: cut back before appending
+    sink = tmp_path / "pred.jsonl"
+    sink.write_bytes(b'{"key": 1, "prediction": 0, "examples_seen": 1}\n{"key": 2, "predic')
+    r = _cli(*_run_args(p, tmp_path / "ck2", "--sink", sink))
+    assert r.returncode == 0 and "removed a torn last line of 18 bytes" in r.stderr, r.stderr
+    lines = sink.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(x) for x in lines[:-1]) and len(lines) == 302
+
+
+def test_full_disk_while_checkpointing_is_one_line(tmp_path):
+    import resource
+    import signal as sg
+    p = tmp_path / "s.jsonl"
+    write_jsonl(p, _records(300))
+
+    def small_files():
+        sg.signal(sg.SIGXFSZ, sg.SIG_IGN)    # writes past the limit fail with EFBIG, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1500, 1500))
+
+    r = subprocess.run([sys.executable, "-m", "streamssvm", *map(str, _run_args(p, tmp_path / "ck"))],
+                       capture_output=True, text=True, timeout=300, preexec_fn=small_files,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 3, r.stderr
+    assert "error: File too large" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -312,11 +312,6 @@ class Refused(Exception):
     """A refusal with a one-line message (exit code 2)."""
 
 
-class RunFault(Exception):
-    """A fault the run cannot go on with, with a one-line message (exit code 3): the checkpoint
-    directory locked by another run or not writable, a full disk."""
-
-
 def strict_json(v):
     """JSON-ready copy with ``None`` for non-finite numbers (``Infinity`` is not JSON)."""
     from ..step import jsonable

@@ -8,7 +8,7 @@ from .broker import cmd_broker, cmd_produce
 from .datasets import cmd_datasets
 from .demo import cmd_demo
 from .export import cmd_export
-from .options import HelpFormatter, Refused, RunFault, add_learner_args, param_option
+from .options import HelpFormatter, Refused, add_learner_args, param_option
 from .predict import cmd_predict
 from .report import cmd_report
 from .run import cmd_run
@@ -133,6 +133,18 @@ def build_parser():
     return p
 
 
+def _os_error_text(e):
+    """One line for a disk fault: what failed, on which file, and the likely cause."""
+    import errno
+    where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+    what = e.strerror or str(e)
+    hint = {errno.ENOSPC: "the disk is full: free space, then run the same command to resume",
+            errno.EDQUOT: "the disk quota is exhausted: free space, then run the same command to resume",
+            errno.EROFS: "the file system is read-only", errno.EACCES: "no permission to write there",
+            errno.EPERM: "no permission to write there"}.get(e.errno)
+    return f"{what}{where}" + (f": {hint}" if hint else "")
+
+
 def _compiles_kernels(argv):
     """Whether the command line ``argv`` runs a command that compiles the kernels (``run``,
     ``demo``; not their ``--help``, not ``run --workers``), judged without building the parser
@@ -146,11 +158,17 @@ def main(argv=None):
     if _compiles_kernels(argv):
         _say_compiling_early()   # before the first heavy import (numpy, numba, the kernels)
     args = build_parser().parse_args(argv)
-    from ..errors import CheckpointError, SourceFault
+    from ..errors import CheckpointError, RunFault, SourceFault
     try:
         return args.func(args)
     except (SourceFault, RunFault) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 3
+    except OSError as e:
+        if isinstance(e, (FileNotFoundError, IsADirectoryError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"error: {_os_error_text(e)}", file=sys.stderr)
         return 3
     except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, CheckpointError, Refused) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -64,7 +64,6 @@ def cmd_run(args):
         source.close()
         print(f"error: {source.path} is empty: no records to learn from", file=sys.stderr)
         return 1
-    sink = open_sink(args.sink) if args.sink else None
     if args.model:
         import streamssvm as ss
         model = ss.load(args.model)
@@ -75,17 +74,20 @@ def cmd_run(args):
     else:
         model = make_model(args)
         make = lambda: make_model(args)  # noqa: E731
-    if args.reset and args.checkpoint_dir:
-        n = _reset_checkpoints(args.checkpoint_dir)
-        if n:
-            print(f"--reset: removed {n} checkpoint(s) in {args.checkpoint_dir}", file=sys.stderr)
     eng = Engine(model, source, task=args.task, snapshot_every=args.snapshot_every,
                  checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-                 keep=args.keep, metrics_path=args.metrics, sink=sink, dead_letter=dead,
+                 keep=args.keep, metrics_path=args.metrics, dead_letter=dead,
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
                  rate=args.rate,
                  batch_size=args.batch_size, test=read_test(args.test, args.task))
+    if eng.ckpt is not None:
+        eng.ckpt.acquire()   # the lock (another run: exit 3) and the pre-flight write check
+    sink = eng.sink = open_sink(args.sink) if args.sink else None   # after the lock: a refused run writes nothing
+    if args.reset and args.checkpoint_dir:
+        n = _reset_checkpoints(args.checkpoint_dir)
+        if n:
+            print(f"--reset: removed {n} checkpoint(s) in {args.checkpoint_dir}", file=sys.stderr)
     eng.settings = run_settings(args)
     eng.max_bad_fraction = args.max_bad_fraction
     if args.refine_passes and not args.no_progress:
