@@ -93,12 +93,15 @@ class Source:
     * ``dead_letter``: the source's own ``DeadLetterSink`` (None: it rejects nothing itself);
       ``n_read`` / ``n_bad``: records read / rejected by the source;
     * ``group_member``: whether the source is one member of a consumer group, whose
-      ``on_revoke(partitions)`` callback and ``worker_id`` the engine sets (Kafka).
+      ``on_revoke(partitions)`` callback and ``worker_id`` the engine sets (Kafka);
+    * ``fault``: None, or one line saying why a live source is idle against its will (a broker
+      unreachable, a topic gone): a run stopped by its idle timeout then fails with it.
     """
 
     name = "source"
     n_read = 0
     n_bad = 0
+    fault = None
     dead_letter = None
     group_member = False
     on_revoke = None

@@ -208,3 +208,149 @@ def test_full_disk_while_checkpointing_is_one_line(tmp_path):
                        env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 3, r.stderr
     assert "error: File too large" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------------- Kafka (3, 4, 9)
+def _kafka_messages(n, seed=0, bad=()):
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(3, 4))
+    out = []
+    for i in range(n):
+        if i in bad:
+            out.append(b"{broken %d" % i)
+            continue
+        x = rng.normal(size=4)
+        out.append(json.dumps({"x": {f"f{j}": float(v) for j, v in enumerate(x)}, "y": int(np.argmax(W @ x))}).encode())
+    return out
+
+
+def _kafka_run(bootstrap, topic, ck, *extra, query="?group=g1"):
+    return [sys.executable, "-m", "streamssvm", "run", "--source", f"kafka://{bootstrap}/{topic}{query}",
+            "--task", "multiclass", "--checkpoint-dir", str(ck), "--checkpoint-every", "50", "--json",
+            "--no-progress", *map(str, extra)]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT)
+
+
+def test_kafka_dead_broker_ends_the_run_after_idle_timeout(tmp_path):
+    import time
+    from streamssvm.cli import start_broker
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    log = open(tmp_path / "broker.log", "wb")
+    proc, bootstrap = start_broker(log=log)
+    try:
+        create_topic(bootstrap, "d", partitions=1)
+        produce_lines(bootstrap, "d", _kafka_messages(400))
+        ck = tmp_path / "ck"
+        w = subprocess.Popen(_kafka_run(bootstrap, "d", ck, "--rate", "200", "--idle-timeout", "8"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+        t0 = time.time()
+        while time.time() - t0 < 60 and not list(ck.glob("ckpt-*")):
+            time.sleep(0.05)
+        assert w.poll() is None
+        proc.kill()
+        proc.wait()
+        t_dead = time.time()
+        out, err = w.communicate(timeout=90)   # before the fix: alive for ever (a commit without a timeout)
+        assert w.returncode == 3, err.decode()[-2000:]
+        assert "no answer from the Kafka broker" in err.decode() and time.time() - t_dead < 60
+        assert list(ck.glob("ckpt-*"))
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+
+
+def _recreate(bootstrap, topic, msgs):
+    import time
+    from kafka import KafkaAdminClient
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    a = KafkaAdminClient(bootstrap_servers=bootstrap)
+    a.delete_topics([topic])
+    a.close()
+    time.sleep(0.5)
+    create_topic(bootstrap, topic, partitions=1)
+    produce_lines(bootstrap, topic, msgs)
+
+
+def test_kafka_log_restarted_below_the_checkpoint_stops_loudly(broker, tmp_path):
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    create_topic(broker, "r", partitions=1)
+    produce_lines(broker, "r", _kafka_messages(300))
+    ck = tmp_path / "ck"
+    q = "?partitions=0&stop_at_end=1"
+    r = subprocess.run(_kafka_run(broker, "r", ck, "--idle-timeout", "20", query=q), capture_output=True,
+                       text=True, timeout=120, env=_env())
+    assert r.returncode == 0 and json.loads(r.stdout)["examples_seen"] == 300, r.stderr
+    _recreate(broker, "r", _kafka_messages(150, seed=5))
+    # the log now ends below the checkpointed offset 300: before the fix, all 150 skipped and exit 0
+    for idle in ("3", "20"):     # stopped by the idle timeout, or by the grace period (10 s)
+        r = subprocess.run(_kafka_run(broker, "r", ck, "--idle-timeout", idle, query=q), capture_output=True,
+                           text=True, timeout=120, env=_env())
+        assert r.returncode == 3 and "below the checkpointed offset 300" in r.stderr, r.stderr
+    r = subprocess.run(_kafka_run(broker, "r", ck, "--idle-timeout", "20", "--on-offset-reset", "earliest",
+                                  query=q), capture_output=True, text=True, timeout=120, env=_env())
+    assert r.returncode == 0, r.stderr
+    assert "reading it from offset 0" in r.stderr and json.loads(r.stdout)["examples_seen"] == 450
+
+
+def test_kafka_stop_at_end_does_not_end_below_the_checkpoint(broker, tmp_path):
+    from streamssvm.connectors.kafka import KafkaSource, create_topic, produce_lines
+    from streamssvm.errors import SourceFault
+    create_topic(broker, "e", partitions=1)
+    produce_lines(broker, "e", _kafka_messages(200))
+    ck = tmp_path / "ck"
+
+    def eng():
+        src = KafkaSource(broker, "e", partitions=[0], stop_at_end=True, reset_grace_s=1.0)
+        return Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0)), src, task="multiclass",
+                      checkpoint_dir=ck, progress=False)
+    assert eng().run()["examples_seen"] == 200
+    _recreate(broker, "e", _kafka_messages(80, seed=5))
+    with pytest.raises(SourceFault, match="below the checkpointed offset 200"):
+        eng().run()
+
+
+def test_kafka_kill_loop_with_bad_messages_counts_exactly(broker, tmp_path):
+    """SIGKILL a run over a topic with bad messages mixed in, a few times, then let it finish:
+    every bad message is counted once (before the fix, each poll's bad messages were counted
+    ahead of the checkpoint's position, and again after the resume)."""
+    import signal as sg
+    import time
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    bad = set(range(7, 600, 23))
+    create_topic(broker, "k", partitions=1)
+    produce_lines(broker, "k", _kafka_messages(600, bad=bad))
+    ck = tmp_path / "ck"
+    dl = tmp_path / "dead.jsonl"
+    cmd = _kafka_run(broker, "k", ck, "--dead-letter", dl, query="?partitions=0")
+    kills = 0
+    for k in range(4):
+        w = subprocess.Popen(cmd + ["--rate", "400", "--idle-timeout", "5"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=_env())
+        n0 = len(list(ck.glob("ckpt-*")))
+        t0 = time.time()
+        while time.time() - t0 < 60 and len(list(ck.glob("ckpt-*"))) < min(n0 + 2, 3):
+            time.sleep(0.02)
+        time.sleep(0.05 * k)
+        w.send_signal(sg.SIGKILL)
+        w.wait()
+        kills += w.returncode == -sg.SIGKILL
+    assert kills >= 3
+    r = subprocess.run(cmd + ["--idle-timeout", "3"], capture_output=True, text=True, timeout=120, env=_env())
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["examples_seen"] == 600 - len(bad)
+    assert out["n_bad"] == len(bad) and out["bad_records_at_source"] >= 0
+    # every bad message reached the dead letters (at least once: a killed run may send one again)
+    origins = {json.loads(x)["origin"] for x in dl.read_text().splitlines()}
+    assert origins == {f"k/0@{i}" for i in bad}
+
+
+def test_kafka_sink_key_with_a_lone_surrogate_does_not_stop_the_run(broker):
+    from streamssvm.connectors.kafka import KafkaSink
+    sink = KafkaSink(broker, "p")
+    sink.write({"key": "a\udc80b", "prediction": 1})
+    sink.close()

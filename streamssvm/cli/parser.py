@@ -77,6 +77,10 @@ def build_parser():
     r.add_argument("--test", default=None, help="file://... held-out examples scored at each snapshot (key 'test'; "
                    "default None)")
     param_option(r, Engine, "idle_timeout")
+    r.add_argument("--on-offset-reset", choices=["fail", "earliest", "latest"], default="fail",
+                   help="kafka: when a partition's log restarted below the checkpointed offset (topic recreated, "
+                        "broker emptied): fail (exit 3), or read the new log from its earliest or latest offset "
+                        "(default: fail)")
     param_option(r, Engine, "rate")
     param_option(r, Engine, "batch_size")
     param_option(r, Engine, "refine_at_end", flag="--refine-passes")

@@ -125,6 +125,10 @@ def cmd_run(args):
         nbad = summary.get("n_bad", summary["bad_records"] + src_bad)
         if nbad:
             print(f"bad records: {nbad:,} ({where})")
+    if summary["stopped"] == "idle timeout" and source.fault:
+        print(f"error: stopped after --idle-timeout {args.idle_timeout:g}s: {source.fault}; the checkpoint keeps "
+              f"the position, run the same command to resume", file=sys.stderr)
+        return 3
     if summary["stopped"] == "interrupted":
         sig = eng.stop_signal or signal.SIGINT
         if args.checkpoint_dir:
