@@ -354,3 +354,44 @@ def test_kafka_sink_key_with_a_lone_surrogate_does_not_stop_the_run(broker):
     sink = KafkaSink(broker, "p")
     sink.write({"key": "a\udc80b", "prediction": 1})
     sink.close()
+
+
+# ----------------------------------------------------------------------------- (8) distributed dead letters
+def test_distributed_workers_dead_letter_and_max_bad_fraction(tmp_path, capsys):
+    """Distributed workers take the one per-record step: bad lines (the source's) and bad
+    records (the model's) go to --dead-letter once each, are counted, and --max-bad-fraction
+    stops the job (before: 20 of 2,020 lines vanished with no count)."""
+    ray = pytest.importorskip("ray", reason="needs the [distributed] extra (Ray)")
+    import streamssvm.distributed as sd
+    from streamssvm.cli import main
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(420):
+        x = rng.normal(size=4)
+        lines.append(json.dumps({"x": [float(v) for v in x], "y": int(np.argmax(x))}))
+    for i in range(0, 420, 21):   # 20 bad: 10 unparsable lines, 10 records the model refuses
+        lines[i] = "{broken" if i % 42 == 0 else json.dumps({"x": [1.0, 2.0], "y": 0})
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    try:
+        model = ss.MulticlassSSVM(labels=[0, 1, 2, 3], learner=ss.learners.BCFW(lam=0.01, averaging=False,
+                                                                                gap_every=None, seed=0))
+        dl = tmp_path / "dead.jsonl"
+        res = sd.run(model, str(path), task="multiclass", workers=2, round_examples=100,
+                     checkpoint_dir=tmp_path / "ck", dead_letter=str(dl))
+        assert res.examples_seen == 400 and res.bad_records == 20 and res.stopped == "done"
+        dead = [json.loads(v) for v in dl.read_text().splitlines()]
+        assert len(dead) == 20 and len({d["origin"] for d in dead}) == 20
+        # mostly bad: the CLI stops with exit 1 and says so
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text("\n".join(lines[:150] + ["{broken"] * 150) + "\n")
+        capsys.readouterr()
+        code = main(["run", "--workers", "2", "--source", str(bad), "--task", "multiclass", "--labels", "0,1,2,3",
+                     "--lam", "0.01", "--round-examples", "40", "--checkpoint-dir", str(tmp_path / "ck2"),
+                     "--max-bad-fraction", "0.3", "--dead-letter", str(tmp_path / "dead2.jsonl"), "--json",
+                     "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 1 and "records were bad" in err, err
+    finally:
+        ray.shutdown()
