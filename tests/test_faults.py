@@ -13,7 +13,6 @@ import streamssvm as ss
 from streamssvm.connectors.base import DeadLetterSink
 from streamssvm.connectors.files import CSVSource, LibSVMSource, open_source, write_jsonl
 from streamssvm.engine import Engine
-from streamssvm.errors import SourceChanged
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,6 +103,7 @@ def test_a_changed_file_is_refused_and_no_checkpoint_is_lost(tmp_path, change):
             f.truncate(1000)
     else:
         write_jsonl(p, _records(300, seed=1))   # same inode, other records
+    from streamssvm.errors import SourceChanged
     with pytest.raises(SourceChanged, match="skip or repeat"):
         _engine(p, ck, keep=3).run()
     assert sorted(x.name for x in ck.glob("ckpt-*")) == before
