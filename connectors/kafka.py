@@ -112,7 +112,7 @@ class KafkaSource(Source):
         self.reset_grace_s = float(reset_grace_s)
         self._below: dict = {}       # partition -> (monotonic time first seen below, end offset)
         self._probed = 0.0
-        self._held: list = []        # bad messages not yet reached by the stream
+        self._commit_failing = False
         self.bootstrap = bootstrap
         self.topic = topic
         self.group = group
@@ -164,14 +164,22 @@ class KafkaSource(Source):
         if offs:
             from kafka.errors import KafkaError
             try:
-                if asynchronous:
-                    self._consumer.commit_async(offs)
+                if asynchronous or self._commit_failing:
+                    # after a failed commit, no more waiting on each checkpoint: asynchronous
+                    # until one succeeds again
+                    self._consumer.commit_async(offs, callback=self._committed)
                 else:
                     self._consumer.commit(offs, timeout_ms=self.timeout_ms)
             except KafkaError as e:
                 # the checkpoint is durable and holds the offsets; a failed commit only means
                 # another worker taking the partition over would start earlier
+                self._commit_failing = True
                 warnings.warn(f"offset commit failed ({e}); the checkpoint keeps the offsets", RuntimeWarning)
+
+    def _committed(self, offsets, response):
+        """The callback of an asynchronous commit: a success ends the failing mode."""
+        if not isinstance(response, Exception):
+            self._commit_failing = False
 
     # ------------------------------------------------------------------ consumer
     def _make_consumer(self):
@@ -296,8 +304,8 @@ class KafkaSource(Source):
             since, _ = self._below.get(tp.partition, (now, end))
             self._below[tp.partition] = (since, end)
             self.fault = (f"the log of {self.topic}/{tp.partition} ends at offset {end}, below the checkpointed "
-                          f"offset {ours} (the topic was recreated or the broker lost its log; see "
-                          f"--on-offset-reset)")
+                          f"offset {ours} (the topic was deleted or recreated, or the broker lost its "
+                          f"log; see --on-offset-reset)")
             if now - since >= self.reset_grace_s:
                 self._log_restarted(tp, end, ours)
         return ends

@@ -234,8 +234,10 @@ def _env():
     return dict(os.environ, PYTHONPATH=ROOT)
 
 
-def test_kafka_dead_broker_ends_the_run_after_idle_timeout(tmp_path):
+@pytest.mark.parametrize("fault", ["broker killed", "topic deleted"])
+def test_kafka_dead_broker_or_deleted_topic_ends_the_run_after_idle_timeout(tmp_path, fault):
     import time
+    from kafka import KafkaAdminClient
     from streamssvm.cli import start_broker
     from streamssvm.connectors.kafka import create_topic, produce_lines
     log = open(tmp_path / "broker.log", "wb")
@@ -250,13 +252,19 @@ def test_kafka_dead_broker_ends_the_run_after_idle_timeout(tmp_path):
         while time.time() - t0 < 60 and not list(ck.glob("ckpt-*")):
             time.sleep(0.05)
         assert w.poll() is None
-        proc.kill()
-        proc.wait()
-        t_dead = time.time()
+        if fault == "broker killed":
+            proc.kill()
+            proc.wait()
+        else:
+            a = KafkaAdminClient(bootstrap_servers=bootstrap)
+            a.delete_topics(["d"])
+            a.close()
+        t_fault = time.time()
         out, err = w.communicate(timeout=90)   # before the fix: alive for ever (a commit without a timeout)
-        assert w.returncode == 3, err.decode()[-2000:]
-        assert "no answer from the Kafka broker" in err.decode() and time.time() - t_dead < 60
-        assert list(ck.glob("ckpt-*"))
+        err = err.decode()
+        assert w.returncode == 3, err[-2000:]
+        assert ("no answer from the Kafka broker" if fault == "broker killed" else "deleted or recreated") in err
+        assert time.time() - t_fault < 60 and list(ck.glob("ckpt-*"))
     finally:
         proc.kill()
         proc.wait()
