@@ -603,7 +603,12 @@ class Engine:
     def run(self):
         """Process the source until it ends or a stop condition holds; returns a summary."""
         if self.resumed_from is None:  # the CLI restores first, to check settings and say so
-            self.restore()
+            try:
+                self.restore()
+            except BaseException:
+                if self.ckpt is not None:
+                    self.ckpt.release()   # e.g. SourceChanged: the directory is free again
+                raise
         if self.source.group_member:
             self.source.on_revoke = self._on_revoke
             self.source.worker_id = self.worker_id()

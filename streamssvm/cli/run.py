@@ -57,7 +57,12 @@ def cmd_run(args):
         except ImportError as e:   # Ray missing: the message names pip install 'streamssvm[distributed]'
             raise SystemExit(f"error: --workers: {e}") from None
         return run_from_args(args, make_model(args))
+    from ..checkpoint import CheckpointManager
     from ..engine import Engine
+    ckpt = None
+    if args.checkpoint_dir:   # first: the lock (another run: exit 3) and the pre-flight write check
+        ckpt = CheckpointManager(args.checkpoint_dir, keep=args.keep)
+        ckpt.acquire()
     dead = CliDeadLetters.make(args.dead_letter)
     source, fmt = open_file_or_kafka(args, dead)
     if fmt is not None and os.path.getsize(source.path) == 0:
@@ -81,9 +86,9 @@ def cmd_run(args):
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
                  rate=args.rate,
                  batch_size=args.batch_size, test=read_test(args.test, args.task))
-    if eng.ckpt is not None:
-        eng.ckpt.acquire()   # the lock (another run: exit 3) and the pre-flight write check
-    sink = eng.sink = open_sink(args.sink) if args.sink else None   # after the lock: a refused run writes nothing
+    if ckpt is not None:
+        eng.ckpt = ckpt   # the locked one
+    sink = eng.sink = open_sink(args.sink) if args.sink else None
     if args.reset and args.checkpoint_dir:
         n = _reset_checkpoints(args.checkpoint_dir)
         if n:
