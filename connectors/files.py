@@ -332,9 +332,9 @@ _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _SPACE = " \t\r\n\v\f"
 
 
-def _float_text(text, what):
+def _float_text(text, what, plain=False):
     """A feature value from text (CSV cell, libsvm value), with the same checks; ASCII digits
-    only (``1_000`` and non-ASCII digits are not numbers).
+    only (``1_000`` and non-ASCII digits are not numbers; ``plain``: the caller checked that).
 
     >>> _float_text(" 2.5e1 ", "v")
     25.0
@@ -344,11 +344,13 @@ def _float_text(text, what):
     ...     print(e)
     v: non-numeric value '1_000'
     """
-    if isinstance(text, bytes):
-        text = text.decode("ascii", "replace")
-    if not _NUMBER.fullmatch(text.strip(_SPACE)):
-        raise BadRecord(f"{what}: non-numeric value {_short(text)}")
-    return _finite(float(text), what)
+    try:   # float() on ASCII text without underscores takes exactly the decimal forms
+        if not plain and (not text.isascii() or "_" in text):
+            raise ValueError
+        f = float(text)
+    except ValueError:
+        raise BadRecord(f"{what}: non-numeric value {_short(text)}") from None
+    return _finite(f, what)
 
 
 def _number_label(t, what="label"):
@@ -551,6 +553,7 @@ class CSVSource(FileSource):
             self.label_idx = self.header.index(label)
         self._offset = self._header_end
         self._line = 1
+        self._duplicates = len(set(self.header)) != len(self.header)   # rows then checked cell by cell
 
     def _units(self):
         """Records by the ``csv`` module's rules: a quoted field may hold newlines, so a line
@@ -600,6 +603,7 @@ class CSVSource(FileSource):
             raise BadRecord(f"unreadable CSV line: {e}") from None
         if len(row) != len(self.header):
             raise BadRecord(f"{len(row)} columns, the header has {len(self.header)}")
+        plain = text.isascii() and b"_" not in text   # then every cell is plain ASCII without "_"
         cell = row[self.label_idx].strip()
         if cell == "" and not self.multilabel_sep:
             raise BadRecord("empty label")
@@ -611,9 +615,9 @@ class CSVSource(FileSource):
         for j, (name, v) in enumerate(zip(self.header, row)):
             if j == self.label_idx or v.strip() == "":
                 continue
-            if name in x:
+            if self._duplicates and name in x:
                 raise BadRecord(f"duplicate column {_short(name)}: two values for one feature")
-            x[name] = _float_text(v, f"column {name!r}")
+            x[name] = _float_text(v, f"column {name!r}", plain)
         return x, y, line
 
     def _label(self, cell):
@@ -656,18 +660,24 @@ class LibSVMSource(FileSource):
             lab, feats = parts[0], parts[1:]
         y = self._labels(lab)
         x = {}
+        if "_" in s:   # the line is ASCII: int() / float() then take only decimal forms
+            tok = next(t for t in parts if "_" in t)
+            raise BadRecord(f"bad feature token {_short(tok)}" if ":" in tok else f"bad label {_short(tok)}")
         for tok in feats:
             if ":" not in tok:
                 raise BadRecord(f"bad feature token {tok!r} (expected idx:val)")
             i, v = tok.split(":", 1)
-            if not _INTEGER.fullmatch(i) or not _NUMBER.fullmatch(v):
-                raise BadRecord(f"bad feature token {_short(tok)}")
-            idx = int(i)
+            try:
+                idx = int(i)
+                f = float(v)
+            except ValueError:
+                raise BadRecord(f"bad feature token {_short(tok)}") from None
             if idx < 0 or (idx == 0 and not self.zero_based) or idx >= 2**63:
                 raise BadRecord(f"bad feature index {_short(idx)}")
-            if str(idx) in x:
+            k = str(idx)
+            if k in x:
                 raise BadRecord(f"duplicate feature index {idx}")
-            x[str(idx)] = _finite(float(v), f"feature {idx}")
+            x[k] = _finite(f, f"feature {idx}")
         return x, y, line
 
     def _labels(self, lab):
