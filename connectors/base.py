@@ -93,12 +93,15 @@ class Source:
     * ``dead_letter``: the source's own ``DeadLetterSink`` (None: it rejects nothing itself);
       ``n_read`` / ``n_bad``: records read / rejected by the source;
     * ``group_member``: whether the source is one member of a consumer group, whose
-      ``on_revoke(partitions)`` callback and ``worker_id`` the engine sets (Kafka).
+      ``on_revoke(partitions)`` callback and ``worker_id`` the engine sets (Kafka);
+    * ``fault``: None, or one line saying why a live source is idle against its will (a broker
+      unreachable, a topic gone): a run stopped by its idle timeout then fails with it.
     """
 
     name = "source"
     n_read = 0
     n_bad = 0
+    fault = None
     dead_letter = None
     group_member = False
     on_revoke = None
@@ -170,26 +173,99 @@ class MemorySink(Sink):
 
 
 class JSONLSink(Sink):
-    """Appends one JSON line per object; ``flush`` also fsyncs."""
+    """Appends one JSON line per object; ``flush`` writes the pending lines whole and fsyncs.
+
+    No torn lines: lines are written only by ``flush``, and a failed write (a full disk) cuts
+    the file back to its last whole line before the error propagates; a file that already ends
+    with a torn line (a run killed or out of space while writing it) is cut back to its last
+    whole line when opened, with a warning, so a resumed run never appends to half a line."""
+
+    #: pending bytes that trigger a write
+    BUFFER = 1 << 16
 
     def __init__(self, path):
         self.path = str(path)
         d = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(d, exist_ok=True)
-        self._f = open(self.path, "a", encoding="utf-8")
+        self._f = open(self.path, "ab")
+        self._pending: list = []
+        self._n = 0
+        self._good = _cut_torn_tail(self._f, self.path)
 
     def write(self, obj):
-        self._f.write(json.dumps(obj, default=_json_default) + "\n")
+        line = (json.dumps(obj, default=_json_default) + "\n").encode("utf-8", "backslashreplace")
+        self._pending.append(line)
+        self._n += len(line)
+        if self._n >= self.BUFFER:
+            self._write_pending()
+
+    def _write_pending(self):
+        data, self._pending, self._n = b"".join(self._pending), [], 0
+        if not data or self._f.closed:
+            return
+        try:
+            self._f.write(data)
+            self._f.flush()
+        except OSError as e:
+            _truncate_quietly(self._f, self._good)
+            raise OSError(e.errno, e.strerror, self.path) from None
+        self._good += len(data)
 
     def flush(self):
         if not self._f.closed:
-            self._f.flush()
+            self._write_pending()
             os.fsync(self._f.fileno())
 
     def close(self):
         if not self._f.closed:
-            self.flush()
-            self._f.close()
+            try:
+                self.flush()
+            finally:
+                self._f.close()
+
+
+def _truncate_quietly(f, size):
+    """Cut an open file back to ``size`` bytes after a failed write (best effort)."""
+    try:
+        f.seek(0, os.SEEK_END)
+    except (OSError, ValueError):
+        pass
+    try:
+        os.ftruncate(f.fileno(), size)
+    except OSError:
+        pass
+    try:   # the buffered writer may still hold the failed bytes: drop them with the file object
+        f.raw.close() if hasattr(f, "raw") else None
+    except (OSError, ValueError):
+        pass
+
+
+def _cut_torn_tail(f, path):
+    """The size of ``f`` (opened for appending) after cutting a torn last line (no newline)
+    back to the last whole one; a regular file only (a pipe or a device is left alone)."""
+    import stat
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        return st.st_size
+    with open(path, "rb") as r:
+        end = st.st_size
+        r.seek(end - 1)
+        if r.read(1) == b"\n":
+            return end
+        pos = end
+        while pos > 0:
+            step = min(pos, 1 << 16)
+            r.seek(pos - step)
+            chunk = r.read(step)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                pos = pos - step + i + 1
+                break
+            pos -= step
+    os.ftruncate(f.fileno(), pos)
+    warnings.warn(f"{path}: removed a torn last line of {end - pos} bytes (a run stopped while writing it)",
+                  RuntimeWarning, stacklevel=3)
+    return pos
 
 
 def _json_default(v):

@@ -2,8 +2,15 @@
 with resumable positions (byte offsets) and dead letters for bad lines.
 
 Position of every file source: ``{"path": ..., "offset": byte offset of the next unread
-record, "record": records yielded so far}``. ``seek`` on a fresh source resumes right after the
-record that position was taken at.
+record, "record": records yielded so far, "file": the file's identity}``. ``seek`` on a fresh
+source resumes right after the record that position was taken at.
+
+A position knows its file: the identity is the inode and the SHA-256 of the file's first bytes
+(up to 4096, as many as it had when it was opened). ``seek`` refuses (``SourceChanged``) a file
+shorter than the position (truncated), or whose first bytes differ (rotated: a new file under the
+old name; rewritten): resuming there would skip or repeat records silently. A last line without
+its newline (a writer still appending) is never learned: it is a dead letter at the end of the
+input and the position stays before it, so a later run reads it whole once it is complete.
 
 >>> import tempfile, os
 >>> p = os.path.join(tempfile.mkdtemp(), "d.jsonl")
@@ -23,16 +30,19 @@ import csv
 import json
 import math
 import os
+import re
 import time
 from urllib.parse import parse_qsl, unquote, urlparse
 
 import numpy as np
 
+from streamssvm.errors import SourceChanged
 from streamssvm.features import check_value
 
 from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
 
 _BOM = b"\xef\xbb\xbf"
+_HEAD_BYTES = 4096      # bytes of a file's head its identity checksums
 
 FORMATS = ("jsonl", "csv", "libsvm", "conll")
 _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".libsvm": "libsvm",
@@ -54,6 +64,53 @@ class _TooLong:
 
     def strip(self):  # never blank
         return True
+
+
+class _Partial(bytes):
+    """The last line of a file when it has no newline yet (a writer may still be appending)."""
+
+
+class _Unclosed(bytes):
+    """A CSV record whose quoted field is still open at the end of the file."""
+
+
+_PARTIAL_REASON = ("incomplete last line (no newline at the end of the file): not learned; the position "
+                   "stays before it, so a later run reads it once its newline is written")
+
+
+def file_identity(f):
+    """The identity of an open binary file: ``{"inode", "head_bytes", "head"}`` (the SHA-256 of
+    its first ``head_bytes`` bytes, at most 4096). The file's offset is left where it was."""
+    import hashlib
+    st = os.fstat(f.fileno())
+    at = f.tell()
+    f.seek(0)
+    head = f.read(min(st.st_size, _HEAD_BYTES))
+    f.seek(at)
+    return {"inode": int(st.st_ino), "head_bytes": len(head), "head": hashlib.sha256(head).hexdigest()}
+
+
+def check_identity(path, offset, ident):
+    """Raise ``SourceChanged`` when ``path`` is not the file a position ``(offset, ident)`` was
+    taken in: shorter than ``offset`` (truncated), or its first bytes differ (rotated or rewritten)."""
+    import hashlib
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        ino = os.fstat(f.fileno()).st_ino
+        what = None
+        if offset > size:
+            what = (f"position offset {offset} is outside {path} ({size} bytes): the file was truncated or "
+                    f"replaced by a shorter one")
+        elif isinstance(ident, dict) and "head" in ident:
+            n = int(ident.get("head_bytes", 0))
+            head = f.read(n)
+            if len(head) < n or hashlib.sha256(head).hexdigest() != ident["head"]:
+                moved = f" (inode {ident.get('inode')} then, {ino} now)" if ident.get("inode") != ino else ""
+                what = (f"{path} is not the file the checkpoint read: its first {n} bytes differ{moved}; it "
+                        f"was rotated (a new file under the old name) or rewritten")
+    if what:
+        raise SourceChanged(f"{what}. Resuming at byte {offset} would skip or repeat records: point --source "
+                            f"at the file the checkpoint read, or start over with --reset")
 
 
 def _reason(e):
@@ -121,17 +178,19 @@ class FileSource(Source):
         self._offset = 0
         self._record = 0
         self._line = 0
+        with open(self.path, "rb") as f:
+            self._ident = file_identity(f)
 
     def position(self):
-        return {"path": self.path, "offset": self._offset, "record": self._record}
+        return {"path": self.path, "offset": self._offset, "record": self._record, "file": self._ident}
 
     def seek(self, position):
         if not isinstance(position, dict) or "offset" not in position:
             raise ValueError(f"not a file position: {position!r}")
         off = int(position["offset"])
-        size = os.path.getsize(self.path)
-        if off < 0 or off > size:
-            raise ValueError(f"position offset {off} is outside {self.path} ({size} bytes)")
+        if off < 0:
+            raise ValueError(f"position offset {off} is outside {self.path}")
+        check_identity(self.path, off, position.get("file"))
         self._offset = off
         self._record = int(position.get("record", 0))
         self._line = int(position.get("line", 0))
@@ -160,6 +219,8 @@ class FileSource(Source):
         cap = self.max_record_bytes
         keep = self.dead_letter.max_raw_bytes
         with open(self.path, "rb") as f:
+            if not self._offset:
+                self._ident = file_identity(f)
             if self._offset and not self._line:
                 # recover the line number for messages (bounded memory)
                 n, left = 0, self._offset
@@ -180,6 +241,9 @@ class FileSource(Source):
                 line += 1
                 start = off
                 off += len(raw)
+                if not raw.endswith(b"\n") and len(raw) <= cap:   # the last line, not finished yet
+                    yield line, start, start, _Partial(raw)
+                    return
                 if not raw.endswith(b"\n") and len(raw) > cap:
                     head = raw[:keep]
                     size = len(raw)
@@ -204,8 +268,12 @@ class FileSource(Source):
     def __iter__(self):
         """The records of a line format: each line with content (:meth:`_content`) parsed by
         :meth:`_parse` into ``(x, y, key)``; any exception on a line makes it a dead letter."""
-        for line, start, end, raw in self._lines():
-            self._offset, self._line = end, line
+        for line, last, end, raw in self._units():
+            if isinstance(raw, _Partial):   # the position stays before it
+                if raw.strip():
+                    self._bad(bytes(raw), _PARTIAL_REASON, line)
+                return
+            self._offset, self._line = end, last
             text = raw if isinstance(raw, _TooLong) else self._content(raw)
             if not text.strip():
                 continue
@@ -217,6 +285,12 @@ class FileSource(Source):
                 self._bad(raw, _reason(e), line)
                 continue
             yield self._emit(x, y, key, line)
+
+    def _units(self):
+        """(first line, last line, end offset, raw bytes) of each record's text: one line each
+        (CSV: a quoted field may span lines)."""
+        for line, _, end, raw in self._lines():
+            yield line, line, end, raw
 
     def _content(self, raw):
         """The part of a line that holds the record (libsvm drops its ``#`` comment)."""
@@ -251,25 +325,72 @@ def _finite(v, what):
         raise BadRecord(str(e)) from None
 
 
-def _float_text(text, what):
-    """A feature value from text (CSV cell, libsvm value), with the same checks."""
-    try:
+#: a number as text: ASCII digits only (``float()`` also takes ``1_000`` and other scripts' digits)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+                     r"|inf|infinity|nan)", re.ASCII | re.IGNORECASE)
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_SPACE = " \t\r\n\v\f"
+
+
+def _float_text(text, what, plain=False):
+    """A feature value from text (CSV cell, libsvm value), with the same checks; ASCII digits
+    only (``1_000`` and non-ASCII digits are not numbers; ``plain``: the caller checked that).
+
+    >>> _float_text(" 2.5e1 ", "v")
+    25.0
+    >>> try:
+    ...     _float_text("1_000", "v")
+    ... except BadRecord as e:
+    ...     print(e)
+    v: non-numeric value '1_000'
+    """
+    try:   # float() on ASCII text without underscores takes exactly the decimal forms
+        if not plain and (not text.isascii() or "_" in text):
+            raise ValueError
         f = float(text)
     except ValueError:
         raise BadRecord(f"{what}: non-numeric value {_short(text)}") from None
     return _finite(f, what)
 
 
-def _float_cell(text, name):
+def _float_cell(text, name, plain=False):
     """A CSV cell as a float, as :func:`_float_text` checks it; the message of a bad cell is
     built only when there is one."""
-    try:
-        f = float(text)
-    except ValueError:
-        f = None
+    f = None
+    if plain:   # the row is ASCII without "_": float() takes exactly the decimal forms
+        try:
+            f = float(text)
+        except ValueError:
+            pass
     if f is not None and -MAX_ABS_VALUE <= f <= MAX_ABS_VALUE:   # False for NaN
         return f
-    return _float_text(text, f"column {name!r}")
+    return _float_text(text, f"column {name!r}", plain)
+
+
+def _number_label(t, what="label"):
+    """A numeric label from text, exactly: an integer as a Python int (``2**53 + 1`` stays
+    itself; 64 bits at most), else a finite float (integral floats such as ``1.0`` become ints,
+    as before); ASCII digits only.
+
+    >>> _number_label(str(2**53 + 1)) == 2**53 + 1, _number_label("-3.0"), _number_label("0.5")
+    (True, -3, 0.5)
+    """
+    t = t.strip(_SPACE)
+    if _INTEGER.fullmatch(t):
+        v = int(t)
+        if not -2**63 <= v < 2**63:
+            raise BadRecord(f"{what} {_short(t)} does not fit in 64 bits")
+        return v
+    if not _NUMBER.fullmatch(t):
+        raise BadRecord(f"bad {what} {_short(t)}")
+    f = float(t)
+    if not math.isfinite(f):
+        raise BadRecord(f"non-finite {what} {_short(t)}")
+    if f == int(f):
+        if abs(f) >= 2**63:
+            raise BadRecord(f"{what} {_short(t)} does not fit in 64 bits")
+        return int(f)
+    return f
 
 
 def _features_dict(d, what="x"):
@@ -467,6 +588,41 @@ class CSVSource(FileSource):
             self.label_idx = self.header.index(label)
         self._offset = self._header_end
         self._line = 1
+        self._duplicates = len(set(self.header)) != len(self.header)   # rows then checked cell by cell
+
+    def _units(self):
+        """Records by the ``csv`` module's rules: a quoted field may hold newlines, so a line
+        with an open quote continues on the next ones (the record then spans them; bounded by
+        ``max_record_bytes``; a quote still open at the end of the file is a bad record)."""
+        parts, first, size, quotes = None, None, 0, 0
+        for line, _, end, raw in self._lines():
+            if isinstance(raw, _Partial):
+                if parts is not None:
+                    raw = _Partial(b"\n".join(parts + [bytes(raw)])[:self.dead_letter.max_raw_bytes])
+                    line = first
+                yield line, line, end, raw
+                return
+            if parts is None:
+                if isinstance(raw, _TooLong) or raw.count(b'"') % 2 == 0:
+                    yield line, line, end, raw
+                    continue
+                parts, first, size, quotes = [], line, 0, 0
+            if isinstance(raw, _TooLong):
+                size += raw.size + 1
+                parts.append(raw.head)
+                quotes = 1   # unknown inside the skipped part: the record is too long anyway
+            else:
+                size += len(raw) + 1
+                parts.append(raw)
+                quotes += raw.count(b'"')
+            if quotes % 2 == 0 or size > self.max_record_bytes:
+                text = b"\n".join(parts)
+                if size > self.max_record_bytes:
+                    text = _TooLong(text[:self.dead_letter.max_raw_bytes], size)
+                yield first, line, end, text
+                parts = None
+        if parts is not None:   # a quote still open at the end of the file
+            yield first, line, end, _Unclosed(b"\n".join(parts))
 
     def seek(self, position):
         super().seek(position)
@@ -474,12 +630,15 @@ class CSVSource(FileSource):
             self._offset, self._line = self._header_end, 1
 
     def _parse(self, text, line):
+        if isinstance(text, _Unclosed):
+            raise BadRecord("a quoted field is still open at the end of the file")
         try:
             row = next(csv.reader([text.decode("utf-8")], delimiter=self.delimiter))
         except (UnicodeDecodeError, csv.Error) as e:
             raise BadRecord(f"unreadable CSV line: {e}") from None
         if len(row) != len(self.header):
             raise BadRecord(f"{len(row)} columns, the header has {len(self.header)}")
+        plain = text.isascii() and b"_" not in text   # then every cell is plain ASCII without "_"
         cell = row[self.label_idx].strip()
         if cell == "" and not self.multilabel_sep:
             raise BadRecord("empty label")
@@ -491,10 +650,17 @@ class CSVSource(FileSource):
         for j, (name, v) in enumerate(zip(self.header, row)):
             if j == self.label_idx or v.strip() == "":
                 continue
-            x[name] = _float_cell(v, name)
+            if self._duplicates and name in x:
+                raise BadRecord(f"duplicate column {_short(name)}: two values for one feature")
+            x[name] = _float_cell(v, name, plain)
         return x, y, line
 
     def _label(self, cell):
+        if self.label_type in (int, float):   # exactly, ASCII digits only (not through float())
+            lab = _number_label(cell)
+            if self.label_type is int and not isinstance(lab, int):
+                raise BadRecord(f"label {_short(cell)} is not an int")
+            return float(lab) if self.label_type is float else lab
         try:
             lab = self.label_type(cell.strip())
         except (TypeError, ValueError, OverflowError):
@@ -529,6 +695,9 @@ class LibSVMSource(FileSource):
             lab, feats = parts[0], parts[1:]
         y = self._labels(lab)
         x = {}
+        if "_" in s:   # the line is ASCII: int() / float() then take only decimal forms
+            tok = next(t for t in parts if "_" in t)
+            raise BadRecord(f"bad feature token {_short(tok)}" if ":" in tok else f"bad label {_short(tok)}")
         for tok in feats:
             if ":" not in tok:
                 raise BadRecord(f"bad feature token {tok!r} (expected idx:val)")
@@ -540,22 +709,14 @@ class LibSVMSource(FileSource):
                 raise BadRecord(f"bad feature token {_short(tok)}") from None
             if idx < 0 or (idx == 0 and not self.zero_based) or idx >= 2**63:
                 raise BadRecord(f"bad feature index {_short(idx)}")
-            x[str(idx)] = f if -MAX_ABS_VALUE <= f <= MAX_ABS_VALUE else _finite(f, f"feature {idx}")
+            k = str(idx)
+            if k in x:
+                raise BadRecord(f"duplicate feature index {idx}")
+            x[k] = f if -MAX_ABS_VALUE <= f <= MAX_ABS_VALUE else _finite(f, f"feature {idx}")
         return x, y, line
 
     def _labels(self, lab):
-        def one(t):
-            try:
-                f = float(t)
-            except ValueError:
-                raise BadRecord(f"bad label {t!r}") from None
-            if not math.isfinite(f):
-                raise BadRecord(f"non-finite label {t!r}")
-            if f == int(f):
-                if abs(f) >= 2**63:
-                    raise BadRecord(f"label {t!r} does not fit in 64 bits")
-                return int(f)
-            return f
+        one = _number_label
         if self.multilabel:
             return [one(t) for t in lab.split(",") if t.strip()]
         if "," in lab:
@@ -612,6 +773,12 @@ class CoNLLSource(FileSource):
     def __iter__(self):
         rows, first_line, size = [], None, 0
         for line, start, end, raw in self._lines():
+            if isinstance(raw, _Partial):   # the position stays before the unfinished sentence
+                if raw.strip() or rows:
+                    held = rows.head if isinstance(rows, _TooLong) else b"\n".join(
+                        [r.head if isinstance(r, _TooLong) else r for r in rows] + [bytes(raw)])
+                    self._bad(held, _PARTIAL_REASON, first_line or line)
+                return
             if isinstance(raw, _TooLong) or (raw.strip() and not raw.startswith(b"-DOCSTART-")):
                 if first_line is None:
                     first_line = line

@@ -11,6 +11,24 @@ Exactly-once model state:
   meanwhile), or to the beginning when neither exists; the client never resets offsets on its
   own (``auto_offset_reset="none"``): an out-of-range fetch is re-sought to our offset.
 
+Faults never hang a run and never lose data silently:
+
+* commits, committed-offset reads, end-offset probes and ``close`` have a timeout
+  (``timeout_ms``); a failed commit is a warning (the checkpoint holds the offsets);
+* while idle the source probes its partitions' end offsets (at most once a second): a broker
+  that does not answer or a topic that is gone sets ``fault``, so a run stopped by its idle
+  timeout fails with that message;
+* a partition whose log ends *below* the checkpointed offset (the topic deleted and recreated,
+  a broker restarted empty) for ``reset_grace_s`` seconds is a log that restarted: by default
+  (``on_offset_reset="fail"``) the run stops with a ``SourceFault``; ``"earliest"`` reads the
+  new log from its beginning, ``"latest"`` from its end (skipping what it holds), with a warning.
+  (A recreated log already longer than the checkpointed offset cannot be told from the old one
+  by offsets alone.)
+
+Bad messages are counted and dead-lettered when the stream reaches them (not when their poll is
+decoded), so a checkpoint's count covers exactly the messages before its position and a
+resumed run never counts one twice.
+
 Records are decoded by the same codec as the JSONL file source (``{"x": ..., "y": ...}``),
 one message at a time: any failure on a message (invalid JSON, nesting too deep, a number too
 large, a message over ``max_message_bytes``, ...) sends that message to the dead-letter sink (e.g. a dead-letter topic) with the reason, the raw
@@ -20,7 +38,10 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from urllib.parse import parse_qsl, urlparse
+
+from streamssvm.errors import SourceFault
 
 from .base import DeadLetterSink, Record, Sink, Source
 from .files import _reason, decode_json, parse_example
@@ -62,15 +83,36 @@ class KafkaSource(Source):
         End the iteration once every assigned partition is consumed to its end (replay of a
         topic, tests, benchmarks). Otherwise the source is live and yields ``None`` while idle
         (the engine's ``idle_timeout`` can stop it).
+    timeout_ms
+        Timeout of commits, committed-offset reads, end-offset probes and ``close``.
+    on_offset_reset
+        What to do when a partition's log restarted below the checkpointed offset: ``"fail"``
+        (raise ``SourceFault``), ``"earliest"`` (read the new log from its beginning) or
+        ``"latest"`` (from its end).
+    reset_grace_s
+        How long a log must stay below the checkpointed offset before it counts as restarted
+        (a broker coming back may serve its log a moment later).
     """
+
+    OFFSET_RESETS = ("fail", "earliest", "latest")
+    PROBE_EVERY = 1.0   # seconds between two end-offset probes while idle
 
     group_member = True   # the engine sets on_revoke and worker_id (see ``Source``)
 
     def __init__(self, bootstrap, topic, group=None, partitions=None, dead_letter=None,
                  poll_timeout_ms=200, max_poll_records=1000, stop_at_end=False, x_field="x",
                  y_field="y", max_message_bytes=1 << 20, session_timeout_ms=6000,
-                 heartbeat_interval_ms=1000, consumer_config=None, fetch_max_wait_ms=100):
+                 heartbeat_interval_ms=1000, consumer_config=None, fetch_max_wait_ms=100, timeout_ms=5000,
+                 on_offset_reset="fail", reset_grace_s=10.0):
         super().__init__()
+        if on_offset_reset not in self.OFFSET_RESETS:
+            raise ValueError(f"on_offset_reset must be one of {self.OFFSET_RESETS}, got {on_offset_reset!r}")
+        self.timeout_ms = int(timeout_ms)
+        self.on_offset_reset = on_offset_reset
+        self.reset_grace_s = float(reset_grace_s)
+        self._below: dict = {}       # partition -> (monotonic time first seen below, end offset)
+        self._probed = 0.0
+        self._commit_failing = False
         self.bootstrap = bootstrap
         self.topic = topic
         self.group = group
@@ -122,15 +164,22 @@ class KafkaSource(Source):
         if offs:
             from kafka.errors import KafkaError
             try:
-                if asynchronous:
-                    self._consumer.commit_async(offs)
+                if asynchronous or self._commit_failing:
+                    # after a failed commit, no more waiting on each checkpoint: asynchronous
+                    # until one succeeds again
+                    self._consumer.commit_async(offs, callback=self._committed)
                 else:
-                    self._consumer.commit(offs)
+                    self._consumer.commit(offs, timeout_ms=self.timeout_ms)
             except KafkaError as e:
                 # the checkpoint is durable and holds the offsets; a failed commit only means
                 # another worker taking the partition over would start earlier
-                import warnings
+                self._commit_failing = True
                 warnings.warn(f"offset commit failed ({e}); the checkpoint keeps the offsets", RuntimeWarning)
+
+    def _committed(self, offsets, response):
+        """The callback of an asynchronous commit: a success ends the failing mode."""
+        if not isinstance(response, Exception):
+            self._commit_failing = False
 
     # ------------------------------------------------------------------ consumer
     def _make_consumer(self):
@@ -191,7 +240,7 @@ class KafkaSource(Source):
         committed = None
         if self.group is not None:
             try:
-                om = c.committed(tp, metadata=True)
+                om = c.committed(tp, metadata=True, timeout_ms=self.timeout_ms)
             except Exception:  # noqa: BLE001 - broker without group state: use ours
                 om = None
             if om is not None and om.offset is not None and om.offset >= 0:
@@ -209,22 +258,117 @@ class KafkaSource(Source):
             c.seek_to_beginning(tp)
 
     def _at_end(self):
-        c = self._consumer
-        tps = c.assignment()
-        if not tps:
+        """Every assigned partition consumed to its end: the high watermark of its last fetch
+        (brokers such as Tansu understate the end offsets they list), and no log below ours."""
+        ends = self._probe(force=True)
+        if not ends or self._below:
             return False
-        ends = c.end_offsets(list(tps))
-        return all(self._offsets.get(tp.partition, 0) >= ends[tp] for tp in tps)
+        c = self._consumer
+        hws = [(tp, c.highwater(tp)) for tp in ends]
+        return all(hw is not None and self._offsets.get(tp.partition, 0) >= hw for tp, hw in hws)
+
+    def _probe(self, force=False, out_of_range=False):
+        """While idle (at most every ``PROBE_EVERY`` seconds, or ``force``): the listed end
+        offsets of the assigned partitions, or None. Sets ``fault`` when the broker does not
+        answer or the topic is gone, clears it when it answers; a partition whose log ends
+        below our offset (its last fetch's high watermark; the listed end after an out-of-range
+        fetch) is a log that restarted (:meth:`_log_restarted` once ``reset_grace_s`` passed)."""
+        now = time.monotonic()
+        if not force and not out_of_range and now - self._probed < self.PROBE_EVERY:
+            return None
+        self._probed = now
+        c = self._consumer
+        tps = list(c.assignment())
+        assigned = bool(tps)
+        if not tps:   # not joined yet (or between rebalances): is the broker there at all?
+            from kafka import TopicPartition
+            tps = [TopicPartition(self.topic, p) for p in sorted(c.partitions_for_topic(self.topic) or {0})]
+        from kafka.errors import KafkaError
+        try:
+            ends = c.end_offsets(tps, timeout_ms=self.timeout_ms)
+        except KafkaError as e:
+            self.fault = (f"no answer from the Kafka broker at {self.bootstrap} for topic {self.topic!r} "
+                          f"({type(e).__name__}): the broker is down or the topic was deleted")
+            return None
+        self.fault = None
+        if not assigned:
+            return None
+        for tp, listed in ends.items():
+            ours = self._offsets.get(tp.partition)
+            end = c.highwater(tp)
+            if out_of_range and (end is None or end >= (ours or 0)):
+                end = listed
+            if ours is None or end is None or end >= ours:
+                self._below.pop(tp.partition, None)
+                continue
+            since, _ = self._below.get(tp.partition, (now, end))
+            self._below[tp.partition] = (since, end)
+            self.fault = (f"the log of {self.topic}/{tp.partition} ends at offset {end}, below the checkpointed "
+                          f"offset {ours} (the topic was deleted or recreated, or the broker lost its "
+                          f"log; see --on-offset-reset)")
+            if now - since >= self.reset_grace_s:
+                self._log_restarted(tp, end, ours)
+        return ends
+
+    def _log_restarted(self, tp, end, ours):
+        """Partition ``tp``'s log ends at ``end``, below our offset ``ours``: the topic was
+        recreated or the broker lost its log. Fail, or go on as ``on_offset_reset`` says."""
+        what = (f"the log of {self.topic}/{tp.partition} at {self.bootstrap} ends at offset {end}, below the "
+                f"checkpointed offset {ours}: the topic was deleted and recreated, or the broker lost its log")
+        if self.on_offset_reset == "fail":
+            raise SourceFault(f"{what}. Resuming would skip its messages; run with --on-offset-reset earliest "
+                              f"(read the new log from its beginning) or latest (from its end), or start over "
+                              f"with --reset")
+        c = self._consumer
+        if self.on_offset_reset == "earliest":
+            to = c.beginning_offsets([tp], timeout_ms=self.timeout_ms)[tp]
+        else:
+            to = end
+        warnings.warn(f"{what}; --on-offset-reset {self.on_offset_reset}: reading it from offset {to}",
+                      RuntimeWarning)
+        self._offsets[tp.partition] = to
+        c.seek(tp, to)
+        self._below.pop(tp.partition, None)
 
     def __iter__(self):
-        for recs in self.batches():
-            if recs is None:
+        for item in self._items():
+            if item is None:
                 yield None
-            else:
-                yield from recs
+            elif isinstance(item, _BadMessage):
+                self._reject(item)    # reached by the stream: counted at its position
+            elif item is not _POLL_END:
+                yield item
 
     def batches(self, max_records=None):
-        """Lists of the records of each poll (``None`` while idle), for batched learning."""
+        """Lists of the records of each poll (``None`` while idle), for batched learning. A bad
+        message is counted when the stream reaches it: those before a list's last record when
+        the list is handed out, those after it once the list has been processed."""
+        recs, held = [], []
+        for item in self._items(max_records):
+            if item is None or item is _POLL_END:
+                if recs:
+                    yield recs
+                    recs = []
+                for b in held:
+                    self._reject(b)
+                held = []
+                if item is None:
+                    yield None
+            elif isinstance(item, _BadMessage):
+                held.append(item)
+            else:
+                for b in held:
+                    self._reject(b)
+                held = []
+                recs.append(item)
+
+    def _reject(self, bad):
+        self.n_bad += 1
+        self.dead_letter.send(bad.raw, bad.reason, bad.origin)
+
+    def _items(self, max_records=None):
+        """Records, bad messages (``_BadMessage``), ``_POLL_END`` after each poll and ``None``
+        while idle, in offset order within each partition."""
         _need_kafka()
         from kafka.errors import KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
         c = self._consumer or self._make_consumer()
@@ -233,23 +377,28 @@ class KafkaSource(Source):
             try:
                 batch = c.poll(timeout_ms=self.poll_timeout_ms, max_records=max_records)
             except (OffsetOutOfRangeError, NoOffsetForPartitionError):
-                # never let the client reset offsets by itself: go back to ours
+                # never let the client reset offsets by itself: go back to ours (a log that
+                # restarted below them is found by the probe)
                 time.sleep(0.2)
                 for tp in c.assignment():
                     self._seek_tp(tp)
+                self._probe(out_of_range=True)
                 yield None
                 continue
             except KafkaError:
                 time.sleep(0.2)  # broker away: the client reconnects by itself
+                self._probe()
                 yield None
                 continue
             if not batch:
                 if self.stop_at_end and self._at_end():
                     return
+                self._probe()
                 yield None
                 continue
-            recs = []
+            self.fault = None
             for tp, msgs in sorted(batch.items(), key=lambda kv: kv[0].partition):
+                self._below.pop(tp.partition, None)
                 for m in msgs:
                     if m.offset < self._offsets.get(tp.partition, 0):
                         continue  # already reflected (a re-delivery after a re-seek)
@@ -258,15 +407,14 @@ class KafkaSource(Source):
                     try:
                         x, y = self._decode(m.value)
                     except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
-                        self.n_bad += 1
-                        self.dead_letter.send(m.value if m.value is not None else b"", _reason(e), origin)
+                        yield _BadMessage(m.value if m.value is not None else b"", _reason(e), origin)
                         continue
                     self.n_read += 1
                     key = m.key.decode("utf-8", "backslashreplace") if isinstance(m.key, bytes) else m.key
                     # each record carries the position right after it (decoding runs ahead of
                     # learning: the source's own position is at the end of the poll)
-                    recs.append(Record(x=x, y=y, key=key, position=self.position(), origin=origin))
-            yield recs
+                    yield Record(x=x, y=y, key=key, position=self.position(), origin=origin)
+            yield _POLL_END
 
     def _decode(self, value):
         from .files import BadRecord
@@ -280,8 +428,23 @@ class KafkaSource(Source):
         """Leave the group (the engine has checkpointed and committed before)."""
         self.on_revoke = None
         if self._consumer is not None:
-            self._consumer.close(autocommit=False)
+            try:
+                self._consumer.close(autocommit=False, timeout_ms=self.timeout_ms)
+            except Exception as e:  # noqa: BLE001 - a broker gone while closing: nothing left to do
+                warnings.warn(f"closing the Kafka consumer failed ({type(e).__name__}: {e})", RuntimeWarning)
             self._consumer = None
+
+
+class _BadMessage:
+    """A message that failed to decode, dead-lettered when the stream reaches it."""
+
+    __slots__ = ("raw", "reason", "origin")
+
+    def __init__(self, raw, reason, origin):
+        self.raw, self.reason, self.origin = raw, reason, origin
+
+
+_POLL_END = object()
 
 
 class KafkaSink(Sink):
@@ -298,7 +461,7 @@ class KafkaSink(Sink):
 
     def write(self, obj):
         key = obj.get(self.key_field)
-        kb = None if key is None else str(key).encode("utf-8")
+        kb = None if key is None else str(key).encode("utf-8", "backslashreplace")   # lone surrogates too
         from .base import _json_default
         self._p.send(self.topic, key=kb, value=json.dumps(obj, default=_json_default).encode("utf-8"))
 
@@ -354,6 +517,8 @@ def open_kafka(uri, dead_letter=None, **kw):
         kw["group"] = params.pop("group")
     if "stop_at_end" in params:
         kw["stop_at_end"] = params.pop("stop_at_end").lower() in ("1", "true", "yes")
+    if "on_offset_reset" in params:
+        kw["on_offset_reset"] = params.pop("on_offset_reset")
     if params:
         raise ValueError(f"unknown Kafka source parameters: {sorted(params)}")
     return KafkaSource(d["bootstrap"], d["topic"], dead_letter=dead_letter, **kw)

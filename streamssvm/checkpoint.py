@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import CheckpointError  # noqa: F401  (re-exported: the file format's error)
+from .errors import CheckpointError, RunFault, SourceFault  # noqa: F401  (CheckpointError re-exported: the file format's error)
 
 FORMAT = "streamssvm-checkpoint"
 VERSION = 2          # 2: manifest_sha256; version-1 files (no manifest checksum) are still read
@@ -373,12 +373,60 @@ class CheckpointManager:
     """
 
     PREFIX = "ckpt-"
+    LOCK = ".lock"
 
     def __init__(self, directory, keep: int = 3):
         if not isinstance(keep, int) or keep < 1:
             raise ValueError(f"keep must be a positive int, got {keep!r}")
         self.directory = Path(directory)
         self.keep = keep
+        self._lock = None
+
+    # ------------------------------------------------------------------ the directory's lock
+    def acquire(self):
+        """Take the directory's lock (an exclusive ``flock`` on ``.lock``, which holds the pid of
+        the run holding it), creating the directory first: the pre-flight check that it is
+        writable. Raises ``RunFault`` with one line when another run holds the lock or the
+        directory cannot be written. Idempotent; released by :meth:`release` or when the process
+        ends (a killed run never leaves a stale lock)."""
+        if self._lock is not None:
+            return
+        import fcntl
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.directory / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunFault(f"the checkpoint directory {self.directory} is not writable ({e.strerror or e})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            except OSError:
+                holder = ""
+            os.close(fd)
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise RunFault(f"the checkpoint directory {self.directory} is in use by another run{who}; wait for "
+                           f"it to end, or give this run another --checkpoint-dir") from None
+        try:   # the holder's pid (for the message above), and a write that must succeed
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            probe = self.directory / f".write-check-{os.getpid()}"
+            with open(probe, "wb") as f:
+                f.write(b"x")
+                f.flush()
+                os.fsync(f.fileno())
+            probe.unlink()
+        except OSError as e:
+            os.close(fd)
+            raise RunFault(f"the checkpoint directory {self.directory} is not writable ({e.strerror or e})") from None
+        self._lock = fd
+
+    def release(self):
+        """Release the directory's lock (see :meth:`acquire`)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def list(self):
         if not self.directory.is_dir():
@@ -465,13 +513,17 @@ class CheckpointManager:
         (builds the model, seeks the source...); when it raises, that checkpoint is skipped
         with a warning like an unreadable one and the previous one is tried, so a checkpoint
         that reads but cannot be applied never crashes every restart. Its return value
-        replaces ``state`` in the result."""
+        replaces ``state`` in the result. A ``SourceFault`` (the input changed under the
+        checkpointed position) is not the checkpoint's fault and propagates: falling back would
+        only start over silently."""
         for path in reversed(self.list()):
             try:
                 state, meta = self.load(path, kind=kind)
                 if restore is not None:
                     try:
                         state = restore(state, meta, path)
+                    except SourceFault:
+                        raise
                     except Exception as e:  # noqa: BLE001 - any failure to apply it: fall back
                         raise CheckpointError(f"{path}: cannot be restored ({type(e).__name__}: "
                                               f"{str(e)[:200]})") from None

@@ -253,7 +253,7 @@ class Engine:
         """Load the newest valid checkpoint (if any) and seek the source to its position."""
         if self.ckpt is None:
             return False
-
+        self.ckpt.acquire()   # one run per checkpoint directory (a second one stops with RunFault)
         got = self.ckpt.latest(restore=self._parse_state)
         if got is None:
             return False
@@ -307,6 +307,7 @@ class Engine:
         if self.ckpt is None:
             self._undo_point = copy.deepcopy(state)
             return None
+        self.ckpt.acquire()
         meta = {"examples_seen": self.examples_seen, "position": _jsonable(self.position),
                 "task": self.task, "estimator": type(self.model).__name__,
                 "last_certificate": self.last_certificate, "metrics": self.metrics.get(),
@@ -603,7 +604,12 @@ class Engine:
     def run(self):
         """Process the source until it ends or a stop condition holds; returns a summary."""
         if self.resumed_from is None:  # the CLI restores first, to check settings and say so
-            self.restore()
+            try:
+                self.restore()
+            except BaseException:
+                if self.ckpt is not None:
+                    self.ckpt.release()   # e.g. SourceChanged: the directory is free again
+                raise
         if self.source.group_member:
             self.source.on_revoke = self._on_revoke
             self.source.worker_id = self.worker_id()
@@ -627,6 +633,8 @@ class Engine:
             if self.dead_letter is not None:
                 self.dead_letter.flush()
         finally:
+            if self.ckpt is not None:
+                self.ckpt.release()
             gap = self.last_certificate["gap"] if self.last_certificate else None
             prog.update(self.examples_seen, self.metrics.get(), gap, force=True,
                         new_this_run=self.examples_seen - seen0)

@@ -247,7 +247,8 @@ def open_file_or_kafka(args, dead):
     None for Kafka)."""
     if args.source.startswith("kafka://"):
         from streamssvm.connectors.kafka import open_kafka
-        return open_kafka(args.source, dead_letter=dead), None
+        reset = getattr(args, "on_offset_reset", None)
+        return open_kafka(args.source, dead_letter=dead, **({"on_offset_reset": reset} if reset else {})), None
     from streamssvm.connectors.files import detect_format, open_source, parse_file_uri
     path, opts = parse_file_uri(args.source)
     if not os.path.exists(path):

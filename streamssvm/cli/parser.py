@@ -20,7 +20,9 @@ def _run_source_help():
     from streamssvm.connectors.files import SOURCE_OPTIONS
     return (SOURCE_OPTIONS + "\n\nkafka sources: kafka://HOST:PORT/TOPIC?group=G[&partitions=0,1][&stop_at_end=1]\n\n"
             "exit status: 0 done; 1 no records, or more than --max-bad-fraction of them bad; 2 bad arguments or "
-            "settings that differ from the checkpoint's; 130 / 143 stopped by SIGINT / SIGTERM (checkpoint "
+            "settings that differ from the checkpoint's; 3 a fault the run cannot go on with (the input changed under "
+            "the checkpoint, a Kafka broker or topic gone, the checkpoint directory locked or not writable, a full "
+            "disk); 130 / 143 stopped by SIGINT / SIGTERM (checkpoint "
             "written, run the same command to resume)")
 
 
@@ -76,6 +78,10 @@ def build_parser():
     r.add_argument("--test", default=None, help="file://... held-out examples scored at each snapshot (key 'test'; "
                    "default None)")
     param_option(r, Engine, "idle_timeout")
+    r.add_argument("--on-offset-reset", choices=["fail", "earliest", "latest"], default="fail",
+                   help="kafka: when a partition's log restarted below the checkpointed offset (topic recreated, "
+                        "broker emptied): fail (exit 3), or read the new log from its earliest or latest offset "
+                        "(default: fail)")
     param_option(r, Engine, "rate")
     param_option(r, Engine, "batch_size")
     param_option(r, Engine, "refine_at_end", flag="--refine-passes")
@@ -146,6 +152,18 @@ def build_parser():
     return p
 
 
+def _os_error_text(e):
+    """One line for a disk fault: what failed, on which file, and the likely cause."""
+    import errno
+    where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+    what = e.strerror or str(e)
+    hint = {errno.ENOSPC: "the disk is full: free space, then run the same command to resume",
+            errno.EDQUOT: "the disk quota is exhausted: free space, then run the same command to resume",
+            errno.EROFS: "the file system is read-only", errno.EACCES: "no permission to write there",
+            errno.EPERM: "no permission to write there"}.get(e.errno)
+    return f"{what}{where}" + (f": {hint}" if hint else "")
+
+
 def _compiles_kernels(argv):
     """Whether the command line ``argv`` runs a command that compiles the kernels (``run``,
     ``demo``; not their ``--help``, not ``run --workers``), judged without building the parser
@@ -159,9 +177,18 @@ def main(argv=None):
     if _compiles_kernels(argv):
         _say_compiling_early()   # before the first heavy import (numpy, numba, the kernels)
     args = build_parser().parse_args(argv)
-    from ..errors import CheckpointError
+    from ..errors import CheckpointError, RunFault, SourceFault
     try:
         return args.func(args)
+    except (SourceFault, RunFault) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    except OSError as e:
+        if isinstance(e, (FileNotFoundError, IsADirectoryError)):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"error: {_os_error_text(e)}", file=sys.stderr)
+        return 3
     except (ValueError, TypeError, FileNotFoundError, IsADirectoryError, CheckpointError, Refused) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

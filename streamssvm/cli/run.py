@@ -57,14 +57,18 @@ def cmd_run(args):
         except ImportError as e:   # Ray missing: the message names pip install 'streamssvm[distributed]'
             raise SystemExit(f"error: --workers: {e}") from None
         return run_from_args(args, make_model(args))
+    from ..checkpoint import CheckpointManager
     from ..engine import Engine
+    ckpt = None
+    if args.checkpoint_dir:   # first: the lock (another run: exit 3) and the pre-flight write check
+        ckpt = CheckpointManager(args.checkpoint_dir, keep=args.keep)
+        ckpt.acquire()
     dead = CliDeadLetters.make(args.dead_letter)
     source, fmt = open_file_or_kafka(args, dead)
     if fmt is not None and os.path.getsize(source.path) == 0:
         source.close()
         print(f"error: {source.path} is empty: no records to learn from", file=sys.stderr)
         return 1
-    sink = open_sink(args.sink) if args.sink else None
     if args.model:
         import streamssvm as ss
         model = ss.load(args.model)
@@ -75,17 +79,20 @@ def cmd_run(args):
     else:
         model = make_model(args)
         make = lambda: make_model(args)  # noqa: E731
-    if args.reset and args.checkpoint_dir:
-        n = _reset_checkpoints(args.checkpoint_dir)
-        if n:
-            print(f"--reset: removed {n} checkpoint(s) in {args.checkpoint_dir}", file=sys.stderr)
     eng = Engine(model, source, task=args.task, snapshot_every=args.snapshot_every,
                  checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-                 keep=args.keep, metrics_path=args.metrics, sink=sink, dead_letter=dead,
+                 keep=args.keep, metrics_path=args.metrics, dead_letter=dead,
                  max_examples=args.max_examples, idle_timeout=args.idle_timeout,
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
                  rate=args.rate,
                  batch_size=args.batch_size, test=read_test(args.test, args.task))
+    if ckpt is not None:
+        eng.ckpt = ckpt   # the locked one
+    sink = eng.sink = open_sink(args.sink) if args.sink else None
+    if args.reset and args.checkpoint_dir:
+        n = _reset_checkpoints(args.checkpoint_dir)
+        if n:
+            print(f"--reset: removed {n} checkpoint(s) in {args.checkpoint_dir}", file=sys.stderr)
     eng.settings = run_settings(args)
     eng.max_bad_fraction = args.max_bad_fraction
     if args.refine_passes and not args.no_progress:
@@ -123,6 +130,10 @@ def cmd_run(args):
         nbad = summary.get("n_bad", summary["bad_records"] + src_bad)
         if nbad:
             print(f"bad records: {nbad:,} ({where})")
+    if summary["stopped"] == "idle timeout" and source.fault:
+        print(f"error: stopped after --idle-timeout {args.idle_timeout:g}s: {source.fault}; the checkpoint keeps "
+              f"the position, run the same command to resume", file=sys.stderr)
+        return 3
     if summary["stopped"] == "interrupted":
         sig = eng.stop_signal or signal.SIGINT
         if args.checkpoint_dir:

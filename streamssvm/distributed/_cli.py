@@ -42,15 +42,24 @@ def run_from_args(args, model):
     res = run(model, args.source, task=args.task, workers=args.workers, cluster=args.cluster,
               checkpoint_dir=args.checkpoint_dir, round_examples=args.round_examples,
               round_seconds=args.round_seconds, passes=args.refine_passes, idle_timeout=args.idle_timeout,
-              metrics_path=args.metrics, keep=args.keep, progress=not args.no_progress)
+              metrics_path=args.metrics, keep=args.keep, progress=not args.no_progress,
+              dead_letter=args.dead_letter, max_bad_fraction=args.max_bad_fraction)
     if args.save:
         res.model.save(args.save)
     summary = summarize(res.history, res.certificate)
     summary["restarts"] = res.restarts
+    summary["stopped"] = res.stopped
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary)
+    bad, total = res.bad_records, res.bad_records + res.examples_seen
+    if bad and (res.stopped == "too many bad records"
+                or (args.max_bad_fraction is not None and bad > args.max_bad_fraction * total)):
+        where = f"sent to {args.dead_letter}" if args.dead_letter else "counted only; --dead-letter FILE keeps them"
+        import sys
+        print(f"error: {bad:,} of {total:,} records were bad ({where})", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -58,6 +67,7 @@ def summarize(history, certificate=None):
     last = history[-1] if history else {}
     c = certificate or next((h["certificate"] for h in reversed(history) if "certificate" in h), None)
     return {"rounds": last.get("round", 0), "examples_seen": last.get("examples_seen", 0),
+            "bad_records": last.get("bad_records", 0),
             "n_blocks": last.get("n_blocks", 0), "metrics": last.get("metrics", {}),
             "workers": [{"worker": w["worker"], "examples_seen": w["examples_seen"], "n_blocks": w["n_blocks"],
                          "throughput": w["throughput"], "learn_cpu": w["learn_cpu"]}
@@ -71,6 +81,8 @@ def print_summary(s):
     print(f"rounds {s['rounds']} | examples seen {s['examples_seen']} | blocks {s['n_blocks']} | "
           f"{s['bytes_per_round']:,.0f} bytes per round")
     print(f"progressive metrics: {json.dumps(s['metrics'])}")
+    if s.get("bad_records"):
+        print(f"bad records: {s['bad_records']:,}")
     for w in s["workers"]:
         print(f"  worker {w['worker']}: {w['examples_seen']} examples, {w['n_blocks']} blocks, "
               f"{w['throughput']:,.0f} ex/s, learn CPU {w['learn_cpu']:.1f}s")

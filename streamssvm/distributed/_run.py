@@ -113,6 +113,9 @@ class DistributedResult:
         certificate when computed).
     rounds, restarts, examples_seen
         Rounds run (resumed ones included), restarts from a cut, examples reflected in the model.
+    bad_records, stopped
+        Records sent to the dead letters (by the workers' step and by their sources), and why
+        the job stopped (``"too many bad records"`` past ``max_bad_fraction``, else ``"done"``).
     """
     model: object
     certificate: dict | None
@@ -121,6 +124,8 @@ class DistributedResult:
     restarts: int
     examples_seen: int
     workers: list = field(default_factory=list)
+    bad_records: int = 0
+    stopped: str = "done"
 
 
 class _Job:
@@ -201,7 +206,9 @@ class _Job:
                             "round_seconds": i["seconds"], "round_cpu": i["cpu"],
                             "learn_seconds": i["learn_seconds"], "learn_cpu": i["learn_cpu"],
                             "throughput": i["examples_seen"] / max(i["learn_seconds"], 1e-9),
-                            "metrics": i["metrics"], "bad_records": i["bad_records"]} for i in infos],
+                            "metrics": i["metrics"], "bad_records": i["bad_records"],
+                            "bad_at_source": i.get("bad_at_source", 0)} for i in infos],
+               "bad_records": sum(i["bad_records"] + i.get("bad_at_source", 0) for i in infos),
                "metrics": _merge_metrics([i["metrics"] for i in infos]), "n_metric": n_metric}
         if cert is not None:
             rec.update({"gap": cert["gap"], "primal": cert["primal"], "dual": cert["dual"], "exact": cert["exact"],
@@ -308,12 +315,17 @@ class RunOptions:
         Param("on_round", None, "object", "callable(record, job) after every committed round", cli=False),
         Param("num_cpus", None, "int", "CPUs of a local Ray cluster", low=1, none=True),
         Param("progress", False, "bool", "print one line per round"),
+        Param("dead_letter", None, "object", "kafka://HOST:PORT/TOPIC or JSONL file for the bad records (none: "
+              "counted, kept in memory)"),
+        Param("max_bad_fraction", None, "float", "stop when more than this fraction of the records are bad (from "
+              "the 100th record on)", low=0.0, none=True),
     )
 
     def __init__(self, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
                  round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1,
                  checkpoint_every=1, beta=1.0, max_rounds=None, idle_timeout=None, max_restarts=3, keep=3,
-                 metrics_path=None, on_round=None, num_cpus=None, progress=False):
+                 metrics_path=None, on_round=None, num_cpus=None, progress=False, dead_letter=None,
+                 max_bad_fraction=None):
         values = locals()
         for p in self.params:   # stored unchanged; :func:`run` checks them (its messages)
             setattr(self, p.name, values[p.name])
@@ -374,6 +386,8 @@ def run(model, source, options=None, **kwargs):
     job_id = idf.read_text().strip()
     cpus = ray.cluster_resources().get("CPU", 1.0)
     shards = _source_spec(source, workers)
+    for spec in shards:
+        spec["dead_letter"] = None if o.dead_letter is None else str(o.dead_letter)
     if round_seconds is None and shards[0]["kind"] == "kafka" and not shards[0]["stop_at_end"]:
         round_seconds = 10.0   # a live topic: an idle partition must not hold a round open forever
     job = _Job(model, shards, task, kind, workers, beta, directory, keep,
@@ -381,6 +395,7 @@ def run(model, source, options=None, **kwargs):
     restarts = 0
     history = []
     cert = None
+    stopped = "done"
     try:
         job.start()
         refine_done = 0.0
@@ -428,6 +443,9 @@ def run(model, source, options=None, **kwargs):
                       flush=True)
             if on_round is not None:
                 on_round(rec, job)
+            if _too_many_bad(rec, o.max_bad_fraction):
+                stopped = "too many bad records"
+                break
         if not history or "certificate" not in history[-1]:
             sums = ray.get([w.block_sums.remote() for w in job.workers])
             cert = ray.get(job.mixer.certificate.remote(sums))
@@ -435,7 +453,8 @@ def run(model, source, options=None, **kwargs):
         seen = history[-1]["examples_seen"] if history else 0
         wstats = history[-1]["workers"] if history else []
         return DistributedResult(model=final, certificate=cert, history=history, rounds=job.round,
-                                 restarts=restarts, examples_seen=seen, workers=wstats)
+                                 restarts=restarts, examples_seen=seen, workers=wstats,
+                                 bad_records=history[-1].get("bad_records", 0) if history else 0, stopped=stopped)
     finally:
         try:
             ray.get([w.close.remote() for w in job.workers], timeout=30)
@@ -446,6 +465,15 @@ def run(model, source, options=None, **kwargs):
             ray.shutdown()
         if tmp is not None:
             tmp.cleanup()
+
+
+def _too_many_bad(rec, fraction, min_records=100):
+    """Whether a round's totals pass ``max_bad_fraction`` (checked from ``min_records`` on)."""
+    if fraction is None:
+        return False
+    bad = rec.get("bad_records", 0)
+    total = bad + rec["examples_seen"]
+    return total >= min_records and bad > fraction * total
 
 
 def _append_metrics(path, rec):

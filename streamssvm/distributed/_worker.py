@@ -70,15 +70,61 @@ class ArrayShard(Source):
             yield Record(x=self.X[i], y=self.Y[i], key=i, position={"record": self.next}, origin=f"arrays:{i}")
 
 
-class FileShard(Source):
-    """Records k mod K of a file source (the file source's own positions, which count records)."""
+def open_dead_letters(uri):
+    """The dead-letter sink of a worker: ``kafka://HOST:PORT/TOPIC``, a JSONL file (every worker
+    appends whole lines to it), or None (in memory, with a warning per reason)."""
+    from ..connectors.base import DeadLetterSink, JSONLSink
+    if uri is None:
+        return DeadLetterSink()
+    if str(uri).startswith("kafka://"):
+        from ..connectors.kafka import KafkaSink, parse_kafka_uri
+        d = parse_kafka_uri(uri)
+        return DeadLetterSink(KafkaSink(d["bootstrap"], d["topic"]))
+    return DeadLetterSink(JSONLSink(str(uri)[len("file://"):] if str(uri).startswith("file://") else uri))
 
-    def __init__(self, uri, index, n_workers):
+
+class _ShareOfDeadLetters:
+    """The dead letters of a file every worker reads whole: worker k sends (and counts) the bad
+    lines whose number is k modulo K, so each bad line is reported once by the job."""
+
+    def __init__(self, sink, index, n_workers):
+        self.sink, self.index, self.n_workers = sink, index, n_workers
+        self.count = 0
+        self.max_raw_bytes = sink.max_raw_bytes
+        self.warn = getattr(sink, "warn", False)
+
+    def send(self, raw, reason, origin="", size=None):
+        try:
+            line = int(str(origin).rsplit(":", 1)[1])
+        except (IndexError, ValueError):
+            line = 0
+        if line % self.n_workers == self.index:
+            self.count += 1
+            self.sink.send(raw, reason, origin, size)
+
+    def __getattr__(self, name):   # flush, sync, close, reasons ...
+        return getattr(self.sink, name)
+
+
+class FileShard(Source):
+    """Records k mod K of a file source (the file source's own positions, which count records);
+    bad lines are this worker's when their line number is k mod K."""
+
+    def __init__(self, uri, index, n_workers, dead_letter=None):
         from ..connectors.files import open_source
         super().__init__()
-        self.src = open_source(uri)
         self.index, self.n_workers = int(index), int(n_workers)
-        self.dead_letter = self.src.dead_letter
+        self.dead_letter = dead_letter if dead_letter is not None else open_dead_letters(None)
+        self._share = _ShareOfDeadLetters(self.dead_letter, self.index, self.n_workers)
+        self.src = open_source(uri, dead_letter=self._share)
+
+    @property
+    def n_bad(self):
+        return self._share.count
+
+    @n_bad.setter
+    def n_bad(self, v):   # Source.__init__ sets it
+        pass
 
     def position(self):
         return self.src.position()
@@ -98,20 +144,23 @@ class FileShard(Source):
 
 def open_shard(spec, index, n_workers, worker_id):
     kind = spec["kind"]
+    dead = open_dead_letters(spec.get("dead_letter"))
     if kind == "arrays":
         X, Y = spec["X"], spec["Y"]
         if not isinstance(X, (list, tuple)):   # Ray object references (nested ones are not resolved)
             import ray
             X, Y = ray.get(X), ray.get(Y)
-        return ArrayShard(X, Y, index, n_workers)
+        shard = ArrayShard(X, Y, index, n_workers)
+        shard.dead_letter = dead
+        return shard
     if kind == "file":
-        return FileShard(spec["uri"], index, n_workers)
+        return FileShard(spec["uri"], index, n_workers, dead_letter=dead)
     if kind == "kafka":
         from ..connectors.kafka import KafkaSource, parse_kafka_uri
         d = parse_kafka_uri(spec["uri"])
         src = KafkaSource(d["bootstrap"], d["topic"], group=spec.get("group"), partitions=spec["partitions"],
                           stop_at_end=bool(spec.get("stop_at_end", False)), session_timeout_ms=6000,
-                          heartbeat_interval_ms=1000)
+                          heartbeat_interval_ms=1000, dead_letter=dead)
         src.worker_id = worker_id
         return src
     raise ValueError(f"unknown shard kind {kind!r}")
@@ -146,6 +195,7 @@ class Worker:
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
+        self.bad_at_source = 0     # the source's own rejections up to the restored cut
         self.n_global = 0
         self.position = None
         self.ended = False
@@ -154,6 +204,7 @@ class Worker:
         self.worker_id = f"{job_id}-w{self.index}"
         self.block_partitions = []   # source partition of each learned example, in arrival order
         self.source = open_shard(shard, self.index, self.n_workers, self.worker_id)
+        self._src_bad0 = 0
         self._it = None
 
     # ------------------------------------------------------------------ cut parts
@@ -162,6 +213,8 @@ class Worker:
         st, _ = load_state(part_path, kind=PART_KIND)
         w = parse_run_state(st, "worker")
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
+        self.bad_at_source = int(w.get("bad_at_source", 0))
+        self._src_bad0 = self.source.n_bad
         self.metrics = w["metrics"]
         self.n_global = int(w["n_global"])
         self.ended = bool(w["ended"])
@@ -175,13 +228,21 @@ class Worker:
 
     def save_part(self, round_id, path):
         """Write this worker's part of the cut of ``round_id`` durably; returns its description."""
+        if self.source.dead_letter is not None:
+            self.source.dead_letter.sync()   # durable before the cut that counts them
         state = run_state(self.model, "worker", examples_seen=self.examples_seen, bad_records=self.bad_records,
+                          bad_at_source=self.n_bad_at_source,
                           metrics=self.metrics, position=self.position, index=self.index, round=int(round_id),
                           n_global=self.n_global, ended=self.ended, learn_seconds=self.learn_seconds,
                           learn_cpu=self.learn_cpu,
                           block_partitions=np.asarray(self.block_partitions, dtype=np.int64))
         p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
         return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
+
+    @property
+    def n_bad_at_source(self):
+        """Records the shard's source rejected itself (unparsable, ...), resumed rounds included."""
+        return self.bad_at_source + int(self.source.n_bad or 0) - self._src_bad0
 
     def commit_offsets(self):
         """Commit the source position of the last committed cut (Kafka: to the consumer group)."""
@@ -238,7 +299,7 @@ class Worker:
                 "examples_seen": self.examples_seen, "ended": self.ended, "seconds": time.perf_counter() - t0,
                 "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
                 "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
-                "bad_records": self.bad_records, "position": self.position}
+                "bad_records": self.bad_records, "bad_at_source": self.n_bad_at_source, "position": self.position}
         return info, delta
 
     def _check_index(self):
@@ -269,4 +330,6 @@ class Worker:
 
     def close(self):
         self.source.close()
+        if self.source.dead_letter is not None:
+            self.source.dead_letter.close()
         return True
