@@ -169,14 +169,20 @@ def validate_weights(st, keys=("E", "T", "B"), cost="C"):
     K = int(st["K"])
     if not 0 <= K <= Kc:
         _fail(f"K={K} labels with a label capacity of {Kc}")
+    if cost is not None and st.get(cost) is not None:
+        C = np.asarray(st[cost])
+        if K > C.shape[0] or not np.isfinite(C).all() or (C.size and C.min() < 0):
+            _fail(f"the cost matrix must cover the {K} labels with finite costs >= 0")
     for a, k in zip((E, T, B), keys):
         if not np.isfinite(a).all():
             _fail(f"{k} has non-finite weights")
     return d, Kc, K
 
 
-def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what):
-    """Check one held example (CSR tokens, features, truth) against the weights' sizes."""
+def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what, structure=None, Ki=None, K=None):
+    """Check one held example (CSR tokens, features, truth) against the weights' sizes; with
+    ``structure`` (and the example's ``Ki``, the learner's ``K`` labels) its truth as the
+    structure's kernels read it (:func:`validate_truth`)."""
     tp = np.asarray(tok_ptr)
     fi = np.asarray(fidx)
     fv = np.asarray(fval)
@@ -187,6 +193,8 @@ def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what):
         _fail(f"{what}: feature indices and values must be 1-D arrays of one length")
     if yy.ndim != 1 or (yy.size and yy.dtype.kind not in "iu"):
         _fail(f"{what}: the truth must be a 1-D integer array")
+    if fi.size >= 1 << 31 or tp.size >= 1 << 31:
+        _fail(f"{what}: more features than an int32 pointer holds")
     tp = tp.astype(np.int64)
     if tp[0] != 0 or tp[-1] != fi.size or np.any(np.diff(tp) < 0):
         _fail(f"{what}: token pointers are not a partition of its {fi.size} features")
@@ -194,6 +202,78 @@ def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what):
     _in_range(yy, 0, Kc, f"{what}: true labels")
     if fv.size and (fv.dtype.kind != "f" or not np.isfinite(fv).all()):
         _fail(f"{what}: feature values must be finite floats")
+    if structure is not None:
+        validate_truth(structure, yy, tp.size - 1, Ki, Kc if K is None else K, what)
+
+
+def validate_truth(structure, y, L, Ki, K, what):
+    """Check a held example's truth as the structure's kernels read it: one label per token
+    for chains and multiclass, else ``Ki`` (1 <= Ki <= K) label slots and distinct positive
+    labels (a hierarchy's include inner nodes). All labels are below ``K``, the labels the
+    learner knows."""
+    y = np.asarray(y)
+    try:
+        Ki = 1 if Ki is None else int(Ki)
+    except (TypeError, ValueError, OverflowError):
+        _fail(f"{what}: label slots {Ki!r} are not an integer")
+    if int(structure.kind) in (CHAIN, MULTICLASS):
+        if y.size != L:
+            _fail(f"{what}: {y.size} true labels for {L} tokens (one per token)")
+        _in_range(y, 0, max(K, 1), f"{what}: true labels")
+        return
+    if not 1 <= Ki <= max(K, 1):
+        _fail(f"{what}: {Ki} label slots, the learner knows {K} labels")
+    _in_range(y, 0, max(K, 1), f"{what}: positive labels")
+    if len(np.unique(y)) != y.size:
+        _fail(f"{what}: positive labels repeat")
+
+
+def validate_labeling(lab, K, what):
+    """Check a stored labeling (a working set's, a cut's): a 1-D integer array of labels (or
+    0 / 1 marks of a set labeling) in [0, max(K, 2)), so that no kernel reads past a cost row or
+    a score column of the ``K`` labels. Returns it as an int32 array."""
+    a = np.asarray(lab)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        _fail(f"{what}: a labeling must be a 1-D integer array")
+    _in_range(a, 0, max(K, 2), f"{what}: labels")
+    return a.astype(np.int32)
+
+
+def validate_window(st, structure, n_rows, Kc, K, what="held window"):
+    """Check a saved :class:`~streamssvm.oracles.risk.Window` (BMRM's, Pragam's held examples):
+    its capacity and counters, every example (:func:`validate_example` with its truth)."""
+    try:
+        cap, first, version = int(st["capacity"]), int(st["first_seq"]), int(st["version"])
+        items = list(st["items"])
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        _fail(f"{what}: {type(e).__name__}: {e}")
+    if not (cap == -1 or 1 <= cap <= 1 << 40) or not 0 <= first <= 1 << 62 or not 0 <= version <= 1 << 62:
+        _fail(f"{what}: capacity {cap}, first sequence number {first}, version {version} out of range")
+    if cap != -1 and len(items) > cap:
+        _fail(f"{what}: {len(items)} examples held, capacity {cap}")
+    for i, r in enumerate(items):
+        validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], n_rows, Kc, f"{what}: example {i}",
+                         structure=structure, Ki=r["Ki"], K=K)
+
+
+def validate_scalars(values, bounds, what):
+    """Check named numbers of a saved state: ``bounds`` maps a key of ``values`` to ``(low,
+    high, kind)``, kind ``"int"`` (an integer in [low, high]), ``"float"`` (a finite number in
+    [low, high]) or ``"float?"`` (the same, or None). Raises ``CheckpointError``."""
+    import math
+    for key, (low, high, kind) in bounds.items():
+        if key not in values:
+            continue
+        v = values[key]
+        if v is None and kind.endswith("?"):
+            continue
+        if kind.startswith("int"):
+            ok = isinstance(v, (int, np.integer)) and not isinstance(v, bool) and low <= int(v) <= high
+        else:
+            ok = (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                  and math.isfinite(float(v)) and low <= float(v) <= high)
+        if not ok:
+            _fail(f"{what}: {key}={v!r} out of range [{low}, {high}]")
 
 
 def _rng_state(rng):

@@ -525,9 +525,10 @@ class CuttingPlane(DenseWeights, Learner):
                             "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
 
     def restore(self, structure, labels, st):
-        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        d, Kc, K = validate_weights(st)   # every size and index checked before anything is used
         for i, r in enumerate(st["blocks"]):
-            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
+            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}",
+                             structure=structure, Ki=r["Ki"], K=K)
             labs, alpha = np.asarray(r["labs"]), np.asarray(r["alpha"])
             L = len(r["tok_ptr"]) - 1
             if (labs.ndim != 2 or labs.shape[1] != structure.labeling_len(L, Kc) or alpha.shape != (labs.shape[0],)

@@ -812,13 +812,14 @@ class SGD(DenseWeights, Learner):
                            for tp, fi, fv, y, k in self._recent]}
 
     def restore(self, structure, labels, st):
-        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        d, Kc, K = validate_weights(st)   # every size and index checked before anything is used
         avg = ("VE", "VT", "VB") if "VE" in st else ("AE", "AT", "AB")   # lazy average, or the older format
         validate_weights({**{k: st[k] for k in avg}, "K": st["K"]}, keys=avg, cost=None)
         if np.shape(st[avg[0]]) != (d, Kc):
             raise CheckpointError("invalid learner state in the file: averaged weights do not match the weights")
         for i, r in enumerate(st["recent"]):
-            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
+            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}",
+                             structure=structure, Ki=r["Ki"], K=K)
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.a = float(st["a"])
