@@ -86,6 +86,8 @@ def validate_store_state(st, structure, n_rows=None):
         _in_range(a, 0, ns, what)
     if not (set(order.tolist()) <= set(alive.tolist()) and set(unvisited.tolist()) <= set(alive.tolist())):
         _fail("order / unvisited name slots that are not alive")
+    if len(order) != n or set(order.tolist()) != set(alive.tolist()):
+        _fail("the arrival order must name every alive slot once")   # FIFO eviction pops it
     if len(np.unique(order)) != len(order) or len(np.unique(free)) != len(free):
         _fail("order / free slots repeat")   # a repeated FIFO entry evicts the wrong block, a repeated free slot holds two
     if "lval" in st and not np.isfinite(np.asarray(st["lval"], dtype=np.float64)).all():
@@ -100,6 +102,9 @@ def validate_store_state(st, structure, n_rows=None):
     if not kind_ok:
         return   # from_state names the mismatch
     ni, nf = Iar.shape[0], Far.shape[0]
+    longest = int(meta[alive, 2].max()) if n else 1
+    if max_L < longest or max_L > max(longest, 1 << 16):
+        _fail(f"max_L={max_L} with held blocks of at most {longest} tokens")   # sizes the kernels' scratch
     for s in alive.tolist():
         io, fo, L, nnz, ly, Ki, pcap, pn, lablen, flags, isz, fsz = (int(v) for v in meta[s])
         if not (0 <= io and 0 <= fo and 1 <= L <= max_L and 0 <= nnz and 0 <= ly and 1 <= Ki

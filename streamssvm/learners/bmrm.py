@@ -111,12 +111,12 @@ class BMRM(DenseWeights, Learner):
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
         Param("variant", "qp", "choice", "exact bundle QP or line search", choices=("qp", "ls")),
         Param("tol", 1e-3, "float", "refine stops once eps_t <= tol (absolute, in units of J)", low=0.0),
-        Param("max_cuts", 200, "int", "bundle size bound (aggregation beyond it)", low=2),
+        Param("max_cuts", 200, "int", "bundle size bound (aggregation beyond it)", low=2, high=10_000),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("window", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
         Param("qp_tol", 1e-12, "float", "inner QP tolerance (Wolfe gap)", low=0.0),
-        Param("qp_steps", 100_000, "int", "inner QP step cap", low=1),
+        Param("qp_steps", 100_000, "int", "inner QP step cap", low=1, high=10_000_000),
     )
 
     @classmethod

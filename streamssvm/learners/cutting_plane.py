@@ -125,17 +125,17 @@ class CuttingPlane(DenseWeights, Learner):
               "(slack rescaling)", choices=_SEARCH),
         Param("eps", 1e-3, "float", "a label enters the working set when it violates by more than eps",
               low=0.0),
-        Param("max_iter", 100, "int", "most rounds one refine call runs", low=1),
-        Param("max_queries", 100, "int", "budgeted search: most oracle queries", low=1),
+        Param("max_iter", 100, "int", "most rounds one refine call runs", low=1, high=1_000_000),
+        Param("max_queries", 100, "int", "budgeted search: most oracle queries", low=1, high=10_000),
         Param("tol", 0.999, "float", "budgeted search: stopping ratio", low=0.0, high=1.0),
         Param("qp_tol", None, "float", "tolerance on each block's restricted Wolfe gap (None: eps / 10)",
               low=0.0, none=True),
-        Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0),
+        Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0, high=10_000),
         Param("seed", None, "seed", "order of the examples in a round (None: in order), reservoir"),
         Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
         Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
               choices=("fifo", "reservoir")),
-        Param("replay", 1, "int", "held examples visited again after each new one", low=0),
+        Param("replay", 1, "int", "held examples visited again after each new one", low=0, high=1000),
     )
 
     @classmethod

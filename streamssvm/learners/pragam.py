@@ -118,7 +118,7 @@ class Pragam(DenseWeights, Learner):
         Param("tol", 1e-3, "float", "refine stops once the certified gap is <= tol", low=0.0),
         Param("window", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
         Param("seed", 0, "seed", "random start alpha_{-1} in Q"),
-        Param("max_backtracks", 60, "int", "cap on the doublings of L in one step", low=1),
+        Param("max_backtracks", 60, "int", "cap on the doublings of L in one step", low=1, high=1000),
         Param("rescaling", "margin", "choice", "margin only (the Crammer-Singer dual)",
               choices=("margin",)),
         Param("start", "random", "choice", "alpha_{-1}: random in Q, or all mass on the truth",

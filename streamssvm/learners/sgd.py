@@ -147,7 +147,7 @@ class SGD(DenseWeights, Learner):
               choices=("margin", "slack")),
         Param("search", "exact", "choice", "slack rescaling: the exact slack oracle or a budgeted search",
               choices=_SEARCH),
-        Param("max_queries", 20, "int", "budgeted search: most oracle queries", low=1),
+        Param("max_queries", 20, "int", "budgeted search: most oracle queries", low=1, high=10_000),
         Param("tol", 0.999, "float", "budgeted search: stopping ratio Phi(best) / upper bound",
               low=0.0, high=1.0),
         Param("averaging", True, "bool", "predict with an average of the iterates"),
@@ -162,7 +162,7 @@ class SGD(DenseWeights, Learner):
               low=0, none=True),
         Param("seed", 0, "seed", "seed of the replay draws and refine permutations"),
         Param("relaxed", False, "bool", "LP relaxation: step on the relaxed labeling, not its rounding"),
-        Param("replay", 1, "int", "steps on held examples after each new one", low=0),
+        Param("replay", 1, "int", "steps on held examples after each new one", low=0, high=1000),
         Param("truncate", False, "bool", "truncated steps (Asi & Duchi)"),
     )
 
