@@ -19,6 +19,10 @@ def _fail(msg):
     raise CheckpointError(f"invalid block store in the file: {msg}")
 
 
+def _bad(msg):
+    raise CheckpointError(f"invalid learner state in the file: {msg}")
+
+
 def _int_array(st, key, n=None):
     a = np.asarray(st[key])
     if a.dtype.kind not in "iu" and not (a.size == 0 and a.dtype.kind == "f"):
@@ -163,24 +167,24 @@ def validate_weights(st, keys=("E", "T", "B"), cost="C"):
     Raises ``CheckpointError``."""
     E, T, B = (np.asarray(st[k]) for k in keys)
     if E.ndim != 2 or E.dtype.kind != "f" or E.shape[0] < 1 or E.shape[1] < 1:
-        _fail(f"{keys[0]} must be a 2-D float array (features x labels), got {E.dtype} {E.shape}")
+        _bad(f"{keys[0]} must be a 2-D float array (features x labels), got {E.dtype} {E.shape}")
     d, Kc = E.shape
     if T.shape != (Kc, Kc) or B.shape != (2, Kc) or T.dtype.kind != "f" or B.dtype.kind != "f":
-        _fail(f"{keys[1]} / {keys[2]} must be ({Kc}, {Kc}) / (2, {Kc}) float arrays, got {T.shape} / {B.shape}")
+        _bad(f"{keys[1]} / {keys[2]} must be ({Kc}, {Kc}) / (2, {Kc}) float arrays, got {T.shape} / {B.shape}")
     if cost is not None and st.get(cost) is not None:
         C = np.asarray(st[cost])
         if C.ndim != 2 or C.shape[0] != C.shape[1] or C.shape[0] > Kc or C.dtype.kind != "f":
-            _fail(f"the cost matrix must be square, at most {Kc} x {Kc}, got {C.shape}")
+            _bad(f"the cost matrix must be square, at most {Kc} x {Kc}, got {C.shape}")
     K = int(st["K"])
     if not 0 <= K <= Kc:
-        _fail(f"K={K} labels with a label capacity of {Kc}")
+        _bad(f"K={K} labels with a label capacity of {Kc}")
     if cost is not None and st.get(cost) is not None:
         C = np.asarray(st[cost])
         if K > C.shape[0] or not np.isfinite(C).all() or (C.size and C.min() < 0):
-            _fail(f"the cost matrix must cover the {K} labels with finite costs >= 0")
+            _bad(f"the cost matrix must cover the {K} labels with finite costs >= 0")
     for a, k in zip((E, T, B), keys):
         if not np.isfinite(a).all():
-            _fail(f"{k} has non-finite weights")
+            _bad(f"{k} has non-finite weights")
     return d, Kc, K
 
 
@@ -193,20 +197,20 @@ def validate_example(tok_ptr, fidx, fval, y, n_rows, Kc, what, structure=None, K
     fv = np.asarray(fval)
     yy = np.asarray(y)
     if tp.ndim != 1 or tp.size < 2 or tp.dtype.kind not in "iu":
-        _fail(f"{what}: token pointers must be a 1-D integer array with at least 2 entries")
+        _bad(f"{what}: token pointers must be a 1-D integer array with at least 2 entries")
     if fi.ndim != 1 or fv.ndim != 1 or fi.shape != fv.shape or (fi.size and fi.dtype.kind not in "iu"):
-        _fail(f"{what}: feature indices and values must be 1-D arrays of one length")
+        _bad(f"{what}: feature indices and values must be 1-D arrays of one length")
     if yy.ndim != 1 or (yy.size and yy.dtype.kind not in "iu"):
-        _fail(f"{what}: the truth must be a 1-D integer array")
+        _bad(f"{what}: the truth must be a 1-D integer array")
     if fi.size >= 1 << 31 or tp.size >= 1 << 31:
-        _fail(f"{what}: more features than an int32 pointer holds")
+        _bad(f"{what}: more features than an int32 pointer holds")
     tp = tp.astype(np.int64)
     if tp[0] != 0 or tp[-1] != fi.size or np.any(np.diff(tp) < 0):
-        _fail(f"{what}: token pointers are not a partition of its {fi.size} features")
+        _bad(f"{what}: token pointers are not a partition of its {fi.size} features")
     _in_range(fi, 0, n_rows, f"{what}: feature indices")
     _in_range(yy, 0, Kc, f"{what}: true labels")
     if fv.size and (fv.dtype.kind != "f" or not np.isfinite(fv).all()):
-        _fail(f"{what}: feature values must be finite floats")
+        _bad(f"{what}: feature values must be finite floats")
     if structure is not None:
         validate_truth(structure, yy, tp.size - 1, Ki, Kc if K is None else K, what)
 
@@ -220,17 +224,17 @@ def validate_truth(structure, y, L, Ki, K, what):
     try:
         Ki = 1 if Ki is None else int(Ki)
     except (TypeError, ValueError, OverflowError):
-        _fail(f"{what}: label slots {Ki!r} are not an integer")
+        _bad(f"{what}: label slots {Ki!r} are not an integer")
     if int(structure.kind) in (CHAIN, MULTICLASS):
         if y.size != L:
-            _fail(f"{what}: {y.size} true labels for {L} tokens (one per token)")
+            _bad(f"{what}: {y.size} true labels for {L} tokens (one per token)")
         _in_range(y, 0, max(K, 1), f"{what}: true labels")
         return
     if not 1 <= Ki <= max(K, 1):
-        _fail(f"{what}: {Ki} label slots, the learner knows {K} labels")
+        _bad(f"{what}: {Ki} label slots, the learner knows {K} labels")
     _in_range(y, 0, max(K, 1), f"{what}: positive labels")
     if len(np.unique(y)) != y.size:
-        _fail(f"{what}: positive labels repeat")
+        _bad(f"{what}: positive labels repeat")
 
 
 def validate_labeling(lab, K, what):
@@ -239,7 +243,7 @@ def validate_labeling(lab, K, what):
     a score column of the ``K`` labels. Returns it as an int32 array."""
     a = np.asarray(lab)
     if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
-        _fail(f"{what}: a labeling must be a 1-D integer array")
+        _bad(f"{what}: a labeling must be a 1-D integer array")
     _in_range(a, 0, max(K, 2), f"{what}: labels")
     return a.astype(np.int32)
 
@@ -251,11 +255,11 @@ def validate_window(st, structure, n_rows, Kc, K, what="held window"):
         cap, first, version = int(st["capacity"]), int(st["first_seq"]), int(st["version"])
         items = list(st["items"])
     except (KeyError, TypeError, ValueError, OverflowError) as e:
-        _fail(f"{what}: {type(e).__name__}: {e}")
+        _bad(f"{what}: {type(e).__name__}: {e}")
     if not (cap == -1 or 1 <= cap <= 1 << 40) or not 0 <= first <= 1 << 62 or not 0 <= version <= 1 << 62:
-        _fail(f"{what}: capacity {cap}, first sequence number {first}, version {version} out of range")
+        _bad(f"{what}: capacity {cap}, first sequence number {first}, version {version} out of range")
     if cap != -1 and len(items) > cap:
-        _fail(f"{what}: {len(items)} examples held, capacity {cap}")
+        _bad(f"{what}: {len(items)} examples held, capacity {cap}")
     for i, r in enumerate(items):
         validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], n_rows, Kc, f"{what}: example {i}",
                          structure=structure, Ki=r["Ki"], K=K)
@@ -278,7 +282,7 @@ def validate_scalars(values, bounds, what):
             ok = (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
                   and math.isfinite(float(v)) and low <= float(v) <= high)
         if not ok:
-            _fail(f"{what}: {key}={v!r} out of range [{low}, {high}]")
+            _bad(f"{what}: {key}={v!r} out of range [{low}, {high}]")
 
 
 def _rng_state(rng):

@@ -145,7 +145,8 @@ def _finite_weights(m):
     if W is not None and not np.isfinite(W).all():
         return False
     from streamssvm.estimators.base import _all_finite
-    return _all_finite(lr.state())
+    st = lr.state()
+    return _all_finite({k: v for k, v in st.items() if k != "history"})   # a diagnostic trace may hold inf
 
 
 def use(m, data):

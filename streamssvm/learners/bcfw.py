@@ -29,7 +29,7 @@ from .._kernels import layout as KL
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..errors import CheckpointError
-from ..saved_state import _fail, validate_scalars, validate_weights
+from ..saved_state import _bad as _fail, validate_scalars, validate_weights
 from ..structures.base import Weights
 from ..workspace import Workspace
 from .base import DenseWeights, Learner, label_capacity, check_number
@@ -791,6 +791,6 @@ def _validate_bcfw_scalars(st):
     if facc.shape != (2,) or facc.dtype.kind != "f" or not np.isfinite(facc).all():
         _fail(f"the averaging accumulator must be 2 finite floats, got {facc.dtype} {facc.shape}")
     c = np.asarray(st["counters"])
-    if c.ndim != 1 or (c.size and c.dtype.kind not in "iu") or (c.size and int(c.min()) < 0):
-        _fail("the counters must be integers >= 0")
+    if c.ndim != 1 or (c.size and (c.dtype.kind not in "iu" or int(c.min()) < 0 or int(c.max()) > 1 << 62)):
+        _fail("the counters must be integers in [0, 2**62]")
 

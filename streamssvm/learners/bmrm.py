@@ -57,7 +57,7 @@ from ..oracles.risk import RiskOracle, Window, weights_dot, weights_like
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_number
 from ..params import Param
-from ..saved_state import (_fail, validate_labeling, validate_scalars, validate_weights, validate_window)
+from ..saved_state import _bad as _fail, validate_labeling, validate_scalars, validate_weights, validate_window
 
 
 class _Cut:

@@ -38,7 +38,7 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
-from ..saved_state import _rng_restore, _rng_state, validate_example, validate_weights
+from ..saved_state import _rng_restore, _rng_state, validate_example, validate_scalars, validate_weights
 from ..certificate import Certificate
 from ..errors import CheckpointError
 from ..oracles.slack import search_example
@@ -538,6 +538,12 @@ class CuttingPlane(DenseWeights, Learner):
                                       f"shape {labs.shape} / weights {alpha.shape}")
             if labs.size and (labs.min() < -1 or labs.max() >= max(Kc, 2)):
                 raise CheckpointError(f"invalid learner state in the file: held example {i}: labelings out of range")
+        c = np.asarray(st["counters"])
+        if c.shape != (6,) or c.dtype.kind not in "iu" or int(c.min()) < 0 or int(c.max()) > 1 << 62:
+            raise CheckpointError(f"invalid learner state in the file: counters must be 6 integers in [0, 2**62], "
+                                  f"got {c.dtype} {c.shape}")
+        validate_scalars(st, {"seen": (0, 1 << 62, "int"), "evicted": (0, 1 << 62, "int"),
+                              "cursor": (0, 1 << 62, "int")}, "learner")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.W = Weights(1, 1)

@@ -48,7 +48,7 @@ from ..certificate import Certificate
 from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
-from ..saved_state import validate_example, validate_weights
+from ..saved_state import validate_example, validate_scalars, validate_weights
 from ..errors import CheckpointError
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_search_rescaling
@@ -820,6 +820,14 @@ class SGD(DenseWeights, Learner):
         for i, r in enumerate(st["recent"]):
             validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}",
                              structure=structure, Ki=r["Ki"], K=K)
+        counts, big = (0, 1 << 62, "int"), 1e300
+        validate_scalars(st, {**{k: counts for k in ("t", "queries", "searches", "certified", "n_learned", "lmax_n",
+                                                    "projections", "folds", "pending", "dropped", "relaxed_steps",
+                                                    "arrived", "flat_revisits")},
+                              "a": (0.0, big, "float"), "beta": (0.0, big, "float"), "csum": (0.0, big, "float"),
+                              "unorm2": (0.0, big, "float"), "ell": (-big, big, "float"),
+                              "lmax_sum": (0.0, big, "float"), "t0": (-1.0, big, "float"),
+                              "dual_loss": (-big, big, "float")}, "learner")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.a = float(st["a"])
