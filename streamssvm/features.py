@@ -414,7 +414,7 @@ class FeatureIndex:
         fi = cls(st["n_features"])
         dim = st["array_dim"]
         if dim is not None and not (isinstance(dim, numbers.Integral) and not isinstance(dim, bool)
-                                    and 0 <= dim < 1 << 40):
+                                    and 0 <= dim < (1 << 31) - 1):   # feature ids are int32
             raise ValueError(f"array_dim must be None or an int >= 0, got {dim!r}")
         fi.array_dim = None if dim is None else int(dim)
         fi.names = [_decode_key(n) for n in st["names"]]

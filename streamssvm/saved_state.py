@@ -67,6 +67,12 @@ def validate_store_state(st, structure, n_rows=None):
         _fail(f"{type(e).__name__}: {e}")
     if sparse and int(structure.kind) != CHAIN:
         _fail("sparse transition statistics are for chains only")
+    try:
+        seen, evicted = int(st.get("seen", 0)), int(st.get("evicted", 0))
+    except (TypeError, ValueError, OverflowError) as e:
+        _fail(f"{type(e).__name__}: {e}")
+    if not (0 <= seen <= 1 << 62 and 0 <= evicted <= 1 << 62):
+        _fail(f"counts seen={seen}, evicted={evicted} out of range")   # a reservoir draws below seen
     if not 1 <= tcap_factor <= 1 << 16:
         _fail(f"tcap_factor={tcap_factor} out of range")
     if not (1 <= Kc <= 1 << 24 and 0 <= n <= ns <= 1 << 40 and 0 <= pool_cap <= 1 << 16

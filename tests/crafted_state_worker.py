@@ -27,15 +27,21 @@ BIG = 2 ** 31
 N_TRAIN = 12
 
 
-def learner_of(name):
+def learner_of(spec):
+    """A small learner from ``Name`` or ``Name:key=value,...`` (values as the CLI reads them)."""
     from streamssvm import learners as L
+    from streamssvm.params import spec as param_spec
+    name, _, extra = spec.partition(":")
     cls = getattr(L, name)
     params = dict(next(iter(cls._unit_test_params())))
+    for kv in filter(None, extra.split(",")):
+        k, v = kv.split("=")
+        params[k] = param_spec(cls, k).parse(v)
     if name in ("SGD", "GDMM", "MEMOIR", "CuttingPlane", "BMRM", "Pragam", "BCFW"):
         params.setdefault("window", 8)   # a full window: eviction and held-example state in play
     if name == "MEMOIR":
         params["window"] = 8
-    return cls(**params)
+    return cls(**{k: v for k, v in params.items()})
 
 
 def case_of(learner, case):

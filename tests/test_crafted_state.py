@@ -31,7 +31,12 @@ CASES = [("BCFW", "multiclass"), ("BCFW", "multilabel"), ("BCFW", "mrf"), ("BCFW
          ("GDMM", "mrf"), ("GDMM", "chain"),
          ("BMRM", "multiclass"), ("BMRM", "mrf"), ("BMRM", "chain"),
          ("Pragam", "multiclass"),
-         ("CuttingPlane", "multiclass"), ("CuttingPlane", "mrf"), ("CuttingPlane", "chain")]
+         ("CuttingPlane", "multiclass"), ("CuttingPlane", "mrf"), ("CuttingPlane", "chain"),
+         # variants whose state holds more: a per-block cache, a reservoir, an index, a slack search
+         ("BCFW:cache=true,step=pairwise", "chain"), ("BCFW:eviction=reservoir", "multiclass"),
+         ("SGD:rescaling=slack,search=angular", "chain"), ("MEMOIR:mips=hnsw", "extreme"),
+         ("MEMOIR:mips=lsh,variant=l1", "extreme"), ("CuttingPlane:eviction=reservoir", "multiclass"),
+         ("BMRM:variant=ls,rescaling=slack", "multilabel")]
 
 
 def _env():
@@ -136,5 +141,6 @@ def _table(cases):
 
 
 if __name__ == "__main__":
-    sel = [c for c in CASES if not sys.argv[1:] or c[0] in sys.argv[1:] or f"{c[0]}-{c[1]}" in sys.argv[1:]]
+    sel = [c for c in CASES if not sys.argv[1:] or c[0].split(":")[0] in sys.argv[1:]
+           or f"{c[0]}-{c[1]}" in sys.argv[1:]]
     _table(sel)

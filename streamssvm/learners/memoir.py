@@ -199,7 +199,7 @@ class MEMOIR(Learner):
 
     params = (
         Param("lam", 1e-6, "float", "regularization lambda (Yen et al. use 1 for l2, 1e-6 for l1)",
-              low=0.0, low_open=True),
+              low=0.0, low_open=True, high=1e6),
         Param("variant", "l2", "choice", "l2 (Pegasos + projection) or l1 (truncated SGD)",
               choices=("l2", "l1")),
         Param("mips", "auto", "choice", "maximum-inner-product search: auto, exact, hnsw or lsh",

@@ -142,7 +142,7 @@ class SGD(DenseWeights, Learner):
     multilabel_inference = "auto"
 
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("search", "exact", "choice", "slack rescaling: the exact slack oracle or a budgeted search",
@@ -828,6 +828,13 @@ class SGD(DenseWeights, Learner):
                               "unorm2": (0.0, big, "float"), "ell": (-big, big, "float"),
                               "lmax_sum": (0.0, big, "float"), "t0": (-1.0, big, "float"),
                               "dual_loss": (-big, big, "float")}, "learner")
+        if "VE" in st and float(st["csum"]) > 0.0 and (float(st["beta"]) <= 0.0 or int(st["t"]) < self.avg_start):
+            raise CheckpointError("invalid learner state in the file: an average of weight "
+                                  f"{float(st['csum'])} with beta={float(st['beta'])} after {int(st['t'])} steps "
+                                  f"(averaging starts at step {self.avg_start})")
+        visits = np.asarray(st.get("visits", []))
+        if visits.size and (visits.dtype.kind not in "iu" or int(visits.min()) < 0 or int(visits.max()) > 1 << 62):
+            raise CheckpointError("invalid learner state in the file: visit counts must be integers in [0, 2**62]")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.a = float(st["a"])
