@@ -259,7 +259,7 @@ def validate_window(st, structure, n_rows, Kc, K, what="held window"):
     its capacity and counters, every example (:func:`validate_example` with its truth)."""
     try:
         cap, first, version = int(st["capacity"]), int(st["first_seq"]), int(st["version"])
-        items = list(st["items"])
+        items = unpack_rows(st["items"], what)
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         _bad(f"{what}: {type(e).__name__}: {e}")
     if not (cap == -1 or 1 <= cap <= 1 << 40) or not 0 <= first <= 1 << 62 or not 0 <= version <= 1 << 62:
@@ -301,3 +301,80 @@ def _rng_restore(rng, d):
     rng.bit_generator.state = {"bit_generator": d["bit_generator"],
                                "state": {"state": int(d["state"]), "inc": int(d["inc"])},
                                "has_uint32": d["has_uint32"], "uinteger": d["uinteger"]}
+
+
+# ----------------------------------------------------------------------------- packed rows
+#: a saved list of held examples at least this long is packed (:func:`pack_rows`)
+PACK_MIN = 1
+
+
+def pack_rows(rows, arrays, ints):
+    """A list of held examples (dicts with the same keys: the 1-D or 2-D arrays ``arrays`` and
+    the integers ``ints``) as a few concatenated arrays plus pointers -- so a checkpoint is a
+    few files whatever the window holds, not a few per example. :func:`unpack_rows` reads it
+    back (and reads the former layout, the plain list, unchanged).
+
+    >>> rows = [{"a": np.array([1, 2], dtype=np.int32), "k": 3}, {"a": np.array([5], dtype=np.int32), "k": 1}]
+    >>> p = pack_rows(rows, ("a",), ("k",))
+    >>> sorted(p["packed"]), [r["a"].tolist() for r in unpack_rows(p, "rows")], [r["k"] for r in unpack_rows(p, "rows")]
+    (['a', 'a/ptr', 'a/shape', 'k', 'n'], [[1, 2], [5]], [3, 1])
+    """
+    if len(rows) < PACK_MIN:
+        return list(rows)
+    out = {"n": len(rows)}
+    for k in arrays:
+        parts = [np.asarray(r[k]) for r in rows]
+        dtype = parts[0].dtype
+        if any(p.dtype != dtype or p.ndim != parts[0].ndim for p in parts):   # not one kind: keep the list
+            return list(rows)
+        sizes = np.array([p.size for p in parts], dtype=np.int64)
+        ptr = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ptr[1:])
+        out[k] = np.concatenate([p.ravel() for p in parts]) if ptr[-1] else np.zeros(0, dtype=dtype)
+        out[k + "/ptr"] = ptr
+        out[k + "/shape"] = np.array([p.shape for p in parts], dtype=np.int64).reshape(len(parts), parts[0].ndim)
+    for k in ints:
+        out[k] = np.array([int(r[k]) for r in rows], dtype=np.int64)
+    return {"packed": out}
+
+
+def unpack_rows(saved, what):
+    """The list of held examples :func:`pack_rows` packed (views into its arrays), every pointer
+    and shape checked first; a plain list (the former layout) is returned as it is. Raises
+    ``CheckpointError``."""
+    if isinstance(saved, list):
+        return saved
+    if not isinstance(saved, dict) or not isinstance(saved.get("packed"), dict):
+        _bad(f"{what}: neither a list of examples nor packed examples")
+    p = saved["packed"]
+    try:
+        n = int(p["n"])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        _bad(f"{what}: packed examples without a count")
+    if not 0 <= n <= 1 << 40:
+        _bad(f"{what}: {n} packed examples")
+    arrays = sorted(k[:-4] for k in p if isinstance(k, str) and k.endswith("/ptr"))
+    ints = [k for k in p if k != "n" and "/" not in k and k not in arrays]
+    rows = [{} for _ in range(n)]
+    for k in arrays:
+        data, ptr, shape = np.asarray(p[k]), np.asarray(p[k + "/ptr"]), np.asarray(p.get(k + "/shape"))
+        if data.ndim != 1 or ptr.shape != (n + 1,) or ptr.dtype.kind not in "iu" or shape.ndim != 2 \
+                or shape.shape[0] != n or shape.dtype.kind not in "iu" and shape.size:
+            _bad(f"{what}: {k}: packed data, pointers and shapes do not fit {n} examples")
+        ptr = ptr.astype(np.int64)
+        shape = shape.astype(np.int64)
+        if ptr[0] != 0 or ptr[-1] != data.size or np.any(np.diff(ptr) < 0):
+            _bad(f"{what}: {k}: pointers are not a partition of its {data.size} entries")
+        if shape.size and (shape.min() < 0 or shape.max() > data.size):
+            _bad(f"{what}: {k}: negative or oversized shapes")
+        if np.any(np.prod(shape, axis=1) != np.diff(ptr)):
+            _bad(f"{what}: {k}: shapes do not match the pointers")
+        for i in range(n):
+            rows[i][k] = data[ptr[i]:ptr[i + 1]].reshape(tuple(shape[i]))
+    for k in ints:
+        v = np.asarray(p[k])
+        if v.shape != (n,) or (v.size and v.dtype.kind not in "iu"):
+            _bad(f"{what}: {k}: {n} integers expected")
+        for i in range(n):
+            rows[i][k] = int(v[i])
+    return rows

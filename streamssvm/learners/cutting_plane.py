@@ -38,7 +38,8 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
-from ..saved_state import _rng_restore, _rng_state, validate_example, validate_scalars, validate_weights
+from ..saved_state import (_rng_restore, _rng_state, pack_rows, unpack_rows, validate_example, validate_scalars,
+                           validate_weights)
 from ..certificate import Certificate
 from ..errors import CheckpointError
 from ..oracles.slack import search_example
@@ -521,10 +522,12 @@ class CuttingPlane(DenseWeights, Learner):
                 "seen": self.seen, "evicted": self.evicted, "cursor": self._cursor,
                 **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
                 **({"round_rng": _rng_state(self._rng)} if self.seed is not None else {}),
-                "blocks": [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
-                            "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
+                "blocks": pack_rows([{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
+                                      "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks],
+                                    ("tok_ptr", "fidx", "fval", "y", "labs", "alpha"), ("Ki",))}
 
     def restore(self, structure, labels, st):
+        st = {**st, "blocks": unpack_rows(st["blocks"], "held examples")}   # packed, or the former list
         d, Kc, K = validate_weights(st)   # every size and index checked before anything is used
         for i, r in enumerate(st["blocks"]):
             validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}",

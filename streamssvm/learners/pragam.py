@@ -60,7 +60,7 @@ from ..oracles.risk import Window
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_number
 from ..params import Param
-from ..saved_state import _bad as _fail, validate_scalars, validate_weights, validate_window
+from ..saved_state import _bad as _fail, unpack_rows, validate_scalars, validate_weights, validate_window
 
 
 class Pragam(DenseWeights, Learner):
@@ -543,7 +543,7 @@ def validate_pragam_state(st, structure):
         _fail(f"the bias must have at least {K} entries, got {b.shape}")
     _finite_float(b, b.shape, "the bias")
     validate_window(st["window"], structure, d, Kc, K)
-    n = len(st["window"]["items"])
+    n = len(unpack_rows(st["window"]["items"], "held window"))
     s = st["scalars"]
     big = (-1e300, 1e300, "float?")
     validate_scalars(s, {**{k: (0, 1 << 62, "int") for k in ("k", "iterations", "backtracks", "mu_raises",

@@ -48,7 +48,7 @@ from ..certificate import Certificate
 from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
-from ..saved_state import validate_example, validate_scalars, validate_weights
+from ..saved_state import pack_rows, unpack_rows, validate_example, validate_scalars, validate_weights
 from ..errors import CheckpointError
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_search_rescaling
@@ -808,10 +808,11 @@ class SGD(DenseWeights, Learner):
                 "flat_revisits": self.flat_revisits,
                 "E": self.W.E, "T": self.W.T, "B": self.W.B, "VE": self.V.E, "VT": self.V.T, "VB": self.V.B,
                 "C": self._C,
-                "recent": [{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
-                           for tp, fi, fv, y, k in self._recent]}
+                "recent": pack_rows([{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
+                                     for tp, fi, fv, y, k in self._recent], ("tok_ptr", "fidx", "fval", "y"), ("Ki",))}
 
     def restore(self, structure, labels, st):
+        st = {**st, "recent": unpack_rows(st["recent"], "held examples")}   # packed, or the former list
         d, Kc, K = validate_weights(st)   # every size and index checked before anything is used
         avg = ("VE", "VT", "VB") if "VE" in st else ("AE", "AT", "AB")   # lazy average, or the older format
         validate_weights({**{k: st[k] for k in avg}, "K": st["K"]}, keys=avg, cost=None)
