@@ -119,9 +119,9 @@ class SGD(DenseWeights, Learner):
         away from reaches 0, step min(eta_t, H / (c^2 ||psi||^2)). A lower primal objective
         after a pass on OCR-large, a lower accuracy on OCR-large and Brown: off by default.
     window
-        Examples held for the certificate and :meth:`refine`: ``None`` (default) holds every
-        example learned; an integer keeps the most recent ones (the certificate then reports
-        the primal only).
+        Examples held for the certificate and :meth:`refine`: the most recent ones, 100,000 by
+        default, so memory and checkpoints stay bounded on an endless stream (once examples
+        leave it the certificate reports the primal only); ``None`` holds every example learned.
     seed
         Seed of the refine permutations (``None``: fresh entropy).
 
@@ -158,7 +158,7 @@ class SGD(DenseWeights, Learner):
         Param("t0", "auto", "float", "step sizes 1 / (lam (t + t0)); auto: calibrated", low=0.0,
               choices=("auto",)),
         Param("calibrate", 300, "int", "t0='auto': examples learned before t0 is calibrated", low=0),
-        Param("window", None, "int", "examples held for the certificate and refine (None: all)",
+        Param("window", 100_000, "int", "examples held for the certificate and refine (None: all)",
               low=0, none=True),
         Param("seed", 0, "seed", "seed of the replay draws and refine permutations"),
         Param("relaxed", False, "bool", "LP relaxation: step on the relaxed labeling, not its rounding"),
@@ -172,7 +172,7 @@ class SGD(DenseWeights, Learner):
         yield {"lam": 0.05, "seed": 0}
 
     def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", max_queries=20, tol=0.999,
-                 averaging=True, avg_weighting="linear", avg_start=0, project=True, t0="auto", calibrate=300, window=None,
+                 averaging=True, avg_weighting="linear", avg_start=0, project=True, t0="auto", calibrate=300, window=100_000,
                  seed=0, relaxed=False, replay=1, truncate=False, **kwargs):
         self._set_params(locals())
         # the averaging scheme the steps read: "weighted" (linear), "uniform" or "none"
