@@ -18,10 +18,12 @@ from streamssvm.learners.checks import chain_data, multiclass_data, multilabel_d
 
 
 def _trained(learner, kind="chain", n=12):
-    data = {"chain": chain_data, "multiclass": multiclass_data, "multilabel": multilabel_data}[kind](n + 4, seed=5)
+    data = {"chain": chain_data, "multiclass": multiclass_data, "multilabel": multilabel_data,
+            "extreme": multiclass_data}[kind](n + 4, seed=5)
     make = {"chain": lambda lr: ss.SequenceTagger(learner=lr),
             "multiclass": lambda lr: ss.MulticlassSSVM(learner=lr),
-            "multilabel": lambda lr: ss.MultiLabelSSVM(learner=lr, pairwise=True)}[kind]
+            "multilabel": lambda lr: ss.MultiLabelSSVM(learner=lr, pairwise=True),
+            "extreme": lambda lr: ss.ExtremeClassifier(learner=lr)}[kind]
     m = make(learner)
     for x, y in data[:n]:
         m.learn_one(x, y)
@@ -147,10 +149,11 @@ def test_checkpoint_fallback_skips_a_crafted_checkpoint(tmp_path):
 PACKED = [(lambda: ss.learners.SGD(lam=0.05), "chain", "recent"),
           (lambda: ss.learners.CuttingPlane(lam=0.05, seed=0), "chain", "blocks"),
           (lambda: ss.learners.BMRM(lam=0.05), "chain", ("window", "items")),
-          (lambda: ss.learners.Pragam(lam=0.05), "multiclass", ("window", "items"))]
+          (lambda: ss.learners.Pragam(lam=0.05), "multiclass", ("window", "items")),
+          (lambda: ss.learners.MEMOIR(lam=1e-3, mips="exact"), "extreme", "recent")]
 
 
-@pytest.mark.parametrize("make,kind,key", PACKED, ids=["sgd", "cutting-plane", "bmrm", "pragam"])
+@pytest.mark.parametrize("make,kind,key", PACKED, ids=["sgd", "cutting-plane", "bmrm", "pragam", "memoir"])
 def test_held_examples_saved_packed_and_the_former_layout_still_loads(make, kind, key, tmp_path):
     from streamssvm.learners.checks import assert_same_state
     from streamssvm.saved_state import unpack_rows
