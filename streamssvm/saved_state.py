@@ -355,6 +355,9 @@ def unpack_rows(saved, what):
         _bad(f"{what}: {n} packed examples")
     arrays = sorted(k[:-4] for k in p if isinstance(k, str) and k.endswith("/ptr"))
     ints = [k for k in p if k != "n" and "/" not in k and k not in arrays]
+    witnessed = [np.shape(p[k + "/ptr"])[:1] == (n + 1,) for k in arrays] + [np.shape(p[k]) == (n,) for k in ints]
+    if not all(witnessed) or (n and not witnessed):   # the count is the arrays' own, before anything is built
+        _bad(f"{what}: {n} packed examples, the arrays hold another count")
     rows = [{} for _ in range(n)]
     for k in arrays:
         data, ptr, shape = np.asarray(p[k]), np.asarray(p[k + "/ptr"]), np.asarray(p.get(k + "/shape"))

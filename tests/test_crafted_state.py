@@ -74,7 +74,7 @@ def run_case(learner, case, deadline=DEADLINE):
                                  env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             last, t_last = None, time.monotonic()
             while p.poll() is None:
-                time.sleep(0.05)
+                time.sleep(0.1)
                 started, outcomes = _read(log)
                 inflight = max((i for i in started if i not in outcomes), default=None)
                 if inflight != last:
