@@ -96,10 +96,10 @@ def validate_store_state(st, structure, n_rows=None):
         _in_range(a, 0, ns, what)
     if not (set(order.tolist()) <= set(alive.tolist()) and set(unvisited.tolist()) <= set(alive.tolist())):
         _fail("order / unvisited name slots that are not alive")
-    if len(order) != n or set(order.tolist()) != set(alive.tolist()):
-        _fail("the arrival order must name every alive slot once")   # FIFO eviction pops it
     if len(np.unique(order)) != len(order) or len(np.unique(free)) != len(free):
         _fail("order / free slots repeat")   # a repeated FIFO entry evicts the wrong block, a repeated free slot holds two
+    if len(order) != n or set(order.tolist()) != set(alive.tolist()):
+        _fail("the arrival order must name every alive slot once")   # FIFO eviction pops it
     if "lval" in st and not np.isfinite(np.asarray(st["lval"], dtype=np.float64)).all():
         _fail("lval has non-finite values")
     if set(free.tolist()) & set(alive.tolist()) or len(free) + n != ns:

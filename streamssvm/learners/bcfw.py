@@ -786,7 +786,8 @@ def _validate_bcfw_scalars(st):
     validate_scalars(st, {"tick": counts, "steps_since_full": counts, "n_at_full": counts,
                           "full_pass_oracle_calls": counts, "n_learned": counts,
                           "g_full": (-1e300, 1e300, "float"), "seed_base": (0, 2 ** 31, "int")}, "learner")
-    validate_scalars(st["avg"], {"t0": (0, int(st["tick"]), "int")}, "averaging")
+    # t0 <= tick: the steps averaged; a merged state (distributed mixing) marks "none yet" with -1
+    validate_scalars(st["avg"], {"t0": (-1, int(st["tick"]), "int")}, "averaging")
     facc = np.asarray(st["avg"]["facc"])
     if facc.shape != (2,) or facc.dtype.kind != "f" or not np.isfinite(facc).all():
         _fail(f"the averaging accumulator must be 2 finite floats, got {facc.dtype} {facc.shape}")
