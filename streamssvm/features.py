@@ -541,9 +541,15 @@ class FeatureIndex:
     @classmethod
     def from_state(cls, st):
         fi = cls(st["n_features"])
-        fi.array_dim = st["array_dim"]
+        dim = st["array_dim"]
+        if dim is not None and not (isinstance(dim, numbers.Integral) and not isinstance(dim, bool)
+                                    and 0 <= dim < (1 << 31) - 1):   # feature ids are int32
+            raise ValueError(f"array_dim must be None or an int >= 0, got {dim!r}")
+        fi.array_dim = None if dim is None else int(dim)
         fi.names = [_decode_key(n) for n in st["names"]]
         fi.vocab = {n: i + 1 for i, n in enumerate(fi.names)}
+        if len(fi.vocab) != len(fi.names):
+            raise ValueError("feature names repeat")
         return fi
 
 

@@ -324,7 +324,11 @@ def test_crafted_learner_states_are_refused(tmp_path, learner, case):
     p = tmp_path / "m.ssvm"
     m.save(p)
     st, meta = load_state(p, kind=MODEL_KIND)
-    held = st["learner"]["recent" if learner == "SGD" else "blocks"]
+    from streamssvm.saved_state import unpack_rows
+    key = "recent" if learner == "SGD" else "blocks"
+    # crafted in the former layout (a list per example, still read); packed: test_crafted_state.py
+    held = st["learner"][key] = [{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
+                                 for r in unpack_rows(st["learner"][key], key)]
     assert held
     if case == "feature_index":
         held[-1]["fidx"][-1] = 10**6

@@ -29,7 +29,11 @@ def _model(kind, average="linear"):
 
 
 def _craft(st, case):
+    from streamssvm.saved_state import unpack_rows
     lr = st["learner"]
+    # crafted in the former layout (a list per example; still read): writable copies
+    lr["recent"] = [{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in r.items()}
+                    for r in unpack_rows(lr["recent"], "window")]
     rows = lr["rows"]
     if case == "sparse_feature":
         rows["feat"][0] = 10**8

@@ -375,7 +375,11 @@ class MLPairGDMM:
             fk, fl = self.fk[i, :max(c, 0)], self.fl[i, :max(c, 0)]
             if c < 0 or c > self.fcap or np.any(fk < 0) or np.any(fk >= fl) or np.any(fl >= self.K):
                 raise ValueError(f"invalid GDMM multi-label state: pair factors of example slot {i} out of range")
-        self.order = [int(e) for e in st["order"]]
+        listed = [int(e) for e in st["order"]]
+        # every held example is in the FIFO order (its window pops it); one missing from a crafted
+        # file is older than the listed ones, as the chain engine's restore takes it
+        seen = set(listed)
+        self.order = [int(e) for e in np.flatnonzero(self.alive[:self.n]) if int(e) not in seen] + listed
         self.nact = np.zeros((self.n, self.Kc))
         for i in range(self.n):
             c = int(self.fcnt[i])

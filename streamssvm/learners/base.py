@@ -46,6 +46,11 @@ into ``fidx`` (int feature ids) and ``fval`` (float values); ``y`` holds label i
 for chains and multiclass; the positive labels for multi-label, ``Ki`` of them). A batch stacks
 m examples: ``ex_tok`` (m + 1) points into ``tok_ptr`` and ``y_ptr`` (m + 1) into ``ys``.
 
+**Threads**: a learner is used by one thread at a time. The methods that touch its running
+state (:data:`GUARDED`) raise a RuntimeError when another thread is inside one of them
+(:func:`one_thread_at_a_time`: a non-blocking re-entrant lock per learner, about a
+microsecond per call, that detects and never waits).
+
 ``certificate()`` **observes**: it never changes anything the learner will do next (weights,
 sampling state, schedules, random streams). Two runs of the same stream, one certified after
 every example and one never, end with bit-identical weights (``tests/test_protocol.py``).
@@ -53,7 +58,9 @@ every example and one never, end with bit-identical weights (``tests/test_protoc
 from __future__ import annotations
 
 import abc
+import functools
 import numbers
+import threading
 import warnings
 
 import numpy as np
@@ -106,6 +113,39 @@ def check_search_rescaling(search, rescaling):
                          "exactly): set rescaling='slack' on the learner or the estimator")
 
 
+#: the methods that read or write a bound learner's running state (weights, held examples,
+#: scratch buffers): one thread at a time (:func:`one_thread_at_a_time`)
+GUARDED = ("bind", "ensure", "learn", "learn_batch", "refine", "predict", "certificate", "restore",
+           "set_parameters", "blend_dual")
+
+
+def one_thread_at_a_time(method):
+    """``method`` raising a RuntimeError when another thread is inside a guarded method of the
+    same learner. A model is not thread-safe (its kernels write shared weights and scratch
+    buffers in place, without atomics): two threads on one model lost examples silently. The
+    guard is a non-blocking re-entrant lock per learner (a guarded method may call another); it
+    detects, it never waits."""
+    if getattr(method, "_one_thread", False):
+        return method
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        lock = self.__dict__.get("_thread_guard")
+        if lock is None:
+            lock = self.__dict__.setdefault("_thread_guard", threading.RLock())   # atomic: one lock
+        if not lock.acquire(blocking=False):
+            raise RuntimeError(f"{type(self).__name__}.{method.__name__}: another thread is using this model; "
+                               "a model is not thread-safe: use it from one thread at a time (a lock of your "
+                               "own around every call), or one model per thread")
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            lock.release()
+
+    guarded._one_thread = True
+    return guarded
+
+
 class Learner(base.Base, abc.ABC):
     """Base class of learners: configuration, plus running state once bound (see module doc).
 
@@ -115,6 +155,18 @@ class Learner(base.Base, abc.ABC):
 
     #: the constructor's parameters (:class:`~streamssvm.params.Param` rows)
     params: tuple = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in GUARDED:   # threads: detected, see one_thread_at_a_time
+            if name in cls.__dict__ and callable(cls.__dict__[name]):
+                setattr(cls, name, one_thread_at_a_time(cls.__dict__[name]))
+
+    def __getstate__(self):
+        """The instance's attributes without its thread guard (a lock neither copies nor pickles)."""
+        st = dict(self.__dict__)
+        st.pop("_thread_guard", None)
+        return st
     #: former parameter names, ``{old: new}``: accepted with a DeprecationWarning (and read
     #: silently from model files written before the learners shared one vocabulary)
     renamed: dict = {}

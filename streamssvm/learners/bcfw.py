@@ -29,7 +29,7 @@ from .._kernels import layout as KL
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..errors import CheckpointError
-from ..saved_state import validate_weights
+from ..saved_state import _bad as _fail, validate_scalars, validate_weights
 from ..structures.base import Weights
 from ..workspace import Workspace
 from .base import DenseWeights, Learner, label_capacity, check_number
@@ -124,13 +124,13 @@ class BCFW(DenseWeights, Learner):
     renamed = {"capacity": "window"}
     params = (
         Param("lam", None, "float", "regularization lambda; None: follows the examples held, "
-              "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, none=True),
-        Param("replay", 1, "int", "block steps on held examples after each new example", low=0),
+              "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, high=1e6, none=True),
+        Param("replay", 1, "int", "block steps on held examples after each new example", low=0, high=1000),
         Param("sampling", "gap", "choice", "block sampling: by stale block gaps or uniform",
               choices=tuple(_SAMPLING)),
         Param("step", "fw", "choice", "Frank-Wolfe, pairwise or away steps", choices=tuple(_STEP)),
         Param("cache", False, "bool", "per-block oracle cache (Osokin et al. 2016, Algorithm 5)"),
-        Param("cache_size", 50, "int", "labelings kept per block (cache / active set)", low=2),
+        Param("cache_size", 50, "int", "labelings kept per block (cache / active set)", low=2, high=4096),
         Param("cache_F", 0.25, "float", "cache hit-rule constant F", low=0.0),
         Param("cache_nu", 0.01, "float", "cache hit-rule constant nu", low=0.0),
         Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
@@ -678,6 +678,7 @@ class BCFW(DenseWeights, Learner):
         if np.shape(st["avg"]["ZE"]) != (d, Kc) or int(st["store"]["Kc"]) != Kc:
             raise CheckpointError("invalid learner state in the file: averaged weights or block store do not "
                                   "match the weights' shape")
+        _validate_bcfw_scalars(st)
         self.bind(structure, labels)
         self._K = int(st["K"])
         self._tick = int(st["tick"])
@@ -878,3 +879,21 @@ class BCFW(DenseWeights, Learner):
                 lstart[q] = snapshot["lval"][w]
             p += size
         st.blend_stats(slots, idx, start, lstart, weight)
+
+
+def _validate_bcfw_scalars(st):
+    """A saved BCFW state's counters, schedule and averaging state in range (the weights and the
+    block store have their own validators)."""
+    counts = (0, 1 << 62, "int")
+    validate_scalars(st, {"tick": counts, "steps_since_full": counts, "n_at_full": counts,
+                          "full_pass_oracle_calls": counts, "n_learned": counts,
+                          "g_full": (-1e300, 1e300, "float"), "seed_base": (0, 2 ** 31, "int")}, "learner")
+    # t0 <= tick: the steps averaged; a merged state (distributed mixing) marks "none yet" with -1
+    validate_scalars(st["avg"], {"t0": (-1, int(st["tick"]), "int")}, "averaging")
+    facc = np.asarray(st["avg"]["facc"])
+    if facc.shape != (2,) or facc.dtype.kind != "f" or not np.isfinite(facc).all():
+        _fail(f"the averaging accumulator must be 2 finite floats, got {facc.dtype} {facc.shape}")
+    c = np.asarray(st["counters"])
+    if c.ndim != 1 or (c.size and (c.dtype.kind not in "iu" or int(c.min()) < 0 or int(c.max()) > 1 << 62)):
+        _fail("the counters must be integers in [0, 2**62]")
+

@@ -57,6 +57,7 @@ from ..oracles.risk import RiskOracle, Window, weights_dot, weights_like
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_number
 from ..params import Param
+from ..saved_state import _bad as _fail, validate_labeling, validate_scalars, validate_weights, validate_window
 
 
 class _Cut:
@@ -107,15 +108,15 @@ class BMRM(DenseWeights, Learner):
 
     renamed = {"capacity": "window", "eps": "tol"}
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
         Param("variant", "qp", "choice", "exact bundle QP or line search", choices=("qp", "ls")),
         Param("tol", 1e-3, "float", "refine stops once eps_t <= tol (absolute, in units of J)", low=0.0),
-        Param("max_cuts", 200, "int", "bundle size bound (aggregation beyond it)", low=2),
+        Param("max_cuts", 200, "int", "bundle size bound (aggregation beyond it)", low=2, high=10_000),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("window", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
         Param("qp_tol", 1e-12, "float", "inner QP tolerance (Wolfe gap)", low=0.0),
-        Param("qp_steps", 100_000, "int", "inner QP step cap", low=1),
+        Param("qp_steps", 100_000, "int", "inner QP step cap", low=1, high=10_000_000),
     )
 
     @classmethod
@@ -382,6 +383,7 @@ class BMRM(DenseWeights, Learner):
                 "history": np.asarray(self.history, dtype=np.float64).reshape(-1, 4)}
 
     def restore(self, structure, labels, st):
+        validate_bmrm_state(st, structure)   # every size, index and number checked first
         self.bind(structure, labels)
         self._K = int(st["K"])
         self._C = np.array(st["C"], dtype=np.float64)
@@ -409,3 +411,54 @@ class BMRM(DenseWeights, Learner):
         self.iterations, self.oracle_calls, self.qp_steps_total, self.aggregations, self.rebuilds = (
             int(s[k]) for k in ("iterations", "oracle_calls", "qp_steps", "aggregations", "rebuilds"))
         self.history = [tuple(r) for r in np.asarray(st["history"]).reshape(-1, 4)]
+
+
+_COUNTS = (0, 1 << 62, "int")
+
+
+def validate_bmrm_state(st, structure):
+    """Check a saved BMRM state whole before anything is built from it: the weights and the best
+    iterate (:func:`~streamssvm.saved_state.validate_weights`), the held window
+    (:func:`~streamssvm.saved_state.validate_window`), every cut (the weights' shapes, finite,
+    its labelings in range, one per example it was made on), the bundle QP's weights and Gram
+    matrix against the cuts, the scalars and the history. Raises ``CheckpointError``."""
+    d, Kc, K = validate_weights(st)
+    validate_weights({"E": st["bE"], "T": st["bT"], "B": st["bB"], "K": K}, cost=None)
+    if np.shape(st["bE"]) != (d, Kc):
+        _fail("the best iterate's weights do not match the weights")
+    validate_window(st["window"], structure, d, Kc, K)
+    first = int(st["window"]["first_seq"])
+    cuts = list(st["cuts"])
+    for i, c in enumerate(cuts):
+        what = f"cut {i}"
+        validate_weights({"E": c["E"], "T": c["T"], "B": c["B"], "K": K}, cost=None)
+        if np.shape(c["E"]) != (d, Kc):
+            _fail(f"{what}: its weights do not match the weights")
+        validate_scalars(c, {"b": (-1e300, 1e300, "float"), "seq0": (0, first, "int")}, what)
+        if not isinstance(c["aggregate"], (bool, np.bool_)):
+            _fail(f"{what}: aggregate must be true or false")
+        if c["aggregate"]:
+            continue
+        labs = c["labs"]
+        if isinstance(labs, np.ndarray):
+            if labs.ndim != 1 or labs.size > 1 << 40:
+                _fail(f"{what}: labels must be a 1-D array")
+            validate_labeling(labs, K, what)
+        else:
+            for j, lab in enumerate(labs):
+                validate_labeling(lab, K, f"{what}: labeling {j}")
+    t = len(cuts)
+    alpha, G = np.asarray(st["alpha"]), np.asarray(st["G"])
+    if alpha.shape != (t,) or G.size != t * t or alpha.dtype.kind != "f" and alpha.size or G.dtype.kind != "f" and G.size:
+        _fail(f"the bundle weights {alpha.shape} and Gram matrix {G.shape} do not match {t} cuts")
+    if not (np.isfinite(alpha).all() and np.isfinite(G).all()):
+        _fail("the bundle weights or Gram matrix are not finite")
+    s = st["scalars"]
+    validate_scalars(s, {"Jbest": (-1e300, 1e300, "float?"), "lower": (-1e300, 1e300, "float?"),
+                         "D": (-1e300, 1e300, "float?"), "version": (0, 1 << 62, "int?"),
+                         **{k: _COUNTS for k in ("iterations", "oracle_calls", "qp_steps", "aggregations",
+                                                 "rebuilds")}}, "scalars")
+    h = np.asarray(st["history"])
+    if h.dtype.kind not in "fiu" and h.size or h.size % 4:
+        _fail("the history must be rows of 4 numbers")
+

@@ -38,7 +38,8 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
-from ..saved_state import _rng_restore, _rng_state, validate_example, validate_weights
+from ..saved_state import (_rng_restore, _rng_state, pack_rows, unpack_rows, validate_example, validate_scalars,
+                           validate_weights)
 from ..certificate import Certificate
 from ..errors import CheckpointError
 from ..oracles.slack import search_example
@@ -118,24 +119,24 @@ class CuttingPlane(DenseWeights, Learner):
 
     renamed = {"capacity": "window"}
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("search", "exact", "choice", "separation oracle: exact, or a search over lambda-oracles "
               "(slack rescaling)", choices=_SEARCH),
         Param("eps", 1e-3, "float", "a label enters the working set when it violates by more than eps",
               low=0.0),
-        Param("max_iter", 100, "int", "most rounds one refine call runs", low=1),
-        Param("max_queries", 100, "int", "budgeted search: most oracle queries", low=1),
+        Param("max_iter", 100, "int", "most rounds one refine call runs", low=1, high=1_000_000),
+        Param("max_queries", 100, "int", "budgeted search: most oracle queries", low=1, high=10_000),
         Param("tol", 0.999, "float", "budgeted search: stopping ratio", low=0.0, high=1.0),
         Param("qp_tol", None, "float", "tolerance on each block's restricted Wolfe gap (None: eps / 10)",
               low=0.0, none=True),
-        Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0),
+        Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0, high=10_000),
         Param("seed", None, "seed", "order of the examples in a round (None: in order), reservoir"),
         Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
         Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
               choices=("fifo", "reservoir")),
-        Param("replay", 1, "int", "held examples visited again after each new one", low=0),
+        Param("replay", 1, "int", "held examples visited again after each new one", low=0, high=1000),
     )
 
     @classmethod
@@ -521,13 +522,16 @@ class CuttingPlane(DenseWeights, Learner):
                 "seen": self.seen, "evicted": self.evicted, "cursor": self._cursor,
                 **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
                 **({"round_rng": _rng_state(self._rng)} if self.seed is not None else {}),
-                "blocks": [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
-                            "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks]}
+                "blocks": pack_rows([{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
+                                      "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks],
+                                    ("tok_ptr", "fidx", "fval", "y", "labs", "alpha"), ("Ki",))}
 
     def restore(self, structure, labels, st):
-        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        st = {**st, "blocks": unpack_rows(st["blocks"], "held examples")}   # packed, or the former list
+        d, Kc, K = validate_weights(st)   # every size and index checked before anything is used
         for i, r in enumerate(st["blocks"]):
-            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
+            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}",
+                             structure=structure, Ki=r["Ki"], K=K)
             labs, alpha = np.asarray(r["labs"]), np.asarray(r["alpha"])
             L = len(r["tok_ptr"]) - 1
             if (labs.ndim != 2 or labs.shape[1] != structure.labeling_len(L, Kc) or alpha.shape != (labs.shape[0],)
@@ -537,6 +541,12 @@ class CuttingPlane(DenseWeights, Learner):
                                       f"shape {labs.shape} / weights {alpha.shape}")
             if labs.size and (labs.min() < -1 or labs.max() >= max(Kc, 2)):
                 raise CheckpointError(f"invalid learner state in the file: held example {i}: labelings out of range")
+        c = np.asarray(st["counters"])
+        if c.shape != (6,) or c.dtype.kind not in "iu" or int(c.min()) < 0 or int(c.max()) > 1 << 62:
+            raise CheckpointError(f"invalid learner state in the file: counters must be 6 integers in [0, 2**62], "
+                                  f"got {c.dtype} {c.shape}")
+        validate_scalars(st, {"seen": (0, 1 << 62, "int"), "evicted": (0, 1 << 62, "int"),
+                              "cursor": (0, 1 << 62, "int")}, "learner")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.W = Weights(1, 1)

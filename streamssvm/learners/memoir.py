@@ -100,6 +100,7 @@ from ..oracles.mips import BlasExactMIPS, ExactMIPS, HNSWMIPS, LSHMIPS
 from ..oracles.rows import DENSE_MAX_DIM, DenseRows, SparseRows, rows_from_state
 from .base import Learner
 from ..params import Param
+from ..saved_state import pack_rows, unpack_rows
 
 _MIPS = ("auto", "exact", "hnsw", "lsh")
 RENORM_BELOW = 1e-20
@@ -199,27 +200,27 @@ class MEMOIR(Learner):
 
     params = (
         Param("lam", 1e-6, "float", "regularization lambda (Yen et al. use 1 for l2, 1e-6 for l1)",
-              low=0.0, low_open=True),
+              low=0.0, low_open=True, high=1e6),
         Param("variant", "l2", "choice", "l2 (Pegasos + projection) or l1 (truncated SGD)",
               choices=("l2", "l1")),
         Param("mips", "auto", "choice", "maximum-inner-product search: auto, exact, hnsw or lsh",
               choices=_MIPS),
-        Param("batch_size", 1, "int", "examples sharing one step size, shrinkage and projection", low=1),
+        Param("batch_size", 1, "int", "examples sharing one step size, shrinkage and projection", low=1, high=1 << 20),
         Param("eta0", 3.0, "float", "step size scale: eta = eta0 / (R^2 (1 + eta_step n))",
               low=0.0, low_open=True),
         Param("eta_step", 0.0, "float", "per-example decay of the step size", low=0.0),
-        Param("k", 10, "int", "MIPS: candidates per query", low=1),
-        Param("max_dirty", 256, "int", "MIPS: changed rows buffered before the index is updated", low=1),
-        Param("sketch_dim", None, "int", "MIPS: sketch dimension (None: none)", low=1, none=True),
+        Param("k", 10, "int", "MIPS: candidates per query", low=1, high=1 << 16),
+        Param("max_dirty", 256, "int", "MIPS: changed rows buffered before the index is updated", low=1, high=1 << 24),
+        Param("sketch_dim", None, "int", "MIPS: sketch dimension (None: none)", low=1, high=1 << 16, none=True),
         Param("check_every", 100, "int", "steps between exact-search recall checks (0: never)", low=0),
         Param("seed", 0, "seed", "seed of the index's random projections / graph"),
         Param("rows", "auto", "choice", "class rows: auto, dense or sparse",
               choices=("auto", "dense", "sparse")),
         Param("rescaling", "margin", "choice", "how the structure's cost enters the hinge",
               choices=("margin", "slack")),
-        Param("ef", 200, "int", "HNSW: query beam width", low=1),
-        Param("M", 16, "int", "HNSW: graph degree", low=2),
-        Param("ef_construction", 100, "int", "HNSW: construction beam width", low=1),
+        Param("ef", 200, "int", "HNSW: query beam width", low=1, high=1 << 16),
+        Param("M", 16, "int", "HNSW: graph degree", low=2, high=1024),
+        Param("ef_construction", 100, "int", "HNSW: construction beam width", low=1, high=1 << 16),
         Param("window", 1000, "int", "examples held for the certificate and refine (0: none)", low=0),
         Param("predict_with", "exact", "choice", "predict by scoring every row or asking the index",
               choices=("exact", "index")),
@@ -778,15 +779,17 @@ class MEMOIR(Learner):
                 "n_updates": self.n_updates, "n_renorm": self.n_renorm, "checks": self.checks, "hits": self.hits,
                 "n_clock": self.n_clock, "r2_sum": self.r2_sum, "r2_n": self.r2_n, "eta_batch": self._eta_batch, "acc_fold": self._acc_fold, "avg_A": self.avg_A, "avg_W": self.avg_W,
                 "avg": None if self.avg is None else self.avg.state(),
-                "recent": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent],
-                "flat": [{"idx": i, "val": v, "c": int(c)} for i, v, c in self._flat]}
+                "recent": pack_rows([{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent],
+                                    ("idx", "val"), ("c",)),
+                "flat": pack_rows([{"idx": i, "val": v, "c": int(c)} for i, v, c in self._flat], ("idx", "val"), ("c",))}
 
     def restore(self, structure, labels, state):
         """Rebuild from :meth:`state` after checking every size, index and value against the
         others (:func:`validate_memoir_state`: no file can make a kernel read or write out of
         bounds); a bad state raises ``CheckpointError``."""
-        st = state
-        validate_memoir_state(st, len(labels), self.batch_size)
+        validate_memoir_state(state, len(labels), self.batch_size)
+        st = {**state, "recent": unpack_rows(state["recent"], "window"),   # packed, or the former lists
+              "flat": unpack_rows(state.get("flat", []), "flat examples")}
         self.bind(structure, labels)
         if st["allocated"]:
             store = rows_from_state(st["rows"])
@@ -920,7 +923,7 @@ def validate_memoir_state(st, n_labels, batch_size=1):
     >>> lr.ensure(3, ["a", "b"])
     >>> lr.learn(np.array([0, 1]), np.array([2]), np.array([1.0]), np.array([1]))
     >>> st = lr.state(); validate_memoir_state(st, 2)
-    >>> st["recent"][0]["idx"] = np.array([7])
+    >>> st["recent"]["packed"]["idx"][0] = 7   # the window's examples, packed (pack_rows)
     >>> validate_memoir_state(st, 2)
     Traceback (most recent call last):
     ...
@@ -928,6 +931,7 @@ def validate_memoir_state(st, n_labels, batch_size=1):
     """
     if not isinstance(st, dict):
         _bad("not a mapping")
+    st = {**st, "recent": unpack_rows(st.get("recent", []), "window"), "flat": unpack_rows(st.get("flat", []), "flat")}
     try:
         for k in ("t", "n_learned", "n_steps", "n_updates", "n_renorm", "checks", "hits"):
             _int(st, k)

@@ -60,6 +60,7 @@ from ..oracles.risk import Window
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_number
 from ..params import Param
+from ..saved_state import _bad as _fail, unpack_rows, validate_scalars, validate_weights, validate_window
 
 
 class Pragam(DenseWeights, Learner):
@@ -109,7 +110,7 @@ class Pragam(DenseWeights, Learner):
     renamed = {"capacity": "window", "eps": "tol"}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda (two classes: the binary SVM's lambda is "
-              "lam / 2)", low=0.0, low_open=True),
+              "lam / 2)", low=0.0, low_open=True, high=1e6),
         Param("bias", False, "bool", "Pragam-b: an unregularized bias (two classes only)"),
         Param("L", "adaptive", "float", "Lipschitz constant: adaptive (backtracking), exact "
               "(sigma_max(X)^2 / lam) or a positive number", low=0.0, low_open=True,
@@ -117,7 +118,7 @@ class Pragam(DenseWeights, Learner):
         Param("tol", 1e-3, "float", "refine stops once the certified gap is <= tol", low=0.0),
         Param("window", 100_000, "int", "FIFO window size (None: unbounded)", low=1, none=True),
         Param("seed", 0, "seed", "random start alpha_{-1} in Q"),
-        Param("max_backtracks", 60, "int", "cap on the doublings of L in one step", low=1),
+        Param("max_backtracks", 60, "int", "cap on the doublings of L in one step", low=1, high=1000),
         Param("rescaling", "margin", "choice", "margin only (the Crammer-Singer dual)",
               choices=("margin",)),
         Param("start", "random", "choice", "alpha_{-1}: random in Q, or all mass on the truth",
@@ -489,6 +490,7 @@ class Pragam(DenseWeights, Learner):
         return st
 
     def restore(self, structure, labels, st):
+        validate_pragam_state(st, structure)   # every size, index and number checked first
         self.bind(structure, labels)
         self._K = int(st["K"])
         self._C = np.array(st["C"], dtype=np.float64)
@@ -522,3 +524,44 @@ class Pragam(DenseWeights, Learner):
             self.last = (J, D, J - D, self.mu * D2, 4.0 * self.Lmax * D2 / ((self.k + 1) * (self.k + 2)))
         else:
             self._version = None
+
+
+def _finite_float(a, shape, what):
+    a = np.asarray(a)
+    if a.shape != shape or (a.size and a.dtype.kind != "f") or not np.isfinite(a).all():
+        _fail(f"{what} must be a finite float array of shape {shape}, got {a.dtype} {a.shape}")
+
+
+def validate_pragam_state(st, structure):
+    """Check a saved Pragam state whole before anything is built from it: the weights
+    (:func:`~streamssvm.saved_state.validate_weights`), the bias, the held window
+    (:func:`~streamssvm.saved_state.validate_window`), Algorithm 1's dual point and iterates
+    against the window and the labels, the scalars and the history. Raises ``CheckpointError``."""
+    d, Kc, K = validate_weights(st)
+    b = np.asarray(st["b"])
+    if b.ndim != 1 or b.shape[0] < K:
+        _fail(f"the bias must have at least {K} entries, got {b.shape}")
+    _finite_float(b, b.shape, "the bias")
+    validate_window(st["window"], structure, d, Kc, K)
+    n = len(unpack_rows(st["window"]["items"], "held window"))
+    s = st["scalars"]
+    big = (-1e300, 1e300, "float?")
+    validate_scalars(s, {**{k: (0, 1 << 62, "int") for k in ("k", "iterations", "backtracks", "mu_raises",
+                                                            "restarts")},
+                         "Lcur": (0.0, 1e300, "float?"), "Lmax": (0.0, 1e300, "float"), "mu": (0.0, 1e300, "float?"),
+                         "version": (0, 1 << 62, "int?"), "prev_seq": (0, 1 << 62, "int?"),
+                         "prev_n": (1, 1 << 40, "int?"), "bias_c": big}, "scalars")
+    if "alpha" in st:
+        a = np.asarray(st["alpha"])
+        if a.ndim != 2:
+            _fail(f"the dual point must be a 2-D array, got {a.shape}")
+        _finite_float(a, a.shape, "the dual point")
+    if s.get("mu") is not None and s.get("version") is not None and int(s["version"]) == int(st["window"]["version"]):
+        if "alpha" not in st or np.shape(st["alpha"]) != (n, K):
+            _fail(f"the dual point must be ({n}, {K}) (window x labels)")
+        _finite_float(st["Wk"], (d, K), "Wk")
+        _finite_float(st["Wa"], (d, K), "Wa")
+    h = np.asarray(st["history"])
+    if h.dtype.kind not in "fiu" and h.size or h.size % 6:
+        _fail("the history must be rows of 6 numbers")
+

@@ -48,7 +48,7 @@ from ..certificate import Certificate
 from ..oracles.slack import run_search, search_example
 from ..workspace import Workspace
 from ..oracles.structured import ExampleOracles
-from ..saved_state import validate_example, validate_weights
+from ..saved_state import pack_rows, unpack_rows, validate_example, validate_scalars, validate_weights
 from ..errors import CheckpointError
 from ..structures.base import Weights
 from .base import DenseWeights, Learner, label_capacity, check_search_rescaling
@@ -119,9 +119,9 @@ class SGD(DenseWeights, Learner):
         away from reaches 0, step min(eta_t, H / (c^2 ||psi||^2)). A lower primal objective
         after a pass on OCR-large, a lower accuracy on OCR-large and Brown: off by default.
     window
-        Examples held for the certificate and :meth:`refine`: ``None`` (default) holds every
-        example learned; an integer keeps the most recent ones (the certificate then reports
-        the primal only).
+        Examples held for the certificate and :meth:`refine`: the most recent ones, 100,000 by
+        default, so memory and checkpoints stay bounded on an endless stream (once examples
+        leave it the certificate reports the primal only); ``None`` holds every example learned.
     seed
         Seed of the refine permutations (``None``: fresh entropy).
 
@@ -142,12 +142,12 @@ class SGD(DenseWeights, Learner):
     multilabel_inference = "auto"
 
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("search", "exact", "choice", "slack rescaling: the exact slack oracle or a budgeted search",
               choices=_SEARCH),
-        Param("max_queries", 20, "int", "budgeted search: most oracle queries", low=1),
+        Param("max_queries", 20, "int", "budgeted search: most oracle queries", low=1, high=10_000),
         Param("tol", 0.999, "float", "budgeted search: stopping ratio Phi(best) / upper bound",
               low=0.0, high=1.0),
         Param("averaging", True, "bool", "predict with an average of the iterates"),
@@ -158,11 +158,11 @@ class SGD(DenseWeights, Learner):
         Param("t0", "auto", "float", "step sizes 1 / (lam (t + t0)); auto: calibrated", low=0.0,
               choices=("auto",)),
         Param("calibrate", 300, "int", "t0='auto': examples learned before t0 is calibrated", low=0),
-        Param("window", None, "int", "examples held for the certificate and refine (None: all)",
+        Param("window", 100_000, "int", "examples held for the certificate and refine (None: all)",
               low=0, none=True),
         Param("seed", 0, "seed", "seed of the replay draws and refine permutations"),
         Param("relaxed", False, "bool", "LP relaxation: step on the relaxed labeling, not its rounding"),
-        Param("replay", 1, "int", "steps on held examples after each new one", low=0),
+        Param("replay", 1, "int", "steps on held examples after each new one", low=0, high=1000),
         Param("truncate", False, "bool", "truncated steps (Asi & Duchi)"),
     )
 
@@ -172,7 +172,7 @@ class SGD(DenseWeights, Learner):
         yield {"lam": 0.05, "seed": 0}
 
     def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", max_queries=20, tol=0.999,
-                 averaging=True, avg_weighting="linear", avg_start=0, project=True, t0="auto", calibrate=300, window=None,
+                 averaging=True, avg_weighting="linear", avg_start=0, project=True, t0="auto", calibrate=300, window=100_000,
                  seed=0, relaxed=False, replay=1, truncate=False, **kwargs):
         self._set_params(locals())
         # the averaging scheme the steps read: "weighted" (linear), "uniform" or "none"
@@ -808,17 +808,34 @@ class SGD(DenseWeights, Learner):
                 "flat_revisits": self.flat_revisits,
                 "E": self.W.E, "T": self.W.T, "B": self.W.B, "VE": self.V.E, "VT": self.V.T, "VB": self.V.B,
                 "C": self._C,
-                "recent": [{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
-                           for tp, fi, fv, y, k in self._recent]}
+                "recent": pack_rows([{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
+                                     for tp, fi, fv, y, k in self._recent], ("tok_ptr", "fidx", "fval", "y"), ("Ki",))}
 
     def restore(self, structure, labels, st):
-        d, Kc, _ = validate_weights(st)   # every size and index checked before anything is used
+        st = {**st, "recent": unpack_rows(st["recent"], "held examples")}   # packed, or the former list
+        d, Kc, K = validate_weights(st)   # every size and index checked before anything is used
         avg = ("VE", "VT", "VB") if "VE" in st else ("AE", "AT", "AB")   # lazy average, or the older format
         validate_weights({**{k: st[k] for k in avg}, "K": st["K"]}, keys=avg, cost=None)
         if np.shape(st[avg[0]]) != (d, Kc):
             raise CheckpointError("invalid learner state in the file: averaged weights do not match the weights")
         for i, r in enumerate(st["recent"]):
-            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}")
+            validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], d, Kc, f"held example {i}",
+                             structure=structure, Ki=r["Ki"], K=K)
+        counts, big = (0, 1 << 62, "int"), 1e300
+        validate_scalars(st, {**{k: counts for k in ("t", "queries", "searches", "certified", "n_learned", "lmax_n",
+                                                    "projections", "folds", "pending", "dropped", "relaxed_steps",
+                                                    "arrived", "flat_revisits")},
+                              "a": (0.0, big, "float"), "beta": (0.0, big, "float"), "csum": (0.0, big, "float"),
+                              "unorm2": (0.0, big, "float"), "ell": (-big, big, "float"),
+                              "lmax_sum": (0.0, big, "float"), "t0": (-1.0, big, "float"),
+                              "dual_loss": (-big, big, "float")}, "learner")
+        if "VE" in st and float(st["csum"]) > 0.0 and (float(st["beta"]) <= 0.0 or int(st["t"]) < self.avg_start):
+            raise CheckpointError("invalid learner state in the file: an average of weight "
+                                  f"{float(st['csum'])} with beta={float(st['beta'])} after {int(st['t'])} steps "
+                                  f"(averaging starts at step {self.avg_start})")
+        visits = np.asarray(st.get("visits", []))
+        if visits.size and (visits.dtype.kind not in "iu" or int(visits.min()) < 0 or int(visits.max()) > 1 << 62):
+            raise CheckpointError("invalid learner state in the file: visit counts must be integers in [0, 2**62]")
         self.bind(structure, labels)
         self._K = int(st["K"])
         self.a = float(st["a"])

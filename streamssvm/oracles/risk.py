@@ -31,6 +31,7 @@ from collections import deque
 import numpy as np
 
 from .._kernels import structops as so
+from ..saved_state import pack_rows, unpack_rows
 from ..structures.base import Weights
 from .structured import ExampleOracles
 
@@ -99,14 +100,14 @@ class Window:
     def state(self):
         return {"capacity": -1 if self.capacity is None else int(self.capacity), "first_seq": int(self.first_seq),
                 "version": int(self.version),
-                "items": [{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
-                          for tp, fi, fv, y, k in self.items]}
+                "items": pack_rows([{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
+                                    for tp, fi, fv, y, k in self.items], ("tok_ptr", "fidx", "fval", "y"), ("Ki",))}
 
     @classmethod
     def from_state(cls, st):
         cap = int(st["capacity"])
         w = cls(None if cap < 0 else cap)
-        for r in st["items"]:
+        for r in unpack_rows(st["items"], "held window"):
             w.items.append((np.asarray(r["tok_ptr"], dtype=np.int32), np.asarray(r["fidx"], dtype=np.int32),
                             np.asarray(r["fval"], dtype=np.float64), np.asarray(r["y"], dtype=np.int32),
                             int(r["Ki"])))
