@@ -117,9 +117,45 @@ def child_long(L, with_gram):
             "store_mb": m._learner.store.nbytes() / 2**20, "rss_before_mb": rss0, "peak_rss_mb": _rss_mb()}
 
 
-def run(args):
+def child_extreme(n_classes, dim, n, limit):
+    """ExtremeClassifier (MEMOIR, exact BLAS oracle) training on dense rows with OpenBLAS's
+    default threads: ``limit`` False emulates before (``blas_threads.SMALL`` = 0: never limited)."""
+    import numpy as np
+    import streamssvm as ss
+    from streamssvm import blas_threads
+    if not limit:
+        blas_threads.SMALL = 0
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(n_classes, dim)).astype(np.float64)
+    ys = rng.integers(n_classes, size=n)
+    X = centers[ys] + 0.5 * rng.normal(size=(n, dim))
+    w = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-4, seed=0), mips="exact")
+    w.learn_one(X[0], int(ys[0]))
+    w.predict_one(X[0])
+    m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=1e-4, seed=0), mips="exact")
+    for c in range(n_classes):   # every class known up front (the oracle scans all of them)
+        m.learn_one(centers[c], c)
+    c0, w0 = time.process_time(), time.perf_counter()
+    hits = 0
+    for x, y in zip(X, ys):
+        hits += m.predict_one(x) == y
+        m.learn_one(x, int(y))
+    return {"limit": limit, "classes": n_classes, "dim": dim, "n": n, "cpu_s": time.process_time() - c0,
+            "wall_s": time.perf_counter() - w0, "progressive_acc": hits / n,
+            "blas_threads": _blas_threads()}
+
+
+def _blas_threads():
+    try:
+        from threadpoolctl import threadpool_info
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    except ImportError:
+        return None
+
+
+def run(args, env_extra=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(args)]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env_extra or {}))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if r.returncode:
         raise RuntimeError(r.stderr[-2000:])
@@ -130,13 +166,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sentences", type=int, default=3000)
     ap.add_argument("--long", type=int, nargs="+", default=[3000, 6000])
+    ap.add_argument("--extreme", type=int, nargs=3, metavar=("CLASSES", "DIM", "N"),
+                    help="only the BLAS-threads measurement (ExtremeClassifier training), into hotpath_models_blas.*")
     ap.add_argument("--child")
     a = ap.parse_args()
     if a.child:
         kind, *rest = json.loads(a.child)
-        fn = {"refine": child_refine, "store": child_store, "crfsuite": child_crfsuite, "long": child_long}[kind]
+        fn = {"extreme": child_extreme, "refine": child_refine, "store": child_store, "crfsuite": child_crfsuite, "long": child_long}[kind]
         print(json.dumps(fn(*rest)))
         return
+    if a.extreme:
+        return blas_main(a)
     res = {"command": "python3 bench/models_hotpath.py " + " ".join(sys.argv[1:]),
            "sentences": a.sentences,
            "refine": run(["refine", a.sentences]),
@@ -167,6 +207,33 @@ def main():
         md.append(f"| {q['L']} | {'yes (before)' if q['gram_stored'] else 'no (now)'} | {q['store_mb']:.1f} | "
                   f"{q['peak_rss_mb']:.0f} | {q['cpu_s']:.2f} |")
     with open(os.path.join(RESULTS, "hotpath_models.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def blas_main(a):
+    """Default BLAS threads (the environment's OPENBLAS_NUM_THREADS removed), before and after,
+    alternating, 2 repetitions each."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    os.environ.clear()
+    os.environ.update(env)
+    rows = []
+    for rep in range(2):
+        for limit in (False, True):
+            rows.append(run(["extreme", *a.extreme, limit]) | {"rep": rep})
+    res = {"command": "python3 bench/models_hotpath.py " + " ".join(sys.argv[1:]),
+           "load": os.getloadavg(), "runs": rows}
+    with open(os.path.join(RESULTS, "hotpath_models_blas.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    md = [f"# BLAS threads per query (`{res['command']}`)", "",
+          f"ExtremeClassifier (MEMOIR, mips='exact': BlasExactMIPS), {a.extreme[0]} dense classes, "
+          f"{a.extreme[1]}-d, {a.extreme[2]} predict_one + learn_one; OpenBLAS default threads; "
+          f"load average at the end {res['load'][0]:.1f} (the machine is shared).", "",
+          "| run | BLAS threads per query | CPU s | wall s | progressive acc |", "|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['rep']} | {'one below blas_threads.SMALL (now)' if r['limit'] else 'default (before)'} | "
+                  f"{r['cpu_s']:.2f} | {r['wall_s']:.2f} | {r['progressive_acc']:.4f} |")
+    with open(os.path.join(RESULTS, "hotpath_models_blas.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
 
