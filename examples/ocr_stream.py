@@ -27,7 +27,7 @@ def main():
             print(f"{i:5d} words  gap {c.gap:.4f}  primal {c.primal:.4f}  test error "
                   f"{test_error(tagger, X_te, y_te):.4f}  ({time.perf_counter() - t0:.1f}s)")
     for passes in (5, 10, 20):
-        c = tagger.refine(passes=5)
+        c = tagger.refine(passes=5, certify=True)
         print(f"refined: gap {c.gap:.4f}  test error {test_error(tagger, X_te, y_te):.4f}  "
               f"({time.perf_counter() - t0:.1f}s)")
 

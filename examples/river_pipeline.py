@@ -19,7 +19,7 @@ def main():
     cert = ssvm.certificate()
     print(f"duality gap on the {cert.n_blocks} held examples: {cert.gap:.4g} "
           f"(primal {cert.primal:.4g}, dual {cert.dual:.4g})")
-    cert = ssvm.refine(passes=20)
+    cert = ssvm.refine(passes=20, certify=True)
     print(f"after 20 refinement passes: gap {cert.gap:.4g}")
 
 

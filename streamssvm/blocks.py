@@ -150,6 +150,10 @@ class BlockStore:
     (2, True)
     """
 
+    #: The longest new block that keeps its Gram matrix; None: max(Kc, ``layout.GRAM_MIN_L``)
+    #: (``layout.stores_gram``). Blocks without one compute the entries a step needs (same values).
+    gram_max_L = None
+
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
                  seed=None, slack=False, sparse=False, tcap_factor=None, dense_rows=True):
         if eviction not in _EVICTION:
@@ -321,11 +325,17 @@ class BlockStore:
             return L * Kc + 2 * Kc + tcap
         return self.structure.stat_size(L, Kc)
 
-    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None):
+    def stores_gram(self, L):
+        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``)."""
+        return KL.stores_gram(L, self.Kc, self.gram_max_L)
+
+    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
         a sparse block (default :meth:`tcap0`); ``nnz`` the values stored, ``nidx`` the feature
-        indices stored (default nnz; 0 for a dense row). Vectorized over L, nnz, ly, nidx."""
+        indices stored (default nnz; 0 for a dense row); ``gram``: a Gram matrix is stored
+        (default :meth:`stores_gram`). Vectorized over L, nnz, ly, nidx, gram."""
         Kc = self.Kc if Kc is None else Kc
+        gram = self.stores_gram(L) if gram is None else gram
         lablen = self.structure.labeling_len(L, Kc)
         isz = L + 1 + (nnz if nidx is None else nidx) + ly + self.pool_cap * lablen
         if self.sparse:
@@ -333,7 +343,7 @@ class BlockStore:
             isz = isz + 2 + 2 * tcap
         else:
             tcap = 0
-        fsz = nnz + L * L + self.stat_len(L, tcap, Kc) + self.pool_cap
+        fsz = nnz + np.where(gram, L * L, 0) + self.stat_len(L, tcap, Kc) + self.pool_cap
         return isz, fsz, lablen
 
     # ------------------------------------------------------------------ add / remove
@@ -402,6 +412,8 @@ class BlockStore:
             span = dense_row_span(fidx, 0, len(fidx))
             if span > 0:
                 nnz, nidx, flags = span, 0, FLAG_DENSE_ROW
+        if not self.stores_gram(int(L)):
+            flags |= KL.FLAG_NO_GRAM
         isz, fsz, lablen = (int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly), nidx=int(nidx)))
         if self.free:
             slot = self.free.pop()
@@ -451,6 +463,7 @@ class BlockStore:
         nnz = len(fidx)
         ly = len(ytrue)
         isz, fsz, lablen = (int(v) for v in self.segment_sizes(L, nnz, ly))
+        gl = L * L if self.stores_gram(L) else 0
         if self.free:
             slot = self.free.pop()
         else:
@@ -468,11 +481,12 @@ class BlockStore:
         p0 = io + L + 1 + nnz + ly
         I[p0:p0 + self.pool_cap * lablen] = 0
         Fa[fo:fo + nnz] = fval
-        Fa[fo + nnz:fo + nnz + L * L] = gram_fn(tok_ptr, fidx, fval, L).ravel()
+        if gl:
+            Fa[fo + nnz:fo + nnz + gl] = gram_fn(tok_ptr, fidx, fval, L).ravel()
         kp = p0 + self.pool_cap * lablen
         tcap = (isz - (kp - io) - 2) // 2 if self.sparse else 0
         ss = self.stat_len(L, tcap)
-        s0 = fo + nnz + L * L
+        s0 = fo + nnz + gl
         Fa[s0:s0 + ss + self.pool_cap] = 0.0
         if self.sparse:
             I[kp:kp + 2] = (0, tcap)
@@ -494,7 +508,7 @@ class BlockStore:
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_L], m[K.M_NNZ], m[K.M_LY] = io, fo, L, nnz, ly
         m[K.M_KI], m[K.M_PCAP], m[K.M_PN], m[K.M_LABLEN] = max(int(Ki), 1), self.pool_cap, pn, lablen
         m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
-        m[K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
+        m[K.M_FLAGS] = (CS.FLAG_SPARSE if self.sparse else 0) | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
         self.i_used += isz
         self.f_used += fsz
         self.i_live += isz
@@ -583,6 +597,7 @@ class BlockStore:
         M[slots, K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
         if dense is not None:
             M[slots[dense], K.M_FLAGS] = FLAG_DENSE_ROW
+        M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L), 0, KL.FLAG_NO_GRAM)
         batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
         K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M), slots, batch, np.asarray(ys, dtype=np.int32), mark,
@@ -659,7 +674,7 @@ class BlockStore:
         counts only (either layout)."""
         m = self.meta[j]
         L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
-        s0 = int(m[K.M_FOFF]) + nnz + L * L
+        s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
         Kc = self.Kc
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             kp = self._kpos(j)
@@ -684,7 +699,7 @@ class BlockStore:
         lablen = self.structure.labeling_len(L, Kc)
         isz = L + 1 + _nidx(m) + ly + self.pool_cap * lablen
         if not (to_sparse and self.kind == CHAIN):
-            return isz, nnz + L * L + self.structure.stat_size(L, Kc) + self.pool_cap, 0
+            return isz, nnz + _gram_len(m) + self.structure.stat_size(L, Kc) + self.pool_cap, 0
         npairs = len(self._pairs(j)[1])
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             tcap = int(self.Iar[self._kpos(j) + 1])
@@ -695,7 +710,7 @@ class BlockStore:
         else:
             tcap = int(self.tcap0(L, Kc))
         tcap = max(min(tcap, Kc * Kc), npairs)
-        return isz + 2 + 2 * tcap, nnz + L * L + L * Kc + 2 * Kc + tcap + self.pool_cap, tcap
+        return isz + 2 + 2 * tcap, nnz + _gram_len(m) + L * Kc + 2 * Kc + tcap + self.pool_cap, tcap
 
     def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap):
         """Write block j (read from the current arenas and layout) at offsets io / fo of Inew /
@@ -717,8 +732,9 @@ class BlockStore:
             newpool = Inew[io + head:io + head + pcap * lablen].reshape(pcap, lablen)
             c = min(olab, lablen)
             newpool[:, :c] = oldpool[:, :c]
-        Fnew[fo:fo + nnz + L * L] = self.Far[ofo:ofo + nnz + L * L]
-        os0, ns0 = ofo + nnz + L * L, fo + nnz + L * L
+        gl = _gram_len(m)   # a block keeps its Gram matrix (or its lack of one) when moved
+        Fnew[fo:fo + nnz + gl] = self.Far[ofo:ofo + nnz + gl]
+        os0, ns0 = ofo + nnz + gl, fo + nnz + gl
         oss = (L * oldKc + 2 * oldKc + int(self.Iar[self._kpos(j) + 1]) if old_sparse
                else struct.stat_size(L, oldKc))
         ost = self.Far[os0:os0 + oss]
@@ -754,7 +770,7 @@ class BlockStore:
                 struct.relayout_stat(L, oldKc, Kc, ost, nst)
             flags = int(m[K.M_FLAGS]) & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE)
         Fnew[ns0 + nss:ns0 + nss + pcap] = self.Far[os0 + oss:os0 + oss + pcap]
-        fsz = nnz + L * L + nss + pcap
+        fsz = nnz + gl + nss + pcap
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_LABLEN] = io, fo, lablen
         m[K.M_ISIZE], m[K.M_FSIZE], m[K.M_FLAGS] = isz, fsz, flags
         return isz, fsz
@@ -805,7 +821,7 @@ class BlockStore:
         layout it is stored in (tests and inspection)."""
         m = self.meta[slot]
         L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
-        s0 = int(m[K.M_FOFF]) + nnz + L * L
+        s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
         Kc = self.Kc
         if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             return self.Far[s0:s0 + self.structure.stat_size(L, Kc)].copy()
@@ -830,15 +846,22 @@ class BlockStore:
         I, F = self.Iar, self.Far
         sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
         ss = self.stat_len(L, int(I[self._kpos(slot) + 1]) if sparse else 0)
-        s0 = fo + nnz + L * L
+        s0 = fo + nnz + _gram_len(m)
         nix = _nidx(m)
         p0 = io + L + 1 + nix + ly
+        tp, fi, fv = I[io:io + L + 1], I[io + L + 1:io + L + 1 + nix], F[fo:fo + nnz]
+        if _gram_len(m):
+            gram = F[fo + nnz:s0].reshape(L, L)
+        else:   # not stored: computed (a new array)
+            from ._kernels import structops as so
+            gram = np.zeros((L, L))
+            so.gram(tp, fi, fv, L, gram, np.zeros(int(fi.max()) + 1 if len(fi) else 1))
         return {
             # a dense row's feature indices are 0..nnz-1 (a new array: the block stores none)
             "tok_ptr": I[io:io + L + 1],
             "fidx": I[io + L + 1:io + L + 1 + nnz] if nix else np.arange(nnz, dtype=np.int32),
             "ytrue": I[io + L + 1 + nix:p0], "fval": F[fo:fo + nnz], "dense_row": not nix and nnz > 0,
-            "gram": F[fo + nnz:s0].reshape(L, L),
+            "gram": gram,
             # the statistic in the dense layout (a copy when the block is sparse)
             "stat": self.dense_stat(slot) if sparse else F[s0:s0 + ss],
             "pool": I[p0:p0 + pcap * lablen].reshape(pcap, lablen)[:pn] if pcap else I[p0:p0],
@@ -952,6 +975,11 @@ class BlockStore:
         bs._rebuild_tree()
         bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
+
+
+def _gram_len(m):
+    """Floats of the Gram matrix stored by the block of meta row ``m`` (``layout.gram_len``)."""
+    return 0 if int(m[K.M_FLAGS]) & KL.FLAG_NO_GRAM else int(m[K.M_L]) ** 2
 
 
 def _nidx(m):

@@ -121,12 +121,13 @@ def validate_store_state(st, structure, n_rows=None):
                 and pcap == pool_cap and 0 <= pn <= pcap and 0 <= lablen):
             _fail(f"slot {s}: block sizes are inconsistent ({meta[s].tolist()})")
         if bool(flags & CS.FLAG_SPARSE) != sparse or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL
-                                                                | FLAG_DENSE_ROW):
+                                                                | FLAG_DENSE_ROW | K.FLAG_NO_GRAM):
             _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse})")
         dense = bool(flags & FLAG_DENSE_ROW)
         if dense and (int(structure.kind) != MULTICLASS or L != 1):
             _fail(f"slot {s}: a dense row is for one-token multiclass blocks (L={L})")
         nix = 0 if dense else nnz
+        gl = 0 if flags & K.FLAG_NO_GRAM else L * L   # the Gram matrix, when the block stores one
         if int(structure.kind) == CHAIN and ly != L:
             _fail(f"slot {s}: a chain block needs one true label per token ({ly} labels, {L} tokens)")
         want_lab = int(structure.labeling_len(L, Kc))
@@ -140,9 +141,9 @@ def validate_store_state(st, structure, n_rows=None):
             if not 0 <= tn <= tcap <= Kc * Kc:
                 _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
             need_i += 2 + 2 * tcap
-            need_f = nnz + L * L + L * Kc + 2 * Kc + tcap + pool_cap
+            need_f = nnz + gl + L * Kc + 2 * Kc + tcap + pool_cap
         else:
-            need_f = nnz + L * L + int(structure.stat_size(L, Kc)) + pool_cap
+            need_f = nnz + gl + int(structure.stat_size(L, Kc)) + pool_cap
         if lablen != want_lab or isz != need_i or fsz != need_f:
             _fail(f"slot {s}: segment sizes {isz}/{fsz} (labeling length {lablen}) do not match the block "
                   f"({need_i}/{need_f}, {want_lab})")

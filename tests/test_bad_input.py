@@ -256,7 +256,7 @@ def test_cutting_plane_holds_at_most_capacity_examples(tmp_path, eviction):
     lr.rebuild_weights(out=W)
     for a, b in ((lr.W.E, W.E), (lr.W.T, W.T), (lr.W.B, W.B)):
         np.testing.assert_allclose(a, b, atol=1e-9)
-    c = m.refine(passes=10)
+    c = m.refine(passes=10, certify=True)
     assert c.exact and c.n_blocks == 25 and c.raw_gap > -1e-9
     p = tmp_path / "m.ssvm"
     m.save(p)

@@ -151,10 +151,10 @@ def test_every_structure_matches_cutting_plane_optimum(kind, rescaling):
         (cls, data), kw = _stream(kind, 5, n=20), {}
     bm = _fit(cls, data, BMRM(lam=0.05, rescaling=rescaling, tol=1e-7), **kw)
     assert bm.certificate().gap == float("inf")          # nothing certified before refine
-    cb = bm.refine(passes=400)
+    cb = bm.refine(passes=400, certify=True)
     assert cb.exact and cb.gap <= 1e-7, cb
     cp = _fit(cls, data, ss.learners.CuttingPlane(lam=0.05, rescaling=rescaling, eps=1e-7, max_iter=300), **kw)
-    cc = cp.refine(passes=300)
+    cc = cp.refine(passes=300, certify=True)
     # [primal - gap, primal] of both solvers contain J*: the intervals must overlap
     assert cb.primal - cb.gap <= cc.primal + 1e-9 and cc.primal - cc.gap <= cb.primal + 1e-9
     assert abs(cb.primal - cc.primal) <= cb.gap + cc.gap + 1e-9
@@ -171,7 +171,7 @@ def test_streaming_window_recomputes_cuts():
     m = cls(learner=BMRM(lam=0.05, tol=1e-8, window=30))
     for x, yy in data[:30]:
         m.learn_one(x, yy)
-    c0 = m.refine(passes=200)
+    c0 = m.refine(passes=200, certify=True)
     assert c0.gap <= 1e-8
     for x, yy in data[30:40]:           # 10 new examples, 10 evicted: a different risk
         m.learn_one(x, yy)
@@ -189,12 +189,12 @@ def test_streaming_window_recomputes_cuts():
         W.E[...] = rng.normal(size=W.E.shape)
         R = o.risk(W, lr.held)
         assert max(weights_dot(c.a, W) + c.b for c in lr.cuts) <= R + 1e-12
-    c1 = m.refine(passes=200)
+    c1 = m.refine(passes=200, certify=True)
     assert c1.gap <= 1e-8 and c1.n_blocks == 30
     ref = cls(learner=ss.learners.CuttingPlane(lam=0.05, eps=1e-8, max_iter=300))
     for x, yy in data[10:40]:
         ref.learn_one(x, yy)
-    cr = ref.refine(passes=300)
+    cr = ref.refine(passes=300, certify=True)
     assert abs(c1.primal - cr.primal) <= c1.gap + cr.gap + 1e-9
 
 
@@ -282,7 +282,7 @@ def test_estimator_save_load(tmp_path, make):
     m = cls(learner=make())
     for x, yy in data:
         m.learn_one(x, yy)
-    c = m.refine(passes=50)
+    c = m.refine(passes=50, certify=True)
     m.save(tmp_path / "m.ssvm")
     r = ss.load(tmp_path / "m.ssvm")
     assert type(r._learner) is type(m._learner)

@@ -70,7 +70,7 @@ def test_cutting_plane_matches_bcfw_optimum(kind, rescaling):
     assert c0.exact
     assert_valid_gap(cp, c0, passes=200)
     assert c0.primal == pytest.approx(brute_primal_cp(cp), rel=1e-9, abs=1e-12)
-    c1 = cp.refine(passes=200)
+    c1 = cp.refine(passes=200, certify=True)
     assert c1.primal == pytest.approx(brute_primal_cp(cp), rel=1e-9, abs=1e-12)
     assert c1.gap < 1e-4 and c1.gap < 0.01 * c0.gap
     assert cp._learner.constraints_added > 0
@@ -78,7 +78,7 @@ def test_cutting_plane_matches_bcfw_optimum(kind, rescaling):
     bc = cls(learner=ss.learners.BCFW(lam=0.05, replay=1, rescaling=rescaling, averaging=False, seed=0), **kw)
     for x, y in data:
         bc.learn_one(x, y)
-    cb = bc.refine(passes=3000)
+    cb = bc.refine(passes=3000, certify=True)
     assert cb.gap < 1e-3
     # same optimum: each certified gap bounds the distance of its primal to the other's
     assert c1.primal - cb.primal <= c1.gap + 1e-9
@@ -93,13 +93,13 @@ def test_cutting_plane_slack_searches_certificate_valid(search, kind):
     ref = cls(learner=ss.learners.CuttingPlane(lam=0.05, rescaling="slack", eps=1e-7, max_iter=300))
     for x, y in data:
         ref.learn_one(x, y)
-    cr = ref.refine(passes=300)
+    cr = ref.refine(passes=300, certify=True)
     assert cr.gap < 1e-5
     m = cls(learner=ss.learners.CuttingPlane(lam=0.05, rescaling="slack", search=search, eps=1e-4, max_iter=100,
                                              seed=0))
     for x, y in data:
         m.learn_one(x, y)
-    c = m.refine(passes=100)
+    c = m.refine(passes=100, certify=True)
     assert c.exact
     assert c.raw_gap >= c.primal - cr.primal - 1e-9   # gap >= P(w) - min P, min P <= P(w_ref)
     assert c.primal == pytest.approx(brute_primal_cp(m), rel=1e-9, abs=1e-12)
@@ -116,7 +116,7 @@ def test_cutting_plane_sequence_tagger_save_load_and_errors(tmp_path):
     m = cls(learner=ss.learners.CuttingPlane(lam=0.02, rescaling="slack", search="angular", eps=1e-3))
     for x, y in data:
         m.learn_one(x, y)
-    c = m.refine(passes=30)
+    c = m.refine(passes=30, certify=True)
     acc = np.mean([np.mean(np.array(m.predict_one(x)) == np.array(y)) for x, y in data])
     assert acc > 0.7
     m.save(tmp_path / "cp.ssvm")
@@ -137,7 +137,7 @@ def test_cutting_plane_grows_labels_mid_stream():
     for i in range(60):
         y = int(rng.integers(2 if i < 30 else 5))
         m.learn_one({"f": y + 0.1 * rng.normal(), "g": 1.0, f"h{y}": 1.0}, y)
-    c = m.refine(passes=100)
+    c = m.refine(passes=100, certify=True)
     assert c.gap < 1e-4
     assert c.primal == pytest.approx(brute_primal_cp(m), rel=1e-9)
 

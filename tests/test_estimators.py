@@ -332,3 +332,27 @@ def test_learn_many_of_one_equals_learn_one(labels):
         assert b.predict_learn_many([x], [y]) == [pa]
     d = a._features.dim
     np.testing.assert_array_equal(a._learner.W.E[:d, :4], b._learner.W.E[:d, :4])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0)),
+    lambda: ss.MulticlassSSVM(learner=ss.learners.SGD(lam=0.01, seed=0)),
+    lambda: ss.ExtremeClassifier(learner=ss.learners.MEMOIR(lam=0.01, seed=0), mips="exact"),
+])
+def test_refine_certifies_only_when_asked(make):
+    """refine() returns None and computes no certificate (a full exact pass, as costly as a
+    refinement pass) unless ``certify=True``; the model it leaves is the same either way."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 4))
+    y = (X[:, 0] > 0).astype(int) + 2 * (X[:, 1] > 0)
+    a, b = make(), make()
+    for m in (a, b):
+        m.learn_many(X, y)
+
+    def no_certificate():
+        raise AssertionError("refine() computed a certificate it was not asked for")
+    a._learner.certificate = no_certificate
+    assert a.refine(2) is None
+    c = b.refine(2, certify=True)
+    assert c.n_blocks == b.n_blocks and c.gap >= 0
+    assert list(a.predict_many(X)) == list(b.predict_many(X))

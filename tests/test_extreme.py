@@ -251,7 +251,7 @@ def test_refine_makes_epochs_over_the_window(tmp_path):
     p0 = m.certificate().primal
     t0 = m._learner.t
     seen = []
-    c = m.refine(3.0, progress=lambda f, lr: seen.append(f))
+    c = m.refine(3.0, progress=lambda f, lr: seen.append(f), certify=True)
     assert m._learner.t == t0 + 600 and seen == pytest.approx([1 / 3, 2 / 3, 1.0])
     assert m.n_blocks == 200 and c.n_blocks == 200 and c.primal < p0
     # saved and restored mid-way, refining continues identically

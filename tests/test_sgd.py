@@ -80,7 +80,7 @@ def _bcfw_optimum(cls, data, lam, rescaling):
     m = cls(learner=ss.learners.BCFW(lam=lam, replay=2, seed=0, averaging=False), rescaling=rescaling)
     for x, y in data:
         m.learn_one(x, y)
-    c = m.refine(passes=300)
+    c = m.refine(passes=300, certify=True)
     assert c.gap < 1e-3
     return c.dual, c.primal  # D_bcfw <= min P <= P_bcfw, 1e-3 apart
 

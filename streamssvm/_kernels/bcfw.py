@@ -24,14 +24,15 @@ from .structops import (
     gram, kind_code, labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply,
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
-from .common import write_dense_row
+from .chain import chain_trans_sqnorm
+from .common import emission_sqnorm_tokens, write_dense_row
 from .multiclass import mc_stat_apply2
 from .chainsparse import (
-    sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm,
+    sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
 )
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
-    FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE, M_IOFF, M_ISIZE, M_KI,
-    M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, block_stat_len, block_views, n_index, pairs_pos,
+    FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE, M_IOFF,
+    M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, block_stat_len, block_views, gram_len, n_index, pairs_pos,
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
@@ -123,13 +124,19 @@ def _st_score(model, w, S, scale, st, L, sp, Iar, kpos):
     return stat_score(model[0], S, w[1], w[2], scale, st, L, model[1], model[2], model[3])
 
 
-def _dense_sqnorm(model, G, st, L, sp, Iar, kpos):
+def _dense_sqnorm(model, G, x, st, L, sp, Iar, kpos):
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
 
 
 @_chain_only(_dense_sqnorm)
-def _st_sqnorm(model, G, st, L, sp, Iar, kpos):
-    """||Phi_x(st)||^2 in the block's layout."""
+def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos):
+    """||Phi_x(st)||^2 in the block's layout; a block without a stored Gram matrix (``G`` 0 x 0,
+    ``layout.FLAG_NO_GRAM``) takes the entries it needs from its tokens ``x`` (same value)."""
+    if G.shape[0] < L:
+        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, model[1], model[2])
+        if sp:
+            return sp_trans_sqnorm(v, st, L, model[1], model[2], model[3], Iar, kpos)
+        return chain_trans_sqnorm(v, st, L, model[1], model[2], model[3])
     if sp:
         return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
@@ -300,7 +307,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
         dbuf[q] = -st[q]
     _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
     _st_lab(kind, sp, lab, L, Kc, dbuf, -dstar, Iar, kpos)
-    sq = _st_sqnorm(model, G, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / sq
@@ -361,7 +368,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
-    sq = _st_sqnorm(model, G, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / sq
@@ -534,7 +541,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
         num = m_val - a_val
         gmax = alpha[a] / (1.0 - alpha[a]) if alpha[a] < 1.0 else 1e300
         counters[C_AWAY] += 1
-    sq = _st_sqnorm(model, G, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0 or num <= 0.0:
         return gnum
     gamma = lam_n * num / sq
@@ -797,14 +804,16 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
     p0 = io + L + 1 + nix + ly
     for q in range(pcap * lablen):
         Iar[p0 + q] = 0
-    G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
-    gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nix], Far[fo:fo + nnz], L, G, mark)
+    gl = gram_len(meta, j)
+    if gl > 0:
+        G = Far[fo + nnz:fo + nnz + gl].reshape((L, L))
+        gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nix], Far[fo:fo + nnz], L, G, mark)
     sp, kpos = pairs_pos(meta, j)
     if sp:   # the pair list: empty, capacity from the segment size
         Iar[kpos] = 0
         Iar[kpos + 1] = (meta[j, M_ISIZE] - (kpos - io) - 2) // 2
     ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
-    s0 = fo + nnz + L * L
+    s0 = fo + nnz + gl
     for q in range(ss + pcap):
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]

@@ -391,3 +391,21 @@ def chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs, Z):
             gs[c] = m / Z
             c += 1
     return c
+
+
+@njit(**_JIT)
+def chain_trans_sqnorm(v, st, L, K, Kc, use_trans):
+    """v + the transition part of ||Phi_x(st)||^2 of a chain statistic ``M | TM | BM`` (v: the
+    emission part; the terms in the order of ``structops.Chain.stat_sqnorm``)."""
+    if use_trans:
+        off = L * Kc
+        for j in range(K):
+            for k in range(K):
+                x = st[off + j * Kc + k]
+                v += x * x
+        off2 = off + Kc * Kc
+        for k in range(K):
+            a = st[off2 + k]
+            b = st[off2 + Kc + k]
+            v += a * a + b * b
+    return v

@@ -102,7 +102,12 @@ def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
 @njit(**_JIT)
 def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
     """||Phi_x(st)||^2 (``structops.stat_sqnorm`` for the sparse layout; the pairs are distinct)."""
-    v = stat_emission_sqnorm(G, st, L, K, Kc)
+    return sp_trans_sqnorm(stat_emission_sqnorm(G, st, L, K, Kc), st, L, K, Kc, use_trans, Iar, kpos)
+
+
+@njit(**_JIT)
+def sp_trans_sqnorm(v, st, L, K, Kc, use_trans, Iar, kpos):
+    """v + the transition part of ||Phi_x(st)||^2 in the sparse layout (v: the emission part)."""
     if use_trans:
         o = L * Kc
         for k in range(K):

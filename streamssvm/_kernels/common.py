@@ -243,6 +243,93 @@ def stat_emission_sqnorm(G, st, nrow, K, Kc):
 
 
 @njit(**_JIT)
+def _token_table(tok_ptr, fidx, fval, t, keys, vals):
+    """Token t's features as a sorted table (keys ascending, distinct) into keys / vals; a
+    repeated feature's value is the sum of its values in order from 0.0, as ``gram``'s ``mark``
+    accumulates it. Returns the table's length."""
+    a = tok_ptr[t]
+    n = tok_ptr[t + 1] - a
+    order = np.argsort(fidx[a:a + n], kind="mergesort")   # stable: repeats keep their order
+    m = 0
+    for q in range(n):
+        p = a + order[q]
+        f = fidx[p]
+        if m > 0 and keys[m - 1] == f:
+            vals[m - 1] += fval[p]
+        else:
+            keys[m] = f
+            vals[m] = 0.0 + fval[p]
+            m += 1
+    return m
+
+
+@njit(**_JIT)
+def _gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m):
+    """``gram``'s G[t, s] (t <= s) from token t's table (``_token_table``): the sum over token s's
+    values in order of mark_t[f] * v (the zero terms, which do not change the sum, left out)."""
+    acc = 0.0
+    for p in range(tok_ptr[s], tok_ptr[s + 1]):
+        f = fidx[p]
+        i = np.searchsorted(keys[:m], f)
+        if i < m and keys[i] == f:
+            acc += vals[i] * fval[p]
+    return acc
+
+
+@njit(**_JIT)
+def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
+    """``stat_emission_sqnorm`` without a stored Gram matrix: the entries <x_t, x_s> it needs,
+    those of two rows of ``st`` with non-zeros, computed from the tokens exactly as ``gram``
+    computes them (the same value, bit for bit: the left-out pairs add only zeros). Memory
+    O(nnz), time O(m^2 nnz/token log) for m non-zero rows, instead of an L x L matrix per block."""
+    ptr, ks = row_support(st, nrow, K, Kc)
+    act = np.empty(nrow, np.int64)
+    na = 0
+    for t in range(nrow):
+        if ptr[t + 1] > ptr[t]:
+            act[na] = t
+            na += 1
+    if na == 0:
+        return 0.0
+    dense = fidx.shape[0] == 0
+    nnz = tok_ptr[nrow] - tok_ptr[0]
+    keys = np.empty(max(nnz, 1), np.int64)
+    vals = np.empty(max(nnz, 1))
+    tptr = np.zeros(na + 1, np.int64)   # the sorted table of each non-zero row (sparse tokens)
+    if not dense:
+        for q in range(na):
+            t = act[q]
+            o = tptr[q]
+            tptr[q + 1] = o + _token_table(tok_ptr, fidx, fval, t, keys[o:], vals[o:])
+    v = 0.0
+    for qa in range(na):
+        t = act[qa]
+        bt = t * Kc
+        for qb in range(na):
+            s = act[qb]
+            lo, hi, ql = (t, s, qa) if t <= s else (s, t, qb)
+            if dense:
+                a = tok_ptr[lo]
+                c = tok_ptr[hi]
+                n = min(tok_ptr[lo + 1] - a, tok_ptr[hi + 1] - c)
+                g = 0.0
+                for q in range(n):
+                    g += fval[a + q] * fval[c + q]
+            else:
+                o = tptr[ql]
+                g = _gram_entry(tok_ptr, fidx, fval, lo, hi, keys[o:], vals[o:], tptr[ql + 1] - o)
+            if g == 0.0:
+                continue
+            bs = s * Kc
+            acc = 0.0
+            for p in range(ptr[s], ptr[s + 1]):
+                k = ks[p]
+                acc += st[bt + k] * st[bs + k]
+            v += g * acc
+    return v
+
+
+@njit(**_JIT)
 def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef):
     """The emission part of U += coef * Phi_x(st) (per-token slots of width Kc), over the
     non-zeros of each row only (the zero terms would add 0)."""

@@ -4,7 +4,7 @@ Blocks live in two arenas (``Iar`` int32, ``Far`` float64); ``meta[slot]`` (``N_
 columns ``M_*``) holds the offsets and sizes of the block's two segments:
 
 * ints:   ``tok_ptr (L+1) | fidx (nidx) | ytrue (ly) | pool labelings (pcap * lablen)``
-* floats: ``fval (nnz) | gram (L*L) | stat (stat size) | pool alpha (pcap)``
+* floats: ``fval (nnz) | gram (L*L, or none) | stat (stat size) | pool alpha (pcap)``
 
 ``nidx`` is ``nnz`` except for a one-token block flagged ``FLAG_DENSE_ROW`` (``common.py``),
 which stores no ``fidx``: its nnz values are those of features 0..nnz-1, zeros included (the
@@ -13,6 +13,12 @@ empty ``fidx`` view tells the kernels).
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its ints
 end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | BM | TV (tcap)`` (see
 ``chainsparse.py``); its statistic size is read from ``tcap`` in the arena.
+
+A block flagged ``FLAG_NO_GRAM`` stores no token Gram matrix (its ``G`` view is 0 x 0): the
+kernels compute the entries a step needs from the tokens (``common.emission_sqnorm_tokens``, the
+same values). A new block keeps its Gram matrix only when L <= max(Kc, ``GRAM_MIN_L``)
+(:func:`stores_gram`), where L*L is at most the L*Kc of its emission statistic: a long sentence
+costs memory linear in its length, what its Viterbi tables need, not L^2.
 
 The accessors below are jitted (the kernels call them); :func:`segment_sizes` and
 :func:`stat_len` are plain numpy (vectorized over the lengths) for the store.
@@ -39,6 +45,25 @@ N_META = 12
 FLAG_INEXACT_ALPHA = 1
 FLAG_SPARSE = 2
 FLAG_TFULL = 4
+#: (flag 16) the block stores no token Gram matrix (see the module docstring).
+FLAG_NO_GRAM = 16
+#: A new block of at most this many tokens always keeps its Gram matrix (see :func:`stores_gram`).
+GRAM_MIN_L = 32
+
+
+def stores_gram(L, Kc, max_L=None):
+    """Whether a new block of L tokens keeps its L x L Gram matrix at label capacity Kc:
+    L <= max(Kc, ``GRAM_MIN_L``) (or L <= ``max_L`` when given), so that the matrix is never
+    larger than the L x Kc emission part of its statistic (vectorized over L)."""
+    return np.asarray(L) <= (max(int(Kc), GRAM_MIN_L) if max_L is None else int(max_L))
+
+
+@njit(**_JIT)
+def gram_len(meta, j):
+    """Floats of block j's Gram matrix: L*L, or 0 for a block flagged ``FLAG_NO_GRAM``."""
+    if meta[j, M_FLAGS] & FLAG_NO_GRAM:
+        return 0
+    return meta[j, M_L] * meta[j, M_L]
 
 
 @njit(**_JIT)
@@ -64,8 +89,7 @@ def truth_pos(meta, j):
 @njit(**_JIT)
 def stat_pos(meta, j):
     """Offset in Far of block j's statistic region."""
-    L = meta[j, M_L]
-    return meta[j, M_FOFF] + meta[j, M_NNZ] + L * L
+    return meta[j, M_FOFF] + meta[j, M_NNZ] + gram_len(meta, j)
 
 
 @njit(**_JIT)
@@ -95,10 +119,12 @@ def block_views(arena, j, Kc, kind):
     p0 = io + L + 1 + nix + ly
     pool = Iar[p0:p0 + pcap * lablen]
     fval = Far[fo:fo + nnz]
-    G = Far[fo + nnz:fo + nnz + L * L].reshape((L, L))
+    gl = gram_len(meta, j)
+    gd = L if gl > 0 else 0
+    G = Far[fo + nnz:fo + nnz + gl].reshape((gd, gd))
     sp, kpos = pairs_pos(meta, j)
     ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
-    s0 = fo + nnz + L * L
+    s0 = fo + nnz + gl
     st = Far[s0:s0 + ss]
     alpha = Far[s0 + ss:s0 + ss + pcap]
     return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos
@@ -112,16 +138,16 @@ def stat_len(kind, L, Kc, sparse=False, tcap=0):
     return stat_size(kind, L, Kc)
 
 
-def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None):
+def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True):
     """(int size, float size, labeling length) of a block's segments: ``L`` tokens, ``nnz``
     values stored and ``nidx`` feature indices (default nnz; 0 for a dense row), ``ly`` truth
-    entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs.
-    Vectorized over L, nnz, ly, nidx and tcap."""
+    entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs,
+    a Gram matrix when ``gram``. Vectorized over L, nnz, ly, nidx, tcap and gram."""
     lablen = labeling_len(kind, L, Kc)
     isz = L + 1 + (nnz if nidx is None else nidx) + ly + pool_cap * lablen
     if sparse:
         isz = isz + 2 + 2 * tcap
     else:
         tcap = 0
-    fsz = nnz + L * L + stat_len(kind, L, Kc, sparse, tcap) + pool_cap
+    fsz = nnz + np.where(gram, L * L, 0) + stat_len(kind, L, Kc, sparse, tcap) + pool_cap
     return isz, fsz, lablen

@@ -55,7 +55,7 @@ from numba.extending import overload
 # the per-structure kernels (re-exported: ``structops.X`` is the one name callers use)
 from .chain import (  # noqa: F401
     CHAIN_LOSS_NORMALIZED, CHAIN_LOSS_TOKEN, _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_levels,
-    chain_loss_norm, chain_slack, chain_viterbi, chain_viterbi_with_support, viterbi_support,
+    chain_loss_norm, chain_slack, chain_trans_sqnorm, chain_viterbi, chain_viterbi_with_support, viterbi_support,
 )
 from .common import (  # noqa: F401
     _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
@@ -368,19 +368,7 @@ class Chain:
         return 0.0
 
     def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
-        v = stat_emission_sqnorm(G, st, L, K, Kc)
-        if use_trans:
-            off = L * Kc
-            for j in range(K):
-                for k in range(K):
-                    x = st[off + j * Kc + k]
-                    v += x * x
-            off2 = off + Kc * Kc
-            for k in range(K):
-                a = st[off2 + k]
-                b = st[off2 + Kc + k]
-                v += a * a + b * b
-        return v
+        return chain_trans_sqnorm(stat_emission_sqnorm(G, st, L, K, Kc), st, L, K, Kc, use_trans)
 
     def stat_apply(kind, w, x, st, L, K, Kc, coef, use_trans):
         E, T, B = w

@@ -61,7 +61,7 @@ def cmd_demo(args):
     seen = eng.examples_seen
     passes_done = 0.0
     for p in args.refine_schedule:
-        c = tagger.refine(p - passes_done)
+        c = tagger.refine(p - passes_done, certify=True)
         passes_done = p
         pred = tagger.predict_many(X_te)
         import numpy as np

@@ -249,14 +249,19 @@ class Estimator:
         return p
 
     # -------------------------------------------------------------- optimization / certificates
-    def refine(self, passes: float = 1.0, tol: float | None = None, progress=None):
+    def refine(self, passes: float = 1.0, tol: float | None = None, progress=None, certify: bool = False):
         """Work on the held examples for ``passes`` effective passes (what that means is the
-        learner's: e.g. BCFW block steps, MEMOIR SGD epochs over its window); returns the
-        certificate after refining. ``progress(fraction, learner)`` is called between chunks."""
+        learner's: e.g. BCFW block steps, MEMOIR SGD epochs over its window);
+        ``progress(fraction, learner)`` is called between chunks.
+
+        Returns None, or with ``certify=True`` the :meth:`certificate` after refining. The
+        certificate is a full exact pass over the held examples (one or two oracle calls per
+        example: about as costly as a refinement pass), so a loop of ``refine(1)`` does not pay
+        for it unless asked; ``tol`` stops early on the learner's own gap checks either way."""
         if self._learner is None:
             raise RuntimeError("refine() needs at least one learned example")
         self._learner.refine(passes, tol=tol, progress=progress)
-        return self._learner.certificate()
+        return self._learner.certificate() if certify else None
 
     def certificate(self):
         """Certificate of the model on the examples it holds (see

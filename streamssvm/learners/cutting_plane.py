@@ -105,7 +105,7 @@ class CuttingPlane(DenseWeights, Learner):
     >>> m = ss.MulticlassSSVM(learner=ss.learners.CuttingPlane(lam=0.05, rescaling="slack"))
     >>> for _ in range(100):
     ...     y = int(rng.integers(3)); m.learn_one({"f": y + 0.1 * rng.normal(), "g": 1.0}, y)
-    >>> c = m.refine(passes=20)
+    >>> c = m.refine(passes=20, certify=True)
     >>> m.predict_one({"f": 2.0, "g": 1.0}), 0 <= c.gap < 1e-2, c.exact
     (2, True, True)
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from .._kernels import mips as K
 from .._optional import require
+from ..blas_threads import single_thread
 from .._kernels import sparse_rows as SK
 from .rows import DenseRows, SparseRows
 
@@ -204,7 +205,8 @@ class BlasExactMIPS(ExactMIPS):
         M = self._M
         d = M.shape[1]
         qd = np.bincount(idx, weights=val, minlength=d)
-        g = (M[:n] @ qd.astype(np.float32)).astype(np.float64)
+        with single_thread(n * d):   # a per-query product: BLAS threads would spin, not help
+            g = (M[:n] @ qd.astype(np.float32)).astype(np.float64)
         m = idx.shape[0]
         # |v_c . x| error: float32 (casts and sum over d terms) on the dense x, float64 scan
         # (sum over the m entries of idx; |x_p| summed, which also covers repeated indices)
