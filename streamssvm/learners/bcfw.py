@@ -39,6 +39,7 @@ _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
 #: no given steps: the learn_one kernel writes and learns its example
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
+_INT32_MAX = np.iinfo(np.int32).max
 
 
 class BCFW(DenseWeights, Learner):
@@ -665,6 +666,9 @@ class BCFW(DenseWeights, Learner):
             return out
         L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0])
         E, ZE, zc, T, B, scale = self._predict_params()
+        if tok_ptr.dtype != np.int32 and (len(tok_ptr) == 0 or tok_ptr[-1] <= _INT32_MAX):
+            # the arena's index type: the scoring kernels the learn path compiled serve prediction too
+            tok_ptr = tok_ptr.astype(np.int32)
         K.predict_batch(KB.model(self.structure, self._K, self.W.Kc, self._C), KB.pack(KB.WeightsBundle(E, T, B)),
                         scale, ZE, zc, KB.pack(KB.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
