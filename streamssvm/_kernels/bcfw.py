@@ -875,15 +875,13 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
 
 
 @njit(inline="always", **_INNER)
-def _arrive(model, w, arena, scratch, avg, cfg, counters, n, jn, v, tick, out):
-    """Evict v (if >= 0), append block jn (``n`` blocks held before), step on it, then
-    ``replay`` sampled steps. Reads the averaging origin from out[2] (-1 = off) and updates
-    out[0] (held blocks), out[1] (evictions), out[2]; returns the new tick."""
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n_, tree, tree_size = arena
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
-    avg_t0 = out[2]
+def _admit(model, w, arena, scratch, cfg, n, jn, v, out):
+    """Evict v (if >= 0) and append block jn (``n`` blocks held before); returns the number of
+    held blocks. Reads the averaging origin from out[2] and updates out[1] (evictions), out[2]
+    (-1: averaging stops at an eviction)."""
+    gest, alive, pos, tree, tree_size = arena[3], arena[6], arena[7], arena[9], arena[10]
     if v >= 0:
-        block_u(model, w, arena, v, -1.0, scratch[5], slack)
+        block_u(model, w, arena, v, -1.0, scratch[5], cfg[8])
         p = pos[v]
         last = alive[n - 1]
         alive[p] = last
@@ -893,21 +891,27 @@ def _arrive(model, w, arena, scratch, avg, cfg, counters, n, jn, v, tick, out):
         gest[v] = 0.0
         if tree_size > 0:
             tree_update(tree, tree_size, v, 0.0)
-        avg_t0 = -1
+        out[2] = -1
         out[1] += 1
     alive[n] = jn
     pos[jn] = n
-    n += 1
-    lam_n = min(lam * n, lam_n_max)
-    for r in range(replay + 1):
-        j = jn if r == 0 else sample_block(sampling, tree, tree_size, alive, n)
+    return n + 1
+
+
+@njit(inline="always", **_INNER)
+def _step_loop(model, w, arena, scratch, avg, cfg, counters, slots, n_steps, n, avg_t0, tick):
+    """``n_steps`` block steps with ``n`` blocks held: on ``slots`` in order, then (when
+    ``n_steps`` is longer) on blocks sampled as ``cfg``'s ``sampling`` says; returns the new
+    tick. The one call site of ``block_step`` in a record-path kernel."""
+    gest, alive, tree, tree_size = arena[3], arena[6], arena[9], arena[10]
+    lam_n = min(cfg[0] * n, cfg[9])
+    for r in range(n_steps):
+        j = slots[r] if r < slots.shape[0] else sample_block(cfg[6], tree, tree_size, alive, n)
         avg_c = avg_coef(tick, avg_t0)
         block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
         if tree_size > 0:
             tree_update(tree, tree_size, j, gest[j])
         tick += 1
-    out[0] = n
-    out[2] = avg_t0
     return tick
 
 
@@ -924,18 +928,35 @@ def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tic
     out[1] = 0
     out[2] = avg[0]
     for e in range(new_slots.shape[0]):
-        tick = _arrive(model, w, arena, scratch, avg, cfg, counters, out[0], new_slots[e], victims[e], tick, out)
+        out[0] = _admit(model, w, arena, scratch, cfg, out[0], new_slots[e], victims[e], out)
+        tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, new_slots[e:e + 1], cfg[7] + 1, out[0],
+                          out[2], tick)
     return tick
 
 
 @njit(**_JIT)
-def learn_one_example(model, w, arena, scratch, avg, cfg, example, tick0, seed, counters, out):
+def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0, seed, counters, out):
     """Write one example's block (``bundles.Example``) into its slot and learn it: ``write_block``
-    and one arrival (see ``learn_new_blocks``) in a single call, the learn_one path."""
-    tok_ptr, fidx, fval, ytrue, mark, slot, victim = example
-    write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr, fidx, fval, ytrue, mark, cfg[8])
-    arena[5][slot] = 0.0
+    and one arrival (see ``learn_new_blocks``) in a single call, the learn_one path;
+    out = [held blocks, evictions, averaging origin].
+
+    With ``slots`` non-empty, no example is written (``example`` only gives the types) and
+    ``out`` is left alone: the steps of ``run_steps(..., SAMPLE_GIVEN, slots, len(slots), ...)``
+    instead, same values. The learn_one path runs its given steps (the revisits when a label
+    arrives) here, through the same call site of the step, so that a first use compiles one
+    kernel holding the step code, not two (each numba entry point optimizes and emits machine
+    code for every function it calls)."""
     np.random.seed(seed)
-    out[1] = 0
-    out[2] = avg[0]
-    return _arrive(model, w, arena, scratch, avg, cfg, counters, arena[8], slot, victim, tick0, out)
+    if slots.shape[0] > 0:
+        n, avg_t0, steps, n_steps = arena[8], avg[0], slots, slots.shape[0]
+    else:
+        tok_ptr, fidx, fval, ytrue, mark, slot, victim = example
+        write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr, fidx, fval, ytrue, mark, cfg[8])
+        arena[5][slot] = 0.0
+        out[1] = 0
+        out[2] = avg[0]
+        n = _admit(model, w, arena, scratch, cfg, arena[8], slot, victim, out)
+        out[0] = n
+        # the first step on the new block (alive[n - 1]), then the replays
+        avg_t0, steps, n_steps = out[2], arena[6][n - 1:n], cfg[7] + 1
+    return _step_loop(model, w, arena, scratch, avg, cfg, counters, steps, n_steps, n, avg_t0, tick0)

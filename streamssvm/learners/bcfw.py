@@ -37,6 +37,9 @@ from ..params import Param
 
 _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
+#: no given steps: the learn_one kernel writes and learns its example
+_NO_SLOTS = np.zeros(0, dtype=np.int64)
+_INT32_MAX = np.iinfo(np.int32).max
 
 
 class BCFW(DenseWeights, Learner):
@@ -250,6 +253,9 @@ class BCFW(DenseWeights, Learner):
             self.n_revisit_steps = getattr(self, "n_revisit_steps", 0) + len(flat)
             self._settle = flat
 
+    #: an example of the types of the last learn_one_example call, for given steps (see _run)
+    _steps_example = None
+
     #: sweeps over the revisited flat blocks and the new label's first block (see _settle_new)
     SETTLE_SWEEPS = 1
     _settle = None   # the flat blocks revisited by the last ensure, until the next learn
@@ -327,8 +333,14 @@ class BCFW(DenseWeights, Learner):
         g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
         if n_steps > 1:
             st.grow_short()
-        tick = K.run_steps(*self._bundles(st.max_L, g_full), int(sampling), slots, int(n_steps), self._tick,
-                           self._seed(), self.counters)
+        if sampling == K.SAMPLE_GIVEN and self._steps_example is not None:
+            # the learn_one kernel runs given steps too (one compiled kernel on the record path)
+            tick = K.learn_one_example(*self._bundles(st.max_L, g_full), self._steps_example,
+                                       np.ascontiguousarray(slots[:n_steps], dtype=np.int64), self._tick,
+                                       self._seed(), self.counters, self._out3)
+        else:
+            tick = K.run_steps(*self._bundles(st.max_L, g_full), int(sampling), slots, int(n_steps), self._tick,
+                               self._seed(), self.counters)
         self._grow_flagged()
         self._avg_cache = self._pred_cache = None
         done = tick - self._tick
@@ -495,8 +507,9 @@ class BCFW(DenseWeights, Learner):
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark,
                                      slot=int(slot), victim=int(victim)))
-        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, self._tick, self._seed(),
-                                   self.counters, out)
+        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, _NO_SLOTS, self._tick,
+                                   self._seed(), self.counters, out)
+        self._steps_example = example[:5] + (-1, -1)   # the types of the given-steps calls (see _run)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
@@ -653,6 +666,9 @@ class BCFW(DenseWeights, Learner):
             return out
         L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0])
         E, ZE, zc, T, B, scale = self._predict_params()
+        if tok_ptr.dtype != np.int32 and (len(tok_ptr) == 0 or tok_ptr[-1] <= _INT32_MAX):
+            # the arena's index type: the scoring kernels the learn path compiled serve prediction too
+            tok_ptr = tok_ptr.astype(np.int32)
         K.predict_batch(KB.model(self.structure, self._K, self.W.Kc, self._C), KB.pack(KB.WeightsBundle(E, T, B)),
                         scale, ZE, zc, KB.pack(KB.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
