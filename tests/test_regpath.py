@@ -220,7 +220,7 @@ def test_path_against_an_independent_brute_force_grid(chain_path, mc_path):
                 ref = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=lam, replay=2, seed=1))
                 for x, y in data:
                     ref.learn_one(x, y)
-            c_ref = ref.refine(passes=300, tol=1e-3)
+            c_ref = ref.refine(passes=300, tol=1e-3, certify=True)
             c = path.model_at(lam).certificate()
             assert c.primal - c_ref.dual <= EPS + TOL, (kind, lam, c.primal, c_ref.dual)
 

@@ -127,7 +127,7 @@ class BCFW(DenseWeights, Learner):
     renamed = {"capacity": "window"}
     params = (
         Param("lam", None, "float", "regularization lambda; None: follows the examples held, "
-              "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, high=1e6, none=True),
+              "min(AUTO_LAM, AUTO_LAM_N / n)", low=0.0, low_open=True, high=1e15, none=True),
         Param("replay", 1, "int", "block steps on held examples after each new example", low=0, high=1000),
         Param("sampling", "gap", "choice", "block sampling: by stale block gaps or uniform",
               choices=tuple(_SAMPLING)),

@@ -108,7 +108,7 @@ class BMRM(DenseWeights, Learner):
 
     renamed = {"capacity": "window", "eps": "tol"}
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e15),
         Param("variant", "qp", "choice", "exact bundle QP or line search", choices=("qp", "ls")),
         Param("tol", 1e-3, "float", "refine stops once eps_t <= tol (absolute, in units of J)", low=0.0),
         Param("max_cuts", 200, "int", "bundle size bound (aggregation beyond it)", low=2, high=10_000),

@@ -119,7 +119,7 @@ class CuttingPlane(DenseWeights, Learner):
 
     renamed = {"capacity": "window"}
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e15),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("search", "exact", "choice", "separation oracle: exact, or a search over lambda-oracles "

@@ -170,7 +170,7 @@ class GDMM(DenseWeights, Learner):
 
     renamed = {"capacity": "window"}
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e15),
         Param("rho", 1.0, "float", "augmented-Lagrangian penalty (multi-label: relative to 1 / (lam n))",
               low=0.0, low_open=True),
         Param("eta", 1.0, "float", "multiplier step size", low=0.0, high=1.0, low_open=True),

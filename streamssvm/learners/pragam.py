@@ -110,7 +110,7 @@ class Pragam(DenseWeights, Learner):
     renamed = {"capacity": "window", "eps": "tol"}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda (two classes: the binary SVM's lambda is "
-              "lam / 2)", low=0.0, low_open=True, high=1e6),
+              "lam / 2)", low=0.0, low_open=True, high=1e15),
         Param("bias", False, "bool", "Pragam-b: an unregularized bias (two classes only)"),
         Param("L", "adaptive", "float", "Lipschitz constant: adaptive (backtracking), exact "
               "(sigma_max(X)^2 / lam) or a positive number", low=0.0, low_open=True,

@@ -142,7 +142,7 @@ class SGD(DenseWeights, Learner):
     multilabel_inference = "auto"
 
     params = (
-        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e6),
+        Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e15),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("search", "exact", "choice", "slack rescaling: the exact slack oracle or a budgeted search",
