@@ -188,7 +188,7 @@ def test_streaming_window_recomputes_cuts():
         W = lr.W.copy()
         W.E[...] = rng.normal(size=W.E.shape)
         R = o.risk(W, lr.held)
-        assert max(weights_dot(c.a, W) + c.b for c in lr.cuts) <= R + 1e-12
+        assert max(weights_dot(lr.dense_cut(k), W) + c.b for k, c in enumerate(lr.cuts)) <= R + 1e-12
     c1 = m.refine(passes=200)
     assert c1.gap <= 1e-8 and c1.n_blocks == 30
     ref = cls(learner=ss.learners.CuttingPlane(lam=0.05, eps=1e-8, max_iter=300))
@@ -312,3 +312,35 @@ def test_ocas_line_search_reaches_the_target_gap_in_100_iterations():
     assert plain.certificate().gap > 1e-2
     # the certificate stays valid: the plain run's primal is above the OCAS run's lower bound
     assert plain.certificate().primal >= c.dual - 1e-12 and c.primal >= plain.certificate().dual - 1e-12
+
+
+@pytest.mark.parametrize("rescaling,variant", [("margin", "qp"), ("slack", "qp"), ("margin", "ls")])
+def test_cuts_as_labelings_equal_dense_cuts(rescaling, variant):
+    """One-token windows keep a cut as its labelings (no d x K vector): the Gram matrix from the
+    scores and the combined weights equal those of the dense cuts to 1e-10, also after a window
+    change (rebuild) and a save / load."""
+    X, y = _ocr_small_letters(300)
+    b = feed(BMRM(lam=1e-2, tol=0.0, variant=variant, rescaling=rescaling, max_cuts=12, window=250), X, y,
+             range(26))
+    b.refine(passes=20)
+    for step in range(3):
+        o = b._orc()
+        dense = [o.cut_from_labelings(b.W, b.held, c.seq0, c.labs) if c.labs is not None else (c.a, c.b)
+                 for c in b.cuts]
+        assert any(c.a is None for c in b.cuts)
+        for k, (a, bb) in enumerate(dense):
+            assert np.abs(b.dense_cut(k).E - a.E).max() <= 1e-10 and abs(b.cuts[k].b - bb) <= 1e-10
+        G = np.array([[weights_dot(p[0], q[0]) for q in dense] for p in dense])
+        assert np.abs(b.G - G).max() <= 1e-10 * max(1.0, np.abs(G).max())
+        W = -sum(al * a.E for al, (a, _) in zip(b.alpha, dense)) / b.lam
+        assert np.abs(W - b.W.E).max() <= 1e-10 * max(1.0, np.abs(W).max())
+        if step == 0:    # window change: the labeled cuts are realigned and recomputed
+            for i in range(250, 300):
+                b.learn(np.array([0, X.shape[1]]), np.arange(X.shape[1]), X[i], np.array([y[i]]))
+            b.refine(passes=3)
+        elif step == 1:
+            c = BMRM(lam=1e-2, tol=0.0, variant=variant, rescaling=rescaling, max_cuts=12, window=250)
+            c.restore(MultiClass(), list(range(26)), b.state())
+            assert np.array_equal(c.G, b.G) and c.certificate().gap == b.certificate().gap
+            b = c
+            b.refine(passes=2)

@@ -255,11 +255,17 @@ class BMRM(DenseWeights, Learner):
         kept = [c for c in self.cuts if c.labs is not None]
         had = len(self.cuts) > 0
         self.cuts = []
+        dense = []
+        sparse = o.vectorized(self.held)
         for c in kept:
             a, b = o.cut_from_labelings(self.W, self.held, c.seq0, c.labs)
-            self.cuts.append(_Cut(a, b, c.seq0, c.labs))
+            dense.append(a)
+            if sparse:     # labelings of the current window, no dense vector kept
+                self.cuts.append(_Cut(None, b, self.held.first_seq, self._aligned(c.seq0, c.labs)))
+            else:
+                self.cuts.append(_Cut(a, b, c.seq0, c.labs))
         t = len(self.cuts)
-        self.G = np.array([[weights_dot(self.cuts[i].a, self.cuts[j].a) for j in range(t)] for i in range(t)])
+        self.G = np.array([[weights_dot(dense[i], dense[j]) for j in range(t)] for i in range(t)])
         self.G = self.G.reshape(t, t)
         self.alpha = np.full(t, 1.0 / t) if t else np.zeros(0)
         self.Jbest = math.inf
@@ -271,15 +277,68 @@ class BMRM(DenseWeights, Learner):
         if t:
             self._solve()
 
+    def _aligned(self, seq0, labs):
+        """Labels of the current window from labelings stored when the window started at ``seq0``
+        (held examples not in ``labs`` take their ground truth: no contribution)."""
+        y = self.held.csr(self.W.E.shape[0])[1]
+        n = len(y)
+        yh = y.astype(np.int32)
+        off = self.held.first_seq - seq0
+        stored = np.asarray(labs, dtype=np.int32)
+        lo, hi = max(off, 0), min(len(stored), off + n)
+        if hi > lo:
+            yh[lo - off:hi - off] = stored[lo:hi]
+        return np.where(yh < self._K, yh, y).astype(np.int32)
+
+    def _coefs(self, yh, y):
+        """c_i / n of a labeled cut a = (1/n) sum_i c_i x_i (e_{yh_i} - e_{y_i}) (c_i = 1 for margin,
+        Delta_i(yh_i) for slack rescaling; 0 where yh_i = y_i)."""
+        n = max(len(y), 1)
+        c = np.where(yh != y, 1.0 if self.rescaling == "margin" else self._C[y, yh], 0.0)
+        return c / n
+
+    def _labeled_dots(self, a):
+        """<a, a_k> for every cut k stored as labelings, from the scores S = X a (one product with
+        X, then O(n) per cut): <a, a_k> = sum_i c_ik / n (S[i, yh_ik] - S[i, y_i])."""
+        X, y = self.held.csr(self.W.E.shape[0])
+        S = np.asarray(X @ a.E[:, : self._K])
+        r = np.arange(len(y))
+        Sy = S[r, y]
+        return [float(self._coefs(c.labs, y) @ (S[r, c.labs] - Sy)) if c.a is None else None for c in self.cuts]
+
     def _combine(self, alpha):
-        """sum_k alpha_k a_k and <alpha, b>."""
+        """sum_k alpha_k a_k and <alpha, b>. Cuts stored as labelings are mixed per example first
+        (M = sum_k alpha_k Z_k, n x K), then one product X' M."""
         A = weights_like(self.W)
+        M = None
         for c, al in zip(self.cuts, alpha):
-            if al != 0.0:
+            if al == 0.0:
+                continue
+            if c.a is None:
+                X, y = self.held.csr(self.W.E.shape[0])
+                if M is None:
+                    M = np.zeros((len(y), self._K))
+                r = np.arange(len(y))
+                w = al * self._coefs(c.labs, y)
+                np.add.at(M, (r, c.labs), w)
+                np.add.at(M, (r, y), -w)
+            else:
                 A.E += al * c.a.E
                 A.T += al * c.a.T
                 A.B += al * c.a.B
+        if M is not None:
+            X = self.held.csr(self.W.E.shape[0])[0]
+            A.E[:, : self._K] += np.asarray(X.T @ M)
         return A, float(sum(al * c.b for c, al in zip(self.cuts, alpha)))
+
+    def dense_cut(self, k):
+        """The d-vector a_k of cut k (materialized for cuts stored as labelings; tests)."""
+        c = self.cuts[k]
+        if c.a is not None:
+            return c.a
+        e = np.zeros(len(self.cuts))
+        e[k] = 1.0
+        return self._combine(e)[0]
 
     def _solve(self):
         """Solve the bundle dual (qp) from the warm start, set w_t and D_t."""
@@ -298,7 +357,8 @@ class BMRM(DenseWeights, Learner):
         self.D = bb - 0.5 * self.lam * self.W.sqnorm()
         self.lower = max(self.lower, self.D)
 
-    def _add_cut(self, cut):
+    def _add_cut(self, cut, a):
+        """Add ``cut`` (its dense vector ``a``, which a cut stored as labelings does not keep)."""
         o = 0
         if len(self.cuts) >= (2 if self.variant == "ls" else self.max_cuts):
             keep = [k for k in range(len(self.cuts)) if self.alpha[k] > 0.0]
@@ -313,7 +373,9 @@ class BMRM(DenseWeights, Learner):
                 self.alpha = np.ones(1)
                 self.aggregations += 1
         t = len(self.cuts)
-        row = np.array([weights_dot(cut.a, c.a) for c in self.cuts] + [weights_dot(cut.a, cut.a)])
+        lab = self._labeled_dots(a) if any(c.a is None for c in self.cuts) else [None] * t
+        row = np.array([weights_dot(a, c.a) if c.a is not None else lab[k] for k, c in enumerate(self.cuts)]
+                       + [weights_dot(a, a)])
         G = np.zeros((t + 1, t + 1))
         G[:t, :t] = self.G
         G[t, :] = row
@@ -351,7 +413,8 @@ class BMRM(DenseWeights, Learner):
         if J < self.Jbest:
             self.Jbest = J
             self.Wbest = Wc.copy()
-        self._add_cut(_Cut(a, b, self.held.first_seq, labs))
+        sparse = o.vectorized(self.held)
+        self._add_cut(_Cut(None if sparse else a, b, self.held.first_seq, labs), a)
         self._solve()
         self.iterations += 1
         eps = self.Jbest - self.lower
@@ -458,7 +521,11 @@ class BMRM(DenseWeights, Learner):
             labs = c.labs
             if labs is not None and not isinstance(labs, np.ndarray):
                 labs = [np.asarray(x) for x in labs]
-            cuts.append({"E": c.a.E, "T": c.a.T, "B": c.a.B, "b": float(c.b), "seq0": int(c.seq0),
+            if c.a is None:       # stored as labelings: no dense vector (empty E / T / B)
+                E = T = B = np.zeros(0)
+            else:
+                E, T, B = c.a.E, c.a.T, c.a.B
+            cuts.append({"E": E, "T": T, "B": B, "b": float(c.b), "seq0": int(c.seq0),
                          "aggregate": labs is None, "labs": [] if labs is None else labs})
         return {"K": self._K, "C": self._C, "E": self.W.E, "T": self.W.T, "B": self.W.B,
                 "bE": self.Wbest.E, "bT": self.Wbest.T, "bB": self.Wbest.B,
@@ -489,7 +556,15 @@ class BMRM(DenseWeights, Learner):
                 labs = np.asarray(c["labs"], dtype=np.int32)
             else:
                 labs = [np.asarray(x, dtype=np.int32) for x in c["labs"]]
-            self.cuts.append(_Cut(a, float(c["b"]), int(c["seq0"]), labs))
+            if labs is not None and isinstance(labs, np.ndarray):
+                # one-token window: the cut is its labelings (a dense vector saved by older
+                # versions is dropped; the labelings are realigned to the window's start)
+                a, labs, seq0 = None, self._aligned(int(c["seq0"]), labs), self.held.first_seq
+            elif a.E.size == 0:
+                raise ValueError("BMRM state: a cut saved as labelings only, on a window that is not one-token")
+            else:
+                seq0 = int(c["seq0"])
+            self.cuts.append(_Cut(a, float(c["b"]), seq0, labs))
         self.alpha = np.array(st["alpha"], dtype=np.float64)
         self.G = np.array(st["G"], dtype=np.float64).reshape(len(self.cuts), len(self.cuts))
         s = st["scalars"]
