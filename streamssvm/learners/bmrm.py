@@ -25,6 +25,19 @@ J_t(w_t), which equals D_t at the exact bundle optimum).
 * ``variant="ls"``: ls-bmrm's line search: alpha <- (1 - eta) alpha + eta e_t with the exact eta
   of the concave quadratic; only the aggregate sum_k alpha_k (a_k, b_k) and the new cut are kept.
 
+OCAS step (``line_search="ocas"``, one-token windows; Franc & Sonnenburg, "Optimized Cutting
+Plane Algorithm for Large-Scale Risk Minimization"): before each oracle pass the best iterate moves
+to the exact minimizer of J on the ray from it towards w_t (the scores are affine along the ray, so
+R is piecewise linear there), and the cut is taken at (1 - mu) w_best + mu w_t (mu = 0.1) rather
+than at w_t. The bundle dual and the certificate are unchanged (J(w_best) is exact); on 3,000 OCR
+letters at lam = 1e-2 it takes eps_t from 2.4e-2 to 1.8e-4 after 100 iterations.
+
+Cuts as labelings (one-token windows): a cut is a_t = (1/n) sum_i c_i x_i (e_{yh_i} - e_{y_i}),
+stored as its labels yh (n ints; c_i = 1 for margin, Delta_i(yh_i) for slack rescaling) and b_t, not
+as a d x K vector. The Gram row of a new cut is sum_i c_ik / n (S[i, yh_ik] - S[i, y_i]) with the
+scores S = X a_t (one product with X, then O(n) per cut), and w(alpha) is X' M / (-lam) with the
+per-example label mixture M = sum_k alpha_k Z_k. Other structures keep dense cuts.
+
 Bounded bundle (``max_cuts``): when the bundle is full, cuts with alpha_k = 0 are dropped; if none
 is, all cuts are replaced by their alpha-weighted aggregate (a convex combination of minorants of
 R is a minorant of R, so the model stays a minorant of J and every D_t stays a lower bound on J*),
