@@ -478,7 +478,7 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3):
             ("bmrm (cut at w_t)", lambda: BMRM(lam=lam, tol=0.0, line_search="none")),
             ("pragam", lambda: Pragam(lam=lam, tol=0.0)),
             ("pragam (W0=0)", lambda: Pragam(lam=lam, tol=0.0, start="truth")),
-            ("bcfw", lambda: BCFW(lam=lam, replay=0, seed=0, gap_every=None))]
+            ("bcfw", lambda: BCFW(lam=lam, seed=0))]
     for name, make in runs:
         lr = feed(make(), X, y, labels)
         cpu, wall, hit, hit_rel = 0.0, 0.0, None, None
@@ -493,7 +493,7 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3):
             if hit_rel is None and c.gap <= eps_rel * abs(c.primal):
                 hit_rel = (it, cpu, wall)
         rows.append({"method": name, "gap": c.gap, "primal": c.primal, "dual": c.dual, "cpu": cpu, "wall": wall,
-                     "hit": hit, "hit_rel": hit_rel})
+                     "hit": hit, "hit_rel": hit_rel, "bound": c.extra.get("bound"), "L_max": c.extra.get("L_max")})
         print(rows[-1], flush=True)
     LB = max(r["dual"] for r in rows)
     ll = run_liblinear(X, y, X[:10], y[:10], lam, 6.0, multiclass=True)
@@ -506,18 +506,22 @@ def issue_table(r):
     out = [f"### Issue 27's case: {r['n']} OCR letters, 26 classes, lambda = {r['lam']:g}, {r['iters']} iterations", "",
            f"Best certified lower bound {r['best_lower']:.6f}. CPU and wall seconds of the solver only.", "",
            f"| method | certified gap after {r['iters']} | primal | lower bound | CPU s | wall s "
-           f"| first it. / CPU s with gap <= {r['target']:g} | it. / CPU s to certified rel. gap {r['eps_rel']:g} |",
-           "|---|---|---|---|---|---|---|---|"]
+           f"| first it. / CPU s with gap <= {r['target']:g} | it. / CPU s to certified rel. gap {r['eps_rel']:g} "
+           "| Pragam's bound 4 L D2 / ((k+1)(k+2)) |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for m in r["methods"]:
         h = "-" if m["hit"] is None else f"{m['hit'][0]} / {m['hit'][1]:.2f}"
         hr = "-" if m["hit_rel"] is None else f"{m['hit_rel'][0]} / {m['hit_rel'][1]:.2f}"
         out.append(f"| {m['method']} | {m['gap']:.3g} | {m['primal']:.5f} | {m['dual']:.5f} | {m['cpu']:.2f} | "
-                   f"{m['wall']:.2f} | {h} | {hr} |")
+                   f"{m['wall']:.2f} | {h} | {hr} | {fmt(m.get('bound'))} |")
     ll = r["liblinear"]
     out += ["", "liblinear (LinearSVC crammer_singer, tol 1e-10, max_iter growing): "
             + ("never within rel. error " + f"{r['eps_rel']:g}" if ll["hit_rel"] is None else
                f"rel. error <= {r['eps_rel']:g} (against the certified lower bound) after max_iter = {ll['hit_rel'][0]}, "
-               f"{ll['hit_rel'][1]:.2f} CPU s") + " (uncertified).", ""]
+               f"{ll['hit_rel'][1]:.2f} CPU s") + " (uncertified).", "",
+            "Pragam tracks its worst-case rate: the certified gap after 100 iterations is of the order of "
+            "4 L D2 / ((k+1)(k+2)) with L = sigma_max(X)^2 / lam (backtracked) and D2 = 1/(2n); the bound "
+            "reaches 1e-2 only after k ~ sqrt(4 L D2 / 1e-2) iterations.", ""]
     return "\n".join(out)
 
 
