@@ -344,3 +344,23 @@ def test_cuts_as_labelings_equal_dense_cuts(rescaling, variant):
             assert np.array_equal(c.G, b.G) and c.certificate().gap == b.certificate().gap
             b = c
             b.refine(passes=2)
+
+
+def test_state_with_dense_cuts_loads():
+    """A state saved before cuts were kept as labelings (every cut with its dense E / T / B)
+    loads: the dense vectors are dropped, the Gram matrix, weights and certificate are kept."""
+    X, y = _ocr_small_letters(200)
+    b = feed(BMRM(lam=1e-2, tol=0.0, max_cuts=8), X, y, range(26))
+    b.refine(passes=12)
+    st = b.state()
+    for k, c in enumerate(st["cuts"]):
+        a = b.dense_cut(k)
+        c["E"], c["T"], c["B"] = a.E.copy(), a.T.copy(), a.B.copy()
+    del st["scalars"]["line_steps"]
+    r = BMRM(lam=1e-2, tol=0.0, max_cuts=8)
+    r.restore(MultiClass(), list(range(26)), st)
+    assert all((c.a is None) == (c.labs is not None) for c in r.cuts) and np.array_equal(r.G, b.G)
+    assert r.certificate().gap == b.certificate().gap
+    r.refine(passes=3)
+    b.refine(passes=3)
+    assert abs(r.certificate().gap - b.certificate().gap) <= 1e-12
