@@ -79,3 +79,23 @@ def block_qp(Q, grad, beta, s, tol, max_steps):
     ``max_steps`` steps (the loop is :func:`streamssvm._kernels.projection.smo_simplex`).
     Returns the number of steps."""
     return smo_simplex(Q, grad, beta, s, tol, max_steps, True, 1e-15)
+
+
+@njit(**_JIT)
+def ray_slope(c0, c1, t, tol):
+    """sum_i of the right derivative at t of max_y (c0[i, y] + t c1[i, y]) (the largest slope
+    among the maximizers, ties within ``tol`` relative): BMRM's line search along a ray."""
+    s = 0.0
+    for i in range(c0.shape[0]):
+        top = -np.inf
+        for k in range(c0.shape[1]):
+            v = c0[i, k] + t * c1[i, k]
+            if v > top:
+                top = v
+        thr = top - tol * (1.0 + abs(top))
+        e = -np.inf
+        for k in range(c0.shape[1]):
+            if c0[i, k] + t * c1[i, k] >= thr and c1[i, k] > e:
+                e = c1[i, k]
+        s += e
+    return s
