@@ -624,7 +624,7 @@ def validate_bmrm_state(st, structure):
             validate_weights({"E": c["E"], "T": c["T"], "B": c["B"], "K": K}, cost=None)
             if np.shape(c["E"]) != (d, Kc):
                 _fail(f"{what}: its weights do not match the weights")
-        validate_scalars(c, {"b": (-1e300, 1e300, "float"), "seq0": (0, first, "int")}, what)
+        validate_scalars(c, {"b": (-1e300, 1e300, "float"), "seq0": (-1, first, "int")}, what)
         if not isinstance(c["aggregate"], (bool, np.bool_)):
             _fail(f"{what}: aggregate must be true or false")
         if c["aggregate"]:
