@@ -25,6 +25,12 @@ perf_counter; BLAS pinned to one thread before numpy is imported):
   fresh checkpoint folder) in a subprocess, its CPU from ``getrusage``; per record = (run on n
   records - run on 1 record) / (n - 1), start-up excluded; against the library's own
   ``predict_learn_many`` on the same rows in batches of 256.
+* ``batch``: ``predict_learn_many`` in batches of 256 (predictions at the weights before the
+  batch, then learning it in order; ``MulticlassSSVM()`` defaults, BCFW) on the 784-d upsampled
+  digits streamed ``passes`` times, against scikit-learn ``SGDClassifier()`` on the same batches:
+  ``predict`` then ``partial_fit`` (the same progressive validation), and ``partial_fit`` alone
+  (issue 22's 73k ex/CPU-s peer). Not a real 784-d image stream (none is offline): upsampled
+  8x8 digits, ~70% non-zero.
 * ``floor``: an empty numba call from Python (one array; the six bundles of a BCFW step).
 """
 from __future__ import annotations
@@ -297,6 +303,40 @@ def bench_file(code, n, reps, log):
                 f"per record), {n} records", res, "streamssvm run file://", "library predict_learn_many (256)")]
 
 
+def bench_batch(passes, reps, log, size=256):
+    import numpy as np
+    import streamssvm as ss
+    from sklearn.linear_model import SGDClassifier
+    X, y = digits784(passes)
+    classes = np.unique(y)
+    spans = [(a, min(a + size, len(y))) for a in range(0, len(y), size)]
+
+    def ours():
+        m = ss.MulticlassSSVM()
+        for a, b in spans:
+            m.predict_learn_many(X[a:b], y[a:b])
+        return len(y)
+
+    def sk(predict):
+        def run():
+            m = SGDClassifier()
+            for a, b in spans:
+                if predict and a:
+                    m.predict(X[a:b])
+                m.partial_fit(X[a:b], y[a:b], classes=classes)
+            return len(y)
+        return run
+    ours()   # kernels and the first block store growth compiled / warmed before the clock
+    fns = {"streamssvm predict_learn_many": ours, "SGDClassifier predict + partial_fit": sk(True),
+           "SGDClassifier partial_fit": sk(False)}
+    res = paired(fns, reps)
+    log(f"batch: {res}")
+    name = f"predict_learn_many, batches of {size}, 784-d images, 10 classes"
+    data = f"digits upsampled to 28x28 x{passes}, {len(y)} rows"
+    return [row(name, data, res, "streamssvm predict_learn_many", p)
+            for p in ("SGDClassifier predict + partial_fit", "SGDClassifier partial_fit")]
+
+
 def bench_floor(log):
     import numba
     import numpy as np
@@ -334,9 +374,9 @@ def markdown(info, rows, floor, before=None):
          "| row | data | ours | µs/example CPU (wall) | peer | µs/example CPU (wall) | speed ratio CPU (wall) |"
          + (" before: ours µs CPU, ratio CPU |" if before else ""),
          "|---|---|---|---|---|---|---|" + ("---|" if before else "")]
-    old = {(b["row"], b["ours"]): b for b in (before or {}).get("rows", [])}
+    old = {(b["row"], b["ours"], b["peer"]): b for b in (before or {}).get("rows", [])}
     for r in rows:
-        b = old.get((r["row"], r["ours"]))
+        b = old.get((r["row"], r["ours"], r["peer"]))
         L.append(f"| {r['row']} | {r['data']} | {r['ours']} | {r['ours_cpu_us']:.1f} ({r['ours_wall_us']:.1f}) | "
                  f"{r['peer']} | {r['peer_cpu_us']:.1f} ({r['peer_wall_us']:.1f}) | {r['speed_ratio_cpu']:.2f} "
                  f"({r['speed_ratio_wall']:.2f}) |"
@@ -355,7 +395,7 @@ def main(argv=None):
     ap.add_argument("--code", default=None, help="import streamssvm from this checkout (default: this one)")
     ap.add_argument("--out", default=None, help="results stem (default bench/results/hotpath; --quick: a temp file)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", nargs="+", default=None, help="numpy dicts file")
+    ap.add_argument("--only", nargs="+", default=None, help="numpy dicts batch file")
     ap.add_argument("--before", default=None, help="a hotpath .json of another checkout: its numbers as a column")
     a = ap.parse_args(argv)
     _setup_path(a.code)
@@ -378,6 +418,8 @@ def main(argv=None):
         rows += bench_numpy(n, passes, a.reps, log)
     if not a.only or "dicts" in a.only:
         rows += bench_dicts(passes, a.reps, log)
+    if not a.only or "batch" in a.only:
+        rows += bench_batch(passes, a.reps, log)
     if not a.only or "file" in a.only:
         rows += bench_file(code, nfile, a.reps, log)
     floor = bench_floor(log)
