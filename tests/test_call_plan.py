@@ -80,3 +80,12 @@ def test_plan_not_copied(tmp_path):
     assert m._learner._call_plan is not None
     assert copy.deepcopy(m)._learner._call_plan is None
     assert pickle.loads(pickle.dumps(m))._learner._call_plan is None
+
+
+def test_plain_tuple_field_order():
+    """learners/bcfw.py builds these bundles as plain tuples on the per-record path."""
+    from streamssvm._kernels import bundles as KB
+    assert KB.WeightsBundle._fields == ("E", "T", "B")
+    assert KB.Batch._fields == ("ex_tok", "tok_ptr", "fidx", "fval", "lab_ptr")
+    assert KB.Example._fields == ("tok_ptr", "fidx", "fval", "ytrue", "mark", "slot", "victim")
+    assert KB.pack(KB.WeightsBundle(1, 2, 3)) == (1, 2, 3)

@@ -521,8 +521,9 @@ class BCFW(DenseWeights, Learner):
         slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
-        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark,
-                                     slot=int(slot), victim=int(victim)))
+        # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
+        # namedtuple on this path; tests/test_call_plan.py pins the field order)
+        example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), int(victim))
         tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, self._tick, self._seed(),
                                    self.counters, out)
         self._avg_cache = self._pred_cache = None
@@ -531,7 +532,8 @@ class BCFW(DenseWeights, Learner):
         st.after_learn_one(out[0], victim)
         if victim >= 0 and self.averaging:
             self._avg_restart()
-        self._grow_flagged()
+        if self.counters[K.C_TFULL] != self._tfull_seen:
+            self._grow_flagged()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
             self._full_pass(certify=False)
@@ -681,8 +683,10 @@ class BCFW(DenseWeights, Learner):
             return out
         L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0])
         E, ZE, zc, T, B, scale = self._predict_params()
-        K.predict_batch(self._model_bundle(), KB.pack(KB.WeightsBundle(E, T, B)),
-                        scale, ZE, zc, KB.pack(KB.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+        # KB.WeightsBundle and KB.Batch as the plain tuples KB.pack makes of them (field order
+        # pinned by tests/test_call_plan.py)
+        K.predict_batch(self._model_bundle(), (E, T, B),
+                        scale, ZE, zc, (ex_tok, tok_ptr, fidx, fval, lab_ptr), out,
                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
 
