@@ -194,6 +194,7 @@ class BlockStore:
         self._unvisited = set()
         self._order = deque()   # live slots in arrival order (FIFO eviction)
         self._seen = 0          # examples offered to the store
+        self._sizes = {}        # (record shape, layout) -> segment sizes, for reserve
         self._evicted = 0
         self.max_L = 1
 
@@ -402,7 +403,14 @@ class BlockStore:
             span = dense_row_span(fidx, 0, len(fidx))
             if span > 0:
                 nnz, nidx, flags = span, 0, FLAG_DENSE_ROW
-        isz, fsz, lablen = (int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly), nidx=int(nidx)))
+        key = (L, nnz, ly, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor)
+        sizes = self._sizes.get(key)
+        if sizes is None:   # one entry per record shape and layout (a stream has few)
+            if len(self._sizes) > 4096:
+                self._sizes.clear()
+            sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly),
+                                                                              nidx=int(nidx)))
+        isz, fsz, lablen = sizes
         if self.free:
             slot = self.free.pop()
         else:

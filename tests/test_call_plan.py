@@ -1,4 +1,4 @@
-"""BCFW's per-model call plan (the kernels' bundles kept between calls) never goes stale: a
+"""BCFW's per-model call plan (and the block store's memo of segment sizes) (the kernels' bundles kept between calls) never goes stale: a
 stream learned with the plan kept is bit-identical to the same stream learned with the plan
 dropped before every call, while the model grows (labels, features, capacity), is refined,
 has its lambda set, and is saved and loaded mid-stream."""
@@ -13,6 +13,7 @@ def _drop(model):
     lr = model._learner
     if lr is not None:
         lr._call_plan = lr._model_plan = None
+        lr.store._sizes.clear()   # the block store's memo of segment sizes
 
 
 def _stream(n=600, seed=0):
