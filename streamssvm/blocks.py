@@ -28,7 +28,7 @@ import numpy as np
 from ._kernels import bcfw as K
 from ._kernels import chainsparse as CS
 from ._kernels import layout as KL
-from ._kernels.bundles import Arena, Batch, pack
+from ._kernels.bundles import Batch, pack
 from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans
 from ._kernels.structops import truth_stat
 from .saved_state import _rng_restore, _rng_state, validate_store_state
@@ -216,6 +216,7 @@ class BlockStore:
         self._unvisited = set()
         self._order = deque()   # live slots in arrival order (FIFO eviction)
         self._seen = 0          # examples offered to the store
+        self._sizes = {}        # (record shape, layout) -> segment sizes, for reserve
         self._evicted = 0
         self.max_L = 1
 
@@ -325,10 +326,11 @@ class BlockStore:
         """The store's arrays as the kernels take them (``streamssvm._kernels.bundles.Arena``);
         ``gest`` / ``tree_size`` replace the gap estimates / sum-tree size (a pass that must not
         touch them)."""
-        return pack(Arena(Iar=self.Iar, Far=self.Far, meta=self.meta, gest=self.gest if gest is None else gest,
-                          last_oracle=self.last_oracle, lval=self.lval, alive=self.alive, pos=self.pos,
-                          n=int(self._n), tree=self.tree,
-                          tree_size=int(self.tree_size if tree_size is None else tree_size)))
+        # pack(Arena(...)) written as the plain tuple it makes (built per kernel call; the field
+        # order is pinned by tests/test_call_plan.py)
+        return (self.Iar, self.Far, self.meta, self.gest if gest is None else gest, self.last_oracle, self.lval,
+                self.alive, self.pos, int(self._n), self.tree,
+                int(self.tree_size if tree_size is None else tree_size))
 
     def tcap0(self, L, Kc=None):
         """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
@@ -432,7 +434,14 @@ class BlockStore:
                 nnz, nidx, flags = span, 0, FLAG_DENSE_ROW
         if not self.stores_gram(int(L)):
             flags |= KL.FLAG_NO_GRAM
-        isz, fsz, lablen = (int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly), nidx=int(nidx)))
+        key = (L, nnz, ly, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L)
+        sizes = self._sizes.get(key)
+        if sizes is None:   # one entry per record shape and layout (a stream has few)
+            if len(self._sizes) > 4096:
+                self._sizes.clear()
+            sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly),
+                                                                              nidx=int(nidx)))
+        isz, fsz, lablen = sizes
         if self.free:
             slot = self.free.pop()
         else:

@@ -76,6 +76,7 @@ class Workspace:
         self.ybuf = self.lab = np.zeros(0, dtype=np.int32)
         self.dbuf = self.hs = self.gs = np.zeros(0)
         self.V3 = _no_dp()
+        self._scratch = None   # the margin-rescaling scratch bundle, until a buffer changes
 
     def ensure(self, L, Kc):
         """Make the buffers hold labelings of length ``L`` over ``Kc`` label slots; returns self."""
@@ -86,6 +87,7 @@ class Workspace:
         if Kc != self.Kc:
             self.V3 = _no_dp()   # sized by Kc: rebuilt on the next slack_dp call
         self.L_cap, self.Kc = Lb, Kc
+        self._scratch = None
         self.S = np.zeros((Lb, Kc))
         self.V = np.zeros((Lb, Kc))
         self.bp = np.zeros((Lb, Kc), dtype=np.int32)
@@ -106,11 +108,18 @@ class Workspace:
         V3 = self.V3
         if V3.shape[0] < shape[0] or V3.shape[1] != shape[1] or V3.shape[2] < shape[2]:
             self.V3 = np.zeros(shape)
+            self._scratch = None
         return self.V3
 
     def scratch(self, L, slack):
         """The buffers as the kernels take them (``streamssvm._kernels.bundles.Scratch``), with
-        the slack DP table for length ``L`` when ``slack`` (slack rescaling)."""
+        the slack DP table for length ``L`` when ``slack`` (slack rescaling). Without ``slack``
+        the bundle depends on no ``L`` and is kept until :meth:`ensure` reallocates."""
+        if not slack:
+            if self._scratch is None:
+                self._scratch = pack(Scratch(S=self.S, V=self.V, bp=self.bp, ybuf=self.ybuf, lab=self.lab,
+                                             dbuf=self.dbuf, V3=self.V3))
+            return self._scratch
         return pack(Scratch(S=self.S, V=self.V, bp=self.bp, ybuf=self.ybuf, lab=self.lab, dbuf=self.dbuf,
                             V3=self.slack_dp(L, slack)))
 

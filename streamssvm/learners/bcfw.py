@@ -214,6 +214,7 @@ class BCFW(DenseWeights, Learner):
         self._needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         self._out3 = np.zeros(3, dtype=np.int64)
         self._pred_cache = None
+        self._call_plan = self._model_plan = None
         if getattr(self, "_mark", None) is None:
             self._mark = np.zeros(1)
 
@@ -309,19 +310,46 @@ class BCFW(DenseWeights, Learner):
         return 1.0 / lam_n, lam_n
 
     # ------------------------------------------------------------------ kernel state
+    def __getstate__(self):
+        # the call plans key on object ids, which mean nothing in a copy: rebuilt on first use
+        state = super().__getstate__()   # the base drops the thread guard
+        state["_call_plan"] = state["_model_plan"] = None
+        return state
+
+    def _model_bundle(self):
+        """The kernels' Model bundle, kept while the labels in use, the label capacity, the
+        costs array and the structure stay the same objects / values."""
+        key = (self._K, self.W.Kc, id(self._C), id(self.structure))
+        plan = self._model_plan
+        if plan is None or plan[0] != key:
+            plan = self._model_plan = (key, KB.model(self.structure, self._K, self.W.Kc, self._C))
+        return plan[1]
+
     def _bundles(self, L, g_full):
         """(model, weights, arena, scratch, averaging, step config): the kernels' state as the
-        bundles of :mod:`streamssvm._kernels.bundles`, scratch sized for labelings of length L."""
-        return (KB.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), self.store.arena(),
-                self._ws.ensure(L, self.W.Kc).scratch(L, self._slack),
-                KB.pack(KB.Averaging(t0=int(self._avg_t0), ZE=self._Z.E, ZT=self._Z.T, ZB=self._Z.B,
-                                     facc=self._facc)),
+        bundles of :mod:`streamssvm._kernels.bundles`, scratch sized for labelings of length L.
+
+        A per-model call plan: the model, weights, averaging and step-config bundles are kept
+        while every object and value they are built from is the same (the key holds the ids of
+        arrays the kept bundles reference, so no id is reused while kept); the arena (its ``n``
+        changes per example) is rebuilt per call."""
+        W, Z = self.W, self._Z
+        key = (self._K, W.Kc, id(self._C), id(self.structure), id(W.E), id(W.T), id(W.B), self._avg_t0,
+               id(Z.E), id(Z.T), id(Z.B), id(self._facc), g_full, self._lam_fixed, self.step,
+               self.store.pool_cap > 0, self.cache, self.cache_F, self.cache_nu, self.sampling, self.replay,
+               self._slack)
+        plan = self._call_plan
+        if plan is None or plan[0] != key:
+            plan = self._call_plan = (key, self._model_bundle(), W.bundle(), KB.pack(KB.Averaging(
+                t0=int(self._avg_t0), ZE=Z.E, ZT=Z.T, ZB=Z.B, facc=self._facc)),
                 KB.pack(KB.StepConfig(lam=self.AUTO_LAM if self._lam_fixed is None else float(self._lam_fixed),
                                       step_type=K.step_rule(_STEP[self.step], self.store.pool_cap > 0),
                                       use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
                                       slack=K.rescaling(self._slack), lam_n_max=self._lam_n_max())))
+        return (plan[1], plan[2], self.store.arena(), self._ws.ensure(L, W.Kc).scratch(L, self._slack),
+                plan[3], plan[4])
 
     # ------------------------------------------------------------------ steps
     def _run(self, sampling, n_steps, slots=None):
@@ -505,8 +533,9 @@ class BCFW(DenseWeights, Learner):
         slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
-        example = KB.pack(KB.Example(tok_ptr=tok_ptr, fidx=fidx, fval=fval, ytrue=ytrue, mark=self._mark,
-                                     slot=int(slot), victim=int(victim)))
+        # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
+        # namedtuple on this path; tests/test_call_plan.py pins the field order)
+        example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), int(victim))
         tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, _NO_SLOTS, self._tick,
                                    self._seed(), self.counters, out)
         self._steps_example = example[:5] + (-1, -1)   # the types of the given-steps calls (see _run)
@@ -516,7 +545,8 @@ class BCFW(DenseWeights, Learner):
         st.after_learn_one(out[0], victim)
         if victim >= 0 and self.averaging:
             self._avg_restart()
-        self._grow_flagged()
+        if self.counters[K.C_TFULL] != self._tfull_seen:
+            self._grow_flagged()
         self.n_learned += 1
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
             self._full_pass(certify=False)
@@ -669,8 +699,10 @@ class BCFW(DenseWeights, Learner):
         if tok_ptr.dtype != np.int32 and (len(tok_ptr) == 0 or tok_ptr[-1] <= _INT32_MAX):
             # the arena's index type: the scoring kernels the learn path compiled serve prediction too
             tok_ptr = tok_ptr.astype(np.int32)
-        K.predict_batch(KB.model(self.structure, self._K, self.W.Kc, self._C), KB.pack(KB.WeightsBundle(E, T, B)),
-                        scale, ZE, zc, KB.pack(KB.Batch(ex_tok, tok_ptr, fidx, fval, lab_ptr)), out,
+        # KB.WeightsBundle and KB.Batch as the plain tuples KB.pack makes of them (field order
+        # pinned by tests/test_call_plan.py)
+        K.predict_batch(self._model_bundle(), (E, T, B),
+                        scale, ZE, zc, (ex_tok, tok_ptr, fidx, fval, lab_ptr), out,
                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
 
