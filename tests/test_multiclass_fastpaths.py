@@ -157,3 +157,21 @@ def test_learner_without_emission_weights_uses_the_kernel_path():
     a.learn_many(X[:60], list(y[:60]))
     preds = a.predict_learn_many(X[60:], list(y[60:]))
     assert len(preds) == 60 and set(preds) <= set(a.classes)
+
+
+def test_many_labels_point_to_the_extreme_classifier_once():
+    """Issue 26 (many labels): a dense-score learner past MANY_LABELS labels warns once, naming
+    ExtremeClassifier, instead of slowing down silently."""
+    import warnings
+    import streamssvm as ss
+
+    class Small(ss.MulticlassSSVM):
+        MANY_LABELS = 5
+
+    m = Small(learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(9):
+            m.learn_one({"a": float(i)}, f"c{i}")
+    hits = [x for x in w if issubclass(x.category, ResourceWarning)]
+    assert len(hits) == 1 and "ExtremeClassifier" in str(hits[0].message)

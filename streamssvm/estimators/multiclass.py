@@ -1,6 +1,8 @@
 """Multiclass structural SVM (Crammer-Singer) learned online by a dual learner."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from river import base
 
@@ -73,7 +75,25 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _unit_test_params(cls):
         yield {"learner": BCFW(lam=1e-2, replay=1, seed=0)}
 
+    #: label count from which a dense-score learner is pointed to ExtremeClassifier (a warning,
+    #: once per model): BCFW, SGD, CuttingPlane, BMRM and Pragam score every label at every
+    #: step and keep K-wide statistics, so their time and memory grow with K (at 4k labels BCFW
+    #: took 90 s and 1 GB on a stream MEMOIR learns in 0.8 s)
+    MANY_LABELS = 2000
+
     _synced = None       # the learner learn_one last grew, and to what (features, labels)
+    _warned_many = False
+
+    def _sync(self):
+        lr = super()._sync()
+        if len(self._labels) >= self.MANY_LABELS and not self._warned_many:
+            self._warned_many = True
+            warnings.warn(f"MulticlassSSVM with {type(lr).__name__} now has {len(self._labels)} labels: it "
+                          "scores every label at every step, so its time and memory grow with the label "
+                          "count; for thousands of labels use streamssvm.ExtremeClassifier (MEMOIR: an "
+                          "inner-product index scores only the labels a step needs)",
+                          ResourceWarning, stacklevel=3)
+        return lr
     _synced_key = None
 
     @property
