@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -170,26 +172,64 @@ class MemorySink(Sink):
 
 
 class JSONLSink(Sink):
-    """Appends one JSON line per object; ``flush`` also fsyncs."""
+    """Appends one JSON line per object; ``flush`` also fsyncs a regular file (not a pipe or a
+    character device such as ``/dev/null`` or ``/dev/stdout``, which cannot be fsynced).
+    ``path="-"`` is the standard output (left open by :meth:`close`).
 
-    def __init__(self, path):
+    When the reader of a pipe closes it (``predict | head``), writing stops quietly: the sink
+    drops the rest, points the descriptor at ``/dev/null`` (so that nothing fails at exit) and
+    calls ``on_closed()`` once, e.g. to stop a run, which then checkpoints as usual."""
+
+    def __init__(self, path, on_closed=None):
         self.path = str(path)
-        d = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(d, exist_ok=True)
-        self._f = open(self.path, "a", encoding="utf-8")
+        self.on_closed = on_closed
+        self.closed_by_reader = False
+        if self.path == "-":
+            self._f, self._own = sys.stdout, False
+        else:
+            d = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(d, exist_ok=True)
+            self._f, self._own = open(self.path, "a", encoding="utf-8"), True
+        try:
+            self._sync = self._own and stat.S_ISREG(os.fstat(self._f.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError):   # a stdout without a descriptor (captured)
+            self._sync = False
 
     def write(self, obj):
-        self._f.write(json.dumps(obj, default=_json_default) + "\n")
+        if self.closed_by_reader:
+            return
+        try:
+            self._f.write(json.dumps(obj, default=_json_default) + "\n")
+        except BrokenPipeError:
+            self._reader_closed()
 
     def flush(self):
-        if not self._f.closed:
+        if self._f.closed or self.closed_by_reader:
+            return
+        try:
             self._f.flush()
+        except BrokenPipeError:
+            self._reader_closed()
+            return
+        if self._sync:
             os.fsync(self._f.fileno())
+
+    def _reader_closed(self):
+        self.closed_by_reader = True
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._f.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+        if self.on_closed is not None:
+            self.on_closed()
 
     def close(self):
         if not self._f.closed:
             self.flush()
-            self._f.close()
+            if self._own:
+                self._f.close()
 
 
 def _json_default(v):

@@ -129,6 +129,27 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, 
     assert gaps[-1] < gaps[2]
 
 
+def test_lambda_following_n_certifies_the_single_run_objective(cluster, tmp_path):
+    """BCFW(lam=None): lambda follows n (min(1e-3, 6 / n)) in a distributed run as in a single
+    one, so the global certificate is the saved model's own. Regression: the union kept lambda
+    at 1e-3 while the model it saved certified 6 / n (past 6,000 examples the two differed)."""
+    X, Y = data(6400, seed=3)
+    seen = []
+
+    def check(rec, job):
+        c = single_process_certificate(job.final_model())
+        g = rec["certificate"]
+        assert g["lam"] == pytest.approx(min(1e-3, 6.0 / rec["n_blocks"]))
+        np.testing.assert_allclose(c.primal, g["primal"], rtol=1e-9)
+        np.testing.assert_allclose(c.gap, g["gap"], rtol=1e-9, atol=1e-12)
+        seen.append(rec["n_blocks"])
+
+    res = sd.run(bcfw_model(lam=None), (X, Y), task="multiclass", workers=2, round_examples=1600, passes=1,
+                 on_round=check)
+    assert max(seen) == len(X) > 6000
+    assert res.model.certificate().lam == pytest.approx(6.0 / len(X))
+
+
 def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
     rng = np.random.default_rng(3)
     tags = ["a", "b", "c"]

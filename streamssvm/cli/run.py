@@ -86,6 +86,8 @@ def cmd_run(args):
                  progress=not args.no_progress, refine_at_end=args.refine_passes,
                  rate=args.rate,
                  batch_size=args.batch_size, test=read_test(args.test, args.task))
+    if sink is not None and hasattr(sink, "on_closed"):   # the reader of --sink closed its pipe
+        sink.on_closed = lambda: eng.request_stop(signal.SIGPIPE)
     eng.settings = run_settings(args)
     eng.max_bad_fraction = args.max_bad_fraction
     if args.refine_passes and not args.no_progress:
@@ -123,6 +125,11 @@ def cmd_run(args):
         nbad = summary.get("n_bad", summary["bad_records"] + src_bad)
         if nbad:
             print(f"bad records: {nbad:,} ({where})")
+    if summary["stopped"] == "interrupted" and eng.stop_signal == signal.SIGPIPE:
+        saved = f"; checkpoint written in {args.checkpoint_dir}" if args.checkpoint_dir else ""
+        print(f"stopped after {eng.examples_seen:,} examples: the reader of --sink {args.sink} closed it{saved}",
+              file=sys.stderr)
+        return 0
     if summary["stopped"] == "interrupted":
         sig = eng.stop_signal or signal.SIGINT
         if args.checkpoint_dir:

@@ -1,0 +1,142 @@
+"""A new user's first hour (issue 23), each item through the real CLI in a subprocess: one set of
+defaults (every learner seeds), predicting records without labels, multi-label CSV label sets,
+sinks (``-``, character devices, a closed pipe), ``--save`` and option typos."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED="0")
+
+
+def cli(*argv, cwd=None, stdin=None, check=None):
+    """``python -m streamssvm ARGV`` in a subprocess: the CompletedProcess (text)."""
+    r = subprocess.run([sys.executable, "-m", "streamssvm", *map(str, argv)], capture_output=True, text=True,
+                       cwd=cwd or ROOT, env=ENV, timeout=600, input=stdin)
+    if check is not None:
+        assert r.returncode == check, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def two_blobs(n=120, seed=0, d=3):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, size=n)
+    X = rng.normal(size=(n, d)) + 2.0 * (2 * y[:, None] - 1)
+    return X, ["pos" if v else "neg" for v in y]
+
+
+def write_jsonl(path, X, y=None):
+    with open(path, "w") as f:
+        for i, x in enumerate(X):
+            rec = {"x": {f"f{j}": float(v) for j, v in enumerate(x)}}
+            if y is not None:
+                rec["y"] = y[i]
+            f.write(json.dumps(rec) + "\n")
+    return path
+
+
+def write_csv(path, X, y=None):
+    with open(path, "w") as f:
+        f.write(",".join([f"f{j}" for j in range(X.shape[1])] + (["label"] if y is not None else [])) + "\n")
+        for i, x in enumerate(X):
+            f.write(",".join([repr(float(v)) for v in x] + ([y[i]] if y is not None else [])) + "\n")
+    return path
+
+
+# ----------------------------------------------------------------------------- one set of defaults
+def test_every_learner_seeds_by_default_and_two_runs_repeat():
+    """Regression: MulticlassSSVM() / MultiLabelSSVM() used BCFW(seed=None) (two runs of one stream
+    differed) while SequenceTagger() seeded, and the CLI's --seed 0 was a second default."""
+    code = ("import numpy as np, streamssvm as ss\n"
+            "from streamssvm.cli.options import LEARNERS, learner_class\n"
+            "print(sorted(k for k in LEARNERS if getattr(learner_class(k)(), 'seed', 0) != 0))\n"
+            "rng = np.random.default_rng(0); X = rng.normal(size=(300, 5)); y = (X @ rng.normal(size=(5, 4))).argmax(1)\n"
+            "def preds():\n"
+            "    m = ss.MulticlassSSVM(); out = []\n"
+            "    for x, t in zip(X, y):\n"
+            "        out.append(m.predict_one(x)); m.learn_one(x, int(t))\n"
+            "    return out\n"
+            "print(preds() == preds())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[]", "True"]
+    h = cli("run", "--help", check=0).stdout
+    assert "so that a run repeats" not in h   # no second table of defaults
+
+
+# ----------------------------------------------------------------------------- predicting unlabeled data
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("model")
+    X, y = two_blobs(200, seed=1)
+    write_jsonl(d / "train.jsonl", X, y)
+    cli("run", "--source", d / "train.jsonl", "--task", "multiclass", "--no-progress", "--save", d / "m.ssvm",
+        check=0)
+    return d / "m.ssvm"
+
+
+def _predictions(stdout):
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_predict_records_without_labels(tmp_path, saved_model, fmt):
+    """Regression: a CSV without the label column stopped with "label column 'label' not in the
+    header" (exit 2); JSONL without "y" made every record bad (exit 1)."""
+    X, y = two_blobs(50, seed=2)
+    src = (write_jsonl if fmt == "jsonl" else write_csv)(tmp_path / f"test.{fmt}", X)
+    r = cli("predict", "--model", saved_model, "--source", src, check=0)
+    got = [p["prediction"] for p in _predictions(r.stdout)]
+    assert len(got) == 50 and set(got) <= {"pos", "neg"}
+    assert np.mean([a == b for a, b in zip(got, y)]) > 0.9
+    assert "predicted 50 records" in r.stderr and "bad records" not in r.stderr and "accuracy" not in r.stderr
+    # with the labels present, predict also scores them
+    src = (write_jsonl if fmt == "jsonl" else write_csv)(tmp_path / f"test_labeled.{fmt}", X, y)
+    r = cli("predict", "--model", saved_model, "--source", src, check=0)
+    assert "predicted 50 records" in r.stderr and "accuracy" in r.stderr
+
+
+def test_predict_one_column_conll(tmp_path):
+    words = [("The", "DT"), ("dog", "NN"), ("runs", "VBZ"), ("A", "DT"), ("cat", "NN"), ("sleeps", "VBZ")]
+    with open(tmp_path / "train.conll", "w") as f:
+        for _ in range(30):
+            f.write("\n".join(f"{w} {t}" for w, t in words[:3]) + "\n\n")
+            f.write("\n".join(f"{w} {t}" for w, t in words[3:]) + "\n\n")
+    cli("run", "--source", tmp_path / "train.conll", "--task", "sequence", "--no-progress", "--save",
+        tmp_path / "t.ssvm", check=0)
+    (tmp_path / "words.conll").write_text("The\ncat\nruns\n\nA\ndog\nsleeps\n")
+    r = cli("predict", "--model", tmp_path / "t.ssvm", "--source", tmp_path / "words.conll", check=0)
+    got = [p["prediction"] for p in _predictions(r.stdout)]
+    assert got == [["DT", "NN", "VBZ"], ["DT", "NN", "VBZ"]], r.stderr
+
+
+# ----------------------------------------------------------------------------- multi-label CSV
+def test_multilabel_csv_splits_label_sets_on_the_documented_default(tmp_path):
+    """Regression: without ?multilabel_sep=; a cell "a;b" was one label of a made-up set, and a
+    row with no labels was a bad record (the run still exited 0)."""
+    rng = np.random.default_rng(0)
+    rows = ["f0,f1,label"]
+    for _ in range(200):
+        a, b = rng.integers(0, 2, size=2)
+        x = rng.normal(size=2) * 0.3 + np.array([2.0 * a - 1, 2.0 * b - 1])
+        labs = ";".join(t for t, on in (("u", a), ("v", b)) if on)
+        rows.append(f"{x[0]:.4f},{x[1]:.4f},{labs}")
+    (tmp_path / "ml.csv").write_text("\n".join(rows) + "\n")
+    r = cli("run", "--source", tmp_path / "ml.csv", "--task", "multilabel", "--no-progress", "--json",
+            "--save", tmp_path / "ml.ssvm", check=0)
+    out = json.loads(r.stdout)
+    assert out["bad_records"] == 0 and out["bad_records_at_source"] == 0
+    r = cli("predict", "--model", tmp_path / "ml.ssvm", "--source", tmp_path / "ml.csv", check=0)
+    preds = [sorted(k for k, on in p["prediction"].items() if on) for p in _predictions(r.stdout)]
+    assert {tuple(p) for p in preds} <= {(), ("u",), ("v",), ("u", "v")}
+    assert ("u", "v") in {tuple(p) for p in preds} and () in {tuple(p) for p in preds}
+    # another likely separator in a cell: a loud bad record naming the option, not a made-up label
+    (tmp_path / "pipe.csv").write_text("f0,label\n1.0,u|v\n2.0,u|v\n")
+    r = cli("run", "--source", tmp_path / "pipe.csv", "--task", "multilabel", "--no-progress", check=1)
+    assert "multilabel_sep=|" in r.stderr
+    r = cli("run", "--source", f"file://{tmp_path / 'pipe.csv'}?multilabel_sep=|", "--task", "multilabel",
+            "--no-progress", check=0)
