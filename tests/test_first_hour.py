@@ -140,3 +140,76 @@ def test_multilabel_csv_splits_label_sets_on_the_documented_default(tmp_path):
     assert "multilabel_sep=|" in r.stderr
     r = cli("run", "--source", f"file://{tmp_path / 'pipe.csv'}?multilabel_sep=|", "--task", "multilabel",
             "--no-progress", check=0)
+
+
+# ----------------------------------------------------------------------------- sinks
+@pytest.mark.parametrize("sink", ["/dev/null", "/dev/stdout", "-"])
+def test_character_device_and_stdout_sinks(tmp_path, sink):
+    """Regression: --sink /dev/null and /dev/stdout crashed at the end in os.fsync (EINVAL) with
+    no model or checkpoint saved; --sink - wrote a file named '-'."""
+    X, y = two_blobs(60)
+    src = write_jsonl(tmp_path / "d.jsonl", X, y)
+    r = cli("run", "--source", src, "--task", "multiclass", "--no-progress", "--sink", sink, "--checkpoint-dir",
+            tmp_path / "ck", "--save", tmp_path / "m.ssvm", cwd=tmp_path, check=0)
+    assert "Traceback" not in r.stderr and (tmp_path / "m.ssvm").exists() and list((tmp_path / "ck").iterdir())
+    assert not (tmp_path / "-").exists()
+    if sink != "/dev/null":
+        assert sum('"prediction"' in line for line in r.stdout.splitlines()) == 60
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path, saved_model):
+    """Regression: ``predict ... | head`` ended in a BrokenPipeError traceback; ``run --sink - |
+    head`` now stops, saves and checkpoints."""
+    X, y = two_blobs(20000, seed=3)
+    src = write_jsonl(tmp_path / "big.jsonl", X)
+    cmd = [sys.executable, "-m", "streamssvm", "predict", "--model", str(saved_model), "--source", str(src)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=ROOT)
+    first = p.stdout.readline()
+    p.stdout.close()   # the reader goes away (head -1)
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=600) == 0, err
+    assert json.loads(first)["prediction"] in ("pos", "neg")
+    assert "Traceback" not in err and "BrokenPipe" not in err and "the reader closed the output" in err
+    # run: stops, checkpoints, saves
+    src = write_jsonl(tmp_path / "big_labeled.jsonl", X, y)
+    cmd = [sys.executable, "-m", "streamssvm", "run", "--source", str(src), "--task", "multiclass", "--learner",
+           "sgd", "--no-progress", "--sink", "-", "--checkpoint-dir", str(tmp_path / "ck"), "--save",
+           str(tmp_path / "m2.ssvm")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, cwd=ROOT)
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=600) == 0, err
+    assert "Traceback" not in err and "closed it; checkpoint written" in err
+    assert (tmp_path / "m2.ssvm").exists() and list((tmp_path / "ck").iterdir())
+
+
+# ----------------------------------------------------------------------------- smaller items
+def test_save_says_what_it_saved_with_the_usual_file_mode(tmp_path):
+    """Regression: --save printed nothing and wrote the file with mode 0600 (mkstemp's)."""
+    X, y = two_blobs(40)
+    src = write_jsonl(tmp_path / "d.jsonl", X, y)
+    r = cli("run", "--source", src, "--task", "multiclass", "--no-progress", "--save", tmp_path / "m.ssvm", check=0)
+    assert f"saved the model (MulticlassSSVM, 40 examples held" in r.stderr and str(tmp_path / "m.ssvm") in r.stderr
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(tmp_path / "m.ssvm").st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_an_option_typo_names_the_closest_option():
+    r = cli("run", "--source", "x.jsonl", "--task", "multiclass", "--lamda", "0.1", "--chekpoint-dir", "d", check=2)
+    assert "--lamda -> --lam" in r.stderr and "--chekpoint-dir -> --checkpoint-dir" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_kafka_predictions_carry_the_input_key(tmp_path, broker, saved_model):
+    """Regression: predictions of unkeyed Kafka messages had key null; messages without "y" were
+    bad records. The key is now the message's key, or its place (topic/partition@offset)."""
+    pytest.importorskip("kafka")
+    X, y = two_blobs(10, seed=4)
+    write_jsonl(tmp_path / "k.jsonl", X)
+    cli("produce", tmp_path / "k.jsonl", "--bootstrap", broker, "--topic", "unlabeled", check=0)
+    r = cli("predict", "--model", saved_model, "--source", f"kafka://{broker}/unlabeled?group=g&stop_at_end=1",
+            check=0)
+    keys = [p["key"] for p in _predictions(r.stdout)]
+    assert keys == [f"unlabeled/0@{i}" for i in range(10)], r.stderr

@@ -192,6 +192,14 @@ def open_sink(uri, on_closed=None):
     return JSONLSink(uri[len("file://"):] if uri.startswith("file://") else uri, on_closed=on_closed)
 
 
+def say_saved(path, model):
+    """``--save``: one line on stderr naming what was saved where."""
+    size = os.path.getsize(path)
+    print(f"saved the model ({type(model).__name__}, {model.n_blocks if hasattr(model, 'n_blocks') else '?'} "
+          f"examples held, {size / 1e6:.1f} MB) to {path}; use it with: streamssvm predict --model {path} "
+          f"--source ...", file=sys.stderr)
+
+
 def read_test(uri, task):
     """``run --test file://...``: the held-out (x, y) pairs scored at each snapshot."""
     if uri is None:
@@ -246,7 +254,9 @@ def open_file_or_kafka(args, dead, require_label=True):
     as unlabeled records. Returns (source, file format or None for Kafka)."""
     if args.source.startswith("kafka://"):
         from streamssvm.connectors.kafka import open_kafka
-        return open_kafka(args.source, dead_letter=dead), None
+        src = open_kafka(args.source, dead_letter=dead)
+        src.require_label = require_label   # predict: messages without "y" are unlabeled records
+        return src, None
     from streamssvm.connectors.files import detect_format, open_source, parse_file_uri
     path, opts = parse_file_uri(args.source)
     if not os.path.exists(path):

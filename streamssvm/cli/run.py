@@ -11,7 +11,7 @@ import time
 
 from .options import (
     CliDeadLetters, Refused, certificate_text, likely_cause, make_model, open_file_or_kafka,
-    open_sink, read_test, run_settings, strict_json, graceful_signals)
+    open_sink, read_test, run_settings, say_saved, strict_json, graceful_signals)
 from .warmup import warm_model, warm_kernels
 
 
@@ -106,7 +106,7 @@ def cmd_run(args):
             sink.close()
         dead.close()
     if args.save:
-        eng.model.save(args.save)
+        say_saved(eng.model.save(args.save), eng.model)
     src_bad = source.n_bad
     summary["bad_records_at_source"] = src_bad
     bad_run = eng.bad_records - bad0 + src_bad

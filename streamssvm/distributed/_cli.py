@@ -44,7 +44,10 @@ def run_from_args(args, model):
               round_seconds=args.round_seconds, passes=args.refine_passes, idle_timeout=args.idle_timeout,
               metrics_path=args.metrics, keep=args.keep, progress=not args.no_progress)
     if args.save:
-        res.model.save(args.save)
+        import sys
+        path = res.model.save(args.save)
+        print(f"saved the model ({type(res.model).__name__}, {res.model.n_blocks} examples held) to {path}",
+              file=sys.stderr)
     summary = summarize(res.history, res.certificate)
     summary["restarts"] = res.restarts
     if args.json:
