@@ -213,3 +213,31 @@ def test_kafka_predictions_carry_the_input_key(tmp_path, broker, saved_model):
             check=0)
     keys = [p["key"] for p in _predictions(r.stdout)]
     assert keys == [f"unlabeled/0@{i}" for i in range(10)], r.stderr
+
+
+# ----------------------------------------------------------------------------- compile notice
+def test_the_python_api_announces_compilation_once_with_progress(tmp_path):
+    """Regression: a cold first MulticlassSSVM().learn_one(...) compiled for a minute or more
+    without a word. Now one notice per process (logging, silenceable) and progress lines."""
+    code = ("import logging, sys\n"
+            "import streamssvm.kernel_cache as K; K.PROGRESS_EVERY = 0.5\n"
+            "if sys.argv[1] == 'quiet': logging.getLogger('streamssvm.kernels').setLevel(logging.ERROR)\n"
+            "import streamssvm as ss\n"
+            "for _ in range(2):\n"
+            "    m = ss.MulticlassSSVM(learner=ss.learners.SGD(seed=0))\n"
+            "    m.learn_one({'f': 1.0}, 'a'); m.learn_one({'f': -1.0}, 'b')\n"
+            "print(m.predict_one({'f': 1.0}))\n")
+    env = dict(ENV, STREAMSSVM_CACHE=str(tmp_path / "cache"))
+
+    def py(mode):
+        return subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=600)
+    r = py("loud")
+    assert r.returncode == 0 and r.stdout.strip() == "a", r.stderr
+    assert r.stderr.count("compiling its numba kernels") == 1 and str(tmp_path / "cache") in r.stderr
+    assert "still compiling kernels" in r.stderr
+    r = py("loud")   # warm cache: not a word
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    env["STREAMSSVM_CACHE"] = str(tmp_path / "cache2")
+    r = py("quiet")   # cold, silenced
+    assert r.returncode == 0 and r.stderr == "", r.stderr
