@@ -241,3 +241,47 @@ def test_the_python_api_announces_compilation_once_with_progress(tmp_path):
     env["STREAMSSVM_CACHE"] = str(tmp_path / "cache2")
     r = py("quiet")   # cold, silenced
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ----------------------------------------------------------------------------- results shown
+def test_test_results_on_console_json_report_and_plot(tmp_path):
+    """Regression: --test results reached only the --metrics file; the summary's examples/s
+    counted the refinement."""
+    X, y = two_blobs(150, seed=5)
+    src = write_jsonl(tmp_path / "d.jsonl", X, y)
+    Xt, yt = two_blobs(40, seed=6)
+    test = write_jsonl(tmp_path / "t.jsonl", Xt, yt)
+    common = ["run", "--source", src, "--task", "multiclass", "--no-progress", "--test", f"file://{test}",
+              "--snapshot-every", "50", "--refine-passes", "2"]
+    r = cli(*common, "--checkpoint-dir", tmp_path / "ck", check=0)
+    assert "test metrics" in r.stdout and '"accuracy"' in r.stdout.split("test metrics", 1)[1]
+    r = cli(*common, "--json", check=0)
+    s = json.loads(r.stdout)
+    assert s["test"]["accuracy"] > 0.9 and s["test"]["n"] == 40
+    assert s["throughput"] == pytest.approx(s["new_examples"] / s["seconds_stream"])
+    assert s["seconds_stream"] <= s["seconds"]
+    r = cli("report", tmp_path / "ck", "--json", check=0)
+    assert json.loads(r.stdout)["test"]["n"] == 40
+    r = cli("report", tmp_path / "ck", check=0)
+    assert "test metrics" in r.stdout
+    pytest.importorskip("matplotlib")
+    r = cli("report", tmp_path / "ck", "--plot", tmp_path / "p.png", check=0)
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_the_progress_line_ends_before_the_refinement_speaks():
+    import io
+
+    from streamssvm.engine import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    s = Tty()
+    p = Progress(True, stream=s)
+    p.update(10, {"accuracy": 0.5}, 0.1, force=True)
+    p.finish(20, {"accuracy": 0.5}, 0.1)
+    p.update(30, {"accuracy": 0.5}, 0.1, force=True)   # after finish: nothing
+    p.close()
+    assert s.getvalue().endswith("\n") and "examples 30" not in s.getvalue() and s.getvalue().count("\n") == 1

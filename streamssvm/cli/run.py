@@ -120,6 +120,8 @@ def cmd_run(args):
         print(f"examples seen {summary['examples_seen']:,} ({summary['new_examples']:,} new, "
               f"{summary['throughput']:,.0f} ex/s); stopped: {summary['stopped']}")
         print(f"progressive metrics: {json.dumps(strict_json(summary['metrics']))}")
+        if summary.get("test"):
+            print(f"test metrics ({args.test}): {json.dumps(strict_json(summary['test']))}")
         if c:
             print(f"certificate: {certificate_text(c)}")
         nbad = summary.get("n_bad", summary["bad_records"] + src_bad)
