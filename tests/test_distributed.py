@@ -352,3 +352,25 @@ def test_cli_run_workers_and_report(cluster, tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["examples_seen"] == 200 and len(rep["workers"]) == 2
     assert rep["global_certificate"]["gap"] == pytest.approx(out["global_certificate"]["gap"])
+
+
+def test_cli_workers_take_dict_features_and_labels_as_a_single_run_does(cluster, tmp_path, capsys):
+    """Regression: ``run --workers 2`` on dict features stopped with "--workers needs --labels",
+    then "needs one feature index for all workers"; with ``--labels 0,1,2,3`` on records whose
+    y is the string "1", the run died with "the label capacity changed inside a round"."""
+    from streamssvm.cli import main
+    path = tmp_path / "s.jsonl"
+    with open(path, "w") as f:
+        for v in messages(200, seed=12):
+            rec = json.loads(v)
+            rec["y"] = str(rec["y"])
+            f.write(json.dumps(rec) + "\n")
+    base = ["run", "--workers", "2", "--source", str(path), "--task", "multiclass", "--round-examples", "50",
+            "--json", "--no-progress"]
+    assert main(base) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["examples_seen"] == 200
+    assert "labels read from" in cap.err and "hashed into" in cap.err
+    assert main(base + ["--labels", "0,1,2,3", "--save", str(tmp_path / "m.ssvm")]) == 0
+    assert json.loads(capsys.readouterr().out)["examples_seen"] == 200
+    assert sorted(ss.load(tmp_path / "m.ssvm").labels) == ["0", "1", "2", "3"]
