@@ -285,3 +285,15 @@ def test_the_progress_line_ends_before_the_refinement_speaks():
     p.update(30, {"accuracy": 0.5}, 0.1, force=True)   # after finish: nothing
     p.close()
     assert s.getvalue().endswith("\n") and "examples 30" not in s.getvalue() and s.getvalue().count("\n") == 1
+
+
+def test_report_after_demo_shows_the_refined_model(tmp_path):
+    """Regression: the report command the demo prints showed the checkpoint from before the
+    refinement."""
+    out = tmp_path / "demo"
+    cli("demo", "--quick", "--out", out, "--refine-schedule", "1", "2", "--no-progress", check=0)
+    demo = json.loads((out / "demo.json").read_text())
+    r = cli("report", out / "ckpt", "--json", check=0)
+    rep = json.loads(r.stdout)
+    assert rep["last_certificate"]["gap"] == pytest.approx(demo["refine"][-1]["gap"])
+    assert rep["test"]["token_accuracy"] == pytest.approx(1 - demo["refine"][-1]["test_error"])
