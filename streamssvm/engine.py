@@ -405,6 +405,8 @@ class Engine:
                **self.metrics.get()}
         if c.extra:  # learner diagnostics (e.g. MEMOIR: index recall, margin error, staleness)
             rec["diagnostics"] = c.extra
+        if getattr(self, "_refined", False):   # after refine_at_end: the plot's refinement column
+            rec["phase"], rec["passes"] = "refine", self.refine_at_end
         if self.test:  # held-out metrics of the current model (nothing learned from them)
             held = ProgressiveMetrics(self.task)
             xs = [x for x, _ in self.test]
@@ -628,6 +630,7 @@ class Engine:
                 gap = self.last_certificate["gap"] if self.last_certificate else None
                 prog.finish(self.examples_seen, self.metrics.get(), gap, new_this_run=self.examples_seen - seen0)
                 self.model.refine(self.refine_at_end, progress=self.refine_progress)
+                self._refined = True
             if not interrupted and self.examples_seen and (since_snap or not self.history or self.refine_at_end):
                 self.snapshot(t0, seen0)
             if self.sink is not None:

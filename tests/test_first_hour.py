@@ -253,8 +253,12 @@ def test_test_results_on_console_json_report_and_plot(tmp_path):
     test = write_jsonl(tmp_path / "t.jsonl", Xt, yt)
     common = ["run", "--source", src, "--task", "multiclass", "--no-progress", "--test", f"file://{test}",
               "--snapshot-every", "50", "--refine-passes", "2"]
-    r = cli(*common, "--checkpoint-dir", tmp_path / "ck", check=0)
+    r = cli(*common, "--checkpoint-dir", tmp_path / "ck", "--metrics", tmp_path / "m.jsonl", check=0)
     assert "test metrics" in r.stdout and '"accuracy"' in r.stdout.split("test metrics", 1)[1]
+    snaps = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    # the snapshot after --refine-passes belongs to the refinement (not a cliff in the stream panel)
+    assert snaps[-1]["phase"] == "refine" and snaps[-1]["passes"] == 2
+    assert all("phase" not in h for h in snaps[:-1]) and all("test" in h for h in snaps)
     r = cli(*common, "--json", check=0)
     s = json.loads(r.stdout)
     assert s["test"]["accuracy"] > 0.9 and s["test"]["n"] == 40

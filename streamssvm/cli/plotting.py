@@ -60,13 +60,21 @@ def plot_history(history, path, title="streamssvm", xlabel="examples seen"):
                 a.set_ylabel("primal objective")
             a.text(0.5, 0.5, "no dual certificate (primal only)", transform=a.transAxes, ha="center",
                    va="center", fontsize=11, color="0.3")
+        if phase == "stream" and len(gx) > 1 and any(b_ > a_ * 1.01 for (_, a_), (_, b_) in zip(gx, gx[1:])):
+            a.text(0.02, 0.02, "the gap rises as new examples arrive (a new block starts at zero;\n"
+                   "with lam=None, lambda follows n), and falls as the held ones are revisited",
+                   transform=a.transAxes, fontsize=7, color="0.35", va="bottom")
         key, name = _accuracy_name(hs[0])
         b = ax[1][col]
-        b.plot(xs, [h.get(key) if _finite(h.get(key)) else float("nan") for h in hs], "o-",
-               color=f"C{col}", ms=3, label="progressive" if phase == "stream" else "test")
         tx = [(x, h["test"].get(key)) for x, h in zip(xs, hs)
               if isinstance(h.get("test"), dict) and _finite(h["test"].get(key))]
-        if tx:   # run --test: the held-out metric at each snapshot
+        if phase == "stream":   # the progressive metric (the refinement learns nothing new: no such metric)
+            b.plot(xs, [h.get(key) if _finite(h.get(key)) else float("nan") for h in hs], "o-",
+                   color=f"C{col}", ms=3, label="progressive")
+        elif not tx:
+            b.text(0.5, 0.5, "no held-out set (run --test FILE)", transform=b.transAxes, ha="center",
+                   va="center", fontsize=10, color="0.3")
+        if tx:   # run --test / the demo: the held-out metric at each snapshot
             b.plot([x for x, _ in tx], [v for _, v in tx], "s--", color="C3", ms=3, label="held-out test")
             b.legend(loc="lower right", fontsize=8)
         b.set_ylabel(("progressive " if phase == "stream" else "test ") + name)
