@@ -153,8 +153,10 @@ def test_character_device_and_stdout_sinks(tmp_path, sink):
             tmp_path / "ck", "--save", tmp_path / "m.ssvm", cwd=tmp_path, check=0)
     assert "Traceback" not in r.stderr and (tmp_path / "m.ssvm").exists() and list((tmp_path / "ck").iterdir())
     assert not (tmp_path / "-").exists()
-    if sink != "/dev/null":
+    if sink != "/dev/null":   # stdout holds the predictions only; the summary goes to stderr
         assert sum('"prediction"' in line for line in r.stdout.splitlines()) == 60
+        assert all(json.loads(line)["prediction"] in ("pos", "neg", None) for line in r.stdout.splitlines())
+        assert "examples seen 60" in r.stderr
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path, saved_model):

@@ -113,20 +113,21 @@ def cmd_run(args):
     total_run = summary["new_examples"] + bad_run
     where = (f"sent to the dead-letter sink {args.dead_letter}" if args.dead_letter
              else "counted only; --dead-letter FILE keeps them")
+    out = sys.stderr if args.sink in ("-", "file://-", "/dev/stdout") else sys.stdout   # stdout: predictions
     if args.json:
-        print(json.dumps(strict_json(summary), indent=2, default=str, allow_nan=False))
+        print(json.dumps(strict_json(summary), indent=2, default=str, allow_nan=False), file=out)
     else:
         c = summary["last_certificate"] or {}
         print(f"examples seen {summary['examples_seen']:,} ({summary['new_examples']:,} new, "
-              f"{summary['throughput']:,.0f} ex/s); stopped: {summary['stopped']}")
-        print(f"progressive metrics: {json.dumps(strict_json(summary['metrics']))}")
+              f"{summary['throughput']:,.0f} ex/s); stopped: {summary['stopped']}", file=out)
+        print(f"progressive metrics: {json.dumps(strict_json(summary['metrics']))}", file=out)
         if summary.get("test"):
-            print(f"test metrics ({args.test}): {json.dumps(strict_json(summary['test']))}")
+            print(f"test metrics ({args.test}): {json.dumps(strict_json(summary['test']))}", file=out)
         if c:
-            print(f"certificate: {certificate_text(c)}")
+            print(f"certificate: {certificate_text(c)}", file=out)
         nbad = summary.get("n_bad", summary["bad_records"] + src_bad)
         if nbad:
-            print(f"bad records: {nbad:,} ({where})")
+            print(f"bad records: {nbad:,} ({where})", file=out)
     if summary["stopped"] == "interrupted" and eng.stop_signal == signal.SIGPIPE:
         saved = f"; checkpoint written in {args.checkpoint_dir}" if args.checkpoint_dir else ""
         print(f"stopped after {eng.examples_seen:,} examples: the reader of --sink {args.sink} closed it{saved}",
