@@ -20,8 +20,11 @@ This package imports only ``streamssvm.features``/``streamssvm._optional`` of th
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import stat
+import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -173,55 +176,97 @@ class MemorySink(Sink):
 
 
 class JSONLSink(Sink):
-    """Appends one JSON line per object; ``flush`` writes the pending lines whole and fsyncs.
+    """Appends one JSON line per object. ``path="-"`` is the standard output (left open by
+    :meth:`close`).
 
-    No torn lines: lines are written only by ``flush``, and a failed write (a full disk) cuts
-    the file back to its last whole line before the error propagates; a file that already ends
-    with a torn line (a run killed or out of space while writing it) is cut back to its last
-    whole line when opened, with a warning, so a resumed run never appends to half a line."""
+    No torn lines: lines are written whole (a regular file in 64 KiB batches at ``flush``, a pipe
+    or a device line by line), and a failed write (a full disk) cuts a regular file back to its
+    last whole line before the error propagates; a file that already ends with a torn line (a run
+    killed or out of space while writing it) is cut back to its last whole line when opened, with
+    a warning, so a resumed run never appends to half a line. ``flush`` fsyncs a regular file
+    (not a pipe or a character device such as ``/dev/null`` or ``/dev/stdout``, which cannot be
+    fsynced).
 
-    #: pending bytes that trigger a write
+    When the reader of a pipe closes it (``predict | head``), writing stops quietly: the sink
+    drops the rest, points the descriptor at ``/dev/null`` (so that nothing fails at exit) and
+    calls ``on_closed()`` once, e.g. to stop a run, which then checkpoints as usual."""
+
+    #: pending bytes that trigger a write (regular files; pipes and devices are written per line)
     BUFFER = 1 << 16
 
-    def __init__(self, path):
+    def __init__(self, path, on_closed=None):
         self.path = str(path)
-        d = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(d, exist_ok=True)
-        self._f = open(self.path, "ab")
+        self.on_closed = on_closed
+        self.closed_by_reader = False
         self._pending: list = []
         self._n = 0
-        self._good = _cut_torn_tail(self._f, self.path)
+        if self.path == "-":
+            out = sys.stdout
+            self._text = not hasattr(out, "buffer")   # a captured stdout may be text only
+            self._f, self._own = (out if self._text else out.buffer), False
+        else:
+            d = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(d, exist_ok=True)
+            self._f, self._own, self._text = open(self.path, "ab"), True, False
+        try:
+            self._regular = stat.S_ISREG(os.fstat(self._f.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            self._regular = False     # a stdout without a descriptor (captured)
+        self._sync = self._own and self._regular
+        self._limit = self.BUFFER if self._regular else 0
+        self._good = _cut_torn_tail(self._f, self.path) if self._sync else 0
 
     def write(self, obj):
+        if self.closed_by_reader:
+            return
         line = (json.dumps(obj, default=_json_default) + "\n").encode("utf-8", "backslashreplace")
         self._pending.append(line)
         self._n += len(line)
-        if self._n >= self.BUFFER:
+        if self._n >= self._limit:
             self._write_pending()
 
     def _write_pending(self):
         data, self._pending, self._n = b"".join(self._pending), [], 0
-        if not data or self._f.closed:
+        if not data or self._f.closed or self.closed_by_reader:
             return
         try:
-            self._f.write(data)
+            self._f.write(data.decode("utf-8") if self._text else data)
             self._f.flush()
+        except BrokenPipeError:
+            self._reader_closed()
+            return
         except OSError as e:
-            _truncate_quietly(self._f, self._good)
+            if self._sync:
+                _truncate_quietly(self._f, self._good)
             raise OSError(e.errno, e.strerror, self.path) from None
         self._good += len(data)
 
     def flush(self):
-        if not self._f.closed:
-            self._write_pending()
+        if self._f.closed or self.closed_by_reader:
+            return
+        self._write_pending()
+        if self._sync and not self._f.closed:
             os.fsync(self._f.fileno())
+
+    def _reader_closed(self):
+        self.closed_by_reader = True
+        self._pending, self._n = [], 0
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._f.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+        if self.on_closed is not None:
+            self.on_closed()
 
     def close(self):
         if not self._f.closed:
             try:
                 self.flush()
             finally:
-                self._f.close()
+                if self._own:
+                    self._f.close()
 
 
 def _truncate_quietly(f, size):

@@ -455,12 +455,13 @@ def _truth(v, lab):
                     f"got {_short(v)}")
 
 
-def parse_example(obj, x_field="x", y_field="y"):
+def parse_example(obj, x_field="x", y_field="y", require_label=True):
     """Validate a decoded JSON example whole and convert x and y; raises BadRecord.
 
     ``y``: a label (string, number, boolean), a list of labels, or an object ``{label: truth}``
     whose truth values are booleans, 0/1 or the strings ``"true"``/``"false"`` (converted to
-    booleans; anything else is rejected rather than read as true).
+    booleans; anything else is rejected rather than read as true). ``require_label=False``
+    (predicting): a record without ``y`` gives ``y = None``.
 
     >>> parse_example({"x": {"a": 1}, "y": {"u": "false", "v": 1}})
     ({'a': 1.0}, {'u': False, 'v': True})
@@ -474,10 +475,10 @@ def parse_example(obj, x_field="x", y_field="y"):
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     if x_field not in obj:
         raise BadRecord(f"missing field {x_field!r}")
-    if y_field not in obj:
+    if y_field not in obj and require_label:
         raise BadRecord(f"missing field {y_field!r}")
-    x, y = obj[x_field], obj[y_field]
-    if y is None:
+    x, y = obj[x_field], obj.get(y_field)
+    if y is None and require_label:
         raise BadRecord("missing label (null)")
     if isinstance(x, dict):
         x = _features_dict(x)
@@ -497,6 +498,8 @@ def parse_example(obj, x_field="x", y_field="y"):
             x = _finite_list(x, "x")
     else:
         raise BadRecord(f"x must be an object, a list of numbers or a list of tokens, got {type(x).__name__}")
+    if y is None:
+        return x, None
     is_seq = isinstance(x, list) or (isinstance(x, np.ndarray) and x.ndim == 2)
     if is_seq:
         if not isinstance(y, list):
@@ -537,35 +540,48 @@ class JSONLSource(FileSource):
     ``x``: an object of features, a list of numbers (a flat numpy array), a list of lists (a
     (tokens, d) array) or a list of feature objects (a sequence); ``y``: a label, a list of
     labels (sequences, multi-label) or an object ``{label: bool}``. NaN / Infinity, missing
-    fields, empty or ragged sequences and length mismatches go to the dead-letter sink.
+    fields, empty or ragged sequences and length mismatches go to the dead-letter sink;
+    ``require_label=False`` (predicting) reads a record without ``y`` as ``y = None``.
     """
 
     fmt = "jsonl"
 
     def __init__(self, path, x_field="x", y_field="y", key_field=None, rate=None, dead_letter=None,
-                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES, require_label=True):
         super().__init__(path, rate, dead_letter, max_record_bytes)
         self.x_field, self.y_field, self.key_field = x_field, y_field, key_field
+        self.require_label = require_label
 
     def _parse(self, text, line):
         obj = decode_json(text)
-        x, y = parse_example(obj, self.x_field, self.y_field)
+        x, y = parse_example(obj, self.x_field, self.y_field, self.require_label)
         return x, y, (obj.get(self.key_field) if self.key_field else line)
 
 
 class CSVSource(FileSource):
     """CSV with a header row; ``label`` names the label column (or its index). The other
-    columns are numeric features (empty cells are skipped). ``multilabel_sep`` splits the label
-    cell into a list of labels."""
+    columns are numeric features (empty cells are skipped).
+
+    Label sets: ``multilabel=True`` (implied by ``--task multilabel``) splits the label cell on
+    ``multilabel_sep``, by default ``;`` (``politics;tech``); an empty cell is the empty set.
+    With the default separator, a label cell holding another likely separator (``|`` or ``,``)
+    is a bad record naming ``multilabel_sep=`` rather than one label of
+    a made-up set. Giving ``multilabel_sep`` alone also reads label sets.
+    ``require_label=False`` (predicting): a file whose header has no label column gives
+    records with ``y = None``."""
 
     fmt = "csv"
+    #: the label-set separator of ``multilabel=True`` when ``multilabel_sep`` is not given
+    MULTILABEL_SEP = ";"
 
     def __init__(self, path, label="label", rate=None, dead_letter=None, label_type=str,
-                 multilabel_sep=None, delimiter=",", max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+                 multilabel_sep=None, delimiter=",", max_record_bytes=DEFAULT_MAX_RECORD_BYTES,
+                 multilabel=False, require_label=True):
         super().__init__(path, rate, dead_letter, max_record_bytes)
         self.label = label
         self.label_type = label_type
-        self.multilabel_sep = multilabel_sep
+        self._guard_sep = multilabel and multilabel_sep is None
+        self.multilabel_sep = self.MULTILABEL_SEP if self._guard_sep else multilabel_sep
         self.delimiter = delimiter
         with open(self.path, "rb") as f:
             head = f.readline(max_record_bytes + 2)
@@ -582,10 +598,12 @@ class CSVSource(FileSource):
             if not -len(self.header) <= label < len(self.header):
                 raise ValueError(f"label column {label} out of range ({len(self.header)} columns)")
             self.label_idx = label % len(self.header)
-        else:
-            if label not in self.header:
-                raise ValueError(f"label column {label!r} not in the header {self.header}")
+        elif label in self.header:
             self.label_idx = self.header.index(label)
+        elif require_label:
+            raise ValueError(f"label column {label!r} not in the header {self.header}")
+        else:
+            self.label_idx = None   # unlabeled records (predicting): every column is a feature
         self._offset = self._header_end
         self._line = 1
         self._duplicates = len(set(self.header)) != len(self.header)   # rows then checked cell by cell
@@ -639,13 +657,7 @@ class CSVSource(FileSource):
         if len(row) != len(self.header):
             raise BadRecord(f"{len(row)} columns, the header has {len(self.header)}")
         plain = text.isascii() and b"_" not in text   # then every cell is plain ASCII without "_"
-        cell = row[self.label_idx].strip()
-        if cell == "" and not self.multilabel_sep:
-            raise BadRecord("empty label")
-        if self.multilabel_sep:
-            y = [self._label(c) for c in cell.split(self.multilabel_sep) if c.strip()]
-        else:
-            y = self._label(cell)
+        y = None if self.label_idx is None else self._cell_labels(row[self.label_idx].strip())
         x = {}
         for j, (name, v) in enumerate(zip(self.header, row)):
             if j == self.label_idx or v.strip() == "":
@@ -654,6 +666,19 @@ class CSVSource(FileSource):
                 raise BadRecord(f"duplicate column {_short(name)}: two values for one feature")
             x[name] = _float_cell(v, name, plain)
         return x, y, line
+
+    def _cell_labels(self, cell):
+        if not self.multilabel_sep:
+            if cell == "":
+                raise BadRecord("empty label")
+            return self._label(cell)
+        if self._guard_sep and self.multilabel_sep not in cell:
+            for sep in ("|", ","):
+                if sep in cell:
+                    raise BadRecord(f"label cell {_short(cell)} holds {sep!r}: label sets are split on "
+                                    f"{self.multilabel_sep!r} by default; give the source "
+                                    f"?multilabel_sep={sep} if {sep!r} separates the labels")
+        return [self._label(c) for c in cell.split(self.multilabel_sep) if c.strip()]
 
     def _label(self, cell):
         if self.label_type in (int, float):   # exactly, ASCII digits only (not through float())
@@ -760,15 +785,18 @@ class CoNLLSource(FileSource):
     """CoNLL-style sequences: one token per line (whitespace-separated columns, the label in
     ``label_column``, default the last), a blank line between sentences, ``-DOCSTART-`` lines
     skipped. Records: x = list of per-token feature dicts (``features(tokens, t,
-    label_column)``, default :func:`default_token_features`), y = list of labels."""
+    label_column)``, default :func:`default_token_features`), y = list of labels.
+    ``require_label=False`` (predicting): a file of one column (the words) gives records with
+    ``y = None``."""
 
     fmt = "conll"
 
     def __init__(self, path, rate=None, dead_letter=None, label_column=-1, features=default_token_features,
-                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES, require_label=True):
         super().__init__(path, rate, dead_letter, max_record_bytes)
         self.label_column = label_column
         self.features = features
+        self.require_label = require_label
 
     def __iter__(self):
         rows, first_line, size = [], None, 0
@@ -818,12 +846,12 @@ class CoNLLSource(FileSource):
             except UnicodeDecodeError:
                 raise BadRecord("non-UTF-8 bytes") from None
             n = len(toks[0])
-            if n < 2:
+            if n < 2 and self.require_label:
                 raise BadRecord("a token line needs at least a word and a label")
             for i, tk in enumerate(toks):
                 if len(tk) != n:
                     raise BadRecord(f"token {i + 1} has {len(tk)} columns, the sentence's first has {n}")
-            y = [tk[self.label_column] for tk in toks]
+            y = None if n < 2 else [tk[self.label_column] for tk in toks]
             x = [self.features(toks, t, self.label_column) for t in range(len(toks))]
         except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
             self._bad(raw, _reason(e), first_line)
@@ -853,7 +881,8 @@ its first line starts with '{', else libsvm; .conll .conllu .iob .bio: CoNLL) or
   rate=N                          replay at N records per second
   max_record_bytes=N              skip longer records (default 1048576)
   jsonl: x_field=x, y_field=y, key_field=NAME  field names of the features, label and key
-  csv: label=NAME (default: label), delimiter=, multilabel_sep=;  (labels split on it)
+  csv: label=NAME (default: label), delimiter=, multilabel_sep=SEP  (label sets split on SEP;
+       --task multilabel splits on ';' by default and refuses cells holding '|' or ',')
   libsvm: multilabel=true (comma-separated labels; implied by --task multilabel), zero_based=true
   conll: label_column=-1 (the column holding the tag)"""
 

@@ -411,6 +411,8 @@ class KafkaSource(Source):
                         continue
                     self.n_read += 1
                     key = m.key.decode("utf-8", "backslashreplace") if isinstance(m.key, bytes) else m.key
+                    if key is None:   # an unkeyed message: its place, so that a prediction joins back
+                        key = origin
                     # each record carries the position right after it (decoding runs ahead of
                     # learning: the source's own position is at the end of the poll)
                     yield Record(x=x, y=y, key=key, position=self.position(), origin=origin)
@@ -422,7 +424,8 @@ class KafkaSource(Source):
             raise BadRecord("empty message (null value)")
         if len(value) > self.max_message_bytes:
             raise BadRecord(f"oversized message: {len(value)} bytes > {self.max_message_bytes}")
-        return parse_example(decode_json(value), self.x_field, self.y_field)
+        return parse_example(decode_json(value), self.x_field, self.y_field,
+                             getattr(self, "require_label", True))
 
     def close(self):
         """Leave the group (the engine has checkpointed and committed before)."""

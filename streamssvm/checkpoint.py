@@ -261,6 +261,12 @@ def _fsync_dir(path):
 
 
 # ----------------------------------------------------------------------------- one file
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def save_state(path, state, *, kind: str, meta: dict | None = None) -> Path:
     """Write ``state`` to one file atomically (temp file, fsync, rename, fsync dir)."""
     path = Path(path)
@@ -270,6 +276,7 @@ def save_state(path, state, *, kind: str, meta: dict | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())   # the mode of any new file (mkstemp's is 0600)
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED) as z:
                 z.writestr(_MANIFEST, _manifest_text(man))

@@ -121,6 +121,13 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
 
+    def finish(self, seen, acc, gap, new_this_run=None):
+        """The last line, ended (before other messages, e.g. the refinement's); later updates
+        are no-ops."""
+        self.update(seen, acc, gap, force=True, new_this_run=new_this_run)
+        self.close()
+        self.enabled = False
+
 
 class Engine:
     """Run a model over a source with snapshots, checkpoints and dead letters.
@@ -399,6 +406,8 @@ class Engine:
                **self.metrics.get()}
         if c.extra:  # learner diagnostics (e.g. MEMOIR: index recall, margin error, staleness)
             rec["diagnostics"] = c.extra
+        if getattr(self, "_refined", False):   # after refine_at_end: the plot's refinement column
+            rec["phase"], rec["passes"] = "refine", self.refine_at_end
         if self.test:  # held-out metrics of the current model (nothing learned from them)
             held = ProgressiveMetrics(self.task)
             xs = [x for x, _ in self.test]
@@ -619,12 +628,16 @@ class Engine:
         prog = Progress(self.progress, self.max_examples)
         try:
             stopped, since_snap = self._run_loop(t0, seen0, prog)
+            t_stream = time.perf_counter() - t0   # the summary's rate: the stream only
             if stopped == "too many bad records":  # nothing worth keeping: no checkpoint
                 self.dead_letter.flush()
-                return self._summary(t0, seen0, stopped)
+                return self._summary(t0, seen0, stopped, t_stream)
             interrupted = stopped == "interrupted"  # checkpoint at once, no refinement or snapshot
             if self.refine_at_end and self.examples_seen and not interrupted:
+                gap = self.last_certificate["gap"] if self.last_certificate else None
+                prog.finish(self.examples_seen, self.metrics.get(), gap, new_this_run=self.examples_seen - seen0)
                 self.model.refine(self.refine_at_end, progress=self.refine_progress)
+                self._refined = True
             if not interrupted and self.examples_seen and (since_snap or not self.history or self.refine_at_end):
                 self.snapshot(t0, seen0)
             if self.sink is not None:
@@ -639,15 +652,20 @@ class Engine:
             prog.update(self.examples_seen, self.metrics.get(), gap, force=True,
                         new_this_run=self.examples_seen - seen0)
             prog.close()
-        return self._summary(t0, seen0, stopped)
+        return self._summary(t0, seen0, stopped, t_stream)
 
-    def _summary(self, t0, seen0, stopped):
+    def _summary(self, t0, seen0, stopped, t_stream=None):
+        """The run's summary; ``throughput`` is over the stream's time (``seconds_stream``: not
+        the refinement, the final snapshot or the checkpoint); ``test``: the held-out metrics of
+        the last snapshot (``test=``)."""
         el = time.perf_counter() - t0
+        t_stream = el if t_stream is None else t_stream
+        test = next((h["test"] for h in reversed(self.history) if "test" in h), None)
         return {"examples_seen": self.examples_seen, "new_examples": self.examples_seen - seen0,
                 "bad_records": self.bad_records, "bad_records_at_source": self.n_bad_at_source,
-                "n_bad": self.n_bad, "undone": self.undone, "seconds": el, "stopped": stopped,
-                "throughput": (self.examples_seen - seen0) / max(el, 1e-9),
-                "metrics": self.metrics.get(), "last_certificate": self.last_certificate,
+                "n_bad": self.n_bad, "undone": self.undone, "seconds": el, "seconds_stream": t_stream,
+                "stopped": stopped, "throughput": (self.examples_seen - seen0) / max(t_stream, 1e-9),
+                "metrics": self.metrics.get(), "test": test, "last_certificate": self.last_certificate,
                 "position": _jsonable(self.position), "resumed_from": self.resumed_from}
 
 

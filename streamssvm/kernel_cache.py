@@ -70,3 +70,90 @@ def is_cold():
     edited kernel, or a new cache root)."""
     path = writable_cache_dir()
     return path is None or not glob.glob(os.path.join(path, "*.nbi"))
+
+
+# ----------------------------------------------------------------------------- compile notices
+#: the logger of the compile notice and its progress lines; silence them with
+#: ``logging.getLogger("streamssvm.kernels").setLevel(logging.ERROR)``
+LOGGER = "streamssvm.kernels"
+#: seconds between two progress lines while kernels compile
+PROGRESS_EVERY = 15.0
+
+_notice = {"announced": False, "depth": 0, "compiled": 0, "t0": None, "thread": None, "current": ""}
+
+
+def mark_announced():
+    """The caller (the CLI) has told the user that kernels compile: the library's own notice
+    is not repeated in this process (its progress lines still come)."""
+    _notice["announced"] = True
+
+
+def _progress_loop():
+    import logging
+    import time
+    log = logging.getLogger(LOGGER)
+    idle = 0.0
+    while idle < 60.0:
+        time.sleep(PROGRESS_EVERY)
+        if _notice["depth"] > 0:
+            idle = 0.0
+            log.warning("still compiling kernels: %d compiled in %.0f s (now %s)...", _notice["compiled"],
+                        time.perf_counter() - _notice["t0"], _notice["current"])
+        else:
+            idle += PROGRESS_EVERY
+    _notice["thread"] = None
+
+
+def _on_compile_start(name):
+    import logging
+    import threading
+    import time
+    if _notice["t0"] is None:
+        _notice["t0"] = time.perf_counter()
+    _notice["depth"] += 1
+    _notice["current"] = name
+    if not _notice["announced"]:
+        _notice["announced"] = True
+        where = writable_cache_dir() or "nowhere (no writable cache folder)"
+        logging.getLogger(LOGGER).warning(
+            "streamssvm: compiling its numba kernels (%s, ...) into %s: once after an install, an upgrade or "
+            "from a new folder, a minute or two; later processes load them from the cache. (Silence: "
+            "logging.getLogger(%r).setLevel(logging.ERROR))", name, where, LOGGER)
+    if _notice["thread"] is None:
+        t = threading.Thread(target=_progress_loop, name="streamssvm-compile-progress", daemon=True)
+        _notice["thread"] = t
+        t.start()
+
+
+def _on_compile_end():
+    _notice["depth"] = max(_notice["depth"] - 1, 0)
+    _notice["compiled"] += 1
+
+
+def install_compile_notice(folder=KERNELS):
+    """Listen to numba's compile events (they fire on a cache miss only, never on a cache
+    load): the first compilation of a kernel of ``folder`` in this process logs one notice
+    (logger :data:`LOGGER`, level WARNING: shown by default, silenced with the logging module),
+    then a progress line every :data:`PROGRESS_EVERY` seconds while compilation goes on.
+    Called by :mod:`streamssvm._kernels` when it is imported (numba is imported then)."""
+    from numba.core import event
+
+    class _Listener(event.Listener):
+        def _ours(self, ev):
+            disp = (ev.data or {}).get("dispatcher")
+            fn = getattr(disp, "py_func", None)
+            path = getattr(getattr(fn, "__code__", None), "co_filename", "")
+            return os.path.dirname(os.path.abspath(path)) == folder if path else False, fn
+
+        def on_start(self, ev):
+            ours, fn = self._ours(ev)
+            if ours:
+                _on_compile_start(f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}")
+
+        def on_end(self, ev):
+            if self._ours(ev)[0]:
+                _on_compile_end()
+
+    if not _notice.get("installed"):
+        event.register("numba:compile", _Listener())
+        _notice["installed"] = True

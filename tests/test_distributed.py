@@ -129,6 +129,27 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, 
     assert gaps[-1] < gaps[2]
 
 
+def test_lambda_following_n_certifies_the_single_run_objective(cluster, tmp_path):
+    """BCFW(lam=None): lambda follows n (min(1e-3, 6 / n)) in a distributed run as in a single
+    one, so the global certificate is the saved model's own. Regression: the union kept lambda
+    at 1e-3 while the model it saved certified 6 / n (past 6,000 examples the two differed)."""
+    X, Y = data(6400, seed=3)
+    seen = []
+
+    def check(rec, job):
+        c = single_process_certificate(job.final_model())
+        g = rec["certificate"]
+        assert g["lam"] == pytest.approx(min(1e-3, 6.0 / rec["n_blocks"]))
+        np.testing.assert_allclose(c.primal, g["primal"], rtol=1e-9)
+        np.testing.assert_allclose(c.gap, g["gap"], rtol=1e-9, atol=1e-12)
+        seen.append(rec["n_blocks"])
+
+    res = sd.run(bcfw_model(lam=None), (X, Y), task="multiclass", workers=2, round_examples=1600, passes=1,
+                 on_round=check)
+    assert max(seen) == len(X) > 6000
+    assert res.model.certificate().lam == pytest.approx(6.0 / len(X))
+
+
 def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
     rng = np.random.default_rng(3)
     tags = ["a", "b", "c"]
@@ -331,3 +352,25 @@ def test_cli_run_workers_and_report(cluster, tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["examples_seen"] == 200 and len(rep["workers"]) == 2
     assert rep["global_certificate"]["gap"] == pytest.approx(out["global_certificate"]["gap"])
+
+
+def test_cli_workers_take_dict_features_and_labels_as_a_single_run_does(cluster, tmp_path, capsys):
+    """Regression: ``run --workers 2`` on dict features stopped with "--workers needs --labels",
+    then "needs one feature index for all workers"; with ``--labels 0,1,2,3`` on records whose
+    y is the string "1", the run died with "the label capacity changed inside a round"."""
+    from streamssvm.cli import main
+    path = tmp_path / "s.jsonl"
+    with open(path, "w") as f:
+        for v in messages(200, seed=12):
+            rec = json.loads(v)
+            rec["y"] = str(rec["y"])
+            f.write(json.dumps(rec) + "\n")
+    base = ["run", "--workers", "2", "--source", str(path), "--task", "multiclass", "--round-examples", "50",
+            "--json", "--no-progress"]
+    assert main(base) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["examples_seen"] == 200
+    assert "labels read from" in cap.err and "hashed into" in cap.err
+    assert main(base + ["--labels", "0,1,2,3", "--save", str(tmp_path / "m.ssvm")]) == 0
+    assert json.loads(capsys.readouterr().out)["examples_seen"] == 200
+    assert sorted(ss.load(tmp_path / "m.ssvm").labels) == ["0", "1", "2", "3"]

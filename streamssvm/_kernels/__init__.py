@@ -19,7 +19,7 @@ import os
 
 from numba.core import caching as _caching
 
-from ..kernel_cache import cache_dir, cache_roots, sources_digest, writable_cache_dir  # noqa: F401
+from ..kernel_cache import cache_dir, cache_roots, install_compile_notice, sources_digest, writable_cache_dir  # noqa: F401
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -51,3 +51,5 @@ class KernelCacheLocator(_caching._SourceFileBackedLocatorMixin, _caching._Cache
 
 if KernelCacheLocator not in _caching.CacheImpl._locator_classes:
     _caching.CacheImpl._locator_classes.insert(0, KernelCacheLocator)
+
+install_compile_notice(_HERE)   # one notice per process when a kernel compiles (a cold cache)

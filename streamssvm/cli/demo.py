@@ -69,7 +69,12 @@ def cmd_demo(args):
                                             for a, y in zip(pred, y_te)])))
         rows.append((p, c.gap, c.primal, c.dual, err, time.perf_counter() - t0))
         hist.append({"examples_seen": seen + int(p * c.n_blocks), "passes": p, "gap": c.gap,
-                     "primal": c.primal, "token_accuracy": 1 - err, "phase": "refine"})
+                     "primal": c.primal, "dual": c.dual, "token_accuracy": 1 - err, "phase": "refine",
+                     "test": {"token_accuracy": 1 - err}})
+    if rows:   # the checkpoint holds the refined model, so `streamssvm report` shows it
+        eng.history[:] = strict_json(hist)
+        eng.last_certificate = strict_json(c.to_dict())
+        eng.checkpoint(source_position=True)
         print(f"  +{p:>4g} passes  gap {c.gap:.4g}  primal {c.primal:.5f}  dual {c.dual:.5f}  "
               f"test error {err:.4f}  ({time.perf_counter() - t0:.1f}s)", flush=True)
     plot = os.path.join(args.out, "gap.png")

@@ -51,9 +51,6 @@ LEARNERS = {"bcfw": "BCFW", "sgd": "SGD", "cp": "CuttingPlane", "memoir": "MEMOI
             "pragam": "Pragam", "gdmm": "GDMM"}
 #: learner parameters whose option is not ``--<name>`` (``run --batch-size`` is the engine's batches)
 FLAGS = {"batch_size": "--batch"}
-#: the command line's own defaults where they differ from the library's: a run repeats (a
-#: learner's ``seed=None`` draws fresh entropy)
-CLI_DEFAULTS = {"seed": 0}
 #: the model options that are not a learner's parameters
 MODEL_KEYS = ("task", "hierarchy", "learner", "loss", "n_features")
 
@@ -100,8 +97,6 @@ def _learner_help(name, rows):
     if len({str(r.default) for _, r in rows}) == 1:
         defaults = "none" if rows[0][1].default is None else str(rows[0][1].default)
     text = f"{keys}: {rows[0][1].help}; {kinds} (default: the learner's own: {defaults})"
-    if name in CLI_DEFAULTS:
-        text = f"{keys}: {rows[0][1].help}; {kinds} (default: {CLI_DEFAULTS[name]}, so that a run repeats)"
     return text.replace("%", "%%")
 
 
@@ -133,7 +128,8 @@ def add_learner_args(p):
 
 def learner_params(args):
     """The chosen learner's arguments: each of its parameters given on the command line, read
-    by its row (a parameter of another learner is ignored), plus :data:`CLI_DEFAULTS`."""
+    by its row (a parameter of another learner is ignored); one not given keeps the learner's
+    default (every learner seeds by default, so a run repeats)."""
     if args.learner is None:  # --task extreme implies MEMOIR
         args.learner = "memoir" if args.task == "extreme" else "bcfw"
     out = {}
@@ -142,8 +138,6 @@ def learner_params(args):
             continue
         value = getattr(args, _dest(row.name), None)
         if value is None:
-            if row.name in CLI_DEFAULTS:
-                out[row.name] = CLI_DEFAULTS[row.name]
             continue
         out[row.name] = row.parse(value) if isinstance(value, str) else row.check(value)
     return out
@@ -186,13 +180,24 @@ def load_hierarchy(path, task):
     return h
 
 
-def open_sink(uri):
+def open_sink(uri, on_closed=None):
+    """The sink of ``--sink`` / ``--dead-letter``: ``kafka://HOST:PORT/TOPIC``, a JSONL file
+    (``file://PATH`` or a path; ``-`` is the standard output). ``on_closed()`` is called when
+    the reader of a pipe closes it (:class:`~streamssvm.connectors.base.JSONLSink`)."""
     from streamssvm.connectors.base import JSONLSink
     if uri.startswith("kafka://"):
         from streamssvm.connectors.kafka import KafkaSink, parse_kafka_uri
         d = parse_kafka_uri(uri)
         return KafkaSink(d["bootstrap"], d["topic"])
-    return JSONLSink(uri[len("file://"):] if uri.startswith("file://") else uri)
+    return JSONLSink(uri[len("file://"):] if uri.startswith("file://") else uri, on_closed=on_closed)
+
+
+def say_saved(path, model):
+    """``--save``: one line on stderr naming what was saved where."""
+    size = os.path.getsize(path)
+    print(f"saved the model ({type(model).__name__}, {model.n_blocks if hasattr(model, 'n_blocks') else '?'} "
+          f"examples held, {size / 1e6:.1f} MB) to {path}; use it with: streamssvm predict --model {path} "
+          f"--source ...", file=sys.stderr)
 
 
 def read_test(uri, task):
@@ -241,22 +246,28 @@ class CliDeadLetters:
         return d
 
 
-def open_file_or_kafka(args, dead):
+def open_file_or_kafka(args, dead, require_label=True):
     """The source of ``run`` / ``predict``, with ``dead`` as its dead-letter sink; ``--task
-    multilabel`` implies multi-label parsing of libsvm files. Returns (source, file format or
-    None for Kafka)."""
+    multilabel`` implies multi-label parsing of libsvm and CSV files (CSV label sets split on
+    ``;`` unless ``multilabel_sep=`` says otherwise); ``require_label=False`` (``predict``) reads
+    JSONL records without ``y``, CSV files without the label column and one-column CoNLL files
+    as unlabeled records. Returns (source, file format or None for Kafka)."""
     if args.source.startswith("kafka://"):
         from streamssvm.connectors.kafka import open_kafka
         reset = getattr(args, "on_offset_reset", None)
-        return open_kafka(args.source, dead_letter=dead, **({"on_offset_reset": reset} if reset else {})), None
+        src = open_kafka(args.source, dead_letter=dead, **({"on_offset_reset": reset} if reset else {}))
+        src.require_label = require_label   # predict: messages without "y" are unlabeled records
+        return src, None
     from streamssvm.connectors.files import detect_format, open_source, parse_file_uri
     path, opts = parse_file_uri(args.source)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
     fmt = detect_format(path, opts.get("format"))
     kw = {"dead_letter": dead, "format": fmt}
-    if getattr(args, "task", None) == "multilabel" and fmt == "libsvm" and "multilabel" not in opts:
+    if getattr(args, "task", None) == "multilabel" and fmt in ("libsvm", "csv") and "multilabel" not in opts:
         kw["multilabel"] = True
+    if not require_label and fmt in ("jsonl", "csv", "conll") and "require_label" not in opts:
+        kw["require_label"] = False
     return open_source(args.source, **kw), fmt
 
 

@@ -173,10 +173,31 @@ def _compiles_kernels(argv):
         v in ("-h", "--help") or v == "--workers" or v.startswith("--workers=") for v in a)
 
 
+def _refuse_unknown(parser, args, extra):
+    """Unrecognized options: argparse's error from the command's own parser, naming the closest
+    option of that command for each (``--lamda`` -> ``--lam``)."""
+    import difflib
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for a in extra:
+        if a.startswith("-"):
+            close = difflib.get_close_matches(a.split("=", 1)[0], known, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{a.split('=', 1)[0]} -> {close[0]}")
+    msg = "unrecognized arguments: " + " ".join(extra)
+    if hints:
+        msg += "; did you mean: " + ", ".join(hints) + "?"
+    sub.error(msg)
+
+
 def main(argv=None):
     if _compiles_kernels(argv):
         _say_compiling_early()   # before the first heavy import (numpy, numba, the kernels)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _refuse_unknown(parser, args, extra)
     from ..errors import CheckpointError, RunFault, SourceFault
     try:
         return args.func(args)

@@ -1,7 +1,6 @@
 """``streamssvm predict``: predict every record of a source with a saved model."""
 from __future__ import annotations
 
-import json
 import sys
 
 from .options import CliDeadLetters, open_file_or_kafka, open_sink, graceful_signals
@@ -9,7 +8,9 @@ from .options import CliDeadLetters, open_file_or_kafka, open_sink, graceful_sig
 
 def cmd_predict(args):
     """Predict every record of a source with a saved model; predictions go to the sink (default:
-    stdout, one JSON line each); with labels in the records, the accuracy goes to stderr."""
+    stdout, one JSON line each); records without a label are predicted alike; with labels in the
+    records, the accuracy goes to stderr. A reader closing the output pipe (``predict | head``)
+    ends the command quietly (exit 0)."""
     import streamssvm as ss
 
     from ..metrics import ProgressiveMetrics
@@ -18,14 +19,15 @@ def cmd_predict(args):
     task = model.task
     args.task = task
     dead = CliDeadLetters.make(args.dead_letter)
-    source, fmt = open_file_or_kafka(args, dead)
-    sink = open_sink(args.sink) if args.sink else None
+    source, fmt = open_file_or_kafka(args, dead, require_label=False)
+    closed = []
+    sink = open_sink(args.sink or "-", on_closed=lambda: closed.append(True))
     metrics = ProgressiveMetrics(task)
     n = nbad = 0
     with graceful_signals(lambda s: None) as got:
         try:
             for rec in source:
-                if got:
+                if got or closed:
                     break
                 if rec is None:
                     continue
@@ -36,17 +38,12 @@ def cmd_predict(args):
                     continue
                 n += 1
                 p, y = got_one.prediction, got_one.y
-                out = {"key": rec.key, "prediction": jsonable(p)}
-                if sink is not None:
-                    sink.write(out)
-                else:
-                    print(json.dumps(out, default=str))
+                sink.write({"key": rec.key, "prediction": jsonable(p)})
                 if rec.y is not None:
                     metrics.update(y, p)
         finally:
             source.close()
-            if sink is not None:
-                sink.close()
+            sink.close()
             dead.close()
     nbad += source.n_bad
     m = metrics.get()
@@ -56,7 +53,9 @@ def cmd_predict(args):
         msg += f"; {progress_metrics(m)}"
     if nbad:
         msg += f"; bad records: {nbad:,}"
+    if closed:
+        msg += "; stopped: the reader closed the output"
     print(msg, file=sys.stderr)
     if got:
         return 128 + got[0]
-    return 1 if n == 0 else 0
+    return 1 if n == 0 and not closed else 0

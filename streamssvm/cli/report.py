@@ -27,7 +27,8 @@ def cmd_report(args):
     summary = {"checkpoint": str(path), "examples_seen": eng["examples_seen"],
                "bad_records": eng["bad_records"], "n_bad": eng.get("n_bad", eng["bad_records"]), "task": eng.get("task"),
                "source_position": eng["position"], "last_certificate": eng["last_certificate"],
-               "metrics": meta.get("metrics"), "snapshots": len(eng["history"])}
+               "metrics": meta.get("metrics"), "snapshots": len(eng["history"]),
+               "test": next((h["test"] for h in reversed(eng["history"]) if "test" in h), None)}
     if args.plot:
         if not eng["history"]:
             print("warning: no snapshots recorded; nothing to plot", file=sys.stderr)
@@ -43,6 +44,8 @@ def cmd_report(args):
         print(f"bad records       {summary['bad_records']}")
         print(f"source position   {json.dumps(summary['source_position'])}")
         print(f"metrics           {json.dumps(summary['metrics'])}")
+        if summary["test"]:
+            print(f"test metrics      {json.dumps(strict_json(summary['test']))}")
         if c:
             print(f"last certificate  {certificate_text(c)}  exact {c.get('exact')}")
         if args.plot and eng["history"]:

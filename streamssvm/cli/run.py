@@ -11,7 +11,7 @@ import time
 
 from .options import (
     CliDeadLetters, Refused, certificate_text, likely_cause, make_model, open_file_or_kafka,
-    open_sink, read_test, run_settings, strict_json, graceful_signals)
+    open_sink, read_test, run_settings, say_saved, strict_json, graceful_signals)
 from .warmup import warm_model, warm_kernels
 
 
@@ -93,6 +93,8 @@ def cmd_run(args):
         n = _reset_checkpoints(args.checkpoint_dir)
         if n:
             print(f"--reset: removed {n} checkpoint(s) in {args.checkpoint_dir}", file=sys.stderr)
+    if sink is not None and hasattr(sink, "on_closed"):   # the reader of --sink closed its pipe
+        sink.on_closed = lambda: eng.request_stop(signal.SIGPIPE)
     eng.settings = run_settings(args)
     eng.max_bad_fraction = args.max_bad_fraction
     if args.refine_passes and not args.no_progress:
@@ -111,29 +113,37 @@ def cmd_run(args):
             sink.close()
         dead.close()
     if args.save:
-        eng.model.save(args.save)
+        say_saved(eng.model.save(args.save), eng.model)
     src_bad = source.n_bad
     summary["bad_records_at_source"] = src_bad
     bad_run = eng.bad_records - bad0 + src_bad
     total_run = summary["new_examples"] + bad_run
     where = (f"sent to the dead-letter sink {args.dead_letter}" if args.dead_letter
              else "counted only; --dead-letter FILE keeps them")
+    out = sys.stderr if args.sink in ("-", "file://-", "/dev/stdout") else sys.stdout   # stdout: predictions
     if args.json:
-        print(json.dumps(strict_json(summary), indent=2, default=str, allow_nan=False))
+        print(json.dumps(strict_json(summary), indent=2, default=str, allow_nan=False), file=out)
     else:
         c = summary["last_certificate"] or {}
         print(f"examples seen {summary['examples_seen']:,} ({summary['new_examples']:,} new, "
-              f"{summary['throughput']:,.0f} ex/s); stopped: {summary['stopped']}")
-        print(f"progressive metrics: {json.dumps(strict_json(summary['metrics']))}")
+              f"{summary['throughput']:,.0f} ex/s); stopped: {summary['stopped']}", file=out)
+        print(f"progressive metrics: {json.dumps(strict_json(summary['metrics']))}", file=out)
+        if summary.get("test"):
+            print(f"test metrics ({args.test}): {json.dumps(strict_json(summary['test']))}", file=out)
         if c:
-            print(f"certificate: {certificate_text(c)}")
+            print(f"certificate: {certificate_text(c)}", file=out)
         nbad = summary.get("n_bad", summary["bad_records"] + src_bad)
         if nbad:
-            print(f"bad records: {nbad:,} ({where})")
+            print(f"bad records: {nbad:,} ({where})", file=out)
     if summary["stopped"] == "idle timeout" and source.fault:
         print(f"error: stopped after --idle-timeout {args.idle_timeout:g}s: {source.fault}; the checkpoint keeps "
               f"the position, run the same command to resume", file=sys.stderr)
         return 3
+    if summary["stopped"] == "interrupted" and eng.stop_signal == signal.SIGPIPE:
+        saved = f"; checkpoint written in {args.checkpoint_dir}" if args.checkpoint_dir else ""
+        print(f"stopped after {eng.examples_seen:,} examples: the reader of --sink {args.sink} closed it{saved}",
+              file=sys.stderr)
+        return 0
     if summary["stopped"] == "interrupted":
         sig = eng.stop_signal or signal.SIGINT
         if args.checkpoint_dir:

@@ -34,6 +34,8 @@ def _say_compiling_early(stream=None):
     import alone takes seconds on a loaded machine), when the kernel cache is cold; the later
     :func:`warm_kernels` then only says how long it took."""
     if _kernel_cache_cold():
+        from ..kernel_cache import mark_announced
+        mark_announced()   # the library's own notice is not repeated (its progress lines come)
         print(_COMPILE_NOTICE, file=stream or sys.stderr, flush=True)
         _early_notice["t0"] = time.perf_counter()
 
@@ -51,6 +53,9 @@ def warm_kernels(work, notice_after=1.0, stream=None):
         said.set()
 
     cold = _kernel_cache_cold()
+    if cold:
+        from ..kernel_cache import mark_announced
+        mark_announced()
 
     def say():
         with lock:

@@ -33,19 +33,89 @@ def distributed_model(model, labels):
     return model.clone(params)
 
 
+#: ``run --workers`` without ``--n-features`` on dict features: hashed into this many buckets
+HASH_BUCKETS = 2 ** 18
+
+
+def _label_items(y):
+    """The labels one record's ``y`` names (a label, a list of them, a ``{label: bool}`` dict)."""
+    if isinstance(y, dict):
+        return list(y)
+    if isinstance(y, (list, tuple)):
+        return list(y)
+    return [] if y is None else [y]
+
+
+def scan_file(args):
+    """One pass over a file source: ``(labels in order of first appearance, dict features?)``;
+    None for a Kafka source (a topic cannot be read ahead)."""
+    if args.source.startswith("kafka://"):
+        return None
+    from ..connectors.base import DeadLetterSink
+    from ..connectors.files import detect_format, open_source, parse_file_uri
+    path, opts = parse_file_uri(args.source)
+    fmt = detect_format(path, opts.get("format"))
+    kw = {"multilabel": True} if args.task == "multilabel" and fmt in ("libsvm", "csv") and \
+        "multilabel" not in opts else {}
+    src = open_source(args.source, dead_letter=DeadLetterSink(), format=fmt, **kw)
+    src.dead_letter.warn = False
+    seen, dict_x = {}, False
+    try:
+        for rec in src:
+            dict_x = dict_x or isinstance(rec.x, dict) or (isinstance(rec.x, list) and rec.x
+                                                           and isinstance(rec.x[0], dict))
+            for lab in _label_items(rec.y):
+                seen.setdefault(lab, None)
+    finally:
+        src.close()
+    return list(seen), dict_x
+
+
+def match_spelling(declared, found):
+    """Declared labels in the records' own spelling: ``--labels 0,1`` reads as the numbers 0 and
+    1; records whose ``y`` is the string ``"1"`` name the same label (matched by its text).
+
+    >>> match_spelling([0, 1, "b"], ["1", "0", "b"])
+    ['0', '1', 'b']
+    """
+    by_text = {str(v): v for v in found}
+    return [v if v in found else by_text.get(str(v), v) for v in declared]
+
+
 def run_from_args(args, model):
-    """Run the CLI's ``run`` command on a Ray cluster; returns the process exit code."""
+    """Run the CLI's ``run`` command on a Ray cluster; returns the process exit code. A file
+    source is read once ahead: without ``--labels`` its labels are declared from the data, with
+    ``--labels`` they take the records' spelling; dict features without ``--n-features`` are
+    hashed (:data:`HASH_BUCKETS`), so that every worker indexes labels and features alike."""
+    import sys
+
     from . import run
-    if not args.labels:
-        raise SystemExit("error: --workers needs --labels a,b,c (every worker must number the labels alike)")
-    model = distributed_model(model, parse_labels(args.labels))
+    scan = scan_file(args)
+    if not args.labels and scan is None:
+        raise SystemExit("error: --workers on a Kafka topic needs --labels a,b,c (every worker must number the "
+                         "labels alike, and a topic cannot be read ahead for them)")
+    labels = parse_labels(args.labels) if args.labels else scan[0]
+    if scan is not None:
+        labels = match_spelling(labels, scan[0])
+        if not args.labels:
+            shown = ",".join(map(str, labels[:10])) + (",..." if len(labels) > 10 else "")
+            print(f"note: --workers: {len(labels)} labels read from {args.source} ({shown}); --labels declares "
+                  f"them instead", file=sys.stderr)
+    if args.n_features is None and (scan is None or scan[1]):
+        model = model.clone({"n_features": HASH_BUCKETS})
+        print(f"note: --workers: dict features are hashed into {HASH_BUCKETS:,} buckets so that every worker "
+              f"indexes them alike (--n-features chooses the number)", file=sys.stderr)
+    model = distributed_model(model, labels)
     res = run(model, args.source, task=args.task, workers=args.workers, cluster=args.cluster,
               checkpoint_dir=args.checkpoint_dir, round_examples=args.round_examples,
               round_seconds=args.round_seconds, passes=args.refine_passes, idle_timeout=args.idle_timeout,
               metrics_path=args.metrics, keep=args.keep, progress=not args.no_progress,
               dead_letter=args.dead_letter, max_bad_fraction=args.max_bad_fraction)
     if args.save:
-        res.model.save(args.save)
+        import sys
+        path = res.model.save(args.save)
+        print(f"saved the model ({type(res.model).__name__}, {res.model.n_blocks} examples held) to {path}",
+              file=sys.stderr)
     summary = summarize(res.history, res.certificate)
     summary["restarts"] = res.restarts
     summary["stopped"] = res.stopped

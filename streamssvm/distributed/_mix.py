@@ -75,6 +75,20 @@ def combine(start, deltas, gamma):
     return out
 
 
+def union_lam(lam, n):
+    """The lambda of the union's objective with ``n`` blocks: ``lam``, or with ``lam=None`` the
+    single process's rule, lambda following n (``BCFW.effective_lam``: min(1e-3, 6 / n)), so
+    that a distributed run certifies the objective a single run over the same examples does.
+
+    >>> union_lam(0.01, 10_000), union_lam(None, 500), union_lam(None, 12_000)
+    (0.01, 0.001, 0.0005)
+    """
+    if lam is not None:
+        return float(lam)
+    from ..learners.bcfw import BCFW
+    return min(BCFW.AUTO_LAM, BCFW.AUTO_LAM_N / max(int(n), 1))
+
+
 class _Mixing:
     """Worker side of one mixing scheme, through the learner's public mixing interface
     (:meth:`~streamssvm.learners.base.Learner.parameters` and friends): the round's start
@@ -83,7 +97,7 @@ class _Mixing:
     kind = None
 
     def __init__(self, lam, n_workers, beta=1.0):
-        self.lam = float(lam)
+        self.lam = None if lam is None else float(lam)   # None: lambda follows n (union_lam)
         self.gamma = float(beta) / int(n_workers)
         self.start = {}
 
@@ -134,7 +148,8 @@ class BCFWMixing(_Mixing):
         """Before learning more examples: step with the global n (local view)."""
         lr = bound_learner(model)
         if lr is not None:
-            lr.set_union(self.lam, self.n_others + lr.n_blocks, self.sigma)
+            n = self.n_others + lr.n_blocks
+            lr.set_union(union_lam(self.lam, n), n, self.sigma)
 
     def check(self, model):
         lr = bound_learner(model)
@@ -149,13 +164,13 @@ class BCFWMixing(_Mixing):
         if self.gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
             lr.blend_dual(self.snap, self.gamma)
         lr.set_parameters(mixed)
-        lr.set_union(self.lam, n_global)
+        lr.set_union(union_lam(self.lam, n_global), n_global)
 
     def block_sums(self, model, n_global):
         lr = bound_learner(model)
         if lr is None:
             return {"hinge_sum": 0.0, "loss_sum": 0.0, "gap_sum": 0.0, "n": 0, "oracle_calls": 0, "exact": True}
-        return _bcfw.block_sums(lr, self.lam, n_global)
+        return _bcfw.block_sums(lr, union_lam(self.lam, n_global), n_global)
 
 
 class ParameterMixing(_Mixing):

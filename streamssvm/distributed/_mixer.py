@@ -8,7 +8,7 @@ import numpy as np
 
 from ..certificate import Certificate
 from ._cut import CutStore
-from ._mix import combine
+from ._mix import combine, union_lam
 
 
 #: job kinds of files written before MEMOIR declared its mixing (``Learner.mixing``)
@@ -29,7 +29,7 @@ class Mixer:
     def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3):
         self.n_workers = int(n_workers)
         self.kind = kind
-        self.lam = float(lam)
+        self.lam = None if lam is None else float(lam)   # None: lambda follows n (union_lam)
         self.gamma = float(beta) / self.n_workers
         self.start = {}
         self.n_global = 0
@@ -157,12 +157,13 @@ class Mixer:
         n = int(sum(s["n"] for s in sums))
         calls = int(sum(s["oracle_calls"] for s in sums))
         secs = max((s.get("seconds", 0.0) for s in sums), default=0.0)
+        lam = union_lam(self.lam, n)
         if n == 0:
-            return Certificate.empty(self.lam).to_dict()
+            return Certificate.empty(lam).to_dict()
         if self.kind == "bcfw":
             sq = sum(float(np.vdot(self.start[k], self.start[k])) for k in ("E", "T", "B") if k in self.start)
-            scale = 1.0 / (self.lam * n)
-            reg = 0.5 * self.lam * scale * scale * sq
+            scale = 1.0 / (lam * n)
+            reg = 0.5 * lam * scale * scale * sq
             hinge = sum(s["hinge_sum"] for s in sums) / n
             dual_loss = sum(s["loss_sum"] for s in sums) / n
             bgs = sum(s["gap_sum"] for s in sums) / n
@@ -170,7 +171,7 @@ class Mixer:
             raw = primal - dual
             c = Certificate(gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=calls,
                             seconds=secs + time.perf_counter() - t0, exact=all(s["exact"] for s in sums),
-                            lam=self.lam, regularizer=reg, hinge=hinge, dual_loss=dual_loss, block_gap_sum=bgs,
+                            lam=lam, regularizer=reg, hinge=hinge, dual_loss=dual_loss, block_gap_sum=bgs,
                             note=f"distributed: sum of the block gaps of {len(sums)} workers at the mixed weights",
                             extra={"raw_gap": raw, "workers": len(sums)})
         else:
@@ -178,7 +179,7 @@ class Mixer:
             reg = float(sums[0].get("regularizer", 0.0))
             c = Certificate(gap=float("inf"), primal=reg + hinge, dual=float("-inf"), n_blocks=n,
                             oracle_calls=calls, seconds=secs + time.perf_counter() - t0, exact=False,
-                            lam=self.lam, regularizer=reg, hinge=hinge,
+                            lam=lam, regularizer=reg, hinge=hinge,
                             note="parameter mixing keeps no dual point of the union: primal objective on the "
                                  "workers' windows only",
                             extra={"workers": len(sums)})

@@ -140,8 +140,10 @@ class _Job:
         self.keep = keep
         self.worker_cpus = worker_cpus
         self.job_id = job_id
-        lam = model.learner.lam   # BCFW(lam=None), lambda following n: the union keeps its 1e-3
-        self.lam = float(model.learner.effective_lam(1) if lam is None else lam)
+        # BCFW(lam=None): lambda follows the union's n as in a single run (union_lam), so the global
+        # certificate and the saved model's own certify the same objective
+        lam = model.learner.lam
+        self.lam = None if lam is None else float(model.learner.effective_lam(1))
         self.workers = []
         self.mixer = None
         self.round = 0

@@ -148,7 +148,7 @@ class BCFW(DenseWeights, Learner):
               choices=("margin", "slack")),
         Param("chain_stats", "sparse", "choice", "chain blocks' transition statistic: sparse list or "
               "dense table", choices=("sparse", "dense")),
-        Param("seed", None, "seed", "random seed"),
+        Param("seed", 0, "seed", "random seed (None: fresh entropy, runs differ)"),
     )
 
     @classmethod
@@ -158,7 +158,7 @@ class BCFW(DenseWeights, Learner):
 
     def __init__(self, *, lam=None, replay=1, sampling="gap", step="fw", cache=False, cache_size=50,
                  cache_F=0.25, cache_nu=0.01, window=100_000, max_bytes=None, eviction="fifo",
-                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=None, **kwargs):
+                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=0, **kwargs):
         self._set_params(locals())
         if self.rescaling == "slack" and (self.step != "fw" or self.cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "

@@ -132,7 +132,7 @@ class CuttingPlane(DenseWeights, Learner):
         Param("qp_tol", None, "float", "tolerance on each block's restricted Wolfe gap (None: eps / 10)",
               low=0.0, none=True),
         Param("qp_sweeps", 20, "int", "most sweeps of the restricted QP after a round", low=0, high=10_000),
-        Param("seed", None, "seed", "order of the examples in a round (None: in order), reservoir"),
+        Param("seed", 0, "seed", "order of the examples in a round (None: in order), reservoir"),
         Param("window", 100_000, "int", "most examples held (None: unbounded)", low=1, none=True),
         Param("eviction", "fifo", "choice", "what makes room when full: a FIFO window or a reservoir",
               choices=("fifo", "reservoir")),
@@ -145,7 +145,7 @@ class CuttingPlane(DenseWeights, Learner):
         yield {"lam": 0.05, "max_iter": 5, "seed": 0}
 
     def __init__(self, *, lam=1e-3, rescaling="margin", search="exact", eps=1e-3, max_iter=100,
-                 max_queries=100, tol=0.999, qp_tol=None, qp_sweeps=20, seed=None, window=100_000,
+                 max_queries=100, tol=0.999, qp_tol=None, qp_sweeps=20, seed=0, window=100_000,
                  eviction="fifo", replay=1, **kwargs):
         self._set_params(locals())
         self._bound = False

@@ -190,7 +190,7 @@ class GDMM(DenseWeights, Learner):
         Param("grow", 16, "int", "pairwise multi-label: most factors activated per example visit", low=1, high=4096),
         Param("add_tol", 1e-9, "float", "pairwise multi-label: gap a factor needs to be activated",
               low=0.0),
-        Param("seed", None, "seed", "random seed (sampling order, slices, index)"),
+        Param("seed", 0, "seed", "random seed (sampling order, slices, index; None: fresh entropy)"),
         Param("rescaling", "margin", "choice", "margin rescaling only", choices=("margin",)),
     )
 
@@ -201,7 +201,7 @@ class GDMM(DenseWeights, Learner):
 
     def __init__(self, *, lam=1e-3, rho=1.0, eta=1.0, fmo="heap", nu=1, solver="active_qp", qp_iters=5,
                  inner=1, rounds=1, replay=1, averaging=True, window=None, active_cap=8, mips_k=10,
-                 sketch_dim=64, grow=16, add_tol=1e-9, seed=None, rescaling="margin", **kwargs):
+                 sketch_dim=64, grow=16, add_tol=1e-9, seed=0, rescaling="margin", **kwargs):
         self._set_params(locals())
         self._bound = False
 
