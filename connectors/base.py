@@ -236,7 +236,7 @@ class JSONLSink(Sink):
             self._reader_closed()
             return
         except OSError as e:
-            if self._sync:
+            if self._own:   # a regular file cut back to its last whole line; the failed bytes dropped
                 _truncate_quietly(self._f, self._good)
             raise OSError(e.errno, e.strerror, self.path) from None
         self._good += len(data)
