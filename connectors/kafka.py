@@ -277,6 +277,7 @@ class KafkaSource(Source):
         if not force and not out_of_range and now - self._probed < self.PROBE_EVERY:
             return None
         self._probed = now
+        _need_kafka()   # (installed: the source exists) kafka-python's names below
         c = self._consumer
         tps = list(c.assignment())
         assigned = bool(tps)
