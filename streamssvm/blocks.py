@@ -54,8 +54,12 @@ ARENA_GROWTH = 4
 #: system's THP mode is ``madvise`` or ``always``): populating a block store of 784-d rows cost
 #: 19 ms per 5.4k rows in 4 KB pages against 5 ms in 2 MB pages, and the kernels' TLB misses
 #: on replayed rows dropped with it (predict_learn_many 57k -> 68k rows per CPU second,
-#: ``bench/hotpath.py`` batch row). Off: 4 KB pages as before.
-HUGE_PAGES = True
+#: ``bench/hotpath.py`` batch row). **Off by default**: the headline suite's batch rows, run
+#: back to back off / on / off on an idle machine (medians of 5), gave 1.31-1.33x vs 1.43x
+#: scikit-learn on 15%-dense 784-d rows but 0.70-0.71x vs 0.52x (reps 0.45-0.87) on fully
+#: dense ones: with THP's defrag mode ``madvise`` a request for huge pages can stall in
+#: compaction, a latency a streaming engine must not take by default.
+HUGE_PAGES = False
 
 
 def lazy_zeros(n, dtype):
@@ -70,7 +74,7 @@ def lazy_zeros(n, dtype):
 
     >>> a = lazy_zeros(1 << 18, np.float64); a.shape, float(a.sum()), a.flags.writeable
     ((262144,), 0.0, True)
-    >>> b = lazy_zeros(1 << 20, np.float64); prefault(b, 0, 1 << 19); b[-1] = 2.0   # 8 MB: huge pages
+    >>> b = lazy_zeros(1 << 20, np.float64); prefault(b, 0, 1 << 19); b[-1] = 2.0   # 8 MB
     >>> float(b.sum()), float(b[:1 << 19].max())
     (2.0, 0.0)
     """
