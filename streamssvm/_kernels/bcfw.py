@@ -637,6 +637,27 @@ def _block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
 
 
 @njit(**_JIT)
+def truth_score(kind, S, T, B, scale, ytrue, ly, L, K, Kc, use_trans, lab):
+    """<w, Phi(x_i, y_i)> of a held example's ground truth from its emission scores ``S`` (a
+    pairwise multi-label truth is written into ``lab`` as its 0/1 labeling first; multi-label and
+    hierarchy sum the scores of the true labels the model knows)."""
+    code = kind_code(kind)
+    if code == MLPAIR:
+        for q in range(labeling_len(kind, L, Kc)):
+            lab[q] = 0
+        for p in range(ly):
+            lab[ytrue[p]] = 1
+        return labeling_score(kind, S, T, B, scale, lab, L, K, use_trans)
+    if code == MULTILABEL or code == HIER:
+        t = 0.0
+        for p in range(ly):
+            if ytrue[p] < K:
+                t += S[0, ytrue[p]]
+        return t
+    return labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+
+
+@njit(**_JIT)
 def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     """Exact oracle on every held block at frozen weights ``scale * w``; an arena with
     ``tree_size`` 0 leaves the sum-tree alone.
@@ -677,20 +698,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
             continue
         star = decode_frozen(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab, support)
         # score of the ground truth
-        code = kind_code(kind)
-        if code == MLPAIR:
-            for q in range(labeling_len(kind, L, Kc)):
-                lab[q] = 0
-            for p in range(ly):
-                lab[ytrue[p]] = 1
-            t_score = labeling_score(kind, S, T, B, scale, lab, L, K, use_trans)
-        elif code == MULTILABEL or code == HIER:
-            t_score = 0.0
-            for p in range(ly):
-                if ytrue[p] < K:
-                    t_score += S[0, ytrue[p]]
-        else:
-            t_score = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+        t_score = truth_score(kind, S, T, B, scale, ytrue, ly, L, K, Kc, use_trans, lab)
         h = star - t_score
         if h < 0.0:
             h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)

@@ -10,12 +10,9 @@ blocks; the learner (``BCFW.set_lam``) scales the weight sums.
 """
 from numba import njit
 
-from .bcfw import _st_score, _JIT
+from .bcfw import _st_score, _JIT, truth_score
 from .layout import FLAG_INEXACT_ALPHA, M_FLAGS, M_KI, M_L, M_LABLEN, M_LY, M_PCAP, M_PN, block_views
-from .structops import (
-    HIER, MLPAIR, MULTILABEL, emission_scores, kind_code, labeling_len, labeling_score, loss_const, stat_loss_lin,
-    truth_stat,
-)
+from .structops import emission_scores, loss_const, stat_loss_lin, truth_stat
 
 
 @njit(**_JIT)
@@ -36,20 +33,7 @@ def block_deltas(model, w, arena, scratch, scale, slack, out):
         if slack:   # the block holds u~_i itself and L_i in lval
             out[q] = lval[j] - _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
             continue
-        code = kind_code(kind)
-        if code == MLPAIR:
-            for p in range(labeling_len(kind, L, Kc)):
-                lab[p] = 0
-            for p in range(ly):
-                lab[ytrue[p]] = 1
-            t_score = labeling_score(kind, S, T, B, scale, lab, L, K, use_trans)
-        elif code == MULTILABEL or code == HIER:
-            t_score = 0.0
-            for p in range(ly):
-                if ytrue[p] < K:
-                    t_score += S[0, ytrue[p]]
-        else:
-            t_score = labeling_score(kind, S, T, B, scale, ytrue, L, K, use_trans)
+        t_score = truth_score(kind, S, T, B, scale, ytrue, ly, L, K, Kc, use_trans, lab)
         Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
         # <w, u_i> = <w, Phi(s(y_i))> - <w, Phi(st)>
         out[q] = Li - t_score + _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
