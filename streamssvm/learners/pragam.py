@@ -123,6 +123,11 @@ class Pragam(DenseWeights, Learner):
               choices=("margin",)),
         Param("start", "random", "choice", "alpha_{-1}: random in Q, or all mass on the truth",
               choices=("random", "truth")),
+        Param("schedule", "adaptive", "choice", "adaptive: the largest step tau with tau^2 L <= (1 - tau) mu "
+              "and the smallest mu keeping J_mu(W_k) <= D(alpha_k); paper: tau_k = 2 / (k + 3), "
+              "mu_k = (1 - tau_k) mu_{k-1}", choices=("adaptive", "paper")),
+        Param("shrink_steps", 0, "int", "adaptive schedule: mu may shrink by up to 2^shrink_steps per "
+              "iteration (0: never)", low=0, high=60),
     )
 
     @classmethod
@@ -131,7 +136,8 @@ class Pragam(DenseWeights, Learner):
         yield {"lam": 0.05}
 
     def __init__(self, *, lam=1e-3, bias=False, L="adaptive", tol=1e-3, window=100_000, seed=0,
-                 max_backtracks=60, rescaling="margin", start="random", **kwargs):
+                 max_backtracks=60, rescaling="margin", start="random", schedule="adaptive", shrink_steps=0,
+                 **kwargs):
         self._set_params(locals())
         self._bound = False
 
@@ -154,6 +160,7 @@ class Pragam(DenseWeights, Learner):
         self.iterations = 0
         self.backtracks = 0
         self.mu_raises = 0
+        self.tau_cuts = 0
         self.restarts = 0
         self.Lcur = None
         self.Lmax = 0.0
@@ -324,10 +331,10 @@ class Pragam(DenseWeights, Learner):
     def _dual(self, alpha, Wa):
         return float(np.vdot(alpha, self._Dm)) - 0.5 * self.lam * float(np.vdot(Wa, Wa))
 
-    def _vstep(self, beta, Wb, XWb):
-        """v(beta) with backtracking on L (adaptive); returns (v, W(v))."""
+    def _vstep(self, beta, Wb, XWb, halve=True):
+        """v(beta) with backtracking on L (adaptive; tries L / 2 first when ``halve``); returns (v, W(v))."""
         grad = self._Dm + XWb
-        L = self.Lcur / 2.0 if self.L == "adaptive" else self.Lcur
+        L = self.Lcur / 2.0 if self.L == "adaptive" and halve else self.Lcur
         for _ in range(self.max_backtracks):
             v = self._proj(beta + grad / L)
             Wv = self._Wof(v)
@@ -356,22 +363,35 @@ class Pragam(DenseWeights, Learner):
             self.alpha, self._Wa = self._vstep(am1, Wm1, self._XWk)
             self._XWa = np.asarray(X @ self._Wa)
             self.mu = 2.0 * self.Lcur
+            if self.schedule == "adaptive":
+                self.mu = self._shrink_mu(self._XWk, self._Wk, self.mu)
         k = self.k
-        tau = 2.0 / (k + 3.0)
         mu = self.mu
+        adaptive = self.schedule == "adaptive"
+        if adaptive and self.L == "adaptive":
+            self.Lcur = self.Lcur / 2.0         # let L decrease; backtracking raises it where needed
+        tau = _largest_tau(mu, self.Lcur) if adaptive else 2.0 / (k + 3.0)
+        amu, _ = self._smooth(self._XWk, mu)     # alpha_mu(W_k) depends on neither tau nor L
+        Wmu = self._Wof(amu)
+        XWmu = np.asarray(X @ Wmu)
         for _ in range(self.max_backtracks):
-            amu, _ = self._smooth(self._XWk, mu)
-            Wmu = self._Wof(amu)
-            XWmu = np.asarray(X @ Wmu)
             beta = (1 - tau) * self.alpha + tau * amu
             Wb = (1 - tau) * self._Wa + tau * Wmu
             XWb = (1 - tau) * self._XWa + tau * XWmu
-            v, Wv = self._vstep(beta, Wb, XWb)
+            v, Wv = self._vstep(beta, Wb, XWb, halve=not adaptive)
             if tau * tau * self.Lcur <= (1 - tau) * mu * (1.0 + 1e-12) or self.L != "adaptive":
                 break
+            if adaptive:
+                # the accepted L breaks tau^2 L <= (1 - tau) mu: the largest tau that meets it, redo
+                tau = _largest_tau(mu, self.Lcur) * (1.0 - 1e-12)
+                self.tau_cuts += 1
+                continue
             # Nesterov's condition broken by a larger L: raise mu (keeps J_mu(W_k) <= D(alpha_k)), redo
             mu = tau * tau * self.Lcur / (1 - tau)
             self.mu_raises += 1
+            amu, _ = self._smooth(self._XWk, mu)
+            Wmu = self._Wof(amu)
+            XWmu = np.asarray(X @ Wmu)
             self.Lcur = 2.0 * self.Lcur     # the retried v-step starts from L / 2: start from L
         self._Wk = (1 - tau) * self._Wk + tau * Wb
         self.k = k + 1
@@ -385,6 +405,8 @@ class Pragam(DenseWeights, Learner):
         self.iterations += 1
         J, c = self._primal(self._Wk, self._XWk)
         D = self._dual(self.alpha, self._Wa)
+        if adaptive:
+            self.mu = self._shrink_mu(self._XWk, self._Wk, self.mu, D)
         kk = self.k
         rate = 4.0 * self.Lmax * D2 / ((kk + 1) * (kk + 2))
         self._bias_c = c
@@ -392,6 +414,32 @@ class Pragam(DenseWeights, Learner):
         self.history.append((kk, J, D, J - D, self.mu * D2, rate))
         self._sync()
         return J - D
+
+    def _shrink_mu(self, XW, W, mu, D=None):
+        """The smallest smoothing in [mu / 2^shrink_steps, mu] (a geometric bisection) that keeps
+        Nesterov's excessive gap condition J_mu(W_k) <= D(alpha_k); every step of the analysis needs
+        only that condition and tau^2 L <= (1 - tau) mu, so a smaller mu is a valid state with a
+        smaller bound mu D_2 on the gap (Nesterov, "Excessive gap technique in nonsmooth convex
+        minimization", section 3: the invariant, not the schedule, carries the proof)."""
+        if self.shrink_steps == 0:
+            return mu
+        D = self._dual(self.alpha, self._Wa) if D is None else D
+        reg = 0.5 * self.lam * float(np.vdot(W, W))
+        tol = 1e-12 * (1.0 + abs(D))
+
+        def ok(m):
+            return reg + self._smooth(XW, m)[1] <= D - tol
+
+        hi, lo = mu, mu / (2.0 ** self.shrink_steps)
+        if ok(lo):
+            return lo
+        for _ in range(8):                      # geometric bisection on [lo, hi], hi always valid
+            mid = math.sqrt(lo * hi)
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
 
     def _sync(self):
         K = self._K
@@ -456,6 +504,7 @@ class Pragam(DenseWeights, Learner):
         n = len(self.held)
         extra = {"k": self.k, "iterations": self.iterations, "L": self.Lcur, "L_max": self.Lmax,
                  "mu": self.mu, "backtracks": self.backtracks, "mu_raises": self.mu_raises,
+                 "tau_cuts": self.tau_cuts, "schedule": self.schedule,
                  "restarts": self.restarts, "bias": self.bias}
         if n == 0 or self._K < 2:
             return Certificate.empty(self.lam, n, exact=False, extra=extra,
@@ -478,7 +527,8 @@ class Pragam(DenseWeights, Learner):
         st = {"K": self._K, "C": self._C, "E": self.W.E, "T": self.W.T, "B": self.W.B, "b": self.b,
               "window": self.held.state(),
               "scalars": {"k": self.k, "iterations": self.iterations, "backtracks": self.backtracks,
-                          "mu_raises": self.mu_raises, "restarts": self.restarts, "Lcur": self.Lcur,
+                          "mu_raises": self.mu_raises, "tau_cuts": self.tau_cuts, "restarts": self.restarts,
+                          "Lcur": self.Lcur,
                           "Lmax": self.Lmax, "mu": self.mu, "version": self._version,
                           "prev_seq": getattr(self, "_prev_seq", None), "prev_n": getattr(self, "_prev_n", None),
                           "bias_c": getattr(self, "_bias_c", 0.0)},
@@ -500,6 +550,7 @@ class Pragam(DenseWeights, Learner):
         s = st["scalars"]
         for k in ("k", "iterations", "backtracks", "mu_raises", "restarts"):
             setattr(self, k, int(s[k]))
+        self.tau_cuts = int(s.get("tau_cuts", 0))     # absent from states saved before the adaptive schedule
         self.Lcur = None if s["Lcur"] is None else float(s["Lcur"])
         self.Lmax = float(s["Lmax"])
         self._prev_seq = None if s["prev_seq"] is None else int(s["prev_seq"])
@@ -526,6 +577,12 @@ class Pragam(DenseWeights, Learner):
             self._version = None
 
 
+def _largest_tau(mu, L):
+    """The largest tau in (0, 1) with tau^2 L <= (1 - tau) mu (Nesterov's step condition), in the
+    cancellation-free form 2 mu / (mu + sqrt(mu^2 + 4 L mu))."""
+    return min(2.0 * mu / (mu + math.sqrt(mu * mu + 4.0 * L * mu)), 1.0 - 1e-12)
+
+
 def _finite_float(a, shape, what):
     a = np.asarray(a)
     if a.shape != shape or (a.size and a.dtype.kind != "f") or not np.isfinite(a).all():
@@ -547,7 +604,7 @@ def validate_pragam_state(st, structure):
     s = st["scalars"]
     big = (-1e300, 1e300, "float?")
     validate_scalars(s, {**{k: (0, 1 << 62, "int") for k in ("k", "iterations", "backtracks", "mu_raises",
-                                                            "restarts")},
+                                                            "restarts", "tau_cuts")},
                          "Lcur": (0.0, 1e300, "float?"), "Lmax": (0.0, 1e300, "float"), "mu": (0.0, 1e300, "float?"),
                          "version": (0, 1 << 62, "int?"), "prev_seq": (0, 1 << 62, "int?"),
                          "prev_n": (1, 1 << 40, "int?"), "bias_c": big}, "scalars")
