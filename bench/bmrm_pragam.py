@@ -498,7 +498,7 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3, target2=1
             if hit2 is None and c.gap <= target2:
                 hit2 = (it, cpu, wall)
             if it == iters:
-                at = (c.gap, c.primal, c.dual, cpu, wall)
+                at = (c.gap, c.primal, c.dual, cpu, wall, c.extra.get("bound"))
             if it >= iters and (hit2 is not None or "printed" in name):
                 break
         # the paper's (26): gap_k <= 4 L D2 / ((k+1)(k+2)), D2 = 1/(2n): iterations it promises per target
@@ -507,7 +507,7 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3, target2=1
             promise = [int(math.ceil(math.sqrt(4 * c.extra["L_max"] / (2 * n) / t))) for t in (target, target2)]
         rows.append({"method": name, "gap": at[0], "primal": at[1], "dual": at[2], "cpu": at[3], "wall": at[4],
                      "iters_run": it, "dual_final": c.dual,
-                     "hit": hit, "hit_rel": hit_rel, "hit2": hit2, "bound": c.extra.get("bound"),
+                     "hit": hit, "hit_rel": hit_rel, "hit2": hit2, "bound": at[5],
                      "L_max": c.extra.get("L_max"), "promise": promise})
         print(rows[-1], flush=True)
     LB = max(r["dual_final"] for r in rows)

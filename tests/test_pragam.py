@@ -234,3 +234,24 @@ def test_state_without_tau_cuts_loads():
     b = Pragam(lam=0.02, tol=0.0)
     b.restore(MultiClass(), [0, 1], st)
     assert b.tau_cuts == 0 and b.certificate().gap == pytest.approx(a.certificate().gap, abs=1e-13)
+
+
+def test_sorted_simplex_rows_equal_the_linear_time_projection():
+    """Pragam's vectorized sort-based row projection equals the O(K) median-split kernel (ties,
+    constant rows, rows already in the simplex, one hot rows and a single class)."""
+    from streamssvm._kernels import projection as KP
+    from streamssvm.learners.pragam import simplex_rows
+    rng = np.random.default_rng(11)
+    for n, K in ((200, 26), (50, 2), (30, 1), (40, 7)):
+        P = rng.normal(size=(n, K)) * rng.choice([1e-3, 1.0, 1e3], size=(n, 1))
+        P[0] = 0.5
+        P[1, :] = 0.0
+        P[1, 0] = 1.0 / n
+        P[2] = np.round(P[2])
+        z = 1.0 / n
+        out = np.empty_like(P)
+        KP.project_simplex_rows(np.ascontiguousarray(P), z, out, np.empty(2 * K + 2), np.empty(K + 2, dtype=np.int64),
+                                *[np.empty(K) for _ in range(5)])
+        A = simplex_rows(P, z)
+        assert np.abs(A - out).max() <= 1e-12 * max(1.0, np.abs(P).max())
+        assert (A >= 0).all() and np.abs(A.sum(axis=1) - z).max() <= 1e-14 * K * max(1.0, np.abs(P).max())

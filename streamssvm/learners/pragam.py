@@ -279,10 +279,7 @@ class Pragam(DenseWeights, Learner):
         n, K = P.shape
         out = np.empty_like(P)
         if not self.bias:
-            z = 1.0 / n
-            P = np.ascontiguousarray(P)
-            KP.project_simplex_rows(P, z, out, self._work, self._act, *self._sc[:5])
-            return out
+            return simplex_rows(P, 1.0 / n)
         # two classes with the equality sum_i s_i a_i = 0, a_i = alpha_i(other class)
         y = self._y
         iy = np.arange(n)
@@ -591,6 +588,23 @@ class Pragam(DenseWeights, Learner):
             self.last = (J, D, J - D, self.mu * D2, 4.0 * self.Lmax * D2 / ((self.k + 1) * (self.k + 2)))
         else:
             self._version = None
+
+
+def simplex_rows(P, z):
+    """Euclidean projection of every row of P onto {a >= 0, sum a = z}, by sorting (Held, Wolfe &
+    Crowder, "Validation of subgradient optimization"): with the row sorted decreasingly as s and
+    rho the last k with s_k > (s_1 + ... + s_k - z) / k, a = max(P - theta, 0), theta = (s_1 + ... +
+    s_rho - z) / rho. Vectorized over the rows, it is ~20x faster than the O(K) median split of
+    ``_kernels.projection`` row by row at K = 26 (0.8 ms against 16 ms for 3000 rows), which made
+    the projections nearly all of an iteration's time; the O(n) kernel stays for Pragam-b's box
+    plus equality."""
+    n, K = P.shape
+    S = -np.sort(-P, axis=1)
+    C = np.cumsum(S, axis=1) - z
+    ok = S * np.arange(1, K + 1) > C
+    rho = K - 1 - np.argmax(ok[:, ::-1], axis=1)
+    theta = C[np.arange(n), rho] / (rho + 1)
+    return np.maximum(P - theta[:, None], 0.0)
 
 
 def _largest_tau(mu, L):
