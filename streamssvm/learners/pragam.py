@@ -105,6 +105,12 @@ class Pragam(DenseWeights, Learner):
         Cap on the doublings of L in one step (adaptive L).
     rescaling
         ``"margin"`` only (Pragam's dual is the margin-rescaled Crammer-Singer one).
+    schedule
+        ``"adaptive"`` (default): the largest step tau with tau^2 L_k <= (1 - tau) mu_k for the L_k
+        backtracked at this step; ``"paper"``: tau_k = 2 / (k + 3) as printed (module doc).
+    shrink_steps
+        Adaptive schedule only: after each step lower mu by up to 2^shrink_steps to the smallest
+        value keeping J_mu(W_k) <= D(alpha_k) (0, the default: never; measured slower).
 
     Examples
     --------
@@ -139,11 +145,12 @@ class Pragam(DenseWeights, Learner):
               choices=("margin",)),
         Param("start", "random", "choice", "alpha_{-1}: random in Q, or all mass on the truth",
               choices=("random", "truth")),
-        Param("schedule", "adaptive", "choice", "adaptive: the largest step tau with tau^2 L <= (1 - tau) mu "
-              "and the smallest mu keeping J_mu(W_k) <= D(alpha_k); paper: tau_k = 2 / (k + 3), "
-              "mu_k = (1 - tau_k) mu_{k-1}", choices=("adaptive", "paper")),
-        Param("shrink_steps", 0, "int", "adaptive schedule: mu may shrink by up to 2^shrink_steps per "
-              "iteration (0: never)", low=0, high=60),
+        Param("schedule", "adaptive", "choice", "adaptive: the largest step tau with tau^2 L_k <= (1 - tau) "
+              "mu_k for the step's backtracked L_k; paper: tau_k = 2 / (k + 3), mu_k = (1 - tau_k) mu_{k-1}",
+              choices=("adaptive", "paper")),
+        Param("shrink_steps", 0, "int", "adaptive schedule: after each step lower mu (by up to "
+              "2^shrink_steps) to the smallest value keeping J_mu(W_k) <= D(alpha_k) (0: never)",
+              low=0, high=60),
     )
 
     @classmethod
