@@ -464,7 +464,7 @@ def table(exp):
     return "\n".join(lines) + "\n"
 
 
-def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3):
+def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3, target2=1e-3, max_iters=300):
     """Issue 27's case: the first n OCR letters as a 26-class stream, lam, `iters` iterations of
     each certified solver (BMRM with and without the OCAS line search, Pragam, BCFW passes): the
     certified gap after `iters`, the first iteration with gap <= target, CPU and wall seconds; then
@@ -478,11 +478,14 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3):
             ("bmrm (cut at w_t)", lambda: BMRM(lam=lam, tol=0.0, line_search="none")),
             ("pragam", lambda: Pragam(lam=lam, tol=0.0)),
             ("pragam (W0=0)", lambda: Pragam(lam=lam, tol=0.0, start="truth")),
+            ("pragam (printed schedule)", lambda: Pragam(lam=lam, tol=0.0, schedule="paper")),
+            ("pragam (printed, W0=0)", lambda: Pragam(lam=lam, tol=0.0, schedule="paper", start="truth")),
             ("bcfw", lambda: BCFW(lam=lam, seed=0))]
     for name, make in runs:
         lr = feed(make(), X, y, labels)
-        cpu, wall, hit, hit_rel = 0.0, 0.0, None, None
-        for it in range(1, iters + 1):
+        cpu, wall, hit, hit_rel, hit2 = 0.0, 0.0, None, None, None
+        at = None
+        for it in range(1, max_iters + 1):
             t0, w0 = time.process_time(), time.perf_counter()
             lr.refine(passes=1)
             cpu += time.process_time() - t0
@@ -492,36 +495,61 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3):
                 hit = (it, cpu, wall)
             if hit_rel is None and c.gap <= eps_rel * abs(c.primal):
                 hit_rel = (it, cpu, wall)
-        rows.append({"method": name, "gap": c.gap, "primal": c.primal, "dual": c.dual, "cpu": cpu, "wall": wall,
-                     "hit": hit, "hit_rel": hit_rel, "bound": c.extra.get("bound"), "L_max": c.extra.get("L_max")})
+            if hit2 is None and c.gap <= target2:
+                hit2 = (it, cpu, wall)
+            if it == iters:
+                at = (c.gap, c.primal, c.dual, cpu, wall, c.extra.get("bound"))
+            if it >= iters and (hit2 is not None or "printed" in name):
+                break
+        # the paper's (26): gap_k <= 4 L D2 / ((k+1)(k+2)), D2 = 1/(2n): iterations it promises per target
+        promise = None
+        if c.extra.get("L_max"):
+            promise = [int(math.ceil(math.sqrt(4 * c.extra["L_max"] / (2 * n) / t))) for t in (target, target2)]
+        rows.append({"method": name, "gap": at[0], "primal": at[1], "dual": at[2], "cpu": at[3], "wall": at[4],
+                     "iters_run": it, "dual_final": c.dual,
+                     "hit": hit, "hit_rel": hit_rel, "hit2": hit2, "bound": at[5],
+                     "L_max": c.extra.get("L_max"), "promise": promise})
         print(rows[-1], flush=True)
-    LB = max(r["dual"] for r in rows)
+    LB = max(r["dual_final"] for r in rows)
     ll = run_liblinear(X, y, X[:10], y[:10], lam, 6.0, multiclass=True)
     ll_hit = next(((r["it"], r["s"]) for r in ll.rows if r["J"] - LB <= eps_rel * r["J"]), None)
-    return {"n": n, "lam": lam, "iters": iters, "target": target, "eps_rel": eps_rel, "best_lower": LB,
+    return {"n": n, "lam": lam, "iters": iters, "max_iters": max_iters, "target": target, "target2": target2,
+            "eps_rel": eps_rel, "best_lower": LB,
             "methods": rows, "liblinear": {"J_final": ll.rows[-1]["J"], "hit_rel": ll_hit}}
 
 
 def issue_table(r):
     out = [f"### Issue 27's case: {r['n']} OCR letters, 26 classes, lambda = {r['lam']:g}, {r['iters']} iterations", "",
-           f"Best certified lower bound {r['best_lower']:.6f}. CPU and wall seconds of the solver only.", "",
+           f"Best certified lower bound {r['best_lower']:.6f}. CPU and wall seconds of the solver only. Gap, "
+           f"primal, lower bound and seconds after {r['iters']} iterations; each method then continues (up to "
+           f"{r.get('max_iters', r['iters'])} iterations, the printed-schedule Pragam rows stop at {r['iters']}) "
+           f"until its gap is <= {r.get('target2', 1e-3):g}.", "",
            f"| method | certified gap after {r['iters']} | primal | lower bound | CPU s | wall s "
            f"| first it. / CPU s with gap <= {r['target']:g} | it. / CPU s to certified rel. gap {r['eps_rel']:g} "
-           "| Pragam's bound 4 L D2 / ((k+1)(k+2)) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           f"| it. / CPU s with gap <= {r.get('target2', 1e-3):g} "
+           "| Pragam's bound 4 L D2 / ((k+1)(k+2)) | iterations (26) promises for gap 1e-2 / 1e-3 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def hit(h):
+        return "-" if h is None else f"{h[0]} / {h[1]:.2f}"
     for m in r["methods"]:
-        h = "-" if m["hit"] is None else f"{m['hit'][0]} / {m['hit'][1]:.2f}"
-        hr = "-" if m["hit_rel"] is None else f"{m['hit_rel'][0]} / {m['hit_rel'][1]:.2f}"
+        pr = "-" if not m.get("promise") else f"{m['promise'][0]} / {m['promise'][1]}"
         out.append(f"| {m['method']} | {m['gap']:.3g} | {m['primal']:.5f} | {m['dual']:.5f} | {m['cpu']:.2f} | "
-                   f"{m['wall']:.2f} | {h} | {hr} | {fmt(m.get('bound'))} |")
+                   f"{m['wall']:.2f} | {hit(m['hit'])} | {hit(m['hit_rel'])} | {hit(m.get('hit2'))} | "
+                   f"{fmt(m.get('bound'))} | {pr} |")
     ll = r["liblinear"]
     out += ["", "liblinear (LinearSVC crammer_singer, tol 1e-10, max_iter growing): "
             + ("never within rel. error " + f"{r['eps_rel']:g}" if ll["hit_rel"] is None else
                f"rel. error <= {r['eps_rel']:g} (against the certified lower bound) after max_iter = {ll['hit_rel'][0]}, "
                f"{ll['hit_rel'][1]:.2f} CPU s") + " (uncertified).", "",
-            "Pragam tracks its worst-case rate: the certified gap after 100 iterations is of the order of "
-            "4 L D2 / ((k+1)(k+2)) with L = sigma_max(X)^2 / lam (backtracked) and D2 = 1/(2n); the bound "
-            "reaches 1e-2 only after k ~ sqrt(4 L D2 / 1e-2) iterations.", ""]
+            "Pragam's printed schedule (tau_k = 2 / (k + 3), mu_0 = 2 L) tracks its worst-case rate: the "
+            "certified gap after 100 iterations is of the order of 4 L D2 / ((k+1)(k+2)) with L = "
+            "sigma_max(X)^2 / lam (backtracked) and D2 = 1/(2n). The default adaptive schedule takes the "
+            "largest tau_k with tau_k^2 L_k <= (1 - tau_k) mu_k for the L_k accepted by backtracking at "
+            "this step (halved before each step): the local curvature of D is 2-16x below sigma_max^2 / lam "
+            "on this problem, so mu_k falls faster than the printed schedule's. The paper claims the O(1/k^2) "
+            "bound (26) only (no experiment on multiclass or structured problems); the last column is "
+            "the k at which (26) with our L_max reaches each target.", ""]
     return "\n".join(out)
 
 
