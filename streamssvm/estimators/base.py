@@ -264,6 +264,25 @@ class Estimator:
             rows, _ = self._as_matrix(X)
         return [self.predict_nbest_one(x, k, constraints) for x in rows]
 
+    def explain_one(self, x, top=None):
+        """How the model scores ``x``: a dict with the predicted ``output`` and the
+        ``runner_up`` (the second best output), their ``score`` / ``runner_up_score``, and
+        ``features``: every feature of ``x`` (per token for a sequence) with its ``value`` and
+        its contribution (value x weight) to each of the two scores, the features favouring
+        the prediction most first (``top``: keep that many). ``rest`` holds the part of each
+        score no single feature carries (transitions, start / end, pairwise potentials). See
+        :func:`streamssvm.inspection.explain`.
+
+        >>> import streamssvm as ss
+        >>> m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.1, seed=0))
+        >>> m.learn_many([{"fur": 1.0}, {"wheels": 1.0}], ["cat", "car"])
+        >>> e = m.explain_one({"fur": 1.0, "wheels": 0.2})
+        >>> e["output"], e["runner_up"], e["features"][0]["feature"]
+        ('cat', 'car', 'fur')
+        """
+        from ..inspection import explain
+        return explain(self, x, top)
+
     @staticmethod
     def _check_k(k):
         if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
