@@ -4,7 +4,7 @@ decoding, constrained decoding and per-feature explanations need (:mod:`streamss
 A learner's predicting weights are ``scale * (E - zc * ZE, T, B)`` (``zc = 0``: plain ``E``;
 the lazily averaged iterates of BCFW and SGD are the other case), plus a per-label bias for
 Pragam. :func:`score_tables` reads them from the learners that keep dense weight tables
-(BCFW, SGD, CuttingPlane, BMRM, Pragam); the emission scores are formed by the kernels the
+(BCFW, SGD, CuttingPlane, BMRM, Pragam, GDMM); the emission scores are formed by the kernels the
 learners' ``predict`` uses, in the same order, so the scores are the same floats and the best
 output is ``predict_one``'s.
 """
@@ -91,7 +91,16 @@ def _pragam(lr):
     return ScoreTables(lr.W.E, lr.W.E, 0.0, 1.0, lr.W.T, lr.W.B, lr._K, bias=np.asarray(lr.b, dtype=np.float64))
 
 
-_READERS = {"BCFW": _bcfw, "SGD": _sgd, "CuttingPlane": _cutting_plane, "BMRM": _bmrm, "Pragam": _pragam}
+def _gdmm(lr):
+    eng = lr._engine
+    if hasattr(eng, "_pred_weights"):   # chains: rows 0 / 1 of the unigram table are the start / end biases
+        Wp, Tp = eng._pred_weights()
+        E = Wp[2:]
+        return ScoreTables(E, E, 0.0, eng._s(), Tp, np.ascontiguousarray(Wp[:2]), eng._K)
+    return ScoreTables(eng.E, eng.E, 0.0, eng.s(), eng.T, np.zeros((2, eng.E.shape[1])), eng.K)
+
+
+_READERS = {"GDMM": _gdmm, "BCFW": _bcfw, "SGD": _sgd, "CuttingPlane": _cutting_plane, "BMRM": _bmrm, "Pragam": _pragam}
 
 
 def score_tables(learner):

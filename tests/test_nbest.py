@@ -150,7 +150,7 @@ def _sentences(n, seed=0):
 
 SEQ_LEARNERS = [ss.learners.BCFW(lam=0.05, seed=0), ss.learners.BCFW(lam=0.05, seed=0, averaging=True),
                 ss.learners.SGD(lam=0.05, seed=0), ss.learners.SGD(lam=0.05, seed=0, averaging="uniform"),
-                ss.learners.CuttingPlane(lam=0.05), ss.learners.BMRM(lam=0.05)]
+                ss.learners.CuttingPlane(lam=0.05), ss.learners.BMRM(lam=0.05), ss.learners.GDMM(lam=0.05, seed=0)]
 
 
 @pytest.mark.parametrize("learner", SEQ_LEARNERS, ids=lambda lr: repr(lr)[:40])
@@ -215,13 +215,14 @@ def test_multiclass_nbest(learner):
     assert [r[0][0] for r in m.predict_nbest_many(X, 2)] == list(m.predict_many(X))
 
 
-@pytest.mark.parametrize("kind", ["independent", "pairwise", "hierarchy"])
+@pytest.mark.parametrize("kind", ["independent", "pairwise", "hierarchy", "pairwise-gdmm"])
 def test_multilabel_nbest_and_constraints(kind):
     rng = np.random.default_rng(1)
-    kw = {"pairwise": True} if kind == "pairwise" else {}
+    kw = {"pairwise": True} if kind.startswith("pairwise") else {}
     if kind == "hierarchy":
         kw = {"hierarchy": {"a": "x", "b": "x", "c": "y", "d": "y"}}
-    m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0), **kw)
+    learner = ss.learners.GDMM(lam=0.01, seed=0) if kind.endswith("gdmm") else ss.learners.BCFW(lam=0.01, seed=0)
+    m = ss.MultiLabelSSVM(learner=learner, **kw)
     for i in range(200):
         x = rng.normal(size=4)
         m.learn_one(x, {lab: bool(x[j] > 0) for j, lab in enumerate("abcd")})
@@ -285,3 +286,12 @@ def test_kbest_kernels_stay_off_the_learn_and_predict_path():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def test_multilabel_tie_first_is_predict_one():
+    """An untrained pairwise model scores every labeling 0: the first n-best is predict_one's."""
+    m = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.BCFW(lam=1.0, seed=0))
+    m.learn_one({"a": 0.0}, {"p": False, "q": False})
+    for k in (1, 3):
+        items = m.predict_nbest_one({"a": 0.0}, k)
+        assert items[0][0] == m.predict_one({"a": 0.0}) and len(items) == k

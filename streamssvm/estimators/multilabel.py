@@ -215,6 +215,9 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             return [(self.predict_one(x), 0.0)]
         tab = self._score_tables()
         s = tab.emission(*self._features.encode_one(x, grow=False))[0]
+        want, enum = k, c is None and (self.pairwise or self._hier is not None)
+        if enum:
+            k += 1   # one more: on a tie predict_one's labeling may be the (k + 1)-th
         if self._hier is not None:
             leaves = self._hier.leaves
             fixed = c.label_fixed(leaves) if c is not None else None
@@ -228,10 +231,10 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             else:
                 items = independent_nbest(s, k, fixed)
             out = [({lab: bool(y[i]) for i, lab in enumerate(labs)}, sc) for y, sc in items]
-        if c is None and (self.pairwise or self._hier is not None):
+        if enum:
             # the decoders sum in another order: on a tie the first is predict_one's labeling
             out = lead_with(out, self.predict_one(x), lambda y: tuple(y.values()))
-        return out
+        return out[:want]
 
     def _predict_constrained(self, x, constraints):
         best = self.predict_nbest_one(x, 1, constraints)
