@@ -8,7 +8,8 @@ tag, its rank there). Position t's lists are merged from the K lists of position
 order (previous tag, rank), a candidate entering a list only ahead of strictly smaller scores,
 so equal scores keep that order: the first labeling is exactly the one ``chain_viterbi``
 (``streamssvm._kernels.chain``) returns, ties to the smallest previous tag, and the same sums
-are formed in the same order (the same floats). O(L K^2 k^2) time, O(L K k) memory.
+are formed in the same order (the same floats). O(L K^2 k^2) time at worst (a list stops being
+read at its first entry that cannot enter, so usually far less), O(L K k) memory.
 
 Constraints enter as a per-position mask of the allowed tags (a fixed tag allows one) and a
 K x K mask of forbidden transitions; ``k = 1`` is constrained MAP decoding.
@@ -81,7 +82,10 @@ def chain_kbest(S, T, B, scale, L, K, use_trans, allowed, forbid, k, labs, score
                     continue
                 tj = scale * T[j, y]
                 for r in range(cnt[t - 1, j]):
-                    n = _insert(vals, tags, ranks, n, k, V[t - 1, j, r] + tj, j, r)
+                    v = V[t - 1, j, r] + tj
+                    if n == k and not v > vals[k - 1]:
+                        break   # the list of j is sorted: its later entries cannot enter either
+                    n = _insert(vals, tags, ranks, n, k, v, j, r)
             cnt[t, y] = n
             for r in range(n):
                 vals[r] += S[t, y]
@@ -96,6 +100,8 @@ def chain_kbest(S, T, B, scale, L, K, use_trans, allowed, forbid, k, labs, score
             v = V[L - 1, y, r]
             if use_trans:
                 v += e
+            if n == k and not v > fv[k - 1]:
+                break
             n = _insert(fv, ft, fr, n, k, v, y, r)
     for q in range(n):
         scores[q] = fv[q]
