@@ -8,6 +8,7 @@ from .broker import cmd_broker, cmd_produce
 from .datasets import cmd_datasets
 from .demo import cmd_demo
 from .export import cmd_export
+from .inspect import add_inspect_parser
 from .options import HelpFormatter, Refused, add_learner_args, param_option
 from .path import add_path_args, cmd_path
 from .predict import cmd_predict
@@ -24,6 +25,16 @@ def _run_source_help():
             "the checkpoint, a Kafka broker or topic gone, the checkpoint directory locked or not writable, a full "
             "disk); 130 / 143 stopped by SIGINT / SIGTERM (checkpoint "
             "written, run the same command to resume)")
+
+
+def _positive_int(v):
+    try:
+        k = int(v)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v!r}")
+    return k
 
 
 def build_parser():
@@ -103,7 +114,11 @@ def build_parser():
     pd.add_argument("--source", required=True, help="file://PATH[?OPTION=...] or kafka://... as for run")
     pd.add_argument("--sink", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC (default None: stdout)")
     pd.add_argument("--dead-letter", default=None, help="JSONL file for bad records (default None: counted only)")
+    pd.add_argument("--nbest", type=_positive_int, default=None, metavar="K",
+                    help="also write the K best outputs of each record, best first, as \"nbest\": "
+                    "[{\"output\": ..., \"score\": ...}, ...] (default None: the prediction only)")
     pd.set_defaults(func=cmd_predict)
+    add_inspect_parser(sub, fmt)
 
     b = sub.add_parser("broker", help="start a local Kafka-protocol broker (Tansu) on 127.0.0.1", **fmt)
     b.add_argument("--port", type=int, default=None, help="port (default None: a free one)")

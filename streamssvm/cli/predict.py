@@ -9,12 +9,14 @@ from .options import CliDeadLetters, open_file_or_kafka, open_sink, graceful_sig
 def cmd_predict(args):
     """Predict every record of a source with a saved model; predictions go to the sink (default:
     stdout, one JSON line each); records without a label are predicted alike; with labels in the
-    records, the accuracy goes to stderr. A reader closing the output pipe (``predict | head``)
+    records, the accuracy goes to stderr. ``--nbest K`` adds ``"nbest"``: the K best outputs,
+    best first, as ``[{"output": ..., "score": ...}, ...]`` (``predict_nbest_one``; the first is
+    the prediction). A reader closing the output pipe (``predict | head``)
     ends the command quietly (exit 0)."""
     import streamssvm as ss
 
     from ..metrics import ProgressiveMetrics
-    from ..step import jsonable, send_dead_letter, step
+    from ..step import jsonable, reason_of, send_dead_letter, step
     model = ss.load(args.model)
     task = model.task
     args.task = task
@@ -36,9 +38,17 @@ def cmd_predict(args):
                     nbad += 1
                     send_dead_letter(dead, rec, got_one.reason)
                     continue
+                out = {"key": rec.key, "prediction": jsonable(got_one.prediction)}
+                if args.nbest:
+                    try:
+                        out["nbest"] = nbest_of(model, rec, args.nbest)
+                    except Exception as e:  # noqa: BLE001 - one record never stops the stream
+                        nbad += 1
+                        send_dead_letter(dead, rec, reason_of(e))
+                        continue
                 n += 1
                 p, y = got_one.prediction, got_one.y
-                sink.write({"key": rec.key, "prediction": jsonable(p)})
+                sink.write(out)
                 if rec.y is not None:
                     metrics.update(y, p)
         finally:
@@ -59,3 +69,11 @@ def cmd_predict(args):
     if got:
         return 128 + got[0]
     return 1 if n == 0 and not closed else 0
+
+
+def nbest_of(model, rec, k):
+    """The ``k`` best outputs of a record as JSON: ``[{"output": ..., "score": ...}, ...]``."""
+    from ..step import jsonable
+    y = rec.y if rec.y is not None else ([] if model.task == "sequence" else 0)
+    x, _ = model.coerce_input(rec.x, y)
+    return [{"output": jsonable(o), "score": float(s)} for o, s in model.predict_nbest_one(x, k)]

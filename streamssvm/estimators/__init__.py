@@ -11,7 +11,11 @@ ExtremeClassifier  ``base.Classifier``             dict or 1-D array           h
 
 All have ``learn_one``, ``predict_one``, ``learn_many`` / ``predict_many`` (numpy or pandas
 batches), ``refine(passes)``, ``certificate()``, ``save(path)`` and ``load(path)``;
-:func:`load` restores any of them.
+:func:`load` restores any of them. ``predict_nbest_one(x, k)`` / ``predict_nbest_many`` give the
+k best outputs with their scores (:mod:`streamssvm.nbest`), ``predict_one(x, constraints=...)``
+decodes sequences and multi-label outputs under :class:`streamssvm.Constraints`, and
+``explain_one(x)`` each feature's contribution to the prediction and the runner-up
+(:mod:`streamssvm.inspection`).
 """
 from .base import Estimator, from_state, load
 from .extreme import ExtremeClassifier

@@ -248,6 +248,52 @@ class Estimator:
         self.learn_one(x, y)
         return p
 
+    # -------------------------------------------------------------- n-best / explanations
+    def predict_nbest_one(self, x, k, constraints=None):  # pragma: no cover - overridden
+        """The ``k`` best outputs for ``x`` with their scores, best first: a list of
+        ``(output, score)`` pairs (outputs as ``predict_one`` returns them; the first is
+        ``predict_one(x)``'s). Exact; see :mod:`streamssvm.nbest`."""
+        raise NotImplementedError
+
+    def predict_nbest_many(self, X, k, constraints=None):
+        """:meth:`predict_nbest_one` of every example of a batch (a list, or a 2-D array /
+        DataFrame of flat examples), in order."""
+        if isinstance(X, (list, tuple)):
+            rows = X
+        else:
+            rows, _ = self._as_matrix(X)
+        return [self.predict_nbest_one(x, k, constraints) for x in rows]
+
+    def explain_one(self, x, top=None):
+        """How the model scores ``x``: a dict with the predicted ``output`` and the
+        ``runner_up`` (the second best output), their ``score`` / ``runner_up_score``, and
+        ``features``: every feature of ``x`` (per token for a sequence) with its ``value`` and
+        its contribution (value x weight) to each of the two scores, the features favouring
+        the prediction most first (``top``: keep that many). ``rest`` holds the part of each
+        score no single feature carries (transitions, start / end, pairwise potentials). See
+        :func:`streamssvm.inspection.explain`.
+
+        >>> import streamssvm as ss
+        >>> m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.1, seed=0))
+        >>> m.learn_many([{"fur": 1.0}, {"wheels": 1.0}], ["cat", "car"])
+        >>> e = m.explain_one({"fur": 1.0, "wheels": 0.2})
+        >>> e["output"], e["runner_up"], e["features"][0]["feature"]
+        ('cat', 'car', 'fur')
+        """
+        from ..inspection import explain
+        return explain(self, x, top)
+
+    @staticmethod
+    def _check_k(k):
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        return int(k)
+
+    def _score_tables(self):
+        """The fitted learner's :class:`streamssvm.scoring.ScoreTables`."""
+        from ..scoring import score_tables
+        return score_tables(self._learner)
+
     # -------------------------------------------------------------- optimization / certificates
     def refine(self, passes: float = 1.0, tol: float | None = None, progress=None, certify: bool = False):
         """Work on the held examples for ``passes`` effective passes (what that means is the

@@ -189,6 +189,51 @@ class ExtremeClassifier(Estimator, base.Classifier):
         y = self.predict_one(x)
         return {} if y is None else {c: float(c == y) for c in self._labels.labels}
 
+    def predict_nbest_one(self, x, k, constraints=None):
+        """The ``k`` best classes for ``x`` with their scores, best first: a list of
+        ``(label, score)``; the first is ``predict_one(x)``. With ``predict_with="exact"``
+        every class row is scored (the averaged rows when averaging, as ``predict_one``);
+        with ``"index"`` the MIPS index's candidates are re-scored exactly and ranked, and
+        when the index gives fewer than ``k`` classes the rows are scanned exactly instead.
+        Scores are inner products with the (averaged) class rows; ties go to the earlier class.
+
+        >>> import streamssvm as ss
+        >>> m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=1e-3))
+        >>> for i in range(30):
+        ...     m.learn_one({f"w{i % 3}": 1.0}, "abc"[i % 3])
+        >>> [lab for lab, score in m.predict_nbest_one({"w1": 1.0}, 3)][0]
+        'b'
+        """
+        from ..nbest import multiclass_nbest
+        k = self._check_k(k)
+        if constraints is not None:
+            raise ValueError("extreme classification models take no constraints")
+        labs = self._labels.labels
+        if len(labs) == 0:
+            return []
+        lr = self._learner
+        if lr is None or lr.store is None or lr.store.n_rows == 0:
+            return [(lab, 0.0) for lab in labs[:k]]
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        idx = np.asarray(fidx, dtype=np.int64)
+        val = np.asarray(fval, dtype=np.float64)
+        n = lr.store.n_rows
+        lr.predict_with = self.predict_with or self.learner.predict_with
+        if lr.predict_with == "index" and lr.oracle is not lr._exact:
+            cands, buf, m = lr.oracle.query_candidates(idx, val, -1)
+            ids, first = np.unique(np.asarray(cands[:m], dtype=np.int64), return_index=True)
+            if len(ids) >= min(k, n):
+                s = np.asarray(buf[:m], dtype=np.float64)[first] * lr.acc
+                return [(labs[int(ids[c])], score) for c, score in multiclass_nbest(s, k)]
+        s = np.zeros(n)
+        if lr.avg is not None and lr.avg_W > 0:
+            lr._avg_scores(idx, val, s, np.zeros(n))
+            s /= lr.avg_W
+        else:
+            lr.store.scores_into(idx, val, s)
+            s *= lr.acc
+        return [(labs[c], score) for c, score in multiclass_nbest(s, k)]
+
     def learn_many(self, X, y):
         A, _ = self._as_matrix(X)
         ys = list(y)

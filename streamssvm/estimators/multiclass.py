@@ -157,6 +157,28 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return {}
         return {c: float(c == y) for c in self._labels.labels}
 
+    def predict_nbest_one(self, x, k, constraints=None):
+        """The ``k`` best classes for ``x`` with their scores, best first: a list of
+        ``(label, score)`` (ties: the earlier label first, as ``predict_one``, which is the
+        first). ``constraints`` is not used by multiclass models (None).
+
+        >>> import streamssvm as ss
+        >>> m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.1, seed=0))
+        >>> m.learn_many([{"a": 1.0}, {"b": 1.0}, {"c": 1.0}], ["x", "y", "z"])
+        >>> [lab for lab, score in m.predict_nbest_one({"a": 1.0}, 2)][0]
+        'x'
+        """
+        from ..nbest import multiclass_nbest
+        k = self._check_k(k)
+        if constraints is not None:
+            raise ValueError("multiclass models take no constraints")
+        if self._learner is None or len(self._labels) == 0:
+            return []
+        tab = self._score_tables()
+        s = tab.emission(*self._features.encode_one(x, grow=False))[0]
+        labs = self._labels.labels
+        return [(labs[c], score) for c, score in multiclass_nbest(s, k)]
+
     def _encode_rows(self, X, grow, ys=None):
         """CSR of a batch: a DataFrame, a 2-D array, or a list of feature dicts / 1-D arrays.
         With ``ys`` (learning), the labels are validated and the whole batch is checked before

@@ -170,7 +170,12 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         Ki = self._hier.n_leaves if self._hier is not None else len(self._labels)
         lr.learn(tok_ptr, fidx, fval, pos, Ki=max(Ki, 1))
 
-    def predict_one(self, x):
+    def predict_one(self, x, constraints=None):
+        """The best labeling for ``x`` as ``{label: bool}``; with ``constraints`` (a
+        :class:`streamssvm.Constraints` or a dict with ``on=`` / ``off=`` label lists) the best
+        one that satisfies them."""
+        if constraints is not None:
+            return self._predict_constrained(x, constraints)
         if self._learner is None or len(self._labels) == 0:
             if self._hier is not None:
                 return {lab: False for lab in self._hier.leaves}
@@ -181,6 +186,61 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                                         fidx, fval, np.array([0, Kc], dtype=np.int64), Kc)
         labs = self._labels.labels if self._hier is None else self._hier.leaves
         return {lab: bool(out[k]) for k, lab in enumerate(labs)}
+
+    def predict_nbest_one(self, x, k, constraints=None):
+        """The ``k`` best labelings for ``x`` with their scores, best first: a list of
+        ``({label: bool}, score)``; the first is ``predict_one(x)``. Exact: independent labels
+        by a best-first enumeration of the flips away from the best labeling, pairwise models
+        and hierarchies by enumerating the labelings (up to 16 free labels / leaves; above, a
+        ValueError). ``constraints``: a :class:`streamssvm.Constraints` (or a dict) with
+        ``on=`` / ``off=`` label lists.
+
+        >>> import streamssvm as ss
+        >>> m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.01, replay=2, seed=0))
+        >>> for i in range(100):
+        ...     a = i % 2
+        ...     m.learn_one({"a": a, "b": 1 - a}, {"red": bool(a), "blue": not a})
+        >>> [y for y, score in m.predict_nbest_one({"a": 1, "b": 0}, 2)]
+        [{'red': True, 'blue': False}, {'red': True, 'blue': True}]
+        >>> m.predict_one({"a": 1, "b": 0}, constraints={"on": ["blue"]})
+        {'red': True, 'blue': True}
+        """
+        from ..constraints import Constraints
+        from ..nbest import hierarchy_nbest, independent_nbest, lead_with, pairwise_nbest
+        k = self._check_k(k)
+        c = Constraints.coerce(constraints)
+        if self._learner is None or len(self._labels) == 0:
+            if c is not None and (c.on or c.off or c.for_sequences):
+                raise ValueError("constrained decoding needs a fitted model (no label is known yet)")
+            return [(self.predict_one(x), 0.0)]
+        tab = self._score_tables()
+        s = tab.emission(*self._features.encode_one(x, grow=False))[0]
+        want, enum = k, c is None and (self.pairwise or self._hier is not None)
+        if enum:
+            k += 1   # one more: on a tie predict_one's labeling may be the (k + 1)-th
+        if self._hier is not None:
+            leaves = self._hier.leaves
+            fixed = c.label_fixed(leaves) if c is not None else None
+            items = hierarchy_nbest(s, self._hier, k, fixed)
+            out = [({lab: bool(y[i]) for i, lab in enumerate(leaves)}, sc) for y, sc in items]
+        else:
+            labs = self._labels.labels[:len(s)]
+            fixed = c.label_fixed(labs) if c is not None else None
+            if self.pairwise:
+                items = pairwise_nbest(s, tab.transitions()[0], k, fixed)
+            else:
+                items = independent_nbest(s, k, fixed)
+            out = [({lab: bool(y[i]) for i, lab in enumerate(labs)}, sc) for y, sc in items]
+        if enum:
+            # the decoders sum in another order: on a tie the first is predict_one's labeling
+            out = lead_with(out, self.predict_one(x), lambda y: tuple(y.values()))
+        return out[:want]
+
+    def _predict_constrained(self, x, constraints):
+        best = self.predict_nbest_one(x, 1, constraints)
+        if not best:
+            raise ValueError(f"no labeling satisfies the constraints {constraints!r}")
+        return best[0][0]
 
     def learn_many(self, X, Y):
         """``Y``: a DataFrame of booleans (one column per label) or a list of dicts. The whole

@@ -177,7 +177,12 @@ class SequenceTagger(Estimator, base.Estimator):
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, ys, Ki=self._ki())
 
-    def predict_one(self, x):
+    def predict_one(self, x, constraints=None):
+        """The best tag sequence for ``x``; with ``constraints`` (a :class:`streamssvm.Constraints`
+        or a dict of its fields) the best one that satisfies them (constrained Viterbi; a
+        ValueError when none does)."""
+        if constraints is not None:
+            return self._predict_constrained(x, constraints)
         if self._learner is None or len(self._labels) == 0:
             if not isinstance(x, (list, tuple, np.ndarray)):
                 raise TypeError(f"a sequence must be a list of feature dicts or a 2-D array, got {type(x).__name__}")
@@ -224,3 +229,47 @@ class SequenceTagger(Estimator, base.Estimator):
         labs = self._labels.labels
         return [[labs[i] for i in out[ex_tok[e]:ex_tok[e + 1]]] for e in range(len(X))]
 
+
+    # -------------------------------------------------------------- n-best, constraints
+    def _chain_tables(self, x):
+        """(S, T, B) of ``x``: emission (L, K), scaled transitions (K, K) and start / end scores."""
+        tab = self._score_tables()
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=False)
+        T, B = tab.transitions()
+        return tab.emission(tok_ptr.astype(np.int32), fidx, fval), T, B
+
+    def predict_nbest_one(self, x, k, constraints=None):
+        """The ``k`` best tag sequences for ``x`` with their scores, best first: a list of
+        ``(tags, score)``; exact (list Viterbi, :mod:`streamssvm.nbest`). The first is
+        ``predict_one(x)``. ``constraints``: a :class:`streamssvm.Constraints` (or a dict of
+        its fields: ``fixed``, ``allowed``, ``forbidden``); fewer than ``k`` (possibly none) are
+        returned when fewer sequences satisfy it.
+
+        >>> import streamssvm as ss
+        >>> tagger = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, replay=3, seed=0))
+        >>> for i in range(40):
+        ...     tagger.learn_one([{"w=the": 1}, {"w=dog": 1}], ["DET", "NOUN"])
+        >>> [tags for tags, score in tagger.predict_nbest_one([{"w=the": 1}, {"w=dog": 1}], 2)]
+        [['DET', 'NOUN'], ['NOUN', 'NOUN']]
+        >>> tagger.predict_one([{"w=the": 1}, {"w=dog": 1}], constraints={"fixed": {1: "DET"}})
+        ['DET', 'DET']
+        """
+        from ..constraints import Constraints
+        from ..nbest import chain_nbest
+        k = self._check_k(k)
+        c = Constraints.coerce(constraints)
+        if self._learner is None or len(self._labels) == 0:
+            if c is not None and (c.fixed or c.allowed or c.forbidden):
+                raise ValueError("constrained decoding needs a fitted model (no tag is known yet)")
+            return [(self.predict_one(x), 0.0)]
+        S, T, B = self._chain_tables(x)
+        labs = self._labels.labels[:S.shape[1]]
+        allowed, forbid = c.chain_masks(S.shape[0], labs) if c is not None else (None, None)
+        items = chain_nbest(S, T, B, self.transitions, k, allowed, forbid)
+        return [([labs[i] for i in y], score) for y, score in items]
+
+    def _predict_constrained(self, x, constraints):
+        best = self.predict_nbest_one(x, 1, constraints)
+        if not best:
+            raise ValueError(f"no tag sequence satisfies the constraints {constraints!r}")
+        return best[0][0]
