@@ -236,7 +236,8 @@ def test_engine_checkpoint_resume_keeps_the_statistics(tmp_path):
     resumed.run()
     assert resumed.resumed_from is not None and resumed.model._scaler.count[1] == 120
     np.testing.assert_array_equal(resumed.model._scaler.state()["sumsq"], full.model._scaler.state()["sumsq"])
-    np.testing.assert_array_equal(resumed.model.predict_many(X), full.model.predict_many(X))
+    rows = [{f"f{j}": float(v) for j, v in enumerate(a)} for a in X]
+    np.testing.assert_array_equal(resumed.model.predict_many(rows), full.model.predict_many(rows))
 
 
 def test_distributed_refuses_scaling_with_a_clear_message():
