@@ -33,7 +33,7 @@ def learner_kind(model):
         # each worker would learn its own running RMS of each column: the mixed weights would
         # mix models of differently scaled features
         raise ValueError(f"distributed learning does not share feature-scaling statistics between workers: "
-                         f"pass {type(model).__name__}(scale=False, ...) (the CLI's --workers does, with a note)")
+                         f"pass {type(model).__name__}(scale=False, ...) (distributed.run and the CLI's --workers do, with a warning)")
     if lr.mixing == "dual":
         _bcfw.check_learner(lr)
         return "bcfw"
