@@ -254,3 +254,18 @@ def test_column_scaler_underflow_and_unseen_columns_keep_values():
     assert out.tolist() == [1.0, 1e-200]
     assert s.scaled(np.array([0, 5], np.int32), np.array([1.0, 3.0])).tolist() == [1.0, 3.0]
     ColumnScaler.from_state(s.state())   # a state the scaler wrote loads
+
+
+def test_a_checkpoint_from_before_scale_resumes_without_a_settings_refusal():
+    """A checkpoint written before --scale existed records no "scale" in its settings: resuming it
+    is not refused (its model keeps its own scale=False); a recorded, different scale is."""
+    import types
+
+    from streamssvm.cli.run import Refused, _check_settings
+    new = {"task": "multiclass", "learner": "bcfw", "scale": True}
+    eng = types.SimpleNamespace(restored_settings={"task": "multiclass", "learner": "bcfw"}, settings=new,
+                                resumed_from="ck")
+    _check_settings(eng, types.SimpleNamespace(override=False))
+    eng.restored_settings = {**new, "scale": False}
+    with pytest.raises(Refused, match="--scale"):
+        _check_settings(eng, types.SimpleNamespace(override=False))
