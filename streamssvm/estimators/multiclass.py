@@ -44,6 +44,10 @@ class MulticlassSSVM(Estimator, base.Classifier):
     rescaling
         ``"margin"`` or ``"slack"`` (Choi, Meshi & Srebro, AISTATS 2016): overrides the learner's ``rescaling``. The same
         parameter exists on every estimator.
+    scale
+        Online feature scaling (default True): each feature divided by the running RMS of its
+        non-zero values, learned with the model, applied at prediction; 0/1 features keep their
+        values (:mod:`streamssvm.scaling`). Also on ``MultiLabelSSVM``.
 
     Examples
     --------
