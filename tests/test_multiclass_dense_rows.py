@@ -26,8 +26,8 @@ def _rows(seed, n=300, d=24, K_=6, zeros=0.2):
     return X, y
 
 
-def _model(dense, **kw):
-    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-3, seed=0, **kw))
+def _model(dense, scale=True, **kw):
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-3, seed=0, **kw), scale=scale)
     m._bound().store.dense_rows = dense
     return m
 
@@ -79,7 +79,7 @@ def test_dense_block_view_and_compaction_to_more_labels():
     """block() of a dense row gives its features 0..nnz-1 and values; growing the label capacity
     (a compaction) keeps the dense rows and the model equal to the sparse layout's."""
     X, y = _rows(2, K_=12)
-    a, b = _model(True), _model(False)
+    a, b = _model(True, scale=False), _model(False, scale=False)   # blocks hold the raw rows
     for m in (a, b):
         for i in range(0, len(y), 50):   # labels keep arriving: the stores grow their capacity
             m.learn_many(X[i:i + 50], y[i:i + 50])

@@ -140,7 +140,7 @@ def test_arena_growth_keeps_every_block():
                          ids=["bcfw", "sgd"])
 def test_emission_weights_give_the_predictions(make):
     X, y = _rows(3)
-    m = ss.MulticlassSSVM(learner=make())
+    m = ss.MulticlassSSVM(learner=make(), scale=False)   # the weights of the raw features
     m.learn_many(X, list(y))
     W = m.bound_learner.emission_weights()
     assert W.shape == (X.shape[1] + 1, len(m.classes))

@@ -52,7 +52,9 @@ LEARNERS = {"bcfw": "BCFW", "sgd": "SGD", "cp": "CuttingPlane", "memoir": "MEMOI
 #: learner parameters whose option is not ``--<name>`` (``run --batch-size`` is the engine's batches)
 FLAGS = {"batch_size": "--batch"}
 #: the model options that are not a learner's parameters
-MODEL_KEYS = ("task", "hierarchy", "learner", "loss", "n_features")
+MODEL_KEYS = ("task", "hierarchy", "learner", "loss", "n_features", "scale")
+#: the tasks whose estimators take ``scale`` (``--scale``), on by default
+SCALED_TASKS = ("multiclass", "multilabel")
 
 
 def _flag(name):
@@ -124,6 +126,11 @@ def add_learner_args(p):
                         "the default with --learner gdmm)")
     g.add_argument("--n-features", type=int, default=None,
                    help="hashing trick with this many buckets (default None: a growing vocabulary)")
+    g.add_argument("--scale", dest="scale", action=argparse.BooleanOptionalAction, default=None,
+                   help="online feature scaling: each feature divided by the running RMS of its non-zero "
+                        "values, learned on the stream, saved with the model, applied by predict (0/1 "
+                        "features keep their values); default: on for --task multiclass and multilabel, "
+                        "not available for sequence and extreme (see the README's 'Feature scaling')")
 
 
 def learner_params(args):
@@ -149,6 +156,7 @@ def make_model(args):
     import streamssvm as ss
     hierarchy = load_hierarchy(getattr(args, "hierarchy", None), args.task)
     kw = learner_params(args)
+    scale = resolve_scale(args)
     if args.task == "extreme" or args.learner == "memoir":
         if args.task != "extreme" or args.learner != "memoir":
             raise ValueError(f"--task extreme goes with --learner memoir (got --task {args.task} "
@@ -158,11 +166,24 @@ def make_model(args):
         raise ValueError("--learner gdmm learns --task sequence or --task multilabel")
     learner = learner_class(args.learner)(**kw)
     if args.task == "multiclass":
-        return ss.MulticlassSSVM(learner=learner, n_features=args.n_features)
+        return ss.MulticlassSSVM(learner=learner, n_features=args.n_features, scale=scale)
     if args.task == "multilabel":
         return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features, hierarchy=hierarchy,
-                                 pairwise=args.learner == "gdmm")
+                                 pairwise=args.learner == "gdmm", scale=scale)
     return ss.SequenceTagger(learner=learner, n_features=args.n_features, loss=args.loss)
+
+
+def resolve_scale(args):
+    """``--scale`` / ``--no-scale``, or the task's default (on where the estimator takes it);
+    ``args.scale`` is set to the value used, as the checkpoint's settings record it."""
+    scale = getattr(args, "scale", None)
+    if scale is None:
+        scale = args.task in SCALED_TASKS
+    elif scale and args.task not in SCALED_TASKS:
+        raise ValueError(f"--scale is for --task {' / '.join(SCALED_TASKS)} (a {args.task} model's features "
+                         "are indicators or counts, taken as they are)")
+    args.scale = scale
+    return scale
 
 
 def load_hierarchy(path, task):
@@ -218,6 +239,8 @@ def run_settings(args):
     if getattr(args, "model", None):
         return {"task": args.task, "model": os.path.abspath(args.model)}
     learner = learner_class(args.learner)(**learner_params(args))   # every parameter, given or default
+    if hasattr(args, "scale"):
+        resolve_scale(args)
     return {**{k: getattr(args, k, None) for k in MODEL_KEYS},
             **{_dest(r.name): getattr(learner, r.name) for r in learner.params if r.cli}}
 

@@ -19,9 +19,10 @@ def _check_settings(eng, args):
     """A resumed run must use the checkpoint's settings, unless --reset (start over) or
     --override (resume anyway: the model keeps the checkpoint's settings)."""
     old, new = eng.restored_settings, eng.settings
-    if old is None or old == new:
+    if old is None or old == new or (set(new) - set(old) == {"scale"} and old == {k: new[k] for k in old}):
         return
-    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    # a checkpoint from before --scale existed holds no "scale": its model keeps its own (off)
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and (k != "scale" or k in old))
     what = ", ".join(f"--{k.replace('_', '-')} {old.get(k)!r} (now {new.get(k)!r})" for k in diff)
     if not args.override:
         raise Refused(f"the checkpoint {eng.resumed_from} was made with {what}; run with --reset to start "

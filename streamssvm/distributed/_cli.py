@@ -105,6 +105,11 @@ def run_from_args(args, model):
         model = model.clone({"n_features": HASH_BUCKETS})
         print(f"note: --workers: dict features are hashed into {HASH_BUCKETS:,} buckets so that every worker "
               f"indexes them alike (--n-features chooses the number)", file=sys.stderr)
+    if getattr(model, "scale", False):
+        model = model.clone({"scale": False})
+        args.scale = False
+        print("note: --workers: feature scaling is off (the workers would each learn their own statistics); "
+              "scale the features ahead if they differ in scale", file=sys.stderr)
     model = distributed_model(model, labels)
     res = run(model, args.source, task=args.task, workers=args.workers, cluster=args.cluster,
               checkpoint_dir=args.checkpoint_dir, round_examples=args.round_examples,

@@ -29,6 +29,11 @@ def learner_kind(model):
     settings that cannot be mixed yet."""
     lr = model.learner
     lr.check_distributed(model.n_features)
+    if getattr(model, "scale", False):
+        # each worker would learn its own running RMS of each column: the mixed weights would
+        # mix models of differently scaled features
+        raise ValueError(f"distributed learning does not share feature-scaling statistics between workers: "
+                         f"pass {type(model).__name__}(scale=False, ...) (distributed.run and the CLI's --workers do, with a warning)")
     if lr.mixing == "dual":
         _bcfw.check_learner(lr)
         return "bcfw"

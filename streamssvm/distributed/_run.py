@@ -6,6 +6,7 @@ import os
 import tempfile
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -363,6 +364,13 @@ def run(model, source, options=None, **kwargs):
     tol, snapshot_every, checkpoint_every, beta = o.tol, o.snapshot_every, o.checkpoint_every, o.beta
     max_rounds, idle_timeout, max_restarts, keep = o.max_rounds, o.idle_timeout, o.max_restarts, o.keep
     metrics_path, on_round, num_cpus, progress = o.metrics_path, o.on_round, o.num_cpus, o.progress
+    if getattr(model, "scale", False):
+        # each worker would learn its own running RMS of each column (streamssvm.scaling), and the
+        # mixed weights would mix models of differently scaled features
+        warnings.warn(f"distributed learning does not share feature-scaling statistics between workers: "
+                      f"the {type(model).__name__} runs with scale=False (pass scale=False to say so; scale "
+                      f"features of different scales ahead)", UserWarning, stacklevel=2)
+        model = model.clone({"scale": False})
     kind = learner_kind(model)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")

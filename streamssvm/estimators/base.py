@@ -9,6 +9,7 @@ estimator through this registry, the learner among the subclasses of
 from __future__ import annotations
 
 import contextlib
+import inspect
 import numbers
 
 import numpy as np
@@ -16,6 +17,7 @@ import numpy as np
 from .. import checkpoint
 from ..certificate import Certificate
 from ..features import FeatureIndex, LabelIndex, _decode_key, _encode_key
+from ..scaling import ColumnScaler
 from .._kernels.finite import rows_finite
 from ..learners.base import Learner
 
@@ -144,7 +146,7 @@ class Estimator:
     def _default_learner(cls):  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def _init_common(self, learner, n_features, labels, rescaling=None):
+    def _init_common(self, learner, n_features, labels, rescaling=None, scale=False):
         if learner is None:
             learner = self._default_learner()
         if not isinstance(learner, self._learners):
@@ -165,7 +167,11 @@ class Estimator:
         if labels is not None and any(is_missing(lab) for lab in labels):
             raise ValueError("labels must not contain None/NaN")
         self.labels = labels
+        if not isinstance(scale, bool):
+            raise TypeError(f"scale must be True or False, got {scale!r}")
+        self.scale = scale
         self._features = FeatureIndex(n_features)
+        self._scaler = ColumnScaler() if scale else None
         self._labels = LabelIndex(labels)
         self._learner = None  # bound copy of the learner (the parameter stays a pure config)
 
@@ -225,7 +231,18 @@ class Estimator:
         encoding kept for a ``learn_one`` on the same ``x`` (:meth:`_encode_to_learn`)."""
         enc = self._features.encode_record(x, keep=True)
         self._last_enc = enc
-        return enc.tok_ptr, enc.fidx, enc.fval
+        return enc.tok_ptr, enc.fidx, self._scaled(enc.fidx, enc.fval)
+
+    def _scaled(self, fidx, fval):
+        """``fval`` as a prediction sees it: divided by the columns' running RMS with
+        ``scale=True`` (:class:`streamssvm.scaling.ColumnScaler`); the statistics do not change."""
+        return fval if self._scaler is None else self._scaler.scaled(fidx, fval)
+
+    def _learned(self, fidx, fval, tok_ptr=None):
+        """``fval`` (of one example, or of the rows ``tok_ptr`` in order) as the learner gets it:
+        with ``scale=True`` the statistics take the rows in first. Called once per learned
+        example, after it is validated, right before the learner takes it."""
+        return fval if self._scaler is None else self._scaler.learn_scaled(fidx, fval, tok_ptr)
 
     def _encode_to_learn(self, x):
         """``encode_one(x, grow=True)``, or the arrays the last prediction encoded when ``x`` is
@@ -406,6 +423,7 @@ class Estimator:
         if getattr(self, "loss", None) is not None and callable(self.loss):
             raise TypeError("a model with a callable loss cannot be saved (no pickle); pass the cost as a matrix")
         return {"config": self._params_state(), "features": self._features.state(),
+                "scaling": None if self._scaler is None else self._scaler.state(),
                 "labels": self._labels.state(),
                 "learner": None if self._learner is None else self._learner.state()}
 
@@ -424,8 +442,19 @@ class Estimator:
         lcls = learner_class(cfg["learner"]["class"])
         learner = lcls(**lcls.upgrade_params(cfg["learner"]["params"]))   # files may use former names
         params = cls._params_from_state(dict(cfg["params"]))
+        if "scale" in inspect.signature(cls.__init__).parameters and "scale" not in params:
+            params["scale"] = False    # a file from before feature scaling: learned unscaled
         model = cls(learner=learner, **params)
         model._features = FeatureIndex.from_state(st["features"])
+        scaling = st.get("scaling")
+        if (scaling is None) != (model._scaler is None):
+            raise checkpoint.CheckpointError(f"invalid model file: scale={model.scale} but the file "
+                                             f"{'lacks' if scaling is None else 'holds'} scaling statistics")
+        if scaling is not None:
+            try:
+                model._scaler = ColumnScaler.from_state(scaling, model._features.dim)
+            except ValueError as e:
+                raise checkpoint.CheckpointError(f"invalid model file: {e}") from None
         model._labels = LabelIndex.from_state(st["labels"])
         if st["learner"] is not None:
             model._learner = learner.clone(model._overrides() or None)

@@ -44,6 +44,10 @@ class MulticlassSSVM(Estimator, base.Classifier):
     rescaling
         ``"margin"`` or ``"slack"`` (Choi, Meshi & Srebro, AISTATS 2016): overrides the learner's ``rescaling``. The same
         parameter exists on every estimator.
+    scale
+        Online feature scaling (default True): each feature divided by the running RMS of its
+        non-zero values, learned with the model, applied at prediction; 0/1 features keep their
+        values (:mod:`streamssvm.scaling`). Also on ``MultiLabelSSVM``.
 
     Examples
     --------
@@ -63,9 +67,9 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _default_learner(cls):
         return BCFW()
 
-    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None):
+    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None, scale=True):
         self.loss = loss
-        self._init_common(learner, n_features, labels, rescaling)
+        self._init_common(learner, n_features, labels, rescaling, scale)
         self._make_structure()  # validate the loss now
 
     def _make_structure(self):
@@ -117,7 +121,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             lr = self._sync()
             self._synced, self._synced_key = lr, key
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        lr.learn(tok_ptr, fidx, fval, np.array([yid], dtype=np.int32))
+        lr.learn(tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32))
 
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
@@ -142,7 +146,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if is_missing(y):
             raise ValueError("y is missing (None/NaN)")
         self._labels.check(y)
-        p = self._predict_arrays(enc.tok_ptr, enc.fidx, enc.fval)
+        p = self._predict_arrays(enc.tok_ptr, enc.fidx, self._scaled(enc.fidx, enc.fval))
         if self._features.trusts(enc):
             tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
         else:   # new feature names: registered now (the prediction did not know them)
@@ -281,10 +285,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
             labs = self._labels.labels[:n0]
             self._synced = None
             self._learner.ensure(self._features.dim, labs)
-            ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 else None
+            ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 and self._scaler is None \
+                else None
             if ids is None:
                 ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
-                                            fidx, fval, np.arange(n + 1, dtype=np.int64), n)
+                                            fidx, self._scaled(fidx, fval), np.arange(n + 1, dtype=np.int64), n)
             preds = [labs[i] for i in ids]
         self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
         return preds
@@ -337,6 +342,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if n == 0:
             return
         self._synced = None   # the pieces grow the learner label by label
+        fval = self._learned(fidx, fval, tok_ptr)   # row by row, as learn_one takes them
         # the batch is cut where a new label appears, and each piece is learned in one kernel
         # call, with the labels learn_one would know at that point
         tok64 = tok_ptr.astype(np.int64)
@@ -363,7 +369,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         else:
             tok_ptr, fidx, fval, n, index = self._encode_rows(X, grow=False)
             ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
-                                            fidx, fval, np.arange(n + 1, dtype=np.int64), n)
+                                            fidx, self._scaled(fidx, fval), np.arange(n + 1, dtype=np.int64), n)
             labs = self._labels.labels
             out = [labs[i] for i in ids]
         if index is not None:

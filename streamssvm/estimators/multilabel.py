@@ -62,7 +62,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         return BCFW()
 
     def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise=False,
-                 hierarchy=None):
+                 hierarchy=None, scale=True):
         self.pairwise = bool(pairwise)
         self.hierarchy = hierarchy
         self._hier = None
@@ -74,7 +74,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                                        or set(labels) != set(self._hier.leaves)):
                 raise ValueError("with a hierarchy the labels are its leaves; pass labels=None (or exactly "
                                  f"the leaves {self._hier.leaves!r})")
-        self._init_common(learner, n_features, labels, rescaling)
+        self._init_common(learner, n_features, labels, rescaling, scale)
         if self._hier is not None:
             self._labels = LabelIndex(self._hier.nodes)
 
@@ -168,7 +168,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         lr = self._sync()
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         Ki = self._hier.n_leaves if self._hier is not None else len(self._labels)
-        lr.learn(tok_ptr, fidx, fval, pos, Ki=max(Ki, 1))
+        lr.learn(tok_ptr, fidx, self._learned(fidx, fval), pos, Ki=max(Ki, 1))
 
     def predict_one(self, x, constraints=None):
         """The best labeling for ``x`` as ``{label: bool}``; with ``constraints`` (a

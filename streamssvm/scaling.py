@@ -1,0 +1,121 @@
+"""Online feature scaling: each column divided by the running root mean square of its non-zero
+values.
+
+Why this statistic (and not the mean / variance standardization of, e.g., scikit-learn's
+``StandardScaler``):
+
+* **sparse rows stay sparse.** Centering subtracts the mean from every zero of a column, so a
+  sparse dict row would become dense; a pure rescaling keeps the zeros zero, whatever the input.
+* **indicator features are unchanged, to the bit.** The statistic is taken over a column's
+  non-zero occurrences only, so a 0/1 column (OCR pixels, a word's presence, a one-hot category)
+  has RMS exactly 1 and keeps its values; over all rows it would be ``sqrt(frequency)`` and would
+  boost rare words. What changes are columns of real values on their own scale (a column near
+  10^3 next to columns near 1), which is what hurts a single regularized weight vector.
+* **no pass ahead.** It is updated example by example, on learning only (a prediction, a
+  refinement or a certificate never changes it), so a stream needs nothing up front.
+
+The learner's stored examples hold their features as scaled when they were learned: the
+certificate of :meth:`streamssvm.estimators.base.Estimator.certificate` is a bound for those, as
+held. A column's scale moves less and less as it is seen (the RMS of n values moves by O(1/n)),
+so the weights and the scale of a prediction agree after a short warm-up.
+
+>>> import numpy as np
+>>> s = ColumnScaler()
+>>> s.learn_scaled(np.array([0, 1, 2], np.int32), np.array([1.0, 1.0, 1000.0])).tolist()
+[1.0, 1.0, 1.0]
+>>> s.learn_scaled(np.array([0, 1, 2], np.int32), np.array([1.0, 1.0, 3000.0])).round(3).tolist()
+[1.0, 1.0, 1.342]
+>>> s.scaled(np.array([0, 2, 7], np.int32), np.array([1.0, 1000.0, 5.0])).round(3).tolist()
+[1.0, 0.447, 5.0]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .features import BIAS
+
+
+class ColumnScaler:
+    """Per-column running sum of squares and count of the non-zero values a model learned.
+
+    Column :data:`~streamssvm.features.BIAS` (the constant 1 every example carries) is never
+    scaled; a column not seen in learning yet keeps its values (scale 1).
+    """
+
+    def __init__(self):
+        self.sumsq = np.zeros(0, dtype=np.float64)
+        self.count = np.zeros(0, dtype=np.float64)
+
+    def _grow(self, dim):
+        if dim > self.sumsq.shape[0]:
+            n = max(dim, 2 * self.sumsq.shape[0], 16)
+            self.sumsq = np.concatenate([self.sumsq, np.zeros(n - self.sumsq.shape[0])])
+            self.count = np.concatenate([self.count, np.zeros(n - self.count.shape[0])])
+
+    def _rms(self, cols):
+        """The RMS of each of ``cols`` (1 where unseen or where the squares underflowed)."""
+        inside = cols < self.sumsq.shape[0]
+        c = np.where(inside, cols, 0)
+        n = np.where(inside, self.count[c], 0.0)
+        s = np.where(inside, self.sumsq[c], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.sqrt(s / n)
+        ok = (n > 0) & (r > 0) & np.isfinite(r) & (cols != BIAS)
+        return np.where(ok, r, 1.0)
+
+    def scaled(self, fidx, fval):
+        """``fval`` of the columns ``fidx`` divided by their RMS (a new array); changes nothing."""
+        if fval.shape[0] == 0:
+            return fval.copy()
+        return fval / self._rms(fidx)
+
+    def learn_scaled(self, fidx, fval, tok_ptr=None):
+        """Record the values of the rows ``tok_ptr`` (one row when None; a row's columns are
+        distinct, as the encoding writes them) in order, each row scaled by the statistics
+        that include it: a batch gives the arrays (and statistics) of its rows learned one by one."""
+        fidx = np.asarray(fidx)
+        fval = np.asarray(fval, dtype=np.float64)
+        if fval.shape[0]:
+            self._grow(int(fidx.max()) + 1)
+        if tok_ptr is None:
+            return self._learn_row(fidx, fval)
+        out = np.empty_like(fval)
+        for a, b in zip(tok_ptr[:-1], tok_ptr[1:]):
+            out[a:b] = self._learn_row(fidx[a:b], fval[a:b])
+        return out
+
+    def _learn_row(self, cols, vals):
+        keep = (cols != BIAS) & (vals != 0.0)
+        c = cols[keep]
+        v = vals[keep]
+        self.sumsq[c] += v * v
+        self.count[c] += 1.0
+        return self.scaled(cols, vals)
+
+    # ------------------------------------------------------------------ persistence
+    def state(self):
+        n = int(np.flatnonzero(self.count)[-1]) + 1 if np.any(self.count) else 0
+        return {"sumsq": self.sumsq[:n].copy(), "count": self.count[:n].copy()}
+
+    @classmethod
+    def from_state(cls, st, dim=None):
+        """A scaler of a saved state, checked: two 1-D float arrays of one length (at most
+        ``dim``), finite, >= 0, whole counts, no sum of squares without a count."""
+        if not isinstance(st, dict) or set(st) != {"sumsq", "count"}:
+            raise ValueError("the feature scaling state must hold 'sumsq' and 'count'")
+        s, n = st["sumsq"], st["count"]
+        for name, a in (("sumsq", s), ("count", n)):
+            if not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype != np.float64:
+                raise ValueError(f"feature scaling {name} must be a 1-D float64 array")
+            if not np.all(np.isfinite(a)) or np.any(a < 0):
+                raise ValueError(f"feature scaling {name} must be finite and >= 0")
+        if s.shape != n.shape:
+            raise ValueError("feature scaling sumsq and count differ in length")
+        if dim is not None and s.shape[0] > dim:
+            raise ValueError(f"feature scaling holds {s.shape[0]} columns, the index {dim}")
+        if np.any(n != np.floor(n)) or np.any((s > 0) & (n == 0)) or (n.shape[0] and n[BIAS] != 0):
+            raise ValueError("feature scaling counts must be whole, a sum of squares only where a count "
+                             "is, the bias column unscaled")
+        out = cls()
+        out.sumsq, out.count = s.copy(), n.copy()
+        return out
