@@ -144,7 +144,7 @@ def _contributions(model, x, outputs):
         tokens = [(t, fidx[tok_ptr[t]:tok_ptr[t + 1]], fval[tok_ptr[t]:tok_ptr[t + 1]])
                   for t in range(len(tok_ptr) - 1)]
     else:
-        _, fidx, fval = f.encode_one(x, grow=False)
+        _, fidx, fval = model._encode_scaled(x)   # the values the model scores (scale=True)
         tokens = [(None, fidx, fval)]
     rows = {}
     for t, idx, val in tokens:

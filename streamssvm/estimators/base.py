@@ -238,6 +238,13 @@ class Estimator:
         ``scale=True`` (:class:`streamssvm.scaling.ColumnScaler`); the statistics do not change."""
         return fval if self._scaler is None else self._scaler.scaled(fidx, fval)
 
+    def _encode_scaled(self, x):
+        """CSR arrays of a flat ``x`` as a prediction sees them (``encode_one(x, grow=False)``,
+        then :meth:`_scaled`), keeping nothing for a later ``learn_one``: n-best and
+        explanations score what ``predict_one`` scores."""
+        tok_ptr, fidx, fval = self._features.encode_one(x, grow=False)
+        return tok_ptr, fidx, self._scaled(fidx, fval)
+
     def _learned(self, fidx, fval, tok_ptr=None):
         """``fval`` (of one example, or of the rows ``tok_ptr`` in order) as the learner gets it:
         with ``scale=True`` the statistics take the rows in first. Called once per learned

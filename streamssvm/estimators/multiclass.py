@@ -179,7 +179,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if self._learner is None or len(self._labels) == 0:
             return []
         tab = self._score_tables()
-        s = tab.emission(*self._features.encode_one(x, grow=False))[0]
+        s = tab.emission(*self._encode_scaled(x))[0]
         labs = self._labels.labels
         return [(labs[c], score) for c, score in multiclass_nbest(s, k)]
 

@@ -214,7 +214,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                 raise ValueError("constrained decoding needs a fitted model (no label is known yet)")
             return [(self.predict_one(x), 0.0)]
         tab = self._score_tables()
-        s = tab.emission(*self._features.encode_one(x, grow=False))[0]
+        s = tab.emission(*self._encode_scaled(x))[0]
         want, enum = k, c is None and (self.pairwise or self._hier is not None)
         if enum:
             k += 1   # one more: on a tie predict_one's labeling may be the (k + 1)-th
