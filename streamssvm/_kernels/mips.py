@@ -115,3 +115,64 @@ def pick_rescaled(cands, scores, n_cands, y, costs, s_y, acc, slack):
             arg = c
             pos = q
     return arg, best, pos
+
+
+@njit(**_JIT)
+def dense_query32(idx, val, qd, q32):
+    """x = (idx, val) into the dense float64 ``qd`` (repeated indices summed, as ``np.bincount``)
+    and its float32 cast ``q32``; returns (|x|_2 of ``qd``, sum_p |val_p|)."""
+    for j in range(qd.shape[0]):
+        qd[j] = 0.0
+    x1 = 0.0
+    for p in range(idx.shape[0]):
+        qd[idx[p]] += val[p]
+        x1 += abs(val[p])
+    s = 0.0
+    for j in range(qd.shape[0]):
+        s += qd[j] * qd[j]
+        q32[j] = np.float32(qd[j])
+    return np.sqrt(s), x1
+
+
+@njit(**_JIT)
+def averaged_best(g, n, nrm_v, nrm_z, A, bnd, tiny, V, Z, idx, val, h, e):
+    """argmax_c A <V_c, x> - <Z_c, x> (the lazy average of MEMOIR's iterates, times their
+    weights' sum) from float32 scores ``g`` (g[2c] ~ <V_c, x>, g[2c+1] ~ <Z_c, x>), exactly as
+    the float64 scan computes it: ``nrm_v[c] bnd + tiny`` bounds the gap between a float32 and
+    the float64 scan's <V_c, x> (the same for Z), so every class whose float64 score can be the
+    largest has h_c + e_c >= max_b (h_b - e_b); only those are re-scored in float64 (per-row
+    sums in the scan's order, then (s_v A) - s_z), ties to the smallest class. Returns
+    (class, candidates re-scored); class -2 when a float32 score is not finite (the caller
+    runs the float64 scan)."""
+    L = -np.inf
+    u = 8.0 * 2.0 ** -53
+    for c in range(n):
+        gv = np.float64(g[2 * c])
+        gz = np.float64(g[2 * c + 1])
+        hc = A * gv - gz
+        ec = (A * (nrm_v[c] * bnd + tiny) + (nrm_z[c] * bnd + tiny) + u * (A * abs(gv) + abs(gz))) * (1.0 + 1e-6)
+        if not (np.isfinite(hc) and np.isfinite(ec)):
+            return -2, 0
+        h[c] = hc
+        e[c] = ec
+        if hc - ec > L:
+            L = hc - ec
+    best = -np.inf
+    arg = -1
+    k = 0
+    for c in range(n):
+        if h[c] + e[c] < L:
+            continue
+        k += 1
+        sv = 0.0
+        sz = 0.0
+        for p in range(idx.shape[0]):
+            sv += V[c, idx[p]] * val[p]
+        for p in range(idx.shape[0]):
+            sz += Z[c, idx[p]] * val[p]
+        s = sv * A
+        s = s - sz
+        if s > best:   # ascending classes, strict: the smallest class among the best
+            best = s
+            arg = c
+    return arg, k
