@@ -135,33 +135,34 @@ def dense_query32(idx, val, qd, q32):
 
 
 @njit(**_JIT)
-def averaged_best(g, n, nrm_v, nrm_z, A, bnd, tiny, V, Z, idx, val, h, e):
+def averaged_best(g, n, nrm_v, nrm_z, A, bnd, tiny, V, Z, idx, val, up):
     """argmax_c A <V_c, x> - <Z_c, x> (the lazy average of MEMOIR's iterates, times their
     weights' sum) from float32 scores ``g`` (g[2c] ~ <V_c, x>, g[2c+1] ~ <Z_c, x>), exactly as
     the float64 scan computes it: ``nrm_v[c] bnd + tiny`` bounds the gap between a float32 and
-    the float64 scan's <V_c, x> (the same for Z), so every class whose float64 score can be the
-    largest has h_c + e_c >= max_b (h_b - e_b); only those are re-scored in float64 (per-row
-    sums in the scan's order, then (s_v A) - s_z), ties to the smallest class. Returns
-    (class, candidates re-scored); class -2 when a float32 score is not finite (the caller
-    runs the float64 scan)."""
+    the float64 scan's <V_c, x> (the same for Z), and ``u (A |g_v| + |g_z|)`` the float64
+    rounding of combining them (twice over), so with e_c their sum every class whose float64
+    score can be the largest has h_c + e_c >= L = max_b (h_b - e_b). Only those (and any class
+    whose float32 score is not finite) are re-scored in float64 (per-row sums in the scan's
+    order, then (s_v A) - s_z), ties to the smallest class. Returns (class, candidates
+    re-scored); class -2 when L is not finite from above (the caller runs the float64 scan)."""
     L = -np.inf
     u = 8.0 * 2.0 ** -53
+    ta = (A + 1.0) * tiny
     for c in range(n):
         gv = np.float64(g[2 * c])
         gz = np.float64(g[2 * c + 1])
         hc = A * gv - gz
-        ec = (A * (nrm_v[c] * bnd + tiny) + (nrm_z[c] * bnd + tiny) + u * (A * abs(gv) + abs(gz))) * (1.0 + 1e-6)
-        if not (np.isfinite(hc) and np.isfinite(ec)):
-            return -2, 0
-        h[c] = hc
-        e[c] = ec
-        if hc - ec > L:
-            L = hc - ec
+        ec = (A * nrm_v[c] * bnd + nrm_z[c] * bnd + ta + u * (A * abs(gv) + abs(gz))) * (1.0 + 1e-6)
+        up[c] = hc + ec
+        lo = hc - ec
+        L = lo if lo > L else L    # NaN never raises L
+    if L == np.inf:
+        return -2, 0
     best = -np.inf
     arg = -1
     k = 0
     for c in range(n):
-        if h[c] + e[c] < L:
+        if up[c] < L:    # NaN (a non-finite float32 score): re-scored
             continue
         k += 1
         sv = 0.0

@@ -164,7 +164,7 @@ class BlasExactMIPS(ExactMIPS):
         self._qd = np.zeros(0)
         self._q32 = np.zeros(0, dtype=np.float32)
         self._g = np.zeros(0, dtype=np.float32)
-        self._he = np.zeros((2, 0))
+        self._up = np.zeros(0)
         self.n_blas = 0
         self.n_rescored = 0
         self.n_fallback = 0
@@ -275,7 +275,7 @@ class BlasExactMIPS(ExactMIPS):
         """argmax_c A <V_c, x> - <Z_c, x> (Z the averaged rows given at construction, A >= 0):
         the class the float64 scan of both stores picks (:func:`~streamssvm._kernels.mips.averaged_best`),
         from one float32 product over the interleaved mirror [V_c; Z_c]. None when that product
-        does not apply (sparse input, Z not mirrorable, a non-finite score): the caller scans."""
+        does not apply (sparse input, Z not mirrorable, an infinite bound): the caller scans."""
         st = self.store
         n = st.n_rows
         d = st.V.shape[1]
@@ -289,7 +289,7 @@ class BlasExactMIPS(ExactMIPS):
             self._qd, self._q32 = np.zeros(d), np.zeros(d, dtype=np.float32)
         if self._g.shape[0] < 2 * n:
             self._g = np.zeros(max(2 * n, 2 * self._g.shape[0]), dtype=np.float32)
-            self._he = np.zeros((2, self._g.shape[0] // 2))
+            self._up = np.zeros(self._g.shape[0] // 2)
         qn, x1 = K.dense_query32(idx, val, self._qd, self._q32)
         g = self._g[:2 * n]
         with single_thread(2 * n * d):   # a per-query product: BLAS threads would spin, not help
@@ -300,7 +300,7 @@ class BlasExactMIPS(ExactMIPS):
                + (m + 1) * _U64 / (1.0 - (m + 1) * _U64) * x1) * (1.0 + 1e-6)
         tiny = 2.0 * (d + 2) * _TINY32 * (1.0 + x1)
         c, k = K.averaged_best(g, n, self._nrm[:, 0], self._nrm[:, 1], float(A), bnd, tiny,
-                               st.V, self.average.V, idx, val, self._he[0], self._he[1])
+                               st.V, self.average.V, idx, val, self._up)
         if c == -2:
             self.n_fallback += 1
             return None
