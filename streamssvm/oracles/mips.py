@@ -135,6 +135,11 @@ class BlasExactMIPS(ExactMIPS):
     Sparse inputs with fewer than ``min_fill * columns`` features use the float64 scan (a
     gather of a few columns is cheaper than the dense product).
 
+    With ``average`` (MEMOIR's lazy-average rows Z, reported through
+    :meth:`average_row_changed` / :meth:`resync`), row c of Z is mirrored right after row c of
+    V (the mirror is ``rows x 2 x columns``: ``query`` reads the V rows as a strided view), and
+    :meth:`query_averaged` answers argmax_c A <V_c, x> - <Z_c, x> from one product over both.
+
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import DenseRows
     >>> R = DenseRows(8); R.ensure(50, 8)
