@@ -177,3 +177,15 @@ def averaged_best(g, n, nrm_v, nrm_z, A, bnd, tiny, V, Z, idx, val, up):
             best = s
             arg = c
     return arg, k
+
+
+@njit(**_JIT)
+def mirror_row(M, nrm, S, k, c, idx):
+    """Row c of the float64 rows S changed at the columns ``idx``: copy them into the float32
+    mirror M[c, k] and recompute the row's norm nrm[c, k] (the error bounds' factor)."""
+    for p in range(idx.shape[0]):
+        M[c, k, idx[p]] = np.float32(S[c, idx[p]])
+    s = 0.0
+    for j in range(S.shape[1]):
+        s += S[c, j] * S[c, j]
+    nrm[c, k] = np.sqrt(s)

@@ -226,9 +226,7 @@ class BlasExactMIPS(ExactMIPS):
             if S.shape[1] != self._M.shape[2] or S.shape[0] <= c:
                 self._synced = 0
                 return
-            self._M[c, k, idx] = S[c, idx]
-            r = S[c]
-            self._nrm[c, k] = np.sqrt(r @ r)
+            K.mirror_row(self._M, self._nrm, S, k, c, idx)
 
     def row_changed(self, c, idx, val, coef):
         self._row_changed(0, self.store.V, c, idx)
