@@ -31,6 +31,11 @@ perf_counter; BLAS pinned to one thread before numpy is imported):
   ``predict`` then ``partial_fit`` (the same progressive validation), and ``partial_fit`` alone
   (issue 22's 73k ex/CPU-s peer). Not a real 784-d image stream (none is offline): upsampled
   8x8 digits, ~70% non-zero.
+* ``memoir``: ``ExtremeClassifier`` (MEMOIR, ``mips="exact"``) ``predict_one`` on dense rows,
+  3,700 classes x 256 features (synthetic: Gaussian class centres plus unit noise, every class
+  seen, 8,000 examples learned; ``--quick``: 1,000 classes), the default averaged prediction and
+  the last iterate (``averaging=False``), against numpy ``argmax(W @ x)`` with W the model's own
+  (averaged) float64 weights and x the same row with the bias feature appended.
 * ``floor``: an empty numba call from Python (one array; the six bundles of a BCFW step).
 """
 from __future__ import annotations
@@ -337,6 +342,43 @@ def bench_batch(passes, reps, log, size=256):
             for p in ("SGDClassifier predict + partial_fit", "SGDClassifier partial_fit")]
 
 
+def bench_memoir(n_classes, reps, log, dim=256, n_learn=8000, n_query=400):
+    import numpy as np
+    import streamssvm as ss
+    rng = np.random.default_rng(0)
+    C = rng.normal(size=(n_classes, dim))
+    ys = np.concatenate([np.arange(n_classes), rng.integers(0, n_classes, size=max(n_learn - n_classes, 0))])
+    X = C[ys] + rng.normal(size=(len(ys), dim))
+    Q = C[rng.integers(0, n_classes, size=n_query)] + rng.normal(size=(n_query, dim))
+    Qb = np.hstack([Q, np.ones((n_query, 1))])    # the estimator's bias feature
+    out = []
+    for averaging in (True, False):
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", averaging=averaging, seed=0))
+        for x, y in zip(X, ys):
+            m.learn_one(x, int(y))
+        W = np.ascontiguousarray(m._learner.averaged_weights()[:, :dim + 1])
+
+        def ours():
+            for q in Q:
+                m.predict_one(q)
+            return n_query
+
+        def peer():
+            for q in Qb:
+                int(np.argmax(W @ q))
+            return n_query
+        ours(), peer()
+        same = float(np.mean([m.predict_one(q) == int(np.argmax(W @ qb)) for q, qb in zip(Q[:100], Qb[:100])]))
+        res = paired({"ours": ours, "numpy": peer}, reps)
+        kind = "averaged (default)" if averaging else "last iterate"
+        log(f"memoir {kind}: {res}; agreement with numpy {same}")
+        out.append(row(f"ExtremeClassifier.predict_one (MEMOIR exact, {kind}), {n_classes} classes, {dim}-d dense",
+                       f"synthetic, {len(ys)} learned, {n_query} queries", {
+                           "MEMOIR predict_one": res["ours"], "numpy argmax(W @ x)": res["numpy"]},
+                       "MEMOIR predict_one", "numpy argmax(W @ x)"))
+    return out
+
+
 def bench_floor(log):
     import numba
     import numpy as np
@@ -395,7 +437,7 @@ def main(argv=None):
     ap.add_argument("--code", default=None, help="import streamssvm from this checkout (default: this one)")
     ap.add_argument("--out", default=None, help="results stem (default bench/results/hotpath; --quick: a temp file)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", nargs="+", default=None, help="numpy dicts batch file")
+    ap.add_argument("--only", nargs="+", default=None, help="numpy dicts batch file memoir")
     ap.add_argument("--before", default=None, help="a hotpath .json of another checkout: its numbers as a column")
     a = ap.parse_args(argv)
     _setup_path(a.code)
@@ -422,6 +464,8 @@ def main(argv=None):
         rows += bench_batch(passes, a.reps, log)
     if not a.only or "file" in a.only:
         rows += bench_file(code, nfile, a.reps, log)
+    if not a.only or "memoir" in a.only:
+        rows += bench_memoir(1000 if a.quick else 3700, a.reps, log)
     floor = bench_floor(log)
     info["load_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     out = a.out or (os.path.join(tempfile.gettempdir(), "hotpath-quick") if a.quick

@@ -10,7 +10,7 @@ the other; run the whole script under the machine-wide lock with one BLAS thread
   features of ``bench/gdmm_brown.py``), stream, then ``refine(1)`` (no certificate: the default
   now) against ``refine(1, certify=True)`` (what ``refine(1)`` always did before), CPU and wall.
 * ``brown-store``: the block store after the stream, by segment (token values, Gram matrices,
-  emission statistic M = L x Kc, the rest), and the process's peak RSS, against python-crfsuite's
+  emission statistic M = L x Kc and how many of its entries are nonzero, the rest), and the process's peak RSS, against python-crfsuite's
   averaged perceptron (one iteration) on the same sentences and features.
 * ``long-sentence``: one sentence of L tokens (5 tags, 2 features per token) learned, then one
   refine pass: peak RSS with the Gram matrix stored (``BlockStore.gram_max_L`` = L: what every
@@ -74,12 +74,19 @@ def child_store(n):
     L, nnz = meta[:, KL.M_L], meta[:, KL.M_NNZ]
     gl = np.where(meta[:, KL.M_FLAGS] & KL.FLAG_NO_GRAM, 0, L * L)
     mb = 1 / 2**20
-    return {"tags": len(tags), "Kc": int(m._learner.W.Kc), "tokens": int(L.sum()), "cpu_s": cpu,
+    peak = _rss_mb()   # before the analysis below allocates anything
+    # how sparse the emission statistic is: nonzero entries of each block's L x Kc M
+    nzM = [np.count_nonzero(b["stat"][:b["L"] * st.Kc].reshape(b["L"], st.Kc), axis=1)
+           for b in (st.block(s) for s in st.slots())]
+    nzM = np.concatenate(nzM) if nzM else np.zeros(1, dtype=np.int64)
+    return {"M_nonzero_frac": float(nzM.sum() / max((L * st.Kc).sum(), 1)),
+            "M_nonzero_per_token_mean": float(nzM.mean()), "M_nonzero_per_token_max": int(nzM.max()),
+            "M_as_index_value_pairs_mb": float(nzM.sum() * 12 * mb), "tags": len(tags), "Kc": int(m._learner.W.Kc), "tokens": int(L.sum()), "cpu_s": cpu,
             "store_mb": st.nbytes() * mb, "store_alloc_mb": st.allocated_bytes() * mb,
             "fval_mb": float(nnz.sum() * 8 * mb), "gram_mb": float(gl.sum() * 8 * mb),
             "M_mb": float((L * st.Kc).sum() * 8 * mb),
             "weights_mb": (m._learner.W.E.nbytes + m._learner._Z.E.nbytes) * mb,
-            "rss_before_mb": rss0, "peak_rss_mb": _rss_mb()}
+            "rss_before_mb": rss0, "peak_rss_mb": peak}
 
 
 def child_crfsuite(n):
@@ -196,6 +203,8 @@ def main():
           "| block store after the stream | MB |", "|---|---|",
           f"| live store | {b['store_mb']:.1f} |", f"| allocated arenas | {b['store_alloc_mb']:.1f} |",
           f"| emission statistic M (L x Kc, Kc = {b['Kc']}) | {b['M_mb']:.1f} |",
+          f"| M's nonzero entries as (tag, value) pairs ({b['M_nonzero_frac']:.2%} of M; per token mean "
+          f"{b['M_nonzero_per_token_mean']:.2f}, max {b['M_nonzero_per_token_max']}) | {b['M_as_index_value_pairs_mb']:.1f} |",
           f"| Gram matrices (L x L) | {b['gram_mb']:.1f} |", f"| token values | {b['fval_mb']:.1f} |",
           f"| weights E + averaging Z | {b['weights_mb']:.1f} |", "",
           "| peak RSS | MB | CPU s |", "|---|---|---|",

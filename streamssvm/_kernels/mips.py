@@ -115,3 +115,77 @@ def pick_rescaled(cands, scores, n_cands, y, costs, s_y, acc, slack):
             arg = c
             pos = q
     return arg, best, pos
+
+
+@njit(**_JIT)
+def dense_query32(idx, val, qd, q32):
+    """x = (idx, val) into the dense float64 ``qd`` (repeated indices summed, as ``np.bincount``)
+    and its float32 cast ``q32``; returns (|x|_2 of ``qd``, sum_p |val_p|)."""
+    for j in range(qd.shape[0]):
+        qd[j] = 0.0
+    x1 = 0.0
+    for p in range(idx.shape[0]):
+        qd[idx[p]] += val[p]
+        x1 += abs(val[p])
+    s = 0.0
+    for j in range(qd.shape[0]):
+        s += qd[j] * qd[j]
+        q32[j] = np.float32(qd[j])
+    return np.sqrt(s), x1
+
+
+@njit(**_JIT)
+def averaged_best(g, n, nrm_v, nrm_z, A, bnd, tiny, V, Z, idx, val, up):
+    """argmax_c A <V_c, x> - <Z_c, x> (the lazy average of MEMOIR's iterates, times their
+    weights' sum) from float32 scores ``g`` (g[2c] ~ <V_c, x>, g[2c+1] ~ <Z_c, x>), exactly as
+    the float64 scan computes it: ``nrm_v[c] bnd + tiny`` bounds the gap between a float32 and
+    the float64 scan's <V_c, x> (the same for Z), and ``u (A |g_v| + |g_z|)`` the float64
+    rounding of combining them (twice over), so with e_c their sum every class whose float64
+    score can be the largest has h_c + e_c >= L = max_b (h_b - e_b). Only those (and any class
+    whose float32 score is not finite) are re-scored in float64 (per-row sums in the scan's
+    order, then (s_v A) - s_z), ties to the smallest class. Returns (class, candidates
+    re-scored); class -2 when L is not finite from above (the caller runs the float64 scan)."""
+    L = -np.inf
+    u = 8.0 * 2.0 ** -53
+    ta = (A + 1.0) * tiny
+    for c in range(n):
+        gv = np.float64(g[2 * c])
+        gz = np.float64(g[2 * c + 1])
+        hc = A * gv - gz
+        ec = (A * nrm_v[c] * bnd + nrm_z[c] * bnd + ta + u * (A * abs(gv) + abs(gz))) * (1.0 + 1e-6)
+        up[c] = hc + ec
+        lo = hc - ec
+        L = lo if lo > L else L    # NaN never raises L
+    if L == np.inf:
+        return -2, 0
+    best = -np.inf
+    arg = -1
+    k = 0
+    for c in range(n):
+        if up[c] < L:    # NaN (a non-finite float32 score): re-scored
+            continue
+        k += 1
+        sv = 0.0
+        sz = 0.0
+        for p in range(idx.shape[0]):
+            sv += V[c, idx[p]] * val[p]
+        for p in range(idx.shape[0]):
+            sz += Z[c, idx[p]] * val[p]
+        s = sv * A
+        s = s - sz
+        if s > best:   # ascending classes, strict: the smallest class among the best
+            best = s
+            arg = c
+    return arg, k
+
+
+@njit(**_JIT)
+def mirror_row(M, nrm, S, k, c, idx):
+    """Row c of the float64 rows S changed at the columns ``idx``: copy them into the float32
+    mirror M[c, k] and recompute the row's norm nrm[c, k] (the error bounds' factor)."""
+    for p in range(idx.shape[0]):
+        M[c, k, idx[p]] = np.float32(S[c, idx[p]])
+    s = 0.0
+    for j in range(S.shape[1]):
+        s += S[c, j] * S[c, j]
+    nrm[c, k] = np.sqrt(s)

@@ -135,6 +135,11 @@ class BlasExactMIPS(ExactMIPS):
     Sparse inputs with fewer than ``min_fill * columns`` features use the float64 scan (a
     gather of a few columns is cheaper than the dense product).
 
+    With ``average`` (MEMOIR's lazy-average rows Z, reported through
+    :meth:`average_row_changed` / :meth:`resync`), row c of Z is mirrored right after row c of
+    V (the mirror is ``rows x 2 x columns``: ``query`` reads the V rows as a strided view), and
+    :meth:`query_averaged` answers argmax_c A <V_c, x> - <Z_c, x> from one product over both.
+
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import DenseRows
     >>> R = DenseRows(8); R.ensure(50, 8)
@@ -146,54 +151,89 @@ class BlasExactMIPS(ExactMIPS):
     True
     """
 
-    def __init__(self, rows, min_fill=0.1):
+    def __init__(self, rows, min_fill=0.1, average=None):
         super().__init__(rows)
         if self.store.kind != "dense":
             raise TypeError("BlasExactMIPS needs dense rows (DenseRows)")
+        if average is not None and average.kind != "dense":
+            raise TypeError("the averaged rows must be dense rows (DenseRows)")
         self.min_fill = float(min_fill)
-        self._M = np.zeros((0, 1), dtype=np.float32)
-        self._nrm = np.zeros(0)
+        self.average = average   # Z of MEMOIR's lazy average, mirrored next to each row of V
+        w = 1 if average is None else 2
+        # mirror: row c of V at _M[c, 0], row c of Z at _M[c, 1] (one contiguous product gives both)
+        self._M = np.zeros((0, w, 1), dtype=np.float32)
+        self._nrm = np.zeros((0, w))
         self._synced = 0       # rows [0, _synced) mirror the store
+        self._z_stale = False  # some mirrored rows lack their Z (it could not be mirrored then)
         self._out = np.zeros(16)
+        self._qd = np.zeros(0)
+        self._q32 = np.zeros(0, dtype=np.float32)
+        self._g = np.zeros(0, dtype=np.float32)
+        self._up = np.zeros(0)
         self.n_blas = 0
         self.n_rescored = 0
         self.n_fallback = 0
+        self.n_avg_blas = 0
+        self.n_avg_rescored = 0
 
     # -------------------------------------------------------------- mirror
+    def _sources(self):
+        return (self.store.V,) if self.average is None else (self.store.V, self.average.V)
+
+    def _mirrorable(self):
+        """Whether the averaged rows can be mirrored beside V (same width, enough rows)."""
+        Z = self.average.V
+        return Z.shape[1] == self.store.V.shape[1] and Z.shape[0] >= self.store.n_rows
+
+    def _copy_rows(self, ids):
+        for k, S in enumerate(self._sources()):
+            if k and not self._mirrorable():
+                self._z_stale = True
+                continue
+            self._M[ids, k] = S[ids]
+            self._nrm[ids, k] = np.sqrt(np.einsum("ij,ij->i", S[ids], S[ids]))
+
     def _sync(self):
         """Mirror the rows added since the last query (and everything if the store's width or
         capacity changed)."""
         V, n = self.store.V, self.store.n_rows
-        if self._M.shape[1] != V.shape[1] or self._M.shape[0] < n:
-            M = np.zeros((max(n, 2 * self._M.shape[0], 16), V.shape[1]), dtype=np.float32)
-            nrm = np.zeros(M.shape[0])
-            self._M, self._nrm, self._synced = M, nrm, 0
+        if self._M.shape[2] != V.shape[1] or self._M.shape[0] < n:
+            cap = max(n, 2 * self._M.shape[0], 16)
+            self._M = np.zeros((cap, self._M.shape[1], V.shape[1]), dtype=np.float32)
+            self._nrm = np.zeros((cap, self._M.shape[1]))
+            self._synced = 0
+        if self._synced == 0:
+            self._z_stale = False
         if self._synced < n:
-            lo = self._synced
-            self._M[lo:n] = V[lo:n]
-            self._nrm[lo:n] = np.sqrt(np.einsum("ij,ij->i", V[lo:n], V[lo:n]))
+            self._copy_rows(slice(self._synced, n))
             self._synced = n
+
+    def resync(self):
+        """Every row changed (e.g. the average folded): the next query mirrors them all."""
+        self._synced = 0
 
     def update(self, class_ids):
         ids = np.asarray(list(class_ids) if not isinstance(class_ids, np.ndarray) else class_ids, dtype=np.int64)
         ids = ids[ids < self._synced]
         if ids.size:
-            V = self.store.V
-            if V.shape[1] != self._M.shape[1]:
+            if self.store.V.shape[1] != self._M.shape[2]:
                 self._synced = 0       # width changed: the next query copies every row
                 return
-            self._M[ids] = V[ids]
-            self._nrm[ids] = np.sqrt(np.einsum("ij,ij->i", V[ids], V[ids]))
+            self._copy_rows(ids)
 
-    def row_changed(self, c, idx, val, coef):
+    def _row_changed(self, k, S, c, idx):
         if c < self._synced:
-            V = self.store.V
-            if V.shape[1] != self._M.shape[1]:
+            if S.shape[1] != self._M.shape[2] or S.shape[0] <= c:
                 self._synced = 0
                 return
-            self._M[c, idx] = V[c, idx]
-            r = V[c]
-            self._nrm[c] = np.sqrt(r @ r)
+            K.mirror_row(self._M, self._nrm, S, k, c, idx)
+
+    def row_changed(self, c, idx, val, coef):
+        self._row_changed(0, self.store.V, c, idx)
+
+    def average_row_changed(self, c, idx):
+        """Row c of the averaged rows Z changed at the columns ``idx``."""
+        self._row_changed(1, self.average.V, c, idx)
 
     # -------------------------------------------------------------- query
     def query(self, idx, val, exclude=-1):
@@ -202,7 +242,7 @@ class BlasExactMIPS(ExactMIPS):
         if n == 0 or idx.shape[0] < self.min_fill * st.V.shape[1]:
             return super().query(idx, val, exclude)
         self._sync()
-        M = self._M
+        M = self._M[:, 0, :]     # the rows of V (a strided view when Z is mirrored beside them)
         d = M.shape[1]
         qd = np.bincount(idx, weights=val, minlength=d)
         with single_thread(n * d):   # a per-query product: BLAS threads would spin, not help
@@ -213,7 +253,7 @@ class BlasExactMIPS(ExactMIPS):
         x1 = float(np.abs(val).sum())
         bound = ((d + 2) * _U32 / (1.0 - (d + 2) * _U32) * float(np.sqrt(qd @ qd))
                  + (m + 1) * _U64 / (1.0 - (m + 1) * _U64) * x1) * (1.0 + 1e-6)
-        e = self._nrm[:n] * bound
+        e = self._nrm[:n, 0] * bound
         e += 2.0 * (d + 2) * _TINY32 * (1.0 + x1)
         if 0 <= exclude < n:
             g[exclude] = -np.inf
@@ -234,8 +274,48 @@ class BlasExactMIPS(ExactMIPS):
         self.n_candidates += n
         return int(c)
 
+    def query_averaged(self, idx, val, A):
+        """argmax_c A <V_c, x> - <Z_c, x> (Z the averaged rows given at construction, A >= 0):
+        the class the float64 scan of both stores picks (:func:`~streamssvm._kernels.mips.averaged_best`),
+        from one float32 product over the interleaved mirror [V_c; Z_c]. None when that product
+        does not apply (sparse input, Z not mirrorable, an infinite bound): the caller scans."""
+        st = self.store
+        n = st.n_rows
+        d = st.V.shape[1]
+        if (self.average is None or n == 0 or idx.shape[0] < self.min_fill * d or not A >= 0.0
+                or not self._mirrorable() or (idx.shape[0] and int(idx.max()) >= d)):
+            return None
+        if self._z_stale:
+            self._synced = 0     # Z can be mirrored again: copy every row
+        self._sync()
+        if self._qd.shape[0] != d:
+            self._qd, self._q32 = np.zeros(d), np.zeros(d, dtype=np.float32)
+        if self._g.shape[0] < 2 * n:
+            self._g = np.zeros(max(2 * n, 2 * self._g.shape[0]), dtype=np.float32)
+            self._up = np.zeros(self._g.shape[0] // 2)
+        qn, x1 = K.dense_query32(idx, val, self._qd, self._q32)
+        g = self._g[:2 * n]
+        with single_thread(2 * n * d):   # a per-query product: BLAS threads would spin, not help
+            np.dot(self._M[:n].reshape(2 * n, d), self._q32, out=g)
+        m = idx.shape[0]
+        # as query(): float32 (casts, any order of d terms) + the float64 scan's (m terms)
+        bnd = ((d + 2) * _U32 / (1.0 - (d + 2) * _U32) * qn
+               + (m + 1) * _U64 / (1.0 - (m + 1) * _U64) * x1) * (1.0 + 1e-6)
+        tiny = 2.0 * (d + 2) * _TINY32 * (1.0 + x1)
+        c, k = K.averaged_best(g, n, self._nrm[:, 0], self._nrm[:, 1], float(A), bnd, tiny,
+                               st.V, self.average.V, idx, val, self._up)
+        if c == -2:
+            self.n_fallback += 1
+            return None
+        self.n_avg_blas += 1
+        self.n_avg_rescored += k
+        return int(c)
+
     def stats(self):
         d = super().stats()
+        if self.n_avg_blas:
+            d.update(averaged_blas_queries=self.n_avg_blas,
+                     averaged_rescored_per_query=self.n_avg_rescored / self.n_avg_blas)
         d.update(blas_queries=self.n_blas, rescored_per_query=self.n_rescored / max(self.n_blas, 1),
                  fallbacks=self.n_fallback)
         return d

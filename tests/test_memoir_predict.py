@@ -1,0 +1,160 @@
+"""MEMOIR's averaged prediction by one float32 BLAS product over the mirror [V_c; Z_c],
+re-scored exactly (issue 22, item 7): the class is the one the float64 scan of both stores
+picks (A <V_c, x> - <Z_c, x>, ties to the smallest class), on random rows, near ties below
+float32's resolution, exact ties and heavy cancellation between A V and Z."""
+import numpy as np
+import pytest
+
+import streamssvm as ss
+from streamssvm._kernels import mips as MK
+from streamssvm._kernels import sparse_rows as SK
+from streamssvm.oracles.mips import BlasExactMIPS, ExactMIPS
+from streamssvm.oracles.rows import DenseRows
+
+
+def _store(W):
+    R = DenseRows(W.shape[1], capacity=W.shape[0])
+    R.V = W
+    R.n_rows = W.shape[0]
+    return R
+
+
+def _scan(V, Z, n, idx, val, A):
+    """MEMOIR's float64 scan before the mirror: both stores' scores, then (s_v A) - s_z."""
+    sv, sz = np.zeros(n), np.zeros(n)
+    SK.dense_scores_into(V, n, idx, val, sv)
+    SK.dense_scores_into(Z, n, idx, val, sz)
+    sv *= A
+    sv -= sz
+    return MK.best_excluding(sv, n, -1)
+
+
+def _rows(rng, n, d, A, kind):
+    base = rng.normal(size=(5, d))
+    V = base[rng.integers(0, 5, size=n)] * (1.0 + 1e-7 * rng.integers(-3, 4, size=(n, 1)))
+    V[::7] += 1e-12 * rng.normal(size=(len(V[::7]), d))
+    V[100:110] = V[99]                                   # exact ties
+    if kind == "cancel":
+        # Z = A V - (a small average): A V - Z is ~1e-6 of either term
+        Z = A * V - 1e-6 * A * rng.normal(size=(n, d))
+    else:
+        Z = 0.3 * A * V + 1e-9 * rng.normal(size=(n, d))
+    Z[100:110] = Z[99]
+    return V, Z
+
+
+@pytest.mark.parametrize("kind", ["plain", "cancel"])
+@pytest.mark.parametrize("d,nnz", [(64, None), (256, None), (256, 100)])
+def test_averaged_blas_prediction_matches_the_float64_scan(kind, d, nnz):
+    rng = np.random.default_rng(11)
+    n, A = 500, 37.25
+    V, Z = _rows(rng, n, d, A, kind)
+    o = BlasExactMIPS(_store(V), average=_store(Z))
+    for i in range(200):
+        idx = (np.arange(d) if nnz is None else np.sort(rng.choice(d, nnz, replace=False))).astype(np.int64)
+        val = rng.normal(size=idx.shape[0])
+        if i % 3 == 0:
+            val = np.sign(V[0, idx]) * np.abs(val)      # many near-ties at the top
+        if i % 17 == 0:
+            val = np.ones(idx.shape[0])
+        assert o.query_averaged(idx, val, A) == _scan(V, Z, n, idx, val, A)
+    st = o.stats()
+    assert st["averaged_blas_queries"] == 200 and st["averaged_rescored_per_query"] > 1.0
+    # exact ties: the smallest class
+    idx = np.arange(d)
+    assert o.query_averaged(idx, V[99].copy(), A) == _scan(V, Z, n, idx, V[99].copy(), A)
+    # V-only queries still work on the strided mirror
+    ex = ExactMIPS(_store(V))
+    for _ in range(20):
+        q = rng.normal(size=d)
+        e = int(rng.integers(-1, n))
+        assert o.query(idx, q, e) == ex.query(idx, q, e)
+
+
+def test_averaged_mirror_follows_changes_and_declines_what_it_cannot_mirror():
+    rng = np.random.default_rng(5)
+    V, Z = DenseRows(8), DenseRows(8)
+    V.ensure(6, 8)
+    Z.ensure(6, 8)
+    o = BlasExactMIPS(V, average=Z)
+    idx = np.arange(8)
+    for t in range(600):
+        if t == 200:
+            V.ensure(30, 8)
+            Z.ensure(30, 8)
+        if t == 400:
+            V.ensure(40, 20)                   # wider: the mirror is rebuilt
+            Z.ensure(40, 20)
+            idx = np.arange(20)
+        n = V.n_rows
+        c = int(rng.integers(n))
+        x = rng.normal(size=idx.shape[0])
+        V.axpy(c, idx, x, 0.1, float(x @ x))
+        o.row_changed(c, idx, x, 0.1)
+        Z.axpy(c, idx, x, 0.7, float(x @ x))
+        o.average_row_changed(c, idx)
+        if t % 150 == 149:
+            Z.V[:n] *= 0.5                     # every row of Z changed (a fold of the average)
+            o.resync()
+        q = rng.normal(size=idx.shape[0])
+        A = float(t + 1)
+        assert o.query_averaged(idx, q, A) == _scan(V.V, Z.V, n, idx, q, A)
+    # sparse input and a too-narrow Z: None, the caller scans
+    assert o.query_averaged(idx[:1], np.ones(1), 1.0) is None
+    Z2 = DenseRows(4)
+    Z2.ensure(40, 4)
+    assert BlasExactMIPS(V, average=Z2).query_averaged(idx, np.ones(20), 1.0) is None
+    # non-finite float32 scores (an overflow float64 does not have, an infinite input): those
+    # classes are re-scored, the answer is still the scan's
+    n = V.n_rows
+    V.V[3, 0], Z.V[5, 1] = 1e30, -1e30
+    o.update([3, 5])
+    for q in (np.r_[1e10, np.ones(19)], np.r_[1.0, 1e10, np.ones(18)], np.full(20, np.inf), np.r_[-1e10, np.ones(19)]):
+        with np.errstate(invalid="ignore", over="ignore"):
+            assert o.query_averaged(idx, q, 2.0) == _scan(V.V, Z.V, n, idx, q, 2.0)
+
+
+def _stream(n=2500, K=120, d=24, seed=0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(K, d))
+    ys = rng.integers(0, K, size=n)
+    return centers[ys] + 0.8 * rng.normal(size=(n, d)), ys
+
+
+@pytest.mark.parametrize("lam", [1e-6, 2.0])
+def test_learner_predictions_and_trajectory_match_the_float64_scan(lam):
+    """Same stream, one learner with the mirror, one whose averaged prediction is forced onto
+    the float64 scan: identical predictions at every step (progressive validation) and
+    bit-identical rows, through new classes, folds of the average and renormalizations
+    (lam=2 makes acc fall fast)."""
+    X, ys = _stream()
+    models, preds = [], []
+    for force in (False, True):
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact", lam=lam, eta0=1.0))
+        p = []
+        for i, (x, y) in enumerate(zip(X, ys)):
+            p.append(m.predict_one(x))
+            m.learn_one(x, int(y))
+            if i == 0 and force:
+                m._learner._exact.query_averaged = lambda *a: None
+        models.append(m)
+        preds.append(p)
+    a, b = (m._learner for m in models)
+    assert preds[0] == preds[1]
+    assert a._exact.stats()["averaged_blas_queries"] > 1000
+    np.testing.assert_array_equal(a.store.to_dense(), b.store.to_dense())
+    np.testing.assert_array_equal(a.avg.to_dense(), b.avg.to_dense())
+    assert a.acc == b.acc and a.avg_A == b.avg_A
+    if lam == 2.0:
+        assert a.n_renorm > 0
+
+
+def test_restored_learner_predicts_through_the_mirror(tmp_path):
+    X, ys = _stream(n=600, K=30)
+    m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact"))
+    for x, y in zip(X, ys):
+        m.learn_one(x, int(y))
+    m.save(tmp_path / "m")
+    r = ss.load(tmp_path / "m")
+    assert [r.predict_one(x) for x in X[:100]] == [m.predict_one(x) for x in X[:100]]
+    assert r._learner._exact.stats()["averaged_blas_queries"] == 100
