@@ -150,6 +150,82 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
         return p
 
+    @property
+    def learns_in_runs(self):
+        cls = type(self)
+        lr = self._learner if self._learner is not None else self.learner
+        return (type(lr).predicts_learns_runs and cls.learn_one is MulticlassSSVM.learn_one
+                and cls.predict_one is MulticlassSSVM.predict_one
+                and cls.predict_learn_one is MulticlassSSVM.predict_learn_one)
+
+    def predict_learn_each(self, xs, ys):
+        """:meth:`Estimator.predict_learn_each`; with a learner that predicts and learns runs
+        (BCFW), the records whose features and label are known are taken in runs by one
+        kernel call each (``BCFW.predict_learn_run``), the others one at a time
+        (:meth:`predict_learn_one`), in order. Each record is validated whole before anything
+        is learned from it, as record by record."""
+        if not self.learns_in_runs:
+            return Estimator.predict_learn_each(self, xs, ys)
+        out = [None] * len(xs)
+        run = []        # (i, x, y, encoded record, label id) waiting for the kernel
+        learned = []    # feature rows of every learned record (weights_finite)
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            lr = self._learner
+            if (lr is not None and len(self._labels) and self._synced is lr
+                    and self._synced_key == (self._features.dim, len(self._labels))):
+                try:
+                    enc = self._features.encode_record(x)   # predict_learn_one's checks, in its order
+                    if is_missing(y):
+                        raise ValueError("y is missing (None/NaN)")
+                    self._labels.check(y)
+                    yid = self._labels.encode(y, grow=False)
+                except Exception as e:  # noqa: BLE001 - a bad record: see Estimator.predict_learn_each
+                    out[i] = (False, e)
+                    continue
+                if yid >= 0 and self._features.trusts(enc):
+                    run.append((i, x, y, enc, yid))
+                    continue
+            self._learn_run(run, out, learned)
+            try:
+                out[i] = (True, self.predict_learn_one(x, y))
+                learned.append(self._last_fidx)
+            except Exception as e:  # noqa: BLE001
+                out[i] = (False, e)
+        self._learn_run(run, out, learned)
+        if learned:
+            self._last_fidx = np.concatenate(learned) if len(learned) > 1 else learned[0]
+        return out
+
+    def _learn_run(self, run, out, learned):
+        """Predict then learn the records of ``run`` (all known features and labels) through
+        ``predict_learn_run``; a record it does not take goes through :meth:`predict_learn_one`.
+        Empties ``run``."""
+        if not run:
+            return
+        lens = [len(r[3].fidx) for r in run]
+        tok_ptr = np.zeros(len(run) + 1, dtype=np.int32)
+        np.cumsum(lens, out=tok_ptr[1:])
+        fidx = np.concatenate([r[3].fidx for r in run]).astype(np.int32, copy=False)
+        fval = np.concatenate([r[3].fval for r in run]).astype(np.float64, copy=False)
+        yids = np.array([r[4] for r in run], dtype=np.int32)
+        labels = self._labels.labels
+        learned.append(fidx)
+        e = 0
+        while e < len(run):
+            a = int(tok_ptr[e])
+            ids = self._learner.predict_learn_run(tok_ptr[e:] - a, fidx[a:], fval[a:], yids[e:])
+            for q, p in enumerate(ids):
+                out[run[e + q][0]] = (True, labels[p])
+            e += len(ids)
+            if len(ids) == 0:   # something of the Python side is due before it: one at a time
+                i, x, y = run[e][:3]
+                try:
+                    out[i] = (True, self.predict_learn_one(x, y))
+                except Exception as ex:  # noqa: BLE001
+                    out[i] = (False, ex)
+                e += 1
+        run.clear()
+
     def predict_proba_one(self, x):
         """One-hot distribution on the predicted class (an SVM gives no probabilities)."""
         y = self.predict_one(x)
