@@ -167,14 +167,20 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if not self.learns_in_runs:
             return Estimator.predict_learn_each(self, xs, ys)
         out = [None] * len(xs)
-        run = []        # (i, x, y, encoded record, label id) waiting for the kernel
+        run = []        # (i, x, y, fidx, fval, label id) waiting for the kernel
         learned = []    # feature rows of every learned record (weights_finite)
+        rows = self._dense_rows(xs)
         for i, (x, y) in enumerate(zip(xs, ys)):
             lr = self._learner
             if (lr is not None and len(self._labels) and self._synced is lr
                     and self._synced_key == (self._features.dim, len(self._labels))):
                 try:
-                    enc = self._features.encode_record(x)   # predict_learn_one's checks, in its order
+                    if rows is None:
+                        enc = self._features.encode_record(x)   # predict_learn_one's checks, in its order
+                        trusted, fi, fv = self._features.trusts(enc), enc.fidx, enc.fval
+                    else:   # every row valid, of the index's width: encode_record's arrays
+                        a, b = rows[0][i], rows[0][i + 1]
+                        trusted, fi, fv = True, rows[1][a:b], rows[2][a:b]
                     if is_missing(y):
                         raise ValueError("y is missing (None/NaN)")
                     self._labels.check(y)
@@ -182,8 +188,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 except Exception as e:  # noqa: BLE001 - a bad record: see Estimator.predict_learn_each
                     out[i] = (False, e)
                     continue
-                if yid >= 0 and self._features.trusts(enc):
-                    run.append((i, x, y, enc, yid))
+                if yid >= 0 and trusted:
+                    run.append((i, x, y, fi, fv, yid))
                     continue
             self._learn_run(run, out, learned)
             try:
@@ -196,18 +202,33 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._last_fidx = np.concatenate(learned) if len(learned) > 1 else learned[0]
         return out
 
+    def _dense_rows(self, xs):
+        """The CSR of a batch of 1-D float arrays of the index's width, valid, in one pass
+        (``FeatureIndex.dense_csr``: per row the arrays ``encode_record`` makes), else None
+        (then each record is encoded, and refused, on its own)."""
+        f = self._features
+        d = f.array_dim
+        if (d is None or len(xs) < 2 or not all(type(x) is np.ndarray and x.ndim == 1 and x.shape[0] == d
+                                                and x.dtype == np.float64 for x in xs)):
+            return None
+        try:
+            with self._registering(keep=False):
+                return f.dense_csr(np.vstack(xs), grow=False)
+        except (TypeError, ValueError):
+            return None
+
     def _learn_run(self, run, out, learned):
         """Predict then learn the records of ``run`` (all known features and labels) through
         ``predict_learn_run``; a record it does not take goes through :meth:`predict_learn_one`.
         Empties ``run``."""
         if not run:
             return
-        lens = [len(r[3].fidx) for r in run]
+        lens = [len(r[3]) for r in run]
         tok_ptr = np.zeros(len(run) + 1, dtype=np.int32)
         np.cumsum(lens, out=tok_ptr[1:])
-        fidx = np.concatenate([r[3].fidx for r in run]).astype(np.int32, copy=False)
-        fval = np.concatenate([r[3].fval for r in run]).astype(np.float64, copy=False)
-        yids = np.array([r[4] for r in run], dtype=np.int32)
+        fidx = np.concatenate([r[3] for r in run]).astype(np.int32, copy=False)
+        fval = np.concatenate([r[4] for r in run]).astype(np.float64, copy=False)
+        yids = np.array([r[5] for r in run], dtype=np.int32)
         labels = self._labels.labels
         learned.append(fidx)
         e = 0
