@@ -427,12 +427,55 @@ class Engine:
         return rec
 
     # ------------------------------------------------------------------ loop
+    #: unbatched runs: records per micro-batch when the model predicts and learns runs of
+    #: records in one kernel call (``learns_in_runs``; bit-identical to record by record). A
+    #: micro-batch ends at every snapshot and checkpoint boundary and at ``max_examples``; a
+    #: source that commits to a consumer group (Kafka), a paced run (``rate``) and a model
+    #: without runs go record by record
+    MICRO_BATCH = 256
+
     def _chunks(self):
         """Lists of records (``None`` while a live source is idle): the source's own polls when
-        batching and the source has them (Kafka), else ``batch_size`` records (1 unbatched)."""
+        batching and the source has them (Kafka), else ``batch_size`` records; unbatched,
+        micro-batches (:attr:`MICRO_BATCH`) or single records."""
         if self.batch_size:
             return self.source.batches(self.batch_size)
+        if (self.MICRO_BATCH > 1 and self.rate is None and not self.source.group_member
+                and self.model.learns_in_runs):
+            return self._micro_chunks()
         return chunks(self.source, 1)
+
+    def _room(self):
+        """Records the next micro-batch may hold: up to the next snapshot / checkpoint boundary
+        and ``max_examples`` (bad records count none, so a batch never crosses one)."""
+        k, seen = self.MICRO_BATCH, self.examples_seen
+        if self.snapshot_every:
+            k = min(k, self.snapshot_every - seen % self.snapshot_every)
+        k = min(k, self.checkpoint_every - seen % self.checkpoint_every)
+        if self.max_examples is not None:
+            k = min(k, self.max_examples - seen)
+        return max(k, 1)
+
+    def _micro_chunks(self):
+        """Consecutive records of the source, at most :meth:`_room` per list (asked when the list
+        is started, after the previous one was processed); ``None`` while the source is idle."""
+        it = iter(self.source)
+        while True:
+            k, chunk, rec = self._room(), [], _END
+            for rec in it:
+                if rec is None:
+                    break
+                chunk.append(rec)
+                if len(chunk) >= k:
+                    break
+            else:
+                if chunk:
+                    yield chunk
+                return
+            if chunk:
+                yield chunk
+            if rec is None:
+                yield None
 
     def _predict_learn(self, xs, ys, recs):
         """Progressive validation of a chunk: predictions made before learning. Batched, one
@@ -440,6 +483,19 @@ class Engine:
         chunk it refuses, and every unbatched record, goes one record at a time, bad ones to
         the dead letters (:meth:`_learn_record`). Returns the (y, prediction, record) triples
         learned and the record whose step made the weights non-finite (None if none)."""
+        if not self.batch_size and len(xs) > 1 and not self._careful() and self.model.learns_in_runs \
+                and not (self._poison and any(_pos_key(r.position) in self._poison for r in recs)):
+            # unbatched micro-batch: runs of records through one kernel call each, the same
+            # predictions and state as record by record; bad records are dead letters in place
+            done = []
+            for x, y, rec, (ok, v) in zip(xs, ys, recs, self.model.predict_learn_each(xs, ys)):
+                if ok:
+                    done.append((y, v, rec))
+                else:
+                    self._bad(rec, reason_of(v))
+            if not self._weights_finite(full=False):   # the rows of every learned record
+                return done, _SOMEWHERE   # the careful replay locates the record, one at a time
+            return done, None
         if self.batch_size and not self._careful():
             try:
                 done = list(zip(ys, self.model.predict_learn_many(xs, ys), recs))

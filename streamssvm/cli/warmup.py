@@ -108,6 +108,8 @@ def warm_model(make_model, task, source_uri=None, fmt=None):
             m.learn_one(x, y)
         except (ValueError, TypeError, KeyError):
             pass
+    if m.learns_in_runs:   # the engine's micro-batch kernel (streamssvm._kernels.microbatch)
+        m.predict_learn_each([x for x, _ in recs], [y for _, y in recs])
     with contextlib.suppress(ValueError, TypeError, RuntimeError):
         m.certificate()
         m.refine(0.5)

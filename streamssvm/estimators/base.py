@@ -272,6 +272,23 @@ class Estimator:
         self.learn_one(x, y)
         return p
 
+    #: whether :meth:`predict_learn_each` takes runs of records in one kernel call (else it goes
+    #: record by record; either way the same predictions and the same state)
+    learns_in_runs = False
+
+    def predict_learn_each(self, xs, ys):
+        """Progressive validation of records in order, as :meth:`predict_learn_one` on each:
+        per record ``(True, prediction)``, or ``(False, exception)`` for a record it refused
+        (which changed nothing). An estimator that :attr:`learns_in_runs` predicts and learns
+        runs of records in one kernel call, with the same predictions and the same state."""
+        out = []
+        for x, y in zip(xs, ys):
+            try:
+                out.append((True, self.predict_learn_one(x, y)))
+            except Exception as e:  # noqa: BLE001 - the caller's rule for bad records (streamssvm.step)
+                out.append((False, e))
+        return out
+
     # -------------------------------------------------------------- n-best / explanations
     def predict_nbest_one(self, x, k, constraints=None):  # pragma: no cover - overridden
         """The ``k`` best outputs for ``x`` with their scores, best first: a list of

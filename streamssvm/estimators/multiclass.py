@@ -154,6 +154,119 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
         return p
 
+    @property
+    def learns_in_runs(self):
+        cls = type(self)
+        lr = self._learner if self._learner is not None else self.learner
+        return (type(lr).predicts_learns_runs and cls.learn_one is MulticlassSSVM.learn_one
+                and cls.predict_one is MulticlassSSVM.predict_one
+                and cls.predict_learn_one is MulticlassSSVM.predict_learn_one)
+
+    def predict_learn_each(self, xs, ys):
+        """:meth:`Estimator.predict_learn_each`; with a learner that predicts and learns runs
+        (BCFW), the records whose features and label are known are taken in runs by one
+        kernel call each (``BCFW.predict_learn_run``), the others one at a time
+        (:meth:`predict_learn_one`), in order. Each record is validated whole before anything
+        is learned from it, as record by record."""
+        if not self.learns_in_runs:
+            return Estimator.predict_learn_each(self, xs, ys)
+        out = [None] * len(xs)
+        run = []        # (i, x, y, fidx, fval, label id) waiting for the kernel
+        learned = []    # feature rows of every learned record (weights_finite)
+        rows = self._dense_rows(xs)
+        for i, (x, y) in enumerate(zip(xs, ys)):
+            lr = self._learner
+            if (lr is not None and len(self._labels) and self._synced is lr
+                    and self._synced_key == (self._features.dim, len(self._labels))):
+                try:
+                    if rows is None:
+                        enc = self._features.encode_record(x)   # predict_learn_one's checks, in its order
+                        trusted, fi, fv = self._features.trusts(enc), enc.fidx, enc.fval
+                    else:   # every row valid, of the index's width: encode_record's arrays
+                        a, b = rows[0][i], rows[0][i + 1]
+                        trusted, fi, fv = True, rows[1][a:b], rows[2][a:b]
+                    if is_missing(y):
+                        raise ValueError("y is missing (None/NaN)")
+                    self._labels.check(y)
+                    yid = self._labels.encode(y, grow=False)
+                except Exception as e:  # noqa: BLE001 - a bad record: see Estimator.predict_learn_each
+                    out[i] = (False, e)
+                    continue
+                if yid >= 0 and trusted and self._scales_as_is(fi, fv):
+                    run.append((i, x, y, fi, fv, yid))
+                    continue
+            self._learn_run(run, out, learned)
+            try:
+                out[i] = (True, self.predict_learn_one(x, y))
+                learned.append(self._last_fidx)
+            except Exception as e:  # noqa: BLE001
+                out[i] = (False, e)
+        self._learn_run(run, out, learned)
+        if learned:
+            self._last_fidx = np.concatenate(learned) if len(learned) > 1 else learned[0]
+        return out
+
+    def _scales_as_is(self, fidx, fval):
+        """Whether feature scaling leaves this record's values as they are, for its prediction
+        and its learning alike: no scaling, or every non-zero value is +-1 and every column it
+        touches has RMS exactly 1 so far (0/1 indicators: OCR pixels, one-hot words), which
+        learning it keeps. Only such records go to the kernel, which does not scale; the
+        others go through :meth:`predict_learn_one`."""
+        sc = self._scaler
+        if sc is None:
+            return True
+        if not np.all((fval * fval == 1.0) | (fval == 0.0)):
+            return False
+        cols = fidx[fidx < sc.sumsq.shape[0]]
+        return bool(np.array_equal(sc.sumsq[cols], sc.count[cols]))
+
+    def _dense_rows(self, xs):
+        """The CSR of a batch of 1-D float arrays of the index's width, valid, in one pass
+        (``FeatureIndex.dense_csr``: per row the arrays ``encode_record`` makes), else None
+        (then each record is encoded, and refused, on its own)."""
+        f = self._features
+        d = f.array_dim
+        if (d is None or len(xs) < 2 or not all(type(x) is np.ndarray and x.ndim == 1 and x.shape[0] == d
+                                                and x.dtype == np.float64 for x in xs)):
+            return None
+        try:
+            with self._registering(keep=False):
+                return f.dense_csr(np.vstack(xs), grow=False)
+        except (TypeError, ValueError):
+            return None
+
+    def _learn_run(self, run, out, learned):
+        """Predict then learn the records of ``run`` (all known features and labels) through
+        ``predict_learn_run``; a record it does not take goes through :meth:`predict_learn_one`.
+        Empties ``run``."""
+        if not run:
+            return
+        lens = [len(r[3]) for r in run]
+        tok_ptr = np.zeros(len(run) + 1, dtype=np.int32)
+        np.cumsum(lens, out=tok_ptr[1:])
+        fidx = np.concatenate([r[3] for r in run]).astype(np.int32, copy=False)
+        fval = np.concatenate([r[4] for r in run]).astype(np.float64, copy=False)
+        yids = np.array([r[5] for r in run], dtype=np.int32)
+        labels = self._labels.labels
+        learned.append(fidx)
+        e = 0
+        while e < len(run):
+            a = int(tok_ptr[e])
+            ids = self._learner.predict_learn_run(tok_ptr[e:] - a, fidx[a:], fval[a:], yids[e:])
+            for q, p in enumerate(ids):
+                out[run[e + q][0]] = (True, labels[p])
+                if self._scaler is not None:   # the statistics take the record (its values stay)
+                    self._scaler.learn_scaled(run[e + q][3], run[e + q][4])
+            e += len(ids)
+            if len(ids) == 0:   # something of the Python side is due before it: one at a time
+                i, x, y = run[e][:3]
+                try:
+                    out[i] = (True, self.predict_learn_one(x, y))
+                except Exception as ex:  # noqa: BLE001
+                    out[i] = (False, ex)
+                e += 1
+        run.clear()
+
     def predict_proba_one(self, x):
         """One-hot distribution on the predicted class (an SVM gives no probabilities)."""
         y = self.predict_one(x)

@@ -156,6 +156,11 @@ class Learner(base.Base, abc.ABC):
     #: the constructor's parameters (:class:`~streamssvm.params.Param` rows)
     params: tuple = ()
 
+    #: whether the learner predicts then learns a run of records in one kernel call
+    #: (``predict_learn_run``, bit-identical to record by record; see
+    #: :mod:`streamssvm._kernels.microbatch`)
+    predicts_learns_runs = False
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name in GUARDED:   # threads: detected, see one_thread_at_a_time

@@ -26,6 +26,8 @@ from .. import certificate as cert_mod
 from .._kernels import bcfw as K
 from .._kernels import bundles as KB
 from .._kernels import layout as KL
+from .._kernels import microbatch as MB
+from .._kernels.common import MULTICLASS
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..errors import CheckpointError
@@ -551,6 +553,75 @@ class BCFW(DenseWeights, Learner):
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
             self._full_pass(certify=False)
         return slot
+
+    #: :meth:`predict_learn_run` predicts then learns a micro-batch in one kernel call
+    predicts_learns_runs = True
+
+    def _run_length(self, m):
+        """How many of the next ``m`` one-token records one kernel call may take with nothing
+        of the Python side due between them: no eviction (the store has room), no slot-table
+        growth (its tree would be rebuilt mid-run), no label-settling revisit, and up to the
+        record after which a full gap pass is due (included: the pass runs after the call)."""
+        st = self.store
+        if (st.eviction != "fifo" or st.max_bytes is not None or self._settle is not None or self._K == 0
+                or not self.bound or st.kind != MULTICLASS):
+            return 0
+        if st.capacity is not None:
+            m = min(m, st.capacity - st.n)
+        if not st.free:
+            m = min(m, st.meta.shape[0] - st.n_slots)
+        if self._needs_full and m > 0:
+            per = 1 + int(self.replay)
+            s, n, lim = self._steps_since_full, st.n, self.gap_every
+            for e in range(m):
+                if s + (e + 1) * per >= lim * (n + e + 1):
+                    return e + 1
+        return max(m, 0)
+
+    def predict_learn_run(self, tok_ptr, fidx, fval, yids):
+        """Progressive validation of one-token (multiclass) records in one kernel call
+        (:mod:`streamssvm._kernels.microbatch`): record e predicted with the weights after
+        record e - 1, then learned, bit-identical to ``predict`` then ``learn`` record by
+        record. Takes the longest prefix that needs nothing of the Python side between its
+        records (:meth:`_run_length`); returns the predicted label ids of that prefix (length
+        0: the caller takes the next record one at a time)."""
+        c = self._run_length(len(yids))
+        if c == 0:
+            return np.zeros(0, dtype=np.int32)
+        st = self.store
+        if self.W.E.shape[0] > self._mark.shape[0]:
+            self._mark = np.zeros(self.W.E.shape[0])
+        slots = np.empty(c, dtype=np.int64)
+        seeds = np.empty(c, dtype=np.int64)
+        per = 1 + int(self.replay)
+        for e in range(c):
+            a, b = int(tok_ptr[e]), int(tok_ptr[e + 1])
+            slots[e] = st.reserve(1, b - a, 1, 1, fidx[a:b])
+            tick = self._tick + e * per
+            seeds[e] = (self._seed_base + (tick + 1) * 2654435761) % 2147483647   # _seed() at that tick
+        g_full = self._g_full if self._had_full else self._g_full * self._cmax
+        bundles = self._bundles(max(1, st.max_L), g_full)
+        preds = np.zeros(c, dtype=np.int32)
+        predicting = (self._ws.ensure(1, self.W.Kc).scratch(1, False), bool(self.averaging),
+                      -1.0 if self._lam_fixed is None else float(self._lam_fixed), float(self.AUTO_LAM),
+                      float(self.AUTO_LAM_N), np.arange(c + 1, dtype=np.int64), preds)
+        ytrue = np.ascontiguousarray(yids[:c], dtype=np.int32)
+        records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds)
+        out = self._out3
+        tick = MB.predict_learn_examples(*bundles, records, predicting, self._tick, self.counters, out)
+        a, b = int(tok_ptr[c - 1]), int(tok_ptr[c])
+        self._steps_example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], fval[a:b], ytrue[c - 1:c],
+                               self._mark, -1, -1)
+        self._avg_cache = self._pred_cache = None
+        self._steps_since_full += tick - self._tick
+        self._tick = tick
+        st.after_learn_one(out[0], -1)
+        if self.counters[K.C_TFULL] != self._tfull_seen:
+            self._grow_flagged()
+        self.n_learned += c
+        if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
+            self._full_pass(certify=False)
+        return preds
 
     def _gram(self, tok_ptr, fidx, fval, L):
         G = np.empty((L, L))

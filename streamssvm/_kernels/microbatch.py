@@ -1,0 +1,67 @@
+"""Progressive validation of a micro-batch in one kernel call: record e is predicted with the
+weights after record e - 1, then learned, exactly as ``predict_one`` then ``learn_one`` would do
+record by record (Lacoste-Julien, Jaggi, Schmidt and Pletscher, "Block-Coordinate Frank-Wolfe
+Optimization for Structural SVMs": one block step on each arriving example, then ``replay``
+steps on held blocks).
+
+The per-record path of :class:`streamssvm.learners.BCFW` makes three kernel calls per record
+(prediction, then ``learn_one_example``), and reseeds the sampler and re-reads the prediction's
+scale and averaging coefficients between them. This kernel makes the same calls of the same
+step functions (``predict_batch``, ``write_block``, ``_admit``, ``_step_loop`` of
+:mod:`streamssvm._kernels.bcfw`), in the same order, with the same per-record seed, scale
+(``lam`` following ``n``) and averaged weights, so its predictions and its state are
+bit-identical to the record-by-record path. What the Python side does between two records
+(a full gap pass when one is due, a store that grows its slots or evicts, a new label) ends a
+micro-batch there; :meth:`BCFW.predict_learn_run` cuts the batches so.
+"""
+import numpy as np
+from numba import njit
+
+from .bcfw import _admit, _step_loop, predict_batch, write_block
+
+_JIT = dict(cache=True, nogil=True)
+
+
+@njit(**_JIT)
+def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicting, tick0, counters, out):
+    """Predict then learn m one-token examples (multiclass rows) whose slots are reserved.
+
+    ``records`` = (tok_ptr, fidx, fval, yids, mark, slots, seeds): the batch's CSR (row e is
+    tokens e..e+1; tok_ptr int32 into fidx / fval), the label id of each row, the learner's
+    Gram mark buffer, the reserved slot of each row and the sampler's seed of each record's
+    learn call. ``predicting`` = (pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows,
+    preds): the prediction's scratch, whether the learner predicts with averaged weights,
+    ``lam`` (< 0: ``min(auto_lam, auto_lam_n / n)``), ``rows`` = 0..m and the predicted label
+    ids (out). out = [held blocks, evictions, averaging origin], as ``learn_one_example``
+    leaves it. Returns the new tick."""
+    tok_ptr, fidx, fval, yids, mark, slots, seeds = records
+    pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows, preds = predicting
+    E, T, B = w
+    avg_t0, ZE, ZT, ZB = avg[0], avg[1], avg[2], avg[3]
+    n = arena[8]
+    tick = tick0
+    for e in range(slots.shape[0]):
+        # the prediction (BCFW.predict at this record's tick and held-block count)
+        nn = max(n, 1)
+        lam = lam_fixed if lam_fixed >= 0.0 else min(auto_lam, auto_lam_n / nn)
+        scale = 1.0 / (lam * nn)
+        batch = (rows[e:e + 2], tok_ptr, fidx, fval, rows[e:e + 2])
+        k = tick - avg_t0
+        if averaging and avg_t0 >= 0 and k > 0:
+            zc = 2.0 / (k * (k + 1.0))
+            predict_batch(model, (E, T - zc * ZT, B - zc * ZB), scale, ZE, zc, batch, preds, pscratch)
+        else:
+            predict_batch(model, w, scale, E, 0.0, batch, preds, pscratch)
+        # the learning (learn_one_example's arrival of one example, its own seed)
+        np.random.seed(seeds[e])
+        slot = slots[e]
+        write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr[e:e + 2], fidx, fval,
+                    yids[e:e + 1], mark, cfg[8])
+        arena[5][slot] = 0.0
+        out[1] = 0
+        out[2] = avg_t0
+        n = _admit(model, w, arena, scratch, cfg, n, slot, -1, out)
+        out[0] = n
+        tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, arena[6][n - 1:n], cfg[7] + 1, n, out[2],
+                          tick)
+    return tick
