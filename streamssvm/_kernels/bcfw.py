@@ -42,7 +42,7 @@ SAMPLE_GIVEN, SAMPLE_UNIFORM, SAMPLE_GAP = 0, 1, 2
 C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL, C_TFULL = range(8)
 N_COUNTERS = 8
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: kernels called only from other kernels: no CPython entry (its unboxing of the bundles is
 #: sizeable compiled code)
 _INNER = dict(_JIT, no_cpython_wrapper=True)

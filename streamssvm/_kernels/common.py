@@ -21,7 +21,7 @@ MLPAIR_MAX_LABELS = 16
 HIER = 4     # hierarchical multi-label: labels are the leaves of a tree / DAG (see hierarchy.py)
 HIER_MAX_DAG_LEAVES = 16
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 #: Block flag (``meta[j, M_FLAGS]`` of ``streamssvm._kernels.bcfw``): the block's row is stored
 #: dense (values of features 0..nnz-1, no index array; see the module docstring). 1, 2, 4 are
