@@ -49,3 +49,32 @@ def test_an_unwritable_root_falls_back_to_the_next(tmp_path, monkeypatch):
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     path = kernel_cache.writable_cache_dir()
     assert path is not None and path.startswith(str(tmp_path / "xdg"))
+
+
+def _kernel_dispatchers():
+    import importlib
+    import pkgutil
+
+    from numba.core.registry import CPUDispatcher
+    for info in pkgutil.iter_modules(_kernels.__path__):
+        mod = importlib.import_module(f"{_kernels.__name__}.{info.name}")
+        for name, obj in sorted(vars(mod).items()):
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == mod.__name__:
+                yield f"{info.name}.{name}", obj
+
+
+def test_kernels_compile_no_cfunc_wrapper():
+    """Nothing takes a kernel's C address (ctypes / cfunc): a cfunc wrapper is compiled code (and
+    LLVM time on a cold start) for nothing, so every kernel is declared without one."""
+    found = dict(_kernel_dispatchers())
+    assert "bcfw.learn_one_example" in found and "common.gram" in found
+    assert [n for n, d in found.items() if not d.targetoptions.get("no_cfunc_wrapper")] == []
+
+
+def test_single_use_step_helpers_are_inlined_not_compiled_apart():
+    """Helpers called from one place on the first-use path are inlined into their caller's numba IR:
+    a helper compiled as its own function is optimized and turned into machine code once alone,
+    then again inside every kernel that calls it (a cold start pays both)."""
+    from streamssvm._kernels import bcfw
+    for d in (bcfw.write_block, bcfw.block_u, bcfw._emission_avg, bcfw._admit, bcfw._step_loop):
+        assert d.targetoptions.get("inline") == "always", d.py_func.__name__

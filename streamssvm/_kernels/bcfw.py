@@ -42,7 +42,7 @@ SAMPLE_GIVEN, SAMPLE_UNIFORM, SAMPLE_GAP = 0, 1, 2
 C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL, C_TFULL = range(8)
 N_COUNTERS = 8
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: kernels called only from other kernels: no CPython entry (its unboxing of the bundles is
 #: sizeable compiled code)
 _INNER = dict(_JIT, no_cpython_wrapper=True)
@@ -719,7 +719,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     out[3] = n
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def block_u(model, w, arena, j, coef, dbuf, slack):
     """w += coef * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack): the
     contribution of block ``j``."""
@@ -752,7 +752,7 @@ def rebuild_u(model, w, arena, dbuf, slack):
         block_u(model, w, arena, alive[q], 1.0, dbuf, slack)
 
 
-@njit(**_JIT)
+@njit(inline="always", **_INNER)
 def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     """S = scale * x (E - zc * ZE): scores with the lazily averaged weights."""
     emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
@@ -783,7 +783,7 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
         decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
 
 
-@njit(**_INNER)
+@njit(inline="always", **_INNER)
 def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
     """Write one block's segment at the offsets already in meta[j]: tokens (tok_ptr relative
     to fidx/fval), ground truth, Gram matrix, the dual point on the ground truth (statistic

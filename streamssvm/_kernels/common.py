@@ -21,7 +21,7 @@ MLPAIR_MAX_LABELS = 16
 HIER = 4     # hierarchical multi-label: labels are the leaves of a tree / DAG (see hierarchy.py)
 HIER_MAX_DAG_LEAVES = 16
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 #: Block flag (``meta[j, M_FLAGS]`` of ``streamssvm._kernels.bcfw``): the block's row is stored
 #: dense (values of features 0..nnz-1, no index array; see the module docstring). 1, 2, 4 are
@@ -243,13 +243,52 @@ def stat_emission_sqnorm(G, st, nrow, K, Kc):
 
 
 @njit(**_JIT)
+def _stable_order(v, a, n):
+    """The stable ascending order of v[a:a + n] (what ``np.argsort(v[a:a + n], kind="mergesort")``
+    returns: equal keys keep their order), by a bottom-up merge sort written out in loops: numba's
+    own argsort compiles its generic merge sort, a cold start's largest single piece of the chains'
+    Gram-free path (``emission_sqnorm_tokens``)."""
+    order = np.empty(n, np.int64)
+    tmp = np.empty(n, np.int64)
+    for q in range(n):
+        order[q] = q
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i = lo
+            j = mid
+            k = lo
+            while i < mid and j < hi:
+                if v[a + order[j]] < v[a + order[i]]:
+                    tmp[k] = order[j]
+                    j += 1
+                else:
+                    tmp[k] = order[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                tmp[k] = order[i]
+                i += 1
+                k += 1
+            while j < hi:
+                tmp[k] = order[j]
+                j += 1
+                k += 1
+        order, tmp = tmp, order
+        width *= 2
+    return order
+
+
+@njit(**_JIT)
 def _token_table(tok_ptr, fidx, fval, t, keys, vals):
     """Token t's features as a sorted table (keys ascending, distinct) into keys / vals; a
     repeated feature's value is the sum of its values in order from 0.0, as ``gram``'s ``mark``
     accumulates it. Returns the table's length."""
     a = tok_ptr[t]
     n = tok_ptr[t + 1] - a
-    order = np.argsort(fidx[a:a + n], kind="mergesort")   # stable: repeats keep their order
+    order = _stable_order(fidx, a, n)   # stable: repeats keep their order
     m = 0
     for q in range(n):
         p = a + order[q]
@@ -270,7 +309,14 @@ def _gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m):
     acc = 0.0
     for p in range(tok_ptr[s], tok_ptr[s + 1]):
         f = fidx[p]
-        i = np.searchsorted(keys[:m], f)
+        i = 0   # np.searchsorted(keys[:m], f), written out (no generic search to compile)
+        hi = m
+        while i < hi:
+            mid = (i + hi) >> 1
+            if keys[mid] < f:
+                i = mid + 1
+            else:
+                hi = mid
         if i < m and keys[i] == f:
             acc += vals[i] * fval[p]
     return acc

@@ -10,7 +10,7 @@ from numba import njit
 from .projection import smo_simplex
 from .structops import CHAIN, MLPAIR
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 
 @njit(**_JIT)

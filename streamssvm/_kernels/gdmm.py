@@ -21,7 +21,7 @@ functions the tuples travel whole, at no cost.
 """
 from collections import namedtuple
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 # ---------------------------------------------------------------------------- chains
 #: examples held: ``ex_ptr`` example -> its tokens, ``ex_alive``; per token: the CSR of its

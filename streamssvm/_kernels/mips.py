@@ -2,7 +2,7 @@
 import numpy as np
 from numba import njit
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 
 @njit(**_JIT)

@@ -38,7 +38,7 @@ What Algorithm 2 as printed leaves out, handled here:
 import numpy as np
 from numba import njit
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 
 @njit(**_JIT)

@@ -21,7 +21,7 @@ sparse and dense rows give bit-identical scores and updates.
 import numpy as np
 from numba import njit
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 _CSHIFT = 2147483648  # classes < 2**31; key = feature * 2**31 + class
 
 
