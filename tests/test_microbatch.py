@@ -56,8 +56,8 @@ def _learner(name, kw):
 def test_predict_learn_each_equals_record_by_record(name, kw, rows):
     data = list(zip(*_rows())) if rows == "array" else _dict_rows()
     try:
-        a = ss.MulticlassSSVM(learner=_learner(name, kw))
-        b = ss.MulticlassSSVM(learner=_learner(name, kw))
+        a = ss.MulticlassSSVM(learner=_learner(name, kw), scale=False)
+        b = ss.MulticlassSSVM(learner=_learner(name, kw), scale=False)
     except (TypeError, ValueError) as e:
         pytest.skip(f"{name} does not take {kw}: {e}")
     pa = [a.predict_learn_one(x, y) for x, y in data]
@@ -78,7 +78,7 @@ def test_the_kernel_takes_the_runs(monkeypatch):
     f = MB.predict_learn_examples
     monkeypatch.setattr(MB, "predict_learn_examples", lambda *a: calls.append(len(a[6][5])) or f(*a))
     X, y = _rows(600)
-    m = ss.MulticlassSSVM()
+    m = ss.MulticlassSSVM(scale=False)
     for s in range(0, 600, 200):
         m.predict_learn_each(list(X[s:s + 200]), y[s:s + 200])
     assert sum(calls) > 550 and len(calls) < 40   # a few records one at a time (first labels)
@@ -106,7 +106,7 @@ def test_bad_records_inside_a_batch_change_nothing():
 
 def _engine_run(tmp_path, path, micro, tag, **kw):
     sink, dl = MemorySink(), DeadLetterSink(MemorySink())
-    eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0)), open_source(path, dead_letter=dl),
+    eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0), scale=False), open_source(path, dead_letter=dl),
                  task="multiclass", progress=False, checkpoint_dir=tmp_path / f"ck{tag}", sink=sink, **kw)
     eng.MICRO_BATCH = micro
     s = eng.run()
@@ -206,7 +206,7 @@ def test_a_poisoned_record_inside_a_batch_is_undone(tmp_path, ckpt):
 
     def run(path, d, micro):
         dl = DeadLetterSink(MemorySink())
-        eng = Engine(ss.MulticlassSSVM(learner=_PoisonBCFW(seed=0)), open_source(path, dead_letter=dl),
+        eng = Engine(ss.MulticlassSSVM(learner=_PoisonBCFW(seed=0), scale=False), open_source(path, dead_letter=dl),
                      task="multiclass", progress=False, checkpoint_dir=(tmp_path / d) if ckpt else None,
                      checkpoint_every=100, snapshot_every=60)
         eng.MICRO_BATCH = micro
@@ -256,3 +256,38 @@ def test_bad_array_rows_inside_a_batch():
                 for ok, v in b.predict_learn_each(xs[s:s + 64], ys[s:s + 64])]
     assert got == ref and sum(not ok for ok, _ in got) == 3
     assert _state(a) == _state(b)
+
+
+@pytest.mark.parametrize("kind", ["indicators", "real", "mixed"])
+def test_scaled_models_take_runs_only_where_scaling_is_the_identity(monkeypatch, kind):
+    """With feature scaling on (the default), the kernel (which does not scale) takes only
+    records whose scaled values are their own (+-1 values in columns of RMS 1): the same
+    predictions, weights and statistics as record by record, and indicator streams (OCR
+    pixels) still go in runs. The merge of scaling and micro-batches once sent real-valued
+    records to the kernel unscaled."""
+    from streamssvm._kernels import microbatch as MB
+    calls = []
+    f = MB.predict_learn_examples
+    monkeypatch.setattr(MB, "predict_learn_examples", lambda *a: calls.append(len(a[6][5])) or f(*a))
+    rng = np.random.default_rng(3)
+    X, y = _rows(500)
+    B = (X > 0).astype(np.float64)
+    if kind == "indicators":
+        X = B
+    elif kind == "mixed":   # indicators, then a column turns real-valued mid-stream
+        X = B.copy()
+        X[250:, 2] = rng.normal(size=250) * 100.0
+    a, b = ss.MulticlassSSVM(), ss.MulticlassSSVM()
+    assert a.scale and b.scale
+    pa = [a.predict_learn_one(x, c) for x, c in zip(X, y)]
+    pb = []
+    for s in range(0, len(y), 50):
+        pb += [p for ok, p in b.predict_learn_each(list(X[s:s + 50]), y[s:s + 50]) if ok]
+    assert pa == pb
+    assert _state(a) == _state(b)
+    if kind == "indicators":
+        assert sum(calls) > 450
+    elif kind == "real":
+        assert sum(calls) == 0
+    else:
+        assert 150 < sum(calls) < 260
