@@ -356,3 +356,28 @@ def test_refine_certifies_only_when_asked(make):
     c = b.refine(2, certify=True)
     assert c.n_blocks == b.n_blocks and c.gap >= 0
     assert list(a.predict_many(X)) == list(b.predict_many(X))
+
+
+def test_multiclass_max_labels_points_to_extreme_classifier():
+    """Issue 26.12: MulticlassSSVM took any number of labels with only a warning (BCFW at 10k
+    labels: 11.6 ms CPU and 1.6 GB RSS by record 2,000, growing); past ``max_labels`` a new
+    label is refused by every learning path, naming ExtremeClassifier, and the model is unchanged."""
+    import numpy as np
+    import streamssvm as ss
+    for learn in ("learn_one", "predict_learn_one", "learn_many", "predict_learn_many"):
+        m = ss.MulticlassSSVM(max_labels=3)
+        m.learn_many([{"a": 1.0}, {"b": 1.0}, {"c": 1.0}], ["x", "y", "z"])
+        before = (list(m.classes), list(m._features.names))
+        with pytest.raises(ValueError, match="ExtremeClassifier"):
+            if learn.endswith("many"):
+                getattr(m, learn)([{"d": 1.0}, {"a": 1.0}], ["x", "w"])
+            else:
+                getattr(m, learn)({"d": 1.0}, "w")
+        assert (list(m.classes), list(m._features.names)) == before, learn
+        m.learn_one({"a": 2.0}, "x")   # known labels still learn
+    assert ss.MulticlassSSVM().max_labels == 4096 and ss.MulticlassSSVM(max_labels=None).max_labels is None
+    m = ss.MulticlassSSVM(max_labels=None)
+    m.learn_many([{"a": float(i)} for i in range(5)], list(range(5)))
+    assert len(m.classes) == 5
+    with pytest.raises(ValueError, match="max_labels"):
+        ss.MulticlassSSVM(max_labels=0)
