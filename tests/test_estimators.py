@@ -381,3 +381,23 @@ def test_multiclass_max_labels_points_to_extreme_classifier():
     assert len(m.classes) == 5
     with pytest.raises(ValueError, match="max_labels"):
         ss.MulticlassSSVM(max_labels=0)
+
+
+def test_sequence_per_record_budget():
+    """Issue 26.6: nothing bounded a sentence's work (a 20k-token sentence took 6.5 GB); a
+    sentence whose tokens x tags**2 + features x tags exceeds ``max_record_cost`` is refused
+    (a dead letter with that reason in a run), the model unchanged."""
+    import streamssvm as ss
+    from streamssvm.connectors.base import Record
+    from streamssvm.step import BAD, step
+    m = ss.SequenceTagger(max_record_cost=200)
+    m.learn_one([{"a": 1.0}, {"b": 1.0}], ["X", "Y"])
+    names, tags = list(m._features.names), list(m.classes)
+    long_x = [{f"w{t}": 1.0} for t in range(40)]
+    with pytest.raises(ValueError, match="max_record_cost"):
+        m.learn_one(long_x, ["X", "Z"] * 20)
+    assert (list(m._features.names), list(m.classes)) == (names, tags)
+    out = step(m, Record(x=long_x, y=["X"] * 40, key=0, position=None, origin="t"))
+    assert out.status == BAD and "max_record_cost" in out.reason
+    assert m.predict_one([{"a": 1.0}]) is not None
+    assert ss.SequenceTagger().max_record_cost == 1 << 31
