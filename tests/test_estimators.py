@@ -385,7 +385,7 @@ def test_multiclass_max_labels_points_to_extreme_classifier():
 
 def test_sequence_per_record_budget():
     """Issue 26.6: nothing bounded a sentence's work (a 20k-token sentence took 6.5 GB); a
-    sentence whose tokens x tags**2 + features x tags exceeds ``max_record_cost`` is refused
+    sentence whose tokens x tags**2 + features x tags + tokens**2 exceeds ``max_record_cost`` is refused
     (a dead letter with that reason in a run), the model unchanged."""
     import streamssvm as ss
     from streamssvm.connectors.base import Record

@@ -44,9 +44,12 @@ class SequenceTagger(Estimator, base.Estimator):
     transitions, labels, n_features, rescaling
         As for the other estimators.
     max_record_cost
-        A per-record budget (default 2**31; None: none): a sentence whose decoding work
-        ``tokens x tags**2 + stored features x tags`` exceeds it raises ``ValueError`` with
-        that count (a dead letter with its reason in a run) and leaves the model unchanged.
+        A per-record budget (default 2**31; None: none): a sentence whose work
+        ``tokens x tags**2 + stored features x tags + tokens**2`` exceeds it raises
+        ``ValueError`` with that count (a dead letter with its reason in a run) and leaves the
+        model unchanged. The ``tokens**2`` term is the chain statistic's squared norm, which
+        still goes through token pairs (no L x L array is held; a 20,000-token sentence takes
+        about 40 s of CPU against 10 s at 10,000 tokens).
 
     The default learner is ``learners.BCFW(seed=0)``: runs are deterministic by default.
 
@@ -183,11 +186,11 @@ class SequenceTagger(Estimator, base.Estimator):
         if self.max_record_cost is None:
             return
         L, K = len(tok_ptr) - 1, max(len(self._labels), 1)
-        cost = L * K * K + int(tok_ptr[-1]) * K
+        cost = L * K * K + int(tok_ptr[-1]) * K + L * L
         if cost > self.max_record_cost:
             raise ValueError(f"record of {L} tokens, {int(tok_ptr[-1])} stored features and {K} tags costs "
                              f"{cost} > max_record_cost={self.max_record_cost} (tokens x tags**2 + features x "
-                             f"tags): split the sentence or raise max_record_cost")
+                             f"tags + tokens**2): split the sentence or raise max_record_cost")
 
     def learn_one(self, x, y):
         with self._registering():
