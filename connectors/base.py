@@ -285,6 +285,25 @@ def _truncate_quietly(f, size):
         pass
 
 
+def append_line(path, text):
+    """Append one line (``text`` without its newline) to the file ``path`` whole: a torn last
+    line left by a run stopped while writing it is cut first (with a warning), and a failed
+    write (a full disk) cuts the file back to where it was before the error propagates. For
+    files that get a line now and then (``--metrics`` snapshots), not per record."""
+    data = (text + "\n").encode("utf-8", "backslashreplace")
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "ab") as f:
+        good = _cut_torn_tail(f, path)
+        try:
+            f.write(data)
+            f.flush()
+        except OSError as e:
+            _truncate_quietly(f, good)
+            raise OSError(e.errno, e.strerror, path) from None
+
+
 def _cut_torn_tail(f, path):
     """The size of ``f`` (opened for appending) after cutting a torn last line (no newline)
     back to the last whole one; a regular file only (a pipe or a device is left alone)."""

@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, unquote, urlparse
 
 import numpy as np
 
-from streamssvm.errors import SourceChanged
+from streamssvm.errors import SourceChanged, SourceFault
 from streamssvm.features import check_value
 
 from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
@@ -273,6 +273,7 @@ class FileSource(Source):
                 if raw.strip():
                     self._bad(bytes(raw), _PARTIAL_REASON, line)
                 return
+            before = self._offset, self._line
             self._offset, self._line = end, last
             text = raw if isinstance(raw, _TooLong) else self._content(raw)
             if not text.strip():
@@ -281,6 +282,9 @@ class FileSource(Source):
                 if isinstance(raw, _TooLong):
                     raise self._too_long(raw)
                 x, y, key = self._parse(text, line)
+            except SourceFault:   # the input cannot be read on: the position stays before the line
+                self._offset, self._line = before
+                raise
             except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
                 self._bad(raw, _reason(e), line)
                 continue
@@ -607,6 +611,19 @@ class CSVSource(FileSource):
         self._offset = self._header_end
         self._line = 1
         self._duplicates = len(set(self.header)) != len(self.header)   # rows then checked cell by cell
+        self._header_cells = sorted(c.strip() for c in self.header)
+        self._header_names = frozenset(self._header_cells)
+
+    def _header_again(self, row, line):
+        """A row holding the header's names (files concatenated with their headers): the same
+        order is a dead letter; another order stops the run (``SourceFault``), since the rows
+        after it would be read by the first header's order with their features swapped."""
+        if [c.strip() for c in row] == [c.strip() for c in self.header]:
+            raise BadRecord("a repeated header line")
+        raise SourceFault(f"{self.path}:{line} is a header line with the columns in another order "
+                          f"({_short(','.join(row))} after {_short(','.join(self.header))}): the rows after it "
+                          f"would be read with their features swapped; split the file at line {line} and "
+                          f"read each part as its own source")
 
     def _units(self):
         """Records by the ``csv`` module's rules: a quoted field may hold newlines, so a line
@@ -656,6 +673,8 @@ class CSVSource(FileSource):
             raise BadRecord(f"unreadable CSV line: {e}") from None
         if len(row) != len(self.header):
             raise BadRecord(f"{len(row)} columns, the header has {len(self.header)}")
+        if row and row[0].strip() in self._header_names and self._header_cells == sorted(c.strip() for c in row):
+            self._header_again(row, line)
         plain = text.isascii() and b"_" not in text   # then every cell is plain ASCII without "_"
         y = None if self.label_idx is None else self._cell_labels(row[self.label_idx].strip())
         x = {}

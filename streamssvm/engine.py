@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from .checkpoint import CheckpointManager
-from .connectors.base import Source, chunks
+from .connectors.base import Source, append_line, chunks
 from .run_state import parse_run_state, run_state
 from .step import TASKS, jsonable, predict_learn, reason_of, send_dead_letter
 from .metrics import ProgressiveMetrics
@@ -420,8 +420,7 @@ class Engine:
         self.last_certificate = _jsonable(c.to_dict())
         self.history.append(rec)
         if self.metrics_path:
-            with open(self.metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(rec) + "\n")
+            append_line(self.metrics_path, json.dumps(rec))   # whole lines; a torn tail cut on resume
         if self.on_snapshot:
             self.on_snapshot(rec)
         return rec

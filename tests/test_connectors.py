@@ -172,3 +172,35 @@ def test_kafka_messages_are_decoded_one_by_one_and_any_failure_is_a_bad_record()
         with pytest.raises(BadRecord):
             src._decode(bad)
     assert src._decode(b'\xef\xbb\xbf{"x": {"a": 1}, "y": {"u": "false"}}') == ({"a": 1.0}, {"u": False})
+
+
+def test_csv_repeated_header_is_a_dead_letter(tmp_path):
+    """Issue 26.13: a header line repeated mid-file (files concatenated with their headers) was
+    learned as a record of class "label" (or a non-numeric bad parse); it is a dead letter."""
+    c = tmp_path / "cat.csv"
+    c.write_text("f1,label,f2\n1,a,2\n f1 ,label,f2\n3,b,4\n")
+    dl = DeadLetterSink(MemorySink())
+    src = CSVSource(c, dead_letter=dl)
+    recs = list(src)
+    assert [r.y for r in recs] == ["a", "b"] and recs[1].x == {"f1": 3.0, "f2": 4.0}
+    assert src.n_bad == 1 and "repeated header" in dl.sink.items[0]["reason"]
+
+
+def test_csv_reordered_header_stops_the_run(tmp_path):
+    """Issue 26.13: a header with its columns swapped mid-file made every later row learned with
+    swapped features; it stops the run (SourceFault) with the position before it, so a resume
+    stops there again instead of reading on."""
+    from streamssvm.errors import SourceFault
+    c = tmp_path / "swap.csv"
+    c.write_text("f1,f2,label\n1,2,a\nf2,f1,label\n3,4,b\n")
+    src = CSVSource(c)
+    got = []
+    with pytest.raises(SourceFault, match="another order"):
+        for r in src:
+            got.append(r)
+    assert [r.y for r in got] == ["a"]
+    assert src.position()["offset"] == len("f1,f2,label\n1,2,a\n")
+    again = CSVSource(c)
+    again.seek(src.position())
+    with pytest.raises(SourceFault):
+        list(again)

@@ -356,3 +356,48 @@ def test_refine_certifies_only_when_asked(make):
     c = b.refine(2, certify=True)
     assert c.n_blocks == b.n_blocks and c.gap >= 0
     assert list(a.predict_many(X)) == list(b.predict_many(X))
+
+
+def test_multiclass_max_labels_points_to_extreme_classifier():
+    """Issue 26.12: MulticlassSSVM took any number of labels with only a warning (BCFW at 10k
+    labels: 11.6 ms CPU and 1.6 GB RSS by record 2,000, growing); past ``max_labels`` a new
+    label is refused by every learning path, naming ExtremeClassifier, and the model is unchanged."""
+    import numpy as np
+    import streamssvm as ss
+    for learn in ("learn_one", "predict_learn_one", "learn_many", "predict_learn_many"):
+        m = ss.MulticlassSSVM(max_labels=3)
+        m.learn_many([{"a": 1.0}, {"b": 1.0}, {"c": 1.0}], ["x", "y", "z"])
+        before = (list(m.classes), list(m._features.names))
+        with pytest.raises(ValueError, match="ExtremeClassifier"):
+            if learn.endswith("many"):
+                getattr(m, learn)([{"d": 1.0}, {"a": 1.0}], ["x", "w"])
+            else:
+                getattr(m, learn)({"d": 1.0}, "w")
+        assert (list(m.classes), list(m._features.names)) == before, learn
+        m.learn_one({"a": 2.0}, "x")   # known labels still learn
+    assert ss.MulticlassSSVM().max_labels == 4096 and ss.MulticlassSSVM(max_labels=None).max_labels is None
+    m = ss.MulticlassSSVM(max_labels=None)
+    m.learn_many([{"a": float(i)} for i in range(5)], list(range(5)))
+    assert len(m.classes) == 5
+    with pytest.raises(ValueError, match="max_labels"):
+        ss.MulticlassSSVM(max_labels=0)
+
+
+def test_sequence_per_record_budget():
+    """Issue 26.6: nothing bounded a sentence's work (a 20k-token sentence took 6.5 GB); a
+    sentence whose tokens x tags**2 + features x tags + tokens**2 exceeds ``max_record_cost`` is refused
+    (a dead letter with that reason in a run), the model unchanged."""
+    import streamssvm as ss
+    from streamssvm.connectors.base import Record
+    from streamssvm.step import BAD, step
+    m = ss.SequenceTagger(max_record_cost=200)
+    m.learn_one([{"a": 1.0}, {"b": 1.0}], ["X", "Y"])
+    names, tags = list(m._features.names), list(m.classes)
+    long_x = [{f"w{t}": 1.0} for t in range(40)]
+    with pytest.raises(ValueError, match="max_record_cost"):
+        m.learn_one(long_x, ["X", "Z"] * 20)
+    assert (list(m._features.names), list(m.classes)) == (names, tags)
+    out = step(m, Record(x=long_x, y=["X"] * 40, key=0, position=None, origin="t"))
+    assert out.status == BAD and "max_record_cost" in out.reason
+    assert m.predict_one([{"a": 1.0}]) is not None
+    assert ss.SequenceTagger().max_record_cost == 1 << 31

@@ -442,3 +442,20 @@ def test_a_file_appended_in_random_chunks_is_learned_exactly_once(tmp_path, fmt)
     first = 2 if fmt == "csv" else 1
     assert sorted(keys) == list(range(first, first + 200))   # every line once (keys: line numbers)
     assert eng.examples_seen == 200 and sorted(map(str, eng.model._labels.labels)) == ["0", "1", "2"]
+
+
+def test_metrics_file_whole_lines_and_torn_tail_cut(tmp_path):
+    """Issue 26.10: ``--metrics`` lines were appended with a plain ``open(..., "a")``: a run
+    killed (or out of space) mid-line left half a line that the resumed run appended to, and a
+    full disk left a torn line. Now: whole lines, a torn tail cut (with a warning) first."""
+    p = tmp_path / "s.jsonl"
+    write_jsonl(p, _records(300))
+    m = tmp_path / "m.jsonl"
+    m.write_bytes(b'{"examples_seen": 100, "gap": 0.5}\n{"examples_seen": 2')
+    r = _cli(*_run_args(p, tmp_path / "ck", "--metrics", m))
+    assert r.returncode == 0 and "removed a torn last line of 19 bytes" in r.stderr, r.stderr
+    lines = m.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) >= 3 and all(json.loads(x) for x in lines[:-1])
+    r = _cli(*_run_args(p, tmp_path / "ck2", "--metrics", "/dev/full"))
+    assert r.returncode == 3 and "No space left on device (/dev/full)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

@@ -559,3 +559,11 @@ def test_repeated_frank_wolfe_block_steps_reach_the_block_minimum(solver, steps,
     assert val <= prev + 1e-12
     assert val == pytest.approx(target, abs=tol)
     assert val >= target - 1e-9     # SciPy's minimum is not beaten: the evaluator and the kernel agree
+
+
+def test_window_bounded_by_default():
+    """Issue 26.7: GDMM held every example (window=None) by default, its memory growing with
+    the stream; the default is a bounded FIFO window, as SGD's and CuttingPlane's."""
+    w = GDMM().window
+    assert w is not None and 0 < w <= 1_000_000
+    assert GDMM(window=None).window is None   # unbounded still on request

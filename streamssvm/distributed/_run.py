@@ -496,9 +496,9 @@ def _append_metrics(path, rec):
             "certificate_seconds": c["seconds"], "round": rec["round"], "distributed": True,
             "workers": [{"worker": w["worker"], "examples_seen": w["examples_seen"], "throughput": w["throughput"],
                          "n_blocks": w["n_blocks"]} for w in rec["workers"]], **rec["metrics"]}
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line, default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else str(v))
-                + "\n")
+    from ..connectors.base import append_line
+    append_line(path, json.dumps(line, default=lambda v: None if isinstance(v, float) and not math.isfinite(v)
+                                 else str(v)))
 
 
 __all__ = ["DistributedResult", "RunOptions", "init_cluster", "run", "runtime_env", "Certificate"]

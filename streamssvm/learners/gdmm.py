@@ -110,8 +110,9 @@ class GDMM(DenseWeights, Learner):
     replay
         Held examples revisited (one sweep each) after each new example.
     window
-        Held examples (FIFO window; the oldest is evicted, its contribution removed). None:
-        unbounded.
+        Held examples (FIFO window; the oldest is evicted, its contribution removed). Default
+        100,000, as SGD's and CuttingPlane's, so that memory is bounded on an endless stream;
+        None: unbounded.
     active_cap
         Initial capacity of each factor's active set (grown when a pass fills one).
     mips_k, sketch_dim
@@ -183,7 +184,7 @@ class GDMM(DenseWeights, Learner):
         Param("rounds", 1, "int", "chains: method-of-multipliers iterations per example visit", low=1, high=1000),
         Param("replay", 1, "int", "held examples revisited after each new example", low=0, high=1000),
         Param("averaging", True, "bool", "chains: predict with the weighted average of the iterates"),
-        Param("window", None, "int", "held examples, a FIFO window (None: unbounded)", low=1, none=True),
+        Param("window", 100_000, "int", "held examples, a FIFO window (None: unbounded)", low=1, none=True),
         Param("active_cap", 8, "int", "initial capacity of each factor's active set", low=2, high=1 << 16),
         Param("mips_k", 10, "int", "fmo='mips': neighbours per query", low=1, high=1 << 16),
         Param("sketch_dim", 64, "int", "fmo='mips': sketch dimension (None: none)", low=1, high=1 << 16, none=True),
@@ -200,7 +201,7 @@ class GDMM(DenseWeights, Learner):
         yield {"lam": 0.05, "replay": 1, "seed": 0}
 
     def __init__(self, *, lam=1e-3, rho=1.0, eta=1.0, fmo="heap", nu=1, solver="active_qp", qp_iters=5,
-                 inner=1, rounds=1, replay=1, averaging=True, window=None, active_cap=8, mips_k=10,
+                 inner=1, rounds=1, replay=1, averaging=True, window=100_000, active_cap=8, mips_k=10,
                  sketch_dim=64, grow=16, add_tol=1e-9, seed=0, rescaling="margin", **kwargs):
         self._set_params(locals())
         self._bound = False
