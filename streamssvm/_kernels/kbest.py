@@ -25,7 +25,7 @@ K x K mask of forbidden transitions; ``k = 1`` is constrained MAP decoding.
 import numpy as np
 from numba import njit
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 
 @njit(**_JIT)

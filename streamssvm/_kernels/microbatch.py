@@ -19,7 +19,7 @@ from numba import njit
 
 from .bcfw import _admit, _step_loop, predict_batch, write_block
 
-_JIT = dict(cache=True, nogil=True)
+_JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 
 @njit(**_JIT)
