@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 from river import base
 
+from .. import calibration
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
@@ -116,6 +117,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if lr is None or self._synced is not lr or self._synced_key != key:
             lr = self._sync()
             self._synced, self._synced_key = lr, key
+        self._observe_calibration(tok_ptr, fidx, fval, yid)
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, np.array([yid], dtype=np.int32))
 
@@ -150,12 +152,33 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
         return p
 
+    def _observe_calibration(self, tok_ptr, fidx, fval, yid):
+        """Offer the record, scored by the model before it learns it, to the temperature fit."""
+        t = self._calibrator()
+        if not t.wants():
+            return
+        lr = self._learner
+        tables = calibration.predict_tables(lr)
+        K = int(lr.n_labels) if tables is not None else 0
+        if K < 2 or yid >= K:
+            return
+        t.observe_class(calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0], yid)
+
     def predict_proba_one(self, x):
-        """One-hot distribution on the predicted class (an SVM gives no probabilities)."""
-        y = self.predict_one(x)
-        if y is None:
+        """p(class | x) ∝ exp(score(x, class) / T), T the :attr:`temperature` fitted online
+        (:mod:`streamssvm.calibration`); one-hot on the prediction for a learner without a
+        dense weight table (MEMOIR, Pragam)."""
+        if self._learner is None or len(self._labels) == 0:
             return {}
-        return {c: float(c == y) for c in self._labels.labels}
+        tables = calibration.predict_tables(self._learner)
+        if tables is None:
+            y = self.predict_one(x)
+            return {c: float(c == y) for c in self._labels.labels}
+        tok_ptr, fidx, fval = self._encode_to_predict(x)
+        K = int(self._learner.n_labels)
+        p = calibration.softmax(calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0],
+                                1.0 / self.temperature)
+        return {c: float(p[i]) if i < K else 0.0 for i, c in enumerate(self._labels.labels)}
 
     def _encode_rows(self, X, grow, ys=None):
         """CSR of a batch: a DataFrame, a 2-D array, or a list of feature dicts / 1-D arrays.
