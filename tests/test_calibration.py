@@ -153,3 +153,23 @@ def test_calibration_does_not_change_the_learning_trajectory():
 def test_multiclass_with_calibration_passes_river_checks():
     for params in ss.MulticlassSSVM._unit_test_params():
         checks.check_estimator(ss.MulticlassSSVM(**params))
+
+
+def test_multilabel_probabilities_agree_with_the_prediction_and_fit_a_temperature():
+    rng = np.random.default_rng(4)
+    m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    W = rng.normal(size=(6, 4))
+    for _ in range(300):
+        x = rng.normal(size=6)
+        y = {f"l{k}": bool(v) for k, v in enumerate(x @ W + rng.normal(size=4) > 0)}
+        p = m.predict_proba_one(x)
+        pred = m.predict_one(x)
+        for lab, d in p.items():
+            assert abs(d[False] + d[True] - 1) < 1e-12
+            assert (d[True] > 0.5) == pred[lab] or abs(d[True] - 0.5) < 1e-9
+        m.learn_one(x, y)
+    assert m._temperature.n_fits > 0 and m.temperature != 1.0
+    pw = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    pw.learn_one(np.ones(3), {"a": True, "b": False})
+    assert pw.predict_proba_one(np.ones(3)) == {lab: {False: float(not v), True: float(v)}
+                                                for lab, v in pw.predict_one(np.ones(3)).items()}
