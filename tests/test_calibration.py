@@ -173,3 +173,30 @@ def test_multilabel_probabilities_agree_with_the_prediction_and_fit_a_temperatur
     pw.learn_one(np.ones(3), {"a": True, "b": False})
     assert pw.predict_proba_one(np.ones(3)) == {lab: {False: float(not v), True: float(v)}
                                                 for lab, v in pw.predict_one(np.ones(3)).items()}
+
+
+def test_cli_predict_proba_writes_probabilities(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import os
+    rng = np.random.default_rng(0)
+    src = tmp_path / "s.jsonl"
+    with open(src, "w") as f:
+        for _ in range(80):
+            k = int(rng.integers(3))
+            f.write(json.dumps({"x": {"f": float(k + rng.normal() * 0.3), "g": float(rng.normal())}, "y": str(k)}) + "\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "streamssvm", *map(str, a)], capture_output=True,  # noqa: E731
+                                    text=True, env=env, timeout=600)
+    m = tmp_path / "m.ssvm"
+    assert run("run", "--source", f"file://{src}", "--task", "multiclass", "--lam", "0.01", "--save", m,
+               "--no-progress").returncode == 0
+    r = run("predict", "--model", m, "--source", f"file://{src}", "--proba")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 80
+    for row in rows:
+        assert abs(sum(row["proba"].values()) - 1) < 1e-9
+        assert max(row["proba"], key=row["proba"].get) == row["prediction"]

@@ -103,6 +103,8 @@ def build_parser():
     pd.add_argument("--source", required=True, help="file://PATH[?OPTION=...] or kafka://... as for run")
     pd.add_argument("--sink", default=None, help="JSONL file or kafka://HOST:PORT/TOPIC (default None: stdout)")
     pd.add_argument("--dead-letter", default=None, help="JSONL file for bad records (default None: counted only)")
+    pd.add_argument("--proba", action="store_true", help="add each prediction's probabilities (predict_proba_one: "
+                    "classes, labels, or per-token marginals at the model's fitted temperature) as \"proba\"")
     pd.set_defaults(func=cmd_predict)
 
     b = sub.add_parser("broker", help="start a local Kafka-protocol broker (Tansu) on 127.0.0.1", **fmt)

@@ -9,7 +9,8 @@ from .options import CliDeadLetters, open_file_or_kafka, open_sink, graceful_sig
 def cmd_predict(args):
     """Predict every record of a source with a saved model; predictions go to the sink (default:
     stdout, one JSON line each); records without a label are predicted alike; with labels in the
-    records, the accuracy goes to stderr. A reader closing the output pipe (``predict | head``)
+    records, the accuracy goes to stderr; ``--proba`` adds the probabilities
+    (``predict_proba_one``, and ``sequence_proba_one`` of the prediction for a tagger). A reader closing the output pipe (``predict | head``)
     ends the command quietly (exit 0)."""
     import streamssvm as ss
 
@@ -38,7 +39,12 @@ def cmd_predict(args):
                     continue
                 n += 1
                 p, y = got_one.prediction, got_one.y
-                sink.write({"key": rec.key, "prediction": jsonable(p)})
+                out = {"key": rec.key, "prediction": jsonable(p)}
+                if getattr(args, "proba", False):
+                    out["proba"] = jsonable(model.predict_proba_one(got_one.x))
+                    if task == "sequence":
+                        out["sequence_proba"] = jsonable(model.sequence_proba_one(got_one.x, p))
+                sink.write(out)
                 if rec.y is not None:
                     metrics.update(y, p)
         finally:
