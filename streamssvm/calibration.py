@@ -92,17 +92,6 @@ def sigmoid(s, beta):
     return np.where(z >= 0, 1.0 / (1.0 + np.exp(-np.abs(z))), np.exp(-np.abs(z)) / (1.0 + np.exp(-np.abs(z))))
 
 
-def _class_nll(s, y, beta):
-    z = beta * s
-    m = z.max()
-    return float(m + np.log(np.exp(z - m).sum()) - z[y])
-
-
-def _labels_nll(s, y, beta):
-    z = beta * s * np.where(y, 1.0, -1.0)        # log(1 + exp(-z)) per label
-    return float(np.sum(np.logaddexp(0.0, -z)))
-
-
 def _chain_nll(item, beta):
     S, T, B, use_trans, y = item
     L, K = S.shape
@@ -162,22 +151,37 @@ class Temperature:
             self.fit()
 
     # ------------------------------------------------------------------ fitting
-    def loss(self, beta=None):
+    def _groups(self):
+        """The window as vectorized groups: ("c", scores (n x K), truth (n,)) and ("l", scores,
+        truth (n x K)) per label count K, and the chains one by one."""
+        by, chains = {}, []
+        for it in self._items:
+            if it[0] == "s":
+                chains.append(it[1])
+            else:
+                by.setdefault((it[0], len(it[1])), []).append(it)
+        groups = [(k, np.stack([it[1] for it in its]), np.stack([np.asarray(it[2]) for it in its]))
+                  for (k, _), its in by.items()]
+        return groups, chains
+
+    def loss(self, beta=None, prepared=None):
         """Mean log-loss of the window at ``beta`` (default: the current one) per scored unit
         (class decision, label or token)."""
         beta = self.beta if beta is None else float(beta)
+        groups, chains = self._groups() if prepared is None else prepared
         tot, units = 0.0, 0
-        for it in self._items:
-            kind = it[0]
+        for kind, S, Y in groups:
+            Z = beta * S
             if kind == "c":
-                tot += _class_nll(it[1], it[2], beta)
-                units += 1
-            elif kind == "l":
-                tot += _labels_nll(it[1], it[2], beta)
-                units += len(it[1])
+                m = Z.max(axis=1)
+                tot += float(np.sum(m + np.log(np.exp(Z - m[:, None]).sum(axis=1)) - Z[np.arange(len(Y)), Y]))
+                units += len(Y)
             else:
-                tot += _chain_nll(it[1], beta)
-                units += it[1][0].shape[0]
+                tot += float(np.sum(np.logaddexp(0.0, -Z * np.where(Y, 1.0, -1.0))))
+                units += Y.size
+        for it in chains:
+            tot += _chain_nll(it, beta)
+            units += it[0].shape[0]
         return tot / units if units else 0.0
 
     def fit(self, steps=None):
@@ -186,9 +190,11 @@ class Temperature:
             return 0.0
         h = 0.1
         u = math.log(self.beta)
-        f0 = self.loss()
+        prep = self._groups()
+        loss = lambda b: self.loss(b, prep)   # noqa: E731
+        f0 = loss(self.beta)
         for _ in range(self.steps if steps is None else int(steps)):
-            fp, fm = self.loss(math.exp(u + h)), self.loss(math.exp(u - h))
+            fp, fm = loss(math.exp(u + h)), loss(math.exp(u - h))
             g = (fp - fm) / (2 * h)
             H = (fp - 2 * f0 + fm) / (h * h)
             if abs(g) < 1e-12:
@@ -197,7 +203,7 @@ class Temperature:
             step = max(-1.0, min(1.0, step))
             for _ in range(8):           # halve until the loss goes down
                 un = min(max(u + step, math.log(BETA_MIN)), math.log(BETA_MAX))
-                fn = self.loss(math.exp(un))
+                fn = loss(math.exp(un))
                 if fn < f0:
                     u, f0 = un, fn
                     break
