@@ -114,7 +114,7 @@ class Temperature:
         ``stride`` (the cost per learned record stays a fraction of a prediction).
     """
 
-    def __init__(self, window=256, every=32, steps=2, dense_until=4096, stride=4):
+    def __init__(self, window=128, every=32, steps=2, dense_until=1024, stride=8):
         self.window, self.every, self.steps = int(window), int(every), int(steps)
         self.dense_until, self.stride = int(dense_until), int(stride)
         self.beta = 1.0
@@ -221,9 +221,10 @@ class Temperature:
                 "n_fits": int(self.n_fits)}
 
     @classmethod
-    def from_state(cls, st):
+    def from_state(cls, st, **settings):
+        """The fit saved by :meth:`state`, with ``settings`` (the constructor's arguments)."""
         validate_calibration(st, (BETA_MIN, BETA_MAX))
-        t = cls()
+        t = cls(**settings)
         t.beta = float(st["beta"])
         t.n_offered, t.n_observed, t.n_fits = int(st["n_offered"]), int(st["n_observed"]), int(st["n_fits"])
         return t

@@ -38,7 +38,7 @@ def test_chain_marginals_equal_enumeration(L, K, use_trans):
         assert np.allclose(marg.sum(axis=1), 1.0)
 
 
-def _tagger_data(n=60, seed=0):
+def _tagger_data(n=80, seed=0):
     rng = np.random.default_rng(seed)
     X, Y = [], []
     for _ in range(n):

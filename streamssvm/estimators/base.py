@@ -221,11 +221,13 @@ class Estimator:
 
     _last_enc = None     # the EncodedRecord of the last predict_one (reused by learn_one)
     _temperature = None  # the calibration.Temperature fitted on the progressive stream
+    #: the Temperature's settings (window, every, dense_until, stride) for this kind of model
+    _calibration_settings: dict = {}
 
     def _calibrator(self):
         """The :class:`~streamssvm.calibration.Temperature` of the model (made on first use)."""
         if self._temperature is None:
-            self._temperature = Temperature()
+            self._temperature = Temperature(**self._calibration_settings)
         return self._temperature
 
     @property
@@ -398,7 +400,7 @@ class Estimator:
         model._features = FeatureIndex.from_state(st["features"])
         model._labels = LabelIndex.from_state(st["labels"])
         if st.get("calibration") is not None:     # files before calibrated confidence have none
-            model._temperature = Temperature.from_state(st["calibration"])
+            model._temperature = Temperature.from_state(st["calibration"], **cls._calibration_settings)
         if st["learner"] is not None:
             model._learner = learner.clone(model._overrides() or None)
             model._structure = model._make_structure()

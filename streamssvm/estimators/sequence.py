@@ -180,6 +180,11 @@ class SequenceTagger(Estimator, base.Estimator):
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, ys, Ki=self._ki())
 
+    #: a window evaluation is a forward-backward per held sequence: refit once per window and
+    #: observe one sequence in 16 after the first 256 (under half a forward-backward per learned
+    #: sequence)
+    _calibration_settings = {"window": 64, "every": 64, "dense_until": 256, "stride": 16}
+
     def _chain_tables(self, tok_ptr, fidx, fval):
         """(S, T, B) of an encoded sequence with the scale folded in, or None for a learner
         without dense weight tables (GDMM)."""
