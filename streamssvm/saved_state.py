@@ -292,6 +292,16 @@ def validate_scalars(values, bounds, what):
             _bad(f"{what}: {key}={v!r} out of range [{low}, {high}]")
 
 
+
+def validate_calibration(st, beta_range):
+    """Check a saved :class:`~streamssvm.calibration.Temperature` state: a dict with a finite
+    inverse temperature in ``beta_range`` and non-negative integer counters. Raises ``CheckpointError``."""
+    if not isinstance(st, dict) or any(k not in st for k in ("beta", "n_offered", "n_observed", "n_fits")):
+        _bad("calibration: expected a dict with beta, n_offered, n_observed and n_fits")
+    big = 2 ** 62
+    validate_scalars(st, {"beta": (beta_range[0], beta_range[1], "float"), "n_offered": (0, big, "int"),
+                          "n_observed": (0, big, "int"), "n_fits": (0, big, "int")}, "calibration")
+
 def _rng_state(rng):
     s = rng.bit_generator.state
     return {"bit_generator": s["bit_generator"], "state": str(s["state"]["state"]),

@@ -54,6 +54,8 @@ class ColumnScaler:
 
     def _rms(self, cols):
         """The RMS of each of ``cols`` (1 where unseen or where the squares underflowed)."""
+        if self.sumsq.shape[0] == 0:   # nothing learned yet: every column keeps its values
+            return np.ones(cols.shape[0], dtype=np.float64)
         inside = cols < self.sumsq.shape[0]
         c = np.where(inside, cols, 0)
         n = np.where(inside, self.count[c], 0.0)

@@ -33,7 +33,7 @@ class ScoreTables:
     def emission(self, tok_ptr, fidx, fval):
         """(L, K) emission scores of the tokens of one CSR example (features the weights do
         not know score 0)."""
-        from ._kernels.bcfw import _emission_avg
+        from ._kernels.bcfw import emission_avg_scores
         from ._kernels.common import emission_scores
         tok_ptr = np.asarray(tok_ptr, dtype=np.int64)
         fidx = np.asarray(fidx, dtype=np.int32)
@@ -48,7 +48,7 @@ class ScoreTables:
         if L == 0:
             return S[:0, :self.K]
         if self.zc != 0.0:
-            _emission_avg(self.E, self.ZE, self.zc, self.scale, tok_ptr, fidx, fval, L, self.K, S)
+            emission_avg_scores(self.E, self.ZE, self.zc, self.scale, tok_ptr, fidx, fval, L, self.K, S)
         else:
             emission_scores(self.E, self.scale, tok_ptr, fidx, fval, L, self.K, S)
         S = S[:L, :self.K]

@@ -269,3 +269,12 @@ def test_a_checkpoint_from_before_scale_resumes_without_a_settings_refusal():
     eng.restored_settings = {**new, "scale": False}
     with pytest.raises(Refused, match="--scale"):
         _check_settings(eng, types.SimpleNamespace(override=False))
+
+
+def test_a_fresh_scaler_scales_nothing():
+    """A scaler that has learned nothing keeps every value (it once indexed its empty arrays:
+    the first learned record's pre-learning score, the calibration's observation, crashed)."""
+    import numpy as np
+    from streamssvm.scaling import ColumnScaler
+    out = ColumnScaler().scaled(np.array([0, 3], np.int32), np.array([2.0, -5.0]))
+    assert out.tolist() == [2.0, -5.0]

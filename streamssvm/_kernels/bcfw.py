@@ -760,6 +760,13 @@ def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
 
 
 @njit(**_JIT)
+def emission_avg_scores(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
+    """:func:`_emission_avg` callable from Python (it is inlined into its kernels and has no
+    Python wrapper of its own): n-best, explanations and probabilities score as predict does."""
+    _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
+
+
+@njit(**_JIT)
 def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
     """MAP labelings of a batch (``bundles.Batch``) at weights ``scale * (E - zc * ZE, T, B)``
     (zc = 0: plain E). Example e has tokens ex_tok[e]..ex_tok[e+1] of the global CSR (tok_ptr

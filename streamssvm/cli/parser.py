@@ -117,6 +117,8 @@ def build_parser():
     pd.add_argument("--nbest", type=_positive_int, default=None, metavar="K",
                     help="also write the K best outputs of each record, best first, as \"nbest\": "
                     "[{\"output\": ..., \"score\": ...}, ...] (default None: the prediction only)")
+    pd.add_argument("--proba", action="store_true", help="add each prediction's probabilities (predict_proba_one: "
+                    "classes, labels, or per-token marginals at the model's fitted temperature) as \"proba\"")
     pd.set_defaults(func=cmd_predict)
     add_inspect_parser(sub, fmt)
 

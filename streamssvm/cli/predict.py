@@ -11,7 +11,8 @@ def cmd_predict(args):
     stdout, one JSON line each); records without a label are predicted alike; with labels in the
     records, the accuracy goes to stderr. ``--nbest K`` adds ``"nbest"``: the K best outputs,
     best first, as ``[{"output": ..., "score": ...}, ...]`` (``predict_nbest_one``; the first is
-    the prediction). A reader closing the output pipe (``predict | head``)
+    the prediction); ``--proba`` adds the probabilities (``predict_proba_one``, and
+    ``sequence_proba_one`` of the prediction for a tagger). A reader closing the output pipe (``predict | head``)
     ends the command quietly (exit 0)."""
     import streamssvm as ss
 
@@ -48,6 +49,10 @@ def cmd_predict(args):
                         continue
                 n += 1
                 p, y = got_one.prediction, got_one.y
+                if getattr(args, "proba", False):
+                    out["proba"] = jsonable(model.predict_proba_one(got_one.x))
+                    if task == "sequence":
+                        out["sequence_proba"] = jsonable(model.sequence_proba_one(got_one.x, p))
                 sink.write(out)
                 if rec.y is not None:
                     metrics.update(y, p)

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import checkpoint
 from ..certificate import Certificate
+from ..calibration import Temperature
 from ..features import FeatureIndex, LabelIndex, _decode_key, _encode_key
 from ..scaling import ColumnScaler
 from .._kernels.finite import rows_finite
@@ -225,6 +226,22 @@ class Estimator:
                     raise type(e)(f"row {i}: {e}") from e
 
     _last_enc = None     # the EncodedRecord of the last predict_one (reused by learn_one)
+    _temperature = None  # the calibration.Temperature fitted on the progressive stream
+    #: the Temperature's settings (window, every, dense_until, stride) for this kind of model
+    _calibration_settings: dict = {}
+
+    def _calibrator(self):
+        """The :class:`~streamssvm.calibration.Temperature` of the model (made on first use)."""
+        if self._temperature is None:
+            self._temperature = Temperature(**self._calibration_settings)
+        return self._temperature
+
+    @property
+    def temperature(self):
+        """The temperature T of the model's Gibbs distribution p(y | x) ∝ exp(score(x, y) / T)
+        (``predict_proba_one``), fitted online on the records learned (each scored before it
+        is learned); 1.0 before any fit."""
+        return 1.0 if self._temperature is None else 1.0 / self._temperature.beta
 
     def _encode_to_predict(self, x):
         """CSR arrays of a flat ``x`` for prediction (``encode_one(x, grow=False)``), its
@@ -449,7 +466,8 @@ class Estimator:
         return {"config": self._params_state(), "features": self._features.state(),
                 "scaling": None if self._scaler is None else self._scaler.state(),
                 "labels": self._labels.state(),
-                "learner": None if self._learner is None else self._learner.state()}
+                "learner": None if self._learner is None else self._learner.state(),
+                "calibration": None if self._temperature is None else self._temperature.state()}
 
     def save(self, path):
         """Save to one file (zip of a JSON manifest and .npy arrays, checksummed, atomic)."""
@@ -480,6 +498,8 @@ class Estimator:
             except ValueError as e:
                 raise checkpoint.CheckpointError(f"invalid model file: {e}") from None
         model._labels = LabelIndex.from_state(st["labels"])
+        if st.get("calibration") is not None:     # files before calibrated confidence have none
+            model._temperature = Temperature.from_state(st["calibration"], **cls._calibration_settings)
         if st["learner"] is not None:
             model._learner = learner.clone(model._overrides() or None)
             model._structure = model._make_structure()

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 from river import base
 
+from .. import calibration
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
@@ -148,6 +149,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if lr is None or self._synced is not lr or self._synced_key != key:
             lr = self._sync()
             self._synced, self._synced_key = lr, key
+        self._observe_calibration(tok_ptr, fidx, self._scaled(fidx, fval), yid)   # as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32))
 
@@ -222,7 +224,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 except Exception as e:  # noqa: BLE001 - a bad record: see Estimator.predict_learn_each
                     out[i] = (False, e)
                     continue
-                if yid >= 0 and trusted and self._scales_as_is(fi, fv):
+                if (yid >= 0 and trusted and self._scales_as_is(fi, fv)
+                        and not self._calibrator().would_want(len(run))):
                     run.append((i, x, y, fi, fv, yid))
                     continue
             self._learn_run(run, out, learned)
@@ -287,6 +290,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 out[run[e + q][0]] = (True, labels[p])
                 if self._scaler is not None:   # the statistics take the record (its values stay)
                     self._scaler.learn_scaled(run[e + q][3], run[e + q][4])
+                self._calibrator().wants()   # offered, not observed (would_want said so), as one by one
             e += len(ids)
             if len(ids) == 0:   # something of the Python side is due before it: one at a time
                 i, x, y = run[e][:3]
@@ -296,13 +300,33 @@ class MulticlassSSVM(Estimator, base.Classifier):
                     out[i] = (False, ex)
                 e += 1
         run.clear()
+    def _observe_calibration(self, tok_ptr, fidx, fval, yid):
+        """Offer the record, scored by the model before it learns it, to the temperature fit."""
+        t = self._calibrator()
+        if not t.wants():
+            return
+        lr = self._learner
+        tables = calibration.predict_tables(lr)
+        K = int(lr.n_labels) if tables is not None else 0
+        if K < 2 or yid >= K:
+            return
+        t.observe_class(calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0], yid)
 
     def predict_proba_one(self, x):
-        """One-hot distribution on the predicted class (an SVM gives no probabilities)."""
-        y = self.predict_one(x)
-        if y is None:
+        """p(class | x) ∝ exp(score(x, class) / T), T the :attr:`temperature` fitted online
+        (:mod:`streamssvm.calibration`); one-hot on the prediction for a learner without a
+        dense weight table (MEMOIR, Pragam)."""
+        if self._learner is None or len(self._labels) == 0:
             return {}
-        return {c: float(c == y) for c in self._labels.labels}
+        tables = calibration.predict_tables(self._learner)
+        if tables is None:
+            y = self.predict_one(x)
+            return {c: float(c == y) for c in self._labels.labels}
+        tok_ptr, fidx, fval = self._encode_to_predict(x)
+        K = int(self._learner.n_labels)
+        p = calibration.softmax(calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0],
+                                1.0 / self.temperature)
+        return {c: float(p[i]) if i < K else 0.0 for i, c in enumerate(self._labels.labels)}
 
     def predict_nbest_one(self, x, k, constraints=None):
         """The ``k`` best classes for ``x`` with their scores, best first: a list of

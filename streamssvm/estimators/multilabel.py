@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 from river import base
 
+from .. import calibration
+
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
@@ -166,9 +168,47 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     def learn_one(self, x, y):
         tok_ptr, fidx, fval, pos = self._encode_example(x, y)
         lr = self._sync()
+        self._observe_calibration(tok_ptr, fidx, self._scaled(fidx, fval), pos)   # as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         Ki = self._hier.n_leaves if self._hier is not None else len(self._labels)
         lr.learn(tok_ptr, fidx, self._learned(fidx, fval), pos, Ki=max(Ki, 1))
+
+    def _label_scores(self, tok_ptr, fidx, fval):
+        """Per-label scores (a label is predicted on iff its score > 0) of independent labels,
+        or None (pairwise or hierarchical structures, learners without dense weight tables)."""
+        if self.pairwise or self._hier is not None:
+            return None
+        tables = calibration.predict_tables(self._learner)
+        if tables is None:
+            return None
+        return calibration.emission_scores(tables, tok_ptr, fidx, fval, int(self._learner.n_labels))[0]
+
+    def _observe_calibration(self, tok_ptr, fidx, fval, pos):
+        """Offer the record, scored by the model before it learns it, to the temperature fit."""
+        t = self._calibrator()
+        if not t.wants():
+            return
+        s = self._label_scores(tok_ptr, fidx, fval)
+        if s is None or len(s) == 0:
+            return
+        truth = np.zeros(len(s), dtype=bool)
+        p = np.asarray(pos, dtype=np.int64)
+        truth[p[p < len(s)]] = True
+        t.observe_labels(s, truth)
+
+    def predict_proba_one(self, x):
+        """``{label: {False: 1 - p, True: p}}`` (river's multi-label form): independent labels
+        get p = sigmoid(score / T), T the :attr:`temperature` fitted online (a label is predicted
+        on iff p > 1/2); pairwise and hierarchical models give 0/1 on their prediction."""
+        pred = self.predict_one(x)
+        if self._learner is None or len(self._labels) == 0:
+            return {lab: {False: 1.0, True: 0.0} for lab in pred}
+        s = self._label_scores(*self._encode_to_predict(x))
+        if s is None:
+            return {lab: {False: float(not v), True: float(v)} for lab, v in pred.items()}
+        p = calibration.sigmoid(s, 1.0 / self.temperature)
+        return {lab: {False: 1.0 - float(p[k]), True: float(p[k])} if k < len(p) else {False: 1.0, True: 0.0}
+                for k, lab in enumerate(self._labels.labels)}
 
     def predict_one(self, x, constraints=None):
         """The best labeling for ``x`` as ``{label: bool}``; with ``constraints`` (a

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 from river import base
 
+from .. import calibration
+from .._kernels import marginals as KM
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.gdmm import GDMM
@@ -197,8 +199,83 @@ class SequenceTagger(Estimator, base.Estimator):
             tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
             self._check_cost(tok_ptr)
         lr = self._sync()
+        self._observe_calibration(tok_ptr, fidx, fval, ys)
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         lr.learn(tok_ptr, fidx, fval, ys, Ki=self._ki())
+
+    #: a window evaluation is a forward-backward per held sequence: refit once per window and
+    #: observe one sequence in 16 after the first 256 (under half a forward-backward per learned
+    #: sequence)
+    _calibration_settings = {"window": 64, "every": 64, "dense_until": 256, "stride": 16}
+
+    def _gibbs_tables(self, tok_ptr, fidx, fval):
+        """(S, T, B) of an encoded sequence with the scale folded in, or None for a learner
+        without dense weight tables (GDMM)."""
+        tables = calibration.predict_tables(self._learner)
+        if tables is None:
+            return None
+        K = int(self._learner.n_labels)
+        S = calibration.emission_scores(tables, tok_ptr, fidx, fval, K)
+        T, B = calibration.chain_tables(tables, K)
+        return S, T, B
+
+    def _observe_calibration(self, tok_ptr, fidx, fval, ys):
+        """Offer the sequence, scored by the model before it learns it, to the temperature fit."""
+        t = self._calibrator()
+        if not t.wants() or len(ys) == 0:
+            return
+        st = self._gibbs_tables(tok_ptr, fidx, fval)
+        if st is None or st[0].shape[1] < 2:
+            return
+        t.observe_chain(*st, self.transitions, ys)
+
+    def predict_proba_one(self, x):
+        """Per-token marginals ``[{tag: p(y_t = tag | x)}, ...]`` of the Gibbs distribution
+        p(y | x) ∝ exp(score(x, y) / T) over tag sequences (forward-backward; T the
+        :attr:`temperature` fitted online). Tags the model has not learned yet get 0; a learner
+        without dense weight tables (GDMM) gives one-hot marginals on the prediction."""
+        labs = self._labels.labels
+        if self._learner is None or len(self._labels) == 0:
+            return [{} for _ in self.predict_one(x)]
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=False)
+        st = self._gibbs_tables(tok_ptr, fidx, fval)
+        if st is None:
+            return [{c: float(c == y) for c in labs} for y in self.predict_one(x)]
+        S, T, B = st
+        L, K = S.shape
+        if L == 0:
+            return []
+        marg = np.empty((L, K))
+        KM.chain_marginals(S, T, B, self.transitions, L, K, 1.0 / self.temperature, marg)
+        return [{c: float(marg[t, i]) if i < K else 0.0 for i, c in enumerate(labs)} for t in range(L)]
+
+    def sequence_proba_one(self, x, y=None):
+        """p(y | x) of a whole tag sequence (default: the prediction) under the same Gibbs
+        distribution as :meth:`predict_proba_one`; 0 for a sequence with a tag the model does not
+        know, None before the first example or for a learner without dense weight tables."""
+        if self._learner is None or len(self._labels) == 0:
+            return None
+        if y is None:
+            y = self.predict_one(x)
+        tok_ptr, fidx, fval = self._features.encode_tokens(x, grow=False)
+        st = self._gibbs_tables(tok_ptr, fidx, fval)
+        if st is None:
+            return None
+        S, T, B = st
+        L, K = S.shape
+        if len(y) != L:
+            raise ValueError(f"x has {L} tokens but y has {len(y)} labels")
+        if L == 0:
+            return 1.0
+        ids = np.empty(L, dtype=np.int64)
+        for t, lab in enumerate(y):
+            i = self._labels.index.get(lab)
+            if i is None or i >= K:
+                return 0.0
+            ids[t] = i
+        beta = 1.0 / self.temperature
+        logZ = KM.chain_marginals(S, T, B, self.transitions, L, K, beta, np.empty((L, K)))
+        return float(np.exp(beta * KM.chain_score(S, T, B, self.transitions, L, ids) - logZ))
 
     def predict_one(self, x, constraints=None):
         """The best tag sequence for ``x``; with ``constraints`` (a :class:`streamssvm.Constraints`

@@ -1,0 +1,236 @@
+"""Calibrated confidence: a structural SVM's scores turned into probabilities by a Gibbs
+distribution p(y | x) ∝ exp(beta score(x, y)), the inverse temperature beta fitted online on
+the progressive stream (each record scored by the model *before* it learns the record, as
+river's progressive validation does).
+
+This is temperature scaling (Guo, Pleiss, Sun & Weinberger, "On Calibration of Modern Neural
+Networks", ICML 2017) on a structured output: over the classes for a multiclass model, a sigmoid
+per label for independent multi-label models (Platt, "Probabilistic outputs for support vector
+machines", 1999, with the offset fixed at the decision threshold 0), and per-token marginals by
+forward-backward for chains (a CRF's marginals with the SVM's weights, Lafferty, McCallum &
+Pereira, ICML 2001).
+
+The fit keeps a window of the last ``window`` observed records (their score tables and true
+outputs) and, every ``every`` observations, takes ``steps`` safeguarded Newton steps on
+``u = log beta`` of the window's mean log-loss (finite-difference derivatives: three
+log-loss evaluations a step). The log-loss is convex in beta (a log-partition function is);
+a step that does not lower it is halved. Learning never reads beta: trajectories are unchanged.
+
+>>> import numpy as np
+>>> t = Temperature(window=64, every=16)
+>>> rng = np.random.default_rng(0)
+>>> for _ in range(400):     # scores 4x too confident: the true class has logit s / 4
+...     s = rng.normal(size=3) * 8
+...     p = np.exp(s / 4 - np.max(s / 4)); p /= p.sum()
+...     t.observe_class(s, int(rng.choice(3, p=p)))
+>>> 0.15 < t.beta < 0.4
+True
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from ._kernels import marginals as KM
+from .saved_state import validate_calibration
+
+#: the inverse temperature's range (a state outside it is refused on load)
+BETA_MIN, BETA_MAX = 1e-8, 1e8
+
+
+def predict_tables(learner):
+    """``(E, ZE, zc, T, B, scale)`` with which ``learner`` predicts: emission scores
+    ``scale * x (E - zc ZE)``, transitions ``scale * T`` and boundary biases ``scale * B`` (the
+    arrays are the learner's own, not copies: read them, do not keep them). ``None`` for a
+    learner whose weights are not one dense table (MEMOIR, GDMM, Pragam): such a model's
+    probabilities are one-hot on its prediction."""
+    if learner is None or not getattr(learner, "bound", False) or getattr(learner, "W", None) is None:
+        return None
+    if hasattr(learner, "_predict_params"):            # BCFW (averaged iterate folded in lazily)
+        return learner._predict_params()
+    if hasattr(learner, "_pred_weights"):              # SGD
+        W, scale = learner._pred_weights()
+        return W.E, W.E, 0.0, W.T, W.B, float(scale)
+    if hasattr(learner, "_pred"):                      # BMRM (best iterate, unscaled)
+        W = learner._pred()
+        return W.E, W.E, 0.0, W.T, W.B, 1.0
+    if type(learner).__name__ == "CuttingPlane":
+        W = learner.W
+        return W.E, W.E, 0.0, W.T, W.B, float(learner._scale())
+    return None
+
+
+def emission_scores(tables, tok_ptr, fidx, fval, K):
+    """The (L x K) emission score table of an encoded record."""
+    E, ZE, zc, _, _, scale = tables
+    L = len(tok_ptr) - 1
+    S = np.empty((L, K))
+    KM.emission_table(E, ZE, float(zc), float(scale), np.asarray(tok_ptr, dtype=np.int64),
+                      np.asarray(fidx, dtype=np.int64), np.asarray(fval, dtype=np.float64), L, K, S)
+    return S
+
+
+def chain_tables(tables, K):
+    """Transition and boundary tables of a chain with the scale folded in (copies)."""
+    _, _, _, T, B, scale = tables
+    return scale * np.ascontiguousarray(T[:K, :K]), scale * np.ascontiguousarray(B[:, :K])
+
+
+def softmax(s, beta):
+    """p_k ∝ exp(beta s_k)."""
+    z = beta * np.asarray(s, dtype=np.float64)
+    z = z - z.max()
+    p = np.exp(z)
+    return p / p.sum()
+
+
+def sigmoid(s, beta):
+    """1 / (1 + exp(-beta s)), stable for large |beta s|."""
+    z = beta * np.asarray(s, dtype=np.float64)
+    return np.where(z >= 0, 1.0 / (1.0 + np.exp(-np.abs(z))), np.exp(-np.abs(z)) / (1.0 + np.exp(-np.abs(z))))
+
+
+def _chain_nll(item, beta):
+    S, T, B, use_trans, y = item
+    L, K = S.shape
+    return float(KM.chain_token_nll(S, T, B, use_trans, L, K, beta, y, np.empty((L, K))))
+
+
+class Temperature:
+    """The online fit of the inverse temperature ``beta`` (see the module docstring).
+
+    Parameters
+    ----------
+    window
+        Records (their score tables) kept for the fit.
+    every
+        Observations between two fits.
+    steps
+        Newton steps per fit.
+    dense_until, stride
+        Every record is observed until ``dense_until`` have been offered, then one in
+        ``stride`` (the cost per learned record stays a fraction of a prediction).
+    """
+
+    def __init__(self, window=128, every=32, steps=2, dense_until=1024, stride=8):
+        self.window, self.every, self.steps = int(window), int(every), int(steps)
+        self.dense_until, self.stride = int(dense_until), int(stride)
+        self.beta = 1.0
+        self.n_offered = 0      # records offered to wants()
+        self.n_observed = 0     # records kept in the window so far
+        self.n_fits = 0
+        self._items = deque(maxlen=self.window)
+
+    # ------------------------------------------------------------------ observing
+    def would_want(self, ahead=0):
+        """Whether the record offered ``ahead`` records from now will be observed (counts nothing):
+        a micro-batch sends the kernel only records the fit does not observe."""
+        n = self.n_offered + ahead
+        return n < self.dense_until or n % self.stride == 0
+
+    def wants(self):
+        """Count an offered record; True when it is to be observed."""
+        n = self.n_offered
+        self.n_offered = n + 1
+        return n < self.dense_until or n % self.stride == 0
+
+    def observe_class(self, scores, y):
+        """A multiclass record: its class scores before learning and its true class index."""
+        self._add(("c", np.array(scores, dtype=np.float64), int(y)))
+
+    def observe_labels(self, scores, y):
+        """An independent multi-label record: per-label scores (on iff > 0) and the truth (bools)."""
+        self._add(("l", np.array(scores, dtype=np.float64), np.asarray(y, dtype=bool)))
+
+    def observe_chain(self, S, T, B, use_trans, y):
+        """A chain: its emission table, transition and boundary tables (scaled) and true tags."""
+        self._add(("s", (np.ascontiguousarray(S, dtype=np.float64), np.ascontiguousarray(T, dtype=np.float64),
+                         np.ascontiguousarray(B, dtype=np.float64), bool(use_trans),
+                         np.asarray(y, dtype=np.int64))))
+
+    def _add(self, item):
+        self._items.append(item)
+        self.n_observed += 1
+        if self.n_observed % self.every == 0:
+            self.fit()
+
+    # ------------------------------------------------------------------ fitting
+    def _groups(self):
+        """The window as vectorized groups: ("c", scores (n x K), truth (n,)) and ("l", scores,
+        truth (n x K)) per label count K, and the chains one by one."""
+        by, chains = {}, []
+        for it in self._items:
+            if it[0] == "s":
+                chains.append(it[1])
+            else:
+                by.setdefault((it[0], len(it[1])), []).append(it)
+        groups = [(k, np.stack([it[1] for it in its]), np.stack([np.asarray(it[2]) for it in its]))
+                  for (k, _), its in by.items()]
+        return groups, chains
+
+    def loss(self, beta=None, prepared=None):
+        """Mean log-loss of the window at ``beta`` (default: the current one) per scored unit
+        (class decision, label or token)."""
+        beta = self.beta if beta is None else float(beta)
+        groups, chains = self._groups() if prepared is None else prepared
+        tot, units = 0.0, 0
+        for kind, S, Y in groups:
+            Z = beta * S
+            if kind == "c":
+                m = Z.max(axis=1)
+                tot += float(np.sum(m + np.log(np.exp(Z - m[:, None]).sum(axis=1)) - Z[np.arange(len(Y)), Y]))
+                units += len(Y)
+            else:
+                tot += float(np.sum(np.logaddexp(0.0, -Z * np.where(Y, 1.0, -1.0))))
+                units += Y.size
+        for it in chains:
+            tot += _chain_nll(it, beta)
+            units += it[0].shape[0]
+        return tot / units if units else 0.0
+
+    def fit(self, steps=None):
+        """``steps`` safeguarded Newton steps on log beta; returns the window's log-loss."""
+        if not self._items:
+            return 0.0
+        h = 0.1
+        u = math.log(self.beta)
+        prep = self._groups()
+        loss = lambda b: self.loss(b, prep)   # noqa: E731
+        f0 = loss(self.beta)
+        for _ in range(self.steps if steps is None else int(steps)):
+            fp, fm = loss(math.exp(u + h)), loss(math.exp(u - h))
+            g = (fp - fm) / (2 * h)
+            H = (fp - 2 * f0 + fm) / (h * h)
+            if abs(g) < 1e-12:
+                break
+            step = -g / H if H > 1e-12 else -math.copysign(1.0, g)
+            step = max(-1.0, min(1.0, step))
+            for _ in range(8):           # halve until the loss goes down
+                un = min(max(u + step, math.log(BETA_MIN)), math.log(BETA_MAX))
+                fn = loss(math.exp(un))
+                if fn < f0:
+                    u, f0 = un, fn
+                    break
+                step *= 0.5
+            else:
+                break
+        self.beta = math.exp(u)
+        self.n_fits += 1
+        return f0
+
+    # ------------------------------------------------------------------ persistence
+    def state(self):
+        """beta and the counters (the window is not saved: it refills from the stream)."""
+        return {"beta": float(self.beta), "n_offered": int(self.n_offered), "n_observed": int(self.n_observed),
+                "n_fits": int(self.n_fits)}
+
+    @classmethod
+    def from_state(cls, st, **settings):
+        """The fit saved by :meth:`state`, with ``settings`` (the constructor's arguments)."""
+        validate_calibration(st, (BETA_MIN, BETA_MAX))
+        t = cls(**settings)
+        t.beta = float(st["beta"])
+        t.n_offered, t.n_observed, t.n_fits = int(st["n_offered"]), int(st["n_observed"]), int(st["n_fits"])
+        return t

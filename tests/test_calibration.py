@@ -1,0 +1,202 @@
+"""Calibrated confidence (streamssvm.calibration): Gibbs probabilities with an online temperature."""
+import itertools
+
+import numpy as np
+import pytest
+from river import checks
+
+import streamssvm as ss
+from streamssvm import calibration
+from streamssvm._kernels import marginals as KM
+from streamssvm.errors import CheckpointError
+
+
+def _brute_chain(S, T, B, use_trans, beta):
+    L, K = S.shape
+    marg = np.zeros((L, K))
+    logs = []
+    seqs = list(itertools.product(range(K), repeat=L))
+    for y in seqs:
+        logs.append(beta * KM.chain_score(S, T, B, use_trans, L, np.array(y, dtype=np.int64)))
+    logs = np.array(logs)
+    logZ = np.logaddexp.reduce(logs)
+    for y, lv in zip(seqs, logs):
+        for t, k in enumerate(y):
+            marg[t, k] += np.exp(lv - logZ)
+    return marg, logZ, dict(zip(seqs, np.exp(logs - logZ)))
+
+
+@pytest.mark.parametrize("L,K,use_trans", [(1, 3, True), (3, 2, True), (4, 3, True), (3, 3, False)])
+def test_chain_marginals_equal_enumeration(L, K, use_trans):
+    rng = np.random.default_rng(L * 10 + K)
+    S, T, B = rng.normal(size=(L, K)) * 2, rng.normal(size=(K, K)), rng.normal(size=(2, K))
+    for beta in (0.3, 1.0, 2.5):
+        marg = np.empty((L, K))
+        logZ = KM.chain_marginals(S, T, B, use_trans, L, K, beta, marg)
+        bm, bz, _ = _brute_chain(S, T, B, use_trans, beta)
+        assert np.allclose(marg, bm, atol=1e-12) and np.isclose(logZ, bz)
+        assert np.allclose(marg.sum(axis=1), 1.0)
+
+
+def _tagger_data(n=80, seed=0):
+    rng = np.random.default_rng(seed)
+    X, Y = [], []
+    for _ in range(n):
+        L = int(rng.integers(2, 5))
+        y = [str(v) for v in rng.integers(0, 3, size=L)]
+        x = [{"w=" + t: 1.0, "n" + str(rng.integers(3)): 1.0} if rng.random() < 0.8 else {"u": 1.0} for t in y]
+        X.append(x)
+        Y.append(y)
+    return X, Y
+
+
+def test_tagger_marginals_and_sequence_probability_match_the_gibbs_distribution():
+    X, Y = _tagger_data()
+    m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=0))
+    for x, y in zip(X, Y):
+        m.learn_one(x, y)
+    assert m._temperature.n_fits >= 1 and m.temperature != 1.0
+    x = X[0]
+    tok_ptr, fidx, fval = m._features.encode_tokens(x, grow=False)
+    S, T, B = m._gibbs_tables(tok_ptr, fidx, fval)
+    bm, _, probs = _brute_chain(S, T, B, True, 1.0 / m.temperature)
+    got = m.predict_proba_one(x)
+    labs = m.classes
+    assert np.allclose([[d[c] for c in labs] for d in got], bm, atol=1e-12)
+    assert all(abs(sum(d.values()) - 1) < 1e-9 for d in got)
+    pred = m.predict_one(x)
+    ids = tuple(labs.index(c) for c in pred)
+    assert np.isclose(m.sequence_proba_one(x), probs[ids])
+    assert probs[ids] == max(probs.values())          # the prediction is the mode
+    assert np.isclose(sum(m.sequence_proba_one(x, [labs[i] for i in y]) for y in probs), 1.0)
+    assert m.sequence_proba_one(x, ["nope"] * len(x)) == 0.0
+
+
+def test_multiclass_probabilities_sum_to_one_and_argmax_is_the_prediction():
+    rng = np.random.default_rng(1)
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    C = rng.normal(size=(4, 5)) * 2
+    for _ in range(300):
+        k = int(rng.integers(4))
+        x = C[k] + rng.normal(size=5)
+        p = m.predict_proba_one(x)
+        if p:
+            assert abs(sum(p.values()) - 1) < 1e-9
+            assert max(p, key=p.get) == m.predict_one(x)
+        m.learn_one(x, k)
+    assert m._temperature.n_fits > 0
+
+
+def test_temperature_fit_reduces_log_loss_on_a_synthetic_stream():
+    rng = np.random.default_rng(0)
+    t = calibration.Temperature(window=200, every=10 ** 9)   # fit by hand below
+    for _ in range(200):
+        s = rng.normal(size=4) * 6
+        t.observe_class(s, int(rng.choice(4, p=calibration.softmax(s, 0.2))))
+    before = t.loss()
+    after = t.fit(steps=6)
+    assert after < before and np.isclose(after, t.loss())
+    assert 0.1 < t.beta < 0.35
+    grid = [t.loss(b) for b in np.linspace(0.05, 1.0, 60)]
+    assert after <= min(grid) + 1e-3                        # at the minimum
+
+
+def test_temperature_fit_on_chains_and_labels_reduces_log_loss():
+    rng = np.random.default_rng(3)
+    t = calibration.Temperature(window=100, every=10 ** 9)
+    for _ in range(60):
+        L, K = 3, 3
+        S, T, B = rng.normal(size=(L, K)) * 5, rng.normal(size=(K, K)), np.zeros((2, K))
+        t.observe_chain(S, T, B, True, rng.integers(0, K, size=L))
+    f0 = t.loss()
+    assert t.fit(steps=4) < f0 and t.beta < 1.0               # random tags: less confident
+    u = calibration.Temperature(every=10 ** 9)
+    for _ in range(100):
+        s = rng.normal(size=5)
+        u.observe_labels(s, rng.random(5) < calibration.sigmoid(s, 3.0))
+    f0 = u.loss()
+    assert u.fit(steps=6) < f0 and 1.5 < u.beta < 6.0
+
+
+def test_state_round_trip_keeps_the_temperature(tmp_path):
+    X, Y = _tagger_data(40)
+    m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=0))
+    for x, y in zip(X, Y):
+        m.learn_one(x, y)
+    m.save(tmp_path / "m.ssvm")
+    r = ss.load(tmp_path / "m.ssvm")
+    assert r.temperature == m.temperature
+    assert r.predict_proba_one(X[1]) == m.predict_proba_one(X[1])
+    st = m.state()
+    st["calibration"]["beta"] = float("nan")
+    with pytest.raises(CheckpointError):
+        ss.SequenceTagger.from_state(st)
+    st["calibration"] = {"beta": 1.0}
+    with pytest.raises(CheckpointError):
+        ss.SequenceTagger.from_state(st)
+    del st["calibration"]                                    # a file from before: T = 1
+    assert ss.SequenceTagger.from_state(st).temperature == 1.0
+
+
+def test_calibration_does_not_change_the_learning_trajectory():
+    rng = np.random.default_rng(2)
+    data = [(rng.normal(size=4), int(rng.integers(3))) for _ in range(200)]
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    b._temperature = calibration.Temperature(dense_until=0, stride=10 ** 9)   # observes only record 0
+    for x, y in data:
+        a.learn_one(x, y)
+        b.learn_one(x, y)
+    assert np.array_equal(a.bound_learner.emission_weights(), b.bound_learner.emission_weights())
+
+
+def test_multiclass_with_calibration_passes_river_checks():
+    for params in ss.MulticlassSSVM._unit_test_params():
+        checks.check_estimator(ss.MulticlassSSVM(**params))
+
+
+def test_multilabel_probabilities_agree_with_the_prediction_and_fit_a_temperature():
+    rng = np.random.default_rng(4)
+    m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    W = rng.normal(size=(6, 4))
+    for _ in range(300):
+        x = rng.normal(size=6)
+        y = {f"l{k}": bool(v) for k, v in enumerate(x @ W + rng.normal(size=4) > 0)}
+        p = m.predict_proba_one(x)
+        pred = m.predict_one(x)
+        for lab, d in p.items():
+            assert abs(d[False] + d[True] - 1) < 1e-12
+            assert (d[True] > 0.5) == pred[lab] or abs(d[True] - 0.5) < 1e-9
+        m.learn_one(x, y)
+    assert m._temperature.n_fits > 0 and m.temperature != 1.0
+    pw = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    pw.learn_one(np.ones(3), {"a": True, "b": False})
+    assert pw.predict_proba_one(np.ones(3)) == {lab: {False: float(not v), True: float(v)}
+                                                for lab, v in pw.predict_one(np.ones(3)).items()}
+
+
+def test_cli_predict_proba_writes_probabilities(tmp_path):
+    import json
+    import subprocess
+    import sys
+    import os
+    rng = np.random.default_rng(0)
+    src = tmp_path / "s.jsonl"
+    with open(src, "w") as f:
+        for _ in range(80):
+            k = int(rng.integers(3))
+            f.write(json.dumps({"x": {"f": float(k + rng.normal() * 0.3), "g": float(rng.normal())}, "y": str(k)}) + "\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "streamssvm", *map(str, a)], capture_output=True,  # noqa: E731
+                                    text=True, env=env, timeout=600)
+    m = tmp_path / "m.ssvm"
+    assert run("run", "--source", f"file://{src}", "--task", "multiclass", "--lam", "0.01", "--save", m,
+               "--no-progress").returncode == 0
+    r = run("predict", "--model", m, "--source", f"file://{src}", "--proba")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 80
+    for row in rows:
+        assert abs(sum(row["proba"].values()) - 1) < 1e-9
+        assert max(row["proba"], key=row["proba"].get) == row["prediction"]
