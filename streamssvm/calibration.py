@@ -216,7 +216,7 @@ class Temperature:
                 step *= 0.5
             else:
                 break
-        self.beta = math.exp(u)
+        self.beta = min(max(math.exp(u), BETA_MIN), BETA_MAX)   # exp(log(BETA_MIN)) may round below it
         self.n_fits += 1
         return f0
 

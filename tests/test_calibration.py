@@ -200,3 +200,16 @@ def test_cli_predict_proba_writes_probabilities(tmp_path):
     for row in rows:
         assert abs(sum(row["proba"].values()) - 1) < 1e-9
         assert max(row["proba"], key=row["proba"].get) == row["prediction"]
+
+
+def test_a_temperature_at_its_bound_saves_and_loads():
+    """A fit pushed to the smallest inverse temperature stays inside the validator's range:
+    exp(log(1e-8)) rounds to 9.999999999999982e-09, which the saved-state validator refused
+    (a model whose records all tie could not be checkpointed)."""
+    from streamssvm.calibration import BETA_MIN, Temperature
+    t = Temperature(window=8, every=8, dense_until=1000, stride=1)
+    for _ in range(400):   # the truth always scores far below: the fit drives beta to its bound
+        t.wants()
+        t.observe_class(np.array([0.0, 50.0, 50.0]), 0)
+    assert t.beta == BETA_MIN
+    assert Temperature.from_state(t.state()).beta == BETA_MIN
