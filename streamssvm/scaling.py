@@ -71,6 +71,15 @@ class ColumnScaler:
             return fval.copy()
         return fval / self._rms(fidx)
 
+    def is_identity(self, fidx, fval):
+        """Whether scaling leaves these values (of any rows) as they are, before and after
+        learning them: every non-zero value is +-1 and every column they touch has RMS exactly 1
+        so far (0/1 indicators: OCR pixels, one-hot words), which learning them keeps."""
+        if not np.all((fval * fval == 1.0) | (fval == 0.0)):
+            return False
+        cols = fidx[fidx < self.sumsq.shape[0]]
+        return bool(np.array_equal(self.sumsq[cols], self.count[cols]))
+
     def learn_scaled(self, fidx, fval, tok_ptr=None):
         """Record the values of the rows ``tok_ptr`` (one row when None; a row's columns are
         distinct, as the encoding writes them) in order, each row scaled by the statistics
@@ -81,6 +90,11 @@ class ColumnScaler:
             self._grow(int(fidx.max()) + 1)
         if tok_ptr is None:
             return self._learn_row(fidx, fval)
+        if self.is_identity(fidx, fval):   # +-1 values: each adds exactly 1 to both sums, in any order
+            keep = (fidx != BIAS) & (fval != 0.0)
+            np.add.at(self.sumsq, fidx[keep], 1.0)
+            np.add.at(self.count, fidx[keep], 1.0)
+            return fval.copy()
         out = np.empty_like(fval)
         for a, b in zip(tok_ptr[:-1], tok_ptr[1:]):
             out[a:b] = self._learn_row(fidx[a:b], fval[a:b])

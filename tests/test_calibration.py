@@ -213,3 +213,13 @@ def test_a_temperature_at_its_bound_saves_and_loads():
         t.observe_class(np.array([0.0, 50.0, 50.0]), 0)
     assert t.beta == BETA_MIN
     assert Temperature.from_state(t.state()).beta == BETA_MIN
+
+
+def test_many_tag_chains_do_not_fit_the_temperature_while_learning():
+    """Above _calibration_max_tags the forward-backward fit would dominate learning (Brown's 472
+    tags: the first pass ~20x slower), so sequences are offered but not observed, and T stays 1."""
+    m = ss.SequenceTagger(learner=ss.learners.BCFW(seed=0))
+    tags = [f"t{i}" for i in range(m._calibration_max_tags + 6)]
+    for i in range(40):
+        m.learn_one([{f"w{(i + j) % 7}": 1.0} for j in range(5)], [tags[(5 * i + j) % len(tags)] for j in range(5)])
+    assert m._temperature.n_offered == 40 and m._temperature.n_observed <= 14 and m.temperature == 1.0

@@ -278,3 +278,23 @@ def test_a_fresh_scaler_scales_nothing():
     from streamssvm.scaling import ColumnScaler
     out = ColumnScaler().scaled(np.array([0, 3], np.int32), np.array([2.0, -5.0]))
     assert out.tolist() == [2.0, -5.0]
+
+
+def test_indicator_batches_learn_the_statistics_of_row_by_row():
+    """The vectorized update of +-1 batches (the fast path that keeps predict_learn_many on
+    BLAS for 0/1 rows) leaves the statistics and values of the row-by-row update, bit for bit."""
+    import numpy as np
+    from streamssvm.scaling import ColumnScaler
+    rng = np.random.default_rng(0)
+    B = (rng.random((50, 9)) < 0.3).astype(np.float64)
+    B[:, 4] *= -1.0
+    fidx = np.tile(np.arange(9, dtype=np.int32), 50)
+    fval = B.ravel()
+    tok = np.arange(0, 451, 9)
+    a, b = ColumnScaler(), ColumnScaler()
+    assert a.is_identity(fidx, fval)
+    va = a.learn_scaled(fidx, fval, tok)
+    vb = np.concatenate([b.learn_scaled(fidx[i:j], fval[i:j]) for i, j in zip(tok[:-1], tok[1:])])
+    assert np.array_equal(va, vb) and np.array_equal(va, fval)
+    assert np.array_equal(a.sumsq[:9], b.sumsq[:9]) and np.array_equal(a.count[:9], b.count[:9])
+    assert not a.is_identity(np.array([1], np.int32), np.array([2.0]))

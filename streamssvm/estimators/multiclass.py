@@ -245,13 +245,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         touches has RMS exactly 1 so far (0/1 indicators: OCR pixels, one-hot words), which
         learning it keeps. Only such records go to the kernel, which does not scale; the
         others go through :meth:`predict_learn_one`."""
-        sc = self._scaler
-        if sc is None:
-            return True
-        if not np.all((fval * fval == 1.0) | (fval == 0.0)):
-            return False
-        cols = fidx[fidx < sc.sumsq.shape[0]]
-        return bool(np.array_equal(sc.sumsq[cols], sc.count[cols]))
+        return self._scaler is None or self._scaler.is_identity(fidx, fval)
 
     def _dense_rows(self, xs):
         """The CSR of a batch of 1-D float arrays of the index's width, valid, in one pass
@@ -454,8 +448,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
             labs = self._labels.labels[:n0]
             self._synced = None
             self._learner.ensure(self._features.dim, labs)
-            ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 and self._scaler is None \
-                else None
+            as_is = self._scaler is None or self._scaler.is_identity(fidx, fval)   # e.g. 0/1 pixels
+            ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 and as_is else None
             if ids is None:
                 ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, self._scaled(fidx, fval), np.arange(n + 1, dtype=np.int64), n)

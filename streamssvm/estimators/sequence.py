@@ -219,10 +219,16 @@ class SequenceTagger(Estimator, base.Estimator):
         T, B = calibration.chain_tables(tables, K)
         return S, T, B
 
+    #: the most tags for which the temperature is fitted while learning: a fit evaluates a
+    #: forward-backward (~K^2 exp per token) of every sequence in its window several times; at
+    #: Brown's 472 tags that made the first pass ~20x slower (283 vs 14.5 CPU s), so above it T
+    #: stays 1 (predict_proba_one's marginals are then unfitted)
+    _calibration_max_tags = 64
+
     def _observe_calibration(self, tok_ptr, fidx, fval, ys):
         """Offer the sequence, scored by the model before it learns it, to the temperature fit."""
         t = self._calibrator()
-        if not t.wants() or len(ys) == 0:
+        if not t.wants() or len(ys) == 0 or int(self._learner.n_labels) > self._calibration_max_tags:
             return
         st = self._gibbs_tables(tok_ptr, fidx, fval)
         if st is None or st[0].shape[1] < 2:
