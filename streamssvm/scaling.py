@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._kernels.scaling import learn_values, scale_values
 from .features import BIAS
 
 
@@ -52,24 +53,12 @@ class ColumnScaler:
             self.sumsq = np.concatenate([self.sumsq, np.zeros(n - self.sumsq.shape[0])])
             self.count = np.concatenate([self.count, np.zeros(n - self.count.shape[0])])
 
-    def _rms(self, cols):
-        """The RMS of each of ``cols`` (1 where unseen or where the squares underflowed)."""
-        if self.sumsq.shape[0] == 0:   # nothing learned yet: every column keeps its values
-            return np.ones(cols.shape[0], dtype=np.float64)
-        inside = cols < self.sumsq.shape[0]
-        c = np.where(inside, cols, 0)
-        n = np.where(inside, self.count[c], 0.0)
-        s = np.where(inside, self.sumsq[c], 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.sqrt(s / n)
-        ok = (n > 0) & (r > 0) & np.isfinite(r) & (cols != BIAS)
-        return np.where(ok, r, 1.0)
-
     def scaled(self, fidx, fval):
         """``fval`` of the columns ``fidx`` divided by their RMS (a new array); changes nothing."""
-        if fval.shape[0] == 0:
-            return fval.copy()
-        return fval / self._rms(fidx)
+        out = np.empty(fval.shape[0], dtype=np.float64)
+        if fval.shape[0]:
+            scale_values(self.sumsq, self.count, fidx, fval, out)
+        return out
 
     def is_identity(self, fidx, fval):
         """Whether scaling leaves these values (of any rows) as they are, before and after
@@ -101,12 +90,9 @@ class ColumnScaler:
         return out
 
     def _learn_row(self, cols, vals):
-        keep = (cols != BIAS) & (vals != 0.0)
-        c = cols[keep]
-        v = vals[keep]
-        self.sumsq[c] += v * v
-        self.count[c] += 1.0
-        return self.scaled(cols, vals)
+        out = np.empty(vals.shape[0], dtype=np.float64)
+        learn_values(self.sumsq, self.count, cols, vals, out)
+        return out
 
     # ------------------------------------------------------------------ persistence
     def state(self):

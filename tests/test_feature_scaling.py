@@ -298,3 +298,39 @@ def test_indicator_batches_learn_the_statistics_of_row_by_row():
     assert np.array_equal(va, vb) and np.array_equal(va, fval)
     assert np.array_equal(a.sumsq[:9], b.sumsq[:9]) and np.array_equal(a.count[:9], b.count[:9])
     assert not a.is_identity(np.array([1], np.int32), np.array([2.0]))
+
+
+def test_the_scaling_kernels_equal_the_vectorized_formula():
+    """_kernels/scaling (one pass per record) gives the bits of the vectorized numpy formula it
+    replaced: zeros, the bias, unseen and out-of-range columns, underflowed squares, huge values."""
+    import numpy as np
+    from streamssvm import features
+    from streamssvm._kernels import scaling as KS
+    from streamssvm.scaling import ColumnScaler
+    assert KS.BIAS == features.BIAS
+
+    def reference(sumsq, count, cols, vals):
+        inside = cols < sumsq.shape[0]
+        c = np.where(inside, cols, 0)
+        n = np.where(inside, count[c], 0.0)
+        s = np.where(inside, sumsq[c], 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.sqrt(s / n)
+        ok = (n > 0) & (r > 0) & np.isfinite(r) & (cols != features.BIAS)
+        return vals / np.where(ok, r, 1.0)
+
+    rng = np.random.default_rng(0)
+    a, b = ColumnScaler(), ColumnScaler()
+    b._grow(40)
+    for t in range(300):
+        cols = np.sort(rng.choice(40, size=8, replace=False)).astype(np.int32)
+        vals = rng.normal(size=8) * 10.0 ** rng.integers(-200, 200, size=8)
+        vals[rng.random(8) < 0.2] = 0.0
+        got = a.learn_scaled(cols, vals)
+        keep = (cols != features.BIAS) & (vals != 0.0)
+        b.sumsq[cols[keep]] += vals[keep] * vals[keep]
+        b.count[cols[keep]] += 1.0
+        assert np.array_equal(got, reference(b.sumsq, b.count, cols, vals))
+        probe = np.array([0, 3, 39, 55], np.int32)
+        pv = rng.normal(size=4)
+        assert np.array_equal(a.scaled(probe, pv), reference(b.sumsq, b.count, probe, pv))
