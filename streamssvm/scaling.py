@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels.scaling import learn_values, scale_values
+from ._kernels.scaling import learn_rows, learn_values, scale_values
 from .features import BIAS
 
 
@@ -84,9 +84,8 @@ class ColumnScaler:
             np.add.at(self.sumsq, fidx[keep], 1.0)
             np.add.at(self.count, fidx[keep], 1.0)
             return fval.copy()
-        out = np.empty_like(fval)
-        for a, b in zip(tok_ptr[:-1], tok_ptr[1:]):
-            out[a:b] = self._learn_row(fidx[a:b], fval[a:b])
+        out = np.empty(fval.shape[0], dtype=np.float64)
+        learn_rows(self.sumsq, self.count, np.asarray(tok_ptr, dtype=np.int64), fidx, fval, out)
         return out
 
     def _learn_row(self, cols, vals):

@@ -47,3 +47,12 @@ def learn_values(sumsq, count, fidx, fval, out):
             sumsq[c] += v * v
             count[c] += 1.0
     scale_values(sumsq, count, fidx, fval, out)
+
+
+@njit(**_JIT)
+def learn_rows(sumsq, count, tok_ptr, fidx, fval, out):
+    """:func:`learn_values` of the rows ``tok_ptr`` of a CSR batch, in order (each row scaled by
+    the statistics that include it, as learned one by one)."""
+    for r in range(tok_ptr.shape[0] - 1):
+        a, b = tok_ptr[r], tok_ptr[r + 1]
+        learn_values(sumsq, count, fidx[a:b], fval[a:b], out[a:b])
