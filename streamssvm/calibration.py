@@ -130,6 +130,11 @@ class Temperature:
         n = self.n_offered + ahead
         return n < self.dense_until or n % self.stride == 0
 
+    def pass_over(self, n):
+        """Count ``n`` offered records that are not observed (:meth:`would_want` said so): the
+        counter :meth:`wants` would leave after them, in one step."""
+        self.n_offered += int(n)
+
     def wants(self):
         """Count an offered record; True when it is to be observed."""
         n = self.n_offered

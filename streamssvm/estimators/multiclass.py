@@ -282,9 +282,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
             ids = self._learner.predict_learn_run(tok_ptr[e:] - a, fidx[a:], fval[a:], yids[e:])
             for q, p in enumerate(ids):
                 out[run[e + q][0]] = (True, labels[p])
-                if self._scaler is not None:   # the statistics take the record (its values stay)
-                    self._scaler.learn_scaled(run[e + q][3], run[e + q][4])
-                self._calibrator().wants()   # offered, not observed (would_want said so), as one by one
+            if len(ids):
+                b = int(tok_ptr[e + len(ids)])
+                if self._scaler is not None:   # the statistics take the records (their values stay)
+                    self._scaler.learn_scaled(fidx[a:b], fval[a:b], tok_ptr[e:e + len(ids) + 1] - a)
+                self._calibrator().pass_over(len(ids))   # offered, not observed (would_want said so)
             e += len(ids)
             if len(ids) == 0:   # something of the Python side is due before it: one at a time
                 i, x, y = run[e][:3]
