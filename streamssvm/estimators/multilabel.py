@@ -12,7 +12,9 @@ from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..learners.gdmm import GDMM
 from ..structures import Hierarchy, MultiLabel
-from ..features import LabelIndex, _decode_key, _encode_key, check_truth
+from .. import checkpoint
+from ..features import BIAS, LabelIndex, _decode_key, _encode_key, check_truth
+from ..row_norm import RowNorm
 from .base import Estimator, _is_dataframe, require_pandas
 
 
@@ -74,7 +76,11 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         return BCFW()
 
     def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise=False,
-                 hierarchy=None, scale=True):
+                 hierarchy=None, scale=True, normalize=True):
+        if not isinstance(normalize, bool):
+            raise TypeError(f"normalize must be True or False, got {normalize!r}")
+        self.normalize = normalize
+        self._row_norm = RowNorm() if normalize else None
         self.pairwise = bool(pairwise)
         self.hierarchy = hierarchy
         self._hier = None
@@ -118,10 +124,40 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     @classmethod
     def _params_from_state(cls, params):
         params = super()._params_from_state(params)
+        params.setdefault("normalize", False)   # a file from before row normalization
         h = params.get("hierarchy")
         if isinstance(h, dict) and set(h) == {"pairs"}:
             params["hierarchy"] = [(_decode_key(c), None if p is None else _decode_key(p)) for c, p in h["pairs"]]
         return params
+
+    def _scaled(self, fidx, fval):
+        v = super()._scaled(fidx, fval)
+        return v if self._row_norm is None else self._row_norm.scaled(fidx, v)
+
+    def _learned(self, fidx, fval, tok_ptr=None):
+        if tok_ptr is not None:   # pragma: no cover - multi-label examples are learned one by one
+            raise ValueError("MultiLabelSSVM learns one row at a time")
+        v = super()._learned(fidx, fval)
+        return v if self._row_norm is None else self._row_norm.learn_scaled(fidx, v)
+
+    def state(self):
+        st = super().state()
+        st["row_norm"] = None if self._row_norm is None else self._row_norm.state()
+        return st
+
+    @classmethod
+    def from_state(cls, st):
+        model = super().from_state(st)
+        rn = st.get("row_norm")
+        if (rn is None) != (model._row_norm is None):
+            raise checkpoint.CheckpointError(f"invalid model file: normalize={model.normalize} but the file "
+                                             f"{'lacks' if rn is None else 'holds'} row norm statistics")
+        if rn is not None:
+            try:
+                model._row_norm = RowNorm.from_state(rn)
+            except ValueError as e:
+                raise checkpoint.CheckpointError(f"invalid model file: {e}") from None
+        return model
 
     @classmethod
     def _unit_test_params(cls):
