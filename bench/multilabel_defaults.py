@@ -11,7 +11,9 @@ Data (every set fed as raw features, the same rows to every method):
   ``digits``: scikit-learn's digits (64 pixel counts 0..16), 3 labels of the digit (even,
   below 5, prime), seeded 2/3 : 1/3 split;
   ``letters``: OCR letters (Taskar et al., binary 16x8 images), 5,000 letters, 5 labels of the
-  letter (vowel, ascender, descender, first half of the alphabet, closed loop), 2/3 : 1/3.
+  letter (vowel, ascender, descender, first half of the alphabet, closed loop), 2/3 : 1/3;
+  ``letters14``: 3,000 OCR letters, 14 labels of the letter from a seeded random code (each
+  letter has each label with probability 0.3), 2/3 : 1/3 -- as many labels as Yeast.
 
 Methods: ``MultiLabelSSVM`` settings streamed once through ``learn_one`` then ``refine``;
 one-vs-rest ``LinearSVC`` (scikit-learn defaults, C=1, and C chosen by 3-fold CV on the training
@@ -83,9 +85,18 @@ def letters(n=5000):
     return (*_split(X, Y), ["vowel", "ascender", "descender", "a_to_m", "loop"])
 
 
-DATASETS = {"yeast": yeast, "digits": digits, "letters": letters}
+def letters14(n=3000):
+    path = os.path.join(os.environ.get("STREAMSSVM_DATA", "/work/shared/datasets"), "ocr_letters.npz")
+    z = np.load(path, allow_pickle=False)
+    X = np.unpackbits(z["pixels"], axis=1).astype(np.float64)
+    sel = np.random.default_rng(0).permutation(X.shape[0])[:n]
+    code = np.random.default_rng(1).random((26, 14)) < 0.3
+    return (*_split(X[sel], code[z["labels"][sel]]), [f"l{k}" for k in range(14)])
+
+
+DATASETS = {"yeast": yeast, "digits": digits, "letters": letters, "letters14": letters14}
 HELD_OUT = ("yeast",)
-TUNING = ("digits", "letters")
+TUNING = ("digits", "letters", "letters14")
 
 # ------------------------------------------------------------------------------------- scoring
 
@@ -174,6 +185,7 @@ def candidates(tune):
     BCFW = ss.learners.BCFW
     out = [("MultiLabelSSVM() + refine(20)", {}),
            ("MultiLabelSSVM(), stream only", {"refine": 0}),
+           ("MultiLabelSSVM() + refine(100)", {"refine": 100}),
            ("normalize=False (the former default) + refine(20)", {"normalize": False}),
            ("normalize=False, scale=False + refine(20)", {"normalize": False, "scale": False}),
            ("pairwise=True + refine(20)", {"pairwise": True, "max_labels": 8})]

@@ -305,8 +305,8 @@ def test_yeast_subset_gdmm_reaches_the_bcfw_objective():
     xs, ys, labels = _yeast(60)
     labels = labels[:5]
     ys = [{k: y[k] for k in labels} for y in ys]
-    b = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=1.0, seed=0), pairwise=True, labels=labels)
-    g = ss.MultiLabelSSVM(learner=GDMM(lam=1.0, rho=3.0, seed=0), pairwise=True, labels=labels)
+    b = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=1.0, seed=0), pairwise=True, labels=labels, normalize=False)
+    g = ss.MultiLabelSSVM(learner=GDMM(lam=1.0, rho=3.0, seed=0), pairwise=True, labels=labels, normalize=False)
     for x, y in zip(xs, ys):
         b.learn_one(x, y)
         g.learn_one(x, y)

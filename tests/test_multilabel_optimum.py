@@ -13,6 +13,7 @@ import pytest
 scipy_optimize = pytest.importorskip("scipy.optimize")
 
 import streamssvm as ss
+from streamssvm.row_norm import RowNorm
 from streamssvm.scaling import ColumnScaler
 
 
@@ -29,13 +30,14 @@ def _data(n, d, K, seed, spread=1.0):
 
 def _held_rows(model, rows):
     """The rows as the learner holds them (dense, BIAS column included) and the truth matrix."""
-    scaler = ColumnScaler()
+    labs = model._labels.labels   # every row carries every label (K fixed from the first row)
+    Y = np.array([[bool(y[lab]) for lab in labs] for _, y in rows])
+    scaler, norm = ColumnScaler(), RowNorm()
     X = np.zeros((len(rows), model._features.dim))
     for i, (x, _) in enumerate(rows):
         _, fidx, fval = model._features.encode_one(x, grow=False)
-        X[i, fidx] = scaler.learn_scaled(fidx, fval) if model.scale else fval
-    labs = model._labels.labels
-    Y = np.array([[bool(y[lab]) for lab in labs] for _, y in rows])
+        v = scaler.learn_scaled(fidx, fval) if model.scale else fval
+        X[i, fidx] = norm.learn_scaled(fidx, v, Y.shape[1]) if model.normalize else v
     return X, Y
 
 
@@ -96,7 +98,7 @@ def test_bcfw_multilabel_reaches_the_qp_optimum(scale):
 def test_certificate_primal_is_the_held_objective_with_averaging():
     """The averaged (predicting) weights: the certificate's primal is theirs, on the held rows."""
     rows = _data(n=40, d=4, K=4, seed=2, spread=3.0)
-    m = ss.MultiLabelSSVM()   # the defaults: lambda follows n, scale=True, averaging
+    m = ss.MultiLabelSSVM()   # the defaults: lambda follows n, scale=True, normalize=True, averaging
     for x, y in rows:
         m.learn_one(x, y)
     m.refine(5)

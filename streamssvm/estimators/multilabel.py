@@ -130,15 +130,19 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             params["hierarchy"] = [(_decode_key(c), None if p is None else _decode_key(p)) for c, p in h["pairs"]]
         return params
 
+    def _n_loss_labels(self):
+        """K of the normalized Hamming loss: the labels known (a hierarchy's leaves)."""
+        return self._hier.n_leaves if self._hier is not None else len(self._labels)
+
     def _scaled(self, fidx, fval):
         v = super()._scaled(fidx, fval)
-        return v if self._row_norm is None else self._row_norm.scaled(fidx, v)
+        return v if self._row_norm is None else self._row_norm.scaled(fidx, v, self._n_loss_labels())
 
     def _learned(self, fidx, fval, tok_ptr=None):
         if tok_ptr is not None:   # pragma: no cover - multi-label examples are learned one by one
             raise ValueError("MultiLabelSSVM learns one row at a time")
         v = super()._learned(fidx, fval)
-        return v if self._row_norm is None else self._row_norm.learn_scaled(fidx, v)
+        return v if self._row_norm is None else self._row_norm.learn_scaled(fidx, v, self._n_loss_labels())
 
     def state(self):
         st = super().state()
