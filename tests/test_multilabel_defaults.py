@@ -126,3 +126,14 @@ def test_normalize_is_checked_and_predictions_do_not_move_the_factor():
     m.refine(1)
     m.certificate()
     assert m._row_norm.factor(1) == f
+
+
+def test_distributed_learning_refuses_worker_local_row_statistics():
+    """Each worker would learn its own mean row norm: the mixing refuses it, as it refuses
+    worker-local feature scaling (distributed.run and ``run --workers`` turn both off)."""
+    from streamssvm.distributed._mix import learner_kind
+    lr = ss.learners.BCFW(averaging=False, gap_every=None)   # what distributed BCFW takes
+    with pytest.raises(ValueError, match="normalize=False"):
+        learner_kind(ss.MultiLabelSSVM(learner=lr, scale=False))
+    m = ss.MultiLabelSSVM(learner=lr, scale=False).clone({"normalize": False})
+    assert m.normalize is False and learner_kind(m) == "bcfw"

@@ -110,6 +110,10 @@ def run_from_args(args, model):
         args.scale = False
         print("note: --workers: feature scaling is off (the workers would each learn their own statistics); "
               "scale the features ahead if they differ in scale", file=sys.stderr)
+    if getattr(model, "normalize", False):
+        model = model.clone({"normalize": False})
+        print("note: --workers: multi-label row normalization is off (the workers would each learn their own "
+              "mean row norm)", file=sys.stderr)
     model = distributed_model(model, labels)
     res = run(model, args.source, task=args.task, workers=args.workers, cluster=args.cluster,
               checkpoint_dir=args.checkpoint_dir, round_examples=args.round_examples,

@@ -34,6 +34,11 @@ def learner_kind(model):
         # mix models of differently scaled features
         raise ValueError(f"distributed learning does not share feature-scaling statistics between workers: "
                          f"pass {type(model).__name__}(scale=False, ...) (distributed.run and the CLI's --workers do, with a warning)")
+    if getattr(model, "normalize", False):
+        # likewise each worker's running mean row norm (streamssvm.row_norm)
+        raise ValueError(f"distributed learning does not share row-normalization statistics between workers: "
+                         f"pass {type(model).__name__}(normalize=False, ...) (distributed.run and the CLI's --workers "
+                         "do, with a warning)")
     if lr.mixing == "dual":
         _bcfw.check_learner(lr)
         return "bcfw"

@@ -371,6 +371,11 @@ def run(model, source, options=None, **kwargs):
                       f"the {type(model).__name__} runs with scale=False (pass scale=False to say so; scale "
                       f"features of different scales ahead)", UserWarning, stacklevel=2)
         model = model.clone({"scale": False})
+    if getattr(model, "normalize", False):   # MultiLabelSSVM's running row norm: the same reason
+        warnings.warn(f"distributed learning does not share row-normalization statistics between workers: the "
+                      f"{type(model).__name__} runs with normalize=False (pass normalize=False to say so)",
+                      UserWarning, stacklevel=2)
+        model = model.clone({"normalize": False})
     kind = learner_kind(model)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")

@@ -37,14 +37,17 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     leaf. Inference is exact: tree dynamic programs, or enumeration for DAGs up to 16 leaves.
     Works with BCFW and SGD, margin or slack rescaling (see :mod:`streamssvm.structures.hierarchy`).
 
-    Conditioning: ``scale=True`` gives every real-valued column a root mean square of 1, so a
-    row of d such columns has ||x||^2 near d (Yeast, 103 columns of unit-norm rows: 104 instead
-    of 1). The default lambda (1e-3, then 6 / n) then leaves a problem that dual block steps
-    close slowly -- each step moves a block by about lam n / ||x||^2 -- and a certificate after
-    ``refine(20)`` shows mostly the dual's lag (Yeast, 1,691 examples: primal 0.458, optimum
-    0.400, dual 0.018). The objective is right (its exact minimizer scores Jaccard 0.505 on
-    Yeast, against 0.454 after 20 passes); a larger ``lam`` (BCFW(lam=0.1) on Yeast: gap 0.03
-    after 20 passes) or ``scale=False`` on rows already normalized converge faster.
+    ``scale=True`` (default) divides each column by its running RMS
+    (:class:`streamssvm.scaling.ColumnScaler`). ``normalize=True`` (default) then divides every
+    row by one running factor so that the rows learned have a mean squared norm of 15 / K
+    (K labels; :class:`streamssvm.row_norm.RowNorm`): the objective lam/2 ||w||^2 + (1/n) sum of
+    Hamming losses normalized by K acts, per label, as a linear SVM of C = K ||x||^2 / (lam n),
+    so without it the default lambda means a different C for every scale of the data and number
+    of labels. Yeast's 103 scaled columns (rows of squared norm ~104, 14 labels) left the former
+    default (``normalize=False``) under-regularized and badly conditioned: after ``refine(20)``
+    its certificate was mostly the dual's lag and it scored Jaccard 0.459 against one-vs-rest
+    LinearSVC's 0.500; normalized, 0.499 (``bench/results/multilabel_defaults.md``, where
+    Yeast was held out from the choice). Files saved before it load with ``normalize=False``.
     ``tests/test_multilabel_optimum.py`` checks the learner against an independent QP.
 
     Examples
