@@ -130,35 +130,44 @@ def chain_max(lay, G, ytrue, best, truth):
 
 
 @njit(inline="always", **_JIT)
-def _simplex(v, z, out):
+def _simplex(v, z, out, keep):
     """Euclidean projection of v onto {a >= 0, sum a = z} (Michelot, "A finite algorithm for
     finding the projection of a point onto the canonical simplex of R^n": drop the coordinates
-    below the current threshold until none is dropped)."""
+    below the current threshold until none is dropped; the survivors of the first pass are kept
+    as an index list, so later passes cost their number only). ``keep``: int64 scratch of len(v)."""
     n = v.shape[0]
-    keep = np.ones(n, dtype=np.bool_)
-    cnt = n
-    s = v.sum()
-    tau = (s - z) / cnt
-    while True:
-        changed = False
-        for k in range(n):
-            if keep[k] and v[k] <= tau:
-                keep[k] = False
-                cnt -= 1
-                s -= v[k]
-                changed = True
-        if not changed or cnt == 0:
+    tau = (v.sum() - z) / n
+    cnt = 0
+    s = 0.0
+    for k in range(n):
+        if v[k] > tau:
+            keep[cnt] = k
+            cnt += 1
+            s += v[k]
+    if cnt > 0:
+        tau = (s - z) / cnt
+    while cnt > 0:
+        j = 0
+        s = 0.0
+        for q in range(cnt):
+            k = keep[q]
+            if v[k] > tau:
+                keep[j] = k
+                j += 1
+                s += v[k]
+        if j == cnt or j == 0:
             break
+        cnt = j
         tau = (s - z) / cnt
     for k in range(n):
         out[k] = max(v[k] - tau, 0.0)
 
 
-@njit(**_JIT)
-def _project_edge(M, mul, e, E, z, out):
-    """alpha_e = simplex projection (mass z) of M_e + mu_e(b) - mu_{e-1}(a) (App. E.3.1, (37))."""
+@njit(inline="always", **_JIT)
+def _project_edge(M, mul, e, E, z, out, buf, res, keep):
+    """alpha_e = simplex projection (mass z) of M_e + mu_e(b) - mu_{e-1}(a) (App. E.3.1, (37)); buf,
+    res, keep: K^2 scratch."""
     K = M.shape[1]
-    buf = np.empty(K * K)
     for a in range(K):
         for b in range(K):
             v = M[e, a, b]
@@ -167,15 +176,14 @@ def _project_edge(M, mul, e, E, z, out):
             if e > 0:
                 v -= mul[e - 1, a]
             buf[a * K + b] = v
-    res = np.empty(K * K)
-    _simplex(buf, z, res)
+    _simplex(buf, z, res, keep)
     for a in range(K):
         for b in range(K):
             out[e, a, b] = res[a * K + b]
 
 
 @njit(**_JIT)
-def project_marginals(lay, M, cfg, out):
+def project_marginals(lay, M, cfg, mul_all, out):
     """Euclidean projection of the clique tables M onto the product of the (z-scaled) chain marginal
     polytopes, written to ``out``; returns (sweeps, largest consistency residual before repair).
 
@@ -188,7 +196,9 @@ def project_marginals(lay, M, cfg, out):
     stop once max |r| <= tol z. The result is then made exactly consistent by rebuilding the
     marginals of the Markov chain whose transitions are the rows of alpha_e normalized, started at
     rowsum(alpha_0): the point is in the polytope whatever the residual left, so a dual value
-    computed from it is a valid bound."""
+    computed from it is a valid bound. ``mul_all`` (cliques x K; row c0 + s holds separator s of the
+    example whose cliques start at c0) is the warm start of the separator multipliers, updated in
+    place (Algorithm 1's successive targets are close, so the last multipliers save most sweeps)."""
     c_ptr, c_tok, c_edge, c_first, c_last = lay
     z, max_sweeps, tol = cfg
     K = M.shape[1]
@@ -196,12 +206,15 @@ def project_marginals(lay, M, cfg, out):
     res_max = 0.0
     diag = np.empty(K)
     dres = np.empty(K)
+    buf = np.empty(K * K)
+    res = np.empty(K * K)
+    keep = np.empty(K * K, dtype=np.int64)
     for i in range(c_ptr.shape[0] - 1):
         c0, c1 = c_ptr[i], c_ptr[i + 1]
         if c_edge[c0] == 0:
             for a in range(K):
                 diag[a] = M[c0, a, a]
-            _simplex(diag, z, dres)
+            _simplex(diag, z, dres, keep)
             out[c0, :, :] = 0.0
             for a in range(K):
                 out[c0, a, a] = dres[a]
@@ -209,9 +222,9 @@ def project_marginals(lay, M, cfg, out):
         E = c1 - c0
         Mi = M[c0:c1]
         Oi = out[c0:c1]
-        mul = np.zeros((max(E - 1, 1), K))
+        mul = mul_all[c0:c1]
         for e in range(E):
-            _project_edge(Mi, mul, e, E, z, Oi)
+            _project_edge(Mi, mul, e, E, z, Oi, buf, res, keep)
         sw = 0
         r_last = 0.0
         while E > 1:
@@ -233,8 +246,8 @@ def project_marginals(lay, M, cfg, out):
                     r = col - row
                     r_all = max(r_all, abs(r))
                     mul[s, j] -= r / max(na + nb, 1)
-                _project_edge(Mi, mul, s, E, z, Oi)
-                _project_edge(Mi, mul, s + 1, E, z, Oi)
+                _project_edge(Mi, mul, s, E, z, Oi, buf, res, keep)
+                _project_edge(Mi, mul, s + 1, E, z, Oi, buf, res, keep)
             sw += 1
             r_last = r_all
             if r_all <= tol * z or sw >= max_sweeps:

@@ -33,7 +33,7 @@ from .._kernels.chain import CHAIN_LOSS_TOKEN
 
 #: block coordinate sweeps of the projection at most, and the residual (relative to 1/n) that ends them
 PROJECTION_SWEEPS = 200
-PROJECTION_TOL = 1e-9
+PROJECTION_TOL = 1e-8
 
 
 class ChainDual:
@@ -111,6 +111,9 @@ class ChainDual:
         self.psi_true = self._adjoint(self.Ytrue) / n
         self.last_sweeps = 0
         self.last_residual = 0.0
+        # warm starts of the projection's multipliers: the smoothing map and the gradient step
+        self.mul_smooth = np.zeros((self.Nc, K))
+        self.mul_step = np.zeros((self.Nc, K))
 
     # ------------------------------------------------------------------ linear maps
     @property
@@ -161,9 +164,12 @@ class ChainDual:
         return (self.psi_true - self._adjoint(alpha)) / self.lam
 
     # ------------------------------------------------------------------ projection and values
-    def project(self, M):
+    def project(self, M, mul=None):
+        """Proj_Q(M); ``mul``: the separator multipliers to warm start from and update (cliques x K;
+        None: from zero)."""
         out = np.empty_like(M)
-        sw, res = PC.project_marginals(self.layout, np.ascontiguousarray(M), self.cfg, out)
+        mul = np.zeros((self.Nc, self.K)) if mul is None else mul
+        sw, res = PC.project_marginals(self.layout, np.ascontiguousarray(M), self.cfg, mul, out)
         self.last_sweeps, self.last_residual = int(sw), float(res)
         return out
 
@@ -184,7 +190,7 @@ class ChainDual:
         """(alpha_mu(W), J_mu(W) - reg): the maximizer of <alpha, Lc + A W> - mu/2 ||alpha||^2 over Q
         and its value minus the truth's score."""
         G = self.Lc + Aw
-        A = self.project(G / mu)
+        A = self.project(G / mu, self.mul_smooth)
         return A, float(np.vdot(A, G)) - 0.5 * mu * float(np.vdot(A, A)) - self.truth_mean(G)
 
     def dual(self, alpha, wa):

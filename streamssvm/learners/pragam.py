@@ -350,10 +350,11 @@ class Pragam(DenseWeights, Learner):
             s *= 1.0 + 1e-9
         return s * s / self.lam
 
-    def _proj(self, P):
-        """Euclidean projection of an n x K array (chains: the clique tables) onto Q."""
+    def _proj(self, P, step=False):
+        """Euclidean projection of an n x K array (chains: the clique tables, warm-started from the
+        gradient step's multipliers when ``step``) onto Q."""
         if self._chain:
-            return self._prob.project(P)
+            return self._prob.project(P, self._prob.mul_step if step else None)
         n, K = P.shape
         out = np.empty_like(P)
         if not self.bias:
@@ -433,7 +434,7 @@ class Pragam(DenseWeights, Learner):
         grad = self._Dm + XWb
         L = self.Lcur / 2.0 if self.L == "adaptive" and halve else self.Lcur
         for _ in range(self.max_backtracks):
-            v = self._proj(beta + grad / L)
+            v = self._proj(beta + grad / L, step=True)
             Wv = self._Wof(v)
             dv = v - beta
             lhs = self.lam * float(np.vdot(Wv - Wb, Wv - Wb))
@@ -659,6 +660,8 @@ class Pragam(DenseWeights, Learner):
             st["prev_cptr"] = self._prev_cptr
         if self.mu is not None:
             st.update({"Wk": self._Wk, "Wa": self._Wa})
+            if self._chain:
+                st["proj_mul"] = np.stack([self._prob.mul_smooth, self._prob.mul_step])
         return st
 
     def restore(self, structure, labels, st):
@@ -692,6 +695,9 @@ class Pragam(DenseWeights, Learner):
             self._Wa = np.array(st["Wa"], dtype=np.float64)
             self._XWk = self._lin(self._Wk)
             self._XWa = self._lin(self._Wa)
+            if self._chain:
+                self._prob.mul_smooth[...] = st["proj_mul"][0]
+                self._prob.mul_step[...] = st["proj_mul"][1]
             J, c = self._primal(self._Wk, self._XWk)
             D = self._dual(self.alpha, self._Wa)
             D2 = self._D2
@@ -772,6 +778,8 @@ def validate_pragam_state(st, structure):
             _fail(f"the dual point must be {shape} (window x labels)")
         _finite_float(st["Wk"], wshape, "Wk")
         _finite_float(st["Wa"], wshape, "Wa")
+        if chain:
+            _finite_float(st.get("proj_mul", np.zeros(0)), (2, shape[0], K), "the projection's multipliers")
     h = np.asarray(st["history"])
     if h.dtype.kind not in "fiu" and h.size or h.size % 6:
         _fail("the history must be rows of 6 numbers")
