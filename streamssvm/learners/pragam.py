@@ -310,7 +310,7 @@ class Pragam(DenseWeights, Learner):
             start = prob.random_point(self._rng)
         self._alpha_m1 = start
         if self.L == "exact":
-            self.Lcur = self.lipschitz()
+            self.Lcur = prob.norm_sq() / self.lam
         elif self.L == "adaptive":
             # a lower bound on ||A||^2 / lam (one token's squared feature norm plus the biases)
             rn = np.asarray(prob.X.multiply(prob.X).sum(axis=1)).ravel()
@@ -336,9 +336,9 @@ class Pragam(DenseWeights, Learner):
     def lipschitz(self):
         """sigma_max(X)^2 / lam for the held window (the paper's L, with the 1/lam of (26))."""
         if self._chain:
-            if self._prob is None or self.stale:
-                self._setup_chain()
-            return self._prob.norm_sq() / self.lam
+            d, K = self.W.E.shape[0], self._K
+            return ChainDual(list(self.held.items), d, K, self._C, self.lam,
+                             self.structure.use_trans).norm_sq() / self.lam
         X = self.held.csr(self.W.E.shape[0])[0]
         if min(X.shape) == 0:
             return 1.0 / self.lam
@@ -662,6 +662,7 @@ class Pragam(DenseWeights, Learner):
             st.update({"Wk": self._Wk, "Wa": self._Wa})
             if self._chain:
                 st["proj_mul"] = np.stack([self._prob.mul_smooth, self._prob.mul_step])
+                st["lin_k"] = self._XWk      # updated by combinations between refreshes: kept bit for bit
         return st
 
     def restore(self, structure, labels, st):
@@ -698,6 +699,7 @@ class Pragam(DenseWeights, Learner):
             if self._chain:
                 self._prob.mul_smooth[...] = st["proj_mul"][0]
                 self._prob.mul_step[...] = st["proj_mul"][1]
+                self._XWk = np.array(st["lin_k"], dtype=np.float64)
             J, c = self._primal(self._Wk, self._XWk)
             D = self._dual(self.alpha, self._Wa)
             D2 = self._D2
@@ -780,6 +782,7 @@ def validate_pragam_state(st, structure):
         _finite_float(st["Wa"], wshape, "Wa")
         if chain:
             _finite_float(st.get("proj_mul", np.zeros(0)), (2, shape[0], K), "the projection's multipliers")
+            _finite_float(st.get("lin_k", np.zeros(0)), shape, "the clique scores of W_k")
     h = np.asarray(st["history"])
     if h.dtype.kind not in "fiu" and h.size or h.size % 6:
         _fail("the history must be rows of 6 numbers")
