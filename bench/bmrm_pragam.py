@@ -519,7 +519,7 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3, target2=1
 
 
 def chain_pragam_case(n_words, lam, budget, targets=(1e-2, 1e-3)):
-    """Structured Pragam (App. E) on OCR-small words (the first ``n_words``; normalized Hamming
+    """Structured Pragam (App. E) on OCR-small words (the first ``n_words``; per-token Hamming
     loss, SequenceTagger's encoding) against BCFW and BMRM: one refine(passes=1) per iteration
     (Pragam: one Algorithm 1 step; BCFW: one pass; BMRM: one cut), the certified gap after each;
     iterations / CPU / wall seconds to each target, up to ``budget`` CPU seconds per method."""
@@ -568,7 +568,7 @@ def chain_pragam_case(n_words, lam, budget, targets=(1e-2, 1e-3)):
 def chain_pragam_table(r):
     t1, t2 = r["targets"]
     out = [f"### Structured Pragam (App. E) on chains: OCR-small, first {r['n_words']} words ({r['n_letters']} letters), "
-           f"lambda = {r['lam']:g}, normalized Hamming loss", "",
+           f"lambda = {r['lam']:g}, per-token Hamming loss (SequenceTagger's default)", "",
            f"One iteration = one refine(passes=1); each method stops at gap <= {t2:g} or after {r['budget']:g} CPU s "
            "(process CPU time of the solver; wall time next to it). One run, peers in the same process.", "",
            f"| method | it. / CPU s / wall s to gap <= {t1:g} | to gap <= {t2:g} | iterations run | CPU s | "

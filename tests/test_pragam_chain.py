@@ -174,7 +174,7 @@ def test_window_change_restarts_from_the_previous_dual_point_and_round_trips():
 
 
 def test_ocr_words_reach_bcfw_certified_optimum():
-    """Real OCR words (OCR-small, the first 25 words, lam = 0.1, normalized Hamming loss): the
+    """Real OCR words (OCR-small, the first 25 words, lam = 0.1, per-token Hamming loss): the
     certified bracket [D(alpha_k), J(W_k)] always contains BCFW's certified optimum, and after 300
     iterations Pragam's gap is within 2.5 % of it (measured: gap 1.8e-2 at k = 200, 7.4e-3 at 300,
     1.7e-3 at 600 against min J = 0.4087; the O(1/k^2) phase)."""

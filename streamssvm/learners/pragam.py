@@ -86,7 +86,8 @@ from ..saved_state import _bad as _fail, unpack_rows, validate_scalars, validate
 
 
 class Pragam(DenseWeights, Learner):
-    """Pragam (Algorithm 1) on the Crammer-Singer dual of the held window.
+    """Pragam (Algorithm 1) on the Crammer-Singer dual of the held window, or on chains
+    (``SequenceTagger``) on the App. E dual over clique marginals (module doc).
 
     Parameters
     ----------
