@@ -518,6 +518,88 @@ def issue_case(n=3000, lam=1e-2, iters=100, target=1e-2, eps_rel=1e-3, target2=1
             "methods": rows, "liblinear": {"J_final": ll.rows[-1]["J"], "hit_rel": ll_hit}}
 
 
+def chain_pragam_case(n_words, lam, budget, targets=(1e-2, 1e-3)):
+    """Structured Pragam (App. E) on OCR-small words (the first ``n_words``; per-token Hamming
+    loss, SequenceTagger's encoding) against BCFW and BMRM: one refine(passes=1) per iteration
+    (Pragam: one Algorithm 1 step; BCFW: one pass; BMRM: one cut), the certified gap after each;
+    iterations / CPU / wall seconds to each target, up to ``budget`` CPU seconds per method."""
+    Xtr, ytr, _, _ = ss.datasets.load_ocr("small")
+    X, Y = Xtr[:n_words], [list(map(int, y)) for y in ytr[:n_words]]
+    runs = [("pragam-chain (W0=0)", lambda: Pragam(lam=lam, tol=0.0, start="truth")),
+            ("pragam-chain (printed schedule, W0=0)", lambda: Pragam(lam=lam, tol=0.0, start="truth",
+                                                                      schedule="paper")),
+            ("bcfw", lambda: BCFW(lam=lam, seed=0)),
+            ("bmrm (ocas)", lambda: BMRM(lam=lam, tol=0.0))]
+    rows = []
+    for name, make in runs:
+        est = ss.SequenceTagger(learner=make())
+        for x, y in zip(X, Y):
+            est.learn_one(x, y)
+        lr = est._learner
+        cpu = wall = 0.0
+        hits = [None] * len(targets)
+        trace = []
+        it = 0
+        while cpu < budget:
+            it += 1
+            t0, w0 = time.process_time(), time.perf_counter()
+            lr.refine(passes=1)
+            cpu += time.process_time() - t0
+            wall += time.perf_counter() - w0
+            c = lr.certificate()
+            trace.append((it, cpu, c.gap, c.primal, c.dual))
+            for j, t in enumerate(targets):
+                if hits[j] is None and c.gap <= t:
+                    hits[j] = (it, cpu, wall)
+            if hits[-1] is not None:
+                break
+        row = {"method": name, "iters": it, "cpu": cpu, "wall": wall, "gap": c.gap, "primal": c.primal,
+               "dual": c.dual, "hits": hits, "trace": thin_trace(trace)}
+        if isinstance(lr, Pragam):
+            D2 = lr._prob.D2
+            row.update({"L_max": lr.Lmax, "D2": D2, "cliques": lr._prob.Nc, "bound": c.extra.get("bound"),
+                        "promise": [int(math.ceil(math.sqrt(4 * lr.Lmax * D2 / t))) for t in targets]})
+        rows.append(row)
+        print({k: v for k, v in row.items() if k != "trace"}, flush=True)
+    return {"n_words": n_words, "n_letters": int(sum(len(y) for y in Y)), "lam": lam, "budget": budget,
+            "targets": list(targets), "methods": rows}
+
+
+def thin_trace(trace):
+    """The rows of iterations 1-30, every 10th to 300, every 100th to 3000, every 1000th after,
+    and the last."""
+    def kept(k):
+        return k <= 30 or (k <= 300 and k % 10 == 0) or (k <= 3000 and k % 100 == 0) or k % 1000 == 0
+    return [t for t in trace if kept(t[0]) or t[0] == trace[-1][0]]
+
+
+def chain_pragam_table(r):
+    t1, t2 = r["targets"]
+    out = [f"### Structured Pragam (App. E) on chains: OCR-small, first {r['n_words']} words ({r['n_letters']} letters), "
+           f"lambda = {r['lam']:g}, per-token Hamming loss (SequenceTagger's default)", "",
+           f"One iteration = one refine(passes=1); each method stops at gap <= {t2:g} or after {r['budget']:g} CPU s "
+           "(process CPU time of the solver; wall time next to it). One run, peers in the same process.", "",
+           f"| method | it. / CPU s / wall s to gap <= {t1:g} | to gap <= {t2:g} | iterations run | CPU s | "
+           "final gap | primal | lower bound | (26): 4 L D2 / ((k+1)(k+2)) at the end | iterations (26) promises "
+           f"for {t1:g} / {t2:g} |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def hit(h):
+        return "-" if h is None else f"{h[0]} / {h[1]:.1f} / {h[2]:.1f}"
+    for m in r["methods"]:
+        pr = "-" if not m.get("promise") else f"{m['promise'][0]} / {m['promise'][1]}"
+        out.append(f"| {m['method']} | {hit(m['hits'][0])} | {hit(m['hits'][1])} | {m['iters']} | {m['cpu']:.1f} | "
+                   f"{m['gap']:.3g} | {m['primal']:.5f} | {m['dual']:.5f} | {fmt(m.get('bound'))} | {pr} |")
+    pg = r["methods"][0]
+    tr = {int(t[0]): t for t in pg["trace"]}
+    marks = [k for k in (10, 30, 100, 300, 1000, 3000) if k in tr]
+    if marks:
+        out += ["", "Pragam-chain (W0=0) certified gap by iteration (the paper's claim: O(1/k^2), i.e. O(1/sqrt(eps)) "
+                "iterations; k^2 gap constant under that rate): "
+                + "; ".join(f"k = {k}: {tr[k][2]:.3g} (k^2 gap {k * k * tr[k][2]:.3g})" for k in marks) + "."]
+    out.append("")
+    return "\n".join(out)
+
+
 def issue_table(r):
     out = [f"### Issue 27's case: {r['n']} OCR letters, 26 classes, lambda = {r['lam']:g}, {r['iters']} iterations", "",
            f"Best certified lower bound {r['best_lower']:.6f}. CPU and wall seconds of the solver only. Gap, "
@@ -562,6 +644,9 @@ def main():
     ap.add_argument("--subsample", type=int, default=None,
                     help="structured runs: the first N OCR letters (multiclass) / N/8 words (chain)")
     ap.add_argument("--only-structured", action="store_true")
+    ap.add_argument("--only-chain-pragam", action="store_true",
+                    help="structured Pragam on OCR-small words vs BCFW and BMRM, added to the earlier results")
+    ap.add_argument("--chain-budget", type=float, default=60.0, help="CPU seconds per method (chain Pragam case)")
     ap.add_argument("--only-issue-case", action="store_true",
                     help="issue 27's case only (3000 OCR letters, lam 1e-2), added to the earlier results")
     args = ap.parse_args()
@@ -571,7 +656,8 @@ def main():
                            "scikit-learn": sklearn.__version__},
                "settings": {"seconds_per_method": T, "relative_target": REL}, "binary": [], "skipped": []}
     prev = os.path.join(HERE, "results", "bmrm_pragam" + ("_quick" if args.quick else "") + ".json")
-    if (args.only_structured or args.only_projection or args.only_issue_case) and os.path.exists(prev):   # add to the earlier runs
+    only_added = args.only_issue_case or args.only_chain_pragam
+    if (args.only_structured or args.only_projection or only_added) and os.path.exists(prev):   # add to the earlier runs
         with open(prev) as f:
             old = json.load(f)
         results["binary"] = old.get("binary", [])
@@ -580,9 +666,17 @@ def main():
             results["settings"]["structured_seconds_per_method"] = T
             results["settings"]["structured_subsample"] = args.subsample
         results["skipped"] = [s for s in old.get("skipped", []) if s["dataset"] not in ("multiclass", "chain")]
-        for k in ("multiclass", "chain", "projection", "issue_case"):
-            if k in old and (args.only_projection or args.only_issue_case or k == "issue_case"):
+        for k in ("multiclass", "chain", "projection", "issue_case", "chain_pragam"):
+            if k in old and (args.only_projection or only_added or k in ("issue_case", "chain_pragam")):
                 results[k] = old[k]
+    if args.only_chain_pragam:
+        budget = 5.0 if args.quick else args.chain_budget
+        cases = [(30, 0.1), (626, 0.01)] if not args.quick else [(10, 0.1)]
+        results["chain_pragam"] = [chain_pragam_case(nw, lam, budget) for nw, lam in cases]
+        for r in results["chain_pragam"]:
+            print(chain_pragam_table(r), flush=True)
+        write(results, args, T)
+        return
     if args.only_issue_case:
         results["issue_case"] = issue_case()
         print(issue_table(results["issue_case"]), flush=True)
@@ -653,6 +747,8 @@ def write(results, args, T):
     md += [table(results[k]) for k in ("multiclass", "chain") if k in results]
     if "issue_case" in results:
         md.append(issue_table(results["issue_case"]))
+    for r in results.get("chain_pragam", []):
+        md.append(chain_pragam_table(r))
     if "projection" in results:
         md += ["## O(n) projection vs sort-based (box [0, 1/n] + sum y a = 0; CPU seconds, median of 5)", "",
                "| n | median-split O(n) | sort O(n log n) | ratio | max abs diff |", "|---|---|---|---|---|"]

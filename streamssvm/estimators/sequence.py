@@ -12,6 +12,7 @@ from ..learners.gdmm import GDMM
 from ..learners.sgd import SGD
 from ..features import _decode_key, _encode_key
 from ..learners.bmrm import BMRM
+from ..learners.pragam import Pragam
 from ..structures import Chain
 from ..structures.chain import CHAIN_LOSSES
 from .base import Estimator, is_missing
@@ -69,7 +70,7 @@ class SequenceTagger(Estimator, base.Estimator):
     ['NOUN']
     """
 
-    _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM)
+    _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM, Pragam)
     task = "sequence"
 
     @classmethod

@@ -60,7 +60,12 @@ Streaming: :meth:`learn` only adds the example to the FIFO window (no optimizati
 use the last W_k). A changed window is a different problem: the next :meth:`refine` restarts
 Algorithm 1 (k = 0) from the projection of the previous dual point (held rows rescaled to the new
 1/n, new rows on their ground truth); between a window change and that refine the certificate
-reports gap = inf with a note. The structured extension (the paper's App. E) is not built.
+reports gap = inf with a note.
+
+Chains (``SequenceTagger``; the paper's App. E): the same Algorithm 1 on the M3N dual over clique
+(edge) marginals with the paper's Euclidean prox, both maps projections onto the chain's marginal
+polytope by App. E.3.1's block coordinate descent, made exactly feasible before any dual value is
+used (:mod:`streamssvm.learners._pragam_chain`). ``bias`` is multiclass only.
 """
 from __future__ import annotations
 
@@ -74,13 +79,15 @@ from .._kernels import structops as so
 from ..certificate import Certificate
 from ..oracles.risk import Window
 from ..structures.base import Weights
+from ._pragam_chain import ChainDual
 from .base import DenseWeights, Learner, label_capacity, check_number
 from ..params import Param
 from ..saved_state import _bad as _fail, unpack_rows, validate_scalars, validate_weights, validate_window
 
 
 class Pragam(DenseWeights, Learner):
-    """Pragam (Algorithm 1) on the Crammer-Singer dual of the held window.
+    """Pragam (Algorithm 1) on the Crammer-Singer dual of the held window, or on chains
+    (``SequenceTagger``) on the App. E dual over clique marginals (module doc).
 
     Parameters
     ----------
@@ -127,7 +134,7 @@ class Pragam(DenseWeights, Learner):
     (True, True)
     """
 
-    structures = ("multiclass",)
+    structures = ("multiclass", "chain")
 
     renamed = {"capacity": "window", "eps": "tol"}
     params = (
@@ -157,6 +164,7 @@ class Pragam(DenseWeights, Learner):
     def _unit_test_params(cls):
         """Small, fast settings for the conformance checks (river's convention)."""
         yield {"lam": 0.05}
+        yield {"lam": 0.1, "start": "truth", "schedule": "paper"}    # chains' W_0 = 0 start, printed schedule
 
     def __init__(self, *, lam=1e-3, bias=False, L="adaptive", tol=1e-3, window=100_000, seed=0,
                  max_backtracks=60, rescaling="margin", start="random", schedule="adaptive", shrink_steps=0,
@@ -169,6 +177,10 @@ class Pragam(DenseWeights, Learner):
         self.check_structure(structure)
         self.structure = structure
         self._kind = structure.kind
+        self._chain = structure.kind == so.CHAIN
+        self._prob = None
+        if self._chain and self.bias:
+            raise ValueError("Pragam(bias=True) (Pragam-b) is for two classes, not chains")
         self._K = 0
         self.W = Weights(1, 4)
         self.b = np.zeros(4)
@@ -215,8 +227,8 @@ class Pragam(DenseWeights, Learner):
 
     def learn(self, tok_ptr, fidx, fval, y, Ki=1):
         """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
-        if len(tok_ptr) != 2:
-            raise ValueError("Pragam learns one-token (multiclass) examples")
+        if len(tok_ptr) != 2 and not self._chain:
+            raise ValueError("Pragam learns one-token (multiclass) examples or chains")
         self.held.add(tok_ptr, fidx, fval, y, Ki)
 
     @property
@@ -226,11 +238,14 @@ class Pragam(DenseWeights, Learner):
     # ------------------------------------------------------------------ the problem on the window
     def _setup(self):
         """Matrices of the current window and the restarted Algorithm 1 state (module doc)."""
+        if self._chain:
+            return self._setup_chain()
         d = self.W.E.shape[0]
         X, y = self.held.csr(d)
         n, K = X.shape[0], self._K
         self._X, self._XT, self._y = X, X.T.tocsr(), y
         self._n = n
+        self._D2 = 1.0 / (2.0 * n)
         self._Dm = self._C[y][:, :K].copy()
         self._Dm[np.arange(n), y] = 0.0
         self._Y = np.zeros((n, K))
@@ -268,8 +283,63 @@ class Pragam(DenseWeights, Learner):
         self._prev_seq = self.held.first_seq
         self._prev_n = n
 
+    def _setup_chain(self):
+        """The chain window's dual problem (:class:`~streamssvm.learners._pragam_chain.ChainDual`) and
+        the restarted Algorithm 1 state: the previous dual point on the examples still held
+        (rescaled to the new 1/n), the new examples on their ground truth, projected onto Q."""
+        d, K = self.W.E.shape[0], self._K
+        prob = ChainDual(list(self.held.items), d, K, self._C, self.lam, self.structure.use_trans)
+        self._prob = prob
+        n = prob.n
+        self._n = n
+        self._D2 = prob.D2
+        self._Dm = prob.Lc
+        start = prob.truth_point()
+        prev = getattr(self, "_prev_cptr", None)
+        if self.alpha is not None and self._prev_seq is not None and prev is not None \
+                and self.alpha.shape[1:] == (K, K):
+            off = self.held.first_seq - self._prev_seq
+            m = len(prev) - 1
+            for j in range(max(off, 0), min(m, off + n)):
+                a, b = prev[j], prev[j + 1]
+                a2, b2 = prob.c_ptr[j - off], prob.c_ptr[j - off + 1]
+                if b - a == b2 - a2:
+                    start[a2:b2] = self.alpha[a:b] * (self._prev_n / n)
+            self.restarts += 1
+            start = prob.project(start)
+        elif self.start == "random":
+            start = prob.random_point(self._rng)
+        self._alpha_m1 = start
+        if self.L == "exact":
+            self.Lcur = prob.norm_sq() / self.lam
+        elif self.L == "adaptive":
+            # a lower bound on ||A||^2 / lam (one token's squared feature norm plus the biases)
+            rn = np.asarray(prob.X.multiply(prob.X).sum(axis=1)).ravel()
+            self.Lcur = max(float(rn.max()) if rn.size else 1.0, 1e-12) / self.lam
+        else:
+            self.Lcur = float(self.L)
+        self.Lmax = self.Lcur
+        self.k = 0
+        self.mu = None
+        self.last = None
+        self._version = self.held.version
+        self._prev_seq = self.held.first_seq
+        self._prev_n = n
+        self._prev_cptr = prob.c_ptr.copy()
+
+    def _lin(self, W):
+        """The linear map of the weights the dual's gradient needs: X W (multiclass) or the
+        chain's clique score tables."""
+        if self._chain:
+            return self._prob.lin(W)
+        return np.asarray(self._X @ W)
+
     def lipschitz(self):
         """sigma_max(X)^2 / lam for the held window (the paper's L, with the 1/lam of (26))."""
+        if self._chain:
+            d, K = self.W.E.shape[0], self._K
+            return ChainDual(list(self.held.items), d, K, self._C, self.lam,
+                             self.structure.use_trans).norm_sq() / self.lam
         X = self.held.csr(self.W.E.shape[0])[0]
         if min(X.shape) == 0:
             return 1.0 / self.lam
@@ -281,8 +351,11 @@ class Pragam(DenseWeights, Learner):
             s *= 1.0 + 1e-9
         return s * s / self.lam
 
-    def _proj(self, P):
-        """Euclidean projection of an n x K array onto Q."""
+    def _proj(self, P, step=False):
+        """Euclidean projection of an n x K array (chains: the clique tables, warm-started from the
+        gradient step's multipliers when ``step``) onto Q."""
+        if self._chain:
+            return self._prob.project(P, self._prob.mul_step if step else None)
         n, K = P.shape
         out = np.empty_like(P)
         if not self.bias:
@@ -301,7 +374,9 @@ class Pragam(DenseWeights, Learner):
         return out
 
     def _Wof(self, alpha):
-        """W(alpha) = X' (Y/n - alpha) / lam (d x K)."""
+        """W(alpha) = X' (Y/n - alpha) / lam (d x K); chains: the flat (E, T, B) vector."""
+        if self._chain:
+            return self._prob.weights_of(alpha)
         return np.asarray(self._XT @ (self._Y - alpha)) / self.lam
 
     def _g(self, XW):
@@ -311,6 +386,8 @@ class Pragam(DenseWeights, Learner):
 
     def _primal(self, W, XW):
         """J(W) (minimizing over the bias for Pragam-b) and the bias."""
+        if self._chain:
+            return self._prob.primal(W, XW), 0.0
         n = self._n
         reg = 0.5 * self.lam * float(np.vdot(W, W))
         G = self._g(XW)
@@ -344,6 +421,8 @@ class Pragam(DenseWeights, Learner):
 
     def _smooth(self, XW, mu):
         """(alpha_mu(W), J_mu(W) - reg): the maximizer of <alpha, g> - mu/2 ||alpha||^2 over Q and its value."""
+        if self._chain:
+            return self._prob.smooth(XW, mu)
         G = self._g(XW)
         A = self._proj(G / mu)
         return A, float(np.vdot(A, G)) - 0.5 * mu * float(np.vdot(A, A))
@@ -356,7 +435,7 @@ class Pragam(DenseWeights, Learner):
         grad = self._Dm + XWb
         L = self.Lcur / 2.0 if self.L == "adaptive" and halve else self.Lcur
         for _ in range(self.max_backtracks):
-            v = self._proj(beta + grad / L)
+            v = self._proj(beta + grad / L, step=True)
             Wv = self._Wof(v)
             dv = v - beta
             lhs = self.lam * float(np.vdot(Wv - Wb, Wv - Wb))
@@ -373,15 +452,15 @@ class Pragam(DenseWeights, Learner):
         """One iteration of Algorithm 1; returns the certified gap J(W_{k+1}) - D(alpha_{k+1})."""
         if self.stale:
             self._setup()
-        X = self._X
-        D2 = 1.0 / (2.0 * self._n)
+        D2 = self._D2
+        lin = self._lin
         if self.mu is None:       # Algorithm 1, line 1
             am1 = self._alpha_m1
             Wm1 = self._Wof(am1)
             self._Wk = Wm1
-            self._XWk = np.asarray(X @ Wm1)
+            self._XWk = lin(Wm1)
             self.alpha, self._Wa = self._vstep(am1, Wm1, self._XWk)
-            self._XWa = np.asarray(X @ self._Wa)
+            self._XWa = lin(self._Wa)
             self.mu = 2.0 * self.Lcur
             if self.schedule == "adaptive":
                 self.mu = self._shrink_mu(self._XWk, self._Wk, self.mu)
@@ -393,7 +472,7 @@ class Pragam(DenseWeights, Learner):
         tau = _largest_tau(mu, self.Lcur) if adaptive else 2.0 / (k + 3.0)
         amu, _ = self._smooth(self._XWk, mu)     # alpha_mu(W_k) depends on neither tau nor L
         Wmu = self._Wof(amu)
-        XWmu = np.asarray(X @ Wmu)
+        XWmu = lin(Wmu)
         for _ in range(self.max_backtracks):
             beta = (1 - tau) * self.alpha + tau * amu
             Wb = (1 - tau) * self._Wa + tau * Wmu
@@ -411,16 +490,16 @@ class Pragam(DenseWeights, Learner):
             self.mu_raises += 1
             amu, _ = self._smooth(self._XWk, mu)
             Wmu = self._Wof(amu)
-            XWmu = np.asarray(X @ Wmu)
+            XWmu = lin(Wmu)
             self.Lcur = 2.0 * self.Lcur     # the retried v-step starts from L / 2: start from L
         self._Wk = (1 - tau) * self._Wk + tau * Wb
         self.k = k + 1
         if self.k % 50 == 0:
-            self._XWk = np.asarray(X @ self._Wk)        # drop accumulated round-off
+            self._XWk = lin(self._Wk)        # drop accumulated round-off
         else:
             self._XWk = (1 - tau) * self._XWk + tau * XWb
         self.alpha, self._Wa = v, Wv
-        self._XWa = np.asarray(X @ Wv)
+        self._XWa = lin(Wv)
         self.mu = (1 - tau) * mu
         self.iterations += 1
         J, c = self._primal(self._Wk, self._XWk)
@@ -463,6 +542,13 @@ class Pragam(DenseWeights, Learner):
 
     def _sync(self):
         K = self._K
+        if self._chain:
+            E, T, B = self._prob.split(self._Wk)
+            d = E.shape[0]
+            self.W.E[:d, :K] = E
+            self.W.T[:K, :K] = T
+            self.W.B[:, :K] = B
+            return
         d = self._Wk.shape[0]
         self.W.E[:d, :K] = self._Wk
         if self.bias:
@@ -503,6 +589,8 @@ class Pragam(DenseWeights, Learner):
         out = np.zeros(n_out, dtype=np.int32)
         if self._K == 0:
             return out
+        if self._chain:
+            return self._predict_chain(ex_tok, tok_ptr, fidx, fval, y_ptr, out)
         d = self.W.E.shape[0]
         fidx = np.asarray(fidx)
         keep = fidx < d
@@ -516,6 +604,20 @@ class Pragam(DenseWeights, Learner):
         rows = np.asarray(ex_tok[:-1], dtype=np.int64)
         lab = np.argmax(S[rows], axis=1).astype(np.int32)
         out[np.asarray(y_ptr[:-1], dtype=np.int64)] = lab
+        return out
+
+    def _predict_chain(self, ex_tok, tok_ptr, fidx, fval, y_ptr, out):
+        """Viterbi with the weight tables (the BCFW kernels' batch prediction)."""
+        from .._kernels import bcfw as KB
+        from .._kernels import bundles as KBu
+        from ..workspace import Workspace
+        W = self.W
+        Lm = max(int(np.max(np.diff(ex_tok))) if len(ex_tok) > 1 else 1, 1)
+        if getattr(self, "_ws", None) is None:
+            self._ws = Workspace(self.structure)
+        KB.predict_batch(KBu.model(self.structure, self._K, W.Kc, self._C), W.bundle(), 1.0, W.E, 0.0,
+                         KBu.pack(KBu.Batch(ex_tok, tok_ptr, fidx, fval, y_ptr)), out,
+                         self._ws.ensure(Lm, W.Kc).scratch(Lm, False))
         return out
 
     def certificate(self):
@@ -555,8 +657,13 @@ class Pragam(DenseWeights, Learner):
               "history": np.asarray(self.history, dtype=np.float64).reshape(-1, 6)}
         if self.alpha is not None:
             st["alpha"] = self.alpha
+        if self._chain and getattr(self, "_prev_cptr", None) is not None:
+            st["prev_cptr"] = self._prev_cptr
         if self.mu is not None:
             st.update({"Wk": self._Wk, "Wa": self._Wa})
+            if self._chain:
+                st["proj_mul"] = np.stack([self._prob.mul_smooth, self._prob.mul_step])
+                st["lin_k"] = self._XWk      # updated by combinations between refreshes: kept bit for bit
         return st
 
     def restore(self, structure, labels, st):
@@ -578,6 +685,8 @@ class Pragam(DenseWeights, Learner):
         self._bias_c = float(s["bias_c"])
         self.history = [tuple(r) for r in np.asarray(st["history"]).reshape(-1, 6)]
         self.alpha = np.array(st["alpha"], dtype=np.float64) if "alpha" in st else None
+        if "prev_cptr" in st:
+            self._prev_cptr = np.array(st["prev_cptr"], dtype=np.int64)
         if s["mu"] is not None and s["version"] is not None and int(s["version"]) == self.held.version:
             # rebuild the window matrices, then put Algorithm 1's state back exactly
             alpha, Lcur, Lmax, k, restarts = self.alpha, self.Lcur, self.Lmax, self.k, self.restarts
@@ -586,11 +695,15 @@ class Pragam(DenseWeights, Learner):
             self.mu = float(s["mu"])
             self._Wk = np.array(st["Wk"], dtype=np.float64)
             self._Wa = np.array(st["Wa"], dtype=np.float64)
-            self._XWk = np.asarray(self._X @ self._Wk)
-            self._XWa = np.asarray(self._X @ self._Wa)
+            self._XWk = self._lin(self._Wk)
+            self._XWa = self._lin(self._Wa)
+            if self._chain:
+                self._prob.mul_smooth[...] = st["proj_mul"][0]
+                self._prob.mul_step[...] = st["proj_mul"][1]
+                self._XWk = np.array(st["lin_k"], dtype=np.float64)
             J, c = self._primal(self._Wk, self._XWk)
             D = self._dual(self.alpha, self._Wa)
-            D2 = 1.0 / (2.0 * self._n)
+            D2 = self._D2
             self._bias_c = c
             self.last = (J, D, J - D, self.mu * D2, 4.0 * self.Lmax * D2 / ((self.k + 1) * (self.k + 2)))
         else:
@@ -637,7 +750,9 @@ def validate_pragam_state(st, structure):
         _fail(f"the bias must have at least {K} entries, got {b.shape}")
     _finite_float(b, b.shape, "the bias")
     validate_window(st["window"], structure, d, Kc, K)
-    n = len(unpack_rows(st["window"]["items"], "held window"))
+    rows = unpack_rows(st["window"]["items"], "held window")
+    n = len(rows)
+    chain = structure.kind == so.CHAIN
     s = st["scalars"]
     big = (-1e300, 1e300, "float?")
     validate_scalars(s, {**{k: (0, 1 << 62, "int") for k in ("k", "iterations", "backtracks", "mu_raises",
@@ -645,16 +760,30 @@ def validate_pragam_state(st, structure):
                          "Lcur": (0.0, 1e300, "float?"), "Lmax": (0.0, 1e300, "float"), "mu": (0.0, 1e300, "float?"),
                          "version": (0, 1 << 62, "int?"), "prev_seq": (0, 1 << 62, "int?"),
                          "prev_n": (1, 1 << 40, "int?"), "bias_c": big}, "scalars")
+    if "prev_cptr" in st:
+        pc = np.asarray(st["prev_cptr"])
+        if pc.ndim != 1 or pc.size < 1 or pc.dtype.kind not in "iu" or pc[0] != 0 or (np.diff(pc) < 1).any():
+            _fail("prev_cptr must be the increasing clique offsets of the previous window")
+        if "alpha" in st and np.shape(st["alpha"])[0] != int(pc[-1]):
+            _fail(f"the dual point must have {int(pc[-1])} cliques (prev_cptr), got {np.shape(st['alpha'])}")
     if "alpha" in st:
         a = np.asarray(st["alpha"])
-        if a.ndim != 2:
-            _fail(f"the dual point must be a 2-D array, got {a.shape}")
+        if a.ndim != (3 if chain else 2):
+            _fail(f"the dual point must be a {3 if chain else 2}-D array, got {a.shape}")
         _finite_float(a, a.shape, "the dual point")
     if s.get("mu") is not None and s.get("version") is not None and int(s["version"]) == int(st["window"]["version"]):
-        if "alpha" not in st or np.shape(st["alpha"]) != (n, K):
-            _fail(f"the dual point must be ({n}, {K}) (window x labels)")
-        _finite_float(st["Wk"], (d, K), "Wk")
-        _finite_float(st["Wa"], (d, K), "Wa")
+        if chain:
+            nc = sum(max(len(r["tok_ptr"]) - 2, 1) for r in rows)
+            shape, wshape = (nc, K, K), (d * K + K * K + 2 * K,)
+        else:
+            shape, wshape = (n, K), (d, K)
+        if "alpha" not in st or np.shape(st["alpha"]) != shape:
+            _fail(f"the dual point must be {shape} (window x labels)")
+        _finite_float(st["Wk"], wshape, "Wk")
+        _finite_float(st["Wa"], wshape, "Wa")
+        if chain:
+            _finite_float(st.get("proj_mul", np.zeros(0)), (2, shape[0], K), "the projection's multipliers")
+            _finite_float(st.get("lin_k", np.zeros(0)), shape, "the clique scores of W_k")
     h = np.asarray(st["history"])
     if h.dtype.kind not in "fiu" and h.size or h.size % 6:
         _fail("the history must be rows of 6 numbers")
