@@ -686,6 +686,8 @@ class BlockStore:
         to_sparse = self.sparse if sparse is None else (bool(sparse) and self.kind == CHAIN)
         slots = self.slots().copy()
         slots = slots[np.argsort(self.birth[slots])]
+        if Kc == self.Kc and to_sparse == self.sparse and self._compact_in_place(slots):
+            return
         plans = [self._plan(j, Kc, to_sparse) for j in slots]
         Inew = np.zeros(max(1024, int(sum(p[0] for p in plans) * 1.25)), dtype=np.int32)
         Fnew = np.zeros(max(1024, int(sum(p[1] for p in plans) * 1.25)), dtype=np.float64)
@@ -699,6 +701,57 @@ class BlockStore:
         self.f_used = self.f_live = fo
         self.Kc = Kc
         self.sparse = to_sparse
+
+    def _compact_in_place(self, slots):
+        """:meth:`compact` at the same label capacity and layout, for stores of dense-layout
+        blocks (no sparse chain statistics) whose pools and labelings have the store's sizes
+        (all but stores mid-relayout): then each block's rewritten segments are its current
+        ones, end to end, so the new arenas are slices of the old ones, copied in as few
+        pieces as there are runs of blocks adjacent in the old arenas (one for a store that
+        never evicted), with the sizes, offsets and flags :meth:`_plan` and
+        :meth:`_copy_block` give, computed for all blocks at once. The same arrays as the
+        block-by-block rewrite (which cost ~30 µs per block in Python at every checkpoint).
+        Returns False (nothing done) when some block needs the block-by-block rewrite."""
+        if self.sparse or len(slots) == 0:
+            return False
+        m = self.meta[slots]
+        flags = m[:, K.M_FLAGS]
+        L, nnz, ly = m[:, K.M_L], m[:, K.M_NNZ], m[:, K.M_LY]
+        lablen = np.broadcast_to(self.structure.labeling_len(L, self.Kc), L.shape)
+        if np.any(flags & CS.FLAG_SPARSE) or np.any(m[:, K.M_PCAP] != self.pool_cap) \
+                or np.any(m[:, K.M_LABLEN] != lablen):
+            return False
+        nidx = np.where(flags & FLAG_DENSE_ROW, 0, nnz)
+        gl = np.where(flags & KL.FLAG_NO_GRAM, 0, L * L)
+        isz = L + 1 + nidx + ly + self.pool_cap * lablen
+        fsz = nnz + gl + np.broadcast_to(self.structure.stat_size(L, self.Kc), L.shape) + self.pool_cap
+        Inew = self._gather(self.Iar, m[:, K.M_IOFF], isz)
+        Fnew = self._gather(self.Far, m[:, K.M_FOFF], fsz)
+        io = np.cumsum(isz) - isz
+        fo = np.cumsum(fsz) - fsz
+        self.meta[slots, K.M_IOFF] = io
+        self.meta[slots, K.M_FOFF] = fo
+        self.meta[slots, K.M_ISIZE] = isz
+        self.meta[slots, K.M_FSIZE] = fsz
+        self.meta[slots, K.M_FLAGS] = flags & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE)
+        self.Iar, self.Far = Inew, Fnew
+        self.i_used = self.i_live = int(isz.sum())
+        self.f_used = self.f_live = int(fsz.sum())
+        return True
+
+    @staticmethod
+    def _gather(arena, off, size):
+        """The segments ``arena[off[i]:off[i] + size[i]]`` end to end, in an array of zeros of
+        :meth:`compact`'s length (a quarter of room); adjacent segments move as one slice."""
+        total = int(size.sum())
+        out = np.zeros(max(1024, int(total * 1.25)), dtype=arena.dtype)
+        starts = np.flatnonzero(off[1:] != off[:-1] + size[:-1]) + 1   # where a run of adjacent segments starts
+        bounds = np.concatenate([[0], starts, [len(off)]])
+        dst = np.concatenate([[0], np.cumsum(size)])
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            src, d0, d1 = int(off[a]), int(dst[a]), int(dst[b])
+            out[d0:d1] = arena[src:src + d1 - d0]
+        return out
 
     def _pairs(self, j):
         """The transition part of block j's statistic as (pairs (n, 2), counts (n,)), non-zero
