@@ -32,6 +32,7 @@ from ._kernels.bundles import Batch, pack
 from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans
 from ._kernels.structops import truth_stat
 from .saved_state import _rng_restore, _rng_state, validate_store_state
+from .structures.base import Structure
 
 _EVICTION = ("fifo", "reservoir")
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
@@ -686,7 +687,7 @@ class BlockStore:
         to_sparse = self.sparse if sparse is None else (bool(sparse) and self.kind == CHAIN)
         slots = self.slots().copy()
         slots = slots[np.argsort(self.birth[slots])]
-        if Kc == self.Kc and to_sparse == self.sparse and self._compact_in_place(slots):
+        if to_sparse == self.sparse and self._compact_in_place(slots, Kc):
             return
         plans = [self._plan(j, Kc, to_sparse) for j in slots]
         Inew = np.zeros(max(1024, int(sum(p[0] for p in plans) * 1.25)), dtype=np.int32)
@@ -702,33 +703,48 @@ class BlockStore:
         self.Kc = Kc
         self.sparse = to_sparse
 
-    def _compact_in_place(self, slots):
-        """:meth:`compact` at the same label capacity and layout, for stores of dense-layout
-        blocks (no sparse chain statistics) whose pools and labelings have the store's sizes
-        (all but stores mid-relayout): then each block's rewritten segments are its current
-        ones, end to end, so the new arenas are slices of the old ones, copied in as few
-        pieces as there are runs of blocks adjacent in the old arenas (one for a store that
-        never evicted), with the sizes, offsets and flags :meth:`_plan` and
-        :meth:`_copy_block` give, computed for all blocks at once. The same arrays as the
-        block-by-block rewrite (which cost ~30 µs per block in Python at every checkpoint).
-        Returns False (nothing done) when some block needs the block-by-block rewrite."""
+    def _compact_in_place(self, slots, Kc):
+        """:meth:`compact` in the same layout, for stores of dense-layout blocks (no sparse
+        chain statistics) whose pools and labelings have the store's sizes: each block's
+        rewritten segments are its current ones, end to end, at label capacity ``Kc`` also
+        when it grows, for structures whose statistic is one value per label slot
+        (:meth:`Structure.relayout_stat`'s own layout: multiclass), by slices of the old
+        arenas, with the sizes, offsets and flags :meth:`_plan` and :meth:`_copy_block`
+        give, computed for all blocks at once. The same arrays as the block-by-block
+        rewrite, which cost ~30 µs of Python per block at every checkpoint and every label
+        capacity growth. Returns False (nothing done) when some block needs that rewrite."""
+        struct = self.structure
+        oldKc = self.Kc
         if self.sparse or len(slots) == 0:
+            return False
+        if Kc != oldKc and (struct.set_labeling or type(struct).relayout_stat is not Structure.relayout_stat
+                            or type(struct).stat_size is not Structure.stat_size):
             return False
         m = self.meta[slots]
         flags = m[:, K.M_FLAGS]
         L, nnz, ly = m[:, K.M_L], m[:, K.M_NNZ], m[:, K.M_LY]
-        lablen = np.broadcast_to(self.structure.labeling_len(L, self.Kc), L.shape)
+        lablen = np.broadcast_to(struct.labeling_len(L, Kc), L.shape)
         if np.any(flags & CS.FLAG_SPARSE) or np.any(m[:, K.M_PCAP] != self.pool_cap) \
                 or np.any(m[:, K.M_LABLEN] != lablen):
             return False
+        pc = self.pool_cap
         nidx = np.where(flags & FLAG_DENSE_ROW, 0, nnz)
         gl = np.where(flags & KL.FLAG_NO_GRAM, 0, L * L)
-        isz = L + 1 + nidx + ly + self.pool_cap * lablen
-        fsz = nnz + gl + np.broadcast_to(self.structure.stat_size(L, self.Kc), L.shape) + self.pool_cap
-        Inew = self._gather(self.Iar, m[:, K.M_IOFF], isz)
-        Fnew = self._gather(self.Far, m[:, K.M_FOFF], fsz)
+        isz = L + 1 + nidx + ly + pc * lablen
+        ost = np.broadcast_to(struct.stat_size(L, oldKc), L.shape)
+        nst = np.broadcast_to(struct.stat_size(L, Kc), L.shape)
+        fsz = nnz + gl + nst + pc
         io = np.cumsum(isz) - isz
         fo = np.cumsum(fsz) - fsz
+        Inew = np.zeros(max(1024, int(int(isz.sum()) * 1.25)), dtype=self.Iar.dtype)
+        Fnew = np.zeros(max(1024, int(int(fsz.sum()) * 1.25)), dtype=self.Far.dtype)
+        _move(self.Iar, Inew, m[:, K.M_IOFF], io, isz)
+        if Kc == oldKc:
+            _move(self.Far, Fnew, m[:, K.M_FOFF], fo, fsz)
+        else:   # values, Gram and the old statistic; the new label slots stay 0; the pool's floats
+            head = nnz + gl + ost
+            _move(self.Far, Fnew, m[:, K.M_FOFF], fo, head)
+            _move(self.Far, Fnew, m[:, K.M_FOFF] + head, fo + nnz + gl + nst, np.full(len(L), pc))
         self.meta[slots, K.M_IOFF] = io
         self.meta[slots, K.M_FOFF] = fo
         self.meta[slots, K.M_ISIZE] = isz
@@ -737,21 +753,8 @@ class BlockStore:
         self.Iar, self.Far = Inew, Fnew
         self.i_used = self.i_live = int(isz.sum())
         self.f_used = self.f_live = int(fsz.sum())
+        self.Kc = Kc
         return True
-
-    @staticmethod
-    def _gather(arena, off, size):
-        """The segments ``arena[off[i]:off[i] + size[i]]`` end to end, in an array of zeros of
-        :meth:`compact`'s length (a quarter of room); adjacent segments move as one slice."""
-        total = int(size.sum())
-        out = np.zeros(max(1024, int(total * 1.25)), dtype=arena.dtype)
-        starts = np.flatnonzero(off[1:] != off[:-1] + size[:-1]) + 1   # where a run of adjacent segments starts
-        bounds = np.concatenate([[0], starts, [len(off)]])
-        dst = np.concatenate([[0], np.cumsum(size)])
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            src, d0, d1 = int(off[a]), int(dst[a]), int(dst[b])
-            out[d0:d1] = arena[src:src + d1 - d0]
-        return out
 
     def _pairs(self, j):
         """The transition part of block j's statistic as (pairs (n, 2), counts (n,)), non-zero
@@ -1059,6 +1062,30 @@ class BlockStore:
         bs._rebuild_tree()
         bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
+
+
+def _move(src, dst, s_off, d_off, size, chunk=1 << 16):
+    """``dst[d_off[i]:d_off[i] + size[i]] = src[s_off[i]:s_off[i] + size[i]]`` for every piece i
+    (in increasing order, not overlapping): pieces adjacent in both arrays move as one slice
+    (a store that never evicted is one slice); when there are many runs, by index arrays
+    built ``chunk`` pieces at a time (bounded memory)."""
+    if len(size) == 0:
+        return
+    brk = np.flatnonzero((s_off[1:] != s_off[:-1] + size[:-1]) | (d_off[1:] != d_off[:-1] + size[:-1])) + 1
+    if len(brk) < 64:
+        bounds = np.concatenate([[0], brk, [len(size)]]).tolist()
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            s0, d0, n = int(s_off[a]), int(d_off[a]), int(d_off[b - 1] + size[b - 1] - d_off[a])
+            dst[d0:d0 + n] = src[s0:s0 + n]
+        return
+    for a in range(0, len(size), chunk):
+        sz = size[a:a + chunk]
+        tot = int(sz.sum())
+        if tot == 0:
+            continue
+        start = np.cumsum(sz) - sz
+        within = np.arange(tot) - np.repeat(start, sz)
+        dst[np.repeat(d_off[a:a + chunk], sz) + within] = src[np.repeat(s_off[a:a + chunk], sz) + within]
 
 
 def _gram_len(m):

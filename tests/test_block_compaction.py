@@ -71,16 +71,47 @@ def test_in_place_compaction_equals_block_by_block(name, monkeypatch):
     m = MODELS[name]()
     st = m._learner.store
     ref = copy.deepcopy(st)
-    monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots: False)
+    monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots, Kc: False)
     ref.compact()
     monkeypatch.undo()
     took = []
     f = BlockStore._compact_in_place
-    monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots: took.append(f(self, slots)) or took[-1])
+    monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots, Kc: took.append(f(self, slots, Kc)) or took[-1])
     st.compact()
     assert took[-1] == (not st.sparse)
     _same(_arrays(st), _arrays(ref))
     assert pickle.dumps(st.state()) == pickle.dumps(ref.state())
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_label_capacity_growth_equals_block_by_block(name, monkeypatch):
+    """grow_labels (a new label past the capacity): multiclass stores grow in place (the new
+    label slots of each statistic 0), others block by block; the same arrays either way."""
+    st = MODELS[name]()._learner.store
+    ref = copy.deepcopy(st)
+    new = st.Kc + 7
+    monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots, Kc: False)
+    ref.grow_labels(new)
+    monkeypatch.undo()
+    st.grow_labels(new)
+    assert st.Kc == ref.Kc == new
+    _same(_arrays(st), _arrays(ref))
+    assert pickle.dumps(st.state()) == pickle.dumps(ref.state())
+
+
+def test_move_in_chunks():
+    from streamssvm.blocks import _move
+    rng = np.random.default_rng(0)
+    size = rng.integers(0, 5, 300)
+    gaps = rng.integers(0, 3, 300)
+    s_off = np.cumsum(size + gaps) - size - gaps + gaps
+    d_off = np.cumsum(size) - size
+    src = rng.normal(size=int(s_off[-1] + size[-1]) + 3)
+    a, b = np.zeros(int(size.sum())), np.zeros(int(size.sum()))
+    _move(src, a, s_off, d_off, size, chunk=7)
+    for i in range(300):
+        b[d_off[i]:d_off[i] + size[i]] = src[s_off[i]:s_off[i] + size[i]]
+    np.testing.assert_array_equal(a, b)
 
 
 def test_learning_after_checkpoints_is_unchanged(monkeypatch):
@@ -96,5 +127,5 @@ def test_learning_after_checkpoints_is_unchanged(monkeypatch):
                 saved.append(pickle.dumps(m.state()))
         return saved, pickle.dumps(m.state())
     fast = run()
-    monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots: False)
+    monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots, Kc: False)
     assert run() == fast
