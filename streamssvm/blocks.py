@@ -475,6 +475,60 @@ class BlockStore:
         self._order.append(slot)
         return slot
 
+    def reserve_rows(self, tok_ptr, fidx):
+        """:meth:`reserve` of m one-token blocks (row e: ``fidx[tok_ptr[e]:tok_ptr[e + 1]]``, one
+        label, ``Ki`` 1) in order, for all of them at once: the same slots, segments, meta rows
+        and bookkeeping as m calls. Returns the slots (int64)."""
+        m = len(tok_ptr) - 1
+        tok_ptr = np.asarray(tok_ptr, dtype=np.int64)
+        nnz = np.diff(tok_ptr)
+        nidx = nnz
+        one = np.ones(m, dtype=np.int64)
+        flags = np.full(m, CS.FLAG_SPARSE if self.sparse else 0, dtype=np.int64)
+        if self.dense_rows and m:
+            span = np.empty(m, dtype=np.int64)
+            dense_row_spans(np.arange(m + 1, dtype=np.int64), tok_ptr, fidx, span)
+            dense = span > 0
+            nnz = np.where(dense, span, nnz)
+            nidx = np.where(dense, 0, nnz)
+            flags[dense] = FLAG_DENSE_ROW
+        if not self.stores_gram(1):
+            flags |= KL.FLAG_NO_GRAM
+        isz, fsz, lablen = self.segment_sizes(one, nnz, one, nidx=nidx)
+        isz, fsz = np.zeros(m, dtype=np.int64) + isz, np.zeros(m, dtype=np.int64) + fsz
+        lablen = np.zeros(m, dtype=np.int64) + lablen
+        slots = np.empty(m, dtype=np.int64)
+        nfree = min(len(self.free), m)
+        for q in range(nfree):
+            slots[q] = self.free.pop()
+        slots[nfree:] = np.arange(self.n_slots, self.n_slots + m - nfree)
+        self.n_slots += m - nfree
+        if self.n_slots > self.meta.shape[0]:
+            self._grow_slots(self.n_slots)
+        ioff = self.i_used + np.cumsum(isz) - isz
+        foff = self.f_used + np.cumsum(fsz) - fsz
+        ti, tf = int(isz.sum()), int(fsz.sum())
+        if self.i_used + ti > self.Iar.shape[0]:
+            self._ensure_arena("Iar", self.i_used + ti)
+        if self.f_used + tf > self.Far.shape[0]:
+            self._ensure_arena("Far", self.f_used + tf)
+        self.meta[slots] = np.stack([ioff, foff, one, nnz, one, one, np.full(m, self.pool_cap), np.zeros(m, np.int64),
+                                     lablen, flags, isz, fsz], axis=1)
+        self.i_used += ti
+        self.f_used += tf
+        self.i_live += ti
+        self.f_live += tf
+        self.gest[slots] = np.inf
+        self.lval[slots] = 0.0
+        self.last_oracle[slots] = -1
+        self.birth[slots] = self._seen + np.arange(m)
+        self.pos[slots] = -1
+        self._seen += m
+        if m and self.max_L < 1:
+            self.max_L = 1
+        self._order.extend(slots.tolist())
+        return slots
+
     def forget(self, v):
         """Bookkeeping for a block no longer in the alive list (evicted by the kernel, or
         :meth:`remove`-d): its slot is free, its segments garbage until the next compaction."""

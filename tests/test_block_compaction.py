@@ -129,3 +129,29 @@ def test_learning_after_checkpoints_is_unchanged(monkeypatch):
     fast = run()
     monkeypatch.setattr(BlockStore, "_compact_in_place", lambda self, slots, Kc: False)
     assert run() == fast
+
+
+@pytest.mark.parametrize("name", ["multiclass dense rows", "multiclass sparse rows",
+                                  "multiclass evicting (garbage, reused slots)"])
+def test_reserve_rows_equals_reserve_one_by_one(name):
+    """The micro-batch kernel's slots reserved at once (``reserve_rows``): the same slots,
+    segments, meta rows and bookkeeping as one ``reserve`` per record."""
+    st = MODELS[name]()._learner.store
+    rng = np.random.default_rng(1)
+    rows = [np.arange(9, dtype=np.int32), np.array([0, 3, 40], np.int32), np.array([0, 1, 2, 3], np.int32),
+            np.zeros(0, np.int32), np.array([2, 5], np.int32)]
+    rows += [np.sort(rng.choice(12, size=int(rng.integers(1, 12)), replace=False)).astype(np.int32)
+             for _ in range(20)]
+    tok_ptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int32)
+    fidx = np.concatenate(rows).astype(np.int32)
+    if st.free:
+        del st.free[3:]          # (a store with a few free slots, as after evictions)
+    ref = copy.deepcopy(st)
+    want = [ref.reserve(1, len(r), 1, 1, r) for r in rows]
+    got = st.reserve_rows(tok_ptr, fidx)
+    assert got.tolist() == want
+    _same(_arrays(st), _arrays(ref))
+    for k in ("gest", "lval", "last_oracle", "birth", "pos"):
+        np.testing.assert_array_equal(getattr(st, k), getattr(ref, k))
+    assert (st.n_slots, st._seen, st.max_L, list(st._order), st.free) == \
+        (ref.n_slots, ref._seen, ref.max_L, list(ref._order), ref.free)

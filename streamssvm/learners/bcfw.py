@@ -599,14 +599,11 @@ class BCFW(DenseWeights, Learner):
         st = self.store
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        slots = np.empty(c, dtype=np.int64)
-        seeds = np.empty(c, dtype=np.int64)
+        slots = st.reserve_rows(tok_ptr[:c + 1], fidx)
         per = 1 + int(self.replay)
-        for e in range(c):
-            a, b = int(tok_ptr[e]), int(tok_ptr[e + 1])
-            slots[e] = st.reserve(1, b - a, 1, 1, fidx[a:b])
-            tick = self._tick + e * per
-            seeds[e] = (self._seed_base + (tick + 1) * 2654435761) % 2147483647   # _seed() at that tick
+        t0, sb = self._tick, self._seed_base
+        seeds = np.array([(sb + (t0 + e * per + 1) * 2654435761) % 2147483647 for e in range(c)],   # _seed() then
+                         dtype=np.int64)
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         bundles = self._bundles(max(1, st.max_L), g_full)
         preds = np.zeros(c, dtype=np.int32)
