@@ -500,7 +500,10 @@ def parse_example(obj, x_field="x", y_field="y", require_label=True):
     elif isinstance(x, list):
         if len(x) == 0:
             raise BadRecord("empty x")
-        if all(isinstance(t, dict) for t in x):
+        t0 = type(x[0])
+        if t0 is float or t0 is int:   # a flat row (neither all objects nor all lists)
+            x = _finite_list(x, "x")
+        elif all(isinstance(t, dict) for t in x):
             x = [_features_dict(t, f"x[{i}]") for i, t in enumerate(x)]
         elif all(isinstance(t, list) for t in x):
             n = len(x[0])
