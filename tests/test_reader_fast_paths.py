@@ -66,3 +66,51 @@ def test_a_400_digit_integer_in_jsonl_is_a_dead_letter(tmp_path):
     src = files.JSONLSource(str(p))
     got = [r.x.tolist() for r in src]
     assert got == [[1.0, 2.0], [1.0, 3.0]] and src.n_bad == 3
+
+
+def _json_only(raw):
+    try:
+        return ("ok", json.loads(raw, parse_constant=files._reject_constant))
+    except Exception:  # noqa: BLE001
+        return ("bad", None)
+
+
+@pytest.mark.parametrize("text", [
+    b'{"x": [0.1, 1.7976931348623157e308, 5e-324, -0.0, 1E2, 12345678901234567], "y": 3}',
+    b'{"x": [' + str(2**63 - 1).encode() + b', ' + str(2**64).encode() + b', ' + str(-2**63 - 1).encode() + b'], "y": 1}',
+    b'{"x": [1], "y": ' + str(2**70).encode() + b'}',           # a label beyond 64 bits stays an int
+    b'{"x": {"a": 123456789012345678901234567890.5}, "y": 1}',
+    b'{"x": [1e400], "y": 1}', b'{"x": [NaN], "y": 1}', b'{"x": [Infinity], "y": 1}',
+    b'{"x": {"\\ud800": 1.0}, "y": 1}', b'{"a": 1, "a": 2}', b'[' * 3000 + b']' * 3000, b'{"x": [1], "y": 1, "z": ' + b'[' * 3000 + b']' * 3000 + b'}',
+    b'[' * 200 + b']' * 200,
+    b'{"x": [1, 2,], "y": 1}', b'\xff\xfe', b'{"x": {"\xc3\xa9t\xc3\xa9": 1.5}, "y": "\xc3\xa9"}',
+])
+def test_decode_json_equals_the_standard_library(text):
+    """decode_json takes orjson where it returns what json.loads returns (and json.loads for the
+    rest): the same objects, types and refusals as the standard library alone."""
+    kind, want = _json_only(text)
+    try:
+        got = ("ok", files.decode_json(text))
+    except BadRecord:
+        got = ("bad", None)
+    assert got[0] == kind
+    if kind == "ok":
+        assert json.dumps(got[1]) == json.dumps(want)
+        assert repr(got[1]) == repr(want)
+
+
+def test_decode_json_random_doubles_bit_for_bit():
+    rng = np.random.default_rng(0)
+    v = np.concatenate([rng.normal(size=20000) * 10.0 ** rng.integers(-300, 300, 20000),
+                        np.frombuffer(rng.bytes(8 * 20000), dtype=np.float64)])
+    v = v[np.isfinite(v)]
+    text = json.dumps({"x": v.tolist(), "y": 1}).encode()
+    got = np.array(files.decode_json(text)["x"])
+    np.testing.assert_array_equal(got.view(np.int64), v.view(np.int64))
+
+
+def test_decode_json_uses_the_fast_decoder_when_there_is_one(monkeypatch):
+    if files._orjson is None:
+        pytest.skip("orjson is not installed")
+    monkeypatch.setattr(files.json, "loads", lambda *a, **k: (_ for _ in ()).throw(AssertionError("json.loads")))
+    assert files.decode_json(b'{"x": [1, 2.5], "y": "a"}') == {"x": [1, 2.5], "y": "a"}

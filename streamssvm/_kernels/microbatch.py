@@ -13,17 +13,28 @@ step functions (``predict_batch``, ``write_block``, ``_admit``, ``_step_loop`` o
 bit-identical to the record-by-record path. What the Python side does between two records
 (a full gap pass when one is due, a store that grows its slots or evicts, a new label) ends a
 micro-batch there; :meth:`BCFW.predict_learn_run` cuts the batches so.
+
+What the estimator does around a record happens inside the run as well, with the same
+functions in the same order: online feature scaling (:mod:`streamssvm.scaling`: the record
+predicted with its values scaled by the statistics before it, then the statistics take it and
+it is learned scaled by them, ``scale_values`` / ``learn_values`` of
+:mod:`streamssvm._kernels.scaling`), and the class scores the online temperature fit
+(:mod:`streamssvm.calibration`) observes, computed before the record is learned by
+``emission_table`` of :mod:`streamssvm._kernels.marginals` and handed to the fit after the call.
 """
 import numpy as np
 from numba import njit
 
 from .bcfw import _admit, _step_loop, predict_batch, write_block
+from .marginals import emission_table
+from .scaling import learn_values, scale_values
 
 _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 
 
 @njit(**_JIT)
-def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicting, tick0, counters, out):
+def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicting, observing, tick0, counters,
+                           out):
     """Predict then learn m one-token examples (multiclass rows) whose slots are reserved.
 
     ``records`` = (tok_ptr, fidx, fval, yids, mark, slots, seeds): the batch's CSR (row e is
@@ -32,10 +43,15 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
     learn call. ``predicting`` = (pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows,
     preds): the prediction's scratch, whether the learner predicts with averaged weights,
     ``lam`` (< 0: ``min(auto_lam, auto_lam_n / n)``), ``rows`` = 0..m and the predicted label
-    ids (out). out = [held blocks, evictions, averaging origin], as ``learn_one_example``
-    leaves it. Returns the new tick."""
+    ids (out). ``observing`` = (sumsq, count, scaling, pval, lval, obs, S, K): with ``scaling``
+    the column statistics of :class:`streamssvm.scaling.ColumnScaler` (updated in place), and
+    the values each record is predicted with (pval, out) and learned with (lval, out); without
+    it pval and lval are fval itself. obs[e] >= 0: record e's K class scores before it is
+    learned go to row obs[e] of S (out). out = [held blocks, evictions, averaging origin], as
+    ``learn_one_example`` leaves it. Returns the new tick."""
     tok_ptr, fidx, fval, yids, mark, slots, seeds = records
     pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows, preds = predicting
+    sumsq, count, scaling, pval, lval, obs, S, K = observing
     E, T, B = w
     avg_t0, ZE, ZT, ZB = avg[0], avg[1], avg[2], avg[3]
     n = arena[8]
@@ -45,17 +61,26 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         nn = max(n, 1)
         lam = lam_fixed if lam_fixed >= 0.0 else min(auto_lam, auto_lam_n / nn)
         scale = 1.0 / (lam * nn)
-        batch = (rows[e:e + 2], tok_ptr, fidx, fval, rows[e:e + 2])
+        a, b = tok_ptr[e], tok_ptr[e + 1]
+        if scaling:   # scaled by the statistics before the record (ColumnScaler.scaled)
+            scale_values(sumsq, count, fidx[a:b], fval[a:b], pval[a:b])
+        batch = (rows[e:e + 2], tok_ptr, fidx, pval, rows[e:e + 2])
         k = tick - avg_t0
+        zc = 0.0
         if averaging and avg_t0 >= 0 and k > 0:
             zc = 2.0 / (k * (k + 1.0))
             predict_batch(model, (E, T - zc * ZT, B - zc * ZB), scale, ZE, zc, batch, preds, pscratch)
         else:
             predict_batch(model, w, scale, E, 0.0, batch, preds, pscratch)
+        if obs[e] >= 0:   # the temperature fit's scores (calibration.emission_scores), before learning
+            j = obs[e]
+            emission_table(E, ZE, zc, scale, tok_ptr[e:e + 2], fidx, pval, 1, K, S[j:j + 1])
+        if scaling:   # the statistics take the record, then it is learned scaled by them
+            learn_values(sumsq, count, fidx[a:b], fval[a:b], lval[a:b])
         # the learning (learn_one_example's arrival of one example, its own seed)
         np.random.seed(seeds[e])
         slot = slots[e]
-        write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr[e:e + 2], fidx, fval,
+        write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr[e:e + 2], fidx, lval,
                     yids[e:e + 1], mark, cfg[8])
         arena[5][slot] = 0.0
         out[1] = 0

@@ -224,8 +224,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 except Exception as e:  # noqa: BLE001 - a bad record: see Estimator.predict_learn_each
                     out[i] = (False, e)
                     continue
-                if (yid >= 0 and trusted and self._scales_as_is(fi, fv)
-                        and not self._calibrator().would_want(len(run))):
+                if yid >= 0 and trusted:
                     run.append((i, x, y, fi, fv, yid))
                     continue
             self._learn_run(run, out, learned)
@@ -238,14 +237,6 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if learned:
             self._last_fidx = np.concatenate(learned) if len(learned) > 1 else learned[0]
         return out
-
-    def _scales_as_is(self, fidx, fval):
-        """Whether feature scaling leaves this record's values as they are, for its prediction
-        and its learning alike: no scaling, or every non-zero value is +-1 and every column it
-        touches has RMS exactly 1 so far (0/1 indicators: OCR pixels, one-hot words), which
-        learning it keeps. Only such records go to the kernel, which does not scale; the
-        others go through :meth:`predict_learn_one`."""
-        return self._scaler is None or self._scaler.is_identity(fidx, fval)
 
     def _dense_rows(self, xs):
         """The CSR of a batch of 1-D float arrays of the index's width, valid, in one pass
@@ -276,17 +267,23 @@ class MulticlassSSVM(Estimator, base.Classifier):
         yids = np.array([r[5] for r in run], dtype=np.int32)
         labels = self._labels.labels
         learned.append(fidx)
+        # scaling and the temperature fit's observations happen inside the kernel, as record by
+        # record: its statistics are updated in place, the observed records' scores come back
+        scaling = None if self._scaler is None else self._scaler.statistics(self._features.dim)
+        t = self._calibrator()
         e = 0
         while e < len(run):
             a = int(tok_ptr[e])
-            ids = self._learner.predict_learn_run(tok_ptr[e:] - a, fidx[a:], fval[a:], yids[e:])
+            ahead = t.n_offered + np.arange(len(run) - e)
+            observed = ((ahead < t.dense_until) | (ahead % t.stride == 0)) if self._learner.n_labels >= 2 else None
+            ids, S = self._learner.predict_learn_run(tok_ptr[e:] - a, fidx[a:], fval[a:], yids[e:], scaling, observed)
             for q, p in enumerate(ids):
                 out[run[e + q][0]] = (True, labels[p])
             if len(ids):
-                b = int(tok_ptr[e + len(ids)])
-                if self._scaler is not None:   # the statistics take the records (their values stay)
-                    self._scaler.learn_scaled(fidx[a:b], fval[a:b], tok_ptr[e:e + len(ids) + 1] - a)
-                self._calibrator().pass_over(len(ids))   # offered, not observed (would_want said so)
+                if S is not None:
+                    for s, yid in zip(S, yids[e:e + len(ids)][observed[:len(ids)]]):
+                        t.observe_class(s, yid)
+                t.pass_over(len(ids))   # offered (wants() counted each), the observed ones kept above
             e += len(ids)
             if len(ids) == 0:   # something of the Python side is due before it: one at a time
                 i, x, y = run[e][:3]

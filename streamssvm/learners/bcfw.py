@@ -578,27 +578,32 @@ class BCFW(DenseWeights, Learner):
                     return e + 1
         return max(m, 0)
 
-    def predict_learn_run(self, tok_ptr, fidx, fval, yids):
+    def predict_learn_run(self, tok_ptr, fidx, fval, yids, scaling=None, observed=None):
         """Progressive validation of one-token (multiclass) records in one kernel call
         (:mod:`streamssvm._kernels.microbatch`): record e predicted with the weights after
         record e - 1, then learned, bit-identical to ``predict`` then ``learn`` record by
         record. Takes the longest prefix that needs nothing of the Python side between its
-        records (:meth:`_run_length`); returns the predicted label ids of that prefix (length
-        0: the caller takes the next record one at a time)."""
+        records (:meth:`_run_length`).
+
+        ``scaling``: the ``(sumsq, count)`` arrays of a :class:`~streamssvm.scaling.ColumnScaler`
+        covering every column of ``fidx``: each record is predicted with its values scaled by
+        the statistics before it, then the statistics take it (in place) and it is learned
+        scaled by them, as the estimator does record by record. ``observed``: a bool per
+        record, whose class scores before learning (``calibration.emission_scores``) are
+        wanted. Returns the predicted label ids of the prefix taken (length 0: the caller takes
+        the next record one at a time) and the scores (one row per observed record of it, in
+        order; None without ``observed``)."""
         c = self._run_length(len(yids))
         if c == 0:
-            return np.zeros(0, dtype=np.int32)
+            return np.zeros(0, dtype=np.int32), None
         st = self.store
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        slots = np.empty(c, dtype=np.int64)
-        seeds = np.empty(c, dtype=np.int64)
+        slots = st.reserve_rows(tok_ptr[:c + 1], fidx)
         per = 1 + int(self.replay)
-        for e in range(c):
-            a, b = int(tok_ptr[e]), int(tok_ptr[e + 1])
-            slots[e] = st.reserve(1, b - a, 1, 1, fidx[a:b])
-            tick = self._tick + e * per
-            seeds[e] = (self._seed_base + (tick + 1) * 2654435761) % 2147483647   # _seed() at that tick
+        t0, sb = self._tick, self._seed_base
+        seeds = np.array([(sb + (t0 + e * per + 1) * 2654435761) % 2147483647 for e in range(c)],   # _seed() then
+                         dtype=np.int64)
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         bundles = self._bundles(max(1, st.max_L), g_full)
         preds = np.zeros(c, dtype=np.int32)
@@ -607,10 +612,12 @@ class BCFW(DenseWeights, Learner):
                       float(self.AUTO_LAM_N), np.arange(c + 1, dtype=np.int64), preds)
         ytrue = np.ascontiguousarray(yids[:c], dtype=np.int32)
         records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds)
+        observing, S = self._observing(fval, c, scaling, observed)
         out = self._out3
-        tick = MB.predict_learn_examples(*bundles, records, predicting, self._tick, self.counters, out)
+        tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters, out)
         a, b = int(tok_ptr[c - 1]), int(tok_ptr[c])
-        self._steps_example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], fval[a:b], ytrue[c - 1:c],
+        lval = observing[4]
+        self._steps_example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], lval[a:b], ytrue[c - 1:c],
                                self._mark, -1, -1)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
@@ -621,7 +628,25 @@ class BCFW(DenseWeights, Learner):
         self.n_learned += c
         if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
             self._full_pass(certify=False)
-        return preds
+        return preds, S
+
+    _NO_STATS = np.zeros(0)
+
+    def _observing(self, fval, c, scaling, observed):
+        """The kernel's ``observing`` bundle (:func:`~streamssvm._kernels.microbatch.predict_learn_examples`)
+        and the score table it fills (None when nothing is observed)."""
+        if scaling is None:
+            sumsq = count = self._NO_STATS
+            pval = lval = fval
+        else:
+            sumsq, count = scaling
+            pval, lval = np.empty_like(fval), np.empty_like(fval)
+        obs = np.full(c, -1, dtype=np.int64)
+        hit = np.flatnonzero(np.asarray(observed[:c], dtype=bool)) if observed is not None else obs[:0]
+        obs[hit] = np.arange(len(hit))
+        S = np.empty((len(hit), self._K))
+        return (sumsq, count, scaling is not None, pval, lval, obs, S, int(self._K)), \
+            (S if observed is not None else None)
 
     def _gram(self, tok_ptr, fidx, fval, L):
         G = np.empty((L, L))
