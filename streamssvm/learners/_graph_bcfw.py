@@ -1,0 +1,340 @@
+"""Block-coordinate Frank-Wolfe with positivity constraints on a subset of the weights, on dense
+weight vectors: the engine :class:`~streamssvm.estimators.GraphSegmenter` runs for a
+:class:`~streamssvm.learners.BCFW` configuration (Osokin et al., "Minding the gaps for block
+Frank-Wolfe optimization of structured SVMs", ICML 2016, App. H; Lacoste-Julien et al.,
+"Block-coordinate Frank-Wolfe optimization for structural SVMs", ICML 2013).
+
+The problem, with ``P`` the constrained coordinates (``nonneg``)::
+
+    min_w  lam/2 ||w||^2 + (1/n) sum_i H_i(w)   s.t. w_j >= 0 for j in P,
+    H_i(w) = max_y Delta_i(y) - <w, psi_i(y)>,  psi_i(y) = phi(x_i, y_i) - phi(x_i, y).
+
+Its dual (App. H's v / w split): with the unconstrained map ``v(alpha) = U / (lam n)``,
+``U = sum_i u_i``, ``u_i = sum_y alpha_i(y) psi_i(y)``, and ``Pi`` the projection on the cone
+(``max(v_j, 0)`` on ``P``, identity elsewhere),
+
+    min_{w in cone} lam/2 ||w||^2 - lam <v, w>  =  -lam/2 ||Pi(v)||^2     (<v, Pi v> = ||Pi v||^2)
+
+so ``D(alpha) = (1/n) sum_i L_i - lam/2 ||Pi(v)||^2`` with ``L_i = sum_y alpha_i(y) Delta_i(y)``,
+and the primal point of ``alpha`` is ``w = Pi(v)``. D is concave with a gradient in ``alpha_i``
+of ``(Delta_i(y) - <w, psi_i(y)>) / n``: the oracle is the usual loss-augmented decoding at
+``w = Pi(v)``. The duality gap at ``(w, alpha)`` is ``sum_i g_i`` with the usual block gaps
+(evaluated at ``w``), since ``lam ||w||^2 = <w, (1/n) sum_i u_i>``: the certificate stays exact.
+The step: ``1/2 ||Pi(v)||^2`` has a 1-Lipschitz gradient ``Pi(v)`` (the projection is
+non-expansive), so the clipped step ``gamma = min(1, g_i lam n^2 / ||u_i - psi_s||^2)`` of the
+unconstrained problem maximizes a quadratic lower bound of D along the direction: an ascent
+step with the same guarantee (without the constraint it is the exact line search).
+
+Averaging keeps the weighted average (weights proportional to the step index) of the dual
+point ``(U, sum L)``; its primal point is ``Pi`` of the average (a valid certified pair), not the
+average of the ``Pi(v_k)``. The window restarts when a block is evicted. Pairwise / away steps
+and the oracle cache are refused (``BCFW(step="fw", cache=False)`` only).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..certificate import Certificate
+
+
+class GraphBCFW:
+    """The running state of BCFW with positivity constraints over dense weight vectors of one
+    structure (``structure.dim`` long) whose examples are held whole (graphs).
+
+    ``config`` is the :class:`~streamssvm.learners.BCFW` whose parameters it follows (``lam``,
+    ``replay``, ``sampling``, ``gap_every``, ``averaging``, ``window``, ``seed``); ``nonneg`` is
+    the index array of the constrained coordinates."""
+
+    def __init__(self, config, structure, nonneg):
+        if config.step != "fw" or config.cache:
+            raise ValueError("positivity constraints (nonneg=...) support step='fw' without cache so far: "
+                             "pairwise / away steps and the cache would need the constrained line search on "
+                             "stored corners")
+        if config.rescaling != "margin":
+            raise ValueError("positivity constraints (nonneg=...) support rescaling='margin' only")
+        if config.max_bytes is not None or config.eviction != "fifo":
+            raise ValueError("GraphSegmenter holds a FIFO window of graphs: max_bytes / reservoir are not "
+                             "supported")
+        self.config = config
+        self.structure = structure
+        D = structure.dim
+        self.nonneg = np.unique(np.asarray(nonneg, dtype=np.int64))
+        if self.nonneg.size and (self.nonneg.min() < 0 or self.nonneg.max() >= D):
+            raise ValueError(f"nonneg indexes coordinates in [0, {D}), got {self.nonneg.tolist()}")
+        self.records = []        # GraphRecord per held block, oldest first
+        self.truths = []         # int32 labelings
+        self.phi_true = []       # phi(x_i, y_i)
+        self.u = np.zeros((0, D))
+        self.L = np.zeros(0)
+        self.gest = np.zeros(0)
+        self.U = np.zeros(D)
+        self.Lsum = 0.0
+        self.Ubar = np.zeros(D)
+        self.Lbar = 0.0
+        self.k_avg = -1          # steps in the averaging window (-1: no window)
+        self.tick = 0
+        self.steps_since_full = 0
+        self.evicted = 0
+        self.n_learned = 0
+        self._seed_base = int(np.random.default_rng(config.seed).integers(2**31 - 1))
+
+    # ------------------------------------------------------------------ objective
+    @property
+    def n(self):
+        return len(self.records)
+
+    @property
+    def n_blocks(self):
+        """Graphs held (the n of the certificate)."""
+        return len(self.records)
+
+    def lam(self, n=None):
+        n = self.n if n is None else n
+        return self.config.effective_lam(max(n, 1))
+
+    def project(self, v):
+        """Pi(v): the coordinates in ``nonneg`` clipped at 0."""
+        w = v.copy()
+        if self.nonneg.size:
+            w[self.nonneg] = np.maximum(w[self.nonneg], 0.0)
+        return w
+
+    def weights(self, averaged=False):
+        """w = Pi(U / (lam n)) (of the averaged dual point with ``averaged``)."""
+        n = max(self.n, 1)
+        U = self.Ubar if (averaged and self.k_avg > 0) else self.U
+        return self.project(U / (self.lam() * n))
+
+    def predict_weights(self):
+        return self.weights(averaged=bool(self.config.averaging))
+
+    # ------------------------------------------------------------------ steps
+    def _rng(self):
+        return np.random.default_rng((self._seed_base + (self.tick + 1) * 2654435761) % 2147483647)
+
+    def _corner(self, i, w):
+        """(psi_i(y_hat), Delta_i(y_hat)) of the loss-augmented oracle at ``w``."""
+        rec, t = self.records[i], self.truths[i]
+        y = self.structure.oracle(rec, w, t)
+        return self.phi_true[i] - self.structure.joint_feature(rec, y), self.structure.loss(t, y)
+
+    def step(self, i):
+        n = self.n
+        lam = self.lam()
+        w = self.project(self.U / (lam * n))
+        psi, loss = self._corner(i, w)
+        ui, Li = self.u[i], self.L[i]
+        G = (loss - w @ psi) - (Li - w @ ui)        # n times the block gap g_i
+        d = ui - psi
+        dd = float(d @ d)
+        if dd > 0.0:
+            gamma = min(max(G * lam * n / dd, 0.0), 1.0)
+        else:
+            gamma = 1.0 if G > 0.0 else 0.0
+        if gamma > 0.0:
+            new_u = (1.0 - gamma) * ui + gamma * psi
+            new_L = (1.0 - gamma) * Li + gamma * loss
+            self.U += new_u - ui
+            self.Lsum += new_L - Li
+            self.u[i] = new_u
+            self.L[i] = new_L
+        self.gest[i] = max(G, 0.0) / n
+        self.tick += 1
+        self.steps_since_full += 1
+        if self.config.averaging:
+            self.k_avg = max(self.k_avg, 0)
+            rho = 2.0 / (self.k_avg + 2.0)
+            self.Ubar = (1.0 - rho) * self.Ubar + rho * self.U
+            self.Lbar = (1.0 - rho) * self.Lbar + rho * self.Lsum
+            self.k_avg += 1
+
+    def _avg_restart(self):
+        self.k_avg = -1
+        self.Ubar = self.U.copy()
+        self.Lbar = self.Lsum
+
+    def _pick(self, rng):
+        if self.config.sampling == "gap":
+            g = self.gest
+            if not np.all(np.isfinite(g)):
+                return int(np.flatnonzero(~np.isfinite(g))[0])
+            tot = float(g.sum())
+            if tot > 0.0:
+                return int(min(np.searchsorted(np.cumsum(g), rng.random() * tot, side="right"), self.n - 1))
+        return int(rng.integers(self.n))
+
+    def _replay(self, steps):
+        cfg = self.config
+        needs_full = cfg.gap_every is not None and cfg.sampling == "gap"
+        for _ in range(int(steps)):
+            if needs_full and self.steps_since_full >= cfg.gap_every * self.n:
+                self.full_pass()
+            self.step(self._pick(self._rng()))
+
+    def learn(self, rec, y):
+        """Hold a new graph as a block (its dual point on the ground truth), step on it, then
+        ``replay`` steps; the oldest block leaves when the window is full."""
+        cfg = self.config
+        if cfg.window is not None and self.n >= cfg.window:
+            self._evict(0)
+        self.records.append(rec)
+        self.truths.append(y)
+        self.phi_true.append(self.structure.joint_feature(rec, y))
+        D = self.structure.dim
+        self.u = np.vstack([self.u, np.zeros((1, D))])
+        self.L = np.append(self.L, 0.0)
+        self.gest = np.append(self.gest, np.inf)
+        self.step(self.n - 1)
+        self._replay(cfg.replay)
+        self.n_learned += 1
+
+    def _evict(self, i):
+        self.U -= self.u[i]
+        self.Lsum -= self.L[i]
+        for lst in (self.records, self.truths, self.phi_true):
+            del lst[i]
+        self.u = np.delete(self.u, i, axis=0)
+        self.L = np.delete(self.L, i)
+        self.gest = np.delete(self.gest, i)
+        self.evicted += 1
+        self._avg_restart()
+
+    def refine(self, passes=1.0, tol=None, progress=None):
+        if self.n == 0:
+            return
+        total = int(round(passes * self.n))
+        done = 0
+        while done < total:
+            s = min(self.n, total - done)
+            self._replay(s)
+            done += s
+            if progress is not None:
+                progress(done / max(total, 1), self)
+            if tol is not None and self.certificate().gap <= tol:
+                return
+
+    # ------------------------------------------------------------------ certificate
+    def _hinge_sum(self, w):
+        """sum_i H_i(w) (one oracle call per block) and the oracles' n-scaled block gaps
+        against the iterate's dual blocks."""
+        h = 0.0
+        G = np.zeros(self.n)
+        for i in range(self.n):
+            psi, loss = self._corner(i, w)
+            Hi = loss - w @ psi
+            h += Hi
+            G[i] = Hi - (self.L[i] - w @ self.u[i])
+        return h, G
+
+    def full_pass(self):
+        """Refresh every block-gap estimate (one oracle call each); returns the iterate's gap."""
+        w = self.weights()
+        _, G = self._hinge_sum(w)
+        self.gest = np.maximum(G, 0.0) / max(self.n, 1)
+        self.steps_since_full = 0
+        return float(np.sum(G)) / max(self.n, 1)
+
+    def _dual(self, U, Lsum):
+        n = max(self.n, 1)
+        lam = self.lam()
+        w = self.project(U / (lam * n))
+        return Lsum / n - 0.5 * lam * float(w @ w), w
+
+    def primal(self, w):
+        n = max(self.n, 1)
+        h, _ = self._hinge_sum(w)
+        return 0.5 * self.lam() * float(w @ w) + h / n
+
+    def certificate(self):
+        """The exact duality gap of the predicting weights (module docstring); observes only."""
+        t0 = time.perf_counter()
+        lam = self.lam()
+        n = self.n
+        if n == 0:
+            return Certificate.empty(lam)
+        D_it, w_it = self._dual(self.U, self.Lsum)
+        h_it, G = self._hinge_sum(w_it)
+        P_it = 0.5 * lam * float(w_it @ w_it) + h_it / n
+        calls = n
+        extra = {"iterate_gap": P_it - D_it, "nonneg": int(self.nonneg.size)}
+        P, D, w = P_it, D_it, w_it
+        P_avg = gap_avg = None
+        if self.config.averaging and self.k_avg > 0:
+            D_av, w_av = self._dual(self.Ubar, self.Lbar)
+            P_avg = self.primal(w_av)
+            calls += n
+            D = max(D_it, D_av)
+            gap_avg = max(P_avg - D, 0.0)
+            P, w = P_avg, w_av
+        raw = P - D
+        return Certificate(gap=max(raw, 0.0), primal=P, dual=D, n_blocks=n, oracle_calls=calls,
+                           seconds=time.perf_counter() - t0, lam=lam, regularizer=0.5 * lam * float(w @ w),
+                           hinge=P - 0.5 * lam * float(w @ w), dual_loss=self.Lsum / n,
+                           block_gap_sum=float(np.sum(G)) / n, primal_avg=P_avg, gap_avg=gap_avg,
+                           note="BCFW with positivity constraints (Osokin et al. 2016, App. H): exact min-cut oracle",
+                           extra=extra, raw_gap=raw)
+
+    # ------------------------------------------------------------------ state
+    def state(self):
+        recs = self.records
+        nptr = np.cumsum([0] + [r.n for r in recs]).astype(np.int64)
+        eptr = np.cumsum([0] + [r.ea.size for r in recs]).astype(np.int64)
+        D = self.structure.dim
+        cat = (lambda xs, shape: np.concatenate(xs) if xs else np.zeros(shape))
+        return {
+            "X": cat([r.X for r in recs], (0, self.structure.d)),
+            "ea": cat([r.ea for r in recs], (0,)).astype(np.int64),
+            "eb": cat([r.eb for r in recs], (0,)).astype(np.int64),
+            "F": cat([r.F for r in recs], (0, self.structure.q)),
+            "y": cat(self.truths, (0,)).astype(np.int32), "node_ptr": nptr, "edge_ptr": eptr,
+            "u": self.u.reshape(-1, D), "L": self.L, "gest": np.where(np.isfinite(self.gest), self.gest, -1.0),
+            "U": self.U, "Lsum": self.Lsum, "Ubar": self.Ubar, "Lbar": self.Lbar, "k_avg": self.k_avg,
+            "tick": self.tick, "steps_since_full": self.steps_since_full, "evicted": self.evicted,
+            "n_learned": self.n_learned, "seed_base": self._seed_base, "nonneg": self.nonneg,
+        }
+
+    def restore(self, st):
+        """Install a :meth:`state` (checked for shapes first; raises ValueError)."""
+        from ..structures.graph import GraphRecord
+        D = self.structure.dim
+        nptr = np.asarray(st["node_ptr"], dtype=np.int64)
+        eptr = np.asarray(st["edge_ptr"], dtype=np.int64)
+        nb = len(nptr) - 1
+        X = np.asarray(st["X"], dtype=np.float64)
+        F = np.asarray(st["F"], dtype=np.float64)
+        u = np.asarray(st["u"], dtype=np.float64)
+        ok = (nb >= 0 and len(eptr) == nb + 1 and X.ndim == 2 and X.shape[1] == self.structure.d
+              and F.ndim == 2 and F.shape[1] == self.structure.q and nptr[0] == 0 and eptr[0] == 0
+              and np.all(np.diff(nptr) > 0) and np.all(np.diff(eptr) >= 0) and nptr[-1] == X.shape[0]
+              and eptr[-1] == F.shape[0] and len(st["y"]) == X.shape[0] and u.shape == (nb, D)
+              and len(st["L"]) == nb and len(st["gest"]) == nb and np.shape(st["U"]) == (D,)
+              and np.shape(st["Ubar"]) == (D,) and len(st["ea"]) == len(st["eb"]) == F.shape[0])
+        if not ok:
+            raise ValueError("invalid GraphSegmenter learner state: inconsistent shapes")
+        self.records, self.truths, self.phi_true = [], [], []
+        for b in range(nb):
+            a0, a1, e0, e1 = nptr[b], nptr[b + 1], eptr[b], eptr[b + 1]
+            rec = GraphRecord(np.ascontiguousarray(X[a0:a1]), np.ascontiguousarray(st["ea"][e0:e1], dtype=np.int64),
+                              np.ascontiguousarray(st["eb"][e0:e1], dtype=np.int64), np.ascontiguousarray(F[e0:e1]))
+            rec = self.structure.record(rec)
+            y = self.structure.labels(np.asarray(st["y"][a0:a1], dtype=np.int64), rec.n)
+            self.records.append(rec)
+            self.truths.append(y)
+            self.phi_true.append(self.structure.joint_feature(rec, y))
+        self.u = u.copy()
+        self.L = np.asarray(st["L"], dtype=np.float64).copy()
+        g = np.asarray(st["gest"], dtype=np.float64)
+        self.gest = np.where(g < 0, np.inf, g)
+        self.U = np.asarray(st["U"], dtype=np.float64).copy()
+        self.Ubar = np.asarray(st["Ubar"], dtype=np.float64).copy()
+        self.Lsum, self.Lbar = float(st["Lsum"]), float(st["Lbar"])
+        self.k_avg, self.tick = int(st["k_avg"]), int(st["tick"])
+        self.steps_since_full, self.evicted = int(st["steps_since_full"]), int(st["evicted"])
+        self.n_learned, self._seed_base = int(st["n_learned"]), int(st["seed_base"])
+        if not np.array_equal(np.asarray(st["nonneg"], dtype=np.int64), self.nonneg):
+            raise ValueError("invalid GraphSegmenter learner state: constrained coordinates differ from the model's")
+        arrays = (self.u, self.L, self.U, self.Ubar, X, F)
+        if not all(np.isfinite(a).all() for a in arrays):
+            raise ValueError("invalid GraphSegmenter learner state: non-finite values")
