@@ -67,6 +67,7 @@ class GraphSegmenter(Estimator, base.Estimator):
         if learner.nonneg is None:
             raise ValueError("GraphSegmenter needs the pairwise weights constrained >= 0 (submodular energy, "
                              "exact minimum cut): pass learners.BCFW(nonneg='pairwise', ...)")
+        GraphBCFW.check_config(learner)
         self.learner = learner
         self._structure = None
         self._learner = None

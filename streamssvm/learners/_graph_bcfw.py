@@ -48,6 +48,13 @@ class GraphBCFW:
     the index array of the constrained coordinates."""
 
     def __init__(self, config, structure, nonneg):
+        self.check_config(config)
+        self.config = config
+        self._init_state(structure, nonneg)
+
+    @staticmethod
+    def check_config(config):
+        """Raise ValueError for the BCFW options this engine does not support."""
         if config.step != "fw" or config.cache:
             raise ValueError("positivity constraints (nonneg=...) support step='fw' without cache so far: "
                              "pairwise / away steps and the cache would need the constrained line search on "
@@ -57,7 +64,8 @@ class GraphBCFW:
         if config.max_bytes is not None or config.eviction != "fifo":
             raise ValueError("GraphSegmenter holds a FIFO window of graphs: max_bytes / reservoir are not "
                              "supported")
-        self.config = config
+
+    def _init_state(self, structure, nonneg):
         self.structure = structure
         D = structure.dim
         self.nonneg = np.unique(np.asarray(nonneg, dtype=np.int64))
@@ -78,7 +86,7 @@ class GraphBCFW:
         self.steps_since_full = 0
         self.evicted = 0
         self.n_learned = 0
-        self._seed_base = int(np.random.default_rng(config.seed).integers(2**31 - 1))
+        self._seed_base = int(np.random.default_rng(self.config.seed).integers(2**31 - 1))
 
     # ------------------------------------------------------------------ objective
     @property
