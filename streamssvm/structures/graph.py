@@ -8,9 +8,11 @@ edges (``ea``, ``eb``) with ``q`` non-negative features each (``F``, m x q; e.g.
 contrast term exp(-beta |I_a - I_b|^2)). A labeling is ``y`` in {0, 1}^n. With weights
 ``w = [w_0 (d), w_1 (d), w_p (q)]`` the score is
 
-    <w, phi(x, y)> = sum_i <w_{y_i}, x_i> - sum_e <w_p, f_e> [y_{a_e} != y_{b_e}]
+    <w, phi(x, y)> = (1/n) (sum_i <w_{y_i}, x_i> - sum_e <w_p, f_e> [y_{a_e} != y_{b_e}])
 
-so ``phi(x, y) = [sum_{i: y_i = 0} x_i, sum_{i: y_i = 1} x_i, -sum_e f_e [y_a != y_b]]``. With
+so ``phi(x, y) = (1/n) [sum_{i: y_i = 0} x_i, sum_{i: y_i = 1} x_i, -sum_e f_e [y_a != y_b]]``:
+a per-node average, on the scale of the normalized loss, so that graphs of any size weigh alike
+and ``||psi||`` (which sets BCFW's step sizes and rate) does not grow with the graph. With
 ``w_p >= 0`` (the learner's positivity constraint on the last ``q`` coordinates) and ``F >= 0``
 every edge penalty is >= 0: the energy is submodular and the MAP labeling, and the
 loss-augmented one with the Hamming loss (a unary term), is an s-t minimum cut
@@ -21,7 +23,7 @@ loss-augmented one with the Hamming loss (a unary term), is an s-t minimum cut
 >>> g = BinaryGraph(d=1, q=1)
 >>> rec = g.record({"nodes": [[1.0], [-1.0]], "edges": [[0, 1]], "edge_features": [[1.0]]})
 >>> g.joint_feature(rec, np.array([1, 0])).tolist()
-[-1.0, 1.0, -1.0]
+[-0.5, 0.5, -0.5]
 >>> g.predict(rec, np.array([-1.0, 1.0, 0.5])).tolist()
 [1, 0]
 """
@@ -168,11 +170,12 @@ class BinaryGraph:
         out[d:2 * d] = rec.X[y == 1].sum(axis=0)
         cut = y[rec.ea] != y[rec.eb]
         out[2 * d:] = -rec.F[cut].sum(axis=0)
-        return out
+        return out / rec.n
 
     def potentials(self, rec, w, ytrue=None, loss_scale=0.0):
-        """(theta (n, 2), edge penalties (m,)) of weights ``w``; with ``ytrue`` the Hamming loss
-        times ``loss_scale`` is added to the node scores (the loss-augmented problem)."""
+        """(theta (n, 2), edge penalties (m,)) of weights ``w``, n times the score's terms (the
+        same argmax); with ``ytrue`` the Hamming loss times ``loss_scale`` is added to the node
+        scores (``loss_scale=1``: n times the loss-augmented problem)."""
         d = self.d
         theta = np.empty((rec.n, 2))
         theta[:, 0] = rec.X @ w[:d]
@@ -196,7 +199,7 @@ class BinaryGraph:
 
     def oracle(self, rec, w, ytrue):
         """argmax_y Delta(ytrue, y) + <w, phi(x, y)> (exact, by minimum cut)."""
-        theta, pen = self.potentials(rec, w, ytrue, 1.0 / rec.n)
+        theta, pen = self.potentials(rec, w, ytrue, 1.0)
         out = np.zeros(rec.n, dtype=np.int32)
         MF.binary_map(theta, rec.ea, rec.eb, pen, out)
         return out
