@@ -129,11 +129,37 @@ def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_q
         assert w[-1] >= 0.0
         assert c.primal == pytest.approx(P(w), abs=1e-12)        # the certified primal is P(w)
         assert c.raw_gap >= c.primal - p_star - 1e-8             # a valid bound on the suboptimality
-    assert c.gap < 1e-3                                          # Frank-Wolfe: O(1/k)
+    # the exact (piecewise) line search reaches the optimum (the clipped step of the unconstrained
+    # problem stalled at a gap of 8e-5 here); the average converges as O(1/k)
+    assert c.gap < (1e-3 if averaging else 1e-9)
+    if not averaging:
+        np.testing.assert_allclose(w, w_star, atol=1e-4)
     assert c.primal - p_star < 1e-3
     # lam-strong convexity: lam/2 ||w - w*||^2 <= P(w) - P* <= gap
     assert 0.5 * lam * np.sum((w - w_star) ** 2) <= c.raw_gap + 1e-8
     assert w[-1] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_constrained_line_search_is_exact():
+    """The step maximizes the piecewise-quadratic dual along the direction (checked on a fine
+    grid) and is the closed form without constraints."""
+    from streamssvm.learners._graph_bcfw import GraphBCFW
+    rng = np.random.default_rng(8)
+    g = BinaryGraph(2, 3)
+    for nonneg in (g.pairwise_coords(), np.arange(g.dim), np.zeros(0, dtype=np.int64)):
+        eng = GraphBCFW(BCFW(lam=0.1, nonneg="pairwise"), g, nonneg)
+        for _ in range(200):
+            v, delta = rng.normal(size=g.dim), rng.normal(size=g.dim)
+            a, lam = rng.normal(), rng.uniform(0.01, 1.0)
+
+            def D(gam):
+                return a * gam - 0.5 * lam * np.sum(eng.project(v + gam * delta) ** 2)
+            gam = eng.line_search(v, delta, a, lam)
+            grid = np.linspace(0.0, 1.0, 2001)
+            assert 0.0 <= gam <= 1.0
+            assert D(gam) >= max(D(t) for t in grid) - 1e-12
+            if nonneg.size == 0:
+                assert gam == pytest.approx(min(max((a - lam * v @ delta) / (lam * delta @ delta), 0.0), 1.0))
 
 
 def test_nonneg_is_refused_where_it_is_not_supported():

@@ -20,10 +20,12 @@ and the primal point of ``alpha`` is ``w = Pi(v)``. D is concave with a gradient
 of ``(Delta_i(y) - <w, psi_i(y)>) / n``: the oracle is the usual loss-augmented decoding at
 ``w = Pi(v)``. The duality gap at ``(w, alpha)`` is ``sum_i g_i`` with the usual block gaps
 (evaluated at ``w``), since ``lam ||w||^2 = <w, (1/n) sum_i u_i>``: the certificate stays exact.
-The step: ``1/2 ||Pi(v)||^2`` has a 1-Lipschitz gradient ``Pi(v)`` (the projection is
-non-expansive), so the clipped step ``gamma = min(1, g_i lam n^2 / ||u_i - psi_s||^2)`` of the
-unconstrained problem maximizes a quadratic lower bound of D along the direction: an ascent
-step with the same guarantee (without the constraint it is the exact line search).
+The step is the exact line search of D along the block's direction (:meth:`GraphBCFW.line_search`:
+D is piecewise quadratic in the step, with a breakpoint where a constrained coordinate crosses
+0). It goes at least as far up as the clipped step ``min(1, g_i lam n^2 / ||u_i - psi_s||^2)`` of
+the unconstrained problem, which already maximizes a quadratic lower bound of D
+(``1/2 ||Pi(v)||^2`` has the 1-Lipschitz gradient ``Pi(v)``: the projection is non-expansive),
+so BCFW's convergence guarantee carries over.
 
 Averaging keeps the weighted average (weights proportional to the step index) of the dual
 point ``(U, sum L)``; its primal point is ``Pi`` of the average (a valid certified pair), not the
@@ -135,12 +137,7 @@ class GraphBCFW:
         psi, loss = self._corner(i, w)
         ui, Li = self.u[i], self.L[i]
         G = (loss - w @ psi) - (Li - w @ ui)        # n times the block gap g_i
-        d = ui - psi
-        dd = float(d @ d)
-        if dd > 0.0:
-            gamma = min(max(G * lam * n / dd, 0.0), 1.0)
-        else:
-            gamma = 1.0 if G > 0.0 else 0.0
+        gamma = self.line_search(self.U / (lam * n), (psi - ui) / (lam * n), (loss - Li) / n, lam)
         if gamma > 0.0:
             new_u = (1.0 - gamma) * ui + gamma * psi
             new_L = (1.0 - gamma) * Li + gamma * loss
@@ -157,6 +154,35 @@ class GraphBCFW:
             self.Ubar = (1.0 - rho) * self.Ubar + rho * self.U
             self.Lbar = (1.0 - rho) * self.Lbar + rho * self.Lsum
             self.k_avg += 1
+
+    def line_search(self, v, delta, a, lam):
+        """argmax over gamma in [0, 1] of ``a gamma - lam/2 ||Pi(v + gamma delta)||^2`` (the dual
+        along a block's Frank-Wolfe direction): concave and piecewise quadratic, with breakpoints
+        where a constrained coordinate of ``v + gamma delta`` crosses 0; its derivative
+        ``a - lam <Pi(v + gamma delta), delta>`` is continuous and decreasing, so the root is
+        found segment by segment (without constraints: the usual closed form)."""
+        P = self.nonneg
+        bps = [0.0, 1.0]
+        if P.size:
+            dP = delta[P]
+            nz = dP != 0.0
+            cross = -v[P][nz] / dP[nz]
+            bps += cross[(cross > 0.0) & (cross < 1.0)].tolist()
+        bps = sorted(set(bps))
+        for g0, g1 in zip(bps[:-1], bps[1:]):
+            z = v + 0.5 * (g0 + g1) * delta
+            act = np.ones(v.shape[0], dtype=bool)
+            if P.size:
+                act[P] = z[P] > 0.0
+            dv = float(v[act] @ delta[act])
+            dd = float(delta[act] @ delta[act])
+            slope_end = a - lam * (dv + g1 * dd)
+            if slope_end >= 0.0:
+                continue
+            if dd <= 0.0:
+                return g0
+            return min(max((a / lam - dv) / dd, g0), g1)
+        return 1.0
 
     def _avg_restart(self):
         self.k_avg = -1
