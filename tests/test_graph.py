@@ -140,6 +140,26 @@ def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_q
     assert w[-1] == pytest.approx(0.0, abs=1e-6)
 
 
+def test_window_evictions_keep_the_certificate_valid_for_the_held_graphs():
+    """A window of 2 over 3 graphs: the certificate bounds the suboptimality on the 2 held ones
+    (the averaged dual restarts at the eviction)."""
+    data = _checker_data()
+    lam = 0.1
+    w_star, P = _qp(data[1:], lam, nonneg=True)
+    m = ss.GraphSegmenter(learner=BCFW(lam=lam, nonneg="pairwise", window=2, replay=3, seed=0))
+    for x, y in data:
+        m.learn_one(x, y)
+        c = m.certificate()
+        assert c.raw_gap > -1e-12
+    assert m.n_blocks == 2 and m.bound_learner.evicted == 1
+    for _ in range(5):
+        m.refine(passes=20)
+        c = m.certificate()
+        w = m.bound_learner.predict_weights()
+        assert c.primal == pytest.approx(P(w), abs=1e-12)
+        assert c.raw_gap >= c.primal - P(w_star) - 1e-8
+
+
 def test_constrained_line_search_is_exact():
     """The step maximizes the piecewise-quadratic dual along the direction (checked on a fine
     grid) and is the closed form without constraints."""
