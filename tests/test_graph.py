@@ -273,3 +273,22 @@ def test_learning_uses_the_edges():
     node = np.mean([np.mean((np.asarray(x["nodes"]) @ (W[:, 1] - W[:, 0]) > 0).astype(int) != y) for x, y in test])
     assert err < node
     assert m.certificate().raw_gap > -1e-9
+
+
+def test_a_crafted_state_is_refused_with_a_checkpoint_error():
+    from streamssvm.checkpoint import CheckpointError
+    from streamssvm.estimators.graph import GraphSegmenter
+    m = ss.GraphSegmenter(learner=BCFW(lam=0.05, nonneg="pairwise", seed=0))
+    for x, y in _stream(9, 4):
+        m.learn_one(x, y)
+    good = m.state()
+    assert GraphSegmenter.from_state(good).predict_one(_stream(9, 1)[0][0]) == m.predict_one(_stream(9, 1)[0][0])
+    bad_states = []
+    for key, value in (("u", np.zeros((3, 7))), ("node_ptr", np.array([0, 5, 3, 9, 40])), ("ea", good["learner"]["ea"] + 1000),
+                       ("U", np.full(7, np.nan)), ("nonneg", np.array([0]))):
+        st = {"config": good["config"], "shape": good["shape"], "learner": dict(good["learner"], **{key: value})}
+        bad_states.append(st)
+    bad_states.append({"config": good["config"], "shape": [0, 2], "learner": good["learner"]})
+    for st in bad_states:
+        with pytest.raises(CheckpointError):
+            GraphSegmenter.from_state(st)
