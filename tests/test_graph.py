@@ -292,3 +292,20 @@ def test_a_crafted_state_is_refused_with_a_checkpoint_error():
     for st in bad_states:
         with pytest.raises(CheckpointError):
             GraphSegmenter.from_state(st)
+
+
+def test_the_stream_step_sends_a_malformed_graph_to_the_dead_letters():
+    from streamssvm.connectors.base import Record
+    from streamssvm.step import step
+    m = ss.GraphSegmenter(learner=BCFW(lam=0.1, nonneg="pairwise", seed=0))
+    ok = step(m, Record({"nodes": [[1.0, 1.0], [0.0, 1.0]], "edges": [[0, 1]]}, [1, 0]))
+    assert ok.status == "learned" and ok.prediction == [0, 0]
+    before = m.state()["learner"]
+    for x, y in (({"nodes": [[1.0, 1.0], [0.0, 1.0]], "edges": [[0, 5]]}, [1, 0]),
+                 ({"nodes": [[1.0, 1.0], [0.0, 1.0]], "edges": [[0, 1]]}, [1, 0, 1]),
+                 ("not a graph", [1])):
+        out = step(m, Record(x, y))
+        assert out.bad and out.reason
+    after = m.state()["learner"]
+    assert all(np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
+    assert m.n_blocks == 1
