@@ -110,15 +110,16 @@ def _qp(data, lam, nonneg):
     return res.x[:D], P
 
 
-@pytest.mark.parametrize("averaging", [False, True])
-def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_qp(averaging):
+@pytest.mark.parametrize("averaging, step", [(False, "fw"), (True, "fw"), (False, "pairwise"), (False, "away"),
+                                             (True, "pairwise")])
+def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_qp(averaging, step):
     data = _checker_data()
     lam = 0.1
     w_free, _ = _qp(data, lam, nonneg=False)
     assert w_free[-1] < -1e-3                   # the constraint matters on this data
     w_star, P = _qp(data, lam, nonneg=True)
     p_star = P(w_star)
-    m = ss.GraphSegmenter(learner=BCFW(lam=lam, nonneg="pairwise", replay=0, averaging=averaging,
+    m = ss.GraphSegmenter(learner=BCFW(lam=lam, nonneg="pairwise", replay=0, averaging=averaging, step=step,
                                        sampling="uniform", seed=0))
     for x, y in data:
         m.learn_one(x, y)
@@ -189,7 +190,7 @@ def test_nonneg_is_refused_where_it_is_not_supported():
         BCFW(nonneg=[-1])
     with pytest.raises(ValueError, match="nonneg='pairwise'"):
         ss.GraphSegmenter(learner=BCFW())
-    for kw in ({"step": "pairwise"}, {"cache": True}, {"rescaling": "slack"}):
+    for kw in ({"cache": True}, {"rescaling": "slack"}):
         with pytest.raises(ValueError, match="support"):
             ss.GraphSegmenter(learner=BCFW(nonneg="pairwise", **kw))
     m = ss.GraphSegmenter(learner=BCFW(nonneg=[0]))   # does not cover the pairwise weight
@@ -212,9 +213,10 @@ def _stream(seed, count):
     return out
 
 
-def test_save_load_round_trip_and_continuation(tmp_path):
+@pytest.mark.parametrize("step", ["fw", "pairwise", "away"])
+def test_save_load_round_trip_and_continuation(tmp_path, step):
     data = _stream(4, 40)
-    m = ss.GraphSegmenter(learner=BCFW(lam=0.05, nonneg="pairwise", seed=1, window=30))
+    m = ss.GraphSegmenter(learner=BCFW(lam=0.05, nonneg="pairwise", seed=1, window=30, step=step, cache_size=4))
     for x, y in data[:30]:
         m.learn_one(x, y)
     m.refine(passes=2)
@@ -309,3 +311,22 @@ def test_the_stream_step_sends_a_malformed_graph_to_the_dead_letters():
     after = m.state()["learner"]
     assert all(np.array_equal(np.asarray(before[k]), np.asarray(after[k])) for k in before)
     assert m.n_blocks == 1
+
+
+@pytest.mark.parametrize("step", ["pairwise", "away"])
+def test_active_sets_stay_a_convex_combination_of_the_blocks_corners(step):
+    """Every block's weights sum to 1, are >= 0, and reproduce its u_i and L_i, also when a full
+    active set (cache_size 3) made room by a drop step."""
+    m = ss.GraphSegmenter(learner=BCFW(lam=0.01, nonneg="pairwise", seed=0, step=step, cache_size=3))
+    for x, y in _stream(10, 30):
+        m.learn_one(x, y)
+    m.refine(passes=20)
+    eng = m.bound_learner
+    sizes = [len(a) for a in eng.active]
+    assert max(sizes) <= 3 and max(sizes) >= 2
+    for i, act in enumerate(eng.active):
+        alpha = np.array([c[0] for c in act.values()])
+        assert alpha.min() > 0 and alpha.sum() == pytest.approx(1.0, abs=1e-9)
+        np.testing.assert_allclose(sum(c[0] * c[1] for c in act.values()), eng.u[i], atol=1e-9)
+        assert sum(c[0] * c[2] for c in act.values()) == pytest.approx(eng.L[i], abs=1e-9)
+    assert m.certificate().raw_gap > -1e-9

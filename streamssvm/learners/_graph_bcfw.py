@@ -29,8 +29,10 @@ so BCFW's convergence guarantee carries over.
 
 Averaging keeps the weighted average (weights proportional to the step index) of the dual
 point ``(U, sum L)``; its primal point is ``Pi`` of the average (a valid certified pair), not the
-average of the ``Pi(v_k)``. The window restarts when a block is evicted. Pairwise / away steps
-and the oracle cache are refused (``BCFW(step="fw", cache=False)`` only).
+average of the ``Pi(v_k)``. The window restarts when a block is evicted. Pairwise and away
+steps keep an active set of corners per block (at most ``cache_size``) and use the same exact
+line search, bounded by the away corner's weight. The oracle cache is refused
+(``BCFW(cache=False)`` only).
 """
 from __future__ import annotations
 
@@ -57,10 +59,9 @@ class GraphBCFW:
     @staticmethod
     def check_config(config):
         """Raise ValueError for the BCFW options this engine does not support."""
-        if config.step != "fw" or config.cache:
-            raise ValueError("positivity constraints (nonneg=...) support step='fw' without cache so far: "
-                             "pairwise / away steps and the cache would need the constrained line search on "
-                             "stored corners")
+        if config.cache:
+            raise ValueError("positivity constraints (nonneg=...) support cache=False only so far (the cache's "
+                             "hit rule on the constrained dual is not built)")
         if config.rescaling != "margin":
             raise ValueError("positivity constraints (nonneg=...) support rescaling='margin' only")
         if config.max_bytes is not None or config.eviction != "fifo":
@@ -73,6 +74,8 @@ class GraphBCFW:
         self.nonneg = np.unique(np.asarray(nonneg, dtype=np.int64))
         if self.nonneg.size and (self.nonneg.min() < 0 or self.nonneg.max() >= D):
             raise ValueError(f"nonneg indexes coordinates in [0, {D}), got {self.nonneg.tolist()}")
+        # per block, pairwise / away steps: {labeling bytes: [weight, psi, loss]} (None for fw)
+        self.active = None if self.config.step == "fw" else []
         self.records = []        # GraphRecord per held block, oldest first
         self.truths = []         # int32 labelings
         self.phi_true = []       # phi(x_i, y_i)
@@ -133,18 +136,24 @@ class GraphBCFW:
     def step(self, i):
         n = self.n
         lam = self.lam()
-        w = self.project(self.U / (lam * n))
-        psi, loss = self._corner(i, w)
+        v = self.U / (lam * n)
+        w = self.project(v)
+        rec, t = self.records[i], self.truths[i]
+        y = self.structure.oracle(rec, w, t)
+        psi = self.phi_true[i] - self.structure.joint_feature(rec, y)
+        loss = self.structure.loss(t, y)
         ui, Li = self.u[i], self.L[i]
         G = (loss - w @ psi) - (Li - w @ ui)        # n times the block gap g_i
-        gamma = self.line_search(self.U / (lam * n), (psi - ui) / (lam * n), (loss - Li) / n, lam)
+        if self.active is None:
+            du, dL, gmax = psi - ui, loss - Li, 1.0
+            gamma = self.line_search(v, du / (lam * n), dL / n, lam, gmax)
+        else:
+            du, dL, gamma = self._active_step(i, w, v, y, psi, loss, G, lam)
         if gamma > 0.0:
-            new_u = (1.0 - gamma) * ui + gamma * psi
-            new_L = (1.0 - gamma) * Li + gamma * loss
-            self.U += new_u - ui
-            self.Lsum += new_L - Li
-            self.u[i] = new_u
-            self.L[i] = new_L
+            self.u[i] = ui + gamma * du
+            self.L[i] = Li + gamma * dL
+            self.U += gamma * du
+            self.Lsum += gamma * dL
         self.gest[i] = max(G, 0.0) / n
         self.tick += 1
         self.steps_since_full += 1
@@ -155,19 +164,64 @@ class GraphBCFW:
             self.Lbar = (1.0 - rho) * self.Lbar + rho * self.Lsum
             self.k_avg += 1
 
-    def line_search(self, v, delta, a, lam):
-        """argmax over gamma in [0, 1] of ``a gamma - lam/2 ||Pi(v + gamma delta)||^2`` (the dual
+    def _active_step(self, i, w, v, y, psi, loss, G, lam):
+        """A pairwise or away step (Lacoste-Julien & Jaggi, "On the global linear convergence of
+        Frank-Wolfe optimization variants", NIPS 2015; Osokin et al. 2016) on block ``i``'s active
+        set, with the exact constrained line search; returns (direction of u_i, of L_i, step)
+        and updates the corner weights. A full active set (``cache_size`` corners) makes room
+        for a new corner by moving the lightest corner's whole weight onto it (a drop step)."""
+        n = self.n
+        act = self.active[i]
+        key = y.tobytes()
+        keys = list(act)
+        gains = [act[k][2] - w @ act[k][1] for k in keys]
+        ka = keys[int(np.argmin(gains))]                  # the away corner
+        alpha_a, psi_a, loss_a = act[ka]
+        if key not in act and len(act) >= self.config.cache_size:
+            km = min(keys, key=lambda k: act[k][0])
+            am, pm, lm = act.pop(km)
+            act[key] = [am, psi, loss]
+            return psi - pm, loss - lm, am
+        away_gain = (self.L[i] - w @ self.u[i]) - (loss_a - w @ psi_a)
+        if self.config.step == "pairwise":
+            du, dL, gmax = psi - psi_a, loss - loss_a, alpha_a
+            gamma = self.line_search(v, du / (lam * n), dL / n, lam, gmax)
+            if gamma > 0.0:
+                act.setdefault(key, [0.0, psi, loss])[0] += gamma
+                act[ka][0] -= gamma
+        elif away_gain > G and len(act) > 1 and alpha_a < 1.0 - 1e-9:   # away step
+            du, dL, gmax = self.u[i] - psi_a, self.L[i] - loss_a, alpha_a / (1.0 - alpha_a)
+            gamma = self.line_search(v, du / (lam * n), dL / n, lam, gmax)
+            if gamma > 0.0:
+                for k in keys:
+                    act[k][0] *= 1.0 + gamma
+                act[ka][0] -= gamma
+        else:                                             # Frank-Wolfe step
+            du, dL = psi - self.u[i], loss - self.L[i]
+            gamma = self.line_search(v, du / (lam * n), dL / n, lam, 1.0)
+            if gamma > 0.0:
+                for k in keys:
+                    act[k][0] *= 1.0 - gamma
+                act.setdefault(key, [0.0, psi, loss])[0] += gamma
+        for k in [k for k in act if act[k][0] <= 1e-14]:
+            del act[k]
+        if len(act) == 1:
+            next(iter(act.values()))[0] = 1.0     # no round-off left on a single corner
+        return du, dL, gamma
+
+    def line_search(self, v, delta, a, lam, gmax=1.0):
+        """argmax over gamma in [0, gmax] of ``a gamma - lam/2 ||Pi(v + gamma delta)||^2`` (the dual
         along a block's Frank-Wolfe direction): concave and piecewise quadratic, with breakpoints
         where a constrained coordinate of ``v + gamma delta`` crosses 0; its derivative
         ``a - lam <Pi(v + gamma delta), delta>`` is continuous and decreasing, so the root is
         found segment by segment (without constraints: the usual closed form)."""
         P = self.nonneg
-        bps = [0.0, 1.0]
+        bps = [0.0, gmax]
         if P.size:
             dP = delta[P]
             nz = dP != 0.0
             cross = -v[P][nz] / dP[nz]
-            bps += cross[(cross > 0.0) & (cross < 1.0)].tolist()
+            bps += cross[(cross > 0.0) & (cross < gmax)].tolist()
         bps = sorted(set(bps))
         for g0, g1 in zip(bps[:-1], bps[1:]):
             z = v + 0.5 * (g0 + g1) * delta
@@ -182,7 +236,7 @@ class GraphBCFW:
             if dd <= 0.0:
                 return g0
             return min(max((a / lam - dv) / dd, g0), g1)
-        return 1.0
+        return gmax
 
     def _avg_restart(self):
         self.k_avg = -1
@@ -220,6 +274,8 @@ class GraphBCFW:
         self.u = np.vstack([self.u, np.zeros((1, D))])
         self.L = np.append(self.L, 0.0)
         self.gest = np.append(self.gest, np.inf)
+        if self.active is not None:
+            self.active.append({y.tobytes(): [1.0, np.zeros(D), 0.0]})
         self.step(self.n - 1)
         self._replay(cfg.replay)
         self.n_learned += 1
@@ -227,7 +283,7 @@ class GraphBCFW:
     def _evict(self, i):
         self.U -= self.u[i]
         self.Lsum -= self.L[i]
-        for lst in (self.records, self.truths, self.phi_true):
+        for lst in (self.records, self.truths, self.phi_true) + (() if self.active is None else (self.active,)):
             del lst[i]
         self.u = np.delete(self.u, i, axis=0)
         self.L = np.delete(self.L, i)
@@ -327,7 +383,21 @@ class GraphBCFW:
             "U": self.U, "Lsum": self.Lsum, "Ubar": self.Ubar, "Lbar": self.Lbar, "k_avg": self.k_avg,
             "tick": self.tick, "steps_since_full": self.steps_since_full, "evicted": self.evicted,
             "n_learned": self.n_learned, "seed_base": self._seed_base, "nonneg": self.nonneg,
+            "active": None if self.active is None else self._active_state(),
         }
+
+    def _active_state(self):
+        """The active sets as arrays: corners per block, their labelings (concatenated), weights,
+        psi rows and losses."""
+        D = self.structure.dim
+        counts = np.array([len(a) for a in self.active], dtype=np.int64)
+        corners = [c for a in self.active for c in a.items()]
+        return {"counts": counts,
+                "labelings": (np.concatenate([np.frombuffer(k, dtype=np.int32) for k, _ in corners])
+                              if corners else np.zeros(0, dtype=np.int32)),
+                "alpha": np.array([c[1][0] for c in corners], dtype=np.float64),
+                "psi": np.array([c[1][1] for c in corners], dtype=np.float64).reshape(-1, D),
+                "loss": np.array([c[1][2] for c in corners], dtype=np.float64)}
 
     def restore(self, st):
         """Install a :meth:`state` (checked for shapes first; raises ValueError)."""
@@ -367,8 +437,34 @@ class GraphBCFW:
         self.k_avg, self.tick = int(st["k_avg"]), int(st["tick"])
         self.steps_since_full, self.evicted = int(st["steps_since_full"]), int(st["evicted"])
         self.n_learned, self._seed_base = int(st["n_learned"]), int(st["seed_base"])
+        self._restore_active(st.get("active"), nptr)
         if not np.array_equal(np.asarray(st["nonneg"], dtype=np.int64), self.nonneg):
             raise ValueError("invalid GraphSegmenter learner state: constrained coordinates differ from the model's")
         arrays = (self.u, self.L, self.U, self.Ubar, X, F)
         if not all(np.isfinite(a).all() for a in arrays):
             raise ValueError("invalid GraphSegmenter learner state: non-finite values")
+
+    def _restore_active(self, a, nptr):
+        if (a is None) != (self.active is None):
+            raise ValueError("invalid GraphSegmenter learner state: active sets do not match step=" + self.config.step)
+        if a is None:
+            return
+        D = self.structure.dim
+        counts = np.asarray(a["counts"], dtype=np.int64)
+        sizes = np.diff(nptr)
+        labs = np.asarray(a["labelings"], dtype=np.int32)
+        alpha, psi, loss = (np.asarray(a[k], dtype=np.float64) for k in ("alpha", "psi", "loss"))
+        m = int(counts.sum()) if counts.size else 0
+        ok = (counts.shape == (len(sizes),) and np.all(counts >= 1) and alpha.shape == (m,) and loss.shape == (m,)
+              and psi.shape == (m, D) and labs.shape == (int(np.sum(np.repeat(sizes, counts))),)
+              and np.isfinite(alpha).all() and np.isfinite(psi).all() and np.isfinite(loss).all())
+        if not ok:
+            raise ValueError("invalid GraphSegmenter learner state: inconsistent active sets")
+        self.active, c, p = [], 0, 0
+        for b, k in enumerate(counts):
+            act = {}
+            for _ in range(int(k)):
+                act[labs[p:p + sizes[b]].tobytes()] = [float(alpha[c]), psi[c].copy(), float(loss[c])]
+                p += int(sizes[b])
+                c += 1
+            self.active.append(act)
