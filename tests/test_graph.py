@@ -110,9 +110,10 @@ def _qp(data, lam, nonneg):
     return res.x[:D], P
 
 
-@pytest.mark.parametrize("averaging, step", [(False, "fw"), (True, "fw"), (False, "pairwise"), (False, "away"),
-                                             (True, "pairwise")])
-def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_qp(averaging, step):
+@pytest.mark.parametrize("averaging, step, cache", [(False, "fw", False), (True, "fw", False), (False, "pairwise", False),
+                                                    (False, "away", False), (True, "pairwise", False),
+                                                    (False, "fw", True), (False, "pairwise", True)])
+def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_qp(averaging, step, cache):
     data = _checker_data()
     lam = 0.1
     w_free, _ = _qp(data, lam, nonneg=False)
@@ -120,7 +121,7 @@ def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_q
     w_star, P = _qp(data, lam, nonneg=True)
     p_star = P(w_star)
     m = ss.GraphSegmenter(learner=BCFW(lam=lam, nonneg="pairwise", replay=0, averaging=averaging, step=step,
-                                       sampling="uniform", seed=0))
+                                       cache=cache, sampling="uniform", seed=0, gap_every=2.0))
     for x, y in data:
         m.learn_one(x, y)
     for _ in range(40):
@@ -139,6 +140,8 @@ def test_nonneg_bcfw_certificate_bounds_the_true_suboptimality_and_reaches_the_q
     # lam-strong convexity: lam/2 ||w - w*||^2 <= P(w) - P* <= gap
     assert 0.5 * lam * np.sum((w - w_star) ** 2) <= c.raw_gap + 1e-8
     assert w[-1] == pytest.approx(0.0, abs=1e-6)
+    eng = m.bound_learner
+    assert (eng.cache_hits > 0) == cache and eng.oracle_calls > 0
 
 
 def test_window_evictions_keep_the_certificate_valid_for_the_held_graphs():
@@ -190,7 +193,7 @@ def test_nonneg_is_refused_where_it_is_not_supported():
         BCFW(nonneg=[-1])
     with pytest.raises(ValueError, match="nonneg='pairwise'"):
         ss.GraphSegmenter(learner=BCFW())
-    for kw in ({"cache": True}, {"rescaling": "slack"}):
+    for kw in ({"rescaling": "slack"},):
         with pytest.raises(ValueError, match="support"):
             ss.GraphSegmenter(learner=BCFW(nonneg="pairwise", **kw))
     m = ss.GraphSegmenter(learner=BCFW(nonneg=[0]))   # does not cover the pairwise weight
@@ -213,10 +216,12 @@ def _stream(seed, count):
     return out
 
 
-@pytest.mark.parametrize("step", ["fw", "pairwise", "away"])
-def test_save_load_round_trip_and_continuation(tmp_path, step):
+@pytest.mark.parametrize("step, cache", [("fw", False), ("pairwise", False), ("away", False), ("fw", True),
+                                         ("pairwise", True)])
+def test_save_load_round_trip_and_continuation(tmp_path, step, cache):
     data = _stream(4, 40)
-    m = ss.GraphSegmenter(learner=BCFW(lam=0.05, nonneg="pairwise", seed=1, window=30, step=step, cache_size=4))
+    m = ss.GraphSegmenter(learner=BCFW(lam=0.05, nonneg="pairwise", seed=1, window=30, step=step, cache=cache,
+                                       cache_size=4))
     for x, y in data[:30]:
         m.learn_one(x, y)
     m.refine(passes=2)

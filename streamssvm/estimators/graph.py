@@ -32,7 +32,7 @@ class GraphSegmenter(Estimator, base.Estimator):
     learner
         A :class:`~streamssvm.learners.BCFW` with ``nonneg`` covering the pairwise weights
         (``"pairwise"``; the default learner is ``BCFW(nonneg="pairwise")``), Frank-Wolfe,
-        pairwise or away steps, no cache. The weight vector is laid out ``[w_0 (d), w_1 (d), w_p (q)]``: a list of indices
+        pairwise or away steps, with or without the oracle cache; margin rescaling. The weight vector is laid out ``[w_0 (d), w_1 (d), w_p (q)]``: a list of indices
         given as ``nonneg`` indexes it (it must include ``2d .. 2d + q - 1``; more coordinates,
         e.g. some unary weights, may be constrained too).
 

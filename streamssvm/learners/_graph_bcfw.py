@@ -31,8 +31,9 @@ Averaging keeps the weighted average (weights proportional to the step index) of
 point ``(U, sum L)``; its primal point is ``Pi`` of the average (a valid certified pair), not the
 average of the ``Pi(v_k)``. The window restarts when a block is evicted. Pairwise and away
 steps keep an active set of corners per block (at most ``cache_size``) and use the same exact
-line search, bounded by the away corner's weight. The oracle cache is refused
-(``BCFW(cache=False)`` only).
+line search, bounded by the away corner's weight. The oracle cache keeps up to ``cache_size``
+corners per block and takes the best one without an oracle call when its gap passes Osokin et
+al.'s hit rule (Algorithm 5); full gap passes then run every ``gap_every`` passes.
 """
 from __future__ import annotations
 
@@ -59,9 +60,6 @@ class GraphBCFW:
     @staticmethod
     def check_config(config):
         """Raise ValueError for the BCFW options this engine does not support."""
-        if config.cache:
-            raise ValueError("positivity constraints (nonneg=...) support cache=False only so far (the cache's "
-                             "hit rule on the constrained dual is not built)")
         if config.rescaling != "margin":
             raise ValueError("positivity constraints (nonneg=...) support rescaling='margin' only")
         if config.max_bytes is not None or config.eviction != "fifo":
@@ -76,6 +74,11 @@ class GraphBCFW:
             raise ValueError(f"nonneg indexes coordinates in [0, {D}), got {self.nonneg.tolist()}")
         # per block, pairwise / away steps: {labeling bytes: [weight, psi, loss]} (None for fw)
         self.active = None if self.config.step == "fw" else []
+        # per block, with the oracle cache: {labeling bytes: [0, psi, loss]}, oldest first (None: no cache)
+        self.pool = [] if self.config.cache else None
+        self.g_full = np.inf     # the gap of the last full pass (the cache's hit rule)
+        self.oracle_calls = 0
+        self.cache_hits = 0
         self.records = []        # GraphRecord per held block, oldest first
         self.truths = []         # int32 labelings
         self.phi_true = []       # phi(x_i, y_i)
@@ -138,12 +141,20 @@ class GraphBCFW:
         lam = self.lam()
         v = self.U / (lam * n)
         w = self.project(v)
-        rec, t = self.records[i], self.truths[i]
-        y = self.structure.oracle(rec, w, t)
-        psi = self.phi_true[i] - self.structure.joint_feature(rec, y)
-        loss = self.structure.loss(t, y)
         ui, Li = self.u[i], self.L[i]
-        G = (loss - w @ psi) - (Li - w @ ui)        # n times the block gap g_i
+        hit = self._cache_hit(i, w) if self.pool is not None else None
+        if hit is None:
+            rec, t = self.records[i], self.truths[i]
+            y = self.structure.oracle(rec, w, t)
+            psi = self.phi_true[i] - self.structure.joint_feature(rec, y)
+            loss = self.structure.loss(t, y)
+            self.oracle_calls += 1
+            if self.pool is not None:
+                self._remember(i, y, psi, loss)
+        else:
+            y, psi, loss = hit
+            self.cache_hits += 1
+        G = (loss - w @ psi) - (Li - w @ ui)        # n times the block gap g_i (a lower bound on a hit)
         if self.active is None:
             du, dL, gmax = psi - ui, loss - Li, 1.0
             gamma = self.line_search(v, du / (lam * n), dL / n, lam, gmax)
@@ -163,6 +174,35 @@ class GraphBCFW:
             self.Ubar = (1.0 - rho) * self.Ubar + rho * self.U
             self.Lbar = (1.0 - rho) * self.Lbar + rho * self.Lsum
             self.k_avg += 1
+
+    def _cache_hit(self, i, w):
+        """The best cached corner of block ``i`` when it passes Osokin et al.'s hit rule
+        (Algorithm 5: its gap >= max(F g_i, nu g / n), g_i the block's last gap estimate, g the
+        last full pass's gap), else None (the oracle is called)."""
+        pool = self.pool[i]
+        if not pool or not np.isfinite(self.gest[i]):
+            return None
+        base = self.L[i] - w @ self.u[i]
+        best, arg = -np.inf, None
+        for k, (_, psi, loss) in pool.items():
+            g = loss - w @ psi - base
+            if g > best:
+                best, arg = g, (k, psi, loss)
+        n = self.n
+        cfg = self.config
+        if best / n >= max(cfg.cache_F * self.gest[i], cfg.cache_nu * self.g_full / n) and best > 0.0:
+            return np.frombuffer(arg[0], dtype=np.int32), arg[1], arg[2]
+        return None
+
+    def _remember(self, i, y, psi, loss):
+        pool = self.pool[i]
+        key = y.tobytes()
+        if key in pool:
+            pool[key] = pool.pop(key)          # most recent last
+            return
+        if len(pool) >= self.config.cache_size:
+            del pool[next(iter(pool))]
+        pool[key] = [0.0, psi, loss]
 
     def _active_step(self, i, w, v, y, psi, loss, G, lam):
         """A pairwise or away step (Lacoste-Julien & Jaggi, "On the global linear convergence of
@@ -255,7 +295,7 @@ class GraphBCFW:
 
     def _replay(self, steps):
         cfg = self.config
-        needs_full = cfg.gap_every is not None and cfg.sampling == "gap"
+        needs_full = cfg.gap_every is not None and (cfg.sampling == "gap" or cfg.cache)
         for _ in range(int(steps)):
             if needs_full and self.steps_since_full >= cfg.gap_every * self.n:
                 self.full_pass()
@@ -276,6 +316,8 @@ class GraphBCFW:
         self.gest = np.append(self.gest, np.inf)
         if self.active is not None:
             self.active.append({y.tobytes(): [1.0, np.zeros(D), 0.0]})
+        if self.pool is not None:
+            self.pool.append({})
         self.step(self.n - 1)
         self._replay(cfg.replay)
         self.n_learned += 1
@@ -283,8 +325,9 @@ class GraphBCFW:
     def _evict(self, i):
         self.U -= self.u[i]
         self.Lsum -= self.L[i]
-        for lst in (self.records, self.truths, self.phi_true) + (() if self.active is None else (self.active,)):
-            del lst[i]
+        for lst in (self.records, self.truths, self.phi_true, self.active, self.pool):
+            if lst is not None:
+                del lst[i]
         self.u = np.delete(self.u, i, axis=0)
         self.L = np.delete(self.L, i)
         self.gest = np.delete(self.gest, i)
@@ -324,7 +367,8 @@ class GraphBCFW:
         _, G = self._hinge_sum(w)
         self.gest = np.maximum(G, 0.0) / max(self.n, 1)
         self.steps_since_full = 0
-        return float(np.sum(G)) / max(self.n, 1)
+        self.g_full = float(np.sum(G)) / max(self.n, 1)
+        return self.g_full
 
     def _dual(self, U, Lsum):
         n = max(self.n, 1)
@@ -383,15 +427,18 @@ class GraphBCFW:
             "U": self.U, "Lsum": self.Lsum, "Ubar": self.Ubar, "Lbar": self.Lbar, "k_avg": self.k_avg,
             "tick": self.tick, "steps_since_full": self.steps_since_full, "evicted": self.evicted,
             "n_learned": self.n_learned, "seed_base": self._seed_base, "nonneg": self.nonneg,
-            "active": None if self.active is None else self._active_state(),
+            "active": None if self.active is None else self._corner_sets_state(self.active),
+            "pool": None if self.pool is None else self._corner_sets_state(self.pool),
+            "g_full": self.g_full if np.isfinite(self.g_full) else -1.0,
+            "oracle_calls": self.oracle_calls, "cache_hits": self.cache_hits,
         }
 
-    def _active_state(self):
-        """The active sets as arrays: corners per block, their labelings (concatenated), weights,
-        psi rows and losses."""
+    def _corner_sets_state(self, sets):
+        """Active sets or cache pools as arrays: corners per block, their labelings
+        (concatenated), weights, psi rows and losses."""
         D = self.structure.dim
-        counts = np.array([len(a) for a in self.active], dtype=np.int64)
-        corners = [c for a in self.active for c in a.items()]
+        counts = np.array([len(a) for a in sets], dtype=np.int64)
+        corners = [c for a in sets for c in a.items()]
         return {"counts": counts,
                 "labelings": (np.concatenate([np.frombuffer(k, dtype=np.int32) for k, _ in corners])
                               if corners else np.zeros(0, dtype=np.int32)),
@@ -437,34 +484,40 @@ class GraphBCFW:
         self.k_avg, self.tick = int(st["k_avg"]), int(st["tick"])
         self.steps_since_full, self.evicted = int(st["steps_since_full"]), int(st["evicted"])
         self.n_learned, self._seed_base = int(st["n_learned"]), int(st["seed_base"])
-        self._restore_active(st.get("active"), nptr)
+        self.active = self._corner_sets_from(st.get("active"), nptr, self.active is not None, "active sets", 1)
+        self.pool = self._corner_sets_from(st.get("pool"), nptr, self.pool is not None, "cache pools", 0)
+        g = float(st.get("g_full", -1.0))
+        self.g_full = np.inf if g < 0 else g
+        self.oracle_calls, self.cache_hits = int(st.get("oracle_calls", 0)), int(st.get("cache_hits", 0))
         if not np.array_equal(np.asarray(st["nonneg"], dtype=np.int64), self.nonneg):
             raise ValueError("invalid GraphSegmenter learner state: constrained coordinates differ from the model's")
         arrays = (self.u, self.L, self.U, self.Ubar, X, F)
         if not all(np.isfinite(a).all() for a in arrays):
             raise ValueError("invalid GraphSegmenter learner state: non-finite values")
 
-    def _restore_active(self, a, nptr):
-        if (a is None) != (self.active is None):
-            raise ValueError("invalid GraphSegmenter learner state: active sets do not match step=" + self.config.step)
+    def _corner_sets_from(self, a, nptr, expected, what, least):
+        """The corner sets of :meth:`_corner_sets_state` (None when not ``expected``)."""
+        if (a is None) == expected:
+            raise ValueError(f"invalid GraphSegmenter learner state: {what} do not match the learner's step / cache")
         if a is None:
-            return
+            return None
         D = self.structure.dim
         counts = np.asarray(a["counts"], dtype=np.int64)
         sizes = np.diff(nptr)
         labs = np.asarray(a["labelings"], dtype=np.int32)
         alpha, psi, loss = (np.asarray(a[k], dtype=np.float64) for k in ("alpha", "psi", "loss"))
         m = int(counts.sum()) if counts.size else 0
-        ok = (counts.shape == (len(sizes),) and np.all(counts >= 1) and alpha.shape == (m,) and loss.shape == (m,)
+        ok = (counts.shape == (len(sizes),) and np.all(counts >= least) and alpha.shape == (m,) and loss.shape == (m,)
               and psi.shape == (m, D) and labs.shape == (int(np.sum(np.repeat(sizes, counts))),)
               and np.isfinite(alpha).all() and np.isfinite(psi).all() and np.isfinite(loss).all())
         if not ok:
-            raise ValueError("invalid GraphSegmenter learner state: inconsistent active sets")
-        self.active, c, p = [], 0, 0
+            raise ValueError(f"invalid GraphSegmenter learner state: inconsistent {what}")
+        out, c, p = [], 0, 0
         for b, k in enumerate(counts):
             act = {}
             for _ in range(int(k)):
                 act[labs[p:p + sizes[b]].tobytes()] = [float(alpha[c]), psi[c].copy(), float(loss[c])]
                 p += int(sizes[b])
                 c += 1
-            self.active.append(act)
+            out.append(act)
+        return out

@@ -105,8 +105,8 @@ class BCFW(DenseWeights, Learner):
         structure's pairwise weights) or a list of coordinate indices. Supported by
         :class:`~streamssvm.estimators.GraphSegmenter` (dense weights; the oracle runs on the
         projection max(v, 0) of the unconstrained dual map, with a clipped step and the exact
-        gap: ``streamssvm.learners._graph_bcfw``) with any ``step`` and no cache; the other
-        estimators refuse it.
+        gap: ``streamssvm.learners._graph_bcfw``) with any ``step``, with or without the cache;
+        the other estimators refuse it.
     seed
         Random seed.
 
