@@ -33,6 +33,8 @@ LONG = [
      "SGD with slack rescaling: angular vs bisecting, time to a common objective", 7),
     ("mrf_lp", ["bench/mrf_lp.py"], "pairwise MRF, 24 labels: LP relaxation oracle (HiGHS) vs enumeration", 4),
     ("hierarchy_slack", ["bench/hierarchy_slack.py"], "hierarchical multiclass with slack rescaling", 2),
+    ("graphseg", ["bench/graphseg.py"], "GraphSegmenter (positivity-constrained BCFW, min cut) on noisy horse "
+     "silhouettes vs per-pixel classifiers and a LinearSVC + PyMaxflow cut", 1),
     ("quality_sequence", ["bench/quality_sequence.py"],
      "SequenceTagger losses and SGD vs BCFW on OCR-large and Brown, vs python-crfsuite", 10),
     ("bmrm_pragam", ["bench/bmrm_pragam.py"], "BMRM and Pragam against liblinear and Pegasos", 8),

@@ -35,11 +35,12 @@ __version__ = "0.1.0"
 # Lazy attributes (PEP 562): ``import streamssvm`` stays cheap -- numba and the kernel modules
 # load at the first use of an estimator, learner or structure -- so that the command line can
 # say what it is doing (e.g. that it is compiling the kernels) before that import.
-_LAZY = {"Certificate": ".certificate", "Constraints": ".constraints", "ExtremeClassifier": ".estimators", "MulticlassSSVM": ".estimators",
+_LAZY = {"Certificate": ".certificate", "Constraints": ".constraints", "ExtremeClassifier": ".estimators", "GraphSegmenter": ".estimators",
+         "MulticlassSSVM": ".estimators",
          "MultiLabelSSVM": ".estimators", "SequenceTagger": ".estimators", "load": ".estimators",
          "datasets": None, "learners": None, "structures": None}
 
-__all__ = ["Certificate", "Constraints", "ExtremeClassifier", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger", "datasets",
+__all__ = ["Certificate", "Constraints", "ExtremeClassifier", "GraphSegmenter", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger", "datasets",
            "learners", "load", "structures", "__version__"]
 
 

@@ -23,6 +23,8 @@ EXTRAS = {
     "matplotlib": ("matplotlib", "plot"),
     "pandas": ("pandas", "pandas"),
     "ray": ("ray", "distributed"),
+    "maxflow": ("PyMaxflow", "graph"),
+    "skimage": ("scikit-image", "graph"),
 }
 
 

@@ -7,6 +7,7 @@ MulticlassSSVM     ``base.Classifier``             dict or 1-D array           h
 MultiLabelSSVM     ``base.MultiLabelClassifier``   dict or 1-D array           dict[label, bool]
 SequenceTagger     ``base.Estimator``              list of dicts or 2-D array  list of labels
 ExtremeClassifier  ``base.Classifier``             dict or 1-D array           hashable label
+GraphSegmenter     ``base.Estimator``              dict: nodes, edges          list of 0/1 per node
 =================  ==============================  ==========================  =====================
 
 All have ``learn_one``, ``predict_one``, ``learn_many`` / ``predict_many`` (numpy or pandas
@@ -19,9 +20,10 @@ decodes sequences and multi-label outputs under :class:`streamssvm.Constraints`,
 """
 from .base import Estimator, from_state, load
 from .extreme import ExtremeClassifier
+from .graph import GraphSegmenter
 from .multiclass import MulticlassSSVM
 from .multilabel import MultiLabelSSVM
 from .sequence import SequenceTagger
 
-__all__ = ["Estimator", "ExtremeClassifier", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger",
+__all__ = ["Estimator", "ExtremeClassifier", "GraphSegmenter", "MulticlassSSVM", "MultiLabelSSVM", "SequenceTagger",
            "from_state", "load"]

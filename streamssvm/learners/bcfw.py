@@ -100,6 +100,13 @@ class BCFW(DenseWeights, Learner):
         The same dual point gives the same weights and certificate in both (up to round-off);
         a sparse block whose list is full skips a step until the store gives it room, so two
         runs can take slightly different steps (``streamssvm._kernels.chainsparse``).
+    nonneg
+        Weight coordinates constrained >= 0 (Osokin et al. 2016, App. H): ``"pairwise"`` (the
+        structure's pairwise weights) or a list of coordinate indices. Supported by
+        :class:`~streamssvm.estimators.GraphSegmenter` (dense weights; the oracle runs on the
+        projection max(v, 0) of the unconstrained dual map, with a clipped step and the exact
+        gap: ``streamssvm.learners._graph_bcfw``) with any ``step``, with or without the cache;
+        the other estimators refuse it.
     seed
         Random seed.
 
@@ -150,6 +157,8 @@ class BCFW(DenseWeights, Learner):
               choices=("margin", "slack")),
         Param("chain_stats", "sparse", "choice", "chain blocks' transition statistic: sparse list or "
               "dense table", choices=("sparse", "dense")),
+        Param("nonneg", None, "object", "weight coordinates constrained >= 0: 'pairwise' or a list of "
+              "indices (GraphSegmenter)", cli=False),
         Param("seed", 0, "seed", "random seed (None: fresh entropy, runs differ)"),
     )
 
@@ -160,8 +169,12 @@ class BCFW(DenseWeights, Learner):
 
     def __init__(self, *, lam=None, replay=1, sampling="gap", step="fw", cache=False, cache_size=50,
                  cache_F=0.25, cache_nu=0.01, window=100_000, max_bytes=None, eviction="fifo",
-                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=0, **kwargs):
+                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", nonneg=None, seed=0,
+                 **kwargs):
         self._set_params(locals())
+        if not (nonneg is None or nonneg == "pairwise" or (
+                isinstance(nonneg, (list, tuple)) and all(isinstance(j, int) and j >= 0 for j in nonneg))):
+            raise ValueError(f"nonneg must be None, 'pairwise' or a list of coordinate indices >= 0, got {nonneg!r}")
         if self.rescaling == "slack" and (self.step != "fw" or self.cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
                              "(pairwise/away steps and the cache need slack corners in the pools)")
@@ -172,6 +185,9 @@ class BCFW(DenseWeights, Learner):
     # ------------------------------------------------------------------ binding / growth
     def bind(self, structure, labels):
         """Attach to a structure; ``labels`` is the estimator's label list (for costs)."""
+        if self.nonneg is not None:
+            raise ValueError("BCFW(nonneg=...) is supported by GraphSegmenter only: the kernels of the token "
+                             f"structures ({structure.name}) take unconstrained weights")
         self.structure = structure
         self._kind = structure.kind
         self._use_trans = bool(structure.use_trans)
