@@ -13,7 +13,7 @@ from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
 from ..structures import MultiClass
-from .base import ONE_EX, Estimator, is_missing, require_pandas
+from .base import ONE_EX, Estimator, is_missing, require_pandas, weight_batch
 
 
 def _label_batch(y):
@@ -131,16 +131,34 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if self.max_labels is not None and len(self._labels) > self.max_labels:
             raise self._too_many_labels(self._labels.labels[self.max_labels])
 
-    def learn_one(self, x, y):
+    def learn_one(self, x, y, w=1.0):
+        """Learn ``(x, y)`` with importance weight ``w`` >= 0 (river's signature): the example's
+        c_i in the objective lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w), normalized by the
+        total weight so that weight 2 is the example learned twice at the optimum. ``w=0`` learns
+        nothing (the record is still checked); other weights need a learner that takes them
+        (:attr:`Learner.example_weights`: SGD). A bad record or weight raises before anything
+        changes."""
+        c = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
+        if c is None:
+            return
         if is_missing(y):
             raise ValueError("y is missing (None/NaN)")
         self._labels.check(y)  # validate the whole example before any state changes
         if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
             raise self._too_many_labels(y)
         tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
-        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
+        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True), c)
 
-    def _learn_arrays(self, tok_ptr, fidx, fval, yid):
+    def _encode_checked(self, x, y):
+        if is_missing(y):
+            raise ValueError("y is missing (None/NaN)")
+        self._labels.check(y)
+        if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
+            raise self._too_many_labels(y)
+        self._features.encode_one(x, grow=True)
+        self._labels.encode(y, grow=True)
+
+    def _learn_arrays(self, tok_ptr, fidx, fval, yid, c=1.0):
         """Learn one encoded example whose features and label are registered."""
         # the learner is grown (``ensure``) only when a feature or a label was added since the
         # last learn_one: the call costs more than the rest of a 16-feature array row's path
@@ -151,7 +169,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._synced, self._synced_key = lr, key
         self._observe_calibration(tok_ptr, fidx, self._scaled(fidx, fval), yid)   # as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        lr.learn(tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32))
+        self._give(lr, tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32), 1, c)
 
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
@@ -162,13 +180,15 @@ class MulticlassSSVM(Estimator, base.Classifier):
         out = self._learner.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)
         return self._labels.labels[out[0]]
 
-    def predict_learn_one(self, x, y):
-        """Predict ``x``, then learn ``(x, y)``, encoding ``x`` once (validated whole first);
-        the prediction and the learned state are those of ``predict_one`` then ``learn_one``
-        (which a subclass overriding either gets: predict_one, then learn_one)."""
+    def predict_learn_one(self, x, y, w=1.0):
+        """Predict ``x``, then learn ``(x, y)`` (weight ``w``), encoding ``x`` once (validated
+        whole first); the prediction and the learned state are those of ``predict_one`` then
+        ``learn_one`` (which a subclass overriding either gets: predict_one, then learn_one; and
+        a weight other than 1)."""
         cls = type(self)
-        if cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one:
-            return Estimator.predict_learn_one(self, x, y)
+        if (cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one
+                or not (type(w) is float and w == 1.0)):
+            return Estimator.predict_learn_one(self, x, y, w)
         if self._learner is None or len(self._labels) == 0:
             self.learn_one(x, y)
             return None
@@ -409,10 +429,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return f.encode_tokens(A, grow=grow)   # its errors
         return f.dense_csr(np.ascontiguousarray(A, dtype=np.float64), grow)
 
-    def learn_many(self, X, y):
+    def learn_many(self, X, y, w=None):
         """Learn a batch in order, as a stream, in one kernel call (``X``: a DataFrame, a 2-D
-        array or a list of feature dicts; ``y``: a sequence of labels). The whole batch is
-        validated first: a bad row raises and the model is unchanged.
+        array or a list of feature dicts; ``y``: a sequence of labels; ``w``: None or one weight
+        per row, as :meth:`learn_one` takes it -- weighted rows are learned one by one). The
+        whole batch is validated first: a bad row raises and the model is unchanged.
 
         >>> import streamssvm as ss
         >>> m = ss.MulticlassSSVM()
@@ -426,6 +447,13 @@ class MulticlassSSVM(Estimator, base.Classifier):
         (['x', 'y'], ['a', 'b'])
         """
         ys = _label_batch(y)
+        if w is not None:
+            xs = list(X) if isinstance(X, (list, tuple)) else list(self._as_matrix(X)[0])
+            if len(xs) != len(ys):
+                raise ValueError(f"X has {len(xs)} rows but y has {len(ys)} labels")
+            ws = weight_batch(w, len(xs))
+            if ws is not None:
+                return self._learn_weighted_rows(xs, ys, ws)
         with self._registering():
             enc = self._encode_rows(X, grow=True, ys=ys)[:4]
             labs = self._encode_labels(ys)
