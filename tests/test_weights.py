@@ -286,3 +286,104 @@ def test_sgd_weights_on_other_estimators(make):
     assert a.n_blocks == 7
     cert = a.certificate()
     assert np.isfinite(cert.primal) and cert.gap == float("inf") and "weighted" in cert.note
+
+
+# ------------------------------------------------------------------------- sources, step, CLI
+def _weighted_jsonl(path, n=40, seed=5, bad=True):
+    rows = []
+    for i, (x, y) in enumerate(_mc_stream(n, seed)):
+        rows.append({"x": x, "y": y, "w": [1.0, 0.0, 2.5, 0.5][i % 4]})
+    if bad:
+        rows += [{"x": {"f": 1.0}, "y": "a", "w": -1.0}, {"x": {"f": 1.0}, "y": "a", "w": "heavy"},
+                 {"x": {"f": 1.0}, "y": "a"}, {"x": {"f": 1.0}, "y": "a", "w": True}]
+    from streamssvm.connectors.files import write_jsonl
+    write_jsonl(path, rows)
+    return rows
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_file_sources_read_the_weight_field_and_dead_letter_bad_weights(tmp_path):
+    from streamssvm.connectors.base import DeadLetterSink
+    from streamssvm.connectors.files import open_source
+    p = tmp_path / "w.jsonl"
+    rows = _weighted_jsonl(p)
+    dl = DeadLetterSink()
+    recs = list(open_source(f"file://{p}?weight_field=w", dead_letter=dl))
+    assert [r.w for r in recs] == [r["w"] for r in rows[:40]]
+    assert dl.count == 4 and len(recs) == 40
+    # without the option every record weighs 1 and the field is not read
+    assert {r.w for r in open_source(f"file://{p}")} == {1.0}
+    c = tmp_path / "w.csv"
+    c.write_text("f,g,label,wt\n1.0,2.0,a,2\n0.5,1.0,b,0\n1.0,1.0,a,-3\n1.0,1.0,b,nan\n1.0,1.0,b,\n")
+    src = open_source(f"file://{c}?weight_field=wt")
+    got = list(src)
+    assert [(r.x, r.y, r.w) for r in got] == [({"f": 1.0, "g": 2.0}, "a", 2.0), ({"f": 0.5, "g": 1.0}, "b", 0.0)]
+    assert src.n_bad == 3
+
+
+def test_step_learns_with_the_record_weight():
+    from streamssvm.connectors.base import Record
+    from streamssvm.step import step
+    m = _sgd()
+    for x, y in _mc_stream(6):
+        assert step(m, Record(x, y)).status == "learned"
+    before = m.state()
+    assert step(m, Record({"new": 1.0}, "a", w=0.0)).status == "learned"
+    assert _same(m.state(), before)
+    b = ss.MulticlassSSVM(learner=BCFW(lam=0.1))
+    b.learn_one({"f": 1.0}, "a")
+    out = step(b, Record({"f": 1.0}, "b", w=2.0))
+    assert out.bad and out.reason.startswith("NotImplementedError: BCFW does not take example weights")
+    assert b.classes == ["a"]
+
+
+def test_engine_micro_batches_skip_zero_weight_records_bit_identically(tmp_path):
+    """BCFW's micro-batch runs (predict_learn_each) with weighted records: records of weight 0
+    leave the model as the stream without them."""
+    from streamssvm.connectors.files import open_source, write_jsonl
+    from streamssvm.engine import Engine
+    data = _mc_stream(60, seed=7)
+    full, kept = tmp_path / "full.jsonl", tmp_path / "kept.jsonl"
+    write_jsonl(full, [{"x": x, "y": y, "w": 0.0 if i % 5 == 2 else 1.0} for i, (x, y) in enumerate(data)])
+    write_jsonl(kept, [{"x": x, "y": y} for i, (x, y) in enumerate(data) if i % 5 != 2])
+    states = []
+    for uri in (f"file://{full}?weight_field=w", f"file://{kept}"):
+        m = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0))
+        Engine(m, open_source(uri), task="multiclass").run()
+        st = m.state()
+        st.pop("calibration")   # the temperature fit counts the records offered
+        states.append(st)
+    assert _same(states[0], states[1])
+
+
+def test_cli_run_takes_weight_field(tmp_path):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, PYTHONHASHSEED="0")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "streamssvm", *map(str, args)], capture_output=True,
+                              text=True, cwd=root, env=env, timeout=600)
+
+    h = cli("run", "--help")
+    assert h.returncode == 0 and "weight_field=NAME" in h.stdout
+    p = tmp_path / "w.jsonl"
+    _weighted_jsonl(p)
+    dl = tmp_path / "dead.jsonl"
+    r = cli("run", "--source", f"file://{p}?weight_field=w", "--task", "multiclass", "--learner", "sgd",
+            "--lam", "0.1", "--no-progress", "--dead-letter", dl, "--save", tmp_path / "m.ssvm")
+    assert r.returncode == 0, r.stderr
+    import json
+    reasons = [json.loads(line)["reason"] for line in dl.read_text().splitlines()]
+    assert len(reasons) == 4 and all("weight" in s for s in reasons), reasons
+    m = ss.load(tmp_path / "m.ssvm")
+    assert m.n_blocks == 30 and sorted(set(m.bound_learner._weights)) == [0.5, 1.0, 2.5]
+    # BCFW takes no weights: the records of weight 2.5 and 0.5 are dead letters, with the reason
+    dl2 = tmp_path / "dead2.jsonl"
+    r = cli("run", "--source", f"file://{p}?weight_field=w", "--task", "multiclass", "--learner", "bcfw",
+            "--lam", "0.1", "--no-progress", "--dead-letter", dl2, "--max-bad-fraction", "1")
+    assert r.returncode == 0, r.stderr
+    reasons = [json.loads(line)["reason"] for line in dl2.read_text().splitlines()]
+    assert sum("BCFW does not take example weights" in s for s in reasons) == 20
