@@ -387,3 +387,26 @@ def test_cli_run_takes_weight_field(tmp_path):
     assert r.returncode == 0, r.stderr
     reasons = [json.loads(line)["reason"] for line in dl2.read_text().splitlines()]
     assert sum("BCFW does not take example weights" in s for s in reasons) == 20
+
+
+def test_kafka_source_reads_the_weight_field(broker):
+    """A real Kafka-protocol broker (Tansu): ``kafka://...?weight_field=w`` gives each record its
+    weight; a bad weight is a dead letter with its reason."""
+    pytest.importorskip("kafka")
+    import json
+    from streamssvm.connectors.base import DeadLetterSink
+    from streamssvm.connectors.kafka import create_topic, open_kafka, produce_lines
+    lines = [json.dumps({"x": {"f": float(i)}, "y": "ab"[i % 2], "w": i % 3}).encode() for i in range(12)]
+    lines.insert(5, json.dumps({"x": {"f": 1.0}, "y": "a", "w": -2}).encode())
+    create_topic(broker, "win")
+    produce_lines(broker, "win", lines)
+    dead = DeadLetterSink()
+    src = open_kafka(f"kafka://{broker}/win?group=g&stop_at_end=1&weight_field=w", dead_letter=dead)
+    recs = [r for r in src if r is not None]
+    src.close()
+    assert [r.w for r in recs] == [float(i % 3) for i in range(12)]
+    assert src.n_bad == 1
+    m = _sgd()
+    from streamssvm.step import step
+    assert all(step(m, r).status == "learned" for r in recs)
+    assert m.n_blocks == 8     # the 4 records of weight 0 are not held
