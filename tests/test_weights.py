@@ -410,3 +410,63 @@ def test_kafka_source_reads_the_weight_field(broker):
     from streamssvm.step import step
     assert all(step(m, r).status == "learned" for r in recs)
     assert m.n_blocks == 8     # the 4 records of weight 0 are not held
+
+
+# ------------------------------------------------------------------------------- class weights
+def _imbalanced(n=80, seed=8):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        y = "rare" if rng.random() < 0.15 else ("b" if rng.random() < 0.4 else "common")
+        out.append(({"f": (y == "rare") + 0.5 * rng.normal(), "g": 1.0}, y))
+    return out
+
+
+def test_class_weight_dict_is_the_example_weight_of_its_class():
+    data = _imbalanced()
+    cw = {"rare": 4.0, "b": 0.0}
+    a = ss.MulticlassSSVM(learner=SGD(lam=0.05, seed=0), class_weight=cw)
+    b = ss.MulticlassSSVM(learner=SGD(lam=0.05, seed=0))
+    for i, (x, y) in enumerate(data):
+        a.learn_one(x, y, w=0.5 if i % 3 else 1.0)
+        b.learn_one(x, y, w=(0.5 if i % 3 else 1.0) * cw.get(y, 1.0))
+    sa, sb = a.state(), b.state()
+    assert sa["config"]["params"].pop("class_weight") == {"pairs": [[["s", "rare"], 4.0], [["s", "b"], 0.0]]}
+    assert sb["config"]["params"].pop("class_weight") is None
+    assert _same(sa, sb)
+    assert "b" not in a.classes
+
+
+def test_class_weight_balanced_is_computed_online_and_saved(tmp_path):
+    data = _imbalanced()
+    m = ss.MulticlassSSVM(learner=SGD(lam=0.05, seed=0), class_weight="balanced")
+    m.learn_many([x for x, _ in data[:50]], [y for _, y in data[:50]])
+    counts, want = {}, []
+    for _, y in data[:50]:
+        counts[y] = counts.get(y, 0) + 1
+        want.append(sum(counts.values()) / (len(counts) * counts[y]))
+    assert m.bound_learner._weights == want
+    m.save(tmp_path / "m.ssvm")
+    m2 = ss.load(tmp_path / "m.ssvm")
+    assert m2._class_counts == counts
+    for x, y in data[50:]:
+        m.learn_one(x, y)
+        m2.learn_one(x, y)
+    s1, s2 = m.state(), m2.state()
+    s1.pop("calibration"), s2.pop("calibration")   # the temperature fit's window is not saved
+    assert _same(s1, s2)
+    before = m.state()
+    m.learn_one(*data[0], w=0)    # w=0: not counted, nothing learned
+    assert _same(m.state(), before)
+
+
+def test_class_weight_is_refused_by_learners_without_weights():
+    with pytest.raises(ValueError, match="BCFW does not take"):
+        ss.MulticlassSSVM(class_weight="balanced")
+    with pytest.raises(ValueError, match="BCFW does not take"):
+        ss.MulticlassSSVM(class_weight={"a": 2.0})
+    m = ss.MulticlassSSVM(learner=BCFW(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
+    m.learn_one({"f": 1.0}, "a")
+    for bad in ("balance", {"a": -1.0}, {"a": float("nan")}, 3):
+        with pytest.raises((TypeError, ValueError)):
+            ss.MulticlassSSVM(learner=SGD(), class_weight=bad)

@@ -13,7 +13,8 @@ from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
 from ..structures import MultiClass
-from .base import ONE_EX, Estimator, is_missing, require_pandas, weight_batch
+from .base import ONE_EX, Estimator, check_weight, is_missing, require_pandas, weight_batch
+from ..features import _decode_key, _encode_key
 
 
 def _label_batch(y):
@@ -57,6 +58,16 @@ class MulticlassSSVM(Estimator, base.Classifier):
         learner scores only the labels an inner-product index returns, learns the same stream
         far faster). A record with a label beyond it raises ``ValueError`` naming
         :class:`streamssvm.ExtremeClassifier` (a dead letter in a run) and the model is unchanged.
+    class_weight
+        ``None`` (default), a dict ``{label: weight}`` (weights finite and >= 0; labels not in
+        it weigh 1) or ``"balanced"``: each learned example's weight (``learn_one``'s ``w``) is
+        multiplied by its class's weight. ``"balanced"`` is scikit-learn's
+        n_samples / (n_classes * count(y)) computed online: when a record of class y is learned,
+        its factor is n / (K * n_y) with n the examples learned so far (this one included, w=0
+        records not counted), K the classes among them and n_y those of class y. An example
+        keeps the factor it was learned with (earlier examples are not reweighted as the counts
+        move); the counts are saved with the model. Needs a learner that takes example weights
+        (``learners.SGD``), unless every weight of the dict is 1.
 
     Examples
     --------
@@ -76,7 +87,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _default_learner(cls):
         return BCFW()
 
-    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None, scale=True, max_labels=4096):
+    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None, scale=True, max_labels=4096,
+                 class_weight=None):
         if max_labels is not None and (not isinstance(max_labels, int) or isinstance(max_labels, bool)
                                        or not 1 <= max_labels <= 1 << 31):
             raise ValueError(f"max_labels must be None or an int in [1, 2**31], got {max_labels!r}")
@@ -84,9 +96,89 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self.loss = loss
         self._init_common(learner, n_features, labels, rescaling, scale)
         self._make_structure()  # validate the loss now
+        self.class_weight = class_weight
+        self._class_weights = None if class_weight is None else self._check_class_weight(class_weight)
+        self._class_counts = {}   # "balanced": examples learned per class
+
+    def _check_class_weight(self, cw):
+        """``class_weight`` checked: a dict of finite weights >= 0 (copied) or "balanced"; a
+        learner that takes no example weights gets only a dict of ones."""
+        if isinstance(cw, str):
+            if cw != "balanced":
+                raise ValueError(f"class_weight must be None, a dict {{label: weight}} or 'balanced', got {cw!r}")
+            out = cw
+        elif isinstance(cw, dict):
+            out = {}
+            for lab, v in cw.items():
+                if is_missing(lab):
+                    raise ValueError("class_weight labels must not be None/NaN")
+                try:
+                    out[lab] = check_weight(v)
+                except (TypeError, ValueError) as e:
+                    raise type(e)(f"class_weight[{lab!r}]: {e}") from None
+        else:
+            raise TypeError(f"class_weight must be None, a dict {{label: weight}} or 'balanced', got {cw!r}")
+        if (out == "balanced" or any(v != 1.0 for v in out.values())) and not type(self.learner).example_weights:
+            raise ValueError(f"class_weight={cw!r} weighs examples, which {type(self.learner).__name__} does not "
+                             "take: use learners.SGD")
+        return out
+
+    def _class_factor(self, y):
+        """The class weight of a record of label ``y`` about to be learned (``"balanced"``: counts
+        it first)."""
+        cw = self._class_weights
+        if cw != "balanced":
+            return cw.get(y, 1.0)
+        counts = self._class_counts
+        counts[y] = counts.get(y, 0) + 1
+        n = sum(counts.values())
+        return n / (len(counts) * counts[y])
+
+    def _learn_class_weighted(self, x, y, w):
+        """``learn_one`` with ``class_weight``: the record checked whole, then learned with its
+        weight times its class's."""
+        c = check_weight(w)
+        self._check_record(x, y)
+        if c == 0.0:
+            return
+        self._learn_weighted_one(x, y, c * self._class_factor(y))
 
     def _make_structure(self):
         return MultiClass(cost=self.loss)
+
+    def _params_state(self):
+        st = super()._params_state()
+        cw = st["params"].get("class_weight")
+        if isinstance(cw, dict):   # JSON keys are strings: the labels as encoded keys
+            st["params"]["class_weight"] = {"pairs": [[_encode_key(k), float(v)] for k, v in cw.items()]}
+        return st
+
+    @classmethod
+    def _params_from_state(cls, params):
+        params = super()._params_from_state(params)
+        cw = params.get("class_weight")
+        if isinstance(cw, dict):
+            params["class_weight"] = {_decode_key(k): v for k, v in cw["pairs"]}
+        return params
+
+    def state(self):
+        st = super().state()
+        if self._class_weights == "balanced":
+            st["class_counts"] = [[_encode_key(k), int(v)] for k, v in self._class_counts.items()]
+        return st
+
+    @classmethod
+    def from_state(cls, st):
+        model = super().from_state(st)
+        if model._class_weights == "balanced":
+            counts = {}
+            for k, v in st.get("class_counts", []):
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    from ..errors import CheckpointError
+                    raise CheckpointError(f"invalid model file: class count {v!r}")
+                counts[_decode_key(k)] = v
+            model._class_counts = counts
+        return model
 
     @classmethod
     def _unit_test_params(cls):
@@ -138,6 +230,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
         nothing (the record is still checked); other weights need a learner that takes them
         (:attr:`Learner.example_weights`: SGD). A bad record or weight raises before anything
         changes."""
+        if self._class_weights is not None:
+            return self._learn_class_weighted(x, y, w)
+        return self._learn_weighted_one(x, y, w)
+
+    def _learn_weighted_one(self, x, y, w):
         c = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
         if c is None:
             return
@@ -187,7 +284,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         a weight other than 1)."""
         cls = type(self)
         if (cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one
-                or not (type(w) is float and w == 1.0)):
+                or not (type(w) is float and w == 1.0) or self._class_weights is not None):
             return Estimator.predict_learn_one(self, x, y, w)
         if self._learner is None or len(self._labels) == 0:
             self.learn_one(x, y)
@@ -210,7 +307,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def learns_in_runs(self):
         cls = type(self)
         lr = self._learner if self._learner is not None else self.learner
-        return (type(lr).predicts_learns_runs and cls.learn_one is MulticlassSSVM.learn_one
+        return (type(lr).predicts_learns_runs and self._class_weights is None and cls.learn_one is MulticlassSSVM.learn_one
                 and cls.predict_one is MulticlassSSVM.predict_one
                 and cls.predict_learn_one is MulticlassSSVM.predict_learn_one)
 
@@ -447,13 +544,13 @@ class MulticlassSSVM(Estimator, base.Classifier):
         (['x', 'y'], ['a', 'b'])
         """
         ys = _label_batch(y)
-        if w is not None:
+        if w is not None or self._class_weights is not None:
             xs = list(X) if isinstance(X, (list, tuple)) else list(self._as_matrix(X)[0])
             if len(xs) != len(ys):
                 raise ValueError(f"X has {len(xs)} rows but y has {len(ys)} labels")
             ws = weight_batch(w, len(xs))
-            if ws is not None:
-                return self._learn_weighted_rows(xs, ys, ws)
+            if ws is not None or self._class_weights is not None:
+                return self._learn_weighted_rows(xs, list(ys), np.ones(len(xs)) if ws is None else ws)
         with self._registering():
             enc = self._encode_rows(X, grow=True, ys=ys)[:4]
             labs = self._encode_labels(ys)
@@ -464,6 +561,15 @@ class MulticlassSSVM(Estimator, base.Classifier):
         """Progressive validation of a batch: the predictions of all rows (made before learning
         any of them), then learning them, with a single encoding of the batch. The whole batch
         is validated first: a bad row raises and the model is unchanged."""
+        if self._class_weights is not None:   # weighted rows: predicted, then learned one by one
+            xs = list(X) if isinstance(X, (list, tuple)) else list(self._as_matrix(X)[0])
+            ys = list(_label_batch(y))
+            if len(xs) != len(ys):
+                raise ValueError(f"X has {len(xs)} rows but y has {len(ys)} labels")
+            self._check_batch(self._encode_checked, xs, ys)
+            preds = [self.predict_one(x) for x in xs]
+            self._learn_weighted_rows(xs, ys, np.ones(len(xs)))
+            return preds
         ys = _label_batch(y)
         n0 = len(self._labels)
         with self._registering():
