@@ -470,3 +470,29 @@ def test_class_weight_is_refused_by_learners_without_weights():
     for bad in ("balance", {"a": -1.0}, {"a": float("nan")}, 3):
         with pytest.raises((TypeError, ValueError)):
             ss.MulticlassSSVM(learner=SGD(), class_weight=bad)
+
+
+@pytest.mark.parametrize("learner", [lambda: BCFW(lam=0.05, seed=0), lambda: SGD(lam=0.05, seed=0)],
+                         ids=["BCFW", "SGD"])
+def test_predict_learn_each_with_weights_is_record_by_record(learner):
+    """The micro-batch path (BCFW: runs of records in one kernel call) with weights: records of
+    weight other than 1 leave the run; predictions, refusals and the state are those of
+    predict_learn_one record by record."""
+    data = _mc_stream(40, seed=9)
+    xs, ys = [x for x, _ in data], [y for _, y in data]
+    ws = [[1.0, 0.0, 1.0, -1.0, 1.0, 2.0][i % 6] for i in range(len(data))]
+    a = ss.MulticlassSSVM(learner=learner())
+    b = ss.MulticlassSSVM(learner=learner())
+    for m in (a, b):
+        m.learn_many(xs[:3], ys[:3])
+    got = a.predict_learn_each(xs, ys, ws)
+    want = []
+    for x, y, w in zip(xs, ys, ws):
+        try:
+            want.append((True, b.predict_learn_one(x, y, w)))
+        except Exception as e:  # noqa: BLE001
+            want.append((False, e))
+    assert [ok for ok, _ in got] == [ok for ok, _ in want]
+    assert [v for ok, v in got if ok] == [v for ok, v in want if ok]
+    assert [type(v) for ok, v in got if not ok] == [type(v) for ok, v in want if not ok]
+    assert _same(a.state(), b.state())

@@ -388,15 +388,16 @@ class Estimator:
     #: record by record; either way the same predictions and the same state)
     learns_in_runs = False
 
-    def predict_learn_each(self, xs, ys):
-        """Progressive validation of records in order, as :meth:`predict_learn_one` on each:
-        per record ``(True, prediction)``, or ``(False, exception)`` for a record it refused
-        (which changed nothing). An estimator that :attr:`learns_in_runs` predicts and learns
-        runs of records in one kernel call, with the same predictions and the same state."""
+    def predict_learn_each(self, xs, ys, ws=None):
+        """Progressive validation of records in order, as :meth:`predict_learn_one` on each
+        (with its weight from ``ws``, None: all 1): per record ``(True, prediction)``, or
+        ``(False, exception)`` for a record it refused (which changed nothing). An estimator
+        that :attr:`learns_in_runs` predicts and learns runs of records of weight 1 in one
+        kernel call, with the same predictions and the same state; the others leave the run."""
         out = []
-        for x, y in zip(xs, ys):
+        for i, (x, y) in enumerate(zip(xs, ys)):
             try:
-                out.append((True, self.predict_learn_one(x, y)))
+                out.append((True, self.predict_learn_one(x, y) if ws is None else self.predict_learn_one(x, y, ws[i])))
             except Exception as e:  # noqa: BLE001 - the caller's rule for bad records (streamssvm.step)
                 out.append((False, e))
         return out

@@ -311,21 +311,22 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 and cls.predict_one is MulticlassSSVM.predict_one
                 and cls.predict_learn_one is MulticlassSSVM.predict_learn_one)
 
-    def predict_learn_each(self, xs, ys):
+    def predict_learn_each(self, xs, ys, ws=None):
         """:meth:`Estimator.predict_learn_each`; with a learner that predicts and learns runs
         (BCFW), the records whose features and label are known are taken in runs by one
         kernel call each (``BCFW.predict_learn_run``), the others one at a time
         (:meth:`predict_learn_one`), in order. Each record is validated whole before anything
         is learned from it, as record by record."""
         if not self.learns_in_runs:
-            return Estimator.predict_learn_each(self, xs, ys)
+            return Estimator.predict_learn_each(self, xs, ys, ws)
         out = [None] * len(xs)
         run = []        # (i, x, y, fidx, fval, label id) waiting for the kernel
         learned = []    # feature rows of every learned record (weights_finite)
         rows = self._dense_rows(xs)
         for i, (x, y) in enumerate(zip(xs, ys)):
             lr = self._learner
-            if (lr is not None and len(self._labels) and self._synced is lr
+            w = 1.0 if ws is None else ws[i]   # a record of weight other than 1 leaves the run
+            if (type(w) is float and w == 1.0 and lr is not None and len(self._labels) and self._synced is lr
                     and self._synced_key == (self._features.dim, len(self._labels))):
                 try:
                     if rows is None:
@@ -347,7 +348,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                     continue
             self._learn_run(run, out, learned)
             try:
-                out[i] = (True, self.predict_learn_one(x, y))
+                out[i] = (True, self.predict_learn_one(x, y) if ws is None else self.predict_learn_one(x, y, w))
                 learned.append(self._last_fidx)
             except Exception as e:  # noqa: BLE001
                 out[i] = (False, e)
