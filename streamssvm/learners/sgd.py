@@ -125,6 +125,13 @@ class SGD(DenseWeights, Learner):
     seed
         Seed of the refine permutations (``None``: fresh entropy).
 
+    Example weights (``learn(..., weight=c)``, an estimator's ``learn_one(x, y, w)``): the
+    objective is lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w) over the held examples; every
+    step on example i is the subgradient step on c_i H_i (c_i times longer, before the
+    truncation bound), on its first visit and on replays / refine passes alike. The certificate
+    then reports the weighted primal and gap +inf (the dual point of weighted steps is not
+    tracked).
+
     Examples
     --------
     >>> import numpy as np, streamssvm as ss
