@@ -53,12 +53,16 @@ class Record:
         Source position *after* this record (JSON-serializable; see ``Source.seek``).
     origin
         Human-readable origin, e.g. ``"train.jsonl:17"``.
+    w
+        The example's importance weight (a finite float >= 0; 1.0 unless the source reads it from
+        a field, ``weight_field=``), learned as ``learn_one(x, y, w)``.
     """
     x: Any
     y: Any
     key: Any = None
     position: Any = None
     origin: str = ""
+    w: float = 1.0
 
 
 def chunks(records, size):

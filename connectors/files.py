@@ -216,11 +216,11 @@ class FileSource(Source):
     def _too_long(self, raw):
         return BadRecord(f"record of {raw.size} bytes exceeds max_record_bytes={self.max_record_bytes}")
 
-    def _emit(self, x, y, key, line):
+    def _emit(self, x, y, key, line, w=1.0):
         self._pacer.wait()
         self._record += 1
         self.n_read += 1
-        return Record(x=x, y=y, key=key, position=self.position(), origin=f"{self.name}:{line}")
+        return Record(x=x, y=y, key=key, position=self.position(), origin=f"{self.name}:{line}", w=w)
 
     def _lines(self):
         """(line number, start offset, end offset, raw bytes without newline) from the current
@@ -292,14 +292,14 @@ class FileSource(Source):
             try:
                 if isinstance(raw, _TooLong):
                     raise self._too_long(raw)
-                x, y, key = self._parse(text, line)
+                parsed = self._parse(text, line)   # (x, y, key) or (x, y, key, weight)
             except SourceFault:   # the input cannot be read on: the position stays before the line
                 self._offset, self._line = before
                 raise
             except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
                 self._bad(raw, _reason(e), line)
                 continue
-            yield self._emit(x, y, key, line)
+            yield self._emit(*parsed[:3], line, *parsed[3:])
 
     def _units(self):
         """(first line, last line, end offset, raw bytes) of each record's text: one line each
@@ -470,6 +470,36 @@ def _truth(v, lab):
                     f"got {_short(v)}")
 
 
+def parse_weight(v, what="weight"):
+    """An example weight read from a record: a finite number >= 0 (JSON number, or a CSV cell's
+    text); raises BadRecord with the reason.
+
+    >>> parse_weight(2), parse_weight("0.5")
+    (2.0, 0.5)
+    """
+    if isinstance(v, str):
+        v = _float_text(v, what)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadRecord(f"{what} must be a number, got {_short(v)}")
+    try:
+        c = float(v)
+    except OverflowError:
+        raise BadRecord(f"{what} {_short(v)} is not finite") from None
+    if not math.isfinite(c) or c < 0.0:
+        raise BadRecord(f"{what} must be finite and >= 0, got {_short(v)}")
+    return c
+
+
+def record_weight(obj, weight_field):
+    """The weight of a decoded JSON record: ``obj[weight_field]`` checked by :func:`parse_weight`
+    (a record without the field is bad), or 1.0 when ``weight_field`` is None."""
+    if weight_field is None:
+        return 1.0
+    if weight_field not in obj:
+        raise BadRecord(f"missing weight field {weight_field!r}")
+    return parse_weight(obj[weight_field], f"weight field {weight_field!r}")
+
+
 def parse_example(obj, x_field="x", y_field="y", require_label=True):
     """Validate a decoded JSON example whole and convert x and y; raises BadRecord.
 
@@ -571,20 +601,26 @@ class JSONLSource(FileSource):
     labels (sequences, multi-label) or an object ``{label: bool}``. NaN / Infinity, missing
     fields, empty or ragged sequences and length mismatches go to the dead-letter sink;
     ``require_label=False`` (predicting) reads a record without ``y`` as ``y = None``.
+    ``weight_field=NAME``: the record's importance weight (``Record.w``), a number >= 0 in that
+    field (missing, non-numeric, negative or non-finite: a dead letter); ignored when predicting.
     """
 
     fmt = "jsonl"
 
     def __init__(self, path, x_field="x", y_field="y", key_field=None, rate=None, dead_letter=None,
-                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES, require_label=True):
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES, require_label=True, weight_field=None):
         super().__init__(path, rate, dead_letter, max_record_bytes)
         self.x_field, self.y_field, self.key_field = x_field, y_field, key_field
         self.require_label = require_label
+        self.weight_field = weight_field
 
     def _parse(self, text, line):
         obj = decode_json(text)
         x, y = parse_example(obj, self.x_field, self.y_field, self.require_label)
-        return x, y, (obj.get(self.key_field) if self.key_field else line)
+        key = obj.get(self.key_field) if self.key_field else line
+        if self.weight_field is None or not self.require_label:
+            return x, y, key
+        return x, y, key, record_weight(obj, self.weight_field)
 
 
 class CSVSource(FileSource):
@@ -597,7 +633,8 @@ class CSVSource(FileSource):
     is a bad record naming ``multilabel_sep=`` rather than one label of
     a made-up set. Giving ``multilabel_sep`` alone also reads label sets.
     ``require_label=False`` (predicting): a file whose header has no label column gives
-    records with ``y = None``."""
+    records with ``y = None``. ``weight_field=NAME``: that column is the record's importance
+    weight (``Record.w``, a number >= 0; a bad cell makes a dead letter), not a feature."""
 
     fmt = "csv"
     #: the label-set separator of ``multilabel=True`` when ``multilabel_sep`` is not given
@@ -605,7 +642,7 @@ class CSVSource(FileSource):
 
     def __init__(self, path, label="label", rate=None, dead_letter=None, label_type=str,
                  multilabel_sep=None, delimiter=",", max_record_bytes=DEFAULT_MAX_RECORD_BYTES,
-                 multilabel=False, require_label=True):
+                 multilabel=False, require_label=True, weight_field=None):
         super().__init__(path, rate, dead_letter, max_record_bytes)
         self.label = label
         self.label_type = label_type
@@ -633,6 +670,14 @@ class CSVSource(FileSource):
             raise ValueError(f"label column {label!r} not in the header {self.header}")
         else:
             self.label_idx = None   # unlabeled records (predicting): every column is a feature
+        self.weight_field = weight_field
+        self.weight_idx = None
+        if weight_field is not None:
+            if weight_field not in self.header:
+                raise ValueError(f"weight column {weight_field!r} not in the header {self.header}")
+            self.weight_idx = self.header.index(weight_field)
+            if self.weight_idx == self.label_idx:
+                raise ValueError(f"the weight column {weight_field!r} is the label column")
         self._offset = self._header_end
         self._line = 1
         self._duplicates = len(set(self.header)) != len(self.header)   # rows then checked cell by cell
@@ -704,12 +749,14 @@ class CSVSource(FileSource):
         y = None if self.label_idx is None else self._cell_labels(row[self.label_idx].strip())
         x = {}
         for j, (name, v) in enumerate(zip(self.header, row)):
-            if j == self.label_idx or v.strip() == "":
+            if j == self.label_idx or j == self.weight_idx or v.strip() == "":
                 continue
             if self._duplicates and name in x:
                 raise BadRecord(f"duplicate column {_short(name)}: two values for one feature")
             x[name] = _float_cell(v, name, plain)
-        return x, y, line
+        if self.weight_idx is None or self.label_idx is None:
+            return x, y, line
+        return x, y, line, parse_weight(row[self.weight_idx].strip(), f"weight column {_short(self.weight_field)}")
 
     def _cell_labels(self, cell):
         if not self.multilabel_sep:
@@ -925,6 +972,10 @@ its first line starts with '{', else libsvm; .conll .conllu .iob .bio: CoNLL) or
   rate=N                          replay at N records per second
   max_record_bytes=N              skip longer records (default 1048576)
   jsonl: x_field=x, y_field=y, key_field=NAME  field names of the features, label and key
+  jsonl, csv, kafka: weight_field=NAME  the field / column holding each record's importance
+       weight (a number >= 0, learned as learn_one(x, y, w); a record with a bad or missing
+       weight is a dead letter; a learner that takes no weights makes a weight other than 0
+       and 1 a dead letter too)
   csv: label=NAME (default: label), delimiter=, multilabel_sep=SEP  (label sets split on SEP;
        --task multilabel splits on ';' by default and refuses cells holding '|' or ',')
   libsvm: multilabel=true (comma-separated labels; implied by --task multilabel), zero_based=true

@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl, urlparse
 from streamssvm.errors import SourceFault
 
 from .base import DeadLetterSink, Record, Sink, Source
-from .files import _reason, decode_json, parse_example
+from .files import _reason, decode_json, parse_example, record_weight
 
 
 def _need_kafka():
@@ -103,7 +103,7 @@ class KafkaSource(Source):
                  poll_timeout_ms=200, max_poll_records=1000, stop_at_end=False, x_field="x",
                  y_field="y", max_message_bytes=1 << 20, session_timeout_ms=6000,
                  heartbeat_interval_ms=1000, consumer_config=None, fetch_max_wait_ms=100, timeout_ms=5000,
-                 on_offset_reset="fail", reset_grace_s=10.0):
+                 on_offset_reset="fail", reset_grace_s=10.0, weight_field=None):
         super().__init__()
         if on_offset_reset not in self.OFFSET_RESETS:
             raise ValueError(f"on_offset_reset must be one of {self.OFFSET_RESETS}, got {on_offset_reset!r}")
@@ -122,6 +122,7 @@ class KafkaSource(Source):
         self.max_poll_records = int(max_poll_records)
         self.stop_at_end = stop_at_end
         self.x_field, self.y_field = x_field, y_field
+        self.weight_field = weight_field   # the field of each message's importance weight (Record.w)
         self.max_message_bytes = int(max_message_bytes)
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -406,7 +407,7 @@ class KafkaSource(Source):
                     self._offsets[tp.partition] = m.offset + 1
                     origin = f"{self.topic}/{tp.partition}@{m.offset}"
                     try:
-                        x, y = self._decode(m.value)
+                        x, y, w = self._decode_record(m.value)
                     except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
                         yield _BadMessage(m.value if m.value is not None else b"", _reason(e), origin)
                         continue
@@ -416,17 +417,24 @@ class KafkaSource(Source):
                         key = origin
                     # each record carries the position right after it (decoding runs ahead of
                     # learning: the source's own position is at the end of the poll)
-                    yield Record(x=x, y=y, key=key, position=self.position(), origin=origin)
+                    yield Record(x=x, y=y, key=key, position=self.position(), origin=origin, w=w)
             yield _POLL_END
 
     def _decode(self, value):
+        """``(x, y)`` of a message (:meth:`_decode_record` without the weight)."""
+        return self._decode_record(value)[:2]
+
+    def _decode_record(self, value):
+        """``(x, y, weight)`` of a message, validated whole; raises on a bad one."""
         from .files import BadRecord
         if value is None:
             raise BadRecord("empty message (null value)")
         if len(value) > self.max_message_bytes:
             raise BadRecord(f"oversized message: {len(value)} bytes > {self.max_message_bytes}")
-        return parse_example(decode_json(value), self.x_field, self.y_field,
-                             getattr(self, "require_label", True))
+        obj = decode_json(value)
+        learning = getattr(self, "require_label", True)
+        x, y = parse_example(obj, self.x_field, self.y_field, learning)
+        return x, y, record_weight(obj, self.weight_field if learning else None)
 
     def close(self):
         """Leave the group (the engine has checkpointed and committed before)."""
@@ -523,6 +531,8 @@ def open_kafka(uri, dead_letter=None, **kw):
         kw["stop_at_end"] = params.pop("stop_at_end").lower() in ("1", "true", "yes")
     if "on_offset_reset" in params:
         kw["on_offset_reset"] = params.pop("on_offset_reset")
+    if "weight_field" in params:
+        kw["weight_field"] = params.pop("weight_field")
     if params:
         raise ValueError(f"unknown Kafka source parameters: {sorted(params)}")
     return KafkaSource(d["bootstrap"], d["topic"], dead_letter=dead_letter, **kw)

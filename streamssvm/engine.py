@@ -482,12 +482,15 @@ class Engine:
         chunk it refuses, and every unbatched record, goes one record at a time, bad ones to
         the dead letters (:meth:`_learn_record`). Returns the (y, prediction, record) triples
         learned and the record whose step made the weights non-finite (None if none)."""
+        unit = all(type(r.w) is float and r.w == 1.0 for r in recs)
         if not self.batch_size and len(xs) > 1 and not self._careful() and self.model.learns_in_runs \
                 and not (self._poison and any(_pos_key(r.position) in self._poison for r in recs)):
             # unbatched micro-batch: runs of records through one kernel call each, the same
             # predictions and state as record by record; bad records are dead letters in place
             done = []
-            for x, y, rec, (ok, v) in zip(xs, ys, recs, self.model.predict_learn_each(xs, ys)):
+            # records of weight other than 1 leave the kernel's runs (predict_learn_one with it)
+            ws = None if unit else [r.w for r in recs]
+            for x, y, rec, (ok, v) in zip(xs, ys, recs, self.model.predict_learn_each(xs, ys, ws)):
                 if ok:
                     done.append((y, v, rec))
                 else:
@@ -495,7 +498,7 @@ class Engine:
             if not self._weights_finite(full=False):   # the rows of every learned record
                 return done, _SOMEWHERE   # the careful replay locates the record, one at a time
             return done, None
-        if self.batch_size and not self._careful():
+        if self.batch_size and not self._careful() and unit:
             try:
                 done = list(zip(ys, self.model.predict_learn_many(xs, ys), recs))
                 if self._weights_finite(full=True):
@@ -528,7 +531,7 @@ class Engine:
         if reason is not None:
             self._bad(rec, reason)
             return "bad", None
-        out = predict_learn(self.model, x, y)
+        out = predict_learn(self.model, x, y, w=rec.w)
         if out.bad:
             self._bad(rec, out.reason)
             return "bad", None

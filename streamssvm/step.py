@@ -104,11 +104,17 @@ def send_dead_letter(dead_letter, record, reason):
     dead_letter.send(dead_letter_payload(record), reason, record.origin if record is not None else "")
 
 
-def predict_learn(model, x, y, learn=True):
-    """Predict ``x``, then learn ``(x, y)`` (unless ``learn`` is false): the :class:`Outcome`,
-    ``"bad"`` with its reason if anything raised."""
+def predict_learn(model, x, y, learn=True, w=1.0):
+    """Predict ``x``, then learn ``(x, y)`` with weight ``w`` (unless ``learn`` is false): the
+    :class:`Outcome`, ``"bad"`` with its reason if anything raised (a weight the model refuses
+    included)."""
     try:
-        p = model.predict_learn_one(x, y) if learn else model.predict_one(x)
+        if not learn:
+            p = model.predict_one(x)
+        elif type(w) is float and w == 1.0:
+            p = model.predict_learn_one(x, y)
+        else:
+            p = model.predict_learn_one(x, y, w)
     except Exception as e:  # noqa: BLE001 - one record never stops the stream
         return Outcome(BAD, x=x, y=y, reason=reason_of(e))
     return Outcome(LEARNED if learn else PREDICTED, p, x, y)
@@ -116,7 +122,8 @@ def predict_learn(model, x, y, learn=True):
 
 def step(model, record, *, learn=True):
     """One record through ``model``: converted (``model.coerce_input``), predicted, then learned
-    (``learn=False``: only predicted; a record without a label is then predicted alike).
+    with the record's weight ``record.w`` (``learn=False``: only predicted; a record without a
+    label is then predicted alike).
     Returns an :class:`Outcome`; a bad record (any exception) leaves the model unchanged."""
     y = record.y
     if y is None and not learn:
@@ -125,7 +132,7 @@ def step(model, record, *, learn=True):
         x, y = model.coerce_input(record.x, y)
     except Exception as e:  # noqa: BLE001 - one record never stops the stream
         return Outcome(BAD, reason=reason_of(e))
-    return predict_learn(model, x, y, learn=learn)
+    return predict_learn(model, x, y, learn=learn, w=record.w)
 
 
 __all__ = ["BAD", "LEARNED", "PREDICTED", "TASKS", "Outcome", "dead_letter_payload", "jsonable",

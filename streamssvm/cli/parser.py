@@ -19,7 +19,7 @@ from .warmup import _early_notice, _say_compiling_early
 
 def _run_source_help():
     from streamssvm.connectors.files import SOURCE_OPTIONS
-    return (SOURCE_OPTIONS + "\n\nkafka sources: kafka://HOST:PORT/TOPIC?group=G[&partitions=0,1][&stop_at_end=1]\n\n"
+    return (SOURCE_OPTIONS + "\n\nkafka sources: kafka://HOST:PORT/TOPIC?group=G[&partitions=0,1][&stop_at_end=1][&weight_field=NAME]\n\n"
             "exit status: 0 done; 1 no records, or more than --max-bad-fraction of them bad; 2 bad arguments or "
             "settings that differ from the checkpoint's; 3 a fault the run cannot go on with (the input changed under "
             "the checkpoint, a Kafka broker or topic gone, the checkpoint directory locked or not writable, a full "

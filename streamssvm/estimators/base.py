@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import numbers
 
 import numpy as np
@@ -26,6 +27,43 @@ MODEL_KIND = "streamssvm.model"
 ONE_EX = np.array([0, 1], dtype=np.int64)
 
 _REGISTRY: dict = {}
+
+
+def check_weight(w):
+    """An example weight as a float: a finite real number >= 0 (a bool is refused); raises
+    before anything is learned.
+
+    >>> check_weight(2), check_weight(0.5)
+    (2.0, 0.5)
+    >>> check_weight(-1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: the example weight w must be finite and >= 0, got -1.0
+    """
+    if isinstance(w, bool) or not isinstance(w, numbers.Real):
+        raise TypeError(f"the example weight w must be a number, got {w!r} ({type(w).__name__})")
+    c = float(w)
+    if not math.isfinite(c) or c < 0.0:
+        raise ValueError(f"the example weight w must be finite and >= 0, got {w!r}")
+    return c
+
+
+def weight_batch(w, m):
+    """The weights of a batch of ``m`` examples as a float array, each checked as
+    :func:`check_weight` (an error names the row); None when ``w`` is None or every weight is 1
+    (the unweighted path)."""
+    if w is None:
+        return None
+    ws = list(w.tolist() if isinstance(w, np.ndarray) else w)
+    if len(ws) != m:
+        raise ValueError(f"the batch has {m} examples but {len(ws)} weights")
+    out = np.empty(m, dtype=np.float64)
+    for i, c in enumerate(ws):
+        try:
+            out[i] = check_weight(c)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"row {i}: {e}") from e
+    return None if bool((out == 1.0).all()) else out
 
 
 def is_missing(v):
@@ -225,6 +263,59 @@ class Estimator:
                         raise
                     raise type(e)(f"row {i}: {e}") from e
 
+    # -------------------------------------------------------------- example weights
+    def _encode_checked(self, x, y):  # pragma: no cover - overridden
+        """Everything ``learn_one(x, y)`` checks before it changes the learner, registering what
+        it must (called inside :meth:`_registering`)."""
+        raise NotImplementedError
+
+    def _check_record(self, x, y):
+        """Raise what ``learn_one(x, y)`` would raise for a bad record; changes nothing (the
+        feature names and labels it registers are forgotten)."""
+        with self._registering(keep=False):
+            self._encode_checked(x, y)
+
+    def _check_weighted(self, c):
+        """Raise a NotImplementedError, before anything changes, when the learner does not take
+        an example weight ``c`` other than 0 and 1 (:attr:`Learner.example_weights`)."""
+        lr = self._learner if self._learner is not None else self.learner
+        if not type(lr).example_weights:
+            raise NotImplementedError(
+                f"{type(lr).__name__} does not take example weights (got w={c!r}); the learners that "
+                "do: SGD (w=0 and w=1 work with every learner)")
+
+    def _weighted_start(self, x, y, w):
+        """The checked weight of ``learn_one(x, y, w)``, or None when the record is done: w=0 learns
+        nothing (the record is checked, the model stays bit-identical). A weight other than 0 and 1
+        needs a learner that takes weights."""
+        c = check_weight(w)
+        if c == 0.0:
+            self._check_record(x, y)
+            return None
+        if c != 1.0:
+            self._check_weighted(c)
+        return c
+
+    @staticmethod
+    def _give(lr, tok_ptr, fidx, fval, y, Ki, c):
+        """``lr.learn`` of one encoded example with weight ``c`` (the unweighted call for 1)."""
+        if c == 1.0:
+            lr.learn(tok_ptr, fidx, fval, y, Ki)
+        else:
+            lr.learn(tok_ptr, fidx, fval, y, Ki, weight=c)
+
+    def _learn_weighted_rows(self, xs, ys, ws):
+        """``learn_one(x, y, w)`` on each row of a batch with weights ``ws`` (of
+        :func:`weight_batch`), the whole batch checked first: a bad row or weight raises and the
+        model is unchanged."""
+        for c in ws:
+            if c != 0.0 and c != 1.0:
+                self._check_weighted(float(c))
+                break
+        self._check_batch(self._encode_checked, xs, ys)
+        for x, y, c in zip(xs, ys, ws):
+            self.learn_one(x, y, float(c))
+
     _last_enc = None     # the EncodedRecord of the last predict_one (reused by learn_one)
     _temperature = None  # the calibration.Temperature fitted on the progressive stream
     #: the Temperature's settings (window, every, dense_until, stride) for this kind of model
@@ -280,28 +371,33 @@ class Estimator:
             return enc.tok_ptr, enc.fidx, enc.fval
         return self._features.encode_one(x, grow=True)
 
-    def predict_learn_one(self, x, y):
-        """Predict ``x``, then learn ``(x, y)``; returns the prediction made before learning
-        (progressive validation in one call, as ``streamssvm.step`` takes it). The learning
-        reuses the prediction's encoding (:meth:`_encode_to_learn`); an estimator may override
-        it to encode the record once in every case."""
+    def predict_learn_one(self, x, y, w=1.0):
+        """Predict ``x``, then learn ``(x, y)`` with weight ``w``; returns the prediction made
+        before learning (progressive validation in one call, as ``streamssvm.step`` takes it).
+        The learning reuses the prediction's encoding (:meth:`_encode_to_learn`); an estimator
+        may override it to encode the record once in every case."""
+        c = 1.0 if type(w) is float and w == 1.0 else check_weight(w)   # a bad weight changes nothing
         p = self.predict_one(x)
-        self.learn_one(x, y)
+        if c == 1.0:
+            self.learn_one(x, y)
+        else:
+            self.learn_one(x, y, c)
         return p
 
     #: whether :meth:`predict_learn_each` takes runs of records in one kernel call (else it goes
     #: record by record; either way the same predictions and the same state)
     learns_in_runs = False
 
-    def predict_learn_each(self, xs, ys):
-        """Progressive validation of records in order, as :meth:`predict_learn_one` on each:
-        per record ``(True, prediction)``, or ``(False, exception)`` for a record it refused
-        (which changed nothing). An estimator that :attr:`learns_in_runs` predicts and learns
-        runs of records in one kernel call, with the same predictions and the same state."""
+    def predict_learn_each(self, xs, ys, ws=None):
+        """Progressive validation of records in order, as :meth:`predict_learn_one` on each
+        (with its weight from ``ws``, None: all 1): per record ``(True, prediction)``, or
+        ``(False, exception)`` for a record it refused (which changed nothing). An estimator
+        that :attr:`learns_in_runs` predicts and learns runs of records of weight 1 in one
+        kernel call, with the same predictions and the same state; the others leave the run."""
         out = []
-        for x, y in zip(xs, ys):
+        for i, (x, y) in enumerate(zip(xs, ys)):
             try:
-                out.append((True, self.predict_learn_one(x, y)))
+                out.append((True, self.predict_learn_one(x, y) if ws is None else self.predict_learn_one(x, y, ws[i])))
             except Exception as e:  # noqa: BLE001 - the caller's rule for bad records (streamssvm.step)
                 out.append((False, e))
         return out

@@ -7,7 +7,7 @@ from river import base
 from ..learners.memoir import MEMOIR
 from ..oracles.rows import DENSE_MAX_DIM
 from ..structures import MultiClass
-from .base import Estimator, is_missing, require_pandas
+from .base import Estimator, is_missing, require_pandas, weight_batch
 
 
 class LabelCost(MultiClass):
@@ -163,11 +163,20 @@ class ExtremeClassifier(Estimator, base.Classifier):
         tok_ptr, fidx, fval = self._encode_to_learn(x)
         return tok_ptr, fidx, fval, self._labels.encode(y, grow=True)
 
-    def learn_one(self, x, y):
+    def learn_one(self, x, y, w=1.0):
+        """Learn ``(x, y)`` with importance weight ``w`` >= 0: see
+        :meth:`streamssvm.MulticlassSSVM.learn_one` (w=0 learns nothing; other weights need a
+        learner that takes them)."""
+        cw = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
+        if cw is None:
+            return
         tok_ptr, fidx, fval, c = self._encode_example(x, y)
         lr = self._sync()
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        lr.learn(tok_ptr, fidx, fval, np.array([c], dtype=np.int32))
+        self._give(lr, tok_ptr, fidx, fval, np.array([c], dtype=np.int32), 1, cw)
+
+    def _encode_checked(self, x, y):
+        self._encode_example(x, y)
 
     def predict_one(self, x):
         if len(self._labels) == 0:
@@ -234,11 +243,16 @@ class ExtremeClassifier(Estimator, base.Classifier):
             s *= lr.acc
         return [(labs[c], score) for c, score in multiclass_nbest(s, k)]
 
-    def learn_many(self, X, y):
+    def learn_many(self, X, y, w=None):
+        """Learn the rows of ``X`` in order (``w``: None or one weight per row, as
+        :meth:`learn_one` takes it); a bad row raises and the model is unchanged."""
         A, _ = self._as_matrix(X)
         ys = list(y)
         if len(ys) != A.shape[0]:
             raise ValueError(f"X has {A.shape[0]} rows but y has {len(ys)} labels")
+        ws = weight_batch(w, len(ys))
+        if ws is not None:
+            return self._learn_weighted_rows(list(A), ys, ws)
         self._check_batch(self._encode_example, A, ys)   # a bad row: an error, nothing learned
         for xi, yi in zip(A, ys):
             self.learn_one(xi, yi)

@@ -13,7 +13,8 @@ from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
 from ..structures import MultiClass
-from .base import ONE_EX, Estimator, is_missing, require_pandas
+from .base import ONE_EX, Estimator, check_weight, is_missing, require_pandas, weight_batch
+from ..features import _decode_key, _encode_key
 
 
 def _label_batch(y):
@@ -57,6 +58,16 @@ class MulticlassSSVM(Estimator, base.Classifier):
         learner scores only the labels an inner-product index returns, learns the same stream
         far faster). A record with a label beyond it raises ``ValueError`` naming
         :class:`streamssvm.ExtremeClassifier` (a dead letter in a run) and the model is unchanged.
+    class_weight
+        ``None`` (default), a dict ``{label: weight}`` (weights finite and >= 0; labels not in
+        it weigh 1) or ``"balanced"``: each learned example's weight (``learn_one``'s ``w``) is
+        multiplied by its class's weight. ``"balanced"`` is scikit-learn's
+        n_samples / (n_classes * count(y)) computed online: when a record of class y is learned,
+        its factor is n / (K * n_y) with n the examples learned so far (this one included, w=0
+        records not counted), K the classes among them and n_y those of class y. An example
+        keeps the factor it was learned with (earlier examples are not reweighted as the counts
+        move); the counts are saved with the model. Needs a learner that takes example weights
+        (``learners.SGD``), unless every weight of the dict is 1.
 
     Examples
     --------
@@ -76,7 +87,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _default_learner(cls):
         return BCFW()
 
-    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None, scale=True, max_labels=4096):
+    def __init__(self, learner=None, loss=None, labels=None, n_features=None, rescaling=None, scale=True, max_labels=4096,
+                 class_weight=None):
         if max_labels is not None and (not isinstance(max_labels, int) or isinstance(max_labels, bool)
                                        or not 1 <= max_labels <= 1 << 31):
             raise ValueError(f"max_labels must be None or an int in [1, 2**31], got {max_labels!r}")
@@ -84,9 +96,89 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self.loss = loss
         self._init_common(learner, n_features, labels, rescaling, scale)
         self._make_structure()  # validate the loss now
+        self.class_weight = class_weight
+        self._class_weights = None if class_weight is None else self._check_class_weight(class_weight)
+        self._class_counts = {}   # "balanced": examples learned per class
+
+    def _check_class_weight(self, cw):
+        """``class_weight`` checked: a dict of finite weights >= 0 (copied) or "balanced"; a
+        learner that takes no example weights gets only a dict of ones."""
+        if isinstance(cw, str):
+            if cw != "balanced":
+                raise ValueError(f"class_weight must be None, a dict {{label: weight}} or 'balanced', got {cw!r}")
+            out = cw
+        elif isinstance(cw, dict):
+            out = {}
+            for lab, v in cw.items():
+                if is_missing(lab):
+                    raise ValueError("class_weight labels must not be None/NaN")
+                try:
+                    out[lab] = check_weight(v)
+                except (TypeError, ValueError) as e:
+                    raise type(e)(f"class_weight[{lab!r}]: {e}") from None
+        else:
+            raise TypeError(f"class_weight must be None, a dict {{label: weight}} or 'balanced', got {cw!r}")
+        if (out == "balanced" or any(v != 1.0 for v in out.values())) and not type(self.learner).example_weights:
+            raise ValueError(f"class_weight={cw!r} weighs examples, which {type(self.learner).__name__} does not "
+                             "take: use learners.SGD")
+        return out
+
+    def _class_factor(self, y):
+        """The class weight of a record of label ``y`` about to be learned (``"balanced"``: counts
+        it first)."""
+        cw = self._class_weights
+        if cw != "balanced":
+            return cw.get(y, 1.0)
+        counts = self._class_counts
+        counts[y] = counts.get(y, 0) + 1
+        n = sum(counts.values())
+        return n / (len(counts) * counts[y])
+
+    def _learn_class_weighted(self, x, y, w):
+        """``learn_one`` with ``class_weight``: the record checked whole, then learned with its
+        weight times its class's."""
+        c = check_weight(w)
+        self._check_record(x, y)
+        if c == 0.0:
+            return
+        self._learn_weighted_one(x, y, c * self._class_factor(y))
 
     def _make_structure(self):
         return MultiClass(cost=self.loss)
+
+    def _params_state(self):
+        st = super()._params_state()
+        cw = st["params"].get("class_weight")
+        if isinstance(cw, dict):   # JSON keys are strings: the labels as encoded keys
+            st["params"]["class_weight"] = {"pairs": [[_encode_key(k), float(v)] for k, v in cw.items()]}
+        return st
+
+    @classmethod
+    def _params_from_state(cls, params):
+        params = super()._params_from_state(params)
+        cw = params.get("class_weight")
+        if isinstance(cw, dict):
+            params["class_weight"] = {_decode_key(k): v for k, v in cw["pairs"]}
+        return params
+
+    def state(self):
+        st = super().state()
+        if self._class_weights == "balanced":
+            st["class_counts"] = [[_encode_key(k), int(v)] for k, v in self._class_counts.items()]
+        return st
+
+    @classmethod
+    def from_state(cls, st):
+        model = super().from_state(st)
+        if model._class_weights == "balanced":
+            counts = {}
+            for k, v in st.get("class_counts", []):
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    from ..errors import CheckpointError
+                    raise CheckpointError(f"invalid model file: class count {v!r}")
+                counts[_decode_key(k)] = v
+            model._class_counts = counts
+        return model
 
     @classmethod
     def _unit_test_params(cls):
@@ -131,16 +223,39 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if self.max_labels is not None and len(self._labels) > self.max_labels:
             raise self._too_many_labels(self._labels.labels[self.max_labels])
 
-    def learn_one(self, x, y):
+    def learn_one(self, x, y, w=1.0):
+        """Learn ``(x, y)`` with importance weight ``w`` >= 0 (river's signature): the example's
+        c_i in the objective lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w), normalized by the
+        total weight so that weight 2 is the example learned twice at the optimum. ``w=0`` learns
+        nothing (the record is still checked); other weights need a learner that takes them
+        (:attr:`Learner.example_weights`: SGD). A bad record or weight raises before anything
+        changes."""
+        if self._class_weights is not None:
+            return self._learn_class_weighted(x, y, w)
+        return self._learn_weighted_one(x, y, w)
+
+    def _learn_weighted_one(self, x, y, w):
+        c = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
+        if c is None:
+            return
         if is_missing(y):
             raise ValueError("y is missing (None/NaN)")
         self._labels.check(y)  # validate the whole example before any state changes
         if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
             raise self._too_many_labels(y)
         tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
-        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
+        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True), c)
 
-    def _learn_arrays(self, tok_ptr, fidx, fval, yid):
+    def _encode_checked(self, x, y):
+        if is_missing(y):
+            raise ValueError("y is missing (None/NaN)")
+        self._labels.check(y)
+        if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
+            raise self._too_many_labels(y)
+        self._features.encode_one(x, grow=True)
+        self._labels.encode(y, grow=True)
+
+    def _learn_arrays(self, tok_ptr, fidx, fval, yid, c=1.0):
         """Learn one encoded example whose features and label are registered."""
         # the learner is grown (``ensure``) only when a feature or a label was added since the
         # last learn_one: the call costs more than the rest of a 16-feature array row's path
@@ -151,7 +266,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._synced, self._synced_key = lr, key
         self._observe_calibration(tok_ptr, fidx, self._scaled(fidx, fval), yid)   # as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        lr.learn(tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32))
+        self._give(lr, tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32), 1, c)
 
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
@@ -162,13 +277,15 @@ class MulticlassSSVM(Estimator, base.Classifier):
         out = self._learner.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)
         return self._labels.labels[out[0]]
 
-    def predict_learn_one(self, x, y):
-        """Predict ``x``, then learn ``(x, y)``, encoding ``x`` once (validated whole first);
-        the prediction and the learned state are those of ``predict_one`` then ``learn_one``
-        (which a subclass overriding either gets: predict_one, then learn_one)."""
+    def predict_learn_one(self, x, y, w=1.0):
+        """Predict ``x``, then learn ``(x, y)`` (weight ``w``), encoding ``x`` once (validated
+        whole first); the prediction and the learned state are those of ``predict_one`` then
+        ``learn_one`` (which a subclass overriding either gets: predict_one, then learn_one; and
+        a weight other than 1)."""
         cls = type(self)
-        if cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one:
-            return Estimator.predict_learn_one(self, x, y)
+        if (cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one
+                or not (type(w) is float and w == 1.0) or self._class_weights is not None):
+            return Estimator.predict_learn_one(self, x, y, w)
         if self._learner is None or len(self._labels) == 0:
             self.learn_one(x, y)
             return None
@@ -190,25 +307,26 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def learns_in_runs(self):
         cls = type(self)
         lr = self._learner if self._learner is not None else self.learner
-        return (type(lr).predicts_learns_runs and cls.learn_one is MulticlassSSVM.learn_one
+        return (type(lr).predicts_learns_runs and self._class_weights is None and cls.learn_one is MulticlassSSVM.learn_one
                 and cls.predict_one is MulticlassSSVM.predict_one
                 and cls.predict_learn_one is MulticlassSSVM.predict_learn_one)
 
-    def predict_learn_each(self, xs, ys):
+    def predict_learn_each(self, xs, ys, ws=None):
         """:meth:`Estimator.predict_learn_each`; with a learner that predicts and learns runs
         (BCFW), the records whose features and label are known are taken in runs by one
         kernel call each (``BCFW.predict_learn_run``), the others one at a time
         (:meth:`predict_learn_one`), in order. Each record is validated whole before anything
         is learned from it, as record by record."""
         if not self.learns_in_runs:
-            return Estimator.predict_learn_each(self, xs, ys)
+            return Estimator.predict_learn_each(self, xs, ys, ws)
         out = [None] * len(xs)
         run = []        # (i, x, y, fidx, fval, label id) waiting for the kernel
         learned = []    # feature rows of every learned record (weights_finite)
         rows = self._dense_rows(xs)
         for i, (x, y) in enumerate(zip(xs, ys)):
             lr = self._learner
-            if (lr is not None and len(self._labels) and self._synced is lr
+            w = 1.0 if ws is None else ws[i]   # a record of weight other than 1 leaves the run
+            if (type(w) is float and w == 1.0 and lr is not None and len(self._labels) and self._synced is lr
                     and self._synced_key == (self._features.dim, len(self._labels))):
                 try:
                     if rows is None:
@@ -229,7 +347,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                     continue
             self._learn_run(run, out, learned)
             try:
-                out[i] = (True, self.predict_learn_one(x, y))
+                out[i] = (True, self.predict_learn_one(x, y) if ws is None else self.predict_learn_one(x, y, w))
                 learned.append(self._last_fidx)
             except Exception as e:  # noqa: BLE001
                 out[i] = (False, e)
@@ -406,10 +524,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return f.encode_tokens(A, grow=grow)   # its errors
         return f.dense_csr(np.ascontiguousarray(A, dtype=np.float64), grow)
 
-    def learn_many(self, X, y):
+    def learn_many(self, X, y, w=None):
         """Learn a batch in order, as a stream, in one kernel call (``X``: a DataFrame, a 2-D
-        array or a list of feature dicts; ``y``: a sequence of labels). The whole batch is
-        validated first: a bad row raises and the model is unchanged.
+        array or a list of feature dicts; ``y``: a sequence of labels; ``w``: None or one weight
+        per row, as :meth:`learn_one` takes it -- weighted rows are learned one by one). The
+        whole batch is validated first: a bad row raises and the model is unchanged.
 
         >>> import streamssvm as ss
         >>> m = ss.MulticlassSSVM()
@@ -423,6 +542,13 @@ class MulticlassSSVM(Estimator, base.Classifier):
         (['x', 'y'], ['a', 'b'])
         """
         ys = _label_batch(y)
+        if w is not None or self._class_weights is not None:
+            xs = list(X) if isinstance(X, (list, tuple)) else list(self._as_matrix(X)[0])
+            if len(xs) != len(ys):
+                raise ValueError(f"X has {len(xs)} rows but y has {len(ys)} labels")
+            ws = weight_batch(w, len(xs))
+            if ws is not None or self._class_weights is not None:
+                return self._learn_weighted_rows(xs, list(ys), np.ones(len(xs)) if ws is None else ws)
         with self._registering():
             enc = self._encode_rows(X, grow=True, ys=ys)[:4]
             labs = self._encode_labels(ys)
@@ -433,6 +559,15 @@ class MulticlassSSVM(Estimator, base.Classifier):
         """Progressive validation of a batch: the predictions of all rows (made before learning
         any of them), then learning them, with a single encoding of the batch. The whole batch
         is validated first: a bad row raises and the model is unchanged."""
+        if self._class_weights is not None:   # weighted rows: predicted, then learned one by one
+            xs = list(X) if isinstance(X, (list, tuple)) else list(self._as_matrix(X)[0])
+            ys = list(_label_batch(y))
+            if len(xs) != len(ys):
+                raise ValueError(f"X has {len(xs)} rows but y has {len(ys)} labels")
+            self._check_batch(self._encode_checked, xs, ys)
+            preds = [self.predict_one(x) for x in xs]
+            self._learn_weighted_rows(xs, ys, np.ones(len(xs)))
+            return preds
         ys = _label_batch(y)
         n0 = len(self._labels)
         with self._registering():

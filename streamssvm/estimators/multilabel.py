@@ -15,7 +15,7 @@ from ..structures import Hierarchy, MultiLabel
 from .. import checkpoint
 from ..features import BIAS, LabelIndex, _decode_key, _encode_key, check_truth
 from ..row_norm import RowNorm
-from .base import Estimator, _is_dataframe, require_pandas
+from .base import Estimator, _is_dataframe, require_pandas, weight_batch
 
 
 class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
@@ -218,13 +218,22 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             pos = self._encode_y(y)
         return tok_ptr, fidx, fval, pos
 
-    def learn_one(self, x, y):
+    def learn_one(self, x, y, w=1.0):
+        """Learn ``(x, y)`` with importance weight ``w`` >= 0: see
+        :meth:`streamssvm.MulticlassSSVM.learn_one` (w=0 learns nothing; other weights need a
+        learner that takes them)."""
+        c = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
+        if c is None:
+            return
         tok_ptr, fidx, fval, pos = self._encode_example(x, y)
         lr = self._sync()
         self._observe_calibration(tok_ptr, fidx, self._scaled(fidx, fval), pos)   # as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         Ki = self._hier.n_leaves if self._hier is not None else len(self._labels)
-        lr.learn(tok_ptr, fidx, self._learned(fidx, fval), pos, Ki=max(Ki, 1))
+        self._give(lr, tok_ptr, fidx, self._learned(fidx, fval), pos, max(Ki, 1), c)
+
+    def _encode_checked(self, x, y):
+        self._encode_example(x, y)
 
     def _label_scores(self, tok_ptr, fidx, fval):
         """Per-label scores (a label is predicted on iff its score > 0) of independent labels,
@@ -335,13 +344,17 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             raise ValueError(f"no labeling satisfies the constraints {constraints!r}")
         return best[0][0]
 
-    def learn_many(self, X, Y):
-        """``Y``: a DataFrame of booleans (one column per label) or a list of dicts. The whole
-        batch is validated first: a bad row raises and the model is unchanged."""
+    def learn_many(self, X, Y, w=None):
+        """``Y``: a DataFrame of booleans (one column per label) or a list of dicts; ``w``: None
+        or one weight per row, as :meth:`learn_one` takes it. The whole batch is validated
+        first: a bad row raises and the model is unchanged."""
         A, _ = self._as_matrix(X)
         rows = Y.to_dict(orient="records") if _is_dataframe(Y) else list(Y)
         if len(rows) != A.shape[0]:
             raise ValueError(f"X has {A.shape[0]} rows but Y has {len(rows)}")
+        ws = weight_batch(w, len(rows))
+        if ws is not None:
+            return self._learn_weighted_rows(list(A), rows, ws)
         self._check_batch(self._encode_example, A, rows)   # a bad row: an error, nothing learned
         for i in range(A.shape[0]):
             self.learn_one(A[i], rows[i])

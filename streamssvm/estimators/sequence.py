@@ -15,7 +15,7 @@ from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
 from ..structures import Chain
 from ..structures.chain import CHAIN_LOSSES
-from .base import Estimator, is_missing
+from .base import Estimator, is_missing, weight_batch
 
 
 #: the loss of ``SequenceTagger(loss=None)``: per-token Hamming. bench/quality_sequence.py measures it
@@ -195,14 +195,24 @@ class SequenceTagger(Estimator, base.Estimator):
                              f"{cost} > max_record_cost={self.max_record_cost} (tokens x tags**2 + features x "
                              f"tags + tokens**2): split the sentence or raise max_record_cost")
 
-    def learn_one(self, x, y):
+    def learn_one(self, x, y, w=1.0):
+        """Learn ``(x, y)`` with importance weight ``w`` >= 0: see
+        :meth:`streamssvm.MulticlassSSVM.learn_one` (w=0 learns nothing; other weights need a
+        learner that takes them)."""
+        c = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
+        if c is None:
+            return
         with self._registering():
             tok_ptr, fidx, fval, ys = self._encode_seq(x, y)
             self._check_cost(tok_ptr)
         lr = self._sync()
         self._observe_calibration(tok_ptr, fidx, fval, ys)
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        lr.learn(tok_ptr, fidx, fval, ys, Ki=self._ki())
+        self._give(lr, tok_ptr, fidx, fval, ys, self._ki(), c)
+
+    def _encode_checked(self, x, y):
+        tok_ptr = self._encode_seq(x, y)[0]
+        self._check_cost(tok_ptr)
 
     #: a window evaluation is a forward-backward per held sequence: refit once per window and
     #: observe one sequence in 16 after the first 256 (under half a forward-backward per learned
@@ -302,13 +312,17 @@ class SequenceTagger(Estimator, base.Estimator):
         labs = self._labels.labels
         return [labs[i] for i in out]
 
-    def learn_many(self, X, Y):
-        """Learn a list of sequences in order. The whole batch is validated first: a bad
-        sequence raises and the model is unchanged."""
+    def learn_many(self, X, Y, w=None):
+        """Learn a list of sequences in order (``w``: None or one weight per sequence, as
+        :meth:`learn_one` takes it). The whole batch is validated first: a bad sequence raises
+        and the model is unchanged."""
         X = list(X)
         Y = list(Y)
         if len(X) != len(Y):
             raise ValueError(f"got {len(X)} sequences but {len(Y)} label sequences")
+        ws = weight_batch(w, len(X))
+        if ws is not None:
+            return self._learn_weighted_rows(X, Y, ws)
         self._check_batch(self._encode_seq, X, Y)
         for x, y in zip(X, Y):
             self.learn_one(x, y)

@@ -12,7 +12,8 @@ Every learner implements the whole protocol, with these argument orders everywhe
 ==========================================================  =====================================
 ``bind(structure, labels)``                                 allocate running state
 ``ensure(n_features, labels)``                              grow for new features / labels
-``learn(tok_ptr, fidx, fval, y, Ki=1)``                     one new example
+``learn(tok_ptr, fidx, fval, y, Ki=1)``                     one new example (``weight=c``: see
+                                                            :attr:`Learner.example_weights`)
 ``learn_batch(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki)`` m new examples, in order
 ``refine(passes=1.0, tol=None, progress=None)``             work on the held examples
 ``predict(ex_tok, tok_ptr, fidx, fval, y_ptr, n_out)``      label ids, laid out by ``y_ptr``
@@ -229,6 +230,11 @@ class Learner(base.Base, abc.ABC):
     default_chain_loss: str = "hamming"
     #: the chain losses the learner optimizes (None: every loss of the chain structure)
     chain_losses: tuple | None = None
+    #: whether :meth:`learn` takes ``weight=c`` (c > 0): the importance weight of the example in
+    #: the objective lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w). A learner without it is
+    #: given no weight other than 1 (the estimators refuse one with a NotImplementedError naming
+    #: the learner; w=0 learns nothing with any learner)
+    example_weights: bool = False
 
     def check_structure(self, structure):
         """Raise a clear error when this learner cannot learn ``structure``."""
@@ -269,8 +275,18 @@ class Learner(base.Base, abc.ABC):
 
     # ------------------------------------------------------------------ learning
     @abc.abstractmethod
-    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
-        """Learn one new example (the estimator has called :meth:`ensure` for its features and labels)."""
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
+        """Learn one new example (the estimator has called :meth:`ensure` for its features and
+        labels) with importance weight ``weight`` > 0; a learner that does not take weights
+        (:attr:`example_weights` False) raises a NotImplementedError for one other than 1
+        (:meth:`_unweighted`)."""
+
+    def _unweighted(self, weight):
+        """Raise a NotImplementedError naming the learner when ``weight`` is not 1 (a learner
+        without :attr:`example_weights`: a weight is never ignored silently)."""
+        if weight != 1.0:
+            raise NotImplementedError(f"{type(self).__name__} does not take example weights (got weight="
+                                      f"{weight!r}); the learners that do: SGD")
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
         """Learn m new examples in order, exactly as m calls of :meth:`learn` would (the

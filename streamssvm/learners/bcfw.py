@@ -469,9 +469,11 @@ class BCFW(DenseWeights, Learner):
     def _dbuf_for(self, L):
         return self._ws.ensure(int(L), self.W.Kc).dbuf
 
-    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
+    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1, weight=1.0):
         """Hold a new example as a block, step on it, then ``replay`` steps. Returns the slot,
         or -1 when the reservoir chose not to hold it."""
+        if weight != 1.0:
+            self._unweighted(weight)
         st = self.store
         if st.eviction == "fifo" and st.max_bytes is None:
             slot = self._learn_fifo(tok_ptr, fidx, fval, ytrue, Ki)

@@ -261,8 +261,10 @@ class BMRM(DenseWeights, Learner):
         return self._oracle
 
     # ------------------------------------------------------------------ learning
-    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
         """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
+        if weight != 1.0:
+            self._unweighted(weight)
         self.held.add(tok_ptr, fidx, fval, y, Ki)
 
     @property

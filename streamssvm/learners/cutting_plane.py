@@ -345,10 +345,12 @@ class CuttingPlane(DenseWeights, Learner):
                           b.L, self._K, self.W.Kc, 1.0, self._use_trans)
         self.evicted += 1
 
-    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
+    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1, weight=1.0):
         """Hold a new example (working set = its ground truth), then one separation and block
         solve on it (after an eviction when ``capacity`` examples are held), then ``replay``
         visits of held examples."""
+        if weight != 1.0:
+            self._unweighted(weight)
         if not self._make_room():
             self.n_learned += 1
             return

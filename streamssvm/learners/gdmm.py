@@ -244,9 +244,11 @@ class GDMM(DenseWeights, Learner):
         return self._engine.n_blocks
 
     # ------------------------------------------------------------------ learning
-    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
         """Hold a new example (its factors start at the ground truth), sweep its factors and
         take its multiplier step, then ``replay`` sweeps on random held examples."""
+        if weight != 1.0:
+            self._unweighted(weight)
         eng = self._engine
         e = eng.add(tok_ptr, fidx, fval, y, Ki)
         eng.sweep([e], True)

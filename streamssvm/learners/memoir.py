@@ -486,9 +486,11 @@ class MEMOIR(Learner):
         return out
 
     # ------------------------------------------------------------------ learning
-    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
         """One new example: a single token ``fidx[tok_ptr[0]:tok_ptr[1]]`` and its class
         ``y[0]`` (allocated by :meth:`ensure`); it enters the window."""
+        if weight != 1.0:
+            self._unweighted(weight)
         a, b = int(tok_ptr[0]), int(tok_ptr[1])
         idx = np.asarray(fidx[a:b], dtype=np.int64)
         val = np.asarray(fval[a:b], dtype=np.float64)

@@ -225,8 +225,10 @@ class Pragam(DenseWeights, Learner):
     def n_blocks(self):
         return len(self.held)
 
-    def learn(self, tok_ptr, fidx, fval, y, Ki=1):
+    def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
         """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
+        if weight != 1.0:
+            self._unweighted(weight)
         if len(tok_ptr) != 2 and not self._chain:
             raise ValueError("Pragam learns one-token (multiclass) examples or chains")
         self.held.add(tok_ptr, fidx, fval, y, Ki)

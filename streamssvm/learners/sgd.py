@@ -125,6 +125,13 @@ class SGD(DenseWeights, Learner):
     seed
         Seed of the refine permutations (``None``: fresh entropy).
 
+    Example weights (``learn(..., weight=c)``, an estimator's ``learn_one(x, y, w)``): the
+    objective is lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w) over the held examples; every
+    step on example i is the subgradient step on c_i H_i (c_i times longer, before the
+    truncation bound), on its first visit and on replays / refine passes alike. The certificate
+    then reports the weighted primal and gap +inf (the dual point of weighted steps is not
+    tracked).
+
     Examples
     --------
     >>> import numpy as np, streamssvm as ss
@@ -137,6 +144,7 @@ class SGD(DenseWeights, Learner):
     """
 
     mixing = "primal"
+    example_weights = True
     distributed = True
     dense_weights = True
     multilabel_inference = "auto"
@@ -206,6 +214,7 @@ class SGD(DenseWeights, Learner):
         self.ell = 0.0                  # dual linear term: D = lam * ell - lam/2 ||w||^2
         self._lmax_sum = 0.0            # sum over learned examples of max_y Delta_i(y) = H_i(0) ...
         self._lmax_n = 0                # ... and their number (the projection radius)
+        self._lmax_w = 0.0              # ... and their total weight (sum of the example weights c_i)
         self.projections = 0            # steps where the projection was active
         self.calibrated = None          # what the t0 calibration chose
         self.folds = 0                  # O(d K) renormalizations of the scale a into U
@@ -222,6 +231,7 @@ class SGD(DenseWeights, Learner):
         self._recent = []
         self._visits = []               # violating visits of each held example (dual point)
         self._mass = []                 # sum of eta_s / a_s over them: alpha_i = lam n a mass_i
+        self._weights = []              # each held example's weight c_i (learn(..., weight=c))
         self._q = 0.0                   # eta / a of the last step (0 if it did not move)
         self._dropped = 0               # examples learned but no longer held
         self._arrived = 0               # examples learned (ids of _flat)
@@ -267,16 +277,17 @@ class SGD(DenseWeights, Learner):
             if i < 0:
                 continue   # no longer held
             tp, fi, fv, y, Ki = self._recent[i]
+            cw = self._weights[i]
             lmax = self.structure.loss_range(y, len(tp) - 1, self._K, Ki, self._C)[1]
             if lmax <= 1e-12:
                 self._flat.append(ident)   # still no competitor (e.g. a label it cannot take)
                 continue
-            self._lmax_sum += lmax   # counted as 0 in the projection radius when learned
+            self._lmax_sum += lmax if cw == 1.0 else cw * lmax   # counted as 0 in the radius when learned
             if self._t0 is None:
                 self._start_t0(tp, fv)
             elif self._pending:
                 self._pending += 1
-            self._visits[i] += int(self._step(tp, fi, fv, y, Ki))
+            self._visits[i] += int(self._step(tp, fi, fv, y, Ki, cw))
             self._mass[i] += self._q
             self.n_learned -= 1   # a revisit, not a new example
             self.flat_revisits += 1
@@ -429,17 +440,24 @@ class SGD(DenseWeights, Learner):
         return o
 
     # ------------------------------------------------------------------ steps
-    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
-        """One step on a new example, which joins the held window."""
+    def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1, weight=1.0):
+        """One step on a new example, which joins the held window. ``weight`` (c > 0, finite:
+        the estimators check it) is the example's importance weight in the objective
+        lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w): its subgradient steps are c times
+        longer (the step on c_i H_i), every time it is stepped on."""
+        cw = float(weight)
+        if not (cw > 0.0 and cw < float("inf")):
+            raise ValueError(f"SGD.learn: weight must be finite and > 0, got {weight!r}")
         L = len(tok_ptr) - 1
         lmax = self.structure.loss_range(ytrue, L, self._K, Ki, self._C)[1] if self._K > 1 else 0.0
-        self._lmax_sum += lmax
+        self._lmax_sum += lmax if cw == 1.0 else cw * lmax
         self._lmax_n += 1
+        self._lmax_w += cw
         if self._t0 is None and lmax > 1e-9:
             self._start_t0(tok_ptr, fval)
         elif self._pending:
             self._pending += 1
-        viol = self._step(tok_ptr, fidx, fval, ytrue, Ki)
+        viol = self._step(tok_ptr, fidx, fval, ytrue, Ki, cw)
         self._arrived += 1
         if lmax <= 1e-12 and (self.window is None or self.window > 0):
             self._flat.append(self._arrived - 1)   # no competitor yet: stepped again by _revisit_flat
@@ -447,10 +465,12 @@ class SGD(DenseWeights, Learner):
             self._recent.append((tok_ptr.copy(), fidx.copy(), fval.copy(), np.array(ytrue, dtype=np.int32), Ki))
             self._visits.append(int(viol))
             self._mass.append(self._q)
+            self._weights.append(cw)
             if self.window is not None and len(self._recent) > self.window:
                 del self._recent[0]
                 del self._visits[0]
                 del self._mass[0]
+                del self._weights[0]
                 self._dropped += 1
         else:
             self._dropped += 1
@@ -477,7 +497,7 @@ class SGD(DenseWeights, Learner):
             else:
                 continue
             tp, fi, fv, y, Ki = self._recent[i]
-            self._visits[i] += int(self._step(tp, fi, fv, y, Ki))
+            self._visits[i] += int(self._step(tp, fi, fv, y, Ki, self._weights[i]))
             self._mass[i] += self._q
             self.n_learned -= 1   # a revisit, not a new example
 
@@ -511,8 +531,8 @@ class SGD(DenseWeights, Learner):
             trial = SGD(**{**params, "t0": cand, "calibrate": 0, "window": None})
             trial.bind(self.structure, self._labels)
             trial.ensure(self.W.E.shape[0], self._labels)
-            for tp, fi, fv, y, Ki in ex:
-                trial.learn(tp, fi, fv, y, Ki)
+            for (tp, fi, fv, y, Ki), cw in zip(ex, self._weights):
+                trial.learn(tp, fi, fv, y, Ki, cw)
             p = trial.certificate().primal
             if p < best[0]:
                 best = (p, cand)
@@ -530,7 +550,7 @@ class SGD(DenseWeights, Learner):
             self._visits[i], self._mass[i] = 0, 0.0
         for i in range(len(self._recent)):
             tp, fi, fv, y, Ki = self._recent[i]
-            self._visits[i] = int(self._step(tp, fi, fv, y, Ki))
+            self._visits[i] = int(self._step(tp, fi, fv, y, Ki, self._weights[i]))
             self._mass[i] = self._q
             if self.replay:   # as the stream does after each new example
                 self._replay_steps(self.replay, i + 1)
@@ -538,9 +558,10 @@ class SGD(DenseWeights, Learner):
     def _arrays(self, W):
         return (W.E, W.T, W.B)
 
-    def _step(self, tok_ptr, fidx, fval, ytrue, Ki):
-        """The Pegasos step (then the projection and the lazy average); returns whether it moved
-        the weights (a violating visit)."""
+    def _step(self, tok_ptr, fidx, fval, ytrue, Ki, cw=1.0):
+        """The Pegasos step (then the projection and the lazy average) on an example of weight
+        ``cw`` (the subgradient of cw H_i: a step cw times longer); returns whether it moved the
+        weights (a violating visit)."""
         self.t += 1
         self._avg_cache = None
         t0 = self._t0 or 0.0
@@ -578,8 +599,12 @@ class SGD(DenseWeights, Learner):
                 # optimization): the hinge is >= 0 and, along -c psi, falls at rate c^2 ||psi||^2,
                 # so no step needs to go past the point where this labeling's hinge reaches 0
                 g2 = sum(float(np.vdot(p, p)) for p in psi) * c * c
+                if cw != 1.0:
+                    eta *= cw   # the step on cw H_i; the truncation bounds the step, not eta
                 if g2 > 0.0:
                     eta = min(eta, H / g2)
+            elif cw != 1.0:
+                eta *= cw
             self.ell += eta * loss
             self._q = eta / self.a
             self._apply(rows, psi, -eta * c / self.a)
@@ -589,7 +614,7 @@ class SGD(DenseWeights, Learner):
             # mean_i max_y Delta_i(y), so projecting on that ball loses nothing and bounds the
             # early steps of size 1 / (lam t). A projection only shrinks w, so the iterate stays
             # a dual point (see dual_point()).
-            r2 = self._lmax_sum / self._lmax_n / self.lam
+            r2 = self._lmax_sum / (self._lmax_n if self._lmax_w == self._lmax_n else self._lmax_w) / self.lam
             w2 = self.a * self.a * self.unorm2
             if w2 > r2:
                 rho = float(np.sqrt(r2 / w2))
@@ -675,7 +700,7 @@ class SGD(DenseWeights, Learner):
         while todo > 0 and n:
             for i in rng.permutation(n)[:todo]:
                 tp, fi, fv, y, Ki = self._recent[i]
-                self._visits[i] += int(self._step(tp, fi, fv, y, Ki))
+                self._visits[i] += int(self._step(tp, fi, fv, y, Ki, self._weights[i]))
                 self._mass[i] += self._q
                 self.n_learned -= 1  # a revisit, not a new example
                 done += 1
@@ -747,6 +772,8 @@ class SGD(DenseWeights, Learner):
         if self._relaxed_steps:
             return None, (f"{self._relaxed_steps} steps on fractional LP marginals (relaxed=True) are not a "
                           "mixture of labelings")
+        if self._weighted():
+            return None, "weighted examples (the dual point of weighted Pegasos steps is not tracked)"
         # alpha_i = lam n gamma_i with gamma_i = a * mass_i the weight of example i's steps in w
         # (exact), or the bound gamma_s <= 1 / (lam T) of each violating visit (older checkpoints)
         if self.lam * n * self.a * max(self._mass) > 1.0 + 1e-9 and max(self._visits) * n > T:
@@ -754,6 +781,10 @@ class SGD(DenseWeights, Learner):
                           "refine by whole epochs to keep a dual point)")
         reg_T = 0.5 * self.lam * self.a * self.a * self.W.sqnorm()
         return self.lam * self.ell - reg_T, None
+
+    def _weighted(self):
+        """Whether a held example has a weight other than 1."""
+        return any(c != 1.0 for c in self._weights)
 
     def certificate(self):
         """Primal objective on the held window (exact oracle) and, when the Pegasos iterates form a
@@ -766,14 +797,18 @@ class SGD(DenseWeights, Learner):
         if n == 0 or self._K == 0:
             return Certificate.empty(self.lam, exact=False, rescaling=self.rescaling)
         hinge = 0.0
-        for tp, fi, fv, y, Ki in self._recent:
-            hinge += self._most_violating(tp, fi, fv, y, Ki, W, scale, count=False)[2]
+        weighted = self._weighted()
+        for (tp, fi, fv, y, Ki), cw in zip(self._recent, self._weights):
+            h = self._most_violating(tp, fi, fv, y, Ki, W, scale, count=False)[2]
+            hinge += cw * h if weighted else h
         reg = 0.5 * self.lam * scale * scale * W.sqnorm()
         extra = {"queries_per_search": self.queries / max(self.searches, 1),
                  "certified_fraction": self.certified / max(self.searches, 1)} if self.searches else {}
         extra["projections"] = self.projections
         extra["folds"] = self.folds
         extra["t0"] = self._t0
+        if weighted:   # the weighted objective: (1 / sum_i c_i) sum_i c_i H_i
+            hinge *= n / float(sum(self._weights))
         primal = reg + hinge / n
         lp_note = ""
         if self._lp_on():
@@ -804,6 +839,7 @@ class SGD(DenseWeights, Learner):
                 "projections": self.projections, "folds": self.folds, "pending": self._pending, "t0": -1.0 if self._t0 is None else self._t0,
                 "dropped": self._dropped, "relaxed_steps": self._relaxed_steps,
                 "visits": np.asarray(self._visits, dtype=np.int64), "mass": np.asarray(self._mass, dtype=np.float64),
+                "weights": np.asarray(self._weights, dtype=np.float64), "lmax_w": self._lmax_w,
                 "arrived": self._arrived, "flat": np.asarray(self._flat, dtype=np.int64),
                 "flat_revisits": self.flat_revisits,
                 "E": self.W.E, "T": self.W.T, "B": self.W.B, "VE": self.V.E, "VT": self.V.T, "VB": self.V.B,
@@ -886,7 +922,16 @@ class SGD(DenseWeights, Learner):
         # saved before the exact mass was kept: +inf leaves the visit-count rule to decide
         self._mass = ([float(v) for v in np.asarray(mass, dtype=np.float64).ravel()] if mass is not None
                       else [float("inf")] * len(self._recent))
-        if len(self._mass) != len(self._recent) or len(self._visits) != len(self._recent):
+        weights = st.get("weights")   # files before example weights: every example weighs 1
+        self._weights = ([float(v) for v in np.asarray(weights, dtype=np.float64).ravel()] if weights is not None
+                         else [1.0] * len(self._recent))
+        if any(not (0.0 < c < float("inf")) for c in self._weights):
+            raise CheckpointError("invalid learner state in the file: example weights must be finite and > 0")
+        self._lmax_w = float(st.get("lmax_w", self._lmax_n))
+        if not (0.0 <= self._lmax_w < float("inf")):
+            raise CheckpointError("invalid learner state in the file: lmax_w must be finite and >= 0")
+        if (len(self._mass) != len(self._recent) or len(self._visits) != len(self._recent)
+                or len(self._weights) != len(self._recent)):
             raise CheckpointError("invalid learner state in the file: per-example visits / mass do not match "
                                   "the held examples")
         if any(not (m >= 0.0) for m in self._mass):

@@ -1,0 +1,498 @@
+"""Example weights: ``learn_one(x, y, w)`` / ``learn_many(X, Y, w=...)`` on every estimator.
+
+The weight c_i >= 0 of an example is its importance in the objective
+lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w); normalized by the total weight, a weight of 2
+is the example learned twice (checked here on the exact optimum of a tiny problem). w=0 leaves
+every model bit-identical; a bad weight is refused before anything changes; a learner that does
+not take weights refuses one other than 0 and 1 (no silent ignore).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import streamssvm as ss
+from streamssvm.errors import CheckpointError
+from streamssvm.estimators.base import check_weight, from_state
+from streamssvm.learners import BCFW, BMRM, GDMM, MEMOIR, SGD, CuttingPlane, Pragam
+
+
+def _same(a, b):
+    """Nested states equal to the bit (arrays: same dtype, shape and bytes)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(u, v) for u, v in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return (isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+                and a.tobytes() == b.tobytes())
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    return type(a) is type(b) and a == b
+
+
+def _learner(cls):
+    return cls(**next(iter(cls._unit_test_params())))
+
+
+def _mc_stream(n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        y = int(rng.integers(3))
+        out.append(({"f": y + 0.3 * rng.normal(), "g": 1.0, f"h{i % 4}": 0.5}, "abc"[y]))
+    return out
+
+
+def _setups():
+    """(name, make model, stream of (x, y), a record with a new feature and a new label)."""
+    mc = _mc_stream()
+    ml = [(np.array([float(i % 2), float(1 - i % 2)]), {"red": bool(i % 2), "blue": not i % 2}) for i in range(8)]
+    seq = [([{"w=the": 1.0}, {f"w={'dog' if i % 2 else 'cat'}": 1.0}], ["DET", "NOUN"]) for i in range(6)]
+    out = []
+    for cls in (BCFW, SGD, CuttingPlane, BMRM, Pragam):
+        out.append((f"multiclass-{cls.__name__}", lambda cls=cls: ss.MulticlassSSVM(learner=_learner(cls)),
+                    mc, ({"new": 1.0}, "zz")))
+    for cls in (BCFW, SGD, CuttingPlane, BMRM, GDMM):
+        out.append((f"multilabel-{cls.__name__}",
+                    lambda cls=cls: ss.MultiLabelSSVM(learner=_learner(cls), pairwise=cls is GDMM),
+                    ml, (np.array([1.0, 2.0]), {"red": True, "green": True})))
+    for cls in (BCFW, SGD, GDMM):
+        out.append((f"sequence-{cls.__name__}", lambda cls=cls: ss.SequenceTagger(learner=_learner(cls)),
+                    seq, ([{"w=new": 1.0}, {"w=the": 1.0}], ["NEW", "DET"])))
+    out.append(("extreme-MEMOIR", lambda: ss.ExtremeClassifier(learner=_learner(MEMOIR)),
+                [(np.eye(3)[i % 3], "abc"[i % 3]) for i in range(9)], (np.ones(3), "zz")))
+    return out
+
+
+SETUPS = _setups()
+
+
+@pytest.mark.parametrize("name,make,stream,novel", SETUPS, ids=[s[0] for s in SETUPS])
+def test_zero_weight_leaves_every_model_bit_identical(name, make, stream, novel):
+    m = make()
+    for x, y in stream:
+        m.learn_one(x, y)
+    before = m.state()
+    m.learn_one(*novel, w=0)            # new feature names and a new label: not even registered
+    m.learn_one(*stream[0], w=0.0)
+    m.learn_many([x for x, _ in stream[:3]], [y for _, y in stream[:3]], w=[0, 0, 0])
+    assert _same(m.state(), before)
+    # a bad record with w=0 is still refused
+    with pytest.raises((TypeError, ValueError)):
+        x0 = stream[0][0]
+        bad = (np.full(len(x0), np.nan) if isinstance(x0, np.ndarray) else
+               {"f": float("nan")} if isinstance(x0, dict) else [{"f": float("nan")}])
+        m.learn_one(bad, stream[0][1], w=0)
+    assert _same(m.state(), before)
+
+
+@pytest.mark.parametrize("name,make,stream,novel", SETUPS, ids=[s[0] for s in SETUPS])
+def test_bad_weights_are_refused_before_anything_changes(name, make, stream, novel):
+    m = make()
+    for x, y in stream[:4]:
+        m.learn_one(x, y)
+    before = m.state()
+    for w in (-1.0, float("nan"), float("inf"), "2", True, None):
+        with pytest.raises((TypeError, ValueError)):
+            m.learn_one(*novel, w=w)
+    with pytest.raises(ValueError, match="row 1"):
+        m.learn_many([novel[0], stream[0][0]], [novel[1], stream[0][1]], w=[1.0, -2.0])
+    with pytest.raises(ValueError, match="weights"):
+        m.learn_many([novel[0], stream[0][0]], [novel[1], stream[0][1]], w=[1.0])
+    assert _same(m.state(), before)
+
+
+@pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith("-SGD")],
+                         ids=[s[0] for s in SETUPS if not s[0].endswith("-SGD")])
+def test_learners_without_weights_refuse_one_clearly(name, make, stream, novel):
+    m = make()
+    for x, y in stream[:4]:
+        m.learn_one(x, y)
+    before = m.state()
+    lname = type(m.learner).__name__
+    with pytest.raises(NotImplementedError, match=f"{lname} does not take example weights"):
+        m.learn_one(*novel, w=2.0)
+    with pytest.raises(NotImplementedError, match=lname):
+        m.learn_many([stream[0][0], novel[0]], [stream[0][1], novel[1]], w=[1.0, 0.5])
+    assert _same(m.state(), before)
+    # weights of 1 (and 0) are the unweighted path with every learner
+    m2 = make()
+    for x, y in stream[:4]:
+        m2.learn_one(x, y, w=1)
+    m2.learn_many([stream[0][0]], [stream[0][1]], w=[0.0])
+    assert _same(m2.state(), before)
+
+
+def test_check_weight():
+    assert check_weight(3) == 3.0 and check_weight(np.float32(0.5)) == 0.5 and check_weight(0) == 0.0
+    for w in (-1e-300, float("nan"), float("-inf"), float("inf")):
+        with pytest.raises(ValueError):
+            check_weight(w)
+    for w in (True, "1", None, [1.0]):
+        with pytest.raises(TypeError):
+            check_weight(w)
+
+
+# ---------------------------------------------------------------------------------------- SGD
+def _sgd(**kw):
+    return ss.MulticlassSSVM(labels=["a", "b", "c"], learner=SGD(**{"lam": 0.1, "seed": 0, **kw}))
+
+
+def test_sgd_unit_weights_are_the_unweighted_run():
+    data = _mc_stream(30, seed=1)
+    a, b, c = _sgd(), _sgd(), _sgd()
+    for x, y in data:
+        a.learn_one(x, y)
+        b.learn_one(x, y, w=1)
+    c.learn_many([x for x, _ in data], [y for _, y in data], w=np.ones(len(data)))
+    d = _sgd()
+    d.learn_many([x for x, _ in data], [y for _, y in data])
+    assert _same(a.state(), b.state())
+    assert _same(c.state(), d.state())
+
+
+def test_sgd_weighted_batch_is_weighted_records_one_by_one():
+    data = _mc_stream(20, seed=2)
+    ws = np.random.default_rng(0).uniform(0.0, 3.0, len(data))
+    ws[3] = 0.0
+    a, b = _sgd(), _sgd()
+    for (x, y), c in zip(data, ws):
+        a.learn_one(x, y, w=c)
+    b.learn_many([x for x, _ in data], [y for _, y in data], w=ws)
+    assert _same(a.state(), b.state())
+    assert a.n_blocks == len(data) - 1
+
+
+def _dense_problem():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(8, 2))
+    y = np.array([0, 1, 0, 1, 1, 0, 1, 0])
+    X[:, 0] += 1.2 * (2 * y - 1)
+    X[2] = [-0.8, 0.3]    # a point on the wrong side: its hinge is active at the optimum
+    return X, y
+
+
+def _weighted_primal(W, X, y, c, lam):
+    """lam/2 ||W||^2 + (1 / sum c) sum_i c_i max_k (Delta(k, y_i) + s_k - s_{y_i}) of dense
+    multiclass weights W (row 0 the bias feature), computed independently of the learners."""
+    S = W[0] + X @ W[1:]
+    H = np.max(S + (np.arange(W.shape[1])[None, :] != y[:, None]) - S[np.arange(len(y)), y][:, None], axis=1)
+    return 0.5 * lam * float(np.sum(W * W)) + float(np.dot(c, H)) / float(np.sum(c))
+
+
+def _optimum(X, y, c, lam, K=2):
+    """The exact optimum of the weighted primal (epigraph QP, SLSQP)."""
+    opt = pytest.importorskip("scipy.optimize")
+    n, d = X.shape
+    nw = (d + 1) * K
+    Z = np.hstack([np.ones((n, 1)), X])
+
+    def f(v):
+        W = v[:nw]
+        return 0.5 * lam * float(W @ W) + float(np.dot(c, v[nw:])) / float(np.sum(c))
+
+    def g(v):
+        return np.concatenate([lam * v[:nw], c / np.sum(c)])
+
+    cons = []
+    for i in range(n):
+        for k in range(K):
+            def h(v, i=i, k=k):
+                W = v[:nw].reshape(d + 1, K)
+                return v[nw + i] - (float(k != y[i]) + Z[i] @ (W[:, k] - W[:, y[i]]))
+            cons.append({"type": "ineq", "fun": h})
+    r = opt.minimize(f, np.zeros(nw + n), jac=g, constraints=cons, method="SLSQP",
+                     options={"maxiter": 500, "ftol": 1e-12})
+    assert r.success, r.message
+    return r.fun, r.x[:nw].reshape(d + 1, K)
+
+
+def test_weight_two_is_the_example_twice_at_the_optimum():
+    """The objective normalized by sum_i c_i: weight 2 on example j and example j held twice
+    have the same optimum (exact, by scipy), and the weighted SGD certificate's primal is the
+    independent weighted primal of its weights."""
+    X, y = _dense_problem()
+    lam = 0.1
+    c = np.ones(len(y))
+    c[2] = 2.0
+    p_w, W_w = _optimum(X, y, c, lam)
+    Xd, yd = np.vstack([X, X[2:3]]), np.concatenate([y, y[2:3]])
+    p_d, W_d = _optimum(Xd, yd, np.ones(len(yd)), lam)
+    assert abs(p_w - p_d) <= 1e-7 * max(1.0, abs(p_w))
+    assert np.allclose(W_w, W_d, atol=1e-4)
+
+    m = ss.MulticlassSSVM(labels=[0, 1], scale=False, learner=SGD(lam=lam, seed=0))
+    m.learn_many(X, list(y), w=c)
+    m.refine(400)
+    cert = m.certificate()
+    W = m.bound_learner.emission_weights()
+    assert abs(cert.primal - _weighted_primal(W, X, y, c, lam)) <= 1e-9 * max(1.0, cert.primal)
+    assert cert.primal >= p_w - 1e-7
+    assert cert.primal - p_w <= 1e-2 * p_w     # SGD (no gap) reaches the weighted optimum, slowly
+
+    twice = ss.MulticlassSSVM(labels=[0, 1], scale=False, learner=SGD(lam=lam, seed=0))
+    twice.learn_many(Xd, list(yd))
+    twice.refine(400)
+    Wt = twice.bound_learner.emission_weights()
+    # both runs' weights are near the one optimum, measured by the same (weighted) objective
+    assert _weighted_primal(Wt, X, y, c, lam) - p_w <= 1e-2 * p_w
+
+
+def test_sgd_weights_are_saved_and_old_files_load_with_weight_one(tmp_path):
+    data = _mc_stream(10, seed=4)
+    m = _sgd()
+    for i, (x, y) in enumerate(data):
+        m.learn_one(x, y, w=0.5 + i)
+    p = tmp_path / "m.ssvm"
+    m.save(p)
+    m2 = ss.load(p)
+    assert m2.bound_learner._weights == m.bound_learner._weights
+    x, y = data[0]
+    m.learn_one(x, y, w=3.0)
+    m2.learn_one(x, y, w=3.0)
+    assert _same(m.state(), m2.state())
+    # a file from before example weights: every held example weighs 1
+    u = _sgd()
+    for x, y in data:
+        u.learn_one(x, y)
+    st = u.state()
+    del st["learner"]["weights"], st["learner"]["lmax_w"]
+    old = from_state(st)
+    assert old.bound_learner._weights == [1.0] * len(data)
+    assert _same(old.state(), u.state())
+    for bad in (np.full(len(data), -1.0), np.full(len(data), np.nan), np.ones(len(data) + 1)):
+        st = u.state()
+        st["learner"]["weights"] = bad
+        with pytest.raises(CheckpointError):
+            from_state(st)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ss.MultiLabelSSVM(learner=SGD(lam=0.1, seed=0)),
+    lambda: ss.SequenceTagger(learner=SGD(lam=0.1, seed=0)),
+], ids=["multilabel", "sequence"])
+def test_sgd_weights_on_other_estimators(make):
+    if "Sequence" in type(make()).__name__:
+        data = [([{"w=the": 1.0}, {f"w={i % 3}": 1.0}], ["DET", "NOUN" if i % 2 else "VERB"]) for i in range(8)]
+    else:
+        data = [(np.array([float(i % 2), float(i % 3)]), {"red": bool(i % 2), "blue": not i % 3}) for i in range(8)]
+    ws = [0.5, 2.0, 0.0, 1.0, 3.0, 1.5, 0.25, 1.0]
+    a, b = make(), make()
+    for (x, y), c in zip(data, ws):
+        a.learn_one(x, y, w=c)
+    b.learn_many([x for x, _ in data], [y for _, y in data], w=ws)
+    assert _same(a.state(), b.state())
+    assert a.n_blocks == 7
+    cert = a.certificate()
+    assert np.isfinite(cert.primal) and cert.gap == float("inf") and "weighted" in cert.note
+
+
+# ------------------------------------------------------------------------- sources, step, CLI
+def _weighted_jsonl(path, n=40, seed=5, bad=True):
+    rows = []
+    for i, (x, y) in enumerate(_mc_stream(n, seed)):
+        rows.append({"x": x, "y": y, "w": [1.0, 0.0, 2.5, 0.5][i % 4]})
+    if bad:
+        rows += [{"x": {"f": 1.0}, "y": "a", "w": -1.0}, {"x": {"f": 1.0}, "y": "a", "w": "heavy"},
+                 {"x": {"f": 1.0}, "y": "a"}, {"x": {"f": 1.0}, "y": "a", "w": True}]
+    from streamssvm.connectors.files import write_jsonl
+    write_jsonl(path, rows)
+    return rows
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_file_sources_read_the_weight_field_and_dead_letter_bad_weights(tmp_path):
+    from streamssvm.connectors.base import DeadLetterSink
+    from streamssvm.connectors.files import open_source
+    p = tmp_path / "w.jsonl"
+    rows = _weighted_jsonl(p)
+    dl = DeadLetterSink()
+    recs = list(open_source(f"file://{p}?weight_field=w", dead_letter=dl))
+    assert [r.w for r in recs] == [r["w"] for r in rows[:40]]
+    assert dl.count == 4 and len(recs) == 40
+    # without the option every record weighs 1 and the field is not read
+    assert {r.w for r in open_source(f"file://{p}")} == {1.0}
+    c = tmp_path / "w.csv"
+    c.write_text("f,g,label,wt\n1.0,2.0,a,2\n0.5,1.0,b,0\n1.0,1.0,a,-3\n1.0,1.0,b,nan\n1.0,1.0,b,\n")
+    src = open_source(f"file://{c}?weight_field=wt")
+    got = list(src)
+    assert [(r.x, r.y, r.w) for r in got] == [({"f": 1.0, "g": 2.0}, "a", 2.0), ({"f": 0.5, "g": 1.0}, "b", 0.0)]
+    assert src.n_bad == 3
+
+
+def test_step_learns_with_the_record_weight():
+    from streamssvm.connectors.base import Record
+    from streamssvm.step import step
+    m = _sgd()
+    for x, y in _mc_stream(6):
+        assert step(m, Record(x, y)).status == "learned"
+    before = m.state()
+    assert step(m, Record({"new": 1.0}, "a", w=0.0)).status == "learned"
+    assert _same(m.state(), before)
+    b = ss.MulticlassSSVM(learner=BCFW(lam=0.1))
+    b.learn_one({"f": 1.0}, "a")
+    out = step(b, Record({"f": 1.0}, "b", w=2.0))
+    assert out.bad and out.reason.startswith("NotImplementedError: BCFW does not take example weights")
+    assert b.classes == ["a"]
+
+
+def test_engine_micro_batches_skip_zero_weight_records_bit_identically(tmp_path):
+    """BCFW's micro-batch runs (predict_learn_each) with weighted records: records of weight 0
+    leave the model as the stream without them."""
+    from streamssvm.connectors.files import open_source, write_jsonl
+    from streamssvm.engine import Engine
+    data = _mc_stream(60, seed=7)
+    full, kept = tmp_path / "full.jsonl", tmp_path / "kept.jsonl"
+    write_jsonl(full, [{"x": x, "y": y, "w": 0.0 if i % 5 == 2 else 1.0} for i, (x, y) in enumerate(data)])
+    write_jsonl(kept, [{"x": x, "y": y} for i, (x, y) in enumerate(data) if i % 5 != 2])
+    states = []
+    for uri in (f"file://{full}?weight_field=w", f"file://{kept}"):
+        m = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0))
+        Engine(m, open_source(uri), task="multiclass").run()
+        st = m.state()
+        st.pop("calibration")   # the temperature fit counts the records offered
+        states.append(st)
+    assert _same(states[0], states[1])
+
+
+def test_cli_run_takes_weight_field(tmp_path):
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, PYTHONHASHSEED="0")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "streamssvm", *map(str, args)], capture_output=True,
+                              text=True, cwd=root, env=env, timeout=600)
+
+    h = cli("run", "--help")
+    assert h.returncode == 0 and "weight_field=NAME" in h.stdout
+    p = tmp_path / "w.jsonl"
+    _weighted_jsonl(p)
+    dl = tmp_path / "dead.jsonl"
+    r = cli("run", "--source", f"file://{p}?weight_field=w", "--task", "multiclass", "--learner", "sgd",
+            "--lam", "0.1", "--no-progress", "--dead-letter", dl, "--save", tmp_path / "m.ssvm")
+    assert r.returncode == 0, r.stderr
+    import json
+    reasons = [json.loads(line)["reason"] for line in dl.read_text().splitlines()]
+    assert len(reasons) == 4 and all("weight" in s for s in reasons), reasons
+    m = ss.load(tmp_path / "m.ssvm")
+    assert m.n_blocks == 30 and sorted(set(m.bound_learner._weights)) == [0.5, 1.0, 2.5]
+    # BCFW takes no weights: the records of weight 2.5 and 0.5 are dead letters, with the reason
+    dl2 = tmp_path / "dead2.jsonl"
+    r = cli("run", "--source", f"file://{p}?weight_field=w", "--task", "multiclass", "--learner", "bcfw",
+            "--lam", "0.1", "--no-progress", "--dead-letter", dl2, "--max-bad-fraction", "1")
+    assert r.returncode == 0, r.stderr
+    reasons = [json.loads(line)["reason"] for line in dl2.read_text().splitlines()]
+    assert sum("BCFW does not take example weights" in s for s in reasons) == 20
+
+
+def test_kafka_source_reads_the_weight_field(broker):
+    """A real Kafka-protocol broker (Tansu): ``kafka://...?weight_field=w`` gives each record its
+    weight; a bad weight is a dead letter with its reason."""
+    pytest.importorskip("kafka")
+    import json
+    from streamssvm.connectors.base import DeadLetterSink
+    from streamssvm.connectors.kafka import create_topic, open_kafka, produce_lines
+    lines = [json.dumps({"x": {"f": float(i)}, "y": "ab"[i % 2], "w": i % 3}).encode() for i in range(12)]
+    lines.insert(5, json.dumps({"x": {"f": 1.0}, "y": "a", "w": -2}).encode())
+    create_topic(broker, "win")
+    produce_lines(broker, "win", lines)
+    dead = DeadLetterSink()
+    src = open_kafka(f"kafka://{broker}/win?group=g&stop_at_end=1&weight_field=w", dead_letter=dead)
+    recs = [r for r in src if r is not None]
+    src.close()
+    assert [r.w for r in recs] == [float(i % 3) for i in range(12)]
+    assert src.n_bad == 1
+    m = _sgd()
+    from streamssvm.step import step
+    assert all(step(m, r).status == "learned" for r in recs)
+    assert m.n_blocks == 8     # the 4 records of weight 0 are not held
+
+
+# ------------------------------------------------------------------------------- class weights
+def _imbalanced(n=80, seed=8):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        y = "rare" if rng.random() < 0.15 else ("b" if rng.random() < 0.4 else "common")
+        out.append(({"f": (y == "rare") + 0.5 * rng.normal(), "g": 1.0}, y))
+    return out
+
+
+def test_class_weight_dict_is_the_example_weight_of_its_class():
+    data = _imbalanced()
+    cw = {"rare": 4.0, "b": 0.0}
+    a = ss.MulticlassSSVM(learner=SGD(lam=0.05, seed=0), class_weight=cw)
+    b = ss.MulticlassSSVM(learner=SGD(lam=0.05, seed=0))
+    for i, (x, y) in enumerate(data):
+        a.learn_one(x, y, w=0.5 if i % 3 else 1.0)
+        b.learn_one(x, y, w=(0.5 if i % 3 else 1.0) * cw.get(y, 1.0))
+    sa, sb = a.state(), b.state()
+    assert sa["config"]["params"].pop("class_weight") == {"pairs": [[["s", "rare"], 4.0], [["s", "b"], 0.0]]}
+    assert sb["config"]["params"].pop("class_weight") is None
+    assert _same(sa, sb)
+    assert "b" not in a.classes
+
+
+def test_class_weight_balanced_is_computed_online_and_saved(tmp_path):
+    data = _imbalanced()
+    m = ss.MulticlassSSVM(learner=SGD(lam=0.05, seed=0), class_weight="balanced")
+    m.learn_many([x for x, _ in data[:50]], [y for _, y in data[:50]])
+    counts, want = {}, []
+    for _, y in data[:50]:
+        counts[y] = counts.get(y, 0) + 1
+        want.append(sum(counts.values()) / (len(counts) * counts[y]))
+    assert m.bound_learner._weights == want
+    m.save(tmp_path / "m.ssvm")
+    m2 = ss.load(tmp_path / "m.ssvm")
+    assert m2._class_counts == counts
+    for x, y in data[50:]:
+        m.learn_one(x, y)
+        m2.learn_one(x, y)
+    s1, s2 = m.state(), m2.state()
+    s1.pop("calibration"), s2.pop("calibration")   # the temperature fit's window is not saved
+    assert _same(s1, s2)
+    before = m.state()
+    m.learn_one(*data[0], w=0)    # w=0: not counted, nothing learned
+    assert _same(m.state(), before)
+
+
+def test_class_weight_is_refused_by_learners_without_weights():
+    with pytest.raises(ValueError, match="BCFW does not take"):
+        ss.MulticlassSSVM(class_weight="balanced")
+    with pytest.raises(ValueError, match="BCFW does not take"):
+        ss.MulticlassSSVM(class_weight={"a": 2.0})
+    m = ss.MulticlassSSVM(learner=BCFW(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
+    m.learn_one({"f": 1.0}, "a")
+    for bad in ("balance", {"a": -1.0}, {"a": float("nan")}, 3):
+        with pytest.raises((TypeError, ValueError)):
+            ss.MulticlassSSVM(learner=SGD(), class_weight=bad)
+
+
+@pytest.mark.parametrize("learner", [lambda: BCFW(lam=0.05, seed=0), lambda: SGD(lam=0.05, seed=0)],
+                         ids=["BCFW", "SGD"])
+def test_predict_learn_each_with_weights_is_record_by_record(learner):
+    """The micro-batch path (BCFW: runs of records in one kernel call) with weights: records of
+    weight other than 1 leave the run; predictions, refusals and the state are those of
+    predict_learn_one record by record."""
+    data = _mc_stream(40, seed=9)
+    xs, ys = [x for x, _ in data], [y for _, y in data]
+    ws = [[1.0, 0.0, 1.0, -1.0, 1.0, 2.0][i % 6] for i in range(len(data))]
+    a = ss.MulticlassSSVM(learner=learner())
+    b = ss.MulticlassSSVM(learner=learner())
+    for m in (a, b):
+        m.learn_many(xs[:3], ys[:3])
+    got = a.predict_learn_each(xs, ys, ws)
+    want = []
+    for x, y, w in zip(xs, ys, ws):
+        try:
+            want.append((True, b.predict_learn_one(x, y, w)))
+        except Exception as e:  # noqa: BLE001
+            want.append((False, e))
+    assert [ok for ok, _ in got] == [ok for ok, _ in want]
+    assert [v for ok, v in got if ok] == [v for ok, v in want if ok]
+    assert [type(v) for ok, v in got if not ok] == [type(v) for ok, v in want if not ok]
+    assert _same(a.state(), b.state())
