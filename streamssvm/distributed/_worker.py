@@ -328,6 +328,14 @@ class Worker:
     def ping(self):
         return self.index
 
+    def node_id(self):
+        """The Ray node this worker runs on (placement checks; "" outside Ray)."""
+        try:
+            import ray
+            return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+        except Exception:  # noqa: BLE001 - not inside a Ray worker
+            return ""
+
     def close(self):
         self.source.close()
         if self.source.dead_letter is not None:
