@@ -48,7 +48,7 @@ def messages(n, seed=0, d=6):
 
 
 def bcfw_model():
-    return ss.MulticlassSSVM(labels=LABELS, n_features=2 ** 10, learner=ss.learners.BCFW(
+    return ss.MulticlassSSVM(labels=LABELS, n_features=2 ** 10, scale=False, learner=ss.learners.BCFW(
         lam=0.01, averaging=False, gap_every=None, seed=0, replay=1))
 
 
@@ -94,7 +94,7 @@ def test_node_removed_mid_run_finishes_exactly_once(nodes, broker, tmp_path):
     res = make("gn", tmp_path / "a", on_round=remove_a_node, checkpoint_every=3)
     # placement: two workers on two different worker nodes (not the CPU-less head)
     head = cluster.head_node.node_id
-    assert all(len(set(ids)) == 2 and head not in ids and set(ids) <= live for ids in placed)
+    assert len(placed) == 4 and all(len(set(ids)) == 2 and head not in ids and set(ids) <= live for ids in placed)
     assert removed and res.restarts == 1
     assert after and removed[0] not in after[0] and len(set(after[0])) == 2
     assert [h["round"] for h in res.history] == list(range(1, res.rounds + 1))
