@@ -95,14 +95,17 @@ def run_single(task, data, lam, rpp, max_passes):
             "test_accuracy": accuracy(m, task, Xb, Yb)}
 
 
-def run_dist(task, data, lam, K, rpp, max_passes, ckdir):
+def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=1.0, local_passes=None):
+    """``local_passes``: local passes per refinement round (H; default 1 / rpp)."""
     Xa, Ya, Xb, Yb = data
     n = len(Xa)
     per_round = max(1, int(np.ceil(n / (K * rpp))))
+    lp = 1.0 / rpp if local_passes is None else float(local_passes)
     t0 = time.perf_counter()
     res = sd.run(make_model(task, lam), (Xa, Ya), task=task, workers=K, round_examples=per_round,
-                 checkpoint_dir=ckdir, passes=max_passes - 1, passes_per_round=1.0 / rpp, tol=TARGET,
-                 checkpoint_every=rpp)
+                 checkpoint_dir=ckdir, passes=max_passes - 1, passes_per_round=lp, tol=TARGET,
+                 checkpoint_every=max(1, int(round(1.0 / lp))) if lp < 1 else 1, mix_step=mix_step,
+                 beta=min(float(beta), K))
     wall = time.perf_counter() - t0
     H = res.history
     passes = 0.0
@@ -117,7 +120,8 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir):
     learn_cpu = [w["learn_cpu"] for w in last["workers"]]
     learn_wall = [w["learn_seconds"] for w in last["workers"]]
     rounds = len(H)
-    return {"workers": K, "n": n, "passes_to_target": reached and reached["passes"],
+    return {"workers": K, "n": n, "passes_to_target": reached and reached["passes"], "mix_step": mix_step,
+            "beta": min(float(beta), K), "local_passes": lp, "gammas": [h.get("gamma") for h in H],
             "seconds_to_target": reached and reached["seconds"], "final_gap": res.certificate["gap"],
             "passes": passes, "rounds": rounds, "rounds_per_pass": rpp,
             "wall_seconds": wall, "round_seconds_total": elapsed,
