@@ -1,8 +1,8 @@
 """Distributed BCFW on Ray: passes and seconds to a gap of 0.1, test accuracy, for 1, 2 and 4
 workers, on OCR letters (multiclass) and OCR-large words (chains).
 
-    nice -n 10 python bench/distributed.py            # ~5 min on 2 idle cores
-    nice -n 10 python bench/distributed.py --quick    # smoke run
+    flock /tmp/bench.lock python bench/distributed.py           # OCR letters, ~5 min on 2 idle cores
+    flock /tmp/bench.lock python bench/distributed.py --quick   # smoke run (--words: also OCR word chains)
 
 Protocol. One local Ray cluster (num_cpus = cores). For K workers, the training examples are
 sharded k mod K (in-memory shards); the stream is learned once (one block step per new example,
@@ -95,14 +95,17 @@ def run_single(task, data, lam, rpp, max_passes):
             "test_accuracy": accuracy(m, task, Xb, Yb)}
 
 
-def run_dist(task, data, lam, K, rpp, max_passes, ckdir):
+def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=1.0, local_passes=None):
+    """``local_passes``: local passes per refinement round (H; default 1 / rpp)."""
     Xa, Ya, Xb, Yb = data
     n = len(Xa)
     per_round = max(1, int(np.ceil(n / (K * rpp))))
+    lp = 1.0 / rpp if local_passes is None else float(local_passes)
     t0 = time.perf_counter()
     res = sd.run(make_model(task, lam), (Xa, Ya), task=task, workers=K, round_examples=per_round,
-                 checkpoint_dir=ckdir, passes=max_passes - 1, passes_per_round=1.0 / rpp, tol=TARGET,
-                 checkpoint_every=rpp)
+                 checkpoint_dir=ckdir, passes=max_passes - 1, passes_per_round=lp, tol=TARGET,
+                 checkpoint_every=max(1, int(round(1.0 / lp))) if lp < 1 else 1, mix_step=mix_step,
+                 beta=min(float(beta), K))
     wall = time.perf_counter() - t0
     H = res.history
     passes = 0.0
@@ -117,7 +120,8 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir):
     learn_cpu = [w["learn_cpu"] for w in last["workers"]]
     learn_wall = [w["learn_seconds"] for w in last["workers"]]
     rounds = len(H)
-    return {"workers": K, "n": n, "passes_to_target": reached and reached["passes"],
+    return {"workers": K, "n": n, "passes_to_target": reached and reached["passes"], "mix_step": mix_step,
+            "beta": min(float(beta), K), "local_passes": lp, "gammas": [h.get("gamma") for h in H],
             "seconds_to_target": reached and reached["seconds"], "final_gap": res.certificate["gap"],
             "passes": passes, "rounds": rounds, "rounds_per_pass": rpp,
             "wall_seconds": wall, "round_seconds_total": elapsed,
@@ -133,40 +137,29 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir):
             "gaps": [h.get("gap") for h in H]}
 
 
-def projection(rows, K=16):
-    """Round time and stream throughput at K workers from the per-round costs measured at
-    1, 2 and 4 workers (see the markdown note)."""
-    out = {}
-    for d in sorted({r["dataset"] for r in rows}):
-        rs = [r for r in rows if r["dataset"] == d and r["workers"] != "single"]
-        if len(rs) < 2:
-            continue
-        Ks = np.array([r["workers"] for r in rs], dtype=float)
-        ov = np.array([r["mix_seconds_per_round"] + r["certificate_seconds_per_round"]
-                       + r["checkpoint_seconds_per_round"] for r in rs])
-        b, a = np.polyfit(Ks, ov, 1)
-        big = max(rs, key=lambda r: r["workers"])
-        t_w = big["learn_cpu_per_worker"] / big["rounds"]
-        per_round_examples = int(np.ceil(big["n"] / (K * big["rounds_per_pass"]))) * K
-        t = t_w * big["workers"] / K + a + b * K   # the same examples per pass spread over K workers
-        bpr = big["bytes_per_round"] / big["workers"] * K
-        out[d] = {"t_worker": t_w * big["workers"] / K, "a": float(a), "b": float(b), "round_seconds": float(t),
-                  "examples_per_second": per_round_examples / t, "bytes_per_round": bpr}
-    return out
+#: (workers, beta, mix_step, local passes per refinement round or None for 1 / rounds per pass)
+CONFIGS = [(1, 1.0, "fixed", None), (2, 1.0, "fixed", None), (2, 2.0, "fixed", None), (4, 1.0, "fixed", None),
+           (4, 4.0, "fixed", None), (4, 4.0, "fixed", 1.0), (2, 1.0, "line", None)]
+
+
+def label(r):
+    if r["workers"] == "single":
+        return "single", "—"
+    mix = f"beta={r['beta']:g}" + (" line" if r["mix_step"] == "line" else "")
+    return str(r["workers"]), f"{mix}, H={r['local_passes']:g}"
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--words", action="store_true", help="also the OCR-large word chains")
     args = ap.parse_args()
-    Ks = [int(v) for v in args.workers.split(",")]
     if args.quick:
-        sets = [("multiclass", "OCR letters", letters(2000, 500), 0.01, 4, 6),
-                ("sequence", "OCR-large words", words(400), 0.01, 4, 6)]
+        sets = [("multiclass", "OCR letters", letters(2000, 500), 0.01, 4, 6)]
     else:
-        sets = [("multiclass", "OCR letters", letters(10000, 2000), 0.01, 4, 15),
-                ("sequence", "OCR-large words", words(2000), 0.01, 4, 15)]
+        sets = [("multiclass", "OCR letters", letters(10000, 2000), 0.01, 4, 15)]
+    if args.words:
+        sets.append(("sequence", "OCR-large words", words(400 if args.quick else 2000), 0.01, 4, 6 if args.quick else 15))
     ncpu = os.cpu_count() or 1
     t_init = time.perf_counter()
     ray.init(num_cpus=ncpu, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
@@ -175,16 +168,17 @@ def main():
     rows = []
     try:
         for task, name, data, lam, rpp, max_passes in sets:
+            c0 = time.process_time()
             r = run_single(task, data, lam, rpp, max_passes)
-            r.update(dataset=name, lam=lam)
+            r.update(dataset=name, lam=lam, driver_cpu=time.process_time() - c0)
             rows.append(r)
             print(json.dumps({k: v for k, v in r.items() if k != "gaps"}), flush=True)
-            for K in Ks:
+            for K, beta, mix_step, lp in CONFIGS:
                 with tempfile.TemporaryDirectory() as d:
-                    r = run_dist(task, data, lam, K, rpp, max_passes, d)
+                    r = run_dist(task, data, lam, K, rpp, max_passes, d, mix_step, beta, lp)
                 r.update(dataset=name, lam=lam)
                 rows.append(r)
-                print(json.dumps({k: v for k, v in r.items() if k != "gaps"}), flush=True)
+                print(json.dumps({k: v for k, v in r.items() if k not in ("gaps", "gammas")}), flush=True)
     finally:
         ray.shutdown()
     out = {"machine": {"cpu": cpu_model(), "cores": ncpu, "python": platform.python_version(),
@@ -192,37 +186,31 @@ def main():
            "quick": args.quick, "rows": rows}
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     lines = [f"# Distributed BCFW on Ray (target gap {TARGET})", "",
-             f"{cpu_model()}, {ncpu} cores shared with other jobs; Ray {ray.__version__}; local cluster start "
-             f"{t_init:.1f} s. lam = {sets[0][3]}, replay 0, uniform FW steps, "
-             f"{sets[0][4]} rounds per pass, certificate every round, one consistent cut per pass (ckpt s / round "
-             f"is amortized over the rounds); at most {sets[0][5]} passes; beta = 1 (CoCoA averaging). "
-             "Subsets: the first n training letters / words of OCR-large, tested on the first test letters / "
-             "all 626 test words.", "",
-             "| data | workers | n | passes to 0.1 | seconds to 0.1 | final gap | test acc | wall s | "
+             f"{cpu_model()}, {ncpu} cores; Ray {ray.__version__}; local cluster start {t_init:.1f} s. "
+             f"lam = {sets[0][3]}, replay 0, uniform FW steps, {sets[0][4]} rounds per pass in the stream pass, "
+             f"then refinement rounds of H local passes each; certificate every round; a consistent cut every "
+             f"pass (every round when H >= 1; ckpt s / round is amortized over the rounds); at most {sets[0][5]} "
+             "passes. beta = 1 is CoCoA averaging (gamma = 1/K), beta = K is CoCoA+ adding (sigma' = K, "
+             "gamma = 1); `line`: the mixer's exact line search on gamma. A pass is n block steps summed over "
+             "the workers. Subsets: the first n training letters of OCR-large, tested on the first 2,000 test "
+             "letters.", "",
+             "| data | workers | mixing | n | passes to 0.1 | x single | final gap | test acc | wall s | "
              "learn CPU / worker s | rounds | bytes / round | mix s / round | cert s / round | ckpt s / round |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    single = {}
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['workers']} | {r['n']} | {fmt(r['passes_to_target'])} | "
-                     f"{fmt(r['seconds_to_target'])} | {fmt(r['final_gap'])} | {fmt(r['test_accuracy'])} | "
+        if r["workers"] == "single":
+            single[r["dataset"]] = r["passes_to_target"]
+        s = single.get(r["dataset"])
+        ratio = (r["passes_to_target"] / s) if (s and r["passes_to_target"]) else None
+        k, mix = label(r)
+        lines.append(f"| {r['dataset']} | {k} | {mix} | {r['n']} | {fmt(r['passes_to_target'])} | {fmt(ratio)} | "
+                     f"{fmt(r['final_gap'])} | {fmt(r['test_accuracy'])} | "
                      f"{fmt(r['wall_seconds'])} | {fmt(r['learn_cpu_per_worker'])} | {fmt(r.get('rounds'))} | "
                      f"{fmt(r.get('bytes_per_round'))} | {fmt(r.get('mix_seconds_per_round'))} | "
                      f"{fmt(r.get('certificate_seconds_per_round'))} | {fmt(r.get('checkpoint_seconds_per_round'))} |")
-    proj = projection(rows)
-    out["projection_16"] = proj
     with open(os.path.join(HERE, "results", "distributed.json"), "w") as f:
         json.dump(out, f, indent=1)
-    lines += ["", "## Projection to 16 workers (from the measured per-round costs)", "",
-              "Rounds per pass stay as measured, so at K = 16 a worker learns n / (16 rpp) examples per "
-              "round: `t_w` = (learn CPU per worker per round measured at the largest K) x K / 16 -- CPU "
-              "time, i.e. a cluster with a core per worker and no contention; the mixing, certificate and cut overhead per "
-              "round is fitted as `a + b K` on the K = 1, 2, 4 measurements (the mixer receives K "
-              "deltas and sends K broadcasts of the same size). Projected round time = t_w + a + 16 b.", "",
-              "| data | t_w s / round | overhead a s | overhead b s / worker | projected round s (K=16) | "
-              "projected examples/s in the stream pass (K=16) | bytes / round (K=16) |",
-              "|---|---|---|---|---|---|---|"]
-    for d, p in proj.items():
-        lines.append(f"| {d} | {fmt(p['t_worker'])} | {fmt(p['a'])} | {fmt(p['b'])} | {fmt(p['round_seconds'])} | "
-                     f"{fmt(p['examples_per_second'])} | {fmt(p['bytes_per_round'])} |")
     with open(os.path.join(HERE, "results", "distributed.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1017,13 +1017,17 @@ class BlockStore:
         statistics, so a sparse chain store is converted to dense first."""
         if self.sparse:
             self.compact(sparse=False)
-        meta = self.meta
-        idx, sizes = [], np.zeros(len(slots), dtype=np.int64)
-        for q, j in enumerate(slots):
-            L, s0 = int(meta[j, K.M_L]), int(KL.stat_pos(meta, j))
-            sizes[q] = int(self.structure.stat_size(L, self.Kc))
-            idx.append(np.arange(s0, s0 + sizes[q]))
-        return (np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)), sizes
+        # vectorized over the slots (layout.stat_pos: FOFF + NNZ + the Gram matrix's floats)
+        M = self.meta[np.asarray(slots, dtype=np.int64)].astype(np.int64)
+        L = M[:, K.M_L]
+        s0 = M[:, K.M_FOFF] + M[:, K.M_NNZ] + np.where(M[:, K.M_FLAGS] & KL.FLAG_NO_GRAM, 0, L * L)
+        size_of = {int(v): int(self.structure.stat_size(int(v), self.Kc)) for v in np.unique(L)}
+        sizes = np.array([size_of[int(v)] for v in L], dtype=np.int64)
+        if not sizes.size:
+            return np.zeros(0, dtype=np.int64), sizes
+        ends = np.cumsum(sizes)
+        idx = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(s0 - (ends - sizes), sizes)
+        return idx, sizes
 
     def start_stat(self, slot, size):
         """The statistic of block ``slot`` with alpha on its ground truth (how a new block
@@ -1049,10 +1053,39 @@ class BlockStore:
         return float(np.sum(np.where(np.isfinite(g), np.maximum(g, 0), 0.0)))
 
     # ------------------------------------------------------------------ state
+    def _compact_as_is(self):
+        """Whether :meth:`compact` would leave the arenas as they are: dense layout, every live
+        block where compaction would put it (birth order, no holes) at its planned size. Checked
+        on the meta rows in a few vectorized steps (a checkpoint then skips the per-block copy)."""
+        if self.sparse or self._n == 0:
+            return self._n == 0 and self.i_used == 0 and self.f_used == 0
+        slots = self.slots()
+        M = self.meta[slots[np.argsort(self.birth[slots], kind="stable")]].astype(np.int64)
+        flags = M[:, K.M_FLAGS]
+        if np.any(flags & (CS.FLAG_SPARSE | CS.FLAG_TFULL)) or np.any(M[:, K.M_PCAP] != self.pool_cap):
+            return False
+        L, nnz, ly = M[:, K.M_L], M[:, K.M_NNZ], M[:, K.M_LY]
+        lens = {int(v): (int(self.structure.labeling_len(int(v), self.Kc)), int(self.structure.stat_size(int(v), self.Kc)))
+                for v in np.unique(L)}
+        lablen = np.array([lens[int(v)][0] for v in L], dtype=np.int64)
+        stat = np.array([lens[int(v)][1] for v in L], dtype=np.int64)
+        nidx = np.where(flags & FLAG_DENSE_ROW, 0, nnz)
+        gl = np.where(flags & KL.FLAG_NO_GRAM, 0, L * L)
+        isz = L + 1 + nidx + ly + self.pool_cap * lablen
+        fsz = nnz + gl + stat + self.pool_cap
+        ioff = np.concatenate([[0], np.cumsum(isz)])
+        foff = np.concatenate([[0], np.cumsum(fsz)])
+        return bool(np.array_equal(M[:, K.M_LABLEN], lablen) and np.array_equal(M[:, K.M_ISIZE], isz)
+                    and np.array_equal(M[:, K.M_FSIZE], fsz) and np.array_equal(M[:, K.M_IOFF], ioff[:-1])
+                    and np.array_equal(M[:, K.M_FOFF], foff[:-1]) and self.i_used == ioff[-1]
+                    and self.f_used == foff[-1])
+
     def state(self):
         """Arrays for checkpoints (live segments compacted; slot numbers, the alive order and
-        the FIFO order are kept, so a restored store samples exactly as the original)."""
-        self.compact()
+        the FIFO order are kept, so a restored store samples exactly as the original). A store
+        already compact (:meth:`_compact_as_is`) is saved without rewriting its arenas."""
+        if not self._compact_as_is():
+            self.compact()
         ns = self.n_slots
         g = self.gest[:ns]
         return {

@@ -94,8 +94,12 @@ def test_refused_learners_and_models():
 
 
 # ----------------------------------------------------------------------------- BCFW mixing
-@pytest.mark.parametrize("beta", [1.0, 2.0])   # CoCoA averaging; CoCoA+ adding (sigma' = K = 2)
-def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, beta):
+@pytest.mark.parametrize("beta, mix_step", [
+    (1.0, "fixed"),   # CoCoA averaging
+    (2.0, "fixed"),   # CoCoA+ adding (sigma' = K = 2)
+    (1.0, "line"),    # averaging's local steps, mixing weight by exact line search
+])
+def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, beta, mix_step):
     X, Y = data(600, seed=1)
     # a long single-process run: its primal value bounds min P from above, so every valid dual
     # value of the mixed points must stay below it
@@ -121,12 +125,55 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, 
         seen.append(rec["round"])
 
     res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=2, round_examples=100,
-                 checkpoint_dir=tmp_path / "ck", passes=3, on_round=check, beta=beta)
+                 checkpoint_dir=tmp_path / "ck", passes=3, on_round=check, beta=beta, mix_step=mix_step)
     assert seen == list(range(1, res.rounds + 1)) and res.rounds >= 5
+    gammas = [h["gamma"] for h in res.history]
+    if mix_step == "fixed":
+        assert gammas == [beta / 2] * res.rounds
+    else:
+        assert all(0.0 <= g <= 1.0 for g in gammas) and max(gammas) > 0.5
     assert res.examples_seen == len(X) and res.model.n_blocks == len(X)
     # the refinement rounds make progress on the global certificate
     gaps = [h["gap"] for h in res.history]
     assert gaps[-1] < gaps[2]
+
+
+def test_loss_sum_is_the_certificates_dual_loss():
+    """_bcfw.loss_sum (sum_i L_i without an oracle call, the line search's input) equals the
+    certificate's n * dual_loss, for multiclass and for chains (sparse chain statistics)."""
+    from streamssvm.distributed import _bcfw
+    X, Y = data(300, seed=4)
+    m = bcfw_model()
+    for x, y in zip(X, Y):
+        m.learn_one(x, y)
+    rng = np.random.default_rng(0)
+    seq = ss.SequenceTagger(labels=["a", "b", "c"], learner=ss.learners.BCFW(lam=0.05, averaging=False,
+                                                                              gap_every=None, seed=0))
+    for _ in range(60):
+        L = int(rng.integers(2, 6))
+        seq.learn_one(rng.normal(size=(L, 4)), [["a", "b", "c"][int(v)] for v in rng.integers(0, 3, L)])
+    for model in (m, seq):
+        lr = model.bound_learner
+        c = lr.certificate()
+        assert c.dual_loss > 0
+        np.testing.assert_allclose(_bcfw.loss_sum(lr), c.dual_loss * c.n_blocks, rtol=1e-9)
+
+
+def test_line_step_maximizes_the_union_dual_on_the_segment():
+    from streamssvm.distributed._bcfw import line_step
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        U0 = {"E": rng.normal(size=(3, 2)), "T": rng.normal(size=(2, 2))}
+        S = {"E": rng.normal(size=(3, 2)), "T": rng.normal(size=(2, 2))}
+        L0, dL, lam, n = rng.uniform(0, 5), rng.normal(), 10 ** rng.uniform(-3, 0), int(rng.integers(5, 500))
+
+        def dual(g):
+            return (L0 + g * dL) / n - sum(float(np.sum((U0[k] + g * S[k]) ** 2)) for k in U0) / (2 * lam * n * n)
+
+        g = line_step(U0, S, dL, lam, n, default=0.5)
+        grid = np.linspace(0.0, 1.0, 2001)
+        assert 0.0 <= g <= 1.0 and dual(g) >= max(dual(t) for t in grid) - 1e-12
+    assert line_step({"E": np.ones(2)}, {"E": np.zeros(2)}, 1.0, 0.1, 10, default=0.25) == 0.25
 
 
 def test_lambda_following_n_certifies_the_single_run_objective(cluster, tmp_path):

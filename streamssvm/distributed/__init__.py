@@ -9,8 +9,9 @@ Needs the optional extra: ``pip install "streamssvm[distributed]"`` (Ray).
 * Every round (``round_examples`` per worker, or ``round_seconds``) each worker sends its weight
   change; the mixer actor forms ``start + (beta/K) sum_k delta_k`` and broadcasts it. BCFW's
   dual blocks are blended with the same weight so the mixed point stays w = A alpha with alpha
-  feasible (derivation in :mod:`streamssvm.distributed._bcfw`); SGD is iterative parameter
-  mixing (McDonald, Hall and Mann 2010).
+  feasible (derivation in :mod:`streamssvm.distributed._bcfw`); ``beta=K`` is CoCoA+ adding,
+  ``mix_step="line"`` picks the mixing weight by exact line search on the union's dual; SGD is
+  iterative parameter mixing (McDonald, Hall and Mann 2010).
 * The global certificate at the mixed w is the sum of the workers' block gaps at that w.
 * Each round ends with a consistent cut (:mod:`streamssvm.distributed._cut`): every worker's
   part (model, dual blocks, source offsets per partition) is written durably, then the mixer

@@ -43,6 +43,19 @@ The worker blends its *blocks* the same way (the stored per-block statistic is l
 alpha_i, see ``streamssvm._kernels.structops``; slack rescaling stores u~_i and L_i, also
 linear), so that every worker's blocks and the broadcast U^+ stay consistent.
 
+Mixing weight by exact line search (``mix_step="line"``). Every gamma in [0, 1] gives a
+feasible point (the convex combination above), and the dual of the union along that segment is
+a concave quadratic in gamma: with S = sum_k dU_k and dL = sum_k sum_{i in S_k} (L_i^k - L_i^0)
+(both linear in alpha),
+
+    D(gamma) = (L^0 + gamma dL) / n - ||U^0 + gamma S||^2 / (2 lam n^2),
+    gamma*   = clip((lam n dL - <U^0, S>) / ||S||^2, 0, 1),
+
+so the mixer takes the best feasible point of the segment -- never a smaller dual than the fixed
+gamma = beta / K -- from K scalars more than the fixed mixing sends (each worker's dL, summed
+from its blocks without an oracle call, :func:`loss_sum`), the way BCFW's own block step takes
+its exact line search. The same gamma blends the blocks, so w = A alpha still holds.
+
 Local steps use the global n: BCFW's block step on block i with weights U/(lam n) and
 per-block terms u_i/(lam n), L_i/n has the line search
 gamma_i = [lam <w, w_i - w_s> - (l_i - l_s)] / (lam ||w_i - w_s||^2), which is unchanged when
@@ -54,12 +67,28 @@ common w, sum_i max_y H_i(y; w), sum_i L_i and sum_i g_i (``block_sums``); the g
 lam ||w||^2 - (1/n) sum L_i + (1/n) sum max H_i = (1/n) sum_k sum_{i in S_k} g_i (the block gaps
 add up because sum_i <w, u_i>/n = lam ||w||^2).
 
-Restrictions (each refused with a clear error by ``check_learner``): ``step="fw"`` without the
-oracle cache (pairwise / away steps and the cache keep per-block pools whose weights would also
-need blending), ``averaging=False`` (the averaged iterate of one worker is not a dual point of the
-union), and no full gap passes inside the learner (``gap_every=None`` or uniform sampling: the
-learner's refreshing pass re-sums U from the worker's own blocks only). Eviction is refused at
-run time (a block that leaves one worker would have to leave the union's sums whole).
+What the algebra allows and what is refused (each refused with a clear error by
+``check_learner``):
+
+* pairwise / away steps (``step="pairwise"``): blending is allowed by the algebra -- a block's
+  active set with weights c_y, mixed as (1 - gamma) c^0 + gamma c^k over the union of the two
+  supports, is again a convex combination representing alpha_i^+ -- but the pools have a fixed
+  capacity per block and the blend can need the union of both supports: refused until the pool
+  blend (with its capacity rule) is written.
+* the oracle cache (``cache=True``): its planes psi_i(y), Delta_i(y) do not depend on alpha, so
+  the algebra allows it; but a cache step moves a block between the snapshot and the blend
+  through the cached plane's own pool entry, the same per-block pool as pairwise steps: refused
+  with them.
+* averaging (``averaging=True``): the average of the *mixed* iterates w^(r) = A alpha^(r) is
+  A (average alpha), feasible -- averaging is possible at the mixer over rounds -- but one
+  worker's own averaged iterate (what the learner keeps) mixes its local views, which are not
+  points of the union: refused (use ``averaging=False``; the mixer's average is not built).
+* the learner's own full gap passes (``sampling="gap"`` with ``gap_every``): gap *sampling*
+  itself is a choice among the worker's own blocks and is allowed (``gap_every=None``); the
+  learner's refreshing full pass re-sums U from the worker's own blocks only, losing the other
+  workers' sums: refused.
+* eviction is refused at run time (a block that leaves one worker would have to leave the
+  union's sums whole).
 """
 from __future__ import annotations
 
@@ -106,6 +135,37 @@ def block_sums(learner, lam, n_global):
     c = learner.certificate()   # observes only
     return {"hinge_sum": c.hinge * n_k, "loss_sum": c.dual_loss * n_k, "gap_sum": c.block_gap_sum * n_k,
             "n": n_k, "oracle_calls": c.oracle_calls, "exact": bool(c.exact)}
+
+
+def loss_sum(learner):
+    """sum_i L_i over the learner's held blocks (no oracle call): the regularization path's
+    per-block n delta_i = L_i - <w, u_i> evaluated with the weights scaled by 0."""
+    from .._kernels import bundles as KB
+    from .._kernels import regpath as RK
+    st = learner.store
+    if not st.n or not learner._K:
+        return 0.0
+    out = np.zeros(st.n)
+    RK.block_deltas(KB.model(learner.structure, learner._K, learner.W.Kc, learner._C), learner.W.bundle(),
+                    st.arena(), learner._ws.ensure(st.max_L, learner.W.Kc).scratch(st.max_L, learner._slack),
+                    0.0, learner._slack, out)
+    return float(np.sum(out))
+
+
+def line_step(U0, S, dL, lam, n, default):
+    """The mixing weight gamma in [0, 1] maximizing the dual of the union along
+    alpha^0 + gamma sum_k (alpha^k - alpha^0) (see the module docstring): ``U0`` the round's start
+    sums, ``S`` = sum_k dU_k, ``dL`` = sum_k sum_{i in S_k} (L_i^k - L_i^0); ``default`` when the
+    workers did not move.
+
+    >>> line_step({"E": np.zeros(2)}, {"E": np.ones(2)}, dL=1.0, lam=0.5, n=2, default=0.5)
+    0.5
+    """
+    ss = sum(float(np.vdot(a, a)) for a in S.values())
+    if not ss > 0.0:
+        return float(default)
+    cross = sum(float(np.vdot(U0[k], a)) for k, a in S.items() if k in U0)
+    return float(min(max((lam * n * dL - cross) / ss, 0.0), 1.0))
 
 
 # ----------------------------------------------------------------------------- union of blocks

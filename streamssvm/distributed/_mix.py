@@ -106,9 +106,10 @@ class _Mixing:
 
     kind = None
 
-    def __init__(self, lam, n_workers, beta=1.0):
+    def __init__(self, lam, n_workers, beta=1.0, line_search=False):
         self.lam = None if lam is None else float(lam)   # None: lambda follows n (union_lam)
         self.gamma = float(beta) / int(n_workers)
+        self.line_search = bool(line_search)
         self.start = {}
 
     def round_start(self, model, n_global):
@@ -125,6 +126,11 @@ class _Mixing:
         lr = bound_learner(model)
         return {} if lr is None else _sub(lr.parameters(), self.start)
 
+    def loss_delta(self, model):
+        """sum over this worker's blocks of L_i(end) - L_i(start) (the line search's dL; None
+        without one)."""
+        return None
+
     def n_blocks(self, model):
         lr = bound_learner(model)
         return 0 if lr is None else int(lr.n_blocks)
@@ -136,11 +142,12 @@ class BCFWMixing(_Mixing):
 
     kind = "bcfw"
 
-    def __init__(self, lam, n_workers, beta=1.0):
-        super().__init__(lam, n_workers, beta)
+    def __init__(self, lam, n_workers, beta=1.0, line_search=False):
+        super().__init__(lam, n_workers, beta, line_search)
         self.sigma = float(beta)     # CoCoA+ local subproblem sigma' = gamma K
         self.snap = None
         self.n_others = 0
+        self.loss0 = 0.0
 
     def round_start(self, model, n_global):
         # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
@@ -148,6 +155,7 @@ class BCFWMixing(_Mixing):
         super().round_start(model, n_global)
         lr = bound_learner(model)
         self.snap = None if lr is None else lr.dual_snapshot()
+        self.loss0 = _bcfw.loss_sum(lr) if (lr is not None and self.line_search) else 0.0
         if lr is not None and self.sigma != 1.0:
             # the learner holds U / sigma' during the round (the CoCoA+ local subproblem)
             self.start = _bcfw.scale_u(lr, 1.0 / self.sigma)
@@ -167,12 +175,19 @@ class BCFWMixing(_Mixing):
             raise ValueError("a worker's BCFW evicted a block (capacity / max_bytes reached): distributed "
                              "BCFW needs every block kept; raise capacity")
 
-    def apply(self, model, mixed, n_global):
+    def loss_delta(self, model):
+        if not self.line_search:
+            return None
+        lr = bound_learner(model)
+        return 0.0 if lr is None else _bcfw.loss_sum(lr) - self.loss0
+
+    def apply(self, model, mixed, n_global, gamma=None):
         lr = bound_learner(model)
         if lr is None:
             return
-        if self.gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
-            lr.blend_dual(self.snap, self.gamma)
+        gamma = self.gamma if gamma is None else float(gamma)
+        if gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
+            lr.blend_dual(self.snap, gamma)
         lr.set_parameters(mixed)
         lr.set_union(union_lam(self.lam, n_global), n_global)
 
@@ -188,7 +203,9 @@ class ParameterMixing(_Mixing):
 
     kind = "ipm"
 
-    def __init__(self, lam, n_workers, beta=1.0):
+    def __init__(self, lam, n_workers, beta=1.0, line_search=False):
+        if line_search:
+            raise ValueError("mix_step='line' needs a dual point (BCFW); parameter mixing has none")
         super().__init__(lam, n_workers, beta)
         self.pending = {}
 
@@ -198,7 +215,7 @@ class ParameterMixing(_Mixing):
         if bound_learner(model) is None:
             self.start = dict(self.pending)
 
-    def apply(self, model, mixed, n_global):
+    def apply(self, model, mixed, n_global, gamma=None):
         lr = bound_learner(model)
         self.pending = mixed
         if lr is not None and mixed and lr.parameters():
@@ -216,5 +233,5 @@ class ParameterMixing(_Mixing):
                 "n": n, "oracle_calls": c.oracle_calls, "exact": False, "regularizer": c.regularizer}
 
 
-def make_mixing(kind, lam, n_workers, beta=1.0):
-    return {"bcfw": BCFWMixing, "ipm": ParameterMixing}[kind](lam, n_workers, beta)
+def make_mixing(kind, lam, n_workers, beta=1.0, line_search=False):
+    return {"bcfw": BCFWMixing, "ipm": ParameterMixing}[kind](lam, n_workers, beta, line_search)

@@ -9,6 +9,7 @@ import numpy as np
 from ..certificate import Certificate
 from ._cut import CutStore
 from ._mix import combine, union_lam
+from ._bcfw import line_step
 
 
 #: job kinds of files written before MEMOIR declared its mixing (``Learner.mixing``)
@@ -26,8 +27,9 @@ class Mixer:
     [[2.0, 2.0], [2.0, 2.0]]
     """
 
-    def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3):
+    def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3, line_search=False):
         self.n_workers = int(n_workers)
+        self.line_search = bool(line_search) and kind == "bcfw"
         self.kind = kind
         self.lam = None if lam is None else float(lam)   # None: lambda follows n (union_lam)
         self.gamma = float(beta) / self.n_workers
@@ -142,13 +144,21 @@ class Mixer:
         return str(self.cuts.part_path(round_id, worker))
 
     # ------------------------------------------------------------------ rounds
-    def mix(self, round_id, n_blocks, *deltas):
-        """``start + (beta/K) sum_k delta_k``; returns the mixed weights to broadcast (the deltas
-        are separate arguments so that Ray hands the workers' objects over directly)."""
-        self.start = combine(self.start, list(deltas), self.gamma)
-        self.n_global = int(sum(n_blocks))
+    def mix(self, round_id, n_blocks, *deltas, loss_deltas=None):
+        """``start + gamma sum_k delta_k`` with gamma = beta/K, or with ``line_search`` the best
+        gamma in [0, 1] for the dual of the union (BCFW, from the workers' ``loss_deltas``; see
+        :func:`streamssvm.distributed._bcfw.line_step`); returns the mixed weights to broadcast
+        and the gamma the workers blend their blocks with (the deltas are separate arguments so
+        that Ray hands the workers' objects over directly)."""
+        n = int(sum(n_blocks))
+        gamma = self.gamma
+        if self.line_search and loss_deltas is not None and None not in loss_deltas:
+            S = combine({}, list(deltas), 1.0)
+            gamma = line_step(self.start, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
+        self.start = combine(self.start, list(deltas), gamma)
+        self.n_global = n
         self.round = int(round_id)
-        return {"round": self.round, "n_global": self.n_global, "weights": self.start,
+        return {"round": self.round, "n_global": self.n_global, "weights": self.start, "gamma": gamma,
                 "bytes": int(sum(a.nbytes for a in self.start.values()))}
 
     def certificate(self, sums):

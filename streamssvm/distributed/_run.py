@@ -130,8 +130,10 @@ class DistributedResult:
 
 
 class _Job:
-    def __init__(self, model, shards, task, kind, n_workers, beta, directory, keep, worker_cpus, job_id):
+    def __init__(self, model, shards, task, kind, n_workers, beta, directory, keep, worker_cpus, job_id,
+                 line_search=False):
         self.template = model
+        self.line_search = bool(line_search)
         self.shards = shards
         self.task = task
         self.kind = kind
@@ -154,9 +156,11 @@ class _Job:
         """Create the mixer and the workers; restore all of them from the newest valid cut."""
         MixerActor = ray.remote(Mixer).options(num_cpus=0, max_restarts=0)
         WorkerActor = ray.remote(Worker).options(num_cpus=self.worker_cpus, max_restarts=0)
-        self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep)
+        self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep,
+                                       self.line_search)
         self.workers = [WorkerActor.remote(k, self.K, self.template.clone(), self.task, self.shards[k], self.kind,
-                                           self.lam, self.beta, self.job_id) for k in range(self.K)]
+                                           self.lam, self.beta, self.job_id, self.line_search)
+                        for k in range(self.K)]
         if self.shards[0]["kind"] == "kafka":
             # a changed number of workers moves the dual blocks with their partitions
             cut = ray.get(self.mixer.regroup.remote([s["partitions"] for s in self.shards]))
@@ -188,7 +192,8 @@ class _Job:
                 for w in self.workers]
         infos = ray.get([o[0] for o in outs])
         t_learn = time.perf_counter() - t0
-        mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs])
+        mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs],
+                                      loss_deltas=[i.get("loss_delta") for i in infos])
         n_global = sum(i["n_blocks"] for i in infos)
         ray.get([w.apply.remote(mixed, n_global) for w in self.workers])
         t_mix = time.perf_counter() - t0 - t_learn
@@ -197,14 +202,15 @@ class _Job:
             sums = [w.block_sums.remote() for w in self.workers]
             cert = ray.get(self.mixer.certificate.remote(ray.get(sums)))
         t_cert = time.perf_counter() - t0 - t_learn - t_mix
-        mix_bytes = ray.get(mixed)["bytes"]
+        got = ray.get(mixed)
+        mix_bytes = got["bytes"]
         seen = sum(i["examples_seen"] for i in infos)
         n_metric = sum(i["metrics"].get("n", 0) for i in infos) if all("n" in i["metrics"] for i in infos) else None
         rec = {"round": r, "examples_seen": seen, "new_examples": sum(i["n_new"] for i in infos),
                "n_blocks": n_global, "time": time.time(), "ended": all(i["ended"] for i in infos),
                "refine_passes": refine_passes, "bytes_up": sum(i["bytes_up"] for i in infos),
                "bytes_down": mix_bytes * self.K, "seconds_learn": t_learn, "seconds_mix": t_mix,
-               "seconds_certificate": t_cert,
+               "seconds_certificate": t_cert, "gamma": got.get("gamma"),
                "workers": [{"worker": i["worker"], "examples_seen": i["examples_seen"], "n_blocks": i["n_blocks"],
                             "round_seconds": i["seconds"], "round_cpu": i["cpu"],
                             "learn_seconds": i["learn_seconds"], "learn_cpu": i["learn_cpu"],
@@ -291,6 +297,10 @@ class RunOptions:
         CoCoA+ local subproblem with sigma' = beta (see :mod:`streamssvm.distributed._bcfw`):
         1 is CoCoA averaging, K is CoCoA+ adding; the mixed point is dual-feasible for every
         beta. For SGD / MEMOIR, 1 is parameter averaging.
+    mix_step
+        ``"fixed"``: gamma = beta / K. ``"line"`` (BCFW): the mixer takes the gamma in [0, 1]
+        that maximizes the dual of the union along the workers' combined step (exact line
+        search; feasible for every gamma, derivation in :mod:`streamssvm.distributed._bcfw`).
     on_round
         ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
     """
@@ -309,6 +319,8 @@ class RunOptions:
         Param("snapshot_every", 1, "int", "rounds between two global certificates", low=1),
         Param("checkpoint_every", 1, "int", "rounds between two consistent cuts", low=1),
         Param("beta", 1.0, "float", "mixing weight, 0 < beta <= workers", low=0.0, low_open=True),
+        Param("mix_step", "fixed", "choice", "BCFW mixing weight: fixed beta/K or an exact line search",
+              choices=("fixed", "line")),
         Param("max_rounds", None, "int", "stop after this many rounds", low=0, none=True),
         Param("idle_timeout", None, "float", "a worker's shard ends after this many idle seconds", low=0.0,
               none=True),
@@ -326,7 +338,8 @@ class RunOptions:
 
     def __init__(self, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
                  round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1,
-                 checkpoint_every=1, beta=1.0, max_rounds=None, idle_timeout=None, max_restarts=3, keep=3,
+                 checkpoint_every=1, beta=1.0, mix_step="fixed", max_rounds=None, idle_timeout=None, max_restarts=3,
+                 keep=3,
                  metrics_path=None, on_round=None, num_cpus=None, progress=False, dead_letter=None,
                  max_bad_fraction=None):
         values = locals()
@@ -405,8 +418,12 @@ def run(model, source, options=None, **kwargs):
         spec["dead_letter"] = None if o.dead_letter is None else str(o.dead_letter)
     if round_seconds is None and shards[0]["kind"] == "kafka" and not shards[0]["stop_at_end"]:
         round_seconds = 10.0   # a live topic: an idle partition must not hold a round open forever
+    if o.mix_step not in ("fixed", "line"):
+        raise ValueError(f"mix_step must be 'fixed' or 'line', got {o.mix_step!r}")
+    if o.mix_step == "line" and kind != "bcfw":
+        raise ValueError("mix_step='line' needs a dual point (BCFW); parameter mixing has none")
     job = _Job(model, shards, task, kind, workers, beta, directory, keep,
-               min(1.0, cpus / workers), job_id)
+               min(1.0, cpus / workers), job_id, line_search=o.mix_step == "line")
     restarts = 0
     history = []
     cert = None

@@ -183,15 +183,18 @@ class Worker:
         Mixing kind (``"bcfw"`` or ``"ipm"``), the model's lambda, the mixing weight beta.
     job_id
         Identity of the job (Kafka commit metadata, so a restarted worker trusts its own offsets).
+    line_search
+        BCFW: report the round's change of the blocks' losses so that the mixer can choose the
+        mixing weight by line search (``mix_step="line"``).
     """
 
-    def __init__(self, index, n_workers, model, task, shard, kind, lam, beta, job_id="job"):
+    def __init__(self, index, n_workers, model, task, shard, kind, lam, beta, job_id="job", line_search=False):
         self.index = int(index)
         self.n_workers = int(n_workers)
         self.task = task
         self.kind = kind
         self.model = model
-        self.mixing = make_mixing(kind, lam, n_workers, beta)
+        self.mixing = make_mixing(kind, lam, n_workers, beta, line_search)
         self.metrics = ProgressiveMetrics(task)
         self.examples_seen = 0
         self.bad_records = 0
@@ -299,6 +302,7 @@ class Worker:
                 "examples_seen": self.examples_seen, "ended": self.ended, "seconds": time.perf_counter() - t0,
                 "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
                 "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
+                "loss_delta": self.mixing.loss_delta(self.model),
                 "bad_records": self.bad_records, "bad_at_source": self.n_bad_at_source, "position": self.position}
         return info, delta
 
@@ -311,7 +315,7 @@ class Worker:
     def apply(self, mixed, n_global):
         """Install the mixed weights (and blend the dual blocks) broadcast by the mixer."""
         self.n_global = int(n_global)
-        self.mixing.apply(self.model, mixed["weights"], self.n_global)
+        self.mixing.apply(self.model, mixed["weights"], self.n_global, mixed.get("gamma"))
         return True
 
     def block_sums(self):
@@ -327,6 +331,14 @@ class Worker:
 
     def ping(self):
         return self.index
+
+    def node_id(self):
+        """The Ray node this worker runs on (placement checks; "" outside Ray)."""
+        try:
+            import ray
+            return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+        except Exception:  # noqa: BLE001 - not inside a Ray worker
+            return ""
 
     def close(self):
         self.source.close()
