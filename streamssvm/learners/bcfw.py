@@ -84,8 +84,11 @@ class BCFW(DenseWeights, Learner):
         Keep the weighted average of the iterates (weights proportional to the step index,
         Lacoste-Julien et al. 2013; kept lazily at the cost of the sparse update) and predict
         with it (default True). The certificate then certifies the averaged weights, with the
-        better of the current and the averaged dual point. The window restarts when a block
-        is evicted (the averaged dual must stay feasible for the blocks held).
+        better of the current and the averaged dual point. An evicted block takes its own part
+        of the average with it (each block keeps the weighted sum of its statistic's moves, as
+        many floats as its statistic, ``_kernels/layout.py``), so the averaged dual point stays
+        feasible for the blocks held and the average survives evictions, at O(nnz) per
+        eviction.
     rescaling
         ``"margin"`` (H_i = max_y Delta - <w, psi>) or ``"slack"`` (H_i = max_y Delta (1 - <w, psi>),
         Choi, Meshi & Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS
@@ -183,7 +186,7 @@ class BCFW(DenseWeights, Learner):
         structure.check_rescaling(self.rescaling)
         self.store = BlockStore(structure, Kc, pool, self.window, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack,
-                                sparse=self.chain_stats == "sparse")
+                                sparse=self.chain_stats == "sparse", avg=bool(self.averaging))
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
         self._seed_base = int(self._rng.integers(2**31 - 1))
@@ -388,8 +391,8 @@ class BCFW(DenseWeights, Learner):
 
     # ------------------------------------------------------------------ averaging
     def _avg_restart(self):
-        """Start a new averaging window (at bind, and when a block is evicted: the averaged
-        dual point must stay feasible for the blocks now held)."""
+        """Start a new averaging window (at bind, when lambda is set, after a distributed
+        merge): Z, the loss accumulator and every held block's accumulator back to 0."""
         if not self.averaging:
             self._avg_t0 = -1
             return
@@ -397,6 +400,8 @@ class BCFW(DenseWeights, Learner):
         for a in (self._Z.E, self._Z.T, self._Z.B):
             a[...] = 0.0
         self._facc[1] = 0.0
+        if self.store.n and self.store.avg:
+            K.clear_average(self._model_bundle(), self.store.arena())
         self._avg_cache = self._pred_cache = None
 
     def averaged_u(self):
@@ -442,12 +447,17 @@ class BCFW(DenseWeights, Learner):
 
     def _evict(self, slot):
         st = self.store
-        K.block_u(KB.model(self.structure, self._K, self.W.Kc, self._C), self.W.bundle(), st.arena(), int(slot),
-                  -1.0, self._dbuf_for(st.meta[slot, K.M_L]), self._slack)
+        model = KB.model(self.structure, self._K, self.W.Kc, self._C)
+        K.block_u(model, self.W.bundle(), st.arena(), int(slot), -1.0, self._dbuf_for(st.meta[slot, K.M_L]),
+                  self._slack)
+        if self._avg_t0 >= 0:
+            # the block's part of the averaged iterate leaves with it (the kernels' avg_remove);
+            # a block without an accumulator stops averaging until learn() restarts it
+            Z = self._Z
+            if not K.evict_average(model, (int(self._avg_t0), Z.E, Z.T, Z.B, self._facc), st.arena(), int(slot),
+                                   self._slack):
+                self._avg_t0 = -1
         st.remove(int(slot))
-        # the averaged dual point is no longer feasible: averaging stops and restarts after
-        # the current learn() call (the same semantics as learn_batch)
-        self._avg_t0 = -1
         self._avg_cache = self._pred_cache = None
 
     def _dbuf_for(self, L):
@@ -515,7 +525,7 @@ class BCFW(DenseWeights, Learner):
         self._steps_since_full += tick - self._tick
         self._tick = tick
         st.after_kernel_insert(victims, out[0])
-        if out[1] > 0:
+        if out[1] > 0 and out[2] < 0:   # an eviction while not averaging (a merged state): start now
             self._avg_restart()
         self.n_learned += m
         if self._settle is not None:
@@ -545,7 +555,7 @@ class BCFW(DenseWeights, Learner):
         self._steps_since_full += tick - self._tick
         self._tick = tick
         st.after_learn_one(out[0], victim)
-        if victim >= 0 and self.averaging:
+        if victim >= 0 and self.averaging and out[2] < 0:   # an eviction while not averaging: start now
             self._avg_restart()
         if self.counters[K.C_TFULL] != self._tfull_seen:
             self._grow_flagged()
@@ -825,6 +835,12 @@ class BCFW(DenseWeights, Learner):
         self._ws = Workspace(structure)
         self._mark = np.zeros(self.W.E.shape[0])
         self._constants()
+        if self.store.avg != bool(self.averaging):
+            # a file written before the blocks kept averaging accumulators: they get one, and the
+            # averaging window restarts here (the old Z has no per-block split to remove at eviction)
+            self.store.avg = bool(self.averaging)
+            self.store.compact()
+            self._avg_restart()
 
     # ------------------------------------------------------------------ parameter mixing
     # (Learner.parameters; used by streamssvm.distributed, derivation in distributed/_bcfw.py)
