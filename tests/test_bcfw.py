@@ -453,17 +453,18 @@ def _chain_records(n, seed=0, tags=6):
 
 _EVICTING = {
     "multiclass-fifo": (lambda: ss.MulticlassSSVM(labels=[0, 1, 2], learner=ss.learners.BCFW(
-        lam=0.1, replay=0, window=4, gap_every=None)), _mc_records),
+        lam=0.1, replay=0, window=4, gap_every=None, evicted_average="keep")), _mc_records),
     "multiclass-slack": (lambda: ss.MulticlassSSVM(labels=[0, 1, 2], learner=ss.learners.BCFW(
-        lam=0.1, replay=0, window=4, gap_every=None, rescaling="slack")), _mc_records),
+        lam=0.1, replay=0, window=4, gap_every=None, evicted_average="keep", rescaling="slack")), _mc_records),
     "multiclass-reservoir-away": (lambda: ss.MulticlassSSVM(labels=[0, 1, 2], learner=ss.learners.BCFW(
-        lam=0.1, replay=0, window=4, gap_every=None, eviction="reservoir", step="away")), _mc_records),
+        lam=0.1, replay=0, window=4, gap_every=None, evicted_average="keep", eviction="reservoir",
+        step="away")), _mc_records),
     "chain-sparse-pairwise": (lambda: ss.SequenceTagger(learner=ss.learners.BCFW(
-        lam=0.1, replay=0, window=4, gap_every=None, step="pairwise")), _chain_records),
+        lam=0.1, replay=0, window=4, gap_every=None, evicted_average="keep", step="pairwise")), _chain_records),
     "chain-dense": (lambda: ss.SequenceTagger(learner=ss.learners.BCFW(
-        lam=0.1, replay=0, window=4, gap_every=None, chain_stats="dense")), _chain_records),
+        lam=0.1, replay=0, window=4, gap_every=None, evicted_average="keep", chain_stats="dense")), _chain_records),
     "chain-max-bytes": (lambda: ss.SequenceTagger(learner=ss.learners.BCFW(
-        lam=0.1, replay=0, window=None, max_bytes=4096, gap_every=None)), _chain_records),
+        lam=0.1, replay=0, window=None, max_bytes=4096, gap_every=None, evicted_average="keep")), _chain_records),
 }
 
 
@@ -479,7 +480,8 @@ def test_averaging_survives_evictions(case):
 
 
 def _evicting_chain_model():
-    return ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, replay=1, window=4, gap_every=None, seed=0))
+    return ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, replay=1, window=4, gap_every=None, seed=0,
+                                                      evicted_average="keep"))
 
 
 def test_averaging_accumulators_round_trip(tmp_path):
@@ -536,7 +538,8 @@ def test_averaged_certificate_after_evictions_is_a_valid_bound():
     dual value (the certificate's ``dual_averaged``) is at most the optimum of their problem,
     bounded by refining a copy to a gap of 1e-3, and the averaged weights' primal at least it."""
     import copy
-    m = ss.MulticlassSSVM(labels=[0, 1, 2], learner=ss.learners.BCFW(lam=0.1, replay=1, window=6, gap_every=None))
+    m = ss.MulticlassSSVM(labels=[0, 1, 2], learner=ss.learners.BCFW(lam=0.1, replay=1, window=6, gap_every=None,
+                                                                      evicted_average="keep"))
     for x, y in _mc_records(40):
         m.learn_one(x, y)
     assert m._learner.store.evicted >= 30 and m._learner._avg_t0 == 0
@@ -551,3 +554,16 @@ def test_averaged_certificate_after_evictions_is_a_valid_bound():
     assert co.gap <= 1e-3
     assert d_avg <= co.primal + 1e-9 and c.primal >= co.dual - 1e-9
     assert c.raw_gap >= -1e-9
+
+
+def test_evicted_average_restart_is_the_default_and_keeps_no_accumulators():
+    """By default an eviction restarts the averaging window (the blocks keep no accumulator: the
+    store's layout and memory are those of a learner without them)."""
+    from streamssvm._kernels import bcfw as K
+    m = ss.MulticlassSSVM(labels=[0, 1, 2], learner=ss.learners.BCFW(lam=0.1, window=4))
+    for x, y in _mc_records(10):
+        m.learn_one(x, y)
+    lr = m._learner
+    assert lr.evicted_average == "restart" and not lr.store.avg
+    assert not any(lr.store.meta[j, K.M_FLAGS] & K.FLAG_AVG for j in lr.store.slots())
+    assert lr.store.evicted == 6 and lr._avg_t0 > 0

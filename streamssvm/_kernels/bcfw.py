@@ -31,9 +31,9 @@ from .chainsparse import (
     SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
 )
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
-    FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE, M_IOFF,
-    M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, avg_view, block_stat_len, block_views, gram_len, n_index,
-    pairs_pos,
+    FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
+    M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, avg_view, block_stat_len, block_views,
+    gram_len, n_index, pairs_pos,
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2

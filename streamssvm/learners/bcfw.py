@@ -84,11 +84,20 @@ class BCFW(DenseWeights, Learner):
         Keep the weighted average of the iterates (weights proportional to the step index,
         Lacoste-Julien et al. 2013; kept lazily at the cost of the sparse update) and predict
         with it (default True). The certificate then certifies the averaged weights, with the
-        better of the current and the averaged dual point. An evicted block takes its own part
-        of the average with it (each block keeps the weighted sum of its statistic's moves, as
-        many floats as its statistic, ``_kernels/layout.py``), so the averaged dual point stays
-        feasible for the blocks held and the average survives evictions, at O(nnz) per
-        eviction.
+        better of the current and the averaged dual point. See ``evicted_average`` for what an
+        eviction does to it.
+    evicted_average
+        What an eviction does to the average (the averaged dual point must stay feasible for
+        the blocks held). ``"restart"`` (the default): the averaging window restarts, so once
+        the store is full the average covers only the steps since the last eviction (about the
+        current iterate) and each restart zeroes the O(features) accumulator. ``"keep"``: every
+        block keeps the weighted sum of its own moves (as many floats as its statistic,
+        ``_kernels/layout.py``) and takes its part of the average with it when evicted, at
+        O(nnz): the average of the iterates restricted to the blocks held, exactly, since the
+        start. Measured past the window (``bench/results/evicted_average.md``): ``"keep"`` is 8x
+        cheaper per record than ``"restart"`` but predicts far worse (the held blocks' past
+        iterates were fitted together with blocks since evicted, and the weights favour the
+        oldest held blocks), hence not the default.
     rescaling
         ``"margin"`` (H_i = max_y Delta - <w, psi>) or ``"slack"`` (H_i = max_y Delta (1 - <w, psi>),
         Choi, Meshi & Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS
@@ -149,6 +158,8 @@ class BCFW(DenseWeights, Learner):
         Param("gap_every", 10.0, "float", "effective passes between full exact gap passes (None: never)",
               low=0.0, low_open=True, none=True),
         Param("averaging", True, "bool", "predict with the weighted average of the iterates"),
+        Param("evicted_average", "restart", "choice", "at an eviction: restart the average, or keep it "
+              "(each block takes its own part with it)", choices=("restart", "keep")),
         Param("rescaling", "margin", "choice", "margin or slack rescaling of the loss",
               choices=("margin", "slack")),
         Param("chain_stats", "sparse", "choice", "chain blocks' transition statistic: sparse list or "
@@ -163,7 +174,8 @@ class BCFW(DenseWeights, Learner):
 
     def __init__(self, *, lam=None, replay=1, sampling="gap", step="fw", cache=False, cache_size=50,
                  cache_F=0.25, cache_nu=0.01, window=100_000, max_bytes=None, eviction="fifo",
-                 gap_every=10.0, averaging=True, rescaling="margin", chain_stats="sparse", seed=0, **kwargs):
+                 gap_every=10.0, averaging=True, evicted_average="restart", rescaling="margin", chain_stats="sparse",
+                 seed=0, **kwargs):
         self._set_params(locals())
         if self.rescaling == "slack" and (self.step != "fw" or self.cache):
             raise ValueError("rescaling='slack' supports step='fw' without cache so far "
@@ -186,7 +198,7 @@ class BCFW(DenseWeights, Learner):
         structure.check_rescaling(self.rescaling)
         self.store = BlockStore(structure, Kc, pool, self.window, self.max_bytes, self.eviction,
                                 seed=self.seed, slack=self._slack,
-                                sparse=self.chain_stats == "sparse", avg=bool(self.averaging))
+                                sparse=self.chain_stats == "sparse", avg=self._keeps_average)
         self._C = structure.cost_matrix(Kc, labels)
         self._rng = np.random.default_rng(self.seed)
         self._seed_base = int(self._rng.integers(2**31 - 1))
@@ -207,6 +219,11 @@ class BCFW(DenseWeights, Learner):
         self._bound = True
         self._constants()
         self._avg_restart()
+
+    @property
+    def _keeps_average(self):
+        """The blocks keep averaging accumulators (``evicted_average="keep"``)."""
+        return bool(self.averaging) and self.evicted_average == "keep"
 
     def _constants(self):
         """Plain-Python copies of the configuration for the per-example fast path."""
@@ -835,10 +852,11 @@ class BCFW(DenseWeights, Learner):
         self._ws = Workspace(structure)
         self._mark = np.zeros(self.W.E.shape[0])
         self._constants()
-        if self.store.avg != bool(self.averaging):
-            # a file written before the blocks kept averaging accumulators: they get one, and the
-            # averaging window restarts here (the old Z has no per-block split to remove at eviction)
-            self.store.avg = bool(self.averaging)
+        if self.store.avg != self._keeps_average:
+            # a file written before the blocks kept averaging accumulators (or with the other
+            # evicted_average): the blocks get one (or lose it) and the averaging window restarts
+            # here (the old Z has no per-block split to remove at eviction)
+            self.store.avg = self._keeps_average
             self.store.compact()
             self._avg_restart()
 
