@@ -567,3 +567,24 @@ def test_evicted_average_restart_is_the_default_and_keeps_no_accumulators():
     assert lr.evicted_average == "restart" and not lr.store.avg
     assert not any(lr.store.meta[j, K.M_FLAGS] & K.FLAG_AVG for j in lr.store.slots())
     assert lr.store.evicted == 6 and lr._avg_t0 > 0
+
+
+def test_full_fifo_restart_skips_zeroing_a_clean_average():
+    """Issue 26.12's cost: past the window every record restarts the average, and each restart
+    zeroed O(features) arrays that were already 0 (the eviction comes before the record's
+    steps, which are then not averaged). The restart now skips the zeroing when no step was
+    averaged since the last one; the results are those of zeroing every time, to the bit."""
+    def run(force):
+        m = ss.MulticlassSSVM(labels=[0, 1, 2], learner=ss.learners.BCFW(lam=0.1, replay=1, window=5, seed=0))
+        preds, clean = [], []
+        for x, y in _mc_records(40):
+            preds.append(m.predict_one(x))
+            if force and m._learner is not None:
+                m._learner._z_dirty = True
+            m.learn_one(x, y)
+            lr = m._learner
+            clean.append(not lr._z_dirty and not (lr._Z.E.any() or lr._Z.T.any() or lr._Z.B.any()))
+        return preds, clean, m._learner
+    (pa, clean, la), (pb, _, lb) = run(False), run(True)
+    assert pa == pb and np.array_equal(la.W.E, lb.W.E) and np.array_equal(la._Z.E, lb._Z.E)
+    assert all(clean[10:]) and la.store.evicted == 35
