@@ -89,17 +89,17 @@ class BCFW(DenseWeights, Learner):
     evicted_average
         What an eviction does to the average (the averaged dual point must stay feasible for
         the blocks held). ``"restart"`` (the default): the averaging window restarts, so once
-        the store is full the average covers only the steps since the last eviction (about the
-        current iterate) and each restart zeroes the O(features) accumulator. ``"keep"``: every
-        block keeps the weighted sum of its own moves (as many floats as its statistic,
-        ``_kernels/layout.py``) and takes its part of the average with it when evicted, at
-        O(nnz): the average of the iterates restricted to the blocks held, exactly, since the
-        start. Measured past the window, ``"keep"`` costs 82 instead of 676 us CPU per record
-        (200k records, one new feature each, window 180k) but predicts far worse: OCR letters
-        streamed with a 5,000 window, test accuracy 0.04 (``"keep"``) vs 0.48 (``"restart"``,
-        the same as ``averaging=False``); 0.77 with a window holding the whole stream. The held
-        blocks' past iterates were fitted together with blocks since evicted, and the weights
-        favour the oldest held blocks. Hence not the default.
+        a FIFO store is full the average covers only the steps since the last eviction (about
+        the current iterate; a restart with nothing averaged since the last one costs O(1)).
+        ``"keep"``: every block keeps the weighted sum of its own moves (as many floats as its
+        statistic, ``_kernels/layout.py``) and takes its part of the average with it when
+        evicted, at O(nnz): exactly the average of the iterates restricted to the blocks held,
+        since the start. Measured, it predicts far worse past the window: OCR letters streamed
+        with a 5,000 window, test accuracy 0.04 (``"keep"``) vs 0.48 (``"restart"``, the same
+        as ``averaging=False``; 0.77 with a window holding the whole stream); 200k synthetic
+        records with a 180k window, progressive accuracy past it 0.12 vs 0.37. The held blocks'
+        past iterates were fitted together with blocks since evicted, and the weights favour
+        the oldest held blocks. Hence not the default.
     rescaling
         ``"margin"`` (H_i = max_y Delta - <w, psi>) or ``"slack"`` (H_i = max_y Delta (1 - <w, psi>),
         Choi, Meshi & Srebro, Fast and scalable structural SVM with slack rescaling, AISTATS
