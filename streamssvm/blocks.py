@@ -178,7 +178,7 @@ class BlockStore:
     gram_max_L = None
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
-                 seed=None, slack=False, sparse=False, tcap_factor=None, dense_rows=True):
+                 seed=None, slack=False, sparse=False, tcap_factor=None, dense_rows=True, avg=False):
         if eviction not in _EVICTION:
             raise ValueError(f"eviction must be one of {_EVICTION}, got {eviction!r}")
         if capacity is not None and int(capacity) < 1:
@@ -196,6 +196,7 @@ class BlockStore:
         self.sparse = bool(sparse) and self.kind == CHAIN
         self.dense_rows = bool(dense_rows) and self.kind == MULTICLASS
         self.tcap_factor = int(TCAP_FACTOR if tcap_factor is None else tcap_factor)
+        self.avg = bool(avg)   # blocks keep an averaging accumulator (``layout.FLAG_AVG``)
         if self.tcap_factor < 1:
             raise ValueError(f"tcap_factor must be a positive integer, got {tcap_factor!r}")
         self._rng = np.random.default_rng(seed)
@@ -368,7 +369,8 @@ class BlockStore:
             isz = isz + 2 + 2 * tcap
         else:
             tcap = 0
-        fsz = nnz + np.where(gram, L * L, 0) + self.stat_len(L, tcap, Kc) + self.pool_cap
+        ss = self.stat_len(L, tcap, Kc)
+        fsz = nnz + np.where(gram, L * L, 0) + ss + self.pool_cap + (ss + 1 if self.avg else 0)
         return isz, fsz, lablen
 
     # ------------------------------------------------------------------ add / remove
@@ -431,15 +433,15 @@ class BlockStore:
         and appends it to the alive list). ``fidx``: the row's feature indices (a one-token
         row may then be kept dense, see ``dense_rows``). Returns the slot."""
         pc = self.pool_cap
-        flags = CS.FLAG_SPARSE if self.sparse else 0
+        flags = (CS.FLAG_SPARSE if self.sparse else 0) | (KL.FLAG_AVG if self.avg else 0)
         nidx = nnz
         if self.dense_rows and L == 1 and fidx is not None and len(fidx):
             span = dense_row_span(fidx, 0, len(fidx))
             if span > 0:
-                nnz, nidx, flags = span, 0, FLAG_DENSE_ROW
+                nnz, nidx, flags = span, 0, FLAG_DENSE_ROW | (flags & KL.FLAG_AVG)
         if not self.stores_gram(int(L)):
             flags |= KL.FLAG_NO_GRAM
-        key = (L, nnz, ly, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L)
+        key = (L, nnz, ly, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L, self.avg)
         sizes = self._sizes.get(key)
         if sizes is None:   # one entry per record shape and layout (a stream has few)
             if len(self._sizes) > 4096:
@@ -573,7 +575,7 @@ class BlockStore:
         tcap = (isz - (kp - io) - 2) // 2 if self.sparse else 0
         ss = self.stat_len(L, tcap)
         s0 = fo + nnz + gl
-        Fa[s0:s0 + ss + self.pool_cap] = 0.0
+        Fa[s0:s0 + ss + self.pool_cap + (ss + 1 if self.avg else 0)] = 0.0   # with the averaging accumulator
         if self.sparse:
             I[kp:kp + 2] = (0, tcap)
             if not self.slack:
@@ -594,7 +596,8 @@ class BlockStore:
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_L], m[K.M_NNZ], m[K.M_LY] = io, fo, L, nnz, ly
         m[K.M_KI], m[K.M_PCAP], m[K.M_PN], m[K.M_LABLEN] = max(int(Ki), 1), self.pool_cap, pn, lablen
         m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
-        m[K.M_FLAGS] = (CS.FLAG_SPARSE if self.sparse else 0) | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
+        m[K.M_FLAGS] = ((CS.FLAG_SPARSE if self.sparse else 0) | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
+                        | (KL.FLAG_AVG if self.avg else 0))
         self.i_used += isz
         self.f_used += fsz
         self.i_live += isz
@@ -683,7 +686,7 @@ class BlockStore:
         M[slots, K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
         if dense is not None:
             M[slots[dense], K.M_FLAGS] = FLAG_DENSE_ROW
-        M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L), 0, KL.FLAG_NO_GRAM)
+        M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L), 0, KL.FLAG_NO_GRAM) | (KL.FLAG_AVG if self.avg else 0)
         batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
         K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M), slots, batch, np.asarray(ys, dtype=np.int32), mark,
@@ -811,22 +814,36 @@ class BlockStore:
         return True
 
     def _pairs(self, j):
-        """The transition part of block j's statistic as (pairs (n, 2), counts (n,)), non-zero
-        counts only (either layout)."""
+        """The transition part of block j's statistic as (pairs (n, 2), counts (n,), their
+        averaging accumulator (n,) or None), the pairs whose count or accumulator is non-zero
+        (either layout)."""
         m = self.meta[j]
         L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
         s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
         Kc = self.Kc
+        z0 = self._avg_pos(j)
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             kp = self._kpos(j)
             tn = int(self.Iar[kp])
             pairs = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
             vals = self.Far[s0 + L * Kc + 2 * Kc:s0 + L * Kc + 2 * Kc + tn]
-            nz = vals != 0.0
-            return pairs[nz], vals[nz].copy()
+            zv = None if z0 < 0 else self.Far[z0 + L * Kc + 2 * Kc:z0 + L * Kc + 2 * Kc + tn]
+            nz = (vals != 0.0) if zv is None else (vals != 0.0) | (zv != 0.0)
+            return pairs[nz], vals[nz].copy(), None if zv is None else zv[nz].copy()
         TM = self.Far[s0 + L * Kc:s0 + L * Kc + Kc * Kc].reshape(Kc, Kc)
-        a, b = np.nonzero(TM)
-        return np.stack([a, b], axis=1).astype(np.int64), TM[a, b].copy()
+        ZM = None if z0 < 0 else self.Far[z0 + L * Kc:z0 + L * Kc + Kc * Kc].reshape(Kc, Kc)
+        a, b = np.nonzero(TM if ZM is None else (TM != 0.0) | (ZM != 0.0))
+        return np.stack([a, b], axis=1).astype(np.int64), TM[a, b].copy(), None if ZM is None else ZM[a, b].copy()
+
+    def _avg_pos(self, j):
+        """Offset in Far of block j's averaging accumulator (``layout.avg_view``), -1 if none."""
+        m = self.meta[j]
+        if not int(m[K.M_FLAGS]) & KL.FLAG_AVG:
+            return -1
+        L = int(m[K.M_L])
+        ss = (L * self.Kc + 2 * self.Kc + int(self.Iar[self._kpos(j) + 1]) if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE
+              else int(self.structure.stat_size(L, self.Kc)))
+        return int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m) + ss + int(m[K.M_PCAP])
 
     def _kpos(self, j):
         """Offset in Iar of block j's pair list (``_kernels/layout.py``)."""
@@ -840,7 +857,8 @@ class BlockStore:
         lablen = self.structure.labeling_len(L, Kc)
         isz = L + 1 + _nidx(m) + ly + self.pool_cap * lablen
         if not (to_sparse and self.kind == CHAIN):
-            return isz, nnz + _gram_len(m) + self.structure.stat_size(L, Kc) + self.pool_cap, 0
+            ss = self.structure.stat_size(L, Kc)
+            return isz, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), 0
         npairs = len(self._pairs(j)[1])
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             tcap = int(self.Iar[self._kpos(j) + 1])
@@ -851,7 +869,8 @@ class BlockStore:
         else:
             tcap = int(self.tcap0(L, Kc))
         tcap = max(min(tcap, Kc * Kc), npairs)
-        return isz + 2 + 2 * tcap, nnz + _gram_len(m) + L * Kc + 2 * Kc + tcap + self.pool_cap, tcap
+        ss = L * Kc + 2 * Kc + tcap
+        return isz + 2 + 2 * tcap, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), tcap
 
     def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap):
         """Write block j (read from the current arenas and layout) at offsets io / fo of Inew /
@@ -864,7 +883,8 @@ class BlockStore:
         oio, ofo, olab = int(m[K.M_IOFF]), int(m[K.M_FOFF]), int(m[K.M_LABLEN])
         pcap = int(m[K.M_PCAP])
         old_sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
-        pairs, vals = self._pairs(j) if (old_sparse or to_sparse) else (None, None)
+        pairs, vals, zvals = self._pairs(j) if (old_sparse or to_sparse) else (None, None, None)
+        oz0 = self._avg_pos(j)
         head = L + 1 + _nidx(m) + ly
         Inew[io:io + head] = self.Iar[oio:oio + head]
         lablen = struct.labeling_len(L, Kc)
@@ -878,17 +898,23 @@ class BlockStore:
         os0, ns0 = ofo + nnz + gl, fo + nnz + gl
         oss = (L * oldKc + 2 * oldKc + int(self.Iar[self._kpos(j) + 1]) if old_sparse
                else struct.stat_size(L, oldKc))
-        ost = self.Far[os0:os0 + oss]
         isz = head + pcap * lablen
+        nss = L * Kc + 2 * Kc + tcap if to_sparse else struct.stat_size(L, Kc)
+        # the statistic, then (when the store averages) the averaging accumulator laid out the same
+        # way after the pool alpha; a block that had none (a file of an older version) starts at 0
+        nz0 = ns0 + nss + pcap
+        for src, dst, pv in ((os0, ns0, vals), (oz0, nz0 if self.avg else -1, zvals)):
+            if dst < 0:
+                continue
+            if src < 0:
+                Fnew[dst:dst + nss + 1] = 0.0
+                continue
+            self._copy_stat(L, oldKc, Kc, self.Far[src:src + oss], Fnew[dst:dst + nss], old_sparse, to_sparse,
+                            pairs, pv)
+            if dst == nz0:
+                Fnew[nz0 + nss] = self.Far[src + oss]   # zl
         if to_sparse:
-            nss = L * Kc + 2 * Kc + tcap
-            nst = Fnew[ns0:ns0 + nss]
-            nst[:] = 0.0
-            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
-            ob = L * oldKc if old_sparse else L * oldKc + oldKc * oldKc
-            nst[L * Kc:L * Kc + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[ob:ob + 2 * oldKc].reshape(2, oldKc)
             n = len(vals)
-            nst[L * Kc + 2 * Kc:L * Kc + 2 * Kc + n] = vals
             kp = io + isz
             Inew[kp:kp + 2] = (n, tcap)
             Inew[kp + 2:kp + 2 + 2 * tcap] = 0
@@ -896,25 +922,35 @@ class BlockStore:
             isz += 2 + 2 * tcap
             flags = (int(m[K.M_FLAGS]) & ~CS.FLAG_TFULL) | CS.FLAG_SPARSE
         else:
-            nss = struct.stat_size(L, Kc)
-            nst = Fnew[ns0:ns0 + nss]
-            if old_sparse:
-                nst[:] = 0.0
-                nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
-                nst[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)[pairs[:, 0], pairs[:, 1]] = vals
-                o2 = L * Kc + Kc * Kc
-                nst[o2:o2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[L * oldKc:L * oldKc + 2 * oldKc].reshape(2, oldKc)
-            elif oldKc == Kc:
-                nst[:] = ost
-            else:
-                nst[:] = 0.0
-                struct.relayout_stat(L, oldKc, Kc, ost, nst)
             flags = int(m[K.M_FLAGS]) & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE)
+        flags = (flags | KL.FLAG_AVG) if self.avg else (flags & ~KL.FLAG_AVG)
         Fnew[ns0 + nss:ns0 + nss + pcap] = self.Far[os0 + oss:os0 + oss + pcap]
-        fsz = nnz + gl + nss + pcap
+        fsz = nnz + gl + nss + pcap + (nss + 1 if self.avg else 0)
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_LABLEN] = io, fo, lablen
         m[K.M_ISIZE], m[K.M_FSIZE], m[K.M_FLAGS] = isz, fsz, flags
         return isz, fsz
+
+    def _copy_stat(self, L, oldKc, Kc, ost, nst, old_sparse, to_sparse, pairs, vals):
+        """Write statistic ``ost`` (capacity oldKc, sparse or dense layout) into ``nst`` at
+        capacity Kc in the target layout; ``pairs`` / ``vals``: its transition entries kept
+        (:meth:`_pairs`) when either layout is sparse."""
+        if to_sparse:
+            nst[:] = 0.0
+            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+            ob = L * oldKc if old_sparse else L * oldKc + oldKc * oldKc
+            nst[L * Kc:L * Kc + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[ob:ob + 2 * oldKc].reshape(2, oldKc)
+            nst[L * Kc + 2 * Kc:L * Kc + 2 * Kc + len(vals)] = vals
+        elif old_sparse:
+            nst[:] = 0.0
+            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+            nst[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)[pairs[:, 0], pairs[:, 1]] = vals
+            o2 = L * Kc + Kc * Kc
+            nst[o2:o2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[L * oldKc:L * oldKc + 2 * oldKc].reshape(2, oldKc)
+        elif oldKc == Kc:
+            nst[:] = ost
+        else:
+            nst[:] = 0.0
+            self.structure.relayout_stat(L, oldKc, Kc, ost, nst)
 
     def grow_flagged(self):
         """Move every sparse block flagged ``FLAG_TFULL`` (a step found no room for its new tag
@@ -968,7 +1004,7 @@ class BlockStore:
             return self.Far[s0:s0 + self.structure.stat_size(L, Kc)].copy()
         out = np.zeros(self.structure.stat_size(L, Kc))
         out[:L * Kc] = self.Far[s0:s0 + L * Kc]
-        pairs, vals = self._pairs(slot)
+        pairs, vals, _ = self._pairs(slot)
         np.add.at(out[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc), (pairs[:, 0], pairs[:, 1]), vals)
         out[L * Kc + Kc * Kc:] = self.Far[s0 + L * Kc:s0 + L * Kc + 2 * Kc]
         return out
@@ -1092,7 +1128,7 @@ class BlockStore:
             "kind": self.kind, "Kc": self.Kc, "pool_cap": self.pool_cap,
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
-            "sparse": self.sparse, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows,
+            "sparse": self.sparse, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
             "seen": self._seen, "evicted": self._evicted, "n": self._n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
@@ -1112,7 +1148,8 @@ class BlockStore:
         validate_store_state(st, structure, n_rows)
         bs = cls(structure, st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"],
                  slack=bool(st.get("slack", False)), sparse=bool(st.get("sparse", False)),
-                 tcap_factor=int(st.get("tcap_factor", TCAP_FACTOR)), dense_rows=bool(st.get("dense_rows", True)))
+                 tcap_factor=int(st.get("tcap_factor", TCAP_FACTOR)), dense_rows=bool(st.get("dense_rows", True)),
+                 avg=bool(st.get("avg", False)))   # files before the averaging accumulators: none
         ns = int(st["n_slots"])
         n = int(st["n"])
         bs._grow_slots(max(ns, 1))

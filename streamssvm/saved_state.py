@@ -63,6 +63,7 @@ def validate_store_state(st, structure, n_rows=None):
         pool_cap, tree_size, max_L = int(st["pool_cap"]), int(st["tree_size"]), int(st["max_L"])
         # an absent tcap_factor (older files) takes the store's default, which is in range
         sparse, tcap_factor = bool(st.get("sparse", False)), int(st.get("tcap_factor", 1))
+        avg = bool(st.get("avg", False))   # blocks with an averaging accumulator (absent: older files)
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         _fail(f"{type(e).__name__}: {e}")
     if sparse and int(structure.kind) != CHAIN:
@@ -120,9 +121,10 @@ def validate_store_state(st, structure, n_rows=None):
         if not (0 <= io and 0 <= fo and 1 <= L <= max_L and 0 <= nnz and 0 <= ly and 1 <= Ki
                 and pcap == pool_cap and 0 <= pn <= pcap and 0 <= lablen):
             _fail(f"slot {s}: block sizes are inconsistent ({meta[s].tolist()})")
-        if bool(flags & CS.FLAG_SPARSE) != sparse or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL
-                                                                | FLAG_DENSE_ROW | K.FLAG_NO_GRAM):
-            _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse})")
+        if (bool(flags & CS.FLAG_SPARSE) != sparse or bool(flags & K.FLAG_AVG) != avg
+                or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL | FLAG_DENSE_ROW | K.FLAG_NO_GRAM
+                             | K.FLAG_AVG)):
+            _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse}, avg={avg})")
         dense = bool(flags & FLAG_DENSE_ROW)
         if dense and (int(structure.kind) != MULTICLASS or L != 1):
             _fail(f"slot {s}: a dense row is for one-token multiclass blocks (L={L})")
@@ -141,9 +143,10 @@ def validate_store_state(st, structure, n_rows=None):
             if not 0 <= tn <= tcap <= Kc * Kc:
                 _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
             need_i += 2 + 2 * tcap
-            need_f = nnz + gl + L * Kc + 2 * Kc + tcap + pool_cap
+            ss = L * Kc + 2 * Kc + tcap
         else:
-            need_f = nnz + gl + int(structure.stat_size(L, Kc)) + pool_cap
+            ss = int(structure.stat_size(L, Kc))
+        need_f = nnz + gl + ss + pool_cap + (ss + 1 if avg else 0)
         if lablen != want_lab or isz != need_i or fsz != need_f:
             _fail(f"slot {s}: segment sizes {isz}/{fsz} (labeling length {lablen}) do not match the block "
                   f"({need_i}/{need_f}, {want_lab})")

@@ -28,11 +28,12 @@ from .chain import chain_trans_sqnorm
 from .common import emission_sqnorm_tokens, write_dense_row
 from .multiclass import mc_stat_apply2
 from .chainsparse import (
-    sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
+    SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
 )
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
-    FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE, M_IOFF,
-    M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, block_stat_len, block_views, gram_len, n_index, pairs_pos,
+    FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
+    M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, avg_view, block_stat_len, block_views,
+    gram_len, n_index, pairs_pos,
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
@@ -250,6 +251,80 @@ def _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
         sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans)
 
 
+def _dense_snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
+    pass
+
+
+@_chain_only(_dense_snap_avg)
+def _snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
+    """Before ``_snap`` on a sparse block: the counts it sets to 0 move the statistic by -v,
+    which the block's averaging accumulator ``zm`` records with weight ``za`` (``avg_note``)."""
+    if sp and zm.shape[0] > 0:
+        toff = L * Kc + 2 * Kc
+        for q in range(Iar[kpos]):
+            v = st[toff + q]
+            if v != 0.0 and abs(v) < SNAP:
+                zm[toff + q] -= za * v
+
+
+@njit(inline="always", **_INNER)
+def avg_note(arena, j, Kc, kind, d, coef, dL):
+    """Block j's averaging accumulator after a step ``st += gamma d`` with weight
+    ``W_{s-1}`` (``coef = W_{s-1} gamma``, ``dL`` the weighted move of its dual loss):
+    ``zm += coef d``, ``zl += dL`` (nothing when the block keeps none). Returns the accumulator.
+
+    Why per block: the averaged iterate is ``U - Z / W_k`` with ``Z = sum_s W_{s-1} dU_s``
+    (``margin_step``), and each step moves one block, so ``Z = sum_i Z_i`` over the blocks
+    stepped on, ``Z_i = -Phi_i(zm_i)`` (margin: ``u_i = Phi_i(s(y_i) - m_i)``) or ``+Phi_i(zm_i)``
+    (slack: ``u_i = Phi_i(u~_i)``). Block i's part of ``sum_t t U_t`` is ``W_k u_i - Z_i``, so
+    evicting it (``u_i`` leaves U) and subtracting ``Z_i`` from Z (``avg_remove``) leaves the
+    weighted average of the held blocks' own iterates: the averaged dual point restricted to
+    the held blocks, a feasible point of their dual. The accumulators live in U's unnormalized,
+    alpha-linear coordinates, so lambda following n changes nothing here: the averaged weights
+    are ``U_bar / (lambda n)`` at the current lambda and n, like the current ones."""
+    z = avg_view(arena, j, Kc, kind)
+    ss = z.shape[0] - 1
+    if ss >= 0:
+        for q in range(ss):
+            z[q] += coef * d[q]
+        z[ss] += dL
+    return z
+
+
+@njit(inline="always", **_INNER)
+def avg_remove(model, avg, arena, j, slack):
+    """Remove evicted block j's part from the averaged iterate: ``Z -= Z_j`` and
+    ``facc[1] -= zl_j`` (see ``avg_note``). False when the block keeps no accumulator (the
+    caller then stops averaging)."""
+    kind, K, Kc, use_trans, C, G_ = model
+    avg_t0, ZE, ZT, ZB, facc = avg
+    z = avg_view(arena, j, Kc, kind)
+    if z.shape[0] == 0:
+        return False
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+    ss = st.shape[0]
+    # margin: Z_j = -Phi(zm), Z -= Z_j adds Phi(zm); slack: Z_j = +Phi(zm)
+    _st_apply(model, (ZE, ZT, ZB), (tok_ptr, fidx, fval), z[:ss], arena[2][j, M_L], -1.0 if slack else 1.0,
+              sp, arena[0], kpos)
+    facc[1] -= z[ss]
+    return True
+
+
+@njit(**_JIT)
+def evict_average(model, avg, arena, j, slack):
+    """:func:`avg_remove` callable from Python (the learner's evictions outside the kernels)."""
+    return avg_remove(model, avg, arena, j, slack)
+
+
+@njit(**_JIT)
+def clear_average(model, arena):
+    """Zero the averaging accumulators of the held blocks (a new averaging window)."""
+    alive, n = arena[6], arena[8]
+    for q in range(n):
+        z = avg_view(arena, alive[q], model[2], model[0])
+        z[:] = 0.0
+
+
 def _dense_register(kind, sp, Iar, kpos, st, toff, lab, L):
     pass
 
@@ -322,6 +397,8 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     if avg_c >= 0.0:
         _st_apply(model, (ZE, ZT, ZB), x, dbuf, L, gamma * avg_c, sp, Iar, kpos)
         facc[1] += avg_c * dL
+        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gamma * avg_c, avg_c * dL),
+                  avg_c)
     # a sparse block: u~ moved by +gamma d and U += gamma Phi(d): a count set to 0 leaves U by -v
     _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, -1.0, -avg_c if avg_c >= 0.0 else 0.0, use_trans)
     counters[C_STEPS] += 1
@@ -383,6 +460,8 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
+        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gamma * avg_c, avg_c * dL),
+                  avg_c)
     # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
     _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
     counters[C_STEPS] += 1
@@ -557,6 +636,8 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
+        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gamma * avg_c, avg_c * dL),
+                  avg_c)
     # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
     _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
     if pcap > 0:
@@ -829,7 +910,8 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         Iar[kpos + 1] = (meta[j, M_ISIZE] - (kpos - io) - 2) // 2
     ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + gl
-    for q in range(ss + pcap):
+    nz = ss + pcap + (ss + 1 if meta[j, M_FLAGS] & FLAG_AVG else 0)   # the averaging accumulator too
+    for q in range(nz):
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
     if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
@@ -890,13 +972,16 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
 
 
 @njit(inline="always", **_INNER)
-def _admit(model, w, arena, scratch, cfg, n, jn, v, out):
+def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
     """Evict v (if >= 0) and append block jn (``n`` blocks held before); returns the number of
     held blocks. Reads the averaging origin from out[2] and updates out[1] (evictions), out[2]
-    (-1: averaging stops at an eviction)."""
+    (-1: averaging stops, at the eviction of a block without an averaging accumulator). An
+    evicted block's part leaves the averaged iterate with it (``avg_remove``)."""
     gest, alive, pos, tree, tree_size = arena[3], arena[6], arena[7], arena[9], arena[10]
     if v >= 0:
         block_u(model, w, arena, v, -1.0, scratch[5], cfg[8])
+        if out[2] >= 0 and not avg_remove(model, avg, arena, v, cfg[8]):
+            out[2] = -1
         p = pos[v]
         last = alive[n - 1]
         alive[p] = last
@@ -906,7 +991,6 @@ def _admit(model, w, arena, scratch, cfg, n, jn, v, out):
         gest[v] = 0.0
         if tree_size > 0:
             tree_update(tree, tree_size, v, 0.0)
-        out[2] = -1
         out[1] += 1
     alive[n] = jn
     pos[jn] = n
@@ -934,7 +1018,7 @@ def _step_loop(model, w, arena, scratch, avg, cfg, counters, slots, n_steps, n, 
 def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
     """The online loop for m new blocks whose segments are already written (slots
     ``new_slots``, not yet in ``alive``): for each, in order, evict ``victims[e]`` if >= 0
-    (its u_i leaves the weights; averaging stops until the caller restarts it), append the new
+    (its u_i leaves the weights and its part of the averaged iterate leaves Z), append the new
     block (n changes), one step on it, then ``replay`` steps on blocks sampled among the held
     ones. out = [held blocks, evictions, averaging origin]; returns the new tick."""
     np.random.seed(seed)
@@ -943,7 +1027,7 @@ def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tic
     out[1] = 0
     out[2] = avg[0]
     for e in range(new_slots.shape[0]):
-        out[0] = _admit(model, w, arena, scratch, cfg, out[0], new_slots[e], victims[e], out)
+        out[0] = _admit(model, w, arena, scratch, avg, cfg, out[0], new_slots[e], victims[e], out)
         tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, new_slots[e:e + 1], cfg[7] + 1, out[0],
                           out[2], tick)
     return tick
@@ -970,7 +1054,7 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg[0]
-        n = _admit(model, w, arena, scratch, cfg, arena[8], slot, victim, out)
+        n = _admit(model, w, arena, scratch, avg, cfg, arena[8], slot, victim, out)
         out[0] = n
         # the first step on the new block (alive[n - 1]), then the replays
         avg_t0, steps, n_steps = out[2], arena[6][n - 1:n], cfg[7] + 1

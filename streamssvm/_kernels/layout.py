@@ -4,7 +4,8 @@ Blocks live in two arenas (``Iar`` int32, ``Far`` float64); ``meta[slot]`` (``N_
 columns ``M_*``) holds the offsets and sizes of the block's two segments:
 
 * ints:   ``tok_ptr (L+1) | fidx (nidx) | ytrue (ly) | pool labelings (pcap * lablen)``
-* floats: ``fval (nnz) | gram (L*L, or none) | stat (stat size) | pool alpha (pcap)``
+* floats: ``fval (nnz) | gram (L*L, or none) | stat (stat size) | pool alpha (pcap) | avg (stat size + 1,
+  or none)``
 
 ``nidx`` is ``nnz`` except for a one-token block flagged ``FLAG_DENSE_ROW`` (``common.py``),
 which stores no ``fidx``: its nnz values are those of features 0..nnz-1, zeros included (the
@@ -19,6 +20,12 @@ kernels compute the entries a step needs from the tokens (``common.emission_sqno
 same values). A new block keeps its Gram matrix only when L <= max(Kc, ``GRAM_MIN_L``)
 (:func:`stores_gram`), where L*L is at most the L*Kc of its emission statistic: a long sentence
 costs memory linear in its length, what its Viterbi tables need, not L^2.
+
+A block flagged ``FLAG_AVG`` (the store of a learner that averages its iterates) ends its floats
+with its averaging accumulator (:func:`avg_view`): ``zm (stat size) | zl (1)``, the sums
+``sum_s W_{s-1} dm_s`` of its statistic's moves and ``sum_s W_{s-1} dL_s`` of its dual loss's
+over the steps s on it since the averaging window opened (``W_{s-1} = s (s - 1) / 2``), so that
+evicting the block removes exactly its part of the averaged iterate (``bcfw.avg_remove``).
 
 The accessors below are jitted (the kernels call them); :func:`segment_sizes` and
 :func:`stat_len` are plain numpy (vectorized over the lengths) for the store.
@@ -47,6 +54,8 @@ FLAG_SPARSE = 2
 FLAG_TFULL = 4
 #: (flag 16) the block stores no token Gram matrix (see the module docstring).
 FLAG_NO_GRAM = 16
+#: (flag 32) the block ends with its averaging accumulator (see the module docstring).
+FLAG_AVG = 32
 #: A new block of at most this many tokens always keeps its Gram matrix (see :func:`stores_gram`).
 GRAM_MIN_L = 32
 
@@ -130,6 +139,19 @@ def block_views(arena, j, Kc, kind):
     return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos
 
 
+@njit(**dict(_JIT, no_cpython_wrapper=True))
+def avg_view(arena, j, Kc, kind):
+    """Block j's averaging accumulator ``zm | zl`` (stat size + 1 floats after its pool alpha),
+    or an empty view when the block keeps none (not flagged ``FLAG_AVG``)."""
+    Far, meta = arena[1], arena[2]
+    if not meta[j, M_FLAGS] & FLAG_AVG:
+        return Far[0:0]
+    sp, kpos = pairs_pos(meta, j)
+    ss = block_stat_len(kind, meta[j, M_L], Kc, sp, arena[0], kpos)
+    z0 = stat_pos(meta, j) + ss + meta[j, M_PCAP]
+    return Far[z0:z0 + ss + 1]
+
+
 def stat_len(kind, L, Kc, sparse=False, tcap=0):
     """Floats of a block's statistic region: the structure's statistic size, or ``M | BM | TV``
     for a sparse chain block with ``tcap`` pairs. Vectorized over L and tcap."""
@@ -138,16 +160,18 @@ def stat_len(kind, L, Kc, sparse=False, tcap=0):
     return stat_size(kind, L, Kc)
 
 
-def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True):
+def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True, avg=False):
     """(int size, float size, labeling length) of a block's segments: ``L`` tokens, ``nnz``
     values stored and ``nidx`` feature indices (default nnz; 0 for a dense row), ``ly`` truth
     entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs,
-    a Gram matrix when ``gram``. Vectorized over L, nnz, ly, nidx, tcap and gram."""
+    a Gram matrix when ``gram``, the averaging accumulator when ``avg``. Vectorized over L, nnz,
+    ly, nidx, tcap and gram."""
     lablen = labeling_len(kind, L, Kc)
     isz = L + 1 + (nnz if nidx is None else nidx) + ly + pool_cap * lablen
     if sparse:
         isz = isz + 2 + 2 * tcap
     else:
         tcap = 0
-    fsz = nnz + np.where(gram, L * L, 0) + stat_len(kind, L, Kc, sparse, tcap) + pool_cap
+    ss = stat_len(kind, L, Kc, sparse, tcap)
+    fsz = nnz + np.where(gram, L * L, 0) + ss + pool_cap + (ss + 1 if avg else 0)
     return isz, fsz, lablen

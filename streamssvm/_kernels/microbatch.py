@@ -85,7 +85,7 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg_t0
-        n = _admit(model, w, arena, scratch, cfg, n, slot, -1, out)
+        n = _admit(model, w, arena, scratch, avg, cfg, n, slot, -1, out)
         out[0] = n
         tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, arena[6][n - 1:n], cfg[7] + 1, n, out[2],
                           tick)
