@@ -772,7 +772,9 @@ class BlockStore:
         capacity growth. Returns False (nothing done) when some block needs that rewrite."""
         struct = self.structure
         oldKc = self.Kc
-        if self.sparse or len(slots) == 0:
+        if self.sparse or self.avg or len(slots) == 0:
+            # blocks with averaging accumulators (``layout.FLAG_AVG``: BCFW(evicted_average="keep"))
+            # relayout them as their statistic, block by block
             return False
         if Kc != oldKc and (struct.set_labeling or type(struct).relayout_stat is not Structure.relayout_stat
                             or type(struct).stat_size is not Structure.stat_size):
