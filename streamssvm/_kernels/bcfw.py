@@ -75,7 +75,7 @@ def tree_sample(tree, size, r):
     return node - size
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sample_block(sampling, tree, tree_size, alive, n_alive):
     """A held block: proportional to the gap estimates (sum-tree) or uniform (also when every
     estimate is 0 or the tree draw lands on an empty leaf)."""
@@ -86,7 +86,7 @@ def sample_block(sampling, tree, tree_size, alive, n_alive):
     return alive[np.random.randint(n_alive)]
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def avg_coef(tick, avg_t0):
     """W_{s-1} = s (s - 1) / 2 for the step s = tick - avg_t0 + 1 of the averaging window
     (-1: not averaging)."""

@@ -3,7 +3,7 @@ wrong tags) and the read-back of the best labeling at a given number of wrong ta
 import numpy as np
 from numba import njit
 
-from .common import _JIT
+from .common import _INNER, _JIT
 
 #: The chain's loss is sum_t C[y_t, y'_t] / Z. The ``Ki`` slot of the kernels (the number of
 #: labels of a multi-label example; unused by chains otherwise) carries Z's kind for chains:
@@ -13,7 +13,7 @@ CHAIN_LOSS_NORMALIZED = 1
 CHAIN_LOSS_TOKEN = 2
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def chain_loss_norm(L, Ki):
     """Z of the chain loss sum_t C[y_t, y'_t] / Z: L for Ki = 1 (normalized), 1 for Ki = 2 (per token)."""
     return 1.0 if Ki == CHAIN_LOSS_TOKEN else float(L)
@@ -109,7 +109,7 @@ VITERBI_SPARSE_MIN_K = 32
 VITERBI_TOP = 16
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _viterbi_first(S, B, scale, K, use_trans, ytrue, C, lw, V):
     for k in range(K):
         v = S[0, k]
@@ -120,7 +120,7 @@ def _viterbi_first(S, B, scale, K, use_trans, ytrue, C, lw, V):
         V[0, k] = v
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _viterbi_last(B, scale, L, K, use_trans, V, bp, out):
     best = -np.inf
     arg = 0
@@ -137,7 +137,7 @@ def _viterbi_last(B, scale, L, K, use_trans, V, bp, out):
     return best
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _viterbi_unary(S, ytrue, C, lw, t, K, V):
     """V[t, k] += S[t, k] + lw * C[ytrue[t], k] (the emission-like part of position t)."""
     for k in range(K):
@@ -197,7 +197,7 @@ def transition_support(T, K, max_nnz):
     return ptr, idx, q
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _top_tags(v, K, R, tv, tj):
     """The R largest entries of v[:K] in decreasing order, ties by increasing index (tv values,
     tj indices). Returns how many were kept (min(R, K))."""
@@ -393,7 +393,7 @@ def chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs, Z):
     return c
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def chain_trans_sqnorm(v, st, L, K, Kc, use_trans):
     """v + the transition part of ||Phi_x(st)||^2 of a chain statistic ``M | TM | BM`` (v: the
     emission part; the terms in the order of ``structops.Chain.stat_sqnorm``)."""

@@ -26,14 +26,14 @@ pairs at 0 are dropped when the store compacts.
 """
 from numba import njit
 
-from .common import _JIT, stat_emission_apply, stat_emission_sqnorm
+from .common import _INNER, _JIT, stat_emission_apply, stat_emission_sqnorm
 from .layout import FLAG_SPARSE, FLAG_TFULL  # noqa: F401 (the block flags, declared in layout.py)
 
 #: transition counts below this (in absolute value) after a step are round-off: set to 0
 SNAP = 1e-13
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_find(Iar, kpos, a, b):
     """Index of the pair (a, b) among the block's pairs, -1 if absent."""
     tn = Iar[kpos]
@@ -79,7 +79,7 @@ def sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef):
         out[toff + q] += coef
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
     """<w, Phi_x(st)> (``structops.stat_score`` for the sparse layout)."""
     v = 0.0
@@ -99,13 +99,13 @@ def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
     return v
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
     """||Phi_x(st)||^2 (``structops.stat_sqnorm`` for the sparse layout; the pairs are distinct)."""
     return sp_trans_sqnorm(stat_emission_sqnorm(G, st, L, K, Kc), st, L, K, Kc, use_trans, Iar, kpos)
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_trans_sqnorm(v, st, L, K, Kc, use_trans, Iar, kpos):
     """v + the transition part of ||Phi_x(st)||^2 in the sparse layout (v: the emission part)."""
     if use_trans:
@@ -121,7 +121,7 @@ def sp_trans_sqnorm(v, st, L, K, Kc, use_trans, Iar, kpos):
     return v
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_apply(w, x, st, L, K, Kc, coef, use_trans, Iar, kpos):
     """U += coef * Phi_x(st) (``structops.stat_apply`` for the sparse layout; ``w = (E, T, B)``,
     ``x = (tok_ptr, fidx, fval)``)."""
@@ -137,14 +137,14 @@ def sp_apply(w, x, st, L, K, Kc, coef, use_trans, Iar, kpos):
             T[Iar[kpos + 2 + 2 * q], Iar[kpos + 3 + 2 * q]] += coef * st[toff + q]
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_labeling_apply(T, lab, L, coef):
     """T += coef * (the bigram counts of lab) (the transition part of Phi(s(lab)))."""
     for t in range(1, L):
         T[lab[t - 1], lab[t]] += coef
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
     """Set transition counts within round-off of 0 (|v| < SNAP) to exactly 0, and keep the
     weights equal to the sum of the blocks: T += cu * v, ZT += cz * v (cz = 0: no averaging)."""

@@ -22,6 +22,10 @@ HIER = 4     # hierarchical multi-label: labels are the leaves of a tree / DAG (
 HIER_MAX_DAG_LEAVES = 16
 
 _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
+#: the options of a kernel called only from other kernels (never from Python, doctests included):
+#: no CPython wrapper, whose argument unboxing is compiled code of its own (Python lowering, LLVM
+#: passes and machine code) on every cold start, never run
+_INNER = dict(_JIT, no_cpython_wrapper=True)
 
 #: Block flag (``meta[j, M_FLAGS]`` of ``streamssvm._kernels.bcfw``): the block's row is stored
 #: dense (values of features 0..nnz-1, no index array; see the module docstring). 1, 2, 4 are
@@ -64,7 +68,7 @@ def dense_row_spans(ex_tok, tok_ptr, fidx, out):
             out[e] = dense_row_span(fidx, tok_ptr[t0], tok_ptr[t0 + 1])
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def write_dense_row(fidx, fval, a, b, out):
     """The values of the sparse entries ``a..b`` in the dense layout: out[fidx[p]] = fval[p],
     zero elsewhere (``out`` holds the span)."""
@@ -74,7 +78,7 @@ def write_dense_row(fidx, fval, a, b, out):
         out[fidx[p]] = fval[p]
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _dense_scores(E, coef, fval, a, b, K, S, t):
     """S[t, k] = sum_p (fval[p] * coef) * E[p - a, k] for p = a..b-1 in order (the sparse loop's
     terms and order), with the class accumulators in registers, up to ten classes per pass over
@@ -201,7 +205,7 @@ def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
                 S[t, k] += v * E[j, k]
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def row_support(st, nrow, K, Kc):
     """The non-zero tags of each per-token row of a statistic, ascending: (ptr, ks) with row t's
     tags in ks[ptr[t]:ptr[t + 1]]. A block's rows are mixtures of the few labelings it touched,

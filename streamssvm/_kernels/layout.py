@@ -38,7 +38,7 @@ The accessors below are jitted (the kernels call them); :func:`segment_sizes` an
 import numpy as np
 from numba import njit
 
-from .common import _JIT, FLAG_DENSE_ROW  # noqa: F401 (FLAG_DENSE_ROW: a block flag, re-exported)
+from .common import _INNER, _JIT, FLAG_DENSE_ROW  # noqa: F401 (FLAG_DENSE_ROW: a block flag, re-exported)
 from .structops import labeling_len, stat_size
 
 #: columns of ``meta[slot]``: int / float segment offsets, tokens, stored values, truth length,
@@ -75,7 +75,7 @@ def gram_len(meta, j):
     return meta[j, M_L] * meta[j, M_L]
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def n_index(meta, j):
     """Feature indices stored for block j: none for a dense row (``FLAG_DENSE_ROW``), else nnz."""
     return 0 if meta[j, M_FLAGS] & FLAG_DENSE_ROW else meta[j, M_NNZ]
@@ -101,7 +101,7 @@ def stat_pos(meta, j):
     return meta[j, M_FOFF] + meta[j, M_NNZ] + gram_len(meta, j)
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def block_stat_len(kind, L, Kc, sp, Iar, kpos):
     """Size of a block's statistic region (dense: ``stat_size``; sparse: M | BM | TV)."""
     if sp:
@@ -109,7 +109,7 @@ def block_stat_len(kind, L, Kc, sp, Iar, kpos):
     return stat_size(kind, L, Kc)
 
 
-@njit(**dict(_JIT, no_cpython_wrapper=True))
+@njit(**_INNER)
 def block_views(arena, j, Kc, kind):
     """Views of block j's segments in the arena (``bundles.Arena``): ``(tok_ptr, fidx, ytrue,
     pool, fval, G, st, alpha, sp, kpos)`` with ``sp, kpos`` of :func:`pairs_pos`."""

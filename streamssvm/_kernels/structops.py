@@ -58,7 +58,7 @@ from .chain import (  # noqa: F401
     chain_loss_norm, chain_slack, chain_trans_sqnorm, chain_viterbi, chain_viterbi_with_support, viterbi_support,
 )
 from .common import (  # noqa: F401
-    _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
+    _INNER, _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
     emission_add, emission_scores, gram, level_points, stat_emission_apply, stat_emission_sqnorm,
 )
 from .hierarchy import (  # noqa: F401
@@ -659,7 +659,7 @@ for _op in _OPERATIONS:
 # ---------------------------------------------------------------------------------------------
 # Shared bodies of the set structures and the chain statistic.
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _chain_stat(lab, L, Kc, out, coef):
     for t in range(L):
         out[t * Kc + lab[t]] += coef
