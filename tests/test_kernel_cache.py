@@ -78,3 +78,22 @@ def test_single_use_step_helpers_are_inlined_not_compiled_apart():
     from streamssvm._kernels import bcfw
     for d in (bcfw.write_block, bcfw.block_u, bcfw._emission_avg, bcfw._admit, bcfw._step_loop):
         assert d.targetoptions.get("inline") == "always", d.py_func.__name__
+
+
+def test_kernels_called_only_from_kernels_have_no_python_entry():
+    """A kernel that only other kernels call is compiled without a CPython wrapper (``_INNER``):
+    the wrapper's unboxing of its arguments is compiled code of its own on every cold start, never
+    run. Calling one of them from Python is an error, so the list names only helpers that no
+    Python code (library, tests, doctests) calls."""
+    found = dict(_kernel_dispatchers())
+    inner = ("chain._top_tags", "chain._viterbi_first", "chain._viterbi_last", "chain._viterbi_unary",
+             "chain.chain_loss_norm", "chain.chain_trans_sqnorm", "chainsparse.sp_apply", "chainsparse.sp_find",
+             "chainsparse.sp_labeling_apply", "chainsparse.sp_score", "chainsparse.sp_snap", "chainsparse.sp_sqnorm",
+             "chainsparse.sp_trans_sqnorm", "common._dense_scores", "common.row_support", "common.write_dense_row",
+             "layout.block_stat_len", "layout.gram_len", "layout.n_index", "layout.block_views",
+             "structops._chain_stat", "structops._set_stat", "structops._set_loss_lin", "bcfw.avg_coef",
+             "bcfw.sample_block")
+    assert [n for n in inner if not found[n].targetoptions.get("no_cpython_wrapper")] == []
+    # the Python entry points keep theirs
+    assert not any(found[n].targetoptions.get("no_cpython_wrapper")
+                   for n in ("bcfw.learn_one_example", "bcfw.predict_batch", "common.emission_scores"))

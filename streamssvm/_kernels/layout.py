@@ -67,7 +67,7 @@ def stores_gram(L, Kc, max_L=None):
     return np.asarray(L) <= (max(int(Kc), GRAM_MIN_L) if max_L is None else int(max_L))
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def gram_len(meta, j):
     """Floats of block j's Gram matrix: L*L, or 0 for a block flagged ``FLAG_NO_GRAM``."""
     if meta[j, M_FLAGS] & FLAG_NO_GRAM:

@@ -692,7 +692,7 @@ def _pair_score(S, T, scale, lab, K):
     return v
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _set_stat(lab, Kc, out, coef):
     for k in range(Kc):
         if lab[k] != 0:
@@ -710,7 +710,7 @@ def _set_hamming(lab, ytrue, ly, K, nk, Ki, ybuf):
     return v / Ki
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _set_loss_lin(st, ytrue, ly, K, nk, Ki, ybuf):
     _ml_dense_truth(ytrue, ly, K, ybuf)
     v = 0.0
