@@ -1,4 +1,4 @@
-"""Numba kernels for sparse class-weight rows (MEMOIR, paper 004) and their dense twins.
+"""Numba kernels for sparse class-weight rows (MEMOIR, Belyy & Sholokhov) and their dense twins.
 
 Sparse layout (all preallocated, grown by the Python wrapper before a call could overflow):
 
