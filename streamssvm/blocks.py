@@ -477,6 +477,22 @@ class BlockStore:
         self._order.append(slot)
         return slot
 
+    def _admitted(self, slots, ti, tf):
+        """The bookkeeping of ``m = len(slots)`` new blocks written with ``ti`` / ``tf`` arena
+        entries: used and live sizes, fresh gap estimates, losses, oracle ticks, births in
+        arrival order, no queue position yet."""
+        m = len(slots)
+        self.i_used += ti
+        self.f_used += tf
+        self.i_live += ti
+        self.f_live += tf
+        self.gest[slots] = np.inf
+        self.lval[slots] = 0.0
+        self.last_oracle[slots] = -1
+        self.birth[slots] = self._seen + np.arange(m)
+        self.pos[slots] = -1
+        self._seen += m
+
     def reserve_rows(self, tok_ptr, fidx):
         """:meth:`reserve` of m one-token blocks (row e: ``fidx[tok_ptr[e]:tok_ptr[e + 1]]``, one
         label, ``Ki`` 1) in order, for all of them at once: the same slots, segments, meta rows
@@ -516,16 +532,7 @@ class BlockStore:
             self._ensure_arena("Far", self.f_used + tf)
         self.meta[slots] = np.stack([ioff, foff, one, nnz, one, one, np.full(m, self.pool_cap), np.zeros(m, np.int64),
                                      lablen, flags, isz, fsz], axis=1)
-        self.i_used += ti
-        self.f_used += tf
-        self.i_live += ti
-        self.f_live += tf
-        self.gest[slots] = np.inf
-        self.lval[slots] = 0.0
-        self.last_oracle[slots] = -1
-        self.birth[slots] = self._seen + np.arange(m)
-        self.pos[slots] = -1
-        self._seen += m
+        self._admitted(slots, ti, tf)
         if m and self.max_L < 1:
             self.max_L = 1
         self._order.extend(slots.tolist())
@@ -691,16 +698,7 @@ class BlockStore:
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
         K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M), slots, batch, np.asarray(ys, dtype=np.int32), mark,
                         self.slack)
-        self.i_used += ti
-        self.f_used += tf
-        self.i_live += ti
-        self.f_live += tf
-        self.gest[slots] = np.inf
-        self.lval[slots] = 0.0
-        self.last_oracle[slots] = -1
-        self.birth[slots] = self._seen + np.arange(m)
-        self.pos[slots] = -1
-        self._seen += m
+        self._admitted(slots, ti, tf)
         self.max_L = max(self.max_L, int(L.max()) if m else 1)
         return slots
 

@@ -269,12 +269,18 @@ class Pragam(DenseWeights, Learner):
             P = self._rng.exponential(size=(n, K))
             start = P / P.sum(axis=1, keepdims=True) / n
         self._alpha_m1 = self._proj(start)
+        self._restart_schedule(n, X, self.lipschitz)
+
+    def _restart_schedule(self, n, X, exact_L):
+        """Algorithm 1 restarted on a window of ``n`` examples (rows of ``X``): L (``exact_L()``
+        for ``L="exact"``; for ``"adaptive"`` a lower bound, the largest squared row norm over
+        lam, which backtracking raises where needed; else the number given), k = 0, no
+        smoothing point yet, and the window's version and position remembered."""
         if self.L == "exact":
-            self.Lcur = self.lipschitz()
+            self.Lcur = exact_L()
         elif self.L == "adaptive":
-            # a lower bound on sigma_max(X)^2 / lam; backtracking raises it where needed
             rn = np.asarray(X.multiply(X).sum(axis=1)).ravel()
-            self.Lcur = max(float(rn.max()) if n else 1.0, 1e-12) / self.lam
+            self.Lcur = max(float(rn.max()) if rn.size else 1.0, 1e-12) / self.lam
         else:
             self.Lcur = float(self.L)
         self.Lmax = self.Lcur
@@ -312,21 +318,7 @@ class Pragam(DenseWeights, Learner):
         elif self.start == "random":
             start = prob.random_point(self._rng)
         self._alpha_m1 = start
-        if self.L == "exact":
-            self.Lcur = prob.norm_sq() / self.lam
-        elif self.L == "adaptive":
-            # a lower bound on ||A||^2 / lam (one token's squared feature norm plus the biases)
-            rn = np.asarray(prob.X.multiply(prob.X).sum(axis=1)).ravel()
-            self.Lcur = max(float(rn.max()) if rn.size else 1.0, 1e-12) / self.lam
-        else:
-            self.Lcur = float(self.L)
-        self.Lmax = self.Lcur
-        self.k = 0
-        self.mu = None
-        self.last = None
-        self._version = self.held.version
-        self._prev_seq = self.held.first_seq
-        self._prev_n = n
+        self._restart_schedule(n, prob.X, lambda: prob.norm_sq() / self.lam)
         self._prev_cptr = prob.c_ptr.copy()
 
     def _lin(self, W):
