@@ -303,7 +303,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         ...     a = i % 2
         ...     m.learn_one({"a": a, "b": 1 - a}, {"red": bool(a), "blue": not a})
         >>> [y for y, score in m.predict_nbest_one({"a": 1, "b": 0}, 2)]
-        [{'red': True, 'blue': False}, {'red': True, 'blue': True}]
+        [{'red': True, 'blue': False}, {'red': False, 'blue': False}]
         >>> m.predict_one({"a": 1, "b": 0}, constraints={"on": ["blue"]})
         {'red': True, 'blue': True}
         """
