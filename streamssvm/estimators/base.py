@@ -134,6 +134,22 @@ def _restoring(fn, st):
         raise checkpoint.CheckpointError(f"invalid model file: {type(e).__name__}: {e}") from e
 
 
+def restore_statistics(saved, current, option, what, build):
+    """A model's optional running statistics (feature scaling, row normalization) from a file:
+    ``build(saved)`` when the model's option keeps them (``current`` not None) and the file
+    holds them, None when neither does; a file that disagrees with the option (``option``,
+    e.g. ``"scale=True"``) or holds invalid statistics is a ``CheckpointError``."""
+    if (saved is None) != (current is None):
+        raise checkpoint.CheckpointError(f"invalid model file: {option} but the file "
+                                         f"{'lacks' if saved is None else 'holds'} {what}")
+    if saved is None:
+        return None
+    try:
+        return build(saved)
+    except ValueError as e:
+        raise checkpoint.CheckpointError(f"invalid model file: {e}") from None
+
+
 def _all_finite(st):
     """Every float array (and float) in a nested state is finite."""
     todo = [st]
@@ -584,15 +600,9 @@ class Estimator:
             params["scale"] = False    # a file from before feature scaling: learned unscaled
         model = cls(learner=learner, **params)
         model._features = FeatureIndex.from_state(st["features"])
-        scaling = st.get("scaling")
-        if (scaling is None) != (model._scaler is None):
-            raise checkpoint.CheckpointError(f"invalid model file: scale={model.scale} but the file "
-                                             f"{'lacks' if scaling is None else 'holds'} scaling statistics")
-        if scaling is not None:
-            try:
-                model._scaler = ColumnScaler.from_state(scaling, model._features.dim)
-            except ValueError as e:
-                raise checkpoint.CheckpointError(f"invalid model file: {e}") from None
+        dim = model._features.dim
+        model._scaler = restore_statistics(st.get("scaling"), model._scaler, f"scale={model.scale}",
+                                           "scaling statistics", lambda v: ColumnScaler.from_state(v, dim))
         model._labels = LabelIndex.from_state(st["labels"])
         if st.get("calibration") is not None:     # files before calibrated confidence have none
             model._temperature = Temperature.from_state(st["calibration"], **cls._calibration_settings)

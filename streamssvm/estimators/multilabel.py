@@ -12,10 +12,9 @@ from ..learners.sgd import SGD
 from ..learners.bmrm import BMRM
 from ..learners.gdmm import GDMM
 from ..structures import Hierarchy, MultiLabel
-from .. import checkpoint
 from ..features import BIAS, LabelIndex, _decode_key, _encode_key, check_truth
 from ..row_norm import RowNorm
-from .base import Estimator, _is_dataframe, require_pandas, weight_batch
+from .base import Estimator, _is_dataframe, require_pandas, restore_statistics, weight_batch
 
 
 class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
@@ -155,15 +154,8 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     @classmethod
     def from_state(cls, st):
         model = super().from_state(st)
-        rn = st.get("row_norm")
-        if (rn is None) != (model._row_norm is None):
-            raise checkpoint.CheckpointError(f"invalid model file: normalize={model.normalize} but the file "
-                                             f"{'lacks' if rn is None else 'holds'} row norm statistics")
-        if rn is not None:
-            try:
-                model._row_norm = RowNorm.from_state(rn)
-            except ValueError as e:
-                raise checkpoint.CheckpointError(f"invalid model file: {e}") from None
+        model._row_norm = restore_statistics(st.get("row_norm"), model._row_norm, f"normalize={model.normalize}",
+                                             "row norm statistics", RowNorm.from_state)
         return model
 
     @classmethod
