@@ -124,6 +124,40 @@ def test_certificate_observes_and_state_round_trip_continues_identically():
     assert n == r._engine.n and np.array_equal(lr._engine.u[:n], r._engine.u[:n]) and np.array_equal(lr._engine.fz[:n], r._engine.fz[:n])
 
 
+def test_restore_keeps_the_pair_search_bound_so_its_work_counter_continues_identically(tmp_path):
+    """Regression: restore recomputed the bound ``tub`` exactly while the saved run held a looser
+    one, so the pruned search scanned a different number of pairs after a load (same factors)."""
+    K = 5
+    xs, ys = _toy(40, K, 4, seed=7)
+    a = _model(GDMM(lam=0.2, replay=1, seed=4), xs[:25], ys[:25], 0, K)
+    a.save(tmp_path / "m.ssvm")
+    b = ss.load(tmp_path / "m.ssvm")
+    ea, eb = a._learner._engine, b._learner._engine
+    assert np.array_equal(ea.tub, eb.tub) and ea._visits == eb._visits > 0
+    for x, y in zip(xs[25:], ys[25:]):
+        a.learn_one(x, y)
+        b.learn_one(x, y)
+    a.refine(1)
+    b.refine(1)
+    ea, eb = a._learner._engine, b._learner._engine
+    assert np.array_equal(ea.E, eb.E) and np.array_equal(ea.counters, eb.counters)
+
+
+def test_restore_refuses_a_saved_pair_search_bound_below_the_exact_one():
+    K = 5
+    xs, ys = _toy(30, K, 4, seed=8)
+    a = _model(GDMM(lam=0.2, replay=1, seed=4), xs, ys, 1, K)
+    lr = a._learner
+    st = lr.state()
+    exact = np.full(lr._engine.Kc, -np.inf)
+    GM.ml_t_bound(lr._engine.T, lr._engine.K, exact)
+    assert np.isfinite(exact[:K]).any()
+    st["tub"] = np.full_like(exact, -np.inf)   # would let the pruned search skip every row
+    r = GDMM(lam=0.2, replay=1, seed=4)
+    r.restore(lr.structure, a._labels.labels, st)
+    assert np.array_equal(r._engine.tub, exact)
+
+
 def test_estimator_save_load_and_labels_appearing_mid_stream(tmp_path):
     xs, ys = _toy(40, 5, 4, seed=5)
     m = ss.MultiLabelSSVM(learner=GDMM(lam=0.2, replay=1, seed=0), pairwise=True)

@@ -10,13 +10,6 @@ LEARNERS = [L.BCFW, L.SGD, L.CuttingPlane, L.MEMOIR, L.GDMM, L.BMRM, L.Pragam]
 
 #: checks a learner does not pass yet: (learner, check) -> why (strict: they fail today)
 KNOWN_GAPS = {
-    ("GDMM", "check_state_round_trip[mrf]"):
-        "weights and predictions stay bit-identical after a restore, but the pairwise oracle's work "
-        "counter (counters[ML_C_SCANNED], pairs evaluated) differs by one on scaled features (scale=True "
-        "by default since feature scaling): the heap search's bookkeeping is not fully restored",
-    ("CuttingPlane", "check_state_round_trip[chain]"):
-        "after a restore the first refine round diverges by ~1e-5 on chains (learning alone continues "
-        "bit-identically); the per-block products rebuilt by restore are the suspect",
 }
 
 

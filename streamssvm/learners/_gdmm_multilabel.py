@@ -71,6 +71,20 @@ class MLPairGDMM:
         GM.ml_t_bound(self.T, self.K, self.tub)
         self._visits = 0
 
+    def _restore_bound(self, tub, visits):
+        """The saved bound ``tub`` and its visit count, so the pruned pair search scans what it
+        would have scanned without the save (its selection is exact either way). A saved bound
+        below the exact one (a crafted file) would prune factors the search must see: then the
+        exact bound just computed stays."""
+        tub = np.asarray(tub)
+        if (tub.shape != self.tub.shape or tub.dtype.kind != "f" or np.isnan(tub).any() or np.isposinf(tub).any()
+                or not np.all(tub >= self.tub)):
+            return
+        if not isinstance(visits, (int, np.integer)) or not 0 <= int(visits) < 1 << 62:
+            return
+        self.tub = tub.astype(np.float64)
+        self._visits = int(visits)
+
     # -------------------------------------------------------------- storage
     def _alloc(self, n_ex, nnz):
         Kc, fc = self.Kc, self.fcap
@@ -341,7 +355,7 @@ class MLPairGDMM:
         st = {"K": self.K, "Kc": self.Kc, "d": self.d, "fcap": self.fcap, "E": self.E.copy(), "T": self.T.copy(),
               "counters": self.counters.copy(), "x_ptr": self.x_ptr[:n + 1].copy(), "fidx": self.fidx[:z].copy(),
               "fval": self.fval[:z].copy(), "order": np.asarray(self.order, dtype=np.int64),
-              "inactive_factors": self.INACTIVE}
+              "inactive_factors": self.INACTIVE, "tub": self.tub.copy(), "tub_visits": self._visits}
         for k in self._ROWS:
             if k not in self._DERIVED:
                 st[k] = getattr(self, k)[:n].copy()
@@ -388,6 +402,8 @@ class MLPairGDMM:
         self._reserve(self.n + 1, self.nnz + 1)
         self.refresh_bound()
         form = st.get("inactive_factors", "truth")
+        if form == self.INACTIVE and "tub" in st:
+            self._restore_bound(st["tub"], st.get("tub_visits", 0))
         if form == "truth":
             # saved before inactive factors followed their unigrams: they sat at the ground truth
             # (pair statistic ybar_k ybar_l, contributing nothing to U_T); add their implicit

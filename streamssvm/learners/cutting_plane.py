@@ -239,8 +239,8 @@ class CuttingPlane(DenseWeights, Learner):
         b.delta = np.array([r[1] for r in rows])
         m = len(b.labs)
         b.Q = np.zeros((m, m))
-        for i in range(m):
-            for j in range(i, m):
+        for i in range(m):   # the later labeling first, as _add_label computes it (stat_dot's
+            for j in range(i + 1):   # sum is not bitwise symmetric on chains), so a restore is exact
                 b.Q[i, j] = b.Q[j, i] = KC.stat_dot(self._kind, b.G, b.D[i], b.D[j], b.L, self._K, self.W.Kc,
                                                     self._use_trans)
 
