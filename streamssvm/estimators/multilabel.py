@@ -17,6 +17,9 @@ from ..row_norm import RowNorm
 from .base import Estimator, _is_dataframe, require_pandas, restore_statistics, weight_batch
 
 
+AUTO_PAIRWISE_MAX_LABELS = 10
+
+
 class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     """Multi-label structural SVM with independent labels and normalized Hamming loss.
 
@@ -77,18 +80,23 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     def _default_learner(cls):
         return BCFW()
 
-    def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise=False,
+    def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise="auto",
                  hierarchy=None, scale=True, normalize=True):
         if not isinstance(normalize, bool):
             raise TypeError(f"normalize must be True or False, got {normalize!r}")
         self.normalize = normalize
         self._row_norm = RowNorm() if normalize else None
-        self.pairwise = bool(pairwise)
+        if pairwise != "auto" and not isinstance(pairwise, (bool, np.bool_)):
+            raise TypeError(f"pairwise must be True, False or 'auto', got {pairwise!r}")
+        self.pairwise = pairwise if pairwise == "auto" else bool(pairwise)
+        # the structure used: a bool, or None while "auto" waits for the first example
+        self._pairwise = None if pairwise == "auto" else bool(pairwise)
         self.hierarchy = hierarchy
         self._hier = None
         if hierarchy is not None:
-            if self.pairwise:
+            if self._pairwise:
                 raise ValueError("pairwise=True and hierarchy=... are two different structures; choose one")
+            self._pairwise = False
             self._hier = Hierarchy(hierarchy)
             if labels is not None and (not isinstance(labels, (list, tuple))
                                        or set(labels) != set(self._hier.leaves)):
@@ -113,10 +121,31 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         if self.hierarchy is not None:
             return Hierarchy(self.hierarchy)
         # SGD and GDMM call their oracles from Python and can solve the LP relaxation above 16 labels
-        return MultiLabel(pairwise=self.pairwise, inference=self.learner.multilabel_inference)
+        if self._pairwise is None:
+            self._pairwise = self._auto_pairwise(None)
+        return MultiLabel(pairwise=self._pairwise, inference=self.learner.multilabel_inference)
+
+    def _auto_pairwise(self, y):
+        """``pairwise="auto"``: the pairwise MRF when the label set is known when learning starts
+        (``labels=`` declared, or the first example's ``y`` names labels that are off) and has at
+        most :data:`AUTO_PAIRWISE_MAX_LABELS` labels, with the default learner (BCFW);
+        independent labels otherwise (label sets that grow as records name their positive
+        labels, large label sets, other learners)."""
+        if self._hier is not None or not isinstance(self.learner, BCFW):
+            return False
+        if self.labels is not None:
+            known = set(self._labels.labels)
+        elif isinstance(y, dict) and any(v is not None and not check_truth(v, lab) for lab, v in y.items()):
+            known = set(self._labels.labels) | set(y)
+        else:
+            return False
+        return len(known) <= AUTO_PAIRWISE_MAX_LABELS
 
     def _params_state(self):
         st = super()._params_state()
+        if self.pairwise == "auto" and self._pairwise is not None:   # the structure chosen is saved
+            st["params"]["pairwise"] = self._pairwise
+            st["params"]["pairwise_auto"] = True
         if self.hierarchy is not None:
             pairs = Hierarchy.parse(self.hierarchy)
             st["params"]["hierarchy"] = {"pairs": [[_encode_key(c), None if p is None else _encode_key(p)]
@@ -127,6 +156,8 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     def _params_from_state(cls, params):
         params = super()._params_from_state(params)
         params.setdefault("normalize", False)   # a file from before row normalization
+        params.setdefault("pairwise", False)    # a file from before pairwise="auto"
+        params.pop("pairwise_auto", None)       # from_state sets "auto" back after building
         h = params.get("hierarchy")
         if isinstance(h, dict) and set(h) == {"pairs"}:
             params["hierarchy"] = [(_decode_key(c), None if p is None else _decode_key(p)) for c, p in h["pairs"]]
@@ -154,6 +185,8 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     @classmethod
     def from_state(cls, st):
         model = super().from_state(st)
+        if st["config"]["params"].get("pairwise_auto"):
+            model.pairwise = "auto"   # built with the structure "auto" had chosen
         model._row_norm = restore_statistics(st.get("row_norm"), model._row_norm, f"normalize={model.normalize}",
                                              "row norm statistics", RowNorm.from_state)
         return model
@@ -199,6 +232,8 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         """Validate one example whole, then encode it (registering new names and labels)."""
         for lab, v in (y.items() if isinstance(y, dict) else ()):  # validate before any state changes
             self._labels.check(lab), check_truth(v, lab)
+        if self._pairwise is None and self._learner is None:
+            self._pairwise = self._auto_pairwise(y)
         if isinstance(y, dict) and self._hier is None:
             new = [lab for lab in y if lab not in self._labels.index]
             if new:   # a label count the structure refuses is refused before any label is registered
@@ -230,7 +265,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     def _label_scores(self, tok_ptr, fidx, fval):
         """Per-label scores (a label is predicted on iff its score > 0) of independent labels,
         or None (pairwise or hierarchical structures, learners without dense weight tables)."""
-        if self.pairwise or self._hier is not None:
+        if self._pairwise or self._hier is not None:
             return None
         tables = calibration.predict_tables(self._learner)
         if tables is None:
@@ -309,7 +344,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             return [(self.predict_one(x), 0.0)]
         tab = self._score_tables()
         s = tab.emission(*self._encode_scaled(x))[0]
-        want, enum = k, c is None and (self.pairwise or self._hier is not None)
+        want, enum = k, c is None and (self._pairwise or self._hier is not None)
         if enum:
             k += 1   # one more: on a tie predict_one's labeling may be the (k + 1)-th
         if self._hier is not None:
@@ -320,7 +355,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         else:
             labs = self._labels.labels[:len(s)]
             fixed = c.label_fixed(labs) if c is not None else None
-            if self.pairwise:
+            if self._pairwise:
                 items = pairwise_nbest(s, tab.transitions()[0], k, fixed)
             else:
                 items = independent_nbest(s, k, fixed)
