@@ -238,3 +238,20 @@ print(jac(P), jac(L), m._pairwise)
     ours, ovr, pairwise = out.stdout.split()
     assert pairwise == "True"
     assert float(ours) > float(ovr) + 0.02, out.stdout
+
+
+def test_pairwise_label_gaps_are_positive_exactly_on_the_best_labeling():
+    from itertools import product
+    from streamssvm.estimators.multilabel import pairwise_label_gaps
+    rng = np.random.default_rng(3)
+    for K in (1, 2, 5, 8):
+        s, P = rng.normal(size=K), rng.normal(size=(K, K))
+        labs = [np.array(b) for b in product((0, 1), repeat=K)]
+        score = [float(y @ s + sum(P[a, b] * y[a] * y[b] for a in range(K) for b in range(a + 1, K))) for y in labs]
+        best = labs[int(np.argmax(score))]
+        g = pairwise_label_gaps(s, P)
+        assert np.array_equal(g > 0, best > 0)
+        for k in range(K):   # the gap is the on/off difference of the constrained maxima
+            on = max(v for y, v in zip(labs, score) if y[k])
+            off = max(v for y, v in zip(labs, score) if not y[k])
+            assert g[k] == pytest.approx(on - off)
