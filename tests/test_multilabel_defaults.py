@@ -172,9 +172,9 @@ def test_auto_picks_the_pairwise_mrf_for_a_small_known_label_set():
     many = ss.MultiLabelSSVM(labels=[f"l{k}" for k in range(11)])
     many.learn_one({"f": 1.0}, {"l0": True})
     assert many._pairwise is False      # 2^K labelings per oracle call: independent above 10
-    other = ss.MultiLabelSSVM(learner=ss.learners.SGD())
+    other = ss.MultiLabelSSVM(learner=ss.learners.SGD())   # every learner enumerates 2^K <= 1024
     other.learn_one({"f": 1.0}, {"a": True, "b": False})
-    assert other._pairwise is False
+    assert other._pairwise is True
     tree = ss.MultiLabelSSVM(hierarchy={"a": "r", "b": "r"})
     assert tree._pairwise is False
     with pytest.raises(TypeError):

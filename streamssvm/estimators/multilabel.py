@@ -46,8 +46,8 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     solves the LP relaxation (:mod:`streamssvm.oracles.lp`) and ``learners.BCFW`` refuses.
     ``pairwise="auto"`` (default) chooses when learning starts: the MRF when the label set is
     known then (``labels=`` declared, or the first ``y`` names labels that are off, as river's
-    ``{label: bool}`` dicts do) and has at most ``AUTO_PAIRWISE_MAX_LABELS`` = 10 labels and the
-    learner is BCFW; independent labels otherwise. The choice is saved with the model. Why: one
+    ``{label: bool}`` dicts do) and has at most ``AUTO_PAIRWISE_MAX_LABELS`` = 10 labels;
+    independent labels otherwise. The choice is saved with the model. Why: one
     vs rest cannot learn which labels go together; on the tuning sets the MRF scored +0.04 to
     +0.05 test Jaccard over independent labels at every K from 5 to 14, at 1-2x the CPU up to
     10 labels, 11x at 12 and 70x at 14 (2^K labelings per oracle call); see
@@ -152,10 +152,9 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     def _auto_pairwise(self, y):
         """``pairwise="auto"``: the pairwise MRF when the label set is known when learning starts
         (``labels=`` declared, or the first example's ``y`` names labels that are off) and has at
-        most :data:`AUTO_PAIRWISE_MAX_LABELS` labels, with the default learner (BCFW);
-        independent labels otherwise (label sets that grow as records name their positive
-        labels, large label sets, other learners)."""
-        if self._hier is not None or not isinstance(self.learner, BCFW):
+        most :data:`AUTO_PAIRWISE_MAX_LABELS` labels; independent labels otherwise (label sets
+        that grow as records name their positive labels, large label sets)."""
+        if self._hier is not None:
             return False
         if self.labels is not None:
             known = set(self._labels.labels)
