@@ -237,7 +237,8 @@ print(jac(P), jac(L), m._pairwise)
     assert out.returncode == 0, out.stderr[-2000:]
     ours, ovr, pairwise = out.stdout.split()
     assert pairwise == "True"
-    assert float(ours) > float(ovr) + 0.02, out.stdout
+    # measured: 0.616 against 0.566 (the independent-label former default: 0.584, +0.018)
+    assert float(ours) > float(ovr) + 0.035, out.stdout
 
 
 def test_pairwise_label_gaps_are_positive_exactly_on_the_best_labeling():
