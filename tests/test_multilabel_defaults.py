@@ -256,3 +256,39 @@ def test_pairwise_label_gaps_are_positive_exactly_on_the_best_labeling():
             on = max(v for y, v in zip(labs, score) if y[k])
             off = max(v for y, v in zip(labs, score) if not y[k])
             assert g[k] == pytest.approx(on - off)
+
+
+def test_auto_pairwise_certificate_primal_is_the_mrf_objective():
+    """The certificate of the default's MRF: its primal is lam/2 (||W||^2 + ||P||^2) + the mean
+    loss-augmented hinge over all 2^K labelings (brute force, the averaged predicting weights),
+    and the dual stays below it."""
+    import itertools
+    from streamssvm import calibration
+    from test_multilabel_optimum import _held_rows
+    rng = np.random.default_rng(2)
+    W0 = rng.normal(size=(4, 3))
+    rows = []
+    for _ in range(40):
+        x = rng.normal(size=4) * 3
+        z = x @ W0 + rng.normal(size=3)
+        rows.append(({f"f{j}": float(x[j]) for j in range(4)}, {lab: bool(z[k] > 0) for k, lab in enumerate("abc")}))
+    m = ss.MultiLabelSSVM()
+    for x, y in rows:
+        m.learn_one(x, y)
+    m.refine(5)
+    assert m._pairwise is True
+    c = m.certificate()
+    X, Y = _held_rows(m, rows)
+    E, ZE, zc, T, _, scale = calibration.predict_tables(m._learner)
+    K, d = 3, X.shape[1]
+    We = scale * (E[:d, :K] - zc * ZE[:d, :K])
+    P = np.triu(scale * T[:K, :K], 1)
+    labs = np.array(list(itertools.product((0, 1), repeat=K)), dtype=float)
+    hinge = []
+    for i in range(len(rows)):
+        s, yt = X[i] @ We, Y[i].astype(float)
+        hinge.append(max(np.abs(y - yt).sum() / K + s @ y + y @ P @ y - s @ yt - yt @ P @ yt for y in labs))
+    lam = m._learner.effective_lam()
+    primal = lam / 2 * (float((We ** 2).sum()) + float((P ** 2).sum())) + float(np.mean(hinge))
+    assert c.primal == pytest.approx(primal, rel=1e-9, abs=1e-12)
+    assert 0.0 <= c.dual <= c.primal
