@@ -169,10 +169,20 @@ def test_multilabel_probabilities_agree_with_the_prediction_and_fit_a_temperatur
             assert (d[True] > 0.5) == pred[lab] or abs(d[True] - 0.5) < 1e-9
         m.learn_one(x, y)
     assert m._temperature.n_fits > 0 and m.temperature != 1.0
-    pw = ss.MultiLabelSSVM(pairwise=True, learner=ss.learners.BCFW(lam=1e-2, seed=0))
-    pw.learn_one(np.ones(3), {"a": True, "b": False})
-    assert pw.predict_proba_one(np.ones(3)) == {lab: {False: float(not v), True: float(v)}
-                                                for lab, v in pw.predict_one(np.ones(3)).items()}
+    # a pairwise MRF (the default for this small known label set): max-marginal gaps, the same agreement
+    assert m._pairwise is True
+    pw = ss.MultiLabelSSVM(pairwise=False, learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    for _ in range(300):
+        x = rng.normal(size=6)
+        y = {f"l{k}": bool(v) for k, v in enumerate(x @ W + rng.normal(size=4) > 0)}
+        p, pred = pw.predict_proba_one(x), pw.predict_one(x)
+        assert all((d[True] > 0.5) == pred[lab] or abs(d[True] - 0.5) < 1e-9 for lab, d in p.items())
+        pw.learn_one(x, y)
+    assert pw._temperature.n_fits > 0 and pw.temperature != 1.0
+    tree = ss.MultiLabelSSVM(hierarchy={"a": "r", "b": "r"}, learner=ss.learners.BCFW(lam=1e-2, seed=0))
+    tree.learn_one(np.ones(3), {"a": True, "b": False})
+    assert tree.predict_proba_one(np.ones(3)) == {lab: {False: float(not v), True: float(v)}
+                                                  for lab, v in tree.predict_one(np.ones(3)).items()}
 
 
 def test_cli_predict_proba_writes_probabilities(tmp_path):

@@ -108,7 +108,7 @@ def test_explain_one_adds_up(kind):
             m.learn_one({f"w{i % 3}": 1.0, "n": float(rng.normal())}, "abc"[i % 3])
         x = {"w1": 1.0, "w2": 0.3, "n": 0.2}
     else:
-        kw = {"pairwise": True} if kind == "pairwise" else {}
+        kw = {"pairwise": kind == "pairwise"}   # "multilabel": independent labels (auto would pick the MRF)
         if kind == "hierarchy":
             kw = {"hierarchy": {"a": "x", "b": "x", "c": "y"}}
         m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0), **kw)

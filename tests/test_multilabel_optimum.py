@@ -80,7 +80,8 @@ def _qp_optimum(X, Y, lam):
 def test_bcfw_multilabel_reaches_the_qp_optimum(scale):
     rows = _data(n=24, d=3, K=3, seed=1, spread=4.0)
     lam = 0.05
-    m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=lam, seed=0, averaging=False), scale=scale)
+    m = ss.MultiLabelSSVM(learner=ss.learners.BCFW(lam=lam, seed=0, averaging=False), scale=scale,
+                          pairwise=False)   # the independent-label QP (the auto default picks the MRF here)
     for x, y in rows:
         m.learn_one(x, y)
     m.refine(300)
@@ -98,7 +99,8 @@ def test_bcfw_multilabel_reaches_the_qp_optimum(scale):
 def test_certificate_primal_is_the_held_objective_with_averaging():
     """The averaged (predicting) weights: the certificate's primal is theirs, on the held rows."""
     rows = _data(n=40, d=4, K=4, seed=2, spread=3.0)
-    m = ss.MultiLabelSSVM()   # the defaults: lambda follows n, scale=True, normalize=True, averaging
+    m = ss.MultiLabelSSVM(pairwise=False)   # the defaults but independent labels: lambda follows n, scale,
+    # normalize, averaging (the QP below is the independent-label one)
     for x, y in rows:
         m.learn_one(x, y)
     m.refine(5)

@@ -29,7 +29,7 @@ def _estimator(structure, learner):
     if structure == "multiclass":
         return ss.MulticlassSSVM(learner=learner)
     if structure == "multilabel":
-        return ss.MultiLabelSSVM(learner=learner)
+        return ss.MultiLabelSSVM(learner=learner, pairwise=False)   # independent labels ("auto" may pick the MRF)
     if structure == "mrf":
         return ss.MultiLabelSSVM(pairwise=True, learner=learner)
     if structure == "hierarchy":

@@ -97,7 +97,7 @@ def _cases(structure):
         return [("multiclass", multiclass_data, lambda lr: ss.MulticlassSSVM(learner=lr)),
                 ("extreme", multiclass_data, lambda lr: ss.ExtremeClassifier(learner=lr))]
     if structure == "multilabel":
-        return [("multilabel", multilabel_data, lambda lr: ss.MultiLabelSSVM(learner=lr)),
+        return [("multilabel", multilabel_data, lambda lr: ss.MultiLabelSSVM(learner=lr, pairwise=False)),
                 ("mrf", multilabel_data, lambda lr: ss.MultiLabelSSVM(learner=lr, pairwise=True))]
     if structure == "hierarchy":
         return [("hierarchy", hierarchy_data, lambda lr: ss.MultiLabelSSVM(learner=lr, hierarchy=TREE))]
