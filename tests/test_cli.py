@@ -294,3 +294,18 @@ def test_without_lam_each_learner_keeps_its_own_default():
     assert learner("--task", "sequence", "--learner", "gdmm").lam == ss.learners.GDMM().lam
     assert learner("--task", "extreme", "--lam", "0.01").lam == 0.01
     assert learner("--task", "multiclass", "--lam", "0.5").lam == 0.5
+
+
+def test_multilabel_structure_default_is_the_librarys():
+    """The CLI's multi-label model chooses independent or pairwise labels as the library's
+    default does (``pairwise="auto"``); it used to fix independent labels for every learner but
+    GDMM, a second default."""
+    import streamssvm as ss
+    from streamssvm.cli import _make_model, build_parser
+
+    def model(*extra):
+        return _make_model(build_parser().parse_args(["run", "--source", "file:///dev/null", "--task", "multilabel",
+                                                      *extra]))
+
+    assert model().pairwise == ss.MultiLabelSSVM().pairwise == "auto"
+    assert model("--learner", "gdmm").pairwise is True

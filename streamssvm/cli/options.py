@@ -169,7 +169,7 @@ def make_model(args):
         return ss.MulticlassSSVM(learner=learner, n_features=args.n_features, scale=scale)
     if args.task == "multilabel":
         return ss.MultiLabelSSVM(learner=learner, n_features=args.n_features, hierarchy=hierarchy,
-                                 pairwise=args.learner == "gdmm", scale=scale)
+                                 pairwise=True if args.learner == "gdmm" else "auto", scale=scale)
     return ss.SequenceTagger(learner=learner, n_features=args.n_features, loss=args.loss)
 
 
