@@ -439,16 +439,16 @@ class BlockStore:
             span = dense_row_span(fidx, 0, len(fidx))
             if span > 0:
                 nnz, nidx, flags = span, 0, FLAG_DENSE_ROW | (flags & KL.FLAG_AVG)
-        if not self.stores_gram(int(L)):
-            flags |= KL.FLAG_NO_GRAM
         key = (L, nnz, ly, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L, self.avg)
         sizes = self._sizes.get(key)
         if sizes is None:   # one entry per record shape and layout (a stream has few)
             if len(self._sizes) > 4096:
                 self._sizes.clear()
             sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly),
-                                                                              nidx=int(nidx)))
-        isz, fsz, lablen = sizes
+                                                                              nidx=int(nidx))) + (
+                0 if self.stores_gram(int(L)) else KL.FLAG_NO_GRAM,)
+        isz, fsz, lablen, no_gram = sizes
+        flags |= no_gram
         if self.free:
             slot = self.free.pop()
         else:

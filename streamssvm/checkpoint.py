@@ -14,9 +14,10 @@ the size its declared dtype and shape imply, and any exception while reading bec
 
 * ``save_state`` / ``load_state``: one file (a zip), for ``model.save("tagger.ssvm")``.
 * ``CheckpointManager``: a directory of numbered checkpoint directories
-  (``ckpt-00000001/``...), each written under a temporary name, fsynced and renamed
-  atomically; the last ``keep`` are kept; ``latest()`` returns the newest *valid* one and skips
-  (with a warning) a truncated, corrupt or foreign one.
+  (``ckpt-00000001/``...), each written under a temporary name, synced to disk (one
+  ``syncfs`` on Linux, else an ``fsync`` per file and directory) and renamed atomically; the
+  last ``keep`` are kept; ``latest()`` returns the newest *valid* one and skips (with a
+  warning) a truncated, corrupt or foreign one.
 
 >>> import numpy as np, tempfile, os
 >>> d = tempfile.mkdtemp()
@@ -260,6 +261,46 @@ def _fsync_dir(path):
         os.close(fd)
 
 
+def _syncfs():
+    """``syncfs(2)`` of the C library (Linux), or None where there is none."""
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):   # pragma: no cover - not Linux / glibc
+        return None
+    fn.argtypes = [ctypes.c_int]
+    return fn
+
+
+_SYNCFS = _syncfs() if os.name == "posix" else None
+
+
+def _write_durably(files, dirs):
+    """Write ``files`` (``(path, bytes)`` pairs, new files) so that they and their entries in
+    ``dirs`` are on disk when this returns. Where the system has ``syncfs(2)`` (Linux), one call
+    flushes the file system holding them instead of one ``fsync`` per file and per directory
+    (a checkpoint is ~20 files; at ~5 ms per ``fsync`` on ext4 that was 0.1 s per checkpoint
+    against ~6 ms); otherwise, or when ``syncfs`` fails, every file and directory is fsynced."""
+    for path, blob in files:
+        with open(path, "wb") as f:
+            f.write(blob)
+    if _SYNCFS is not None and dirs:
+        fd = os.open(dirs[-1], os.O_RDONLY)
+        try:
+            if _SYNCFS(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    for path, _ in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for d in dirs:
+        _fsync_dir(d)
+
+
 # ----------------------------------------------------------------------------- one file
 def _umask():
     mask = os.umask(0o022)
@@ -459,17 +500,9 @@ class CheckpointManager:
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-ckpt-", dir=self.directory))
         try:
             (tmp / "arrays").mkdir()
-            for name, blob in blobs.items():
-                with open(tmp / "arrays" / f"{name}.npy", "wb") as f:
-                    f.write(blob)
-                    f.flush()
-                    os.fsync(f.fileno())
-            _fsync_dir(tmp / "arrays")
-            with open(tmp / _MANIFEST, "w", encoding="utf-8") as f:
-                f.write(_manifest_text(man))
-                f.flush()
-                os.fsync(f.fileno())
-            _fsync_dir(tmp)
+            files = [(tmp / "arrays" / f"{name}.npy", blob) for name, blob in blobs.items()]
+            files.append((tmp / _MANIFEST, _manifest_text(man).encode("utf-8")))
+            _write_durably(files, [tmp / "arrays", tmp])
             final = self.directory / f"{self.PREFIX}{seq:08d}"
             os.rename(tmp, final)
             _fsync_dir(self.directory)

@@ -385,3 +385,28 @@ def test_a_checkpoint_with_a_crafted_block_store_falls_back(tmp_path):
         warnings.simplefilter("always")
         assert eng2.restore()
     assert eng2.resumed_from == str(cm.list()[-2])
+
+
+def test_a_checkpoint_is_synced_by_one_call_not_one_fsync_per_file(tmp_path, monkeypatch):
+    """Each checkpoint fsynced each of its ~20 files and both of its directories (23 fsyncs,
+    ~0.1 s of a run's wall time per checkpoint on ext4); where the system has ``syncfs`` one call
+    syncs them, and only the parent directory's rename is fsynced. Without ``syncfs`` (or when
+    it fails) every file and directory is fsynced as before; both checkpoints read back."""
+    import streamssvm.checkpoint as C
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(C.os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    state = {"a": np.arange(5.0), "b": [np.ones(3), np.zeros(2, dtype=np.int32)], "n": 3}
+    cm = CheckpointManager(tmp_path / "fast", keep=2)
+    if C._SYNCFS is not None:
+        cm.save(state, kind="demo")
+        assert len(calls) == 1   # the parent directory, after the rename
+        got, _, _ = cm.latest(kind="demo")
+        assert got["a"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0] and got["b"][1].dtype == np.int32
+    calls.clear()
+    monkeypatch.setattr(C, "_SYNCFS", None)
+    cm2 = CheckpointManager(tmp_path / "portable", keep=2)
+    cm2.save(state, kind="demo")
+    assert len(calls) == 4 + 2 + 1   # 3 arrays and the manifest, the two directories, the parent
+    got, _, _ = cm2.latest(kind="demo")
+    assert got["n"] == 3 and got["b"][0].tolist() == [1.0, 1.0, 1.0]

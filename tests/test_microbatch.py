@@ -36,6 +36,14 @@ def _state(m):
     return pickle.dumps(m.state())
 
 
+def _one(m, x, y):
+    """The record-by-record reference: predict_one, then learn_one (the Python path;
+    ``predict_learn_one`` takes the micro-batch kernel for one record)."""
+    p = m.predict_one(x)
+    m.learn_one(x, y)
+    return p
+
+
 LEARNERS = [
     ("BCFW", {}), ("BCFW", {"averaging": False}), ("BCFW", {"lam": 0.01, "replay": 3}),
     ("BCFW", {"sampling": "uniform"}), ("BCFW", {"capacity": 150}), ("BCFW", {"gap_every": 0.5}),
@@ -60,7 +68,7 @@ def test_predict_learn_each_equals_record_by_record(name, kw, rows):
         b = ss.MulticlassSSVM(learner=_learner(name, kw), scale=False)
     except (TypeError, ValueError) as e:
         pytest.skip(f"{name} does not take {kw}: {e}")
-    pa = [a.predict_learn_one(x, y) for x, y in data]
+    pa = [_one(a, x, y) for x, y in data]
     pb = []
     for s in range(0, len(data), 61):
         out = b.predict_learn_each([x for x, _ in data[s:s + 61]], [y for _, y in data[s:s + 61]])
@@ -194,6 +202,12 @@ class _PoisonBCFW(ss.learners.BCFW):
         self._poison(fidx[:tok_ptr[len(ids)]], fval[:tok_ptr[len(ids)]])
         return ids, S
 
+    def predict_learn_record(self, fidx, fval, yid, scaling=None, observed=False):
+        got = super().predict_learn_record(fidx, fval, yid, scaling, observed)
+        if got is not None:
+            self._poison(fidx, fval)
+        return got
+
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1):
         slot = super().learn(tok_ptr, fidx, fval, ytrue, Ki)
         self._poison(fidx, fval)
@@ -287,7 +301,7 @@ def test_scaled_calibrated_models_take_runs(monkeypatch, kind, learner):
     a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0, **learner))
     b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0, **learner))
     assert a.scale and b.scale
-    pa = [a.predict_learn_one(x, c) for x, c in zip(X, y)]
+    pa = [_one(a, x, c) for x, c in zip(X, y)]
     pb = []
     for s in range(0, len(y), 50):
         out = b.predict_learn_each(list(X[s:s + 50]), y[s:s + 50])
@@ -331,3 +345,37 @@ def test_engine_micro_batches_scaled_and_calibrated_every_checkpoint(tmp_path):
         (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
         assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
         assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+
+
+@pytest.mark.parametrize("kind", ["indicators", "real", "bytes"])
+@pytest.mark.parametrize("learner", [{}, {"averaging": False}, {"lam": 0.01, "replay": 3}, {"capacity": 300},
+                                     {"gap_every": 0.5}, {"sampling": "uniform"}])
+def test_predict_learn_one_takes_the_kernel_record_by_record(monkeypatch, kind, learner):
+    """``predict_learn_one`` of a record of known features and label is one call of the
+    micro-batch kernel (``BCFW.predict_learn_record``: scaling, the temperature fit's scores,
+    prediction and step; before, a prediction call, Python scaling and scoring, then a learn
+    call) with the predictions, weights, scaling statistics and temperature of ``predict_one``
+    then ``learn_one``; a store that evicts (``capacity``) or a due gap pass leaves it to the
+    Python side."""
+    from streamssvm._kernels import microbatch as MB
+    calls = []
+    f = MB.predict_learn_examples
+    monkeypatch.setattr(MB, "predict_learn_examples", lambda *a: calls.append(len(a[6][5])) or f(*a))
+    X, y = _rows(1500)
+    if kind == "indicators":
+        X = (X > 0).astype(np.float64)
+    elif kind == "bytes":
+        X = np.floor(np.abs(X) * np.array([1, 3, 30, 100, 255, 7.0]))
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0, **learner))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0, **learner))
+    pa = [_one(a, x, c) for x, c in zip(X, y)]
+    assert not calls
+    pb = [b.predict_learn_one(x, c) for x, c in zip(X, y)]
+    assert pa == pb
+    assert _state(a) == _state(b)
+    ta, tb = a._calibrator(), b._calibrator()
+    assert ta.n_fits > 5 and ta.state() == tb.state() and ta.beta == tb.beta
+    np.testing.assert_array_equal(a._scaler.state()["sumsq"], b._scaler.state()["sumsq"])
+    assert a.predict_proba_one(X[3]) == b.predict_proba_one(X[3])
+    if "capacity" not in learner:
+        assert sum(calls) > 0.9 * len(y) and max(calls) == 1

@@ -16,6 +16,8 @@ from ..structures import MultiClass
 from .base import ONE_EX, Estimator, check_weight, is_missing, require_pandas, weight_batch
 from ..features import _decode_key, _encode_key
 
+_NOT_TAKEN = object()   # _predict_learn_record: the record goes the Python way
+
 
 def _label_batch(y):
     """The labels of a batch: a 1-D integer (or bool) numpy array as is (validated and encoded
@@ -295,13 +297,46 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self._labels.check(y)
         if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
             raise self._too_many_labels(y)
+        trusted = self._features.trusts(enc)
+        if trusted:   # known features and label: prediction, scaling, calibration and step in one kernel call
+            p = self._predict_learn_record(enc.fidx, enc.fval, y)
+            if p is not _NOT_TAKEN:
+                return p
         p = self._predict_arrays(enc.tok_ptr, enc.fidx, self._scaled(enc.fidx, enc.fval))
-        if self._features.trusts(enc):
+        if trusted:
             tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
         else:   # new feature names: registered now (the prediction did not know them)
             tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
         return p
+
+    def _predict_learn_record(self, fidx, fval, y):
+        """Predict then learn one validated record of known features (its CSR row ``fidx`` /
+        ``fval``) through ``BCFW.predict_learn_record``: one kernel call scales it, scores it
+        for the temperature fit, predicts and learns it, as :meth:`_learn_run` does for a run of
+        one (the same prediction and state as ``predict_one`` then ``learn_one``). Returns the
+        prediction, or ``_NOT_TAKEN`` (nothing changed) when the label is new, the learner
+        does not take runs or is not grown to the index, or its store needs the Python side."""
+        lr = self._learner
+        if not (self.learns_in_runs and self._synced is lr
+                and self._synced_key == (self._features.dim, len(self._labels))):
+            return _NOT_TAKEN
+        yid = self._labels.encode(y, grow=False)
+        if yid < 0:
+            return _NOT_TAKEN
+        t = self._calibrator()
+        n = t.n_offered
+        observed = lr.n_labels >= 2 and (n < t.dense_until or n % t.stride == 0)
+        scaling = None if self._scaler is None else self._scaler.statistics(self._features.dim)
+        got = lr.predict_learn_record(fidx, fval, yid, scaling, observed)
+        if got is None:
+            return _NOT_TAKEN
+        pid, S = got
+        if S is not None:
+            t.observe_class(S[0], yid)
+        t.pass_over(1)
+        self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
+        return self._labels.labels[pid]
 
     @property
     def learns_in_runs(self):

@@ -42,6 +42,11 @@ _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
 #: no given steps: the learn_one kernel writes and learns its example
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
 _INT32_MAX = np.iinfo(np.int32).max
+# predict_learn_record's constant arrays (read only by the kernel): the rows 0..1 of a run of
+# one, and its ``obs`` with and without the temperature fit's scores
+_ROWS_ONE = np.arange(2, dtype=np.int64)
+_OBS_FIRST = np.zeros(1, dtype=np.int64)
+_OBS_NONE = np.full(1, -1, dtype=np.int64)
 
 
 class BCFW(DenseWeights, Learner):
@@ -674,21 +679,66 @@ class BCFW(DenseWeights, Learner):
         observing, S = self._observing(fval, c, scaling, observed)
         out = self._out3
         tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters, out)
+        self._after_run(c, tick, (tok_ptr, fidx, observing[4], ytrue))
+        return preds, S
+
+    def predict_learn_record(self, fidx, fval, yid, scaling=None, observed=False):
+        """:meth:`predict_learn_run` of one record (``fidx`` / ``fval`` one row, label id
+        ``yid``), with the arrays a run of one needs built without the run's vector
+        bookkeeping (``BlockStore.reserve`` of one block is ``reserve_rows`` of one row):
+        the one-at-a-time path (``predict_learn_one``) in one kernel call. Returns the predicted
+        label id and the record's class scores before learning (a (1, K) array when
+        ``observed``, else None), or None when the record must go through the Python side
+        (:meth:`_run_length` is 0)."""
+        if self._run_length(1) == 0:
+            return None
+        st = self.store
+        if self.W.E.shape[0] > self._mark.shape[0]:
+            self._mark = np.zeros(self.W.E.shape[0])
+        n = len(fidx)
+        slot = st.reserve(1, n, 1, 1, fidx)
+        seeds = np.array([self._seed()], dtype=np.int64)
+        g_full = self._g_full if self._had_full else self._g_full * self._cmax
+        bundles = self._bundles(max(1, st.max_L), g_full)
+        preds = np.zeros(1, dtype=np.int32)
+        predicting = (self._ws.ensure(1, self.W.Kc).scratch(1, False), bool(self.averaging),
+                      -1.0 if self._lam_fixed is None else float(self._lam_fixed), float(self.AUTO_LAM),
+                      float(self.AUTO_LAM_N), _ROWS_ONE, preds)
+        tok_ptr = np.array([0, n], dtype=np.int32)
+        ytrue = np.array([yid], dtype=np.int32)
+        records = (tok_ptr, fidx, fval, ytrue, self._mark, np.array([slot], dtype=np.int64), seeds)
+        if scaling is None:
+            sumsq = count = self._NO_STATS
+            pval = lval = fval
+        else:
+            sumsq, count = scaling
+            pval, lval = np.empty_like(fval), np.empty_like(fval)
+        S = np.empty((1 if observed else 0, self._K))
+        observing = (sumsq, count, scaling is not None, pval, lval, _OBS_FIRST if observed else _OBS_NONE, S,
+                     int(self._K))
+        tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters,
+                                         self._out3)
+        self._after_run(1, tick, (tok_ptr, fidx, lval, ytrue))
+        return int(preds[0]), (S if observed else None)
+
+    def _after_run(self, c, tick, last):
+        """The Python side's bookkeeping after ``predict_learn_examples`` took ``c`` records
+        (``last``: the CSR, learned values and label ids of the run, whose last record the
+        given-steps calls take as their example type)."""
+        tok_ptr, fidx, lval, ytrue = last
         self._z_dirty |= self._avg_t0 >= 0
         a, b = int(tok_ptr[c - 1]), int(tok_ptr[c])
-        lval = observing[4]
         self._steps_example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], lval[a:b], ytrue[c - 1:c],
                                self._mark, -1, -1)
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
-        st.after_learn_one(out[0], -1)
+        self.store.after_learn_one(self._out3[0], -1)
         if self.counters[K.C_TFULL] != self._tfull_seen:
             self._grow_flagged()
         self.n_learned += c
-        if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
+        if self._needs_full and self._steps_since_full >= self.gap_every * self.store.n:
             self._full_pass(certify=False)
-        return preds, S
 
     _NO_STATS = np.zeros(0)
 
