@@ -95,7 +95,8 @@ def run_single(task, data, lam, rpp, max_passes):
             "test_accuracy": accuracy(m, task, Xb, Yb)}
 
 
-def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=1.0, local_passes=None):
+def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=1.0, local_passes=None,
+             cluster="local"):
     """``local_passes``: local passes per refinement round (H; default 1 / rpp)."""
     Xa, Ya, Xb, Yb = data
     n = len(Xa)
@@ -105,7 +106,7 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=
     res = sd.run(make_model(task, lam), (Xa, Ya), task=task, workers=K, round_examples=per_round,
                  checkpoint_dir=ckdir, passes=max_passes - 1, passes_per_round=lp, tol=TARGET,
                  checkpoint_every=max(1, int(round(1.0 / lp))) if lp < 1 else 1, mix_step=mix_step,
-                 beta=min(float(beta), K))
+                 beta=min(float(beta), K), cluster=cluster)
     wall = time.perf_counter() - t0
     H = res.history
     passes = 0.0

@@ -152,6 +152,33 @@ def loss_sum(learner):
     return float(np.sum(out))
 
 
+def overlap(deltas):
+    """The measured overlap of the workers' changes, rho = ||sum_k dU_k||^2 / sum_k ||dU_k||^2
+    in [0, K] (None when nothing moved): the smallest sigma' for which the workers' local
+    subproblems add up to at most the union's dual change for *these* changes (1: orthogonal
+    changes, K: identical ones; see the module docstring).
+
+    >>> overlap([{"E": np.array([1.0, 0.0])}, {"E": np.array([0.0, 2.0])}])
+    1.0
+    >>> overlap([{"E": np.array([1.0, 1.0])}, {"E": np.array([1.0, 1.0])}])
+    2.0
+    """
+    keys = set().union(*deltas) if deltas else set()
+    total = 0.0
+    own = 0.0
+    for k in sorted(keys):
+        arrs = [np.asarray(d[k], dtype=np.float64) for d in deltas if k in d]
+        shape = tuple(max(s) for s in zip(*(a.shape for a in arrs)))
+        acc = np.zeros(shape)
+        for a in arrs:
+            acc[tuple(slice(0, s) for s in a.shape)] += a
+            own += float(np.vdot(a, a))
+        total += float(np.vdot(acc, acc))
+    if not own > 0.0:
+        return None
+    return total / own
+
+
 def line_step(U0, S, dL, lam, n, default):
     """The mixing weight gamma in [0, 1] maximizing the dual of the union along
     alpha^0 + gamma sum_k (alpha^k - alpha^0) (see the module docstring): ``U0`` the round's start

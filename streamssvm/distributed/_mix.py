@@ -181,7 +181,9 @@ class BCFWMixing(_Mixing):
         lr = bound_learner(model)
         return 0.0 if lr is None else _bcfw.loss_sum(lr) - self.loss0
 
-    def apply(self, model, mixed, n_global, gamma=None):
+    def apply(self, model, mixed, n_global, gamma=None, sigma=None):
+        if sigma is not None:   # adaptive mixing: the mixer's sigma' for the next round
+            self.sigma = float(sigma)
         lr = bound_learner(model)
         if lr is None:
             return
@@ -215,7 +217,7 @@ class ParameterMixing(_Mixing):
         if bound_learner(model) is None:
             self.start = dict(self.pending)
 
-    def apply(self, model, mixed, n_global, gamma=None):
+    def apply(self, model, mixed, n_global, gamma=None, sigma=None):
         lr = bound_learner(model)
         self.pending = mixed
         if lr is not None and mixed and lr.parameters():

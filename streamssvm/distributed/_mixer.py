@@ -9,7 +9,7 @@ import numpy as np
 from ..certificate import Certificate
 from ._cut import CutStore
 from ._mix import combine, union_lam
-from ._bcfw import line_step
+from ._bcfw import line_step, overlap
 
 
 #: job kinds of files written before MEMOIR declared its mixing (``Learner.mixing``)
@@ -27,9 +27,14 @@ class Mixer:
     [[2.0, 2.0], [2.0, 2.0]]
     """
 
-    def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3, line_search=False):
+    def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3, line_search=False,
+                 adaptive=False):
         self.n_workers = int(n_workers)
-        self.line_search = bool(line_search) and kind == "bcfw"
+        # adaptive (BCFW): the next round's sigma' is this round's measured overlap of the workers'
+        # changes, and gamma comes from the exact line search (see :mod:`._bcfw`)
+        self.adaptive = bool(adaptive) and kind == "bcfw"
+        self.line_search = (bool(line_search) or self.adaptive) and kind == "bcfw"
+        self.sigma = float(beta)
         self.kind = kind
         self.lam = None if lam is None else float(lam)   # None: lambda follows n (union_lam)
         self.gamma = float(beta) / self.n_workers
@@ -42,7 +47,7 @@ class Mixer:
     # ------------------------------------------------------------------ state
     def state(self):
         return {"start": dict(self.start), "n_global": self.n_global, "round": self.round,
-                "history": list(self.history), "kind": self.kind, "n_workers": self.n_workers}
+                "history": list(self.history), "kind": self.kind, "n_workers": self.n_workers, "sigma": self.sigma}
 
     def restore(self):
         """Load the newest valid cut: returns ``{"round", "parts", "n_global"}`` or None."""
@@ -61,6 +66,7 @@ class Mixer:
         self.n_global = int(m["n_global"])
         self.round = int(m["round"])
         self.history = list(m["history"])
+        self.sigma = float(m.get("sigma", self.sigma))
         return {"round": self.round, "parts": st["parts"], "n_global": self.n_global, "path": str(path)}
 
     def regroup(self, partitions):
@@ -155,11 +161,14 @@ class Mixer:
         if self.line_search and loss_deltas is not None and None not in loss_deltas:
             S = combine({}, list(deltas), 1.0)
             gamma = line_step(self.start, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
+        rho = overlap(list(deltas)) if self.kind == "bcfw" else None
+        if self.adaptive and rho is not None:
+            self.sigma = float(min(max(rho, 1.0), self.n_workers))
         self.start = combine(self.start, list(deltas), gamma)
         self.n_global = n
         self.round = int(round_id)
         return {"round": self.round, "n_global": self.n_global, "weights": self.start, "gamma": gamma,
-                "bytes": int(sum(a.nbytes for a in self.start.values()))}
+                "sigma": self.sigma, "overlap": rho, "bytes": int(sum(a.nbytes for a in self.start.values()))}
 
     def certificate(self, sums):
         """The global certificate at the mixed weights from the workers' block sums."""
