@@ -161,7 +161,9 @@ class Mixer:
         gamma in [0, 1] for the dual of the union (BCFW, from the workers' ``loss_deltas``; see
         :func:`streamssvm.distributed._bcfw.line_step`); returns the mixed weights to broadcast
         and the gamma the workers blend their blocks with (the deltas are separate arguments so
-        that Ray hands the workers' objects over directly)."""
+        that Ray hands the workers' objects over directly). With ``adaptive`` the next round's
+        sigma' = clip(ADAPTIVE_MARGIN rho, 1, K) from this round's overlap rho
+        (:func:`streamssvm.distributed._bcfw.overlap`), returned with the weights."""
         n = int(sum(n_blocks))
         gamma = self.gamma
         if self.line_search and loss_deltas is not None and None not in loss_deltas:
