@@ -224,6 +224,19 @@ def test_adaptive_sigma_resumes_from_a_cut(tmp_path):
         np.testing.assert_array_equal(wa[k], wb[k])
 
 
+def test_refinement_rounds_cut_every_checkpoint_every_rounds(tmp_path):
+    """After the stream ends, cuts follow ``checkpoint_every`` (plus the round that ended the
+    stream and the last one). Regression: every round after the end of the stream was cut (49 of
+    68 rounds in bench/distributed.py, 0.1 s each)."""
+    X, Y = data(400, seed=7)
+    res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=2, round_examples=50, passes=3.0,
+                 passes_per_round=0.25, checkpoint_every=4, cluster="inprocess", checkpoint_dir=tmp_path)
+    cuts = [h["round"] for h in res.history if h["cut"]]
+    first_ended = next(h["round"] for h in res.history if h["ended"])
+    expected = sorted({r for r in range(1, res.rounds + 1) if r % 4 == 0} | {first_ended, res.rounds})
+    assert res.rounds >= 16 and cuts == expected
+
+
 def test_overlap_of_the_workers_changes():
     from streamssvm.distributed._bcfw import overlap
     rng = np.random.default_rng(2)

@@ -155,6 +155,7 @@ class _Job:
         self.mixer = None
         self.round = 0
         self.n_global = 0
+        self.stream_ended = False   # the last round ended the stream (its cut is taken)
 
     def start(self):
         """Create the mixer and the workers; restore all of them from the newest valid cut."""
@@ -239,7 +240,9 @@ class _Job:
             rec.update({"gap": cert["gap"], "primal": cert["primal"], "dual": cert["dual"], "exact": cert["exact"],
                         "certificate": cert})
         rec["seconds_checkpoint"] = 0.0
-        rec["cut"] = bool(cut or rec["ended"])
+        # a cut when the stream ends (once: later refinement rounds follow checkpoint_every)
+        rec["cut"] = bool(cut or (rec["ended"] and not self.stream_ended))
+        self.stream_ended = bool(rec["ended"])
         if rec["cut"]:
             # the consistent cut: every part durable, then the mixer commits, then the offsets
             t1 = time.perf_counter()
