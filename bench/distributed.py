@@ -171,11 +171,19 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--words", action="store_true", help="OCR-large word chains (in-process pass counts) instead of "
                     "the OCR letters; writes distributed_words.{json,md}")
+    ap.add_argument("--rounds-per-pass", type=int, default=20)
+    ap.add_argument("--inprocess", default=None, help="comma-separated worker counts: only these, all in process "
+                    "(pass counts; writes distributed_rpp<R>.{json,md})")
     args = ap.parse_args()
-    rpp = 20
-    if args.words:
+    rpp = args.rounds_per_pass
+    if args.inprocess:
+        ks = [int(v) for v in args.inprocess.split(",")]
+        stem = f"distributed_rpp{rpp}"
+        cfg = [(K, float(K), m, "inprocess") for K in ks for m in ("fixed", "adaptive")]
+        sets = [("multiclass", "OCR letters", letters(10000, 2000), 0.01, rpp, 15, TARGET, cfg)]
+    elif args.words:
         stem = "distributed_words"
-        sets = [("sequence", "OCR-large words", words(400 if args.quick else 2000), 0.01, rpp, 4 if args.quick else 10,
+        sets = [("sequence", "OCR-large words", words(400 if args.quick else 2000), 0.01, rpp, 4 if args.quick else 15,
                  0.2, WORDS[:2] if args.quick else WORDS)]
     else:
         stem = "distributed"

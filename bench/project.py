@@ -47,17 +47,52 @@ WORKERS = (8, 16, 32, 64, 128, 256)
 
 
 def costs(rows):
-    """Per-unit costs from the K = 1 Ray row (seconds)."""
+    """Per-unit costs from the K = 1 Ray row (seconds): means over the rounds up to the target."""
     one = next(r for r in rows if r["workers"] == 1 and r.get("cluster") == "local")
-    n, rpp = one["n"], one["rounds_per_pass"]
+    n, rpp, R = one["n"], one["rounds_per_pass"], one["rounds_to_target"]
     b = one["bytes_per_round"] / 2.0          # K = 1: up + down
-    rounds_per_cut = one["rounds"] / max(one["cuts"], 1)
+    per_cut = one["checkpoint_seconds_per_round"] * one["rounds"] / max(one["cuts"], 1)
+    learn = one["seconds_to_target_learn"] / R
+    parts = learn + one["mix_seconds_per_round"] + one["certificate_seconds_per_round"] + \
+        one["checkpoint_seconds_per_round"]
     return {"n": n, "rpp": rpp, "bytes": b,
-            "c_step": one["learn_seconds_per_round"] / (n / rpp),
+            "c_step": learn / (n / rpp),
             "c_cert": one["certificate_seconds_per_round"] / n,
             "mix_s_per_byte": one["mix_seconds_per_round"] / b,   # includes the local Ray round trip
-            "cut_s_per_block": one["checkpoint_seconds_per_round"] * rounds_per_cut / n,
-            "rounds_per_cut": rounds_per_cut}
+            "cut_s_per_block": per_cut / n,
+            # the rest of a round on Ray (dispatching the calls, results): validation only
+            "ray_other": max(one["seconds_to_target"] / R - parts, 0.0),
+            "rounds_per_cut": rpp, "c_loss": loss_cost(rows, n)}
+
+
+def loss_cost(rows, n):
+    """Adaptive mixing's extra per-round work: sum_i L_i over the held blocks at the round's start
+    and end (the line search's input), seconds per block -- calibrated from the K = 2 Ray rows
+    (adaptive minus fixed mean learn seconds per round), checked on K = 4."""
+    two = {r["mix_step"]: r for r in rows if r["workers"] == 2 and r.get("cluster") == "local"}
+    a, f = two["adaptive"], two["fixed"]
+    extra = a["seconds_to_target_learn"] / a["rounds_to_target"] - f["seconds_to_target_learn"] / f["rounds_to_target"]
+    return max(extra, 0.0) / (n / 2)
+
+
+def mixer_add_seconds(b, K, repeats=20):
+    """Measured: the mixer's own work for K weight changes of b bytes (``combine`` and
+    ``overlap``, the functions the mixer runs), median of ``repeats``; no network."""
+    import time
+
+    import numpy as np
+    from streamssvm.distributed._bcfw import overlap
+    from streamssvm.distributed._mix import combine
+    rng = np.random.default_rng(0)
+    d = [{"E": rng.normal(size=int(b // 8))} for _ in range(K)]
+    start = {"E": rng.normal(size=int(b // 8))}
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        combine(start, d, 1.0)
+        overlap(d)
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
 
 
 def passes_curve(rows, mix_step="adaptive"):
@@ -82,19 +117,39 @@ def passes_at(curve, K):
     return curve[b] + slope * (math.log2(K) - math.log2(b)), f"extrapolated from K = {a}, {b}"
 
 
-def round_seconds(c, K, n, net=None, cores=None, certify=True):
+def net_seconds(c, K, net):
+    """The star the mixer is: K changes of b bytes in over its link, the mixed weights out to K
+    workers, one round trip for the round's calls, one for the certificate's scalars."""
+    if K == 1:
+        return 0.0
+    return 2 * net["rtt_s"] + 2 * K * c["bytes"] / net["bandwidth_bytes_per_s"]
+
+
+_MIXER = {}
+
+
+def mixer_seconds(c, K):
+    if K not in _MIXER:
+        _MIXER[K] = mixer_add_seconds(c["bytes"], K)
+    return _MIXER[K]
+
+
+def round_seconds(c, K, n, net=None, cores=None, certify=True, rounds_per_cut=None, adaptive=True):
     """One round's wall time (see the module docstring); ``cores``: a machine of that many cores
     running all K workers (validation), else one worker per machine; ``net`` None: the local Ray
     round trip measured in the mixing cost."""
     share = 1.0 if cores is None else max(1.0, K / cores)
     steps = n / (c["rpp"] * K)
-    t = steps * c["c_step"] * share + K * c["bytes"] * c["mix_s_per_byte"]
-    if net is not None:
-        depth = math.ceil(math.log2(K)) if K > 1 else 0
-        t += 2 * depth * (net["rtt_s"] / 2 + c["bytes"] / net["bandwidth_bytes_per_s"]) + depth * net["rtt_s"] / 2
+    t = steps * c["c_step"] * share + (n / K) * c["c_loss"] * share * bool(adaptive)
+    if net is None:
+        t += K * c["bytes"] * c["mix_s_per_byte"]       # local Ray: the measured mixing round trip
+    else:
+        t += mixer_seconds(c, K) + net_seconds(c, K, net)
     if certify:
         t += (n / K) * c["c_cert"] * share
-    t += (n / K) * c["cut_s_per_block"] * share / c["rounds_per_cut"]
+    t += (n / K) * c["cut_s_per_block"] * share / (rounds_per_cut or c["rounds_per_cut"])
+    if net is None:
+        t += c["ray_other"]
     return t
 
 
@@ -108,13 +163,16 @@ def main():
     lines = ["", "## Projection to 8 ... 256 workers (bench/project.py)", "",
              "Measured unit costs (K = 1 Ray worker, this machine): "
              f"{c['c_step'] * 1e6:.1f} us per block step, {c['c_cert'] * 1e6:.1f} us per certificate oracle call, "
+             f"{c['c_loss'] * 1e6:.2f} us per block held for adaptive mixing's loss sums (K = 2 rows), "
              f"{c['bytes'] / 1e3:.1f} kB of weights per worker and direction per round, mixing "
              f"{c['mix_s_per_byte'] * c['bytes'] * 1e3:.2f} ms per worker's array (local Ray round trip included), "
-             f"a cut {c['cut_s_per_block'] * 1e6:.1f} us per block held. Rounds of 1/{c['rpp']} pass; passes to "
-             f"gap {res['target_gap']} from the adaptive-mixing rows: "
+             f"a cut {c['cut_s_per_block'] * 1e6:.1f} us per block held, Ray's own dispatch {c['ray_other'] * 1e3:.1f} "
+             "ms per round (validation only). Rounds of 1/{c['rpp']} pass; passes to "
+             f"gap {res['target_gap']} from the adaptive-mixing rows (K = 1: the single process): "
              + ", ".join(f"K={k}: {fmt(v)}" for k, v in curve.items()) + ".", "",
              "Validation on this machine (2 cores shared with other jobs; all K workers on it, compute and "
-             "certificate time-shared past 2 workers, the local Ray round trip instead of a network):", "",
+             "certificate time-shared past 2 workers, the local Ray round trip instead of a network, the cuts the run "
+             "took):", "",
              "| workers | mixing | rounds to target | predicted s to target | measured s to target | error |",
              "|---|---|---|---|---|---|"]
     for r in rows:
@@ -122,26 +180,27 @@ def main():
             continue
         K = int(r["workers"])
         R = r["rounds_to_target"]
-        pred = R * round_seconds(c, K, r["n"], cores=cores)
+        pred = R * round_seconds(c, K, r["n"], cores=cores, rounds_per_cut=r["rounds"] / max(r["cuts"], 1),
+                                 adaptive=r["mix_step"] == "adaptive")
         meas = r["seconds_to_target"]
         lines.append(f"| {K} | beta={r['beta']:g} {r['mix_step']} | {R} | {fmt(pred)} | {fmt(meas)} | "
                      f"{100 * (pred - meas) / meas:+.0f}% |")
     lines += ["", f"Projection: n = {N_PROJECTED:,} OCR-letter-like examples (26 classes, 128 pixels), one worker "
               f"per machine, {NETWORK['bandwidth_bytes_per_s'] * 8 / 1e9:g} Gb/s, {NETWORK['rtt_s'] * 1e3:g} ms RTT, "
-              "a tree reduce/broadcast through the mixer, a certificate every round, a cut every pass:", "",
-              "| workers | passes to target | (source) | round s | of which compute s | network s | rounds | "
+              "the mixer a star (K changes in, the mixed weights out, 2 RTT per round), a certificate every round, "
+              "a cut every pass; K = 1 is the single process (fixed mixing, no line search), K > 1 adaptive mixing:",
+              "",
+              "| workers | passes to target | (source) | round s | of which learning s | mixer + network s | rounds | "
               "s to target | speed-up vs 1 | stream examples/s |", "|---|---|---|---|---|---|---|---|---|---|"]
     p1, _ = passes_at(curve, 1)
-    t1 = p1 * c["rpp"] * round_seconds(c, 1, N_PROJECTED, net=NETWORK)
+    t1 = p1 * c["rpp"] * round_seconds(c, 1, N_PROJECTED, net=NETWORK, adaptive=False)
     for K in (1,) + WORKERS:
         P, src = passes_at(curve, K)
-        T = round_seconds(c, K, N_PROJECTED, net=NETWORK)
-        comp = N_PROJECTED / (c["rpp"] * K) * c["c_step"]
-        depth = math.ceil(math.log2(K)) if K > 1 else 0
-        netw = 2 * depth * (NETWORK["rtt_s"] / 2 + c["bytes"] / NETWORK["bandwidth_bytes_per_s"]) + \
-            depth * NETWORK["rtt_s"] / 2
+        T = round_seconds(c, K, N_PROJECTED, net=NETWORK, adaptive=K > 1)
+        comp = N_PROJECTED / (c["rpp"] * K) * c["c_step"] + (N_PROJECTED / K) * c["c_loss"] * (K > 1)
+        netw = net_seconds(c, K, NETWORK) + mixer_seconds(c, K)
         R = P * c["rpp"]
-        Ts = round_seconds(c, K, N_PROJECTED, net=NETWORK, certify=False)
+        Ts = round_seconds(c, K, N_PROJECTED, net=NETWORK, certify=False, adaptive=K > 1)
         lines.append(f"| {K} | {fmt(P)} | {src} | {fmt(T)} | {fmt(comp)} | {fmt(netw)} | {fmt(R)} | {fmt(R * T)} | "
                      f"{fmt(t1 / (R * T))} | {fmt(N_PROJECTED / c['rpp'] / Ts)} |")
     text = "\n".join(lines) + "\n"

@@ -328,9 +328,10 @@ class RunOptions:
         ``"adaptive"`` (BCFW): the line search's gamma, and the next round's sigma' set to
         1.25 times the measured overlap of the workers' changes (between 1 and K; the first round
         uses beta). Measured on 10k OCR letters in rounds of 0.05 pass: passes to gap 0.1 of
-        1.11x / 1.37x / 1.68x the single process at K = 2 / 4 / 8 against 1.29x / 1.72x /
-        2.74x with beta = K fixed (bench/results/distributed.md); short rounds matter more
-        with it than with fixed mixing.
+        1.10x / 1.33x / 1.63x the single process at K = 2 / 4 / 8 against 1.19x / 1.67x /
+        2.66x with beta = K fixed (bench/results/distributed.md); short rounds matter more
+        with it than with fixed mixing. Each round costs two sums of the held blocks' losses
+        (the line search's input).
     on_round
         ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
     """
