@@ -47,31 +47,43 @@ WORKERS = (8, 16, 32, 64, 128, 256)
 
 
 def costs(rows):
-    """Per-unit costs from the K = 1 Ray row (seconds): means over the rounds up to the target."""
+    """Unit costs. Learning (CPU seconds, so that other jobs on this machine do not inflate them):
+    per block step and per round and worker, fitted on the K = 1 and K = 2 fixed-mixing Ray rows
+    (learn CPU per worker to the target = rounds x (steps c_step + c_round)); the rest (wall
+    seconds of the K = 1 row, upper bounds on a loaded machine): certificate per oracle call,
+    mixing round trip per array, a cut per block held."""
     one = next(r for r in rows if r["workers"] == 1 and r.get("cluster") == "local")
+    two = next(r for r in rows if r["workers"] == 2 and r.get("cluster") == "local" and r["mix_step"] == "fixed")
     n, rpp, R = one["n"], one["rounds_per_pass"], one["rounds_to_target"]
+    # two equations: cpu_K / R_K = (n / (rpp K)) c_step + c_round for K = 1, 2
+    y1, y2 = one["learn_cpu_to_target"] / R, two["learn_cpu_to_target"] / two["rounds_to_target"]
+    s1, s2 = n / rpp, n / (2 * rpp)
+    c_step = (y1 - y2) / (s1 - s2)
+    c_round = y1 - s1 * c_step
     b = one["bytes_per_round"] / 2.0          # K = 1: up + down
     per_cut = one["checkpoint_seconds_per_round"] * one["rounds"] / max(one["cuts"], 1)
-    learn = one["seconds_to_target_learn"] / R
-    parts = learn + one["mix_seconds_per_round"] + one["certificate_seconds_per_round"] + \
+    learn_wall = one["seconds_to_target_learn"] / R
+    parts = learn_wall + one["mix_seconds_per_round"] + one["certificate_seconds_per_round"] + \
         one["checkpoint_seconds_per_round"]
-    return {"n": n, "rpp": rpp, "bytes": b,
-            "c_step": learn / (n / rpp),
-            "c_cert": one["certificate_seconds_per_round"] / n,
-            "mix_s_per_byte": one["mix_seconds_per_round"] / b,   # includes the local Ray round trip
-            "cut_s_per_block": per_cut / n,
-            # the rest of a round on Ray (dispatching the calls, results): validation only
-            "ray_other": max(one["seconds_to_target"] / R - parts, 0.0),
-            "rounds_per_cut": rpp, "c_loss": loss_cost(rows, n)}
+    c = {"n": n, "rpp": rpp, "bytes": b, "c_step": c_step, "c_round": c_round,
+         "c_cert": one["certificate_seconds_per_round"] / n,
+         "mix_s_per_byte": one["mix_seconds_per_round"] / b,   # includes the local Ray round trip
+         "cut_s_per_block": per_cut / n,
+         # validation only: the wall seconds of a learning call beyond its CPU, and the rest of a round
+         "wall_per_cpu": one["seconds_to_target_learn"] / one["learn_cpu_to_target"],
+         "ray_other": max(one["seconds_to_target"] / R - parts, 0.0),
+         "rounds_per_cut": rpp}
+    c["c_loss"] = loss_cost(rows, n, c)
+    return c
 
 
-def loss_cost(rows, n):
-    """Adaptive mixing's extra per-round work: sum_i L_i over the held blocks at the round's start
-    and end (the line search's input), seconds per block -- calibrated from the K = 2 Ray rows
-    (adaptive minus fixed mean learn seconds per round), checked on K = 4."""
-    two = {r["mix_step"]: r for r in rows if r["workers"] == 2 and r.get("cluster") == "local"}
-    a, f = two["adaptive"], two["fixed"]
-    extra = a["seconds_to_target_learn"] / a["rounds_to_target"] - f["seconds_to_target_learn"] / f["rounds_to_target"]
+def loss_cost(rows, n, c):
+    """Adaptive mixing's extra learning CPU per block held and round (the two sums of the blocks'
+    losses, the line search's input), from the K = 2 adaptive row with the fitted step and round
+    costs subtracted."""
+    a = next(r for r in rows if r["workers"] == 2 and r.get("cluster") == "local" and r["mix_step"] == "adaptive")
+    per_round = a["learn_cpu_to_target"] / a["rounds_to_target"]
+    extra = per_round - (n / (2 * c["rpp"])) * c["c_step"] - c["c_round"]
     return max(extra, 0.0) / (n / 2)
 
 
@@ -134,22 +146,24 @@ def mixer_seconds(c, K):
     return _MIXER[K]
 
 
+def learn_cpu(c, K, n, adaptive):
+    """Learning CPU seconds of one worker in one round."""
+    return (n / (c["rpp"] * K)) * c["c_step"] + c["c_round"] + (n / K) * c["c_loss"] * bool(adaptive)
+
+
 def round_seconds(c, K, n, net=None, cores=None, certify=True, rounds_per_cut=None, adaptive=True):
     """One round's wall time (see the module docstring); ``cores``: a machine of that many cores
-    running all K workers (validation), else one worker per machine; ``net`` None: the local Ray
-    round trip measured in the mixing cost."""
+    running all K workers (validation: learning wall = CPU x the K = 1 row's wall per CPU, the
+    local Ray mixing round trip and dispatch), else one worker per machine and core."""
     share = 1.0 if cores is None else max(1.0, K / cores)
-    steps = n / (c["rpp"] * K)
-    t = steps * c["c_step"] * share + (n / K) * c["c_loss"] * share * bool(adaptive)
+    t = learn_cpu(c, K, n, adaptive) * share * (1.0 if net is not None else c["wall_per_cpu"])
     if net is None:
-        t += K * c["bytes"] * c["mix_s_per_byte"]       # local Ray: the measured mixing round trip
+        t += K * c["bytes"] * c["mix_s_per_byte"] + c["ray_other"]
     else:
         t += mixer_seconds(c, K) + net_seconds(c, K, net)
     if certify:
         t += (n / K) * c["c_cert"] * share
     t += (n / K) * c["cut_s_per_block"] * share / (rounds_per_cut or c["rounds_per_cut"])
-    if net is None:
-        t += c["ray_other"]
     return t
 
 
@@ -161,20 +175,25 @@ def main():
     curve = passes_curve(rows)
     cores = res["machine"]["cores"]
     lines = ["", "## Projection to 8 ... 256 workers (bench/project.py)", "",
-             "Measured unit costs (K = 1 Ray worker, this machine): "
-             f"{c['c_step'] * 1e6:.1f} us per block step, {c['c_cert'] * 1e6:.1f} us per certificate oracle call, "
-             f"{c['c_loss'] * 1e6:.2f} us per block held for adaptive mixing's loss sums (K = 2 rows), "
-             f"{c['bytes'] / 1e3:.1f} kB of weights per worker and direction per round, mixing "
-             f"{c['mix_s_per_byte'] * c['bytes'] * 1e3:.2f} ms per worker's array (local Ray round trip included), "
-             f"a cut {c['cut_s_per_block'] * 1e6:.1f} us per block held, Ray's own dispatch {c['ray_other'] * 1e3:.1f} "
-             "ms per round (validation only). Rounds of 1/{c['rpp']} pass; passes to "
-             f"gap {res['target_gap']} from the adaptive-mixing rows (K = 1: the single process): "
+             "Unit costs measured here: learning "
+             f"{c['c_step'] * 1e6:.1f} CPU us per block step + {c['c_round'] * 1e3:.2f} CPU ms per round and worker "
+             "(fitted on the K = 1 and K = 2 fixed rows), adaptive mixing's loss sums "
+             f"{c['c_loss'] * 1e6:.2f} CPU us per block held and round (K = 2 adaptive row); wall seconds of the K = 1 "
+             f"row (upper bounds, loaded machine): {c['c_cert'] * 1e6:.1f} us per certificate oracle call, a cut "
+             f"{c['cut_s_per_block'] * 1e6:.1f} us per block held, the local Ray mixing round trip "
+             f"{c['mix_s_per_byte'] * c['bytes'] * 1e3:.2f} ms per worker and Ray's dispatch {c['ray_other'] * 1e3:.1f} "
+             f"ms per round (these two: validation only); {c['bytes'] / 1e3:.1f} kB of weights per worker and "
+             f"direction per round. Rounds of 1/{c['rpp']} pass; passes to gap {res['target_gap']} from the "
+             "adaptive-mixing rows (K = 1: the single process): "
              + ", ".join(f"K={k}: {fmt(v)}" for k, v in curve.items()) + ".", "",
              "Validation on this machine (2 cores shared with other jobs; all K workers on it, compute and "
              "certificate time-shared past 2 workers, the local Ray round trip instead of a network, the cuts the run "
-             "took):", "",
-             "| workers | mixing | rounds to target | predicted s to target | measured s to target | error |",
-             "|---|---|---|---|---|---|"]
+             "took). Wall time is only as good as the machine was quiet (other helpers' jobs ran during the "
+             "measurement; K = 1 is a calibration row); the learning CPU per worker (the compute model alone; K = 1, "
+             "K = 2 fixed and K = 2 adaptive are its calibration rows, K = 4 the check) does not depend on them:", "",
+             "| workers | mixing | rounds to target | predicted s to target | measured s to target | error | "
+             "predicted learn CPU / worker s | measured | error |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r.get("cluster") != "local" or not r["passes_to_target"]:
             continue
@@ -183,8 +202,11 @@ def main():
         pred = R * round_seconds(c, K, r["n"], cores=cores, rounds_per_cut=r["rounds"] / max(r["cuts"], 1),
                                  adaptive=r["mix_step"] == "adaptive")
         meas = r["seconds_to_target"]
+        cpu_pred = R * learn_cpu(c, K, r["n"], r["mix_step"] == "adaptive")
+        cpu = r["learn_cpu_to_target"]
         lines.append(f"| {K} | beta={r['beta']:g} {r['mix_step']} | {R} | {fmt(pred)} | {fmt(meas)} | "
-                     f"{100 * (pred - meas) / meas:+.0f}% |")
+                     f"{100 * (pred - meas) / meas:+.0f}% | {fmt(cpu_pred)} | {fmt(cpu)} | "
+                     f"{100 * (cpu_pred - cpu) / cpu:+.0f}% |")
     lines += ["", f"Projection: n = {N_PROJECTED:,} OCR-letter-like examples (26 classes, 128 pixels), one worker "
               f"per machine, {NETWORK['bandwidth_bytes_per_s'] * 8 / 1e9:g} Gb/s, {NETWORK['rtt_s'] * 1e3:g} ms RTT, "
               "the mixer a star (K changes in, the mixed weights out, 2 RTT per round), a certificate every round, "
@@ -197,7 +219,7 @@ def main():
     for K in (1,) + WORKERS:
         P, src = passes_at(curve, K)
         T = round_seconds(c, K, N_PROJECTED, net=NETWORK, adaptive=K > 1)
-        comp = N_PROJECTED / (c["rpp"] * K) * c["c_step"] + (N_PROJECTED / K) * c["c_loss"] * (K > 1)
+        comp = learn_cpu(c, K, N_PROJECTED, K > 1)
         netw = net_seconds(c, K, NETWORK) + mixer_seconds(c, K)
         R = P * c["rpp"]
         Ts = round_seconds(c, K, N_PROJECTED, net=NETWORK, certify=False, adaptive=K > 1)
