@@ -78,9 +78,10 @@ def costs(rows):
 
 
 def loss_cost(rows, n, c):
-    """Adaptive mixing's extra learning CPU per block held and round (the two sums of the blocks'
-    losses, the line search's input), from the K = 2 adaptive row with the fitted step and round
-    costs subtracted."""
+    """Adaptive mixing's extra learning CPU per block held and round (the sums of the blocks'
+    losses, the line search's input -- two per round when bench/results/distributed.json was
+    measured, one since), from the K = 2 adaptive row with the fitted step and round costs
+    subtracted."""
     a = next(r for r in rows if r["workers"] == 2 and r.get("cluster") == "local" and r["mix_step"] == "adaptive")
     per_round = a["learn_cpu_to_target"] / a["rounds_to_target"]
     extra = per_round - (n / (2 * c["rpp"])) * c["c_step"] - c["c_round"]

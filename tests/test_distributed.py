@@ -237,6 +237,31 @@ def test_refinement_rounds_cut_every_checkpoint_every_rounds(tmp_path):
     assert res.rounds >= 16 and cuts == expected
 
 
+@pytest.mark.parametrize("mix_step", ["line", "adaptive"])
+def test_carried_loss_sum_equals_the_blocks_sum_after_every_round(tmp_path, mix_step):
+    """The line search's sum_i L_i at a round's start is carried over from the last round's end
+    (moved by gamma (end - start)) instead of summed again: after every round it equals the sum
+    over the blended blocks, streaming rounds (new blocks) and refinement rounds alike."""
+    from streamssvm.distributed import _bcfw
+    X, Y = data(500, seed=8)
+    checked = []
+
+    def check(rec, job):
+        for w in job.workers:
+            worker = w._obj   # in process: the Worker object itself
+            lr = worker.model.bound_learner
+            if lr is not None:
+                np.testing.assert_allclose(worker.mixing.loss_next, _bcfw.loss_sum(lr), rtol=1e-10, atol=1e-12)
+                checked.append(rec["gamma"])
+
+    sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=3, round_examples=40, passes=1.0,
+           passes_per_round=0.25, cluster="inprocess", mix_step=mix_step, beta=1.0, on_round=check,
+           checkpoint_dir=tmp_path)
+    assert len(checked) >= 24
+    if mix_step == "line":
+        assert min(checked) < 1.0   # blended rounds (gamma < 1) among them
+
+
 def test_overlap_of_the_workers_changes():
     from streamssvm.distributed._bcfw import overlap
     rng = np.random.default_rng(2)

@@ -330,8 +330,8 @@ class RunOptions:
         uses beta). Measured on 10k OCR letters in rounds of 0.05 pass: passes to gap 0.1 of
         1.10x / 1.33x / 1.63x the single process at K = 2 / 4 / 8 against 1.19x / 1.67x /
         2.66x with beta = K fixed (bench/results/distributed.md); short rounds matter more
-        with it than with fixed mixing. Each round costs two sums of the held blocks' losses
-        (the line search's input).
+        with it than with fixed mixing. Each round costs one sum of the held blocks' losses
+        (the line search's input; the start's sum is carried over from the last round).
     on_round
         ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
     """

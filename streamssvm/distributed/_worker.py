@@ -227,6 +227,8 @@ class Worker:
         self.block_partitions = [int(v) for v in np.asarray(w.get("block_partitions", []))]
         if "sigma" in w and hasattr(self.mixing, "sigma"):   # adaptive mixing's sigma' of the next round
             self.mixing.sigma = float(w["sigma"])
+        if hasattr(self.mixing, "loss_next"):   # the line search's loss sum carried to the next round
+            self.mixing.loss_next = None if w.get("loss_next") is None else float(w["loss_next"])
         if self.position is not None:
             self.source.seek(self.position)
         return self.examples_seen
@@ -241,7 +243,8 @@ class Worker:
                           n_global=self.n_global, ended=self.ended, learn_seconds=self.learn_seconds,
                           learn_cpu=self.learn_cpu,
                           block_partitions=np.asarray(self.block_partitions, dtype=np.int64),
-                          sigma=float(getattr(self.mixing, "sigma", 1.0)))
+                          sigma=float(getattr(self.mixing, "sigma", 1.0)),
+                          loss_next=getattr(self.mixing, "loss_next", None))
         p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
         return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
 
