@@ -1,22 +1,24 @@
-"""Distributed BCFW on Ray: passes and seconds to a gap of 0.1, test accuracy, for 1, 2 and 4
-workers, on OCR letters (multiclass) and OCR-large words (chains).
+"""Distributed BCFW: passes to a duality gap, test accuracy and per-round costs for 1 ... 32 workers, on
+OCR letters (multiclass) and OCR-large words (chains).
 
-    flock /tmp/bench.lock python bench/distributed.py           # OCR letters, ~5 min on 2 idle cores
-    flock /tmp/bench.lock python bench/distributed.py --quick   # smoke run (--words: also OCR word chains)
+    flock /tmp/bench.lock python bench/distributed.py           # OCR letters, ~10 min on 2 cores
+    python bench/distributed.py --words                          # OCR words, in-process pass counts only
+    flock /tmp/bench.lock python bench/distributed.py --quick   # smoke run
 
 Protocol. One local Ray cluster (num_cpus = cores). For K workers, the training examples are
 sharded k mod K (in-memory shards); the stream is learned once (one block step per new example,
-``replay`` = 0), in ``rounds_per_pass`` mixing rounds per pass; then refinement rounds of
-1/rounds_per_pass local pass each, until the global certificate (the sum of the workers' block
-gaps at the mixed weights, computed after every round) is <= 0.1 or ``max_passes``. A global
-pass is n block steps summed over all workers. "single" is the same protocol in one process
-without Ray (the learner's own learn/refine). Wall seconds include mixing, the certificate pass
-and the consistent-cut checkpoint of every round; "learn CPU / worker" is the CPU time spent in
-the workers' learning (their share of the work). The machine has 2 cores shared with other
-jobs: with 4 workers, 2 at a time run, so wall time cannot fall as 1/K here -- the work per
-worker is what shows the scaling.
+``replay`` = 0) in rounds of n / (rounds_per_pass K) new examples per worker; then refinement
+rounds of 1 / rounds_per_pass local pass each, until the global certificate (the sum of the
+workers' block gaps at the mixed weights, computed after every round) reaches the target or
+``max_passes``. A global pass is n block steps summed over all workers. "single" is the same
+protocol in one process without Ray (the learner's own learn/refine, a certificate every
+1 / rounds_per_pass pass). Rows with cluster "inprocess" run the same rounds without Ray
+(``distributed.run(cluster="inprocess")``, bit for bit the Ray run): pass counts for more workers
+than the machine has cores; their seconds are not reported. Wall seconds of the Ray rows include
+mixing, the certificate pass and the consistent cut; with 2 cores, K = 4 time-shares them.
+``bench/project.py`` turns the measured per-round costs and pass counts into the projection.
 
-Writes bench/results/distributed.{json,md}.
+Writes bench/results/distributed.{json,md} (``--words``: distributed_words.{json,md}).
 """
 from __future__ import annotations
 
@@ -66,8 +68,9 @@ def accuracy(model, task, X, Y):
     return float(np.mean(np.concatenate([np.asarray(p) == np.asarray(y) for p, y in zip(pred, Y)])))
 
 
-def run_single(task, data, lam, rpp, max_passes):
-    """The same protocol in one process, no Ray."""
+def run_single(task, data, lam, rpp, max_passes, target=None):
+    """The same protocol in one process, no Ray (a certificate every 1 / rpp pass)."""
+    target = TARGET if target is None else target
     Xa, Ya, Xb, Yb = data
     m = make_model(task, lam)
     n = len(Xa)
@@ -82,21 +85,24 @@ def run_single(task, data, lam, rpp, max_passes):
         t1 = time.perf_counter()
         c = m._learner.certificate()
         cert_s += time.perf_counter() - t1
-        if c.gap <= TARGET and reached is None:
+        if c.gap <= target and reached is None:
             reached = {"passes": passes, "seconds": time.perf_counter() - t0 - cert_s}
             break
         if passes >= max_passes:
             break
         m._learner.refine(1.0 / rpp)
         passes += 1.0 / rpp
-    return {"workers": "single", "n": n, "passes_to_target": reached and reached["passes"],
+    return {"workers": "single", "n": n, "passes_to_target": reached and reached["passes"], "target": target,
+            "rounds_per_pass": rpp, "cluster": "—",
             "seconds_to_target": reached and reached["seconds"], "final_gap": c.gap, "passes": passes,
             "wall_seconds": time.perf_counter() - t0, "learn_cpu_per_worker": time.process_time() - c0,
             "test_accuracy": accuracy(m, task, Xb, Yb)}
 
 
-def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=1.0, local_passes=None):
+def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=1.0, local_passes=None,
+             cluster="local", target=None):
     """``local_passes``: local passes per refinement round (H; default 1 / rpp)."""
+    target = TARGET if target is None else target
     Xa, Ya, Xb, Yb = data
     n = len(Xa)
     per_round = max(1, int(np.ceil(n / (K * rpp))))
@@ -105,7 +111,7 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=
     res = sd.run(make_model(task, lam), (Xa, Ya), task=task, workers=K, round_examples=per_round,
                  checkpoint_dir=ckdir, passes=max_passes - 1, passes_per_round=lp, tol=TARGET,
                  checkpoint_every=max(1, int(round(1.0 / lp))) if lp < 1 else 1, mix_step=mix_step,
-                 beta=min(float(beta), K))
+                 beta=min(float(beta), K), cluster=cluster)
     wall = time.perf_counter() - t0
     H = res.history
     passes = 0.0
@@ -114,13 +120,19 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=
     for h in H:
         passes += h["new_examples"] / n + h["refine_passes"]
         elapsed += h["seconds"]
-        if reached is None and h.get("gap", np.inf) <= TARGET:
+        if reached is None and h.get("gap", np.inf) <= target:
             reached = {"passes": passes, "seconds": elapsed, "round": h["round"]}
     last = H[-1]
     learn_cpu = [w["learn_cpu"] for w in last["workers"]]
     learn_wall = [w["learn_seconds"] for w in last["workers"]]
     rounds = len(H)
     return {"workers": K, "n": n, "passes_to_target": reached and reached["passes"], "mix_step": mix_step,
+            "target": target, "cluster": cluster, "sigmas": [h.get("sigma") for h in H],
+            "overlaps": [h.get("overlap") for h in H],
+            "seconds_to_target_learn": reached and sum(h["seconds_learn"] for h in H if h["round"] <= reached["round"]),
+            "rounds_to_target": reached and reached["round"],
+            "learn_cpu_to_target": reached and float(np.mean(
+                [w["learn_cpu"] for w in next(h for h in H if h["round"] == reached["round"])["workers"]])),
             "beta": min(float(beta), K), "local_passes": lp, "gammas": [h.get("gamma") for h in H],
             "seconds_to_target": reached and reached["seconds"], "final_gap": res.certificate["gap"],
             "passes": passes, "rounds": rounds, "rounds_per_pass": rpp,
@@ -137,81 +149,112 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=
             "gaps": [h.get("gap") for h in H]}
 
 
-#: (workers, beta, mix_step, local passes per refinement round or None for 1 / rounds per pass)
-CONFIGS = [(1, 1.0, "fixed", None), (2, 1.0, "fixed", None), (2, 2.0, "fixed", None), (4, 1.0, "fixed", None),
-           (4, 4.0, "fixed", None), (4, 4.0, "fixed", 1.0), (2, 1.0, "line", None)]
+#: (workers, beta, mix_step, cluster): every run in rounds of 1 / rounds_per_pass pass (stream and refinement);
+#: "inprocess" runs the same algebra without Ray (bit for bit equal, tests/test_distributed.py) -- pass counts at
+#: more workers than this machine has cores, no wall time
+LETTERS = [(1, 1.0, "fixed", "local"), (2, 2.0, "fixed", "local"), (2, 2.0, "adaptive", "local"),
+           (4, 4.0, "fixed", "local"), (4, 4.0, "adaptive", "local"), (8, 8.0, "fixed", "inprocess"),
+           (8, 8.0, "adaptive", "inprocess"), (16, 16.0, "adaptive", "inprocess"), (32, 32.0, "adaptive", "inprocess")]
+WORDS = [(2, 2.0, "fixed", "inprocess"), (2, 2.0, "adaptive", "inprocess"), (4, 4.0, "fixed", "inprocess"),
+         (4, 4.0, "adaptive", "inprocess"), (8, 8.0, "fixed", "inprocess"), (8, 8.0, "adaptive", "inprocess")]
 
 
 def label(r):
     if r["workers"] == "single":
         return "single", "—"
-    mix = f"beta={r['beta']:g}" + (" line" if r["mix_step"] == "line" else "")
-    return str(r["workers"]), f"{mix}, H={r['local_passes']:g}"
+    mix = f"beta={r['beta']:g} {r['mix_step']}"
+    return str(r["workers"]), mix
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--words", action="store_true", help="also the OCR-large word chains")
+    ap.add_argument("--words", action="store_true", help="OCR-large word chains (in-process pass counts) instead of "
+                    "the OCR letters; writes distributed_words.{json,md}")
+    ap.add_argument("--rounds-per-pass", type=int, default=20)
+    ap.add_argument("--inprocess", default=None, help="comma-separated worker counts: only these, all in process "
+                    "(pass counts; writes distributed_rpp<R>.{json,md})")
     args = ap.parse_args()
-    if args.quick:
-        sets = [("multiclass", "OCR letters", letters(2000, 500), 0.01, 4, 6)]
+    rpp = args.rounds_per_pass
+    if args.inprocess:
+        ks = [int(v) for v in args.inprocess.split(",")]
+        stem = f"distributed_rpp{rpp}"
+        cfg = [(K, float(K), m, "inprocess") for K in ks for m in ("fixed", "adaptive")]
+        sets = [("multiclass", "OCR letters", letters(10000, 2000), 0.01, rpp, 15, TARGET, cfg)]
+    elif args.words:
+        stem = "distributed_words"
+        sets = [("sequence", "OCR-large words", words(400 if args.quick else 2000), 0.01, rpp, 4 if args.quick else 15,
+                 0.2, WORDS[:2] if args.quick else WORDS)]
     else:
-        sets = [("multiclass", "OCR letters", letters(10000, 2000), 0.01, 4, 15)]
-    if args.words:
-        sets.append(("sequence", "OCR-large words", words(400 if args.quick else 2000), 0.01, 4, 6 if args.quick else 15))
+        stem = "distributed"
+        sets = [("multiclass", "OCR letters", letters(2000, 500) if args.quick else letters(10000, 2000), 0.01, rpp,
+                 6 if args.quick else 15, TARGET, LETTERS[:3] if args.quick else LETTERS)]
     ncpu = os.cpu_count() or 1
     t_init = time.perf_counter()
-    ray.init(num_cpus=ncpu, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    if any(c[3] == "local" for st in sets for c in st[7]):
+        ray.init(num_cpus=ncpu, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     t_init = time.perf_counter() - t_init
     import tempfile
     rows = []
     try:
-        for task, name, data, lam, rpp, max_passes in sets:
+        for task, name, data, lam, rpp_, max_passes, target, configs in sets:
             c0 = time.process_time()
-            r = run_single(task, data, lam, rpp, max_passes)
+            r = run_single(task, data, lam, rpp_, max_passes, target)
             r.update(dataset=name, lam=lam, driver_cpu=time.process_time() - c0)
             rows.append(r)
             print(json.dumps({k: v for k, v in r.items() if k != "gaps"}), flush=True)
-            for K, beta, mix_step, lp in CONFIGS:
+            for K, beta, mix_step, cluster in configs:
                 with tempfile.TemporaryDirectory() as d:
-                    r = run_dist(task, data, lam, K, rpp, max_passes, d, mix_step, beta, lp)
+                    r = run_dist(task, data, lam, K, rpp_, max_passes, d, mix_step, beta, None, cluster, target)
                 r.update(dataset=name, lam=lam)
                 rows.append(r)
-                print(json.dumps({k: v for k, v in r.items() if k not in ("gaps", "gammas")}), flush=True)
+                print(json.dumps({k: v for k, v in r.items() if k not in ("gaps", "gammas", "sigmas", "overlaps")}),
+                      flush=True)
     finally:
-        ray.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
     out = {"machine": {"cpu": cpu_model(), "cores": ncpu, "python": platform.python_version(),
-                       "ray": ray.__version__}, "ray_init_seconds": t_init, "target_gap": TARGET,
+                       "ray": ray.__version__}, "ray_init_seconds": t_init, "target_gap": sets[0][6],
            "quick": args.quick, "rows": rows}
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    lines = [f"# Distributed BCFW on Ray (target gap {TARGET})", "",
+    name, lam, rpp_, max_passes, target = sets[0][1], sets[0][3], sets[0][4], sets[0][5], sets[0][6]
+    lines = [f"# Distributed BCFW: passes to a gap of {target} ({name})", "",
              f"{cpu_model()}, {ncpu} cores; Ray {ray.__version__}; local cluster start {t_init:.1f} s. "
-             f"lam = {sets[0][3]}, replay 0, uniform FW steps, {sets[0][4]} rounds per pass in the stream pass, "
-             f"then refinement rounds of H local passes each; certificate every round; a consistent cut every "
-             f"pass (every round when H >= 1; ckpt s / round is amortized over the rounds); at most {sets[0][5]} "
-             "passes. beta = 1 is CoCoA averaging (gamma = 1/K), beta = K is CoCoA+ adding (sigma' = K, "
-             "gamma = 1); `line`: the mixer's exact line search on gamma. A pass is n block steps summed over "
-             "the workers. Subsets: the first n training letters of OCR-large, tested on the first 2,000 test "
-             "letters.", "",
-             "| data | workers | mixing | n | passes to 0.1 | x single | final gap | test acc | wall s | "
-             "learn CPU / worker s | rounds | bytes / round | mix s / round | cert s / round | ckpt s / round |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"lam = {lam}, replay 0, uniform FW steps, averaging off (single and distributed alike); rounds of "
+             f"1/{rpp_} pass (stream: n/({rpp_} K) new examples per worker; refinement: 1/{rpp_} local pass), a "
+             f"global certificate every round (the single process: every 1/{rpp_} pass), a consistent cut every "
+             f"pass; at most {max_passes} passes. A pass is n block steps summed over the workers. `fixed`: "
+             "gamma = beta / K with sigma' = beta (beta = K: CoCoA+ adding); `adaptive`: sigma' = clip(1.25 rho, "
+             "1, K) from the last round's measured overlap rho of the workers' changes, gamma by exact line "
+             "search. cluster `local`: Ray actors on this machine (K = 4 time-shares 2 cores); `inprocess`: the "
+             "same rounds without Ray, workers called in turn (pass counts only: its seconds are not a "
+             "measurement of anything distributed).", "",
+             "| data | workers | cluster | mixing | n | passes to target | x single | final gap | test acc | "
+             "median sigma' | rounds to target | wall s | learn CPU / worker s | bytes / round | learn s / round | "
+             "mix s / round | cert s / round | ckpt s / round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     single = {}
     for r in rows:
         if r["workers"] == "single":
             single[r["dataset"]] = r["passes_to_target"]
-        s = single.get(r["dataset"])
-        ratio = (r["passes_to_target"] / s) if (s and r["passes_to_target"]) else None
+        s_ = single.get(r["dataset"])
+        ratio = (r["passes_to_target"] / s_) if (s_ and r["passes_to_target"]) else None
         k, mix = label(r)
-        lines.append(f"| {r['dataset']} | {k} | {mix} | {r['n']} | {fmt(r['passes_to_target'])} | {fmt(ratio)} | "
-                     f"{fmt(r['final_gap'])} | {fmt(r['test_accuracy'])} | "
-                     f"{fmt(r['wall_seconds'])} | {fmt(r['learn_cpu_per_worker'])} | {fmt(r.get('rounds'))} | "
-                     f"{fmt(r.get('bytes_per_round'))} | {fmt(r.get('mix_seconds_per_round'))} | "
-                     f"{fmt(r.get('certificate_seconds_per_round'))} | {fmt(r.get('checkpoint_seconds_per_round'))} |")
-    with open(os.path.join(HERE, "results", "distributed.json"), "w") as f:
+        ray_row = r.get("cluster") == "local"
+        sig = [v for v in r.get("sigmas", []) if v is not None]
+        lines.append(
+            f"| {r['dataset']} | {k} | {r.get('cluster', '—')} | {mix} | {r['n']} | {fmt(r['passes_to_target'])} | "
+            f"{fmt(ratio)} | {fmt(r['final_gap'])} | {fmt(r['test_accuracy'])} | "
+            f"{fmt(float(np.median(sig)) if sig else None)} | {fmt(r.get('rounds_to_target'))} | "
+            f"{fmt(r['wall_seconds']) if (ray_row or r['workers'] == 'single') else '—'} | "
+            f"{fmt(r['learn_cpu_per_worker']) if (ray_row or r['workers'] == 'single') else '—'} | "
+            f"{fmt(r.get('bytes_per_round'))} | "
+            + " | ".join(fmt(r.get(c)) if ray_row else "—" for c in (
+                "learn_seconds_per_round", "mix_seconds_per_round", "certificate_seconds_per_round",
+                "checkpoint_seconds_per_round")) + " |")
+    with open(os.path.join(HERE, "results", stem + ".json"), "w") as f:
         json.dump(out, f, indent=1)
-    with open(os.path.join(HERE, "results", "distributed.md"), "w") as f:
+    with open(os.path.join(HERE, "results", stem + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -98,6 +98,7 @@ def test_refused_learners_and_models():
     (1.0, "fixed"),   # CoCoA averaging
     (2.0, "fixed"),   # CoCoA+ adding (sigma' = K = 2)
     (1.0, "line"),    # averaging's local steps, mixing weight by exact line search
+    (2.0, "adaptive"),  # sigma' from the measured overlap, gamma by line search
 ])
 def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, beta, mix_step):
     X, Y = data(600, seed=1)
@@ -130,7 +131,10 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, 
     gammas = [h["gamma"] for h in res.history]
     if mix_step == "fixed":
         assert gammas == [beta / 2] * res.rounds
-    else:
+    if mix_step == "adaptive":
+        sigmas = [h["sigma"] for h in res.history]
+        assert all(1.0 <= v <= 2.0 for v in sigmas) and len(set(sigmas)) > 2
+    if mix_step != "fixed":
         assert all(0.0 <= g <= 1.0 for g in gammas) and max(gammas) > 0.5
     assert res.examples_seen == len(X) and res.model.n_blocks == len(X)
     # the refinement rounds make progress on the global certificate
@@ -174,6 +178,98 @@ def test_line_step_maximizes_the_union_dual_on_the_segment():
         grid = np.linspace(0.0, 1.0, 2001)
         assert 0.0 <= g <= 1.0 and dual(g) >= max(dual(t) for t in grid) - 1e-12
     assert line_step({"E": np.ones(2)}, {"E": np.zeros(2)}, 1.0, 0.1, 10, default=0.25) == 0.25
+
+
+def _weights(res):
+    return {k: np.asarray(v) for k, v in res.model.bound_learner.parameters().items()}
+
+
+@pytest.mark.parametrize("mix_step", ["fixed", "adaptive"])
+def test_inprocess_workers_reproduce_the_ray_run_bit_for_bit(cluster, tmp_path, mix_step):
+    """cluster="inprocess" (the workers and the mixer called in turn in this process) runs the
+    same rounds as the Ray actors: every round's certificate, gamma and sigma', and the final
+    weights, are equal to the last bit."""
+    X, Y = data(500, seed=5)
+    runs = {}
+    for where in ("local", "inprocess"):
+        runs[where] = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=2, round_examples=60,
+                             checkpoint_dir=tmp_path / where, passes=1.5, passes_per_round=0.25, cluster=where,
+                             mix_step=mix_step)
+    a, b = runs["local"], runs["inprocess"]
+    assert a.rounds == b.rounds >= 8
+    for ha, hb in zip(a.history, b.history):
+        assert (ha["gap"], ha["primal"], ha["dual"], ha["gamma"], ha["sigma"]) == \
+            (hb["gap"], hb["primal"], hb["dual"], hb["gamma"], hb["sigma"])
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k])
+
+
+def test_adaptive_sigma_resumes_from_a_cut(tmp_path):
+    """A job stopped after round 3 and resumed from its cut ends where an uninterrupted one does:
+    the adaptive sigma' of the next round is part of each worker's cut. Regression: the workers
+    restarted with sigma' = beta while the mixer had moved on."""
+    X, Y = data(600, seed=6)
+    kw = dict(task="multiclass", workers=3, round_examples=50, passes=1.0, passes_per_round=0.25,
+              cluster="inprocess", mix_step="adaptive")
+    whole = sd.run(bcfw_model(replay=0), (X, Y), checkpoint_dir=tmp_path / "whole", **kw)
+    first = sd.run(bcfw_model(replay=0), (X, Y), checkpoint_dir=tmp_path / "cut", max_rounds=3, **kw)
+    assert first.rounds == 3 and first.history[-1]["sigma"] != 3.0
+    rest = sd.run(bcfw_model(replay=0), (X, Y), checkpoint_dir=tmp_path / "cut", **kw)
+    assert rest.rounds == whole.rounds
+    assert [h["gap"] for h in rest.history] == [h["gap"] for h in whole.history[3:]]
+    wa, wb = _weights(whole), _weights(rest)
+    for k in wa:
+        np.testing.assert_array_equal(wa[k], wb[k])
+
+
+def test_refinement_rounds_cut_every_checkpoint_every_rounds(tmp_path):
+    """After the stream ends, cuts follow ``checkpoint_every`` (plus the round that ended the
+    stream and the last one). Regression: every round after the end of the stream was cut (49 of
+    68 rounds in bench/distributed.py, 0.1 s each)."""
+    X, Y = data(400, seed=7)
+    res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=2, round_examples=50, passes=3.0,
+                 passes_per_round=0.25, checkpoint_every=4, cluster="inprocess", checkpoint_dir=tmp_path)
+    cuts = [h["round"] for h in res.history if h["cut"]]
+    first_ended = next(h["round"] for h in res.history if h["ended"])
+    expected = sorted({r for r in range(1, res.rounds + 1) if r % 4 == 0} | {first_ended, res.rounds})
+    assert res.rounds >= 16 and cuts == expected
+
+
+@pytest.mark.parametrize("mix_step", ["line", "adaptive"])
+def test_carried_loss_sum_equals_the_blocks_sum_after_every_round(tmp_path, mix_step):
+    """The line search's sum_i L_i at a round's start is carried over from the last round's end
+    (moved by gamma (end - start)) instead of summed again: after every round it equals the sum
+    over the blended blocks, streaming rounds (new blocks) and refinement rounds alike."""
+    from streamssvm.distributed import _bcfw
+    X, Y = data(500, seed=8)
+    checked = []
+
+    def check(rec, job):
+        for w in job.workers:
+            worker = w._obj   # in process: the Worker object itself
+            lr = worker.model.bound_learner
+            if lr is not None:
+                np.testing.assert_allclose(worker.mixing.loss_next, _bcfw.loss_sum(lr), rtol=1e-10, atol=1e-12)
+                checked.append(rec["gamma"])
+
+    sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=3, round_examples=40, passes=1.0,
+           passes_per_round=0.25, cluster="inprocess", mix_step=mix_step, beta=1.0, on_round=check,
+           checkpoint_dir=tmp_path)
+    assert len(checked) >= 24
+    if mix_step == "line":
+        assert min(checked) < 1.0   # blended rounds (gamma < 1) among them
+
+
+def test_overlap_of_the_workers_changes():
+    from streamssvm.distributed._bcfw import overlap
+    rng = np.random.default_rng(2)
+    d = [{"E": rng.normal(size=(3, 4))} for _ in range(4)]
+    assert overlap(d) == pytest.approx(float(np.sum(sum(x["E"] for x in d) ** 2)) /
+                                       sum(float(np.sum(x["E"] ** 2)) for x in d))
+    assert overlap([{"E": d[0]["E"]}] * 4) == pytest.approx(4.0)
+    assert overlap([{"E": np.zeros(3)}, {}]) is None
 
 
 def test_lambda_following_n_certifies_the_single_run_objective(cluster, tmp_path):

@@ -10,7 +10,9 @@ Needs the optional extra: ``pip install "streamssvm[distributed]"`` (Ray).
   change; the mixer actor forms ``start + (beta/K) sum_k delta_k`` and broadcasts it. BCFW's
   dual blocks are blended with the same weight so the mixed point stays w = A alpha with alpha
   feasible (derivation in :mod:`streamssvm.distributed._bcfw`); ``beta=K`` is CoCoA+ adding,
-  ``mix_step="line"`` picks the mixing weight by exact line search on the union's dual; SGD is
+  ``mix_step="line"`` picks the mixing weight by exact line search on the union's dual,
+  ``mix_step="adaptive"`` also sets the next round's sigma' from the measured overlap of the
+  workers' changes; ``cluster="inprocess"`` runs the same rounds without Ray; SGD is
   iterative parameter mixing (McDonald, Hall and Mann 2010).
 * The global certificate at the mixed w is the sum of the workers' block gaps at that w.
 * Each round ends with a consistent cut (:mod:`streamssvm.distributed._cut`): every worker's

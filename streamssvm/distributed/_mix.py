@@ -148,6 +148,11 @@ class BCFWMixing(_Mixing):
         self.snap = None
         self.n_others = 0
         self.loss0 = 0.0
+        self.loss_end = None
+        # the line search's sum_i L_i at the next round's start, carried over from this round's end
+        # (L_i is linear in alpha_i: the blend moves the sum by gamma (end - start)) so that a round
+        # sums the blocks' losses once, not twice; None: sum them
+        self.loss_next = None
 
     def round_start(self, model, n_global):
         # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
@@ -155,7 +160,11 @@ class BCFWMixing(_Mixing):
         super().round_start(model, n_global)
         lr = bound_learner(model)
         self.snap = None if lr is None else lr.dual_snapshot()
-        self.loss0 = _bcfw.loss_sum(lr) if (lr is not None and self.line_search) else 0.0
+        if lr is None or not self.line_search:
+            self.loss0 = 0.0
+        else:
+            self.loss0 = self.loss_next if self.loss_next is not None else _bcfw.loss_sum(lr)
+        self.loss_end = self.loss_next = None
         if lr is not None and self.sigma != 1.0:
             # the learner holds U / sigma' during the round (the CoCoA+ local subproblem)
             self.start = _bcfw.scale_u(lr, 1.0 / self.sigma)
@@ -179,13 +188,20 @@ class BCFWMixing(_Mixing):
         if not self.line_search:
             return None
         lr = bound_learner(model)
-        return 0.0 if lr is None else _bcfw.loss_sum(lr) - self.loss0
+        if lr is None:
+            return 0.0
+        self.loss_end = _bcfw.loss_sum(lr)
+        return self.loss_end - self.loss0
 
-    def apply(self, model, mixed, n_global, gamma=None):
+    def apply(self, model, mixed, n_global, gamma=None, sigma=None):
+        if sigma is not None:   # adaptive mixing: the mixer's sigma' for the next round
+            self.sigma = float(sigma)
         lr = bound_learner(model)
         if lr is None:
             return
         gamma = self.gamma if gamma is None else float(gamma)
+        if self.loss_end is not None:
+            self.loss_next = self.loss0 + gamma * (self.loss_end - self.loss0)
         if gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
             lr.blend_dual(self.snap, gamma)
         lr.set_parameters(mixed)
@@ -215,7 +231,7 @@ class ParameterMixing(_Mixing):
         if bound_learner(model) is None:
             self.start = dict(self.pending)
 
-    def apply(self, model, mixed, n_global, gamma=None):
+    def apply(self, model, mixed, n_global, gamma=None, sigma=None):
         lr = bound_learner(model)
         self.pending = mixed
         if lr is not None and mixed and lr.parameters():

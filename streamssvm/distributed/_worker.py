@@ -225,6 +225,10 @@ class Worker:
         self.learn_cpu = float(w["learn_cpu"])
         self.position = w["position"]
         self.block_partitions = [int(v) for v in np.asarray(w.get("block_partitions", []))]
+        if "sigma" in w and hasattr(self.mixing, "sigma"):   # adaptive mixing's sigma' of the next round
+            self.mixing.sigma = float(w["sigma"])
+        if hasattr(self.mixing, "loss_next"):   # the line search's loss sum carried to the next round
+            self.mixing.loss_next = None if w.get("loss_next") is None else float(w["loss_next"])
         if self.position is not None:
             self.source.seek(self.position)
         return self.examples_seen
@@ -238,7 +242,9 @@ class Worker:
                           metrics=self.metrics, position=self.position, index=self.index, round=int(round_id),
                           n_global=self.n_global, ended=self.ended, learn_seconds=self.learn_seconds,
                           learn_cpu=self.learn_cpu,
-                          block_partitions=np.asarray(self.block_partitions, dtype=np.int64))
+                          block_partitions=np.asarray(self.block_partitions, dtype=np.int64),
+                          sigma=float(getattr(self.mixing, "sigma", 1.0)),
+                          loss_next=getattr(self.mixing, "loss_next", None))
         p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
         return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
 
@@ -315,7 +321,7 @@ class Worker:
     def apply(self, mixed, n_global):
         """Install the mixed weights (and blend the dual blocks) broadcast by the mixer."""
         self.n_global = int(n_global)
-        self.mixing.apply(self.model, mixed["weights"], self.n_global, mixed.get("gamma"))
+        self.mixing.apply(self.model, mixed["weights"], self.n_global, mixed.get("gamma"), mixed.get("sigma"))
         return True
 
     def block_sums(self):
