@@ -579,6 +579,20 @@ def test_bcfw_weighted_chain_is_the_copies_at_the_optimum():
     assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
 
 
+def test_bcfw_weighted_multilabel_is_the_copies_at_the_optimum():
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(10):
+        x = rng.normal(size=3)
+        rows.append((x, {"red": bool(x[0] > 0), "blue": bool(x[1] + 0.3 * rng.normal() > 0)}))
+    ws = [[1.0, 2.0, 0.5][i % 3] for i in range(len(rows))]
+    a, b = _weighted_vs_copies(lambda: ss.MultiLabelSSVM(learner=BCFW(lam=0.1, seed=2), scale=False, normalize=False),
+                               rows, ws, 3000)   # (running statistics would see the copies)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-3 and cb.gap < 1e-3
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+
+
 def _brute_primal(m, X, y, ws, lam):
     """lam/2 ||w||^2 + (1/N) sum_i c_i max_k (C[y_i, k] + s_k - s_{y_i}) of a multiclass model
     (scale=False, no averaging), from its dense weights (the bias row first)."""
@@ -645,7 +659,8 @@ def test_bcfw_weights_follow_evictions_and_survive_save_load(tmp_path):
     certifies validly after evictions."""
     X, y = _rows(n=40, seed=9)
     ws = [[0.5, 1.0, 2.0, 3.0][i % 4] for i in range(len(y))]
-    for kw in (dict(window=5), dict(window=5, eviction="reservoir"), dict(max_bytes=4096)):
+    for kw in (dict(window=5), dict(window=5, eviction="reservoir"), dict(max_bytes=4096),
+               dict(window=5, evicted_average="keep")):
         m = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0, **kw), scale=False)
         for i, (x, t, c) in enumerate(zip(X, y, ws)):
             m.learn_one(x, t, w=c)
