@@ -593,6 +593,25 @@ def test_bcfw_weighted_multilabel_is_the_copies_at_the_optimum():
     assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
 
 
+@pytest.mark.parametrize("cfg", ["fw", "pairwise-cache", "cache-global-rule"])
+def test_bcfw_weights_scaled_by_four_give_the_same_trajectory(cfg):
+    """The objective is invariant to scaling every weight (normalized by N); so are the steps, the
+    gap sampling and the cache's hit rule: weights times 4 (exact in floating point) give the
+    same predicting weights, bit for bit, at a fixed lambda."""
+    X, y = _rows(n=20, seed=12)
+    ws = [[1.0, 2.0, 0.5, 3.0][i % 4] for i in range(len(y))]
+    out = []
+    for k in (1.0, 4.0):
+        kw = dict(step="pairwise", cache=True, cache_F=0.0, cache_nu=1.0) if cfg == "cache-global-rule" else \
+            _CONFIGS[cfg]
+        m = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0, gap_every=1.0, **kw), scale=False)
+        for x, t, c in zip(X, y, ws):
+            m.learn_one(x, t, w=k * c)
+        m.bound_learner.refine(passes=20)
+        out.append((m.bound_learner.emission_weights(), m.bound_learner.counters.copy()))
+    assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
 def _brute_primal(m, X, y, ws, lam):
     """lam/2 ||w||^2 + (1/N) sum_i c_i max_k (C[y_i, k] + s_k - s_{y_i}) of a multiclass model
     (scale=False, no averaging), from its dense weights (the bias row first)."""

@@ -545,9 +545,11 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
                 best = v
                 corner = p
         gh = best - m_val
+        # (weighted: the block's share c gh against F times its last one and nu times its weight's
+        # share of the full gap; every side scales alike when all weights do)
         thr = F * gest[j]
-        if nu * g_full > thr:
-            thr = nu * g_full
+        if nu * g_full * c > thr:
+            thr = nu * g_full * c
         if np.isfinite(gest[j]) and c * gh >= thr and gh > 0.0:
             hit = True
             star_val = best
