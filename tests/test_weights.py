@@ -103,7 +103,7 @@ def test_bad_weights_are_refused_before_anything_changes(name, make, stream, nov
     assert _same(m.state(), before)
 
 
-_WEIGHTED = ("-SGD", "-BCFW")   # the learners that take example weights
+_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane")   # the learners that take example weights
 
 
 @pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith(_WEIGHTED)],
@@ -610,6 +610,35 @@ def test_bcfw_weights_scaled_by_four_give_the_same_trajectory(cfg):
         m.bound_learner.refine(passes=20)
         out.append((m.bound_learner.emission_weights(), m.bound_learner.counters.copy()))
     assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+@pytest.mark.parametrize("rescaling", ["margin", "slack"])
+def test_cutting_plane_weight_two_is_the_example_twice_at_the_optimum(rescaling, tmp_path):
+    """CuttingPlane's weighted dual (block QP at scale c_i / (lam N), moves times c_i): the
+    optimum of the copies; the certificate brackets it; a weighted model saved and loaded goes on
+    bit-identically; weights of 1 are the unweighted learner."""
+    X, y = _rows(n=12, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    a, b = _weighted_vs_copies(lambda: ss.MulticlassSSVM(learner=CuttingPlane(lam=0.1, eps=1e-6, max_iter=200,
+                                                                              rescaling=rescaling), scale=False),
+                               list(zip(X, y)), ws, 50)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-4 and cb.gap < 1e-4
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    assert abs(ca.primal - cb.primal) < 1e-4
+    a.save(tmp_path / "cp.ssvm")
+    a2 = ss.load(tmp_path / "cp.ssvm")
+    for m in (a, a2):
+        for x, t, c in zip(X[:4], y[:4], ws[::-1]):
+            m.learn_one(x, t, w=c)
+    s1, s2 = a.state(), a2.state()
+    s1.pop("calibration"), s2.pop("calibration")
+    assert _same(s1, s2)
+    u, v = (ss.MulticlassSSVM(learner=CuttingPlane(lam=0.1), scale=False) for _ in range(2))
+    for x, t in zip(X, y):
+        u.learn_one(x, t)
+        v.learn_one(x, t, w=1.0)
+    assert _same(u.state(), v.state())
 
 
 def _brute_primal(m, X, y, ws, lam):
