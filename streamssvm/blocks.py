@@ -206,6 +206,7 @@ class BlockStore:
         self.lval = np.zeros(n0)   # L_i per slot (slack rescaling; margin derives it from the statistic)
         self.cw = np.ones(n0)      # the example weight c_i per slot (``bcfw.py``: the weighted dual)
         self.csum = np.zeros(1)    # [N]: sum of c_i over the held blocks (n when every weight is 1)
+        self.any_weight = False    # a weight other than 1 was ever held (else every cw is 1 and N = n)
         self.last_oracle = np.zeros(n0, dtype=np.int64)
         self.birth = np.zeros(n0, dtype=np.int64)  # arrival number of the example in the slot
         self.Iar = np.zeros(1024, dtype=np.int32)
@@ -471,7 +472,9 @@ class BlockStore:
         self.f_live += fsz
         self.gest[slot] = np.inf
         self.lval[slot] = 0.0
-        self.cw[slot] = weight
+        if weight != 1.0 or self.any_weight:   # (unweighted stores: every cw is already 1)
+            self.cw[slot] = weight
+            self.any_weight = True
         self.last_oracle[slot] = -1
         self.birth[slot] = self._seen
         self.pos[slot] = -1
@@ -598,6 +601,7 @@ class BlockStore:
             truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         self.lval[slot] = 0.0
         self.cw[slot] = weight
+        self.any_weight |= weight != 1.0
         self.csum[0] += weight
         pn = 0
         if self.pool_cap > 0:
@@ -1182,6 +1186,7 @@ class BlockStore:
             bs.lval[:ns] = st["lval"]
         if "cw" in st:   # example weights (files without them: every weight 1)
             bs.cw[:ns] = st["cw"]
+            bs.any_weight = True
         bs.birth[:ns] = st["birth"]
         bs.Iar = np.array(st["Iar"], dtype=np.int32)
         bs.Far = np.array(st["Far"], dtype=np.float64)

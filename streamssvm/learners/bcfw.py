@@ -350,7 +350,10 @@ class BCFW(DenseWeights, Learner):
     def _n_weighted(self):
         """N = the held blocks' total example weight (n when every weight is 1), at least 1 when
         nothing is held: the sample size of the objective and of lambda following it."""
-        return self.store.weight_total if self.store.n else 1.0
+        st = self.store
+        if not st.any_weight:   # every weight held is 1 (the record path reads no array)
+            return max(st.n, 1)
+        return float(st.csum[0]) if st.n else 1.0
 
     def _scale(self):
         n = self._n_weighted()
