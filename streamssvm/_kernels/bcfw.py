@@ -1017,7 +1017,8 @@ def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
     held blocks. Reads the averaging origin from out[2] and updates out[1] (evictions), out[2]
     (-1: averaging stops, at the eviction of a block without an averaging accumulator). An
     evicted block's part leaves the averaged iterate with it (``avg_remove``)."""
-    gest, alive, pos, tree, tree_size, cw, csum = arena[3], arena[6], arena[7], arena[9], arena[10], arena[11], arena[12]
+    gest, alive, pos, tree, tree_size = arena[3], arena[6], arena[7], arena[9], arena[10]
+    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
     if v >= 0:
         block_u(model, w, arena, v, -1.0, scratch[5], cfg[8])
         if out[2] >= 0 and not avg_remove(model, avg, arena, v, cfg[8]):
