@@ -204,6 +204,9 @@ class BlockStore:
         self.meta = np.zeros((n0, K.N_META), dtype=np.int64)
         self.gest = np.zeros(n0)
         self.lval = np.zeros(n0)   # L_i per slot (slack rescaling; margin derives it from the statistic)
+        self.cw = np.ones(n0)      # the example weight c_i per slot (``bcfw.py``: the weighted dual)
+        self.csum = np.zeros(1)    # [N]: sum of c_i over the held blocks (n when every weight is 1)
+        self.any_weight = False    # a weight other than 1 was ever held (else every cw is 1 and N = n)
         self.last_oracle = np.zeros(n0, dtype=np.int64)
         self.birth = np.zeros(n0, dtype=np.int64)  # arrival number of the example in the slot
         self.Iar = np.zeros(1024, dtype=np.int32)
@@ -277,8 +280,8 @@ class BlockStore:
         if need <= cap:
             return
         new = max(need, 2 * cap)
-        for name, fill in (("meta", 0), ("gest", 0.0), ("lval", 0.0), ("last_oracle", 0), ("birth", 0),
-                           ("alive", 0), ("pos", -1)):
+        for name, fill in (("meta", 0), ("gest", 0.0), ("lval", 0.0), ("cw", 1.0), ("last_oracle", 0),
+                           ("birth", 0), ("alive", 0), ("pos", -1)):
             a = getattr(self, name)
             shape = (new,) + a.shape[1:]
             b = np.full(shape, fill, dtype=a.dtype)
@@ -336,7 +339,7 @@ class BlockStore:
         # order is pinned by tests/test_call_plan.py)
         return (self.Iar, self.Far, self.meta, self.gest if gest is None else gest, self.last_oracle, self.lval,
                 self.alive, self.pos, int(self._n), self.tree,
-                int(self.tree_size if tree_size is None else tree_size))
+                int(self.tree_size if tree_size is None else tree_size), self.cw, self.csum)
 
     def tcap0(self, L, Kc=None):
         """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
@@ -428,10 +431,11 @@ class BlockStore:
             return _NO_SLOTS
         return np.array(sorted(self._unvisited), dtype=np.int64)
 
-    def reserve(self, L, nnz, ly, Ki, fidx=None):
+    def reserve(self, L, nnz, ly, Ki, fidx=None, weight=1.0):
         """Allocate the segment and slot of one new block (not yet live: the kernel writes it
-        and appends it to the alive list). ``fidx``: the row's feature indices (a one-token
-        row may then be kept dense, see ``dense_rows``). Returns the slot."""
+        and appends it to the alive list, adding ``weight`` to N). ``fidx``: the row's feature
+        indices (a one-token row may then be kept dense, see ``dense_rows``); ``weight``: the
+        example weight c_i > 0. Returns the slot."""
         pc = self.pool_cap
         flags = (CS.FLAG_SPARSE if self.sparse else 0) | (KL.FLAG_AVG if self.avg else 0)
         nidx = nnz
@@ -468,6 +472,9 @@ class BlockStore:
         self.f_live += fsz
         self.gest[slot] = np.inf
         self.lval[slot] = 0.0
+        if weight != 1.0 or self.any_weight:   # (unweighted stores: every cw is already 1)
+            self.cw[slot] = weight
+            self.any_weight = True
         self.last_oracle[slot] = -1
         self.birth[slot] = self._seen
         self.pos[slot] = -1
@@ -488,6 +495,7 @@ class BlockStore:
         self.f_live += tf
         self.gest[slots] = np.inf
         self.lval[slots] = 0.0
+        self.cw[slots] = 1.0
         self.last_oracle[slots] = -1
         self.birth[slots] = self._seen + np.arange(m)
         self.pos[slots] = -1
@@ -551,9 +559,9 @@ class BlockStore:
         """The live blocks exceed ``max_bytes`` (and more than one block is held)."""
         return self.max_bytes is not None and self.nbytes() > self.max_bytes and self._n > 1
 
-    def add(self, tok_ptr, fidx, fval, ytrue, Ki, gram_fn):
-        """Store a new block, live and unvisited, and count its example as seen; returns its slot.
-        ``gram_fn(tok_ptr, fidx, fval, L)`` -> (L, L)."""
+    def add(self, tok_ptr, fidx, fval, ytrue, Ki, gram_fn, weight=1.0):
+        """Store a new block, live and unvisited, with example weight ``weight`` (added to N), and
+        count its example as seen; returns its slot. ``gram_fn(tok_ptr, fidx, fval, L)`` -> (L, L)."""
         L = len(tok_ptr) - 1
         nnz = len(fidx)
         ly = len(ytrue)
@@ -592,6 +600,9 @@ class BlockStore:
         elif not self.slack:
             truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         self.lval[slot] = 0.0
+        self.cw[slot] = weight
+        self.any_weight |= weight != 1.0
+        self.csum[0] += weight
         pn = 0
         if self.pool_cap > 0:
             # the ground truth is the first pool entry, with all the dual mass
@@ -725,6 +736,7 @@ class BlockStore:
         self.pos[last] = p
         self.pos[slot] = -1
         self._n -= 1
+        self.csum[0] -= self.cw[slot]
         self.gest[slot] = 0.0
         K.tree_update(self.tree, self.tree_size, slot, 0.0)
         self.forget(slot)
@@ -1083,6 +1095,16 @@ class BlockStore:
         self.lval[slots] = lstart + weight * (self.lval[slots] - lstart)
 
     # ------------------------------------------------------------------ gaps
+    @property
+    def weight_total(self):
+        """N = sum of the held blocks' example weights (``float(n)`` when every weight is 1)."""
+        return float(self.csum[0])
+
+    def weighted(self):
+        """Whether a held block has an example weight other than 1."""
+        s = self.slots()
+        return bool(len(s)) and bool(np.any(self.cw[s] != 1.0))
+
     def gap_sum(self):
         s = self.slots()
         g = self.gest[s]
@@ -1128,6 +1150,7 @@ class BlockStore:
             "kind": self.kind, "Kc": self.Kc, "pool_cap": self.pool_cap,
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
+            **({"cw": self.cw[:ns].copy(), "csum": float(self.csum[0])} if self.weighted() else {}),
             "sparse": self.sparse, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
             "seen": self._seen, "evicted": self._evicted, "n": self._n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
@@ -1161,6 +1184,9 @@ class BlockStore:
         bs.last_oracle[:ns] = st["last_oracle"]
         if "lval" in st:
             bs.lval[:ns] = st["lval"]
+        if "cw" in st:   # example weights (files without them: every weight 1)
+            bs.cw[:ns] = st["cw"]
+            bs.any_weight = True
         bs.birth[:ns] = st["birth"]
         bs.Iar = np.array(st["Iar"], dtype=np.int32)
         bs.Far = np.array(st["Far"], dtype=np.float64)
@@ -1173,6 +1199,7 @@ class BlockStore:
         bs.alive[:n] = st["alive"]
         bs.pos[:] = -1
         bs.pos[bs.alive[:n]] = np.arange(n)
+        bs.csum[0] = float(st["csum"]) if "csum" in st else float(np.sum(bs.cw[bs.alive[:n]]))
         bs.free = [int(v) for v in st["free"]]
         bs._order = deque(int(v) for v in st["order"])
         bs._unvisited = {int(v) for v in st["unvisited"]}

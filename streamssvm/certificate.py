@@ -17,6 +17,10 @@ over the held blocks gives
 
 and, by weak duality, ``gap >= P(w) - min_w P``: the model is certified to be within ``gap`` of
 the optimum of the regularized objective on the examples it holds.
+
+With example weights c_i (BCFW's weighted dual, ``streamssvm._kernels.bcfw``) every 1/n above
+becomes 1/N, N = sum_i c_i, every sum over i weighs its term by c_i, and ``w = sum_i c_i u_i /
+(lam N)``; the same pass certifies the weighted objective.
 """
 from __future__ import annotations
 
@@ -156,6 +160,12 @@ class DualView:
         throw-away array unless the caller hands over its own.
     scratch
         Work buffers (``bundles.Scratch``) sized for the longest held block.
+    weight_total
+        N = sum_i c_i, the held blocks' example weights (None: n, every weight 1). The
+        certified objective is then P(w) = lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w), its dual
+        D(alpha) = (1/N) sum_i c_i L_i - lam/2 ||w||^2 with w = sum_i c_i u_i / (lam N)
+        (derivation in ``streamssvm._kernels.bcfw``); ``full_gap_pass`` returns the weighted
+        sums.
     """
     lam: float
     rescaling: str
@@ -167,6 +177,7 @@ class DualView:
     model: tuple
     arena: tuple
     scratch: tuple
+    weight_total: float = None
 
 
 def dual_gap(view: DualView, gest=None, tree=None, tree_size: int = 0) -> Certificate:
@@ -208,9 +219,10 @@ def dual_gap(view: DualView, gest=None, tree=None, tree_size: int = 0) -> Certif
     else:
         it_arena = KB.pack(arena._replace(gest=gest, tree=tree, tree_size=int(tree_size)))
     K.full_gap_pass(v.model, U.bundle(), it_arena, v.scratch, scale, slack, out)
+    N = n if v.weight_total is None else float(v.weight_total)   # the weighted sample size
     reg = 0.5 * lam * scale * scale * U.sqnorm()
-    hinge = out[0] / n
-    dual_loss = out[1] / n
+    hinge = out[0] / N
+    dual_loss = out[1] / N
     primal = reg + hinge
     dual = dual_loss - reg
     raw = primal - dual
@@ -218,7 +230,7 @@ def dual_gap(view: DualView, gest=None, tree=None, tree_size: int = 0) -> Certif
     gap = max(raw, 0.0)
     c = Certificate(gap=gap, primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
                     seconds=0.0, exact=True, lam=lam, regularizer=reg, hinge=hinge,
-                    dual_loss=dual_loss, block_gap_sum=out[2] / n, raw_gap=raw,
+                    dual_loss=dual_loss, block_gap_sum=out[2] / N, raw_gap=raw,
                     rescaling=v.rescaling)
     if v.avg is not None:
         # The model predicts with the averaged weights: certify them. The averaged dual point
@@ -228,8 +240,8 @@ def dual_gap(view: DualView, gest=None, tree=None, tree_size: int = 0) -> Certif
         K.full_gap_pass(v.model, A.bundle(), KB.pack(arena._replace(gest=np.zeros_like(arena.gest), tree_size=0)),
                         v.scratch, scale, slack, out2)
         reg_a = 0.5 * lam * scale * scale * A.sqnorm()
-        p_avg = reg_a + out2[0] / n
-        d_avg = (out[1] - z_loss) / n - reg_a
+        p_avg = reg_a + out2[0] / N
+        d_avg = (out[1] - z_loss) / N - reg_a
         best_dual = max(dual, d_avg)
         c.extra.update({"iterate_gap": float(gap), "iterate_raw_gap": float(raw),
                         "iterate_primal": float(primal), "dual_iterate": float(dual),
@@ -241,7 +253,7 @@ def dual_gap(view: DualView, gest=None, tree=None, tree_size: int = 0) -> Certif
         c.dual = float(best_dual)
         c.gap = c.gap_avg
         c.regularizer = float(reg_a)
-        c.hinge = float(out2[0] / n)
+        c.hinge = float(out2[0] / N)
         c.note = "averaged weights (the ones used to predict); dual = max(D(alpha), D(alpha_bar))"
         c.oracle_calls += n
     c.seconds = time.perf_counter() - t0

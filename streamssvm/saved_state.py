@@ -103,6 +103,12 @@ def validate_store_state(st, structure, n_rows=None):
         _fail("the arrival order must name every alive slot once")   # FIFO eviction pops it
     if "lval" in st and not np.isfinite(np.asarray(st["lval"], dtype=np.float64)).all():
         _fail("lval has non-finite values")
+    if "cw" in st:   # example weights (BCFW's weighted dual): finite and > 0, their sum N with them
+        cw = np.asarray(st["cw"], dtype=np.float64)
+        if cw.shape != (ns,) or not (np.isfinite(cw).all() and (cw > 0).all()):
+            _fail(f"cw must have {ns} finite entries > 0")
+        if not np.isfinite(float(st.get("csum", 1.0))) or float(st.get("csum", 1.0)) <= 0.0:
+            _fail("csum must be finite and > 0")
     if set(free.tolist()) & set(alive.tolist()) or len(free) + n != ns:
         _fail("free and alive slots overlap or do not cover the slots")
     Iar = np.asarray(st["Iar"])

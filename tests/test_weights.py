@@ -103,8 +103,11 @@ def test_bad_weights_are_refused_before_anything_changes(name, make, stream, nov
     assert _same(m.state(), before)
 
 
-@pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith("-SGD")],
-                         ids=[s[0] for s in SETUPS if not s[0].endswith("-SGD")])
+_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane")   # the learners that take example weights
+
+
+@pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith(_WEIGHTED)],
+                         ids=[s[0] for s in SETUPS if not s[0].endswith(_WEIGHTED)])
 def test_learners_without_weights_refuse_one_clearly(name, make, stream, novel):
     m = make()
     for x, y in stream[:4]:
@@ -330,11 +333,21 @@ def test_step_learns_with_the_record_weight():
     before = m.state()
     assert step(m, Record({"new": 1.0}, "a", w=0.0)).status == "learned"
     assert _same(m.state(), before)
-    b = ss.MulticlassSSVM(learner=BCFW(lam=0.1))
+    b = ss.MulticlassSSVM(learner=Pragam(lam=0.1))
     b.learn_one({"f": 1.0}, "a")
     out = step(b, Record({"f": 1.0}, "b", w=2.0))
-    assert out.bad and out.reason.startswith("NotImplementedError: BCFW does not take example weights")
+    assert out.bad and out.reason.startswith("NotImplementedError: Pragam does not take example weights")
     assert b.classes == ["a"]
+    # BCFW takes it: the same as learn_one with the weight
+    c, d = ss.MulticlassSSVM(learner=BCFW(lam=0.1)), ss.MulticlassSSVM(learner=BCFW(lam=0.1))
+    for m in (c, d):
+        m.learn_one({"f": 1.0}, "a")
+    assert step(c, Record({"f": 1.0}, "b", w=2.0)).status == "learned"
+    d.predict_one({"f": 1.0})
+    d.learn_one({"f": 1.0}, "b", w=2.0)
+    sc, sd = c.state(), d.state()
+    sc.pop("calibration"), sd.pop("calibration")
+    assert _same(sc, sd) and c.bound_learner.store.weight_total == 3.0
 
 
 def test_engine_micro_batches_skip_zero_weight_records_bit_identically(tmp_path):
@@ -380,13 +393,15 @@ def test_cli_run_takes_weight_field(tmp_path):
     assert len(reasons) == 4 and all("weight" in s for s in reasons), reasons
     m = ss.load(tmp_path / "m.ssvm")
     assert m.n_blocks == 30 and sorted(set(m.bound_learner._weights)) == [0.5, 1.0, 2.5]
-    # BCFW takes no weights: the records of weight 2.5 and 0.5 are dead letters, with the reason
+    # BCFW (the default learner) takes them too: the same dead letters, the weights held
     dl2 = tmp_path / "dead2.jsonl"
     r = cli("run", "--source", f"file://{p}?weight_field=w", "--task", "multiclass", "--learner", "bcfw",
-            "--lam", "0.1", "--no-progress", "--dead-letter", dl2, "--max-bad-fraction", "1")
+            "--lam", "0.1", "--no-progress", "--dead-letter", dl2, "--save", tmp_path / "b.ssvm")
     assert r.returncode == 0, r.stderr
     reasons = [json.loads(line)["reason"] for line in dl2.read_text().splitlines()]
-    assert sum("BCFW does not take example weights" in s for s in reasons) == 20
+    assert len(reasons) == 4 and all("weight" in s for s in reasons), reasons
+    st = ss.load(tmp_path / "b.ssvm").bound_learner.store
+    assert st.n == 30 and sorted(set(st.cw[st.slots()].tolist())) == [0.5, 1.0, 2.5]
 
 
 def test_kafka_source_reads_the_weight_field(broker):
@@ -461,11 +476,12 @@ def test_class_weight_balanced_is_computed_online_and_saved(tmp_path):
 
 
 def test_class_weight_is_refused_by_learners_without_weights():
-    with pytest.raises(ValueError, match="BCFW does not take"):
-        ss.MulticlassSSVM(class_weight="balanced")
-    with pytest.raises(ValueError, match="BCFW does not take"):
-        ss.MulticlassSSVM(class_weight={"a": 2.0})
-    m = ss.MulticlassSSVM(learner=BCFW(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
+    with pytest.raises(ValueError, match="Pragam does not take"):
+        ss.MulticlassSSVM(learner=Pragam(), class_weight="balanced")
+    with pytest.raises(ValueError, match="Pragam does not take"):
+        ss.MulticlassSSVM(learner=Pragam(), class_weight={"a": 2.0})
+    ss.MulticlassSSVM(class_weight="balanced")   # the default learner (BCFW) takes weights
+    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
     m.learn_one({"f": 1.0}, "a")
     for bad in ("balance", {"a": -1.0}, {"a": float("nan")}, 3):
         with pytest.raises((TypeError, ValueError)):
@@ -496,3 +512,268 @@ def test_predict_learn_each_with_weights_is_record_by_record(learner):
     assert [v for ok, v in got if ok] == [v for ok, v in want if ok]
     assert [type(v) for ok, v in got if not ok] == [type(v) for ok, v in want if not ok]
     assert _same(a.state(), b.state())
+
+
+# ------------------------------------------------------------------- BCFW's exact weighted dual
+# (derivation: streamssvm/_kernels/bcfw.py). Weighted blocks: per-slot c_i, N = sum c_i.
+def _rows(n=14, d=3, k=3, seed=3):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = rng.integers(k, size=n)
+    X[:, 0] += y   # learnable, not separable
+    return X, [int(v) for v in y]
+
+
+def _weighted_vs_copies(make, rows, ws, passes):
+    """Two models: each row learned once with weight c, and round(c / unit) times unweighted (the
+    same objective: normalized by the total weight); both refined ``passes``."""
+    unit = min(ws)
+    a, b = make(), make()
+    for (x, y), c in zip(rows, ws):
+        a.learn_one(x, y, w=c)
+        for _ in range(int(round(c / unit))):
+            b.learn_one(x, y)
+    a.bound_learner.refine(passes=passes)
+    b.bound_learner.refine(passes=passes)
+    return a, b
+
+
+_CONFIGS = {
+    "fw": dict(),
+    "pairwise-cache": dict(step="pairwise", cache=True, cache_size=8),
+    "away": dict(step="away", cache_size=8),
+    "uniform-no-averaging": dict(sampling="uniform", averaging=False),
+    "slack": dict(rescaling="slack"),
+}
+
+
+@pytest.mark.parametrize("cfg", list(_CONFIGS), ids=list(_CONFIGS))
+def test_bcfw_weight_two_is_the_example_twice_at_the_optimum(cfg):
+    X, y = _rows()
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    a, b = _weighted_vs_copies(lambda: ss.MulticlassSSVM(learner=BCFW(lam=0.1, seed=1, **_CONFIGS[cfg]),
+                                                         scale=False),
+                               list(zip(X, y)), ws, 3000)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-4 and cb.gap < 1e-4
+    # the same objective: each primal within the other's certified bracket
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    assert abs(ca.primal - cb.primal) < 2e-4
+    Wa, Wb = a.bound_learner.emission_weights(), b.bound_learner.emission_weights()
+    assert np.abs(Wa - Wb).max() < 0.02 * np.abs(Wb).max()
+    assert a.bound_learner.store.weight_total == sum(ws)
+
+
+def test_bcfw_weighted_chain_is_the_copies_at_the_optimum():
+    rng = np.random.default_rng(4)
+    tags = ["D", "N", "V"]
+    rows = []
+    for i in range(8):
+        L = 2 + i % 3
+        t = [tags[int(v)] for v in rng.integers(3, size=L)]
+        rows.append(([{f"w={s}{int(rng.integers(2))}": 1.0} for s in t], t))
+    ws = [[1.0, 2.0, 3.0][i % 3] for i in range(len(rows))]
+    a, b = _weighted_vs_copies(lambda: ss.SequenceTagger(learner=BCFW(lam=0.1, seed=2)), rows, ws, 3000)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-3 and cb.gap < 1e-3
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+
+
+def test_bcfw_weighted_multilabel_is_the_copies_at_the_optimum():
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(10):
+        x = rng.normal(size=3)
+        rows.append((x, {"red": bool(x[0] > 0), "blue": bool(x[1] + 0.3 * rng.normal() > 0)}))
+    ws = [[1.0, 2.0, 0.5][i % 3] for i in range(len(rows))]
+    a, b = _weighted_vs_copies(lambda: ss.MultiLabelSSVM(learner=BCFW(lam=0.1, seed=2), scale=False, normalize=False),
+                               rows, ws, 3000)   # (running statistics would see the copies)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-3 and cb.gap < 1e-3
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+
+
+@pytest.mark.parametrize("cfg", ["fw", "pairwise-cache", "cache-global-rule"])
+def test_bcfw_weights_scaled_by_four_give_the_same_trajectory(cfg):
+    """The objective is invariant to scaling every weight (normalized by N); so are the steps, the
+    gap sampling and the cache's hit rule: weights times 4 (exact in floating point) give the
+    same predicting weights, bit for bit, at a fixed lambda."""
+    X, y = _rows(n=20, seed=12)
+    ws = [[1.0, 2.0, 0.5, 3.0][i % 4] for i in range(len(y))]
+    out = []
+    for k in (1.0, 4.0):
+        kw = dict(step="pairwise", cache=True, cache_F=0.0, cache_nu=1.0) if cfg == "cache-global-rule" else \
+            _CONFIGS[cfg]
+        m = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0, gap_every=1.0, **kw), scale=False)
+        for x, t, c in zip(X, y, ws):
+            m.learn_one(x, t, w=k * c)
+        m.bound_learner.refine(passes=20)
+        out.append((m.bound_learner.emission_weights(), m.bound_learner.counters.copy()))
+    assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+@pytest.mark.parametrize("rescaling", ["margin", "slack"])
+def test_cutting_plane_weight_two_is_the_example_twice_at_the_optimum(rescaling, tmp_path):
+    """CuttingPlane's weighted dual (block QP at scale c_i / (lam N), moves times c_i): the
+    optimum of the copies; the certificate brackets it; a weighted model saved and loaded goes on
+    bit-identically; weights of 1 are the unweighted learner."""
+    X, y = _rows(n=12, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    a, b = _weighted_vs_copies(lambda: ss.MulticlassSSVM(learner=CuttingPlane(lam=0.1, eps=1e-6, max_iter=200,
+                                                                              rescaling=rescaling), scale=False),
+                               list(zip(X, y)), ws, 50)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-4 and cb.gap < 1e-4
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    assert abs(ca.primal - cb.primal) < 1e-4
+    a.save(tmp_path / "cp.ssvm")
+    a2 = ss.load(tmp_path / "cp.ssvm")
+    for m in (a, a2):
+        for x, t, c in zip(X[:4], y[:4], ws[::-1]):
+            m.learn_one(x, t, w=c)
+    s1, s2 = a.state(), a2.state()
+    s1.pop("calibration"), s2.pop("calibration")
+    assert _same(s1, s2)
+    u, v = (ss.MulticlassSSVM(learner=CuttingPlane(lam=0.1), scale=False) for _ in range(2))
+    for x, t in zip(X, y):
+        u.learn_one(x, t)
+        v.learn_one(x, t, w=1.0)
+    assert _same(u.state(), v.state())
+
+
+def _brute_primal(m, X, y, ws, lam):
+    """lam/2 ||w||^2 + (1/N) sum_i c_i max_k (C[y_i, k] + s_k - s_{y_i}) of a multiclass model
+    (scale=False, no averaging), from its dense weights (the bias row first)."""
+    lr = m.bound_learner
+    W = lr.emission_weights()
+    ids = [m.classes.index(t) for t in y]
+    S = np.hstack([np.ones((len(X), 1)), X]) @ W
+    C = lr._C[:W.shape[1], :W.shape[1]]
+    H = np.array([np.max(C[i] + S[r] - S[r, i]) for r, i in enumerate(ids)])
+    return 0.5 * lam * float(np.sum(W * W)) + float(np.dot(ws, H)) / float(np.sum(ws))
+
+
+def test_bcfw_weighted_certificate_bounds_the_true_suboptimality():
+    """Random weights: the certificate's primal is the weighted objective (brute force), its dual
+    never exceeds the optimum (a long run's primal), and its gap bounds P(w_t) - P* at every
+    iterate of the stream."""
+    X, y = _rows(n=16, seed=6)
+    rng = np.random.default_rng(7)
+    ws = [float(v) for v in rng.uniform(0.1, 4.0, size=len(y))]
+    lam = 0.1
+    ref = ss.MulticlassSSVM(learner=BCFW(lam=lam, seed=0, averaging=False, step="pairwise", cache_size=8),
+                            scale=False)   # pairwise steps: linear convergence to the optimum
+    for x, t, c in zip(X, y, ws):
+        ref.learn_one(x, t, w=c)
+    ref.bound_learner.refine(passes=3000)
+    cr = ref.bound_learner.certificate()
+    assert cr.gap < 1e-8
+    p_star_hi, p_star_lo = cr.primal, cr.dual   # P* in [dual, primal]
+    m = ss.MulticlassSSVM(learner=BCFW(lam=lam, seed=3, averaging=False), scale=False)
+    for i, (x, t, c) in enumerate(zip(X, y, ws)):
+        m.learn_one(x, t, w=c)
+    for _ in range(6):
+        cert = m.bound_learner.certificate()
+        assert cert.primal == pytest.approx(_brute_primal(m, X, y, ws, lam), rel=1e-9, abs=1e-12)
+        assert cert.dual <= p_star_hi + 1e-9
+        assert cert.gap >= cert.primal - p_star_lo - 1e-9 >= 0.0 or cert.primal - p_star_lo < 1e-9
+        assert cert.gap + 1e-12 >= cert.primal - p_star_hi
+        m.bound_learner.refine(passes=0.5)
+    # with every weight 1 the brute-force primal is the unweighted one (the encoding checked)
+    u = ss.MulticlassSSVM(learner=BCFW(lam=lam, seed=3, averaging=False), scale=False)
+    for x, t in zip(X, y):
+        u.learn_one(x, t)
+    assert u.bound_learner.certificate().primal == pytest.approx(_brute_primal(u, X, y, np.ones(len(y)), lam),
+                                                                 rel=1e-9)
+
+
+def test_bcfw_weights_of_one_are_the_unweighted_learner_bit_for_bit():
+    """learn(weight=1.0) explicitly, the micro-batch path and learn_one: the same state; a
+    weight-1 store saves no weights (files unchanged) and N = n."""
+    X, y = _rows(n=30, seed=8)
+    a = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0))
+    b = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0))
+    for x, t in zip(X, y):
+        a.learn_one(x, t)
+        b.learn_one(x, t, w=1.0)
+    assert _same(a.state(), b.state())
+    st = a.bound_learner.store
+    assert st.weight_total == float(st.n) and "cw" not in st.state() and not st.weighted()
+
+
+def test_bcfw_weights_follow_evictions_and_survive_save_load(tmp_path):
+    """A FIFO window of 5 and a reservoir: N is the sum of the held blocks' weights after every
+    eviction; a weighted model saved and loaded continues bit-identically; a weighted model
+    certifies validly after evictions."""
+    X, y = _rows(n=40, seed=9)
+    ws = [[0.5, 1.0, 2.0, 3.0][i % 4] for i in range(len(y))]
+    for kw in (dict(window=5), dict(window=5, eviction="reservoir"), dict(max_bytes=4096),
+               dict(window=5, evicted_average="keep")):
+        m = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0, **kw), scale=False)
+        for i, (x, t, c) in enumerate(zip(X, y, ws)):
+            m.learn_one(x, t, w=c)
+            st = m.bound_learner.store
+            assert st.weight_total == pytest.approx(float(np.sum(st.cw[st.slots()])), abs=1e-12)
+        m.save(tmp_path / "m.ssvm")
+        m2 = ss.load(tmp_path / "m.ssvm")
+        assert _same(m2.bound_learner.store.cw[m2.bound_learner.store.slots()], st.cw[st.slots()])
+        for x, t, c in zip(X[:10], y[:10], ws[::-1]):
+            m.learn_one(x, t, w=c)
+            m2.learn_one(x, t, w=c)
+        s1, s2 = m.state(), m2.state()
+        s1.pop("calibration"), s2.pop("calibration")
+        assert _same(s1, s2)
+        lr = m.bound_learner
+        c0 = lr.certificate()
+        lr.refine(passes=2000)
+        c1 = lr.certificate()
+        assert c1.extra["iterate_gap"] < 1e-3 and c1.gap < c0.gap
+        assert c0.dual <= c1.primal + 1e-9 and c1.dual <= c0.primal + 1e-9
+
+
+def test_bcfw_refuses_weights_where_the_algebra_is_not_done():
+    X, y = _rows(n=6)
+    m = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0))
+    for x, t in zip(X, y):
+        m.learn_one(x, t, w=2.0)
+    with pytest.raises(NotImplementedError, match="set_lam"):
+        m.bound_learner.set_lam(0.01)
+    with pytest.raises(NotImplementedError, match="set_union"):
+        m.bound_learner.set_union(0.05, 12)
+    with pytest.raises(NotImplementedError, match="dual_snapshot"):
+        m.bound_learner.dual_snapshot()
+
+
+def test_engine_weight_field_is_learn_one_with_the_weight(tmp_path):
+    """``file://...?weight_field=w`` through the engine (BCFW's micro-batch runs take the
+    weight-1 records, the others go one at a time): the state of predict_learn_one record by
+    record with the same weights."""
+    from streamssvm.connectors.files import open_source, write_jsonl
+    from streamssvm.engine import Engine
+    data = _mc_stream(60, seed=11)
+    ws = [[1.0, 2.0, 1.0, 0.5, 1.0, 0.0][i % 6] for i in range(len(data))]
+    p = tmp_path / "w.jsonl"
+    write_jsonl(p, [{"x": x, "y": y, "w": c} for (x, y), c in zip(data, ws)])
+    a = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0))
+    Engine(a, open_source(f"file://{p}?weight_field=w"), task="multiclass").run()
+    b = ss.MulticlassSSVM(learner=BCFW(lam=0.05, seed=0))
+    for (x, y), c in zip(data, ws):
+        b.predict_learn_one(x, y, c)
+    sa, sb = a.state(), b.state()
+    sa.pop("calibration"), sb.pop("calibration")
+    assert _same(sa, sb)
+    assert a.bound_learner.store.weight_total == sum(ws)
+
+
+def test_class_weight_balanced_with_the_default_learner():
+    data = _imbalanced()
+    m = ss.MulticlassSSVM(class_weight="balanced")
+    m.learn_many([x for x, _ in data], [y for _, y in data])
+    counts, want = {}, []
+    for _, y in data:
+        counts[y] = counts.get(y, 0) + 1
+        want.append(sum(counts.values()) / (len(counts) * counts[y]))
+    st = m.bound_learner.store
+    got = st.cw[np.sort(st.slots())]   # slots in arrival order (no eviction)
+    assert np.allclose(sorted(got), sorted(want), rtol=0, atol=1e-12)
+    assert st.weight_total == pytest.approx(sum(want))

@@ -10,8 +10,37 @@ of one structure.
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below pick the layout of each block.
 
-Block gap estimates are kept in "numerator" units ``n * g_i`` (independent of the number of
+Block gap estimates are kept in "numerator" units ``N * g_i`` (independent of the number of
 held blocks up to the staleness every estimate has anyway).
+
+Example weights (the Arena's ``cw`` per slot and ``csum = [N]``, ``N = sum_i c_i`` over the held
+blocks; every c_i = 1 gives N = n and the unweighted algorithm, bit for bit). The primal is
+
+    P(w) = lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w),
+
+so that weight 2 is the example held twice at the optimum. Its dual, with each block's
+distribution alpha_i on its own simplex (the block statistic ``st`` stays the mean statistic
+m_i of alpha_i, unweighted), is
+
+    D(alpha) = (1/N) sum_i c_i L_i(alpha_i) - lam/2 ||w||^2,   w = U / (lam N),
+    U = sum_i c_i u_i(alpha_i),
+
+(u_i = Phi(s(y_i) - m_i), L_i = Delta . alpha_i; Lagrangian of min_w max_alpha with the
+weighted hinge's multipliers c_i alpha_i / N). A step alpha_i <- alpha_i + gamma (e_y -
+alpha_i), i.e. m_i += gamma d, moves U by -gamma c_i Phi(d) and L_i by gamma l(d), so
+
+    D(gamma) - D(0) = (gamma c_i / N) (l(d) + <w, Phi(d)>) - gamma^2 c_i^2 ||Phi(d)||^2 / (2 lam N^2),
+
+maximized at gamma = lam N (l(d) + <w, Phi(d)>) / (c_i ||Phi(d)||^2), clipped to the step's
+largest feasible value (1 for Frank-Wolfe, the away / pairwise bounds unchanged: alpha_i's
+simplex is unweighted). ``l(d) + <w, Phi(d)>`` is the unweighted numerator ``gnum`` of the
+steps; block i's share of the duality gap is g_i = c_i gnum / N, which the estimates keep
+(``gest = c_i gnum``: gap sampling draws blocks by their share of the weighted gap, the cache's
+threshold compares ``c_i`` times its gap). Averaging, the accumulators and evictions take U's
+moves (already multiplied by c_i) and the loss moves ``c_i dL``; ``full_gap_pass`` sums c_i
+H_i, c_i L_i and c_i g_i, which the certificate divides by N. lambda following n follows N (the
+learner's ``effective_lam(N)``, the kernels' ``min(lam N, lam_n_max)``): the weighted sample
+size, as with duplicated examples. A weight 0 example is never held (the estimators skip it).
 """
 import inspect
 
@@ -352,7 +381,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     in ``lval``; the corner comes from the exact slack oracle."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -371,7 +400,8 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     gnum = hstar - (Li - _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     if gnum < -1e-9 * (1.0 + abs(hstar)):
         counters[C_SANITY] += 1
-    gest[j] = gnum if gnum > 0.0 else 0.0
+    c = cw[j]
+    gest[j] = c * gnum if gnum > 0.0 else 0.0
     last_oracle[j] = tick
     if gnum <= 0.0:
         return gnum
@@ -385,22 +415,23 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0:
         return gnum
-    gamma = lam_n * gnum / sq
+    gamma = lam_n * gnum / (c * sq)
     if gamma > 1.0:
         gamma = 1.0
     for q in range(ss):
         st[q] += gamma * dbuf[q]
     dL = gamma * (dstar - Li)
     lval[j] = Li + dL
-    _st_apply(model, w, x, dbuf, L, gamma, sp, Iar, kpos)
-    facc[0] += dL
+    gc = gamma * c   # the move of U = sum_i c_i u_i
+    _st_apply(model, w, x, dbuf, L, gc, sp, Iar, kpos)
+    facc[0] += c * dL
     if avg_c >= 0.0:
-        _st_apply(model, (ZE, ZT, ZB), x, dbuf, L, gamma * avg_c, sp, Iar, kpos)
-        facc[1] += avg_c * dL
-        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gamma * avg_c, avg_c * dL),
-                  avg_c)
-    # a sparse block: u~ moved by +gamma d and U += gamma Phi(d): a count set to 0 leaves U by -v
-    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, -1.0, -avg_c if avg_c >= 0.0 else 0.0, use_trans)
+        _st_apply(model, (ZE, ZT, ZB), x, dbuf, L, gc * avg_c, sp, Iar, kpos)
+        facc[1] += avg_c * (c * dL)
+        _snap_avg(kind, sp, st, L, Kc, Iar, kpos,
+                  avg_note(arena, j, Kc, kind, dbuf, gc * avg_c, avg_c * (c * dL)), avg_c * c)
+    # a sparse block: u~ moved by +gamma d and U += c gamma Phi(d): a count set to 0 leaves U by -c v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, -c, -avg_c * c if avg_c >= 0.0 else 0.0, use_trans)
     counters[C_STEPS] += 1
     return gnum
 
@@ -414,7 +445,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     compiles only this. Returns the gap numerator (n * g_j); averaging as in ``margin_step``."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -435,7 +466,8 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     # sanity: the oracle can never be worse than the ground truth / current point
     if gnum < -1e-9 * (1.0 + abs(star_val)):
         counters[C_SANITY] += 1
-    gest[j] = gnum if gnum > 0.0 else 0.0
+    c = cw[j]
+    gest[j] = c * gnum if gnum > 0.0 else 0.0
     last_oracle[j] = tick
     if gnum <= 0.0:
         return gnum
@@ -448,22 +480,23 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0:
         return gnum
-    gamma = lam_n * gnum / sq
+    gamma = lam_n * gnum / (c * sq)
     if gamma > 1.0:
         gamma = 1.0
     if gamma <= 0.0:
         return gnum
     for q in range(ss):
         st[q] += gamma * dbuf[q]
-    _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gamma, avg_c, sp, Iar, kpos)
-    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    gc = gamma * c   # the move of U = sum_i c_i u_i
+    _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gc, avg_c, sp, Iar, kpos)
+    dL = c * (gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf))
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
-        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gamma * avg_c, avg_c * dL),
-                  avg_c)
-    # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
-    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
+        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gc * avg_c, avg_c * dL),
+                  avg_c * c)
+    # a sparse block: m moved by +gamma d and U += -c gamma Phi(d): a count set to 0 leaves U by +c v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, c, avg_c * c if avg_c >= 0.0 else 0.0, use_trans)
     counters[C_STEPS] += 1
     return gnum
 
@@ -479,7 +512,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -493,6 +526,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     pn = meta[j, M_PN]
     lablen = meta[j, M_LABLEN]
     ss = st.shape[0]
+    c = cw[j]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
@@ -511,10 +545,12 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
                 best = v
                 corner = p
         gh = best - m_val
+        # (weighted: the block's share c gh against F times its last one and nu times its weight's
+        # share of the full gap; every side scales alike when all weights do)
         thr = F * gest[j]
-        if nu * g_full > thr:
-            thr = nu * g_full
-        if np.isfinite(gest[j]) and gh >= thr and gh > 0.0:
+        if nu * g_full * c > thr:
+            thr = nu * g_full * c
+        if np.isfinite(gest[j]) and c * gh >= thr and gh > 0.0:
             hit = True
             star_val = best
             for q in range(lablen):
@@ -528,7 +564,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
         # sanity: the oracle can never be worse than the ground truth / current point
         if gnum < -1e-9 * (1.0 + abs(star_val)):
             counters[C_SANITY] += 1
-        gest[j] = gnum if gnum > 0.0 else 0.0
+        gest[j] = c * gnum if gnum > 0.0 else 0.0
         last_oracle[j] = tick
         if pcap > 0:
             for p in range(pn):
@@ -623,7 +659,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
     if sq <= 0.0 or num <= 0.0:
         return gnum
-    gamma = lam_n * num / sq
+    gamma = lam_n * num / (c * sq)
     if gamma > gmax:
         gamma = gmax
     if gamma <= 0.0:
@@ -631,15 +667,16 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     # ---- apply ----
     for q in range(ss):
         st[q] += gamma * dbuf[q]
-    _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gamma, avg_c, sp, Iar, kpos)
-    dL = gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    gc = gamma * c   # the move of U = sum_i c_i u_i
+    _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gc, avg_c, sp, Iar, kpos)
+    dL = c * (gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf))
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
-        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gamma * avg_c, avg_c * dL),
-                  avg_c)
-    # a sparse block: m moved by +gamma d and U += -gamma Phi(d): a count set to 0 leaves U by +v
-    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, 1.0, avg_c if avg_c >= 0.0 else 0.0, use_trans)
+        _snap_avg(kind, sp, st, L, Kc, Iar, kpos, avg_note(arena, j, Kc, kind, dbuf, gc * avg_c, avg_c * dL),
+                  avg_c * c)
+    # a sparse block: m moved by +gamma d and U += -c gamma Phi(d): a count set to 0 leaves U by +c v
+    _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, c, avg_c * c if avg_c >= 0.0 else 0.0, use_trans)
     if pcap > 0:
         if mode == STEP_FW:
             for p in range(pn):
@@ -743,15 +780,15 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     """Exact oracle on every held block at frozen weights ``scale * w``; an arena with
     ``tree_size`` 0 leaves the sum-tree alone.
 
-    out[0] = sum_i max_y H_i(y; w)  (hinge terms, >= 0)
-    out[1] = sum_i L_i              (dual loss terms, Delta of the block statistic)
-    out[2] = sum_i n g_i            (sum of block gap numerators)
+    out[0] = sum_i c_i max_y H_i(y; w)  (weighted hinge terms, >= 0)
+    out[1] = sum_i c_i L_i              (weighted dual loss terms, Delta of the block statistic)
+    out[2] = sum_i N g_i                (sum of block gap numerators, N = sum_i c_i)
     out[3] = number of oracle calls
     Refreshes every block gap estimate.
     """
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     sh = 0.0
     sl = 0.0
@@ -770,12 +807,13 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
             g = h - (Li - _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
             if g < 0.0:
                 g = 0.0
-            gest[j] = g
+            c = cw[j]
+            gest[j] = c * g
             if tree_size > 0:
-                tree_update(tree, tree_size, j, g)
-            sh += h
-            sl += Li
-            sg += g
+                tree_update(tree, tree_size, j, c * g)
+            sh += c * h
+            sl += c * Li
+            sg += c * g
             continue
         star = decode_frozen(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab, support)
         # score of the ground truth
@@ -788,12 +826,13 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
         g = star - m_val
         if g < 0.0:
             g = 0.0
-        gest[j] = g
+        c = cw[j]
+        gest[j] = c * g
         if tree_size > 0:
-            tree_update(tree, tree_size, j, g)
-        sh += h
-        sl += Li
-        sg += g
+            tree_update(tree, tree_size, j, c * g)
+        sh += c * h
+        sl += c * Li
+        sg += c * g
     out[0] = sh
     out[1] = sl
     out[2] = sg
@@ -802,11 +841,12 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
 
 @njit(inline="always", **_JIT)
 def block_u(model, w, arena, j, coef, dbuf, slack):
-    """w += coef * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack): the
-    contribution of block ``j``."""
+    """w += coef * c_j * u_j with u_j = Phi(s(y_j) - m_j) (margin) or Phi(u~_j) (slack) and c_j
+    the block's weight: the contribution of block ``j``."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
     Iar, meta = arena[0], arena[2]
+    coef = coef * arena[11][j]   # the block's weight c_j: U = sum_i c_i u_i
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
     x = (tok_ptr, fidx, fval)
     L = meta[j, M_L]
@@ -823,7 +863,7 @@ def block_u(model, w, arena, j, coef, dbuf, slack):
 
 @njit(**_JIT)
 def rebuild_u(model, w, arena, dbuf, slack):
-    """w = sum_i u_i over the held blocks (removes accumulated round-off)."""
+    """w = sum_i c_i u_i over the held blocks (removes accumulated round-off)."""
     E, T, B = w
     alive, n = arena[6], arena[8]
     E[:, :] = 0.0
@@ -955,7 +995,7 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     proportionally to the gap estimates (sum-tree)."""
     alive, n, tree, tree_size, gest = arena[6], arena[8], arena[9], arena[10], arena[3]
     lam, lam_n_max, avg_t0 = cfg[0], cfg[9], avg[0]
-    lam_n = min(lam * n, lam_n_max)
+    lam_n = min(lam * arena[12][0], lam_n_max)   # lambda N, N = sum_i c_i (n without weights)
     np.random.seed(seed)
     tick = tick0
     for it in range(n_steps):
@@ -978,6 +1018,7 @@ def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
     (-1: averaging stops, at the eviction of a block without an averaging accumulator). An
     evicted block's part leaves the averaged iterate with it (``avg_remove``)."""
     gest, alive, pos, tree, tree_size = arena[3], arena[6], arena[7], arena[9], arena[10]
+    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
     if v >= 0:
         block_u(model, w, arena, v, -1.0, scratch[5], cfg[8])
         if out[2] >= 0 and not avg_remove(model, avg, arena, v, cfg[8]):
@@ -992,6 +1033,8 @@ def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
         if tree_size > 0:
             tree_update(tree, tree_size, v, 0.0)
         out[1] += 1
+        csum[0] -= cw[v]
+    csum[0] += cw[jn]
     alive[n] = jn
     pos[jn] = n
     return n + 1
@@ -1003,7 +1046,7 @@ def _step_loop(model, w, arena, scratch, avg, cfg, counters, slots, n_steps, n, 
     ``n_steps`` is longer) on blocks sampled as ``cfg``'s ``sampling`` says; returns the new
     tick. The one call site of ``block_step`` in a record-path kernel."""
     gest, alive, tree, tree_size = arena[3], arena[6], arena[9], arena[10]
-    lam_n = min(cfg[0] * n, cfg[9])
+    lam_n = min(cfg[0] * arena[12][0], cfg[9])   # lambda N (N = n when every weight is 1)
     for r in range(n_steps):
         j = slots[r] if r < slots.shape[0] else sample_block(cfg[6], tree, tree_size, alive, n)
         avg_c = avg_coef(tick, avg_t0)

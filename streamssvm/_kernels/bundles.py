@@ -35,9 +35,11 @@ WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
 #: The BlockStore's arrays: the int / float arenas ``Iar``, ``Far``; ``meta`` (slots x N_META
 #: offsets and sizes); per slot: ``gest`` gap estimates, ``last_oracle`` tick of the last oracle
 #: call, ``lval`` L_i (slack rescaling); ``alive`` the dense list of live slots, ``pos`` slot ->
-#: index in ``alive``, ``n`` live blocks; ``tree``/``tree_size`` the gap sum-tree (size 0: none).
+#: index in ``alive``, ``n`` live blocks; ``tree``/``tree_size`` the gap sum-tree (size 0: none);
+#: ``cw`` the example weight c_i per slot (1: unweighted) and ``csum`` = [N], their sum over the
+#: held blocks (the kernels keep it as blocks arrive and leave; see ``bcfw.py``).
 Arena = namedtuple("Arena", ["Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
-                             "tree", "tree_size"])
+                             "tree", "tree_size", "cw", "csum"])
 
 #: Scratch buffers (see ``streamssvm.workspace.Workspace``): scores ``S``, Viterbi table ``V``,
 #: back-pointers ``bp``, label marks ``ybuf``, a labeling ``lab``, a statistic ``dbuf``, the

@@ -58,7 +58,7 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
     tick = tick0
     for e in range(slots.shape[0]):
         # the prediction (BCFW.predict at this record's tick and held-block count)
-        nn = max(n, 1)
+        nn = arena[12][0] if n > 0 else 1.0   # N, the held weight (n when every weight is 1)
         lam = lam_fixed if lam_fixed >= 0.0 else min(auto_lam, auto_lam_n / nn)
         scale = 1.0 / (lam * nn)
         a, b = tok_ptr[e], tok_ptr[e + 1]

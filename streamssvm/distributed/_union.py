@@ -82,6 +82,10 @@ def concat_store_states(states):
     })
     if "lval" in first:
         out["lval"] = cat([np.asarray(s["lval"], dtype=np.float64) for s in states])
+    out.pop("csum", None)   # example weights (BCFW's weighted dual): carried, N recomputed at load
+    if any("cw" in s for s in states):
+        out["cw"] = cat([np.asarray(s["cw"], dtype=np.float64) if "cw" in s else np.ones(int(s["n_slots"]))
+                         for s in states])
     return out
 
 
@@ -136,6 +140,9 @@ def select_store_blocks(state, slots):
     })
     if "lval" in state:
         out["lval"] = np.asarray(state["lval"], dtype=np.float64)[slots]
+    out.pop("csum", None)   # example weights: carried, N recomputed at load
+    if "cw" in state:
+        out["cw"] = np.asarray(state["cw"], dtype=np.float64)[slots]
     return out
 
 

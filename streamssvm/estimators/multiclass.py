@@ -69,7 +69,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         records not counted), K the classes among them and n_y those of class y. An example
         keeps the factor it was learned with (earlier examples are not reweighted as the counts
         move); the counts are saved with the model. Needs a learner that takes example weights
-        (``learners.SGD``), unless every weight of the dict is 1.
+        (``learners.SGD``, ``learners.BCFW``), unless every weight of the dict is 1.
 
     Examples
     --------
@@ -230,8 +230,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
         c_i in the objective lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w), normalized by the
         total weight so that weight 2 is the example learned twice at the optimum. ``w=0`` learns
         nothing (the record is still checked); other weights need a learner that takes them
-        (:attr:`Learner.example_weights`: SGD). A bad record or weight raises before anything
-        changes."""
+        (:attr:`Learner.example_weights`: SGD, BCFW, CuttingPlane). A bad record or weight raises
+        before anything changes."""
         if self._class_weights is not None:
             return self._learn_class_weighted(x, y, w)
         return self._learn_weighted_one(x, y, w)

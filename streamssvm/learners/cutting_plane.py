@@ -27,9 +27,18 @@ Rounds stop when one adds no constraint.
 Certificate: the restricted alpha is feasible for the full dual and w = A alpha is rebuilt from
 it, so one pass of the *exact* oracle (whatever ``search`` is) gives the exact full duality gap
 P(w) - D(alpha) >= P(w) - min P.
+
+Example weights (``learn(..., weight=c)``): the objective lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w),
+N = sum_i c_i over the held examples, has the dual of BCFW's weighted dual
+(``streamssvm._kernels.bcfw``): w = sum_i c_i Phi(alpha_i D_i) / (lam N), D(alpha) = (1/N) sum_i
+c_i alpha_i . delta_i - lam/2 ||w||^2. Block i's part of D, divided by c_i / N, is
+beta . grad - (c_i s / 2) beta^T Q beta with s = 1 / (lam N) and grad the block's H_i: the
+block QP with the scale c_i s, its change applied to the weights times c_i; the certificate sums
+c_i H_i and c_i alpha_i . delta_i over N. Every weight 1 is the unweighted learner, bit for bit.
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -53,7 +62,10 @@ _SEARCH = ("exact", "angular", "bisecting", "binary", "sarawagi")
 
 
 class _Block:
-    __slots__ = ("tok_ptr", "fidx", "fval", "ytrue", "Ki", "L", "G", "labs", "keys", "delta", "D", "Q", "alpha")
+    __slots__ = ("tok_ptr", "fidx", "fval", "ytrue", "Ki", "L", "G", "labs", "keys", "delta", "D", "Q", "alpha", "c")
+
+    def __init__(self):
+        self.c = 1.0   # the example weight
 
 
 class CuttingPlane(DenseWeights, Learner):
@@ -117,6 +129,9 @@ class CuttingPlane(DenseWeights, Learner):
     ('x', 'y')
     """
 
+    #: ``learn(..., weight=c)``: the exact weighted dual (see the module docstring)
+    example_weights = True
+
     renamed = {"capacity": "window"}
     params = (
         Param("lam", 1e-3, "float", "regularization lambda", low=0.0, low_open=True, high=1e15),
@@ -161,6 +176,7 @@ class CuttingPlane(DenseWeights, Learner):
         self.W = Weights(1, 4)
         self._C = structure.cost_matrix(4, labels)
         self.blocks = []
+        self._N = 0.0                 # sum of the held examples' weights (n when every weight is 1)
         self.rounds = 0
         self.n_learned = 0
         self.oracle_calls = 0         # separation calls (one per example visit)
@@ -207,7 +223,7 @@ class CuttingPlane(DenseWeights, Learner):
         return self._oracles
 
     def _scale(self):
-        return 1.0 / (self.lam * max(len(self.blocks), 1))
+        return 1.0 / (self.lam * (self._N if self.blocks else 1.0))
 
     # ------------------------------------------------------------------ working sets
     def _stat_of(self, b, lab):
@@ -287,11 +303,11 @@ class CuttingPlane(DenseWeights, Learner):
         gap = float(grad.max() - beta @ grad)
         if gap <= tol:
             return gap
-        self.qp_steps += KC.block_qp(b.Q, grad, beta, self._scale(), tol, 1000)
+        self.qp_steps += KC.block_qp(b.Q, grad, beta, b.c * self._scale(), tol, 1000)
         delta = beta - b.alpha
         st = delta @ b.D
         so.stat_apply(self._kind, (self.W.E, self.W.T, self.W.B), (b.tok_ptr, b.fidx, b.fval), st, b.L, self._K,
-                      self.W.Kc, 1.0, self._use_trans)
+                      self.W.Kc, b.c, self._use_trans)
         b.alpha = beta
         return gap
 
@@ -338,19 +354,23 @@ class CuttingPlane(DenseWeights, Learner):
     def _evict(self, i):
         """Drop held example ``i`` and its contribution A alpha_i from the weights."""
         b = self.blocks.pop(i)
+        self._N -= b.c
         if i < self._cursor:   # the replay's next example stays the same
             self._cursor -= 1
         if len(b.labs) > 1:
             so.stat_apply(self._kind, (self.W.E, self.W.T, self.W.B), (b.tok_ptr, b.fidx, b.fval), -(b.alpha @ b.D),
-                          b.L, self._K, self.W.Kc, 1.0, self._use_trans)
+                          b.L, self._K, self.W.Kc, b.c, self._use_trans)
         self.evicted += 1
 
     def learn(self, tok_ptr, fidx, fval, ytrue, Ki=1, weight=1.0):
         """Hold a new example (working set = its ground truth), then one separation and block
         solve on it (after an eviction when ``capacity`` examples are held), then ``replay``
-        visits of held examples."""
+        visits of held examples. ``weight`` c > 0: the example's weight (see the module
+        docstring)."""
         if weight != 1.0:
-            self._unweighted(weight)
+            weight = float(weight)
+            if not 0.0 < weight < math.inf:
+                raise ValueError(f"CuttingPlane example weights must be finite and > 0, got {weight!r}")
         if not self._make_room():
             self.n_learned += 1
             return
@@ -373,7 +393,9 @@ class CuttingPlane(DenseWeights, Learner):
         self._add_label(b, o_truth)
         self.constraints_added -= 1
         b.alpha[0] = 1.0
+        b.c = weight
         self.blocks.append(b)
+        self._N += weight
         self.n_learned += 1
         self._visit(b)
         touched = self._replay()
@@ -479,7 +501,7 @@ class CuttingPlane(DenseWeights, Learner):
         for b in self.blocks:
             if len(b.labs) > 1:
                 so.stat_apply(self._kind, (W.E, W.T, W.B), (b.tok_ptr, b.fidx, b.fval), b.alpha @ b.D,
-                              b.L, self._K, W.Kc, 1.0, self._use_trans)
+                              b.L, self._K, W.Kc, b.c, self._use_trans)
         return W
 
     def certificate(self):
@@ -499,14 +521,16 @@ class CuttingPlane(DenseWeights, Learner):
         for b in self.blocks:
             o.prepare(W.E, W.T, W.B, scale, b.tok_ptr, b.fidx, b.fval, b.ytrue, max(b.Ki, 1))
             Hmax = o.exact()[1] if self.rescaling == "slack" else o.margin()[1]
-            hinge += Hmax
-            dual_loss += float(b.alpha @ b.delta)
-            gsum += Hmax - float(b.alpha @ self._H(b, scale, W))
+            hinge += b.c * Hmax
+            dual_loss += b.c * float(b.alpha @ b.delta)
+            gsum += b.c * (Hmax - float(b.alpha @ self._H(b, scale, W)))
+        n = self._N   # the weighted sample size (float(n) when every weight is 1)
         reg = 0.5 * self.lam * scale * scale * W.sqnorm()
         primal = reg + hinge / n
         dual = dual_loss / n - reg
         raw = primal - dual
-        return Certificate(gap=max(raw, 0.0), raw_gap=raw, primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
+        nb = len(self.blocks)
+        return Certificate(gap=max(raw, 0.0), raw_gap=raw, primal=primal, dual=dual, n_blocks=nb, oracle_calls=nb,
                            seconds=time.perf_counter() - t0, exact=True, lam=self.lam, regularizer=reg,
                            hinge=hinge / n, dual_loss=dual_loss / n, block_gap_sum=gsum / n,
                            rescaling=self.rescaling,
@@ -524,9 +548,17 @@ class CuttingPlane(DenseWeights, Learner):
                 "seen": self.seen, "evicted": self.evicted, "cursor": self._cursor,
                 **({"res_rng": _rng_state(self._res_rng)} if self.eviction == "reservoir" else {}),
                 **({"round_rng": _rng_state(self._rng)} if self.seed is not None else {}),
-                "blocks": pack_rows([{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
-                                      "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha} for b in self.blocks],
-                                    ("tok_ptr", "fidx", "fval", "y", "labs", "alpha"), ("Ki",))}
+                "blocks": self._pack_blocks()}
+
+    def _pack_blocks(self):
+        """The held examples as ``pack_rows`` rows; their weights (``c``, one float each) only
+        when one is not 1 (files of unweighted learners unchanged)."""
+        weighted = any(b.c != 1.0 for b in self.blocks)
+        rows = [{"tok_ptr": b.tok_ptr, "fidx": b.fidx, "fval": b.fval, "y": b.ytrue, "Ki": b.Ki,
+                 "labs": np.array(b.labs, dtype=np.int32), "alpha": b.alpha,
+                 **({"c": np.array([b.c])} if weighted else {})} for b in self.blocks]
+        return pack_rows(rows, ("tok_ptr", "fidx", "fval", "y", "labs", "alpha") + (("c",) if weighted else ()),
+                         ("Ki",))
 
     def restore(self, structure, labels, st):
         st = {**st, "blocks": unpack_rows(st["blocks"], "held examples")}   # packed, or the former list
@@ -543,6 +575,11 @@ class CuttingPlane(DenseWeights, Learner):
                                       f"shape {labs.shape} / weights {alpha.shape}")
             if labs.size and (labs.min() < -1 or labs.max() >= max(Kc, 2)):
                 raise CheckpointError(f"invalid learner state in the file: held example {i}: labelings out of range")
+            if "c" in r:
+                c = np.asarray(r["c"], dtype=np.float64).ravel()
+                if c.shape != (1,) or not 0.0 < float(c[0]) < math.inf:
+                    raise CheckpointError(f"invalid learner state in the file: held example {i}: weight must be one "
+                                          "finite number > 0")
         c = np.asarray(st["counters"])
         if c.shape != (6,) or c.dtype.kind not in "iu" or int(c.min()) < 0 or int(c.max()) > 1 << 62:
             raise CheckpointError(f"invalid learner state in the file: counters must be 6 integers in [0, 2**62], "
@@ -577,5 +614,8 @@ class CuttingPlane(DenseWeights, Learner):
             b.labs = [np.asarray(x, dtype=np.int32) for x in np.asarray(r["labs"])]
             b.keys = {x.tobytes() for x in b.labs}
             b.alpha = np.asarray(r["alpha"], dtype=np.float64)
+            if "c" in r:   # the example's weight (older files and unweighted learners: 1)
+                b.c = float(np.asarray(r["c"], dtype=np.float64).ravel()[0])
             self._rebuild_block(b)
             self.blocks.append(b)
+            self._N += b.c
