@@ -43,7 +43,7 @@ from urllib.parse import parse_qsl, urlparse
 
 from streamssvm.errors import SourceFault
 
-from .base import DeadLetterSink, Record, Sink, Source
+from .base import READ_BREAK, DeadLetterSink, Record, Sink, Source
 from .files import _reason, decode_json, parse_example, record_weight
 
 
@@ -339,6 +339,18 @@ class KafkaSource(Source):
             elif isinstance(item, _BadMessage):
                 self._reject(item)    # reached by the stream: counted at its position
             elif item is not _POLL_END:
+                yield item
+
+    def stream(self):
+        """The iteration with ``READ_BREAK`` after each poll's records: the next poll may
+        revoke partitions (the engine then checkpoints at the source's position, which must not
+        be ahead of what it learned), so a list of records never spans two polls."""
+        for item in self._items():
+            if item is _POLL_END:
+                yield READ_BREAK
+            elif isinstance(item, _BadMessage):
+                self._reject(item)    # reached by the stream: counted at its position
+            else:
                 yield item
 
     def batches(self, max_records=None):
