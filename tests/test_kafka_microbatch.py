@@ -83,3 +83,21 @@ def test_stream_breaks_after_every_poll(broker):
     src.close()
     assert not cur and sum(map(len, polls)) == 99 and src.n_bad == 1
     assert all(0 < len(p) <= 30 for p in polls)
+
+
+def test_record_positions_are_the_source_positions(broker):
+    """Each record's position is ``position()`` right after it (built from a per-partition
+    template), over several partitions."""
+    create_topic(broker, "pos", 3)
+    produce_lines(broker, "pos", messages(90, seed=2), partitions=3)
+    src = KafkaSource(broker, "pos", stop_at_end=True, max_poll_records=10, dead_letter=DeadLetterSink(MemorySink()))
+    n = 0
+    for item in src._items():
+        if hasattr(item, "position"):
+            n += 1
+            p, off = item.origin.rsplit("/", 1)[1].split("@")
+            assert item.position["offsets"][p] == int(off) + 1
+            assert item.position == src.position()   # (read record by record here)
+            assert list(item.position["offsets"]) == list(src.position()["offsets"])
+    src.close()
+    assert n == 90
