@@ -81,7 +81,7 @@ class KafkaSource(Source):
         Explicit partitions (no group rebalancing).
     stop_at_end
         End the iteration once every assigned partition is consumed to its end (replay of a
-        topic, tests, benchmarks). Otherwise the source is live and yields ``None`` while idle
+        topic, tests, benchmarks): after the poll that reaches it, or an empty poll. Otherwise the source is live and yields ``None`` while idle
         (the engine's ``idle_timeout`` can stop it).
     timeout_ms
         Timeout of commits, committed-offset reads, end-offset probes and ``close``.
@@ -257,6 +257,19 @@ class KafkaSource(Source):
             c.seek(tp, max(cands))
         else:
             c.seek_to_beginning(tp)
+
+    def _read_to_highwater(self):
+        """Every assigned partition read up to the high watermark of its last fetch (no network
+        call; :meth:`_at_end` confirms)."""
+        c = self._consumer
+        tps = c.assignment()
+        if not tps:
+            return False
+        for tp in tps:
+            hw = c.highwater(tp)
+            if hw is None or self._offsets.get(tp.partition, 0) < hw:
+                return False
+        return True
 
     def _at_end(self):
         """Every assigned partition consumed to its end: the high watermark of its last fetch
@@ -441,6 +454,8 @@ class KafkaSource(Source):
                     yield Record(x=x, y=y, key=key, position={"topic": self.topic, "offsets": offsets},
                                  origin=origin, w=w)
             yield _POLL_END
+            if self.stop_at_end and self._read_to_highwater() and self._at_end():
+                return   # the poll reached every partition's end: no empty poll to wait for
 
     def _decode(self, value):
         """``(x, y)`` of a message (:meth:`_decode_record` without the weight)."""

@@ -101,3 +101,20 @@ def test_record_positions_are_the_source_positions(broker):
             assert list(item.position["offsets"]) == list(src.position()["offsets"])
     src.close()
     assert n == 90
+
+
+def test_stop_at_end_without_waiting_for_an_empty_poll(broker):
+    """``stop_at_end``: the iteration ends after the poll that reaches the end of every partition
+    (before: one more poll, empty after ``fetch_max_wait_ms``, then the end probe)."""
+    create_topic(broker, "end", 1)
+    produce_lines(broker, "end", messages(50, seed=4))
+    src = KafkaSource(broker, "end", partitions=[0], stop_at_end=True, fetch_max_wait_ms=400, poll_timeout_ms=1000,
+                      dead_letter=DeadLetterSink(MemorySink()))
+    polls = []
+    c = src._make_consumer()
+    poll = c.poll
+    c.poll = lambda **kw: polls.append(poll(**kw)) or polls[-1]
+    n = sum(1 for item in src if item is not None)
+    src.close()
+    assert n == 50 and src.position()["offsets"] == {"0": 50}
+    assert polls and polls[-1]   # the last poll returned messages (before: an empty one)
