@@ -268,6 +268,7 @@ def kafka_rows(z, log):
         m.predict_one({"1": 1.0})
         m.learn_many([{"1": 1.0}, {"2": 1.0}], ["a", "b"])
         m.predict_many([{"1": 1.0}])
+        list(m.predict_learn_each([{"1": 1.0}, {"2": 1.0}, {"1": 2.0}], ["a", "b", "a"]))   # micro-batches
         n = len(msgs)
         raw = ks.raw_rate(bootstrap, "letters", n)
         make = lambda: ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=0, seed=0))  # noqa: E731

@@ -65,6 +65,11 @@ class Record:
     w: float = 1.0
 
 
+#: In :meth:`Source.stream`: a list of records handed out must end here (it is learned before
+#: the source reads on).
+READ_BREAK = object()
+
+
 def chunks(records, size):
     """Lists of at most ``size`` records of an iterable of records (``None`` while a live
     source is idle: the pending list first, then ``None``)."""
@@ -94,6 +99,10 @@ class Source:
       for resuming; the default position ``None`` means "cannot resume");
     * ``batches(max_records)``: lists of records (default: consecutive records of the iteration;
       Kafka: its polls);
+    * ``stream()``: the iteration with ``READ_BREAK`` where a list of records must end, because
+      reading further could act on the source's position before the records handed out are
+      learned (Kafka: the end of each poll; the next poll may revoke partitions, and the engine
+      then checkpoints the source's position); default: the iteration, no breaks;
     * ``commit(position, asynchronous=False)``: a checkpoint covering ``position`` is durable
       (Kafka commits the offsets to its group; default: nothing to do);
     * ``close()``;
@@ -132,6 +141,11 @@ class Source:
     def batches(self, max_records=None):
         """Lists of at most ``max_records`` records (``None`` while idle)."""
         return chunks(self, max_records or 1)
+
+    def stream(self):
+        """Records, ``None`` while idle and ``READ_BREAK`` where a list of records must end
+        (see the class docstring); by default the iteration itself."""
+        return iter(self)
 
     def commit(self, position=None, asynchronous=False) -> None:
         """A checkpoint covering ``position`` is durable (nothing to do by default)."""
@@ -466,4 +480,4 @@ class IterableSource(Source):
                 yield Record(x=x, y=y, key=k - 1, position=k, origin=f"{self.name}[{k - 1}]")
 
 
-__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "Source", "chunks", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "Source", "READ_BREAK", "chunks", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]

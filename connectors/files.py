@@ -49,8 +49,11 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 #: a run of 19 digits: an integer orjson may turn into a float (beyond 64 bits) or a number
-#: with more digits than a double holds; such records are decoded by the standard library
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+#: with more digits than a double holds; such records are decoded by the standard library.
+#: Found as ``_LONG_DIGITS in raw.translate(_DIGITS_ONLY)`` (every digit to b"0", every other
+#: byte to a space): ~1 us on a 500-byte record where the regex ``[0-9]{19}`` takes ~9
+_DIGITS_ONLY = bytes(48 if 48 <= i <= 57 else 32 for i in range(256))
+_LONG_DIGITS = b"0" * 19
 #: at most this many opening brackets for orjson: nesting json.loads never refuses
 _FAST_MAX_OPEN = 256
 _HEAD_BYTES = 4096      # bytes of a file's head its identity checksums
@@ -571,7 +574,7 @@ def decode_json(raw):
         if raw.startswith(_BOM):
             raw = raw[len(_BOM):]
         if (_orjson is not None and raw.count(b"[") + raw.count(b"{") <= _FAST_MAX_OPEN
-                and _LONG_DIGITS.search(raw) is None):
+                and _LONG_DIGITS not in raw.translate(_DIGITS_ONLY)):
             # orjson (~8x faster on a 16-number record) where it returns what json.loads
             # returns: strict JSON (no NaN / Infinity), integers within 64 bits, correctly
             # rounded doubles, nesting json.loads takes (it refuses deep nesting, orjson may

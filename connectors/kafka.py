@@ -43,7 +43,7 @@ from urllib.parse import parse_qsl, urlparse
 
 from streamssvm.errors import SourceFault
 
-from .base import DeadLetterSink, Record, Sink, Source
+from .base import READ_BREAK, DeadLetterSink, Record, Sink, Source
 from .files import _reason, decode_json, parse_example, record_weight
 
 
@@ -81,7 +81,7 @@ class KafkaSource(Source):
         Explicit partitions (no group rebalancing).
     stop_at_end
         End the iteration once every assigned partition is consumed to its end (replay of a
-        topic, tests, benchmarks). Otherwise the source is live and yields ``None`` while idle
+        topic, tests, benchmarks): after the poll that reaches it, or an empty poll. Otherwise the source is live and yields ``None`` while idle
         (the engine's ``idle_timeout`` can stop it).
     timeout_ms
         Timeout of commits, committed-offset reads, end-offset probes and ``close``.
@@ -258,6 +258,19 @@ class KafkaSource(Source):
         else:
             c.seek_to_beginning(tp)
 
+    def _read_to_highwater(self):
+        """Every assigned partition read up to the high watermark of its last fetch (no network
+        call; :meth:`_at_end` confirms)."""
+        c = self._consumer
+        tps = c.assignment()
+        if not tps:
+            return False
+        for tp in tps:
+            hw = c.highwater(tp)
+            if hw is None or self._offsets.get(tp.partition, 0) < hw:
+                return False
+        return True
+
     def _at_end(self):
         """Every assigned partition consumed to its end: the high watermark of its last fetch
         (brokers such as Tansu understate the end offsets they list), and no log below ours."""
@@ -341,6 +354,18 @@ class KafkaSource(Source):
             elif item is not _POLL_END:
                 yield item
 
+    def stream(self):
+        """The iteration with ``READ_BREAK`` after each poll's records: the next poll may
+        revoke partitions (the engine then checkpoints at the source's position, which must not
+        be ahead of what it learned), so a list of records never spans two polls."""
+        for item in self._items():
+            if item is _POLL_END:
+                yield READ_BREAK
+            elif isinstance(item, _BadMessage):
+                self._reject(item)    # reached by the stream: counted at its position
+            else:
+                yield item
+
     def batches(self, max_records=None):
         """Lists of the records of each poll (``None`` while idle), for batched learning. A bad
         message is counted when the stream reaches it: those before a list's last record when
@@ -400,12 +425,19 @@ class KafkaSource(Source):
                 continue
             self.fault = None
             for tp, msgs in sorted(batch.items(), key=lambda kv: kv[0].partition):
-                self._below.pop(tp.partition, None)
+                p = tp.partition
+                self._below.pop(p, None)
+                # the position after each record: the others' offsets do not move during this
+                # partition's messages, so a copy of one template with this one's offset set
+                # (the same dict as ``position()``, for a fraction of its cost)
+                offsets, sp, prefix = None, str(p), f"{self.topic}/{p}@"
                 for m in msgs:
-                    if m.offset < self._offsets.get(tp.partition, 0):
+                    if m.offset < self._offsets.get(p, 0):
                         continue  # already reflected (a re-delivery after a re-seek)
-                    self._offsets[tp.partition] = m.offset + 1
-                    origin = f"{self.topic}/{tp.partition}@{m.offset}"
+                    self._offsets[p] = m.offset + 1
+                    if offsets is None:
+                        offsets = self.position()["offsets"]
+                    origin = prefix + str(m.offset)
                     try:
                         x, y, w = self._decode_record(m.value)
                     except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
@@ -417,8 +449,13 @@ class KafkaSource(Source):
                         key = origin
                     # each record carries the position right after it (decoding runs ahead of
                     # learning: the source's own position is at the end of the poll)
-                    yield Record(x=x, y=y, key=key, position=self.position(), origin=origin, w=w)
+                    offsets = offsets.copy()
+                    offsets[sp] = m.offset + 1
+                    yield Record(x=x, y=y, key=key, position={"topic": self.topic, "offsets": offsets},
+                                 origin=origin, w=w)
             yield _POLL_END
+            if self.stop_at_end and self._read_to_highwater() and self._at_end():
+                return   # the poll reached every partition's end: no empty poll to wait for
 
     def _decode(self, value):
         """``(x, y)`` of a message (:meth:`_decode_record` without the weight)."""

@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from .checkpoint import CheckpointManager
-from .connectors.base import Source, append_line, chunks
+from .connectors.base import READ_BREAK, Source, append_line, chunks
 from .run_state import parse_run_state, run_state
 from .step import TASKS, jsonable, predict_learn, reason_of, send_dead_letter
 from .metrics import ProgressiveMetrics
@@ -428,9 +428,9 @@ class Engine:
     # ------------------------------------------------------------------ loop
     #: unbatched runs: records per micro-batch when the model predicts and learns runs of
     #: records in one kernel call (``learns_in_runs``; bit-identical to record by record). A
-    #: micro-batch ends at every snapshot and checkpoint boundary and at ``max_examples``; a
-    #: source that commits to a consumer group (Kafka), a paced run (``rate``) and a model
-    #: without runs go record by record
+    #: micro-batch ends at every snapshot and checkpoint boundary, at ``max_examples`` and where
+    #: the source's ``stream()`` breaks (Kafka: the end of a poll); a paced run (``rate``) and a
+    #: model without runs go record by record
     MICRO_BATCH = 256
 
     def _chunks(self):
@@ -439,8 +439,7 @@ class Engine:
         micro-batches (:attr:`MICRO_BATCH`) or single records."""
         if self.batch_size:
             return self.source.batches(self.batch_size)
-        if (self.MICRO_BATCH > 1 and self.rate is None and not self.source.group_member
-                and self.model.learns_in_runs):
+        if self.MICRO_BATCH > 1 and self.rate is None and self.model.learns_in_runs:
             return self._micro_chunks()
         return chunks(self.source, 1)
 
@@ -456,13 +455,14 @@ class Engine:
         return max(k, 1)
 
     def _micro_chunks(self):
-        """Consecutive records of the source, at most :meth:`_room` per list (asked when the list
-        is started, after the previous one was processed); ``None`` while the source is idle."""
-        it = iter(self.source)
+        """Consecutive records of the source's ``stream()``, at most :meth:`_room` per list (asked
+        when the list is started, after the previous one was processed), ending at its
+        ``READ_BREAK``; ``None`` while the source is idle."""
+        it = self.source.stream()
         while True:
             k, chunk, rec = self._room(), [], _END
             for rec in it:
-                if rec is None:
+                if rec is None or rec is READ_BREAK:
                     break
                 chunk.append(rec)
                 if len(chunk) >= k:

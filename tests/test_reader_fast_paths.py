@@ -75,6 +75,20 @@ def _json_only(raw):
         return ("bad", None)
 
 
+def test_long_digit_guard_finds_every_run_of_19_digits():
+    """decode_json's guard (``_LONG_DIGITS in raw.translate(_DIGITS_ONLY)``) is the regex
+    ``[0-9]{19}``: a record with a run of 19 digits anywhere goes to json.loads."""
+    import random
+    import re
+    rx = re.compile(rb"[0-9]{19}")
+    rng = random.Random(0)
+    cases = [b"1" * 19, b"1" * 18, b"x" + b"9" * 19 + b"y", b"[" + b"0" * 18 + b".5]", b"\xff" + b"5" * 25]
+    cases += [bytes(rng.choice(b"0123456789 .e-:{}[]") for _ in range(rng.randint(0, 80))) for _ in range(2000)]
+    cases += [bytes(rng.choice(b"0123456789" * 6 + b"/:") for _ in range(60)) for _ in range(2000)]
+    for raw in cases:
+        assert (files._LONG_DIGITS in raw.translate(files._DIGITS_ONLY)) == (rx.search(raw) is not None), raw
+
+
 @pytest.mark.parametrize("text", [
     b'{"x": [0.1, 1.7976931348623157e308, 5e-324, -0.0, 1E2, 12345678901234567], "y": 3}',
     b'{"x": [' + str(2**63 - 1).encode() + b', ' + str(2**64).encode() + b', ' + str(-2**63 - 1).encode() + b'], "y": 1}',

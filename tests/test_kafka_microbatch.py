@@ -1,0 +1,120 @@
+"""Micro-batches from a Kafka source (``KafkaSource.stream``): the engine learns runs of
+records of one poll in one kernel call, with the same bits as record by record, and a run never
+spans two polls (the next poll may revoke partitions and checkpoint at the source's position)."""
+import pickle
+
+import pytest
+
+import streamssvm as ss
+from streamssvm.connectors.base import READ_BREAK, DeadLetterSink, MemorySink
+from streamssvm.connectors.kafka import KafkaSource, create_topic, produce_lines
+from streamssvm.engine import Engine
+
+from test_kafka import messages
+
+pytest.importorskip("kafka")
+
+
+def _run(bootstrap, topic, micro, ckpt, group):
+    sink, dl = MemorySink(), DeadLetterSink(MemorySink())
+    src = KafkaSource(bootstrap, topic, group=group, stop_at_end=True, dead_letter=dl, max_poll_records=37,
+                      session_timeout_ms=6000, heartbeat_interval_ms=1000)
+    eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0)), src, task="multiclass",
+                 progress=False, checkpoint_dir=ckpt, checkpoint_every=100, snapshot_every=70, sink=sink)
+    eng.MICRO_BATCH = micro
+    breaks = []   # the offset of the last record of each poll
+    stream = src.stream
+
+    def watched():
+        last = None
+        for item in stream():
+            if item is READ_BREAK:
+                breaks.append(last)
+            elif item is not None:
+                last = int(item.origin.rsplit("@", 1)[1])
+            yield item
+    src.stream = watched
+    sizes = []
+    f = eng._predict_learn
+    eng._predict_learn = lambda xs, ys, recs: sizes.append([r.origin for r in recs]) or f(xs, ys, recs)
+    s = eng.run()
+    src.close()
+    return eng, s, sink, dl, sizes, breaks
+
+
+def test_kafka_micro_batches_equal_record_by_record(broker, tmp_path):
+    msgs = messages(600, seed=3, bad={55: b"{broken", 56: b'{"x": {"f0": NaN}, "y": 1}', 300: b"[]"})
+    create_topic(broker, "mb", 1)
+    produce_lines(broker, "mb", msgs)
+    e1, s1, k1, d1, z1, _ = _run(broker, "mb", 1, tmp_path / "a", "ga")
+    e2, s2, k2, d2, z2, polls = _run(broker, "mb", 256, tmp_path / "b", "gb")
+    assert s1["examples_seen"] == s2["examples_seen"] == 597 and s1["n_bad"] == s2["n_bad"] == 3
+    assert k1.items == k2.items
+    assert d1.sink.items == d2.sink.items
+    assert pickle.dumps(e1.model.state()) == pickle.dumps(e2.model.state())
+    assert s1["metrics"] == s2["metrics"]
+    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
+    assert len(c1) == len(c2) >= 3   # (the newest ones kept)
+    for a, b in zip(c1, c2):
+        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
+        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
+        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    # record by record before: a Kafka source (a consumer-group member) was never micro-batched
+    assert max(len(z) for z in z1) == 1 and max(len(z) for z in z2) > 1
+    # no run spans two polls
+    assert len(polls) >= 600 // 37
+    for z in z2:
+        first, last = (int(o.rsplit("@", 1)[1]) for o in (z[0], z[-1]))
+        assert not any(first <= b < last for b in polls), (first, last)
+
+
+def test_stream_breaks_after_every_poll(broker):
+    create_topic(broker, "br", 1)
+    produce_lines(broker, "br", messages(100, seed=1, bad={10: b"{broken"}))
+    src = KafkaSource(broker, "br", partitions=[0], stop_at_end=True, max_poll_records=30,
+                      dead_letter=DeadLetterSink(MemorySink()))
+    polls, cur = [], []
+    for item in src.stream():
+        if item is READ_BREAK:
+            polls.append(cur)
+            cur = []
+        elif item is not None:
+            cur.append(item)
+    src.close()
+    assert not cur and sum(map(len, polls)) == 99 and src.n_bad == 1
+    assert all(0 < len(p) <= 30 for p in polls)
+
+
+def test_record_positions_are_the_source_positions(broker):
+    """Each record's position is ``position()`` right after it (built from a per-partition
+    template), over several partitions."""
+    create_topic(broker, "pos", 3)
+    produce_lines(broker, "pos", messages(90, seed=2), partitions=3)
+    src = KafkaSource(broker, "pos", stop_at_end=True, max_poll_records=10, dead_letter=DeadLetterSink(MemorySink()))
+    n = 0
+    for item in src._items():
+        if hasattr(item, "position"):
+            n += 1
+            p, off = item.origin.rsplit("/", 1)[1].split("@")
+            assert item.position["offsets"][p] == int(off) + 1
+            assert item.position == src.position()   # (read record by record here)
+            assert list(item.position["offsets"]) == list(src.position()["offsets"])
+    src.close()
+    assert n == 90
+
+
+def test_stop_at_end_without_waiting_for_an_empty_poll(broker):
+    """``stop_at_end``: the iteration ends after the poll that reaches the end of every partition
+    (before: one more poll, empty after ``fetch_max_wait_ms``, then the end probe)."""
+    create_topic(broker, "end", 1)
+    produce_lines(broker, "end", messages(50, seed=4))
+    src = KafkaSource(broker, "end", partitions=[0], stop_at_end=True, fetch_max_wait_ms=400, poll_timeout_ms=1000,
+                      dead_letter=DeadLetterSink(MemorySink()))
+    polls = []
+    c = src._make_consumer()
+    poll = c.poll
+    c.poll = lambda **kw: polls.append(poll(**kw)) or polls[-1]
+    n = sum(1 for item in src if item is not None)
+    src.close()
+    assert n == 50 and src.position()["offsets"] == {"0": 50}
+    assert polls and polls[-1]   # the last poll returned messages (before: an empty one)
