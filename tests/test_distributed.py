@@ -356,6 +356,50 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
 
 
+def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly_once(cluster, broker, tmp_path):
+    """Asynchronous cuts (the default): the cut of round r is snapshotted at the end of round r,
+    its parts are written by the workers' threads while round r + 1 learns, and the mixer commits
+    it after that round. Right after round 4 -- its cut staged, its parts in flight, the cut of
+    round 3 the newest committed one, the Kafka offsets those of round 3 -- worker 0 is killed.
+    The job restarts every worker from the cut of round 3 (round 4 runs again) and ends with the
+    counts, Kafka offsets, weights and certificate of an uninterrupted run with synchronous cuts."""
+    from streamssvm.distributed._cut import CutStore
+    msgs = messages(400, seed=6)
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    create_topic(broker, "ta", partitions=2)
+    produce_lines(broker, "ta", msgs, partitions=2)
+
+    def make(group, ck, **kw):
+        return sd.run(bcfw_model(), f"kafka://{broker}/ta?group={group}&stop_at_end=true", task="multiclass",
+                      workers=2, round_examples=40, checkpoint_dir=ck, **kw)
+
+    rounds, at_kill = [], {}
+
+    def kill(rec, job):
+        rounds.append(rec["round"])
+        if rec["round"] == 4 and not at_kill:
+            assert job.pending == 4 and job.committing is None
+            at_kill["cut"] = CutStore(tmp_path / "a").latest()[0]["round"]
+            at_kill["offsets"] = committed(broker, "ta", "ga")
+            ray.kill(job.workers[0])
+
+    res = make("ga", tmp_path / "a", on_round=kill)
+    assert at_kill == {"cut": 3, "offsets": {0: 120, 1: 120}}
+    assert rounds[:5] == [1, 2, 3, 4, 4] and res.restarts == 1
+    assert [h["round"] for h in res.history] == list(range(1, res.rounds + 1))
+    # the parts of rounds 1, 2, (again) 4 and 5 were written during the next round; the restarted
+    # workers had none in flight; the cut of round 6 (the stream's end) was synchronous
+    assert res.rounds == 6 and [len(h["parts_written"]) for h in res.history] == [0, 2, 2, 0, 2, 2]
+    ref = make("gb", tmp_path / "b", async_cuts=False)
+    assert ref.restarts == 0 and not any(h["parts_written"] for h in ref.history)
+    assert res.examples_seen == ref.examples_seen == len(msgs) == res.model.n_blocks
+    assert committed(broker, "ta", "ga") == committed(broker, "ta", "gb") == {0: 200, 1: 200}
+    np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+    st, _ = CutStore(tmp_path / "a").latest()
+    assert st["round"] == res.rounds   # the last cut is written synchronously
+
+
 def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, broker, tmp_path):
     """A job of 2 workers on a 4-partition topic stops after 2 rounds; the same checkpoint
     directory is resumed with 4 workers: each new worker gets the dual blocks of its partition

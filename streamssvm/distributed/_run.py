@@ -131,8 +131,11 @@ class DistributedResult:
 
 class _Job:
     def __init__(self, model, shards, task, kind, n_workers, beta, directory, keep, worker_cpus, job_id,
-                 line_search=False):
+                 line_search=False, async_cuts=True):
         self.template = model
+        self.async_cuts = bool(async_cuts)
+        self.pending = None      # round of the asynchronous cut whose parts are being written
+        self.committing = None   # round of the cut the mixer is committing
         self.line_search = bool(line_search)
         self.shards = shards
         self.task = task
@@ -154,6 +157,7 @@ class _Job:
 
     def start(self):
         """Create the mixer and the workers; restore all of them from the newest valid cut."""
+        self.pending = self.committing = None   # a cut in flight when a worker died is lost
         MixerActor = ray.remote(Mixer).options(num_cpus=0, max_restarts=0)
         WorkerActor = ray.remote(Worker).options(num_cpus=self.worker_cpus, max_restarts=0)
         self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep,
@@ -185,13 +189,17 @@ class _Job:
                 pass
         self.workers, self.mixer = [], None
 
-    def one_round(self, max_examples, max_seconds, idle_timeout, refine_passes, certify, cut=True):
+    def one_round(self, max_examples, max_seconds, idle_timeout, refine_passes, certify, cut=True, last=False):
         r = self.round + 1
         t0 = time.perf_counter()
         outs = [w.learn_round.options(num_returns=2).remote(max_examples, max_seconds, idle_timeout, refine_passes)
                 for w in self.workers]
         infos = ray.get([o[0] for o in outs])
         t_learn = time.perf_counter() - t0
+        written = [i.get("part") for i in infos]   # the previous round's asynchronous parts
+        tc = time.perf_counter()
+        self.commit_pending(written)
+        t_commit = time.perf_counter() - tc
         mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs],
                                       loss_deltas=[i.get("loss_delta") for i in infos])
         n_global = sum(i["n_blocks"] for i in infos)
@@ -211,6 +219,7 @@ class _Job:
                "refine_passes": refine_passes, "bytes_up": sum(i["bytes_up"] for i in infos),
                "bytes_down": mix_bytes * self.K, "seconds_learn": t_learn, "seconds_mix": t_mix,
                "seconds_certificate": t_cert, "gamma": got.get("gamma"),
+               "parts_written": [p.get("timings") for p in written if p is not None],
                "workers": [{"worker": i["worker"], "examples_seen": i["examples_seen"], "n_blocks": i["n_blocks"],
                             "round_seconds": i["seconds"], "round_cpu": i["cpu"],
                             "learn_seconds": i["learn_seconds"], "learn_cpu": i["learn_cpu"],
@@ -224,20 +233,55 @@ class _Job:
                         "certificate": cert})
         rec["seconds_checkpoint"] = 0.0
         rec["cut"] = bool(cut or rec["ended"])
+        t1 = time.perf_counter()
         if rec["cut"]:
             # the consistent cut: every part durable, then the mixer commits, then the offsets
-            t1 = time.perf_counter()
+            self.finish_commit()
             paths = ray.get([self.mixer.part_path.remote(r, k) for k in range(self.K)])
-            parts = ray.get([w.save_part.remote(r, p) for w, p in zip(self.workers, paths)])
-            ray.get(self.mixer.commit.remote(r, parts, rec))
-            ray.get([w.commit_offsets.remote() for w in self.workers])
-            rec["seconds_checkpoint"] = time.perf_counter() - t1
+            if self.async_cuts and not (last or rec["ended"]):
+                # asynchronous: the parts are snapshotted now and written while round r + 1 learns;
+                # the mixer commits the cut after that round (before its own cut)
+                snaps = ray.get([w.start_part.remote(r, p) for w, p in zip(self.workers, paths)])
+                ray.get(self.mixer.stage.remote(r, rec))
+                self.pending = r
+                rec["cut_snapshot"] = snaps
+            else:
+                parts = ray.get([w.save_part.remote(r, p) for w, p in zip(self.workers, paths)])
+                ray.get(self.mixer.commit.remote(r, parts, rec))
+                ray.get([w.commit_offsets.remote(r) for w in self.workers])
+                rec["cut_parts"] = [p.get("timings") for p in parts]
         else:
             ray.get(self.mixer.note.remote(rec))
+        rec["seconds_checkpoint"] = time.perf_counter() - t1 + t_commit
         rec["seconds"] = time.perf_counter() - t0
         self.round = r
         self.n_global = n_global
         return rec
+
+    def commit_pending(self, parts):
+        """Hand the written parts of the pending asynchronous cut to the mixer (it commits them in
+        the background); the offsets follow in :meth:`finish_commit`."""
+        if self.pending is None:
+            return
+        if any(p is None or int(p["round"]) != self.pending for p in parts):
+            raise RuntimeError(f"the parts of the cut of round {self.pending} were not all written")
+        self.mixer.commit_staged.remote(self.pending, parts)
+        self.committing, self.pending = self.pending, None
+
+    def finish_commit(self):
+        """Wait for the cut being committed, then commit the workers' offsets of that cut."""
+        if self.committing is None:
+            return None
+        got = ray.get(self.mixer.wait_commit.remote())
+        ray.get([w.commit_offsets.remote(self.committing) for w in self.workers])
+        self.committing = None
+        return got
+
+    def flush_cuts(self):
+        """Finish every asynchronous cut: the pending one is written, committed, its offsets too."""
+        if self.pending is not None:
+            self.commit_pending(ray.get([w.finish_part.remote() for w in self.workers]))
+        self.finish_commit()
 
     def final_model(self):
         """The mixed model as one estimator (see :class:`DistributedResult`)."""
@@ -303,8 +347,16 @@ class RunOptions:
         ``"fixed"``: gamma = beta / K. ``"line"`` (BCFW): the mixer takes the gamma in [0, 1]
         that maximizes the dual of the union along the workers' combined step (exact line
         search; feasible for every gamma, derivation in :mod:`streamssvm.distributed._bcfw`).
+    async_cuts
+        True (default): a cut's parts are snapshotted at the end of its round and written (encoded,
+        fsynced, checksummed) by a background thread of each worker while the next round learns;
+        the mixer commits the cut after that round, then the Kafka offsets of that cut are
+        committed. The last cut (stream end, last round) is written synchronously. A failure
+        before a cut is committed restarts from the previous one, as for a synchronous cut.
+        False: every cut is written and committed before the next round starts.
     on_round
-        ``on_round(record, job)`` after every committed round (tests use it to kill a worker).
+        ``on_round(record, job)`` after every round (tests use it to kill a worker); with
+        ``async_cuts`` the round's own cut is still being written then.
     """
 
     params = (
@@ -330,6 +382,7 @@ class RunOptions:
         Param("max_restarts", 3, "int", "restarts from the last cut before giving up", low=0),
         Param("keep", 3, "int", "cuts kept", low=1),
         Param("metrics_path", None, "object", "JSONL file receiving one line per certified round"),
+        Param("async_cuts", True, "bool", "write each cut while the next round learns"),
         Param("on_round", None, "object", "callable(record, job) after every committed round", cli=False),
         Param("num_cpus", None, "int", "CPUs of a local Ray cluster", low=1, none=True),
         Param("progress", False, "bool", "print one line per round"),
@@ -343,7 +396,7 @@ class RunOptions:
                  round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1,
                  checkpoint_every=1, beta=None, mix_step="fixed", max_rounds=None, idle_timeout=None, max_restarts=3,
                  keep=3,
-                 metrics_path=None, on_round=None, num_cpus=None, progress=False, dead_letter=None,
+                 metrics_path=None, async_cuts=True, on_round=None, num_cpus=None, progress=False, dead_letter=None,
                  max_bad_fraction=None):
         values = locals()
         for p in self.params:   # stored unchanged; :func:`run` checks them (its messages)
@@ -428,7 +481,7 @@ def run(model, source, options=None, **kwargs):
     if o.mix_step == "line" and kind != "bcfw":
         raise ValueError("mix_step='line' needs a dual point (BCFW); parameter mixing has none")
     job = _Job(model, shards, task, kind, workers, beta, directory, keep,
-               min(1.0, cpus / workers), job_id, line_search=o.mix_step == "line")
+               min(1.0, cpus / workers), job_id, line_search=o.mix_step == "line", async_cuts=o.async_cuts)
     restarts = 0
     history = []
     cert = None
@@ -451,7 +504,8 @@ def run(model, source, options=None, **kwargs):
                 not streaming and refine_done + rp >= passes - 1e-12)
             cut = (job.round + 1) % checkpoint_every == 0 or last
             try:
-                rec = job.one_round(round_examples if streaming else 0, round_seconds, idle_timeout, rp, certify, cut)
+                rec = job.one_round(round_examples if streaming else 0, round_seconds, idle_timeout, rp, certify, cut,
+                                    last)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError,
                     ray.exceptions.WorkerCrashedError) as e:
                 restarts += 1
@@ -483,6 +537,7 @@ def run(model, source, options=None, **kwargs):
             if _too_many_bad(rec, o.max_bad_fraction):
                 stopped = "too many bad records"
                 break
+        job.flush_cuts()
         if not history or "certificate" not in history[-1]:
             sums = ray.get([w.block_sums.remote() for w in job.workers])
             cert = ray.get(job.mixer.certificate.remote(sums))

@@ -16,6 +16,8 @@ Shards:
 """
 from __future__ import annotations
 
+import copy
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +46,56 @@ def _partition(origin):
         return int(origin.rsplit("/", 1)[1].split("@", 1)[0])
     except (IndexError, ValueError, AttributeError):
         return -1
+
+
+def _copy_arrays(tree):
+    """``tree`` with every array copied (dicts and lists rebuilt, other leaves shared)."""
+    if isinstance(tree, np.ndarray):
+        return tree.copy()
+    if isinstance(tree, dict):
+        return {k: _copy_arrays(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_copy_arrays(v) for v in tree)
+    return tree
+
+
+class _PartWrite:
+    """One part written by a background thread: dead letters synced, the state saved (atomic,
+    fsynced), its SHA-256 taken; :meth:`result` joins and returns the description or raises."""
+
+    def __init__(self, worker, round_id, path, state, timings):
+        self.worker, self.round_id, self.path, self.state = worker.index, round_id, path, state
+        self.dead_letter = worker.source.dead_letter
+        self.timings = dict(timings)
+        self.out, self.error = None, None
+        self.thread = threading.Thread(target=self._write, name=f"cut-part-{round_id}", daemon=True)
+        self.thread.start()
+
+    def _write(self):
+        try:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            if self.dead_letter is not None:
+                self.dead_letter.sync()   # durable before the cut that counts them
+            t1 = time.perf_counter()
+            tm = {}
+            p = save_state(self.path, self.state, kind=PART_KIND, meta={"worker": self.worker, "round": self.round_id},
+                           timings=tm)
+            t2 = time.perf_counter()
+            sha = file_sha256(p)
+            self.state = None
+            self.timings.update(dead_letters=t1 - t0, encode=tm["encode"], write=tm["write"], fsync=tm["fsync"],
+                                sha256=time.perf_counter() - t2, seconds=time.perf_counter() - t0,
+                                cpu=time.thread_time() - c0)
+            self.out = {"worker": self.worker, "round": self.round_id, "path": str(p), "sha256": sha,
+                        "bytes": p.stat().st_size, "timings": self.timings}
+        except BaseException as e:  # noqa: BLE001 - handed to the caller of result()
+            self.error = e
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.out
 
 
 class ArrayShard(Source):
@@ -209,6 +261,8 @@ class Worker:
         self.source = open_shard(shard, self.index, self.n_workers, self.worker_id)
         self._src_bad0 = 0
         self._it = None
+        self._part = None            # the part of an asynchronous cut being written (_PartWrite)
+        self._cut_positions = {}     # round -> source position snapshotted for that round's cut
 
     # ------------------------------------------------------------------ cut parts
     def restore(self, part_path):
@@ -231,27 +285,51 @@ class Worker:
 
     def save_part(self, round_id, path):
         """Write this worker's part of the cut of ``round_id`` durably; returns its description."""
-        if self.source.dead_letter is not None:
-            self.source.dead_letter.sync()   # durable before the cut that counts them
+        self.start_part(round_id, path)
+        return self.finish_part()
+
+    def start_part(self, round_id, path):
+        """Snapshot this worker's part of the cut of ``round_id`` now and write it in a background
+        thread while the next round learns (an asynchronous cut); :meth:`finish_part` (called by
+        the next :meth:`learn_round`) waits for it and returns its description. The snapshot
+        copies every array of the state, so the learning that follows cannot change what is
+        written; the part is durable (fsynced, renamed into place) before it is described."""
+        self.finish_part()   # at most one part in flight
+        t0, c0 = time.perf_counter(), time.process_time()
         state = run_state(self.model, "worker", examples_seen=self.examples_seen, bad_records=self.bad_records,
                           bad_at_source=self.n_bad_at_source,
                           metrics=self.metrics, position=self.position, index=self.index, round=int(round_id),
                           n_global=self.n_global, ended=self.ended, learn_seconds=self.learn_seconds,
                           learn_cpu=self.learn_cpu,
                           block_partitions=np.asarray(self.block_partitions, dtype=np.int64))
-        p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
-        return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
+        state = _copy_arrays(state)
+        self._cut_positions[int(round_id)] = copy.deepcopy(self.position)
+        snap = {"snapshot": time.perf_counter() - t0, "snapshot_cpu": time.process_time() - c0}
+        self._part = _PartWrite(self, int(round_id), Path(path), state, snap)
+        return snap
+
+    def finish_part(self):
+        """Wait for the part being written (if any) and return its description (None if none):
+        ``{"worker", "round", "path", "sha256", "bytes", "timings"}``; a failed write raises."""
+        if self._part is None:
+            return None
+        part, self._part = self._part, None
+        return part.result()
+
+    def commit_offsets(self, round_id=None):
+        """Commit the source position of the last committed cut (Kafka: to the consumer group):
+        the position snapshotted for the cut of ``round_id``, or the current one."""
+        position = self.position if round_id is None else self._cut_positions.get(int(round_id), self.position)
+        if round_id is not None:   # positions of older cuts are never committed after a newer one
+            self._cut_positions = {r: v for r, v in self._cut_positions.items() if r > int(round_id)}
+        if position is not None:
+            self.source.commit(position)
+        return True
 
     @property
     def n_bad_at_source(self):
         """Records the shard's source rejected itself (unparsable, ...), resumed rounds included."""
         return self.bad_at_source + int(self.source.n_bad or 0) - self._src_bad0
-
-    def commit_offsets(self):
-        """Commit the source position of the last committed cut (Kafka: to the consumer group)."""
-        if self.position is not None:
-            self.source.commit(self.position)
-        return True
 
     # ------------------------------------------------------------------ rounds
     def learn_round(self, max_examples, max_seconds=None, idle_timeout=None, refine_passes=0.0):
@@ -298,7 +376,8 @@ class Worker:
         self.learn_seconds += time.perf_counter() - t0
         self.learn_cpu += time.process_time() - c0
         delta = self.mixing.delta(self.model)
-        info = {"worker": self.index, "n_new": n_new, "n_blocks": self.mixing.n_blocks(self.model),
+        part = self.finish_part()    # the previous round's asynchronous part, written meanwhile
+        info = {"part": part,"worker": self.index, "n_new": n_new, "n_blocks": self.mixing.n_blocks(self.model),
                 "examples_seen": self.examples_seen, "ended": self.ended, "seconds": time.perf_counter() - t0,
                 "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
                 "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
