@@ -236,7 +236,8 @@ class _Job:
         t1 = time.perf_counter()
         if rec["cut"]:
             # the consistent cut: every part durable, then the mixer commits, then the offsets
-            self.finish_commit()
+            got = self.finish_commit()
+            rec["seconds_cut_commit"] = None if got is None else got["seconds"]   # the previous cut's
             paths = ray.get([self.mixer.part_path.remote(r, k) for k in range(self.K)])
             if self.async_cuts and not (last or rec["ended"]):
                 # asynchronous: the parts are snapshotted now and written while round r + 1 learns;
