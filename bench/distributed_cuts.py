@@ -34,18 +34,24 @@ import streamssvm.distributed as sd  # noqa: E402
 from _common import ocr_letters  # noqa: E402
 
 
-def job(X, Y, async_cuts):
+MODES = {"synchronous, whole": (False, False), "asynchronous, whole": (True, False),
+         "synchronous, incremental": (False, True), "asynchronous, incremental": (True, True)}
+
+
+def job(X, Y, async_cuts, incremental_cuts=False):
     lr = ss.learners.BCFW(lam=0.01, replay=0, sampling="uniform", averaging=False, gap_every=None, seed=0)
     model = ss.MulticlassSSVM(labels=list(range(26)), scale=False, learner=lr)
     with tempfile.TemporaryDirectory(prefix="cuts-bench-") as ck:
         t0, c0 = time.perf_counter(), time.process_time()
         res = sd.run(model, (X, Y), task="multiclass", workers=2, round_examples=len(X) // 8, checkpoint_dir=ck,
-                     passes=2.0, passes_per_round=0.25, async_cuts=async_cuts)
+                     passes=2.0, passes_per_round=0.25, async_cuts=async_cuts, incremental_cuts=incremental_cuts)
         wall, driver_cpu = time.perf_counter() - t0, time.process_time() - c0
     H = res.history
     parts = [t for h in H for t in (h.get("parts_written") or []) + (h.get("cut_parts") or []) if t]
-    part = {k: float(np.median([t[k] for t in parts])) for k in
-            ("snapshot", "encode", "write", "fsync", "sha256", "seconds", "cpu")}
+    part = {k: float(np.median([t.get(k, 0.0) for t in parts])) for k in
+            ("snapshot", "chunks", "encode", "write", "fsync", "sha256", "seconds", "cpu")}
+    part["bytes_stream"] = float(np.mean([t["bytes"] for t in parts if t["round"] <= 4]))
+    part["bytes_refine"] = float(np.mean([t["bytes"] for t in parts if t["round"] > 4]))
     part["snapshot_cpu"] = float(np.median([t["snapshot_cpu"] for t in parts]))
     worker_cpu = float(np.mean([sum(w["round_cpu"] for w in h["workers"]) for h in H]))
     med = {k: float(np.median([h[k] for h in H])) for k in
@@ -65,26 +71,25 @@ def main():
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     print(f"ray start {time.perf_counter() - t0:.1f} s", flush=True)
     job(X[:400], Y[:400], True)   # warm-up: numba compiles in the workers
-    out = {False: [], True: []}
+    out = {m: [] for m in MODES}
     for _ in range(a.repeats):
-        for mode in (False, True):
-            r = job(X, Y, mode)
+        for mode, flags in MODES.items():
+            r = job(X, Y, *flags)
             out[mode].append(r)
-            print(("async" if mode else "sync "), {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()},
-                  flush=True)
+            print(mode, {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}, flush=True)
     ray.shutdown()
     cols = [("rounds", "rounds"), ("wall", "job wall s"), ("seconds", "round wall s"), ("seconds_learn", "learn s"),
             ("seconds_mix", "mix s"), ("seconds_certificate", "cert s"), ("seconds_checkpoint", "cut on path s"),
-            ("part_snapshot", "part snapshot s"), ("part_encode", "part encode s"), ("part_write", "part write s"),
+            ("part_bytes_stream", "part bytes (stream)"), ("part_bytes_refine", "part bytes (refine)"),
+            ("part_snapshot", "part snapshot s"), ("part_chunks", "part diff s"), ("part_encode", "part encode s"), ("part_write", "part write s"),
             ("part_fsync", "part fsync s"), ("part_sha256", "part sha s"), ("part_cpu", "part write CPU s"),
             ("worker_round_cpu", "workers' learn_round CPU s"), ("driver_cpu", "driver CPU s"), ("gap", "final gap")]
     print("| cuts | " + " | ".join(c[1] for c in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
-    for mode in (False, True):
+    for mode in MODES:
         rows = out[mode]
         vals = [float(np.mean([r[k] for r in rows])) for k, _ in cols]
-        print(f"| {'asynchronous' if mode else 'synchronous'} | " + " | ".join(
-            f"{v:.4g}" for v in vals) + " |")
+        print(f"| {mode} | " + " | ".join(f"{v:.4g}" for v in vals) + " |")
 
 
 if __name__ == "__main__":

@@ -71,10 +71,10 @@ class Mixer:
         move with their partitions. ``partitions[k]`` are the partitions of new worker k. Writes
         one part per new worker and commits a new cut of the same round; returns like
         :meth:`restore` (None when there is no cut)."""
-        from ..checkpoint import load_state, save_state
+        from ..checkpoint import save_state
         from ..metrics import ProgressiveMetrics
         from . import _bcfw
-        from ._cut import PART_KIND, file_sha256
+        from ._cut import PART_KIND, file_sha256, load_part
         got = self.cuts.latest() if self.cuts is not None else None
         if got is None:
             return None
@@ -84,7 +84,7 @@ class Mixer:
             return self.restore()
         if _LEGACY_KINDS.get(m["kind"], m["kind"]) != self.kind:
             raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} workers")
-        old = [load_state(p["path"], kind=PART_KIND)[0] for p in sorted(st["parts"], key=lambda p: p["worker"])]
+        old = [load_part(p["path"], kind=PART_KIND)[0] for p in sorted(st["parts"], key=lambda p: p["worker"])]
         topic, offsets = None, {}
         for o in old:
             pos = o["worker"]["position"]

@@ -131,9 +131,11 @@ class DistributedResult:
 
 class _Job:
     def __init__(self, model, shards, task, kind, n_workers, beta, directory, keep, worker_cpus, job_id,
-                 line_search=False, async_cuts=True):
+                 line_search=False, cuts=None):
         self.template = model
-        self.async_cuts = bool(async_cuts)
+        cuts = dict(cuts or {})   # {"asynchronous": bool, "incremental": bool} (both by default)
+        self.async_cuts = bool(cuts.get("asynchronous", True))
+        self.incremental_cuts = bool(cuts.get("incremental", True))
         self.pending = None      # round of the asynchronous cut whose parts are being written
         self.committing = None   # round of the cut the mixer is committing
         self.line_search = bool(line_search)
@@ -163,7 +165,8 @@ class _Job:
         self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep,
                                        self.line_search)
         self.workers = [WorkerActor.remote(k, self.K, self.template.clone(), self.task, self.shards[k], self.kind,
-                                           self.lam, self.beta, self.job_id, self.line_search)
+                                           self.lam, self.beta, self.job_id, self.line_search,
+                                           self.incremental_cuts)
                         for k in range(self.K)]
         if self.shards[0]["kind"] == "kafka":
             # a changed number of workers moves the dual blocks with their partitions
@@ -219,7 +222,7 @@ class _Job:
                "refine_passes": refine_passes, "bytes_up": sum(i["bytes_up"] for i in infos),
                "bytes_down": mix_bytes * self.K, "seconds_learn": t_learn, "seconds_mix": t_mix,
                "seconds_certificate": t_cert, "gamma": got.get("gamma"),
-               "parts_written": [p.get("timings") for p in written if p is not None],
+               "parts_written": [_part_record(p) for p in written if p is not None],
                "workers": [{"worker": i["worker"], "examples_seen": i["examples_seen"], "n_blocks": i["n_blocks"],
                             "round_seconds": i["seconds"], "round_cpu": i["cpu"],
                             "learn_seconds": i["learn_seconds"], "learn_cpu": i["learn_cpu"],
@@ -250,7 +253,7 @@ class _Job:
                 parts = ray.get([w.save_part.remote(r, p) for w, p in zip(self.workers, paths)])
                 ray.get(self.mixer.commit.remote(r, parts, rec))
                 ray.get([w.commit_offsets.remote(r) for w in self.workers])
-                rec["cut_parts"] = [p.get("timings") for p in parts]
+                rec["cut_parts"] = [_part_record(p) for p in parts]
         else:
             ray.get(self.mixer.note.remote(rec))
         rec["seconds_checkpoint"] = time.perf_counter() - t1 + t_commit
@@ -295,6 +298,11 @@ class _Job:
         st = dict(states[0])
         st["learner"] = _bcfw.merge_learner_states(learners, U)
         return model_from_state(st)
+
+
+def _part_record(part):
+    """What a round's history keeps of a written part: its round, size and write timings."""
+    return {**part.get("timings", {}), "round": part["round"], "bytes": part["bytes"]}
 
 
 def _merge_metrics(ms):
@@ -355,6 +363,12 @@ class RunOptions:
         committed. The last cut (stream end, last round) is written synchronously. A failure
         before a cut is committed restarts from the previous one, as for a synchronous cut.
         False: every cut is written and committed before the next round starts.
+    incremental_cuts
+        True (default): a worker's part holds only the chunks (4 KiB) of its large arrays -- the
+        dual blocks' arenas, the weights -- that changed since its previous part, and names the
+        older parts holding the rest (every 8th part, and the first after a restart, is whole);
+        a cut is valid only when those verify too, and they are kept while a kept cut needs
+        them (:class:`~streamssvm.distributed._cut.PartChunker`). False: every part whole.
     on_round
         ``on_round(record, job)`` after every round (tests use it to kill a worker); with
         ``async_cuts`` the round's own cut is still being written then.
@@ -384,6 +398,7 @@ class RunOptions:
         Param("keep", 3, "int", "cuts kept", low=1),
         Param("metrics_path", None, "object", "JSONL file receiving one line per certified round"),
         Param("async_cuts", True, "bool", "write each cut while the next round learns"),
+        Param("incremental_cuts", True, "bool", "a cut writes only the state chunks changed since the last one"),
         Param("on_round", None, "object", "callable(record, job) after every committed round", cli=False),
         Param("num_cpus", None, "int", "CPUs of a local Ray cluster", low=1, none=True),
         Param("progress", False, "bool", "print one line per round"),
@@ -397,7 +412,8 @@ class RunOptions:
                  round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1,
                  checkpoint_every=1, beta=None, mix_step="fixed", max_rounds=None, idle_timeout=None, max_restarts=3,
                  keep=3,
-                 metrics_path=None, async_cuts=True, on_round=None, num_cpus=None, progress=False, dead_letter=None,
+                 metrics_path=None, async_cuts=True, incremental_cuts=True,
+                 on_round=None, num_cpus=None, progress=False, dead_letter=None,
                  max_bad_fraction=None):
         values = locals()
         for p in self.params:   # stored unchanged; :func:`run` checks them (its messages)
@@ -482,7 +498,8 @@ def run(model, source, options=None, **kwargs):
     if o.mix_step == "line" and kind != "bcfw":
         raise ValueError("mix_step='line' needs a dual point (BCFW); parameter mixing has none")
     job = _Job(model, shards, task, kind, workers, beta, directory, keep,
-               min(1.0, cpus / workers), job_id, line_search=o.mix_step == "line", async_cuts=o.async_cuts)
+               min(1.0, cpus / workers), job_id, line_search=o.mix_step == "line",
+               cuts={"asynchronous": o.async_cuts, "incremental": o.incremental_cuts})
     restarts = 0
     history = []
     cert = None

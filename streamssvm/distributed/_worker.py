@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import load_state, save_state
+from ..checkpoint import save_state
 from ..connectors.base import Record, Source
 from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
 from ..step import send_dead_letter, step
-from ._cut import PART_KIND, file_sha256
+from ._cut import PART_KIND, PartChunker, file_sha256, load_part
 from ._mix import make_mixing
 
 _END = object()
@@ -65,6 +65,7 @@ class _PartWrite:
 
     def __init__(self, worker, round_id, path, state, timings):
         self.worker, self.round_id, self.path, self.state = worker.index, round_id, path, state
+        self.chunker = worker.chunker
         self.dead_letter = worker.source.dead_letter
         self.timings = dict(timings)
         self.out, self.error = None, None
@@ -77,17 +78,22 @@ class _PartWrite:
             if self.dead_letter is not None:
                 self.dead_letter.sync()   # durable before the cut that counts them
             t1 = time.perf_counter()
-            tm = {}
-            p = save_state(self.path, self.state, kind=PART_KIND, meta={"worker": self.worker, "round": self.round_id},
-                           timings=tm)
+            state = self.state
+            if self.chunker is not None:
+                state = self.chunker.split(state, self.round_id, f"{self.path.parent.name}/{self.path.name}")
             t2 = time.perf_counter()
+            tm = {}
+            p = save_state(self.path, state, kind=PART_KIND, meta={"worker": self.worker, "round": self.round_id},
+                           timings=tm)
+            t3 = time.perf_counter()
             sha = file_sha256(p)
-            self.state = None
-            self.timings.update(dead_letters=t1 - t0, encode=tm["encode"], write=tm["write"], fsync=tm["fsync"],
-                                sha256=time.perf_counter() - t2, seconds=time.perf_counter() - t0,
-                                cpu=time.thread_time() - c0)
+            deps = self.chunker.written(self.round_id, p, sha) if self.chunker is not None else []
+            self.state = state = None
+            self.timings.update(dead_letters=t1 - t0, chunks=t2 - t1, encode=tm["encode"], write=tm["write"],
+                                fsync=tm["fsync"], sha256=time.perf_counter() - t3,
+                                seconds=time.perf_counter() - t0, cpu=time.thread_time() - c0)
             self.out = {"worker": self.worker, "round": self.round_id, "path": str(p), "sha256": sha,
-                        "bytes": p.stat().st_size, "timings": self.timings}
+                        "bytes": p.stat().st_size, "timings": self.timings, "deps": deps}
         except BaseException as e:  # noqa: BLE001 - handed to the caller of result()
             self.error = e
 
@@ -238,9 +244,13 @@ class Worker:
     line_search
         BCFW: report the round's change of the blocks' losses so that the mixer can choose the
         mixing weight by line search (``mix_step="line"``).
+    incremental_cuts
+        Write only the chunks of the state that changed since this worker's previous part
+        (:class:`~streamssvm.distributed._cut.PartChunker`); False: every part whole.
     """
 
-    def __init__(self, index, n_workers, model, task, shard, kind, lam, beta, job_id="job", line_search=False):
+    def __init__(self, index, n_workers, model, task, shard, kind, lam, beta, job_id="job", line_search=False,
+                 incremental_cuts=True):
         self.index = int(index)
         self.n_workers = int(n_workers)
         self.task = task
@@ -263,12 +273,15 @@ class Worker:
         self._it = None
         self._part = None            # the part of an asynchronous cut being written (_PartWrite)
         self._cut_positions = {}     # round -> source position snapshotted for that round's cut
+        self.chunker = PartChunker() if incremental_cuts else None
 
     # ------------------------------------------------------------------ cut parts
     def restore(self, part_path):
         """Resume from this worker's part of a committed cut."""
-        st, _ = load_state(part_path, kind=PART_KIND)
+        st, _ = load_part(part_path, kind=PART_KIND)
         w = parse_run_state(st, "worker")
+        if self.chunker is not None:
+            self.chunker.reset()   # the next part is whole
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
         self.bad_at_source = int(w.get("bad_at_source", 0))
         self._src_bad0 = self.source.n_bad
