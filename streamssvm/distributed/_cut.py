@@ -12,6 +12,21 @@ A cut exists only once its directory has been renamed into place, which happens 
 part file it names was fsynced and verified: restarting from the newest cut whose parts all
 verify gives every worker the state (model, dual blocks, source offsets per partition) of the
 same round. Kafka offsets are committed only after the cut is committed.
+
+Asynchronous cuts (``run(async_cuts=True)``, the default): at the end of round r each worker
+snapshots its part (every array copied) and a thread of the worker writes it while round r + 1
+learns; the mixer snapshots its own state of round r (``Mixer.stage``). After round r + 1 has
+learned, the workers report the written parts and the mixer commits the cut of round r in a
+thread of its own (``Mixer.commit_staged``); before the next cut is staged the driver waits for
+that commit, then the workers commit the Kafka offsets of round r. The invariant is the
+synchronous one -- a cut exists only once every part it names is durable and verified, offsets
+follow the cut -- so a failure while a cut is in flight restarts from the previous cut and the
+rounds since are learned again, each message once. The last cut of a job is synchronous.
+
+Incremental parts (``run(incremental_cuts=True)``, the default; :class:`PartChunker`): a part
+holds only the chunks of its large arrays that changed since the worker's previous part and
+names the older parts holding the others (``deps`` of the cut's part entry, verified by
+:meth:`CutStore.latest`, kept by :meth:`CutStore._clean` while a kept cut needs them).
 """
 from __future__ import annotations
 
