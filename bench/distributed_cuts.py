@@ -9,7 +9,8 @@ lam = 0.01, replay 0; 4 stream rounds of 1,250 letters per worker, then 8 refine
 and ``async_cuts=True`` (parts snapshotted at the end of a round, written by a thread of each
 worker while the next round learns, committed by the mixer after it), alternating, on one local
 Ray cluster. Per round (median over rounds, mean over repeats): the driver's wall split (learn,
-mix, certificate, cut on the critical path), the workers' part write split (snapshot, encode,
+mix, certificate, cut on the critical path), the mixer's commit of a cut (verify the parts,
+write the cut; asynchronous: in a thread while the round after next learns), the workers' part write split (snapshot, encode,
 write, fsync, checksum; in the background when asynchronous), the workers' CPU. Prints a
 markdown table; nothing is written to bench/results (paste it by hand).
 """
@@ -56,6 +57,8 @@ def job(X, Y, async_cuts, incremental_cuts=False):
     worker_cpu = float(np.mean([sum(w["round_cpu"] for w in h["workers"]) for h in H]))
     med = {k: float(np.median([h[k] for h in H])) for k in
            ("seconds", "seconds_learn", "seconds_mix", "seconds_certificate", "seconds_checkpoint")}
+    med["seconds_cut_commit"] = float(np.median([h["seconds_cut_commit"] for h in H
+                                                 if h.get("seconds_cut_commit") is not None] or [np.nan]))
     return {"rounds": len(H), "wall": wall, "driver_cpu": driver_cpu, "gap": res.certificate["gap"],
             "worker_round_cpu": worker_cpu, "part_bytes": None, **med, **{"part_" + k: v for k, v in part.items()}}
 
@@ -80,6 +83,7 @@ def main():
     ray.shutdown()
     cols = [("rounds", "rounds"), ("wall", "job wall s"), ("seconds", "round wall s"), ("seconds_learn", "learn s"),
             ("seconds_mix", "mix s"), ("seconds_certificate", "cert s"), ("seconds_checkpoint", "cut on path s"),
+            ("seconds_cut_commit", "mixer commit s"),
             ("part_bytes_stream", "part bytes (stream)"), ("part_bytes_refine", "part bytes (refine)"),
             ("part_snapshot", "part snapshot s"), ("part_chunks", "part diff s"), ("part_encode", "part encode s"), ("part_write", "part write s"),
             ("part_fsync", "part fsync s"), ("part_sha256", "part sha s"), ("part_cpu", "part write CPU s"),

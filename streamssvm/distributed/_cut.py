@@ -54,6 +54,11 @@ def file_sha256(path):
     return h.hexdigest()
 
 
+def part_path(directory, round_id, worker):
+    """Where worker ``worker`` writes its part of the cut of ``round_id`` in a job's directory."""
+    return Path(directory) / "parts" / f"round-{int(round_id):08d}" / f"worker-{int(worker):04d}.ssvm"
+
+
 class PartChunker:
     """Incremental parts: a worker's large arrays (the block store's arenas, the weights) cut in
     chunks of ``chunk_bytes``; a part stores only the chunks whose bytes changed since the
@@ -202,7 +207,7 @@ class CutStore:
         self.parts_dir = self.directory / "parts"
 
     def part_path(self, round_id, worker):
-        return self.parts_dir / f"round-{int(round_id):08d}" / f"worker-{int(worker):04d}.ssvm"
+        return part_path(self.directory, round_id, worker)
 
     def commit(self, round_id, parts, mixer_state, meta=None):
         """Verify every part and commit the cut of ``round_id`` atomically; returns its path."""

@@ -15,6 +15,7 @@ import ray
 from ..certificate import Certificate
 from ..params import Param
 from ._mix import learner_kind
+from ._cut import part_path
 from ._mixer import Mixer
 from ._worker import Worker, model_from_state
 
@@ -138,6 +139,7 @@ class _Job:
         self.incremental_cuts = bool(cuts.get("incremental", True))
         self.pending = None      # round of the asynchronous cut whose parts are being written
         self.committing = None   # round of the cut the mixer is committing
+        self._commit_call = None
         self.line_search = bool(line_search)
         self.shards = shards
         self.task = task
@@ -160,6 +162,7 @@ class _Job:
     def start(self):
         """Create the mixer and the workers; restore all of them from the newest valid cut."""
         self.pending = self.committing = None   # a cut in flight when a worker died is lost
+        self._commit_call = None
         MixerActor = ray.remote(Mixer).options(num_cpus=0, max_restarts=0)
         WorkerActor = ray.remote(Worker).options(num_cpus=self.worker_cpus, max_restarts=0)
         self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep,
@@ -201,7 +204,8 @@ class _Job:
         t_learn = time.perf_counter() - t0
         written = [i.get("part") for i in infos]   # the previous round's asynchronous parts
         tc = time.perf_counter()
-        self.commit_pending(written)
+        committed = self.finish_commit()   # the cut before: committed while this round learned
+        self.commit_pending(written)       # the mixer commits the previous round's cut meanwhile
         t_commit = time.perf_counter() - tc
         mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs],
                                       loss_deltas=[i.get("loss_delta") for i in infos])
@@ -239,17 +243,18 @@ class _Job:
         t1 = time.perf_counter()
         if rec["cut"]:
             # the consistent cut: every part durable, then the mixer commits, then the offsets
-            got = self.finish_commit()
-            rec["seconds_cut_commit"] = None if got is None else got["seconds"]   # the previous cut's
-            paths = ray.get([self.mixer.part_path.remote(r, k) for k in range(self.K)])
+            paths = [str(part_path(self.directory, r, k)) for k in range(self.K)]
             if self.async_cuts and not (last or rec["ended"]):
                 # asynchronous: the parts are snapshotted now and written while round r + 1 learns;
-                # the mixer commits the cut after that round (before its own cut)
+                # the mixer commits the cut after that round, while round r + 2 learns
+                staged = self.mixer.stage.remote(r, rec)
                 snaps = ray.get([w.start_part.remote(r, p) for w, p in zip(self.workers, paths)])
-                ray.get(self.mixer.stage.remote(r, rec))
+                ray.get(staged)
                 self.pending = r
                 rec["cut_snapshot"] = snaps
             else:
+                more = self.finish_commit()
+                committed = more or committed
                 parts = ray.get([w.save_part.remote(r, p) for w, p in zip(self.workers, paths)])
                 ray.get(self.mixer.commit.remote(r, parts, rec))
                 ray.get([w.commit_offsets.remote(r) for w in self.workers])
@@ -257,6 +262,7 @@ class _Job:
         else:
             ray.get(self.mixer.note.remote(rec))
         rec["seconds_checkpoint"] = time.perf_counter() - t1 + t_commit
+        rec["seconds_cut_commit"] = None if committed is None else committed["seconds"]   # an earlier cut's
         rec["seconds"] = time.perf_counter() - t0
         self.round = r
         self.n_global = n_global
@@ -269,20 +275,24 @@ class _Job:
             return
         if any(p is None or int(p["round"]) != self.pending for p in parts):
             raise RuntimeError(f"the parts of the cut of round {self.pending} were not all written")
-        self.mixer.commit_staged.remote(self.pending, parts)
+        self._commit_call = self.mixer.commit_staged.remote(self.pending, parts)
         self.committing, self.pending = self.pending, None
 
     def finish_commit(self):
         """Wait for the cut being committed, then commit the workers' offsets of that cut."""
         if self.committing is None:
             return None
+        ray.get(self._commit_call)
         got = ray.get(self.mixer.wait_commit.remote())
+        if got is None or int(got["round"]) != self.committing:
+            raise RuntimeError(f"the cut of round {self.committing} was not committed")
         ray.get([w.commit_offsets.remote(self.committing) for w in self.workers])
         self.committing = None
         return got
 
     def flush_cuts(self):
         """Finish every asynchronous cut: the pending one is written, committed, its offsets too."""
+        self.finish_commit()
         if self.pending is not None:
             self.commit_pending(ray.get([w.finish_part.remote() for w in self.workers]))
         self.finish_commit()
