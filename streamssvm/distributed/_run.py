@@ -204,13 +204,20 @@ class _Job:
         t_learn = time.perf_counter() - t0
         written = [i.get("part") for i in infos]   # the previous round's asynchronous parts
         tc = time.perf_counter()
-        committed = self.finish_commit()   # the cut before: committed while this round learned
-        self.commit_pending(written)       # the mixer commits the previous round's cut meanwhile
+        # the cut before was committed by the mixer's thread while this round learned: the workers
+        # commit its offsets with the mixed weights (their apply waits for the mixer's answer); the
+        # mixer then commits the previous round's cut while the next round learns
+        done = self.mixer.wait_commit.remote() if self.committing is not None else None
+        self.committing = None
+        self.commit_pending(written)
         t_commit = time.perf_counter() - tc
         mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs],
                                       loss_deltas=[i.get("loss_delta") for i in infos])
         n_global = sum(i["n_blocks"] for i in infos)
-        ray.get([w.apply.remote(mixed, n_global) for w in self.workers])
+        ray.get([w.apply.remote(mixed, n_global, done) for w in self.workers])
+        committed = ray.get(done) if done is not None else None
+        if done is not None and committed is None:
+            raise RuntimeError("the mixer lost the cut it was committing")
         t_mix = time.perf_counter() - t0 - t_learn
         cert = None
         if certify:
@@ -275,6 +282,8 @@ class _Job:
             return
         if any(p is None or int(p["round"]) != self.pending for p in parts):
             raise RuntimeError(f"the parts of the cut of round {self.pending} were not all written")
+        if self._commit_call is not None:
+            ray.get(self._commit_call)   # the previous hand-over (long done; raises what it raised)
         self._commit_call = self.mixer.commit_staged.remote(self.pending, parts)
         self.committing, self.pending = self.pending, None
 
@@ -282,8 +291,7 @@ class _Job:
         """Wait for the cut being committed, then commit the workers' offsets of that cut."""
         if self.committing is None:
             return None
-        ray.get(self._commit_call)
-        got = ray.get(self.mixer.wait_commit.remote())
+        got = ray.get([self._commit_call, self.mixer.wait_commit.remote()])[1]
         if got is None or int(got["round"]) != self.committing:
             raise RuntimeError(f"the cut of round {self.committing} was not committed")
         ray.get([w.commit_offsets.remote(self.committing) for w in self.workers])

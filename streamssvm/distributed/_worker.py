@@ -407,8 +407,14 @@ class Worker:
             raise ValueError("distributed learning needs one feature index for all workers: use array inputs "
                              "or the hashing trick (n_features=2**k) instead of a growing vocabulary")
 
-    def apply(self, mixed, n_global):
-        """Install the mixed weights (and blend the dual blocks) broadcast by the mixer."""
+    def apply(self, mixed, n_global, committed=None):
+        """Install the mixed weights (and blend the dual blocks) broadcast by the mixer; with
+        ``committed`` (the mixer's report of a cut it committed, ``{"round", ...}``), commit the
+        source offsets of that cut."""
+        if committed is not None:
+            if int(committed["round"]) not in self._cut_positions:
+                raise RuntimeError(f"worker {self.index} holds no position of the cut of round {committed['round']}")
+            self.commit_offsets(int(committed["round"]))
         self.n_global = int(n_global)
         self.mixing.apply(self.model, mixed["weights"], self.n_global, mixed.get("gamma"))
         return True
