@@ -11,7 +11,7 @@ Shards:
   a job resumed with another number of workers moves the blocks with their partitions
   (:meth:`~streamssvm.distributed._mixer.Mixer.regroup`). The group coordinator would move
   partitions whenever a member joins or fails, not at a cut, and stop the group meanwhile:
-  measured on the Tansu broker (``bench/kafka_rebalance.py``, session timeout 6 s), 7 s for a
+  measured on the Tansu broker (``bench/kafka_rebalance.py``, session timeout 6 s), 5-7 s for a
   second member to join, 9 s after a member was killed.
 * ``{"kind": "file", "uri": ...}`` -- a file source; worker k of K learns the records whose
   number is k modulo K (each worker reads the file, the position carries the record number).
