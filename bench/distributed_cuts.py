@@ -4,7 +4,7 @@
 
 Protocol: 2 Ray workers x 5,000 OCR letters (the first 10,000 training letters, k mod 2),
 lam = 0.01, replay 0; 4 stream rounds of 1,250 letters per worker, then 8 refinement rounds of
-0.25 local pass; certificate and consistent cut every round. The same job runs with
+0.25 local pass (`--local-passes`); certificate and consistent cut every round. The same job runs with
 ``async_cuts=False`` (every cut written, fsynced, verified and committed before the next round)
 and ``async_cuts=True`` (parts snapshotted at the end of a round, written by a thread of each
 worker while the next round learns, committed by the mixer after it), alternating, on one local
@@ -39,13 +39,13 @@ MODES = {"synchronous, whole": (False, False), "asynchronous, whole": (True, Fal
          "synchronous, incremental": (False, True), "asynchronous, incremental": (True, True)}
 
 
-def job(X, Y, async_cuts, incremental_cuts=False):
+def job(X, Y, async_cuts, incremental_cuts=False, local_passes=0.25):
     lr = ss.learners.BCFW(lam=0.01, replay=0, sampling="uniform", averaging=False, gap_every=None, seed=0)
     model = ss.MulticlassSSVM(labels=list(range(26)), scale=False, learner=lr)
     with tempfile.TemporaryDirectory(prefix="cuts-bench-") as ck:
         t0, c0 = time.perf_counter(), time.process_time()
         res = sd.run(model, (X, Y), task="multiclass", workers=2, round_examples=len(X) // 8, checkpoint_dir=ck,
-                     passes=2.0, passes_per_round=0.25, async_cuts=async_cuts, incremental_cuts=incremental_cuts)
+                     passes=8 * local_passes, passes_per_round=local_passes, async_cuts=async_cuts, incremental_cuts=incremental_cuts)
         wall, driver_cpu = time.perf_counter() - t0, time.process_time() - c0
     H = res.history
     parts = [t for h in H for t in (h.get("parts_written") or []) + (h.get("cut_parts") or []) if t]
@@ -67,6 +67,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--n", type=int, default=10000)
+    ap.add_argument("--local-passes", type=float, default=0.25, help="local passes per refinement round")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
     a = ap.parse_args()
     X_tr, y_tr, _, _ = ocr_letters()
     X, Y = list(X_tr[:a.n]), [int(v) for v in y_tr[:a.n]]
@@ -74,10 +76,11 @@ def main():
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     print(f"ray start {time.perf_counter() - t0:.1f} s", flush=True)
     job(X[:400], Y[:400], True)   # warm-up: numba compiles in the workers
-    out = {m: [] for m in MODES}
+    modes = {m: MODES[m] for m in a.modes.split(",")}
+    out = {m: [] for m in modes}
     for _ in range(a.repeats):
-        for mode, flags in MODES.items():
-            r = job(X, Y, *flags)
+        for mode, flags in modes.items():
+            r = job(X, Y, *flags, local_passes=a.local_passes)
             out[mode].append(r)
             print(mode, {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}, flush=True)
     ray.shutdown()
@@ -90,7 +93,7 @@ def main():
             ("worker_round_cpu", "workers' learn_round CPU s"), ("driver_cpu", "driver CPU s"), ("gap", "final gap")]
     print("| cuts | " + " | ".join(c[1] for c in cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
-    for mode in MODES:
+    for mode in modes:
         rows = out[mode]
         vals = [float(np.mean([r[k] for r in rows])) for k, _ in cols]
         print(f"| {mode} | " + " | ".join(f"{v:.4g}" for v in vals) + " |")
