@@ -68,7 +68,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--local-passes", type=float, default=0.25, help="local passes per refinement round")
-    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of the modes")
+    ap.add_argument("--modes", default=";".join(MODES), help="semicolon-separated subset of the modes")
     a = ap.parse_args()
     X_tr, y_tr, _, _ = ocr_letters()
     X, Y = list(X_tr[:a.n]), [int(v) for v in y_tr[:a.n]]
@@ -76,7 +76,7 @@ def main():
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     print(f"ray start {time.perf_counter() - t0:.1f} s", flush=True)
     job(X[:400], Y[:400], True)   # warm-up: numba compiles in the workers
-    modes = {m: MODES[m] for m in a.modes.split(",")}
+    modes = {m: MODES[m] for m in a.modes.split(";")}
     out = {m: [] for m in modes}
     for _ in range(a.repeats):
         for mode, flags in modes.items():
