@@ -382,7 +382,7 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
 
 
 def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly_once(cluster, broker, tmp_path):
-    """Asynchronous cuts (the default): the cut of round r is snapshotted at the end of round r,
+    """Asynchronous cuts (``async_cuts=True``): the cut of round r is snapshotted at the end of round r,
     its parts are written by the workers' threads while round r + 1 learns, and the mixer commits
     it in a thread after that round, while round r + 2 learns; the Kafka offsets of cut r follow
     once that commit is done. Right after round 4 -- its cut staged, its parts in flight, the cut
@@ -414,7 +414,7 @@ def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly
             at_kill["offsets"] = committed(broker, "ta", "ga")
             ray.kill(job.workers[0])
 
-    res = make("ga", tmp_path / "a", on_round=kill)
+    res = make("ga", tmp_path / "a", on_round=kill, async_cuts=True)
     assert at_kill == {"cut": 3, "offsets": {0: 80, 1: 80}}
     assert rounds[:5] == [1, 2, 3, 4, 4] and res.restarts == 1
     assert [h["round"] for h in res.history] == list(range(1, res.rounds + 1))

@@ -13,12 +13,13 @@ part file it names was fsynced and verified: restarting from the newest cut whos
 verify gives every worker the state (model, dual blocks, source offsets per partition) of the
 same round. Kafka offsets are committed only after the cut is committed.
 
-Asynchronous cuts (``run(async_cuts=True)``, the default): at the end of round r each worker
+Asynchronous cuts (``run(async_cuts=True)``; synchronous by default): at the end of round r each worker
 snapshots its part (every array copied) and a thread of the worker writes it while round r + 1
 learns; the mixer snapshots its own state of round r (``Mixer.stage``). After round r + 1 has
 learned, the workers report the written parts and the mixer commits the cut of round r in a
-thread of its own (``Mixer.commit_staged``); before the next cut is staged the driver waits for
-that commit, then the workers commit the Kafka offsets of round r. The invariant is the
+thread of its own (``Mixer.commit_staged``) while round r + 2 learns; after that round the
+workers commit the Kafka offsets of round r together with the mixed weights (``Worker.apply``
+waits for the mixer's report of the commit). The invariant is the
 synchronous one -- a cut exists only once every part it names is durable and verified, offsets
 follow the cut -- so a failure while a cut is in flight restarts from the previous cut and the
 rounds since are learned again, each message once. The last cut of a job is synchronous.
