@@ -308,13 +308,18 @@ def _umask():
     return mask
 
 
-def save_state(path, state, *, kind: str, meta: dict | None = None) -> Path:
-    """Write ``state`` to one file atomically (temp file, fsync, rename, fsync dir)."""
+def save_state(path, state, *, kind: str, meta: dict | None = None, timings: dict | None = None) -> Path:
+    """Write ``state`` to one file atomically (temp file, fsync, rename, fsync dir).
+
+    ``timings``: a dict that receives the seconds spent encoding (arrays to bytes and their
+    checksums), writing and fsyncing (file and directory)."""
     path = Path(path)
+    t0 = time.perf_counter()
     tree, arrays = _split(state)
     blobs = {name: _npy_bytes(a) for name, a in arrays.items()}
     man = _manifest(tree, arrays, kind, meta, blobs)
     path.parent.mkdir(parents=True, exist_ok=True)
+    t1 = time.perf_counter()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())   # the mode of any new file (mkstemp's is 0600)
@@ -324,6 +329,7 @@ def save_state(path, state, *, kind: str, meta: dict | None = None) -> Path:
                 for name, blob in blobs.items():
                     z.writestr(f"arrays/{name}.npy", blob)
             f.flush()
+            t2 = time.perf_counter()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
@@ -331,6 +337,9 @@ def save_state(path, state, *, kind: str, meta: dict | None = None) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    if timings is not None:
+        t3 = time.perf_counter()
+        timings.update(encode=t1 - t0, write=t2 - t1, fsync=t3 - t2)
     return path
 
 

@@ -73,7 +73,6 @@ def assert_feasible(model):
     (ss.learners.BCFW(step="pairwise", averaging=False, gap_every=None), "step='pairwise'"),
     (ss.learners.BCFW(averaging=True, gap_every=None), "averaging=True"),
     (ss.learners.BCFW(averaging=False, cache=True, gap_every=None), "cache=True"),
-    (ss.learners.BCFW(averaging=False, sampling="gap", gap_every=10.0), "sampling='gap'"),
 ])
 def test_refused_bcfw_settings(learner, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(")):
@@ -94,13 +93,16 @@ def test_refused_learners_and_models():
 
 
 # ----------------------------------------------------------------------------- BCFW mixing
-@pytest.mark.parametrize("beta, mix_step", [
-    (1.0, "fixed"),   # CoCoA averaging
-    (2.0, "fixed"),   # CoCoA+ adding (sigma' = K = 2)
-    (1.0, "line"),    # averaging's local steps, mixing weight by exact line search
-    (2.0, "adaptive"),  # sigma' from the measured overlap, gamma by line search
+@pytest.mark.parametrize("beta, mix_step, learner", [
+    (1.0, "fixed", {}),   # CoCoA averaging
+    (2.0, "fixed", {}),   # CoCoA+ adding (sigma' = K = 2)
+    (1.0, "line", {}),    # averaging's local steps, mixing weight by exact line search
+    (2.0, "adaptive", {}),  # sigma' from the measured overlap, gamma by line search
+    # gap sampling with the learner's own full gap passes (each adds back the other workers' sums)
+    (2.0, "fixed", {"sampling": "gap", "gap_every": 0.3}),
+    (1.0, "fixed", {"sampling": "gap", "gap_every": 0.3}),
 ])
-def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, beta, mix_step):
+def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, beta, mix_step, learner):
     X, Y = data(600, seed=1)
     # a long single-process run: its primal value bounds min P from above, so every valid dual
     # value of the mixed points must stay below it
@@ -125,8 +127,10 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, 
         assert_feasible(model)
         seen.append(rec["round"])
 
-    res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=2, round_examples=100,
+    res = sd.run(bcfw_model(**learner), (X, Y), task="multiclass", workers=2, round_examples=100,
                  checkpoint_dir=tmp_path / "ck", passes=3, on_round=check, beta=beta, mix_step=mix_step)
+    if learner.get("gap_every"):   # the workers' own full passes ran
+        assert res.model.bound_learner.full_pass_oracle_calls > 0
     assert seen == list(range(1, res.rounds + 1)) and res.rounds >= 5
     gammas = [h["gamma"] for h in res.history]
     if mix_step == "fixed":
@@ -140,6 +144,27 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, 
     # the refinement rounds make progress on the global certificate
     gaps = [h["gap"] for h in res.history]
     assert gaps[-1] < gaps[2]
+
+
+def test_a_workers_full_gap_pass_keeps_the_other_workers_sums():
+    """Regression (distributed gap sampling with ``gap_every``): the learner's own full pass
+    rebuilds the weight sums from the blocks it holds; on a worker the sums also hold the other
+    workers' blocks. After ``hold_outside_sums`` the full pass keeps them (the sums are unchanged
+    up to round-off); without it they were dropped."""
+    X, Y = data(200, seed=2)
+    mine, others = bcfw_model(sampling="gap", gap_every=None), bcfw_model(seed=1)
+    for i, (x, y) in enumerate(zip(X, Y)):
+        (mine if i % 2 == 0 else others).learn_one(x, y)
+    lr = mine.bound_learner
+    union = {k: v + others.bound_learner.parameters()[k] for k, v in lr.parameters().items()}
+    lr.set_parameters(union)
+    lr.hold_outside_sums()
+    lr._full_pass(certify=False)
+    for k, v in union.items():
+        np.testing.assert_allclose(lr.parameters()[k], v, rtol=1e-10, atol=1e-12)
+    lr._u_outside = None   # as before the fix: the pass drops the other workers' sums
+    lr._full_pass(certify=False)
+    assert not np.allclose(lr.parameters()["E"], union["E"])
 
 
 def test_loss_sum_is_the_certificates_dual_loss():
@@ -450,6 +475,56 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     assert committed(broker, "tk", "gk") == committed(broker, "tk", "gr") == {0: 200, 1: 200}
     np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+
+
+def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly_once(cluster, broker, tmp_path):
+    """Asynchronous cuts (``async_cuts=True``): the cut of round r is snapshotted at the end of round r,
+    its parts are written by the workers' threads while round r + 1 learns, and the mixer commits
+    it in a thread after that round, while round r + 2 learns; the Kafka offsets of cut r follow
+    once that commit is done. Right after round 4 -- its cut staged, its parts in flight, the cut
+    of round 3 being committed (the test waits until it is), the Kafka offsets those of round 2 --
+    worker 0 is killed. The job restarts every worker from the cut of round 3 (round 4 runs again)
+    and ends with the counts, Kafka offsets, weights and certificate of an uninterrupted run with
+    synchronous cuts."""
+    from streamssvm.distributed._cut import CutStore
+    msgs = messages(400, seed=6)
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    create_topic(broker, "ta", partitions=2)
+    produce_lines(broker, "ta", msgs, partitions=2)
+
+    def make(group, ck, **kw):
+        return sd.run(bcfw_model(), f"kafka://{broker}/ta?group={group}&stop_at_end=true", task="multiclass",
+                      workers=2, round_examples=40, checkpoint_dir=ck, **kw)
+
+    rounds, at_kill = [], {}
+
+    def kill(rec, job):
+        rounds.append(rec["round"])
+        if rec["round"] == 4 and not at_kill:
+            assert job.pending == 4 and job.committing == 3
+            import time
+            deadline = time.monotonic() + 30
+            while CutStore(tmp_path / "a").latest()[0]["round"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            at_kill["cut"] = CutStore(tmp_path / "a").latest()[0]["round"]
+            at_kill["offsets"] = committed(broker, "ta", "ga")
+            ray.kill(job.workers[0])
+
+    res = make("ga", tmp_path / "a", on_round=kill, async_cuts=True)
+    assert at_kill == {"cut": 3, "offsets": {0: 80, 1: 80}}
+    assert rounds[:5] == [1, 2, 3, 4, 4] and res.restarts == 1
+    assert [h["round"] for h in res.history] == list(range(1, res.rounds + 1))
+    # the parts of rounds 1, 2, (again) 4 and 5 were written during the next round; the restarted
+    # workers had none in flight; the cut of round 6 (the stream's end) was synchronous
+    assert res.rounds == 6 and [len(h["parts_written"]) for h in res.history] == [0, 2, 2, 0, 2, 2]
+    ref = make("gb", tmp_path / "b", async_cuts=False)
+    assert ref.restarts == 0 and not any(h["parts_written"] for h in ref.history)
+    assert res.examples_seen == ref.examples_seen == len(msgs) == res.model.n_blocks
+    assert committed(broker, "ta", "ga") == committed(broker, "ta", "gb") == {0: 200, 1: 200}
+    np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+    st, _ = CutStore(tmp_path / "a").latest()
+    assert st["round"] == res.rounds   # the last cut is written synchronously
 
 
 def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, broker, tmp_path):

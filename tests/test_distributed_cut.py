@@ -82,3 +82,150 @@ def test_stat_regions_vectorized_matches_the_per_block_offsets(seq):
     np.testing.assert_array_equal(sizes, [len(w) for w in want])
     np.testing.assert_array_equal(idx, np.concatenate(want))
     assert st.stat_regions(slots[:0])[0].size == 0
+
+
+# ----------------------------------------------------------------------------- asynchronous cuts
+def _plain_job(tmp_path, n=240, K=2, replay=1):
+    """Plain Python workers and mixer (no Ray) on in-memory examples."""
+    from streamssvm.distributed._mixer import Mixer
+    from streamssvm.distributed._worker import Worker
+    rng = np.random.default_rng(4)
+    X = [rng.normal(size=6) for _ in range(n)]
+    Y = [int(np.argmax(x[:4])) for x in X]
+    model = ss.MulticlassSSVM(labels=[0, 1, 2, 3], scale=False, learner=ss.learners.BCFW(
+        lam=0.01, averaging=False, gap_every=None, seed=0, replay=replay))
+    mixer = Mixer(K, "bcfw", 0.01, float(K), tmp_path / "ck")
+    workers = [Worker(k, K, model.clone(), "multiclass", {"kind": "arrays", "X": X, "Y": Y}, "bcfw", 0.01, float(K))
+               for k in range(K)]
+    return mixer, workers
+
+
+def _round(mixer, workers, r, n=40):
+    outs = [w.learn_round(n) for w in workers]
+    n_global = sum(i["n_blocks"] for i, _ in outs)
+    mixed = mixer.mix(r, [i["n_blocks"] for i, _ in outs], *[d for _, d in outs])
+    for w in workers:
+        w.apply(mixed, n_global)
+    return [i for i, _ in outs]
+
+
+def test_an_asynchronous_part_holds_the_state_of_its_round_not_of_the_next(tmp_path):
+    """``Worker.start_part`` snapshots the state at the end of round r; the part written in the
+    background while round r + 1 learns (in place: the dual blocks, the weights) holds round r's
+    state, byte for byte the part a synchronous cut of round r writes."""
+    from streamssvm.checkpoint import load_state
+    from streamssvm.distributed._cut import PART_KIND
+    mixer, workers = _plain_job(tmp_path)
+    _round(mixer, workers, 1)
+    w = workers[0]
+    sync = w.save_part(1, tmp_path / "sync.ssvm")
+    ref, _ = load_state(sync["path"], kind=PART_KIND)
+    snap = w.start_part(1, mixer.part_path(1, 0))
+    assert snap["snapshot"] >= 0.0
+    infos = _round(mixer, workers, 2)   # learns in place while (or after) the part is written
+    got = infos[0]["part"]
+    assert got is not None and got["round"] == 1 and got["sha256"] and set(got["timings"]) >= {
+        "snapshot", "encode", "write", "fsync", "sha256", "cpu"}
+    st, _ = load_state(got["path"], kind=PART_KIND)
+    assert st["worker"]["examples_seen"] == 40 and w.examples_seen == 80
+    _states_equal(st["model"]["learner"]["store"], ref["model"]["learner"]["store"])
+    for k in ("E", "T", "B"):
+        np.testing.assert_array_equal(st["model"]["learner"][k], ref["model"]["learner"][k])
+    assert not np.array_equal(st["model"]["learner"]["E"], w.model.bound_learner.W.E)
+    assert infos[1]["part"] is None     # worker 1 had no part in flight
+
+
+def test_an_asynchronous_cut_commits_in_the_background_and_a_lost_one_leaves_the_previous(tmp_path):
+    """The mixer stages the cut of round r (its state of round r), commits it in a thread once the
+    parts are written (during round r + 1); a cut whose parts were never all written is never
+    committed: the newest cut stays the previous one, and a torn part file is ignored."""
+    from streamssvm.distributed._cut import CutStore
+    mixer, workers = _plain_job(tmp_path)
+    _round(mixer, workers, 1)
+    parts = [w.save_part(1, mixer.part_path(1, w.index)) for w in workers]
+    mixer.commit(1, parts, {"round": 1})
+    _round(mixer, workers, 2)
+    U2 = {k: v.copy() for k, v in mixer.weights().items()}
+    for w in workers:
+        w.start_part(2, mixer.part_path(2, w.index))
+    mixer.stage(2, {"round": 2})
+    infos = _round(mixer, workers, 3)     # parts of round 2 written meanwhile
+    mixer.commit_staged(2, [i["part"] for i in infos])
+    got = mixer.wait_commit()
+    assert got["round"] == 2 and got["seconds"] >= 0.0
+    st, _ = CutStore(tmp_path / "ck").latest()
+    assert st["round"] == 2 and st["mixer"]["round"] == 2
+    for k, v in U2.items():   # the mixer's state of round 2, not of round 3
+        np.testing.assert_array_equal(st["mixer"]["start"][k], v)
+    # round 3's cut: one worker writes its part, the other "dies" before writing it, leaving a
+    # torn temporary file; nothing commits it
+    workers[0].start_part(3, mixer.part_path(3, 0))
+    workers[0].finish_part()
+    torn = tmp_path / "ck" / "parts" / "round-00000003" / ".worker-0001.ssvm.x.tmp"
+    torn.write_bytes(b"PK\x03\x04 torn")
+    mixer.stage(3, {"round": 3})
+    again = CutStore(tmp_path / "ck").latest()[0]
+    assert again["round"] == 2
+    # the offsets committed follow the cut's snapshot, not the worker's current position
+    committed = []
+    workers[0].source.commit = committed.append
+    workers[0].commit_offsets(2)
+    assert committed == [{"record": 160}] and workers[0].position == {"record": 240}
+
+
+# ----------------------------------------------------------------------------- incremental cuts
+def test_incremental_parts_load_as_the_whole_part_and_write_only_changed_chunks(tmp_path):
+    """A worker's parts over 6 rounds (the stream, then local passes): each incremental part,
+    loaded (``load_part``: its own pack plus the older parts it names), equals the whole part of
+    the same state; in the stream the part holds the new blocks' chunks, not the held ones; every
+    ``full_every``-th part is whole; the cut names the parts it depends on and is skipped once one
+    of them is missing."""
+    from streamssvm.checkpoint import load_state
+    from streamssvm.distributed._cut import CHUNKS_KEY, CutStore, PART_KIND, PartChunker, load_part
+    mixer, workers = _plain_job(tmp_path, n=1200, replay=0)
+    for w in workers:
+        w.chunker = PartChunker(chunk_bytes=1 << 10, min_bytes=1 << 12, full_every=4)
+    sizes, whole_sizes = [], []
+    for r in range(1, 7):
+        _round(mixer, workers, r, n=120 if r <= 4 else 0)
+        if r > 4:
+            for w in workers:
+                w.model.bound_learner.refine(0.5)
+        parts = []
+        for w in workers:
+            parts.append(w.save_part(r, mixer.part_path(r, w.index)))
+        mixer.commit(r, parts, {"round": r})
+        w = workers[0]
+        chunker, w.chunker = w.chunker, None
+        whole = w.save_part(r, tmp_path / "whole" / f"round-{r}.ssvm")
+        w.chunker = chunker
+        a, _ = load_part(parts[0]["path"], kind=PART_KIND)
+        b, _ = load_state(whole["path"], kind=PART_KIND)
+        _states_equal(a["model"]["learner"]["store"], b["model"]["learner"]["store"])
+        for k in ("E", "T", "B"):
+            np.testing.assert_array_equal(a["model"]["learner"][k], b["model"]["learner"][k])
+        assert a["worker"]["examples_seen"] == b["worker"]["examples_seen"]
+        raw, _ = load_state(parts[0]["path"], kind=PART_KIND)
+        assert any(CHUNKS_KEY in v for v in raw["model"]["learner"]["store"].values() if isinstance(v, dict))
+        sizes.append(parts[0]["bytes"])
+        whole_sizes.append(whole["bytes"])
+        assert [d["round"] for d in parts[0]["deps"]] == sorted({d["round"] for d in parts[0]["deps"]})
+        if r in (1, 5):   # whole: the first part and every 4th
+            assert parts[0]["deps"] == []
+    # the stream's incremental parts hold about the new blocks only (a quarter of the store at
+    # round 4), the whole parts everything
+    assert sizes[3] < 0.5 * whole_sizes[3] and sizes[1] < 0.8 * whole_sizes[1]
+    st, _ = CutStore(tmp_path / "ck").latest()
+    assert st["round"] == 6 and all(p["deps"] for p in st["parts"])   # round 6 refers to round 5
+    # a worker restored from the incremental part continues as the one that wrote it
+    from streamssvm.distributed._worker import Worker
+    fresh = Worker(0, 2, None, "multiclass", {"kind": "arrays", "X": [], "Y": []}, "bcfw", 0.01, 2.0)
+    fresh.restore(st["parts"][0]["path"])
+    np.testing.assert_array_equal(fresh.model.bound_learner.W.E, workers[0].model.bound_learner.W.E)
+    assert fresh.model.n_blocks == workers[0].model.n_blocks
+    # a missing older part invalidates the cut that needs it
+    import os
+    os.unlink(st["parts"][0]["deps"][0]["path"])
+    with pytest.warns(RuntimeWarning, match="missing or corrupt"):
+        got = CutStore(tmp_path / "ck").latest()
+    assert got is None or got[0]["round"] < 5

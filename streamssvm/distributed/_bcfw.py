@@ -98,10 +98,15 @@ What the algebra allows and what is refused (each refused with a clear error by
   A (average alpha), feasible -- averaging is possible at the mixer over rounds -- but one
   worker's own averaged iterate (what the learner keeps) mixes its local views, which are not
   points of the union: refused (use ``averaging=False``; the mixer's average is not built).
-* the learner's own full gap passes (``sampling="gap"`` with ``gap_every``): gap *sampling*
-  itself is a choice among the worker's own blocks and is allowed (``gap_every=None``); the
-  learner's refreshing full pass re-sums U from the worker's own blocks only, losing the other
-  workers' sums: refused.
+* gap sampling with the learner's own full gap passes (``sampling="gap"`` with ``gap_every``):
+  allowed. Gap *sampling* is a choice among the worker's own blocks. The refreshing full pass
+  rebuilds U from the held blocks, U_kernel = sum_{i in S_k} u_i, which would drop the other
+  workers' part; at every round start (after the sums are installed and scaled by 1/sigma') the
+  worker keeps O_k = U_kernel - sum_{i in S_k} u_i (``BCFW.hold_outside_sums``), constant during
+  the round since its steps move only its own blocks, and the full pass adds it back:
+  U_kernel = O_k + sum_{i in S_k} u_i, the same sums up to round-off, so dU_k, the mixing and
+  the feasibility argument are unchanged. Its block-gap estimates are those of the worker's
+  local view (what its sampling uses); the global certificate is still the mixer's.
 * eviction is refused at run time (a block that leaves one worker would have to leave the
   union's sums whole).
 """
@@ -122,9 +127,6 @@ def check_learner(learner):
     if learner.averaging:
         bad.append("averaging=True (use averaging=False: one worker's averaged iterate is not a dual "
                    "point of the union of blocks)")
-    if learner.gap_every is not None and learner.sampling == "gap":
-        bad.append("sampling='gap' with gap_every set (use gap_every=None or sampling='uniform': the "
-                   "learner's own full pass would re-sum the weights from one worker's blocks)")
     if bad:
         raise ValueError("distributed BCFW does not support " + "; ".join(bad))
 

@@ -12,6 +12,22 @@ A cut exists only once its directory has been renamed into place, which happens 
 part file it names was fsynced and verified: restarting from the newest cut whose parts all
 verify gives every worker the state (model, dual blocks, source offsets per partition) of the
 same round. Kafka offsets are committed only after the cut is committed.
+
+Asynchronous cuts (``run(async_cuts=True)``; synchronous by default): at the end of round r each worker
+snapshots its part (every array copied) and a thread of the worker writes it while round r + 1
+learns; the mixer snapshots its own state of round r (``Mixer.stage``). After round r + 1 has
+learned, the workers report the written parts and the mixer commits the cut of round r in a
+thread of its own (``Mixer.commit_staged``) while round r + 2 learns; after that round the
+workers commit the Kafka offsets of round r together with the mixed weights (``Worker.apply``
+waits for the mixer's report of the commit). The invariant is the
+synchronous one -- a cut exists only once every part it names is durable and verified, offsets
+follow the cut -- so a failure while a cut is in flight restarts from the previous cut and the
+rounds since are learned again, each message once. The last cut of a job is synchronous.
+
+Incremental parts (``run(incremental_cuts=True)``, the default; :class:`PartChunker`): a part
+holds only the chunks of its large arrays that changed since the worker's previous part and
+names the older parts holding the others (``deps`` of the cut's part entry, verified by
+:meth:`CutStore.latest`, kept by :meth:`CutStore._clean` while a kept cut needs them).
 """
 from __future__ import annotations
 
@@ -20,11 +36,15 @@ import shutil
 import warnings
 from pathlib import Path
 
-from ..checkpoint import CheckpointManager
+import numpy as np
+
+from ..checkpoint import CheckpointManager, load_state
 from ..errors import CheckpointError
 
 CUT_KIND = "streamssvm.distributed.cut"
 PART_KIND = "streamssvm.distributed.part"
+#: the key of an array stored as chunks of this and earlier parts (an incremental part)
+CHUNKS_KEY = "streamssvm.chunks"
 
 
 def file_sha256(path):
@@ -33,6 +53,140 @@ def file_sha256(path):
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def part_path(directory, round_id, worker):
+    """Where worker ``worker`` writes its part of the cut of ``round_id`` in a job's directory."""
+    return Path(directory) / "parts" / f"round-{int(round_id):08d}" / f"worker-{int(worker):04d}.ssvm"
+
+
+class PartChunker:
+    """Incremental parts: a worker's large arrays (the block store's arenas, the weights) cut in
+    chunks of ``chunk_bytes``; a part stores only the chunks whose bytes changed since the
+    worker's previous part, and refers to the older parts holding the others.
+
+    An incremental part is an ordinary part file (``save_state``) whose state has, besides
+    ``model`` and ``worker``, a ``pack`` (uint8: this part's new chunks, back to back), its round
+    ``pack_round`` and ``packs`` (round -> the part file, relative to the ``parts`` directory, of
+    every older pack it refers to); each chunked array is ``{CHUNKS_KEY: {"dtype", "shape",
+    "chunks"}}`` with one row ``(round, offset, nbytes)`` per chunk. :func:`load_part` puts the
+    arrays back together. A cut lists, for every part, the older parts it depends on with their
+    SHA-256 (``deps``): the cut is valid only when all of them verify, and they are kept as long
+    as a kept cut needs them. Every ``full_every``-th part (and the first after a restart) is
+    whole, which bounds the chain and the space old packs hold.
+
+    Comparing with the previous part's arrays (kept in memory, the snapshot's own copies) costs
+    one pass over the bytes, no hashing; the file written holds the changed chunks only.
+    """
+
+    def __init__(self, chunk_bytes=1 << 12, min_bytes=1 << 14, full_every=8):
+        self.chunk_bytes, self.min_bytes, self.full_every = int(chunk_bytes), int(min_bytes), int(full_every)
+        self.reset()
+
+    def reset(self):
+        """Forget the previous part (the next part is whole)."""
+        self.prev = {}      # tree path -> (uint8 bytes of the array, chunk rows (m, 3))
+        self.packs = {}     # round -> {"file": path relative to parts/, "path", "sha256"} of packs in use
+        self.since_full = None
+
+    def split(self, state, round_id, rel):
+        """``state`` with its large arrays chunked against the previous part; ``rel`` is this
+        part's file relative to the ``parts`` directory. Returns the state to save."""
+        r = int(round_id)
+        whole = self.since_full is None or self.since_full + 1 >= self.full_every
+        prev = {} if whole else self.prev
+        new_prev, pack, used = {}, [], set()
+        offset = [0]
+
+        def walk(v, path):
+            if isinstance(v, dict):
+                return {k: walk(u, f"{path}/{k}") for k, u in v.items()}
+            if isinstance(v, list):
+                return [walk(u, f"{path}[{i}]") for i, u in enumerate(v)]
+            if not (isinstance(v, np.ndarray) and v.nbytes >= self.min_bytes and v.dtype.kind in "biuf"):
+                return v
+            b = np.ascontiguousarray(v).reshape(-1).view(np.uint8)
+            C = self.chunk_bytes
+            m = -(-b.size // C)
+            rows = np.empty((m, 3), dtype=np.int64)
+            same = np.zeros(m, dtype=bool)
+            old = prev.get(path)
+            if old is not None and old[0].size > 0:
+                pb, prow = old
+                k = min(b.size, pb.size) // C   # whole chunks present in both
+                if k:
+                    w = C // 8 if C % 8 == 0 else None
+                    x, y = b[:k * C], pb[:k * C]
+                    if w is not None:
+                        x, y = x.view(np.uint64), y.view(np.uint64)
+                    same[:k] = ~np.any((x != y).reshape(k, -1), axis=1)
+                    same[:k] &= prow[:k, 2] == C
+                    rows[:k][same[:k]] = prow[:k][same[:k]]
+            new = np.flatnonzero(~same)
+            if new.size:
+                full = new[(new + 1) * C <= b.size]   # whole chunks: one gather
+                starts = offset[0] + C * np.arange(full.size, dtype=np.int64)
+                rows[full] = np.stack([np.full(full.size, r), starts, np.full(full.size, C)], axis=1)
+                pack.append(b[:(b.size // C) * C].reshape(-1, C)[full].reshape(-1))
+                offset[0] += C * full.size
+                if new[-1] * C + C > b.size:          # the last, partial chunk
+                    tail = b[new[-1] * C:]
+                    rows[new[-1]] = (r, offset[0], tail.size)
+                    pack.append(tail)
+                    offset[0] += tail.size
+            used.update(int(x) for x in np.unique(rows[:, 0]))
+            new_prev[path] = (b, rows)
+            return {CHUNKS_KEY: {"dtype": str(v.dtype), "shape": list(v.shape), "chunks": rows}}
+
+        out = walk(state, "")
+        used.discard(r)
+        out["pack"] = np.concatenate(pack) if pack else np.zeros(0, dtype=np.uint8)
+        out["pack_round"] = r
+        out["packs"] = {str(q): self.packs[q]["file"] for q in sorted(used)}
+        self.prev = new_prev
+        self.since_full = 0 if whole else self.since_full + 1
+        self.packs = {q: self.packs[q] for q in used}
+        self.packs[r] = {"file": rel, "path": None, "sha256": None}
+        return out
+
+    def written(self, round_id, path, sha256):
+        """The part of ``round_id`` is durable at ``path``: returns the older parts it depends
+        on, ``[{"round", "path", "sha256"}]``."""
+        self.packs[int(round_id)].update(path=str(path), sha256=sha256)
+        return [{"round": q, "path": v["path"], "sha256": v["sha256"]}
+                for q, v in sorted(self.packs.items()) if q != int(round_id)]
+
+
+def load_part(path, kind=PART_KIND):
+    """A part's state (whole or incremental: its chunked arrays put back together from its own
+    pack and the older parts it names)."""
+    path = Path(path)
+    st, meta = load_state(path, kind=kind)
+    if "pack" not in st:
+        return st, meta
+    own = int(st.pop("pack_round"))
+    packs = {own: np.asarray(st.pop("pack"), dtype=np.uint8)}
+    for q, rel in st.pop("packs").items():
+        other = path.parent.parent / rel
+        packs[int(q)] = np.asarray(load_state(other, kind=kind)[0]["pack"], dtype=np.uint8)
+
+    def walk(v):
+        if isinstance(v, dict):
+            if CHUNKS_KEY in v and len(v) == 1:
+                c = v[CHUNKS_KEY]
+                rows = np.asarray(c["chunks"], dtype=np.int64).reshape(-1, 3)
+                try:
+                    b = np.concatenate([packs[int(q)][o:o + n] for q, o, n in rows]) if len(rows) else \
+                        np.zeros(0, dtype=np.uint8)
+                    return b.view(np.dtype(c["dtype"])).reshape(c["shape"]).copy()
+                except (KeyError, ValueError) as e:
+                    raise CheckpointError(f"{path}: a chunked array does not fit its packs ({e})") from None
+            return {k: walk(u) for k, u in v.items()}
+        if isinstance(v, list):
+            return [walk(u) for u in v]
+        return v
+
+    return walk(st), meta
 
 
 class CutStore:
@@ -54,7 +208,7 @@ class CutStore:
         self.parts_dir = self.directory / "parts"
 
     def part_path(self, round_id, worker):
-        return self.parts_dir / f"round-{int(round_id):08d}" / f"worker-{int(worker):04d}.ssvm"
+        return part_path(self.directory, round_id, worker)
 
     def commit(self, round_id, parts, mixer_state, meta=None):
         """Verify every part and commit the cut of ``round_id`` atomically; returns its path."""
@@ -77,7 +231,7 @@ class CutStore:
                 st, _ = self.cuts.load(c)
             except CheckpointError:
                 continue
-            keep |= {Path(p["path"]).parent.name for p in st["parts"]}
+            keep |= {Path(d["path"]).parent.name for p in st["parts"] for d in [p, *p.get("deps", [])]}
         if not self.parts_dir.is_dir():
             return
         newest = max((int(n.split("-")[1]) for n in keep), default=None)
@@ -93,9 +247,10 @@ class CutStore:
             try:
                 st, _ = self.cuts.load(path)
                 for p in st["parts"]:
-                    pp = Path(p["path"])
-                    if not pp.exists() or file_sha256(pp) != p["sha256"]:
-                        raise CheckpointError(f"{path}: the part of worker {p['worker']} is missing or corrupt")
+                    for d in [p, *p.get("deps", [])]:
+                        pp = Path(d["path"])
+                        if not pp.exists() or file_sha256(pp) != d["sha256"]:
+                            raise CheckpointError(f"{path}: the part of worker {p['worker']} is missing or corrupt")
                 return st, path
             except CheckpointError as e:
                 warnings.warn(f"skipping cut: {e}", RuntimeWarning, stacklevel=2)

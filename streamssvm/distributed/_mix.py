@@ -168,6 +168,8 @@ class BCFWMixing(_Mixing):
         if lr is not None and self.sigma != 1.0:
             # the learner holds U / sigma' during the round (the CoCoA+ local subproblem)
             self.start = _bcfw.scale_u(lr, 1.0 / self.sigma)
+        if lr is not None and lr.gap_every is not None and (lr.sampling == "gap" or lr.cache):
+            lr.hold_outside_sums()   # its own full passes add back the other workers' sums
         self.n_others = max(int(n_global) - self.n_blocks(model), 0)
         self.prepare(model)
 

@@ -2,6 +2,7 @@
 the consistent cut of every round (plain Python: :mod:`._ray` runs it as a Ray actor)."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -49,6 +50,8 @@ class Mixer:
         self.round = 0
         self.history = []
         self.cuts = CutStore(directory, keep=keep) if directory is not None else None
+        self._staged = {}         # round -> (mixer state, meta) of an asynchronous cut
+        self._committing = None   # the staged cut being committed by a background thread
 
     # ------------------------------------------------------------------ state
     def state(self):
@@ -80,10 +83,10 @@ class Mixer:
         move with their partitions. ``partitions[k]`` are the partitions of new worker k. Writes
         one part per new worker and commits a new cut of the same round; returns like
         :meth:`restore` (None when there is no cut)."""
-        from ..checkpoint import load_state, save_state
+        from ..checkpoint import save_state
         from ..metrics import ProgressiveMetrics
         from . import _bcfw
-        from ._cut import PART_KIND, file_sha256
+        from ._cut import PART_KIND, file_sha256, load_part
         got = self.cuts.latest() if self.cuts is not None else None
         if got is None:
             return None
@@ -93,7 +96,7 @@ class Mixer:
             return self.restore()
         if _LEGACY_KINDS.get(m["kind"], m["kind"]) != self.kind:
             raise ValueError(f"the checkpoint directory holds a job of {m['kind']} workers, not {self.kind} workers")
-        old = [load_state(p["path"], kind=PART_KIND)[0] for p in sorted(st["parts"], key=lambda p: p["worker"])]
+        old = [load_part(p["path"], kind=PART_KIND)[0] for p in sorted(st["parts"], key=lambda p: p["worker"])]
         topic, offsets = None, {}
         for o in old:
             pos = o["worker"]["position"]
@@ -214,9 +217,52 @@ class Mixer:
 
     def commit(self, round_id, parts, record):
         """Commit the cut of ``round_id`` (every part durable and verified) with the round record."""
+        self.wait_commit()
         self.history.append(record)
         path = self.cuts.commit(round_id, parts, self.state(), meta={"examples_seen": record.get("examples_seen")})
         return str(path)
+
+    def stage(self, round_id, record):
+        """An asynchronous cut of ``round_id``: snapshot the mixer's state now (the round record
+        joins the history); :meth:`commit_staged` commits it once the workers' parts are written,
+        while the following rounds run."""
+        self.history.append(record)
+        st = self.state()
+        st["start"] = {k: np.array(v, copy=True) for k, v in st["start"].items()}
+        self._staged[int(round_id)] = (st, {"examples_seen": record.get("examples_seen")})
+        return True
+
+    def commit_staged(self, round_id, parts):
+        """Commit the staged cut of ``round_id`` in a background thread (verify every part, write
+        the cut, rename it into place); :meth:`wait_commit` joins it. Returns at once."""
+        self.wait_commit()
+        st, meta = self._staged.pop(int(round_id))
+        self._staged = {r: v for r, v in self._staged.items() if r > int(round_id)}
+        job = {"round": int(round_id), "path": None, "error": None, "seconds": 0.0}
+
+        def write():
+            t0 = time.perf_counter()
+            try:
+                job["path"] = str(self.cuts.commit(round_id, parts, st, meta=meta))
+            except BaseException as e:  # noqa: BLE001 - raised again by wait_commit
+                job["error"] = e
+            job["seconds"] = time.perf_counter() - t0
+
+        job["thread"] = threading.Thread(target=write, name=f"cut-commit-{round_id}", daemon=True)
+        job["thread"].start()
+        self._committing = job
+        return True
+
+    def wait_commit(self):
+        """Wait for the cut being committed (if any): ``{"round", "path", "seconds"}`` or None;
+        raises what the commit raised (the cut then does not exist)."""
+        job, self._committing = self._committing, None
+        if job is None:
+            return None
+        job["thread"].join()
+        if job["error"] is not None:
+            raise job["error"]
+        return {"round": job["round"], "path": job["path"], "seconds": job["seconds"]}
 
     def note(self, record):
         """A round without a cut: its record joins the history of the next cut."""

@@ -9,24 +9,29 @@ Shards:
   group coordinator, so that a restarted worker gets back exactly the partitions whose dual
   blocks and offsets its part of the cut holds. Each part records the partition of every block;
   a job resumed with another number of workers moves the blocks with their partitions
-  (:meth:`~streamssvm.distributed._mixer.Mixer.regroup`).
+  (:meth:`~streamssvm.distributed._mixer.Mixer.regroup`). The group coordinator would move
+  partitions whenever a member joins or fails, not at a cut, and stop the group meanwhile:
+  measured on the Tansu broker (``bench/kafka_rebalance.py``, session timeout 6 s), 5-7 s for a
+  second member to join, 9 s after a member was killed.
 * ``{"kind": "file", "uri": ...}`` -- a file source; worker k of K learns the records whose
   number is k modulo K (each worker reads the file, the position carries the record number).
 * ``{"kind": "arrays", "X": [...], "Y": [...]}`` -- in-memory examples, sharded the same way.
 """
 from __future__ import annotations
 
+import copy
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import load_state, save_state
+from ..checkpoint import save_state
 from ..connectors.base import Record, Source
 from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
 from ..step import send_dead_letter, step
-from ._cut import PART_KIND, file_sha256
+from ._cut import PART_KIND, PartChunker, file_sha256, load_part
 from ._mix import make_mixing
 
 _END = object()
@@ -44,6 +49,62 @@ def _partition(origin):
         return int(origin.rsplit("/", 1)[1].split("@", 1)[0])
     except (IndexError, ValueError, AttributeError):
         return -1
+
+
+def _copy_arrays(tree):
+    """``tree`` with every array copied (dicts and lists rebuilt, other leaves shared)."""
+    if isinstance(tree, np.ndarray):
+        return tree.copy()
+    if isinstance(tree, dict):
+        return {k: _copy_arrays(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_copy_arrays(v) for v in tree)
+    return tree
+
+
+class _PartWrite:
+    """One part written by a background thread: dead letters synced, the state saved (atomic,
+    fsynced), its SHA-256 taken; :meth:`result` joins and returns the description or raises."""
+
+    def __init__(self, worker, round_id, path, state, timings):
+        self.worker, self.round_id, self.path, self.state = worker.index, round_id, path, state
+        self.chunker = worker.chunker
+        self.dead_letter = worker.source.dead_letter
+        self.timings = dict(timings)
+        self.out, self.error = None, None
+        self.thread = threading.Thread(target=self._write, name=f"cut-part-{round_id}", daemon=True)
+        self.thread.start()
+
+    def _write(self):
+        try:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            if self.dead_letter is not None:
+                self.dead_letter.sync()   # durable before the cut that counts them
+            t1 = time.perf_counter()
+            state = self.state
+            if self.chunker is not None:
+                state = self.chunker.split(state, self.round_id, f"{self.path.parent.name}/{self.path.name}")
+            t2 = time.perf_counter()
+            tm = {}
+            p = save_state(self.path, state, kind=PART_KIND, meta={"worker": self.worker, "round": self.round_id},
+                           timings=tm)
+            t3 = time.perf_counter()
+            sha = file_sha256(p)
+            deps = self.chunker.written(self.round_id, p, sha) if self.chunker is not None else []
+            self.state = state = None
+            self.timings.update(dead_letters=t1 - t0, chunks=t2 - t1, encode=tm["encode"], write=tm["write"],
+                                fsync=tm["fsync"], sha256=time.perf_counter() - t3,
+                                seconds=time.perf_counter() - t0, cpu=time.thread_time() - c0)
+            self.out = {"worker": self.worker, "round": self.round_id, "path": str(p), "sha256": sha,
+                        "bytes": p.stat().st_size, "timings": self.timings, "deps": deps}
+        except BaseException as e:  # noqa: BLE001 - handed to the caller of result()
+            self.error = e
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.out
 
 
 class ArrayShard(Source):
@@ -186,9 +247,13 @@ class Worker:
     line_search
         BCFW: report the round's change of the blocks' losses so that the mixer can choose the
         mixing weight by line search (``mix_step="line"``).
+    incremental_cuts
+        Write only the chunks of the state that changed since this worker's previous part
+        (:class:`~streamssvm.distributed._cut.PartChunker`); False: every part whole.
     """
 
-    def __init__(self, index, n_workers, model, task, shard, kind, lam, beta, job_id="job", line_search=False):
+    def __init__(self, index, n_workers, model, task, shard, kind, lam, beta, job_id="job", line_search=False,
+                 incremental_cuts=True):
         self.index = int(index)
         self.n_workers = int(n_workers)
         self.task = task
@@ -209,12 +274,17 @@ class Worker:
         self.source = open_shard(shard, self.index, self.n_workers, self.worker_id)
         self._src_bad0 = 0
         self._it = None
+        self._part = None            # the part of an asynchronous cut being written (_PartWrite)
+        self._cut_positions = {}     # round -> source position snapshotted for that round's cut
+        self.chunker = PartChunker() if incremental_cuts else None
 
     # ------------------------------------------------------------------ cut parts
     def restore(self, part_path):
         """Resume from this worker's part of a committed cut."""
-        st, _ = load_state(part_path, kind=PART_KIND)
+        st, _ = load_part(part_path, kind=PART_KIND)
         w = parse_run_state(st, "worker")
+        if self.chunker is not None:
+            self.chunker.reset()   # the next part is whole
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
         self.bad_at_source = int(w.get("bad_at_source", 0))
         self._src_bad0 = self.source.n_bad
@@ -235,8 +305,17 @@ class Worker:
 
     def save_part(self, round_id, path):
         """Write this worker's part of the cut of ``round_id`` durably; returns its description."""
-        if self.source.dead_letter is not None:
-            self.source.dead_letter.sync()   # durable before the cut that counts them
+        self.start_part(round_id, path)
+        return self.finish_part()
+
+    def start_part(self, round_id, path):
+        """Snapshot this worker's part of the cut of ``round_id`` now and write it in a background
+        thread while the next round learns (an asynchronous cut); :meth:`finish_part` (called by
+        the next :meth:`learn_round`) waits for it and returns its description. The snapshot
+        copies every array of the state, so the learning that follows cannot change what is
+        written; the part is durable (fsynced, renamed into place) before it is described."""
+        self.finish_part()   # at most one part in flight
+        t0, c0 = time.perf_counter(), time.process_time()
         state = run_state(self.model, "worker", examples_seen=self.examples_seen, bad_records=self.bad_records,
                           bad_at_source=self.n_bad_at_source,
                           metrics=self.metrics, position=self.position, index=self.index, round=int(round_id),
@@ -245,19 +324,34 @@ class Worker:
                           block_partitions=np.asarray(self.block_partitions, dtype=np.int64),
                           sigma=float(getattr(self.mixing, "sigma", 1.0)),
                           loss_next=getattr(self.mixing, "loss_next", None))
-        p = save_state(Path(path), state, kind=PART_KIND, meta={"worker": self.index, "round": int(round_id)})
-        return {"worker": self.index, "path": str(p), "sha256": file_sha256(p), "bytes": p.stat().st_size}
+        state = _copy_arrays(state)
+        self._cut_positions[int(round_id)] = copy.deepcopy(self.position)
+        snap = {"snapshot": time.perf_counter() - t0, "snapshot_cpu": time.process_time() - c0}
+        self._part = _PartWrite(self, int(round_id), Path(path), state, snap)
+        return snap
+
+    def finish_part(self):
+        """Wait for the part being written (if any) and return its description (None if none):
+        ``{"worker", "round", "path", "sha256", "bytes", "timings"}``; a failed write raises."""
+        if self._part is None:
+            return None
+        part, self._part = self._part, None
+        return part.result()
+
+    def commit_offsets(self, round_id=None):
+        """Commit the source position of the last committed cut (Kafka: to the consumer group):
+        the position snapshotted for the cut of ``round_id``, or the current one."""
+        position = self.position if round_id is None else self._cut_positions.get(int(round_id), self.position)
+        if round_id is not None:   # positions of older cuts are never committed after a newer one
+            self._cut_positions = {r: v for r, v in self._cut_positions.items() if r > int(round_id)}
+        if position is not None:
+            self.source.commit(position)
+        return True
 
     @property
     def n_bad_at_source(self):
         """Records the shard's source rejected itself (unparsable, ...), resumed rounds included."""
         return self.bad_at_source + int(self.source.n_bad or 0) - self._src_bad0
-
-    def commit_offsets(self):
-        """Commit the source position of the last committed cut (Kafka: to the consumer group)."""
-        if self.position is not None:
-            self.source.commit(self.position)
-        return True
 
     # ------------------------------------------------------------------ rounds
     def learn_round(self, max_examples, max_seconds=None, idle_timeout=None, refine_passes=0.0):
@@ -304,7 +398,8 @@ class Worker:
         self.learn_seconds += time.perf_counter() - t0
         self.learn_cpu += time.process_time() - c0
         delta = self.mixing.delta(self.model)
-        info = {"worker": self.index, "n_new": n_new, "n_blocks": self.mixing.n_blocks(self.model),
+        part = self.finish_part()    # the previous round's asynchronous part, written meanwhile
+        info = {"part": part,"worker": self.index, "n_new": n_new, "n_blocks": self.mixing.n_blocks(self.model),
                 "examples_seen": self.examples_seen, "ended": self.ended, "seconds": time.perf_counter() - t0,
                 "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
                 "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
@@ -318,8 +413,14 @@ class Worker:
             raise ValueError("distributed learning needs one feature index for all workers: use array inputs "
                              "or the hashing trick (n_features=2**k) instead of a growing vocabulary")
 
-    def apply(self, mixed, n_global):
-        """Install the mixed weights (and blend the dual blocks) broadcast by the mixer."""
+    def apply(self, mixed, n_global, committed=None):
+        """Install the mixed weights (and blend the dual blocks) broadcast by the mixer; with
+        ``committed`` (the mixer's report of a cut it committed, ``{"round", ...}``), commit the
+        source offsets of that cut."""
+        if committed is not None:
+            if int(committed["round"]) not in self._cut_positions:
+                raise RuntimeError(f"worker {self.index} holds no position of the cut of round {committed['round']}")
+            self.commit_offsets(int(committed["round"]))
         self.n_global = int(n_global)
         self.mixing.apply(self.model, mixed["weights"], self.n_global, mixed.get("gamma"), mixed.get("sigma"))
         return True

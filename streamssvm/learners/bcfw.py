@@ -205,6 +205,7 @@ class BCFW(DenseWeights, Learner):
                              "(pairwise/away steps and the cache need slack corners in the pools)")
         self._lam_override = None   # a distributed worker's lambda (set_union), running state: not
         # saved (the worker's mixing sets it again each round; a saved model is the union's)
+        self._u_outside = None      # a distributed worker: the other workers' sums (hold_outside_sums)
         self._bound = False
 
     # ------------------------------------------------------------------ binding / growth
@@ -859,9 +860,7 @@ class BCFW(DenseWeights, Learner):
         st = self.store
         if st.n == 0 or self._K == 0:
             return self.certificate()
-        W = self.W
-        K.rebuild_u(KB.model(self.structure, self._K, W.Kc, self._C), W.bundle(), st.arena(),
-                    self._dbuf_for(st.max_L), self._slack)
+        self._rebuild_sums()
         self._avg_cache = self._pred_cache = None
         view = self.dual_view()
         if not certify:
@@ -874,6 +873,33 @@ class BCFW(DenseWeights, Learner):
         self._steps_since_full = 0
         self.full_pass_oracle_calls += c.oracle_calls
         return c
+
+    def _rebuild_sums(self, outside=True):
+        """W = sum_i u_i over the held blocks (removes accumulated round-off), plus -- on a
+        distributed worker, ``outside`` -- the sums of the blocks it does not hold
+        (:meth:`hold_outside_sums`)."""
+        st, W = self.store, self.W
+        K.rebuild_u(KB.model(self.structure, self._K, W.Kc, self._C), W.bundle(), st.arena(),
+                    self._dbuf_for(st.max_L), self._slack)
+        if outside and self._u_outside is not None:
+            for dst, add in zip((W.E, W.T, W.B), self._u_outside):
+                dst[tuple(slice(0, d) for d in add.shape)] += add
+
+    def hold_outside_sums(self):
+        """A distributed worker, once mixing installed the weight sums: keep the part of them its
+        held blocks do not make up (the other workers' blocks, in the current scaling), so that
+        the algorithm's own full pass (``gap_every``), which rebuilds the sums from the held
+        blocks, adds it back instead of dropping it. Running state, not saved."""
+        st, W = self.store, self.W
+        self._u_outside = None
+        if st.n == 0 or self._K == 0:
+            return
+        saved = (W.E.copy(), W.T.copy(), W.B.copy())
+        self._rebuild_sums(outside=False)
+        self._u_outside = tuple(a - b for a, b in zip(saved, (W.E, W.T, W.B)))
+        for dst, a in zip((W.E, W.T, W.B), saved):
+            dst[...] = a
+        self._avg_cache = self._pred_cache = None
 
     def certificate(self):
         """Exact full duality gap of the predicting weights (see
