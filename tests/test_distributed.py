@@ -592,3 +592,17 @@ def test_cli_workers_take_dict_features_and_labels_as_a_single_run_does(cluster,
     assert main(base + ["--labels", "0,1,2,3", "--save", str(tmp_path / "m.ssvm")]) == 0
     assert json.loads(capsys.readouterr().out)["examples_seen"] == 200
     assert sorted(ss.load(tmp_path / "m.ssvm").labels) == ["0", "1", "2", "3"]
+
+
+def test_default_mixing_is_adaptive_for_bcfw_and_fixed_for_parameter_mixing(tmp_path):
+    """``mix_step=None`` (default): adaptive sigma' for BCFW with several workers (the measured
+    best: bench/results/distributed.md), the fixed weight for one worker and for SGD / MEMOIR."""
+    X, Y = data(300, seed=9)
+    kw = dict(task="multiclass", round_examples=50, passes=0.5, passes_per_round=0.25, cluster="inprocess")
+    res = sd.run(bcfw_model(replay=0), (X, Y), workers=3, checkpoint_dir=tmp_path / "a", **kw)
+    assert len({h["sigma"] for h in res.history}) > 1   # sigma' follows the measured overlap
+    one = sd.run(bcfw_model(replay=0), (X, Y), workers=1, checkpoint_dir=tmp_path / "b", **kw)
+    assert {h["gamma"] for h in one.history} == {1.0}
+    sgd = ss.MulticlassSSVM(learner=ss.learners.SGD(lam=0.01), labels=LABELS, scale=False)
+    res = sd.run(sgd, (X, Y), workers=2, checkpoint_dir=tmp_path / "c", **kw)
+    assert {h["gamma"] for h in res.history} == {0.5}
