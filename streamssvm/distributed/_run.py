@@ -131,9 +131,11 @@ class DistributedResult:
 
 
 class _Job:
-    def __init__(self, model, shards, task, kind, n_workers, beta, directory, keep, worker_cpus, job_id,
-                 mix_step="fixed", inprocess=False, cuts=None):
+    def __init__(self, model, shards, task, kind, n_workers, directory, keep, worker_cpus, job_id,
+                 mixing=None, inprocess=False, cuts=None):
         self.template = model
+        mixing = dict(mixing or {})   # {"beta": float (1.0), "step": "fixed" | "line" | "adaptive"}
+        beta, mix_step = float(mixing.get("beta", 1.0)), mixing.get("step", "fixed")
         self.adaptive = mix_step == "adaptive"
         line_search = mix_step in ("line", "adaptive")
         # inprocess: the mixer and the workers are plain objects called in turn (:mod:`._inprocess`)
@@ -554,8 +556,8 @@ def run(model, source, options=None, **kwargs):
         raise ValueError(f"mix_step must be 'fixed', 'line' or 'adaptive', got {mix_step!r}")
     if mix_step != "fixed" and kind != "bcfw":
         raise ValueError(f"mix_step={mix_step!r} needs a dual point (BCFW); parameter mixing has none")
-    job = _Job(model, shards, task, kind, workers, beta, directory, keep,
-               min(1.0, cpus / workers), job_id, mix_step=mix_step, inprocess=inprocess,
+    job = _Job(model, shards, task, kind, workers, directory, keep,
+               min(1.0, cpus / workers), job_id, mixing={"beta": beta, "step": mix_step}, inprocess=inprocess,
                cuts={"asynchronous": o.async_cuts, "incremental": o.incremental_cuts})
     restarts = 0
     history = []
