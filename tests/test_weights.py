@@ -103,7 +103,7 @@ def test_bad_weights_are_refused_before_anything_changes(name, make, stream, nov
     assert _same(m.state(), before)
 
 
-_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane")   # the learners that take example weights
+_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane", "-BMRM")   # the learners that take example weights
 
 
 @pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith(_WEIGHTED)],
@@ -641,11 +641,22 @@ def test_cutting_plane_weight_two_is_the_example_twice_at_the_optimum(rescaling,
     assert _same(u.state(), v.state())
 
 
+def _dense_weights(lr):
+    """The predicting (features x labels) weights; BMRM: its best iterate's emission rows (the
+    bias row first; a multiclass structure has no other weights)."""
+    W = lr.emission_weights()
+    if W is None:
+        P = lr._pred()
+        assert not P.T.any() and not P.B.any()
+        W = P.E[:, :lr._K]
+    return W
+
+
 def _brute_primal(m, X, y, ws, lam):
     """lam/2 ||w||^2 + (1/N) sum_i c_i max_k (C[y_i, k] + s_k - s_{y_i}) of a multiclass model
     (scale=False, no averaging), from its dense weights (the bias row first)."""
     lr = m.bound_learner
-    W = lr.emission_weights()
+    W = _dense_weights(lr)
     ids = [m.classes.index(t) for t in y]
     S = np.hstack([np.ones((len(X), 1)), X]) @ W
     C = lr._C[:W.shape[1], :W.shape[1]]
@@ -777,3 +788,134 @@ def test_class_weight_balanced_with_the_default_learner():
     got = st.cw[np.sort(st.slots())]   # slots in arrival order (no eviction)
     assert np.allclose(sorted(got), sorted(want), rtol=0, atol=1e-12)
     assert st.weight_total == pytest.approx(sum(want))
+
+
+# ------------------------------------------------------------------------------- BMRM
+
+
+def _bmrm(lam=0.1, **kw):
+    return ss.MulticlassSSVM(learner=BMRM(lam=lam, tol=1e-9, qp_tol=1e-14, **kw), scale=False)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(rescaling="slack"), dict(variant="ls", line_search="none")],
+                         ids=["qp-ocas", "slack", "ls"])
+def test_bmrm_weight_two_is_the_example_twice_at_the_optimum(kw):
+    """BMRM's weighted risk (1/N) sum_i c_i H_i: weight c on a row and the row held c times are the
+    same J; both runs' certified brackets [D, J] overlap and their optima agree."""
+    X, y = _rows(n=12, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    a, b = _weighted_vs_copies(lambda: _bmrm(**kw), list(zip(X, y)), ws, 400 if kw.get("variant") == "ls" else 150)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    tol = 2e-2 if kw.get("variant") == "ls" else 1e-6     # ls-bmrm: O(1/eps) iterations
+    assert ca.gap < tol and cb.gap < tol
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    assert ca.primal == pytest.approx(_brute_primal(a, X, y, ws, 0.1), rel=1e-9)
+    assert abs(ca.primal - cb.primal) < tol
+
+
+def test_bmrm_weighted_multilabel_is_the_copies_at_the_optimum():
+    """The per-example path of the risk oracle (dense cuts) with weights, on the learner (the
+    estimator's online feature scaling would see the copies as different rows)."""
+    rng = np.random.default_rng(5)
+    m = ss.MultiLabelSSVM(learner=BMRM(lam=0.1), scale=False)
+    for _ in range(8):
+        m.learn_one(rng.normal(size=3), {"a": bool(rng.random() < 0.5), "b": bool(rng.random() < 0.5)})
+    src = m.bound_learner
+    labels = list(range(src._K))
+    ws = [1.0, 2.0, 1.0, 3.0, 1.0, 2.0, 1.0, 1.0]
+    out = []
+    for weighted in (True, False):
+        lr = BMRM(lam=0.1, tol=1e-9, line_search="none")
+        lr.bind(src.structure, labels)
+        lr.ensure(src.W.E.shape[0], labels)
+        for ex, c in zip(src.held, ws):
+            for _ in range(1 if weighted else int(c)):
+                lr.learn(*ex, weight=c if weighted else 1.0)
+        lr.refine(passes=150)
+        out.append(lr.certificate())
+    ca, cb = out
+    assert ca.gap < 1e-6 and cb.gap < 1e-6
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+
+
+def test_bmrm_weighted_certificate_bounds_the_true_suboptimality():
+    """Random weights on a two-class problem: the exact weighted optimum p* (scipy); at every
+    BMRM iteration the certificate's primal is the brute-force weighted J of the predicting
+    weights, its dual is <= p* and its gap >= J - p*."""
+    X, y = _dense_problem()
+    lam = 0.1
+    c = np.random.default_rng(11).uniform(0.2, 3.0, size=len(y))
+    p_star, _ = _optimum(X, y, c, lam)
+    m = ss.MulticlassSSVM(labels=[0, 1], scale=False, learner=BMRM(lam=lam, tol=0.0, qp_tol=1e-14))
+    m.learn_many(X, list(y), w=c)
+    lr = m.bound_learner
+    for _ in range(25):
+        lr.refine(passes=1)
+        cert = lr.certificate()
+        assert cert.primal == pytest.approx(_weighted_primal(_dense_weights(lr), X, y, c, lam), rel=1e-9,
+                                            abs=1e-12)
+        assert cert.dual <= p_star + 1e-7
+        assert cert.gap + 1e-7 >= cert.primal - p_star
+    assert cert.gap < 1e-6 and abs(cert.primal - p_star) < 1e-6
+
+
+def test_bmrm_weights_of_one_are_the_unweighted_learner_bit_for_bit():
+    X, y = _rows(n=30, seed=8)
+    for kw in (dict(), dict(variant="ls"), dict(rescaling="slack", window=10)):
+        a, b = _bmrm(0.05, **kw), _bmrm(0.05, **kw)
+        for x, t in zip(X, y):
+            a.learn_one(x, t)
+            b.learn_one(x, t, w=1.0)
+        for m in (a, b):
+            m.bound_learner.refine(passes=20)
+        assert _same(a.state(), b.state())
+        assert "weights" not in a.bound_learner.state()["window"]   # files of unit weights unchanged
+        assert a.bound_learner.held.total() == float(len(a.bound_learner.held))
+
+
+def test_bmrm_weights_follow_evictions_and_survive_save_load(tmp_path):
+    """A FIFO window of 5: N is the sum of the held weights after every eviction; saved and
+    loaded, a weighted model goes on bit-identically; a file without weights loads with weight 1;
+    bad weights in a file are refused."""
+    X, y = _rows(n=20, seed=9)
+    ws = [[0.5, 1.0, 2.0, 3.0][i % 4] for i in range(len(y))]
+    m = _bmrm(0.05, window=5)
+    for i, (x, t, c) in enumerate(zip(X, y, ws)):
+        m.learn_one(x, t, w=c)
+        held = m.bound_learner.held
+        assert list(held.weights) == ws[max(0, i - 4):i + 1]
+        assert held.total() == pytest.approx(sum(ws[max(0, i - 4):i + 1]), abs=1e-12)
+        if i % 3 == 0:
+            m.bound_learner.refine(passes=5)
+            cert = m.bound_learner.certificate()
+            assert cert.gap >= 0.0
+    m.save(tmp_path / "m.ssvm")
+    m2 = ss.load(tmp_path / "m.ssvm")
+    assert list(m2.bound_learner.held.weights) == list(m.bound_learner.held.weights)
+    for mm in (m, m2):
+        for x, t, c in zip(X[:6], y[:6], ws[::-1]):
+            mm.learn_one(x, t, w=c)
+        mm.bound_learner.refine(passes=10)
+    s1, s2 = m.state(), m2.state()
+    s1.pop("calibration"), s2.pop("calibration")
+    assert _same(s1, s2)
+    st = m.bound_learner.state()
+    old = st["window"].copy()
+    del old["weights"]
+    lr = BMRM(lam=0.05)
+    lr.restore(m.bound_learner.structure, m.classes, {**st, "window": old})
+    assert list(lr.held.weights) == [1.0] * len(lr.held) and lr.held.example_weights() is None
+    for bad in (np.array([1.0, -1.0, 1.0, 1.0, 1.0]), np.array([1.0, np.nan, 1, 1, 1]), np.ones(3),
+                np.array(["a"] * 5)):
+        with pytest.raises(CheckpointError, match="weights"):
+            BMRM(lam=0.05).restore(m.bound_learner.structure, m.classes, {**st, "window": {**old, "weights": bad}})
+
+
+def test_pragam_refuses_a_window_with_weights():
+    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1))
+    for x, t in zip(*_rows(n=5)):
+        m.learn_one(x, t)
+    st = m.bound_learner.state()
+    with pytest.raises(CheckpointError, match="weights"):
+        Pragam(lam=0.1).restore(m.bound_learner.structure, m.classes,
+                                {**st, "window": {**st["window"], "weights": np.full(5, 2.0)}})

@@ -744,6 +744,8 @@ def validate_pragam_state(st, structure):
         _fail(f"the bias must have at least {K} entries, got {b.shape}")
     _finite_float(b, b.shape, "the bias")
     validate_window(st["window"], structure, d, Kc, K)
+    if "weights" in st["window"]:
+        _fail("Pragam does not take example weights, the held window has some")
     rows = unpack_rows(st["window"]["items"], "held window")
     n = len(rows)
     chain = structure.kind == so.CHAIN
