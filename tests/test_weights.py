@@ -103,7 +103,7 @@ def test_bad_weights_are_refused_before_anything_changes(name, make, stream, nov
     assert _same(m.state(), before)
 
 
-_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane", "-BMRM")   # the learners that take example weights
+_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane", "-BMRM", "-Pragam")   # the learners that take example weights
 
 
 @pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith(_WEIGHTED)],
@@ -333,10 +333,10 @@ def test_step_learns_with_the_record_weight():
     before = m.state()
     assert step(m, Record({"new": 1.0}, "a", w=0.0)).status == "learned"
     assert _same(m.state(), before)
-    b = ss.MulticlassSSVM(learner=Pragam(lam=0.1))
+    b = ss.MulticlassSSVM(learner=Pragam(lam=0.1, bias=True))
     b.learn_one({"f": 1.0}, "a")
     out = step(b, Record({"f": 1.0}, "b", w=2.0))
-    assert out.bad and out.reason.startswith("NotImplementedError: Pragam does not take example weights")
+    assert out.bad and out.reason.startswith("NotImplementedError: Pragam takes example weights on multiclass")
     assert b.classes == ["a"]
     # BCFW takes it: the same as learn_one with the weight
     c, d = ss.MulticlassSSVM(learner=BCFW(lam=0.1)), ss.MulticlassSSVM(learner=BCFW(lam=0.1))
@@ -477,11 +477,11 @@ def test_class_weight_balanced_is_computed_online_and_saved(tmp_path):
 
 def test_class_weight_is_refused_by_learners_without_weights():
     with pytest.raises(ValueError, match="Pragam does not take"):
-        ss.MulticlassSSVM(learner=Pragam(), class_weight="balanced")
+        ss.MulticlassSSVM(learner=Pragam(bias=True), class_weight="balanced")
     with pytest.raises(ValueError, match="Pragam does not take"):
-        ss.MulticlassSSVM(learner=Pragam(), class_weight={"a": 2.0})
+        ss.MulticlassSSVM(learner=Pragam(bias=True), class_weight={"a": 2.0})
     ss.MulticlassSSVM(class_weight="balanced")   # the default learner (BCFW) takes weights
-    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
+    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1, bias=True), class_weight={"a": 1.0})   # all ones: unweighted
     m.learn_one({"f": 1.0}, "a")
     for bad in ("balance", {"a": -1.0}, {"a": float("nan")}, 3):
         with pytest.raises((TypeError, ValueError)):
@@ -642,11 +642,11 @@ def test_cutting_plane_weight_two_is_the_example_twice_at_the_optimum(rescaling,
 
 
 def _dense_weights(lr):
-    """The predicting (features x labels) weights; BMRM: its best iterate's emission rows (the
+    """The predicting (features x labels) weights; BMRM: its best iterate's (Pragam: W_k) emission rows (the
     bias row first; a multiclass structure has no other weights)."""
     W = lr.emission_weights()
     if W is None:
-        P = lr._pred()
+        P = lr._pred() if hasattr(lr, "_pred") else lr.W
         assert not P.T.any() and not P.B.any()
         W = P.E[:, :lr._K]
     return W
@@ -911,11 +911,66 @@ def test_bmrm_weights_follow_evictions_and_survive_save_load(tmp_path):
             BMRM(lam=0.05).restore(m.bound_learner.structure, m.classes, {**st, "window": {**old, "weights": bad}})
 
 
-def test_pragam_refuses_a_window_with_weights():
-    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1))
-    for x, t in zip(*_rows(n=5)):
+@pytest.mark.parametrize("kw", [dict(), dict(schedule="paper", L="exact")], ids=["adaptive", "paper"])
+def test_pragam_weight_two_is_the_example_twice_at_the_optimum(kw):
+    """Pragam's weighted dual (row masses c_i / N): the copies' optimum, brackets overlap; the
+    certificate's primal is the brute-force weighted J."""
+    X, y = _rows(n=12, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    make = lambda: ss.MulticlassSSVM(learner=Pragam(lam=0.1, tol=1e-9, **kw), scale=False)  # noqa: E731
+    a, b = _weighted_vs_copies(make, list(zip(X, y)), ws, 3000)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-4 and cb.gap < 1e-4
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    assert ca.primal == pytest.approx(_brute_primal(a, X, y, ws, 0.1), rel=1e-9)
+
+
+def test_pragam_weighted_certificate_bounds_the_true_suboptimality(tmp_path):
+    """Random weights, three classes: every iterate's gap bounds J - p* (p* by scipy), its dual
+    is <= p*; saved and loaded it goes on bit-identically; weights of 1 are the unweighted run."""
+    X, y = _rows(n=9, seed=4)
+    lam = 0.1
+    c = np.random.default_rng(12).uniform(0.2, 3.0, size=len(y))
+    p_star, _ = _optimum(X, np.array(y), c, lam, K=3)
+    m = ss.MulticlassSSVM(labels=[0, 1, 2], scale=False, learner=Pragam(lam=lam, tol=0.0))
+    m.learn_many(X, list(y), w=c)
+    lr = m.bound_learner
+    for _ in range(30):
+        lr.refine(passes=20)
+        cert = lr.certificate()
+        assert cert.primal == pytest.approx(_brute_primal(m, X, y, c, lam), rel=1e-9, abs=1e-12)
+        assert cert.dual <= p_star + 1e-7
+        assert cert.gap + 1e-7 >= cert.primal - p_star
+    m.save(tmp_path / "p.ssvm")
+    m2 = ss.load(tmp_path / "p.ssvm")
+    for mm in (m, m2):
+        mm.learn_one(X[0], y[0], w=2.5)
+        mm.bound_learner.refine(passes=5)
+    s1, s2 = m.state(), m2.state()
+    s1.pop("calibration"), s2.pop("calibration")
+    assert _same(s1, s2)
+    u, v = (ss.MulticlassSSVM(learner=Pragam(lam=lam), scale=False) for _ in range(2))
+    for x, t in zip(X, y):
+        u.learn_one(x, t)
+        v.learn_one(x, t, w=1.0)
+    for mm in (u, v):
+        mm.bound_learner.refine(passes=30)
+    assert _same(u.state(), v.state()) and "weights" not in u.bound_learner.state()["window"]
+
+
+def test_pragam_refuses_weights_with_chains_and_bias():
+    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1, bias=True))
+    for x, t in zip(*_rows(n=5, k=2)):
         m.learn_one(x, t)
+    before = m.state()
+    with pytest.raises(NotImplementedError, match="bias=True"):
+        m.learn_one(*_rows(n=1, k=2)[0], 0, w=2.0)
+    assert _same(m.state(), before)
     st = m.bound_learner.state()
     with pytest.raises(CheckpointError, match="weights"):
-        Pragam(lam=0.1).restore(m.bound_learner.structure, m.classes,
-                                {**st, "window": {**st["window"], "weights": np.full(5, 2.0)}})
+        Pragam(lam=0.1, bias=True).restore(m.bound_learner.structure, m.classes,
+                                           {**st, "window": {**st["window"], "weights": np.full(5, 2.0)}})
+    t = ss.SequenceTagger(learner=Pragam(lam=0.1))
+    t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"])
+    with pytest.raises(NotImplementedError, match="chains"):
+        t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"], w=2.0)
