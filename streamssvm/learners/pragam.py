@@ -62,6 +62,13 @@ Algorithm 1 (k = 0) from the projection of the previous dual point (held rows re
 1/n, new rows on their ground truth); between a window change and that refine the certificate
 reports gap = inf with a note.
 
+Example weights (``learn(..., weight=c)``, multiclass without the bias): J(W) = (lam/2)||W||^2 +
+(1/N) sum_i c_i H_i(W), N = sum_i c_i over the held examples; Q's row i has mass c_i / N instead of
+1/n (Y likewise), D_2 = (1/2) sum_i (c_i / N)^2, and the dual, the gap and the schedule follow
+unchanged. The weights are held with the examples (window evictions remove them) and saved only
+when one is not 1; every weight 1 is the unweighted learner, bit for bit. Chains and Pragam-b
+(``bias=True``) refuse a weight other than 1.
+
 Chains (``SequenceTagger``; the paper's App. E): the same Algorithm 1 on the M3N dual over clique
 (edge) marginals with the paper's Euclidean prox, both maps projections onto the chain's marginal
 polytope by App. E.3.1's block coordinate descent, made exactly feasible before any dual value is
