@@ -974,3 +974,22 @@ def test_pragam_refuses_weights_with_chains_and_bias():
     t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"])
     with pytest.raises(NotImplementedError, match="chains"):
         t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"], w=2.0)
+
+
+def test_pragam_weights_follow_evictions():
+    """A FIFO window of 5: the held weights are the last 5, the restart rescales the kept rows to
+    their new mass c_i / N, and the certificate is of the weighted window's J (brute force)."""
+    X, y = _rows(n=16, seed=9)
+    ws = [[0.5, 1.0, 2.0, 3.0][i % 4] for i in range(len(y))]
+    m = ss.MulticlassSSVM(labels=[0, 1, 2], scale=False, learner=Pragam(lam=0.1, window=5))
+    for i, (x, t, c) in enumerate(zip(X, y, ws)):
+        m.learn_one(x, t, w=c)
+        lo = max(0, i - 4)
+        assert list(m.bound_learner.held.weights) == ws[lo:i + 1]
+        if i % 3 == 2:
+            m.bound_learner.refine(passes=30)
+            cert = m.bound_learner.certificate()
+            assert cert.gap >= 0.0 and cert.dual <= cert.primal
+            assert cert.primal == pytest.approx(_brute_primal(m, X[lo:i + 1], y[lo:i + 1], ws[lo:i + 1], 0.1),
+                                                rel=1e-9, abs=1e-12)
+            assert np.allclose(m.bound_learner.alpha.sum(axis=1), np.array(ws[lo:i + 1]) / sum(ws[lo:i + 1]))
