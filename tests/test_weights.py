@@ -333,10 +333,10 @@ def test_step_learns_with_the_record_weight():
     before = m.state()
     assert step(m, Record({"new": 1.0}, "a", w=0.0)).status == "learned"
     assert _same(m.state(), before)
-    b = ss.MulticlassSSVM(learner=Pragam(lam=0.1, bias=True))
-    b.learn_one({"f": 1.0}, "a")
-    out = step(b, Record({"f": 1.0}, "b", w=2.0))
-    assert out.bad and out.reason.startswith("NotImplementedError: Pragam takes example weights on multiclass")
+    b = ss.ExtremeClassifier(learner=MEMOIR())
+    b.learn_one(np.ones(3), "a")
+    out = step(b, Record(np.ones(3), "b", w=2.0))
+    assert out.bad and out.reason.startswith("NotImplementedError: MEMOIR does not take example weights")
     assert b.classes == ["a"]
     # BCFW takes it: the same as learn_one with the weight
     c, d = ss.MulticlassSSVM(learner=BCFW(lam=0.1)), ss.MulticlassSSVM(learner=BCFW(lam=0.1))
@@ -475,13 +475,18 @@ def test_class_weight_balanced_is_computed_online_and_saved(tmp_path):
     assert _same(m.state(), before)
 
 
+class _UnweightedPragam(Pragam):
+    """Pragam with its weights switched off (every multiclass learner takes weights now)."""
+    example_weights = False
+
+
 def test_class_weight_is_refused_by_learners_without_weights():
-    with pytest.raises(ValueError, match="Pragam does not take"):
-        ss.MulticlassSSVM(learner=Pragam(bias=True), class_weight="balanced")
-    with pytest.raises(ValueError, match="Pragam does not take"):
-        ss.MulticlassSSVM(learner=Pragam(bias=True), class_weight={"a": 2.0})
+    with pytest.raises(ValueError, match="_UnweightedPragam does not take"):
+        ss.MulticlassSSVM(learner=_UnweightedPragam(), class_weight="balanced")
+    with pytest.raises(ValueError, match="_UnweightedPragam does not take"):
+        ss.MulticlassSSVM(learner=_UnweightedPragam(), class_weight={"a": 2.0})
     ss.MulticlassSSVM(class_weight="balanced")   # the default learner (BCFW) takes weights
-    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1, bias=True), class_weight={"a": 1.0})   # all ones: unweighted
+    m = ss.MulticlassSSVM(learner=_UnweightedPragam(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
     m.learn_one({"f": 1.0}, "a")
     for bad in ("balance", {"a": -1.0}, {"a": float("nan")}, 3):
         with pytest.raises((TypeError, ValueError)):
@@ -958,22 +963,22 @@ def test_pragam_weighted_certificate_bounds_the_true_suboptimality(tmp_path):
     assert _same(u.state(), v.state()) and "weights" not in u.bound_learner.state()["window"]
 
 
-def test_pragam_refuses_weights_with_chains_and_bias():
-    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1, bias=True))
-    for x, t in zip(*_rows(n=5, k=2)):
-        m.learn_one(x, t)
-    before = m.state()
-    with pytest.raises(NotImplementedError, match="bias=True"):
-        m.learn_one(*_rows(n=1, k=2)[0], 0, w=2.0)
-    assert _same(m.state(), before)
-    st = m.bound_learner.state()
-    with pytest.raises(CheckpointError, match="weights"):
-        Pragam(lam=0.1, bias=True).restore(m.bound_learner.structure, m.classes,
-                                           {**st, "window": {**st["window"], "weights": np.full(5, 2.0)}})
+def test_pragam_b_weight_two_is_the_example_twice_and_chains_refuse():
+    """Pragam-b (two classes, unregularized bias): the box [0, c_i / N] and the primal minimized
+    over the bias with weighted hinges: the copies' optimum, brackets overlap; chains refuse."""
+    X, y = _rows(n=12, k=2, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    make = lambda: ss.MulticlassSSVM(learner=Pragam(lam=0.1, tol=1e-9, bias=True), scale=False)  # noqa: E731
+    a, b = _weighted_vs_copies(make, list(zip(X, y)), ws, 3000)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-4 and cb.gap < 1e-4
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
     t = ss.SequenceTagger(learner=Pragam(lam=0.1))
     t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"])
+    before = t.state()
     with pytest.raises(NotImplementedError, match="chains"):
         t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"], w=2.0)
+    assert _same(t.state(), before)
 
 
 def test_pragam_weights_follow_evictions():

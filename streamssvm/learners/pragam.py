@@ -62,12 +62,12 @@ Algorithm 1 (k = 0) from the projection of the previous dual point (held rows re
 1/n, new rows on their ground truth); between a window change and that refine the certificate
 reports gap = inf with a note.
 
-Example weights (``learn(..., weight=c)``, multiclass without the bias): J(W) = (lam/2)||W||^2 +
+Example weights (``learn(..., weight=c)``, multiclass and Pragam-b): J(W) = (lam/2)||W||^2 +
 (1/N) sum_i c_i H_i(W), N = sum_i c_i over the held examples; Q's row i has mass c_i / N instead of
-1/n (Y likewise), D_2 = (1/2) sum_i (c_i / N)^2, and the dual, the gap and the schedule follow
+1/n (Y likewise; Pragam-b: the box [0, c_i / N]), D_2 = (1/2) sum_i (c_i / N)^2, and the dual, the gap and the schedule follow
 unchanged. The weights are held with the examples (window evictions remove them) and saved only
-when one is not 1; every weight 1 is the unweighted learner, bit for bit. Chains and Pragam-b
-(``bias=True``) refuse a weight other than 1.
+when one is not 1; every weight 1 is the unweighted learner, bit for bit. Chains refuse a weight
+other than 1.
 
 Chains (``SequenceTagger``; the paper's App. E): the same Algorithm 1 on the M3N dual over clique
 (edge) marginals with the paper's Euclidean prox, both maps projections onto the chain's marginal
@@ -232,19 +232,18 @@ class Pragam(DenseWeights, Learner):
     def n_blocks(self):
         return len(self.held)
 
-    #: ``learn(..., weight=c)``: multiclass without the bias (module docstring); chains and
-    #: Pragam-b refuse a weight other than 1
+    #: ``learn(..., weight=c)``: multiclass and Pragam-b (module docstring); chains refuse a
+    #: weight other than 1
     example_weights = True
 
     def weights_refused(self):
-        """Why this Pragam does not take example weights (chains, Pragam-b), or None."""
-        if self.bias or getattr(self, "_chain", False):
-            return ("Pragam takes example weights on multiclass windows without the bias only, not with "
-                    + ("bias=True" if self.bias else "chains"))
+        """Why this Pragam does not take example weights (chains), or None."""
+        if getattr(self, "_chain", False):
+            return "Pragam takes example weights on multiclass windows only, not with chains"
         return None
 
     def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
-        """Hold a new example (FIFO window) with weight ``weight`` c > 0 (multiclass, no bias).
+        """Hold a new example (FIFO window) with weight ``weight`` c > 0 (not chains).
         No optimization until :meth:`refine`."""
         if weight != 1.0:
             if self.weights_refused():
@@ -392,12 +391,13 @@ class Pragam(DenseWeights, Learner):
         iy = np.arange(n)
         po = P[iy, 1 - y]
         py = P[iy, y]
-        m = np.ascontiguousarray((po - py + 1.0 / n) / 2.0)
+        z = 1.0 / n if not np.ndim(self._mass) else self._mass      # row masses (weights: c_i / N)
+        m = np.ascontiguousarray((po - py + z) / 2.0)
         a = np.empty(n)
-        _, st = KP.project_box_eq(m, np.ones(n), self._s.copy(), np.zeros(n), np.full(n, 1.0 / n), 0.0, a,
+        _, st = KP.project_box_eq(m, np.ones(n), self._s.copy(), np.zeros(n), np.full(n, 1.0 / n) if not np.ndim(z) else z.copy(), 0.0, a,
                                   self._work, self._act)
         out[iy, 1 - y] = a
-        out[iy, y] = 1.0 / n - a
+        out[iy, y] = z - a
         return out
 
     def _Wof(self, alpha):
@@ -425,6 +425,8 @@ class Pragam(DenseWeights, Learner):
         # H_i(c) = [t_i - s_i c]_+ with t_i = Delta_i + <w_o - w_y, x_i>; min over c = b_1 - b_0
         t = G[np.arange(n), 1 - self._y]
         s = self._s
+        if np.ndim(self._mass):    # weights: c_i / N [t_i - s_i c]_+ = [m_i t_i - m_i s_i c]_+, same kinks
+            t, s, n = t * self._mass, s * self._mass, 1.0
         kinks = t / s
         order = np.argsort(kinks)
         # sum_i [t_i - s_i c]_+ is convex piecewise linear in c: slope at c = -sum_{active} s_i
@@ -702,8 +704,6 @@ class Pragam(DenseWeights, Learner):
         self._C = np.array(st["C"], dtype=np.float64)
         self.W.E, self.W.T, self.W.B = (np.array(st[k], dtype=np.float64) for k in ("E", "T", "B"))
         self.b = np.array(st["b"], dtype=np.float64)
-        if self.bias and "weights" in st["window"]:
-            _fail("Pragam-b (bias=True) does not take example weights, the held window has some")
         self.held = Window.from_state(st["window"])
         s = st["scalars"]
         for k in ("k", "iterations", "backtracks", "mu_raises", "restarts"):
