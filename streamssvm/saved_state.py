@@ -279,6 +279,11 @@ def validate_window(st, structure, n_rows, Kc, K, what="held window"):
     for i, r in enumerate(items):
         validate_example(r["tok_ptr"], r["fidx"], r["fval"], r["y"], n_rows, Kc, f"{what}: example {i}",
                          structure=structure, Ki=r["Ki"], K=K)
+    c = st.get("weights")      # example weights: absent when every one is 1
+    if c is not None:
+        c = np.asarray(c)
+        if c.dtype.kind not in "fiu" or c.shape != (len(items),) or not (np.isfinite(c).all() and (c > 0).all()):
+            _bad(f"{what}: the example weights must be one finite number > 0 per held example")
 
 
 def validate_scalars(values, bounds, what):

@@ -103,7 +103,7 @@ def test_bad_weights_are_refused_before_anything_changes(name, make, stream, nov
     assert _same(m.state(), before)
 
 
-_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane")   # the learners that take example weights
+_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane", "-BMRM", "-Pragam")   # the learners that take example weights
 
 
 @pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith(_WEIGHTED)],
@@ -333,10 +333,10 @@ def test_step_learns_with_the_record_weight():
     before = m.state()
     assert step(m, Record({"new": 1.0}, "a", w=0.0)).status == "learned"
     assert _same(m.state(), before)
-    b = ss.MulticlassSSVM(learner=Pragam(lam=0.1))
-    b.learn_one({"f": 1.0}, "a")
-    out = step(b, Record({"f": 1.0}, "b", w=2.0))
-    assert out.bad and out.reason.startswith("NotImplementedError: Pragam does not take example weights")
+    b = ss.ExtremeClassifier(learner=MEMOIR())
+    b.learn_one(np.ones(3), "a")
+    out = step(b, Record(np.ones(3), "b", w=2.0))
+    assert out.bad and out.reason.startswith("NotImplementedError: MEMOIR does not take example weights")
     assert b.classes == ["a"]
     # BCFW takes it: the same as learn_one with the weight
     c, d = ss.MulticlassSSVM(learner=BCFW(lam=0.1)), ss.MulticlassSSVM(learner=BCFW(lam=0.1))
@@ -475,13 +475,18 @@ def test_class_weight_balanced_is_computed_online_and_saved(tmp_path):
     assert _same(m.state(), before)
 
 
+class _UnweightedPragam(Pragam):
+    """Pragam with its weights switched off (every multiclass learner takes weights now)."""
+    example_weights = False
+
+
 def test_class_weight_is_refused_by_learners_without_weights():
-    with pytest.raises(ValueError, match="Pragam does not take"):
-        ss.MulticlassSSVM(learner=Pragam(), class_weight="balanced")
-    with pytest.raises(ValueError, match="Pragam does not take"):
-        ss.MulticlassSSVM(learner=Pragam(), class_weight={"a": 2.0})
+    with pytest.raises(ValueError, match="_UnweightedPragam does not take"):
+        ss.MulticlassSSVM(learner=_UnweightedPragam(), class_weight="balanced")
+    with pytest.raises(ValueError, match="_UnweightedPragam does not take"):
+        ss.MulticlassSSVM(learner=_UnweightedPragam(), class_weight={"a": 2.0})
     ss.MulticlassSSVM(class_weight="balanced")   # the default learner (BCFW) takes weights
-    m = ss.MulticlassSSVM(learner=Pragam(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
+    m = ss.MulticlassSSVM(learner=_UnweightedPragam(lam=0.1), class_weight={"a": 1.0})   # all ones: unweighted
     m.learn_one({"f": 1.0}, "a")
     for bad in ("balance", {"a": -1.0}, {"a": float("nan")}, 3):
         with pytest.raises((TypeError, ValueError)):
@@ -641,11 +646,22 @@ def test_cutting_plane_weight_two_is_the_example_twice_at_the_optimum(rescaling,
     assert _same(u.state(), v.state())
 
 
+def _dense_weights(lr):
+    """The predicting (features x labels) weights; BMRM: its best iterate's (Pragam: W_k) emission rows (the
+    bias row first; a multiclass structure has no other weights)."""
+    W = lr.emission_weights()
+    if W is None:
+        P = lr._pred() if hasattr(lr, "_pred") else lr.W
+        assert not P.T.any() and not P.B.any()
+        W = P.E[:, :lr._K]
+    return W
+
+
 def _brute_primal(m, X, y, ws, lam):
     """lam/2 ||w||^2 + (1/N) sum_i c_i max_k (C[y_i, k] + s_k - s_{y_i}) of a multiclass model
     (scale=False, no averaging), from its dense weights (the bias row first)."""
     lr = m.bound_learner
-    W = lr.emission_weights()
+    W = _dense_weights(lr)
     ids = [m.classes.index(t) for t in y]
     S = np.hstack([np.ones((len(X), 1)), X]) @ W
     C = lr._C[:W.shape[1], :W.shape[1]]
@@ -777,3 +793,208 @@ def test_class_weight_balanced_with_the_default_learner():
     got = st.cw[np.sort(st.slots())]   # slots in arrival order (no eviction)
     assert np.allclose(sorted(got), sorted(want), rtol=0, atol=1e-12)
     assert st.weight_total == pytest.approx(sum(want))
+
+
+# ------------------------------------------------------------------------------- BMRM
+
+
+def _bmrm(lam=0.1, **kw):
+    return ss.MulticlassSSVM(learner=BMRM(lam=lam, tol=1e-9, qp_tol=1e-14, **kw), scale=False)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(rescaling="slack"), dict(variant="ls", line_search="none")],
+                         ids=["qp-ocas", "slack", "ls"])
+def test_bmrm_weight_two_is_the_example_twice_at_the_optimum(kw):
+    """BMRM's weighted risk (1/N) sum_i c_i H_i: weight c on a row and the row held c times are the
+    same J; both runs' certified brackets [D, J] overlap and their optima agree."""
+    X, y = _rows(n=12, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    a, b = _weighted_vs_copies(lambda: _bmrm(**kw), list(zip(X, y)), ws, 400 if kw.get("variant") == "ls" else 150)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    tol = 2e-2 if kw.get("variant") == "ls" else 1e-6     # ls-bmrm: O(1/eps) iterations
+    assert ca.gap < tol and cb.gap < tol
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    assert ca.primal == pytest.approx(_brute_primal(a, X, y, ws, 0.1), rel=1e-9)
+    assert abs(ca.primal - cb.primal) < tol
+
+
+def test_bmrm_weighted_multilabel_is_the_copies_at_the_optimum():
+    """The per-example path of the risk oracle (dense cuts) with weights, on the learner (the
+    estimator's online feature scaling would see the copies as different rows)."""
+    rng = np.random.default_rng(5)
+    m = ss.MultiLabelSSVM(learner=BMRM(lam=0.1), scale=False)
+    for _ in range(8):
+        m.learn_one(rng.normal(size=3), {"a": bool(rng.random() < 0.5), "b": bool(rng.random() < 0.5)})
+    src = m.bound_learner
+    labels = list(range(src._K))
+    ws = [1.0, 2.0, 1.0, 3.0, 1.0, 2.0, 1.0, 1.0]
+    out = []
+    for weighted in (True, False):
+        lr = BMRM(lam=0.1, tol=1e-9, line_search="none")
+        lr.bind(src.structure, labels)
+        lr.ensure(src.W.E.shape[0], labels)
+        for ex, c in zip(src.held, ws):
+            for _ in range(1 if weighted else int(c)):
+                lr.learn(*ex, weight=c if weighted else 1.0)
+        lr.refine(passes=150)
+        out.append(lr.certificate())
+    ca, cb = out
+    assert ca.gap < 1e-6 and cb.gap < 1e-6
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+
+
+def test_bmrm_weighted_certificate_bounds_the_true_suboptimality():
+    """Random weights on a two-class problem: the exact weighted optimum p* (scipy); at every
+    BMRM iteration the certificate's primal is the brute-force weighted J of the predicting
+    weights, its dual is <= p* and its gap >= J - p*."""
+    X, y = _dense_problem()
+    lam = 0.1
+    c = np.random.default_rng(11).uniform(0.2, 3.0, size=len(y))
+    p_star, _ = _optimum(X, y, c, lam)
+    m = ss.MulticlassSSVM(labels=[0, 1], scale=False, learner=BMRM(lam=lam, tol=0.0, qp_tol=1e-14))
+    m.learn_many(X, list(y), w=c)
+    lr = m.bound_learner
+    for _ in range(25):
+        lr.refine(passes=1)
+        cert = lr.certificate()
+        assert cert.primal == pytest.approx(_weighted_primal(_dense_weights(lr), X, y, c, lam), rel=1e-9,
+                                            abs=1e-12)
+        assert cert.dual <= p_star + 1e-7
+        assert cert.gap + 1e-7 >= cert.primal - p_star
+    assert cert.gap < 1e-6 and abs(cert.primal - p_star) < 1e-6
+
+
+def test_bmrm_weights_of_one_are_the_unweighted_learner_bit_for_bit():
+    X, y = _rows(n=30, seed=8)
+    for kw in (dict(), dict(variant="ls"), dict(rescaling="slack", window=10)):
+        a, b = _bmrm(0.05, **kw), _bmrm(0.05, **kw)
+        for x, t in zip(X, y):
+            a.learn_one(x, t)
+            b.learn_one(x, t, w=1.0)
+        for m in (a, b):
+            m.bound_learner.refine(passes=20)
+        assert _same(a.state(), b.state())
+        assert "weights" not in a.bound_learner.state()["window"]   # files of unit weights unchanged
+        assert a.bound_learner.held.total() == float(len(a.bound_learner.held))
+
+
+def test_bmrm_weights_follow_evictions_and_survive_save_load(tmp_path):
+    """A FIFO window of 5: N is the sum of the held weights after every eviction; saved and
+    loaded, a weighted model goes on bit-identically; a file without weights loads with weight 1;
+    bad weights in a file are refused."""
+    X, y = _rows(n=20, seed=9)
+    ws = [[0.5, 1.0, 2.0, 3.0][i % 4] for i in range(len(y))]
+    m = _bmrm(0.05, window=5)
+    for i, (x, t, c) in enumerate(zip(X, y, ws)):
+        m.learn_one(x, t, w=c)
+        held = m.bound_learner.held
+        assert list(held.weights) == ws[max(0, i - 4):i + 1]
+        assert held.total() == pytest.approx(sum(ws[max(0, i - 4):i + 1]), abs=1e-12)
+        if i % 3 == 0:
+            m.bound_learner.refine(passes=5)
+            cert = m.bound_learner.certificate()
+            assert cert.gap >= 0.0
+    m.save(tmp_path / "m.ssvm")
+    m2 = ss.load(tmp_path / "m.ssvm")
+    assert list(m2.bound_learner.held.weights) == list(m.bound_learner.held.weights)
+    for mm in (m, m2):
+        for x, t, c in zip(X[:6], y[:6], ws[::-1]):
+            mm.learn_one(x, t, w=c)
+        mm.bound_learner.refine(passes=10)
+    s1, s2 = m.state(), m2.state()
+    s1.pop("calibration"), s2.pop("calibration")
+    assert _same(s1, s2)
+    st = m.bound_learner.state()
+    old = st["window"].copy()
+    del old["weights"]
+    lr = BMRM(lam=0.05)
+    lr.restore(m.bound_learner.structure, m.classes, {**st, "window": old})
+    assert list(lr.held.weights) == [1.0] * len(lr.held) and lr.held.example_weights() is None
+    for bad in (np.array([1.0, -1.0, 1.0, 1.0, 1.0]), np.array([1.0, np.nan, 1, 1, 1]), np.ones(3),
+                np.array(["a"] * 5)):
+        with pytest.raises(CheckpointError, match="weights"):
+            BMRM(lam=0.05).restore(m.bound_learner.structure, m.classes, {**st, "window": {**old, "weights": bad}})
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(schedule="paper", L="exact")], ids=["adaptive", "paper"])
+def test_pragam_weight_two_is_the_example_twice_at_the_optimum(kw):
+    """Pragam's weighted dual (row masses c_i / N): the copies' optimum, brackets overlap; the
+    certificate's primal is the brute-force weighted J."""
+    X, y = _rows(n=12, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    make = lambda: ss.MulticlassSSVM(learner=Pragam(lam=0.1, tol=1e-9, **kw), scale=False)  # noqa: E731
+    a, b = _weighted_vs_copies(make, list(zip(X, y)), ws, 3000)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-4 and cb.gap < 1e-4
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    assert ca.primal == pytest.approx(_brute_primal(a, X, y, ws, 0.1), rel=1e-9)
+
+
+def test_pragam_weighted_certificate_bounds_the_true_suboptimality(tmp_path):
+    """Random weights, three classes: every iterate's gap bounds J - p* (p* by scipy), its dual
+    is <= p*; saved and loaded it goes on bit-identically; weights of 1 are the unweighted run."""
+    X, y = _rows(n=9, seed=4)
+    lam = 0.1
+    c = np.random.default_rng(12).uniform(0.2, 3.0, size=len(y))
+    p_star, _ = _optimum(X, np.array(y), c, lam, K=3)
+    m = ss.MulticlassSSVM(labels=[0, 1, 2], scale=False, learner=Pragam(lam=lam, tol=0.0))
+    m.learn_many(X, list(y), w=c)
+    lr = m.bound_learner
+    for _ in range(30):
+        lr.refine(passes=20)
+        cert = lr.certificate()
+        assert cert.primal == pytest.approx(_brute_primal(m, X, y, c, lam), rel=1e-9, abs=1e-12)
+        assert cert.dual <= p_star + 1e-7
+        assert cert.gap + 1e-7 >= cert.primal - p_star
+    m.save(tmp_path / "p.ssvm")
+    m2 = ss.load(tmp_path / "p.ssvm")
+    for mm in (m, m2):
+        mm.learn_one(X[0], y[0], w=2.5)
+        mm.bound_learner.refine(passes=5)
+    s1, s2 = m.state(), m2.state()
+    s1.pop("calibration"), s2.pop("calibration")
+    assert _same(s1, s2)
+    u, v = (ss.MulticlassSSVM(learner=Pragam(lam=lam), scale=False) for _ in range(2))
+    for x, t in zip(X, y):
+        u.learn_one(x, t)
+        v.learn_one(x, t, w=1.0)
+    for mm in (u, v):
+        mm.bound_learner.refine(passes=30)
+    assert _same(u.state(), v.state()) and "weights" not in u.bound_learner.state()["window"]
+
+
+def test_pragam_b_weight_two_is_the_example_twice_and_chains_refuse():
+    """Pragam-b (two classes, unregularized bias): the box [0, c_i / N] and the primal minimized
+    over the bias with weighted hinges: the copies' optimum, brackets overlap; chains refuse."""
+    X, y = _rows(n=12, k=2, seed=13)
+    ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
+    make = lambda: ss.MulticlassSSVM(learner=Pragam(lam=0.1, tol=1e-9, bias=True), scale=False)  # noqa: E731
+    a, b = _weighted_vs_copies(make, list(zip(X, y)), ws, 3000)
+    ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
+    assert ca.gap < 1e-4 and cb.gap < 1e-4
+    assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
+    t = ss.SequenceTagger(learner=Pragam(lam=0.1))
+    t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"])
+    before = t.state()
+    with pytest.raises(NotImplementedError, match="chains"):
+        t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"], w=2.0)
+    assert _same(t.state(), before)
+
+
+def test_pragam_weights_follow_evictions():
+    """A FIFO window of 5: the held weights are the last 5, the restart rescales the kept rows to
+    their new mass c_i / N, and the certificate is of the weighted window's J (brute force)."""
+    X, y = _rows(n=16, seed=9)
+    ws = [[0.5, 1.0, 2.0, 3.0][i % 4] for i in range(len(y))]
+    m = ss.MulticlassSSVM(labels=[0, 1, 2], scale=False, learner=Pragam(lam=0.1, window=5))
+    for i, (x, t, c) in enumerate(zip(X, y, ws)):
+        m.learn_one(x, t, w=c)
+        lo = max(0, i - 4)
+        assert list(m.bound_learner.held.weights) == ws[lo:i + 1]
+        if i % 3 == 2:
+            m.bound_learner.refine(passes=30)
+            cert = m.bound_learner.certificate()
+            assert cert.gap >= 0.0 and cert.dual <= cert.primal
+            assert cert.primal == pytest.approx(_brute_primal(m, X[lo:i + 1], y[lo:i + 1], ws[lo:i + 1], 0.1),
+                                                rel=1e-9, abs=1e-12)
+            assert np.allclose(m.bound_learner.alpha.sum(axis=1), np.array(ws[lo:i + 1]) / sum(ws[lo:i + 1]))

@@ -120,7 +120,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
                     raise type(e)(f"class_weight[{lab!r}]: {e}") from None
         else:
             raise TypeError(f"class_weight must be None, a dict {{label: weight}} or 'balanced', got {cw!r}")
-        if (out == "balanced" or any(v != 1.0 for v in out.values())) and not type(self.learner).example_weights:
+        if (out == "balanced" or any(v != 1.0 for v in out.values())) and (
+                not type(self.learner).example_weights or getattr(self.learner, "weights_refused", lambda: None)()):
             raise ValueError(f"class_weight={cw!r} weighs examples, which {type(self.learner).__name__} does not "
                              "take: use learners.SGD")
         return out
@@ -230,7 +231,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         c_i in the objective lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w), normalized by the
         total weight so that weight 2 is the example learned twice at the optimum. ``w=0`` learns
         nothing (the record is still checked); other weights need a learner that takes them
-        (:attr:`Learner.example_weights`: SGD, BCFW, CuttingPlane). A bad record or weight raises
+        (:attr:`Learner.example_weights`: SGD, BCFW, CuttingPlane, BMRM, Pragam). A bad record or weight raises
         before anything changes."""
         if self._class_weights is not None:
             return self._learn_class_weighted(x, y, w)

@@ -53,6 +53,12 @@ and the lower bound restart: :meth:`certificate` never reports an eps built from
 different risk -- between a window change and the next refine it reports gap = inf with a note.
 
 Predictions use the best iterate argmin_{t'} J(w_t'), the weights the certificate is about.
+
+Example weights (``learn(..., weight=c)``): R(w) = (1/N) sum_i c_i H_i(w), N = sum_i c_i over the
+held examples; every cut (and its recomputation on a changed window) is the weighted mean of the
+per-example planes, so the bundle dual and eps_t certify the weighted J. The weights are held with
+the examples (a window eviction removes its weight from N) and saved only when one is not 1.
+Every weight 1 is the unweighted learner, bit for bit.
 """
 from __future__ import annotations
 
@@ -77,11 +83,13 @@ from ..saved_state import _bad as _fail, validate_labeling, validate_scalars, va
 _OCAS_MU = 0.1        # Franc & Sonnenburg's cut point between the best iterate and w_t
 
 
-def line_min(oracle, X, y, E0, dE, lam, wd, dd, iters=40):
+def line_min(oracle, X, y, E0, dE, lam, wd, dd, iters=40, cw=None):
     """(t, R(w0 + t d)): argmin_{t >= 0} (lam/2)||w0 + t d||^2 + R(w0 + t d) for a one-token window
     (X: n x d CSR, E0 / dE: emission weights of w0 and d; wd = <w0, d>, dd = ||d||^2): every margin
     (or slack) term is affine in t, so R is convex piecewise linear in t; bisection on its right
-    derivative to a relative width of 1e-9 (R is exact at the t returned, whatever its accuracy)."""
+    derivative to a relative width of 1e-9 (R is exact at the t returned, whatever its accuracy).
+    ``cw``: the example weights (None: all 1); a row's terms times c_i > 0 have the same maximizer,
+    so the weighted slope and risk are the unweighted ones of the scaled rows over N = sum c_i."""
     n, K = len(y), oracle.K
     if n == 0:
         return 0.0, 0.0
@@ -97,6 +105,10 @@ def line_min(oracle, X, y, E0, dE, lam, wd, dd, iters=40):
         c0, c1 = D * (1.0 + m0), D * m1
     c0[r, y] = 0.0          # the ground truth: H_i >= 0
     c1[r, y] = 0.0
+    if cw is not None:
+        c0 *= cw[:, None]
+        c1 *= cw[:, None]
+        n = float(cw.sum())
 
     c0, c1 = np.ascontiguousarray(c0), np.ascontiguousarray(c1)
 
@@ -261,11 +273,17 @@ class BMRM(DenseWeights, Learner):
         return self._oracle
 
     # ------------------------------------------------------------------ learning
+    #: ``learn(..., weight=c)``: the weighted risk (see the module docstring)
+    example_weights = True
+
     def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
-        """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
+        """Hold a new example (FIFO window) with weight ``weight`` c > 0. No optimization until
+        :meth:`refine`."""
         if weight != 1.0:
-            self._unweighted(weight)
-        self.held.add(tok_ptr, fidx, fval, y, Ki)
+            weight = float(weight)
+            if not 0.0 < weight < math.inf:
+                raise ValueError(f"BMRM example weights must be finite and > 0, got {weight!r}")
+        self.held.add(tok_ptr, fidx, fval, y, Ki, weight)
 
     @property
     def stale(self):
@@ -315,10 +333,11 @@ class BMRM(DenseWeights, Learner):
 
     def _coefs(self, yh, y):
         """c_i / n of a labeled cut a = (1/n) sum_i c_i x_i (e_{yh_i} - e_{y_i}) (c_i = 1 for margin,
-        Delta_i(yh_i) for slack rescaling; 0 where yh_i = y_i)."""
+        Delta_i(yh_i) for slack rescaling; 0 where yh_i = y_i); weighted: c_i c'_i / N."""
         n = max(len(y), 1)
         c = np.where(yh != y, 1.0 if self.rescaling == "margin" else self._C[y, yh], 0.0)
-        return c / n
+        cw = self.held.example_weights()
+        return c / n if cw is None else c * cw / self.held.total()
 
     def _labeled_dots(self, a):
         """<a, a_k> for every cut k stored as labelings, from the scores S = X a (one product with
@@ -458,7 +477,8 @@ class BMRM(DenseWeights, Learner):
         dd = dW.sqnorm()
         if dd > 0.0:
             X, y = self.held.csr(Wb.E.shape[0])
-            t, R = line_min(self._orc(), X, y, Wb.E, dW.E, self.lam, weights_dot(Wb, dW), dd)
+            t, R = line_min(self._orc(), X, y, Wb.E, dW.E, self.lam, weights_dot(Wb, dW), dd,
+                            cw=self.held.example_weights())
             if t > 0.0:
                 V = Wb.copy()
                 V.E += t * dW.E

@@ -62,6 +62,13 @@ Algorithm 1 (k = 0) from the projection of the previous dual point (held rows re
 1/n, new rows on their ground truth); between a window change and that refine the certificate
 reports gap = inf with a note.
 
+Example weights (``learn(..., weight=c)``, multiclass and Pragam-b): J(W) = (lam/2)||W||^2 +
+(1/N) sum_i c_i H_i(W), N = sum_i c_i over the held examples; Q's row i has mass c_i / N instead of
+1/n (Y likewise; Pragam-b: the box [0, c_i / N]), D_2 = (1/2) sum_i (c_i / N)^2, and the dual, the gap and the schedule follow
+unchanged. The weights are held with the examples (window evictions remove them) and saved only
+when one is not 1; every weight 1 is the unweighted learner, bit for bit. Chains refuse a weight
+other than 1.
+
 Chains (``SequenceTagger``; the paper's App. E): the same Algorithm 1 on the M3N dual over clique
 (edge) marginals with the paper's Euclidean prox, both maps projections onto the chain's marginal
 polytope by App. E.3.1's block coordinate descent, made exactly feasible before any dual value is
@@ -225,13 +232,28 @@ class Pragam(DenseWeights, Learner):
     def n_blocks(self):
         return len(self.held)
 
+    #: ``learn(..., weight=c)``: multiclass and Pragam-b (module docstring); chains refuse a
+    #: weight other than 1
+    example_weights = True
+
+    def weights_refused(self):
+        """Why this Pragam does not take example weights (chains), or None."""
+        if getattr(self, "_chain", False):
+            return "Pragam takes example weights on multiclass windows only, not with chains"
+        return None
+
     def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
-        """Hold a new example (FIFO window). No optimization until :meth:`refine`."""
+        """Hold a new example (FIFO window) with weight ``weight`` c > 0 (not chains).
+        No optimization until :meth:`refine`."""
         if weight != 1.0:
-            self._unweighted(weight)
+            if self.weights_refused():
+                raise NotImplementedError(f"{self.weights_refused()} (got weight={weight!r})")
+            weight = float(weight)
+            if not 0.0 < weight < math.inf:
+                raise ValueError(f"Pragam example weights must be finite and > 0, got {weight!r}")
         if len(tok_ptr) != 2 and not self._chain:
             raise ValueError("Pragam learns one-token (multiclass) examples or chains")
-        self.held.add(tok_ptr, fidx, fval, y, Ki)
+        self.held.add(tok_ptr, fidx, fval, y, Ki, weight)
 
     @property
     def stale(self):
@@ -247,11 +269,14 @@ class Pragam(DenseWeights, Learner):
         n, K = X.shape[0], self._K
         self._X, self._XT, self._y = X, X.T.tocsr(), y
         self._n = n
-        self._D2 = 1.0 / (2.0 * n)
+        cw = self.held.example_weights()
+        # the row masses of Q: 1/n, or c_i / N with example weights (D_2 = max_Q ||alpha||^2 / 2)
+        self._mass = 1.0 / n if cw is None else cw / float(cw.sum())
+        self._D2 = 1.0 / (2.0 * n) if cw is None else 0.5 * float(np.dot(self._mass, self._mass))
         self._Dm = self._C[y][:, :K].copy()
         self._Dm[np.arange(n), y] = 0.0
         self._Y = np.zeros((n, K))
-        self._Y[np.arange(n), y] = 1.0 / n
+        self._Y[np.arange(n), y] = self._mass
         self._s = np.where(y == 1, 1.0, -1.0)
         self._work = np.empty(2 * max(n, K) + 2)
         self._act = np.empty(max(n, K) + 2, dtype=np.int64)
@@ -263,11 +288,18 @@ class Pragam(DenseWeights, Learner):
             m = self.alpha.shape[0]
             lo, hi = max(off, 0), min(m, off + n)
             if hi > lo:
-                start[lo - off:hi - off] = self.alpha[lo:hi] * (self._prev_n / n)
+                if cw is None:
+                    start[lo - off:hi - off] = self.alpha[lo:hi] * (self._prev_n / n)
+                else:        # each held row to its new mass c_i / N (then projected onto Q)
+                    old = self.alpha[lo:hi]
+                    tot = old.sum(axis=1, keepdims=True)
+                    start[lo - off:hi - off] = np.where(tot > 0.0, old / np.where(tot > 0.0, tot, 1.0), 0.0) \
+                        * self._mass[lo - off:hi - off, None]
             self.restarts += 1
         elif self.start == "random":
             P = self._rng.exponential(size=(n, K))
-            start = P / P.sum(axis=1, keepdims=True) / n
+            start = P / P.sum(axis=1, keepdims=True)
+            start = start / n if cw is None else start * self._mass[:, None]
         self._alpha_m1 = self._proj(start)
         self._restart_schedule(n, X, self.lipschitz)
 
@@ -353,18 +385,19 @@ class Pragam(DenseWeights, Learner):
         n, K = P.shape
         out = np.empty_like(P)
         if not self.bias:
-            return simplex_rows(P, 1.0 / n)
+            return simplex_rows(P, self._mass)
         # two classes with the equality sum_i s_i a_i = 0, a_i = alpha_i(other class)
         y = self._y
         iy = np.arange(n)
         po = P[iy, 1 - y]
         py = P[iy, y]
-        m = np.ascontiguousarray((po - py + 1.0 / n) / 2.0)
+        z = 1.0 / n if not np.ndim(self._mass) else self._mass      # row masses (weights: c_i / N)
+        m = np.ascontiguousarray((po - py + z) / 2.0)
         a = np.empty(n)
-        _, st = KP.project_box_eq(m, np.ones(n), self._s.copy(), np.zeros(n), np.full(n, 1.0 / n), 0.0, a,
+        _, st = KP.project_box_eq(m, np.ones(n), self._s.copy(), np.zeros(n), np.full(n, 1.0 / n) if not np.ndim(z) else z.copy(), 0.0, a,
                                   self._work, self._act)
         out[iy, 1 - y] = a
-        out[iy, y] = 1.0 / n - a
+        out[iy, y] = z - a
         return out
 
     def _Wof(self, alpha):
@@ -386,10 +419,14 @@ class Pragam(DenseWeights, Learner):
         reg = 0.5 * self.lam * float(np.vdot(W, W))
         G = self._g(XW)
         if not self.bias:
+            if np.ndim(self._mass):        # example weights: sum_i (c_i / N) H_i
+                return reg + float(np.dot(self._mass, G.max(axis=1))), 0.0
             return reg + float(G.max(axis=1).sum()) / n, 0.0
         # H_i(c) = [t_i - s_i c]_+ with t_i = Delta_i + <w_o - w_y, x_i>; min over c = b_1 - b_0
         t = G[np.arange(n), 1 - self._y]
         s = self._s
+        if np.ndim(self._mass):    # weights: c_i / N [t_i - s_i c]_+ = [m_i t_i - m_i s_i c]_+, same kinks
+            t, s, n = t * self._mass, s * self._mass, 1.0
         kinks = t / s
         order = np.argsort(kinks)
         # sum_i [t_i - s_i c]_+ is convex piecewise linear in c: slope at c = -sum_{active} s_i
@@ -714,6 +751,8 @@ def simplex_rows(P, z):
     plus equality."""
     n, K = P.shape
     S = -np.sort(-P, axis=1)
+    if np.ndim(z):        # one mass per row
+        z = np.asarray(z, dtype=np.float64)[:, None]
     C = np.cumsum(S, axis=1) - z
     ok = S * np.arange(1, K + 1) > C
     rho = K - 1 - np.argmax(ok[:, ::-1], axis=1)
@@ -744,6 +783,8 @@ def validate_pragam_state(st, structure):
         _fail(f"the bias must have at least {K} entries, got {b.shape}")
     _finite_float(b, b.shape, "the bias")
     validate_window(st["window"], structure, d, Kc, K)
+    if "weights" in st["window"] and structure.kind == so.CHAIN:
+        _fail("Pragam takes example weights on multiclass windows only, the held chain window has some")
     rows = unpack_rows(st["window"]["items"], "held window")
     n = len(rows)
     chain = structure.kind == so.CHAIN

@@ -4,9 +4,11 @@ kernels. Everything structure-dependent those solvers need is here.
 
 With the examples S held now (n = |S|) and P(w) = (lam/2)||w||^2 + R(w) (the notation of :mod:`streamssvm.certificate`),
 
-    R(w) = (1/n) sum_i H_i(w),   margin: H_i = max_y Delta_i(y) - <w, psi_i(y)>,
+    R(w) = (1/N) sum_i c_i H_i(w),   margin: H_i = max_y Delta_i(y) - <w, psi_i(y)>,
                                  slack:  H_i = max_y Delta_i(y) (1 - <w, psi_i(y)>).
 
+with example weights c_i > 0 (``learn(..., weight=c)``) and N = sum_i c_i over the held examples
+(c_i = 1, N = n unless a weight was given: then the sums below are exactly the unweighted ones).
 One pass of exact oracle calls at w gives R(w), a subgradient a = -(1/n) sum_i c_i psi_i(y^_i)
 (c_i = 1, or Delta_i(y^_i) for slack rescaling) and the offset b = (1/n) sum_i c'_i Delta_i(y^_i)
 (c' = 1 margin / slack alike) with R(w) = <a, w> + b: the cut (a, b) of Teo, Vishwanathan, Smola
@@ -57,6 +59,8 @@ class Window:
         self.first_seq = 0
         self.version = 0
         self._csr = None
+        self.weights = deque()       # the example weights c_i, parallel to ``items``
+        self._nonunit = 0            # how many held weights are not 1
 
     def __len__(self):
         return len(self.items)
@@ -64,14 +68,27 @@ class Window:
     def __iter__(self):
         return iter(self.items)
 
-    def add(self, tok_ptr, fidx, fval, y, Ki=1):
+    def add(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
+        weight = float(weight)
+        self.weights.append(weight)
+        self._nonunit += weight != 1.0
         self.items.append((np.asarray(tok_ptr, dtype=np.int32).copy(), np.asarray(fidx, dtype=np.int32).copy(),
                            np.asarray(fval, dtype=np.float64).copy(), np.asarray(y, dtype=np.int32).copy(), int(Ki)))
         if self.capacity is not None and len(self.items) > self.capacity:
             self.items.popleft()
+            self._nonunit -= self.weights.popleft() != 1.0
             self.first_seq += 1
         self.version += 1
         self._csr = None
+
+    def example_weights(self):
+        """The held examples' weights as an array, or None when every one is 1."""
+        return np.fromiter(self.weights, dtype=np.float64, count=len(self.weights)) if self._nonunit else None
+
+    def total(self):
+        """N = sum_i c_i (n when every weight is 1)."""
+        c = self.example_weights()
+        return float(len(self.items)) if c is None else float(c.sum())
 
     def single_token(self):
         return all(len(e[0]) == 2 for e in self.items)
@@ -98,10 +115,13 @@ class Window:
         return self._csr
 
     def state(self):
-        return {"capacity": -1 if self.capacity is None else int(self.capacity), "first_seq": int(self.first_seq),
-                "version": int(self.version),
-                "items": pack_rows([{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
-                                    for tp, fi, fv, y, k in self.items], ("tok_ptr", "fidx", "fval", "y"), ("Ki",))}
+        st = {"capacity": -1 if self.capacity is None else int(self.capacity), "first_seq": int(self.first_seq),
+              "version": int(self.version),
+              "items": pack_rows([{"tok_ptr": tp, "fidx": fi, "fval": fv, "y": y, "Ki": int(k)}
+                                  for tp, fi, fv, y, k in self.items], ("tok_ptr", "fidx", "fval", "y"), ("Ki",))}
+        if self._nonunit:            # saved only when one is not 1 (files of unit weights unchanged)
+            st["weights"] = self.example_weights()
+        return st
 
     @classmethod
     def from_state(cls, st):
@@ -111,6 +131,13 @@ class Window:
             w.items.append((np.asarray(r["tok_ptr"], dtype=np.int32), np.asarray(r["fidx"], dtype=np.int32),
                             np.asarray(r["fval"], dtype=np.float64), np.asarray(r["y"], dtype=np.int32),
                             int(r["Ki"])))
+        c = st.get("weights")       # absent: every weight 1 (also files from before weights)
+        c = np.ones(len(w.items)) if c is None else np.asarray(c, dtype=np.float64).reshape(-1)
+        if len(c) != len(w.items) or not (np.isfinite(c).all() and (c > 0.0).all()):
+            from ..saved_state import _bad
+            _bad("held window: the example weights must be one finite number > 0 per held example")
+        w.weights = deque(float(v) for v in c)
+        w._nonunit = int(np.count_nonzero(c != 1.0))
         w.first_seq = int(st["first_seq"])
         w.version = int(st["version"])
         return w
@@ -189,16 +216,22 @@ class RiskOracle:
         H = np.where(viol, H, 0.0)
         return yh, H, D[np.arange(n), yh]
 
-    def _mc_cut(self, X, y, yh, delta, W):
-        """(a, b) of the plane of labelings yh (ground truth where yh == y)."""
+    def _mc_cut(self, X, y, yh, delta, W, cw=None, N=None):
+        """(a, b) of the plane of labelings yh (ground truth where yh == y); ``cw``: the example
+        weights (None: all 1), ``N`` their sum."""
         n = len(y)
-        c = np.where(yh != y, 1.0 if self.rescaling == "margin" else delta, 0.0) / max(n, 1)
+        c = np.where(yh != y, 1.0 if self.rescaling == "margin" else delta, 0.0)
+        if cw is None:
+            c = c / max(n, 1)
+        else:
+            c = c * cw / N
+            delta = delta * cw
         import scipy.sparse as sp
         Gm = sp.csr_matrix((np.concatenate([c, -c]), (np.concatenate([np.arange(n), np.arange(n)]),
                                                      np.concatenate([yh, y]))), shape=(n, self.K))
         a = weights_like(W)
         a.E[:, : self.K] = np.asarray((X.T @ Gm).todense())
-        b = float(np.sum(np.where(yh != y, delta, 0.0))) / max(n, 1)
+        b = float(np.sum(np.where(yh != y, delta, 0.0))) / (max(n, 1) if cw is None else N)
         return a, b
 
     # ------------------------------------------------------------------ generic, per example
@@ -232,17 +265,21 @@ class RiskOracle:
         self.oracle_calls += n
         if n == 0:
             return 0.0, weights_like(W), 0.0, []
+        cw = window.example_weights()
+        N = window.total()
         if self.vectorized(window):
             X, y, S = self._mc_scores(W, window)
             yh, H, delta = self._mc_max(S, y)
-            a, b = self._mc_cut(X, y, yh, delta, W)
-            return float(H.sum()) / n, a, b, yh.astype(np.int32)
+            a, b = self._mc_cut(X, y, yh, delta, W, cw, N)
+            R = float(H.sum()) / n if cw is None else float(np.dot(cw, H)) / N
+            return R, a, b, yh.astype(np.int32)
         o = self._orc
         a = weights_like(W)
         R = 0.0
         b = 0.0
         labs = []
-        for ex in window:
+        for i, ex in enumerate(window):
+            ci = 1.0 if cw is None else cw[i]
             tp, fi, fv, y, Ki = ex
             o.prepare(W.E, W.T, W.B, 1.0, tp, fi, fv, y, max(Ki, 1))
             lab, H = o.exact() if self.rescaling == "slack" else o.margin()
@@ -251,10 +288,10 @@ class RiskOracle:
                 lab = self._labeling_from(o.truth_lab, len(tp) - 1, y).copy()
                 H = 0.0
             else:
-                b += self._apply_labeling(a, ex, lab, 1.0 / n)
-            R += H
+                b += ci * self._apply_labeling(a, ex, lab, 1.0 / n if cw is None else ci / N)
+            R += ci * H
             labs.append(lab)
-        return R / n, a, b / n, labs
+        return R / N, a, b / N, labs
 
     def risk(self, W, window):
         """R(w) alone (one pass; used by certificates, does not count toward ``oracle_calls``)."""
@@ -281,12 +318,15 @@ class RiskOracle:
                 yh[lo - off:hi - off] = stored[lo:hi]
             yh = np.where(yh < self.K, yh, y)
             delta = self.C[y, yh]
-            return self._mc_cut(X, y, yh, delta, W)
+            return self._mc_cut(X, y, yh, delta, W, window.example_weights(), window.total())
+        cw = window.example_weights()
+        N = window.total()
         a = weights_like(W)
         b = 0.0
         for k, ex in enumerate(window):
             j = off + k
             if 0 <= j < len(labs):
+                ci = 1.0 if cw is None else cw[k]
                 lab = self._labeling_from(labs[j], len(ex[0]) - 1, ex[3])
-                b += self._apply_labeling(a, ex, lab, 1.0 / n)
-        return a, b / n
+                b += ci * self._apply_labeling(a, ex, lab, 1.0 / n if cw is None else ci / N)
+        return a, b / N
