@@ -298,7 +298,7 @@ class Estimator:
         if not type(lr).example_weights:
             raise NotImplementedError(
                 f"{type(lr).__name__} does not take example weights (got w={c!r}); the learners that "
-                "do: SGD, BCFW, CuttingPlane (w=0 and w=1 work with every learner)")
+                "do: SGD, BCFW, CuttingPlane, MEMOIR (w=0 and w=1 work with every learner)")
 
     def _weighted_start(self, x, y, w):
         """The checked weight of ``learn_one(x, y, w)``, or None when the record is done: w=0 learns
