@@ -865,6 +865,10 @@ def test_memoir_weight_two_is_the_example_twice_at_the_optimum():
     for m in (a, b):
         assert _weighted_primal(m.bound_learner.averaged_weights().T, X, y, c, lam) - p_w <= 1e-2 * p_w
     assert a.certificate().primal >= p_w - 1e-9    # the last iterate's weighted primal
+    u = _extreme(eta0=1.0, eta_step=0.05)          # the weight matters: unweighted is 19% above
+    u.learn_many(X, list(y))
+    u.bound_learner.refine(1000)
+    assert _weighted_primal(u.bound_learner.averaged_weights().T, X, y, c, lam) - p_w > 0.1 * p_w
 
 
 def test_memoir_weights_are_saved_and_old_files_load_with_weight_one(tmp_path):
