@@ -103,7 +103,7 @@ def test_bad_weights_are_refused_before_anything_changes(name, make, stream, nov
     assert _same(m.state(), before)
 
 
-_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane", "-BMRM", "-Pragam")   # the learners that take example weights
+_WEIGHTED = ("-SGD", "-BCFW", "-CuttingPlane", "-BMRM", "-Pragam", "-MEMOIR")   # the learners that take example weights
 
 
 @pytest.mark.parametrize("name,make,stream,novel", [s for s in SETUPS if not s[0].endswith(_WEIGHTED)],
@@ -333,11 +333,12 @@ def test_step_learns_with_the_record_weight():
     before = m.state()
     assert step(m, Record({"new": 1.0}, "a", w=0.0)).status == "learned"
     assert _same(m.state(), before)
-    b = ss.ExtremeClassifier(learner=MEMOIR())
-    b.learn_one(np.ones(3), "a")
-    out = step(b, Record(np.ones(3), "b", w=2.0))
-    assert out.bad and out.reason.startswith("NotImplementedError: MEMOIR does not take example weights")
-    assert b.classes == ["a"]
+    b = ss.SequenceTagger(learner=GDMM())
+    b.learn_one([{"a": 1.0}, {"b": 1.0}], ["A", "B"])
+    before = b.state()
+    out = step(b, Record([{"a": 1.0}], ["C"], w=2.0))
+    assert out.bad and out.reason.startswith("NotImplementedError: GDMM does not take example weights")
+    assert _same(b.state(), before)
     # BCFW takes it: the same as learn_one with the weight
     c, d = ss.MulticlassSSVM(learner=BCFW(lam=0.1)), ss.MulticlassSSVM(learner=BCFW(lam=0.1))
     for m in (c, d):
@@ -998,3 +999,133 @@ def test_pragam_weights_follow_evictions():
             assert cert.primal == pytest.approx(_brute_primal(m, X[lo:i + 1], y[lo:i + 1], ws[lo:i + 1], 0.1),
                                                 rel=1e-9, abs=1e-12)
             assert np.allclose(m.bound_learner.alpha.sum(axis=1), np.array(ws[lo:i + 1]) / sum(ws[lo:i + 1]))
+
+
+# ------------------------------------------------------------------------------------- MEMOIR
+# SGD-like steps: the step on example i is c_i times longer; shrinkage, projection, step clock
+# and averaging weights count the example once. Weight 2 is the example twice only to first
+# order in eta (two steps shrink twice and re-query the oracle), so what is tested exactly is
+# the objective (the certificate's weighted primal) and, within tolerance, the long-run optimum.
+def _extreme(**kw):
+    return ss.ExtremeClassifier(labels=[0, 1], learner=MEMOIR(**{"mips": "exact", "lam": 0.1,
+                                                                  "check_every": 0, **kw}))
+
+
+def _extreme_stream(n=30, seed=5):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = rng.integers(3, size=n)
+    X[:, 0] += y
+    return X, ["abc"[v] for v in y]
+
+
+def test_memoir_unit_weights_are_the_unweighted_run():
+    X, ys = _extreme_stream()
+    make = lambda: ss.ExtremeClassifier(learner=MEMOIR(mips="exact", lam=1e-3))  # noqa: E731
+    a, b, c, d = make(), make(), make(), make()
+    for x, y in zip(X, ys):
+        a.learn_one(x, y)
+        b.learn_one(x, y, w=1)
+    c.learn_many(X, ys, w=np.ones(len(ys)))
+    d.learn_many(X, ys)
+    assert _same(a.state(), b.state()) and _same(c.state(), d.state()) and _same(a.state(), d.state())
+    assert "weights" not in a.state()["learner"] and "flat_weights" not in a.state()["learner"]
+    # zero weights are skipped: the rest of the stream is the unweighted run
+    e = make()
+    e.learn_many(np.vstack([X[:5], X[:2], X[5:]]), ys[:5] + ys[:2] + ys[5:], w=[1.0] * 5 + [0.0] * 2 + [1.0] * 25)
+    assert _same(e.state(), a.state())
+
+
+def test_memoir_weighted_step_is_the_step_scaled():
+    """One violated step of weight c moves the rows by c times the unit step (the shrinkage, the
+    clock and the input scale count the example once): exact on the first step of a class pair."""
+    x0, x1 = np.array([1.0, 0.5]), np.array([0.2, 1.0])
+    a, b = _extreme(averaging=False, lam=1e-6), _extreme(averaging=False, lam=1e-6)   # no projection
+    for m in (a, b):
+        m.learn_one(x0, 0)
+    before = a.bound_learner.store.to_dense()
+    a.learn_one(x1, 1)
+    b.learn_one(x1, 1, w=2.5)
+    la, lb = a.bound_learner, b.bound_learner
+    assert la.acc == lb.acc and la.n_steps == lb.n_steps and la.r2_sum == lb.r2_sum and la.n_updates == 2
+    # W = acc V with the same acc in both: the moves of the unscaled rows V are in ratio 2.5
+    da, db = la.store.to_dense() - before, lb.store.to_dense() - before
+    assert np.abs(da).max() > 0 and np.allclose(db, 2.5 * da, rtol=1e-12, atol=1e-15)
+    assert lb._recent_w == [1.0, 2.5] and la._recent_w == [1.0, 1.0]
+
+
+def test_memoir_certificate_is_the_weighted_primal():
+    X, y = _dense_problem()
+    c = np.random.default_rng(1).uniform(0.5, 3.0, len(y))
+    m = _extreme(averaging=False)
+    m.learn_many(X, list(y), w=c)
+    cert = m.certificate()
+    W = m.bound_learner.averaged_weights().T     # the last iterate (bias feature first)
+    assert abs(cert.primal - _weighted_primal(W, X, y, c, 0.1)) <= 1e-12 * max(1.0, cert.primal)
+    assert cert.gap == float("inf") and not cert.exact and "primal only" in cert.note
+    # weight 2 on one example is that example held twice, for the objective of any weights
+    c2 = np.ones(len(y))
+    c2[2] = 2.0
+    Xd, yd = np.vstack([X, X[2:3]]), np.concatenate([y, y[2:3]])
+    assert abs(_weighted_primal(W, X, y, c2, 0.1) - _weighted_primal(W, Xd, yd, np.ones(len(yd)), 0.1)) <= 1e-12
+
+
+def test_memoir_weight_two_is_the_example_twice_at_the_optimum():
+    """Weighted MEMOIR and MEMOIR on the duplicated stream both reach the exact weighted
+    optimum (scipy) within 1% after enough decaying steps; the unweighted run does not."""
+    X, y = _dense_problem()
+    lam = 0.1
+    c = np.ones(len(y))
+    c[2] = 2.0
+    p_w, _ = _optimum(X, y, c, lam)
+    Xd, yd = np.vstack([X, X[2:3]]), np.concatenate([y, y[2:3]])
+    a, b = _extreme(eta0=1.0, eta_step=0.05), _extreme(eta0=1.0, eta_step=0.05)
+    a.learn_many(X, list(y), w=c)
+    b.learn_many(Xd, list(yd))
+    a.bound_learner.refine(1000)
+    b.bound_learner.refine(1000)
+    for m in (a, b):
+        assert _weighted_primal(m.bound_learner.averaged_weights().T, X, y, c, lam) - p_w <= 1e-2 * p_w
+    assert a.certificate().primal >= p_w - 1e-9    # the last iterate's weighted primal
+    u = _extreme(eta0=1.0, eta_step=0.05)          # the weight matters: unweighted is 19% above
+    u.learn_many(X, list(y))
+    u.bound_learner.refine(1000)
+    assert _weighted_primal(u.bound_learner.averaged_weights().T, X, y, c, lam) - p_w > 0.1 * p_w
+
+
+def test_memoir_weights_are_saved_and_old_files_load_with_weight_one(tmp_path):
+    X, ys = _extreme_stream(12, seed=6)
+    m = ss.ExtremeClassifier(learner=MEMOIR(mips="exact", lam=1e-3))
+    m.learn_one(X[0], ys[0], w=3.0)        # flat: no competitor yet, kept with its weight
+    for i in range(1, len(ys)):
+        m.learn_one(X[i], ys[i], w=0.5 + i)
+    st = m.state()["learner"]
+    assert "weights" in st and "flat_weights" not in st     # the flat example was revisited
+    p = tmp_path / "m.ssvm"
+    m.save(p)
+    m2 = ss.load(p)
+    assert m2.bound_learner._recent_w == m.bound_learner._recent_w
+    m.learn_one(X[1], ys[1], w=2.0)
+    m2.learn_one(X[1], ys[1], w=2.0)
+    assert _same(m.state(), m2.state())
+    m.bound_learner.refine(2)
+    m2.bound_learner.refine(2)
+    assert _same(m.state(), m2.state())
+    # a flat example of weight 3 waits with its weight, saved, until a second class arrives
+    f = ss.ExtremeClassifier(learner=MEMOIR(mips="exact", lam=1e-3))
+    f.learn_one(X[0], "a", w=3.0)
+    assert list(f.state()["learner"]["flat_weights"]) == [3.0]
+    f2 = from_state(f.state())
+    for g in (f, f2):
+        g.learn_one(X[1], "b")
+    assert _same(f.state(), f2.state())
+    # a file from before example weights: every held example weighs 1
+    u = ss.ExtremeClassifier(learner=MEMOIR(mips="exact", lam=1e-3))
+    u.learn_many(X, ys)
+    old = from_state(u.state())
+    assert old.bound_learner._recent_w == [1.0] * len(ys) and _same(old.state(), u.state())
+    for bad in (np.full(len(ys), -1.0), np.full(len(ys), np.nan), np.ones(len(ys) + 1), np.array(["1"] * len(ys))):
+        st = u.state()
+        st["learner"]["weights"] = bad
+        with pytest.raises(CheckpointError):
+            from_state(st)

@@ -725,12 +725,7 @@ class BCFW(DenseWeights, Learner):
         tok_ptr = np.array([0, n], dtype=np.int32)
         ytrue = np.array([yid], dtype=np.int32)
         records = (tok_ptr, fidx, fval, ytrue, self._mark, np.array([slot], dtype=np.int64), seeds)
-        if scaling is None:
-            sumsq = count = self._NO_STATS
-            pval = lval = fval
-        else:
-            sumsq, count = scaling
-            pval, lval = np.empty_like(fval), np.empty_like(fval)
+        sumsq, count, pval, lval = self._value_arrays(fval, scaling)
         S = np.empty((1 if observed else 0, self._K))
         observing = (sumsq, count, scaling is not None, pval, lval, _OBS_FIRST if observed else _OBS_NONE, S,
                      int(self._K))
@@ -760,15 +755,18 @@ class BCFW(DenseWeights, Learner):
 
     _NO_STATS = np.zeros(0)
 
+    def _value_arrays(self, fval, scaling):
+        """The scaling statistics a run reads and updates ((sumsq, count); none without scaling)
+        and the arrays of its predicted and learned values (``fval`` itself without scaling)."""
+        if scaling is None:
+            return self._NO_STATS, self._NO_STATS, fval, fval
+        sumsq, count = scaling
+        return sumsq, count, np.empty_like(fval), np.empty_like(fval)
+
     def _observing(self, fval, c, scaling, observed):
         """The kernel's ``observing`` bundle (:func:`~streamssvm._kernels.microbatch.predict_learn_examples`)
         and the score table it fills (None when nothing is observed)."""
-        if scaling is None:
-            sumsq = count = self._NO_STATS
-            pval = lval = fval
-        else:
-            sumsq, count = scaling
-            pval, lval = np.empty_like(fval), np.empty_like(fval)
+        sumsq, count, pval, lval = self._value_arrays(fval, scaling)
         obs = np.full(c, -1, dtype=np.int64)
         hit = np.flatnonzero(np.asarray(observed[:c], dtype=bool)) if observed is not None else obs[:0]
         obs[hit] = np.arange(len(hit))

@@ -91,6 +91,17 @@ certificate reports the primal on a held window and gap = +inf.
 
 The learner holds the last ``window`` examples it learned: the certificate's primal is
 computed on them and :meth:`MEMOIR.refine` makes SGD epochs over them.
+
+Example weights (``learn(..., weight=c)``, ``ExtremeClassifier.learn_one(x, y, w)``): the
+objective is lam/2 |W|^2 + (1 / sum_i c_i) sum_i c_i H_i(W) over the held examples, as SGD's.
+Every step on example i is the subgradient step on c_i H_i (c_i times longer; slack rescaling
+multiplies by the cost as before), on its first step, its flat revisit and in :meth:`refine`
+alike. The shrinkage, the projection, the step-size clock, the input scale R^2 and the
+averaging weights count the example once whatever its weight, so weight 2 is the example
+twice only to first order in eta (two steps shrink twice and re-query the oracle); what is
+exact is the objective (weight 2 and the example held twice have one optimum) and the
+certificate's primal, the weighted one. The weights of the window (and of the flat examples)
+are saved only when one is not 1; files without them load with every weight 1.
 """
 from __future__ import annotations
 
@@ -201,6 +212,7 @@ class MEMOIR(Learner):
     structures = ("multiclass",)
 
     mixing = "primal"
+    example_weights = True
     distributed = True
 
     params = (
@@ -307,7 +319,9 @@ class MEMOIR(Learner):
         self._reset_checks()
         self._touched = set()
         self._recent = []        # the window: (idx int64, val float64, class id)
+        self._recent_w = []      # each held example's weight c_i (learn(..., weight=c))
         self._flat = []          # examples learned with no competing class (stepped when one arrives)
+        self._flat_w = []        # their weights
         self._bound = True
         if labels:
             self._set_labels(labels)
@@ -440,8 +454,9 @@ class MEMOIR(Learner):
         as soon as a second class exists (as BCFW's revisit of flat blocks). Bounded cost: one
         step per such example, once."""
         flat, self._flat = self._flat, []
-        for idx, val, c in flat:
-            self._step(idx, val, c)
+        ws, self._flat_w = self._flat_w, []
+        for (idx, val, c), cw in zip(flat, ws):
+            self._step(idx, val, c, cw)
         self.n_revisit_steps += len(flat)
 
     def eta(self):
@@ -488,24 +503,30 @@ class MEMOIR(Learner):
     # ------------------------------------------------------------------ learning
     def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
         """One new example: a single token ``fidx[tok_ptr[0]:tok_ptr[1]]`` and its class
-        ``y[0]`` (allocated by :meth:`ensure`); it enters the window."""
-        if weight != 1.0:
-            self._unweighted(weight)
+        ``y[0]`` (allocated by :meth:`ensure`); it enters the window. ``weight`` (c > 0,
+        finite) is its importance weight: its steps are c times longer (module docstring)."""
+        cw = float(weight)
+        if not (cw > 0.0 and cw < float("inf")):
+            raise ValueError(f"MEMOIR.learn: weight must be finite and > 0, got {weight!r}")
         a, b = int(tok_ptr[0]), int(tok_ptr[1])
         idx = np.asarray(fidx[a:b], dtype=np.int64)
         val = np.asarray(fval[a:b], dtype=np.float64)
         c = int(y[0])
         self._was_flat = False
-        self._step(idx, val, c)
+        self._step(idx, val, c, cw)
         if self._was_flat:
             self._flat.append((idx, val, c))
+            self._flat_w.append(cw)
             if len(self._flat) > FLAT_MAX:
                 del self._flat[0]
+                del self._flat_w[0]
         self.n_learned += 1
         if self.window:
             self._recent.append((idx, val, c))
+            self._recent_w.append(cw)
             if len(self._recent) > self.window:
                 del self._recent[: len(self._recent) - self.window]
+                del self._recent_w[: len(self._recent_w) - self.window]
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
         """m new examples in order (the same as m calls of :meth:`learn`; ``batch_size`` sets
@@ -525,12 +546,14 @@ class MEMOIR(Learner):
         total = int(round(passes * n))
         for s in range(total):
             idx, val, c = self._recent[s % n]
-            self._step(idx, val, c)
+            self._step(idx, val, c, self._recent_w[s % n])
             if progress is not None and ((s + 1) % n == 0 or s + 1 == total):
                 progress((s + 1) / total, self)
         return self
 
-    def _step(self, idx, val, y):
+    def _step(self, idx, val, y, cw=1.0):
+        """One SGD step on an example of weight ``cw`` (the subgradient step on cw H: cw times
+        longer; the shrinkage, projection, clock and averaging weight count it once)."""
         xx = float(val @ val)
         self.r2_sum += xx
         self.r2_n += 1
@@ -564,6 +587,8 @@ class MEMOIR(Learner):
             if r >= 0 and v > 0.0:
                 step = eta * cost if self.rescaling == "slack" else eta
         if step > 0.0:
+            if cw != 1.0:
+                step *= cw
             a = step / self.acc
             st.axpy(r, idx, val, -a, xx)
             st.axpy(y, idx, val, a, xx)
@@ -740,7 +765,8 @@ class MEMOIR(Learner):
         allc = np.arange(n_rows, dtype=np.int64)
         slack = self.rescaling == "slack"
         hinge = 0.0
-        for idx, val, c in self._recent:
+        weighted = self._weighted()
+        for (idx, val, c), cw in zip(self._recent, self._recent_w):
             st.scores_into(idx, val, buf)
             s = buf[:n_rows] * self.acc
             m = s - s[c]
@@ -750,8 +776,11 @@ class MEMOIR(Learner):
                 cost = np.asarray(self._costs(c, allc, n_rows), dtype=np.float64)
                 m = cost * (1.0 + m) if slack else cost + m
             m[c] = 0.0
-            hinge += max(0.0, float(m.max()))
+            h = max(0.0, float(m.max()))
+            hinge += cw * h if weighted else h
         n = len(self._recent)
+        if weighted:   # the weighted objective: (1 / sum_i c_i) sum_i c_i H_i
+            hinge *= n / float(sum(self._recent_w))
         if self.variant == "l2":
             reg = 0.5 * self.lam * st.sq * self.acc * self.acc
         else:
@@ -761,6 +790,10 @@ class MEMOIR(Learner):
                            regularizer=reg, hinge=hinge / n, rescaling=self.rescaling,
                            note="primal only: MEMOIR keeps no dual point (gap reported as +inf)",
                            extra=self.diagnostics())
+
+    def _weighted(self):
+        """Whether a held example has a weight other than 1."""
+        return any(c != 1.0 for c in self._recent_w)
 
     def diagnostics(self):
         """Quality of the inexact oracle on the sampled steps (every ``check_every``-th):
@@ -803,7 +836,11 @@ class MEMOIR(Learner):
                 "avg": None if self.avg is None else self.avg.state(),
                 "recent": pack_rows([{"idx": i, "val": v, "c": int(c)} for i, v, c in self._recent],
                                     ("idx", "val"), ("c",)),
-                "flat": pack_rows([{"idx": i, "val": v, "c": int(c)} for i, v, c in self._flat], ("idx", "val"), ("c",))}
+                "flat": pack_rows([{"idx": i, "val": v, "c": int(c)} for i, v, c in self._flat], ("idx", "val"), ("c",)),
+                # example weights: only when one is not 1 (files without them: every weight 1)
+                **({"weights": np.asarray(self._recent_w, dtype=np.float64)} if self._weighted() else {}),
+                **({"flat_weights": np.asarray(self._flat_w, dtype=np.float64)}
+                   if any(c != 1.0 for c in self._flat_w) else {})}
 
     def restore(self, structure, labels, state):
         """Rebuild from :meth:`state` after checking every size, index and value against the
@@ -835,6 +872,8 @@ class MEMOIR(Learner):
                          int(r["c"])) for r in st["recent"]]
         self._flat = [(np.asarray(r["idx"], dtype=np.int64), np.asarray(r["val"], dtype=np.float64),
                        int(r["c"])) for r in st.get("flat", [])]
+        self._recent_w = _weights_of(state, "weights", len(self._recent))
+        self._flat_w = _weights_of(state, "flat_weights", len(self._flat))
         if self.store is not None and self.store.n_rows:
             self._index_rows()
         return self
@@ -859,6 +898,20 @@ class MEMOIR(Learner):
         self._touched.clear()
         self._allocate(self.dim, store=st)
         self._index_rows()
+
+
+def _weights_of(st, key, n):
+    """The example weights ``st[key]`` (n finite values > 0), or n ones when absent (a file
+    from before example weights, or every weight 1)."""
+    if key not in st:
+        return [1.0] * n
+    w = np.asarray(st[key])
+    if w.ndim != 1 or w.shape[0] != n or (w.size and w.dtype.kind not in "iuf"):
+        _bad(f"{key} must be {n} numbers, got {w.dtype} {w.shape}")
+    w = w.astype(np.float64)
+    if not np.all((w > 0.0) & np.isfinite(w)):
+        _bad(f"{key}: example weights must be finite and > 0")
+    return [float(v) for v in w]
 
 
 def _bad(msg):
@@ -992,6 +1045,8 @@ def validate_memoir_state(st, n_labels, batch_size=1):
         cols = max(cols, dim)
         _examples_ok(st["recent"], cols, n_rows, "window example")
         _examples_ok(st.get("flat", []), cols, n_rows, "flat example")
+        _weights_of(st, "weights", len(st["recent"]))
+        _weights_of(st, "flat_weights", len(st.get("flat", [])))
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
