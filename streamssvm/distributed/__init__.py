@@ -11,13 +11,15 @@ Needs the optional extra: ``pip install "streamssvm[distributed]"`` (Ray).
   dual blocks are blended with the same weight so the mixed point stays w = A alpha with alpha
   feasible (derivation in :mod:`streamssvm.distributed._bcfw`); ``beta=K`` is CoCoA+ adding,
   ``mix_step="line"`` picks the mixing weight by exact line search on the union's dual,
-  ``mix_step="adaptive"`` also sets the next round's sigma' from the measured overlap of the
-  workers' changes; ``cluster="inprocess"`` runs the same rounds without Ray; SGD is
+  ``mix_step="adaptive"`` (the default for BCFW with two or more workers) also sets the next
+  round's sigma' from the measured overlap of the workers' changes; ``cluster="inprocess"`` runs the same rounds without Ray; SGD is
   iterative parameter mixing (McDonald, Hall and Mann 2010).
 * The global certificate at the mixed w is the sum of the workers' block gaps at that w.
-* Each round ends with a consistent cut (:mod:`streamssvm.distributed._cut`): every worker's
-  part (model, dual blocks, source offsets per partition) is written durably, then the mixer
-  commits the cut atomically, then Kafka offsets are committed. A dead worker makes the job
+* Every ``checkpoint_every`` rounds (and when the stream ends) a consistent cut
+  (:mod:`streamssvm.distributed._cut`): every worker's part (model, dual blocks, source offsets
+  per partition; by default only the chunks changed since its previous part) is written durably,
+  then the mixer commits the cut atomically, then Kafka offsets are committed
+  (``async_cuts=True``: written while the next round learns). A dead worker makes the job
   restart every worker from the newest cut.
 
 >>> import numpy as np, streamssvm as ss, streamssvm.distributed as sd   # doctest: +SKIP
