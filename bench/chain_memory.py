@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -36,8 +35,10 @@ sys.path.insert(0, os.path.dirname(HERE))
 MB = 1 / 2**20
 
 
-def _rss_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+sys.path.insert(0, HERE)
+# the peak-RSS reader and python-crfsuite's averaged perceptron (one iteration, the same Brown
+# sentences) are the ones bench/models_hotpath.py measures its rows with
+from models_hotpath import _rss_mb, child_crfsuite  # noqa: E402
 
 
 def _brown(n):
@@ -106,22 +107,6 @@ def child_streamssvm(n):
             "M_nonzero_per_token_mean": float(nzM.mean()), "M_nonzero_per_token_max": int(nzM.max()),
             "M_as_pairs_mb": float(nzM.sum() * 12 * MB), "tcap_mean": float(tcap.mean()),
             "rss_before_mb": rss0, "peak_rss_mb": peak}
-
-
-def child_crfsuite(n):
-    import pycrfsuite
-    X, Y, _ = _brown(n)
-    rss0 = _rss_mb()
-    c0, w0 = time.process_time(), time.perf_counter()
-    trn = pycrfsuite.Trainer(algorithm="ap", verbose=False)
-    for x, y in zip(X, Y):
-        trn.append(pycrfsuite.ItemSequence(x), y)
-    trn.set_params({"max_iterations": 1})
-    path = f"/tmp/chain_memory_{os.getpid()}.crfsuite"
-    trn.train(path)
-    os.remove(path)
-    return {"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - w0, "rss_before_mb": rss0,
-            "peak_rss_mb": _rss_mb()}
 
 
 def _run(kind, n):
