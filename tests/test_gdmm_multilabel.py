@@ -212,7 +212,7 @@ def _random_search_state(seed, n=6, K=30):
             fk[i, c], fl[i, c] = a, b
         fcnt[i] = len(pairs)
     Dt = G.MLData(np.zeros(n + 1, np.int64), np.zeros(1, np.int64), np.zeros(1), np.ones(n), np.ones(n), Y,
-                  np.ones(n, np.bool_))
+                  np.ones(n, np.bool_), np.ones(n))
     Q = G.MLDual(u, np.zeros((n, Kc)), fk, fl, np.zeros((n, fc, 3)), np.zeros((n, fc, 2)), fcnt,
                  np.zeros((n, Kc)))
     return Dt, Q, T, K

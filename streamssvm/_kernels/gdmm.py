@@ -26,8 +26,9 @@ _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 # ---------------------------------------------------------------------------- chains
 #: examples held: ``ex_ptr`` example -> its tokens, ``ex_alive``; per token: the CSR of its
 #: features (``tok_ptr``, ``fidx``, ``fval``), its label ``ytrue``, ``xsq`` = |x~_t|^2, ``first`` /
-#: ``last`` (start / end of its chain), ``linv`` = 1 / L (the normalized-Hamming weight)
-ChainData = namedtuple("ChainData", "ex_ptr ex_alive tok_ptr fidx fval ytrue xsq first last linv")
+#: ``last`` (start / end of its chain), ``linv`` = 1 / L (the normalized-Hamming weight), ``cw`` its
+#: example's weight c_i (1.0 unweighted; see :mod:`streamssvm._kernels.gdmm_chain`)
+ChainData = namedtuple("ChainData", "ex_ptr ex_alive tok_ptr fidx fval ytrue xsq first last linv cw")
 #: unigram blocks (one row per token): active labels, marginals, multipliers of the left / right
 #: bigram, active-set sizes
 Unigrams = namedtuple("Unigrams", "lab mu lamL lamR cnt")
@@ -84,8 +85,9 @@ N_COUNTERS = 6
 
 # ---------------------------------------------------------------------------- pairwise multi-label
 #: examples held: the CSR of the feature vectors (``x_ptr``, ``fidx``, ``fval``), ``xsq`` = |x|^2,
-#: ``Ki`` the Hamming normalizer, ``Y`` (n x Kc) the ground truth, ``alive``
-MLData = namedtuple("MLData", "x_ptr fidx fval xsq Ki Y alive")
+#: ``Ki`` the Hamming normalizer, ``Y`` (n x Kc) the ground truth, ``alive``, ``cw`` the example's
+#: weight c_i (1.0 unweighted; see :mod:`streamssvm._kernels.gdmm_multilabel`)
+MLData = namedtuple("MLData", "x_ptr fidx fval xsq Ki Y alive cw")
 #: the dual variables: unigrams ``u`` (n x Kc), message sums ``Dv``, active pairwise factors
 #: (``fk`` < ``fl``, marginals ``fz`` (m_k, m_l, q), multipliers ``flam``, count ``fcnt``) and
 #: ``nact`` (active factors containing each label)

@@ -31,6 +31,22 @@ prints "- delta^T alpha"; in the alpha parametrization the loss term must be "+ 
 for the oracle to return the loss-augmented label; tests/test_gdmm.py checks the sign: at
 w = 0 the unigram oracle returns the label of largest loss.)
 
+Example weights (``learn(..., weight=c)``): the objective lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w),
+N = sum_i c_i (BCFW's normalization), whose dual is BCFW's with example i's block scaled by c_i:
+w = s U with s = 1 / (lam N) and U = sum_i c_i sum_f Phi_f^T (e_ytrue_f - mu_f), the loss term
+sum_i c_i delta_i^T mu_i, each mu_f still a distribution. Times N the augmented Lagrangian is
+
+    L_c(mu, lam') = (s / 2) ||U(mu)||^2 - sum_i c_i delta_i^T mu_i
+                    + (rho / 2) sum_(t, f) ||M_tf mu_f - mu_t + lam'_tf||^2,
+
+the consistency constraints unchanged (they are per example and homogeneous, so the penalty
+stays rho: any positive penalty has the same saddle points). On example i's factors the
+gradient's score and loss terms scale by c_i and the curvature of the ||U||^2 term by c_i^2
+(unigram h = s c^2 |x~_t|^2 + rho * neighbours; bigram s c^2 ||d||^2 + rho (...)), and a change
+of mu moves U by c_i times it. Per token ``Dt.cw`` holds its example's weight (1.0 unweighted:
+every product by 1.0 is exact, so the unweighted trajectory is bit-identical). Weight 2 is the
+objective of the example held twice -- not the same trajectory (one block instead of two).
+
 Block solvers: unigram blocks have an isotropic Hessian (s |x~_t|^2 + rho * neighbours) I, so
 the exact minimizer over the active set is one Euclidean projection onto the simplex; bigram
 blocks have Hessian s I + rho (M_1^T M_1 + M_2^T M_2): projected steps with an isotropic
@@ -482,7 +498,7 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
     s, rho, _, _, uni_mode, nu, _, _, solver, _, _, _ = cfg
     SC, counters = work
     cptr, cands = cand
-    _, _, Dt_tok_ptr, Dt_fidx, Dt_fval, Dt_ytrue, Dt_xsq, Dt_first, Dt_last, Dt_linv = Dt
+    _, _, Dt_tok_ptr, Dt_fidx, Dt_fval, Dt_ytrue, Dt_xsq, Dt_first, Dt_last, Dt_linv, Dt_cw = Dt
     U_lab, U_mu, _, _, U_cnt = U
     A_ZW, _, A_coef = A
     _, _, SC_mkL, _, _, _, _, SC_auxv, SC_fbuf, _, _, SC_changed, SC_uacc = SC
@@ -490,7 +506,9 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
     first = Dt_first[t]
     last = Dt_last[t]
     yt = Dt_ytrue[t]
-    lw = Dt_linv[t]
+    c = Dt_cw[t]        # the example's weight: its score and loss terms scale by c (module doc)
+    lw = Dt_linv[t] * c
+    sc = s * c
     n = U_cnt[t]
     g = SC_fbuf        # gradient of the active labels (negated: the "score" to maximize)
     mk = SC_mkL
@@ -502,7 +520,7 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
             m += msg_right(U, B, t, k)
         if has_left:
             m += msg_left(U, B, t, k)
-        g[k] = s * uni_score(Wu, y, tok_ptr, fidx, fval, t, first, last) + lw * C[yt, y] + rho * m
+        g[k] = sc * uni_score(Wu, y, tok_ptr, fidx, fval, t, first, last) + lw * C[yt, y] + rho * m
     # oracle outside the active set (messages are zero there)
     best = -np.inf
     arg = -1
@@ -512,7 +530,7 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
         uni_scores_all(Wu, K, tok_ptr, fidx, fval, t, first, last, acc)
         for y in range(K):
             if mk[y] == 0:
-                v = s * acc[y] + lw * C[yt, y]
+                v = sc * acc[y] + lw * C[yt, y]
                 if v > best:
                     best = v
                     arg = y
@@ -521,7 +539,7 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
         y = rslice
         while y < K:
             if mk[y] == 0:
-                v = s * uni_score(Wu, y, tok_ptr, fidx, fval, t, first, last) + lw * C[yt, y]
+                v = sc * uni_score(Wu, y, tok_ptr, fidx, fval, t, first, last) + lw * C[yt, y]
                 touched += 1
                 if v > best:
                     best = v
@@ -532,7 +550,7 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
             y = cands[q]
             if y < 0 or y >= K or mk[y] != 0:
                 continue
-            v = s * uni_score(Wu, y, tok_ptr, fidx, fval, t, first, last) + lw * C[yt, y]
+            v = sc * uni_score(Wu, y, tok_ptr, fidx, fval, t, first, last) + lw * C[yt, y]
             touched += 1
             if v > best:
                 best = v
@@ -541,7 +559,7 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
         mk[U_lab[t, k]] = 0
     counters[C_UNI_CALLS] += 1
     counters[C_UNI_TOUCHED] += touched
-    h = s * Dt_xsq[t] + rho * (has_left + has_right)
+    h = sc * c * Dt_xsq[t] + rho * (has_left + has_right)
     if solver != SOLVER_QP:
         # Frank-Wolfe vertex: the best active label, or the oracle's when it scores higher
         fw = 0
@@ -584,9 +602,9 @@ def uni_step(t, has_left, has_right, rslice, Dt, dual, W, M, cfg, work, cand):
         if d != 0.0:
             U_mu[t, k] = tmp[n + k]
             y = U_lab[t, k]
-            uni_axpy(Wu, y, tok_ptr, fidx, fval, t, first, last, -d)
+            uni_axpy(Wu, y, tok_ptr, fidx, fval, t, first, last, -d * c)
             if A_coef[0] > 0.0:
-                uni_axpy(A_ZW, y, tok_ptr, fidx, fval, t, first, last, -d * A_coef[0])
+                uni_axpy(A_ZW, y, tok_ptr, fidx, fval, t, first, last, -d * c * A_coef[0])
             SC_changed[y] = 1
     return False
 
@@ -635,7 +653,7 @@ def _uni_fw_step(t, n, fw, g, h, Dt, U, Wu, SC, A, away):
     """One (away-step) Frank-Wolfe step on the unigram block of token t with exact line search:
     along d the augmented Lagrangian is <-g, d> gamma + (h / 2) ||d||^2 gamma^2 (isotropic block
     Hessian h I, h = s |x~_t|^2 + rho * neighbours). Returns True for a drop step."""
-    _, _, Dt_tok_ptr, Dt_fidx, Dt_fval, _, _, Dt_first, Dt_last, _ = Dt
+    _, _, Dt_tok_ptr, Dt_fidx, Dt_fval, _, _, Dt_first, Dt_last, _, Dt_cw = Dt
     U_lab, U_mu, _, _, _ = U
     A_ZW, _, A_coef = A
     _, _, _, _, _, _, _, SC_auxv, _, _, _, SC_changed, _ = SC
@@ -655,6 +673,7 @@ def _uni_fw_step(t, n, fw, g, h, Dt, U, Wu, SC, A, away):
     tok_ptr, fidx, fval = Dt_tok_ptr, Dt_fidx, Dt_fval
     first = Dt_first[t]
     last = Dt_last[t]
+    c = Dt_cw[t]
     for k in range(n):
         nv = mu[k] + gam * d[k]
         if nv < 0.0 or (drop and k == v):
@@ -663,19 +682,21 @@ def _uni_fw_step(t, n, fw, g, h, Dt, U, Wu, SC, A, away):
         if dk != 0.0:
             mu[k] = nv
             y = U_lab[t, k]
-            uni_axpy(Wu, y, tok_ptr, fidx, fval, t, first, last, -dk)
+            uni_axpy(Wu, y, tok_ptr, fidx, fval, t, first, last, -dk * c)
             if A_coef[0] > 0.0:
-                uni_axpy(A_ZW, y, tok_ptr, fidx, fval, t, first, last, -dk * A_coef[0])
+                uni_axpy(A_ZW, y, tok_ptr, fidx, fval, t, first, last, -dk * c * A_coef[0])
             SC_changed[y] = 1
     return drop
 
 
 @njit(**_JIT)
-def _bi_apply(f, n, d, gam, B, T, K, Kc, heaps, H, A, zero):
+def _bi_apply(f, n, d, gam, B, T, M, heaps, H, A, zero, c):
     """mu_f += gam d over the active pairs (clipped at 0; slot ``zero`` set to exactly 0: a drop
-    step), with T, the averaging accumulator and the heaps kept in step."""
+    step), with T (moving by c times the change, c the example's weight), the averaging
+    accumulator and the heaps kept in step."""
     B_a, B_b, B_mu, _ = B
     _, A_ZT, A_coef = A
+    K, Kc, _, _ = M
     for k in range(n):
         x = gam * d[k]
         if x != 0.0 or k == zero:
@@ -686,6 +707,7 @@ def _bi_apply(f, n, d, gam, B, T, K, Kc, heaps, H, A, zero):
                 nv = 0.0
             x = nv - B_mu[f, k]
             B_mu[f, k] = nv
+            x *= c
             T[aa, bb] -= x
             if A_coef[0] > 0.0:
                 A_ZT[aa, bb] -= x * A_coef[0]
@@ -714,15 +736,18 @@ def _bi_curvature(f, n, d, s, rho, B, rows, cols):
 
 
 @njit(**_JIT)
-def bi_step(f, a0, a1, dual, W, M, cfg, work):
+def bi_step(f, a0, a1, dual, W, M, cfg, work, c=1.0):
     """Block step on the bigram factor f = (f, f + 1): oracle, then (``SOLVER_QP``) projected
     steps with an isotropic majorizer and exact line search over the active pairs, or
     (``SOLVER_FW`` / ``SOLVER_AFW``) one Frank-Wolfe / away-step Frank-Wolfe step with exact line
-    search. Returns True after an away-step drop step (the caller repeats the block)."""
+    search. ``c``: the example's weight (module doc). Returns True after an away-step drop step
+    (the caller repeats the block)."""
     U, B = dual
     _, T, H, A = W
     K, Kc, _, _ = M
-    s, rho, _, bi_mode, _, _, qp_iters, heaps, solver, _, _, _ = cfg
+    s0, rho, _, bi_mode, _, _, qp_iters, heaps, solver, _, _, _ = cfg
+    s = s0 * c          # the table's term of the gradient scales by c, of the curvature by c^2
+    s2 = s * c
     SC, counters = work
     U_lab, _, _, _, U_cnt = U
     B_a, B_b, B_mu, B_cnt = B
@@ -810,13 +835,13 @@ def bi_step(f, a0, a1, dual, W, M, cfg, work):
         if lin <= 1e-15:
             return False
         _fw_fill(B_mu[f], n, is_away, v, tmp)
-        curv = _bi_curvature(f, n, tmp, s, rho, B, rows, cols)
+        curv = _bi_curvature(f, n, tmp, s2, rho, B, rows, cols)
         gam = lin / curv
         drop = False
         if gam >= gmax:
             gam = gmax
             drop = is_away
-        _bi_apply(f, n, tmp, gam, B, T, K, Kc, heaps, H, A, v if drop else -1)
+        _bi_apply(f, n, tmp, gam, B, T, M, heaps, H, A, v if drop else -1, c)
         return drop
     for it in range(qp_iters):
         if it > 0:
@@ -836,7 +861,7 @@ def bi_step(f, a0, a1, dual, W, M, cfg, work):
         for k in range(n):
             rows[B_a[f, k]] = 0.0
             cols[B_b[f, k]] = 0.0
-        Q = s + rho * (mr + mc)
+        Q = s2 + rho * (mr + mc)
         for k in range(n):
             tmp[k] = B_mu[f, k] + g[k] / Q
         project_simplex(tmp, n, tmp[n:2 * n], tmp[2 * n:3 * n])
@@ -850,7 +875,7 @@ def bi_step(f, a0, a1, dual, W, M, cfg, work):
             dd += d * d
             rows[B_a[f, k]] += d
             cols[B_b[f, k]] += d
-        curv = s * dd
+        curv = s2 * dd
         for k in range(n):
             aa = B_a[f, k]
             bb = B_b[f, k]
@@ -862,7 +887,7 @@ def bi_step(f, a0, a1, dual, W, M, cfg, work):
         gam = lin / curv
         if gam > 1.0:
             gam = 1.0
-        _bi_apply(f, n, tmp[3 * n:4 * n], gam, B, T, K, Kc, heaps, H, A, -1)
+        _bi_apply(f, n, tmp[3 * n:4 * n], gam, B, T, M, heaps, H, A, -1, c)
     return False
 
 
@@ -893,7 +918,7 @@ def _bi_neg_grad(f, U, B, T, s, rho, n, g, SC):
 def multiplier_step(e, Dt, dual, eta):
     """lam' += eta (M mu_f - mu_t) for every (token, bigram) pair of example e (paper eq. 13)."""
     U, B = dual
-    Dt_ex_ptr, _, _, _, _, _, _, _, _, _ = Dt
+    Dt_ex_ptr, _, _, _, _, _, _, _, _, _, _ = Dt
     _, _, U_lamL, U_lamR, U_cnt = U
     a0 = Dt_ex_ptr[e]
     a1 = Dt_ex_ptr[e + 1]
@@ -918,7 +943,7 @@ def example_pass(e, Dt, dual, W, M, cfg, work, cand, seed):
     non-drop step"), at most ``qp_iters`` times."""
     _, _, use_trans, _ = M
     _, _, _, _, _, nu, qp_iters, _, solver, _, _, _ = cfg
-    Dt_ex_ptr, _, _, _, _, _, _, _, _, _ = Dt
+    Dt_ex_ptr, _, _, _, _, _, _, _, _, _, Dt_cw = Dt
     a0 = Dt_ex_ptr[e]
     a1 = Dt_ex_ptr[e + 1]
     np.random.seed(seed)
@@ -933,7 +958,7 @@ def example_pass(e, Dt, dual, W, M, cfg, work, cand, seed):
     if use_trans:
         for t in range(a0, a1 - 1):
             for _ in range(reps):
-                if not bi_step(t, a0, a1, dual, W, M, cfg, work):
+                if not bi_step(t, a0, a1, dual, W, M, cfg, work, Dt_cw[t]):
                     break
 
 
@@ -950,7 +975,7 @@ def run_pass(order, Dt, dual, W, M, cfg, work, cand, seed, k0):
     _, _, _, A = W
     _, _, use_trans, _ = M
     _, _, eta, _, _, _, _, _, _, inner, rounds, mult = cfg
-    _, Dt_ex_alive, _, _, _, _, _, _, _, _ = Dt
+    _, Dt_ex_alive, _, _, _, _, _, _, _, _, _ = Dt
     _, _, A_coef = A
     res = 0.0
     k = k0
@@ -977,7 +1002,7 @@ def remove_example(e, Dt, dual, W, M, heaps):
     U, B = dual
     Wu, T, H, _ = W
     K, Kc, use_trans, _ = M
-    Dt_ex_ptr, Dt_ex_alive, Dt_tok_ptr, Dt_fidx, Dt_fval, Dt_ytrue, _, Dt_first, Dt_last, _ = Dt
+    Dt_ex_ptr, Dt_ex_alive, Dt_tok_ptr, Dt_fidx, Dt_fval, Dt_ytrue, _, Dt_first, Dt_last, _, Dt_cw = Dt
     U_lab, U_mu, _, _, U_cnt = U
     B_a, B_b, B_mu, B_cnt = B
     a0 = Dt_ex_ptr[e]
@@ -990,7 +1015,7 @@ def remove_example(e, Dt, dual, W, M, heaps):
             if y == yt:
                 c += 1.0
             if c != 0.0:
-                uni_axpy(Wu, y, Dt_tok_ptr, Dt_fidx, Dt_fval, t, Dt_first[t], Dt_last[t], -c)
+                uni_axpy(Wu, y, Dt_tok_ptr, Dt_fidx, Dt_fval, t, Dt_first[t], Dt_last[t], -c * Dt_cw[t])
         if use_trans and t + 1 < a1:
             for k in range(B_cnt[t]):
                 a = B_a[t, k]
@@ -999,7 +1024,7 @@ def remove_example(e, Dt, dual, W, M, heaps):
                 if a == yt and b == Dt_ytrue[t + 1]:
                     c += 1.0
                 if c != 0.0:
-                    T[a, b] -= c
+                    T[a, b] -= c * Dt_cw[t]
                     if heaps:
                         heap_t_changed(T, K, Kc, H, a, b)
     Dt_ex_alive[e] = False
@@ -1009,7 +1034,7 @@ def remove_example(e, Dt, dual, W, M, heaps):
 def init_blocks(e, Dt, dual):
     """Put example e at its ground truth (feasible, adds nothing to the weights)."""
     U, B = dual
-    Dt_ex_ptr, _, _, _, _, Dt_ytrue, _, _, _, _ = Dt
+    Dt_ex_ptr, _, _, _, _, Dt_ytrue, _, _, _, _, _ = Dt
     U_lab, U_mu, U_lamL, U_lamR, U_cnt = U
     B_a, B_b, B_mu, B_cnt = B
     a0 = Dt_ex_ptr[e]
@@ -1034,7 +1059,7 @@ def repaired_unigrams(e, Dt, dual, K, use_trans, M, prev, nxt, row):
     """Dense repaired unigram marginals of example e into M[0:L, 0:K]; returns the residual
     sum_t ||mu'_t - mu_t||^2 (0 when the stored point is already consistent)."""
     U, B = dual
-    Dt_ex_ptr, _, _, _, _, _, _, _, _, _ = Dt
+    Dt_ex_ptr, _, _, _, _, _, _, _, _, _, _ = Dt
     U_lab, U_mu, _, _, U_cnt = U
     B_a, B_b, B_mu, B_cnt = B
     a0 = Dt_ex_ptr[e]
@@ -1084,12 +1109,13 @@ def repaired_pairs(e, Dt, dual, K, M, Tr, row):
     """Accumulate -mu'_f (the repaired bigram marginals, from the dense unigrams ``M``) into
     ``Tr`` and +1 on the true transitions."""
     U, B = dual
-    Dt_ex_ptr, _, _, _, _, Dt_ytrue, _, _, _, _ = Dt
+    Dt_ex_ptr, _, _, _, _, Dt_ytrue, _, _, _, _, Dt_cw = Dt
     U_lab, U_mu, _, _, U_cnt = U
     B_a, B_b, B_mu, B_cnt = B
     a0 = Dt_ex_ptr[e]
     a1 = Dt_ex_ptr[e + 1]
     for t in range(a0, a1 - 1):
+        cw = Dt_cw[t]
         for y in range(K):
             row[y] = 0.0
         for k in range(B_cnt[t]):
@@ -1098,34 +1124,35 @@ def repaired_pairs(e, Dt, dual, K, M, Tr, row):
             a = B_a[t, k]
             p = M[t - a0, a]
             if row[a] > 0.0 and p > 0.0:
-                Tr[a, B_b[t, k]] -= p * B_mu[t, k] / row[a]
+                Tr[a, B_b[t, k]] -= cw * (p * B_mu[t, k] / row[a])
         for y in range(K):
             p = M[t - a0, y]
             if p > 0.0 and row[y] <= 0.0:
                 for k in range(U_cnt[t + 1]):
                     m = p * U_mu[t + 1, k]
                     if m > 0.0:
-                        Tr[y, U_lab[t + 1, k]] -= m
-        Tr[Dt_ytrue[t], Dt_ytrue[t + 1]] += 1.0
+                        Tr[y, U_lab[t + 1, k]] -= cw * m
+        Tr[Dt_ytrue[t], Dt_ytrue[t + 1]] += cw
 
 
 @njit(**_JIT)
 def repaired_emissions(e, Dt, K, C, M, Wr):
     """Accumulate (e_ytrue - mu'_t) x~_t of example e into ``Wr``; returns the example's dual
     loss term sum_t (1/L) sum_y C[ytrue_t, y] mu'_t(y)."""
-    Dt_ex_ptr, _, Dt_tok_ptr, Dt_fidx, Dt_fval, Dt_ytrue, _, Dt_first, Dt_last, Dt_linv = Dt
+    Dt_ex_ptr, _, Dt_tok_ptr, Dt_fidx, Dt_fval, Dt_ytrue, _, Dt_first, Dt_last, Dt_linv, Dt_cw = Dt
     a0 = Dt_ex_ptr[e]
     a1 = Dt_ex_ptr[e + 1]
     loss = 0.0
     for t in range(a0, a1):
         yt = Dt_ytrue[t]
+        cw = Dt_cw[t]
         for y in range(K):
-            loss += Dt_linv[t] * C[yt, y] * M[t - a0, y]
+            loss += cw * (Dt_linv[t] * C[yt, y] * M[t - a0, y])
             c = -M[t - a0, y]
             if y == yt:
                 c += 1.0
             if c != 0.0:
-                uni_axpy(Wr, y, Dt_tok_ptr, Dt_fidx, Dt_fval, t, Dt_first[t], Dt_last[t], c)
+                uni_axpy(Wr, y, Dt_tok_ptr, Dt_fidx, Dt_fval, t, Dt_first[t], Dt_last[t], c * cw)
     return loss
 
 

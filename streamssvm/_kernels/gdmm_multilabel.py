@@ -35,6 +35,16 @@ Dv[i, k] = sum_{active f ni k} (m_fk + lam_fk - ybar_k) and nact[i, k] = the num
 factors containing k, so that the sum of the messages of label k is
 Dv[i, k] + nact[i, k] (ybar_k - u_k).
 
+Example weights (``learn(..., weight=c)``): the objective lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w),
+N = sum_i c_i (BCFW's normalization), so s = 1 / (lam N), U_E = sum_i c_i x_i (ybar_i - u_i),
+U_T = sum_i c_i (ybar ybar^T - q_i) and the loss term sum_i c_i delta_i^T u_i; the consistency
+penalty stays rho (per-example homogeneous constraints: same saddle points). On example i a
+unigram block's gradient terms from U and delta scale by c_i and its curvature from U by c_i^2;
+a pairwise block minimizes (rho/2)(...)^2 + (s c_i^2 / 2)(q - q_old - U_T / c_i)^2; U moves by c_i
+times the change. ``Dt.cw`` holds c_i (1.0 unweighted: every product by 1.0 is exact, so the
+unweighted trajectory is bit-identical). The greedy factor activation (``ml_greedy_add``) ranks
+factors by their unweighted gap: which factors are active changes the path, not the optimum.
+
 Block solvers (exact): a unigram block is a 1-D quadratic on [0, 1] (clip of a Newton step; it
 includes the inactive factors' terms of (s/2)||U_T||^2, linear in u_k); a pairwise block is
 min (rho/2)(m_k - c_k)^2 + (rho/2)(m_l - c_l)^2 + (s/2)(q - c_q)^2 over the tetrahedron, solved
@@ -188,13 +198,15 @@ def ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, score, mark, tub):
     change. The inactive factors (k, l) of example i (``mark`` is 0 there; 1 on the active ones)
     hold q = u_k u_l, so U_T[k, l] is linear in u_k with slope -u_l: their part of
     (s/2)||U_T||^2 enters the quadratic, and U_T (and its bound ``tub``) follows the step."""
-    Dt_x_ptr, Dt_fidx, Dt_fval, Dt_xsq, Dt_Ki, Dt_Y, _ = Dt
+    Dt_x_ptr, Dt_fidx, Dt_fval, Dt_xsq, Dt_Ki, Dt_Y, _, Dt_cw = Dt
     Q_u, Q_Dv, _, _, _, _, _, Q_nact = Q
     yk = Dt_Y[i, k]
     u = Q_u[i, k]
     na = Q_nact[i, k]
-    g = -s * score - (1.0 - 2.0 * yk) / Dt_Ki[i] - rho * (na * (yk - u) + Q_Dv[i, k])
-    h = s * Dt_xsq[i] + rho * na
+    c = Dt_cw[i]      # the example's weight (module doc)
+    sc = s * c
+    g = -sc * score - (1.0 - 2.0 * yk) * c / Dt_Ki[i] - rho * (na * (yk - u) + Q_Dv[i, k])
+    h = sc * c * Dt_xsq[i] + rho * na
     gt = 0.0
     ht = 0.0
     for l in range(K):
@@ -204,8 +216,8 @@ def ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, score, mark, tub):
             continue
         gt += T[a, b] * ul
         ht += ul * ul
-    g -= s * gt
-    h += s * ht
+    g -= sc * gt
+    h += sc * c * ht
     if h <= 0.0:
         return 0.0
     un = u - g / h
@@ -216,23 +228,25 @@ def ml_uni_step(i, k, Dt, Q, E, T, K, s, rho, score, mark, tub):
     d = un - u
     if d != 0.0:
         Q_u[i, k] = un
+        dc = d * c
         for p in range(Dt_x_ptr[i], Dt_x_ptr[i + 1]):
-            E[Dt_fidx[p], k] -= d * Dt_fval[p]
+            E[Dt_fidx[p], k] -= dc * Dt_fval[p]
         if ht > 0.0:
             for l in range(K):
                 ul = Q_u[i, l]
                 a, b = _ml_inactive_pair(k, l, ul, mark)
                 if a < 0:
                     continue
-                T[a, b] -= d * ul
+                T[a, b] -= dc * ul
                 _ml_tub_raise(tub, a, b, T[a, b])
     return d
 
 
 @njit(**_JIT)
-def ml_pair_step(i, c, Q, T, s, rho, scratch, tub):
+def ml_pair_step(i, c, Q, T, s, rho, scratch, tub, cw=1.0):
     """Exact block minimization of L over the active pairwise factor c of example i (raises the
-    bound ``tub`` of ``ml_t_bound`` when U_T[k, l] grows)."""
+    bound ``tub`` of ``ml_t_bound`` when U_T[k, l] grows). ``cw``: the example's weight; U_T[k, l]
+    = R - cw q, so the table's term is (s cw^2 / 2) (q - (q_old + U_T / cw))^2."""
     _, _, _, _, _, cbuf, wbuf, zbuf, tA, tb, tidx, _ = scratch
     Q_u, Q_Dv, Q_fk, Q_fl, Q_fz, Q_flam, _, _ = Q
     k = Q_fk[i, c]
@@ -242,15 +256,15 @@ def ml_pair_step(i, c, Q, T, s, rho, scratch, tub):
     q = Q_fz[i, c, 2]
     cbuf[0] = Q_u[i, k] - Q_flam[i, c, 0]
     cbuf[1] = Q_u[i, l] - Q_flam[i, c, 1]
-    cbuf[2] = q + T[k, l]
+    cbuf[2] = q + T[k, l] / cw
     wbuf[0] = rho
     wbuf[1] = rho
-    wbuf[2] = s
+    wbuf[2] = s * cw * cw
     tetra_project(cbuf, wbuf, zbuf, tA, tb, tidx)
     Q_fz[i, c, 0] = zbuf[0]
     Q_fz[i, c, 1] = zbuf[1]
     Q_fz[i, c, 2] = zbuf[2]
-    T[k, l] += q - zbuf[2]
+    T[k, l] += (q - zbuf[2]) * cw
     _ml_tub_raise(tub, k, l, T[k, l])
     Q_Dv[i, k] += zbuf[0] - mk
     Q_Dv[i, l] += zbuf[1] - ml
@@ -342,7 +356,7 @@ def ml_greedy_add(i, Dt, Q, T, cfg, scratch, counters, tub):
     ``lbuf`` (int64, >= 2 K) is scratch. ``counters[ML_C_SCANNED]`` counts the pairs evaluated."""
     K, s, _, _, grow, tol, _, _, full = cfg
     _, mark, cand_f, cand_k, cand_l, _, _, _, _, _, _, lbuf = scratch
-    _, _, _, _, _, Dt_Y, _ = Dt
+    _, _, _, _, _, Dt_Y, _, _ = Dt
     Q_u, Q_Dv, Q_fk, Q_fl, Q_fz, Q_flam, Q_fcnt, Q_nact = Q
     n = Q_fcnt[i]
     for c in range(n):
@@ -491,7 +505,7 @@ def ml_example_pass(i, Dt, Q, E, T, cfg, scratch, counters, tub):
     factor additions, every active pairwise block (exact)."""
     K, s, rho, _, _, _, _, _, _ = cfg
     acc, mark, _, _, _, _, _, _, _, _, _, _ = scratch
-    Dt_x_ptr, Dt_fidx, Dt_fval, _, _, _, _ = Dt
+    Dt_x_ptr, Dt_fidx, Dt_fval, _, _, _, _, Dt_cw = Dt
     _, _, Q_fk, Q_fl, _, _, Q_fcnt, _ = Q
     ml_scores(E, K, Dt_x_ptr, Dt_fidx, Dt_fval, i, acc)
     for c in range(Q_fcnt[i]):
@@ -504,7 +518,7 @@ def ml_example_pass(i, Dt, Q, E, T, cfg, scratch, counters, tub):
     if K > 1:
         ml_greedy_add(i, Dt, Q, T, cfg, scratch, counters, tub)
     for c in range(Q_fcnt[i]):
-        ml_pair_step(i, c, Q, T, s, rho, scratch, tub)
+        ml_pair_step(i, c, Q, T, s, rho, scratch, tub, Dt_cw[i])
     counters[ML_C_PAIR] += Q_fcnt[i]
 
 
@@ -514,7 +528,7 @@ def ml_run_pass(order, Dt, Q, E, T, cfg, counters, tub):
     each of them; returns the squared consistency residual of the active factors. ``tub``: the
     interaction-weight bound of ``ml_t_bound`` (kept valid), ``full``: see ``ml_greedy_add``."""
     _, _, _, eta, grow, _, inner, mult, _ = cfg
-    _, _, _, _, _, _, Dt_alive = Dt
+    _, _, _, _, _, _, Dt_alive, _ = Dt
     Q_u, _, _, _, _, _, _, _ = Q
     scratch = ml_scratch(Q_u.shape[1], grow)
     for j in range(order.shape[0]):
@@ -535,7 +549,7 @@ def ml_run_pass(order, Dt, Q, E, T, cfg, counters, tub):
 def ml_implicit_t_add(i, Dt, Q, T, K, c, tub):
     """T[k, l] += c (ybar_k ybar_l - u_k u_l) over the *inactive* factors of example i (their
     implicit pair statistic); keeps ``tub`` a bound."""
-    _, _, _, _, _, Dt_Y, _ = Dt
+    _, _, _, _, _, Dt_Y, _, _ = Dt
     Q_u, _, Q_fk, Q_fl, _, _, Q_fcnt, _ = Q
     for k in range(K):
         yk = Dt_Y[i, k]
@@ -559,18 +573,19 @@ def ml_implicit_t_add(i, Dt, Q, T, K, c, tub):
 @njit(**_JIT)
 def ml_remove_example(i, Dt, Q, E, T, K, tub):
     """Subtract example i's contribution from the weights (eviction); keeps ``tub`` a bound."""
-    Dt_x_ptr, Dt_fidx, Dt_fval, _, _, Dt_Y, Dt_alive = Dt
+    Dt_x_ptr, Dt_fidx, Dt_fval, _, _, Dt_Y, Dt_alive, Dt_cw = Dt
     Q_u, _, Q_fk, Q_fl, Q_fz, _, Q_fcnt, _ = Q
+    cw = Dt_cw[i]
     for k in range(K):
-        d = Dt_Y[i, k] - Q_u[i, k]
+        d = (Dt_Y[i, k] - Q_u[i, k]) * cw
         if d != 0.0:
             for p in range(Dt_x_ptr[i], Dt_x_ptr[i + 1]):
                 E[Dt_fidx[p], k] -= d * Dt_fval[p]
-    ml_implicit_t_add(i, Dt, Q, T, K, -1.0, tub)
+    ml_implicit_t_add(i, Dt, Q, T, K, -cw, tub)
     for c in range(Q_fcnt[i]):
         k = Q_fk[i, c]
         l = Q_fl[i, c]
-        T[k, l] -= Dt_Y[i, k] * Dt_Y[i, l] - Q_fz[i, c, 2]
+        T[k, l] -= (Dt_Y[i, k] * Dt_Y[i, l] - Q_fz[i, c, 2]) * cw
         _ml_tub_raise(tub, k, l, T[k, l])
     Dt_alive[i] = False
 
@@ -614,7 +629,7 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
     Returns (hinge_sum, dloss_sum, sq_dist, sq_local, residual_sq) where sq_* = ||U_T'||^2 of
     the repaired points (upper triangle) and residual_sq the squared consistency residual of
     the active factors (the inactive ones have none by definition)."""
-    Dt_x_ptr, Dt_fidx, Dt_fval, _, Dt_Ki, Dt_Y, Dt_alive = Dt
+    Dt_x_ptr, Dt_fidx, Dt_fval, _, Dt_Ki, Dt_Y, Dt_alive, Dt_cw = Dt
     Q_u, _, Q_fk, Q_fl, Q_fz, _, Q_fcnt, _ = Q
     Kc = Q_u.shape[1]
     n = Dt_alive.shape[0]
@@ -634,11 +649,12 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
         if not Dt_alive[i]:
             continue
         Ki = Dt_Ki[i]
+        cw = Dt_cw[i]
         nf = 0
         for k in range(K):
             yk = Dt_Y[i, k]
             uk = Q_u[i, k]
-            dloss += ((1.0 - uk) if yk == 1.0 else uk) / Ki
+            dloss += cw * (((1.0 - uk) if yk == 1.0 else uk) / Ki)
             if 1e-12 < uk < 1.0 - 1e-12:
                 frac[nf] = k
                 nf += 1
@@ -656,12 +672,12 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
             uk = Q_u[i, k]
             for l in range(k + 1, K):
                 t = Dt_Y[i, k] * Dt_Y[i, l]
-                Tl[k, l] += t - Ml[k, l]
-                Tp[k, l] += t - uk * Q_u[i, l]   # independent coupling; corrected below
+                Tl[k, l] += cw * (t - Ml[k, l])
+                Tp[k, l] += cw * (t - uk * Q_u[i, l])   # independent coupling; corrected below
         if nf == 2:
             k = frac[0]
             l = frac[1]
-            Tp[k, l] -= Ml[k, l] - Q_u[i, k] * Q_u[i, l]
+            Tp[k, l] -= cw * (Ml[k, l] - Q_u[i, k] * Q_u[i, l])
         elif nf > 2:
             best_r = np.inf
             best_th = 0.0
@@ -692,7 +708,7 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
                 for b in range(a + 1, nf):
                     l = frac[b]
                     p = Q_u[i, k] * Q_u[i, l]
-                    Tp[k, l] -= best_th * (_ml_coupling(best_c, Q_u[i, k], Q_u[i, l], Dt_Y[i, k], Dt_Y[i, l]) - p)
+                    Tp[k, l] -= cw * best_th * (_ml_coupling(best_c, Q_u[i, k], Q_u[i, l], Dt_Y[i, k], Dt_Y[i, l]) - p)
         if exact_primal:
             ml_scores(E, K, Dt_x_ptr, Dt_fidx, Dt_fval, i, acc)
             ts = 0.0
@@ -706,7 +722,7 @@ def ml_certificate_sums(Dt, Q, E, T, K, s, exact_primal):
                         if ybuf[l]:
                             ts += s * T[k, l]
             v = _mrf_enum(S, T, s, K, ybuf, 0, 1.0, Ki, 0.0, best_m, lab)
-            hinge += v - ts
+            hinge += cw * (v - ts)
     sqp = 0.0
     sql = 0.0
     for k in range(K):

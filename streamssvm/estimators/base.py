@@ -298,7 +298,7 @@ class Estimator:
         if not type(lr).example_weights:
             raise NotImplementedError(
                 f"{type(lr).__name__} does not take example weights (got w={c!r}); the learners that "
-                "do: SGD, BCFW, CuttingPlane, BMRM, Pragam, MEMOIR (w=0 and w=1 work with every learner)")
+                "do: SGD, BCFW, CuttingPlane, BMRM, Pragam, MEMOIR, GDMM (w=0 and w=1 work with every learner)")
         why = getattr(lr, "weights_refused", lambda: None)()     # a learner taking them on some problems only
         if why:
             raise NotImplementedError(why)

@@ -231,7 +231,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         c_i in the objective lam/2 ||w||^2 + (1 / sum_i c_i) sum_i c_i H_i(w), normalized by the
         total weight so that weight 2 is the example learned twice at the optimum. ``w=0`` learns
         nothing (the record is still checked); other weights need a learner that takes them
-        (:attr:`Learner.example_weights`: SGD, BCFW, CuttingPlane, BMRM, Pragam, MEMOIR). A bad record or weight raises
+        (:attr:`Learner.example_weights`: SGD, BCFW, CuttingPlane, BMRM, Pragam, MEMOIR, GDMM). A bad record or weight raises
         before anything changes."""
         if self._class_weights is not None:
             return self._learn_class_weighted(x, y, w)

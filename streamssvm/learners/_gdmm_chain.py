@@ -89,6 +89,7 @@ class ChainGDMM:
         self._first = np.zeros(n_tok, dtype=np.bool_)
         self._last = np.zeros(n_tok, dtype=np.bool_)
         self._linv = np.zeros(n_tok)
+        self._cw = np.ones(n_tok)   # per token: its example's weight c_i
         self._U = G.Unigrams(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a)), np.zeros((n_tok, a)),
                          np.zeros((n_tok, a)), np.zeros(n_tok, dtype=np.int32))
         self._B = G.Bigrams(np.zeros((n_tok, a), dtype=np.int32), np.zeros((n_tok, a), dtype=np.int32),
@@ -102,7 +103,7 @@ class ChainGDMM:
         self._tok_ptr = g(self._tok_ptr, n_tok + 1)
         self._fidx = g(self._fidx, nnz)
         self._fval = g(self._fval, nnz)
-        for k in ("_ytrue", "_xsq", "_first", "_last", "_linv"):
+        for k in ("_ytrue", "_xsq", "_first", "_last", "_linv", "_cw"):
             setattr(self, k, g(getattr(self, k), n_tok))
         self._U = G.Unigrams(*(g(x, n_tok) for x in self._U))
         self._B = G.Bigrams(*(g(x, n_tok) for x in self._B))
@@ -155,13 +156,25 @@ class ChainGDMM:
         the learner)."""
         return None
 
+    def weight_sum(self):
+        """N = sum of the held examples' weights c_i (their count when unweighted)."""
+        alive = self.alive_slots()
+        if not self._weighted:
+            return len(alive)
+        return float(self._cw[self._ex_ptr[alive]].sum())
+
+    def example_weights(self):
+        """The weight c_i of every stored example slot (evicted ones included)."""
+        return self._cw[self._ex_ptr[:self._n_ex]].copy()
+
     def _s(self):
-        return 1.0 / (self.cfg.lam * max(self.n_blocks, 1))
+        N = self.weight_sum()
+        return 1.0 / (self.cfg.lam * (N if N > 0 else 1))
 
     # ------------------------------------------------------------------ bundles
     def _data(self):
         return G.pack(G.ChainData(self._ex_ptr, self._ex_alive, self._tok_ptr, self._fidx, self._fval, self._ytrue,
-                                  self._xsq, self._first, self._last, self._linv))
+                                  self._xsq, self._first, self._last, self._linv, self._cw))
 
     def _dual(self):
         return G.pack(G.ChainDual(G.pack(self._U), G.pack(self._B)))
@@ -180,9 +193,11 @@ class ChainGDMM:
         return self._scratch
 
     # ------------------------------------------------------------------ learning
-    def add(self, tok_ptr, fidx, fval, y, Ki=1):
-        """Hold a new example, its factors at the ground truth (``Ki`` is unused: chains weigh
-        their tokens by 1 / L). Returns its slot."""
+    _weighted = False   # some example held with a weight other than 1 (since the last reset)
+
+    def add(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
+        """Hold a new example with weight ``weight`` (c_i > 0), its factors at the ground truth
+        (``Ki`` is unused: chains weigh their tokens by 1 / L). Returns its slot."""
         y = np.asarray(y, dtype=np.int32)
         L = len(tok_ptr) - 1
         if L == 0:
@@ -206,6 +221,9 @@ class ChainGDMM:
             self._last[t0 + L - 1] = True
         self._xsq[t0:t0 + L] = sq + self._first[t0:t0 + L] + self._last[t0:t0 + L]
         self._linv[t0:t0 + L] = 1.0 / L
+        self._cw[t0:t0 + L] = weight
+        if weight != 1.0:
+            self._weighted = True
         self._ex_ptr[e] = t0
         self._ex_ptr[e + 1] = t0 + L
         self._ex_alive[e] = True
@@ -257,7 +275,7 @@ class ChainGDMM:
         """Drop evicted examples from the arrays (slots are renumbered)."""
         alive = np.flatnonzero(self._ex_alive[:self._n_ex])
         old = (self._ex_ptr.copy(), self._tok_ptr.copy(), self._fidx, self._fval, self._ytrue, self._xsq,
-               self._first, self._last, self._linv, self._U, self._B)
+               self._first, self._last, self._linv, self._cw, self._U, self._B)
         ex_ptr, tok_ptr = old[0], old[1]
         toks = np.concatenate([np.arange(ex_ptr[e], ex_ptr[e + 1]) for e in alive]) if len(alive) else np.zeros(0, np.int64)
         lens = ex_ptr[alive + 1] - ex_ptr[alive]
@@ -272,10 +290,10 @@ class ChainGDMM:
         self._tok_ptr[1:nt + 1] = np.cumsum(nn)
         self._fidx[:nz] = old[2][zs]
         self._fval[:nz] = old[3][zs]
-        for name, src in zip(("_ytrue", "_xsq", "_first", "_last", "_linv"), old[4:9]):
+        for name, src in zip(("_ytrue", "_xsq", "_first", "_last", "_linv", "_cw"), old[4:10]):
             getattr(self, name)[:nt] = src[toks]
-        self._U = G.Unigrams(*(np.ascontiguousarray(x[toks]) for x in old[9]))
-        self._B = G.Bigrams(*(np.ascontiguousarray(x[toks]) for x in old[10]))
+        self._U = G.Unigrams(*(np.ascontiguousarray(x[toks]) for x in old[10]))
+        self._B = G.Bigrams(*(np.ascontiguousarray(x[toks]) for x in old[11]))
         self._reserve(2 * m + 16, 2 * nt + 64, 2 * nz + 512)
         self._n_ex, self._n_tok, self._nnz = m, nt, nz
         self._order = [remap[e] for e in order]
@@ -369,20 +387,24 @@ class ChainGDMM:
     # ------------------------------------------------------------------ certificate
     def certificate(self, passes_done):
         """Exact primal (loss-augmented Viterbi on every held example), the dual at the
-        repaired (consistent) point, gap = P(w) - D(repaired) >= P(w) - min P. Observes only."""
+        repaired (consistent) point, gap = P(w) - D(repaired) >= P(w) - min P. Weighted examples:
+        P(w) = lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w), D = (1/N) sum_i c_i delta_i^T mu'_i -
+        lam/2 ||w(mu')||^2 with N = sum_i c_i (the repair is per example, so the repaired point
+        stays feasible). Observes only."""
         t0 = time.perf_counter()
         n = self.n_blocks
         lam = float(self.cfg.lam)
         if n == 0 or self._K == 0:
             return cert_mod.Certificate.empty(lam, n, seconds=time.perf_counter() - t0)
         s = self._s()
+        N = self.weight_sum()
         Wp, Tp = self._pred_weights()
         hinge, dloss, rep, Wr, Tr = self._repaired_sums(Wp, Tp)
         sq = float(np.vdot(Wp, Wp) + np.vdot(Tp, Tp))
         sqr = float(np.vdot(Wr, Wr) + np.vdot(Tr, Tr))
         reg = 0.5 * lam * s * s * sq
-        primal = reg + hinge / n
-        dual = dloss / n - 0.5 * lam * s * s * sqr
+        primal = reg + hinge / N
+        dual = dloss / N - 0.5 * lam * s * s * sqr
         raw = primal - dual
         resid = 0.0
         if self._use_trans:
@@ -391,8 +413,8 @@ class ChainGDMM:
                 resid += GC.multiplier_step(int(e), Dt, duals, 0.0)
         c = cert_mod.Certificate(
             gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=n,
-            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
-            dual_loss=dloss / n, block_gap_sum=raw, raw_gap=raw,
+            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / N,
+            dual_loss=dloss / N, block_gap_sum=raw, raw_gap=raw,
             note=("dual at the factor marginals repaired into a consistent point (a Markov chain from "
                   "the bigram row conditionals): a feasible BCFW dual point, so gap = P(w) - D bounds "
                   "P(w) - min P; primal by exact loss-augmented Viterbi at the weights that predict"
@@ -434,7 +456,8 @@ class ChainGDMM:
             GC.emission_scores(Wh, K, s, tpl, fi, fv, L, False, S)
             yt = self._ytrue[a:b]
             best = self._ad.decode(S, Th, Bm, s, L, K, yt, self._C, 1.0, (V, bp), lab)
-            hinge += best - self._ad.score(S, Th, Bm, s, yt, L, K, self._use_trans)
+            h = best - self._ad.score(S, Th, Bm, s, yt, L, K, self._use_trans)
+            hinge += h if not self._weighted else self._cw[a] * h
             rep += GC.repaired_unigrams(e, Dt, dual, K, self._use_trans, M, prev, nxt, row)
             dloss += GC.repaired_emissions(e, Dt, K, self._C, M, Wr)
             if self._use_trans:
@@ -460,7 +483,15 @@ class ChainGDMM:
             "order": np.asarray(self._order, dtype=np.int64),
             "rng": learner_state["rng"],
             "avg_k": self._avg_k, "ZW": self._ZW.copy(), "ZT": self._ZT.copy(),
-        }
+        } | self._weights_state()
+
+    def _weights_state(self):
+        """``{"ex_weight": c}`` (one weight per stored example slot) when some weight is not 1,
+        else nothing: files of unweighted models are unchanged."""
+        if not self._weighted:
+            return {}
+        c = self.example_weights()
+        return {"ex_weight": c} if (c != 1.0).any() else {}
 
     def restore(self, st):
         """Load a saved state (validated by ``_gdmm_state.validate_gdmm_state``)."""
@@ -485,6 +516,9 @@ class ChainGDMM:
         self._first = np.array(st["first"], dtype=np.bool_)
         self._last = np.array(st["last"], dtype=np.bool_)
         self._linv = np.array(st["linv"], dtype=np.float64)
+        c = np.asarray(st.get("ex_weight", np.ones(len(self._ex_alive))), dtype=np.float64)
+        self._cw = np.repeat(c, np.diff(self._ex_ptr))
+        self._weighted = bool((c != 1.0).any())
         U, B = st["U"], st["B"]
         self._U = G.Unigrams(np.array(U["lab"], np.int32), np.array(U["mu"], float), np.array(U["lamL"], float),
                          np.array(U["lamR"], float), np.array(U["cnt"], np.int32))

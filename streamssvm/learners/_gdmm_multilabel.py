@@ -93,6 +93,7 @@ class MLPairGDMM:
         self.fval = np.zeros(nnz)
         self.xsq = np.zeros(n_ex)
         self.Ki = np.ones(n_ex)
+        self.cw = np.ones(n_ex)     # example weights c_i
         self.Y = np.zeros((n_ex, Kc))
         self.alive = np.zeros(n_ex, dtype=np.bool_)
         self.u = np.zeros((n_ex, Kc))
@@ -104,9 +105,9 @@ class MLPairGDMM:
         self.fcnt = np.zeros(n_ex, dtype=np.int32)
         self.nact = np.zeros((n_ex, Kc))
 
-    _ROWS = ("xsq", "Ki", "Y", "alive", "u", "Dv", "fk", "fl", "fz", "flam", "fcnt", "nact")
+    _ROWS = ("xsq", "Ki", "Y", "alive", "u", "Dv", "fk", "fl", "fz", "flam", "fcnt", "nact", "cw")
     #: rows derived from the others (not saved): nact[i, k] = active factors of example i containing k
-    _DERIVED = ("nact",)
+    _DERIVED = ("nact", "cw")   # cw: saved as "ex_weight" only when a weight is not 1
     #: how inactive pair factors are defined in a saved state: "product" = implicitly (u_k, u_l, u_k u_l)
     #: (current); states without the key put them at the ground truth (converted on restore)
     INACTIVE = "product"
@@ -157,17 +158,26 @@ class MLPairGDMM:
     def n_blocks(self):
         return int(np.count_nonzero(self.alive[:self.n]))
 
+    _weighted = False   # some example held with a weight other than 1 (since the last reset)
+
+    def weight_sum(self):
+        """N = sum of the held examples' weights c_i (their count when unweighted)."""
+        if not self._weighted:
+            return self.n_blocks
+        return float(self.cw[self.alive_slots()].sum())
+
     def s(self):
-        return 1.0 / (self.cfg.lam * max(self.n_blocks, 1))
+        N = self.weight_sum()
+        return 1.0 / (self.cfg.lam * (N if N > 0 else 1))
 
     def data(self):
-        return G.pack(G.MLData(self.x_ptr, self.fidx, self.fval, self.xsq, self.Ki, self.Y, self.alive))
+        return G.pack(G.MLData(self.x_ptr, self.fidx, self.fval, self.xsq, self.Ki, self.Y, self.alive, self.cw))
 
     def dual(self):
         return G.pack(G.MLDual(self.u, self.Dv, self.fk, self.fl, self.fz, self.flam, self.fcnt, self.nact))
 
     # -------------------------------------------------------------- learning
-    def add(self, tok_ptr, fidx, fval, y, Ki):
+    def add(self, tok_ptr, fidx, fval, y, Ki, weight=1.0):
         if len(tok_ptr) != 2:
             raise ValueError("a multi-label example is one feature vector (one token)")
         cfg = self.cfg
@@ -187,6 +197,9 @@ class MLPairGDMM:
         fv = np.asarray(fval[a:b], dtype=np.float64)
         self.xsq[i] = float(fv @ fv)
         self.Ki[i] = float(max(Ki, 1))
+        self.cw[i] = weight
+        if weight != 1.0:
+            self._weighted = True
         self.Y[i] = 0.0
         self.Y[i, np.asarray(y, dtype=np.int64)] = 1.0
         self.u[i] = self.Y[i]      # ground truth: feasible, adds nothing to the weights
@@ -316,30 +329,31 @@ class MLPairGDMM:
         if n == 0 or self.K == 0:
             return cert_mod.Certificate.empty(lam, n, seconds=time.perf_counter() - t0)
         K, s = self.K, self.s()
+        N = self.weight_sum()   # sum of the weights: P(w) = lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w)
         exact = K <= so.MLPAIR_MAX_LABELS
         hinge, dloss, sqp, sql, resid = GM.ml_certificate_sums(self.data(), self.dual(), self.E, self.T, K, s, exact)
         sqE = float(np.vdot(self.E[:, :K], self.E[:, :K]))
         sqT = float(np.sum(np.triu(self.T[:K, :K], 1) ** 2))
         reg = 0.5 * lam * s * s * (sqE + sqT)
-        d_prod = dloss / n - 0.5 * lam * s * s * (sqE + sqp)
-        d_local = dloss / n - 0.5 * lam * s * s * (sqE + sql)
+        d_prod = dloss / N - 0.5 * lam * s * s * (sqE + sqp)
+        d_local = dloss / N - 0.5 * lam * s * s * (sqE + sql)
         extra = {"consistency_residual": float(resid), "dual_local_polytope": d_local,
                  "dual_distribution": d_prod, "passes": passes_done,
                  "active_factors": int(self.fcnt[self.alive_slots()].sum())}
         if not exact:
             return cert_mod.Certificate(
                 gap=float("inf"), primal=float("nan"), dual=d_prod, n_blocks=n, oracle_calls=0,
-                seconds=time.perf_counter() - t0, exact=False, lam=lam, regularizer=reg, dual_loss=dloss / n,
+                seconds=time.perf_counter() - t0, exact=False, lam=lam, regularizer=reg, dual_loss=dloss / N,
                 note=(f"{K} labels: the exact primal needs MAP by enumeration (up to {so.MLPAIR_MAX_LABELS} labels) "
                       "and is not computed; dual = D at a distribution repair (a feasible dual point, a lower bound "
                       "on min P); extra['dual_local_polytope'] bounds only the LP-relaxed objective"),
                 extra=extra)
-        primal = reg + hinge / n
+        primal = reg + hinge / N
         raw = primal - d_prod
         return cert_mod.Certificate(
             gap=max(raw, 0.0), primal=primal, dual=d_prod, n_blocks=n, oracle_calls=n,
-            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / n,
-            dual_loss=dloss / n, block_gap_sum=raw, raw_gap=raw,
+            seconds=time.perf_counter() - t0, exact=True, lam=lam, regularizer=reg, hinge=hinge / N,
+            dual_loss=dloss / N, block_gap_sum=raw, raw_gap=raw,
             note=("primal P(w) by exact enumeration of the 2^K labelings; dual at a distribution repair "
                   "(per example a distribution over labelings with the unigram marginals u: a feasible "
                   "dual point of the exact problem), so gap = P(w) - D bounds P(w) - min P. The dual "
@@ -359,6 +373,8 @@ class MLPairGDMM:
         for k in self._ROWS:
             if k not in self._DERIVED:
                 st[k] = getattr(self, k)[:n].copy()
+        if self._weighted and (self.cw[:n] != 1.0).any():
+            st["ex_weight"] = self.cw[:n].copy()   # only when a weight is not 1: unweighted files unchanged
         st.update({"ml": 1, **learner_state})
         return st
 
@@ -382,6 +398,8 @@ class MLPairGDMM:
                 setattr(self, k, np.array(st[k], dtype=types[k]))
         self.n = len(self.alive)
         self.nnz = len(self.fidx)
+        self.cw = np.array(st.get("ex_weight", np.ones(self.n)), dtype=np.float64)
+        self._weighted = bool((self.cw != 1.0).any())
         if (self.fidx.size and (self.fidx.min() < 0 or self.fidx.max() >= self.E.shape[0])) \
                 or self.fk.shape[1] != self.fcap or self.u.shape[1] != self.Kc:
             raise ValueError("invalid GDMM multi-label state: feature ids or capacities out of range")

@@ -286,7 +286,7 @@ class Learner(base.Base, abc.ABC):
         without :attr:`example_weights`: a weight is never ignored silently)."""
         if weight != 1.0:
             raise NotImplementedError(f"{type(self).__name__} does not take example weights (got weight="
-                                      f"{weight!r}); the learners that do: SGD, BCFW, CuttingPlane, BMRM, Pragam, MEMOIR")
+                                      f"{weight!r}); the learners that do: SGD, BCFW, CuttingPlane, BMRM, Pragam, MEMOIR, GDMM")
 
     def learn_batch(self, ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki=None):
         """Learn m new examples in order, exactly as m calls of :meth:`learn` would (the

@@ -18,6 +18,18 @@ engine -- :class:`~streamssvm.learners._gdmm_chain.ChainGDMM` (chains) and
 ``lam`` is the regularization lambda of P(w) = lam/2 ||w||^2 + (1/n) sum_i H_i(w) (the paper's
 C is 1 / (lam n)); ``rho`` the augmented-Lagrangian penalty, ``eta`` the multiplier step.
 
+Example weights (``learn(..., weight=c)``, the estimators' ``learn_one(x, y, w)`` and
+``class_weight=``): P(w) = lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w) with N = sum_i c_i over the held
+examples, the objective BCFW minimizes. Its dual is the unweighted one with example i's block
+scaled by c_i -- w = (1/(lam N)) sum_i c_i sum_f Phi_f^T (e_ytrue - mu_f), loss term
+(1/N) sum_i c_i delta_i^T mu_i, every factor marginal still a distribution -- and the factorwise
+decomposition and its consistency constraints are per example, so GDMM runs on it unchanged but
+for c_i in each block's gradient (c_i) and curvature (c_i^2) and in how far a step moves the
+weights (c_i); see :mod:`streamssvm._kernels.gdmm_chain` and
+:mod:`streamssvm._kernels.gdmm_multilabel`. The certificate follows the weighted objective (both
+its primal and the repaired dual point). Weight 2 is the objective of the example held twice (not
+the same trajectory); weights are saved only when one is not 1.
+
 Certificate: the stored factor marginals are generally not consistent (the multipliers only
 enforce consistency in the limit). :meth:`GDMM.certificate` repairs them into a locally
 consistent point -- on a chain, a Markov chain built from the bigram marginals' row
@@ -28,6 +40,8 @@ this gap does not go to zero as fast as the algorithm's own residuals; ``extra``
 consistency residual and the (non-bounding) dual value at the stored point.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -244,13 +258,19 @@ class GDMM(DenseWeights, Learner):
         return self._engine.n_blocks
 
     # ------------------------------------------------------------------ learning
+    #: ``learn(..., weight=c)``: the exact weighted dual, chains and pairwise multi-label (module doc)
+    example_weights = True
+
     def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
-        """Hold a new example (its factors start at the ground truth), sweep its factors and
-        take its multiplier step, then ``replay`` sweeps on random held examples."""
+        """Hold a new example with weight ``weight`` c > 0 (its factors start at the ground
+        truth), sweep its factors and take its multiplier step, then ``replay`` sweeps on random
+        held examples."""
         if weight != 1.0:
-            self._unweighted(weight)
+            weight = float(weight)
+            if not 0.0 < weight < math.inf:
+                raise ValueError(f"GDMM example weights must be finite and > 0, got {weight!r}")
         eng = self._engine
-        e = eng.add(tok_ptr, fidx, fval, y, Ki)
+        e = eng.add(tok_ptr, fidx, fval, y, Ki) if weight == 1.0 else eng.add(tok_ptr, fidx, fval, y, Ki, weight)
         eng.sweep([e], True)
         self.n_learned += 1
         if self.replay:
