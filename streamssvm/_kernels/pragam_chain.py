@@ -3,7 +3,7 @@ BMRM and Faster Rates for Training SVMs", App. E: the M3N dual over clique margi
 E.3.1: the Euclidean projection onto the chain's marginal polytope by block coordinate descent).
 
 The dual variables of a held example with m >= 2 tokens are its m - 1 edge marginals
-alpha_e(a, b) (K x K each, mass 1/n), those of a one-token example one node marginal stored on the
+alpha_e(a, b) (K x K each, mass z_i: 1/n, or c_i / N with example weights c_i, N = sum_i c_i), those of a one-token example one node marginal stored on the
 diagonal of a K x K table (off-diagonal entries stay 0). Layout (:data:`ChainCliques`, built once
 per window by the learner): ``c_ptr`` (n + 1) the cliques of each example, ``c_tok`` the clique's
 first token (global index), ``c_edge`` 1 for an edge clique, 0 for a one-token node clique,
@@ -26,8 +26,9 @@ _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: ``c_first``, ``c_last`` (Nc).
 ChainCliques = namedtuple("ChainCliques", ["c_ptr", "c_tok", "c_edge", "c_first", "c_last"])
 
-#: The projection's settings: ``z`` the mass of every clique (1 / n), ``max_sweeps`` the cap on the
-#: block coordinate sweeps, ``tol`` the consistency residual (relative to z) that ends them.
+#: The projection's settings: ``z`` the mass of each example's cliques (float64 array, one per
+#: example: 1 / n, or c_i / N with example weights), ``max_sweeps`` the cap on the block coordinate
+#: sweeps, ``tol`` the consistency residual (relative to the example's z) that ends them.
 ProjectionConfig = namedtuple("ProjectionConfig", ["z", "max_sweeps", "tol"])
 
 
@@ -200,7 +201,7 @@ def project_marginals(lay, M, cfg, mul_all, out):
     example whose cliques start at c0) is the warm start of the separator multipliers, updated in
     place (Algorithm 1's successive targets are close, so the last multipliers save most sweeps)."""
     c_ptr, c_tok, c_edge, c_first, c_last = lay
-    z, max_sweeps, tol = cfg
+    zs, max_sweeps, tol = cfg
     K = M.shape[1]
     sweeps_max = 0
     res_max = 0.0
@@ -211,6 +212,7 @@ def project_marginals(lay, M, cfg, mul_all, out):
     keep = np.empty(K * K, dtype=np.int64)
     for i in range(c_ptr.shape[0] - 1):
         c0, c1 = c_ptr[i], c_ptr[i + 1]
+        z = zs[i]
         if c_edge[c0] == 0:
             for a in range(K):
                 diag[a] = M[c0, a, a]

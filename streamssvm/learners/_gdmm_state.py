@@ -180,6 +180,15 @@ def _common_scalars(st, labels):
     _rng(st)
 
 
+def _example_weights(st, n):
+    """The optional ``ex_weight`` (one weight c_i > 0 per stored example slot; saved only when a
+    weight is not 1)."""
+    if "ex_weight" in st:
+        c = _arr(st, "ex_weight", "float", (n,))
+        if c.size and c.min() <= 0.0:
+            _fail("ex_weight", "example weights must be > 0")
+
+
 def validate_chain_state(st, structure, labels):
     """Every array of a chain GDMM state (see :meth:`GDMM.state`): weights, cost, averaging
     accumulators, the CSR store of the held examples (example / token pointers, feature ids and
@@ -234,6 +243,7 @@ def validate_chain_state(st, structure, labels):
     ne = ex_ptr.size - 1
     ex_ptr = _arr(st, "ex_ptr", "int", (ne + 1,))
     alive = _arr(st, "ex_alive", "bool", (ne,))
+    _example_weights(st, ne)
     ytrue_raw = np.asarray(_get(st, "ytrue"))
     if ytrue_raw.ndim != 1:
         _fail("ytrue", f"must be 1-D, got shape {ytrue_raw.shape}")
@@ -365,6 +375,7 @@ def validate_ml_state(st, structure, labels):
     if not np.isin(Y, (0.0, 1.0)).all() or Y[:, K:].any():
         _fail("Y", f"truths must be 0 / 1 over the first {K} labels")
     alive = _arr(st, "alive", "bool", (n,))
+    _example_weights(st, n)
     u = _arr(st, "u", "float", (n, Kc))
     if u.size and (u.min() < 0.0 or u.max() > 1.0):
         _fail("u", "unigram marginals must lie in [0, 1]")

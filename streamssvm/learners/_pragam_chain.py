@@ -21,6 +21,15 @@ the conditional independence properties"), so both maps are Euclidean projection
 
 computed by the App. E.3.1 block coordinate descent and made exactly feasible
 (:func:`~streamssvm._kernels.pragam_chain.project_marginals`). max_Q d = Nc / (2 n^2) = D_2 (Nc cliques).
+
+Example weights c_i (``learn(..., weight=c)``): J(W) = (lam/2) ||W||^2 + (1/N) sum_i c_i H_i(W),
+N = sum_i c_i. The M3N dual is the same with example i's clique marginals of mass z_i = c_i / N
+instead of 1/n: the risk is a sum over examples, so sum_i (c_i / N) max_y (...) is the max over the
+product of the mass-z_i polytopes, and every map above keeps its form -- psi_true = sum_i z_i
+Psi_i(y_i), the hinge and truth averages weighted by z_i, Proj_Q onto the product of the z_i-scaled
+polytopes, D_2 = max_Q d = (1/2) sum_i Nc_i z_i^2. The prox, its strong convexity (1) and ||A||
+do not depend on the masses, so Algorithm 1's schedule and its certificate follow unchanged. All
+weights 1 take the unweighted arithmetic, bit for bit.
 Weights are one flat vector [E (d x K), T (K x K), B (2 x K)].
 """
 from __future__ import annotations
@@ -43,6 +52,8 @@ class ChainDual:
     ----------
     items
         The window's examples ``(tok_ptr, fidx, fval, y, Ki)``.
+    weights
+        Their weights c_i (None: all 1; see the module doc).
     d, K
         Feature and label counts of the weights.
     C
@@ -53,10 +64,12 @@ class ChainDual:
         Transition and start / end features.
     """
 
-    def __init__(self, items, d, K, C, lam, use_trans):
+    def __init__(self, items, d, K, C, lam, use_trans, weights=None):
         self.d, self.K, self.lam, self.use_trans = d, K, float(lam), bool(use_trans)
         n = len(items)
         self.n = n
+        #: each example's mass z_i (c_i / N), None when unweighted (1 / n)
+        self.mass = None if weights is None else np.asarray(weights, dtype=np.float64) / float(np.sum(weights))
         rows, idx, val, ys, zs, lens = [], [], [], [], [], []
         for tp, fi, fv, y, Ki in items:
             m = len(tp) - 1
@@ -100,15 +113,22 @@ class ChainDual:
                                             cat(c_first, np.uint8), cat(c_last, np.uint8)))
         self.Nc = int(c_ptr[-1])
         self.c_ptr = c_ptr
-        self.D2 = self.Nc / (2.0 * n * n)
-        self.cfg = tuple(PC.ProjectionConfig(1.0 / n, PROJECTION_SWEEPS, PROJECTION_TOL))
+        if self.mass is None:
+            self.D2 = self.Nc / (2.0 * n * n)
+            zs = np.full(n, 1.0 / n)
+        else:
+            self.D2 = 0.5 * float(np.dot(nc, self.mass * self.mass))
+            zs = self.mass
+            self.zc = np.repeat(self.mass, nc)   # per clique
+        self.cfg = tuple(PC.ProjectionConfig(zs, PROJECTION_SWEEPS, PROJECTION_TOL))
         # the loss table, and the truth's features / n
         NL = np.asarray(C, dtype=np.float64)[self.y][:, :K] / Z[:, None]
         self.Lc = self._tables(NL, np.zeros((K, K)), np.zeros((2, K)), False)
         Ytok = np.zeros((N, K))
         Ytok[np.arange(N), self.y] = 1.0
         self.Ytrue = self._truth_tables(Ytok)
-        self.psi_true = self._adjoint(self.Ytrue) / n
+        self.psi_true = self._adjoint(self.Ytrue) / n if self.mass is None else \
+            self._adjoint(self.Ytrue * self.zc[:, None, None])
         self.last_sweeps = 0
         self.last_residual = 0.0
         # warm starts of the projection's multipliers: the smoothing map and the gradient step
@@ -174,13 +194,17 @@ class ChainDual:
         return out
 
     def hinge_sum(self, G):
-        """(1/n) sum_i [max_y G_i(y) - G_i(y_i)] for loss-augmented score tables G."""
+        """(1/n) sum_i [max_y G_i(y) - G_i(y_i)] for loss-augmented score tables G (weights: sum_i z_i [...])."""
         best, truth = np.empty(self.n), np.empty(self.n)
         PC.chain_max(self.layout, G, self.y, best, truth)
+        if self.mass is not None:
+            return float(np.dot(self.mass, best - truth))
         return float((best - truth).sum()) / self.n
 
     def truth_mean(self, G):
-        """(1/n) sum_i G_i(y_i)."""
+        """(1/n) sum_i G_i(y_i) (weights: sum_i z_i G_i(y_i))."""
+        if self.mass is not None:
+            return float(np.vdot(self.Ytrue * self.zc[:, None, None], G))
         return float(np.vdot(self.Ytrue, G)) / self.n
 
     def primal(self, w, Aw):
@@ -198,9 +222,13 @@ class ChainDual:
 
     def random_point(self, rng):
         P = rng.exponential(size=(self.Nc, self.K, self.K))
+        if self.mass is not None:
+            return self.project(P / P.sum(axis=(1, 2), keepdims=True) * self.zc[:, None, None])
         return self.project(P / (P.sum(axis=(1, 2), keepdims=True) * self.n))
 
     def truth_point(self):
+        if self.mass is not None:
+            return self.Ytrue * self.zc[:, None, None]
         return self.Ytrue / self.n
 
     def norm_sq(self, iters=60, seed=0):

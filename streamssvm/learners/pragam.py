@@ -62,12 +62,12 @@ Algorithm 1 (k = 0) from the projection of the previous dual point (held rows re
 1/n, new rows on their ground truth); between a window change and that refine the certificate
 reports gap = inf with a note.
 
-Example weights (``learn(..., weight=c)``, multiclass and Pragam-b): J(W) = (lam/2)||W||^2 +
+Example weights (``learn(..., weight=c)``, multiclass, Pragam-b and chains): J(W) = (lam/2)||W||^2 +
 (1/N) sum_i c_i H_i(W), N = sum_i c_i over the held examples; Q's row i has mass c_i / N instead of
 1/n (Y likewise; Pragam-b: the box [0, c_i / N]), D_2 = (1/2) sum_i (c_i / N)^2, and the dual, the gap and the schedule follow
 unchanged. The weights are held with the examples (window evictions remove them) and saved only
-when one is not 1; every weight 1 is the unweighted learner, bit for bit. Chains refuse a weight
-other than 1.
+when one is not 1; every weight 1 is the unweighted learner, bit for bit. Chains: each example's
+clique marginals have mass c_i / N (derivation in :mod:`streamssvm.learners._pragam_chain`).
 
 Chains (``SequenceTagger``; the paper's App. E): the same Algorithm 1 on the M3N dual over clique
 (edge) marginals with the paper's Euclidean prox, both maps projections onto the chain's marginal
@@ -197,6 +197,7 @@ class Pragam(DenseWeights, Learner):
         self._version = None
         self._prev_seq = None
         self._prev_n = None
+        self._prev_weighted = False   # chains: the last window set up had example weights
         self.alpha = None
         self.k = 0
         self.iterations = 0
@@ -232,18 +233,15 @@ class Pragam(DenseWeights, Learner):
     def n_blocks(self):
         return len(self.held)
 
-    #: ``learn(..., weight=c)``: multiclass and Pragam-b (module docstring); chains refuse a
-    #: weight other than 1
+    #: ``learn(..., weight=c)``: multiclass, Pragam-b and chains (module docstring)
     example_weights = True
 
     def weights_refused(self):
-        """Why this Pragam does not take example weights (chains), or None."""
-        if getattr(self, "_chain", False):
-            return "Pragam takes example weights on multiclass windows only, not with chains"
+        """Why this Pragam does not take example weights, or None (every structure takes them)."""
         return None
 
     def learn(self, tok_ptr, fidx, fval, y, Ki=1, weight=1.0):
-        """Hold a new example (FIFO window) with weight ``weight`` c > 0 (not chains).
+        """Hold a new example (FIFO window) with weight ``weight`` c > 0.
         No optimization until :meth:`refine`."""
         if weight != 1.0:
             if self.weights_refused():
@@ -326,9 +324,11 @@ class Pragam(DenseWeights, Learner):
     def _setup_chain(self):
         """The chain window's dual problem (:class:`~streamssvm.learners._pragam_chain.ChainDual`) and
         the restarted Algorithm 1 state: the previous dual point on the examples still held
-        (rescaled to the new 1/n), the new examples on their ground truth, projected onto Q."""
+        (rescaled to the new 1/n, or with weights to the new c_i / N), the new examples on their
+        ground truth, projected onto Q."""
         d, K = self.W.E.shape[0], self._K
-        prob = ChainDual(list(self.held.items), d, K, self._C, self.lam, self.structure.use_trans)
+        cw = self.held.example_weights()
+        prob = ChainDual(list(self.held.items), d, K, self._C, self.lam, self.structure.use_trans, cw)
         self._prob = prob
         n = prob.n
         self._n = n
@@ -344,7 +344,12 @@ class Pragam(DenseWeights, Learner):
                 a, b = prev[j], prev[j + 1]
                 a2, b2 = prob.c_ptr[j - off], prob.c_ptr[j - off + 1]
                 if b - a == b2 - a2:
-                    start[a2:b2] = self.alpha[a:b] * (self._prev_n / n)
+                    if cw is None and not self._prev_weighted:
+                        start[a2:b2] = self.alpha[a:b] * (self._prev_n / n)
+                    else:   # each held example to its new mass c_i / N
+                        tot = float(self.alpha[a].sum())
+                        z = prob.mass[j - off] if cw is not None else 1.0 / n
+                        start[a2:b2] = self.alpha[a:b] * (z / tot) if tot > 0.0 else start[a2:b2]
             self.restarts += 1
             start = prob.project(start)
         elif self.start == "random":
@@ -352,6 +357,7 @@ class Pragam(DenseWeights, Learner):
         self._alpha_m1 = start
         self._restart_schedule(n, prob.X, lambda: prob.norm_sq() / self.lam)
         self._prev_cptr = prob.c_ptr.copy()
+        self._prev_weighted = cw is not None
 
     def _lin(self, W):
         """The linear map of the weights the dual's gradient needs: X W (multiclass) or the
@@ -362,7 +368,7 @@ class Pragam(DenseWeights, Learner):
 
     def lipschitz(self):
         """sigma_max(X)^2 / lam for the held window (the paper's L, with the 1/lam of (26))."""
-        if self._chain:
+        if self._chain:   # ||A|| does not depend on the example weights
             d, K = self.W.E.shape[0], self._K
             return ChainDual(list(self.held.items), d, K, self._C, self.lam,
                              self.structure.use_trans).norm_sq() / self.lam
@@ -690,6 +696,8 @@ class Pragam(DenseWeights, Learner):
             st["alpha"] = self.alpha
         if self._chain and getattr(self, "_prev_cptr", None) is not None:
             st["prev_cptr"] = self._prev_cptr
+            if self._prev_weighted:          # only then: unweighted files unchanged
+                st["prev_weighted"] = True
         if self.mu is not None:
             st.update({"Wk": self._Wk, "Wa": self._Wa})
             if self._chain:
@@ -718,6 +726,7 @@ class Pragam(DenseWeights, Learner):
         self.alpha = np.array(st["alpha"], dtype=np.float64) if "alpha" in st else None
         if "prev_cptr" in st:
             self._prev_cptr = np.array(st["prev_cptr"], dtype=np.int64)
+        self._prev_weighted = bool(st.get("prev_weighted", False))
         if s["mu"] is not None and s["version"] is not None and int(s["version"]) == self.held.version:
             # rebuild the window matrices, then put Algorithm 1's state back exactly
             alpha, Lcur, Lmax, k, restarts = self.alpha, self.Lcur, self.Lmax, self.k, self.restarts
@@ -783,8 +792,6 @@ def validate_pragam_state(st, structure):
         _fail(f"the bias must have at least {K} entries, got {b.shape}")
     _finite_float(b, b.shape, "the bias")
     validate_window(st["window"], structure, d, Kc, K)
-    if "weights" in st["window"] and structure.kind == so.CHAIN:
-        _fail("Pragam takes example weights on multiclass windows only, the held chain window has some")
     rows = unpack_rows(st["window"]["items"], "held window")
     n = len(rows)
     chain = structure.kind == so.CHAIN
