@@ -31,23 +31,25 @@ def _fill(est, X, Y):
 
 
 def _brute_objective(lr, lam):
-    """J(W) of the learner's weight tables by enumerating every labeling of every held example."""
+    """J(W) of the learner's weight tables by enumerating every labeling of every held example
+    (with example weights: (1/N) sum_i c_i H_i)."""
     st = lr.structure
     K = lr._K
     E, T, B = lr.W.E, lr.W.T[:K, :K], lr.W.B[:, :K]
     d = E.shape[0]
     reg = 0.5 * lam * (np.vdot(E[:, :K], E[:, :K]) + np.vdot(T, T) + np.vdot(B, B))
     risk = 0.0
-    for tp, fi, fv, y, Ki in lr.held:
+    cw = list(lr.held.weights)
+    for (tp, fi, fv, y, Ki), c in zip(lr.held, cw):
         m = len(tp) - 1
 
         def score(lab):
             e, t, b = st.joint_feature(d, K, tp, fi, fv, lab)
             return float(np.vdot(E[:, :K], e) + np.vdot(T, t) + np.vdot(B, b))
         s_true = score(y)
-        risk += max(st.brute_loss(y, lab, lr._C) + score(lab) - s_true
-                    for lab in itertools.product(range(K), repeat=m))
-    return reg + risk / len(lr.held)
+        risk += c * max(st.brute_loss(y, lab, lr._C, Ki) + score(lab) - s_true
+                        for lab in itertools.product(range(K), repeat=m))
+    return reg + risk / sum(cw)
 
 
 def _bcfw_optimum(X, Y, lam, passes=4000):
@@ -58,11 +60,13 @@ def _bcfw_optimum(X, Y, lam, passes=4000):
 
 
 def _in_polytope(prob, A, tol=1e-12):
-    """alpha >= 0, every clique of mass 1/n, neighbouring edges agree on their shared node."""
+    """alpha >= 0, every clique of mass 1/n (weights: c_i / N), neighbouring edges agree on their
+    shared node."""
     n = prob.n
     c_ptr, c_tok, c_edge = prob.layout[:3]
     assert A.min() >= -tol
-    assert np.allclose(A.sum(axis=(1, 2)), 1.0 / n, atol=tol)
+    z = 1.0 / n if prob.mass is None else np.repeat(prob.mass, np.diff(c_ptr))
+    assert np.allclose(A.sum(axis=(1, 2)), z, atol=tol)
     for i in range(n):
         for c in range(c_ptr[i], c_ptr[i + 1] - 1):
             assert np.allclose(A[c].sum(axis=0), A[c + 1].sum(axis=1), atol=tol)
@@ -192,3 +196,71 @@ def test_ocr_words_reach_bcfw_certified_optimum():
         c = lr.certificate()
         assert c.dual <= ub + 1e-10 and c.primal >= lb - 1e-10
     assert c.gap < 2.5e-2 * ub and c.primal - lb < 2.5e-2 * ub
+
+
+# ---------------------------------------------------------------------------- example weights
+def _weighted(est, X, Y, ws):
+    for x, y, c in zip(X, Y, ws):
+        est.learn_one(x, y, w=c)
+    return est
+
+
+def test_weighted_chains_reach_the_weighted_optimum_with_a_valid_certificate():
+    """Example weights c_i: clique masses c_i / N. Every iteration the certificate's primal is the
+    brute-force weighted J(W_k), the dual point lies in the weighted polytope, and D(alpha_k) <= J*
+    of the weighted problem (certified by BCFW's weighted dual, itself checked against the example
+    held twice): weight 2 is the example twice."""
+    lam = 0.1
+    X, Y = _toy(n=6, K=3, seed=4)
+    ws = [1.0, 2.0, 0.5, 3.0, 1.0, 2.0]
+    ref = _weighted(ss.SequenceTagger(learner=BCFW(lam=lam, replay=0, seed=0, averaging=False, step="pairwise")),
+                    X, Y, ws)
+    ref._learner.refine(4000)
+    cr = ref._learner.certificate()
+    lb, ub = cr.dual, cr.primal
+    assert ub - lb < 1e-8
+    est = _weighted(ss.SequenceTagger(learner=Pragam(lam=lam, tol=0.0)), X, Y, ws)
+    lr = est._learner
+    for k in range(200):
+        lr.refine(1)
+        c = lr.certificate()
+        if k % 40 == 0 or k == 199:
+            assert c.primal == pytest.approx(_brute_objective(lr, lam), abs=1e-10)
+            _in_polytope(lr._prob, lr.alpha)
+            assert np.allclose(lr._prob.weights_of(lr.alpha), lr._Wa)
+        assert c.dual <= lb + 1e-10 and c.primal >= ub - 1e-10
+    assert c.gap < 5e-3 and c.primal - ub < 5e-3
+    # the copies (each example round(2 c_i) times, unweighted): the same objective
+    Xc, Yc = [], []
+    for x, y, w in zip(X, Y, ws):
+        Xc += [x] * int(2 * w)
+        Yc += [y] * int(2 * w)
+    cp = _fill(ss.SequenceTagger(learner=Pragam(lam=lam, tol=0.0)), Xc, Yc)
+    cp._learner.refine(200)
+    cc = cp._learner.certificate()
+    assert cc.dual - 1e-9 <= c.primal and c.dual - 1e-9 <= cc.primal
+
+
+def test_weighted_projection_and_window_restart_round_trip():
+    X, Y = _toy(n=10, K=3, seed=2)
+    ws = [1.0, 2.0, 0.5] * 4
+    est = _weighted(ss.SequenceTagger(learner=Pragam(lam=0.1, window=6, tol=0.0)), X[:8], Y[:8], ws[:8])
+    lr = est._learner
+    lr.refine(20)
+    _in_polytope(lr._prob, lr.alpha)
+    est.learn_one(X[8], Y[8], w=ws[8])
+    lr.refine(5)
+    _in_polytope(lr._prob, lr.alpha)
+    assert lr.restarts == 1 and np.isfinite(lr.certificate().gap)
+    st = lr.state()
+    assert "weights" in st["window"] and st["prev_weighted"] is True
+    twin = Pragam(lam=0.1, window=6, tol=0.0)
+    twin.restore(lr.structure, est._labels.labels, st)
+    lr.refine(7)
+    twin.refine(7)
+    assert np.array_equal(lr._Wk, twin._Wk) and lr.certificate().gap == twin.certificate().gap
+    # unweighted windows save neither
+    u = _fill(ss.SequenceTagger(learner=Pragam(lam=0.1, window=6, tol=0.0)), X[:8], Y[:8])
+    u._learner.refine(3)
+    stu = u._learner.state()
+    assert "weights" not in stu["window"] and "prev_weighted" not in stu

@@ -964,9 +964,10 @@ def test_pragam_weighted_certificate_bounds_the_true_suboptimality(tmp_path):
     assert _same(u.state(), v.state()) and "weights" not in u.bound_learner.state()["window"]
 
 
-def test_pragam_b_weight_two_is_the_example_twice_and_chains_refuse():
+def test_pragam_b_weight_two_is_the_example_twice():
     """Pragam-b (two classes, unregularized bias): the box [0, c_i / N] and the primal minimized
-    over the bias with weighted hinges: the copies' optimum, brackets overlap; chains refuse."""
+    over the bias with weighted hinges: the copies' optimum, brackets overlap (chains:
+    tests/test_pragam_chain.py)."""
     X, y = _rows(n=12, k=2, seed=13)
     ws = [[1.0, 2.0, 3.0, 0.5][i % 4] for i in range(len(y))]
     make = lambda: ss.MulticlassSSVM(learner=Pragam(lam=0.1, tol=1e-9, bias=True), scale=False)  # noqa: E731
@@ -974,12 +975,6 @@ def test_pragam_b_weight_two_is_the_example_twice_and_chains_refuse():
     ca, cb = a.bound_learner.certificate(), b.bound_learner.certificate()
     assert ca.gap < 1e-4 and cb.gap < 1e-4
     assert cb.dual - 1e-9 <= ca.primal and ca.dual - 1e-9 <= cb.primal
-    t = ss.SequenceTagger(learner=Pragam(lam=0.1))
-    t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"])
-    before = t.state()
-    with pytest.raises(NotImplementedError, match="chains"):
-        t.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["X", "Y"], w=2.0)
-    assert _same(t.state(), before)
 
 
 def test_pragam_weights_follow_evictions():
