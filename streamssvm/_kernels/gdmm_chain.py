@@ -690,13 +690,13 @@ def _uni_fw_step(t, n, fw, g, h, Dt, U, Wu, SC, A, away):
 
 
 @njit(**_JIT)
-def _bi_apply(f, n, d, gam, B, T, M, heaps, H, A, zero, c):
+def _bi_apply(f, n, d, gam, B, T, K, heaps, H, A, zero, c):
     """mu_f += gam d over the active pairs (clipped at 0; slot ``zero`` set to exactly 0: a drop
     step), with T (moving by c times the change, c the example's weight), the averaging
-    accumulator and the heaps kept in step."""
+    accumulator and the heaps kept in step (T is the Kc x Kc table)."""
     B_a, B_b, B_mu, _ = B
     _, A_ZT, A_coef = A
-    K, Kc, _, _ = M
+    Kc = T.shape[1]
     for k in range(n):
         x = gam * d[k]
         if x != 0.0 or k == zero:
@@ -841,7 +841,7 @@ def bi_step(f, a0, a1, dual, W, M, cfg, work, c=1.0):
         if gam >= gmax:
             gam = gmax
             drop = is_away
-        _bi_apply(f, n, tmp, gam, B, T, M, heaps, H, A, v if drop else -1, c)
+        _bi_apply(f, n, tmp, gam, B, T, K, heaps, H, A, v if drop else -1, c)
         return drop
     for it in range(qp_iters):
         if it > 0:
@@ -887,7 +887,7 @@ def bi_step(f, a0, a1, dual, W, M, cfg, work, c=1.0):
         gam = lin / curv
         if gam > 1.0:
             gam = 1.0
-        _bi_apply(f, n, tmp[3 * n:4 * n], gam, B, T, M, heaps, H, A, -1, c)
+        _bi_apply(f, n, tmp[3 * n:4 * n], gam, B, T, K, heaps, H, A, -1, c)
     return False
 
 
