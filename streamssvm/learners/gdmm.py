@@ -19,7 +19,7 @@ engine -- :class:`~streamssvm.learners._gdmm_chain.ChainGDMM` (chains) and
 C is 1 / (lam n)); ``rho`` the augmented-Lagrangian penalty, ``eta`` the multiplier step.
 
 Example weights (``learn(..., weight=c)``, the estimators' ``learn_one(x, y, w)`` and
-``class_weight=``): P(w) = lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w) with N = sum_i c_i over the held
+``learn_many(X, Y, w=...)``): P(w) = lam/2 ||w||^2 + (1/N) sum_i c_i H_i(w) with N = sum_i c_i over the held
 examples, the objective BCFW minimizes. Its dual is the unweighted one with example i's block
 scaled by c_i -- w = (1/(lam N)) sum_i c_i sum_f Phi_f^T (e_ytrue - mu_f), loss term
 (1/N) sum_i c_i delta_i^T mu_i, every factor marginal still a distribution -- and the factorwise
