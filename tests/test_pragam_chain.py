@@ -264,3 +264,19 @@ def test_weighted_projection_and_window_restart_round_trip():
     u._learner.refine(3)
     stu = u._learner.state()
     assert "weights" not in stu["window"] and "prev_weighted" not in stu
+
+
+def test_weighted_chain_model_file_round_trip(tmp_path):
+    """A saved chain Pragam holding example weights loads (the state check used to refuse a
+    weighted chain window) and continues bit for bit."""
+    X, Y = _toy(n=8, K=3, seed=2)
+    est = _weighted(ss.SequenceTagger(learner=Pragam(lam=0.1, window=6, tol=0.0)), X, Y,
+                    [1.0, 2.0, 0.5, 1.0, 3.0, 1.0, 2.0, 1.0])
+    est._learner.refine(5)
+    p = tmp_path / "m.ssvm"
+    est.save(p)
+    twin = ss.SequenceTagger.load(p)
+    est._learner.refine(3)
+    twin._learner.refine(3)
+    assert np.array_equal(est._learner._Wk, twin._learner._Wk)
+    assert est._learner.certificate().gap == twin._learner.certificate().gap
