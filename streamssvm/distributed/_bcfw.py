@@ -82,6 +82,47 @@ common w, sum_i max_y H_i(y; w), sum_i L_i and sum_i g_i (``block_sums``); the g
 lam ||w||^2 - (1/n) sum L_i + (1/n) sum max H_i = (1/n) sum_k sum_{i in S_k} g_i (the block gaps
 add up because sum_i <w, u_i>/n = lam ||w||^2).
 
+Averaging at the mixer
+----------------------
+One process averages its iterates with weights proportional to the step index (Lacoste-Julien,
+Jaggi, Schmidt and Pletscher, "Block-coordinate Frank-Wolfe optimization for structural SVMs",
+ICML 2013): after T block steps, U_bar = sum_{t=1..T} t U_t / W_T with W_T = T (T + 1) / 2
+(``_kernels/bcfw.py``: ``avg_coef`` gives W_{s-1}, the kernels keep Z with U_bar = U - Z / W_T),
+and the same average of the loss sums L_t = sum_i L_i(alpha_t) gives the averaged dual point
+alpha_bar (feasible: a convex combination of feasible points, u and L linear in alpha, a block
+that arrives later sits on its ground truth, u_i = 0, L_i = 0, in the earlier iterates). The
+model predicts with U_bar / (lam n) at the current n (U_bar is alpha-linear: lambda following n
+changes nothing in it).
+
+Distributed, the only points of the union are the mixed ones, U^(r) = A alpha^(r) after round
+r; a worker's intermediate views are not. The analogue kept by the mixer is the same step-index
+weighting on the trajectory the union actually follows: round r takes the union from T_{r-1}
+to T_r block steps (summed over the workers: ``steps``), and each of those steps' iterates is
+represented by the point the round produced, U^(r). So
+
+    U_bar = sum_r c_r U^(r) / sum_r c_r,   L_bar = sum_r c_r L^(r) / sum_r c_r,
+    c_r = W_{T_r} - W_{T_{r-1}} = sum_{t = T_{r-1}+1 .. T_r} t ,   sum_r c_r = W_T.
+
+Per-step rather than per-round weights (c_r = r): rounds differ in length (a streaming round
+holds round_examples new examples per worker, a refinement round passes_per_round passes of the
+n blocks held, and n grows), and the weight of a point should count the steps it stands for,
+as on one machine; with rounds of one step (K = 1, one new example per round, replay 0) the
+average is exactly the single process's, and with rounds of equal length S it is the per-round
+average with weights r - 1/2 + 1/(2S). alpha_bar = sum_r c_r alpha^(r) / W_T is feasible (a
+convex combination of the mixed points, each feasible), so U_bar = A alpha_bar: the averaged
+model is a dual point of the union too. L^(r) = sum_k (L_k^0 + gamma dL_k) is the union's loss
+sum after the blend (``loss_sum`` of every worker at the round start, and its change: the same
+K scalars the line search sends).
+
+The mixer's state holds (T, W_T, U_bar, L_bar) and goes into every cut, so a job resumed after a
+kill replays the rounds since the cut from the same average (exactly-once, as the weights).
+The model the job returns predicts with U_bar (:func:`averaged_state` writes it in the
+learner's own averaging state: with t0 = tick - T, Z = W_T (U - U_bar), facc[1] = W_T (L - L_bar),
+so that ``BCFW.averaged_u`` returns exactly (U_bar, L - L_bar) and further learning continues the
+step-index weighting). The global certificate of every round stays the mixer's, of the mixed
+point (the iterate), not of the average; the returned model's own ``certificate()`` certifies the
+averaged weights against max(D(alpha), D(alpha_bar)), as one process does.
+
 What the algebra allows and what is refused (each refused with a clear error by
 ``check_learner``):
 
@@ -94,10 +135,12 @@ What the algebra allows and what is refused (each refused with a clear error by
   the algebra allows it; but a cache step moves a block between the snapshot and the blend
   through the cached plane's own pool entry, the same per-block pool as pairwise steps: refused
   with them.
-* averaging (``averaging=True``): the average of the *mixed* iterates w^(r) = A alpha^(r) is
-  A (average alpha), feasible -- averaging is possible at the mixer over rounds -- but one
-  worker's own averaged iterate (what the learner keeps) mixes its local views, which are not
-  points of the union: refused (use ``averaging=False``; the mixer's average is not built).
+* averaging (``averaging=True``, the learner's default): kept by the mixer over the *mixed*
+  points, never by a worker (a worker's own average would mix its local views, which are not
+  points of the union; the workers run with ``averaging=False``). See "Averaging at the mixer"
+  below.
+* the per-block averaging accumulators of ``evicted_average="keep"``: refused (the mixer's
+  average has no per-block split; without eviction ``"restart"`` is the same average).
 * gap sampling with the learner's own full gap passes (``sampling="gap"`` with ``gap_every``):
   allowed. Gap *sampling* is a choice among the worker's own blocks. The refreshing full pass
   rebuilds U from the held blocks, U_kernel = sum_{i in S_k} u_i, which would drop the other
@@ -124,9 +167,9 @@ def check_learner(learner):
         bad.append(f"step={learner.step!r} (use step='fw')")
     if learner.cache:
         bad.append("cache=True (use cache=False)")
-    if learner.averaging:
-        bad.append("averaging=True (use averaging=False: one worker's averaged iterate is not a dual "
-                   "point of the union of blocks)")
+    if learner.averaging and learner.evicted_average == "keep":
+        bad.append("evicted_average='keep' (the mixer's average has no per-block accumulators; without "
+                   "eviction evicted_average='restart' keeps the same average)")
     if bad:
         raise ValueError("distributed BCFW does not support " + "; ".join(bad))
 
@@ -152,6 +195,46 @@ def block_sums(learner, lam, n_global):
     c = learner.certificate()   # observes only
     return {"hinge_sum": c.hinge * n_k, "loss_sum": c.dual_loss * n_k, "gap_sum": c.block_gap_sum * n_k,
             "n": n_k, "oracle_calls": c.oracle_calls, "exact": bool(c.exact)}
+
+
+def steps(learner):
+    """Block steps the learner has taken (its step counter, the ``tick`` of its averaging)."""
+    return int(learner._tick)
+
+
+def average_weight(t_before, t_after):
+    """c_r = W_{T_r} - W_{T_{r-1}} with W_T = T (T + 1) / 2: the sum of the step indices of the
+    steps a round took (the weight of its mixed point in the mixer's average).
+
+    >>> average_weight(0, 1), average_weight(1, 3), average_weight(0, 3)
+    (1.0, 5.0, 6.0)
+    """
+    a, b = float(t_before), float(t_after)
+    return (b * (b + 1.0) - a * (a + 1.0)) / 2.0
+
+
+def averaged_state(state, average, loss_now):
+    """A merged BCFW learner state (:func:`merge_learner_states`) that predicts with the mixer's
+    average: ``average`` = {"T", "W", "U", "L"} (steps, W_T, U_bar, L_bar), ``loss_now`` the
+    union's sum_i L_i at the mixed point. Writes the learner's own averaging state so that its
+    ``averaged_u()`` is (U_bar, loss_now - L_bar) (see "Averaging at the mixer")."""
+    T = int(average["T"])
+    tick = int(state["tick"])
+    out = dict(state)
+    if T <= 0 or T > tick:
+        return out
+    Wt = T * (T + 1) / 2.0   # W_k of BCFW.averaged_u with k = tick - t0 = T
+    Z = {}
+    for k in ("E", "T", "B"):
+        U = np.asarray(state[k], dtype=np.float64)
+        Ub = np.zeros(U.shape)
+        a = np.asarray(average["U"].get(k, np.zeros(0)), dtype=np.float64)
+        if a.size:
+            Ub[tuple(slice(0, s) for s in a.shape)] = a
+        Z[k] = Wt * (U - Ub)
+    out["avg"] = {"t0": tick - T, "ZE": Z["E"], "ZT": Z["T"], "ZB": Z["B"],
+                  "facc": np.array([float(loss_now), Wt * (float(loss_now) - float(average["L"]))])}
+    return out
 
 
 def loss_sum(learner):

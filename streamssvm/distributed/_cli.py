@@ -24,12 +24,12 @@ def parse_labels(text):
 
 
 def distributed_model(model, labels):
-    """The CLI's model made fit for distributed learning: labels declared; BCFW without
-    averaging and without its own refreshing full passes (see :mod:`._bcfw`)."""
+    """The CLI's model made fit for distributed learning: labels declared; BCFW without its own
+    refreshing full passes (see :mod:`._bcfw`); its averaging (the default) is the mixer's."""
     params = {"labels": labels}
     lr = model.learner
     if lr.mixing == "dual":
-        params["learner"] = lr.clone({"averaging": False, "gap_every": None})
+        params["learner"] = lr.clone({"gap_every": None})
     return model.clone(params)
 
 

@@ -135,6 +135,11 @@ class _Mixing:
         lr = bound_learner(model)
         return 0 if lr is None else int(lr.n_blocks)
 
+    def totals(self, model):
+        """What the mixer's average needs of this worker after a round: its block steps so far
+        and its blocks' loss sum at the round start (None where the scheme keeps no average)."""
+        return {"steps": None, "loss_start": None}
+
 
 class BCFWMixing(_Mixing):
     """BCFW: snapshot at the round start, delta of the weight sums U, apply the mixed sums and
@@ -153,6 +158,7 @@ class BCFWMixing(_Mixing):
         # (L_i is linear in alpha_i: the blend moves the sum by gamma (end - start)) so that a round
         # sums the blocks' losses once, not twice; None: sum them
         self.loss_next = None
+        self.steps0 = 0
 
     def round_start(self, model, n_global):
         # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
@@ -160,6 +166,7 @@ class BCFWMixing(_Mixing):
         super().round_start(model, n_global)
         lr = bound_learner(model)
         self.snap = None if lr is None else lr.dual_snapshot()
+        self.steps0 = 0 if lr is None else _bcfw.steps(lr)
         if lr is None or not self.line_search:
             self.loss0 = 0.0
         else:
@@ -194,6 +201,14 @@ class BCFWMixing(_Mixing):
             return 0.0
         self.loss_end = _bcfw.loss_sum(lr)
         return self.loss_end - self.loss0
+
+    def totals(self, model):
+        """Block steps of this round (the mixer's average weighs each mixed point by the step
+        indices of its round) and sum_i L_i at the round start (None unless the loss sums are
+        reported)."""
+        lr = bound_learner(model)
+        return {"steps": 0 if lr is None else _bcfw.steps(lr) - self.steps0,
+                "loss_start": (float(self.loss0) if lr is not None else 0.0) if self.line_search else None}
 
     def apply(self, model, mixed, n_global, gamma=None, sigma=None):
         if sigma is not None:   # adaptive mixing: the mixer's sigma' for the next round

@@ -245,8 +245,9 @@ class Worker:
     job_id
         Identity of the job (Kafka commit metadata, so a restarted worker trusts its own offsets).
     line_search
-        BCFW: report the round's change of the blocks' losses so that the mixer can choose the
-        mixing weight by line search (``mix_step="line"``).
+        BCFW: report the blocks' loss sum at the round start and its change over the round, for
+        the mixer's line search (``mix_step="line"`` / ``"adaptive"``) and its average of the
+        mixed points (``averaging=True``).
     incremental_cuts
         Write only the chunks of the state that changed since this worker's previous part
         (:class:`~streamssvm.distributed._cut.PartChunker`); False: every part whole.
@@ -404,6 +405,7 @@ class Worker:
                 "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
                 "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
                 "loss_delta": self.mixing.loss_delta(self.model),
+                **self.mixing.totals(self.model),
                 "bad_records": self.bad_records, "bad_at_source": self.n_bad_at_source, "position": self.position}
         return info, delta
 

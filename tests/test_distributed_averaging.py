@@ -1,0 +1,176 @@
+"""Averaging at the mixer (``BCFW(averaging=True)``, the learner's default, distributed): the
+step-weighted average of the mixed points, kept by the mixer, saved in every cut, served as the
+returned model's prediction weights (derivation in ``streamssvm/distributed/_bcfw.py``,
+"Averaging at the mixer"). In process (``cluster="inprocess"``, bit for bit the Ray run) and on a
+real local Ray cluster."""
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="needs the [distributed] extra (Ray)")
+
+import streamssvm as ss  # noqa: E402
+import streamssvm.distributed as sd  # noqa: E402
+from streamssvm.distributed import _bcfw  # noqa: E402
+
+LABELS = [0, 1, 2, 3]
+
+
+def data(n, seed=0, d=6):
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(len(LABELS), d))
+    X = rng.normal(size=(n, d))
+    Y = [int(v) for v in np.argmax(X @ W.T + 0.5 * rng.normal(size=(n, len(LABELS))), axis=1)]
+    return X, Y
+
+
+def bcfw_model(**kw):
+    lr = dict(lam=0.01, averaging=True, gap_every=None, seed=0, replay=1)
+    lr.update(kw)
+    return ss.MulticlassSSVM(labels=LABELS, n_features=2 ** 10, scale=False, learner=ss.learners.BCFW(**lr))
+
+
+def pad(a, shape):
+    out = np.zeros(shape)
+    out[tuple(slice(0, s) for s in a.shape)] = a
+    return out
+
+
+def averaged(model):
+    """(U_bar as {"E", "T", "B"}, z_loss) the model predicts / certifies with."""
+    A, z = model.bound_learner.averaged_u()
+    return {"E": A.E, "T": A.T, "B": A.B}, z
+
+
+def test_average_weights_and_step_index_weights():
+    assert _bcfw.average_weight(0, 4) == 1 + 2 + 3 + 4
+    assert _bcfw.average_weight(4, 6) == 5 + 6
+    assert _bcfw.average_weight(3, 3) == 0.0
+
+
+def test_mixer_average_is_the_step_weighted_average_of_the_mixed_points(tmp_path):
+    """After every round the union's mixed point U^(r), its loss sum L^(r) and its step count T_r
+    are read from the workers; the returned model's averaged weights are sum_r c_r U^(r) / W_T
+    with c_r = W_{T_r} - W_{T_{r-1}}, and its averaged loss sum the same average of L^(r) (the
+    averaged dual point's value), through the learner's own ``averaged_u``."""
+    X, Y = data(500, seed=1)
+    seen = []
+
+    def grab(rec, job):
+        lrs = [w._obj.model.bound_learner for w in job.workers]
+        lrs = [lr for lr in lrs if lr is not None]
+        U = job.mixer._obj.weights()
+        seen.append((sum(lr._tick for lr in lrs), {k: np.array(v) for k, v in U.items()},
+                     sum(_bcfw.loss_sum(lr) for lr in lrs)))
+
+    res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=2, round_examples=60, passes=2.0,
+                 passes_per_round=0.5, cluster="inprocess", checkpoint_dir=tmp_path, on_round=grab)
+    assert res.rounds == len(seen) >= 8
+    assert res.model.bound_learner.averaging
+    T_prev, W, Ubar, Lbar = 0, 0.0, None, 0.0
+    shape = {k: np.shape(v) for k, v in seen[-1][1].items()}
+    num = {k: np.zeros(s) for k, s in shape.items()}
+    lnum = 0.0
+    for T, U, L in seen:
+        c = (T * (T + 1) - T_prev * (T_prev + 1)) / 2.0
+        for k in num:
+            num[k] += c * pad(U[k], shape[k])
+        lnum += c * L
+        W += c
+        T_prev = T
+    got, z = averaged(res.model)
+    for k in num:
+        np.testing.assert_allclose(pad(got[k], shape[k]), num[k] / W, rtol=1e-9, atol=1e-12)
+    L_now = seen[-1][2]
+    np.testing.assert_allclose(L_now - z, lnum / W, rtol=1e-9, atol=1e-12)
+    # the averaged model differs from the last iterate, and its own certificate certifies it
+    assert np.abs(got["E"] - res.model.bound_learner.W.E[:got["E"].shape[0]]).max() > 1e-6
+    c = res.model.certificate()
+    assert c.gap_avg is not None and c.raw_gap >= -1e-10
+    assert c.extra["iterate_gap"] == pytest.approx(res.certificate["gap"], rel=1e-9, abs=1e-12)
+    assert "the iterate" in res.certificate["note"]
+
+
+def test_averaged_dual_point_is_feasible(tmp_path):
+    """D(alpha_bar) of the returned model is below min P (bounded by a long single run's primal):
+    the average of the mixed points is a dual point of the union."""
+    X, Y = data(400, seed=2)
+    ref = bcfw_model(averaging=False, replay=2)
+    for x, y in zip(X, Y):
+        ref.learn_one(x, y)
+    ref.refine(30)
+    p_ref = ref.certificate().primal
+    res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=3, round_examples=40, passes=2.0,
+                 passes_per_round=0.25, cluster="inprocess", checkpoint_dir=tmp_path)
+    c = res.model.certificate()
+    assert c.extra["dual_averaged"] <= p_ref + 1e-9
+    assert c.dual <= p_ref + 1e-9 and c.primal >= p_ref - 1e-9
+
+
+def test_one_worker_with_one_step_rounds_averages_as_one_process(tmp_path):
+    """With one worker, one new example per round and no replay, each round is one block step:
+    the mixer's average is the single process's averaged iterate (to round-off: a worker's lambda
+    is lam n / n)."""
+    X, Y = data(150, seed=3)
+    single = bcfw_model(replay=0)
+    for x, y in zip(X, Y):
+        single.learn_one(x, y)
+    res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=1, round_examples=1,
+                 checkpoint_every=10_000, cluster="inprocess", checkpoint_dir=tmp_path)
+    assert res.rounds == len(X) + 1   # the last round finds the end of the stream
+    got, z = averaged(res.model)
+    want, zw = averaged(single)
+    for k in got:
+        np.testing.assert_allclose(got[k], pad(want[k], got[k].shape), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(z, zw, rtol=1e-9, atol=1e-12)
+    assert [res.model.predict_one(x) for x in X] == [single.predict_one(x) for x in X]
+    a, b = res.model.certificate(), single.certificate()
+    np.testing.assert_allclose(a.gap, b.gap, rtol=1e-7)
+
+
+def test_average_resumes_from_a_cut(tmp_path):
+    """A job stopped after round 3 and resumed from its cut returns the average of an
+    uninterrupted job, to the last bit (the average is part of the mixer's cut)."""
+    X, Y = data(500, seed=4)
+    kw = dict(task="multiclass", workers=3, round_examples=50, passes=1.0, passes_per_round=0.25,
+              cluster="inprocess")
+    whole = sd.run(bcfw_model(replay=0), (X, Y), checkpoint_dir=tmp_path / "whole", **kw)
+    first = sd.run(bcfw_model(replay=0), (X, Y), checkpoint_dir=tmp_path / "cut", max_rounds=3, **kw)
+    assert first.rounds == 3
+    rest = sd.run(bcfw_model(replay=0), (X, Y), checkpoint_dir=tmp_path / "cut", **kw)
+    assert rest.rounds == whole.rounds
+    (a, za), (b, zb) = averaged(whole.model), averaged(rest.model)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert za == zb
+
+
+def test_a_job_without_averaging_does_not_resume_with_it(tmp_path):
+    X, Y = data(200, seed=5)
+    kw = dict(task="multiclass", workers=2, round_examples=50, cluster="inprocess", checkpoint_dir=tmp_path)
+    sd.run(bcfw_model(averaging=False), (X, Y), max_rounds=2, **kw)
+    with pytest.raises(ValueError, match="run without averaging"):
+        sd.run(bcfw_model(), (X, Y), **kw)
+
+
+def test_refused_per_block_average():
+    with pytest.raises(ValueError, match="evicted_average='keep'"):
+        sd.run(bcfw_model(evicted_average="keep"), "unused.jsonl", task="multiclass")
+
+
+def test_averaging_on_ray_equals_in_process_bit_for_bit(tmp_path):
+    """The same job on a real local Ray cluster and in process: the same rounds, and the same
+    averaged weights to the last bit."""
+    X, Y = data(400, seed=6)
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    try:
+        runs = {where: sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=2, round_examples=50,
+                              passes=1.0, passes_per_round=0.25, checkpoint_dir=tmp_path / where, cluster=where)
+                for where in ("local", "inprocess")}
+    finally:
+        ray.shutdown()
+    a, b = runs["local"], runs["inprocess"]
+    assert a.rounds == b.rounds >= 6
+    (ua, za), (ub, zb) = averaged(a.model), averaged(b.model)
+    for k in ua:
+        np.testing.assert_array_equal(ua[k], ub[k])
+    assert za == zb
