@@ -1,8 +1,13 @@
-"""Averaging at the mixer (``BCFW(averaging=True)``, the learner's default, distributed): the
-step-weighted average of the mixed points, kept by the mixer, saved in every cut, served as the
-returned model's prediction weights (derivation in ``streamssvm/distributed/_bcfw.py``,
-"Averaging at the mixer"). In process (``cluster="inprocess"``, bit for bit the Ray run) and on a
-real local Ray cluster."""
+"""The single machine's configuration, distributed (derivations in
+``streamssvm/distributed/_bcfw.py``):
+
+* averaging at the mixer (``BCFW(averaging=True)``, the learner's default): the step-weighted
+  average of the mixed points, kept by the mixer, saved in every cut, served as the returned
+  model's prediction weights;
+* FIFO eviction windows per worker (``BCFW(window=W)``): shares of W, an evicted block leaves
+  the union's sums whole.
+
+In process (``cluster="inprocess"``, bit for bit the Ray run) and on a real local Ray cluster."""
 import numpy as np
 import pytest
 
@@ -11,6 +16,7 @@ ray = pytest.importorskip("ray", reason="needs the [distributed] extra (Ray)")
 import streamssvm as ss  # noqa: E402
 import streamssvm.distributed as sd  # noqa: E402
 from streamssvm.distributed import _bcfw  # noqa: E402
+from streamssvm._kernels.bcfw import M_FOFF, M_L, M_NNZ  # noqa: E402
 
 LABELS = [0, 1, 2, 3]
 
@@ -157,20 +163,115 @@ def test_refused_per_block_average():
         sd.run(bcfw_model(evicted_average="keep"), "unused.jsonl", task="multiclass")
 
 
-def test_averaging_on_ray_equals_in_process_bit_for_bit(tmp_path):
-    """The same job on a real local Ray cluster and in process: the same rounds, and the same
-    averaged weights to the last bit."""
+def test_averaging_and_windows_on_ray_equal_in_process_bit_for_bit(tmp_path):
+    """The same job (averaging, a window of 240 blocks shared by 2 workers, 400 examples) on a
+    real local Ray cluster and in process: the same rounds, and the same weights and averaged
+    weights to the last bit."""
     X, Y = data(400, seed=6)
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     try:
-        runs = {where: sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=2, round_examples=50,
-                              passes=1.0, passes_per_round=0.25, checkpoint_dir=tmp_path / where, cluster=where)
+        runs = {where: sd.run(bcfw_model(replay=0, window=240), (X, Y), task="multiclass", workers=2,
+                              round_examples=50, passes=1.0, passes_per_round=0.25, checkpoint_dir=tmp_path / where,
+                              cluster=where)
                 for where in ("local", "inprocess")}
     finally:
         ray.shutdown()
     a, b = runs["local"], runs["inprocess"]
     assert a.rounds == b.rounds >= 6
+    assert a.model.n_blocks == b.model.n_blocks == 240
+    assert [h["gap"] for h in a.history] == [h["gap"] for h in b.history]
+    np.testing.assert_array_equal(a.model.bound_learner.W.E, b.model.bound_learner.W.E)
     (ua, za), (ub, zb) = averaged(a.model), averaged(b.model)
     for k in ua:
         np.testing.assert_array_equal(ua[k], ub[k])
     assert za == zb
+
+
+# ----------------------------------------------------------------------------- eviction windows
+@pytest.mark.parametrize("averaging", [False, True])
+def test_one_worker_window_is_the_single_process_window(tmp_path, averaging):
+    """One worker, one new example per round, no replay, a window of 50 blocks over 200 examples:
+    the worker evicts its oldest block before each new one past the window as one process does,
+    and the union's sums lose it whole: the same blocks, weights (and averaged weights, restarted
+    at every eviction on both sides), certificate and predictions as the single process."""
+    X, Y = data(200, seed=7)
+    single = bcfw_model(replay=0, window=50, averaging=averaging)
+    for x, y in zip(X, Y):
+        single.learn_one(x, y)
+    res = sd.run(bcfw_model(replay=0, window=50, averaging=averaging), (X, Y), task="multiclass", workers=1,
+                 round_examples=1, checkpoint_every=10_000, cluster="inprocess", checkpoint_dir=tmp_path)
+    a, b = res.model.bound_learner, single.bound_learner
+    assert a.n_blocks == b.n_blocks == 50 and res.model.learner.window == 50 and a.store.capacity == 50
+    sa = sorted(int(a.store.block(j)["ytrue"][0]) for j in a.store.slots())
+    sb = sorted(int(b.store.block(j)["ytrue"][0]) for j in b.store.slots())
+    assert sa == sb == sorted(Y[-50:])
+    np.testing.assert_allclose(a.W.E[:b.W.E.shape[0]], b.W.E, rtol=1e-12, atol=1e-14)
+    if averaging:   # one process restarted its average after the last eviction: it predicts with the iterate
+        got, _ = averaged(res.model)
+        np.testing.assert_allclose(got["E"][:b.W.E.shape[0]], b.W.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.certificate["gap"], b.certificate().extra.get("iterate_gap", b.certificate().gap),
+                               rtol=1e-9)
+    assert [res.model.predict_one(x) for x in X] == [single.predict_one(x) for x in X]
+
+
+@pytest.mark.parametrize("beta, mix_step", [(1.0, "fixed"), (2.0, "adaptive"), (1.0, "line")])
+def test_worker_windows_keep_the_union_sums_whole(tmp_path, beta, mix_step):
+    """Windows of 30 + 30 blocks (window=60, 2 workers) over 240 examples, blended mixing
+    (gamma = 1/2) and adaptive: after every round the mixed sums are the sums of the blocks the
+    union holds (an evicted block left whole, not by gamma), every alpha_i is in its simplex, the
+    union's certificate is the mixer's, and the mixer's average restarts in a round with an
+    eviction (it then holds that round's steps only)."""
+    X, Y = data(240, seed=8)
+    seen = []
+
+    def check(rec, job):
+        model = job.final_model()
+        lr = model.bound_learner
+        assert lr.n_blocks == rec["n_blocks"] <= 60
+        for j in lr.store.slots():   # multiclass: the block statistic is alpha_i
+            L, nnz = int(lr.store.meta[j, M_L]), int(lr.store.meta[j, M_NNZ])
+            s0 = int(lr.store.meta[j, M_FOFF]) + nnz + L * L
+            a = lr.store.Far[s0:s0 + lr.store.structure.stat_size(L, lr.store.Kc)]
+            assert a.min() >= -1e-12 and abs(a.sum() - 1.0) < 1e-9
+        U = lr.W.E.copy()
+        c = lr.certificate()
+        lr._full_pass()   # re-sums U from the held blocks
+        np.testing.assert_allclose(U, lr.W.E, atol=1e-10 * max(1.0, np.abs(U).max()))
+        np.testing.assert_allclose(c.extra["iterate_gap"], rec["gap"], rtol=1e-9, atol=1e-12)
+        steps = sum(w._obj.mixing.totals(w._obj.model)["steps"] for w in job.workers)
+        evicted = sum(w._obj.mixing.evicted for w in job.workers)
+        seen.append((evicted, steps, job.mixer._obj.average["T"]))
+
+    res = sd.run(bcfw_model(window=60), (X, Y), task="multiclass", workers=2, round_examples=20, passes=1.0,
+                 passes_per_round=0.5, beta=beta, mix_step=mix_step, cluster="inprocess", checkpoint_dir=tmp_path,
+                 on_round=check)
+    assert res.model.n_blocks == 60 and res.examples_seen == 240
+    assert sum(e for e, _, _ in seen) == 240 - 60
+    for evicted, steps, T in seen:
+        if evicted:
+            assert T == steps
+    assert seen[-1][2] > seen[-1][1]   # refinement rounds (no eviction) extend the average
+
+
+def test_windows_resume_from_a_cut(tmp_path):
+    X, Y = data(300, seed=9)
+    kw = dict(task="multiclass", workers=2, round_examples=30, passes=1.0, passes_per_round=0.5,
+              cluster="inprocess")
+    whole = sd.run(bcfw_model(window=100), (X, Y), checkpoint_dir=tmp_path / "whole", **kw)
+    first = sd.run(bcfw_model(window=100), (X, Y), checkpoint_dir=tmp_path / "cut", max_rounds=3, **kw)
+    assert first.rounds == 3
+    rest = sd.run(bcfw_model(window=100), (X, Y), checkpoint_dir=tmp_path / "cut", **kw)
+    assert rest.model.n_blocks == whole.model.n_blocks == 100
+    np.testing.assert_array_equal(rest.model.bound_learner.W.E, whole.model.bound_learner.W.E)
+    (a, za), (b, zb) = averaged(whole.model), averaged(rest.model)
+    np.testing.assert_array_equal(a["E"], b["E"])
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"eviction": "reservoir"}, "eviction='reservoir'"),
+    ({"max_bytes": 1 << 20}, "max_bytes"),
+    ({"window": 1}, "every worker needs a window"),
+])
+def test_refused_windows(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        sd.run(bcfw_model(**kw), "unused.jsonl", task="multiclass", workers=2)

@@ -123,6 +123,41 @@ step-index weighting). The global certificate of every round stays the mixer's, 
 point (the iterate), not of the average; the returned model's own ``certificate()`` certifies the
 averaged weights against max(D(alpha), D(alpha_bar)), as one process does.
 
+Eviction windows per worker
+---------------------------
+One process holds a FIFO window of W blocks: before a new block arrives at a full window the
+oldest leaves, and its u_i leaves the sums, U -= u_i (``BCFW._evict``); lambda follows the n
+held. Distributed, worker k holds a FIFO window of W_k blocks of its own shard (shares of W
+that add up to W, :func:`window_share`) and evicts its oldest block before a new one arrives
+when it holds W_k, as one process does (its learner runs unbounded; :func:`evict_oldest`). The
+union then holds n = sum_k n_k <= W blocks, and lambda follows that n (``union_lam``) as on one
+machine.
+
+What the union's sums must lose. Let E_k be the blocks worker k evicted during a round and
+D_k = sum_{i in S_k held} (u_i(alpha_i^k) - u_i(alpha_i^0)) the change of the blocks it still
+holds. The union after the round holds the blocks not evicted, blended, so its sums are
+
+    U^+ = sum_{i held} u_i(alpha_i^0 + gamma (alpha_i^k - alpha_i^0))
+        = U^0 - sum_k R_k + gamma sum_k D_k ,     R_k = sum_{i in E_k} u_i(alpha_i^0):
+
+an evicted block leaves whole (its start point was in U^0 with weight 1, not gamma), the held
+blocks' changes are blended. The worker's own sums lose u_i at the block's current point when
+it is evicted (U_kernel -= u_i(alpha_i^k)); whatever the block moved during the round before
+that cancels, so its measured delta is dU_k = D_k - R_k. The worker therefore computes R_k at
+each eviction (the block's statistic at the round start is in the round's snapshot; a block that
+arrived in the same round has u_i^0 = 0) and sends D_k = dU_k + R_k as its delta and R_k beside
+it; the mixer forms U^+ above. The losses alike: L^+ = L^0 - sum_k R^L_k + gamma sum_k dL_k,
+with R^L_k = sum_{i in E_k} L_i(alpha_i^0). The blended alpha^+ is feasible as before (the held
+blocks' convex combinations; the evicted ones are gone), so w^+ = A alpha^+ over the blocks the
+union holds and the certificate is valid after every round. The line search runs on the
+segment U^0 - sum R_k + gamma sum D_k (the evictions are not scaled by gamma). The averaging
+window restarts in a round with an eviction, as one process's ``evicted_average="restart"``
+restarts it at an eviction (``"keep"`` is refused). With K = 1, one new example per round and no
+replay the rounds are the single process's records, evictions included.
+
+Only FIFO windows by number of blocks: a reservoir (random) or a byte bound (``max_bytes``) is
+refused.
+
 What the algebra allows and what is refused (each refused with a clear error by
 ``check_learner``):
 
@@ -150,8 +185,8 @@ What the algebra allows and what is refused (each refused with a clear error by
   U_kernel = O_k + sum_{i in S_k} u_i, the same sums up to round-off, so dU_k, the mixing and
   the feasibility argument are unchanged. Its block-gap estimates are those of the worker's
   local view (what its sampling uses); the global certificate is still the mixer's.
-* eviction is refused at run time (a block that leaves one worker would have to leave the
-  union's sums whole).
+* eviction: FIFO windows per worker, above; ``eviction="reservoir"`` and ``max_bytes`` are
+  refused.
 """
 from __future__ import annotations
 
@@ -167,6 +202,11 @@ def check_learner(learner):
         bad.append(f"step={learner.step!r} (use step='fw')")
     if learner.cache:
         bad.append("cache=True (use cache=False)")
+    if learner.window is not None and learner.eviction != "fifo":
+        bad.append(f"eviction={learner.eviction!r} (distributed BCFW keeps a FIFO window per worker: "
+                   "eviction='fifo')")
+    if learner.max_bytes is not None:
+        bad.append("max_bytes (distributed BCFW bounds each worker's window by blocks: window=...)")
     if learner.averaging and learner.evicted_average == "keep":
         bad.append("evicted_average='keep' (the mixer's average has no per-block accumulators; without "
                    "eviction evicted_average='restart' keeps the same average)")
@@ -195,6 +235,56 @@ def block_sums(learner, lam, n_global):
     c = learner.certificate()   # observes only
     return {"hinge_sum": c.hinge * n_k, "loss_sum": c.dual_loss * n_k, "gap_sum": c.block_gap_sum * n_k,
             "n": n_k, "oracle_calls": c.oracle_calls, "exact": bool(c.exact)}
+
+
+def window_share(window, index, n_workers):
+    """Worker ``index``'s share W_k of the union's FIFO window W (``BCFW(window=W)``): the shares
+    differ by at most one and add up to W (None: unbounded).
+
+    >>> [window_share(10, k, 4) for k in range(4)], window_share(None, 0, 2)
+    ([3, 3, 2, 2], None)
+    """
+    if window is None:
+        return None
+    W, K = int(window), int(n_workers)
+    return W // K + (1 if int(index) < W % K else 0)
+
+
+def evict_oldest(learner, snapshot):
+    """Evict the learner's oldest block (FIFO) during a round; returns (u_i(alpha_i^0), L_i^0):
+    the block's part of the union's sums at the round start (zeros for a block that arrived in
+    this round), which the mixer subtracts whole (see "Eviction windows per worker"). The
+    learner's own eviction subtracts u_i(alpha_i) (its current point) from its sums, so the
+    worker's delta is D_k - R_k; the snapshot forgets the block (its slot may be reused by a new
+    block in the same round, which then blends from its ground truth)."""
+    from .._kernels import bcfw as K
+    from .._kernels import bundles as KB
+    from ..structures.base import Weights
+    st = learner.store
+    slot = st.oldest()
+    W = learner.W
+    u0 = {"E": np.zeros_like(W.E), "T": np.zeros_like(W.T), "B": np.zeros_like(W.B)}
+    l0 = 0.0
+    hit = np.flatnonzero(snapshot["slots"] == slot) if snapshot is not None else ()
+    if len(hit):
+        q = int(hit[0])
+        off = int(np.sum(snapshot["sizes"][:q]))
+        size = int(snapshot["sizes"][q])
+        idx, sizes = st.stat_regions(np.array([slot], dtype=np.int64))
+        if int(sizes[0]) != size:
+            raise RuntimeError("a block's statistic changed its layout inside a round; distributed eviction "
+                               "needs the dense chain statistic (chain_stats='dense')")
+        now = st.Far[idx].copy()
+        st.Far[idx] = snapshot["stat"][off:off + size]   # alpha_i^0, for the block's u_i only
+        Z = Weights.__new__(Weights)
+        Z.E, Z.T, Z.B = u0["E"], u0["T"], u0["B"]
+        K.block_u(KB.model(learner.structure, learner._K, W.Kc, learner._C), Z.bundle(), st.arena(), int(slot),
+                  1.0, learner._dbuf_for(st.meta[slot, K.M_L]), learner._slack)
+        st.Far[idx] = now
+        l0 = float(snapshot["lval"][q])
+        snapshot["slots"][q] = -1
+    learner._evict(slot)
+    return u0, l0
 
 
 def steps(learner):

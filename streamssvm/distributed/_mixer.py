@@ -201,13 +201,17 @@ class Mixer:
         of the mixed points (:meth:`_average`)."""
         n = int(sum(n_blocks))
         gamma = self.gamma
+        # blocks the workers evicted leave the union's sums whole: U^0 - sum_k R_k (see ._bcfw,
+        # "Eviction windows per worker"); the held blocks' changes are blended
+        removed = [t["removed"] for t in (totals or []) if t.get("removed")]
+        base = combine(self.start, removed, -1.0) if removed else self.start
         if self.line_search and loss_deltas is not None and None not in loss_deltas:
             S = combine({}, list(deltas), 1.0)
-            gamma = line_step(self.start, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
+            gamma = line_step(base, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
         rho = overlap(list(deltas)) if self.kind == "bcfw" else None
         if self.adaptive and rho is not None:
             self.sigma = float(min(max(ADAPTIVE_MARGIN * rho, 1.0), self.n_workers))
-        self.start = combine(self.start, list(deltas), gamma)
+        self.start = combine(base, list(deltas), gamma)
         self.n_global = n
         self.round = int(round_id)
         if self.average is not None:
@@ -223,6 +227,9 @@ class Mixer:
                 or any(t.get("loss_start") is None for t in totals):
             raise RuntimeError("averaging at the mixer needs every worker's steps and loss sums")
         a = self.average
+        if any(int(t.get("evicted") or 0) for t in totals):
+            # an eviction restarts the averaging window (one process's evicted_average="restart")
+            a.update(self._no_average())
         T = int(a["T"]) + int(sum(int(t["steps"]) for t in totals))
         a["L_now"] = float(sum(float(t["loss_start"]) for t in totals) + gamma * float(sum(loss_deltas)))
         c = average_weight(a["T"], T) if T > a["T"] else 0.0

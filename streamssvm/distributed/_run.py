@@ -240,8 +240,8 @@ class _Job:
         t_commit = time.perf_counter() - tc
         mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs],
                                       loss_deltas=[i.get("loss_delta") for i in infos],
-                                      totals=[{"steps": i.get("steps"), "loss_start": i.get("loss_start")}
-                                              for i in infos])
+                                      totals=[{k: i.get(k) for k in ("steps", "loss_start", "evicted",
+                                                                     "removed", "removed_loss")} for i in infos])
         n_global = sum(i["n_blocks"] for i in infos)
         self.get([w.apply.remote(mixed, n_global, done) for w in self.workers])
         committed = self.get(done) if done is not None else None
@@ -352,6 +352,10 @@ class _Job:
             avg = self.get(self.mixer.averaged.remote())
             st["learner"] = _bcfw.averaged_state(st["learner"], avg, avg["L_now"])
             st["config"] = _with_learner_params(st["config"], averaging=True)
+        window = self.template.learner.window
+        if window is not None:   # the workers' windows add up to the union's (see ._bcfw)
+            st["learner"]["store"] = {**st["learner"]["store"], "capacity": int(window)}
+            st["config"] = _with_learner_params(st["config"], window=int(window))
         return model_from_state(st)
 
 
@@ -544,6 +548,10 @@ def run(model, source, options=None, **kwargs):
     kind = learner_kind(model)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    window = getattr(model.learner, "window", None) if kind == "bcfw" else None
+    if window is not None and int(window) < workers:
+        raise ValueError(f"BCFW(window={window}) is shared by {workers} workers: every worker needs a window of at "
+                         "least one block")
     if beta is None:   # CoCoA+ adding for dual (BCFW) mixing, averaging for parameter mixing
         beta = float(workers) if kind == "bcfw" else 1.0
     if not (0.0 < float(beta) <= workers):

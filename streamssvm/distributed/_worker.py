@@ -32,6 +32,7 @@ from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
 from ..step import send_dead_letter, step
 from ._cut import PART_KIND, PartChunker, file_sha256, load_part
+from ._bcfw import window_share
 from ._mix import make_mixing
 
 _END = object()
@@ -278,6 +279,11 @@ class Worker:
         self._part = None            # the part of an asynchronous cut being written (_PartWrite)
         self._cut_positions = {}     # round -> source position snapshotted for that round's cut
         self.chunker = PartChunker() if incremental_cuts else None
+        if kind == "bcfw" and model is not None and model.learner.window is not None:
+            # the union's FIFO window W: this worker keeps its share W_k of it, its learner runs
+            # unbounded (derivation in ._bcfw, "Eviction windows per worker")
+            self.mixing.window = window_share(model.learner.window, self.index, self.n_workers)
+            self.model = model.clone({"learner": model.learner.clone({"window": None})})
 
     # ------------------------------------------------------------------ cut parts
     def restore(self, part_path):
@@ -377,6 +383,7 @@ class Worker:
                     break
                 continue
             last = time.monotonic()
+            self.mixing.make_room(self.model)   # a full window evicts its oldest block first
             out = step(self.model, rec)
             self.position = rec.position
             if out.bad:
