@@ -70,9 +70,9 @@ def assert_feasible(model):
 
 # ----------------------------------------------------------------------------- refusals (no cluster)
 @pytest.mark.parametrize("learner, msg", [
-    (ss.learners.BCFW(step="pairwise", averaging=False, gap_every=None), "step='pairwise'"),
+    (ss.learners.BCFW(eviction="reservoir", averaging=False, gap_every=None), "eviction='reservoir'"),
     (ss.learners.BCFW(averaging=True, evicted_average="keep", gap_every=None), "evicted_average='keep'"),
-    (ss.learners.BCFW(averaging=False, cache=True, gap_every=None), "cache=True"),
+    (ss.learners.BCFW(averaging=False, max_bytes=1 << 20, gap_every=None), "max_bytes"),
 ])
 def test_refused_bcfw_settings(learner, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(")):

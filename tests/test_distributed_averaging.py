@@ -275,3 +275,68 @@ def test_windows_resume_from_a_cut(tmp_path):
 def test_refused_windows(kw, msg):
     with pytest.raises(ValueError, match=msg):
         sd.run(bcfw_model(**kw), "unused.jsonl", task="multiclass", workers=2)
+
+
+# ----------------------------------------------------------------------------- pairwise / away steps, the cache
+@pytest.mark.parametrize("learner", [
+    {"step": "pairwise"}, {"step": "away"}, {"step": "pairwise", "cache_size": 2},
+    {"cache": True, "gap_every": 1.0}, {"step": "pairwise", "cache": True, "gap_every": 1.0, "window": 120},
+])
+def test_blended_pools_stay_below_the_true_dual_weights(tmp_path, learner):
+    """Pairwise / away steps and the cache with blended mixing (gamma = 1/2 every round): after
+    every round each block's pool weight of a labeling is at most the block's true dual weight
+    of it (multiclass: alpha_i is the block statistic), a pool flagged exact sums to 1 (so it is
+    alpha_i), alpha_i is in its simplex, and the mixed sums are the blocks' sums. Regression:
+    without the pools' blend a pool kept its round-end weights c^k while alpha_i moved to
+    (1 - gamma) alpha^0 + gamma alpha^k, and a pairwise step could take more mass than a
+    labeling holds."""
+    X, Y = data(300, seed=10)
+    seen = []
+
+    def check(rec, job):
+        lr = job.final_model().bound_learner
+        st = lr.store
+        for j in st.slots():
+            b = st.block(j)
+            a = b["stat"]
+            assert a.min() >= -1e-12 and abs(a.sum() - 1.0) < 1e-9
+            for lab, c in zip(b["pool"], b["alpha"]):
+                assert c <= a[lab[0]] + 1e-12
+            if b["exact_alpha"]:
+                assert abs(b["alpha"].sum() - 1.0) < 1e-9
+        U = lr.W.E.copy()
+        lr._full_pass()
+        np.testing.assert_allclose(U, lr.W.E, atol=1e-10 * max(1.0, np.abs(U).max()))
+        seen.append(sum(not st.block(j)["exact_alpha"] for j in st.slots()))
+
+    res = sd.run(bcfw_model(averaging=True, **learner), (X, Y), task="multiclass", workers=2, round_examples=50,
+                 passes=2.0, passes_per_round=0.5, beta=1.0, mix_step="fixed", cluster="inprocess",
+                 checkpoint_dir=tmp_path, on_round=check)
+    assert len(seen) == res.rounds >= 6 and {h["gamma"] for h in res.history} == {0.5}
+    if learner.get("cache_size") == 2:   # full pools lose start entries: flagged, still below alpha
+        assert max(seen) > 0
+    c = res.model.certificate()
+    assert c.raw_gap >= -1e-10
+
+
+def test_pairwise_chain_mixing_keeps_w_equal_A_alpha(tmp_path):
+    tags = ["a", "b", "c"]
+    rng = np.random.default_rng(11)
+    X = [rng.normal(size=(int(rng.integers(2, 5)), 4)) for _ in range(120)]
+    Y = [[tags[int(np.argmax(t[:3]))] for t in x] for x in X]
+    m = ss.SequenceTagger(labels=tags, learner=ss.learners.BCFW(lam=0.05, step="pairwise", gap_every=None, seed=0))
+    checked = []
+
+    def check(rec, job):
+        lr = job.final_model().bound_learner
+        U = (lr.W.E.copy(), lr.W.T.copy())
+        c = lr.certificate()
+        lr._full_pass()
+        for a, b in zip(U, (lr.W.E, lr.W.T)):
+            np.testing.assert_allclose(a, b, atol=1e-9 * max(1.0, np.abs(a).max()))
+        np.testing.assert_allclose(c.extra["iterate_gap"], rec["gap"], rtol=1e-9, atol=1e-12)
+        checked.append(rec["round"])
+
+    res = sd.run(m, (X, Y), task="sequence", workers=2, round_examples=20, passes=1.0, passes_per_round=0.5,
+                 beta=1.0, mix_step="fixed", cluster="inprocess", checkpoint_dir=tmp_path, on_round=check)
+    assert len(checked) == res.rounds >= 5

@@ -161,15 +161,18 @@ refused.
 What the algebra allows and what is refused (each refused with a clear error by
 ``check_learner``):
 
-* pairwise / away steps (``step="pairwise"``): blending is allowed by the algebra -- a block's
-  active set with weights c_y, mixed as (1 - gamma) c^0 + gamma c^k over the union of the two
-  supports, is again a convex combination representing alpha_i^+ -- but the pools have a fixed
-  capacity per block and the blend can need the union of both supports: refused until the pool
-  blend (with its capacity rule) is written.
-* the oracle cache (``cache=True``): its planes psi_i(y), Delta_i(y) do not depend on alpha, so
-  the algebra allows it; but a cache step moves a block between the snapshot and the blend
-  through the cached plane's own pool entry, the same per-block pool as pairwise steps: refused
-  with them.
+* pairwise / away steps (``step="pairwise"`` / ``"away"``) and the oracle cache (``cache=True``):
+  allowed. They read the per-block pool (labelings with dual weights c_y, at most ``cache_size``);
+  the statistics are blended as above, and so are the pools' weights,
+  c_y <- (1 - gamma) c^0_y + gamma c^k_y (:func:`blend_pools`). The invariant one process keeps
+  is that a pool weight is at most the block's true dual weight of its labeling (a full pool
+  that loses an active entry flags the block ``FLAG_INEXACT_ALPHA``), which is all a pairwise /
+  away step needs: its largest step is the pool weight of the away labeling. The blend keeps
+  the entries the block holds at the round end (no union of supports, so no capacity overflow);
+  an entry only the start held, with weight > 0, is dropped and the block flagged, as one
+  process does; both blended terms are below the true weights, so the blend is too. The cache's
+  planes psi_i(y), Delta_i(y) do not depend on alpha; its hit rule reads the worker's own gap
+  estimates (with ``gap_every``, its full passes add back the other workers' sums).
 * averaging (``averaging=True``, the learner's default): kept by the mixer over the *mixed*
   points, never by a worker (a worker's own average would mix its local views, which are not
   points of the union; the workers run with ``averaging=False``). See "Averaging at the mixer"
@@ -198,10 +201,6 @@ from ._union import concat_store_states, select_store_blocks, store_slot_order
 def check_learner(learner):
     """Raise ValueError naming what distributed BCFW does not support yet."""
     bad = []
-    if learner.step != "fw":
-        bad.append(f"step={learner.step!r} (use step='fw')")
-    if learner.cache:
-        bad.append("cache=True (use cache=False)")
     if learner.window is not None and learner.eviction != "fifo":
         bad.append(f"eviction={learner.eviction!r} (distributed BCFW keeps a FIFO window per worker: "
                    "eviction='fifo')")
@@ -285,6 +284,106 @@ def evict_oldest(learner, snapshot):
         snapshot["slots"][q] = -1
     learner._evict(slot)
     return u0, l0
+
+
+def _pool_index(store, slots):
+    """Flat indices of the pools of ``slots`` (dense layout, as after ``stat_regions``): into
+    ``Far`` the pool's dual weights (pcap per block) and into ``Iar`` its labelings (pcap *
+    lablen per block), with the per-block sizes."""
+    from .._kernels import layout as KL
+    slots = np.asarray(slots, dtype=np.int64)
+    idx, sizes = store.stat_regions(slots)
+    M = store.meta[slots].astype(np.int64)
+    if not len(slots):
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z, z
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    s0 = idx[first]   # the pool's weights follow the statistic
+    pcap, lablen = M[:, KL.M_PCAP], M[:, KL.M_LABLEN]
+    nidx = np.where(M[:, KL.M_FLAGS] & KL.FLAG_DENSE_ROW, 0, M[:, KL.M_NNZ])
+    p0 = M[:, KL.M_IOFF] + M[:, KL.M_L] + 1 + nidx + M[:, KL.M_LY]
+    asz, lsz = pcap, pcap * lablen
+
+    def flat(start, size):
+        if not int(size.sum()):
+            return np.zeros(0, dtype=np.int64)
+        ends = np.cumsum(size)
+        return np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(start - (ends - size), size)
+    return flat(s0 + sizes, asz), asz, flat(p0, lsz), lsz
+
+
+def pool_snapshot(learner, slots):
+    """The pools (labelings, dual weights, entries in use) of the held blocks ``slots`` at a
+    round start, in that order (None for a learner without pools)."""
+    st = learner.store
+    if st.pool_cap == 0:
+        return None
+    from .._kernels import layout as KL
+    a_idx, asz, l_idx, lsz = _pool_index(st, slots)
+    return {"alpha": st.Far[a_idx].copy(), "asz": asz, "lab": st.Iar[l_idx].copy(), "lsz": lsz,
+            "pn": st.meta[np.asarray(slots, dtype=np.int64), KL.M_PN].astype(np.int64)}
+
+
+def blend_pools(learner, snapshot, pools, gamma):
+    """The pools' dual weights blended as the statistics are, c <- (1 - gamma) c^0 + gamma c^k,
+    keeping the entries the block holds now (the capacity rule: an entry only the round's start
+    held, with weight > 0, is dropped and the block flagged ``FLAG_INEXACT_ALPHA``, as one
+    process does when a full pool loses an active entry). Each kept weight stays at most the
+    block's true dual weight of its labeling (both terms are), which is what makes pairwise and
+    away steps feasible (their largest step is the pool weight of the away labeling). Only the
+    blocks whose pool moved in the round are visited (a new block starts with its ground truth
+    at weight 1)."""
+    from .._kernels import layout as KL
+    st = learner.store
+    if st.pool_cap == 0 or st.n == 0 or gamma == 1.0:
+        return
+    slots_now = st.slots()
+    # (no snapshot: the learner was bound in this round, every block is new)
+    where = {} if pools is None else {int(j): q for q, j in enumerate(snapshot["slots"]) if int(j) >= 0}
+    held = np.array([j for j in slots_now if int(j) in where], dtype=np.int64)
+    fresh = [int(j) for j in slots_now if int(j) not in where]
+    if pools is not None:
+        a_off = np.concatenate([[0], np.cumsum(pools["asz"])])
+        l_off = np.concatenate([[0], np.cumsum(pools["lsz"])])
+    visit = list(fresh)
+    if held.size:
+        qs = np.array([where[int(j)] for j in held], dtype=np.int64)
+        a_idx, asz, l_idx, lsz = _pool_index(st, held)
+        a0 = np.concatenate([pools["alpha"][a_off[q]:a_off[q + 1]] for q in qs]) if a_idx.size else a_idx
+        l0 = np.concatenate([pools["lab"][l_off[q]:l_off[q + 1]] for q in qs]) if l_idx.size else l_idx
+        moved = st.meta[held, KL.M_PN].astype(np.int64) != pools["pn"][qs]
+        if a_idx.size:
+            d = (st.Far[a_idx] != a0).astype(np.int64)
+            moved |= np.add.reduceat(d, np.concatenate([[0], np.cumsum(asz)[:-1]])) > 0
+        if l_idx.size:
+            d = (st.Iar[l_idx] != l0).astype(np.int64)
+            moved |= np.add.reduceat(d, np.concatenate([[0], np.cumsum(lsz)[:-1]])) > 0
+        visit += [int(j) for j in held[moved]]
+    for j in visit:
+        b = st.block(j)
+        pn = len(b["alpha"])
+        if pn == 0:
+            continue
+        lablen = b["pool"].shape[1]
+        q = where.get(j)
+        if q is None:   # arrived in the round: alpha^0 = its ground truth
+            lab0 = st.structure.truth_labeling(b["ytrue"], st.Kc, st.Kc)[None, :lablen]
+            c0 = np.ones(1)
+        else:
+            n0 = int(pools["pn"][q])
+            lab0 = pools["lab"][l_off[q]:l_off[q + 1]].reshape(-1, lablen)[:n0]
+            c0 = pools["alpha"][a_off[q]:a_off[q] + n0]
+        used = np.zeros(len(c0), dtype=bool)
+        alpha = b["alpha"]   # a view into the arena
+        for p in range(pn):
+            hit = np.flatnonzero(np.all(lab0 == b["pool"][p], axis=1))
+            start = 0.0
+            if hit.size:
+                start = float(c0[hit[0]])
+                used[hit[0]] = True
+            alpha[p] = (1.0 - gamma) * start + gamma * alpha[p]
+        if np.any(c0[~used] > 0.0):
+            st.meta[j, KL.M_FLAGS] |= KL.FLAG_INEXACT_ALPHA
 
 
 def steps(learner):

@@ -163,6 +163,7 @@ class BCFWMixing(_Mixing):
         # sums the blocks' losses once, not twice; None: sum them
         self.loss_next = None
         self.steps0 = 0
+        self.pools = None    # the held blocks' pools at the round start (_bcfw.pool_snapshot)
         self.window = None   # this worker's FIFO window W_k (None: unbounded; see _bcfw.window_share)
         self._no_evictions()
 
@@ -178,6 +179,7 @@ class BCFWMixing(_Mixing):
         lr = bound_learner(model)
         self.snap = None if lr is None else lr.dual_snapshot()
         self.steps0 = 0 if lr is None else _bcfw.steps(lr)
+        self.pools = None if lr is None else _bcfw.pool_snapshot(lr, self.snap["slots"])
         self._no_evictions()
         if lr is None or not self.line_search:
             self.loss0 = 0.0
@@ -255,6 +257,7 @@ class BCFWMixing(_Mixing):
             self.loss_next = held0 + gamma * (self.loss_end - held0)
         if gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
             lr.blend_dual(self.snap, gamma)
+            _bcfw.blend_pools(lr, self.snap, self.pools, gamma)   # pairwise / away steps, the cache
         lr.set_parameters(mixed)
         lr.set_union(union_lam(self.lam, n_global), n_global)
 

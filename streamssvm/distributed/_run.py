@@ -510,7 +510,7 @@ def run(model, source, options=None, **kwargs):
     model
         A fresh estimator whose labels are declared (``labels=[...]``) and whose features share
         one index across workers (array inputs or ``n_features=2**k`` hashing); its learner is
-        ``BCFW(step="fw", ...)`` (with ``averaging=True``, the default, the mixer averages the
+        ``BCFW(...)`` (with ``averaging=True``, the default, the mixer averages the
         mixed points and the returned model predicts with that average) or ``SGD(...)``.
     source
         ``kafka://HOST:PORT/TOPIC?group=G&stop_at_end=true`` (partitions spread over the workers),
