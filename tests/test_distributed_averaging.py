@@ -114,8 +114,9 @@ def test_averaged_dual_point_is_feasible(tmp_path):
 
 def test_one_worker_with_one_step_rounds_averages_as_one_process(tmp_path):
     """With one worker, one new example per round and no replay, each round is one block step:
-    the mixer's average is the single process's averaged iterate (to round-off: a worker's lambda
-    is lam n / n)."""
+    the iterate is the single process's bit for bit, and the mixer's average is its averaged
+    iterate (to round-off: the two accumulate it differently). Regression (bits): a worker's
+    lambda was lam n / n, an ulp off lam."""
     X, Y = data(150, seed=3)
     single = bcfw_model(replay=0)
     for x, y in zip(X, Y):
@@ -123,6 +124,8 @@ def test_one_worker_with_one_step_rounds_averages_as_one_process(tmp_path):
     res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=1, round_examples=1,
                  checkpoint_every=10_000, cluster="inprocess", checkpoint_dir=tmp_path)
     assert res.rounds == len(X) + 1   # the last round finds the end of the stream
+    np.testing.assert_array_equal(res.model.bound_learner.W.E[:single.bound_learner.W.E.shape[0]],
+                                  single.bound_learner.W.E)
     got, z = averaged(res.model)
     want, zw = averaged(single)
     for k in got:
