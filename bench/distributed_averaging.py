@@ -3,6 +3,7 @@ passes to a gap of 0.1 of the model that predicts, and its test accuracy.
 
     flock /tmp/bench.lock nice -n 0 python3 bench/distributed_averaging.py          # ~10 min on 2 cores
     flock /tmp/bench.lock nice -n 0 python3 bench/distributed_averaging.py --quick  # smoke run
+    flock /tmp/bench.lock nice -n 0 python3 bench/distributed_averaging.py --step pairwise   # pairwise steps
 
 Protocol (``bench/distributed.py``'s): 10,000 training letters, lam = 0.01, replay 0, uniform FW
 steps, no gap passes; rounds of 1/20 pass (stream: n / (20 K) new examples per worker, then
@@ -37,8 +38,12 @@ TARGET = 0.1
 LAM = 0.01
 
 
+STEP = "fw"   # --step: BCFW's step rule (pairwise / away: the pools blended at the mixer)
+
+
 def make_model(averaging):
-    lr = ss.learners.BCFW(lam=LAM, replay=0, sampling="uniform", averaging=averaging, gap_every=None, seed=0)
+    lr = ss.learners.BCFW(lam=LAM, replay=0, sampling="uniform", averaging=averaging, gap_every=None, seed=0,
+                          step=STEP)
     return ss.MulticlassSSVM(labels=list(range(26)), learner=lr, scale=False)
 
 
@@ -124,7 +129,12 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds-per-pass", type=int, default=20)
     ap.add_argument("--max-passes", type=float, default=12.0)
+    ap.add_argument("--step", default="fw", choices=("fw", "pairwise", "away"),
+                    help="BCFW's step rule (writes distributed_averaging_<step>.* unless fw)")
     args = ap.parse_args()
+    global STEP
+    STEP = args.step
+    stem = "distributed_averaging" + ("" if STEP == "fw" else f"_{STEP}")
     X_tr, y_tr, X_te, y_te = ocr_letters()
     n, nt = (2000, 500) if args.quick else (10000, 2000)
     data = (list(X_tr[:n]), [int(v) for v in y_tr[:n]], list(X_te[:nt]), [int(v) for v in y_te[:nt]])
@@ -144,7 +154,7 @@ def main():
             print(json.dumps(costs[-1]), flush=True)
     single = {r["averaging"]: r["passes_to_target"] for r in rows if r["workers"] == "single"}
     lines = [f"# Distributed BCFW with averaging: passes to a gap of {TARGET} of the predicting model (OCR letters)",
-             "", f"{cpu_model()}. {n} training letters, {nt} test letters; lam = {LAM}, replay 0, uniform FW steps, "
+             "", f"{cpu_model()}. {n} training letters, {nt} test letters; lam = {LAM}, replay 0, uniform {STEP} steps, "
              f"no gap passes; rounds of 1/{rpp} pass, adaptive mixing, in process (the Ray rounds bit for bit). "
              "Gap: of the weights the model predicts with -- averaging off: the iterate; on: the averaged weights "
              "(P(w_bar) - max(D(alpha), D(alpha_bar)), the returned model's own certificate; the job's global "
@@ -165,13 +175,13 @@ def main():
     for c in costs:
         lines.append(f"| {c['workers']} | {'on' if c['averaging'] else 'off'} | {c['rounds']} | "
                      f"{fmt(c['cpu_seconds'])} | {fmt(c['wall_seconds'])} |")
-    out = {"machine": {"cpu": cpu_model()}, "n": n, "n_test": nt, "target": TARGET, "lam": LAM,
+    out = {"machine": {"cpu": cpu_model()}, "n": n, "n_test": nt, "target": TARGET, "lam": LAM, "step": STEP,
            "rounds_per_pass": rpp, "quick": args.quick, "rows": rows, "costs": costs}
     if not args.quick:
         os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-        with open(os.path.join(HERE, "results", "distributed_averaging.json"), "w") as f:
+        with open(os.path.join(HERE, "results", stem + ".json"), "w") as f:
             json.dump(out, f, indent=1)
-        with open(os.path.join(HERE, "results", "distributed_averaging.md"), "w") as f:
+        with open(os.path.join(HERE, "results", stem + ".md"), "w") as f:
             f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

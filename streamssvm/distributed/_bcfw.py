@@ -249,20 +249,25 @@ def window_share(window, index, n_workers):
     return W // K + (1 if int(index) < W % K else 0)
 
 
-def evict_oldest(learner, snapshot):
-    """Evict the learner's oldest block (FIFO) during a round; returns (u_i(alpha_i^0), L_i^0):
-    the block's part of the union's sums at the round start (zeros for a block that arrived in
-    this round), which the mixer subtracts whole (see "Eviction windows per worker"). The
-    learner's own eviction subtracts u_i(alpha_i) (its current point) from its sums, so the
-    worker's delta is D_k - R_k; the snapshot forgets the block (its slot may be reused by a new
-    block in the same round, which then blends from its ground truth)."""
+def evict_oldest(learner, snapshot, removed):
+    """Evict the learner's oldest block (FIFO) during a round: adds the block's part of the
+    union's sums at the round start, u_i(alpha_i^0), to ``removed`` (a ``Weights``, grown to the
+    learner's shapes; nothing for a block that arrived in this round) and returns L_i(alpha_i^0)
+    -- what the mixer subtracts whole (see "Eviction windows per worker"). The learner's own
+    eviction subtracts u_i(alpha_i) (its current point) from its sums, so the worker's delta is
+    D_k - R_k; the snapshot forgets the block (its slot may be reused by a new block in the same
+    round, which then blends from its ground truth). O(the block's size)."""
     from .._kernels import bcfw as K
     from .._kernels import bundles as KB
-    from ..structures.base import Weights
     st = learner.store
     slot = st.oldest()
     W = learner.W
-    u0 = {"E": np.zeros_like(W.E), "T": np.zeros_like(W.T), "B": np.zeros_like(W.B)}
+    for k in ("E", "T", "B"):   # the learner's shapes exactly (its tables may have grown)
+        a, shape = getattr(removed, k), getattr(W, k).shape
+        if a.shape != shape:
+            b = np.zeros(shape)
+            b[:a.shape[0], :a.shape[1]] = a
+            setattr(removed, k, b)
     l0 = 0.0
     hit = np.flatnonzero(snapshot["slots"] == slot) if snapshot is not None else ()
     if len(hit):
@@ -271,19 +276,16 @@ def evict_oldest(learner, snapshot):
         size = int(snapshot["sizes"][q])
         idx, sizes = st.stat_regions(np.array([slot], dtype=np.int64))
         if int(sizes[0]) != size:
-            raise RuntimeError("a block's statistic changed its layout inside a round; distributed eviction "
-                               "needs the dense chain statistic (chain_stats='dense')")
+            raise RuntimeError("a block's statistic changed its layout inside a round")
         now = st.Far[idx].copy()
         st.Far[idx] = snapshot["stat"][off:off + size]   # alpha_i^0, for the block's u_i only
-        Z = Weights.__new__(Weights)
-        Z.E, Z.T, Z.B = u0["E"], u0["T"], u0["B"]
-        K.block_u(KB.model(learner.structure, learner._K, W.Kc, learner._C), Z.bundle(), st.arena(), int(slot),
-                  1.0, learner._dbuf_for(st.meta[slot, K.M_L]), learner._slack)
+        K.block_u(KB.model(learner.structure, learner._K, W.Kc, learner._C), removed.bundle(), st.arena(),
+                  int(slot), 1.0, learner._dbuf_for(st.meta[slot, K.M_L]), learner._slack)
         st.Far[idx] = now
         l0 = float(snapshot["lval"][q])
         snapshot["slots"][q] = -1
     learner._evict(slot)
-    return u0, l0
+    return l0
 
 
 def _pool_index(store, slots):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..structures.base import Weights
 from . import _bcfw
 
 
@@ -169,8 +170,12 @@ class BCFWMixing(_Mixing):
 
     def _no_evictions(self):
         self.evicted = 0
-        self.removed = {}        # R_k = sum over this round's evicted blocks of u_i(alpha_i^0)
+        self.removed = None      # R_k = sum over this round's evicted blocks of u_i(alpha_i^0) (Weights)
         self.removed_loss = 0.0  # their L_i(alpha_i^0)
+
+    def _removed_sums(self):
+        R = self.removed
+        return None if R is None else {"E": R.E, "T": R.T, "B": R.B}
 
     def round_start(self, model, n_global):
         # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
@@ -208,9 +213,9 @@ class BCFWMixing(_Mixing):
             return
         lr = bound_learner(model)
         while lr is not None and lr.n_blocks >= self.window:
-            u0, l0 = _bcfw.evict_oldest(lr, self.snap)
-            self.removed = combine(self.removed, [u0], 1.0)
-            self.removed_loss += l0
+            if self.removed is None:
+                self.removed = Weights(1, lr.W.Kc)
+            self.removed_loss += _bcfw.evict_oldest(lr, self.snap, self.removed)
             self.evicted += 1
 
     def check(self, model):
@@ -222,7 +227,7 @@ class BCFWMixing(_Mixing):
         """D_k = dU_k + R_k: the change of the blocks the worker still holds (the evicted ones'
         start sums R_k go to the mixer whole, in :meth:`totals`)."""
         d = super().delta(model)
-        return combine(d, [self.removed], 1.0) if self.evicted else d
+        return combine(d, [self._removed_sums()], 1.0) if self.removed is not None else d
 
     def loss_delta(self, model):
         """sum_{i held} (L_i(end) - L_i(start)): the held blocks' change (evicted ones excluded)."""
@@ -242,7 +247,7 @@ class BCFWMixing(_Mixing):
         return {"steps": 0 if lr is None else _bcfw.steps(lr) - self.steps0,
                 "loss_start": (float(self.loss0 - self.removed_loss) if lr is not None else 0.0)
                 if self.line_search else None,
-                "evicted": int(self.evicted), "removed": self.removed if self.evicted else None,
+                "evicted": int(self.evicted), "removed": self._removed_sums(),
                 "removed_loss": float(self.removed_loss)}
 
     def apply(self, model, mixed, n_global, gamma=None, sigma=None):

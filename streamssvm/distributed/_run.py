@@ -354,7 +354,9 @@ class _Job:
             st["config"] = _with_learner_params(st["config"], averaging=True)
         window = self.template.learner.window
         if window is not None:   # the workers' windows add up to the union's (see ._bcfw)
-            st["learner"]["store"] = {**st["learner"]["store"], "capacity": int(window)}
+            # (at least the blocks held: workers regrouped from more windows evict at their next arrival)
+            cap = max(int(window), int(st["learner"]["store"]["n"]))
+            st["learner"]["store"] = {**st["learner"]["store"], "capacity": cap}
             st["config"] = _with_learner_params(st["config"], window=int(window))
         return model_from_state(st)
 
