@@ -249,6 +249,16 @@ def window_share(window, index, n_workers):
     return W // K + (1 if int(index) < W % K else 0)
 
 
+def unbound_window(model):
+    """A worker's restored BCFW model with its store unbounded (the worker keeps the window):
+    parts written before the workers kept the windows held the learner's own bound."""
+    for lr in (model.learner, model.bound_learner):
+        if lr is not None and getattr(lr, "window", None) is not None:
+            lr.window = None
+    if model.bound_learner is not None:
+        model.bound_learner.store.capacity = None
+
+
 def evict_oldest(learner, snapshot, removed):
     """Evict the learner's oldest block (FIFO) during a round: adds the block's part of the
     union's sums at the round start, u_i(alpha_i^0), to ``removed`` (a ``Weights``, grown to the

@@ -32,7 +32,7 @@ from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
 from ..step import send_dead_letter, step
 from ._cut import PART_KIND, PartChunker, file_sha256, load_part
-from ._bcfw import window_share
+from ._bcfw import unbound_window, window_share
 from ._mix import make_mixing
 
 _END = object()
@@ -293,6 +293,8 @@ class Worker:
         if self.chunker is not None:
             self.chunker.reset()   # the next part is whole
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
+        if self.kind == "bcfw":
+            unbound_window(self.model)   # a part written before the workers kept the windows
         self.bad_at_source = int(w.get("bad_at_source", 0))
         self._src_bad0 = self.source.n_bad
         self.metrics = w["metrics"]
