@@ -497,8 +497,9 @@ def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly
     create_topic(broker, "ta", partitions=2)
     produce_lines(broker, "ta", msgs, partitions=2)
 
-    def make(group, ck, **kw):
-        return sd.run(bcfw_model(), f"kafka://{broker}/ta?group={group}&stop_at_end=true", task="multiclass",
+    def make(group, ck, **kw):   # averaging at the mixer: its average is in the staged cut too
+        return sd.run(bcfw_model(averaging=True), f"kafka://{broker}/ta?group={group}&stop_at_end=true",
+                      task="multiclass",
                       workers=2, round_examples=40, checkpoint_dir=ck, **kw)
 
     rounds, at_kill = [], {}
@@ -528,6 +529,9 @@ def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly
     assert committed(broker, "ta", "ga") == committed(broker, "ta", "gb") == {0: 200, 1: 200}
     np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+    (A, za), (B, zb) = res.model.bound_learner.averaged_u(), ref.model.bound_learner.averaged_u()
+    np.testing.assert_allclose(A.E, B.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(za, zb, rtol=1e-12)
     st, _ = CutStore(tmp_path / "a").latest()
     assert st["round"] == res.rounds   # the last cut is written synchronously
 
