@@ -107,7 +107,8 @@ Per-step rather than per-round weights (c_r = r): rounds differ in length (a str
 holds round_examples new examples per worker, a refinement round passes_per_round passes of the
 n blocks held, and n grows), and the weight of a point should count the steps it stands for,
 as on one machine; with rounds of one step (K = 1, one new example per round, replay 0) the
-average is exactly the single process's, and with rounds of equal length S it is the per-round
+average is the single process's (to round-off: the iterates are equal bit for bit, the two
+accumulate their average differently), and with rounds of equal length S it is the per-round
 average with weights r - 1/2 + 1/(2S). alpha_bar = sum_r c_r alpha^(r) / W_T is feasible (a
 convex combination of the mixed points, each feasible), so U_bar = A alpha_bar: the averaged
 model is a dual point of the union too. L^(r) = sum_k (L_k^0 + gamma dL_k) is the union's loss
@@ -153,7 +154,8 @@ union holds and the certificate is valid after every round. The line search runs
 segment U^0 - sum R_k + gamma sum D_k (the evictions are not scaled by gamma). The averaging
 window restarts in a round with an eviction, as one process's ``evicted_average="restart"``
 restarts it at an eviction (``"keep"`` is refused). With K = 1, one new example per round and no
-replay the rounds are the single process's records, evictions included.
+replay the rounds are the single process's records, evictions included (equal to round-off:
+the eviction subtracts u_i in Python rather than inside the learning kernel).
 
 Only FIFO windows by number of blocks: a reservoir (random) or a byte bound (``max_bytes``) is
 refused.
@@ -176,7 +178,7 @@ What the algebra allows and what is refused (each refused with a clear error by
 * averaging (``averaging=True``, the learner's default): kept by the mixer over the *mixed*
   points, never by a worker (a worker's own average would mix its local views, which are not
   points of the union; the workers run with ``averaging=False``). See "Averaging at the mixer"
-  below.
+  above.
 * the per-block averaging accumulators of ``evicted_average="keep"``: refused (the mixer's
   average has no per-block split; without eviction ``"restart"`` is the same average).
 * gap sampling with the learner's own full gap passes (``sampling="gap"`` with ``gap_every``):
