@@ -166,16 +166,21 @@ def test_refused_per_block_average():
         sd.run(bcfw_model(evicted_average="keep"), "unused.jsonl", task="multiclass")
 
 
-def test_averaging_and_windows_on_ray_equal_in_process_bit_for_bit(tmp_path):
-    """The same job (averaging, a window of 240 blocks shared by 2 workers, 400 examples) on a
-    real local Ray cluster and in process: the same rounds, and the same weights and averaged
-    weights to the last bit."""
+@pytest.mark.parametrize("learner, mixing", [
+    ({}, {}),
+    ({"step": "pairwise", "cache": True, "gap_every": 1.0}, {"beta": 1.0, "mix_step": "fixed"}),
+])
+def test_averaging_and_windows_on_ray_equal_in_process_bit_for_bit(tmp_path, learner, mixing):
+    """The same job (averaging, a window of 240 blocks shared by 2 workers, 400 examples; FW
+    steps with adaptive mixing, or pairwise steps and the cache with blended pools) on a real
+    local Ray cluster and in process: the same rounds, and the same weights and averaged weights
+    to the last bit."""
     X, Y = data(400, seed=6)
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     try:
-        runs = {where: sd.run(bcfw_model(replay=0, window=240), (X, Y), task="multiclass", workers=2,
+        runs = {where: sd.run(bcfw_model(replay=0, window=240, **learner), (X, Y), task="multiclass", workers=2,
                               round_examples=50, passes=1.0, passes_per_round=0.25, checkpoint_dir=tmp_path / where,
-                              cluster=where)
+                              cluster=where, **mixing)
                 for where in ("local", "inprocess")}
     finally:
         ray.shutdown()
