@@ -153,12 +153,18 @@ def test_average_resumes_from_a_cut(tmp_path):
     assert za == zb
 
 
-def test_a_job_without_averaging_does_not_resume_with_it(tmp_path):
-    X, Y = data(200, seed=5)
+def test_a_job_without_averaging_resumes_with_the_average_starting_there(tmp_path):
+    """A cut without an average (a job run with averaging=False, e.g. by the CLI before it kept
+    averaging) resumed with averaging=True: a warning, and the average covers the rounds since."""
+    X, Y = data(400, seed=5)
     kw = dict(task="multiclass", workers=2, round_examples=50, cluster="inprocess", checkpoint_dir=tmp_path)
-    sd.run(bcfw_model(averaging=False), (X, Y), max_rounds=2, **kw)
-    with pytest.raises(ValueError, match="run without averaging"):
-        sd.run(bcfw_model(), (X, Y), **kw)
+    first = sd.run(bcfw_model(averaging=False), (X, Y), max_rounds=2, **kw)
+    steps_before = first.model.bound_learner._tick
+    with pytest.warns(UserWarning, match="average starts at this round"):
+        res = sd.run(bcfw_model(), (X, Y), **kw)
+    lr = res.model.bound_learner
+    assert res.examples_seen == 400 and lr._tick > steps_before
+    assert lr._avg_t0 == steps_before and lr.averaged_u() is not None
 
 
 def test_refused_per_block_average():

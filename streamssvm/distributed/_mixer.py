@@ -53,6 +53,7 @@ class Mixer:
         # "Averaging at the mixer"): T steps of the union, W_T, U_bar, L_bar; in every cut
         self.averaging = bool(averaging) and kind == "bcfw"
         self.average = self._no_average() if self.averaging else None
+        self.restarted_average = False   # the restored cut held no average (see _restore_average)
         self.cuts = CutStore(directory, keep=keep) if directory is not None else None
         self._staged = {}         # round -> (mixer state, meta) of an asynchronous cut
         self._committing = None   # the staged cut being committed by a background thread
@@ -72,16 +73,16 @@ class Mixer:
         return st
 
     def _restore_average(self, m):
-        """The average of a cut's mixer state (a cut written without one: none yet -- a job
-        started with averaging=False cannot resume with it, refused)."""
+        """The average of a cut's mixer state; a cut written without one (a job run with
+        averaging=False, or before the mixer averaged) starts the average at its round, as an
+        eviction restarts it (``restarted_average`` tells the driver, which warns)."""
+        self.restarted_average = False
         if not self.averaging:
             return
         a = m.get("average")
         if a is None:
-            if int(m["round"]) > 0:
-                raise ValueError("the checkpoint directory holds a job run without averaging; resume it with "
-                                 "averaging=False or use a fresh checkpoint directory")
             self.average = self._no_average()
+            self.restarted_average = int(m["round"]) > 0
             return
         self.average = {"T": int(a["T"]), "W": float(a["W"]), "L": float(a["L"]), "L_now": float(a["L_now"]),
                         "U": {k: np.asarray(v, dtype=np.float64) for k, v in a["U"].items()}}
@@ -105,7 +106,8 @@ class Mixer:
         self.history = list(m["history"])
         self.sigma = float(m.get("sigma", self.sigma))
         self._restore_average(m)
-        return {"round": self.round, "parts": st["parts"], "n_global": self.n_global, "path": str(path)}
+        return {"round": self.round, "parts": st["parts"], "n_global": self.n_global, "path": str(path),
+                "restarted_average": self.restarted_average}
 
     def regroup(self, partitions):
         """Resume a Kafka job with a different number of workers: the newest cut's dual blocks

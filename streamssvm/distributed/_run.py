@@ -196,6 +196,10 @@ class _Job:
             cut = self.get(self.mixer.regroup.remote([s["partitions"] for s in self.shards]))
         else:
             cut = self.get(self.mixer.restore.remote())
+        if cut is not None and cut.get("restarted_average"):
+            warnings.warn(f"the cut of round {cut['round']} holds no average of the mixed points (a job run with "
+                          "averaging=False or by an older version): the average starts at this round",
+                          UserWarning, stacklevel=2)
         if cut is not None:
             parts = sorted(cut["parts"], key=lambda p: p["worker"])
             self.get([w.restore.remote(p["path"]) for w, p in zip(self.workers, parts)])
