@@ -70,9 +70,9 @@ def assert_feasible(model):
 
 # ----------------------------------------------------------------------------- refusals (no cluster)
 @pytest.mark.parametrize("learner, msg", [
-    (ss.learners.BCFW(step="pairwise", averaging=False, gap_every=None), "step='pairwise'"),
-    (ss.learners.BCFW(averaging=True, gap_every=None), "averaging=True"),
-    (ss.learners.BCFW(averaging=False, cache=True, gap_every=None), "cache=True"),
+    (ss.learners.BCFW(eviction="reservoir", averaging=False, gap_every=None), "eviction='reservoir'"),
+    (ss.learners.BCFW(averaging=True, evicted_average="keep", gap_every=None), "evicted_average='keep'"),
+    (ss.learners.BCFW(averaging=False, max_bytes=1 << 20, gap_every=None), "max_bytes"),
 ])
 def test_refused_bcfw_settings(learner, msg):
     with pytest.raises(ValueError, match=msg.replace("(", r"\(")):
@@ -452,8 +452,9 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     create_topic(broker, "tk", partitions=2)
     produce_lines(broker, "tk", msgs, partitions=2)
 
-    def make(group, ck, **kw):
-        return sd.run(bcfw_model(), f"kafka://{broker}/tk?group={group}&stop_at_end=true", task="multiclass",
+    def make(group, ck, **kw):   # averaging at the mixer (the learner's default): in the cut too
+        return sd.run(bcfw_model(averaging=True), f"kafka://{broker}/tk?group={group}&stop_at_end=true",
+                      task="multiclass",
                       workers=2, round_examples=40, checkpoint_dir=ck, **kw)
 
     killed = []
@@ -475,6 +476,10 @@ def test_killed_worker_resumes_from_last_cut_exactly_once(cluster, broker, tmp_p
     assert committed(broker, "tk", "gk") == committed(broker, "tk", "gr") == {0: 200, 1: 200}
     np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+    (A, za), (B, zb) = res.model.bound_learner.averaged_u(), ref.model.bound_learner.averaged_u()
+    np.testing.assert_allclose(A.E, B.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(za, zb, rtol=1e-12)
+    assert np.abs(A.E - res.model.bound_learner.W.E).max() > 1e-6   # the average, not the iterate
 
 
 def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly_once(cluster, broker, tmp_path):
@@ -492,8 +497,9 @@ def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly
     create_topic(broker, "ta", partitions=2)
     produce_lines(broker, "ta", msgs, partitions=2)
 
-    def make(group, ck, **kw):
-        return sd.run(bcfw_model(), f"kafka://{broker}/ta?group={group}&stop_at_end=true", task="multiclass",
+    def make(group, ck, **kw):   # averaging at the mixer: its average is in the staged cut too
+        return sd.run(bcfw_model(averaging=True), f"kafka://{broker}/ta?group={group}&stop_at_end=true",
+                      task="multiclass",
                       workers=2, round_examples=40, checkpoint_dir=ck, **kw)
 
     rounds, at_kill = [], {}
@@ -523,6 +529,9 @@ def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly
     assert committed(broker, "ta", "ga") == committed(broker, "ta", "gb") == {0: 200, 1: 200}
     np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+    (A, za), (B, zb) = res.model.bound_learner.averaged_u(), ref.model.bound_learner.averaged_u()
+    np.testing.assert_allclose(A.E, B.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(za, zb, rtol=1e-12)
     st, _ = CutStore(tmp_path / "a").latest()
     assert st["round"] == res.rounds   # the last cut is written synchronously
 
@@ -538,10 +547,11 @@ def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, br
     create_topic(broker, "t4", partitions=4)
     produce_lines(broker, "t4", msgs, partitions=4)
     uri = f"kafka://{broker}/t4?group=g4&stop_at_end=true"
-    first = sd.run(bcfw_model(), uri, task="multiclass", workers=2, round_examples=40,
+    first = sd.run(bcfw_model(averaging=True), uri, task="multiclass", workers=2, round_examples=40,
                    checkpoint_dir=tmp_path / "ck", max_rounds=2)
     assert first.examples_seen == 160 and first.rounds == 2
-    res = sd.run(bcfw_model(), uri, task="multiclass", workers=4, round_examples=40, checkpoint_dir=tmp_path / "ck")
+    res = sd.run(bcfw_model(averaging=True), uri, task="multiclass", workers=4, round_examples=40,
+                 checkpoint_dir=tmp_path / "ck")
     assert res.examples_seen == len(msgs) == res.model.n_blocks
     assert [w["n_blocks"] for w in res.workers] == [100, 100, 100, 100]
     st, _ = CutStore(tmp_path / "ck").latest()
@@ -550,8 +560,9 @@ def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, br
         assert set(part["worker"]["block_partitions"].tolist()) == {p["worker"]}
         assert part["worker"]["position"]["offsets"] == {str(p["worker"]): 100}
     assert committed(broker, "t4", "g4") == {0: 100, 1: 100}
-    c = single_process_certificate(res.model)
-    np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    c = single_process_certificate(res.model)   # (with averaging: of the average; its iterate's gap is the job's)
+    np.testing.assert_allclose(c.extra["iterate_gap"], res.certificate["gap"], rtol=1e-9, atol=1e-12)
+    assert c.extra["dual_averaged"] <= c.primal   # the average moved with the blocks: a dual point of the union
     assert_feasible(res.model)
 
 

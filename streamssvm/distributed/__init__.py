@@ -15,6 +15,10 @@ Needs the optional extra: ``pip install "streamssvm[distributed]"`` (Ray).
   round's sigma' from the measured overlap of the workers' changes; ``cluster="inprocess"`` runs the same rounds without Ray; SGD is
   iterative parameter mixing (McDonald, Hall and Mann 2010).
 * The global certificate at the mixed w is the sum of the workers' block gaps at that w.
+* The single run's configuration: BCFW's averaging is kept by the mixer (the step-weighted
+  average of the mixed points, in every cut; the returned model predicts with it), a FIFO
+  ``window`` is shared by the workers (an evicted block leaves the union's sums whole), gap
+  sampling with ``gap_every``, lambda following n (derivations in :mod:`._bcfw`).
 * Every ``checkpoint_every`` rounds (and when the stream ends) a consistent cut
   (:mod:`streamssvm.distributed._cut`): every worker's part (model, dual blocks, source offsets
   per partition; by default only the chunks changed since its previous part) is written durably,
@@ -24,7 +28,7 @@ Needs the optional extra: ``pip install "streamssvm[distributed]"`` (Ray).
 
 >>> import numpy as np, streamssvm as ss, streamssvm.distributed as sd   # doctest: +SKIP
 >>> X = np.random.default_rng(0).normal(size=(400, 5)); Y = (X[:, 0] > 0).astype(int).tolist()  # doctest: +SKIP
->>> m = ss.MulticlassSSVM(labels=[0, 1], learner=ss.learners.BCFW(lam=0.01, averaging=False, gap_every=None))  # doctest: +SKIP
+>>> m = ss.MulticlassSSVM(labels=[0, 1], learner=ss.learners.BCFW(lam=0.01))  # doctest: +SKIP
 >>> res = sd.run(m, (X, Y), task="multiclass", workers=2, round_examples=50)   # doctest: +SKIP
 >>> res.examples_seen, res.certificate["gap"] >= 0                            # doctest: +SKIP
 (400, True)

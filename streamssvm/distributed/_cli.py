@@ -24,13 +24,10 @@ def parse_labels(text):
 
 
 def distributed_model(model, labels):
-    """The CLI's model made fit for distributed learning: labels declared; BCFW without
-    averaging and without its own refreshing full passes (see :mod:`._bcfw`)."""
-    params = {"labels": labels}
-    lr = model.learner
-    if lr.mixing == "dual":
-        params["learner"] = lr.clone({"averaging": False, "gap_every": None})
-    return model.clone(params)
+    """The CLI's model made fit for distributed learning: labels declared. BCFW keeps the single
+    run's configuration (averaging at the mixer, gap sampling with its own full gap passes, FIFO
+    windows per worker; see :mod:`._bcfw`)."""
+    return model.clone({"labels": labels})
 
 
 #: ``run --workers`` without ``--n-features`` on dict features: hashed into this many buckets

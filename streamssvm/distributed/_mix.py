@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..structures.base import Weights
 from . import _bcfw
 
 
@@ -119,6 +120,9 @@ class _Mixing:
     def prepare(self, model):
         """Before learning more examples (every 32 examples of a round)."""
 
+    def make_room(self, model):
+        """Before one new example: evict what the worker's window needs (BCFW windows)."""
+
     def check(self, model):
         """After the round's examples: raise when the worker's state cannot be mixed."""
 
@@ -134,6 +138,12 @@ class _Mixing:
     def n_blocks(self, model):
         lr = bound_learner(model)
         return 0 if lr is None else int(lr.n_blocks)
+
+    def totals(self, model):
+        """What the mixer needs of this worker after a round besides its delta: its block steps
+        in the round and its held blocks' loss sum at the round start (the average), the blocks
+        it evicted and their sums at the round start (None where the scheme has none)."""
+        return {"steps": None, "loss_start": None, "evicted": 0, "removed": None, "removed_loss": 0.0}
 
 
 class BCFWMixing(_Mixing):
@@ -153,6 +163,19 @@ class BCFWMixing(_Mixing):
         # (L_i is linear in alpha_i: the blend moves the sum by gamma (end - start)) so that a round
         # sums the blocks' losses once, not twice; None: sum them
         self.loss_next = None
+        self.steps0 = 0
+        self.pools = None    # the held blocks' pools at the round start (_bcfw.pool_snapshot)
+        self.window = None   # this worker's FIFO window W_k (None: unbounded; see _bcfw.window_share)
+        self._no_evictions()
+
+    def _no_evictions(self):
+        self.evicted = 0
+        self.removed = None      # R_k = sum over this round's evicted blocks of u_i(alpha_i^0) (Weights)
+        self.removed_loss = 0.0  # their L_i(alpha_i^0)
+
+    def _removed_sums(self):
+        R = self.removed
+        return None if R is None else {"E": R.E, "T": R.T, "B": R.B}
 
     def round_start(self, model, n_global):
         # a worker without a learner yet starts its sums at 0: its delta is then its own blocks'
@@ -160,6 +183,9 @@ class BCFWMixing(_Mixing):
         super().round_start(model, n_global)
         lr = bound_learner(model)
         self.snap = None if lr is None else lr.dual_snapshot()
+        self.steps0 = 0 if lr is None else _bcfw.steps(lr)
+        self.pools = None if lr is None else _bcfw.pool_snapshot(lr, self.snap["slots"])
+        self._no_evictions()
         if lr is None or not self.line_search:
             self.loss0 = 0.0
         else:
@@ -180,20 +206,49 @@ class BCFWMixing(_Mixing):
             n = self.n_others + lr.n_blocks
             lr.set_union(union_lam(self.lam, n), n, self.sigma)
 
+    def make_room(self, model):
+        """Before a new example: with the worker's window W_k full, evict its oldest blocks (FIFO,
+        as one process does) and keep their round-start sums (``_bcfw.evict_oldest``)."""
+        if self.window is None:
+            return
+        lr = bound_learner(model)
+        while lr is not None and lr.n_blocks >= self.window:
+            if self.removed is None:
+                self.removed = Weights(1, lr.W.Kc)
+            self.removed_loss += _bcfw.evict_oldest(lr, self.snap, self.removed)
+            self.evicted += 1
+
     def check(self, model):
         lr = bound_learner(model)
-        if lr is not None and lr.n_evicted:
-            raise ValueError("a worker's BCFW evicted a block (capacity / max_bytes reached): distributed "
-                             "BCFW needs every block kept; raise capacity")
+        if lr is not None and lr.store.capacity is not None:
+            raise ValueError("a distributed worker's BCFW must run unbounded (the worker keeps its window)")
+
+    def delta(self, model):
+        """D_k = dU_k + R_k: the change of the blocks the worker still holds (the evicted ones'
+        start sums R_k go to the mixer whole, in :meth:`totals`)."""
+        d = super().delta(model)
+        return combine(d, [self._removed_sums()], 1.0) if self.removed is not None else d
 
     def loss_delta(self, model):
+        """sum_{i held} (L_i(end) - L_i(start)): the held blocks' change (evicted ones excluded)."""
         if not self.line_search:
             return None
         lr = bound_learner(model)
         if lr is None:
             return 0.0
         self.loss_end = _bcfw.loss_sum(lr)
-        return self.loss_end - self.loss0
+        return self.loss_end - (self.loss0 - self.removed_loss)
+
+    def totals(self, model):
+        """Block steps of this round (the mixer's average weighs each mixed point by the step
+        indices of its round) and sum_i L_i at the round start (None unless the loss sums are
+        reported)."""
+        lr = bound_learner(model)
+        return {"steps": 0 if lr is None else _bcfw.steps(lr) - self.steps0,
+                "loss_start": (float(self.loss0 - self.removed_loss) if lr is not None else 0.0)
+                if self.line_search else None,
+                "evicted": int(self.evicted), "removed": self._removed_sums(),
+                "removed_loss": float(self.removed_loss)}
 
     def apply(self, model, mixed, n_global, gamma=None, sigma=None):
         if sigma is not None:   # adaptive mixing: the mixer's sigma' for the next round
@@ -202,10 +257,12 @@ class BCFWMixing(_Mixing):
         if lr is None:
             return
         gamma = self.gamma if gamma is None else float(gamma)
-        if self.loss_end is not None:
-            self.loss_next = self.loss0 + gamma * (self.loss_end - self.loss0)
+        if self.loss_end is not None:   # the held blocks' sum after the blend
+            held0 = self.loss0 - self.removed_loss
+            self.loss_next = held0 + gamma * (self.loss_end - held0)
         if gamma != 1.0:   # gamma = 1 (adding): every block keeps its new alpha as it is
             lr.blend_dual(self.snap, gamma)
+            _bcfw.blend_pools(lr, self.snap, self.pools, gamma)   # pairwise / away steps, the cache
         lr.set_parameters(mixed)
         lr.set_union(union_lam(self.lam, n_global), n_global)
 

@@ -10,7 +10,7 @@ import numpy as np
 from ..certificate import Certificate
 from ._cut import CutStore
 from ._mix import combine, union_lam
-from ._bcfw import line_step, overlap
+from ._bcfw import average_weight, line_step, overlap
 
 
 #: job kinds of files written before MEMOIR declared its mixing (``Learner.mixing``)
@@ -35,7 +35,7 @@ class Mixer:
     """
 
     def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3, line_search=False,
-                 adaptive=False):
+                 adaptive=False, averaging=False):
         self.n_workers = int(n_workers)
         # adaptive (BCFW): the next round's sigma' is this round's measured overlap of the workers'
         # changes, and gamma comes from the exact line search (see :mod:`._bcfw`)
@@ -49,14 +49,43 @@ class Mixer:
         self.n_global = 0
         self.round = 0
         self.history = []
+        # BCFW(averaging=True): the step-weighted average of the mixed points (see :mod:`._bcfw`,
+        # "Averaging at the mixer"): T steps of the union, W_T, U_bar, L_bar; in every cut
+        self.averaging = bool(averaging) and kind == "bcfw"
+        self.average = self._no_average() if self.averaging else None
+        self.restarted_average = False   # the restored cut held no average (see _restore_average)
         self.cuts = CutStore(directory, keep=keep) if directory is not None else None
         self._staged = {}         # round -> (mixer state, meta) of an asynchronous cut
         self._committing = None   # the staged cut being committed by a background thread
 
     # ------------------------------------------------------------------ state
+    @staticmethod
+    def _no_average():
+        return {"T": 0, "W": 0.0, "U": {}, "L": 0.0, "L_now": 0.0}
+
     def state(self):
-        return {"start": dict(self.start), "n_global": self.n_global, "round": self.round,
-                "history": list(self.history), "kind": self.kind, "n_workers": self.n_workers, "sigma": self.sigma}
+        st = {"start": dict(self.start), "n_global": self.n_global, "round": self.round,
+              "history": list(self.history), "kind": self.kind, "n_workers": self.n_workers, "sigma": self.sigma}
+        if self.average is not None:
+            a = self.average
+            st["average"] = {"T": int(a["T"]), "W": float(a["W"]), "L": float(a["L"]), "L_now": float(a["L_now"]),
+                             "U": {k: np.array(v, copy=True) for k, v in a["U"].items()}}
+        return st
+
+    def _restore_average(self, m):
+        """The average of a cut's mixer state; a cut written without one (a job run with
+        averaging=False, or before the mixer averaged) starts the average at its round, as an
+        eviction restarts it (``restarted_average`` tells the driver, which warns)."""
+        self.restarted_average = False
+        if not self.averaging:
+            return
+        a = m.get("average")
+        if a is None:
+            self.average = self._no_average()
+            self.restarted_average = int(m["round"]) > 0
+            return
+        self.average = {"T": int(a["T"]), "W": float(a["W"]), "L": float(a["L"]), "L_now": float(a["L_now"]),
+                        "U": {k: np.asarray(v, dtype=np.float64) for k, v in a["U"].items()}}
 
     def restore(self):
         """Load the newest valid cut: returns ``{"round", "parts", "n_global"}`` or None."""
@@ -76,7 +105,9 @@ class Mixer:
         self.round = int(m["round"])
         self.history = list(m["history"])
         self.sigma = float(m.get("sigma", self.sigma))
-        return {"round": self.round, "parts": st["parts"], "n_global": self.n_global, "path": str(path)}
+        self._restore_average(m)
+        return {"round": self.round, "parts": st["parts"], "n_global": self.n_global, "path": str(path),
+                "restarted_average": self.restarted_average}
 
     def regroup(self, partitions):
         """Resume a Kafka job with a different number of workers: the newest cut's dual blocks
@@ -111,6 +142,7 @@ class Mixer:
         self.n_global = int(m["n_global"])
         self.round = int(m["round"])
         self.history = list(m["history"])
+        self._restore_average(m)
         models = [o["model"] for o in old]
         base = next((md for md in models if md.get("learner") is not None), models[0])
         owner = None
@@ -159,27 +191,62 @@ class Mixer:
         return str(self.cuts.part_path(round_id, worker))
 
     # ------------------------------------------------------------------ rounds
-    def mix(self, round_id, n_blocks, *deltas, loss_deltas=None):
+    def mix(self, round_id, n_blocks, *deltas, loss_deltas=None, totals=None):
         """``start + gamma sum_k delta_k`` with gamma = beta/K, or with ``line_search`` the best
         gamma in [0, 1] for the dual of the union (BCFW, from the workers' ``loss_deltas``; see
         :func:`streamssvm.distributed._bcfw.line_step`); returns the mixed weights to broadcast
         and the gamma the workers blend their blocks with (the deltas are separate arguments so
         that Ray hands the workers' objects over directly). With ``adaptive`` the next round's
         sigma' = clip(ADAPTIVE_MARGIN rho, 1, K) from this round's overlap rho
-        (:func:`streamssvm.distributed._bcfw.overlap`), returned with the weights."""
+        (:func:`streamssvm.distributed._bcfw.overlap`), returned with the weights. With
+        ``averaging``, ``totals`` (each worker's ``{"steps", "loss_start"}``) move the average
+        of the mixed points (:meth:`_average`)."""
         n = int(sum(n_blocks))
         gamma = self.gamma
+        # blocks the workers evicted leave the union's sums whole: U^0 - sum_k R_k (see ._bcfw,
+        # "Eviction windows per worker"); the held blocks' changes are blended
+        removed = [t["removed"] for t in (totals or []) if t.get("removed")]
+        base = combine(self.start, removed, -1.0) if removed else self.start
         if self.line_search and loss_deltas is not None and None not in loss_deltas:
             S = combine({}, list(deltas), 1.0)
-            gamma = line_step(self.start, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
+            gamma = line_step(base, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
         rho = overlap(list(deltas)) if self.kind == "bcfw" else None
         if self.adaptive and rho is not None:
             self.sigma = float(min(max(ADAPTIVE_MARGIN * rho, 1.0), self.n_workers))
-        self.start = combine(self.start, list(deltas), gamma)
+        self.start = combine(base, list(deltas), gamma)
         self.n_global = n
         self.round = int(round_id)
+        if self.average is not None:
+            self._average(totals, loss_deltas, gamma)
         return {"round": self.round, "n_global": self.n_global, "weights": self.start, "gamma": gamma,
                 "sigma": self.sigma, "overlap": rho, "bytes": int(sum(a.nbytes for a in self.start.values()))}
+
+    def _average(self, totals, loss_deltas, gamma):
+        """U_bar += (c_r / W_T) (U^(r) - U_bar) (and L_bar alike) with c_r the sum of the step
+        indices of this round's steps (``_bcfw.average_weight``); U^(r) the mixed sums, L^(r) the
+        union's loss sum after the blend."""
+        if totals is None or loss_deltas is None or None in loss_deltas \
+                or any(t.get("loss_start") is None for t in totals):
+            raise RuntimeError("averaging at the mixer needs every worker's steps and loss sums")
+        a = self.average
+        if any(int(t.get("evicted") or 0) for t in totals):
+            # an eviction restarts the averaging window (one process's evicted_average="restart")
+            a.update(self._no_average())
+        T = int(a["T"]) + int(sum(int(t["steps"]) for t in totals))
+        a["L_now"] = float(sum(float(t["loss_start"]) for t in totals) + gamma * float(sum(loss_deltas)))
+        c = average_weight(a["T"], T) if T > a["T"] else 0.0
+        if c > 0.0:
+            W = a["W"] + c
+            f = c / W
+            a["U"] = combine(a["U"], [{k: v for k, v in self.start.items()},
+                                      {k: -np.asarray(v) for k, v in a["U"].items()}], f)
+            a["L"] += f * (a["L_now"] - a["L"])
+            a["W"] = W
+        a["T"] = T
+
+    def averaged(self):
+        """The mixer's average ``{"T", "W", "U", "L", "L_now"}`` (None without averaging)."""
+        return None if self.average is None else self.state()["average"]
 
     def certificate(self, sums):
         """The global certificate at the mixed weights from the workers' block sums."""
@@ -202,7 +269,9 @@ class Mixer:
             c = Certificate(gap=max(raw, 0.0), primal=primal, dual=dual, n_blocks=n, oracle_calls=calls,
                             seconds=secs + time.perf_counter() - t0, exact=all(s["exact"] for s in sums),
                             lam=lam, regularizer=reg, hinge=hinge, dual_loss=dual_loss, block_gap_sum=bgs,
-                            note=f"distributed: sum of the block gaps of {len(sums)} workers at the mixed weights",
+                            note=f"distributed: sum of the block gaps of {len(sums)} workers at the mixed weights"
+                                 + (" (the iterate; the model predicts with the mixer's average, certified by its "
+                                    "own certificate())" if self.averaging else ""),
                             extra={"raw_gap": raw, "workers": len(sums)})
         else:
             hinge = sum(s["hinge_sum"] for s in sums) / n
@@ -228,7 +297,7 @@ class Mixer:
         while the following rounds run."""
         self.history.append(record)
         st = self.state()
-        st["start"] = {k: np.array(v, copy=True) for k, v in st["start"].items()}
+        st["start"] = {k: np.array(v, copy=True) for k, v in st["start"].items()}   # (state() copies the average)
         self._staged[int(round_id)] = (st, {"examples_seen": record.get("examples_seen")})
         return True
 

@@ -106,10 +106,13 @@ class DistributedResult:
     ----------
     model
         The mixed model as one estimator (BCFW: the union of every worker's dual blocks with the
-        mixed weights -- its ``certificate()`` is the single-process certificate; SGD: the mixed
+        mixed weights -- its ``certificate()`` is the single-process certificate; with
+        ``averaging=True`` it predicts with the mixer's step-weighted average of the mixed points
+        and its ``certificate()`` certifies that average, as one process's does; SGD: the mixed
         weights with worker 0's window).
     certificate
-        The last global certificate (a dict in the ``Certificate`` format).
+        The last global certificate (a dict in the ``Certificate`` format): of the mixed point
+        (the iterate), also when the model predicts with the average.
     history
         One record per round (examples, blocks, bytes, seconds, per-worker throughput,
         certificate when computed).
@@ -138,6 +141,11 @@ class _Job:
         beta, mix_step = float(mixing.get("beta", 1.0)), mixing.get("step", "fixed")
         self.adaptive = mix_step == "adaptive"
         line_search = mix_step in ("line", "adaptive")
+        # BCFW(averaging=True): the mixer averages the mixed points; the workers run without an
+        # average of their own (their local views are not points of the union; see ._bcfw)
+        self.averaging = kind == "bcfw" and bool(getattr(model.learner, "averaging", False))
+        self.worker_template = model.clone({"learner": model.learner.clone({"averaging": False})}) \
+            if self.averaging else model
         # inprocess: the mixer and the workers are plain objects called in turn (:mod:`._inprocess`)
         self.inprocess = bool(inprocess)
         cuts = dict(cuts or {})   # {"asynchronous": bool (False), "incremental": bool (True)}
@@ -147,6 +155,7 @@ class _Job:
         self.committing = None   # round of the cut the mixer is committing
         self._commit_call = None
         self.line_search = bool(line_search)
+        self.loss_sums = self.line_search or self.averaging   # the workers report their loss sums
         self.shards = shards
         self.task = task
         self.kind = kind
@@ -177,9 +186,9 @@ class _Job:
             MixerActor = ray.remote(Mixer).options(num_cpus=0, max_restarts=0)
             WorkerActor = ray.remote(Worker).options(num_cpus=self.worker_cpus, max_restarts=0)
         self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep,
-                                       self.line_search, self.adaptive)
-        self.workers = [WorkerActor.remote(k, self.K, self.template.clone(), self.task, self.shards[k], self.kind,
-                                           self.lam, self.beta, self.job_id, self.line_search,
+                                       self.line_search, self.adaptive, self.averaging)
+        self.workers = [WorkerActor.remote(k, self.K, self.worker_template.clone(), self.task, self.shards[k],
+                                           self.kind, self.lam, self.beta, self.job_id, self.loss_sums,
                                            self.incremental_cuts)
                         for k in range(self.K)]
         if self.shards[0]["kind"] == "kafka":
@@ -187,6 +196,10 @@ class _Job:
             cut = self.get(self.mixer.regroup.remote([s["partitions"] for s in self.shards]))
         else:
             cut = self.get(self.mixer.restore.remote())
+        if cut is not None and cut.get("restarted_average"):
+            warnings.warn(f"the cut of round {cut['round']} holds no average of the mixed points (a job run with "
+                          "averaging=False or by an older version): the average starts at this round",
+                          UserWarning, stacklevel=2)
         if cut is not None:
             parts = sorted(cut["parts"], key=lambda p: p["worker"])
             self.get([w.restore.remote(p["path"]) for w, p in zip(self.workers, parts)])
@@ -230,7 +243,9 @@ class _Job:
         self.commit_pending(written)
         t_commit = time.perf_counter() - tc
         mixed = self.mixer.mix.remote(r, [i["n_blocks"] for i in infos], *[o[1] for o in outs],
-                                      loss_deltas=[i.get("loss_delta") for i in infos])
+                                      loss_deltas=[i.get("loss_delta") for i in infos],
+                                      totals=[{k: i.get(k) for k in ("steps", "loss_start", "evicted",
+                                                                     "removed", "removed_loss")} for i in infos])
         n_global = sum(i["n_blocks"] for i in infos)
         self.get([w.apply.remote(mixed, n_global, done) for w in self.workers])
         committed = self.get(done) if done is not None else None
@@ -336,7 +351,25 @@ class _Job:
         learners = [s["learner"] for s in states if s["learner"] is not None]
         st = dict(states[0])
         st["learner"] = _bcfw.merge_learner_states(learners, U)
+        if self.averaging:
+            # the model predicts with the mixer's average of the mixed points (see ._bcfw)
+            avg = self.get(self.mixer.averaged.remote())
+            st["learner"] = _bcfw.averaged_state(st["learner"], avg, avg["L_now"])
+            st["config"] = _with_learner_params(st["config"], averaging=True)
+        window = self.template.learner.window
+        if window is not None:   # the workers' windows add up to the union's (see ._bcfw)
+            # (at least the blocks held: workers regrouped from more windows evict at their next arrival)
+            cap = max(int(window), int(st["learner"]["store"]["n"]))
+            st["learner"]["store"] = {**st["learner"]["store"], "capacity": cap}
+            st["config"] = _with_learner_params(st["config"], window=int(window))
         return model_from_state(st)
+
+
+def _with_learner_params(config, **params):
+    """A model state's ``config`` with the learner's parameters updated."""
+    lr = dict(config["learner"])
+    lr["params"] = {**lr["params"], **params}
+    return {**config, "learner": lr}
 
 
 def _part_record(part):
@@ -483,7 +516,8 @@ def run(model, source, options=None, **kwargs):
     model
         A fresh estimator whose labels are declared (``labels=[...]``) and whose features share
         one index across workers (array inputs or ``n_features=2**k`` hashing); its learner is
-        ``BCFW(step="fw", averaging=False, ...)`` or ``SGD(...)``.
+        ``BCFW(...)`` (with ``averaging=True``, the default, the mixer averages the
+        mixed points and the returned model predicts with that average) or ``SGD(...)``.
     source
         ``kafka://HOST:PORT/TOPIC?group=G&stop_at_end=true`` (partitions spread over the workers),
         a file path / URI (records k mod K to worker k), or a pair ``(X, Y)``.
@@ -520,6 +554,10 @@ def run(model, source, options=None, **kwargs):
     kind = learner_kind(model)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive int, got {workers!r}")
+    window = getattr(model.learner, "window", None) if kind == "bcfw" else None
+    if window is not None and int(window) < workers:
+        raise ValueError(f"BCFW(window={window}) is shared by {workers} workers: every worker needs a window of at "
+                         "least one block")
     if beta is None:   # CoCoA+ adding for dual (BCFW) mixing, averaging for parameter mixing
         beta = float(workers) if kind == "bcfw" else 1.0
     if not (0.0 < float(beta) <= workers):

@@ -32,6 +32,7 @@ from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
 from ..step import send_dead_letter, step
 from ._cut import PART_KIND, PartChunker, file_sha256, load_part
+from ._bcfw import unbound_window, window_share
 from ._mix import make_mixing
 
 _END = object()
@@ -245,8 +246,9 @@ class Worker:
     job_id
         Identity of the job (Kafka commit metadata, so a restarted worker trusts its own offsets).
     line_search
-        BCFW: report the round's change of the blocks' losses so that the mixer can choose the
-        mixing weight by line search (``mix_step="line"``).
+        BCFW: report the blocks' loss sum at the round start and its change over the round, for
+        the mixer's line search (``mix_step="line"`` / ``"adaptive"``) and its average of the
+        mixed points (``averaging=True``).
     incremental_cuts
         Write only the chunks of the state that changed since this worker's previous part
         (:class:`~streamssvm.distributed._cut.PartChunker`); False: every part whole.
@@ -277,6 +279,11 @@ class Worker:
         self._part = None            # the part of an asynchronous cut being written (_PartWrite)
         self._cut_positions = {}     # round -> source position snapshotted for that round's cut
         self.chunker = PartChunker() if incremental_cuts else None
+        if kind == "bcfw" and model is not None and model.learner.window is not None:
+            # the union's FIFO window W: this worker keeps its share W_k of it, its learner runs
+            # unbounded (derivation in ._bcfw, "Eviction windows per worker")
+            self.mixing.window = window_share(model.learner.window, self.index, self.n_workers)
+            self.model = model.clone({"learner": model.learner.clone({"window": None})})
 
     # ------------------------------------------------------------------ cut parts
     def restore(self, part_path):
@@ -286,6 +293,8 @@ class Worker:
         if self.chunker is not None:
             self.chunker.reset()   # the next part is whole
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
+        if self.kind == "bcfw":
+            unbound_window(self.model)   # a part written before the workers kept the windows
         self.bad_at_source = int(w.get("bad_at_source", 0))
         self._src_bad0 = self.source.n_bad
         self.metrics = w["metrics"]
@@ -376,6 +385,7 @@ class Worker:
                     break
                 continue
             last = time.monotonic()
+            self.mixing.make_room(self.model)   # a full window evicts its oldest block first
             out = step(self.model, rec)
             self.position = rec.position
             if out.bad:
@@ -404,6 +414,7 @@ class Worker:
                 "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
                 "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
                 "loss_delta": self.mixing.loss_delta(self.model),
+                **self.mixing.totals(self.model),
                 "bad_records": self.bad_records, "bad_at_source": self.n_bad_at_source, "position": self.position}
         return info, delta
 

@@ -247,7 +247,7 @@ class Learner(base.Base, abc.ABC):
         learner as configured (``n_features``: the estimator's hashed input width, if any)."""
         if not self.distributed:
             raise ValueError(f"{type(self).__name__} is not supported by distributed learning yet "
-                             "(supported: BCFW with step='fw', SGD, MEMOIR with dense rows)")
+                             "(supported: BCFW, SGD, MEMOIR with dense rows)")
 
     def effective_lam(self, n=None):
         """The regularization lambda of the objective with ``n`` examples held (default: the

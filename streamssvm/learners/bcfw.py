@@ -1041,7 +1041,10 @@ class BCFW(DenseWeights, Learner):
         ICML 2015), with the weight sums held divided by ``sigma``."""
         self._refuse_weighted("set_union (distributed BCFW)")
         n_k = max(self.store.n, 1)
-        self._lam_override = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
+        if int(n_total) == n_k and float(sigma) == 1.0:   # one worker: lam itself (not lam n / n, off by an ulp)
+            self._lam_override = float(lam)
+        else:
+            self._lam_override = float(lam) * max(float(n_total), 1.0) / (float(sigma) * n_k)
         self._pred_cache = None
 
     # ------------------------------------------------------------------ regularization path
