@@ -128,3 +128,25 @@ def test_decode_json_uses_the_fast_decoder_when_there_is_one(monkeypatch):
         pytest.skip("orjson is not installed")
     monkeypatch.setattr(files.json, "loads", lambda *a, **k: (_ for _ in ()).throw(AssertionError("json.loads")))
     assert files.decode_json(b'{"x": [1, 2.5], "y": "a"}') == {"x": [1, 2.5], "y": "a"}
+
+
+def test_a_flat_row_is_checked_by_its_bounds_and_a_nan_anywhere_in_it_is_refused():
+    """``_finite_list`` checks a row of plain numbers by ``min`` / ``max`` and the sum: a NaN
+    that the comparisons skip (not first), +-inf, 1e12 + 1 and a 400-digit integer each go to
+    the value-by-value check, which refuses them with its reason; the bounds themselves pass."""
+    nan, inf = float("nan"), float("inf")
+    for bad in ([1.0, nan, 2.0], [nan, 1.0], [1.0, 2.0, nan], [0.0, inf], [-inf, 0.0], [1, 10**12 + 1],
+                [-(10**12) - 1, 0], [1.0, 10**400], [10**400, -10**400, 1.0]):
+        with pytest.raises(BadRecord):
+            files._finite_list(bad, "x")
+    assert files._finite_list([1e12, -1e12, 0, 2.5], "x").tolist() == [1e12, -1e12, 0.0, 2.5]
+    rng = np.random.default_rng(0)
+    for _ in range(2000):   # the same verdict as |v| <= MAX_ABS_VALUE on the float64 row
+        row = [float(v) for v in rng.choice([0.0, 1.0, -3.5, 1e12, -1e12, 1e13, nan, inf, -inf], size=5)]
+        want = bool(np.all(np.abs(np.asarray(row)) <= files.MAX_ABS_VALUE))
+        try:
+            files._finite_list(row, "x")
+            got = True
+        except BadRecord:
+            got = False
+        assert got == want, row
