@@ -285,7 +285,11 @@ class FileSource(Source):
         """The records of a line format: each line with content (:meth:`_content`) parsed by
         :meth:`_parse` into ``(x, y, key)``; any exception on a line makes it a dead letter."""
         plain = type(self)._content is FileSource._content
-        for line, last, end, raw in self._units():
+        # a line format reads its lines directly (one generator less per record than _units)
+        by_line = type(self)._units is FileSource._units
+        for line, last, end, raw in (self._lines() if by_line else self._units()):
+            if by_line:
+                last = line   # _lines gives the start offset there
             t = type(raw)
             if t is _Partial:   # the position stays before it
                 if raw.strip():
