@@ -424,3 +424,26 @@ def test_engine_micro_batches_of_flat_rows_with_bad_records_in_the_middle(tmp_pa
         assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
     taken = [ids for ids in fast if ids is not None]
     assert len(taken) > 10 and sum(len(ids) for ids in taken) > 900   # most batches went whole
+
+
+def test_a_runs_seeds_are_the_per_record_seeds(monkeypatch):
+    """``predict_learn_run`` computes the seeds of a run's records as (A + e * B) % M in int64:
+    the seeds ``_seed()`` gives record by record, also at ticks far beyond 2^31."""
+    from streamssvm._kernels import microbatch as MB
+    X, y = _rows(400)
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=7, replay=2))
+    m.predict_learn_each(list(X[:100]), y[:100])
+    lr = m._learner
+    seen = []
+    f = MB.predict_learn_examples
+    monkeypatch.setattr(MB, "predict_learn_examples", lambda *a: seen.append((a[6][6].copy(), lr._tick)) or f(*a))
+    for tick in (None, 2**40 + 3, 2**62 + 11):
+        if tick is not None:
+            lr._tick = tick
+        seen.clear()
+        m.predict_learn_each(list(X[100:160]), y[100:160])
+        assert seen
+        seeds, t0 = seen[0]
+        per = 1 + int(lr.replay)
+        want = [(lr._seed_base + (t0 + e * per + 1) * 2654435761) % 2147483647 for e in range(len(seeds))]
+        assert seeds.dtype == np.int64 and seeds.tolist() == want
