@@ -479,6 +479,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 except Exception as ex:  # noqa: BLE001
                     out[i] = (False, ex)
                 e += 1
+
     def _observe_calibration(self, tok_ptr, fidx, fval, yid):
         """Offer the record, scored by the model before it learns it, to the temperature fit."""
         t = self._calibrator()
