@@ -434,6 +434,7 @@ def _features_dict(d, what="x"):
 
 
 _PLAIN_NUMBERS = {float, int}
+_INT64 = 2**63
 
 
 def _finite_list(x, what):
@@ -526,6 +527,12 @@ def parse_example(obj, x_field="x", y_field="y", require_label=True):
     ...     print(e)
     x['a']: |value| an integer of 1329 bits exceeds MAX_ABS_VALUE = 1e+12
     """
+    if type(obj) is dict:   # the common record first: a flat row of numbers, a str or 64-bit int label
+        x, y = obj.get(x_field), obj.get(y_field)
+        if type(x) is list and x and (type(x[0]) is float or type(x[0]) is int):
+            t = type(y)
+            if t is str or (t is int and -_INT64 <= y < _INT64):
+                return _finite_list(x, "x"), y
     if not isinstance(obj, dict):
         raise BadRecord(f"expected a JSON object, got {type(obj).__name__}")
     if x_field not in obj:
