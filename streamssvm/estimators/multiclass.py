@@ -18,6 +18,7 @@ from ..features import _decode_key, _encode_key
 
 _NOT_TAKEN = object()   # _predict_learn_record: the record goes the Python way
 _PLAIN_LABELS = {int, str}   # label types whose known values need no check (_known_label_ids)
+_F64 = np.dtype(np.float64)
 
 
 def _label_batch(y):
@@ -410,12 +411,14 @@ class MulticlassSSVM(Estimator, base.Classifier):
         (then each record is encoded, and refused, on its own)."""
         f = self._features
         d = f.array_dim
-        if (d is None or len(xs) < 2 or not all(type(x) is np.ndarray and x.ndim == 1 and x.shape[0] == d
-                                                and x.dtype == np.float64 for x in xs)):
+        if d is None or len(xs) < 2:
+            return None
+        shape = (d,)   # float64 as the identical dtype object (another one takes the per-record way)
+        if not all(type(x) is np.ndarray and x.shape == shape and x.dtype is _F64 for x in xs):
             return None
         try:
             with self._registering(keep=False):
-                return f.dense_csr(np.vstack(xs), grow=False)
+                return f.dense_csr(np.array(xs), grow=False)   # (np.vstack: ~3x the per-row cost)
         except (TypeError, ValueError):
             return None
 
