@@ -24,7 +24,11 @@ perf_counter; BLAS pinned to one thread before numpy is imported):
 * ``file``: ``streamssvm run --source file://letters.jsonl`` (CLI defaults, no progress bar, a
   fresh checkpoint folder) in a subprocess, its CPU from ``getrusage``; per record = (run on n
   records - run on 1 record) / (n - 1), start-up excluded; against the library's own
-  ``predict_learn_many`` on the same rows in batches of 256.
+  ``predict_learn_many`` on the same rows in batches of 256 (issue 22's target: predictions at
+  the weights before each batch, no temperature fit), and, a second row, against
+  ``predict_learn_each`` on the same rows as numpy arrays in batches of 256: the library's
+  progressive validation record by record in micro-batches (each record predicted with the
+  weights after the one before it, the temperature fit fed), what ``run`` computes.
 * ``batch``: ``predict_learn_many`` in batches of 256 (predictions at the weights before the
   batch, then learning it in order; ``MulticlassSSVM()`` defaults, BCFW) on the 784-d upsampled
   digits streamed ``passes`` times, against scikit-learn ``SGDClassifier()`` on the same batches:
@@ -289,7 +293,8 @@ def bench_file(code, n, reps, log):
     with open(one, "w") as f:
         f.write(json.dumps({"x": X[0].tolist(), "y": int(y[0])}) + "\n")
     _cli_run(code, one, work)   # the kernel cache loaded once before the clock
-    cli_cpu, cli_wall, lib_cpu, lib_wall = [], [], [], []
+    cli_cpu, cli_wall, lib_cpu, lib_wall, each_cpu, each_wall = [], [], [], [], [], []
+    rows, labels = list(X), [int(c) for c in y]   # what the reader hands the model: arrays, int labels
     for _ in range(reps):
         c1, w1 = _cli_run(code, one, work)
         cn, wn = _cli_run(code, big, work)
@@ -301,11 +306,25 @@ def bench_file(code, n, reps, log):
                 m.predict_learn_many(X[a:a + 256], y[a:a + 256])
         lib_cpu.append(c.cpu / n)
         lib_wall.append(c.wall / n)
+        if hasattr(ss.MulticlassSSVM, "predict_learn_each"):
+            with Clock() as c:
+                m = ss.MulticlassSSVM()
+                for a in range(0, n, 256):
+                    m.predict_learn_each(rows[a:a + 256], labels[a:a + 256])
+            each_cpu.append(c.cpu / n)
+            each_wall.append(c.wall / n)
     res = {"streamssvm run file://": {"cpu_us": 1e6 * median(cli_cpu), "wall_us": 1e6 * median(cli_wall)},
            "library predict_learn_many (256)": {"cpu_us": 1e6 * median(lib_cpu), "wall_us": 1e6 * median(lib_wall)}}
+    if each_cpu:
+        res["library predict_learn_each (256)"] = {"cpu_us": 1e6 * median(each_cpu), "wall_us": 1e6 * median(each_wall)}
     log(f"file: {res}")
-    return [row("`run file://` (CLI defaults) vs the library's predict_learn_many", f"OCR letters as JSONL (16 numbers "
-                f"per record), {n} records", res, "streamssvm run file://", "library predict_learn_many (256)")]
+    data = f"OCR letters as JSONL (16 numbers per record), {n} records"
+    out = [row("`run file://` (CLI defaults) vs the library's predict_learn_many", data, res, "streamssvm run file://",
+               "library predict_learn_many (256)")]
+    if each_cpu:
+        out.append(row("`run file://` (CLI defaults) vs the library's predict_learn_each", data, res,
+                       "streamssvm run file://", "library predict_learn_each (256)"))
+    return out
 
 
 def bench_batch(passes, reps, log, size=256):

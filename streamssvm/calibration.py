@@ -171,7 +171,10 @@ class Temperature:
                 chains.append(it[1])
             else:
                 by.setdefault((it[0], len(it[1])), []).append(it)
-        groups = [(k, np.stack([it[1] for it in its]), np.stack([np.asarray(it[2]) for it in its]))
+        # np.array over the equal-length rows and the class ids (the values np.stack gives,
+        # without its per-array dispatch: ~3x cheaper on a window of 128)
+        groups = [(k, np.array([it[1] for it in its]),
+                   np.array([it[2] for it in its]) if k == "c" else np.stack([np.asarray(it[2]) for it in its]))
                   for (k, _), its in by.items()]
         return groups, chains
 

@@ -570,11 +570,12 @@ class Engine:
             if not chunk:
                 return "max examples", since_snap
             xs, ys, recs = [], [], []
+            coerce = self.model.coerce_input
             for rec in chunk:
                 if pacer is not None:
                     pacer.wait()
                 try:
-                    x, y = self.model.coerce_input(rec.x, rec.y)
+                    x, y = coerce(rec.x, rec.y)
                 except Exception as e:  # noqa: BLE001 - one record never stops the stream
                     self._bad(rec, reason_of(e))
                     continue
@@ -589,10 +590,15 @@ class Engine:
                 raise RuntimeError(_CANNOT_UNDO)
             self.position = chunk[-1].position
             before = self.examples_seen
-            for y, p, rec in done:
-                self.examples_seen += 1
-                self.metrics.update(y, p)
-                if self.sink is not None:
+            update = self.metrics.update
+            if self.sink is None:
+                for y, p, _ in done:
+                    update(y, p)
+                self.examples_seen += len(done)
+            else:
+                for y, p, rec in done:
+                    self.examples_seen += 1
+                    update(y, p)
                     self.sink.write({"key": rec.key, "prediction": _jsonable(p),
                                      "examples_seen": self.examples_seen})
             since_snap += self.examples_seen - before

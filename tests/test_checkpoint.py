@@ -410,3 +410,41 @@ def test_a_checkpoint_is_synced_by_one_call_not_one_fsync_per_file(tmp_path, mon
     assert len(calls) == 4 + 2 + 1   # 3 arrays and the manifest, the two directories, the parent
     got, _, _ = cm2.latest(kind="demo")
     assert got["n"] == 3 and got["b"][0].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_checkpoints_array_files_are_the_bytes_np_save_writes(tmp_path):
+    """``CheckpointManager.save`` writes each array as the format 1.0 header and a view of its
+    buffer (``_npy_parts``, no copy): the same file bytes and SHA-256 as ``np.save``, for every
+    array of a trained model's state and for the arrays that take the copying path."""
+    import hashlib
+
+    import numpy as np
+
+    import streamssvm as ss
+    from streamssvm import checkpoint as C
+    rng = np.random.default_rng(0)
+    m = ss.MulticlassSSVM()
+    for x, y in zip(rng.normal(size=(300, 5)), rng.integers(0, 3, 300)):
+        m.learn_one(x, int(y))
+    _, arrays = C._split(m.state())
+    extra = {"f": np.asfortranarray(rng.normal(size=(3, 4))), "nc": rng.normal(size=(6, 4))[::2],
+             "empty": np.zeros((0, 3)), "b": rng.random(7) > 0.5,
+             "big_endian": np.arange(5, dtype=">i4"), "scalar": np.array(2.5)}
+    for name, a in {**arrays, **extra, "u": np.array(["ab", "c"])}.items():
+        want = C._npy_bytes(a)
+        parts = C._npy_parts(a)
+        assert b"".join(bytes(p) for p in parts) == want, name
+        assert C._sha256(parts) == hashlib.sha256(want).hexdigest() == C._sha256(want)
+    mgr = C.CheckpointManager(tmp_path / "ck")
+    state = {"model": m.state(), **extra}
+    path = mgr.save(state, kind="t")
+    _, saved = C._split(state)
+    assert sorted(f.name for f in (path / "arrays").iterdir()) == sorted(f"{k}.npy" for k in saved)
+    for name, a in saved.items():
+        assert (path / "arrays" / f"{name}.npy").read_bytes() == C._npy_bytes(a), name
+    st, _ = mgr.load(path, kind="t")
+    back = ss.estimators.from_state(st["model"])
+    Q = rng.normal(size=(50, 5))
+    assert [back.predict_one(x) for x in Q] == [m.predict_one(x) for x in Q]
+    for name, a in extra.items():
+        assert st[name].dtype == a.dtype and np.array_equal(st[name], a)

@@ -379,3 +379,71 @@ def test_predict_learn_one_takes_the_kernel_record_by_record(monkeypatch, kind, 
     assert a.predict_proba_one(X[3]) == b.predict_proba_one(X[3])
     if "capacity" not in learner:
         assert sum(calls) > 0.9 * len(y) and max(calls) == 1
+
+
+def test_engine_micro_batches_of_flat_rows_with_bad_records_in_the_middle(tmp_path, monkeypatch):
+    """JSONL rows of equal-length numbers (the reader's arrays): a micro-batch whose rows are all
+    valid and whose labels are all known is one kernel run from its CSR (``_known_label_ids``);
+    a batch holding a bad record (a row of the wrong width, a non-finite value), a bool label
+    (``True`` is the known class 1, as record by record) or a label first seen in it goes record
+    by record, the bad record a dead
+    letter with its reason and the rest of its batch learned in order. Micro-batches of 64 and
+    record by record: the same predictions, dead letters, history, model and checkpoints."""
+    X, y = _rows(1400)
+    X = X * np.array([1, 10, 100, 0.01, 1000, 3.0])
+    lines = []
+    for i, (r, c) in enumerate(zip(X, y)):
+        c = 4 if i == 700 else c   # a label first seen mid-batch
+        lines.append(json.dumps({"x": r.tolist(), "y": c}))
+        if i in (300, 301, 900):
+            lines.append(json.dumps({"x": r.tolist()[:5], "y": c}))   # the wrong width: the model refuses it
+        if i == 500:
+            lines.append('{"x": [1, 2, 3, 4, 5, 1e400], "y": 1}')    # inf: the reader refuses it
+            lines.append(json.dumps({"x": r.tolist(), "y": True}))    # a bool label: class 1
+    p = tmp_path / "rows.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    fast = []
+    f = ss.MulticlassSSVM._known_label_ids
+    monkeypatch.setattr(ss.MulticlassSSVM, "_known_label_ids", lambda self, ys: fast.append(f(self, ys)) or fast[-1])
+    runs = []
+    for micro, tag in ((1, "a"), (64, "b")):
+        e, s, k, d = _engine_run(tmp_path, p, micro, tag, snapshot_every=110, checkpoint_every=300)
+        runs.append((e, s, k, d))
+    (e1, s1, k1, d1), (e2, s2, k2, d2) = runs
+    assert k1.items == k2.items and len(k2.items) == 1401
+    assert d1.sink.items == d2.sink.items and s2["n_bad"] == 4
+    reasons = [it["reason"] for it in d2.sink.items]
+    assert len(reasons) == 4 and sum("expected 6 features per token, got 5" in r for r in reasons) == 3
+    assert _strip(e1.history) == _strip(e2.history)
+    assert _state(e1.model) == _state(e2.model)
+    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
+    assert len(c1) == len(c2) > 1
+    for a, b in zip(c1, c2):
+        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
+        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
+        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    taken = [ids for ids in fast if ids is not None]
+    assert len(taken) > 10 and sum(len(ids) for ids in taken) > 900   # most batches went whole
+
+
+def test_a_runs_seeds_are_the_per_record_seeds(monkeypatch):
+    """``predict_learn_run`` computes the seeds of a run's records as (A + e * B) % M in int64:
+    the seeds ``_seed()`` gives record by record, also at ticks far beyond 2^31."""
+    from streamssvm._kernels import microbatch as MB
+    X, y = _rows(400)
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=7, replay=2))
+    m.predict_learn_each(list(X[:100]), y[:100])
+    lr = m._learner
+    seen = []
+    f = MB.predict_learn_examples
+    monkeypatch.setattr(MB, "predict_learn_examples", lambda *a: seen.append((a[6][6].copy(), lr._tick)) or f(*a))
+    for tick in (None, 2**40 + 3, 2**62 + 11):
+        if tick is not None:
+            lr._tick = tick
+        seen.clear()
+        m.predict_learn_each(list(X[100:160]), y[100:160])
+        assert seen
+        seeds, t0 = seen[0]
+        per = 1 + int(lr.replay)
+        want = [(lr._seed_base + (t0 + e * per + 1) * 2654435761) % 2147483647 for e in range(len(seeds))]
+        assert seeds.dtype == np.int64 and seeds.tolist() == want

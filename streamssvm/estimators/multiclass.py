@@ -17,6 +17,8 @@ from .base import ONE_EX, Estimator, check_weight, is_missing, require_pandas, w
 from ..features import _decode_key, _encode_key
 
 _NOT_TAKEN = object()   # _predict_learn_record: the record goes the Python way
+_PLAIN_LABELS = {int, str}   # label types whose known values need no check (_known_label_ids)
+_F64 = np.dtype(np.float64)
 
 
 def _label_batch(y):
@@ -359,6 +361,17 @@ class MulticlassSSVM(Estimator, base.Classifier):
         run = []        # (i, x, y, fidx, fval, label id) waiting for the kernel
         learned = []    # feature rows of every learned record (weights_finite)
         rows = self._dense_rows(xs)
+        lr = self._learner
+        yids = None
+        if (rows is not None and ws is None and lr is not None and self._synced is lr
+                and self._synced_key == (self._features.dim, len(self._labels))):
+            yids = self._known_label_ids(ys)
+        if yids is not None:
+            # every row valid and every label known (the steady state of a stream): the whole
+            # micro-batch is one run, its CSR as _dense_rows made it, no per-record checks
+            self._learn_rows(range(len(xs)), rows[0], rows[1], rows[2], yids, xs, ys, out, learned)
+            self._last_fidx = learned[0]   # every row of the batch
+            return out
         for i, (x, y) in enumerate(zip(xs, ys)):
             lr = self._learner
             w = 1.0 if ws is None else ws[i]   # a record of weight other than 1 leaves the run
@@ -398,14 +411,27 @@ class MulticlassSSVM(Estimator, base.Classifier):
         (then each record is encoded, and refused, on its own)."""
         f = self._features
         d = f.array_dim
-        if (d is None or len(xs) < 2 or not all(type(x) is np.ndarray and x.ndim == 1 and x.shape[0] == d
-                                                and x.dtype == np.float64 for x in xs)):
+        if d is None or len(xs) < 2:
+            return None
+        shape = (d,)   # float64 as the identical dtype object (another one takes the per-record way)
+        if not all(type(x) is np.ndarray and x.shape == shape and x.dtype is _F64 for x in xs):
             return None
         try:
             with self._registering(keep=False):
-                return f.dense_csr(np.vstack(xs), grow=False)
+                return f.dense_csr(np.array(xs), grow=False)   # (np.vstack: ~3x the per-row cost)
         except (TypeError, ValueError):
             return None
+
+    def _known_label_ids(self, ys):
+        """The label ids of a micro-batch whose labels are all ``str`` or ``int`` and all known
+        (then each passes ``predict_learn_one``'s label checks: it was checked when it was
+        registered), in one pass; else None (the records are checked one by one)."""
+        if self._learner is None or not len(self._labels) or not set(map(type, ys)) <= _PLAIN_LABELS:
+            return None
+        ids = list(map(self._labels.index.get, ys))
+        if None in ids:
+            return None
+        return np.array(ids, dtype=np.int32)
 
     def _learn_run(self, run, out, learned):
         """Predict then learn the records of ``run`` (all known features and labels) through
@@ -419,20 +445,29 @@ class MulticlassSSVM(Estimator, base.Classifier):
         fidx = np.concatenate([r[3] for r in run]).astype(np.int32, copy=False)
         fval = np.concatenate([r[4] for r in run]).astype(np.float64, copy=False)
         yids = np.array([r[5] for r in run], dtype=np.int32)
+        self._learn_rows([r[0] for r in run], tok_ptr, fidx, fval, yids, [r[1] for r in run],
+                         [r[2] for r in run], out, learned, local=True)
+        run.clear()
+
+    def _learn_rows(self, at, tok_ptr, fidx, fval, yids, xs, ys, out, learned, local=False):
+        """Predict then learn CSR rows (known features, label ids ``yids``) through
+        ``predict_learn_run``, record e's outcome into ``out[at[e]]``; a record the kernel does
+        not take goes through :meth:`predict_learn_one` (its ``x`` / ``y``: ``xs`` / ``ys`` at
+        ``e`` when ``local``, else at ``at[e]``)."""
         labels = self._labels.labels
         learned.append(fidx)
         # scaling and the temperature fit's observations happen inside the kernel, as record by
         # record: its statistics are updated in place, the observed records' scores come back
         scaling = None if self._scaler is None else self._scaler.statistics(self._features.dim)
         t = self._calibrator()
-        e = 0
-        while e < len(run):
+        e, n = 0, len(yids)
+        while e < n:
             a = int(tok_ptr[e])
-            ahead = t.n_offered + np.arange(len(run) - e)
+            ahead = t.n_offered + np.arange(n - e)
             observed = ((ahead < t.dense_until) | (ahead % t.stride == 0)) if self._learner.n_labels >= 2 else None
             ids, S = self._learner.predict_learn_run(tok_ptr[e:] - a, fidx[a:], fval[a:], yids[e:], scaling, observed)
-            for q, p in enumerate(ids):
-                out[run[e + q][0]] = (True, labels[p])
+            for i, p in zip(at[e:e + len(ids)], ids.tolist()):
+                out[i] = (True, labels[p])
             if len(ids):
                 if S is not None:
                     for s, yid in zip(S, yids[e:e + len(ids)][observed[:len(ids)]]):
@@ -440,13 +475,14 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 t.pass_over(len(ids))   # offered (wants() counted each), the observed ones kept above
             e += len(ids)
             if len(ids) == 0:   # something of the Python side is due before it: one at a time
-                i, x, y = run[e][:3]
+                i = at[e]
+                j = e if local else i
                 try:
-                    out[i] = (True, self.predict_learn_one(x, y))
+                    out[i] = (True, self.predict_learn_one(xs[j], ys[j]))
                 except Exception as ex:  # noqa: BLE001
                     out[i] = (False, ex)
                 e += 1
-        run.clear()
+
     def _observe_calibration(self, tok_ptr, fidx, fval, yid):
         """Offer the record, scored by the model before it learns it, to the temperature fit."""
         t = self._calibrator()

@@ -684,8 +684,11 @@ class BCFW(DenseWeights, Learner):
         slots = st.reserve_rows(tok_ptr[:c + 1], fidx)
         per = 1 + int(self.replay)
         t0, sb = self._tick, self._seed_base
-        seeds = np.array([(sb + (t0 + e * per + 1) * 2654435761) % 2147483647 for e in range(c)],   # _seed() then
-                         dtype=np.int64)
+        # _seed() at each record's tick t0 + e * per, (sb + (t0 + e * per + 1) * K) % M, as
+        # (A + e * B) % M with A, B < M = 2^31 - 1 reduced first: exact in int64 (e < 2^31)
+        A = (sb + (t0 + 1) * 2654435761) % 2147483647
+        B = (per * 2654435761) % 2147483647
+        seeds = (A + np.arange(c, dtype=np.int64) * B) % 2147483647
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         bundles = self._bundles(max(1, st.max_L), g_full)
         preds = np.zeros(c, dtype=np.int32)
