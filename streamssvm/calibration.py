@@ -20,8 +20,8 @@ A window is a small sample of a stream whose recent part need not look like the 
 will be asked about (on OCR words the last thousand training words are harder than the held-out
 fold, and their window put T at 0.27 where held-out data wanted 0.23). So ``beta`` is not the last
 window's minimizer but a pool of all of them: each fit's ``log beta`` minimizer ``u_i``, weighted
-by its curvature ``H_i`` (the window's Fisher information in ``u``) times the records offered since
-the previous fit, and forgotten with a half-life of ``memory`` offered records,
+by its curvature ``H_i`` (the window's Fisher information in ``u``) times the offered records its
+observations since the previous fit stand for, and forgotten with a half-life of ``memory`` of them,
 ``log beta = sum w_i u_i / sum w_i`` (the minimizer of the sum of the windows' quadratic
 approximations, a Laplace pooling; Bishop, "Pattern Recognition and Machine Learning", 4.4).
 
@@ -137,7 +137,7 @@ class Temperature:
         self.window_log_beta = 0.0   # the last window's minimizer (the next fit starts there)
         self.pool_weight = 0.0       # sum of the pooled fits' (forgotten) weights
         self.pool_log_beta = 0.0     # their weighted mean of log beta
-        self._offered_at_fit = 0     # n_offered at the last fit
+        self._observed_at_fit = 0    # n_observed at the last fit
         self.n_offered = 0      # records offered to wants()
         self.n_observed = 0     # records kept in the window so far
         self.n_fits = 0
@@ -249,10 +249,15 @@ class Temperature:
         self.n_fits += 1
         return f0
 
+    def _represented(self, n):
+        """Offered records that ``n`` observations stand for (each one, then one in ``stride``):
+        counted from the observations, so a micro-batch (which counts offers in runs) pools alike."""
+        return n if n <= self.dense_until else self.dense_until + (n - self.dense_until) * self.stride
+
     def _pool(self, u, H):
         """Add the window's minimizer ``u`` (curvature ``H`` per unit) to the pooled log beta."""
-        span = max(self.n_offered - self._offered_at_fit, 1)
-        self._offered_at_fit = self.n_offered
+        span = max(self._represented(self.n_observed) - self._represented(self._observed_at_fit), 1)
+        self._observed_at_fit = self.n_observed
         w = span * max(H, 1e-12)
         if self.memory <= 0:              # no pool: the window's minimizer itself
             self.pool_log_beta, self.pool_weight = u, w
@@ -268,7 +273,7 @@ class Temperature:
         return {"beta": float(self.beta), "n_offered": int(self.n_offered), "n_observed": int(self.n_observed),
                 "n_fits": int(self.n_fits), "window_log_beta": float(self.window_log_beta),
                 "pool_weight": float(self.pool_weight), "pool_log_beta": float(self.pool_log_beta),
-                "offered_at_fit": int(self._offered_at_fit)}
+                "observed_at_fit": int(self._observed_at_fit)}
 
     @classmethod
     def from_state(cls, st, **settings):
@@ -281,5 +286,5 @@ class Temperature:
         t.window_log_beta = float(st.get("window_log_beta", math.log(t.beta)))
         t.pool_weight = float(st.get("pool_weight", 0.0))
         t.pool_log_beta = float(st.get("pool_log_beta", math.log(t.beta)))
-        t._offered_at_fit = int(st.get("offered_at_fit", t.n_offered))
+        t._observed_at_fit = int(st.get("observed_at_fit", t.n_observed))
         return t

@@ -320,7 +320,7 @@ def validate_calibration(st, beta_range):
                           "window_log_beta": (math.log(beta_range[0]), math.log(beta_range[1]), "float"),
                           "pool_weight": (0.0, float("inf"), "float"),
                           "pool_log_beta": (math.log(beta_range[0]), math.log(beta_range[1]), "float"),
-                          "offered_at_fit": (0, big, "int")}, "calibration")
+                          "observed_at_fit": (0, big, "int")}, "calibration")
 
 def _rng_state(rng):
     s = rng.bit_generator.state

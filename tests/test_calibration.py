@@ -288,3 +288,18 @@ def test_memory_zero_keeps_the_last_windows_beta_and_pool_state_round_trips():
     for key, bad in (("pool_weight", -1.0), ("pool_log_beta", float("nan")), ("window_log_beta", 1e3)):
         with pytest.raises(CheckpointError):
             Temperature.from_state({**p.state(), key: bad})
+
+
+def test_the_chain_pool_is_the_same_record_by_record_and_in_batches():
+    """The pool weighs a fit by the records its observations stand for (counted from the
+    observations, not from the offers a batch path counts in runs): learn_one and learn_many
+    leave the same temperature state."""
+    X, Y = _tagger_data(1600, seed=3)
+    a = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=0))
+    b = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=0))
+    for x, y in zip(X, Y):
+        a.learn_one(x, y)
+    for s in range(0, len(X), 97):
+        b.learn_many(X[s:s + 97], Y[s:s + 97])
+    ta, tb = a._temperature, b._temperature
+    assert ta.n_fits >= 5 and ta.pool_weight > 0 and ta.state() == tb.state()
