@@ -2,7 +2,7 @@
 
     flock /tmp/bench.lock nice -n 0 python bench/calibration.py [--n-letters 20000]
 
-Two held-out sets (OCR-large: train on folds 1-9, test on fold 0, ``streamssvm.datasets.load_ocr``):
+Three held-out sets (OCR-large: train on folds 1-9, test on fold 0, ``streamssvm.datasets.load_ocr``):
 
 * **OCR letters** (multiclass, 26 classes, 128 binary pixels + bias): the first ``--n-letters``
   training letters, all 4,8xx test letters. ``MulticlassSSVM`` (BCFW, one streaming pass,
@@ -13,6 +13,15 @@ Two held-out sets (OCR-large: train on folds 1-9, test on fold 0, ``streamssvm.d
   (BCFW, one streaming pass, per-token marginals by forward-backward at the fitted temperature)
   against CRFsuite's marginals (L-BFGS CRF, ``Tagger.marginal``) and scikit-learn
   ``LogisticRegression`` per token (no chain).
+* **Brown POS** (chain, a second real set the temperature's defaults were not tuned on): the first
+  ``--brown-train`` / ``--brown-test`` sentences of Brown's training / test documents
+  (``split_documents``: document i is a test one when i % 5 == 4), the features of
+  ``bench/gdmm_brown.py``, the base tags mapped to 14 coarse ones (:func:`coarse_tag`: the
+  temperature is fitted while learning up to 64 tags). Same peers as OCR words.
+
+The chain sections also show the SequenceTagger's fit before its windows were pooled (the last
+window alone, ``memory=0``: the same model, trained again) and, for reference only, the
+temperature fitted on the test set itself.
 
 For every model: accuracy of the argmax, expected calibration error (ECE: 15 equal-width bins of
 the top-label confidence, |accuracy - mean confidence| weighted by the bin's share; Guo et al.,
@@ -87,10 +96,11 @@ def _feats(row):
 
 
 def _crf(train, params):
+    """A CRFsuite tagger trained on ``(per-token feature dicts, string tags)`` pairs."""
     import pycrfsuite
     tr = pycrfsuite.Trainer(verbose=False, algorithm="lbfgs")
-    for x, y in train:
-        tr.append(pycrfsuite.ItemSequence([_feats(r) for r in x]), [str(v) for v in y])
+    for f, y in train:
+        tr.append(pycrfsuite.ItemSequence(f), y)
     tr.set_params(params)
     path = f"/tmp/calibration_{os.getpid()}.crfsuite"
     tr.train(path)
@@ -100,12 +110,13 @@ def _crf(train, params):
     return tg
 
 
-def _crf_marginals(tg, x, K):
+def _crf_marginals(tg, f, tags):
+    """CRFsuite's per-token marginals (tokens x len(tags)) of a sequence's feature dicts ``f``."""
     import pycrfsuite
-    tg.set(pycrfsuite.ItemSequence([_feats(r) for r in x]))
+    tg.set(pycrfsuite.ItemSequence(f))
     labs = set(tg.labels())
-    return np.array([[tg.marginal(str(k), t) if str(k) in labs else 0.0 for k in range(K)]
-                     for t in range(len(x))])
+    return np.array([[tg.marginal(str(k), t) if str(k) in labs else 0.0 for k in tags]
+                     for t in range(len(f))])
 
 
 def letters(args):
@@ -142,69 +153,133 @@ def letters(args):
     rows.append(summarize("river SoftmaxRegression (SGD 0.05, one pass)", P, yt, c.secs))
 
     with Clock() as c:
-        tg = _crf([(x[None, :], [y]) for x, y in zip(Xl, yl)], {"c2": args.crf_c2})
-    P = np.vstack([_crf_marginals(tg, x[None, :], K) for x in Xt])
+        tg = _crf([([_feats(x)], [str(y)]) for x, y in zip(Xl, yl)], {"c2": args.crf_c2})
+    P = np.vstack([_crf_marginals(tg, [_feats(x)], range(K)) for x in Xt])
     rows.append(summarize(f"CRFsuite L-BFGS (one-letter sequences, c2={args.crf_c2})", P, yt, c.secs))
     return {"dataset": "OCR letters (multiclass)", "n_train": int(len(yl)), "n_test": int(len(yt)), "rows": rows}
 
 
-def words(args):
-    X_tr, Y_tr, X_te, Y_te = ocr_words()
-    K = 26
-    yt = np.concatenate(Y_te)
+def _tagger_proba(m, X, tags, beta=None):
+    """Per-token marginals (tokens x len(tags)) of tagger ``m`` on ``X`` (at inverse temperature ``beta``)."""
+    old = m._temperature.beta
+    if beta is not None:
+        m._temperature.beta = beta
+    P = np.vstack([[[d.get(k, 0.0) for k in tags] for d in m.predict_proba_one(x)] for x in X])
+    m._temperature.beta = old
+    return P
+
+
+def chain_rows(args, X_tr, Y_tr, X_te, Y_te, tags, feats):
+    """Rows of the chain peers: the SequenceTagger (T fitted online; the last window alone; T = 1;
+    T fitted on the test set), CRFsuite's marginals and a per-token LogisticRegression. ``tags``
+    lists the K tags (label index = position), ``feats(x)`` gives a sequence's per-token dicts."""
+    K = len(tags)
+    index = {t: i for i, t in enumerate(tags)}
+    yt = np.array([index[v] for y in Y_te for v in y])
     rows = []
-    log(f"words: {len(X_tr)} train, {len(X_te)} test ({len(yt)} tokens)")
-    m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=args.lam, seed=0), labels=list(range(K)))
+
+    def tagger():
+        return ss.SequenceTagger(learner=ss.learners.BCFW(lam=args.lam, seed=0), labels=list(tags))
+    m = tagger()
     with Clock() as c:
         for x, y in zip(X_tr, Y_tr):
             m.learn_one(x, y)
-    P = np.vstack([[[d[k] for k in range(K)] for d in m.predict_proba_one(x)] for x in X_te])
-    r = summarize("streamssvm SequenceTagger (BCFW, marginals, T fitted online)", P, yt, c.secs)
+    r = summarize("streamssvm SequenceTagger (BCFW, marginals, T fitted online)", _tagger_proba(m, X_te, tags), yt, c.secs)
     r["temperature"] = m.temperature
     seqp = [m.sequence_proba_one(x) for x in X_te]
-    seq_ok = [m.predict_one(x) == list(y) for x, y in zip(X_te, Y_te)]
+    seq_ok = [list(m.predict_one(x)) == list(y) for x, y in zip(X_te, Y_te)]
     r["sequence_ece"] = ece(seqp, seq_ok)[0]
+    vit = np.array([index[v] for x in X_te for v in m.predict_one(x)])
+    r["viterbi_accuracy"] = float(np.mean(vit == yt))
     rows.append(r)
-    beta, m._temperature.beta = m._temperature.beta, 1.0
-    P1 = np.vstack([[[d[k] for k in range(K)] for d in m.predict_proba_one(x)] for x in X_te])
-    m._temperature.beta = beta
-    rows.append(summarize("streamssvm SequenceTagger (BCFW, marginals, T = 1, no fit)", P1, yt, c.secs))
+    # the fit before the pool: the same (deterministic) training, the last window's beta alone
+    m0 = tagger()
+    m0._calibration_settings = {**m._calibration_settings, "memory": 0}
+    for x, y in zip(X_tr, Y_tr):
+        m0.learn_one(x, y)
+    r = summarize("same SequenceTagger, T of the last window alone (memory=0, before the pool)",
+                  _tagger_proba(m, X_te, tags, m0._temperature.beta), yt, c.secs)
+    r["temperature"] = m0.temperature
+    rows.append(r)
+    rows.append(summarize("streamssvm SequenceTagger (BCFW, marginals, T = 1, no fit)",
+                          _tagger_proba(m, X_te, tags, 1.0), yt, c.secs))
     # reference only: T fitted on the test set itself (the best a single temperature can do)
-    oracle = ss.calibration.Temperature(window=10 ** 6, every=10 ** 9)
+    oracle = ss.calibration.Temperature(window=10 ** 7, every=10 ** 9)
     for x, y in zip(X_te, Y_te):
-        oracle.observe_chain(*m._chain_tables(*m._features.encode_tokens(x, grow=False)), True, y)
-    oracle.beta = beta
-    oracle.fit(steps=10)
-    m._temperature.beta = oracle.beta
-    Po = np.vstack([[[d[k] for k in range(K)] for d in m.predict_proba_one(x)] for x in X_te])
-    m._temperature.beta = beta
-    r = summarize("(reference) same SequenceTagger, T fitted on the test set", Po, yt, c.secs)
+        oracle.observe_chain(*m._gibbs_tables(*m._features.encode_tokens(x, grow=False)), m.transitions,
+                             [index[v] for v in y])
+    oracle.window_log_beta = np.log(m._temperature.beta)
+    oracle.fit(steps=12)
+    r = summarize("(reference) same SequenceTagger, T fitted on the test set",
+                  _tagger_proba(m, X_te, tags, oracle.beta), yt, c.secs)
     r["temperature"] = 1.0 / oracle.beta
     rows.append(r)
-    vit = np.concatenate([m.predict_one(x) for x in X_te])
-    rows[0]["viterbi_accuracy"] = float(np.mean(vit == yt))
 
     with Clock() as c:
-        tg = _crf(list(zip(X_tr, Y_tr)), {"c2": args.crf_c2})
-    P = np.vstack([_crf_marginals(tg, x, K) for x in X_te])
+        tg = _crf(((feats(x), [str(v) for v in y]) for x, y in zip(X_tr, Y_tr)), {"c2": args.crf_c2})
+    P = np.vstack([_crf_marginals(tg, feats(x), tags) for x in X_te])
     r = summarize(f"CRFsuite L-BFGS CRF marginals (c2={args.crf_c2})", P, yt, c.secs)
     import pycrfsuite
     seqp, seq_ok = [], []
     for x, y in zip(X_te, Y_te):
-        tg.set(pycrfsuite.ItemSequence([_feats(row) for row in x]))
+        tg.set(pycrfsuite.ItemSequence(feats(x)))
         pred = tg.tag()
         seqp.append(tg.probability(pred))
         seq_ok.append(pred == [str(v) for v in y])
     r["sequence_ece"] = ece(seqp, seq_ok)[0]
     rows.append(r)
 
+    from sklearn.feature_extraction import DictVectorizer
     from sklearn.linear_model import LogisticRegression
     with Clock() as c:
-        lr = LogisticRegression(max_iter=300, C=args.sk_c).fit(np.vstack(X_tr), np.concatenate(Y_tr))
-    rows.append(summarize(f"scikit-learn LogisticRegression per token (C={args.sk_c})",
-                          _full(lr, lr.predict_proba(np.vstack(X_te)), K), yt, c.secs))
+        dv = DictVectorizer()
+        Xf = dv.fit_transform([f for x in X_tr for f in feats(x)])
+        lr = LogisticRegression(max_iter=300, C=args.sk_c).fit(Xf, [index[v] for y in Y_tr for v in y])
+    Pt = lr.predict_proba(dv.transform([f for x in X_te for f in feats(x)]))
+    rows.append(summarize(f"scikit-learn LogisticRegression per token (C={args.sk_c})", _full(lr, Pt, K), yt, c.secs))
+    return rows
+
+
+def words(args):
+    X_tr, Y_tr, X_te, Y_te = ocr_words()
+    log(f"words: {len(X_tr)} train, {len(X_te)} test ({sum(map(len, Y_te))} tokens)")
+    rows = chain_rows(args, X_tr, Y_tr, X_te, Y_te, list(range(26)), lambda x: [_feats(r) for r in x])
     return {"dataset": "OCR words (chain, per-token marginals)", "n_train": len(X_tr), "n_test": len(X_te),
             "rows": rows}
+
+
+#: Brown base tags (``gdmm_brown.base_tag``) to coarse parts of speech, by the base tag's prefix
+#: (the first match wins); a tag of punctuation only is ".", anything else "X"
+COARSE = (("np", "PROPN"), ("n", "NOUN"), ("md", "AUX"), ("be", "AUX"), ("hv", "AUX"), ("do", "AUX"),
+          ("v", "VERB"), ("j", "ADJ"), ("rp", "PRT"), ("to", "PRT"), ("r", "ADV"), ("ql", "ADV"),
+          ("in", "ADP"), ("at", "DET"), ("ap", "DET"), ("ab", "DET"), ("dt", "DET"), ("wdt", "DET"),
+          ("pp", "PRON"), ("wp", "PRON"), ("ex", "PRON"), ("cc", "CONJ"), ("cs", "CONJ"), ("cd", "NUM"),
+          ("od", "NUM"))
+
+
+def coarse_tag(tag):
+    from gdmm_brown import base_tag
+    b = base_tag(tag)
+    if not any(ch.isalpha() for ch in b):
+        return "."
+    return next((c for p, c in COARSE if b.startswith(p)), "X")
+
+
+def brown(args):
+    from _common import brown_documents, split_documents
+    from gdmm_brown import token_features
+
+    def example(s):
+        words = [w for w, _ in s]
+        return [token_features(words, t) for t in range(len(words))], [coarse_tag(t) for _, t in s]
+    tr, te = split_documents(brown_documents(), args.brown_train, args.brown_test, example)
+    tags = sorted({v for _, y in tr + te for v in y})
+    X_tr, Y_tr = [x for x, _ in tr], [y for _, y in tr]
+    X_te, Y_te = [x for x, _ in te], [y for _, y in te]
+    log(f"brown: {len(X_tr)} train, {len(X_te)} test sentences ({sum(map(len, Y_te))} tokens), {len(tags)} tags")
+    rows = chain_rows(args, X_tr, Y_tr, X_te, Y_te, tags, lambda x: x)
+    return {"dataset": f"Brown POS ({len(tags)} coarse tags; chain, per-token marginals)", "n_train": len(X_tr),
+            "n_test": len(X_te), "rows": rows}
 
 
 def plot(sets, path):
@@ -235,12 +310,16 @@ def main():
     ap.add_argument("--lam", type=float, default=1e-3)
     ap.add_argument("--sk-c", type=float, default=1.0)
     ap.add_argument("--crf-c2", type=float, default=1.0)
+    ap.add_argument("--brown-train", type=int, default=3000)
+    ap.add_argument("--brown-test", type=int, default=1000)
+    ap.add_argument("--no-brown", action="store_true", help="skip the Brown section")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "calibration"))
     args = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    sets = [letters(args), words(args)]
+    sets = [letters(args), words(args)] + ([] if args.no_brown else [brown(args)])
     lines = ["# Calibration on held-out data", "",
-             f"CPU: {cpu_model()}. OCR-large split (train folds 1-9, test fold 0). ECE: {BINS} equal-width "
+             f"CPU: {cpu_model()}. OCR-large split (train folds 1-9, test fold 0); Brown: document i is a test "
+             f"document when i % 5 == 4. ECE: {BINS} equal-width "
              "bins of the top-label confidence (per token for the chains). Training time only (CPU / wall s); "
              "the streamssvm rows include the online temperature fit. Generated by bench/calibration.py.", ""]
     for s in sets:
@@ -252,7 +331,7 @@ def main():
             lines.append(f"| {r['model']} | {r['accuracy']:.4f} | {r['ece']:.4f} | {r['log_loss']:.3f} | {T} | {sq} "
                          f"| {r['train_cpu_s']:.1f} | {r['train_wall_s']:.1f} |")
         lines.append("")
-        if any("viterbi_accuracy" in r for r in s["rows"]):
+        if "viterbi_accuracy" in s["rows"][0]:
             lines += [f"Token accuracy of the SequenceTagger's Viterbi prediction: "
                       f"{s['rows'][0]['viterbi_accuracy']:.4f} (the table's accuracy is the argmax of each "
                       "token's marginal).", ""]

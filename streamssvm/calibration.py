@@ -16,6 +16,15 @@ outputs) and, every ``every`` observations, takes ``steps`` safeguarded Newton s
 log-loss evaluations a step). The log-loss is convex in beta (a log-partition function is);
 a step that does not lower it is halved. Learning never reads beta: trajectories are unchanged.
 
+A window is a small sample of a stream whose recent part need not look like the data the model
+will be asked about (on OCR words the last thousand training words are harder than the held-out
+fold, and their window put T at 0.27 where held-out data wanted 0.23). So ``beta`` is not the last
+window's minimizer but a pool of all of them: each fit's ``log beta`` minimizer ``u_i``, weighted
+by its curvature ``H_i`` (the window's Fisher information in ``u``) times the offered records its
+observations since the previous fit stand for, and forgotten with a half-life of ``memory`` of them,
+``log beta = sum w_i u_i / sum w_i`` (the minimizer of the sum of the windows' quadratic
+approximations, a Laplace pooling; Bishop, "Pattern Recognition and Machine Learning", 4.4).
+
 >>> import numpy as np
 >>> t = Temperature(window=64, every=16)
 >>> rng = np.random.default_rng(0)
@@ -112,12 +121,23 @@ class Temperature:
     dense_until, stride
         Every record is observed until ``dense_until`` have been offered, then one in
         ``stride`` (the cost per learned record stays a fraction of a prediction).
+    memory
+        Half-life, in offered records, of a window fit's weight in the pooled ``beta``
+        (``0``, the default: ``beta`` is the last window's minimizer alone; on OCR letters the
+        last window of 128 letters beat every pool on a tuning fold, 0.014 vs 0.023 ECE at a
+        half-life of 4096 letters, while on OCR words the pool did, see
+        :class:`~streamssvm.SequenceTagger`).
     """
 
-    def __init__(self, window=128, every=32, steps=2, dense_until=1024, stride=8):
+    def __init__(self, window=128, every=32, steps=2, dense_until=1024, stride=8, memory=0):
         self.window, self.every, self.steps = int(window), int(every), int(steps)
         self.dense_until, self.stride = int(dense_until), int(stride)
+        self.memory = float(memory)
         self.beta = 1.0
+        self.window_log_beta = 0.0   # the last window's minimizer (the next fit starts there)
+        self.pool_weight = 0.0       # sum of the pooled fits' (forgotten) weights
+        self.pool_log_beta = 0.0     # their weighted mean of log beta
+        self._observed_at_fit = 0    # n_observed at the last fit
         self.n_offered = 0      # records offered to wants()
         self.n_observed = 0     # records kept in the window so far
         self.n_fits = 0
@@ -203,10 +223,11 @@ class Temperature:
         if not self._items:
             return 0.0
         h = 0.1
-        u = math.log(self.beta)
+        u = self.window_log_beta
         prep = self._groups()
         loss = lambda b: self.loss(b, prep)   # noqa: E731
-        f0 = loss(self.beta)
+        f0 = loss(math.exp(u))
+        H = 0.0
         for _ in range(self.steps if steps is None else int(steps)):
             fp, fm = loss(math.exp(u + h)), loss(math.exp(u - h))
             g = (fp - fm) / (2 * h)
@@ -224,15 +245,38 @@ class Temperature:
                 step *= 0.5
             else:
                 break
-        self.beta = min(max(math.exp(u), BETA_MIN), BETA_MAX)   # exp(log(BETA_MIN)) may round below it
+        lo, hi = math.log(BETA_MIN), math.log(BETA_MAX)
+        self.window_log_beta = u = min(max(u, lo), hi)
+        self._pool(u, H)
+        self.beta = min(max(math.exp(self.pool_log_beta), BETA_MIN), BETA_MAX)   # exp(log(BETA_MIN)) may round below it
         self.n_fits += 1
         return f0
 
+    def _represented(self, n):
+        """Offered records that ``n`` observations stand for (each one, then one in ``stride``):
+        counted from the observations, so a micro-batch (which counts offers in runs) pools alike."""
+        return n if n <= self.dense_until else self.dense_until + (n - self.dense_until) * self.stride
+
+    def _pool(self, u, H):
+        """Add the window's minimizer ``u`` (curvature ``H`` per unit) to the pooled log beta."""
+        span = max(self._represented(self.n_observed) - self._represented(self._observed_at_fit), 1)
+        self._observed_at_fit = self.n_observed
+        w = span * max(H, 1e-12)
+        if self.memory <= 0:              # no pool: the window's minimizer itself
+            self.pool_log_beta, self.pool_weight = u, w
+            return
+        keep = 0.5 ** (span / self.memory)
+        total = keep * self.pool_weight + w
+        self.pool_log_beta = (keep * self.pool_weight * self.pool_log_beta + w * u) / total
+        self.pool_weight = total
+
     # ------------------------------------------------------------------ persistence
     def state(self):
-        """beta and the counters (the window is not saved: it refills from the stream)."""
+        """beta, the pool and the counters (the window is not saved: it refills from the stream)."""
         return {"beta": float(self.beta), "n_offered": int(self.n_offered), "n_observed": int(self.n_observed),
-                "n_fits": int(self.n_fits)}
+                "n_fits": int(self.n_fits), "window_log_beta": float(self.window_log_beta),
+                "pool_weight": float(self.pool_weight), "pool_log_beta": float(self.pool_log_beta),
+                "observed_at_fit": int(self._observed_at_fit)}
 
     @classmethod
     def from_state(cls, st, **settings):
@@ -241,4 +285,9 @@ class Temperature:
         t = cls(**settings)
         t.beta = float(st["beta"])
         t.n_offered, t.n_observed, t.n_fits = int(st["n_offered"]), int(st["n_observed"]), int(st["n_fits"])
+        # a state saved before the pool: the saved beta is the last window's, the pool starts empty
+        t.window_log_beta = float(st.get("window_log_beta", math.log(t.beta)))
+        t.pool_weight = float(st.get("pool_weight", 0.0))
+        t.pool_log_beta = float(st.get("pool_log_beta", math.log(t.beta)))
+        t._observed_at_fit = int(st.get("observed_at_fit", t.n_observed))
         return t

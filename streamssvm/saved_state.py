@@ -312,9 +312,15 @@ def validate_calibration(st, beta_range):
     inverse temperature in ``beta_range`` and non-negative integer counters. Raises ``CheckpointError``."""
     if not isinstance(st, dict) or any(k not in st for k in ("beta", "n_offered", "n_observed", "n_fits")):
         _bad("calibration: expected a dict with beta, n_offered, n_observed and n_fits")
+    import math
     big = 2 ** 62
     validate_scalars(st, {"beta": (beta_range[0], beta_range[1], "float"), "n_offered": (0, big, "int"),
-                          "n_observed": (0, big, "int"), "n_fits": (0, big, "int")}, "calibration")
+                          "n_observed": (0, big, "int"), "n_fits": (0, big, "int"),
+                          # the pool (files before it have none)
+                          "window_log_beta": (math.log(beta_range[0]), math.log(beta_range[1]), "float"),
+                          "pool_weight": (0.0, float("inf"), "float"),
+                          "pool_log_beta": (math.log(beta_range[0]), math.log(beta_range[1]), "float"),
+                          "observed_at_fit": (0, big, "int")}, "calibration")
 
 def _rng_state(rng):
     s = rng.bit_generator.state
