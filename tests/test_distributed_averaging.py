@@ -354,3 +354,21 @@ def test_pairwise_chain_mixing_keeps_w_equal_A_alpha(tmp_path):
     res = sd.run(m, (X, Y), task="sequence", workers=2, round_examples=20, passes=1.0, passes_per_round=0.5,
                  beta=1.0, mix_step="fixed", cluster="inprocess", checkpoint_dir=tmp_path, on_round=check)
     assert len(checked) == res.rounds >= 5
+
+
+@pytest.mark.filterwarnings("ignore:bad record sent to the dead-letter sink")
+def test_a_bad_record_at_a_full_window_evicts_nothing(tmp_path):
+    """A record the model rejects (a NaN feature) leaves the model unchanged (``step``'s
+    contract), so a worker whose window is full evicts no block for it: one worker ends with the
+    single process's window, its oldest block included."""
+    X, Y = data(80, seed=3)
+    X[-1, 0] = np.nan   # a bad record, after the window has filled
+    single = bcfw_model(replay=0, window=50, averaging=False)
+    for x, y in zip(X[:-1], Y[:-1]):
+        single.learn_one(x, y)
+    res = sd.run(bcfw_model(replay=0, window=50, averaging=False), (X, Y), task="multiclass", workers=1,
+                 round_examples=1, checkpoint_every=10_000, cluster="inprocess", checkpoint_dir=tmp_path)
+    a, b = res.model.bound_learner, single.bound_learner
+    assert res.bad_records == 1
+    assert a.n_blocks == b.n_blocks == 50
+    np.testing.assert_allclose(a.W.E[:b.W.E.shape[0]], b.W.E, rtol=1e-12, atol=1e-14)

@@ -120,6 +120,10 @@ class _Mixing:
     def prepare(self, model):
         """Before learning more examples (every 32 examples of a round)."""
 
+    def full(self, model):
+        """Whether a new example would first evict (the worker's window is full: BCFW windows)."""
+        return False
+
     def make_room(self, model):
         """Before one new example: evict what the worker's window needs (BCFW windows)."""
 
@@ -205,6 +209,12 @@ class BCFWMixing(_Mixing):
         if lr is not None:
             n = self.n_others + lr.n_blocks
             lr.set_union(union_lam(self.lam, n), n, self.sigma)
+
+    def full(self, model):
+        if self.window is None:
+            return False
+        lr = bound_learner(model)
+        return lr is not None and lr.n_blocks >= self.window
 
     def make_room(self, model):
         """Before a new example: with the worker's window W_k full, evict its oldest blocks (FIFO,

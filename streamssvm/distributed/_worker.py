@@ -38,6 +38,20 @@ from ._mix import make_mixing
 _END = object()
 
 
+def _learns(model, rec):
+    """Whether ``step(model, rec)`` would learn ``rec``: not a bad record (``step`` leaves the model
+    unchanged for one) and a weight other than 0. A full window evicts only for such a record, as
+    one process's learner evicts inside ``learn``, after the record's checks."""
+    try:
+        x, y = model.coerce_input(rec.x, rec.y)
+        if model._weighted_start(x, y, rec.w) is None:   # w=0: nothing learned
+            return False
+        model._check_record(x, y)
+    except Exception:  # noqa: BLE001 - the record is bad: step() reports it
+        return False
+    return True
+
+
 def model_from_state(st):
     """An estimator from its ``state()`` (through the estimators' own loader)."""
     from ..estimators.base import from_state
@@ -385,7 +399,8 @@ class Worker:
                     break
                 continue
             last = time.monotonic()
-            self.mixing.make_room(self.model)   # a full window evicts its oldest block first
+            if self.mixing.full(self.model) and _learns(self.model, rec):
+                self.mixing.make_room(self.model)   # a full window evicts its oldest block first
             out = step(self.model, rec)
             self.position = rec.position
             if out.bad:
