@@ -372,3 +372,26 @@ def test_a_bad_record_at_a_full_window_evicts_nothing(tmp_path):
     assert res.bad_records == 1
     assert a.n_blocks == b.n_blocks == 50
     np.testing.assert_allclose(a.W.E[:b.W.E.shape[0]], b.W.E, rtol=1e-12, atol=1e-14)
+
+
+def test_a_weighted_record_is_a_dead_letter_not_the_end_of_a_bcfw_job(tmp_path):
+    """Distributed BCFW cannot mix held example weights yet (``BCFW.set_union`` refuses them):
+    a record with a weight other than 1 (or 0) becomes a bad record with its reason before any
+    state changes, and the job ends with the other records learned (it used to learn the record
+    and then fail at the next mix)."""
+    import json
+    X, Y = data(40, seed=5)
+    path = tmp_path / "w.jsonl"
+    with open(path, "w") as f:
+        for i, (x, y) in enumerate(zip(X, Y)):
+            rec = {"x": [float(v) for v in x], "y": int(y), "w": 1.0}
+            if i == 17:
+                rec["w"] = 2.5
+            elif i == 23:
+                rec["w"] = 0.0
+            f.write(json.dumps(rec) + "\n")
+    res = sd.run(bcfw_model(replay=0, averaging=False), f"file://{path}?weight_field=w", task="multiclass",
+                 workers=2, round_examples=8, checkpoint_every=10_000, cluster="inprocess",
+                 checkpoint_dir=tmp_path / "ck")
+    assert res.bad_records == 1
+    assert res.examples_seen == 39

@@ -106,6 +106,9 @@ class _Mixing:
     point, the worker's delta from it, installing the mixed parameters."""
 
     kind = None
+    #: whether the mixing takes held example weights other than 1 (BCFW's union of weighted dual
+    #: blocks is not derived yet: ``BCFW.set_union`` refuses them)
+    example_weights = True
 
     def __init__(self, lam, n_workers, beta=1.0, line_search=False):
         self.lam = None if lam is None else float(lam)   # None: lambda follows n (union_lam)
@@ -155,6 +158,7 @@ class BCFWMixing(_Mixing):
     blend the dual blocks (CoCoA with beta = 1, CoCoA+ adding with beta = K; see :mod:`._bcfw`)."""
 
     kind = "bcfw"
+    example_weights = False
 
     def __init__(self, lam, n_workers, beta=1.0, line_search=False):
         super().__init__(lam, n_workers, beta, line_search)

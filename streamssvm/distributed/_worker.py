@@ -30,7 +30,7 @@ from ..checkpoint import save_state
 from ..connectors.base import Record, Source
 from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
-from ..step import send_dead_letter, step
+from ..step import BAD, Outcome, send_dead_letter, step
 from ._cut import PART_KIND, PartChunker, file_sha256, load_part
 from ._bcfw import unbound_window, window_share
 from ._mix import make_mixing
@@ -399,9 +399,14 @@ class Worker:
                     break
                 continue
             last = time.monotonic()
-            if self.mixing.full(self.model) and _learns(self.model, rec):
-                self.mixing.make_room(self.model)   # a full window evicts its oldest block first
-            out = step(self.model, rec)
+            if rec.w != 1.0 and rec.w != 0.0 and not self.mixing.example_weights:
+                # refused before any state changes: a held weight would stop the job at the mix
+                out = Outcome(BAD, reason=f"distributed {self.mixing.kind} learning takes example weights of "
+                                          f"1 (or 0) only, got {rec.w!r}")
+            else:
+                if self.mixing.full(self.model) and _learns(self.model, rec):
+                    self.mixing.make_room(self.model)   # a full window evicts its oldest block first
+                out = step(self.model, rec)
             self.position = rec.position
             if out.bad:
                 self.bad_records += 1
