@@ -1011,14 +1011,28 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     return tick
 
 
-@njit(inline="always", **_INNER)
-def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
-    """Evict v (if >= 0) and append block jn (``n`` blocks held before); returns the number of
-    held blocks. Reads the averaging origin from out[2] and updates out[1] (evictions), out[2]
-    (-1: averaging stops, at the eviction of a block without an averaging accumulator). An
-    evicted block's part leaves the averaged iterate with it (``avg_remove``)."""
+#: The ``victim`` of an Example bundle (``bundles.Example``) that evicts nothing, as a type (like
+#: the structure tags of ``structops``): a kernel given NO_VICTIM (a numpy int8) compiles no
+#: eviction code (``evict``); an int victim (-1: none) compiles it. A store with free room passes
+#: NO_VICTIM, so a first use (from an empty cache to the first prediction) does not compile the
+#: evictions it cannot make; the first eviction compiles (or loads) the other specialization.
+NO_VICTIM = np.int8(-1)
+_NO_VICTIM_TYPE = from_dtype(np.dtype(type(NO_VICTIM)))
+
+
+def victim_field(victim):
+    """The Example bundle's ``victim`` field: the block ``victim`` (an int), or NO_VICTIM when
+    it is negative (no eviction)."""
+    return int(victim) if victim >= 0 else NO_VICTIM
+
+
+def evict(model, w, arena, scratch, avg, cfg, n, v, out):
+    """Evict block v (if >= 0) of the ``n`` held; returns the number of blocks held after. Reads
+    the averaging origin from out[2] and updates out[1] (evictions), out[2] (-1: averaging stops,
+    at the eviction of a block without an averaging accumulator). An evicted block's part leaves
+    the weights (``block_u``) and the averaged iterate (``avg_remove``) with it. ``v`` of type
+    NO_VICTIM compiles ``_no_eviction`` instead."""
     gest, alive, pos, tree, tree_size = arena[3], arena[6], arena[7], arena[9], arena[10]
-    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
     if v >= 0:
         block_u(model, w, arena, v, -1.0, scratch[5], cfg[8])
         if out[2] >= 0 and not avg_remove(model, avg, arena, v, cfg[8]):
@@ -1033,7 +1047,26 @@ def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
         if tree_size > 0:
             tree_update(tree, tree_size, v, 0.0)
         out[1] += 1
-        csum[0] -= cw[v]
+        arena[12][0] -= arena[11][v]   # N -= c_v
+    return n
+
+
+def _no_eviction(model, w, arena, scratch, avg, cfg, n, v, out):
+    return n
+
+
+@overload(evict, jit_options=_JIT)
+def _ol_evict(model, w, arena, scratch, avg, cfg, n, v, out):
+    return _no_eviction if v == _NO_VICTIM_TYPE else evict
+
+
+@njit(inline="always", **_INNER)
+def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
+    """Evict v (if >= 0, see ``evict``) and append block jn (``n`` blocks held before); returns
+    the number of held blocks."""
+    alive, pos = arena[6], arena[7]
+    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
+    n = evict(model, w, arena, scratch, avg, cfg, n, v, out)
     csum[0] += cw[jn]
     alive[n] = jn
     pos[jn] = n
