@@ -55,7 +55,7 @@ from .structops import (
 )
 from .chain import chain_trans_sqnorm
 from .common import emission_sqnorm_tokens, write_dense_row
-from .multiclass import mc_stat_apply2
+from .multiclass import mc_stat_apply, mc_stat_apply2
 from .chainsparse import (
     SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
 )
@@ -221,8 +221,8 @@ def _step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
 def _mc_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
     if avg_c >= 0.0:   # E and ZE in one pass over the row, same values
         mc_stat_apply2(w[0], z[0], x[0], x[1], x[2], d, model[1], coef, coef * avg_c)
-    else:
-        _st_apply(model, w, x, d, L, coef, sp, Iar, kpos)
+    else:   # structops' Multiclass.stat_apply, called without its two forwarding levels
+        mc_stat_apply(w[0], x[0], x[1], x[2], d, model[1], coef)
 
 
 @overload(_step_apply, jit_options=_JIT)
