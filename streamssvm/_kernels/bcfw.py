@@ -7,6 +7,9 @@ the bundles of ``bundles.py`` (plain tuples: ``model``, ``w``, ``arena``, ``scra
 the structure is the *type* of ``model[0]`` (``structops.tag``), so each kernel compiles the code
 of one structure.
 
+The kernels score with ``emission_add(..., True)``, the body of ``common.emission_scores``
+(the Python callers' name): one compiled level fewer under every step and prediction kernel.
+
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below pick the layout of each block.
 
@@ -49,7 +52,7 @@ from numba import from_dtype, njit, types
 from numba.extending import overload
 
 from .structops import (
-    HIER, MLPAIR, MULTILABEL, Chain, Multiclass, decode, decode_frozen, emission_add, emission_scores, frozen_support,
+    HIER, MLPAIR, MULTILABEL, Chain, Multiclass, decode, decode_frozen, emission_add, frozen_support,
     gram, kind_code, labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply,
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
@@ -393,7 +396,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     ss = st.shape[0]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
     hstar = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
     counters[C_ORACLE] += 1
     Li = lval[j]
@@ -457,7 +460,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     ss = st.shape[0]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
     m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     star_val = decode(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab)
@@ -529,7 +532,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     c = cw[j]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
     m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     # ---- corner: cache (pool) or exact oracle ----
@@ -800,7 +803,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
         L = meta[j, M_L]
         ly = meta[j, M_LY]
         Ki = meta[j, M_KI]
-        emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+        emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
         if slack:
             h = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
             Li = lval[j]
@@ -907,7 +910,7 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
         if zc != 0.0:
             _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
         else:
-            emission_scores(E, scale, tp, fidx, fval, L, K, S)
+            emission_add(E, scale, tp, fidx, fval, L, K, S, True)
         decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
 
 
