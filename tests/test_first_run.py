@@ -99,3 +99,48 @@ def test_first_use_compiles_one_learn_kernel_and_shares_the_scoring_kernels_with
     lines = r.stdout.splitlines()
     assert lines[1] == "0 1"
     assert lines[2] == "['int32']"
+
+
+def test_first_use_compiles_no_eviction_code_until_the_store_is_full():
+    """A FIFO store with room passes ``bcfw.NO_VICTIM`` (its own type) as the example's victim, so
+    the first ``learn_one_example`` specialization holds no eviction code; the first eviction
+    brings the int one. Asserted on the compiled signatures, never on timing."""
+    r = _py("import streamssvm as ss\n"
+            "from streamssvm._kernels import bcfw as K\n"
+            "from streamssvm.learners import BCFW\n"
+            "m = ss.MulticlassSSVM(learner=BCFW(window=3))\n"
+            "for i in range(3): m.learn_one({'a': float(i)}, i % 2)\n"
+            "print(m.predict_one({'a': 1.0}))\n"
+            "print(sorted(str(s[6].types[6]) for s in K.learn_one_example.signatures))\n"
+            "m.learn_one({'a': 1.0}, 0)\n"
+            "print(sorted(str(s[6].types[6]) for s in K.learn_one_example.signatures))\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1:] == ["['int8']", "['int64', 'int8']"]
+
+
+def test_the_no_eviction_specialization_learns_bit_identically(monkeypatch):
+    """Passing NO_VICTIM while the store has room changes nothing but what compiles: the same
+    stream (with evictions after the window fills) learned with an int victim on every record
+    gives the same predictions and weights to the bit."""
+    import numpy as np
+    import streamssvm as ss
+    from streamssvm._kernels import bcfw as K
+    from streamssvm.learners import BCFW
+
+    def run():
+        rng = np.random.default_rng(3)
+        m = ss.MulticlassSSVM(learner=BCFW(window=7, seed=0))
+        preds = []
+        for i in range(40):
+            x = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=3))}
+            preds.append(m.predict_one(x))
+            m.learn_one(x, int(rng.integers(0, 3)))
+        w = m._learner.W
+        return preds, w.E.copy(), w.T.copy(), w.B.copy()
+
+    a = run()
+    monkeypatch.setattr(K, "victim_field", lambda victim: int(victim))   # -1: the int type, as before
+    b = run()
+    assert a[0] == b[0]
+    for u, v in zip(a[1:], b[1:]):
+        assert u.shape == v.shape and np.array_equal(u, v)

@@ -7,6 +7,9 @@ the bundles of ``bundles.py`` (plain tuples: ``model``, ``w``, ``arena``, ``scra
 the structure is the *type* of ``model[0]`` (``structops.tag``), so each kernel compiles the code
 of one structure.
 
+The kernels score with ``emission_add(..., True)``, the body of ``common.emission_scores``
+(the Python callers' name): one compiled level fewer under every step and prediction kernel.
+
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below pick the layout of each block.
 
@@ -49,13 +52,13 @@ from numba import from_dtype, njit, types
 from numba.extending import overload
 
 from .structops import (
-    HIER, MLPAIR, MULTILABEL, Chain, Multiclass, decode, decode_frozen, emission_add, emission_scores, frozen_support,
+    HIER, MLPAIR, MULTILABEL, Chain, Multiclass, decode, decode_frozen, emission_add, frozen_support,
     gram, kind_code, labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply,
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
 from .chain import chain_trans_sqnorm
 from .common import emission_sqnorm_tokens, write_dense_row
-from .multiclass import mc_stat_apply2
+from .multiclass import mc_stat_apply, mc_stat_apply2
 from .chainsparse import (
     SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
 )
@@ -221,8 +224,8 @@ def _step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
 def _mc_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
     if avg_c >= 0.0:   # E and ZE in one pass over the row, same values
         mc_stat_apply2(w[0], z[0], x[0], x[1], x[2], d, model[1], coef, coef * avg_c)
-    else:
-        _st_apply(model, w, x, d, L, coef, sp, Iar, kpos)
+    else:   # structops' Multiclass.stat_apply, called without its two forwarding levels
+        mc_stat_apply(w[0], x[0], x[1], x[2], d, model[1], coef)
 
 
 @overload(_step_apply, jit_options=_JIT)
@@ -393,7 +396,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     ss = st.shape[0]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
     hstar = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
     counters[C_ORACLE] += 1
     Li = lval[j]
@@ -457,7 +460,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     ss = st.shape[0]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
     m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     star_val = decode(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab)
@@ -529,7 +532,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     c = cw[j]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
     m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     # ---- corner: cache (pool) or exact oracle ----
@@ -800,7 +803,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
         L = meta[j, M_L]
         ly = meta[j, M_LY]
         Ki = meta[j, M_KI]
-        emission_scores(E, scale, tok_ptr, fidx, fval, L, K, S)
+        emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
         if slack:
             h = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
             Li = lval[j]
@@ -907,7 +910,7 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
         if zc != 0.0:
             _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
         else:
-            emission_scores(E, scale, tp, fidx, fval, L, K, S)
+            emission_add(E, scale, tp, fidx, fval, L, K, S, True)
         decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
 
 
@@ -1011,14 +1014,28 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     return tick
 
 
-@njit(inline="always", **_INNER)
-def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
-    """Evict v (if >= 0) and append block jn (``n`` blocks held before); returns the number of
-    held blocks. Reads the averaging origin from out[2] and updates out[1] (evictions), out[2]
-    (-1: averaging stops, at the eviction of a block without an averaging accumulator). An
-    evicted block's part leaves the averaged iterate with it (``avg_remove``)."""
+#: The ``victim`` of an Example bundle (``bundles.Example``) that evicts nothing, as a type (like
+#: the structure tags of ``structops``): a kernel given NO_VICTIM (a numpy int8) compiles no
+#: eviction code (``evict``); an int victim (-1: none) compiles it. A store with free room passes
+#: NO_VICTIM, so a first use (from an empty cache to the first prediction) does not compile the
+#: evictions it cannot make; the first eviction compiles (or loads) the other specialization.
+NO_VICTIM = np.int8(-1)
+_NO_VICTIM_TYPE = from_dtype(np.dtype(type(NO_VICTIM)))
+
+
+def victim_field(victim):
+    """The Example bundle's ``victim`` field: the block ``victim`` (an int), or NO_VICTIM when
+    it is negative (no eviction)."""
+    return int(victim) if victim >= 0 else NO_VICTIM
+
+
+def evict(model, w, arena, scratch, avg, cfg, n, v, out):
+    """Evict block v (if >= 0) of the ``n`` held; returns the number of blocks held after. Reads
+    the averaging origin from out[2] and updates out[1] (evictions), out[2] (-1: averaging stops,
+    at the eviction of a block without an averaging accumulator). An evicted block's part leaves
+    the weights (``block_u``) and the averaged iterate (``avg_remove``) with it. ``v`` of type
+    NO_VICTIM compiles ``_no_eviction`` instead."""
     gest, alive, pos, tree, tree_size = arena[3], arena[6], arena[7], arena[9], arena[10]
-    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
     if v >= 0:
         block_u(model, w, arena, v, -1.0, scratch[5], cfg[8])
         if out[2] >= 0 and not avg_remove(model, avg, arena, v, cfg[8]):
@@ -1033,7 +1050,26 @@ def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
         if tree_size > 0:
             tree_update(tree, tree_size, v, 0.0)
         out[1] += 1
-        csum[0] -= cw[v]
+        arena[12][0] -= arena[11][v]   # N -= c_v
+    return n
+
+
+def _no_eviction(model, w, arena, scratch, avg, cfg, n, v, out):
+    return n
+
+
+@overload(evict, jit_options=_JIT)
+def _ol_evict(model, w, arena, scratch, avg, cfg, n, v, out):
+    return _no_eviction if v == _NO_VICTIM_TYPE else evict
+
+
+@njit(inline="always", **_INNER)
+def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
+    """Evict v (if >= 0, see ``evict``) and append block jn (``n`` blocks held before); returns
+    the number of held blocks."""
+    alive, pos = arena[6], arena[7]
+    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
+    n = evict(model, w, arena, scratch, avg, cfg, n, v, out)
     csum[0] += cw[jn]
     alive[n] = jn
     pos[jn] = n

@@ -25,7 +25,7 @@ it is learned scaled by them, ``scale_values`` / ``learn_values`` of
 import numpy as np
 from numba import njit
 
-from .bcfw import _admit, _step_loop, predict_batch, write_block
+from .bcfw import NO_VICTIM, _admit, _step_loop, predict_batch, write_block
 from .marginals import emission_table
 from .scaling import learn_values, scale_values
 
@@ -85,7 +85,7 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg_t0
-        n = _admit(model, w, arena, scratch, avg, cfg, n, slot, -1, out)
+        n = _admit(model, w, arena, scratch, avg, cfg, n, slot, NO_VICTIM, out)   # this path never evicts
         out[0] = n
         tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, arena[6][n - 1:n], cfg[7] + 1, n, out[2],
                           tick)

@@ -617,10 +617,10 @@ class BCFW(DenseWeights, Learner):
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
         # namedtuple on this path; tests/test_call_plan.py pins the field order)
-        example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), int(victim))
+        example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), K.victim_field(victim))
         tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, _NO_SLOTS, self._tick,
                                    self._seed(), self.counters, out)
-        self._steps_example = example[:5] + (-1, -1)   # the types of the given-steps calls (see _run)
+        self._steps_example = example[:5] + (-1, K.NO_VICTIM)   # the types of the given-steps calls (see _run)
         # the kernel averaged steps unless an eviction came first and stopped averaging (out[2] < 0)
         self._z_dirty |= self._avg_t0 >= 0 and out[2] >= 0
         self._avg_cache = self._pred_cache = None
