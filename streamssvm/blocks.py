@@ -45,14 +45,19 @@ _NO_SLOTS.flags.writeable = False
 #: (tests/test_sparse_chain.py::test_per_token_loss_sparse_and_dense_bound_each_other); a pair
 #: costs 16 bytes, so 8 adds ~1.5 KB to a 25-token sentence.
 TCAP_FACTOR = 8
-#: Free room kept in a sparse chain block's emission lists: ECAP_ROOM * L + ECAP_EXTRA (token, tag)
-#: entries, two steps' worth and more (a step adds at most 2 L). A new block has its truth's L
-#: entries and this room; a block with less gets more before the kernel calls that run many steps
-#: (:meth:`BlockStore.grow_short`) and when a step found it full (:meth:`BlockStore.grow_flagged`).
-#: Generous on purpose: the emission lists should never be what makes a step wait for room (which
-#: would change the trajectory) where the transition pairs (:data:`TCAP_FACTOR`) would not. An
-#: entry costs 12 bytes against 8 Kc for a dense row.
-ECAP_ROOM = 4
+#: Room in a sparse chain block's emission lists: a new block has its truth's L (token, tag) entries
+#: and room for ECAP_ROOM * L + ECAP_EXTRA more (a step adds at most 2 L; as many as the
+#: :data:`TCAP_FACTOR` (L - 1) pairs of its transitions); a block with room for fewer than
+#: ECAP_SHORT * L + ECAP_EXTRA gets more before the kernel calls that run many steps
+#: (:meth:`BlockStore.grow_short`), and one a step found full when the store gives it room
+#: (:meth:`BlockStore.grow_flagged`). Generous on purpose: the emission lists should not be what
+#: makes a step wait for room (which would change the trajectory) where the transition pairs would
+#: not. Early in a stream, with poor weights, the oracle's labelings put new tags on most tokens:
+#: on Brown's first 1,000 sentences blocks reached 5.3 entries per token within one ``learn_many``
+#: call (7.1 at most after 3,000 and 2 passes), and room for 5 L + 8 made 5 steps wait. An entry
+#: costs 12 bytes against 8 Kc for a dense row.
+ECAP_ROOM = 8
+ECAP_SHORT = 4
 ECAP_EXTRA = 8
 
 
@@ -635,7 +640,8 @@ class BlockStore:
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_L], m[K.M_NNZ], m[K.M_LY] = io, fo, L, nnz, ly
         m[K.M_KI], m[K.M_PCAP], m[K.M_PN], m[K.M_LABLEN] = max(int(Ki), 1), self.pool_cap, pn, lablen
         m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
-        m[K.M_FLAGS] = (((CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM) if self.sparse else 0) | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
+        sp_flags = (CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM) if self.sparse else 0
+        m[K.M_FLAGS] = (sp_flags | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
                         | (KL.FLAG_AVG if self.avg else 0))
         self.i_used += isz
         self.f_used += fsz
@@ -946,8 +952,8 @@ class BlockStore:
     def _plan(self, j, Kc, to_sparse, grow=False, grow_em=False):
         """(int size, float size, pair capacity, emission capacity) of block j rewritten at
         capacity Kc in the target layout; ``grow`` (or a block flagged ``FLAG_TFULL``): room for
-        more pairs, and for more emission entries when fewer than ``ECAP_ROOM * L + ECAP_EXTRA`` are free; ``grow_em``: room
-        for more emission entries only."""
+        more pairs, and for more emission entries when fewer than ``ECAP_ROOM * L + ECAP_EXTRA``
+        are free; ``grow_em``: room for more emission entries only."""
         m = self.meta[j]
         L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
         lablen = self.structure.labeling_len(L, Kc)
@@ -1099,8 +1105,9 @@ class BlockStore:
     def grow_flagged(self):
         """Move every sparse block flagged ``FLAG_TFULL`` (a step found no room for its new tag
         pairs or emission entries and was skipped) to a segment at the end of the arenas with
-        twice the pairs, and more emission entries when fewer than ``ECAP_ROOM * L + ECAP_EXTRA`` are free (its old segment
-        is garbage until the next compaction). Returns the number of blocks moved."""
+        twice the pairs, and more emission entries when fewer than ``ECAP_ROOM * L + ECAP_EXTRA``
+        are free (its old segment is garbage until the next compaction). Returns the number of
+        blocks moved."""
         if not self.sparse:
             return 0
         s = self.slots()
@@ -1111,9 +1118,9 @@ class BlockStore:
         return len(flagged)
 
     def grow_short(self):
-        """Grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one more step's worth)
-        or ``ECAP_ROOM * L + ECAP_EXTRA`` new emission entries, so that the steps of the next kernel call rarely find a
-        block full: the pairs of the first as if flagged (``FLAG_TFULL``, :meth:`grow_flagged`),
+        """Grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one more step's
+        worth) or ``ECAP_SHORT * L + ECAP_EXTRA`` new emission entries, so that the steps of the
+        next kernel call rarely find a block full: the pairs of the first as if flagged (``FLAG_TFULL``, :meth:`grow_flagged`),
         the emission lists only of the others. O(n) array operations; called before the kernel
         calls that run many steps."""
         if not self.sparse or self._n == 0:
@@ -1128,7 +1135,7 @@ class BlockStore:
         short = (tcap - tn < 2 * (L - 1)) & (tcap < self.Kc * self.Kc)
         epos = kpos + 2 + 2 * tcap
         ecap, en = self.Iar[epos].astype(np.int64), self.Iar[epos + 1 + L].astype(np.int64)
-        eshort = (ecap - en < ECAP_ROOM * L + ECAP_EXTRA) & (ecap < L * self.Kc) & ~short
+        eshort = (ecap - en < ECAP_SHORT * L + ECAP_EXTRA) & (ecap < L * self.Kc) & ~short
         if eshort.any():
             self._regrow(s[eshort].tolist(), grow=False, grow_em=True)
         if not short.any():

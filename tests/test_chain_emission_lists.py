@@ -168,6 +168,7 @@ def test_emission_lists_grow_and_keep_the_weights_exact(monkeypatch):
     the blocks move to larger segments: the weights stay the sum of the blocks."""
     monkeypatch.setattr(blk, "ECAP_ROOM", 0)
     monkeypatch.setattr(blk, "ECAP_EXTRA", 0)
+    monkeypatch.setattr(blk, "ECAP_SHORT", 0)
     X, Y = chain_stream(4, n=40)
     est = fit("sparse", X, Y, refine=6, step="pairwise", cache=True, cache_size=6)
     lr = est._learner
