@@ -151,11 +151,12 @@ class BlockStore:
     slack
         Blocks hold the slack-rescaled statistic u~_i and its dual loss (``lval``).
     sparse
-        Chains only: keep the transition part of each block's statistic as a list of (tag pair,
-        count) entries (``streamssvm._kernels.chainsparse``) instead of a dense Kc x Kc table,
-        so a block costs O(L Kc + pairs) floats, not O(Kc^2). The list starts with room for
-        ``tcap_factor * (L - 1)`` pairs and doubles when a step needs more
-        (:meth:`grow_flagged`).
+        Chains only: keep each block's statistic as per-token lists of (tag, value) entries and
+        a list of (tag pair, count) entries (``streamssvm._kernels.chainsparse``) instead of
+        dense L x Kc rows and a Kc x Kc table, so a block costs O(L) floats, not
+        O(L Kc + Kc^2). The pair list starts with room for ``tcap_factor * (L - 1)`` pairs, the
+        emission lists with room for :data:`ECAP_ROOM` * L + :data:`ECAP_EXTRA` entries past the
+        truth's, and both grow when a step needs more (:meth:`grow_flagged`).
     dense_rows
         Multiclass: keep a row whose non-zeros cover at least 2/3 of features 0..max index as
         its values only, zeros included, without feature indices (``FLAG_DENSE_ROW``, see
