@@ -59,6 +59,13 @@ TCAP_FACTOR = 8
 ECAP_ROOM = 8
 ECAP_SHORT = 4
 ECAP_EXTRA = 8
+#: The longest new sparse chain block that keeps its L x L Gram matrix (:meth:`BlockStore.stores_gram`;
+#: the others compute the entries a step needs from their tokens, the same values). On Brown (10k
+#: sentences, 283 tags) the matrices were 47.6 of the store's 118 MB; BCFW on 5,000 sentences,
+#: paired under the lock, CPU s per pass (medians of 3): all kept 2.31 / 2.39, none kept 2.41 /
+#: 2.51 (+4%), up to 32 tokens 2.41 / 2.43 against 2.43 / 2.39, up to 16 tokens 2.42 / 2.43
+#: against 2.42 / 2.41 (within noise).
+SPARSE_GRAM_MAX_L = 16
 
 
 #: How much larger a growing arena becomes (``BlockStore._ensure_arena``). The unused tail of a
@@ -189,7 +196,7 @@ class BlockStore:
     """
 
     #: The longest new block that keeps its Gram matrix; None: max(Kc, ``layout.GRAM_MIN_L``)
-    #: (``layout.stores_gram``), ``layout.GRAM_MIN_L`` in a sparse chain store
+    #: (``layout.stores_gram``), :data:`SPARSE_GRAM_MAX_L` in a sparse chain store
     #: (:meth:`stores_gram`). Blocks without one compute the entries a step needs (same values).
     gram_max_L = None
 
@@ -379,13 +386,10 @@ class BlockStore:
     def stores_gram(self, L):
         """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``). A
         sparse chain block's statistic is O(L), not L x Kc: it keeps its Gram matrix only when
-        L <= ``layout.GRAM_MIN_L`` (on Brown, 10k sentences with 283 tags, the matrices of the
-        longer ones were 25 of the store's 118 MB; computed from the tokens instead, the same
-        values, the BCFW passes took the same CPU time within noise: 2.41 / 2.43 s per pass
-        against 2.40 / 2.48 s, 5,000 sentences, paired under the lock; none kept: +4%)."""
+        L <= :data:`SPARSE_GRAM_MAX_L`."""
         max_L = self.gram_max_L
         if max_L is None and self.sparse:
-            max_L = KL.GRAM_MIN_L
+            max_L = SPARSE_GRAM_MAX_L
         return KL.stores_gram(L, self.Kc, max_L)
 
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None, ecap=None):

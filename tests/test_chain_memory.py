@@ -111,12 +111,12 @@ def test_old_weight_tables_are_freed_as_the_weights_grow():
 
 def test_sparse_chain_blocks_keep_the_gram_matrix_of_short_sentences_only():
     """A sparse chain block's statistic is O(L): it keeps its Gram matrix only up to
-    ``layout.GRAM_MIN_L`` tokens (a dense-layout block up to max(Kc, GRAM_MIN_L), where L^2 is at
-    most its L x Kc rows)."""
+    ``blocks.SPARSE_GRAM_MAX_L`` tokens (a dense-layout block up to max(Kc, GRAM_MIN_L), where L^2
+    is at most its L x Kc rows)."""
     rng = np.random.default_rng(1)
     for stats, want in (("sparse", [0, KL.FLAG_NO_GRAM]), ("dense", [0, 0])):
         m = ss.SequenceTagger(labels=list(range(60)), learner=ss.learners.BCFW(lam=0.1, seed=0, chain_stats=stats))
-        for L in (KL.GRAM_MIN_L, KL.GRAM_MIN_L + 8):
+        for L in (blk.SPARSE_GRAM_MAX_L, KL.GRAM_MIN_L + 8):
             m.learn_one(rng.normal(size=(L, 3)), [int(v) for v in rng.integers(60, size=L)])
         st = m._learner.store
         assert st.Kc >= KL.GRAM_MIN_L + 8
