@@ -83,3 +83,41 @@ def test_a_long_sentence_costs_memory_linear_in_its_length(tmp_path):
     r.refine(2)
     assert np.array_equal(m._learner.W.E, r._learner.W.E)
     assert m.predict_one(x[:20]) == r.predict_one(x[:20])
+
+
+def test_old_weight_tables_are_freed_as_the_weights_grow():
+    """When new features grow the weights, the learner's cached call plan no longer keeps the old
+    tables alive: the old E is gone before its average Z grows (they were alive together with
+    the new ones, the peak RSS of a chain stream: +98 MB on Brown 10k)."""
+    import gc
+    import weakref
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=0))
+    est.learn_one([{"a": 1.0}, {"b": 1.0}], ["x", "y"])
+    lr = est._learner
+    old_E = weakref.ref(lr.W.E)
+    seen = []
+    z_grow = lr._Z.grow
+
+    def grow(d, Kc):
+        gc.collect()
+        if old_E() is not lr.W.E:   # (E grew)
+            seen.append(old_E() is None)
+        z_grow(d, Kc)
+
+    lr._Z.grow = grow
+    est.learn_one([{f"f{i}": 1.0 for i in range(50)}, {"b": 1.0}], ["x", "y"])
+    assert seen and all(seen)
+
+
+def test_sparse_chain_blocks_keep_the_gram_matrix_of_short_sentences_only():
+    """A sparse chain block's statistic is O(L): it keeps its Gram matrix only up to
+    ``blocks.SPARSE_GRAM_MAX_L`` tokens (a dense-layout block up to max(Kc, GRAM_MIN_L), where L^2
+    is at most its L x Kc rows)."""
+    rng = np.random.default_rng(1)
+    for stats, want in (("sparse", [0, KL.FLAG_NO_GRAM]), ("dense", [0, 0])):
+        m = ss.SequenceTagger(labels=list(range(60)), learner=ss.learners.BCFW(lam=0.1, seed=0, chain_stats=stats))
+        for L in (blk.SPARSE_GRAM_MAX_L, KL.GRAM_MIN_L + 8):
+            m.learn_one(rng.normal(size=(L, 3)), [int(v) for v in rng.integers(60, size=L)])
+        st = m._learner.store
+        assert st.Kc >= KL.GRAM_MIN_L + 8
+        assert [int(st.meta[s, KL.M_FLAGS]) & KL.FLAG_NO_GRAM for s in st.slots()] == want
