@@ -45,27 +45,6 @@ _NO_SLOTS.flags.writeable = False
 #: (tests/test_sparse_chain.py::test_per_token_loss_sparse_and_dense_bound_each_other); a pair
 #: costs 16 bytes, so 8 adds ~1.5 KB to a 25-token sentence.
 TCAP_FACTOR = 8
-#: Room in a sparse chain block's emission lists: a new block has its truth's L (token, tag) entries
-#: and room for ECAP_ROOM * L + ECAP_EXTRA more (a step adds at most 2 L; as many as the
-#: :data:`TCAP_FACTOR` (L - 1) pairs of its transitions); a block with room for fewer than
-#: ECAP_SHORT * L + ECAP_EXTRA gets more before the kernel calls that run many steps
-#: (:meth:`BlockStore.grow_short`), and one a step found full when the store gives it room
-#: (:meth:`BlockStore.grow_flagged`). Generous on purpose: the emission lists should not be what
-#: makes a step wait for room (which would change the trajectory) where the transition pairs would
-#: not. Early in a stream, with poor weights, the oracle's labelings put new tags on most tokens:
-#: on Brown's first 1,000 sentences blocks reached 5.3 entries per token within one ``learn_many``
-#: call (7.1 at most after 3,000 and 2 passes), and room for 5 L + 8 made 5 steps wait. An entry
-#: costs 12 bytes against 8 Kc for a dense row.
-ECAP_ROOM = 8
-ECAP_SHORT = 4
-ECAP_EXTRA = 8
-#: The longest new sparse chain block that keeps its L x L Gram matrix (:meth:`BlockStore.stores_gram`;
-#: the others compute the entries a step needs from their tokens, the same values). On Brown (10k
-#: sentences, 283 tags) the matrices were 47.6 of the store's 118 MB; BCFW on 5,000 sentences,
-#: paired under the lock, CPU s per pass (medians of 3): all kept 2.31 / 2.39, none kept 2.41 /
-#: 2.51 (+4%), up to 32 tokens 2.41 / 2.43 against 2.43 / 2.39, up to 16 tokens 2.42 / 2.43
-#: against 2.42 / 2.41 (within noise).
-SPARSE_GRAM_MAX_L = 16
 
 
 #: How much larger a growing arena becomes (``BlockStore._ensure_arena``). The unused tail of a
@@ -158,12 +137,11 @@ class BlockStore:
     slack
         Blocks hold the slack-rescaled statistic u~_i and its dual loss (``lval``).
     sparse
-        Chains only: keep each block's statistic as per-token lists of (tag, value) entries and
-        a list of (tag pair, count) entries (``streamssvm._kernels.chainsparse``) instead of
-        dense L x Kc rows and a Kc x Kc table, so a block costs O(L) floats, not
-        O(L Kc + Kc^2). The pair list starts with room for ``tcap_factor * (L - 1)`` pairs, the
-        emission lists with room for :data:`ECAP_ROOM` * L + :data:`ECAP_EXTRA` entries past the
-        truth's, and both grow when a step needs more (:meth:`grow_flagged`).
+        Chains only: keep the transition part of each block's statistic as a list of (tag pair,
+        count) entries (``streamssvm._kernels.chainsparse``) instead of a dense Kc x Kc table,
+        so a block costs O(L Kc + pairs) floats, not O(Kc^2). The list starts with room for
+        ``tcap_factor * (L - 1)`` pairs and doubles when a step needs more
+        (:meth:`grow_flagged`).
     dense_rows
         Multiclass: keep a row whose non-zeros cover at least 2/3 of features 0..max index as
         its values only, zeros included, without feature indices (``FLAG_DENSE_ROW``, see
@@ -196,8 +174,7 @@ class BlockStore:
     """
 
     #: The longest new block that keeps its Gram matrix; None: max(Kc, ``layout.GRAM_MIN_L``)
-    #: (``layout.stores_gram``), :data:`SPARSE_GRAM_MAX_L` in a sparse chain store
-    #: (:meth:`stores_gram`). Blocks without one compute the entries a step needs (same values).
+    #: (``layout.stores_gram``). Blocks without one compute the entries a step needs (same values).
     gram_max_L = None
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
@@ -369,33 +346,21 @@ class BlockStore:
         Kc = self.Kc if Kc is None else Kc
         return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
 
-    def ecap0(self, L, Kc=None):
-        """Initial number of emission entries of a sparse block of length L (vectorized over L)."""
-        Kc = self.Kc if Kc is None else Kc
-        L = np.asarray(L, dtype=np.int64)
-        return np.minimum((ECAP_ROOM + 1) * L + ECAP_EXTRA, L * Kc)
-
-    def stat_len(self, L, tcap=0, Kc=None, ecap=0):
+    def stat_len(self, L, tcap=0, Kc=None):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
-        EV (ecap) | TV (tcap))."""
+        M | BM | TV)."""
         Kc = self.Kc if Kc is None else Kc
         if self.sparse:
-            return ecap + tcap
+            return L * Kc + 2 * Kc + tcap
         return self.structure.stat_size(L, Kc)
 
     def stores_gram(self, L):
-        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``). A
-        sparse chain block's statistic is O(L), not L x Kc: it keeps its Gram matrix only when
-        L <= :data:`SPARSE_GRAM_MAX_L`."""
-        max_L = self.gram_max_L
-        if max_L is None and self.sparse:
-            max_L = SPARSE_GRAM_MAX_L
-        return KL.stores_gram(L, self.Kc, max_L)
+        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``)."""
+        return KL.stores_gram(L, self.Kc, self.gram_max_L)
 
-    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None, ecap=None):
-        """(int size, float size, labeling length) of a block's segments; ``tcap`` / ``ecap``: the
-        pairs / emission entries of a sparse block (default :meth:`tcap0` / :meth:`ecap0`); ``nnz``
-        the values stored, ``nidx`` the feature
+    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None):
+        """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
+        a sparse block (default :meth:`tcap0`); ``nnz`` the values stored, ``nidx`` the feature
         indices stored (default nnz; 0 for a dense row); ``gram``: a Gram matrix is stored
         (default :meth:`stores_gram`). Vectorized over L, nnz, ly, nidx, gram."""
         Kc = self.Kc if Kc is None else Kc
@@ -404,11 +369,10 @@ class BlockStore:
         isz = L + 1 + (nnz if nidx is None else nidx) + ly + self.pool_cap * lablen
         if self.sparse:
             tcap = self.tcap0(L, Kc) if tcap is None else tcap
-            ecap = self.ecap0(L, Kc) if ecap is None else ecap
-            isz = isz + 2 + 2 * tcap + 1 + (L + 1) + ecap
+            isz = isz + 2 + 2 * tcap
         else:
-            tcap = ecap = 0
-        ss = self.stat_len(L, tcap, Kc, ecap)
+            tcap = 0
+        ss = self.stat_len(L, tcap, Kc)
         fsz = nnz + np.where(gram, L * L, 0) + ss + self.pool_cap + (ss + 1 if self.avg else 0)
         return isz, fsz, lablen
 
@@ -473,7 +437,7 @@ class BlockStore:
         indices (a one-token row may then be kept dense, see ``dense_rows``); ``weight``: the
         example weight c_i > 0. Returns the slot."""
         pc = self.pool_cap
-        flags = ((CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM) if self.sparse else 0) | (KL.FLAG_AVG if self.avg else 0)
+        flags = (CS.FLAG_SPARSE if self.sparse else 0) | (KL.FLAG_AVG if self.avg else 0)
         nidx = nnz
         if self.dense_rows and L == 1 and fidx is not None and len(fidx):
             span = dense_row_span(fidx, 0, len(fidx))
@@ -546,7 +510,7 @@ class BlockStore:
         nnz = np.diff(tok_ptr)
         nidx = nnz
         one = np.ones(m, dtype=np.int64)
-        flags = np.full(m, (CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM) if self.sparse else 0, dtype=np.int64)
+        flags = np.full(m, CS.FLAG_SPARSE if self.sparse else 0, dtype=np.int64)
         if self.dense_rows and m:
             span = np.empty(m, dtype=np.int64)
             dense_row_spans(np.arange(m + 1, dtype=np.int64), tok_ptr, fidx, span)
@@ -623,19 +587,15 @@ class BlockStore:
         if gl:
             Fa[fo + nnz:fo + nnz + gl] = gram_fn(tok_ptr, fidx, fval, L).ravel()
         kp = p0 + self.pool_cap * lablen
-        tcap, ecap = (int(self.tcap0(L)), int(self.ecap0(L))) if self.sparse else (0, 0)
-        ss = self.stat_len(L, tcap, ecap=ecap)
+        tcap = (isz - (kp - io) - 2) // 2 if self.sparse else 0
+        ss = self.stat_len(L, tcap)
         s0 = fo + nnz + gl
         Fa[s0:s0 + ss + self.pool_cap + (ss + 1 if self.avg else 0)] = 0.0   # with the averaging accumulator
         if self.sparse:
             I[kp:kp + 2] = (0, tcap)
-            ep = kp + 2 + 2 * tcap
-            I[ep] = ecap
-            I[ep + 1:ep + L + 2] = 0
-            yt = np.asarray(ytrue, dtype=np.int32)
-            CS.sp_em_register(I, kp, Fa[s0:s0 + ss], Fa[s0:s0], yt, L)   # the truth's tags, always held
             if not self.slack:
-                CS.sp_register(I, kp, Fa[s0:s0 + ss], ecap, yt, L)
+                yt = np.asarray(ytrue, dtype=np.int32)
+                CS.sp_register(I, kp, Fa[s0:s0 + ss], L * self.Kc + 2 * self.Kc, yt, L)
                 CS.sp_labeling_stat(I, kp, yt, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         elif not self.slack:
             truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
@@ -654,8 +614,7 @@ class BlockStore:
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_L], m[K.M_NNZ], m[K.M_LY] = io, fo, L, nnz, ly
         m[K.M_KI], m[K.M_PCAP], m[K.M_PN], m[K.M_LABLEN] = max(int(Ki), 1), self.pool_cap, pn, lablen
         m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
-        sp_flags = (CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM) if self.sparse else 0
-        m[K.M_FLAGS] = (sp_flags | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
+        m[K.M_FLAGS] = ((CS.FLAG_SPARSE if self.sparse else 0) | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
                         | (KL.FLAG_AVG if self.avg else 0))
         self.i_used += isz
         self.f_used += fsz
@@ -742,7 +701,7 @@ class BlockStore:
         M[slots, K.M_LABLEN] = lablen
         M[slots, K.M_ISIZE] = isz
         M[slots, K.M_FSIZE] = fsz
-        M[slots, K.M_FLAGS] = (CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM) if self.sparse else 0
+        M[slots, K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
         if dense is not None:
             M[slots[dense], K.M_FLAGS] = FLAG_DENSE_ROW
         M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L), 0, KL.FLAG_NO_GRAM) | (KL.FLAG_AVG if self.avg else 0)
@@ -801,8 +760,8 @@ class BlockStore:
         Inew = np.zeros(max(1024, int(sum(p[0] for p in plans) * 1.25)), dtype=np.int32)
         Fnew = np.zeros(max(1024, int(sum(p[1] for p in plans) * 1.25)), dtype=np.float64)
         io = fo = 0
-        for j, (isz, fsz, tcap, ecap) in zip(slots, plans):
-            self._copy_block(j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, ecap)
+        for j, (isz, fsz, tcap) in zip(slots, plans):
+            self._copy_block(j, Inew, Fnew, io, fo, Kc, to_sparse, tcap)
             io += isz
             fo += fsz
         self.Iar, self.Far = Inew, Fnew
@@ -866,47 +825,10 @@ class BlockStore:
         self.Kc = Kc
         return True
 
-    def _sp_lists(self, j):
-        """Offsets of sparse block j's lists (new layout, ``FLAG_SPARSE_EM``): (kpos, tcap, epos,
-        ecap, eptr (L + 1, a view), ek (its eptr[L] tags in use, a view))."""
-        L = int(self.meta[j, K.M_L])
-        kp = self._kpos(j)
-        tcap = int(self.Iar[kp + 1])
-        ep = kp + 2 + 2 * tcap
-        ecap = int(self.Iar[ep])
-        eptr = self.Iar[ep + 1:ep + L + 2]
-        return kp, tcap, ep, ecap, eptr, self.Iar[ep + L + 2:ep + L + 2 + int(eptr[L])]
-
-    def _layout(self, j):
-        """Block j's statistic layout: "dense", "sparse" (per-token lists) or "sparse_m" (a
-        sparse block from a file written before per-token lists: ``M | BM | TV``)."""
-        fl = int(self.meta[j, K.M_FLAGS])
-        if not fl & CS.FLAG_SPARSE:
-            return "dense"
-        return "sparse" if fl & KL.FLAG_SPARSE_EM else "sparse_m"
-
-    def _stat_size_of(self, j):
-        """Floats of block j's statistic region, in its layout (``layout.block_stat_len``)."""
-        lay = self._layout(j)
-        L = int(self.meta[j, K.M_L])
-        if lay == "dense":
-            return int(self.structure.stat_size(L, self.Kc))
-        kp = self._kpos(j)
-        tcap = int(self.Iar[kp + 1])
-        if lay == "sparse":
-            return int(self.Iar[kp + 2 + 2 * tcap]) + tcap
-        return L * self.Kc + 2 * self.Kc + tcap
-
-    def _trans_off(self, j):
-        """Offset of the transition counts in block j's statistic (sparse layouts)."""
-        if self._layout(j) == "sparse":
-            return self._sp_lists(j)[3]
-        return int(self.meta[j, K.M_L]) * self.Kc + 2 * self.Kc
-
     def _pairs(self, j):
         """The transition part of block j's statistic as (pairs (n, 2), counts (n,), their
         averaging accumulator (n,) or None), the pairs whose count or accumulator is non-zero
-        (any layout)."""
+        (either layout)."""
         m = self.meta[j]
         L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
         s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
@@ -915,10 +837,9 @@ class BlockStore:
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             kp = self._kpos(j)
             tn = int(self.Iar[kp])
-            to = self._trans_off(j)
             pairs = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
-            vals = self.Far[s0 + to:s0 + to + tn]
-            zv = None if z0 < 0 else self.Far[z0 + to:z0 + to + tn]
+            vals = self.Far[s0 + L * Kc + 2 * Kc:s0 + L * Kc + 2 * Kc + tn]
+            zv = None if z0 < 0 else self.Far[z0 + L * Kc + 2 * Kc:z0 + L * Kc + 2 * Kc + tn]
             nz = (vals != 0.0) if zv is None else (vals != 0.0) | (zv != 0.0)
             return pairs[nz], vals[nz].copy(), None if zv is None else zv[nz].copy()
         TM = self.Far[s0 + L * Kc:s0 + L * Kc + Kc * Kc].reshape(Kc, Kc)
@@ -926,123 +847,55 @@ class BlockStore:
         a, b = np.nonzero(TM if ZM is None else (TM != 0.0) | (ZM != 0.0))
         return np.stack([a, b], axis=1).astype(np.int64), TM[a, b].copy(), None if ZM is None else ZM[a, b].copy()
 
-    def _emission(self, j):
-        """The emission part of block j's statistic as entries sorted by (token, tag): (tokens,
-        tags, values, their averaging accumulator or None). A sparse block's entries as held
-        (zeros included); otherwise the non-zeros of M or of its accumulator, and the truth's
-        tags (a sparse block always holds them)."""
-        m = self.meta[j]
-        L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
-        s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
-        z0 = self._avg_pos(j)
-        if self._layout(j) == "sparse":
-            kp, tcap, ep, ecap, eptr, ek = self._sp_lists(j)
-            n = len(ek)
-            t = np.repeat(np.arange(L, dtype=np.int64), np.diff(eptr.astype(np.int64)))
-            return (t, ek.astype(np.int64), self.Far[s0:s0 + n].copy(),
-                    None if z0 < 0 else self.Far[z0:z0 + n].copy())
-        Kc = self.Kc
-        M = self.Far[s0:s0 + L * Kc].reshape(L, Kc)
-        ZM = None if z0 < 0 else self.Far[z0:z0 + L * Kc].reshape(L, Kc)
-        keep = M != 0.0
-        if ZM is not None:
-            keep |= ZM != 0.0
-        y0, ly = int(KL.truth_pos(self.meta, j)), int(m[K.M_LY])
-        keep[np.arange(L), self.Iar[y0:y0 + ly].astype(np.int64)] = True
-        t, k = np.nonzero(keep)   # row-major: sorted by (token, tag)
-        return t, k, M[t, k].copy(), None if ZM is None else ZM[t, k].copy()
-
     def _avg_pos(self, j):
         """Offset in Far of block j's averaging accumulator (``layout.avg_view``), -1 if none."""
         m = self.meta[j]
         if not int(m[K.M_FLAGS]) & KL.FLAG_AVG:
             return -1
-        return int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m) + self._stat_size_of(j) + int(m[K.M_PCAP])
+        L = int(m[K.M_L])
+        ss = (L * self.Kc + 2 * self.Kc + int(self.Iar[self._kpos(j) + 1]) if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE
+              else int(self.structure.stat_size(L, self.Kc)))
+        return int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m) + ss + int(m[K.M_PCAP])
 
     def _kpos(self, j):
         """Offset in Iar of block j's pair list (``_kernels/layout.py``)."""
         return int(KL.pairs_pos(self.meta, j)[1])
 
-    def _plan(self, j, Kc, to_sparse, grow=False, grow_em=False):
-        """(int size, float size, pair capacity, emission capacity) of block j rewritten at
-        capacity Kc in the target layout; ``grow`` (or a block flagged ``FLAG_TFULL``): room for
-        more pairs, and for more emission entries when fewer than ``ECAP_ROOM * L + ECAP_EXTRA``
-        are free; ``grow_em``: room for more emission entries only."""
+    def _plan(self, j, Kc, to_sparse, grow=False):
+        """(int size, float size, pair capacity) of block j rewritten at capacity Kc in the
+        target layout; ``grow`` (or a block flagged ``FLAG_TFULL``): room for more pairs."""
         m = self.meta[j]
         L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
         lablen = self.structure.labeling_len(L, Kc)
         isz = L + 1 + _nidx(m) + ly + self.pool_cap * lablen
         if not (to_sparse and self.kind == CHAIN):
             ss = self.structure.stat_size(L, Kc)
-            return isz, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), 0, 0
+            return isz, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), 0
         npairs = len(self._pairs(j)[1])
-        flagged = bool(int(m[K.M_FLAGS]) & CS.FLAG_TFULL)
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             tcap = int(self.Iar[self._kpos(j) + 1])
-            if grow or flagged:
+            if grow or int(m[K.M_FLAGS]) & CS.FLAG_TFULL:
                 tcap = max(2 * tcap, npairs + 2 * (L - 1))
             if Kc != self.Kc:   # more tags: the room a new block would get (it was capped at Kc^2)
                 tcap = max(tcap, int(self.tcap0(L, Kc)))
         else:
             tcap = int(self.tcap0(L, Kc))
         tcap = max(min(tcap, Kc * Kc), npairs)
-        if self._layout(j) == "sparse":
-            ecap, en = self._sp_lists(j)[3], len(self._sp_lists(j)[5])
-            room = ECAP_ROOM * L + ECAP_EXTRA
-            if grow_em or ((grow or flagged) and ecap - en < room):
-                ecap = max(2 * ecap, en + room)
-            if Kc != self.Kc:   # more tags: the room a new block would get (it was capped at L Kc)
-                ecap = max(ecap, int(self.ecap0(L, Kc)), en + room)
-        else:
-            en = len(self._emission(j)[1])
-            ecap = max(int(self.ecap0(L, Kc)), en + ECAP_ROOM * L + ECAP_EXTRA)
-        ecap = max(min(ecap, L * Kc), en)
-        ss = ecap + tcap
-        return (isz + 2 + 2 * tcap + 1 + (L + 1) + ecap,
-                nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), tcap, ecap)
+        ss = L * Kc + 2 * Kc + tcap
+        return isz + 2 + 2 * tcap, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), tcap
 
-    def _as_dense(self, j, src):
-        """The region at ``src`` of block j (its statistic, or its averaging accumulator: same
-        layout) in the dense chain layout ``M | TM | BM`` at the store's Kc (a new array)."""
-        m = self.meta[j]
-        L = int(m[K.M_L])
-        Kc = self.Kc
-        lay = self._layout(j)
-        if lay == "dense":
-            return self.Far[src:src + int(self.structure.stat_size(L, Kc))].copy()
-        out = np.zeros(self.structure.stat_size(L, Kc))
-        M = out[:L * Kc].reshape(L, Kc)
-        kp = self._kpos(j)
-        tn = int(self.Iar[kp])
-        pairs = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
-        to = self._trans_off(j)
-        TM = out[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)
-        np.add.at(TM, (pairs[:, 0], pairs[:, 1]), self.Far[src + to:src + to + tn])
-        BM = out[L * Kc + Kc * Kc:].reshape(2, Kc)
-        if lay == "sparse_m":
-            M[:] = self.Far[src:src + L * Kc].reshape(L, Kc)
-            BM[:] = self.Far[src + L * Kc:src + L * Kc + 2 * Kc].reshape(2, Kc)
-            return out
-        kp, tcap, ep, ecap, eptr, ek = self._sp_lists(j)
-        t = np.repeat(np.arange(L, dtype=np.int64), np.diff(eptr.astype(np.int64)))
-        M[t, ek.astype(np.int64)] = self.Far[src:src + len(ek)]
-        BM[0] = M[0]       # the start / end indicators are the first / last token's tags
-        BM[1] = M[L - 1]
-        return out
-
-    def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, ecap=0):
+    def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap):
         """Write block j (read from the current arenas and layout) at offsets io / fo of Inew /
-        Fnew, at label capacity Kc, in the target layout with ``tcap`` pairs and ``ecap``
-        emission entries (sparse); updates its meta row."""
+        Fnew, at label capacity Kc, in the target layout with ``tcap`` pairs (sparse); updates
+        its meta row."""
         struct = self.structure
         oldKc = self.Kc
         m = self.meta[j]
         L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
         oio, ofo, olab = int(m[K.M_IOFF]), int(m[K.M_FOFF]), int(m[K.M_LABLEN])
         pcap = int(m[K.M_PCAP])
-        to_sparse = bool(to_sparse) and self.kind == CHAIN
-        pairs, vals, zvals = self._pairs(j) if to_sparse else (None, None, None)
-        em = self._emission(j) if to_sparse else None
+        old_sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
+        pairs, vals, zvals = self._pairs(j) if (old_sparse or to_sparse) else (None, None, None)
         oz0 = self._avg_pos(j)
         head = L + 1 + _nidx(m) + ly
         Inew[io:io + head] = self.Iar[oio:oio + head]
@@ -1055,28 +908,21 @@ class BlockStore:
         gl = _gram_len(m)   # a block keeps its Gram matrix (or its lack of one) when moved
         Fnew[fo:fo + nnz + gl] = self.Far[ofo:ofo + nnz + gl]
         os0, ns0 = ofo + nnz + gl, fo + nnz + gl
-        oss = self._stat_size_of(j)
+        oss = (L * oldKc + 2 * oldKc + int(self.Iar[self._kpos(j) + 1]) if old_sparse
+               else struct.stat_size(L, oldKc))
         isz = head + pcap * lablen
-        nss = ecap + tcap if to_sparse else struct.stat_size(L, Kc)
+        nss = L * Kc + 2 * Kc + tcap if to_sparse else struct.stat_size(L, Kc)
         # the statistic, then (when the store averages) the averaging accumulator laid out the same
         # way after the pool alpha; a block that had none (a file of an older version) starts at 0
         nz0 = ns0 + nss + pcap
-        for src, dst, pv, ev in ((os0, ns0, vals, em[2] if em else None),
-                                 (oz0, nz0 if self.avg else -1, zvals, em[3] if em else None)):
+        for src, dst, pv in ((os0, ns0, vals), (oz0, nz0 if self.avg else -1, zvals)):
             if dst < 0:
                 continue
             if src < 0:
                 Fnew[dst:dst + nss + 1] = 0.0
                 continue
-            nst = Fnew[dst:dst + nss]
-            nst[:] = 0.0
-            if to_sparse:
-                nst[:len(em[1])] = ev
-                nst[ecap:ecap + len(pv)] = pv
-            elif oldKc == Kc:
-                nst[:] = self._as_dense(j, src)
-            else:
-                struct.relayout_stat(L, oldKc, Kc, self._as_dense(j, src), nst)
+            self._copy_stat(L, oldKc, Kc, self.Far[src:src + oss], Fnew[dst:dst + nss], old_sparse, to_sparse,
+                            pairs, pv)
             if dst == nz0:
                 Fnew[nz0 + nss] = self.Far[src + oss]   # zl
         if to_sparse:
@@ -1085,15 +931,10 @@ class BlockStore:
             Inew[kp:kp + 2] = (n, tcap)
             Inew[kp + 2:kp + 2 + 2 * tcap] = 0
             Inew[kp + 2:kp + 2 + 2 * n] = pairs.ravel()
-            ep = kp + 2 + 2 * tcap
-            Inew[ep] = ecap
-            Inew[ep + 1:ep + L + 2] = np.concatenate([[0], np.cumsum(np.bincount(em[0], minlength=L))])
-            Inew[ep + L + 2:ep + L + 2 + ecap] = 0
-            Inew[ep + L + 2:ep + L + 2 + len(em[1])] = em[1]
-            isz += 2 + 2 * tcap + 1 + (L + 1) + ecap
-            flags = (int(m[K.M_FLAGS]) & ~CS.FLAG_TFULL) | CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM
+            isz += 2 + 2 * tcap
+            flags = (int(m[K.M_FLAGS]) & ~CS.FLAG_TFULL) | CS.FLAG_SPARSE
         else:
-            flags = int(m[K.M_FLAGS]) & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE | KL.FLAG_SPARSE_EM)
+            flags = int(m[K.M_FLAGS]) & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE)
         flags = (flags | KL.FLAG_AVG) if self.avg else (flags & ~KL.FLAG_AVG)
         Fnew[ns0 + nss:ns0 + nss + pcap] = self.Far[os0 + oss:os0 + oss + pcap]
         fsz = nnz + gl + nss + pcap + (nss + 1 if self.avg else 0)
@@ -1101,69 +942,84 @@ class BlockStore:
         m[K.M_ISIZE], m[K.M_FSIZE], m[K.M_FLAGS] = isz, fsz, flags
         return isz, fsz
 
-    def _regrow(self, slots, grow=True, grow_em=False):
-        """Move the sparse blocks ``slots`` to segments at the end of the arenas with the room
-        :meth:`_plan` gives them (their old segments are garbage until the next compaction)."""
-        for j in slots:
-            isz, fsz, tcap, ecap = self._plan(j, self.Kc, True, grow=grow, grow_em=grow_em)
-            io, fo = self.i_used, self.f_used
-            self._ensure_arena("Iar", io + isz)
-            self._ensure_arena("Far", fo + fsz)
-            oi, of = int(self.meta[j, K.M_ISIZE]), int(self.meta[j, K.M_FSIZE])
-            self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap, ecap)
-            self.i_used += isz
-            self.f_used += fsz
-            self.i_live += isz - oi
-            self.f_live += fsz - of
+    def _copy_stat(self, L, oldKc, Kc, ost, nst, old_sparse, to_sparse, pairs, vals):
+        """Write statistic ``ost`` (capacity oldKc, sparse or dense layout) into ``nst`` at
+        capacity Kc in the target layout; ``pairs`` / ``vals``: its transition entries kept
+        (:meth:`_pairs`) when either layout is sparse."""
+        if to_sparse:
+            nst[:] = 0.0
+            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+            ob = L * oldKc if old_sparse else L * oldKc + oldKc * oldKc
+            nst[L * Kc:L * Kc + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[ob:ob + 2 * oldKc].reshape(2, oldKc)
+            nst[L * Kc + 2 * Kc:L * Kc + 2 * Kc + len(vals)] = vals
+        elif old_sparse:
+            nst[:] = 0.0
+            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+            nst[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)[pairs[:, 0], pairs[:, 1]] = vals
+            o2 = L * Kc + Kc * Kc
+            nst[o2:o2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[L * oldKc:L * oldKc + 2 * oldKc].reshape(2, oldKc)
+        elif oldKc == Kc:
+            nst[:] = ost
+        else:
+            nst[:] = 0.0
+            self.structure.relayout_stat(L, oldKc, Kc, ost, nst)
 
     def grow_flagged(self):
         """Move every sparse block flagged ``FLAG_TFULL`` (a step found no room for its new tag
-        pairs or emission entries and was skipped) to a segment at the end of the arenas with
-        twice the pairs, and more emission entries when fewer than ``ECAP_ROOM * L + ECAP_EXTRA``
-        are free (its old segment is garbage until the next compaction). Returns the number of
-        blocks moved."""
+        pairs and was skipped) to a segment at the end of the arenas with twice the pairs (its
+        old segment is garbage until the next compaction). Returns the number of blocks moved."""
         if not self.sparse:
             return 0
         s = self.slots()
         flagged = s[(self.meta[s, K.M_FLAGS] & CS.FLAG_TFULL) != 0]
-        self._regrow(flagged.tolist())
+        for j in flagged.tolist():
+            isz, fsz, tcap = self._plan(j, self.Kc, True, grow=True)
+            io, fo = self.i_used, self.f_used
+            self._ensure_arena("Iar", io + isz)
+            self._ensure_arena("Far", fo + fsz)
+            oi, of = int(self.meta[j, K.M_ISIZE]), int(self.meta[j, K.M_FSIZE])
+            self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap)
+            self.i_used += isz
+            self.f_used += fsz
+            self.i_live += isz - oi
+            self.f_live += fsz - of
         if len(flagged):
             self.maybe_compact()
         return len(flagged)
 
     def grow_short(self):
-        """Grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one more step's
-        worth) or ``ECAP_SHORT * L + ECAP_EXTRA`` new emission entries, so that the steps of the
-        next kernel call rarely find a block full: the pairs of the first as if flagged (``FLAG_TFULL``, :meth:`grow_flagged`),
-        the emission lists only of the others. O(n) array operations; called before the kernel
-        calls that run many steps."""
+        """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one
+        more step's worth), so that the steps of the next kernel call rarely find a block full.
+        O(n) array operations; called before the kernel calls that run many steps."""
         if not self.sparse or self._n == 0:
             return 0
         s = self.slots()
         m = self.meta[s]
-        L = m[:, K.M_L]
-        kpos = (m[:, K.M_IOFF] + L + 1 + np.where(m[:, K.M_FLAGS] & FLAG_DENSE_ROW, 0, m[:, K.M_NNZ])
+        kpos = (m[:, K.M_IOFF] + m[:, K.M_L] + 1 + np.where(m[:, K.M_FLAGS] & FLAG_DENSE_ROW, 0, m[:, K.M_NNZ])
                 + m[:, K.M_LY]
                 + m[:, K.M_PCAP] * m[:, K.M_LABLEN])
         tn, tcap = self.Iar[kpos].astype(np.int64), self.Iar[kpos + 1].astype(np.int64)
-        short = (tcap - tn < 2 * (L - 1)) & (tcap < self.Kc * self.Kc)
-        epos = kpos + 2 + 2 * tcap
-        ecap, en = self.Iar[epos].astype(np.int64), self.Iar[epos + 1 + L].astype(np.int64)
-        eshort = (ecap - en < ECAP_SHORT * L + ECAP_EXTRA) & (ecap < L * self.Kc) & ~short
-        if eshort.any():
-            self._regrow(s[eshort].tolist(), grow=False, grow_em=True)
+        short = (tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)
         if not short.any():
-            if eshort.any():
-                self.maybe_compact()
-            return int(eshort.sum())
+            return 0
         self.meta[s[short], K.M_FLAGS] |= CS.FLAG_TFULL
-        return self.grow_flagged() + int(eshort.sum())
+        return self.grow_flagged()
 
     def dense_stat(self, slot):
         """Block ``slot``'s statistic in the dense chain layout ``M | TM | BM`` (a copy), whichever
         layout it is stored in (tests and inspection)."""
         m = self.meta[slot]
-        return self._as_dense(slot, int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m))
+        L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
+        s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
+        Kc = self.Kc
+        if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
+            return self.Far[s0:s0 + self.structure.stat_size(L, Kc)].copy()
+        out = np.zeros(self.structure.stat_size(L, Kc))
+        out[:L * Kc] = self.Far[s0:s0 + L * Kc]
+        pairs, vals, _ = self._pairs(slot)
+        np.add.at(out[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc), (pairs[:, 0], pairs[:, 1]), vals)
+        out[L * Kc + Kc * Kc:] = self.Far[s0 + L * Kc:s0 + L * Kc + 2 * Kc]
+        return out
 
     def grow_labels(self, new_Kc):
         """Relayout every block for a label capacity of ``new_Kc`` (when larger)."""
@@ -1178,7 +1034,7 @@ class BlockStore:
         io, fo = int(m[K.M_IOFF]), int(m[K.M_FOFF])
         I, F = self.Iar, self.Far
         sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
-        ss = self._stat_size_of(slot)
+        ss = self.stat_len(L, int(I[self._kpos(slot) + 1]) if sparse else 0)
         s0 = fo + nnz + _gram_len(m)
         nix = _nidx(m)
         p0 = io + L + 1 + nix + ly
@@ -1355,8 +1211,6 @@ class BlockStore:
         bs.max_L = int(st["max_L"])
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()
-        if bs.sparse and n and np.any((bs.meta[live, K.M_FLAGS] & KL.FLAG_SPARSE_EM) == 0):
-            bs.compact()   # a file written before per-token emission lists: its sparse blocks converted
         bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
 

@@ -129,8 +129,7 @@ def validate_store_state(st, structure, n_rows=None):
             _fail(f"slot {s}: block sizes are inconsistent ({meta[s].tolist()})")
         if (bool(flags & CS.FLAG_SPARSE) != sparse or bool(flags & K.FLAG_AVG) != avg
                 or flags & ~(K.FLAG_INEXACT_ALPHA | CS.FLAG_SPARSE | CS.FLAG_TFULL | FLAG_DENSE_ROW | K.FLAG_NO_GRAM
-                             | K.FLAG_AVG | K.FLAG_SPARSE_EM)
-                or flags & K.FLAG_SPARSE_EM and not flags & CS.FLAG_SPARSE):
+                             | K.FLAG_AVG)):
             _fail(f"slot {s}: flags {flags} do not match the store (sparse={sparse}, avg={avg})")
         dense = bool(flags & FLAG_DENSE_ROW)
         if dense and (int(structure.kind) != MULTICLASS or L != 1):
@@ -150,18 +149,7 @@ def validate_store_state(st, structure, n_rows=None):
             if not 0 <= tn <= tcap <= Kc * Kc:
                 _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
             need_i += 2 + 2 * tcap
-            if flags & K.FLAG_SPARSE_EM:   # per-token emission lists: ecap | eptr (L + 1) | ek (ecap)
-                epos = io + need_i
-                if epos + L + 2 > ni:
-                    _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")
-                ecap = int(Iar[epos])
-                eptr = Iar[epos + 1:epos + L + 2].astype(np.int64)
-                if not 0 <= ecap <= L * Kc or eptr[0] != 0 or np.any(np.diff(eptr) < 0) or eptr[-1] > ecap:
-                    _fail(f"slot {s}: emission lists of {eptr[-1]} entries in {ecap} do not fit")
-                need_i += 1 + (L + 1) + ecap
-                ss = ecap + tcap
-            else:   # files before per-token emission lists: M | BM | TV
-                ss = L * Kc + 2 * Kc + tcap
+            ss = L * Kc + 2 * Kc + tcap
         else:
             ss = int(structure.stat_size(L, Kc))
         need_f = nnz + gl + ss + pool_cap + (ss + 1 if avg else 0)
@@ -175,17 +163,6 @@ def validate_store_state(st, structure, n_rows=None):
             _in_range(pairs, 0, Kc, f"slot {s}: transition pairs")
             if len(np.unique(pairs[0::2] * Kc + pairs[1::2])) != tn:
                 _fail(f"slot {s}: transition pairs repeat")
-            if flags & K.FLAG_SPARSE_EM:
-                ek = Iar[epos + L + 2:epos + L + 2 + eptr[-1]].astype(np.int64)
-                _in_range(ek, 0, Kc, f"slot {s}: emission tags")
-                tok = np.repeat(np.arange(L), np.diff(eptr))
-                if np.any((np.diff(tok) == 0) & (np.diff(ek) <= 0)):
-                    _fail(f"slot {s}: emission tags of a token not strictly ascending")
-                y0 = io + L + 1 + nix
-                have = set((tok * Kc + ek).tolist())
-                if any(int(t) * Kc + int(y) not in have for t, y in enumerate(Iar[y0:y0 + L].tolist())
-                       if 0 <= int(y) < Kc):
-                    _fail(f"slot {s}: a true tag is missing from the emission lists")
         tp = Iar[io:io + L + 1].astype(np.int64)
         if tp[0] != 0 or tp[-1] != nnz or np.any(np.diff(tp) < 0):
             _fail(f"slot {s}: token pointers are not a partition of its {nnz} features")

@@ -56,16 +56,14 @@ from .structops import (
     gram, kind_code, labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply,
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
-from .chain import chain_loss_norm, chain_trans_sqnorm
+from .chain import chain_trans_sqnorm
 from .common import emission_sqnorm_tokens, write_dense_row
 from .multiclass import mc_stat_apply, mc_stat_apply2
 from .chainsparse import (
-    SNAP, sp_apply, sp_em_find, sp_em_register, sp_emission_sqnorm_tokens, sp_epos, sp_labeling_apply,
-    sp_labeling_stat, sp_loss_lin, sp_register, sp_score, sp_snap, sp_sqnorm, sp_toff, sp_trans_sqnorm,
+    SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
 )
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
-    FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_SPARSE_EM, FLAG_TFULL, M_FLAGS,
-    M_FOFF, M_FSIZE,
+    FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
     M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, avg_view, block_stat_len, block_views,
     gram_len, n_index, pairs_pos,
 )
@@ -168,10 +166,9 @@ def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos):
     """||Phi_x(st)||^2 in the block's layout; a block without a stored Gram matrix (``G`` 0 x 0,
     ``layout.FLAG_NO_GRAM``) takes the entries it needs from its tokens ``x`` (same value)."""
     if G.shape[0] < L:
-        if sp:
-            v = sp_emission_sqnorm_tokens(x[0], x[1], x[2], st, L, Iar, kpos)
-            return sp_trans_sqnorm(v, st, L, model[1], model[2], model[3], Iar, kpos)
         v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, model[1], model[2])
+        if sp:
+            return sp_trans_sqnorm(v, st, L, model[1], model[2], model[3], Iar, kpos)
         return chain_trans_sqnorm(v, st, L, model[1], model[2], model[3])
     if sp:
         return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
@@ -189,19 +186,6 @@ def _st_apply(model, w, x, st, L, coef, sp, Iar, kpos):
         sp_apply(w, x, st, L, model[1], model[2], coef, model[3], Iar, kpos)
     else:
         stat_apply(model[0], w, x, st, L, model[1], model[2], coef, model[3])
-
-
-def _dense_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos):
-    return stat_loss_lin(model[0], st, ytrue, ly, model[4], L, model[1], model[2], Ki, ybuf)
-
-
-@_chain_only(_dense_loss_lin)
-def _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos):
-    """The linear part of the loss of a statistic (``structops.stat_loss_lin``) in the block's
-    layout."""
-    if sp:
-        return sp_loss_lin(st, ytrue, model[4], L, Iar, kpos, chain_loss_norm(L, Ki))
-    return stat_loss_lin(model[0], st, ytrue, ly, model[4], L, model[1], model[2], Ki, ybuf)
 
 
 def _dense_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
@@ -250,44 +234,40 @@ def _ol_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
     return _mc_step_apply if model.types[0] == _MULTICLASS_TAG else _step_apply
 
 
-def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans, Iar, kpos):
+def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
     truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
 
 
 @_chain_only(_dense_truth_u)
-def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans, Iar, kpos):
-    """dbuf += s(ytrue) for ``block_u``; a sparse block (whose truth tags are always among its
-    entries) adds the truth's bigrams (which need not be among the block's pairs) to T directly,
-    times ``coef``."""
+def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
+    """dbuf += s(ytrue) for ``block_u``; a sparse block adds the truth's bigrams (which need not
+    be among the block's pairs) to T directly, times ``coef``."""
     if sp:
-        epos = sp_epos(Iar, kpos)
+        o = L * Kc
         for t in range(L):
-            dbuf[sp_em_find(Iar, epos, L, t, ytrue[t])] += 1.0
+            dbuf[t * Kc + ytrue[t]] += 1.0
+        dbuf[o + ytrue[0]] += 1.0
+        dbuf[o + Kc + ytrue[L - 1]] += 1.0
         if use_trans:
             sp_labeling_apply(T, ytrue, L, coef)
     else:
         truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
 
 
-def _dense_room(kind, sp, arena, j, kpos, st, L, Kc, lab1, lab2, counters):
+def _dense_room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
     return True
 
 
 @_chain_only(_dense_room)
-def _room(kind, sp, arena, j, kpos, st, L, Kc, lab1, lab2, counters):
-    """Register the bigrams and the (token, tag) entries of the labelings a step moves (sparse
-    blocks; a new entry moves the ones after it in the statistic and in the block's averaging
-    accumulator); False (and the block flagged ``FLAG_TFULL``) when the block has no room for
-    them: the step is skipped."""
+def _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
+    """Register the bigrams of the labelings a step moves (sparse blocks); False (and the block
+    flagged ``FLAG_TFULL``) when the block has no room for them: the step is skipped."""
     if not sp:
         return True
-    Iar = arena[0]
-    toff = sp_toff(Iar, kpos)
+    toff = L * Kc + 2 * Kc
     if sp_register(Iar, kpos, st, toff, lab1, L) and sp_register(Iar, kpos, st, toff, lab2, L):
-        zm = avg_view(arena, j, Kc, kind)
-        if sp_em_register(Iar, kpos, st, zm, lab1, L) and sp_em_register(Iar, kpos, st, zm, lab2, L):
-            return True
-    arena[2][j, M_FLAGS] |= FLAG_TFULL
+        return True
+    meta[j, M_FLAGS] |= FLAG_TFULL
     counters[C_TFULL] += 1
     return False
 
@@ -312,7 +292,7 @@ def _snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
     """Before ``_snap`` on a sparse block: the counts it sets to 0 move the statistic by -v,
     which the block's averaging accumulator ``zm`` records with weight ``za`` (``avg_note``)."""
     if sp and zm.shape[0] > 0:
-        toff = sp_toff(Iar, kpos)
+        toff = L * Kc + 2 * Kc
         for q in range(Iar[kpos]):
             v = st[toff + q]
             if v != 0.0 and abs(v) < SNAP:
@@ -377,28 +357,15 @@ def clear_average(model, arena):
         z[:] = 0.0
 
 
-def _dense_register(kind, sp, Iar, kpos, st, lab, L):
+def _dense_register(kind, sp, Iar, kpos, st, toff, lab, L):
     pass
 
 
 @_chain_only(_dense_register)
-def _register(kind, sp, Iar, kpos, st, lab, L):
-    """``chainsparse.sp_register`` and ``sp_em_register`` of a labeling on a new sparse block
-    (room for it: a new block has room for its truth)."""
+def _register(kind, sp, Iar, kpos, st, toff, lab, L):
+    """``chainsparse.sp_register`` of a labeling on a sparse block."""
     if sp:
-        sp_register(Iar, kpos, st, sp_toff(Iar, kpos), lab, L)
-        sp_em_register(Iar, kpos, st, st[:0], lab, L)
-
-
-def _dense_register_tags(kind, sp, Iar, kpos, st, lab, L):
-    pass
-
-
-@_chain_only(_dense_register_tags)
-def _register_tags(kind, sp, Iar, kpos, st, lab, L):
-    """``chainsparse.sp_em_register`` of a labeling on a new sparse block (its tags only)."""
-    if sp:
-        sp_em_register(Iar, kpos, st, st[:0], lab, L)
+        sp_register(Iar, kpos, st, toff, lab, L)
 
 
 @njit(**_JIT)
@@ -442,7 +409,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     if gnum <= 0.0:
         return gnum
     dstar = labeling_loss(kind, lab, ytrue, ly, model[4], L, K, Ki, ybuf)
-    if not _room(kind, sp, arena, j, kpos, st, L, Kc, ytrue, lab, counters):
+    if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, ytrue, lab, counters):
         return gnum
     for q in range(ss):
         dbuf[q] = -st[q]
@@ -494,7 +461,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
-    m_val = (loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
+    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     star_val = decode(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab)
     counters[C_ORACLE] += 1
@@ -508,7 +475,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     if gnum <= 0.0:
         return gnum
     # the pairs of the corner's labeling must be in a sparse block's list
-    if sp and not _room(kind, sp, arena, j, kpos, st, L, Kc, lab, lab, counters):
+    if sp and not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab, lab, counters):
         return gnum
     for q in range(ss):
         dbuf[q] = -st[q]
@@ -525,7 +492,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
         st[q] += gamma * dbuf[q]
     gc = gamma * c   # the move of U = sum_i c_i u_i
     _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gc, avg_c, sp, Iar, kpos)
-    dL = c * (gamma * _st_loss_lin(model, sp, dbuf, ytrue, ly, L, Ki, ybuf, Iar, kpos))
+    dL = c * (gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf))
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
@@ -566,7 +533,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
-    m_val = (loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
+    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     # ---- corner: cache (pool) or exact oracle ----
     corner = -1  # pool index of the FW corner if it is in the pool
@@ -669,7 +636,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
                     mode = STEP_AWAY
     # ---- direction d in statistic space, numerator, max step ----
     if sp:   # the pairs of the labelings moved must be in the block's list
-        if not _room(kind, sp, arena, j, kpos, st, L, Kc, lab,
+        if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab,
                      pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab, counters):
             return gnum
     for q in range(ss):
@@ -705,7 +672,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
         st[q] += gamma * dbuf[q]
     gc = gamma * c   # the move of U = sum_i c_i u_i
     _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gc, avg_c, sp, Iar, kpos)
-    dL = c * (gamma * _st_loss_lin(model, sp, dbuf, ytrue, ly, L, Ki, ybuf, Iar, kpos))
+    dL = c * (gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf))
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
@@ -857,7 +824,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
         h = star - t_score
         if h < 0.0:
             h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)
-        Li = loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
+        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
         m_val = Li + _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
         g = star - m_val
         if g < 0.0:
@@ -893,7 +860,7 @@ def block_u(model, w, arena, j, coef, dbuf, slack):
         return
     for q in range(ss):
         dbuf[q] = -st[q]
-    _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans, Iar, kpos)
+    _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans)
     _st_apply(model, w, x, dbuf, L, coef, sp, Iar, kpos)
 
 
@@ -981,30 +948,17 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         G = Far[fo + nnz:fo + nnz + gl].reshape((L, L))
         gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nix], Far[fo:fo + nnz], L, G, mark)
     sp, kpos = pairs_pos(meta, j)
-    if sp:   # the pair and emission lists: empty, capacities from the segment sizes
-        # ints after the pool: 2 + 2 tcap + 1 + (L + 1) + ecap; statistic: ecap + tcap floats
-        ni = meta[j, M_ISIZE] - (kpos - io) - 4 - L
-        nf = meta[j, M_FSIZE] - nnz - gl - meta[j, M_PCAP]
-        if meta[j, M_FLAGS] & FLAG_AVG:
-            nf = (nf - 1) // 2
-        tcap = ni - nf
+    if sp:   # the pair list: empty, capacity from the segment size
         Iar[kpos] = 0
-        Iar[kpos + 1] = tcap
-        epos = kpos + 2 + 2 * tcap
-        Iar[epos] = nf - tcap
-        for t in range(L + 1):
-            Iar[epos + 1 + t] = 0
+        Iar[kpos + 1] = (meta[j, M_ISIZE] - (kpos - io) - 2) // 2
     ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + gl
     nz = ss + pcap + (ss + 1 if meta[j, M_FLAGS] & FLAG_AVG else 0)   # the averaging accumulator too
     for q in range(nz):
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
-    # a sparse block always holds its truth's tags (slack: at 0), which ``block_u`` reads
-    if slack:
-        _register_tags(kind, sp, Iar, kpos, Far[s0:s0 + ss], yt, L)
-    else:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
-        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], yt, L)
+    if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
+        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)
         _st_truth(kind, sp, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0, Iar, kpos)
     meta[j, M_PN] = 0
     if pcap > 0:

@@ -11,20 +11,15 @@ columns ``M_*``) holds the offsets and sizes of the block's two segments:
 which stores no ``fidx``: its nnz values are those of features 0..nnz-1, zeros included (the
 empty ``fidx`` view tells the kernels).
 
-A sparse chain block (``FLAG_SPARSE``, with ``FLAG_SPARSE_EM``) stores its statistic as lists:
-its ints end with ``tn | tcap | pairs (2 * tcap) | ecap | eptr (L + 1) | ek (ecap)`` and its
-statistic is ``EV (ecap) | TV (tcap)`` (per-token (tag, value) entries and tag-pair counts, see
-``chainsparse.py``); its statistic size is read from ``tcap`` and ``ecap`` in the arena. (Files
-written before per-token lists have sparse blocks without ``FLAG_SPARSE_EM``: ints ending with
-the pairs, statistic ``M (L * Kc) | BM (2 * Kc) | TV (tcap)``; the store converts them when it
-loads them, the kernels never see them.)
+A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its ints
+end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | BM | TV (tcap)`` (see
+``chainsparse.py``); its statistic size is read from ``tcap`` in the arena.
 
 A block flagged ``FLAG_NO_GRAM`` stores no token Gram matrix (its ``G`` view is 0 x 0): the
 kernels compute the entries a step needs from the tokens (``common.emission_sqnorm_tokens``, the
 same values). A new block keeps its Gram matrix only when L <= max(Kc, ``GRAM_MIN_L``)
 (:func:`stores_gram`), where L*L is at most the L*Kc of its emission statistic: a long sentence
-costs memory linear in its length, what its Viterbi tables need, not L^2. A sparse chain block,
-whose statistic is O(L), keeps it only when L <= ``blocks.SPARSE_GRAM_MAX_L`` (16).
+costs memory linear in its length, what its Viterbi tables need, not L^2.
 
 A block flagged ``FLAG_AVG`` (the store of a learner that averages its iterates) ends its floats
 with its averaging accumulator (:func:`avg_view`): ``zm (stat size) | zl (1)``, the sums
@@ -39,8 +34,6 @@ The accessors below are jitted (the kernels call them); :func:`segment_sizes` an
 >>> from streamssvm._kernels.common import CHAIN
 >>> [int(v) for v in segment_sizes(CHAIN, L=3, nnz=5, ly=3, pool_cap=2, Kc=4)]
 [18, 52, 3]
->>> [int(v) for v in segment_sizes(CHAIN, L=3, nnz=5, ly=3, pool_cap=2, Kc=4, sparse=True, tcap=4, ecap=6)]
-[39, 26, 3]
 """
 import numpy as np
 from numba import njit
@@ -63,9 +56,6 @@ FLAG_TFULL = 4
 FLAG_NO_GRAM = 16
 #: (flag 32) the block ends with its averaging accumulator (see the module docstring).
 FLAG_AVG = 32
-#: (flag 64) a sparse chain block whose emission statistic is per-token lists (see the module
-#: docstring); every sparse block a store holds has it.
-FLAG_SPARSE_EM = 64
 #: A new block of at most this many tokens always keeps its Gram matrix (see :func:`stores_gram`).
 GRAM_MIN_L = 32
 
@@ -113,10 +103,9 @@ def stat_pos(meta, j):
 
 @njit(**_INNER)
 def block_stat_len(kind, L, Kc, sp, Iar, kpos):
-    """Size of a block's statistic region (dense: ``stat_size``; sparse: EV (ecap) | TV (tcap))."""
+    """Size of a block's statistic region (dense: ``stat_size``; sparse: M | BM | TV)."""
     if sp:
-        tcap = Iar[kpos + 1]
-        return Iar[kpos + 2 + 2 * tcap] + tcap
+        return L * Kc + 2 * Kc + Iar[kpos + 1]
     return stat_size(kind, L, Kc)
 
 
@@ -163,27 +152,26 @@ def avg_view(arena, j, Kc, kind):
     return Far[z0:z0 + ss + 1]
 
 
-def stat_len(kind, L, Kc, sparse=False, tcap=0, ecap=0):
-    """Floats of a block's statistic region: the structure's statistic size, or ``EV | TV``
-    for a sparse chain block with ``ecap`` emission entries and ``tcap`` pairs. Vectorized over
-    L, tcap and ecap."""
+def stat_len(kind, L, Kc, sparse=False, tcap=0):
+    """Floats of a block's statistic region: the structure's statistic size, or ``M | BM | TV``
+    for a sparse chain block with ``tcap`` pairs. Vectorized over L and tcap."""
     if sparse:
-        return ecap + tcap
+        return L * Kc + 2 * Kc + tcap
     return stat_size(kind, L, Kc)
 
 
-def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True, avg=False, ecap=0):
+def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True, avg=False):
     """(int size, float size, labeling length) of a block's segments: ``L`` tokens, ``nnz``
     values stored and ``nidx`` feature indices (default nnz; 0 for a dense row), ``ly`` truth
-    entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs
-    and ``ecap`` emission entries, a Gram matrix when ``gram``, the averaging accumulator when
-    ``avg``. Vectorized over L, nnz, ly, nidx, tcap, ecap and gram."""
+    entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs,
+    a Gram matrix when ``gram``, the averaging accumulator when ``avg``. Vectorized over L, nnz,
+    ly, nidx, tcap and gram."""
     lablen = labeling_len(kind, L, Kc)
     isz = L + 1 + (nnz if nidx is None else nidx) + ly + pool_cap * lablen
     if sparse:
-        isz = isz + 2 + 2 * tcap + 1 + (L + 1) + ecap
+        isz = isz + 2 + 2 * tcap
     else:
-        tcap = ecap = 0
-    ss = stat_len(kind, L, Kc, sparse, tcap, ecap)
+        tcap = 0
+    ss = stat_len(kind, L, Kc, sparse, tcap)
     fsz = nnz + np.where(gram, L * L, 0) + ss + pool_cap + (ss + 1 if avg else 0)
     return isz, fsz, lablen

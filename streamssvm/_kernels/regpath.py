@@ -10,9 +10,9 @@ blocks; the learner (``BCFW.set_lam``) scales the weight sums.
 """
 from numba import njit
 
-from .bcfw import _st_loss_lin, _st_score, _JIT, truth_score
+from .bcfw import _st_score, _JIT, truth_score
 from .layout import FLAG_INEXACT_ALPHA, M_FLAGS, M_KI, M_L, M_LABLEN, M_LY, M_PCAP, M_PN, block_views
-from .structops import emission_scores, loss_const, truth_stat
+from .structops import emission_scores, loss_const, stat_loss_lin, truth_stat
 
 
 @njit(**_JIT)
@@ -34,7 +34,7 @@ def block_deltas(model, w, arena, scratch, scale, slack, out):
             out[q] = lval[j] - _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
             continue
         t_score = truth_score(kind, S, T, B, scale, ytrue, ly, L, K, Kc, use_trans, lab)
-        Li = loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
+        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
         # <w, u_i> = <w, Phi(s(y_i))> - <w, Phi(st)>
         out[q] = Li - t_score + _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
 

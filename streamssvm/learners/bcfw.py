@@ -114,10 +114,9 @@ class BCFW(DenseWeights, Learner):
         is a max of affine functions with features Delta psi, so the dual, the steps and the
         certificate are those of margin rescaling on scaled features.
     chain_stats
-        How chain blocks keep their statistic: ``"sparse"`` (the default: per-token lists of
-        (tag, value) entries and a list of (tag pair, count) entries that grow by need, memory
-        O(L) per block, the same floats as dense rows) or ``"dense"`` (L x K rows and a K x K
-        table per block; 1.8 MB per sentence with 472 tags).
+        How chain blocks keep the transition part of their statistic: ``"sparse"`` (the
+        default: a list of (tag pair, count) entries that grows by need, O(L K) memory per
+        block) or ``"dense"`` (a K x K table per block; 1.8 MB per sentence with 472 tags).
         The same dual point gives the same weights and certificate in both (up to round-off);
         a sparse block whose list is full skips a step until the store gives it room, so two
         runs can take slightly different steps (``streamssvm._kernels.chainsparse``).
@@ -279,14 +278,6 @@ class BCFW(DenseWeights, Learner):
         Kc = label_capacity(n_labels, self.W.Kc)
         if Kc > self.W.Kc:
             self.store.grow_labels(Kc)
-        if n_features > self.W.E.shape[0] or Kc > self.W.Kc:
-            # the cached bundles and predictions reference the weights and their average: dropped
-            # first, so that each old table is freed as soon as its grown copy replaces it (the
-            # plan is rebuilt at the next call, as it would be for the new arrays anyway); kept,
-            # the old E and Z stayed alive together with the new ones, the peak of a chain stream
-            # (Brown, 75k features x 283 tags: +220 MB at the last growth)
-            self._call_plan = None
-            self._avg_cache = self._pred_cache = None
         self.W.grow(n_features, Kc)
         self._Z.grow(self.W.E.shape[0], self.W.Kc)
         grew = n_labels > self._K > 0
