@@ -278,6 +278,14 @@ class BCFW(DenseWeights, Learner):
         Kc = label_capacity(n_labels, self.W.Kc)
         if Kc > self.W.Kc:
             self.store.grow_labels(Kc)
+        if n_features > self.W.E.shape[0] or Kc > self.W.Kc:
+            # the cached bundles and predictions reference the weights and their average: dropped
+            # first, so that each old table is freed as soon as its grown copy replaces it (the
+            # plan is rebuilt at the next call, as it would be for the new arrays anyway); kept,
+            # the old E and Z stayed alive together with the new ones, the peak of a chain stream
+            # (Brown, 75k features x 283 tags: +220 MB at the last growth)
+            self._call_plan = None
+            self._avg_cache = self._pred_cache = None
         self.W.grow(n_features, Kc)
         self._Z.grow(self.W.E.shape[0], self.W.Kc)
         grew = n_labels > self._K > 0
