@@ -161,7 +161,9 @@ def test_corrupt_newest_checkpoint_uses_previous_and_seeks(broker, tmp_path):
     newest = sorted(ck.glob("ckpt-*"))[-1]
     assert json.loads((newest / "manifest.json").read_text())["meta"]["examples_seen"] == 300
     (newest / "manifest.json").write_text('{"format": "streamssvm-checkpoint", "trunc')
-    r2 = subprocess.run(worker_cmd(broker, "c", ck, tmp_path / "b.ssvm", ["--idle-timeout", "4"]),
+    # the idle timeout also covers joining the group: 4 s expired once before the first record on a
+    # machine at load 7, so the run that ends by it waits longer
+    r2 = subprocess.run(worker_cmd(broker, "c", ck, tmp_path / "b.ssvm", ["--idle-timeout", "10"]),
                         capture_output=True, text=True, timeout=120)
     assert r2.returncode == 0, r2.stderr
     assert "skipping invalid checkpoint" in r2.stderr
