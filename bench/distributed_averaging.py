@@ -32,7 +32,7 @@ sys.path.insert(0, HERE)
 
 import streamssvm as ss  # noqa: E402
 import streamssvm.distributed as sd  # noqa: E402
-from _common import cpu_model, fmt, ocr_letters  # noqa: E402
+from _common import cpu_model, fmt, ocr_letters, write_results  # noqa: E402
 
 TARGET = 0.1
 LAM = 0.01
@@ -177,13 +177,10 @@ def main():
                      f"{fmt(c['cpu_seconds'])} | {fmt(c['wall_seconds'])} |")
     out = {"machine": {"cpu": cpu_model()}, "n": n, "n_test": nt, "target": TARGET, "lam": LAM, "step": STEP,
            "rounds_per_pass": rpp, "quick": args.quick, "rows": rows, "costs": costs}
-    if not args.quick:
-        os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-        with open(os.path.join(HERE, "results", stem + ".json"), "w") as f:
-            json.dump(out, f, indent=1)
-        with open(os.path.join(HERE, "results", stem + ".md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if args.quick:
+        print("\n".join(lines))
+    else:
+        write_results(os.path.join(HERE, "results", stem), out, lines)
 
 
 if __name__ == "__main__":

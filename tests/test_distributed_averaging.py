@@ -18,15 +18,7 @@ import streamssvm.distributed as sd  # noqa: E402
 from streamssvm.distributed import _bcfw  # noqa: E402
 from streamssvm._kernels.bcfw import M_FOFF, M_L, M_NNZ  # noqa: E402
 
-LABELS = [0, 1, 2, 3]
-
-
-def data(n, seed=0, d=6):
-    rng = np.random.default_rng(seed)
-    W = rng.normal(size=(len(LABELS), d))
-    X = rng.normal(size=(n, d))
-    Y = [int(v) for v in np.argmax(X @ W.T + 0.5 * rng.normal(size=(n, len(LABELS))), axis=1)]
-    return X, Y
+from test_distributed import LABELS, data  # noqa: E402  (the same small linear stream)
 
 
 def bcfw_model(**kw):
