@@ -387,3 +387,17 @@ def test_a_weighted_record_is_a_dead_letter_not_the_end_of_a_bcfw_job(tmp_path):
                  checkpoint_dir=tmp_path / "ck")
     assert res.bad_records == 1
     assert res.examples_seen == 39
+
+
+@pytest.mark.parametrize("bad", [{"T": -1}, {"W": 7.0}, {"L": float("nan")}, {"U": {"U": np.array([1.0, np.inf])}}])
+def test_a_crafted_mixer_average_is_refused(bad):
+    """A cut's mixer average is checked as it loads (step count, its weight W <= T (T + 1) / 2,
+    finite sums): a crafted one is a CheckpointError, not a model that predicts with it."""
+    from streamssvm.distributed._mixer import Mixer
+    from streamssvm.errors import CheckpointError
+    good = {"T": 3, "W": 6.0, "L": 0.5, "L_now": 0.4, "U": {"U": np.array([1.0, 2.0])}}
+    mixer = Mixer(2, "bcfw", 0.01, 2.0, averaging=True)
+    mixer._restore_average({"round": 1, "average": good})
+    assert mixer.average["W"] == 6.0
+    with pytest.raises(CheckpointError, match="mixer average"):
+        mixer._restore_average({"round": 1, "average": {**good, **bad}})

@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from ..certificate import Certificate
+from ..errors import CheckpointError
 from ._cut import CutStore
 from ._mix import combine, union_lam
 from ._bcfw import average_weight, line_step, overlap
@@ -84,8 +85,14 @@ class Mixer:
             self.average = self._no_average()
             self.restarted_average = int(m["round"]) > 0
             return
-        self.average = {"T": int(a["T"]), "W": float(a["W"]), "L": float(a["L"]), "L_now": float(a["L_now"]),
-                        "U": {k: np.asarray(v, dtype=np.float64) for k, v in a["U"].items()}}
+        T, W, L, L_now = int(a["T"]), float(a["W"]), float(a["L"]), float(a["L_now"])
+        U = {k: np.asarray(v, dtype=np.float64) for k, v in a["U"].items()}
+        # W sums one machine's step weights W(T_r) - W(T_(r-1)) since the average (re)started
+        if T < 0 or not 0.0 <= W <= T * (T + 1) / 2.0 * (1.0 + 1e-9):
+            raise CheckpointError(f"invalid mixer average in the cut: {T} steps with weight {W!r}")
+        if not (np.isfinite(L) and np.isfinite(L_now) and all(np.all(np.isfinite(u)) for u in U.values())):
+            raise CheckpointError("invalid mixer average in the cut: non-finite weight or loss sums")
+        self.average = {"T": T, "W": W, "L": L, "L_now": L_now, "U": U}
 
     def restore(self):
         """Load the newest valid cut: returns ``{"round", "parts", "n_global"}`` or None."""
