@@ -364,8 +364,10 @@ def ssvm(Xtr, Ytr, Xte, labels, refine=20, **kw):
 
     for a, y in zip(Xtr, Ytr):
         m.learn_one(row(a), {lab: bool(v) for lab, v in zip(labels, y)})
+    c0, t0 = time.process_time(), time.perf_counter()
     if refine:
         m.refine(refine)
+    m.refine_cpu_s, m.refine_wall_s = time.process_time() - c0, time.perf_counter() - t0
     P = np.array([[bool(m.predict_one(row(a)).get(lab, False)) for lab in labels] for a in Xte])
     return P, m
 
@@ -447,11 +449,12 @@ def river_binary_relevance(Xtr, Ytr, Xte, labels):
 def candidates(tune):
     out = [("MultiLabelSSVM() + refine(20)", {}),
            ("MultiLabelSSVM(), stream only", {"refine": 0}),
-           ("MultiLabelSSVM() + refine(100)", {"refine": 100}),
-           ("scale=False + refine(20) (what the rejected scale='auto' picks on TF-IDF rows)", {"scale": False}),
-           ("pairwise=False + refine(20)", {"pairwise": False})]
-    if tune:   # rejected on the tuning sets this round (letters -0.026, letters14 -0.024, digits -0.008)
-        out = [out[0], ("prototype: lambda by progressive validation over 5 + refine(20)", {"progressive_lam": True})]
+           ("lam_cv=0 (last round's default) + refine(20)", {"lam_cv": 0}),
+           ("lam_cv=0 + refine(100)", {"lam_cv": 0, "refine": 100}),
+           ("pairwise=False + refine(20)", {"pairwise": False}),
+           ("lam_cv=0, pairwise=False + refine(20)", {"lam_cv": 0, "pairwise": False})]
+    if tune:
+        out = [out[0], out[2], out[4], out[5]]
     return out
 
 
@@ -468,13 +471,20 @@ def run_set(name, tune):
         if rest and not isinstance(rest[0], (int, float)):
             m = rest[0]
             c = m.certificate()
+            r.update(refine_cpu_s=m.refine_cpu_s, refine_wall_s=m.refine_wall_s)
+            if m.lam_selection_ is not None:
+                r["lam_cv_cpu_s"] = m.lam_selection_.cpu_seconds
             r.update(lam=float(m._learner.effective_lam()), gap=float(c.raw_gap), primal=float(c.primal),
                      scaled=bool(m.scale), pairwise=bool(m._pairwise))
         elif rest:
             r["C"] = rest[0]
         rows.append(r)
-        log(f"  {method}: jaccard {r['jaccard']:.3f}  empty {r['empty']:.3f}  cpu {cpu:.1f}s")
+        log(f"  {method}: jaccard {r['jaccard']:.3f}  empty {r['empty']:.3f}  cpu {cpu:.1f}s"
+            + (f"  lam {r['lam']:.3g} (cv cpu {r.get('lam_cv_cpu_s', 0):.1f}s)" if "lam" in r else "")
+            + (f"  C {r['C']:g}" if "C" in r else ""))
 
+    for pw in (False, True):   # compile every kernel first (numba): the CPU columns time no compilation
+        ssvm(Xtr[:60], Ytr[:60], Xte[:5], labels, refine=2, pairwise=pw)
     for label, kw in candidates(tune):
         kw = dict(kw)
         refine = kw.pop("refine", 20)
@@ -541,7 +551,8 @@ def main(argv=None):
             if "lam" in row:
                 notes.append(f"{'scaled' if row['scaled'] else 'unscaled'}, "
                              f"{'pairwise' if row['pairwise'] else 'independent'}, lam={row['lam']:.3g}, "
-                             f"gap {row['gap']:.3g} / primal {row['primal']:.3g}")
+                             f"gap {row['gap']:.3g} / primal {row['primal']:.3g}, refine CPU {row['refine_cpu_s']:.2f} s"
+                             + (f" (lambda by CV {row['lam_cv_cpu_s']:.2f} s)" if "lam_cv_cpu_s" in row else ""))
             lines.append(f"| {row['method']} | {row['jaccard']:.3f} | {row['micro_f1']:.3f} | {row['hamming']:.4f} | "
                          f"{row['empty']:.3f} | "
                          f"{row['cpu_s']:.1f} | {row['wall_s']:.1f} | {'; '.join(notes)} |")
