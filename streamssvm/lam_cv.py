@@ -66,6 +66,14 @@ class LamSelection:
         return None if d is None else cls(**d)
 
 
+def supports(lr):
+    """Whether the bound learner ``lr`` can cross-validate lambda: it holds its examples as dual
+    blocks it can forget one by one and moves its dual point to a new lambda (``set_lam``, the
+    regularization path's warm starts: BCFW)."""
+    return callable(getattr(lr, "set_lam", None)) and callable(getattr(lr, "_evict", None)) \
+        and getattr(lr, "store", None) is not None
+
+
 def _held_batch(lr, slots):
     """The held blocks ``slots`` as one prediction batch (ex_tok, tok_ptr, fidx, fval) and their
     truths as a boolean matrix over the learner's labels."""

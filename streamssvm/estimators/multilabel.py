@@ -15,6 +15,7 @@ from ..structures import Hierarchy, MultiLabel
 from .._kernels.structops import MLPAIR_MAX_LABELS
 from ..features import BIAS, LabelIndex, _decode_key, _encode_key, check_truth
 from ..lam_cv import LamSelection, cross_validated_lam
+from ..lam_cv import supports as lam_cv_supports
 from ..row_norm import RowNorm
 from .base import Estimator, _is_dataframe, require_pandas, restore_statistics, weight_batch
 
@@ -241,7 +242,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         learner whose lambda is not the user's (it follows n, or an earlier selection set it),
         unweighted examples, and examples held that the last selection did not see."""
         lr = self._learner
-        if not self.lam_cv or not isinstance(lr, BCFW) or self._hier is not None:
+        if not self.lam_cv or not lam_cv_supports(lr) or self._hier is not None:
             return False
         sel = self.lam_selection_
         if sel is None and self.learner.lam is not None:
