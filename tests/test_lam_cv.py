@@ -1,7 +1,7 @@
-"""MultiLabelSSVM(lam_cv=3), the default: ``refine`` chooses lambda by cross-validation over the
-held examples (:mod:`streamssvm.lam_cv`), refines at it, keeps it and saves it. No timing here:
-``bench/results/multilabel_defaults.md`` measures quality and cost against one-vs-rest
-LinearSVC."""
+"""MultiLabelSSVM(lam_cv=3) (opt-in; the default is 0): ``refine`` chooses lambda by
+cross-validation over the held examples (:mod:`streamssvm.lam_cv`), refines at it, keeps it
+and saves it. No timing here: ``bench/results/multilabel_defaults.md`` measures quality and
+cost against one-vs-rest LinearSVC."""
 import numpy as np
 import pytest
 
@@ -20,6 +20,7 @@ def _rows(n=240, seed=0):
 
 
 def _fit(rows, refine=5, **kw):
+    kw.setdefault("lam_cv", 3)
     m = ss.MultiLabelSSVM(**kw)
     for x, y in rows:
         m.learn_one(x, y)
@@ -28,7 +29,16 @@ def _fit(rows, refine=5, **kw):
     return m
 
 
-def test_the_default_refine_chooses_lambda_by_cross_validation_and_certifies_it():
+def test_the_default_is_off():
+    rows = _rows()
+    m = ss.MultiLabelSSVM()
+    for x, y in rows:
+        m.learn_one(x, y)
+    m.refine(2)
+    assert m.lam_cv == 0 and m.lam_selection_ is None and m.learner.lam is None
+
+
+def test_refine_chooses_lambda_by_cross_validation_and_certifies_it():
     rows = _rows()
     m = _fit(rows)
     assert m.lam_cv == 3

@@ -49,8 +49,7 @@ def _fit(rows, **kw):
 @pytest.fixture(scope="module")
 def fitted():
     train, test = _yeast()
-    # lambda following n in both (lam_cv=0): the claims are about the row normalization
-    return train, test, _fit(train, lam_cv=0), _fit(train, normalize=False, lam_cv=0)
+    return train, test, _fit(train), _fit(train, normalize=False)
 
 
 def test_default_normalizes_rows_to_the_target_mean_squared_norm(fitted):
