@@ -52,7 +52,8 @@ def test_refine_chooses_lambda_by_cross_validation_and_certifies_it():
     assert m.bound_learner.effective_lam() == pytest.approx(sel.lam)
     assert m.learner.lam == pytest.approx(sel.lam)
     c = m.certificate()
-    assert c.gap >= -1e-9 and c.primal >= c.dual - 1e-9
+    assert c.lam == pytest.approx(sel.lam) and c.raw_gap >= -1e-9
+    assert c.regularizer + c.hinge == pytest.approx(c.primal)
 
 
 def test_cross_validation_leaves_the_learner_alone():
