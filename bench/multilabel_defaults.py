@@ -74,7 +74,7 @@ This round: ``MultiLabelSSVM(lam_cv=3)``, lambda chosen in ``refine`` by 3-fold
 cross-validation over the held examples (``streamssvm/lam_cv.py``). Tuned on the tuning sets
 only (the grid 1..100x, larger lambdas given fewer passes, 20 passes at the smallest; 0.3x was
 never chosen; 10 passes under-solved the small lambdas). On the held-out group it tied the
-default and one-vs-rest LinearSVC (C=1 and C by CV) within +-0.01 at 5-7x the CPU of a
+default and one-vs-rest LinearSVC (C=1 and C by CV) within +-0.01 at 5-9x the CPU of a
 ``refine(20)``, so it is not the default (``lam_cv=0``); see the results' summary table.
 Structure by the same CV was not added: with lambda by CV, independent labels lost to the
 pairwise default on letters (-0.049) and tied elsewhere on the tuning sets.

@@ -89,7 +89,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     and to unweighted examples. Not the default: on the sets it was tuned on it gained up to
     +0.035 test Jaccard (Weka supermarket, vote) and lost 0.008 on Yeast, but on a held-out
     group (Brown tags, Weka soybean, river segment) it tied both the former default and
-    one-vs-rest LinearSVC (C=1 and C by CV) within +-0.01, at 5-7x the CPU of a
+    one-vs-rest LinearSVC (C=1 and C by CV) within +-0.01, at 5-9x the CPU of a
     ``refine(20)`` (``bench/results/multilabel_defaults.md``).
 
     Examples
