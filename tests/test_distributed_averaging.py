@@ -401,3 +401,72 @@ def test_a_crafted_mixer_average_is_refused(bad):
     assert mixer.average["W"] == 6.0
     with pytest.raises(CheckpointError, match="mixer average"):
         mixer._restore_average({"round": 1, "average": {**good, **bad}})
+
+
+def _correct_per_round(history, worker):
+    """Correct progressive predictions of ``worker`` in each round (from its running accuracy)."""
+    out, before = [], 0
+    for rec in history:
+        m = rec["workers"][worker]["metrics"]
+        now = int(round(m.get("accuracy", 0.0) * m.get("n", 0)))
+        out.append(now - before)
+        before = now
+    return out
+
+
+def test_progressive_predictions_use_the_mixers_average(tmp_path):
+    """During a 2-worker stream with averaging, each worker predicts the records of round r + 1
+    with the mixer's average as of round r -- what the returned model predicts with -- not with
+    its own iterate: its correct predictions in each round equal those of the job's model taken
+    at the boundary before that round. Regression: the workers predicted with their iterates."""
+    X, Y = data(600, seed=11)
+    K, RE = 2, 30
+    boundary = {}
+
+    def grab(rec, job):
+        boundary[rec["round"]] = job.final_model()
+
+    res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=K, round_examples=RE, cluster="inprocess",
+                 checkpoint_dir=tmp_path, on_round=grab)
+    rounds = [h["round"] for h in res.history]
+    checked = 0
+    for k in range(K):
+        got = _correct_per_round(res.history, k)
+        mine = list(range(k, len(X), K))
+        for q, r in enumerate(rounds):
+            recs = mine[(r - 1) * RE:r * RE]
+            if r == 1 or not recs:
+                continue
+            model = boundary[r - 1]
+            want = sum(int(model.predict_one(X[i]) == Y[i]) for i in recs)
+            assert got[q] == want, (k, r)
+            checked += 1
+    assert checked >= 2 * 8
+
+
+def test_one_worker_progressive_predictions_are_one_processs(tmp_path):
+    """One worker, rounds of one record, no replay: each record is predicted with the average
+    after the record before, as one process with averaging predicts it (record for record).
+    Regression: the worker predicted with its iterate."""
+    X, Y = data(150, seed=12)
+    single = bcfw_model(replay=0)
+    want = []
+    for x, y in zip(X, Y):
+        want.append(int(single.predict_one(x) == y))
+        single.learn_one(x, y)
+    res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=1, round_examples=1,
+                 checkpoint_every=10_000, cluster="inprocess", checkpoint_dir=tmp_path)
+    got = _correct_per_round(res.history, 0)[:len(X)]
+    assert got == want
+
+
+def test_progressive_predictions_resume_from_a_cut_with_the_average(tmp_path):
+    """A job stopped after round 3 and resumed from its cut predicts the following records as an
+    uninterrupted job does (the workers take the average back from the mixer's cut)."""
+    X, Y = data(400, seed=13)
+    kw = dict(task="multiclass", workers=2, round_examples=25, cluster="inprocess")
+    full = sd.run(bcfw_model(), (X, Y), checkpoint_dir=tmp_path / "a", **kw)
+    sd.run(bcfw_model(), (X, Y), checkpoint_dir=tmp_path / "b", max_rounds=3, **kw)
+    resumed = sd.run(bcfw_model(), (X, Y), checkpoint_dir=tmp_path / "b", **kw)
+    for k in range(2):
+        assert _correct_per_round(resumed.history, k)[1:] == _correct_per_round(full.history, k)[4:]

@@ -86,6 +86,17 @@ def combine(start, deltas, gamma):
     return out
 
 
+def average_step(U_bar, U, f):
+    """``U_bar + f (U - U_bar)`` over dicts of arrays (padding to the largest shapes): one move of
+    the mixer's average of the mixed points, done alike by the mixer and by every worker that
+    predicts with that average, so that both hold the same bits.
+
+    >>> average_step({}, {"E": np.ones(2)}, 1.0)["E"].tolist()
+    [1.0, 1.0]
+    """
+    return combine(U_bar, [{k: v for k, v in U.items()}, {k: -np.asarray(v) for k, v in U_bar.items()}], f)
+
+
 def union_lam(lam, n):
     """The lambda of the union's objective with ``n`` blocks: ``lam``, or with ``lam=None`` the
     single process's rule, lambda following n (``BCFW.effective_lam``: min(1e-3, 6 / n)), so

@@ -209,6 +209,10 @@ class _Job:
             self.get([w.ping.remote() for w in self.workers])
             self.round = 0
             self.n_global = 0
+        if self.averaging:
+            # the workers predict with the mixer's average (as of the cut), moved by every mix
+            avg = self.get(self.mixer.averaged.remote())
+            self.get([w.follow_average.remote(avg["U"]) for w in self.workers])
         return cut
 
     def get(self, refs, timeout=None):
