@@ -470,3 +470,86 @@ def test_progressive_predictions_resume_from_a_cut_with_the_average(tmp_path):
     resumed = sd.run(bcfw_model(), (X, Y), checkpoint_dir=tmp_path / "b", **kw)
     for k in range(2):
         assert _correct_per_round(resumed.history, k)[1:] == _correct_per_round(full.history, k)[4:]
+
+
+def _chain_data(n, seed, tags=("a", "b", "c", "d", "e")):
+    rng = np.random.default_rng(seed)
+    X = [rng.normal(size=(int(rng.integers(2, 7)), 6)) for _ in range(n)]
+    Y = [[tags[int(np.argmax(t[:len(tags)] if len(tags) <= 6 else t))] for t in x] for x in X]
+    return X, Y, list(tags)
+
+
+@pytest.mark.parametrize("window", [None, 30])
+def test_sparse_chain_mixing_keeps_w_equal_A_alpha_and_the_store_sparse(tmp_path, window):
+    """FW steps on a sparse chain store (the default ``chain_stats="sparse"``): the workers
+    snapshot and blend the statistics in the sparse layout (gamma < 1: beta = 1, fixed), evict
+    from it (a window), and the mixed point stays w = A alpha after every round. Regression: the
+    snapshot converted every worker's store to the dense layout (Kc^2 transition floats per
+    block, 1.8 MB at 472 Brown tags) at every round start."""
+    X, Y, tags = _chain_data(160, 21)
+    m = ss.SequenceTagger(labels=tags, learner=ss.learners.BCFW(lam=0.05, gap_every=None, seed=0, window=window))
+    checked = []
+
+    def check(rec, job):
+        for w in job.workers:
+            lr = w._obj.model.bound_learner
+            assert lr is None or lr.store.sparse
+        lr = job.final_model().bound_learner
+        U = (lr.W.E.copy(), lr.W.T.copy(), lr.W.B.copy())
+        lr._full_pass()
+        for a, b in zip(U, (lr.W.E, lr.W.T, lr.W.B)):
+            np.testing.assert_allclose(a, b, atol=1e-9 * max(1.0, np.abs(a).max()))
+        checked.append(rec["round"])
+
+    res = sd.run(m, (X, Y), task="sequence", workers=2, round_examples=15, passes=1.0, passes_per_round=0.5,
+                 beta=1.0, mix_step="fixed", cluster="inprocess", checkpoint_dir=tmp_path, on_round=check)
+    assert len(checked) == res.rounds >= 7
+
+
+def test_sparse_blend_equals_the_dense_blend():
+    """BlockStore.blend_sparse_stats gives the numbers the dense layout's blend gives, pair for
+    pair (old blocks, blocks new in the round, pairs only one side holds, a block whose pairs
+    outgrow their room)."""
+    import copy
+    from streamssvm._kernels.chainsparse import FLAG_TFULL
+    from streamssvm._kernels.layout import M_FLAGS
+    X, Y, tags = _chain_data(60, 22, tags=tuple("abcdefghijklmnopqrst"))
+    m = ss.SequenceTagger(labels=tags, learner=ss.learners.BCFW(lam=0.05, gap_every=None, seed=0, replay=2))
+    for x, y in zip(X[:30], Y[:30]):
+        m.learn_one(x, y)
+    lr = m.bound_learner
+    snap_sparse = lr.dual_snapshot(layout="store")
+    other = copy.deepcopy(m)
+    snap_dense = other.bound_learner.dual_snapshot()
+    assert "sparse" in snap_sparse and "stat" in snap_dense
+    for mm in (m, other):
+        for x, y in zip(X[30:], Y[30:]):
+            mm.learn_one(x, y)
+        mm.bound_learner.refine(2.0)
+    # block 0 now holds tcap pairs none of which its start held: the union outgrows its room
+    fresh = None
+    for mm in (m, other):
+        st = mm.bound_learner.store
+        st.compact(sparse=True)   # (the dense snapshot turned the other store dense)
+        j = int(st.slots()[0])
+        head, p0, v0 = st.swap_sparse_stat(j, None, np.zeros((0, 2), dtype=np.int64), np.zeros(0))
+        if fresh is None:
+            tcap = int(st.Iar[st._kpos(j) + 1])
+            held = {(int(a), int(b)) for a, b in p0}
+            fresh = [(a, b) for a in range(len(tags)) for b in range(len(tags)) if (a, b) not in held][:tcap]
+            assert held and len(fresh) == tcap
+        while int(st.Iar[st._kpos(j) + 1]) < len(fresh):   # the same room in the other store
+            st.meta[j, M_FLAGS] |= FLAG_TFULL
+            st.grow_flagged()
+        st.swap_sparse_stat(j, None, np.array(fresh, dtype=np.int64), np.linspace(0.1, 0.9, len(fresh)))
+    lr.blend_dual(snap_sparse, 0.37)
+    other.bound_learner.blend_dual(snap_dense, 0.37)
+    assert lr.store.sparse and not other.bound_learner.store.sparse
+    lr.store.compact(sparse=False)
+    a, b = lr.store, other.bound_learner.store
+    slots = a.slots()
+    np.testing.assert_array_equal(slots, b.slots())
+    ia, _ = a.stat_regions(slots)
+    ib, _ = b.stat_regions(slots)
+    np.testing.assert_allclose(a.Far[ia], b.Far[ib], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(a.lval[slots], b.lval[slots])

@@ -201,7 +201,7 @@ class BCFWMixing(_Mixing):
         # sums, which keeps the mixed sums consistent (its local view lags for one round)
         super().round_start(model, n_global)
         lr = bound_learner(model)
-        self.snap = None if lr is None else lr.dual_snapshot()
+        self.snap = None if lr is None else lr.dual_snapshot(layout="store")
         self.steps0 = 0 if lr is None else _bcfw.steps(lr)
         self.pools = None if lr is None else _bcfw.pool_snapshot(lr, self.snap["slots"])
         self._no_evictions()
