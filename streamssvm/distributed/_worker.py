@@ -481,7 +481,7 @@ class Worker:
         process's does; before the first mix that averaged a step (U empty) it predicts with its
         own iterate, which is then the start point 0, as one process predicts its first record.
         With one worker and rounds of one record the two agree record for record."""
-        self.average = {k: np.asarray(v, dtype=np.float64) for k, v in (U or {}).items()}
+        self.average = {k: np.array(v, dtype=np.float64) for k, v in (U or {}).items()}   # (own, writable)
         self._install_average()
         return True
 
