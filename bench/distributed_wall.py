@@ -14,10 +14,13 @@ single-machine configuration the scale-out now runs as it is.
 Peers, in this order, in one run:
 
 * ``single``: one process, ``learn_many`` over the stream (the library's own batch path);
+* ``single, predict then learn``: one process, ``predict_learn_one`` per record -- the
+  progressive predictions ``streamssvm run`` makes, and a distributed worker too;
 * ``ray K=2``: ``distributed.run(workers=2)`` on a local Ray cluster of 2 CPUs with the run's
   defaults (rounds of ``--round-examples`` new examples per worker, adaptive mixing, a global
   certificate and a consistent cut every round, unless ``--snapshot-every`` / ``--checkpoint-every``
-  say otherwise);
+  say otherwise); then the same with ``async_cuts=True``, and "lean": the certificate and the cut
+  at the end only (``--no-variants``: the first only);
 * ``inprocess K=2``: the same rounds without Ray (``cluster="inprocess"``, bit for bit the Ray
   run): the CPU the algorithm itself costs, one worker after the other.
 
@@ -52,6 +55,38 @@ _TICK = os.sysconf("SC_CLK_TCK")
 def tree_cpu(root=None):
     """CPU seconds (user + system) of process ``root`` (this one) and all of its live
     descendants, plus what its reaped children accumulated (``/proc/<pid>/stat``)."""
+    return sum(tree_cpu_by_pid(root).values())
+
+
+class CpuMeter:
+    """CPU seconds of this process and its descendants (the Ray daemons and actors) over a
+    ``with`` block: every process is read every 0.25 s and counted from its first to its last
+    reading, so actors that exit inside the block count up to their last reading (at most
+    0.25 s of theirs is lost)."""
+
+    def __enter__(self):
+        import threading
+        self.first, self.last = tree_cpu_by_pid(), {}
+        self.last.update(self.first)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll(self):
+        while not self._stop.wait(0.25):
+            self.last.update(tree_cpu_by_pid())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.last.update(tree_cpu_by_pid())
+        self.cpu = sum(v - self.first.get(pid, 0.0) for pid, v in self.last.items())
+        return False
+
+
+def tree_cpu_by_pid(root=None):
+    """``{pid: CPU seconds}`` of process ``root`` (this one) and its live descendants."""
     root = os.getpid() if root is None else root
     parent, cpu = {}, {}
     for name in os.listdir("/proc"):
@@ -67,14 +102,14 @@ def tree_cpu(root=None):
         parent[pid] = int(fields[1])
         ut, st, cut, cst = (int(v) for v in fields[11:15])
         cpu[pid] = (ut + st + cut + cst) / _TICK
-    total = 0.0
+    out = {}
     for pid, c in cpu.items():
         p = pid
         while p > 1 and p != root:
             p = parent.get(p, 0)
         if p == root:
-            total += c
-    return total
+            out[pid] = c
+    return out
 
 
 def load_stream(n_train, n_test, n_features):
@@ -114,15 +149,36 @@ def run_single(data, n_features):
             "accuracy": token_accuracy(m, Xt, Yt)}
 
 
-def run_dist(data, n_features, cluster, args):
+def run_single_progressive(data, n_features):
+    """One process as ``streamssvm run`` learns a stream: each record predicted, then learned
+    (``predict_learn_one``), the progressive predictions a distributed worker also makes."""
     X, Y, Xt, Yt, tags = data
-    with tempfile.TemporaryDirectory(prefix="dist-wall-") as d:
-        c0, t0 = tree_cpu(), time.perf_counter()
+    m = make_model(tags, n_features)
+    c0, t0 = tree_cpu(), time.perf_counter()
+    ok = tot = 0
+    for x, y in zip(X, Y):
+        p = m.predict_learn_one(x, y)
+        ok += sum(int(a == b) for a, b in zip(p, y))
+        tot += len(y)
+    wall, cpu = time.perf_counter() - t0, tree_cpu() - c0
+    return {"peer": "single, predict then learn", "wall": wall, "cpu": cpu, "gap": m.certificate().gap,
+            "accuracy": token_accuracy(m, Xt, Yt), "progressive_accuracy": ok / max(tot, 1)}
+
+
+def run_dist(data, n_features, cluster, args, variant=""):
+    """``variant``: "" (the run's defaults), ``"async cuts"`` (each cut written while the next
+    round learns) or ``"lean"`` (the global certificate and the consistent cut at the end only:
+    what the rounds cost without them)."""
+    X, Y, Xt, Yt, tags = data
+    every = 10 ** 6 if variant == "lean" else None
+    with tempfile.TemporaryDirectory(prefix="dist-wall-") as d, CpuMeter() as meter:
+        t0 = time.perf_counter()
         res = sd.run(make_model(tags, n_features), (X, Y), task="sequence", workers=args.workers,
                      cluster=cluster, round_examples=args.round_examples, checkpoint_dir=d,
-                     snapshot_every=args.snapshot_every, checkpoint_every=args.checkpoint_every,
-                     async_cuts=args.async_cuts)
-        wall, cpu = time.perf_counter() - t0, tree_cpu() - c0
+                     snapshot_every=every or args.snapshot_every, checkpoint_every=every or args.checkpoint_every,
+                     async_cuts=args.async_cuts or variant == "async cuts")
+        wall = time.perf_counter() - t0
+    cpu = meter.cpu
     h = res.history
     split = {"learn": sum(max(w["round_seconds"] for w in r["workers"]) for r in h),
              "dispatch": sum(r["seconds_learn"] - max(w["round_seconds"] for w in r["workers"]) for r in h),
@@ -132,7 +188,10 @@ def run_dist(data, n_features, cluster, args):
              "round_total": sum(r["seconds"] for r in h)}
     split["outside_rounds"] = wall - split["round_total"]
     first = h[0] if h else None
-    return {"peer": f"{cluster} K={args.workers}", "wall": wall, "cpu": cpu, "rounds": res.rounds,
+    n_tok = sum(map(len, Y))
+    prog = res.history[-1]["metrics"].get("token_accuracy") if h else None
+    return {"peer": f"{cluster} K={args.workers}" + (f", {variant}" if variant else ""), "wall": wall, "cpu": cpu,
+            "rounds": res.rounds, "progressive_accuracy": prog, "tokens": n_tok,
             "global_gap": res.certificate["gap"], "gap": res.model.certificate().gap,
             "accuracy": token_accuracy(res.model, Xt, Yt), "split": split,
             "first_round_learn": None if first is None else max(w["round_seconds"] for w in first["workers"]),
@@ -155,6 +214,8 @@ def main(argv=None):
     ap.add_argument("--checkpoint-every", type=int, default=1)
     ap.add_argument("--async-cuts", action="store_true")
     ap.add_argument("--no-inprocess", action="store_true", help="skip the in-process row")
+    ap.add_argument("--no-variants", action="store_true", help="only the default Ray run (no asynchronous cuts, "
+                    "no certificate and cut at the end only)")
     ap.add_argument("--quick", action="store_true", help="600 sentences, a smoke run")
     ap.add_argument("--out", default=None, help="results stem (default bench/results/distributed_wall)")
     args = ap.parse_args(argv)
@@ -166,14 +227,16 @@ def main(argv=None):
     X, Y, _, _, tags = data
     print(f"{len(X)} sentences, {sum(map(len, Y))} tokens, {len(tags)} tags, load {load0}", flush=True)
     warm(tags, args.n_features, X, Y)
-    rows = [run_single(data, args.n_features)]
-    print(rows[-1]["peer"], fmt(rows[-1]["wall"]), fmt(rows[-1]["cpu"]), flush=True)
+    rows = [run_single(data, args.n_features), run_single_progressive(data, args.n_features)]
+    for r in rows:
+        print(r["peer"], fmt(r["wall"]), fmt(r["cpu"]), flush=True)
     import ray
     ray.init(num_cpus=args.workers, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     try:
-        rows.append(run_dist(data, args.n_features, "local", args))
-        rows[-1]["peer"] = f"ray K={args.workers}"
-        print(rows[-1]["peer"], fmt(rows[-1]["wall"]), fmt(rows[-1]["cpu"]), rows[-1]["split"], flush=True)
+        for variant in ("",) if args.no_variants else ("", "async cuts", "lean"):
+            rows.append(run_dist(data, args.n_features, "local", args, variant=variant))
+            rows[-1]["peer"] = rows[-1]["peer"].replace("local", "ray")
+            print(rows[-1]["peer"], fmt(rows[-1]["wall"]), fmt(rows[-1]["cpu"]), rows[-1]["split"], flush=True)
     finally:
         ray.shutdown()
     if not args.no_inprocess:
@@ -194,22 +257,31 @@ def main(argv=None):
          f"{', asynchronous cuts' if args.async_cuts else ''}. {info['cores']} cores ({info['cpu_model']}); "
          f"load average before {load0[0]:.2f} / after {load1[0]:.2f} (1 min) -- under load, wall time is not a "
          "scaling measurement.", "",
-         "| peer | wall s | CPU s (all processes) | wall / single | rounds | gap (model) | token accuracy |",
-         "|---|---|---|---|---|---|---|"]
+         "| peer | wall s | CPU s (all processes) | wall / single | wall / single predict+learn | rounds | "
+         "gap (model) | token accuracy (1,000 held out) | progressive token accuracy |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    prog = rows[1]
     for r in rows:
         L.append(f"| {r['peer']} | {fmt(r['wall'])} | {fmt(r['cpu'])} | {fmt(r['wall'] / single['wall'])} | "
-                 f"{r.get('rounds', '-')} | {fmt(r['gap'], 4)} | {fmt(r['accuracy'], 4)} |")
-    ray_row = next((r for r in rows if r["peer"].startswith("ray")), None)
-    if ray_row is not None:
-        s = ray_row["split"]
-        L += ["", f"Where the Ray run's {fmt(ray_row['wall'])} s go (sums over {ray_row['rounds']} rounds; learn = the "
-              "slowest worker's own time in its round, dispatch = the rest of the learn phase):", "",
-              "| learn | Ray dispatch | mix | certificate | cut | outside the rounds (start, final model) |",
-              "|---|---|---|---|---|---|",
-              f"| {fmt(s['learn'])} | {fmt(s['dispatch'])} | {fmt(s['mix'])} | {fmt(s['certificate'])} | "
-              f"{fmt(s['cut'])} | {fmt(s['outside_rounds'])} |", "",
-              f"First round's learn (kernels loaded by each new actor process): {fmt(ray_row['first_round_learn'])} s; "
-              f"bytes per round (up + down): {ray_row['bytes_per_round'] / 2**20:.1f} MiB."]
+                 f"{fmt(r['wall'] / prog['wall'])} | {r.get('rounds', '-')} | {fmt(r['gap'], 4)} | "
+                 f"{fmt(r['accuracy'], 4)} | {fmt(r.get('progressive_accuracy'), 4)} |")
+    L += ["", "`single`: `learn_many` (no predictions); `single, predict then learn`: `predict_learn_one` per "
+          "record, the progressive predictions `streamssvm run` and a distributed worker make. `async cuts`: "
+          "`async_cuts=True`; `lean`: the global certificate and the consistent cut at the end only. Gap: the returned model's own `certificate()` "
+          "(distributed: of the mixer's average). In-process rows run the workers one after the other (CPU of the "
+          "algorithm, not a wall-time peer).", "",
+          "Where each distributed run's time goes (sums over its rounds; learn = the slowest worker's own time in "
+          "its round -- snapshot, steps, predictions, delta --, dispatch = the rest of the learn phase: the Ray "
+          "calls and the transfer of the deltas; outside = start, restore, final model):", "",
+          "| peer | learn | dispatch | mix | certificate | cut | outside the rounds | first round's learn | "
+          "MiB per round (up + down) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "split" not in r:
+            continue
+        s = r["split"]
+        L.append(f"| {r['peer']} | {fmt(s['learn'])} | {fmt(s['dispatch'])} | {fmt(s['mix'])} | "
+                 f"{fmt(s['certificate'])} | {fmt(s['cut'])} | {fmt(s['outside_rounds'])} | "
+                 f"{fmt(r['first_round_learn'])} | {r['bytes_per_round'] / 2**20:.1f} |")
     data_out = {"info": info, "rows": rows}
     write_results(args.out or os.path.join(HERE, "results", "distributed_wall"), data_out, L)
 
