@@ -218,7 +218,13 @@ def main(argv=None):
                     "no certificate and cut at the end only)")
     ap.add_argument("--quick", action="store_true", help="600 sentences, a smoke run")
     ap.add_argument("--out", default=None, help="results stem (default bench/results/distributed_wall)")
+    ap.add_argument("--render", default=None, help="write the markdown of this results JSON again (no measuring)")
     args = ap.parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        write_results(os.path.splitext(args.render)[0], data, render(data))
+        return
     if args.quick:
         args.sentences, args.test, args.round_examples = 600, 100, 100
     t_start = time.perf_counter()
@@ -243,33 +249,40 @@ def main(argv=None):
         rows.append(run_dist(data, args.n_features, "inprocess", args))
         print(rows[-1]["peer"], fmt(rows[-1]["wall"]), fmt(rows[-1]["cpu"]), flush=True)
     load1 = os.getloadavg()
-    single = rows[0]
     info = {"sentences": len(X), "tokens": sum(map(len, Y)), "tags": len(tags), "n_features": args.n_features,
             "workers": args.workers, "round_examples": args.round_examples, "snapshot_every": args.snapshot_every,
             "checkpoint_every": args.checkpoint_every, "async_cuts": args.async_cuts,
             "load_before": load0, "load_after": load1, "cpu_model": cpu_model(), "cores": os.cpu_count(),
             "script_seconds": time.perf_counter() - t_start}
+    data_out = {"info": info, "rows": rows}
+    write_results(args.out or os.path.join(HERE, "results", "distributed_wall"), data_out, render(data_out))
+
+
+def render(data):
+    """The markdown of a run's results (``--render FILE.json`` writes it again without measuring)."""
+    info, rows = data["info"], data["rows"]
+    load0, load1 = info["load_before"], info["load_after"]
+    single, prog = rows[0], rows[1]
     L = ["# Distributed wall clock: 2 workers against one process on a Brown chain stream", "",
          f"{info['sentences']} Brown sentences ({info['tokens']} tokens), fine tags, {info['tags']} tags declared, "
-         f"features hashed to {args.n_features}; `SequenceTagger(learner=BCFW(seed=0))` (the defaults: averaging, "
-         f"lambda following n, gap sampling); distributed: rounds of {args.round_examples} new sentences per worker, "
-         f"certificate every {args.snapshot_every} round(s), cut every {args.checkpoint_every} round(s)"
-         f"{', asynchronous cuts' if args.async_cuts else ''}. {info['cores']} cores ({info['cpu_model']}); "
+         f"features hashed to {info['n_features']}; `SequenceTagger(learner=BCFW(seed=0))` (the defaults: averaging, "
+         f"lambda following n, gap sampling); distributed: rounds of {info['round_examples']} new sentences per "
+         f"worker, certificate every {info['snapshot_every']} round(s), cut every {info['checkpoint_every']} round(s)"
+         f"{', asynchronous cuts' if info['async_cuts'] else ''}. {info['cores']} cores ({info['cpu_model']}); "
          f"load average before {load0[0]:.2f} / after {load1[0]:.2f} (1 min) -- under load, wall time is not a "
-         "scaling measurement.", "",
+         f"scaling measurement. The whole script: {info['script_seconds']:.0f} s.", "",
          "| peer | wall s | CPU s (all processes) | wall / single | wall / single predict+learn | rounds | "
          "gap (model) | token accuracy (1,000 held out) | progressive token accuracy |",
          "|---|---|---|---|---|---|---|---|---|"]
-    prog = rows[1]
     for r in rows:
         L.append(f"| {r['peer']} | {fmt(r['wall'])} | {fmt(r['cpu'])} | {fmt(r['wall'] / single['wall'])} | "
                  f"{fmt(r['wall'] / prog['wall'])} | {r.get('rounds', '-')} | {fmt(r['gap'], 4)} | "
                  f"{fmt(r['accuracy'], 4)} | {fmt(r.get('progressive_accuracy'), 4)} |")
     L += ["", "`single`: `learn_many` (no predictions); `single, predict then learn`: `predict_learn_one` per "
           "record, the progressive predictions `streamssvm run` and a distributed worker make. `async cuts`: "
-          "`async_cuts=True`; `lean`: the global certificate and the consistent cut at the end only. Gap: the returned model's own `certificate()` "
-          "(distributed: of the mixer's average). In-process rows run the workers one after the other (CPU of the "
-          "algorithm, not a wall-time peer).", "",
+          "`async_cuts=True`; `lean`: the global certificate and the consistent cut at the end only. Gap: the "
+          "returned model's own `certificate()` (distributed: of the mixer's average). In-process rows run the "
+          "workers one after the other (CPU of the algorithm, not a wall-time peer).", "",
           "Where each distributed run's time goes (sums over its rounds; learn = the slowest worker's own time in "
           "its round -- snapshot, steps, predictions, delta --, dispatch = the rest of the learn phase: the Ray "
           "calls and the transfer of the deltas; outside = start, restore, final model):", "",
@@ -282,8 +295,21 @@ def main(argv=None):
         L.append(f"| {r['peer']} | {fmt(s['learn'])} | {fmt(s['dispatch'])} | {fmt(s['mix'])} | "
                  f"{fmt(s['certificate'])} | {fmt(s['cut'])} | {fmt(s['outside_rounds'])} | "
                  f"{fmt(r['first_round_learn'])} | {r['bytes_per_round'] / 2**20:.1f} |")
-    data_out = {"info": info, "rows": rows}
-    write_results(args.out or os.path.join(HERE, "results", "distributed_wall"), data_out, L)
+    ray = next((r for r in rows if r["peer"] == f"ray K={info['workers']}"), None)
+    if ray is not None:
+        s, w = ray["split"], ray["wall"]
+        ideal = prog["wall"] / info["workers"]
+        share = ", ".join(f"{k} {100 * s[k] / w:.0f}%" for k in ("learn", "cut", "certificate", "mix", "dispatch",
+                                                                   "outside_rounds"))
+        L += ["", f"**What limits the ratio** (the default Ray run): of its {fmt(w)} s, {share}. With "
+              f"{info['workers']} workers the learning could take {fmt(ideal)} s (the single predict-then-learn "
+              f"run over {info['workers']}); the workers' own learning took {fmt(s['learn'])} s summed over the "
+              "rounds (each round waits for its slowest worker; on a loaded machine the two worker processes share "
+              "the cores with everything else). Every round moves the dense weight sums (features x tag capacity "
+              f"= {ray['bytes_per_round'] / 2**20 / (2 * info['workers']):.0f} MiB) several times: the deltas up, "
+              "the mix, the average, the broadcast, each worker's part of the cut and the mixer's (the mixed weights "
+              "and their average); the certificate is a pass over every held block at the mixed weights."]
+    return L
 
 
 if __name__ == "__main__":

@@ -311,6 +311,7 @@ class Worker:
         if self.chunker is not None:
             self.chunker.reset()   # the next part is whole
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
+        self._predictor = None   # (shared the replaced model's indexes; follow_average builds it again)
         if self.kind == "bcfw":
             unbound_window(self.model)   # a part written before the workers kept the windows
         self.bad_at_source = int(w.get("bad_at_source", 0))
