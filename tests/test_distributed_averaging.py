@@ -186,6 +186,9 @@ def test_averaging_and_windows_on_ray_equal_in_process_bit_for_bit(tmp_path, lea
     assert a.rounds == b.rounds >= 6
     assert a.model.n_blocks == b.model.n_blocks == 240
     assert [h["gap"] for h in a.history] == [h["gap"] for h in b.history]
+    # the progressive predictions (made with the mixer's average) alike
+    assert [[w["metrics"] for w in h["workers"]] for h in a.history] == \
+        [[w["metrics"] for w in h["workers"]] for h in b.history]
     np.testing.assert_array_equal(a.model.bound_learner.W.E, b.model.bound_learner.W.E)
     (ua, za), (ub, zb) = averaged(a.model), averaged(b.model)
     for k in ua:
