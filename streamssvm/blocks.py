@@ -1077,6 +1077,122 @@ class BlockStore:
         idx = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(s0 - (ends - sizes), sizes)
         return idx, sizes
 
+    # ------------------------------------------------------------------ sparse chain statistics, mixed
+    # (distributed BCFW's blend alpha^0 + gamma (alpha - alpha^0), kept in the sparse layout: the
+    # dense one holds Kc^2 transition floats per block -- 1.8 MB at 472 Brown tags -- which
+    # stat_regions' conversion made every round cost seconds and gigabytes)
+    def blends_sparse(self):
+        """Whether :meth:`sparse_stats` / :meth:`blend_sparse_stats` serve this store: sparse
+        chain statistics without pools or per-block averaging accumulators (those go through
+        the dense layout, :meth:`stat_regions`)."""
+        return bool(self.sparse) and self.pool_cap == 0 and not self.avg
+
+    def _sparse_pos(self, j):
+        """(offset in Far of block j's statistic, its M | BM length, offset in Iar of its pair
+        list, pairs in use) -- a sparse chain block (``_kernels/layout.py``)."""
+        m = self.meta[j]
+        if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
+            raise RuntimeError("a block of a sparse chain store is not in the sparse layout")
+        L = int(m[K.M_L])
+        s0 = int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m)
+        kp = self._kpos(j)
+        return s0, L * self.Kc + 2 * self.Kc, kp, int(self.Iar[kp])
+
+    def sparse_stats(self, slots):
+        """The statistics of sparse chain blocks ``slots`` as they are stored: ``{"head": M | BM
+        of each block end to end, "hsizes", "pairs": (n, 2) tag pairs end to end, "vals": their
+        counts, "psizes"}`` (copies)."""
+        heads, pairs, vals = [], [], []
+        hs = np.zeros(len(slots), dtype=np.int64)
+        ps = np.zeros(len(slots), dtype=np.int64)
+        for q, j in enumerate(np.asarray(slots, dtype=np.int64).tolist()):
+            s0, h, kp, tn = self._sparse_pos(j)
+            heads.append(self.Far[s0:s0 + h])
+            pairs.append(self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2))
+            vals.append(self.Far[s0 + h:s0 + h + tn])
+            hs[q], ps[q] = h, tn
+        cat = (lambda a, shape: np.concatenate(a) if a else np.zeros(shape))
+        return {"head": cat(heads, 0), "hsizes": hs, "pairs": cat(pairs, (0, 2)).astype(np.int64),
+                "vals": cat(vals, 0), "psizes": ps}
+
+    def _truth_sparse(self, j):
+        """(M | BM, pairs, counts) of block j with alpha on its ground truth (a block new in the
+        round starts there; zero for slack-rescaled blocks)."""
+        m = self.meta[j]
+        L, Kc = int(m[K.M_L]), self.Kc
+        h = L * Kc + 2 * Kc
+        out = np.zeros(h + max(L - 1, 1))
+        lab = np.zeros((L - 1, 2), dtype=np.int64)
+        if self.slack:
+            return out[:h], lab[:0], out[h:h]
+        y0 = int(KL.truth_pos(self.meta, j))
+        yt = self.Iar[y0:y0 + int(m[K.M_LY])].astype(np.int32)
+        I = np.zeros(2 + 2 * max(L - 1, 1), dtype=self.Iar.dtype)
+        I[1] = max(L - 1, 1)
+        CS.sp_register(I, 0, out, h, yt, L)
+        CS.sp_labeling_stat(I, 0, yt, L, Kc, out, 1.0)
+        tn = int(I[0])
+        return out[:h], I[2:2 + 2 * tn].reshape(tn, 2).astype(np.int64), out[h:h + tn]
+
+    def swap_sparse_stat(self, j, head, pairs, vals):
+        """Install (M | BM, pairs, counts) as block j's statistic (``head`` None: M | BM kept);
+        returns the one it replaces (install that to undo). The block must have room for the
+        pairs."""
+        s0, h, kp, tn = self._sparse_pos(j)
+        old = (self.Far[s0:s0 + h].copy(), self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64),
+               self.Far[s0 + h:s0 + h + tn].copy())
+        n, tcap = len(vals), int(self.Iar[kp + 1])
+        if n > tcap:
+            raise RuntimeError("a sparse block has no room for the pairs of its statistic")
+        if head is not None:
+            self.Far[s0:s0 + h] = head
+        self.Iar[kp] = n
+        self.Iar[kp + 2:kp + 2 + 2 * tcap] = 0
+        self.Iar[kp + 2:kp + 2 + 2 * n] = np.asarray(pairs).ravel()
+        self.Far[s0 + h:s0 + h + tcap] = 0.0
+        self.Far[s0 + h:s0 + h + n] = vals
+        return old
+
+    def blend_sparse_stats(self, slots, snapshot, where, weight):
+        """``stat <- start + weight (stat - start)`` for sparse chain blocks ``slots``, in the
+        sparse layout: M | BM elementwise, the tag pairs on the union of the start's and the
+        current pairs (a pair one side lacks counts 0 there; pairs blended to 0 are dropped),
+        the same numbers the dense layout's blend gives. ``snapshot``: :meth:`sparse_stats` of
+        the round start, ``where`` maps a slot to its row there (a slot not in it starts at its
+        ground truth). A block without room for the union is moved to a segment with more
+        (:meth:`grow_flagged`)."""
+        Kc = self.Kc
+        if snapshot is not None:
+            hoff = np.concatenate([[0], np.cumsum(snapshot["hsizes"])])
+            poff = np.concatenate([[0], np.cumsum(snapshot["psizes"])])
+        for j in np.asarray(slots, dtype=np.int64).tolist():
+            w = where.get(j)
+            if w is None:
+                h0, p0, v0 = self._truth_sparse(j)
+            else:
+                h0 = snapshot["head"][hoff[w]:hoff[w + 1]]
+                p0 = snapshot["pairs"][poff[w]:poff[w + 1]]
+                v0 = snapshot["vals"][poff[w]:poff[w + 1]]
+            s0, h, kp, tn = self._sparse_pos(j)
+            if h0.size != h:
+                raise RuntimeError("a block's statistic changed its layout inside a round")
+            cur = self.Far[s0:s0 + h]
+            cur[...] = h0 + weight * (cur - h0)
+            p1 = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
+            v1 = self.Far[s0 + h:s0 + h + tn]
+            k0, k1 = p0[:, 0] * Kc + p0[:, 1], p1[:, 0] * Kc + p1[:, 1]
+            keys = np.union1d(k0, k1)
+            a0, a1 = np.zeros(keys.size), np.zeros(keys.size)
+            a0[np.searchsorted(keys, k0)] = v0
+            a1[np.searchsorted(keys, k1)] = v1
+            v = a0 + weight * (a1 - a0)
+            keep = v != 0.0
+            keys, v = keys[keep], v[keep]
+            if keys.size > int(self.Iar[kp + 1]):
+                self.meta[j, K.M_FLAGS] |= CS.FLAG_TFULL
+                self.grow_flagged()
+            self.swap_sparse_stat(j, None, np.stack([keys // Kc, keys % Kc], axis=1), v)
+
     def start_stat(self, slot, size):
         """The statistic of block ``slot`` with alpha on its ground truth (how a new block
         starts; zero for slack-rescaled blocks), ``size`` floats (dense layout)."""

@@ -16,7 +16,9 @@ Needs the optional extra: ``pip install "streamssvm[distributed]"`` (Ray).
   iterative parameter mixing (McDonald, Hall and Mann 2010).
 * The global certificate at the mixed w is the sum of the workers' block gaps at that w.
 * The single run's configuration: BCFW's averaging is kept by the mixer (the step-weighted
-  average of the mixed points, in every cut; the returned model predicts with it), a FIFO
+  average of the mixed points, in every cut; the returned model predicts with it, and so do the
+  workers' progressive predictions: each record of round r + 1 is predicted with the average as
+  of round r, the last one the mixer formed, see :meth:`Worker.follow_average`), a FIFO
   ``window`` is shared by the workers (an evicted block leaves the union's sums whole), gap
   sampling with ``gap_every``, lambda following n (derivations in :mod:`._bcfw`).
 * Every ``checkpoint_every`` rounds (and when the stream ends) a consistent cut

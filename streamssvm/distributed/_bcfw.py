@@ -284,16 +284,26 @@ def evict_oldest(learner, snapshot, removed):
     hit = np.flatnonzero(snapshot["slots"] == slot) if snapshot is not None else ()
     if len(hit):
         q = int(hit[0])
-        off = int(np.sum(snapshot["sizes"][:q]))
-        size = int(snapshot["sizes"][q])
-        idx, sizes = st.stat_regions(np.array([slot], dtype=np.int64))
-        if int(sizes[0]) != size:
-            raise RuntimeError("a block's statistic changed its layout inside a round")
-        now = st.Far[idx].copy()
-        st.Far[idx] = snapshot["stat"][off:off + size]   # alpha_i^0, for the block's u_i only
+        sp = snapshot.get("sparse")
+        if sp is not None:   # a sparse chain store's snapshot (BCFW.dual_snapshot(layout="store"))
+            ho, po = int(np.sum(sp["hsizes"][:q])), int(np.sum(sp["psizes"][:q]))
+            hs, ps = int(sp["hsizes"][q]), int(sp["psizes"][q])
+            now = st.swap_sparse_stat(int(slot), sp["head"][ho:ho + hs], sp["pairs"][po:po + ps],
+                                      sp["vals"][po:po + ps])   # alpha_i^0, for the block's u_i only
+        else:
+            off = int(np.sum(snapshot["sizes"][:q]))
+            size = int(snapshot["sizes"][q])
+            idx, sizes = st.stat_regions(np.array([slot], dtype=np.int64))
+            if int(sizes[0]) != size:
+                raise RuntimeError("a block's statistic changed its layout inside a round")
+            now = st.Far[idx].copy()
+            st.Far[idx] = snapshot["stat"][off:off + size]   # alpha_i^0, for the block's u_i only
         K.block_u(KB.model(learner.structure, learner._K, W.Kc, learner._C), removed.bundle(), st.arena(),
                   int(slot), 1.0, learner._dbuf_for(st.meta[slot, K.M_L]), learner._slack)
-        st.Far[idx] = now
+        if sp is not None:
+            st.swap_sparse_stat(int(slot), *now)
+        else:
+            st.Far[idx] = now
         l0 = float(snapshot["lval"][q])
         snapshot["slots"][q] = -1
     learner._evict(slot)

@@ -206,6 +206,9 @@ class CutStore:
         self.directory = Path(directory)
         self.cuts = CheckpointManager(self.directory / "cuts", keep=keep)
         self.parts_dir = self.directory / "parts"
+        # the part directories each kept cut names, by the cut's file name: a cut is read once
+        # (whole: its mixer state holds the weights and their average), not at every commit
+        self._names = {}
 
     def part_path(self, round_id, worker):
         return part_path(self.directory, round_id, worker)
@@ -220,18 +223,25 @@ class CutStore:
                 raise CheckpointError(f"round {round_id}: the part of worker {p['worker']} does not match its checksum")
         state = {"round": int(round_id), "parts": [dict(p) for p in parts], "mixer": mixer_state}
         out = self.cuts.save(state, kind=CUT_KIND, meta=dict(meta or {}, round=int(round_id)))
+        self._names[Path(out).name] = {Path(d["path"]).parent.name for p in parts for d in [p, *p.get("deps", [])]}
         self._clean()
         return out
 
     def _clean(self):
         """Drop the part directories that no kept cut names any more."""
         keep = set()
+        names = {}
         for c in self.cuts.list():
-            try:
-                st, _ = self.cuts.load(c)
-            except CheckpointError:
-                continue
-            keep |= {Path(d["path"]).parent.name for p in st["parts"] for d in [p, *p.get("deps", [])]}
+            got = self._names.get(Path(c).name)
+            if got is None:
+                try:
+                    st, _ = self.cuts.load(c)
+                except CheckpointError:
+                    continue
+                got = {Path(d["path"]).parent.name for p in st["parts"] for d in [p, *p.get("deps", [])]}
+            names[Path(c).name] = got
+            keep |= got
+        self._names = names
         if not self.parts_dir.is_dir():
             return
         newest = max((int(n.split("-")[1]) for n in keep), default=None)

@@ -86,6 +86,27 @@ def combine(start, deltas, gamma):
     return out
 
 
+def average_step(U_bar, U, f):
+    """``U_bar + f (U - U_bar)`` over dicts of arrays (padding to the largest shapes; in place in
+    ``U_bar``'s arrays when the shapes agree): one move of the mixer's average of the mixed
+    points, done alike by the mixer and by every worker that predicts with that average, so that
+    both hold the same bits.
+
+    >>> average_step({}, {"E": np.ones(2)}, 1.0)["E"].tolist()
+    [1.0, 1.0]
+    """
+    if set(U_bar) == set(U) and all(np.shape(U_bar[k]) == np.shape(U[k]) for k in U) \
+            and all(isinstance(v, np.ndarray) and v.flags.writeable and v.dtype == np.float64 for v in U_bar.values()):
+        # in place, in the operations combine() does: ((0 + U) + (-U_bar)) is U - U_bar exactly,
+        # then U_bar + f (U - U_bar) -- the same bits without the weight-sized temporaries
+        for k, a in U_bar.items():
+            d = np.subtract(U[k], a)
+            d *= f
+            a += d
+        return U_bar
+    return combine(U_bar, [{k: v for k, v in U.items()}, {k: -np.asarray(v) for k, v in U_bar.items()}], f)
+
+
 def union_lam(lam, n):
     """The lambda of the union's objective with ``n`` blocks: ``lam``, or with ``lam=None`` the
     single process's rule, lambda following n (``BCFW.effective_lam``: min(1e-3, 6 / n)), so
@@ -190,7 +211,7 @@ class BCFWMixing(_Mixing):
         # sums, which keeps the mixed sums consistent (its local view lags for one round)
         super().round_start(model, n_global)
         lr = bound_learner(model)
-        self.snap = None if lr is None else lr.dual_snapshot()
+        self.snap = None if lr is None else lr.dual_snapshot(layout="store")
         self.steps0 = 0 if lr is None else _bcfw.steps(lr)
         self.pools = None if lr is None else _bcfw.pool_snapshot(lr, self.snap["slots"])
         self._no_evictions()

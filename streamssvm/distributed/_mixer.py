@@ -10,7 +10,7 @@ import numpy as np
 from ..certificate import Certificate
 from ..errors import CheckpointError
 from ._cut import CutStore
-from ._mix import combine, union_lam
+from ._mix import average_step, combine, union_lam
 from ._bcfw import average_weight, line_step, overlap
 
 
@@ -223,33 +223,39 @@ class Mixer:
         self.start = combine(base, list(deltas), gamma)
         self.n_global = n
         self.round = int(round_id)
+        out = {"round": self.round, "n_global": self.n_global, "weights": self.start, "gamma": gamma,
+               "sigma": self.sigma, "overlap": rho, "bytes": int(sum(a.nbytes for a in self.start.values()))}
         if self.average is not None:
-            self._average(totals, loss_deltas, gamma)
-        return {"round": self.round, "n_global": self.n_global, "weights": self.start, "gamma": gamma,
-                "sigma": self.sigma, "overlap": rho, "bytes": int(sum(a.nbytes for a in self.start.values()))}
+            # how the average moved (restart, then U_bar += f (U^(r) - U_bar)): the workers repeat
+            # it on the broadcast weights to predict with the same U_bar (see Worker.follow_average)
+            out["average_step"] = self._average(totals, loss_deltas, gamma)
+        return out
 
     def _average(self, totals, loss_deltas, gamma):
         """U_bar += (c_r / W_T) (U^(r) - U_bar) (and L_bar alike) with c_r the sum of the step
         indices of this round's steps (``_bcfw.average_weight``); U^(r) the mixed sums, L^(r) the
-        union's loss sum after the blend."""
+        union's loss sum after the blend. Returns ``{"restart", "f"}``: whether the average
+        restarted (an eviction) and the factor f = c_r / W_T it moved by (0: not moved)."""
         if totals is None or loss_deltas is None or None in loss_deltas \
                 or any(t.get("loss_start") is None for t in totals):
             raise RuntimeError("averaging at the mixer needs every worker's steps and loss sums")
         a = self.average
-        if any(int(t.get("evicted") or 0) for t in totals):
+        restart = any(int(t.get("evicted") or 0) for t in totals)
+        if restart:
             # an eviction restarts the averaging window (one process's evicted_average="restart")
             a.update(self._no_average())
         T = int(a["T"]) + int(sum(int(t["steps"]) for t in totals))
         a["L_now"] = float(sum(float(t["loss_start"]) for t in totals) + gamma * float(sum(loss_deltas)))
         c = average_weight(a["T"], T) if T > a["T"] else 0.0
+        f = 0.0
         if c > 0.0:
             W = a["W"] + c
             f = c / W
-            a["U"] = combine(a["U"], [{k: v for k, v in self.start.items()},
-                                      {k: -np.asarray(v) for k, v in a["U"].items()}], f)
+            a["U"] = average_step(a["U"], self.start, f)
             a["L"] += f * (a["L_now"] - a["L"])
             a["W"] = W
         a["T"] = T
+        return {"restart": bool(restart), "f": float(f)}
 
     def averaged(self):
         """The mixer's average ``{"T", "W", "U", "L", "L_now"}`` (None without averaging)."""

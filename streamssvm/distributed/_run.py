@@ -209,6 +209,10 @@ class _Job:
             self.get([w.ping.remote() for w in self.workers])
             self.round = 0
             self.n_global = 0
+        if self.averaging:
+            # the workers predict with the mixer's average (as of the cut), moved by every mix
+            avg = self.get(self.mixer.averaged.remote())
+            self.get([w.follow_average.remote(avg["U"]) for w in self.workers])
         return cut
 
     def get(self, refs, timeout=None):
@@ -448,7 +452,9 @@ class RunOptions:
         the previous one, as for a synchronous cut. False (default): every cut is written and
         committed before the next round starts -- measured no slower on 2 x 5,000 OCR letters,
         where a round learns for ~15 ms, less than the writing it could hide
-        (bench/results/distributed.md).
+        (bench/results/distributed.md); on Brown chains (5,000 sentences, 472 tags, rounds of
+        2 x 500, 61 MiB of weight sums) asynchronous cuts took the cuts' share of the job from
+        28 s to 15 s (bench/results/distributed_wall.md, a loaded machine).
     incremental_cuts
         True (default): a worker's part holds only the chunks (4 KiB) of its large arrays -- the
         dual blocks' arenas, the weights -- that changed since its previous part, and names the

@@ -30,10 +30,10 @@ from ..checkpoint import save_state
 from ..connectors.base import Record, Source
 from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
-from ..step import BAD, Outcome, send_dead_letter, step
+from ..step import BAD, LEARNED, Outcome, reason_of, send_dead_letter, step
 from ._cut import PART_KIND, PartChunker, file_sha256, load_part
 from ._bcfw import unbound_window, window_share
-from ._mix import make_mixing
+from ._mix import average_step, make_mixing, union_lam
 
 _END = object()
 
@@ -293,6 +293,10 @@ class Worker:
         self._part = None            # the part of an asynchronous cut being written (_PartWrite)
         self._cut_positions = {}     # round -> source position snapshotted for that round's cut
         self.chunker = PartChunker() if incremental_cuts else None
+        # BCFW(averaging=True): the mixer's average of the mixed points as of the last mix, which
+        # this worker's progressive predictions use (None: the worker predicts with its iterate)
+        self.average = None
+        self._predictor = None
         if kind == "bcfw" and model is not None and model.learner.window is not None:
             # the union's FIFO window W: this worker keeps its share W_k of it, its learner runs
             # unbounded (derivation in ._bcfw, "Eviction windows per worker")
@@ -307,6 +311,7 @@ class Worker:
         if self.chunker is not None:
             self.chunker.reset()   # the next part is whole
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
+        self._predictor = None   # (shared the replaced model's indexes; follow_average builds it again)
         if self.kind == "bcfw":
             unbound_window(self.model)   # a part written before the workers kept the windows
         self.bad_at_source = int(w.get("bad_at_source", 0))
@@ -406,7 +411,7 @@ class Worker:
             else:
                 if self.mixing.full(self.model) and _learns(self.model, rec):
                     self.mixing.make_room(self.model)   # a full window evicts its oldest block first
-                out = step(self.model, rec)
+                out = step(self.model, rec) if self._predictor is None else self._step_averaged(rec)
             self.position = rec.position
             if out.bad:
                 self.bad_records += 1
@@ -454,7 +459,71 @@ class Worker:
             self.commit_offsets(int(committed["round"]))
         self.n_global = int(n_global)
         self.mixing.apply(self.model, mixed["weights"], self.n_global, mixed.get("gamma"), mixed.get("sigma"))
+        moved = mixed.get("average_step")
+        if self.average is not None and moved is not None:
+            if moved["restart"]:
+                self.average = {}
+            if moved["f"] > 0.0:
+                self.average = average_step(self.average, mixed["weights"], moved["f"])
+            self._install_average()
         return True
+
+    # ------------------------------------------------------------------ averaged predictions
+    def follow_average(self, U):
+        """Predict with the mixer's average of the mixed points: ``U`` is U_bar as of the last mix
+        (``{}``: nothing averaged yet). Called by the driver when the job averages (at its start
+        and after every restore, with the mixer's own copy); every :meth:`apply` then moves it as
+        the mixer moved it (``average_step``), so the worker holds the mixer's U_bar bit for bit.
+
+        What is exact: the average exists at round boundaries only (the mixer averages the mixed
+        points, the only points of the union). During round r + 1 a worker therefore predicts each
+        record with U_bar of round r -- what the returned model would predict with had the job
+        stopped at that boundary -- and not with an average moving record by record as one
+        process's does; before the first mix that averaged a step (U empty) it predicts with its
+        own iterate, which is then the start point 0, as one process predicts its first record.
+        With one worker and rounds of one record the two agree record for record."""
+        self.average = {k: np.array(v, dtype=np.float64) for k, v in (U or {}).items()}   # (own, writable)
+        self._install_average()
+        return True
+
+    def _install_average(self):
+        if not self.average:
+            self._predictor = None
+            return
+        if self._predictor is None:
+            # an estimator of its own (no blocks) sharing the worker's feature and label indexes,
+            # which prediction only reads; its weights are U_bar
+            p = self.model.clone()
+            p._features, p._labels = self.model._features, self.model._labels
+            p._sync()
+            self._predictor = p
+        lr = self._predictor.bound_learner
+        lr.ensure(self.model._features.dim, self.model._labels.labels)
+        lr.set_parameters(self.average)
+        n = max(int(self.n_global), 1)
+        lr.set_union(union_lam(self.mixing.lam, n), n)
+
+    def _step_averaged(self, rec):
+        """``step(self.model, rec)`` with the prediction made by the averaged weights."""
+        try:
+            x, y = self.model.coerce_input(rec.x, rec.y)
+        except Exception as e:  # noqa: BLE001 - one record never stops the stream
+            return Outcome(BAD, reason=reason_of(e))
+        try:
+            lr = self._predictor.bound_learner
+            if self.model._features.dim > lr.W.E.shape[0] or len(self.model._labels) > lr._K:
+                lr.ensure(self.model._features.dim, self.model._labels.labels)
+            p = self._predictor.predict_one(x)
+        except Exception as e:  # noqa: BLE001
+            return Outcome(BAD, x=x, y=y, reason=reason_of(e))
+        try:   # as predict_learn_one learns after its prediction (the same state)
+            if type(rec.w) is float and rec.w == 1.0:
+                self.model.learn_one(x, y)
+            else:
+                self.model.learn_one(x, y, rec.w)
+        except Exception as e:  # noqa: BLE001 - a bad record leaves the model unchanged
+            return Outcome(BAD, x=x, y=y, reason=reason_of(e))
+        return Outcome(LEARNED, p, x, y)
 
     def block_sums(self):
         """This worker's share of the global certificate at the current (mixed) weights."""

@@ -1174,11 +1174,17 @@ class BCFW(DenseWeights, Learner):
             raise NotImplementedError(f"BCFW {what} does not take example weights other than 1 yet (held blocks "
                                       "carry weights)")
 
-    def dual_snapshot(self):
-        """The held blocks' dual statistics and losses (alpha^0 for :meth:`blend_dual`)."""
+    def dual_snapshot(self, layout="dense"):
+        """The held blocks' dual statistics and losses (alpha^0 for :meth:`blend_dual`);
+        ``layout="store"``: a sparse chain store's statistics as stored (``"sparse"``,
+        :meth:`BlockStore.sparse_stats`), without the dense layout's Kc^2 transition floats
+        per block (other stores: the dense layout alike)."""
         self._refuse_weighted("dual_snapshot (distributed mixing)")
         st = self.store
         slots = st.slots().copy()
+        if layout == "store" and st.blends_sparse():
+            return {"slots": slots, "sparse": st.sparse_stats(slots), "lval": st.lval[slots].copy(),
+                    "Kc": int(st.Kc)}
         idx, sizes = st.stat_regions(slots)
         return {"slots": slots, "stat": st.Far[idx].copy(), "sizes": sizes, "lval": st.lval[slots].copy(),
                 "Kc": int(st.Kc)}
@@ -1193,6 +1199,16 @@ class BCFW(DenseWeights, Learner):
             raise RuntimeError("the label capacity changed inside a round; declare the labels up front "
                                "(labels=[...]) for distributed learning")
         slots = st.slots().copy()
+        if st.blends_sparse() and (snapshot is None or "sparse" in snapshot):
+            # the sparse chain layout, blended as it is stored (BlockStore.blend_sparse_stats)
+            where = {} if snapshot is None else {int(j): q for q, j in enumerate(snapshot["slots"]) if j >= 0}
+            lstart = np.zeros(len(slots))
+            for q, j in enumerate(slots.tolist()):
+                if j in where:
+                    lstart[q] = snapshot["lval"][where[j]]
+            st.blend_sparse_stats(slots, None if snapshot is None else snapshot["sparse"], where, weight)
+            st.lval[slots] = lstart + weight * (st.lval[slots] - lstart)
+            return
         idx, sizes = st.stat_regions(slots)
         start, lstart, where = np.empty(idx.size), np.zeros(len(slots)), {}
         if snapshot is not None:
