@@ -31,6 +31,7 @@ from ._kernels.multiclass import dense_rows_csr
 
 BIAS = 0
 _STR, _INT, _PLAIN = {str}, {int}, {float, int}
+_F64 = np.dtype(np.float64)
 
 
 #: Largest accepted |feature value|. Larger values (e.g. 1e308) would overflow squared norms,
@@ -486,6 +487,19 @@ class FeatureIndex:
             return tok_ptr, fidx, fval
         raise TypeError(f"x must be a dict of features or a 1-D numpy array, got {type(x).__name__}")
 
+    def _array_row(self, x):
+        """``encode_one(x, grow=False)`` of a C-contiguous 1-D float64 array of the index's
+        width (the caller checked that much): the values checked and the CSR written by the
+        same numba pass as :meth:`dense_csr`, the same arrays."""
+        d = x.shape[0]
+        tok_ptr = np.empty(2, dtype=np.int32)
+        fidx = np.empty(d + 1, dtype=np.int32)
+        fval = np.empty(d + 1, dtype=np.float64)
+        m = dense_rows_csr(x.reshape(1, d), tok_ptr, fidx, fval, MAX_ABS_VALUE)
+        if m < 0:
+            raise self.value_error(m)
+        return tok_ptr, fidx[:m], fval[:m]
+
     def encode_record(self, x, keep=False):
         """An :class:`EncodedRecord` of one flat example (dict or 1-D array), validated whole;
         registers nothing (its arrays are those of ``encode_one(x, grow=False)``). ``keep``: take
@@ -503,7 +517,11 @@ class FeatureIndex:
                       np.asarray(val, dtype=np.float64))
             snap = dict(x) if keep and not new and self.n_features is None else None
             return EncodedRecord(_ISSUER, x, arrays, not new, self, snap)
-        arrays = self.encode_one(x, grow=False)
+        if type(x) is np.ndarray and x.dtype is _F64 and x.ndim == 1 and x.shape[0] == self.array_dim \
+                and x.flags.c_contiguous and not self.vocab:
+            arrays = self._array_row(x)   # the common record: encode_one's checks and arrays, fewer steps
+        else:
+            arrays = self.encode_one(x, grow=False)
         snap = (x.dtype, x.shape, x.tobytes()) if keep and isinstance(x, np.ndarray) else None
         return EncodedRecord(_ISSUER, x, arrays, True, self, snap)
 

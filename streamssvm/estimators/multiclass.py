@@ -14,11 +14,12 @@ from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
 from ..structures import MultiClass
 from .base import ONE_EX, Estimator, check_weight, is_missing, require_pandas, weight_batch
-from ..features import _decode_key, _encode_key
+from ..features import _INT_LIMIT, _decode_key, _encode_key
 
 _NOT_TAKEN = object()   # _predict_learn_record: the record goes the Python way
 _PLAIN_LABELS = {int, str}   # label types whose known values need no check (_known_label_ids)
 _F64 = np.dtype(np.float64)
+_I64 = np.int64
 
 
 def _label_batch(y):
@@ -243,13 +244,52 @@ class MulticlassSSVM(Estimator, base.Classifier):
         c = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
         if c is None:
             return
-        if is_missing(y):
-            raise ValueError("y is missing (None/NaN)")
-        self._labels.check(y)  # validate the whole example before any state changes
+        self._check_y(y)  # validate the whole example before any state changes
+        if c == 1.0 and self._learn_in_kernel and self._synced is not None and self._synced is self._learner:
+            enc = self._record_to_learn(x)
+            if enc is not None and self._features.trusts(enc):
+                # known features: scaling, calibration scores and the step in one kernel call
+                # (the prediction it also makes is dropped), else learned from the same arrays
+                if self._predict_learn_record(enc.fidx, enc.fval, y) is not _NOT_TAKEN:
+                    return
+                tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
+            else:
+                tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
+        else:
+            tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
+        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True), c)
+
+    #: ``learn_one`` of a record of known features and label takes ``_predict_learn_record``
+    #: (one kernel call: scaling, the temperature fit's scores and the step; the prediction it
+    #: makes is dropped); False: the Python path (scores, then ``BCFW.learn``), the same
+    #: state to the bit -- the reference the tests compare the kernel path with
+    _learn_in_kernel = True
+
+    def _check_y(self, y):
+        """Raise what ``learn_one`` raises for the label ``y`` (missing, invalid, or beyond
+        ``max_labels``); changes nothing. A ``str``, a 64-bit ``int`` or a ``numpy.int64`` is a
+        valid label (``check_label``): then only ``max_labels`` is checked."""
+        t = type(y)
+        if not (t is str or t is _I64 or (t is int and -_INT_LIMIT <= y < _INT_LIMIT)):
+            if is_missing(y):
+                raise ValueError("y is missing (None/NaN)")
+            self._labels.check(y)
         if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
             raise self._too_many_labels(y)
-        tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
-        self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True), c)
+
+    def _record_to_learn(self, x):
+        """The :class:`~streamssvm.features.EncodedRecord` a ``learn_one(x, y)`` may learn from:
+        the last prediction's when ``x`` is the same object, unchanged (used once, as
+        :meth:`_encode_to_learn`), else a new one (``encode_record`` checks what
+        ``encode_one(x, grow=True)`` checks once the model has taken an array, or for a dict);
+        None when neither applies."""
+        enc = self._last_enc
+        if enc is not None and enc.x is x and enc.unchanged():
+            self._last_enc = None
+            return enc
+        if type(x) is dict or self._features.array_dim is not None:
+            return self._features.encode_record(x)
+        return None
 
     def _encode_checked(self, x, y):
         if is_missing(y):
@@ -295,11 +335,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self.learn_one(x, y)
             return None
         enc = self._features.encode_record(x)   # x's errors first, as predict_one raises them
-        if is_missing(y):
-            raise ValueError("y is missing (None/NaN)")
-        self._labels.check(y)
-        if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
-            raise self._too_many_labels(y)
+        self._check_y(y)
         trusted = self._features.trusts(enc)
         if trusted:   # known features and label: prediction, scaling, calibration and step in one kernel call
             p = self._predict_learn_record(enc.fidx, enc.fval, y)
