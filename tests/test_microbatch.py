@@ -37,10 +37,8 @@ def _state(m):
 
 
 def _one(m, x, y):
-    """The record-by-record reference: predict_one, then learn_one on the Python path
-    (``predict_learn_one``, and ``learn_one`` by default, take the micro-batch kernel for one
-    record)."""
-    m._learn_in_kernel = False
+    """The record-by-record reference: predict_one, then learn_one (the Python path;
+    ``predict_learn_one`` takes the micro-batch kernel for one record)."""
     p = m.predict_one(x)
     m.learn_one(x, y)
     return p
@@ -381,40 +379,6 @@ def test_predict_learn_one_takes_the_kernel_record_by_record(monkeypatch, kind, 
     assert a.predict_proba_one(X[3]) == b.predict_proba_one(X[3])
     if "capacity" not in learner:
         assert sum(calls) > 0.9 * len(y) and max(calls) == 1
-
-
-@pytest.mark.parametrize("kind", ["real", "dicts", "int64 labels"])
-@pytest.mark.parametrize("learner", [{}, {"averaging": False}, {"capacity": 300}, {"gap_every": 0.5}])
-def test_learn_one_takes_the_kernel_with_the_python_paths_state(monkeypatch, kind, learner):
-    """``learn_one`` of a record of known features and label is one call of the micro-batch
-    kernel (its prediction dropped), after a ``predict_one`` of the same ``x`` (the encoding
-    reused) or alone, with the predictions, weights, scaling statistics and temperature of the
-    Python path (``_learn_in_kernel = False``: scores, then ``BCFW.learn``); a record with a new
-    feature or label, a store that evicts and a due gap pass take the Python path."""
-    from streamssvm._kernels import microbatch as MB
-    calls = []
-    f = MB.predict_learn_examples
-    monkeypatch.setattr(MB, "predict_learn_examples", lambda *a: calls.append(len(a[6][5])) or f(*a))
-    if kind == "dicts":
-        data = _dict_rows(900)
-    else:
-        X, y = _rows(1500)
-        data = list(zip(X, [np.int64(c) for c in y] if kind == "int64 labels" else y))
-    ref = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0, **learner))
-    ref._learn_in_kernel = False
-    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0, **learner))
-    pr, pa = [], []
-    for i, (x, c) in enumerate(data):
-        if i % 3:   # progressive validation; every third record learned without a prediction
-            pr.append(ref.predict_one(x))
-            pa.append(a.predict_one(x))
-        ref.learn_one(x, c)
-        a.learn_one(x, c)
-    assert pr == pa
-    assert _state(ref) == _state(a)
-    assert ref._calibrator().state() == a._calibrator().state() and ref._calibrator().n_fits > 5
-    if "capacity" not in learner:
-        assert sum(calls) > 0.8 * len(data) and max(calls) == 1
 
 
 def test_engine_micro_batches_of_flat_rows_with_bad_records_in_the_middle(tmp_path, monkeypatch):

@@ -245,25 +245,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if c is None:
             return
         self._check_y(y)  # validate the whole example before any state changes
-        if c == 1.0 and self._learn_in_kernel and self._synced is not None and self._synced is self._learner:
-            enc = self._record_to_learn(x)
-            if enc is not None and self._features.trusts(enc):
-                # known features: scaling, calibration scores and the step in one kernel call
-                # (the prediction it also makes is dropped), else learned from the same arrays
-                if self._predict_learn_record(enc.fidx, enc.fval, y) is not _NOT_TAKEN:
-                    return
-                tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
-            else:
-                tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
-        else:
-            tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
+        tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True), c)
-
-    #: ``learn_one`` of a record of known features and label takes ``_predict_learn_record``
-    #: (one kernel call: scaling, the temperature fit's scores and the step; the prediction it
-    #: makes is dropped); False: the Python path (scores, then ``BCFW.learn``), the same
-    #: state to the bit -- the reference the tests compare the kernel path with
-    _learn_in_kernel = True
 
     def _check_y(self, y):
         """Raise what ``learn_one`` raises for the label ``y`` (missing, invalid, or beyond
@@ -276,20 +259,6 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._labels.check(y)
         if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
             raise self._too_many_labels(y)
-
-    def _record_to_learn(self, x):
-        """The :class:`~streamssvm.features.EncodedRecord` a ``learn_one(x, y)`` may learn from:
-        the last prediction's when ``x`` is the same object, unchanged (used once, as
-        :meth:`_encode_to_learn`), else a new one (``encode_record`` checks what
-        ``encode_one(x, grow=True)`` checks once the model has taken an array, or for a dict);
-        None when neither applies."""
-        enc = self._last_enc
-        if enc is not None and enc.x is x and enc.unchanged():
-            self._last_enc = None
-            return enc
-        if type(x) is dict or self._features.array_dim is not None:
-            return self._features.encode_record(x)
-        return None
 
     def _encode_checked(self, x, y):
         if is_missing(y):
