@@ -278,9 +278,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if lr is None or self._synced is not lr or self._synced_key != key:
             lr = self._sync()
             self._synced, self._synced_key = lr, key
-        self._observe_calibration(tok_ptr, fidx, self._scaled(fidx, fval), yid)   # as predicted
+        self._observe_calibration(tok_ptr, fidx, fval, yid)   # scored as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        self._give(lr, tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32), 1, c)
+        # one encoded row, its columns below the index's dim (the statistics grown to it)
+        lval = fval if self._scaler is None else self._scaler.learn_row(fidx, fval, self._features.dim)
+        self._give(lr, tok_ptr, fidx, lval, np.array([yid], dtype=np.int32), 1, c)
 
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
@@ -489,7 +491,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 e += 1
 
     def _observe_calibration(self, tok_ptr, fidx, fval, yid):
-        """Offer the record, scored by the model before it learns it, to the temperature fit."""
+        """Offer the record (its unscaled values ``fval``), scored by the model before it learns
+        it (scaled as a prediction scales it), to the temperature fit."""
         t = self._calibrator()
         if not t.wants():
             return
@@ -498,7 +501,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         K = int(lr.n_labels) if tables is not None else 0
         if K < 2 or yid >= K:
             return
-        t.observe_class(calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0], yid)
+        t.observe_class(calibration.emission_scores(tables, tok_ptr, fidx, self._scaled(fidx, fval), K)[0], yid)
 
     def predict_proba_one(self, x):
         """p(class | x) ∝ exp(score(x, class) / T), T the :attr:`temperature` fitted online
