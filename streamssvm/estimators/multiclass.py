@@ -250,10 +250,10 @@ class MulticlassSSVM(Estimator, base.Classifier):
 
     def _check_y(self, y):
         """Raise what ``learn_one`` raises for the label ``y`` (missing, invalid, or beyond
-        ``max_labels``); changes nothing. A ``str``, a 64-bit ``int`` or a ``numpy.int64`` is a
-        valid label (``check_label``): then only ``max_labels`` is checked."""
+        ``max_labels``); changes nothing. A ``str``, a ``bool``, a 64-bit ``int`` or a
+        ``numpy.int64`` is a valid label (``check_label``): then only ``max_labels`` is checked."""
         t = type(y)
-        if not (t is str or t is _I64 or (t is int and -_INT_LIMIT <= y < _INT_LIMIT)):
+        if not (t is str or t is _I64 or t is bool or (t is int and -_INT_LIMIT <= y < _INT_LIMIT)):
             if is_missing(y):
                 raise ValueError("y is missing (None/NaN)")
             self._labels.check(y)
