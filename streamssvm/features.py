@@ -31,6 +31,7 @@ from ._kernels.multiclass import dense_rows_csr
 
 BIAS = 0
 _STR, _INT, _PLAIN = {str}, {int}, {float, int}
+_F64 = np.dtype(np.float64)
 
 
 #: Largest accepted |feature value|. Larger values (e.g. 1e308) would overflow squared norms,
@@ -361,6 +362,24 @@ class FeatureIndex:
                 val.append(f)
         return idx, val
 
+    def _known_pairs(self, pairs):
+        """The CSR arrays of one token's known ``(index, value)`` pairs (of :meth:`_scan`):
+        ``_register(pairs, None)``'s, as arrays. With a growing vocabulary distinct names have
+        distinct indices, so sorting the pairs is the whole of it (no sums of collisions)."""
+        if self.n_features is not None or not pairs:
+            idx, val = self._register(pairs, None)
+            return (np.array([0, len(idx)], dtype=np.int32), np.asarray(idx, dtype=np.int32),
+                    np.asarray(val, dtype=np.float64))
+        pairs.sort()
+        m = len(pairs) + 1
+        cols, vals = zip(*pairs)
+        idx = np.empty(m, dtype=np.int32)
+        val = np.empty(m, dtype=np.float64)
+        idx[0], val[0] = BIAS, 1.0
+        idx[1:] = cols
+        val[1:] = vals
+        return np.array([0, m], dtype=np.int32), idx, val
+
     def _check_width(self, d, grow):
         """An array of ``d`` features per token fits this index (changes nothing)."""
         if self.vocab:
@@ -468,7 +487,10 @@ class FeatureIndex:
             if bulk is not None and not (grow and bulk[2]):   # new names: registered by encode_dict
                 i, v = bulk[0], bulk[1]
             else:
-                i, v = self.encode_dict(x, grow)
+                pairs, new = self._scan(x, grow)
+                if not new:
+                    return self._known_pairs(pairs)
+                i, v = self._register(pairs, new)
             return (np.array([0, len(i)], dtype=np.int32), np.asarray(i, dtype=np.int32),
                     np.asarray(v, dtype=np.float64))
         if isinstance(x, np.ndarray):
@@ -486,6 +508,19 @@ class FeatureIndex:
             return tok_ptr, fidx, fval
         raise TypeError(f"x must be a dict of features or a 1-D numpy array, got {type(x).__name__}")
 
+    def _array_row(self, x):
+        """``encode_one(x, grow=False)`` of a C-contiguous 1-D float64 array of the index's
+        width (the caller checked that much): the values checked and the CSR written by the
+        same numba pass as :meth:`dense_csr`, the same arrays."""
+        d = x.shape[0]
+        tok_ptr = np.empty(2, dtype=np.int32)
+        fidx = np.empty(d + 1, dtype=np.int32)
+        fval = np.empty(d + 1, dtype=np.float64)
+        m = dense_rows_csr(x.reshape(1, d), tok_ptr, fidx, fval, MAX_ABS_VALUE)
+        if m < 0:
+            raise self.value_error(m)
+        return tok_ptr, fidx[:m], fval[:m]
+
     def encode_record(self, x, keep=False):
         """An :class:`EncodedRecord` of one flat example (dict or 1-D array), validated whole;
         registers nothing (its arrays are those of ``encode_one(x, grow=False)``). ``keep``: take
@@ -496,14 +531,18 @@ class FeatureIndex:
             bulk = self._dict_arrays(x)
             if bulk is not None:
                 idx, val, new = bulk
+                arrays = (np.array([0, len(idx)], dtype=np.int32), np.asarray(idx, dtype=np.int32),
+                          np.asarray(val, dtype=np.float64))
             else:
                 pairs, new = self._scan(x, True)   # grow=True only lists the new names
-                idx, val = self._register(pairs, None)
-            arrays = (np.array([0, len(idx)], dtype=np.int32), np.asarray(idx, dtype=np.int32),
-                      np.asarray(val, dtype=np.float64))
+                arrays = self._known_pairs(pairs)
             snap = dict(x) if keep and not new and self.n_features is None else None
             return EncodedRecord(_ISSUER, x, arrays, not new, self, snap)
-        arrays = self.encode_one(x, grow=False)
+        if type(x) is np.ndarray and x.dtype is _F64 and x.ndim == 1 and x.shape[0] == self.array_dim \
+                and x.flags.c_contiguous and not self.vocab:
+            arrays = self._array_row(x)   # the common record: encode_one's checks and arrays, fewer steps
+        else:
+            arrays = self.encode_one(x, grow=False)
         snap = (x.dtype, x.shape, x.tobytes()) if keep and isinstance(x, np.ndarray) else None
         return EncodedRecord(_ISSUER, x, arrays, True, self, snap)
 

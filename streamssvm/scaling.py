@@ -97,6 +97,13 @@ class ColumnScaler:
         learn_rows(self.sumsq, self.count, np.asarray(tok_ptr, dtype=np.int64), fidx, fval, out)
         return out
 
+    def learn_row(self, fidx, fval, dim):
+        """:meth:`learn_scaled` of one row (an int32 ``fidx`` and a float64 ``fval``) whose
+        columns are below ``dim``: the same statistics and values, without looking for the
+        row's largest column."""
+        self._grow(dim)
+        return self._learn_row(fidx, fval)
+
     def _learn_row(self, cols, vals):
         out = np.empty(vals.shape[0], dtype=np.float64)
         learn_values(self.sumsq, self.count, cols, vals, out)

@@ -14,11 +14,12 @@ from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
 from ..structures import MultiClass
 from .base import ONE_EX, Estimator, check_weight, is_missing, require_pandas, weight_batch
-from ..features import _decode_key, _encode_key
+from ..features import _INT_LIMIT, _decode_key, _encode_key
 
 _NOT_TAKEN = object()   # _predict_learn_record: the record goes the Python way
 _PLAIN_LABELS = {int, str}   # label types whose known values need no check (_known_label_ids)
 _F64 = np.dtype(np.float64)
+_I64 = np.int64
 
 
 def _label_batch(y):
@@ -243,13 +244,21 @@ class MulticlassSSVM(Estimator, base.Classifier):
         c = 1.0 if type(w) is float and w == 1.0 else self._weighted_start(x, y, w)
         if c is None:
             return
-        if is_missing(y):
-            raise ValueError("y is missing (None/NaN)")
-        self._labels.check(y)  # validate the whole example before any state changes
-        if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
-            raise self._too_many_labels(y)
+        self._check_y(y)  # validate the whole example before any state changes
         tok_ptr, fidx, fval = self._encode_to_learn(x)   # predict_one's encoding of x, if reusable
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True), c)
+
+    def _check_y(self, y):
+        """Raise what ``learn_one`` raises for the label ``y`` (missing, invalid, or beyond
+        ``max_labels``); changes nothing. A ``str``, a ``bool``, a 64-bit ``int`` or a
+        ``numpy.int64`` is a valid label (``check_label``): then only ``max_labels`` is checked."""
+        t = type(y)
+        if not (t is str or t is _I64 or t is bool or (t is int and -_INT_LIMIT <= y < _INT_LIMIT)):
+            if is_missing(y):
+                raise ValueError("y is missing (None/NaN)")
+            self._labels.check(y)
+        if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
+            raise self._too_many_labels(y)
 
     def _encode_checked(self, x, y):
         if is_missing(y):
@@ -269,9 +278,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if lr is None or self._synced is not lr or self._synced_key != key:
             lr = self._sync()
             self._synced, self._synced_key = lr, key
-        self._observe_calibration(tok_ptr, fidx, self._scaled(fidx, fval), yid)   # as predicted
+        self._observe_calibration(tok_ptr, fidx, fval, yid)   # scored as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        self._give(lr, tok_ptr, fidx, self._learned(fidx, fval), np.array([yid], dtype=np.int32), 1, c)
+        # one encoded row, its columns below the index's dim (the statistics grown to it)
+        lval = fval if self._scaler is None else self._scaler.learn_row(fidx, fval, self._features.dim)
+        self._give(lr, tok_ptr, fidx, lval, np.array([yid], dtype=np.int32), 1, c)
 
     def predict_one(self, x):
         if self._learner is None or len(self._labels) == 0:
@@ -295,11 +306,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self.learn_one(x, y)
             return None
         enc = self._features.encode_record(x)   # x's errors first, as predict_one raises them
-        if is_missing(y):
-            raise ValueError("y is missing (None/NaN)")
-        self._labels.check(y)
-        if self.max_labels is not None and len(self._labels) >= self.max_labels and y not in self._labels.index:
-            raise self._too_many_labels(y)
+        self._check_y(y)
         trusted = self._features.trusts(enc)
         if trusted:   # known features and label: prediction, scaling, calibration and step in one kernel call
             p = self._predict_learn_record(enc.fidx, enc.fval, y)
@@ -484,7 +491,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 e += 1
 
     def _observe_calibration(self, tok_ptr, fidx, fval, yid):
-        """Offer the record, scored by the model before it learns it, to the temperature fit."""
+        """Offer the record (its unscaled values ``fval``), scored by the model before it learns
+        it (scaled as a prediction scales it), to the temperature fit."""
         t = self._calibrator()
         if not t.wants():
             return
@@ -493,7 +501,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         K = int(lr.n_labels) if tables is not None else 0
         if K < 2 or yid >= K:
             return
-        t.observe_class(calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0], yid)
+        t.observe_class(calibration.emission_scores(tables, tok_ptr, fidx, self._scaled(fidx, fval), K)[0], yid)
 
     def predict_proba_one(self, x):
         """p(class | x) ∝ exp(score(x, class) / T), T the :attr:`temperature` fitted online

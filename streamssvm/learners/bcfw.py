@@ -262,6 +262,9 @@ class BCFW(DenseWeights, Learner):
         self._cmax = max(1.0, float(self._C.max())) if self._C.size else 1.0
         self._needs_full = self.gap_every is not None and (self.sampling == "gap" or self.cache)
         self._out3 = np.zeros(3, dtype=np.int64)
+        # predict_learn_record's one-record buffers (the kernel reads or fills them, nothing keeps them)
+        self._slot1, self._seed1, self._pred1 = (np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+                                                 np.zeros(1, dtype=np.int32))
         self._pred_cache = None
         self._call_plan = self._model_plan = None
         if getattr(self, "_mark", None) is None:
@@ -719,41 +722,53 @@ class BCFW(DenseWeights, Learner):
         label id and the record's class scores before learning (a (1, K) array when
         ``observed``, else None), or None when the record must go through the Python side
         (:meth:`_run_length` is 0)."""
-        if self._run_length(1) == 0:
-            return None
         st = self.store
+        if not self._room_for_one(st):
+            return None
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         n = len(fidx)
         slot = st.reserve(1, n, 1, 1, fidx)
-        seeds = np.array([self._seed()], dtype=np.int64)
+        slots = self._slot1
+        slots[0] = slot
+        seeds = self._seed1
+        seeds[0] = self._seed()
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         bundles = self._bundles(max(1, st.max_L), g_full)
-        preds = np.zeros(1, dtype=np.int32)
+        preds = self._pred1
         predicting = (self._ws.ensure(1, self.W.Kc).scratch(1, False), bool(self.averaging),
                       -1.0 if self._lam_fixed is None else float(self._lam_fixed), float(self.AUTO_LAM),
                       float(self.AUTO_LAM_N), _ROWS_ONE, preds)
         tok_ptr = np.array([0, n], dtype=np.int32)
         ytrue = np.array([yid], dtype=np.int32)
-        records = (tok_ptr, fidx, fval, ytrue, self._mark, np.array([slot], dtype=np.int64), seeds)
+        records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds)
         sumsq, count, pval, lval = self._value_arrays(fval, scaling)
         S = np.empty((1 if observed else 0, self._K))
         observing = (sumsq, count, scaling is not None, pval, lval, _OBS_FIRST if observed else _OBS_NONE, S,
                      int(self._K))
         tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters,
                                          self._out3)
-        self._after_run(1, tick, (tok_ptr, fidx, lval, ytrue))
+        # _after_run of a run of one: the record's own arrays are the given-steps example
+        self._after_run(1, tick, None, (tok_ptr, fidx, lval, ytrue, self._mark, -1, -1))
         return int(preds[0]), (S if observed else None)
 
-    def _after_run(self, c, tick, last):
+    def _room_for_one(self, st):
+        """``_run_length(1) == 1``: one record may take the kernel (the same conditions, for
+        one record: a full gap pass due after it runs after the call)."""
+        return (st.eviction == "fifo" and st.max_bytes is None and self._settle is None and self._K != 0
+                and self.bound and st.kind == MULTICLASS and (st.capacity is None or st.capacity > st.n)
+                and (bool(st.free) or st.meta.shape[0] > st.n_slots))
+
+    def _after_run(self, c, tick, last, example=None):
         """The Python side's bookkeeping after ``predict_learn_examples`` took ``c`` records
         (``last``: the CSR, learned values and label ids of the run, whose last record the
-        given-steps calls take as their example type)."""
-        tok_ptr, fidx, lval, ytrue = last
+        given-steps calls take as their example type; or that ``example`` itself)."""
         self._z_dirty |= self._avg_t0 >= 0
-        a, b = int(tok_ptr[c - 1]), int(tok_ptr[c])
-        self._steps_example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], lval[a:b], ytrue[c - 1:c],
-                               self._mark, -1, -1)
+        if example is None:
+            tok_ptr, fidx, lval, ytrue = last
+            a, b = int(tok_ptr[c - 1]), int(tok_ptr[c])
+            example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], lval[a:b], ytrue[c - 1:c], self._mark, -1, -1)
+        self._steps_example = example
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
