@@ -337,6 +337,49 @@ def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
     assert_feasible(res.model)
 
 
+def test_chain_mixing_in_rounds_of_one_example_stays_a_valid_dual_point(tmp_path):
+    """The short rounds that bring chains near one machine's passes (bench/results/distributed_words.md:
+    rounds of 1/(20 K) pass, a block or two per worker) with K = 4 and adaptive mixing: after every
+    round, stream and refinement, the job's certificate is the union's own (computed in this
+    process from the merged blocks), w = A alpha, and the dual stays below a long single run's
+    primal (a feasible point's dual bounds min P from below)."""
+    rng = np.random.default_rng(5)
+    tags = ["a", "b", "c"]
+    X, Y = [], []
+    for _ in range(48):
+        L = int(rng.integers(2, 6))
+        y = [tags[int(v)] for v in rng.integers(0, 3, L)]
+        X.append(np.array([[1.0 if tags.index(t) == j else 0.0 for j in range(3)] + list(rng.normal(size=2))
+                           for t in y]))
+        Y.append(y)
+
+    def model():
+        return ss.SequenceTagger(labels=tags, learner=ss.learners.BCFW(lam=0.05, averaging=False, gap_every=None,
+                                                                       seed=0, replay=0))
+    ref = model()
+    for x, y in zip(X, Y):
+        ref.learn_one(x, y)
+    ref.bound_learner.refine(40)
+    p_ref = ref.bound_learner.certificate().primal
+    seen = []
+
+    def check(rec, job):
+        m = job.final_model()
+        c = single_process_certificate(m)
+        g = rec["certificate"]
+        np.testing.assert_allclose(c.gap, g["gap"], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(c.primal, g["primal"], rtol=1e-9)
+        assert g["dual"] <= p_ref + 1e-9
+        assert_feasible(m)
+        seen.append((rec["new_examples"], rec["sigma"], rec["gamma"]))
+
+    res = sd.run(model(), (X, Y), task="sequence", workers=4, round_examples=1, passes=1.0,
+                 passes_per_round=1.0 / 16, checkpoint_dir=tmp_path / "ck", cluster="inprocess", on_round=check)
+    assert res.model.n_blocks == len(X) and len(seen) == res.rounds >= 12 + 16
+    assert sum(s[0] for s in seen) == len(X)
+    assert all(1.0 <= s[1] <= 4.0 and 0.0 <= s[2] <= 1.0 for s in seen)
+
+
 def test_file_shards_and_metrics_log(cluster, tmp_path, capsys):
     """A JSONL file: worker k learns records k mod K (a bad line is dead-lettered, not learned);
     the metrics log gets one line per certified round with the per-worker part."""
