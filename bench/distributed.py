@@ -2,7 +2,8 @@
 OCR letters (multiclass) and OCR-large words (chains).
 
     flock /tmp/bench.lock python bench/distributed.py           # OCR letters, ~10 min on 2 cores
-    python bench/distributed.py --words                          # OCR words, in-process pass counts only
+    python bench/distributed.py --words                          # OCR words, rounds of 1/20 pass (distributed_words_r20.*;
+                                                                 # bench/distributed_chains.py writes distributed_words.*)
     flock /tmp/bench.lock python bench/distributed.py --quick   # smoke run
 
 Protocol. One local Ray cluster (num_cpus = cores). For K workers, the training examples are
@@ -18,7 +19,7 @@ than the machine has cores; their seconds are not reported. Wall seconds of the 
 mixing, the certificate pass and the consistent cut; with 2 cores, K = 4 time-shares them.
 ``bench/project.py`` turns the measured per-round costs and pass counts into the projection.
 
-Writes bench/results/distributed.{json,md} (``--words``: distributed_words.{json,md}).
+Writes bench/results/distributed.{json,md} (``--words``: distributed_words_r20.{json,md}).
 """
 from __future__ import annotations
 
@@ -170,7 +171,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--words", action="store_true", help="OCR-large word chains (in-process pass counts) instead of "
-                    "the OCR letters; writes distributed_words.{json,md}")
+                    "the OCR letters; writes distributed_words_r20.{json,md}")
     ap.add_argument("--rounds-per-pass", type=int, default=20)
     ap.add_argument("--inprocess", default=None, help="comma-separated worker counts: only these, all in process "
                     "(pass counts; writes distributed_rpp<R>.{json,md})")
@@ -182,7 +183,7 @@ def main():
         cfg = [(K, float(K), m, "inprocess") for K in ks for m in ("fixed", "adaptive")]
         sets = [("multiclass", "OCR letters", letters(10000, 2000), 0.01, rpp, 15, TARGET, cfg)]
     elif args.words:
-        stem = "distributed_words"
+        stem = "distributed_words_r20"
         sets = [("sequence", "OCR-large words", words(400 if args.quick else 2000), 0.01, rpp, 4 if args.quick else 15,
                  0.2, WORDS[:2] if args.quick else WORDS)]
     else:
