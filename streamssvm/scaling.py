@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels.scaling import learn_rows, learn_values, scale_values
+from ._kernels.scaling import learn_rows, learn_rows_dense, learn_values, scale_values
 from .features import BIAS
 
 
@@ -115,7 +115,12 @@ class ColumnScaler:
             np.add.at(self.count, fidx[keep], 1.0)
             return fval.copy()
         out = np.empty(fval.shape[0], dtype=np.float64)
-        learn_rows(self.sumsq, self.count, np.asarray(tok_ptr, dtype=np.int64), fidx, fval, out)
+        tok_ptr = np.asarray(tok_ptr, dtype=np.int64)
+        D = int(fidx.max()) + 1 if fval.shape[0] else 0
+        if 2 * fval.shape[0] >= D * (tok_ptr.shape[0] - 1):   # rows at least half full: same values, faster
+            learn_rows_dense(self.sumsq, self.count, tok_ptr, fidx, fval, out, np.zeros(D), np.empty(D))
+        else:
+            learn_rows(self.sumsq, self.count, tok_ptr, fidx, fval, out)
         return out
 
     def _learn_row(self, cols, vals):
