@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels.scaling import learn_rows, learn_values, scale_values
+from ._kernels.scaling import learn_rows, learn_rows_dense, learn_values, scale_values
 from .features import BIAS
 
 
@@ -69,6 +69,27 @@ class ColumnScaler:
             scale_values(self.sumsq, self.count, fidx, fval, out)
         return out
 
+    def divisors(self, dim):
+        """The divisor of each column ``0..dim - 1`` as :meth:`scaled` takes it (its RMS; 1 for the
+        bias, for a column not seen yet or outside the statistics, and where the RMS is 0 or not
+        finite): ``fval / divisors(dim)[fidx]`` is :meth:`scaled` to the bit (the same IEEE
+        square root and divisions), so a dense batch is scaled by one broadcast division.
+
+        >>> s = ColumnScaler(); _ = s.learn_scaled(np.array([0, 2], np.int32), np.array([1.0, 3.0]))
+        >>> s.divisors(4).tolist()
+        [1.0, 1.0, 3.0, 1.0]
+        """
+        r = np.ones(dim, dtype=np.float64)
+        m = min(dim, self.sumsq.shape[0])
+        c = self.count[:m]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.sqrt(self.sumsq[:m] / c)
+        ok = (c > 0) & (q > 0) & np.isfinite(q)
+        if m > BIAS:
+            ok[BIAS] = False
+        r[:m][ok] = q[ok]
+        return r
+
     def is_identity(self, fidx, fval):
         """Whether scaling leaves these values (of any rows) as they are, before and after
         learning them: every non-zero value is +-1 and every column they touch has RMS exactly 1
@@ -94,7 +115,12 @@ class ColumnScaler:
             np.add.at(self.count, fidx[keep], 1.0)
             return fval.copy()
         out = np.empty(fval.shape[0], dtype=np.float64)
-        learn_rows(self.sumsq, self.count, np.asarray(tok_ptr, dtype=np.int64), fidx, fval, out)
+        tok_ptr = np.asarray(tok_ptr, dtype=np.int64)
+        D = int(fidx.max()) + 1 if fval.shape[0] else 0
+        if 2 * fval.shape[0] >= D * (tok_ptr.shape[0] - 1):   # rows at least half full: same values, faster
+            learn_rows_dense(self.sumsq, self.count, tok_ptr, fidx, fval, out, np.zeros(D), np.empty(D))
+        else:
+            learn_rows(self.sumsq, self.count, tok_ptr, fidx, fval, out)
         return out
 
     def learn_row(self, fidx, fval, dim):

@@ -300,6 +300,38 @@ def test_indicator_batches_learn_the_statistics_of_row_by_row():
     assert not a.is_identity(np.array([1], np.int32), np.array([2.0]))
 
 
+def test_dense_batches_learn_the_statistics_of_row_by_row():
+    """Batches whose rows fill most columns take the dense-row kernel (``learn_rows_dense``): the
+    values and statistics of the row-by-row update, bit for bit, with explicit zeros, the bias,
+    columns first seen mid-batch, underflowed squares and wide magnitudes; sparse batches keep
+    the per-entry kernel with the same results."""
+    import numpy as np
+    from unittest import mock
+    from streamssvm import scaling
+    from streamssvm.scaling import ColumnScaler
+    rng = np.random.default_rng(4)
+    for fill in (0.9, 0.6, 0.2):
+        B = rng.normal(size=(40, 12)) * 10.0 ** rng.integers(-3, 4, size=(40, 12))
+        B[rng.random(size=B.shape) > fill] = 0.0
+        B[:10, 7] = 0.0   # column 7 first seen after a few rows
+        B[3, 2] = 1e-200   # its square underflows to 0 (counted, RMS 0: scale 1)
+        rows = [(np.concatenate([[0], 1 + np.flatnonzero(r)]).astype(np.int32),
+                 np.concatenate([[1.0], r[r != 0]])) for r in B]
+        rows[5] = (np.array([0, 3, 4], np.int32), np.array([1.0, 0.0, -2.0]))   # an explicit zero
+        fidx = np.concatenate([f for f, _ in rows])
+        fval = np.concatenate([v for _, v in rows])
+        tok = np.concatenate([[0], np.cumsum([len(f) for f, _ in rows])])
+        a, b = ColumnScaler(), ColumnScaler()
+        a.learn_scaled(np.array([0, 1], np.int32), np.array([1.0, 3.0]))   # statistics from before
+        b.learn_scaled(np.array([0, 1], np.int32), np.array([1.0, 3.0]))
+        with mock.patch.object(scaling, "learn_rows_dense", wraps=scaling.learn_rows_dense) as dense:
+            va = a.learn_scaled(fidx, fval, tok)
+        assert dense.called == (fill > 0.5)
+        vb = np.concatenate([b.learn_scaled(fidx[i:j], fval[i:j]) for i, j in zip(tok[:-1], tok[1:])])
+        assert va.tobytes() == vb.tobytes()
+        assert a.sumsq.tobytes() == b.sumsq.tobytes() and a.count.tobytes() == b.count.tobytes()
+
+
 def test_the_scaling_kernels_equal_the_vectorized_formula():
     """_kernels/scaling (one pass per record) gives the bits of the vectorized numpy formula it
     replaced: zeros, the bias, unseen and out-of-range columns, underflowed squares, huge values."""

@@ -78,3 +78,31 @@ def test_dense_csr_equals_encode_tokens():
         m._dense_csr(bad, True)
     with pytest.raises(ValueError, match="expected 9 features"):
         m._dense_csr(A[:, :5], True)
+
+
+def test_scaled_dense_batches_are_scored_by_blas():
+    """With online feature scaling (the default) on real-valued rows, predict_learn_many scores
+    a dense batch by the BLAS product of the rows divided by ColumnScaler.divisors (the values
+    the kernel scores, to the bit): the predictions of the kernel's predict_many made before
+    learning the batch, and the weights of learn_many."""
+    from unittest import mock
+    a, b = ss.MulticlassSSVM(), ss.MulticlassSSVM()
+    calls = []
+    real = ss.MulticlassSSVM._dense_ids
+
+    def spy(self, A, scaler=None):
+        calls.append(scaler is not None)
+        return real(self, A, scaler)
+    with mock.patch.object(ss.MulticlassSSVM, "_dense_ids", spy):
+        for X, y in _batches(2):
+            X = X * 40.0   # real values on their own scale: the scaler is not the identity
+            pa = a.predict_learn_many(X, y)
+            pb = list(b.predict_many(X))
+            assert pa == pb
+            b.learn_many(X, y)
+    assert calls and all(calls)
+    np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)
+    s = a._scaler
+    A = _batches(3)[0][0] * 40.0
+    fidx = np.tile(np.arange(1, A.shape[1] + 1, dtype=np.int32), A.shape[0])
+    assert (A / s.divisors(A.shape[1] + 1)[1:]).ravel().tobytes() == s.scaled(fidx, A.ravel()).tobytes()

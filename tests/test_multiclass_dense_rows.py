@@ -189,7 +189,7 @@ def test_dense_kernels_equal_sparse_kernels(K_):
     C.gram(tp_d, none, x, 1, G2, np.zeros(0))
     assert G1[0, 0] == G2[0, 0]
     from streamssvm._kernels.multiclass import mc_stat_apply, mc_stat_apply2
-    for moved in (1, 2, min(3, K_)):
+    for moved in (1, 2, min(3, K_), min(4, K_)):   # each unrolled case of mc_stat_apply2, then its loop
         st = np.zeros(Kc)
         st[rng.choice(K_, size=min(moved, K_), replace=False)] = rng.normal(size=min(moved, K_))
         E1, E2, E3, E4 = E.copy(), E.copy(), E.copy(), E.copy()

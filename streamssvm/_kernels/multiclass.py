@@ -176,6 +176,23 @@ def mc_stat_apply2(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
             E[j, k1] += v * s1
             Z[j, k0] += u * s0
             Z[j, k1] += u * s1
+    elif m == 3:   # a replayed block: its truth, an earlier corner and the new one
+        k0 = nz[0]
+        s0 = sv[0]
+        k1 = nz[1]
+        s1 = sv[1]
+        k2 = nz[2]
+        s2 = sv[2]
+        for p in range(a, tok_ptr[1]):
+            j = p - a if dense else fidx[p]
+            v = fval[p] * coef
+            u = fval[p] * zcoef
+            E[j, k0] += v * s0
+            E[j, k1] += v * s1
+            E[j, k2] += v * s2
+            Z[j, k0] += u * s0
+            Z[j, k1] += u * s1
+            Z[j, k2] += u * s2
     else:
         for p in range(a, tok_ptr[1]):
             j = p - a if dense else fidx[p]

@@ -56,3 +56,40 @@ def learn_rows(sumsq, count, tok_ptr, fidx, fval, out):
     for r in range(tok_ptr.shape[0] - 1):
         a, b = tok_ptr[r], tok_ptr[r + 1]
         learn_values(sumsq, count, fidx[a:b], fval[a:b], out[a:b])
+
+
+@njit(**dict(_JIT, error_model="numpy"))   # 0 / 0 is NaN here, no exception
+def learn_rows_dense(sumsq, count, tok_ptr, fidx, fval, out, row, rs):
+    """:func:`learn_rows` through a dense scratch row, for batches whose rows fill most of the
+    columns ``0..D - 1`` (``D = row.shape[0]``, every index below it; ``row`` zero, left zero;
+    ``rs`` scratch of D): each row is scattered into ``row``, the statistics of every column take
+    it in one branch-free pass (a zero adds an exact +0 to the sum of squares and to the count,
+    changing neither), its RMS divisors are computed for all columns at once (the same IEEE
+    square root and divisions, so the compiler can vectorize them), and its values are divided
+    by them. The same values and statistics as :func:`learn_rows`, to the bit.
+
+    >>> import numpy as np
+    >>> tp, fi, fv = np.array([0, 3, 5]), np.array([0, 1, 3, 0, 3], np.int32), np.array([1.0, 2.0, 4.0, 1.0, 2.0])
+    >>> s1, n1, o1 = np.zeros(4), np.zeros(4), np.empty(5)
+    >>> s2, n2, o2 = np.zeros(4), np.zeros(4), np.empty(5)
+    >>> learn_rows(s1, n1, tp, fi, fv, o1); learn_rows_dense(s2, n2, tp, fi, fv, o2, np.zeros(4), np.empty(4))
+    >>> o2.tolist(), o1.tolist() == o2.tolist(), s1.tolist() == s2.tolist(), n1.tolist() == n2.tolist()
+    ([1.0, 1.0, 1.0, 1.0, 0.6324555320336759], True, True, True)
+    """
+    D = row.shape[0]
+    rs[BIAS] = 1.0
+    for r in range(tok_ptr.shape[0] - 1):
+        a, b = tok_ptr[r], tok_ptr[r + 1]
+        for p in range(a, b):
+            row[fidx[p]] = fval[p]
+        for c in range(BIAS + 1, D):
+            v = row[c]
+            s = sumsq[c] + v * v
+            k = count[c] + (1.0 if v != 0.0 else 0.0)
+            sumsq[c] = s
+            count[c] = k
+            q = math.sqrt(s / k)   # 0 / 0 (a column not seen yet) is NaN: scale 1
+            rs[c] = q if 0.0 < q < np.inf else 1.0
+        for p in range(a, b):
+            out[p] = fval[p] / rs[fidx[p]]
+            row[fidx[p]] = 0.0

@@ -663,7 +663,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._synced = None
             self._learner.ensure(self._features.dim, labs)
             as_is = self._scaler is None or self._scaler.is_identity(fidx, fval)   # e.g. 0/1 pixels
-            ids = self._dense_ids(X) if isinstance(X, np.ndarray) and X.ndim == 2 and as_is else None
+            ids = (self._dense_ids(X, None if as_is else self._scaler)
+                   if isinstance(X, np.ndarray) and X.ndim == 2 else None)
             if ids is None:
                 ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, self._scaled(fidx, fval), np.arange(n + 1, dtype=np.int64), n)
@@ -671,19 +672,24 @@ class MulticlassSSVM(Estimator, base.Classifier):
         self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
         return preds
 
-    def _dense_ids(self, A):
+    def _dense_ids(self, A, scaler=None):
         """Predicted class ids of the rows of a dense 2-D array (already validated by the
         encoding) by one BLAS product with the learner's emission weights
         (``Learner.emission_weights``): column j is feature j + 1, feature 0 the bias
         (``FeatureIndex.encode_tokens``). The per-row kernel reads every weight once per row;
         the product reads them once per batch. The scores agree with the kernel's to rounding,
-        and ties go to the first class as in ``mc_decode``. ``None`` for learners without
-        dense emission weights."""
+        and ties go to the first class as in ``mc_decode``. With ``scaler`` (a
+        :class:`~streamssvm.scaling.ColumnScaler`) the rows are first divided by its column
+        divisors: the values the kernel would score, to the bit (``ColumnScaler.divisors``; the
+        bias is never scaled). ``None`` for learners without dense emission weights."""
         W = self._learner.emission_weights()
         d = A.shape[1]
         if W is None or W.shape[1] == 0 or W.shape[0] < d + 1:
             return None
-        S = np.asarray(A, dtype=np.float64) @ W[1:d + 1]
+        A = np.asarray(A, dtype=np.float64)
+        if scaler is not None:
+            A = A / scaler.divisors(d + 1)[1:]
+        S = A @ W[1:d + 1]
         S += W[0]
         return np.argmax(S, axis=1)
 
