@@ -14,7 +14,9 @@ from streamssvm._kernels import structops as so
 
 
 def test_viterbi_selectors_and_single_use_helpers_are_inlined():
-    for d in (CH.chain_viterbi, CH.chain_viterbi_with_support, CH.viterbi_support, CH._top_tags,
+    from streamssvm._kernels import chainsparse as CS
+    for d in (CH.chain_viterbi, CH.chain_viterbi_with_support, CH.viterbi_support, CH._top_tags, CH._viterbi_first,
+              CH._viterbi_unary, CH._viterbi_last, CH.chain_trans_sqnorm, CS.sp_sqnorm, CS.sp_trans_sqnorm,
               common.emission_sqnorm_tokens, common._token_table, common._stable_order, common._gram_entry):
         assert d.targetoptions.get("inline") == "always", d.py_func.__name__
 
