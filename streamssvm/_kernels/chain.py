@@ -116,7 +116,7 @@ VITERBI_SPARSE_MIN_K = 32
 VITERBI_TOP = 16
 
 
-@njit(inline="always", **_INNER)
+@njit(**_INNER)
 def _viterbi_first(S, B, scale, K, use_trans, ytrue, C, lw, V):
     for k in range(K):
         v = S[0, k]
@@ -127,7 +127,7 @@ def _viterbi_first(S, B, scale, K, use_trans, ytrue, C, lw, V):
         V[0, k] = v
 
 
-@njit(inline="always", **_INNER)
+@njit(**_INNER)
 def _viterbi_last(B, scale, L, K, use_trans, V, bp, out):
     best = -np.inf
     arg = 0
@@ -144,7 +144,7 @@ def _viterbi_last(B, scale, L, K, use_trans, V, bp, out):
     return best
 
 
-@njit(inline="always", **_INNER)
+@njit(**_INNER)
 def _viterbi_unary(S, ytrue, C, lw, t, K, V):
     """V[t, k] += S[t, k] + lw * C[ytrue[t], k] (the emission-like part of position t)."""
     for k in range(K):
@@ -204,7 +204,7 @@ def transition_support(T, K, max_nnz):
     return ptr, idx, q
 
 
-@njit(inline="always", **_INNER)
+@njit(**_INNER)
 def _top_tags(v, K, R, tv, tj):
     """The R largest entries of v[:K] in decreasing order, ties by increasing index (tv values,
     tj indices). Returns how many were kept (min(R, K))."""
@@ -400,7 +400,7 @@ def chain_levels(S, T, B, scale, L, K, use_trans, ytrue, V, hs, gs, Z):
     return c
 
 
-@njit(inline="always", **_INNER)
+@njit(**_INNER)
 def chain_trans_sqnorm(v, st, L, K, Kc, use_trans):
     """v + the transition part of ||Phi_x(st)||^2 of a chain statistic ``M | TM | BM`` (v: the
     emission part; the terms in the order of ``structops.Chain.stat_sqnorm``)."""

@@ -99,13 +99,13 @@ def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
     return v
 
 
-@njit(inline="always", **_INNER)
+@njit(**_INNER)
 def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
     """||Phi_x(st)||^2 (``structops.stat_sqnorm`` for the sparse layout; the pairs are distinct)."""
     return sp_trans_sqnorm(stat_emission_sqnorm(G, st, L, K, Kc), st, L, K, Kc, use_trans, Iar, kpos)
 
 
-@njit(inline="always", **_INNER)
+@njit(**_INNER)
 def sp_trans_sqnorm(v, st, L, K, Kc, use_trans, Iar, kpos):
     """v + the transition part of ||Phi_x(st)||^2 in the sparse layout (v: the emission part)."""
     if use_trans:

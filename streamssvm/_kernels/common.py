@@ -246,11 +246,7 @@ def stat_emission_sqnorm(G, st, nrow, K, Kc):
     return v
 
 
-# The Gram-free path below (``emission_sqnorm_tokens`` and its helpers, one caller each) is
-# inlined into its caller's numba IR: compiled apart, each piece would be optimized alone and
-# then again inside every caller on a cold start. Called from Python (tests) they compile as usual.
-
-@njit(inline="always", **_JIT)
+@njit(**_JIT)
 def _stable_order(v, a, n):
     """The stable ascending order of v[a:a + n] (what ``np.argsort(v[a:a + n], kind="mergesort")``
     returns: equal keys keep their order), by a bottom-up merge sort written out in loops: numba's
@@ -289,7 +285,7 @@ def _stable_order(v, a, n):
     return order
 
 
-@njit(inline="always", **_JIT)
+@njit(**_JIT)
 def _token_table(tok_ptr, fidx, fval, t, keys, vals):
     """Token t's features as a sorted table (keys ascending, distinct) into keys / vals; a
     repeated feature's value is the sum of its values in order from 0.0, as ``gram``'s ``mark``
@@ -310,7 +306,7 @@ def _token_table(tok_ptr, fidx, fval, t, keys, vals):
     return m
 
 
-@njit(inline="always", **_JIT)
+@njit(**_JIT)
 def _gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m):
     """``gram``'s G[t, s] (t <= s) from token t's table (``_token_table``): the sum over token s's
     values in order of mark_t[f] * v (the zero terms, which do not change the sum, left out)."""
@@ -330,7 +326,7 @@ def _gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m):
     return acc
 
 
-@njit(inline="always", **_JIT)
+@njit(**_JIT)
 def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
     """``stat_emission_sqnorm`` without a stored Gram matrix: the entries <x_t, x_s> it needs,
     those of two rows of ``st`` with non-zeros, computed from the tokens exactly as ``gram``
