@@ -15,6 +15,10 @@ from streamssvm._kernels import structops as so
 def test_viterbi_selectors_are_inlined():
     for d in (CH.chain_viterbi, CH.chain_viterbi_with_support, CH.viterbi_support):
         assert d.targetoptions.get("inline") == "always", d.py_func.__name__
+    # the two loops are shared by the decoders and have no Python entry (its unboxing would be
+    # compiled code of its own on every cold start; tests reach them through jitted callers)
+    for d in (CH.chain_viterbi_sparse, CH.chain_viterbi_dense):
+        assert d.targetoptions.get("no_cpython_wrapper"), d.py_func.__name__
 
 
 def _model(K, use_trans):

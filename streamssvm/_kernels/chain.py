@@ -154,7 +154,7 @@ def _viterbi_unary(S, ytrue, C, lw, t, K, V):
         V[t, k] += u
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
     """``chain_viterbi`` over every tag pair, O(L K^2): the previous tag j in the outer loop and
     the tag k in the inner one, so the inner loop runs along a row of T with a running best and
@@ -226,7 +226,7 @@ def _top_tags(v, K, R, tv, tj):
     return n
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support):
     """``chain_viterbi`` when few transition weights are non-zero, exactly: with supp(k) the
     previous tags j with T[j, k] != 0 (``transition_support``; any superset works),
