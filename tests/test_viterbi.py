@@ -85,10 +85,23 @@ def run(f, S, T, B, scale, L, K, use_trans, ytrue, C, lw, *extra):
     return val, out
 
 
+@njit
+def viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support):
+    """``chain.chain_viterbi_sparse`` called from Python (the loop itself is only called from
+    kernels and has no Python entry of its own)."""
+    return CH.chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support)
+
+
+@njit
+def viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
+    """``chain.chain_viterbi_dense`` called from Python (see ``viterbi_sparse``)."""
+    return CH.chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out)
+
+
 def sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
     ptr, idx, n = CH.transition_support(T, K, K * K)
     assert n == int((T[:K, :K] != 0).sum())
-    return CH.chain_viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, n))
+    return viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, n))
 
 
 def _flat(fn):
@@ -97,7 +110,7 @@ def _flat(fn):
         S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out)
 
 
-PATHS = {"auto": _flat(CH.chain_viterbi), "dense": _flat(CH.chain_viterbi_dense), "sparse": sparse}
+PATHS = {"auto": _flat(CH.chain_viterbi), "dense": _flat(viterbi_dense), "sparse": sparse}
 
 
 def check_all(S, T, B, scale, L, K, use_trans, ytrue, C, lw):
@@ -193,7 +206,7 @@ def test_superset_support_is_exact():
         ptr[j + 1] = len(idx)
     idx = np.array(idx, np.int32)
     def sparse_with(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
-        return CH.chain_viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, -2))
+        return viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, -2))
 
     val, lab = run(sparse_with, S, T, B, 1.0, L, K, True, ytrue, C, 0.2)
     assert val == ref_val and lab.tolist() == ref_lab.tolist()

@@ -100,6 +100,13 @@ def chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, m, out):
     return True
 
 
+# Compile structure: ``chain_viterbi``, ``chain_viterbi_with_support`` and ``viterbi_support`` only
+# choose between the two loops (``chain_viterbi_sparse``, ``chain_viterbi_dense``), so they are
+# inlined into their callers' numba IR (``inline="always"``; called from Python they compile as
+# usual): numba optimizes a separately compiled function together with all it calls, then again
+# inside every caller, and a selector compiled apart cost a cold start one more optimization of
+# both loops per decoder.
+
 #: The sparse Viterbi runs when at most this fraction of the K x K transition weights is non-zero
 #: (and K >= VITERBI_SPARSE_MIN_K); denser tables take the dense loop. Measured crossover (random
 #: T, L = 20, scan included): density ~0.25 at K = 48 and 472, ~0.2 at K = 96, ~0.05 at K = 24.
@@ -147,7 +154,7 @@ def _viterbi_unary(S, ytrue, C, lw, t, K, V):
         V[t, k] += u
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
     """``chain_viterbi`` over every tag pair, O(L K^2): the previous tag j in the outer loop and
     the tag k in the inner one, so the inner loop runs along a row of T with a running best and
@@ -219,7 +226,7 @@ def _top_tags(v, K, R, tv, tj):
     return n
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support):
     """``chain_viterbi`` when few transition weights are non-zero, exactly: with supp(k) the
     previous tags j with T[j, k] != 0 (``transition_support``; any superset works),
@@ -285,7 +292,7 @@ def chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, o
     return _viterbi_last(B, scale, L, K, use_trans, V, bp, out)
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def viterbi_support(T, K):
     """The transition support ``chain_viterbi`` would scan, for a T that stays fixed over many
     calls (a gap pass, a prediction batch): (ptr, idx, n) as ``transition_support``, n = -1 when
@@ -295,7 +302,7 @@ def viterbi_support(T, K):
     return transition_support(T, K, int(VITERBI_SPARSE_MAX_DENSITY * K * K))
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def chain_viterbi_with_support(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support):
     """``chain_viterbi`` with the support of T computed once by ``viterbi_support`` (T unchanged
     since): the same value and labeling, without the per-call scan of T.
@@ -318,7 +325,7 @@ def chain_viterbi_with_support(S, trans, scale, L, K, use_trans, ytrue, C, lw, w
     return chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out)
 
 
-@njit(**_JIT)
+@njit(inline="always", **_JIT)
 def chain_viterbi(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
     """Viterbi: argmax_y score(y) + lw * sum_t C[ytrue[t], y_t] (lw = 0: MAP) into ``out``;
     returns the maximum. V, bp: (>= L, >= K) work tables. Exact either way: the sparse DP of

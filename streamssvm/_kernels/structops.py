@@ -296,11 +296,15 @@ class Chain:
         return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
 
     def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
-        if L > 1:
-            return chain_viterbi_with_support(S, (w[1], w[2]), scale, L, model[1], model[3], ytrue, model[4],
-                                              loss_scale / chain_loss_norm(L, Ki), (scratch[1], scratch[2]), out,
-                                              support)
-        return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
+        # ``decode``'s body with the support given: both compile the same two Viterbi loops (the
+        # selectors ``chain_viterbi`` / ``chain_viterbi_with_support`` are inlined), and neither
+        # links the other
+        K, use_trans, C = model[1], model[3], model[4]
+        lw = loss_scale / chain_loss_norm(L, Ki)
+        if L == 1 and not use_trans:
+            return mc_decode(S, K, ytrue, C, lw, out)
+        return chain_viterbi_with_support(S, (w[1], w[2]), scale, L, K, use_trans, ytrue, C, lw,
+                                          (scratch[1], scratch[2]), out, support)
 
     def stat_size(kind, L, Kc):
         return L * Kc + Kc * Kc + 2 * Kc
@@ -649,7 +653,10 @@ def _per_structure(op, by_model):
         return None if cls is None else getattr(cls, name)
 
     select.__signature__ = inspect.signature(op)
-    overload(op, jit_options=_JIT)(select)
+    # a structure's body is only ever called from kernels (Python calls go through the ``_py_*``
+    # entry points below): no CPython wrapper, whose unboxing of the bundles is compiled code of
+    # its own on every cold start
+    overload(op, jit_options=_INNER)(select)
 
 
 for _op in _OPERATIONS:
