@@ -656,8 +656,7 @@ class BCFW(DenseWeights, Learner):
         growth (its tree would be rebuilt mid-run), no label-settling revisit, and up to the
         record after which a full gap pass is due (included: the pass runs after the call)."""
         st = self.store
-        if (st.eviction != "fifo" or st.max_bytes is not None or self._settle is not None or self._K == 0
-                or not self.bound or st.kind != MULTICLASS):
+        if not self._runs_allowed(st):
             return 0
         if st.capacity is not None:
             m = min(m, st.capacity - st.n)
@@ -752,11 +751,16 @@ class BCFW(DenseWeights, Learner):
         self._after_run(1, tick, None, (tok_ptr, fidx, lval, ytrue, self._mark, -1, -1))
         return int(preds[0]), (S if observed else None)
 
+    def _runs_allowed(self, st):
+        """Whether the kernel may take records of this store at all (:meth:`_run_length`): a
+        bound multiclass learner, a FIFO store bounded by count, no label-settling revisit."""
+        return (st.eviction == "fifo" and st.max_bytes is None and self._settle is None and self._K != 0
+                and self.bound and st.kind == MULTICLASS)
+
     def _room_for_one(self, st):
         """``_run_length(1) == 1``: one record may take the kernel (the same conditions, for
         one record: a full gap pass due after it runs after the call)."""
-        return (st.eviction == "fifo" and st.max_bytes is None and self._settle is None and self._K != 0
-                and self.bound and st.kind == MULTICLASS and (st.capacity is None or st.capacity > st.n)
+        return (self._runs_allowed(st) and (st.capacity is None or st.capacity > st.n)
                 and (bool(st.free) or st.meta.shape[0] > st.n_slots))
 
     def _after_run(self, c, tick, last, example=None):
