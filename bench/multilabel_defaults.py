@@ -80,7 +80,7 @@ Structure by the same CV was not added: with lambda by CV, independent labels lo
 pairwise default on letters (-0.049) and tied elsewhere on the tuning sets.
 
 Tried next (issue 23 item 9, branch r8-mlbeat), on the tuning sets only, and rejected there, so
-no held-out group was fixed or run: ``bench/multilabel_seen_sets.py``, a numpy prototype of the
+no held-out group was fixed or run: ``bench/archive/multilabel_seen_sets.py``, a numpy prototype of the
 library's objective (same column scaling, row normalization, bias, BCFW passes; batch instead
 of running statistics, lambda fixed from the start; with the full output space and independent
 labels it scores within 0.01 of the library's ``pairwise=False`` except on vote, 0.597 vs
@@ -110,7 +110,7 @@ Every variant loses on one text set. The nearest miss, the seen sets with pair p
 Brown without it (0.010); both are L2-normalized non-negative TF-IDF rows, so no rule on the
 input tells them apart. Without column scaling the Jaccard margin with lambda by CV also loses
 only Brown (-0.021 [-0.034, -0.007]). The lambda-by-CV columns are one run of ``python
-bench/multilabel_seen_sets.py`` (its default variants; the library's default in the same run
+bench/archive/multilabel_seen_sets.py`` (its default variants; the library's default in the same run
 scored as in the results, 0.636 on Brown), the 3x columns its variants ``seen/pair/ham/x3`` and
 ``seen/pair/ham/x3/unscaled``.
 On Brown the remaining gap is LinearSVC's squared hinge, not lambda or the solver: OvR
