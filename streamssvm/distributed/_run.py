@@ -251,7 +251,11 @@ class _Job:
                                       totals=[{k: i.get(k) for k in ("steps", "loss_start", "evicted",
                                                                      "removed", "removed_loss")} for i in infos])
         n_global = sum(i["n_blocks"] for i in infos)
-        self.get([w.apply.remote(mixed, n_global, done) for w in self.workers])
+        # the broadcast holds the entries that moved since the last mixed point (round self.round);
+        # a worker holding another one (restored from a cut) also gets the whole point
+        stale = [i.get("held_round") != self.round for i in infos]
+        whole = self.mixer.weights.remote() if any(stale) else None
+        self.get([w.apply.remote(mixed, n_global, done, whole if s else None) for w, s in zip(self.workers, stale)])
         committed = self.get(done) if done is not None else None
         if done is not None and committed is None:
             raise RuntimeError("the mixer lost the cut it was committing")
@@ -263,12 +267,13 @@ class _Job:
         t_cert = time.perf_counter() - t0 - t_learn - t_mix
         got = self.get(mixed)
         mix_bytes = got["bytes"]
+        whole_bytes = got["bytes_whole"] * sum(stale)
         seen = sum(i["examples_seen"] for i in infos)
         n_metric = sum(i["metrics"].get("n", 0) for i in infos) if all("n" in i["metrics"] for i in infos) else None
         rec = {"round": r, "examples_seen": seen, "new_examples": sum(i["n_new"] for i in infos),
                "n_blocks": n_global, "time": time.time(), "ended": all(i["ended"] for i in infos),
                "refine_passes": refine_passes, "bytes_up": sum(i["bytes_up"] for i in infos),
-               "bytes_down": mix_bytes * self.K, "seconds_learn": t_learn, "seconds_mix": t_mix,
+               "bytes_down": mix_bytes * self.K + whole_bytes, "seconds_learn": t_learn, "seconds_mix": t_mix,
                "seconds_certificate": t_cert, "gamma": got.get("gamma"),
                "sigma": got.get("sigma"), "overlap": got.get("overlap"),
                "parts_written": [_part_record(p) for p in written if p is not None],
