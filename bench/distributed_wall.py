@@ -237,7 +237,7 @@ def main(argv=None):
     for r in rows:
         print(r["peer"], fmt(r["wall"]), fmt(r["cpu"]), flush=True)
     import ray
-    ray.init(num_cpus=args.workers, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     try:
         for variant in ("",) if args.no_variants else ("", "async cuts", "lean"):
             rows.append(run_dist(data, args.n_features, "local", args, variant=variant))

@@ -20,7 +20,7 @@ LABELS = [0, 1, 2, 3]
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    sd.init_cluster("local", num_cpus=2)   # a private cluster, also when another runs on the machine
     try:
         yield
     finally:

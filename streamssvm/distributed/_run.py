@@ -30,14 +30,20 @@ def runtime_env():
 
 
 def init_cluster(cluster="local", num_cpus=None, **kwargs):
-    """Start a local Ray cluster (``"local"``) or connect to one (``"ray://host:port"`` or
-    ``"auto"``); a no-op when Ray is already initialized. Returns True when it started one."""
+    """Start a private local Ray cluster (``"local"``) or connect to one (``"ray://host:port"``
+    or ``"auto"``); a no-op when Ray is already initialized. Returns True when it started one.
+
+    ``"local"`` always starts a cluster of its own (``ray.init(address="local")``): without an
+    address Ray would join the cluster named by ``RAY_ADDRESS`` or by the last ``ray start`` /
+    ``ray.cluster_utils.Cluster`` on this machine (one left running by a killed job, say), and
+    refuse ``num_cpus`` there ("When connecting to an existing cluster, num_cpus and num_gpus
+    must not be provided"). To use a running cluster, pass its address or ``"auto"``."""
     if ray.is_initialized():
         return False
     kw = dict(include_dashboard=False, runtime_env=runtime_env(), log_to_driver=False)
     kw.update(kwargs)
     if cluster in (None, "local"):
-        ray.init(num_cpus=num_cpus, **kw)
+        ray.init(address="local", num_cpus=num_cpus, **kw)
     elif isinstance(cluster, str) and (cluster.startswith("ray://") or cluster == "auto"):
         kw.pop("include_dashboard", None)
         ray.init(address=cluster, **kw)
@@ -409,8 +415,8 @@ class RunOptions:
     task
         The engine task.
     workers, cluster
-        Number of worker actors; ``"local"`` (start a local Ray cluster unless Ray is already
-        initialized), ``"auto"`` or ``"ray://host:port"``; ``"inprocess"``: no Ray, the workers
+        Number of worker actors; ``"local"`` (start a private local Ray cluster unless Ray is
+        already initialized -- also when another cluster runs on the machine), ``"auto"`` or ``"ray://host:port"``; ``"inprocess"``: no Ray, the workers
         and the mixer are plain objects in this process called in turn -- the same rounds and
         numbers as on Ray, for pass counts at many workers on a small machine, not for wall time
         (:mod:`streamssvm.distributed._inprocess`).
