@@ -229,3 +229,51 @@ def test_incremental_parts_load_as_the_whole_part_and_write_only_changed_chunks(
     with pytest.warns(RuntimeWarning, match="missing or corrupt"):
         got = CutStore(tmp_path / "ck").latest()
     assert got is None or got[0]["round"] < 5
+
+
+def test_parts_patch_the_few_changed_words_of_spread_changes_and_load_them_exactly(tmp_path):
+    """Weight-sum-like changes (a few entries in half the rows: one per 4 KiB chunk or so) are
+    written as patches -- the changed 8-byte words on top of the previous part's array -- in a
+    fraction of the bytes of their chunks; chains of patches load bit for bit, also after the
+    array went back to chunks (a dense change) and across a whole part; a missing older part
+    fails the load."""
+    from streamssvm.checkpoint import save_state
+    from streamssvm.distributed._cut import CHUNKS_KEY, PATCH_KEY, PART_KIND, PartChunker, file_sha256, load_part
+    rng = np.random.default_rng(0)
+    E = rng.normal(size=(400, 64)) * (rng.random((400, 64)) < 0.05)
+    arena = np.arange(40_000, dtype=np.int64)
+    ch = PartChunker(full_every=5)
+    parts_dir = tmp_path / "parts"
+    kinds, sizes = [], []
+    for r in range(1, 9):
+        E = E.copy()
+        if r == 4:   # a dense change: chunks again
+            E += 1.0
+        else:
+            rows = rng.choice(400, size=200, replace=False)
+            E[rows, rng.integers(0, 64, size=200)] += rng.normal(size=200)
+        E[0, 0] = -0.0 if r == 6 else E[0, 0]   # a sign bit alone is a change
+        arena = arena.copy()
+        arena[r * 2000:r * 2000 + 2000] += 1  # a contiguous change: chunks
+        rel = f"round-{r:08d}/worker-0000.ssvm"
+        st = ch.split({"model": {"E": E, "arena": arena}, "n": r}, r, rel)
+        p = save_state(parts_dir / rel, st, kind=PART_KIND)
+        ch.written(r, p, file_sha256(p))
+        kinds.append((next(iter(st["model"]["E"])), next(iter(st["model"]["arena"]))))
+        e = st["model"]["E"]
+        sizes.append(16 * int(e[PATCH_KEY]["patch"][2]) if PATCH_KEY in e else None)   # bytes of E's patch
+        got, _ = load_part(p, kind=PART_KIND)
+        assert got["n"] == r
+        assert np.array_equal(got["model"]["E"].view(np.uint64), E.view(np.uint64))
+        np.testing.assert_array_equal(got["model"]["arena"], arena)
+    assert kinds[0] == (CHUNKS_KEY, CHUNKS_KEY)        # whole
+    assert kinds[1][0] == PATCH_KEY and kinds[2][0] == PATCH_KEY and kinds[3][0] == CHUNKS_KEY
+    assert kinds[4][0] == PATCH_KEY                    # patches on the chunks of round 4
+    assert kinds[5][0] == CHUNKS_KEY                   # the 5th part after a whole one: whole
+    assert all(k[1] == CHUNKS_KEY for k in kinds)
+    assert sizes[1] < 0.1 * E.nbytes and sizes[2] < 0.1 * E.nbytes   # 200 words: 3.2 KB of 200 KB
+    # the patch of round 3 needs the packs of rounds 1 and 2
+    import os
+    os.unlink(parts_dir / "round-00000002" / "worker-0000.ssvm")
+    with pytest.raises(Exception):
+        load_part(parts_dir / "round-00000003" / "worker-0000.ssvm", kind=PART_KIND)

@@ -45,6 +45,8 @@ CUT_KIND = "streamssvm.distributed.cut"
 PART_KIND = "streamssvm.distributed.part"
 #: the key of an array stored as chunks of this and earlier parts (an incremental part)
 CHUNKS_KEY = "streamssvm.chunks"
+#: the key of an array stored as the previous part's array and the 8-byte words that changed
+PATCH_KEY = "streamssvm.patch"
 
 
 def file_sha256(path):
@@ -76,7 +78,13 @@ class PartChunker:
     whole, which bounds the chain and the space old packs hold.
 
     Comparing with the previous part's arrays (kept in memory, the snapshot's own copies) costs
-    one pass over the bytes, no hashing; the file written holds the changed chunks only.
+    one pass over the bytes, no hashing; the file written holds the changed chunks only -- or,
+    when fewer bytes, the changed 8-byte words alone (a *patch*: their positions and values on
+    top of the previous part's array, ``{PATCH_KEY: {"dtype", "shape", "base", "patch"}}`` with
+    ``base`` that array's previous description and ``patch`` = ``(round, offset, count)``). A
+    round's change of the weight sums touches few entries spread over half the rows (Brown, 472
+    tags: 0.7% of the entries, one per 4 KiB chunk or so): a patch holds them in 1/20 of the bytes
+    of the chunks. Patches chain back to the last whole part at most.
     """
 
     def __init__(self, chunk_bytes=1 << 12, min_bytes=1 << 14, full_every=8):
@@ -85,7 +93,7 @@ class PartChunker:
 
     def reset(self):
         """Forget the previous part (the next part is whole)."""
-        self.prev = {}      # tree path -> (uint8 bytes of the array, chunk rows (m, 3))
+        self.prev = {}      # tree path -> (uint8 bytes of the array, its description, pack rounds it uses)
         self.packs = {}     # round -> {"file": path relative to parts/, "path", "sha256"} of packs in use
         self.since_full = None
 
@@ -111,8 +119,29 @@ class PartChunker:
             rows = np.empty((m, 3), dtype=np.int64)
             same = np.zeros(m, dtype=bool)
             old = prev.get(path)
-            if old is not None and old[0].size > 0:
-                pb, prow = old
+            if old is not None and old[0].size == b.size and b.size % 8 == 0 and C % 8 == 0:
+                # the changed 8-byte words: as a patch on the previous array, or their chunks
+                pos = np.flatnonzero(b.view(np.uint64) != old[0].view(np.uint64))
+                changed = np.unique(pos // (C // 8))
+                chunk_bytes = C * changed.size - (C * m - b.size if changed.size and changed[-1] == m - 1 else 0)
+                if 16 * pos.size < chunk_bytes:
+                    words = b.view(np.uint64)[pos]
+                    pack.append(pos.astype(np.int64).view(np.uint8))
+                    pack.append(words.view(np.uint8))
+                    desc = {PATCH_KEY: {"dtype": str(v.dtype), "shape": list(v.shape), "base": old[1],
+                                        "patch": np.array([r, offset[0], pos.size], dtype=np.int64)}}
+                    offset[0] += 16 * pos.size
+                    rounds = old[2] | {r}
+                    used.update(rounds)
+                    new_prev[path] = (b, desc, rounds)
+                    return desc
+                if isinstance(old[1], dict) and CHUNKS_KEY in old[1]:
+                    same[:] = True
+                    same[changed] = False
+                    prow = old[1][CHUNKS_KEY]["chunks"]
+                    rows[same] = prow[same]
+            elif old is not None and old[0].size > 0 and CHUNKS_KEY in old[1]:
+                pb, prow = old[0], old[1][CHUNKS_KEY]["chunks"]
                 k = min(b.size, pb.size) // C   # whole chunks present in both
                 if k:
                     w = C // 8 if C % 8 == 0 else None
@@ -134,9 +163,11 @@ class PartChunker:
                     rows[new[-1]] = (r, offset[0], tail.size)
                     pack.append(tail)
                     offset[0] += tail.size
-            used.update(int(x) for x in np.unique(rows[:, 0]))
-            new_prev[path] = (b, rows)
-            return {CHUNKS_KEY: {"dtype": str(v.dtype), "shape": list(v.shape), "chunks": rows}}
+            rounds = {int(x) for x in np.unique(rows[:, 0])}
+            used.update(rounds)
+            desc = {CHUNKS_KEY: {"dtype": str(v.dtype), "shape": list(v.shape), "chunks": rows}}
+            new_prev[path] = (b, desc, rounds)
+            return desc
 
         out = walk(state, "")
         used.discard(r)
@@ -172,6 +203,19 @@ def load_part(path, kind=PART_KIND):
 
     def walk(v):
         if isinstance(v, dict):
+            if PATCH_KEY in v and len(v) == 1:
+                c = v[PATCH_KEY]
+                q, o, n = (int(x) for x in np.asarray(c["patch"], dtype=np.int64).reshape(3))
+                a = walk(c["base"])   # (a copy of its own)
+                try:
+                    raw = packs[q][o:o + 16 * n]
+                    words = a.reshape(-1).view(np.uint64)
+                    words[raw[:8 * n].view(np.int64)] = raw[8 * n:].view(np.uint64)
+                except (KeyError, ValueError, IndexError) as e:
+                    raise CheckpointError(f"{path}: a patched array does not fit its packs ({e})") from None
+                if str(a.dtype) != c["dtype"] or list(a.shape) != list(c["shape"]):
+                    raise CheckpointError(f"{path}: a patched array does not fit its base")
+                return a
             if CHUNKS_KEY in v and len(v) == 1:
                 c = v[CHUNKS_KEY]
                 rows = np.asarray(c["chunks"], dtype=np.int64).reshape(-1, 3)
