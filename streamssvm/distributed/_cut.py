@@ -27,7 +27,10 @@ rounds since are learned again, each message once. The last cut of a job is sync
 Incremental parts (``run(incremental_cuts=True)``, the default; :class:`PartChunker`): a part
 holds only the chunks of its large arrays that changed since the worker's previous part and
 names the older parts holding the others (``deps`` of the cut's part entry, verified by
-:meth:`CutStore.latest`, kept by :meth:`CutStore._clean` while a kept cut needs them).
+:meth:`CutStore.latest`, kept by :meth:`CutStore._clean` while a kept cut needs them). The
+mixer's state (the mixed weights and their average) is written the same way, as a part of its
+own (``parts/round-N/mixer.ssvm``, the cut's ``mixer_part``), so a cut of a round that moved
+0.7% of the weights' entries writes about those, not the whole weights twice.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import CheckpointManager, load_state
+from ..checkpoint import CheckpointManager, load_state, save_state
 from ..errors import CheckpointError
 
 CUT_KIND = "streamssvm.distributed.cut"
@@ -246,8 +249,10 @@ class CutStore:
     (1, 1)
     """
 
-    def __init__(self, directory, keep=3):
+    def __init__(self, directory, keep=3, incremental=True):
         self.directory = Path(directory)
+        # the mixer's state as an incremental part of its own (None: inside the cut, whole)
+        self.chunker = PartChunker() if incremental else None
         self.cuts = CheckpointManager(self.directory / "cuts", keep=keep)
         self.parts_dir = self.directory / "parts"
         # the part directories each kept cut names, by the cut's file name: a cut is read once
@@ -265,11 +270,30 @@ class CutStore:
                 raise CheckpointError(f"round {round_id}: the part of worker {p['worker']} is missing ({path})")
             if file_sha256(path) != p["sha256"]:
                 raise CheckpointError(f"round {round_id}: the part of worker {p['worker']} does not match its checksum")
-        state = {"round": int(round_id), "parts": [dict(p) for p in parts], "mixer": mixer_state}
+        state = {"round": int(round_id), "parts": [dict(p) for p in parts]}
+        if self.chunker is None:
+            state["mixer"] = mixer_state
+        else:
+            state["mixer_part"] = self._write_mixer_part(round_id, mixer_state)
         out = self.cuts.save(state, kind=CUT_KIND, meta=dict(meta or {}, round=int(round_id)))
-        self._names[Path(out).name] = {Path(d["path"]).parent.name for p in parts for d in [p, *p.get("deps", [])]}
+        self._names[Path(out).name] = _named_dirs(state)
         self._clean()
         return out
+
+    def _write_mixer_part(self, round_id, mixer_state):
+        """The mixer's state as an incremental part (durable, then described): ``{"path",
+        "sha256", "deps"}``. Its arrays are copied first: the chunker keeps them to compare the
+        next state with."""
+        path = self.part_path(round_id, 0).with_name("mixer.ssvm")
+        rel = f"{path.parent.name}/{path.name}"
+        try:
+            st = self.chunker.split({"mixer": copy_arrays(mixer_state)}, int(round_id), rel)
+            p = save_state(path, st, kind=PART_KIND, meta={"mixer": True, "round": int(round_id)})
+            sha = file_sha256(p)
+        except BaseException:
+            self.chunker.reset()   # what it kept may name a part that was not written
+            raise
+        return {"path": str(p), "sha256": sha, "deps": self.chunker.written(round_id, p, sha)}
 
     def _clean(self):
         """Drop the part directories that no kept cut names any more."""
@@ -282,7 +306,7 @@ class CutStore:
                     st, _ = self.cuts.load(c)
                 except CheckpointError:
                     continue
-                got = {Path(d["path"]).parent.name for p in st["parts"] for d in [p, *p.get("deps", [])]}
+                got = _named_dirs(st)
             names[Path(c).name] = got
             keep |= got
         self._names = names
@@ -300,12 +324,33 @@ class CutStore:
         for path in reversed(self.cuts.list()):
             try:
                 st, _ = self.cuts.load(path)
-                for p in st["parts"]:
+                mp = st.get("mixer_part")
+                for p in st["parts"] + ([dict(mp, worker="mixer")] if mp is not None else []):
                     for d in [p, *p.get("deps", [])]:
                         pp = Path(d["path"])
                         if not pp.exists() or file_sha256(pp) != d["sha256"]:
                             raise CheckpointError(f"{path}: the part of worker {p['worker']} is missing or corrupt")
+                if mp is not None:
+                    st["mixer"] = load_part(mp["path"])[0]["mixer"]
                 return st, path
             except CheckpointError as e:
                 warnings.warn(f"skipping cut: {e}", RuntimeWarning, stacklevel=2)
         return None
+
+
+def _named_dirs(cut):
+    """The part directories a cut's state names (its parts, the mixer's, and their deps)."""
+    mp = cut.get("mixer_part")
+    return {Path(d["path"]).parent.name for p in cut["parts"] + ([mp] if mp is not None else [])
+            for d in [p, *p.get("deps", [])]}
+
+
+def copy_arrays(tree):
+    """``tree`` with every array copied (dicts and lists rebuilt, other leaves shared)."""
+    if isinstance(tree, np.ndarray):
+        return tree.copy()
+    if isinstance(tree, dict):
+        return {k: copy_arrays(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(copy_arrays(v) for v in tree)
+    return tree

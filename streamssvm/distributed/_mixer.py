@@ -37,7 +37,7 @@ class Mixer:
     """
 
     def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3, line_search=False,
-                 adaptive=False, averaging=False):
+                 adaptive=False, averaging=False, incremental_cuts=True):
         self.n_workers = int(n_workers)
         # adaptive (BCFW): the next round's sigma' is this round's measured overlap of the workers'
         # changes, and gamma comes from the exact line search (see :mod:`._bcfw`)
@@ -56,7 +56,8 @@ class Mixer:
         self.averaging = bool(averaging) and kind == "bcfw"
         self.average = self._no_average() if self.averaging else None
         self.restarted_average = False   # the restored cut held no average (see _restore_average)
-        self.cuts = CutStore(directory, keep=keep) if directory is not None else None
+        # incremental_cuts: the mixer's state goes into each cut as an incremental part of its own
+        self.cuts = CutStore(directory, keep=keep, incremental=incremental_cuts) if directory is not None else None
         self._staged = {}         # round -> (mixer state, meta) of an asynchronous cut
         self._committing = None   # the staged cut being committed by a background thread
 

@@ -192,7 +192,7 @@ class _Job:
             MixerActor = ray.remote(Mixer).options(num_cpus=0, max_restarts=0)
             WorkerActor = ray.remote(Worker).options(num_cpus=self.worker_cpus, max_restarts=0)
         self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep,
-                                       self.line_search, self.adaptive, self.averaging)
+                                       self.line_search, self.adaptive, self.averaging, self.incremental_cuts)
         self.workers = [WorkerActor.remote(k, self.K, self.worker_template.clone(), self.task, self.shards[k],
                                            self.kind, self.lam, self.beta, self.job_id, self.loss_sums,
                                            self.incremental_cuts)

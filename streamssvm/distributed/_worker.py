@@ -31,7 +31,7 @@ from ..connectors.base import Record, Source
 from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
 from ..step import BAD, LEARNED, Outcome, reason_of, send_dead_letter, step
-from ._cut import PART_KIND, PartChunker, file_sha256, load_part
+from ._cut import PART_KIND, PartChunker, copy_arrays, file_sha256, load_part
 from ._bcfw import unbound_window, window_share
 from ._mix import average_step, make_mixing, union_lam
 from ._sparse import nbytes, pack
@@ -65,17 +65,6 @@ def _partition(origin):
         return int(origin.rsplit("/", 1)[1].split("@", 1)[0])
     except (IndexError, ValueError, AttributeError):
         return -1
-
-
-def _copy_arrays(tree):
-    """``tree`` with every array copied (dicts and lists rebuilt, other leaves shared)."""
-    if isinstance(tree, np.ndarray):
-        return tree.copy()
-    if isinstance(tree, dict):
-        return {k: _copy_arrays(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_copy_arrays(v) for v in tree)
-    return tree
 
 
 class _PartWrite:
@@ -358,7 +347,7 @@ class Worker:
                           block_partitions=np.asarray(self.block_partitions, dtype=np.int64),
                           sigma=float(getattr(self.mixing, "sigma", 1.0)),
                           loss_next=getattr(self.mixing, "loss_next", None))
-        state = _copy_arrays(state)
+        state = copy_arrays(state)
         self._cut_positions[int(round_id)] = copy.deepcopy(self.position)
         snap = {"snapshot": time.perf_counter() - t0, "snapshot_cpu": time.process_time() - c0}
         self._part = _PartWrite(self, int(round_id), Path(path), state, snap)
