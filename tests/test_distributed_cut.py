@@ -277,3 +277,60 @@ def test_parts_patch_the_few_changed_words_of_spread_changes_and_load_them_exact
     os.unlink(parts_dir / "round-00000002" / "worker-0000.ssvm")
     with pytest.raises(Exception):
         load_part(parts_dir / "round-00000003" / "worker-0000.ssvm", kind=PART_KIND)
+
+
+def test_the_mixer_state_is_an_incremental_part_of_the_cut(tmp_path):
+    """With incremental cuts the cut names the mixer's own part (the mixed weights and the
+    average as patches on the previous round's), which ``latest`` verifies and reads back bit for
+    bit -- the mixer restored from it holds the same weights and average; a missing older mixer
+    part invalidates the cuts that need it (the job restarts from an older cut); without
+    incremental cuts the mixer's state stays inside the cut, whole."""
+    from streamssvm.distributed._cut import CutStore
+    from streamssvm.distributed._mixer import Mixer
+    from streamssvm.distributed._worker import Worker
+    rng = np.random.default_rng(4)
+    X = [rng.normal(size=2000) * (rng.random(2000) < 0.003) for _ in range(400)]   # few features a round
+    Y = [int(np.argmax(x[:4])) for x in X]
+    model = ss.MulticlassSSVM(labels=[0, 1, 2, 3], scale=False, learner=ss.learners.BCFW(
+        lam=0.01, averaging=False, gap_every=None, seed=0))
+    mixer = Mixer(2, "bcfw", 0.01, 2.0, tmp_path / "ck", keep=10, line_search=True, averaging=True)
+    workers = [Worker(k, 2, model.clone(), "multiclass", {"kind": "arrays", "X": X, "Y": Y}, "bcfw", 0.01, 2.0,
+                      line_search=True) for k in range(2)]
+    mixer.cuts.chunker.min_bytes, mixer.cuts.chunker.chunk_bytes = 256, 64   # small weights, chunked as large ones
+    states = {}
+    for r in range(1, 5):
+        outs = [w.learn_round(10) for w in workers]
+        infos = [i for i, _ in outs]
+        mixed = mixer.mix(r, [i["n_blocks"] for i in infos], *[d for _, d in outs],
+                          loss_deltas=[i["loss_delta"] for i in infos],
+                          totals=[{k: i.get(k) for k in ("steps", "loss_start", "evicted", "removed", "removed_loss")}
+                                  for i in infos])
+        for w in workers:
+            w.apply(mixed, sum(i["n_blocks"] for i in infos))
+        parts = [w.save_part(r, mixer.part_path(r, w.index)) for w in workers]
+        mixer.commit(r, parts, {"round": r})
+        states[r] = mixer.state()
+        st, path = CutStore(tmp_path / "ck").latest()
+        raw, _ = mixer.cuts.cuts.load(path)
+        assert "mixer" not in raw and raw["mixer_part"]["path"].endswith(f"round-{r:08d}/mixer.ssvm")
+        assert [d["round"] for d in raw["mixer_part"]["deps"]] == list(range(1, r))
+        for k, v in states[r]["start"].items():
+            assert np.array_equal(st["mixer"]["start"][k].view(np.uint64), v.view(np.uint64))
+        for k, v in states[r]["average"]["U"].items():
+            assert np.array_equal(st["mixer"]["average"]["U"][k].view(np.uint64), v.view(np.uint64))
+        assert st["mixer"]["history"] == states[r]["history"]
+    again = Mixer(2, "bcfw", 0.01, 2.0, tmp_path / "ck", line_search=True, averaging=True)
+    assert again.restore()["round"] == 4
+    assert all(np.array_equal(again.start[k], v) for k, v in states[4]["start"].items())
+    # the mixer part of round 2 is gone: the cuts of rounds 2..4 need it, round 1's is whole
+    import os
+    os.unlink(tmp_path / "ck" / "parts" / "round-00000002" / "mixer.ssvm")
+    with pytest.warns(RuntimeWarning, match="missing or corrupt"):
+        st, _ = CutStore(tmp_path / "ck").latest()
+    assert st["round"] == 1
+    assert all(np.array_equal(st["mixer"]["start"][k], v) for k, v in states[1]["start"].items())
+    # not incremental: inside the cut
+    plain = Mixer(1, "bcfw", 0.01, 1.0, tmp_path / "plain", incremental_cuts=False)
+    plain.commit(1, [], {"round": 1})
+    raw, _ = plain.cuts.cuts.load(plain.cuts.cuts.list()[-1])
+    assert "mixer" in raw and "mixer_part" not in raw
