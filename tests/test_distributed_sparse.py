@@ -122,3 +122,30 @@ def test_a_worker_without_the_previous_point_needs_the_whole_point(tmp_path):
     for w in workers:
         held = w.model.bound_learner.parameters()
         assert all(np.array_equal(_bits(held[k]), _bits(got[k])) for k in got)
+
+
+@pytest.mark.parametrize("gamma", [0.5, 1.0, 2.0 / 3.0, -1.0, 0.0])
+def test_combine_packed_is_the_dense_combine_bit_for_bit(gamma):
+    """Listed entries, unlisted ones (-0.0 in the start included), a key only in the start, a key
+    only in the deltas, a delta sent dense, and shapes that differ (the dense fallback)."""
+    from streamssvm.distributed._sparse import combine_packed
+    rng = np.random.default_rng(7)
+    start = {"E": rng.normal(size=(60, 9)) * (rng.random((60, 9)) < 0.5), "T": rng.normal(size=(3, 3)),
+             "B": np.zeros((2, 9))}
+    start["E"][0, :3] = -0.0
+    start["E"][1, 1] = np.nan
+
+    def sparse_delta():
+        d = np.zeros((60, 9))
+        d.flat[rng.choice(d.size, 30, replace=False)] = rng.normal(size=30)
+        d[0, 0] = -0.0
+        return d
+
+    deltas = [{"E": sparse_delta(), "T": rng.normal(size=(3, 3))},            # T goes dense
+              {"E": sparse_delta(), "C": np.eye(4) * (np.arange(4) == 1)},  # C only in a delta
+              {"E": sparse_delta(), "T": np.zeros((4, 4))}]                 # T of another shape
+    want = combine(start, deltas, gamma)
+    got = combine_packed(start, [pack(d) for d in deltas], gamma)
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert got[k].shape == want[k].shape and np.array_equal(_bits(got[k]), _bits(want[k])), k

@@ -11,7 +11,7 @@ from ..certificate import Certificate
 from ..errors import CheckpointError
 from ._cut import CutStore
 from ._mix import average_step, combine, union_lam
-from ._sparse import Changes, unpack
+from ._sparse import Changes, combine_packed, unpack
 from ._bcfw import average_weight, line_step, overlap
 
 
@@ -216,19 +216,19 @@ class Mixer:
         gamma = self.gamma
         # the workers send their deltas sparse (._sparse.pack): dense again here, and mixed by the
         # same operations in the same order as dense deltas (the same bits)
-        deltas = [unpack(d) for d in deltas]
+        packed, deltas = list(deltas), [unpack(d) for d in deltas]
         # blocks the workers evicted leave the union's sums whole: U^0 - sum_k R_k (see ._bcfw,
         # "Eviction windows per worker"); the held blocks' changes are blended
         removed = [t["removed"] for t in (totals or []) if t.get("removed")]
         base = combine(self.start, removed, -1.0) if removed else self.start
         if self.line_search and loss_deltas is not None and None not in loss_deltas:
-            S = combine({}, list(deltas), 1.0)
+            S = combine_packed({}, packed, 1.0)   # = combine({}, deltas, 1.0)
             gamma = line_step(base, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
         rho = overlap(list(deltas)) if self.kind == "bcfw" else None
         if self.adaptive and rho is not None:
             self.sigma = float(min(max(ADAPTIVE_MARGIN * rho, 1.0), self.n_workers))
         previous, base_round = self.start, self.round
-        self.start = combine(base, list(deltas), gamma)
+        self.start = combine_packed(base, packed, gamma)   # = combine(base, deltas, gamma), bit for bit
         self.n_global = n
         self.round = int(round_id)
         # the broadcast: the entries where the mixed point moved since the last one, which every

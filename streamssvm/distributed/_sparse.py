@@ -153,3 +153,43 @@ class Changes:
 
     def __setstate__(self, st):
         self.base_round, self.round, self.arrays = st
+
+
+def combine_packed(start, deltas, gamma):
+    """``start + gamma * sum(deltas)`` for packed deltas (:func:`pack`), the same bits as
+    :func:`streamssvm.distributed._mix.combine` of the dense deltas, in a pass over ``start`` and
+    work on the listed entries only: an entry no delta lists is ``start + gamma * 0.0`` there
+    (``start + 0.0``, which turns -0.0 into 0.0, for gamma >= 0; ``start`` itself for gamma < 0),
+    a listed one ``start + gamma * ((0.0 + d_1) + d_2 ...)`` with the deltas in their order. An
+    array whose shapes differ or that some delta sends dense is combined dense.
+
+    >>> a = {"E": np.array([[1.0, -0.0], [2.0, 3.0]])}
+    >>> d = [pack({"E": np.array([[0.0, 0.0], [0.0, 1.0]])}), pack({"E": np.array([[0.5, 0.0], [0.0, 1.0]])})]
+    >>> combine_packed(a, d, 0.5)["E"].tolist(), combine_packed({}, d, 1.0)["E"].tolist()
+    ([[1.25, 0.0], [2.0, 4.0]], [[0.5, 0.0], [0.0, 2.0]])
+    """
+    from ._mix import combine
+    gamma = float(gamma)
+    keys = set(start).union(*deltas) if deltas else set(start)
+    out = {}
+    for k in sorted(keys):
+        listed = [d[k] for d in deltas if k in d]
+        s = None if k not in start else np.asarray(start[k], dtype=np.float64)
+        shape = listed[0].shape if s is None and listed else (None if s is None else s.shape)
+        if shape is None or not all(isinstance(v, SparseArray) and v.shape == shape for v in listed):
+            part = {k: start[k]} if k in start else {}
+            out[k] = combine(part, [{k: v.dense() if isinstance(v, SparseArray) else v} for v in listed], gamma)[k]
+            continue
+        idx = np.unique(np.concatenate([v.index.astype(np.int64) for v in listed])) if listed else \
+            np.zeros(0, dtype=np.int64)
+        acc = np.zeros(idx.size)
+        for v in listed:
+            acc[np.searchsorted(idx, v.index)] += v.values
+        if s is None:   # combine: 0.0 + gamma * acc
+            o = np.zeros(shape)
+            o.reshape(-1)[idx] = 0.0 + gamma * acc
+        else:
+            o = s + 0.0 if gamma >= 0.0 else s.copy()
+            o.reshape(-1)[idx] = s.reshape(-1)[idx] + gamma * acc
+        out[k] = o
+    return out
