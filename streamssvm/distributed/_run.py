@@ -471,7 +471,11 @@ class RunOptions:
         dual blocks' arenas, the weights -- that changed since its previous part, and names the
         older parts holding the rest (every 8th part, and the first after a restart, is whole);
         a cut is valid only when those verify too, and they are kept while a kept cut needs
-        them (:class:`~streamssvm.distributed._cut.PartChunker`). False: every part whole.
+        them (:class:`~streamssvm.distributed._cut.PartChunker`); an array whose changed 8-byte
+        words take fewer bytes than their chunks (the weight sums: a round moves few entries
+        spread over many rows) is written as a patch of those words. The mixer's state (the
+        mixed weights, their average) is an incremental part of its own. False: every part
+        whole, the mixer's state inside the cut.
     on_round
         ``on_round(record, job)`` after every round (tests use it to kill a worker); with
         ``async_cuts`` the round's own cut is still being written then.
