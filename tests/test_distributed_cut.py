@@ -334,3 +334,23 @@ def test_the_mixer_state_is_an_incremental_part_of_the_cut(tmp_path):
     plain.commit(1, [], {"round": 1})
     raw, _ = plain.cuts.cuts.load(plain.cuts.cuts.list()[-1])
     assert "mixer" in raw and "mixer_part" not in raw
+
+
+def test_an_unchanged_array_after_a_patch_is_not_written_again(tmp_path):
+    """Before: an array unchanged since a part that patched it was written whole (no chunk of the
+    previous part held it, and an empty patch was not taken): the last cut of a Brown job wrote
+    the 61 MiB weights again."""
+    from streamssvm.checkpoint import save_state
+    from streamssvm.distributed._cut import PATCH_KEY, PART_KIND, PartChunker, file_sha256, load_part
+    E = np.zeros((300, 64))
+    ch = PartChunker()
+    for r in range(1, 4):
+        if r == 2:
+            E = E.copy()
+            E[::3, 5] = 1.0   # a patch
+        rel = f"round-{r:08d}/worker-0000.ssvm"
+        st = ch.split({"E": E}, r, rel)
+        p = save_state(tmp_path / "parts" / rel, st, kind=PART_KIND)
+        ch.written(r, p, file_sha256(p))
+        np.testing.assert_array_equal(load_part(p, kind=PART_KIND)[0]["E"], E)
+    assert PATCH_KEY in st["E"] and int(st["E"][PATCH_KEY]["patch"][2]) == 0 and st["pack"].nbytes == 0

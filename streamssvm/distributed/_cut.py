@@ -127,7 +127,9 @@ class PartChunker:
                 pos = np.flatnonzero(b.view(np.uint64) != old[0].view(np.uint64))
                 changed = np.unique(pos // (C // 8))
                 chunk_bytes = C * changed.size - (C * m - b.size if changed.size and changed[-1] == m - 1 else 0)
-                if 16 * pos.size < chunk_bytes:
+                # (after a patch no chunk of the previous part holds the array's bytes: the
+                # alternative to a patch is then the whole array)
+                if 16 * pos.size < (chunk_bytes if CHUNKS_KEY in old[1] else b.size):
                     words = b.view(np.uint64)[pos]
                     pack.append(pos.astype(np.int64).view(np.uint8))
                     pack.append(words.view(np.uint8))
