@@ -193,7 +193,7 @@ def main():
     ncpu = os.cpu_count() or 1
     t_init = time.perf_counter()
     if any(c[3] == "local" for st in sets for c in st[7]):
-        ray.init(num_cpus=ncpu, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+        ray.init(address="local", num_cpus=ncpu, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     t_init = time.perf_counter() - t_init
     import tempfile
     rows = []

@@ -73,7 +73,7 @@ def main():
     X_tr, y_tr, _, _ = ocr_letters()
     X, Y = list(X_tr[:a.n]), [int(v) for v in y_tr[:a.n]]
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     print(f"ray start {time.perf_counter() - t0:.1f} s", flush=True)
     job(X[:400], Y[:400], True)   # warm-up: numba compiles in the workers
     modes = {m: MODES[m] for m in a.modes.split(";")}

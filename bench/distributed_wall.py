@@ -197,10 +197,21 @@ def run_dist(data, n_features, cluster, args, variant=""):
             "first_round_learn": None if first is None else max(w["round_seconds"] for w in first["workers"]),
             "worker_learn_cpu": [w["learn_cpu"] for w in h[-1]["workers"]] if h else [],
             "bytes_per_round": (h[0]["bytes_up"] + h[0]["bytes_down"]) if h else 0,
+            "mean_bytes_per_round": sum(r["bytes_up"] + r["bytes_down"] for r in h) / max(len(h), 1),
+            "weights_bytes": int(sum(getattr(res.model.bound_learner.W, k).nbytes for k in ("E", "T", "B")))
+            if res.model.bound_learner is not None else 0,
+            "part_bytes_per_cut": _part_bytes(h),
             "rounds_detail": [{k: r[k] for k in ("round", "new_examples", "seconds", "seconds_learn", "seconds_mix",
                                                   "seconds_certificate", "seconds_checkpoint", "bytes_up",
                                                   "bytes_down")}
                               | {"worker_seconds": [w["round_seconds"] for w in r["workers"]]} for r in h]}
+
+
+def _part_bytes(h):
+    """Mean bytes of the workers' parts written per cut (the mixer's own part not counted)."""
+    sizes = [sum(p["bytes"] for p in r.get("cut_parts", []) + r.get("parts_written", [])) for r in h]
+    sizes = [v for v in sizes if v]
+    return sum(sizes) / len(sizes) if sizes else 0
 
 
 def main(argv=None):
@@ -237,7 +248,7 @@ def main(argv=None):
     for r in rows:
         print(r["peer"], fmt(r["wall"]), fmt(r["cpu"]), flush=True)
     import ray
-    ray.init(num_cpus=args.workers, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    ray.init(address="local", num_cpus=args.workers, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
     try:
         for variant in ("",) if args.no_variants else ("", "async cuts", "lean"):
             rows.append(run_dist(data, args.n_features, "local", args, variant=variant))
@@ -287,14 +298,15 @@ def render(data):
           "its round -- snapshot, steps, predictions, delta --, dispatch = the rest of the learn phase: the Ray "
           "calls and the transfer of the deltas; outside = start, restore, final model):", "",
           "| peer | learn | dispatch | mix | certificate | cut | outside the rounds | first round's learn | "
-          "MiB per round (up + down) |", "|---|---|---|---|---|---|---|---|---|"]
+          "MiB per round (up + down) | workers' parts MiB per cut |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "split" not in r:
             continue
         s = r["split"]
         L.append(f"| {r['peer']} | {fmt(s['learn'])} | {fmt(s['dispatch'])} | {fmt(s['mix'])} | "
                  f"{fmt(s['certificate'])} | {fmt(s['cut'])} | {fmt(s['outside_rounds'])} | "
-                 f"{fmt(r['first_round_learn'])} | {r['bytes_per_round'] / 2**20:.1f} |")
+                 f"{fmt(r['first_round_learn'])} | {r.get('mean_bytes_per_round', r['bytes_per_round']) / 2**20:.1f} | "
+                 f"{r.get('part_bytes_per_cut', 0) / 2**20:.1f} |")
     ray = next((r for r in rows if r["peer"] == f"ray K={info['workers']}"), None)
     if ray is not None:
         s, w = ray["split"], ray["wall"]
@@ -305,10 +317,14 @@ def render(data):
               f"{info['workers']} workers the learning could take {fmt(ideal)} s (the single predict-then-learn "
               f"run over {info['workers']}); the workers' own learning took {fmt(s['learn'])} s summed over the "
               "rounds (each round waits for its slowest worker; on a loaded machine the two worker processes share "
-              "the cores with everything else). Every round moves the dense weight sums (features x tag capacity "
-              f"= {ray['bytes_per_round'] / 2**20 / (2 * info['workers']):.0f} MiB) several times: the deltas up, "
-              "the mix, the average, the broadcast, each worker's part of the cut and the mixer's (the mixed weights "
-              "and their average); the certificate is a pass over every held block at the mixed weights."]
+              "the cores with everything else). The weight sums are "
+              f"{ray.get('weights_bytes', 0) / 2**20:.0f} MiB; a round moves "
+              f"{ray.get('mean_bytes_per_round', ray['bytes_per_round']) / 2**20:.1f} MiB between the workers and the "
+              "mixer (sparse: each worker's changed entries up, the mixed point's changed entries down) and the "
+              f"workers' parts of a cut hold {ray.get('part_bytes_per_cut', 0) / 2**20:.1f} MiB (the dual blocks, "
+              "which the blend moves every round, and patches of the weights); the mixer still mixes, averages and "
+              "compares the dense sums in its own memory; the certificate is a pass over every held block at the "
+              "mixed weights."]
     return L
 
 

@@ -20,7 +20,7 @@ LABELS = [0, 1, 2, 3]
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    sd.init_cluster("local", num_cpus=2)   # a private cluster, also when another runs on the machine
     try:
         yield
     finally:
@@ -577,6 +577,48 @@ def test_killed_during_an_asynchronous_cut_resumes_from_the_previous_cut_exactly
     np.testing.assert_allclose(za, zb, rtol=1e-12)
     st, _ = CutStore(tmp_path / "a").latest()
     assert st["round"] == res.rounds   # the last cut is written synchronously
+
+
+def test_mixer_killed_while_it_commits_a_cut_resumes_exactly_once(cluster, broker, tmp_path):
+    """The mixer writes its own state as an incremental part of every cut (the weights' and the
+    average's changed words, ``parts/round-N/mixer.ssvm``). Right after round 4 -- with
+    asynchronous cuts the mixer's thread is committing the cut of round 3, writing its part --
+    the mixer actor is killed. The job restarts every actor from the newest cut whose parts (the
+    mixer's and the older parts its patches need included) all verify, and ends with the counts,
+    Kafka offsets, weights and certificate of an uninterrupted run."""
+    from streamssvm.distributed._cut import CutStore
+    msgs = messages(400, seed=8)
+    from streamssvm.connectors.kafka import create_topic, produce_lines
+    create_topic(broker, "tm", partitions=2)
+    produce_lines(broker, "tm", msgs, partitions=2)
+
+    def make(group, ck, **kw):
+        return sd.run(bcfw_model(averaging=True), f"kafka://{broker}/tm?group={group}&stop_at_end=true",
+                      task="multiclass", workers=2, round_examples=40, checkpoint_dir=ck, **kw)
+
+    rounds, killed = [], []
+
+    def kill(rec, job):
+        rounds.append(rec["round"])
+        if rec["round"] == 4 and not killed:
+            assert job.committing == 3
+            killed.append(True)
+            ray.kill(job.mixer)
+
+    res = make("gm", tmp_path / "a", on_round=kill, async_cuts=True)
+    assert killed and res.restarts == 1 and rounds[:4] == [1, 2, 3, 4]
+    assert rounds[4] in (3, 4)   # resumed from the cut of round 2 or 3: what was committed
+    assert [h["round"] for h in res.history] == list(range(1, res.rounds + 1))
+    ref = make("gn", tmp_path / "b")
+    assert res.examples_seen == ref.examples_seen == len(msgs) == res.model.n_blocks
+    assert committed(broker, "tm", "gm") == committed(broker, "tm", "gn") == {0: 200, 1: 200}
+    np.testing.assert_allclose(res.model.bound_learner.W.E, ref.model.bound_learner.W.E, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res.certificate["gap"], ref.certificate["gap"], rtol=1e-12)
+    (A, za), (B, zb) = res.model.bound_learner.averaged_u(), ref.model.bound_learner.averaged_u()
+    np.testing.assert_allclose(A.E, B.E, rtol=1e-12, atol=1e-14)
+    st, _ = CutStore(tmp_path / "a").latest()
+    assert st["round"] == res.rounds and "mixer_part" in CutStore(tmp_path / "a").cuts.load(
+        CutStore(tmp_path / "a").cuts.list()[-1])[0]
 
 
 def test_resume_with_more_workers_moves_blocks_with_their_partitions(cluster, broker, tmp_path):

@@ -174,7 +174,7 @@ def test_averaging_and_windows_on_ray_equal_in_process_bit_for_bit(tmp_path, lea
     local Ray cluster and in process: the same rounds, and the same weights and averaged weights
     to the last bit."""
     X, Y = data(400, seed=6)
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    sd.init_cluster("local", num_cpus=2)   # a private cluster, also when another runs on the machine
     try:
         runs = {where: sd.run(bcfw_model(replay=0, window=240, **learner), (X, Y), task="multiclass", workers=2,
                               round_examples=50, passes=1.0, passes_per_round=0.25, checkpoint_dir=tmp_path / where,

@@ -229,3 +229,128 @@ def test_incremental_parts_load_as_the_whole_part_and_write_only_changed_chunks(
     with pytest.warns(RuntimeWarning, match="missing or corrupt"):
         got = CutStore(tmp_path / "ck").latest()
     assert got is None or got[0]["round"] < 5
+
+
+def test_parts_patch_the_few_changed_words_of_spread_changes_and_load_them_exactly(tmp_path):
+    """Weight-sum-like changes (a few entries in half the rows: one per 4 KiB chunk or so) are
+    written as patches -- the changed 8-byte words on top of the previous part's array -- in a
+    fraction of the bytes of their chunks; chains of patches load bit for bit, also after the
+    array went back to chunks (a dense change) and across a whole part; a missing older part
+    fails the load."""
+    from streamssvm.checkpoint import save_state
+    from streamssvm.distributed._cut import CHUNKS_KEY, PATCH_KEY, PART_KIND, PartChunker, file_sha256, load_part
+    rng = np.random.default_rng(0)
+    E = rng.normal(size=(400, 64)) * (rng.random((400, 64)) < 0.05)
+    arena = np.arange(40_000, dtype=np.int64)
+    ch = PartChunker(full_every=5)
+    parts_dir = tmp_path / "parts"
+    kinds, sizes = [], []
+    for r in range(1, 9):
+        E = E.copy()
+        if r == 4:   # a dense change: chunks again
+            E += 1.0
+        else:
+            rows = rng.choice(400, size=200, replace=False)
+            E[rows, rng.integers(0, 64, size=200)] += rng.normal(size=200)
+        E[0, 0] = -0.0 if r == 6 else E[0, 0]   # a sign bit alone is a change
+        arena = arena.copy()
+        arena[r * 2000:r * 2000 + 2000] += 1  # a contiguous change: chunks
+        rel = f"round-{r:08d}/worker-0000.ssvm"
+        st = ch.split({"model": {"E": E, "arena": arena}, "n": r}, r, rel)
+        p = save_state(parts_dir / rel, st, kind=PART_KIND)
+        ch.written(r, p, file_sha256(p))
+        kinds.append((next(iter(st["model"]["E"])), next(iter(st["model"]["arena"]))))
+        e = st["model"]["E"]
+        sizes.append(16 * int(e[PATCH_KEY]["patch"][2]) if PATCH_KEY in e else None)   # bytes of E's patch
+        got, _ = load_part(p, kind=PART_KIND)
+        assert got["n"] == r
+        assert np.array_equal(got["model"]["E"].view(np.uint64), E.view(np.uint64))
+        np.testing.assert_array_equal(got["model"]["arena"], arena)
+    assert kinds[0] == (CHUNKS_KEY, CHUNKS_KEY)        # whole
+    assert kinds[1][0] == PATCH_KEY and kinds[2][0] == PATCH_KEY and kinds[3][0] == CHUNKS_KEY
+    assert kinds[4][0] == PATCH_KEY                    # patches on the chunks of round 4
+    assert kinds[5][0] == CHUNKS_KEY                   # the 5th part after a whole one: whole
+    assert all(k[1] == CHUNKS_KEY for k in kinds)
+    assert sizes[1] < 0.1 * E.nbytes and sizes[2] < 0.1 * E.nbytes   # 200 words: 3.2 KB of 200 KB
+    # the patch of round 3 needs the packs of rounds 1 and 2
+    import os
+    os.unlink(parts_dir / "round-00000002" / "worker-0000.ssvm")
+    with pytest.raises(Exception):
+        load_part(parts_dir / "round-00000003" / "worker-0000.ssvm", kind=PART_KIND)
+
+
+def test_the_mixer_state_is_an_incremental_part_of_the_cut(tmp_path):
+    """With incremental cuts the cut names the mixer's own part (the mixed weights and the
+    average as patches on the previous round's), which ``latest`` verifies and reads back bit for
+    bit -- the mixer restored from it holds the same weights and average; a missing older mixer
+    part invalidates the cuts that need it (the job restarts from an older cut); without
+    incremental cuts the mixer's state stays inside the cut, whole."""
+    from streamssvm.distributed._cut import CutStore
+    from streamssvm.distributed._mixer import Mixer
+    from streamssvm.distributed._worker import Worker
+    rng = np.random.default_rng(4)
+    X = [rng.normal(size=2000) * (rng.random(2000) < 0.003) for _ in range(400)]   # few features a round
+    Y = [int(np.argmax(x[:4])) for x in X]
+    model = ss.MulticlassSSVM(labels=[0, 1, 2, 3], scale=False, learner=ss.learners.BCFW(
+        lam=0.01, averaging=False, gap_every=None, seed=0))
+    mixer = Mixer(2, "bcfw", 0.01, 2.0, tmp_path / "ck", keep=10, line_search=True, averaging=True)
+    workers = [Worker(k, 2, model.clone(), "multiclass", {"kind": "arrays", "X": X, "Y": Y}, "bcfw", 0.01, 2.0,
+                      line_search=True) for k in range(2)]
+    mixer.cuts.chunker.min_bytes, mixer.cuts.chunker.chunk_bytes = 256, 64   # small weights, chunked as large ones
+    states = {}
+    for r in range(1, 5):
+        outs = [w.learn_round(10) for w in workers]
+        infos = [i for i, _ in outs]
+        mixed = mixer.mix(r, [i["n_blocks"] for i in infos], *[d for _, d in outs],
+                          loss_deltas=[i["loss_delta"] for i in infos],
+                          totals=[{k: i.get(k) for k in ("steps", "loss_start", "evicted", "removed", "removed_loss")}
+                                  for i in infos])
+        for w in workers:
+            w.apply(mixed, sum(i["n_blocks"] for i in infos))
+        parts = [w.save_part(r, mixer.part_path(r, w.index)) for w in workers]
+        mixer.commit(r, parts, {"round": r})
+        states[r] = mixer.state()
+        st, path = CutStore(tmp_path / "ck").latest()
+        raw, _ = mixer.cuts.cuts.load(path)
+        assert "mixer" not in raw and raw["mixer_part"]["path"].endswith(f"round-{r:08d}/mixer.ssvm")
+        assert [d["round"] for d in raw["mixer_part"]["deps"]] == list(range(1, r))
+        for k, v in states[r]["start"].items():
+            assert np.array_equal(st["mixer"]["start"][k].view(np.uint64), v.view(np.uint64))
+        for k, v in states[r]["average"]["U"].items():
+            assert np.array_equal(st["mixer"]["average"]["U"][k].view(np.uint64), v.view(np.uint64))
+        assert st["mixer"]["history"] == states[r]["history"]
+    again = Mixer(2, "bcfw", 0.01, 2.0, tmp_path / "ck", line_search=True, averaging=True)
+    assert again.restore()["round"] == 4
+    assert all(np.array_equal(again.start[k], v) for k, v in states[4]["start"].items())
+    # the mixer part of round 2 is gone: the cuts of rounds 2..4 need it, round 1's is whole
+    import os
+    os.unlink(tmp_path / "ck" / "parts" / "round-00000002" / "mixer.ssvm")
+    with pytest.warns(RuntimeWarning, match="missing or corrupt"):
+        st, _ = CutStore(tmp_path / "ck").latest()
+    assert st["round"] == 1
+    assert all(np.array_equal(st["mixer"]["start"][k], v) for k, v in states[1]["start"].items())
+    # not incremental: inside the cut
+    plain = Mixer(1, "bcfw", 0.01, 1.0, tmp_path / "plain", incremental_cuts=False)
+    plain.commit(1, [], {"round": 1})
+    raw, _ = plain.cuts.cuts.load(plain.cuts.cuts.list()[-1])
+    assert "mixer" in raw and "mixer_part" not in raw
+
+
+def test_an_unchanged_array_after_a_patch_is_not_written_again(tmp_path):
+    """Before: an array unchanged since a part that patched it was written whole (no chunk of the
+    previous part held it, and an empty patch was not taken): the last cut of a Brown job wrote
+    the 61 MiB weights again."""
+    from streamssvm.checkpoint import save_state
+    from streamssvm.distributed._cut import PATCH_KEY, PART_KIND, PartChunker, file_sha256, load_part
+    E = np.zeros((300, 64))
+    ch = PartChunker()
+    for r in range(1, 4):
+        if r == 2:
+            E = E.copy()
+            E[::3, 5] = 1.0   # a patch
+        rel = f"round-{r:08d}/worker-0000.ssvm"
+        st = ch.split({"E": E}, r, rel)
+        p = save_state(tmp_path / "parts" / rel, st, kind=PART_KIND)
+        ch.written(r, p, file_sha256(p))
+        np.testing.assert_array_equal(load_part(p, kind=PART_KIND)[0]["E"], E)
+    assert PATCH_KEY in st["E"] and int(st["E"][PATCH_KEY]["patch"][2]) == 0 and st["pack"].nbytes == 0

@@ -381,7 +381,7 @@ def test_distributed_workers_dead_letter_and_max_bad_fraction(tmp_path, capsys):
         lines[i] = "{broken" if i % 42 == 0 else json.dumps({"x": [1.0, 2.0], "y": 0})
     path = tmp_path / "s.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=sd.runtime_env(), log_to_driver=False)
+    sd.init_cluster("local", num_cpus=2)   # a private cluster, also when another runs on the machine
     try:
         model = ss.MulticlassSSVM(labels=[0, 1, 2, 3], learner=ss.learners.BCFW(lam=0.01, averaging=False,
                                                                                 gap_every=None, seed=0))

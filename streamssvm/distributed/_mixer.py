@@ -11,6 +11,7 @@ from ..certificate import Certificate
 from ..errors import CheckpointError
 from ._cut import CutStore
 from ._mix import average_step, combine, union_lam
+from ._sparse import Changes, combine_packed, unpack
 from ._bcfw import average_weight, line_step, overlap
 
 
@@ -31,12 +32,12 @@ class Mixer:
     >>> import numpy as np, tempfile
     >>> m = Mixer(2, "ipm", lam=0.1, beta=1.0, directory=tempfile.mkdtemp())
     >>> out = m.mix(1, [5, 5], {"E": np.ones((2, 2))}, {"E": 3 * np.ones((2, 2))})
-    >>> out["weights"]["E"].tolist()     # parameter mixing: the average
+    >>> out["changes"].apply({})["E"].tolist()     # parameter mixing: the average
     [[2.0, 2.0], [2.0, 2.0]]
     """
 
     def __init__(self, n_workers, kind, lam, beta=1.0, directory=None, keep=3, line_search=False,
-                 adaptive=False, averaging=False):
+                 adaptive=False, averaging=False, incremental_cuts=True):
         self.n_workers = int(n_workers)
         # adaptive (BCFW): the next round's sigma' is this round's measured overlap of the workers'
         # changes, and gamma comes from the exact line search (see :mod:`._bcfw`)
@@ -55,7 +56,8 @@ class Mixer:
         self.averaging = bool(averaging) and kind == "bcfw"
         self.average = self._no_average() if self.averaging else None
         self.restarted_average = False   # the restored cut held no average (see _restore_average)
-        self.cuts = CutStore(directory, keep=keep) if directory is not None else None
+        # incremental_cuts: the mixer's state goes into each cut as an incremental part of its own
+        self.cuts = CutStore(directory, keep=keep, incremental=incremental_cuts) if directory is not None else None
         self._staged = {}         # round -> (mixer state, meta) of an asynchronous cut
         self._committing = None   # the staged cut being committed by a background thread
 
@@ -202,6 +204,8 @@ class Mixer:
         """``start + gamma sum_k delta_k`` with gamma = beta/K, or with ``line_search`` the best
         gamma in [0, 1] for the dual of the union (BCFW, from the workers' ``loss_deltas``; see
         :func:`streamssvm.distributed._bcfw.line_step`); returns the mixed weights to broadcast
+        (``"changes"``: the entries that moved since the last mixed point,
+        :class:`~streamssvm.distributed._sparse.Changes`; :meth:`weights` is the whole point)
         and the gamma the workers blend their blocks with (the deltas are separate arguments so
         that Ray hands the workers' objects over directly). With ``adaptive`` the next round's
         sigma' = clip(ADAPTIVE_MARGIN rho, 1, K) from this round's overlap rho
@@ -210,21 +214,29 @@ class Mixer:
         of the mixed points (:meth:`_average`)."""
         n = int(sum(n_blocks))
         gamma = self.gamma
+        # the workers send their deltas sparse (._sparse.pack): dense again here, and mixed by the
+        # same operations in the same order as dense deltas (the same bits)
+        packed, deltas = list(deltas), [unpack(d) for d in deltas]
         # blocks the workers evicted leave the union's sums whole: U^0 - sum_k R_k (see ._bcfw,
         # "Eviction windows per worker"); the held blocks' changes are blended
         removed = [t["removed"] for t in (totals or []) if t.get("removed")]
         base = combine(self.start, removed, -1.0) if removed else self.start
         if self.line_search and loss_deltas is not None and None not in loss_deltas:
-            S = combine({}, list(deltas), 1.0)
+            S = combine_packed({}, packed, 1.0)   # = combine({}, deltas, 1.0)
             gamma = line_step(base, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
         rho = overlap(list(deltas)) if self.kind == "bcfw" else None
         if self.adaptive and rho is not None:
             self.sigma = float(min(max(ADAPTIVE_MARGIN * rho, 1.0), self.n_workers))
-        self.start = combine(base, list(deltas), gamma)
+        previous, base_round = self.start, self.round
+        self.start = combine_packed(base, packed, gamma)   # = combine(base, deltas, gamma), bit for bit
         self.n_global = n
         self.round = int(round_id)
-        out = {"round": self.round, "n_global": self.n_global, "weights": self.start, "gamma": gamma,
-               "sigma": self.sigma, "overlap": rho, "bytes": int(sum(a.nbytes for a in self.start.values()))}
+        # the broadcast: the entries where the mixed point moved since the last one, which every
+        # worker holds (a worker that does not gets the whole point, Worker.apply's ``whole``)
+        changes = Changes.between(previous, self.start, base_round, self.round)
+        out = {"round": self.round, "n_global": self.n_global, "changes": changes, "gamma": gamma,
+               "sigma": self.sigma, "overlap": rho, "bytes": changes.nbytes,
+               "bytes_whole": int(sum(a.nbytes for a in self.start.values()))}
         if self.average is not None:
             # how the average moved (restart, then U_bar += f (U^(r) - U_bar)): the workers repeat
             # it on the broadcast weights to predict with the same U_bar (see Worker.follow_average)

@@ -30,14 +30,20 @@ def runtime_env():
 
 
 def init_cluster(cluster="local", num_cpus=None, **kwargs):
-    """Start a local Ray cluster (``"local"``) or connect to one (``"ray://host:port"`` or
-    ``"auto"``); a no-op when Ray is already initialized. Returns True when it started one."""
+    """Start a private local Ray cluster (``"local"``) or connect to one (``"ray://host:port"``
+    or ``"auto"``); a no-op when Ray is already initialized. Returns True when it started one.
+
+    ``"local"`` always starts a cluster of its own (``ray.init(address="local")``): without an
+    address Ray would join the cluster named by ``RAY_ADDRESS`` or by the last ``ray start`` /
+    ``ray.cluster_utils.Cluster`` on this machine (one left running by a killed job, say), and
+    refuse ``num_cpus`` there ("When connecting to an existing cluster, num_cpus and num_gpus
+    must not be provided"). To use a running cluster, pass its address or ``"auto"``."""
     if ray.is_initialized():
         return False
     kw = dict(include_dashboard=False, runtime_env=runtime_env(), log_to_driver=False)
     kw.update(kwargs)
     if cluster in (None, "local"):
-        ray.init(num_cpus=num_cpus, **kw)
+        ray.init(address="local", num_cpus=num_cpus, **kw)
     elif isinstance(cluster, str) and (cluster.startswith("ray://") or cluster == "auto"):
         kw.pop("include_dashboard", None)
         ray.init(address=cluster, **kw)
@@ -186,7 +192,7 @@ class _Job:
             MixerActor = ray.remote(Mixer).options(num_cpus=0, max_restarts=0)
             WorkerActor = ray.remote(Worker).options(num_cpus=self.worker_cpus, max_restarts=0)
         self.mixer = MixerActor.remote(self.K, self.kind, self.lam, self.beta, str(self.directory), self.keep,
-                                       self.line_search, self.adaptive, self.averaging)
+                                       self.line_search, self.adaptive, self.averaging, self.incremental_cuts)
         self.workers = [WorkerActor.remote(k, self.K, self.worker_template.clone(), self.task, self.shards[k],
                                            self.kind, self.lam, self.beta, self.job_id, self.loss_sums,
                                            self.incremental_cuts)
@@ -251,7 +257,11 @@ class _Job:
                                       totals=[{k: i.get(k) for k in ("steps", "loss_start", "evicted",
                                                                      "removed", "removed_loss")} for i in infos])
         n_global = sum(i["n_blocks"] for i in infos)
-        self.get([w.apply.remote(mixed, n_global, done) for w in self.workers])
+        # the broadcast holds the entries that moved since the last mixed point (round self.round);
+        # a worker holding another one (restored from a cut) also gets the whole point
+        stale = [i.get("held_round") != self.round for i in infos]
+        whole = self.mixer.weights.remote() if any(stale) else None
+        self.get([w.apply.remote(mixed, n_global, done, whole if s else None) for w, s in zip(self.workers, stale)])
         committed = self.get(done) if done is not None else None
         if done is not None and committed is None:
             raise RuntimeError("the mixer lost the cut it was committing")
@@ -263,12 +273,13 @@ class _Job:
         t_cert = time.perf_counter() - t0 - t_learn - t_mix
         got = self.get(mixed)
         mix_bytes = got["bytes"]
+        whole_bytes = got["bytes_whole"] * sum(stale)
         seen = sum(i["examples_seen"] for i in infos)
         n_metric = sum(i["metrics"].get("n", 0) for i in infos) if all("n" in i["metrics"] for i in infos) else None
         rec = {"round": r, "examples_seen": seen, "new_examples": sum(i["n_new"] for i in infos),
                "n_blocks": n_global, "time": time.time(), "ended": all(i["ended"] for i in infos),
                "refine_passes": refine_passes, "bytes_up": sum(i["bytes_up"] for i in infos),
-               "bytes_down": mix_bytes * self.K, "seconds_learn": t_learn, "seconds_mix": t_mix,
+               "bytes_down": mix_bytes * self.K + whole_bytes, "seconds_learn": t_learn, "seconds_mix": t_mix,
                "seconds_certificate": t_cert, "gamma": got.get("gamma"),
                "sigma": got.get("sigma"), "overlap": got.get("overlap"),
                "parts_written": [_part_record(p) for p in written if p is not None],
@@ -404,8 +415,8 @@ class RunOptions:
     task
         The engine task.
     workers, cluster
-        Number of worker actors; ``"local"`` (start a local Ray cluster unless Ray is already
-        initialized), ``"auto"`` or ``"ray://host:port"``; ``"inprocess"``: no Ray, the workers
+        Number of worker actors; ``"local"`` (start a private local Ray cluster unless Ray is
+        already initialized -- also when another cluster runs on the machine), ``"auto"`` or ``"ray://host:port"``; ``"inprocess"``: no Ray, the workers
         and the mixer are plain objects in this process called in turn -- the same rounds and
         numbers as on Ray, for pass counts at many workers on a small machine, not for wall time
         (:mod:`streamssvm.distributed._inprocess`).
@@ -460,7 +471,11 @@ class RunOptions:
         dual blocks' arenas, the weights -- that changed since its previous part, and names the
         older parts holding the rest (every 8th part, and the first after a restart, is whole);
         a cut is valid only when those verify too, and they are kept while a kept cut needs
-        them (:class:`~streamssvm.distributed._cut.PartChunker`). False: every part whole.
+        them (:class:`~streamssvm.distributed._cut.PartChunker`); an array whose changed 8-byte
+        words take fewer bytes than their chunks (the weight sums: a round moves few entries
+        spread over many rows) is written as a patch of those words. The mixer's state (the
+        mixed weights, their average) is an incremental part of its own. False: every part
+        whole, the mixer's state inside the cut.
     on_round
         ``on_round(record, job)`` after every round (tests use it to kill a worker); with
         ``async_cuts`` the round's own cut is still being written then.

@@ -31,9 +31,10 @@ from ..connectors.base import Record, Source
 from ..metrics import ProgressiveMetrics
 from ..run_state import parse_run_state, run_state
 from ..step import BAD, LEARNED, Outcome, reason_of, send_dead_letter, step
-from ._cut import PART_KIND, PartChunker, file_sha256, load_part
+from ._cut import PART_KIND, PartChunker, copy_arrays, file_sha256, load_part
 from ._bcfw import unbound_window, window_share
 from ._mix import average_step, make_mixing, union_lam
+from ._sparse import nbytes, pack
 
 _END = object()
 
@@ -64,17 +65,6 @@ def _partition(origin):
         return int(origin.rsplit("/", 1)[1].split("@", 1)[0])
     except (IndexError, ValueError, AttributeError):
         return -1
-
-
-def _copy_arrays(tree):
-    """``tree`` with every array copied (dicts and lists rebuilt, other leaves shared)."""
-    if isinstance(tree, np.ndarray):
-        return tree.copy()
-    if isinstance(tree, dict):
-        return {k: _copy_arrays(v) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_copy_arrays(v) for v in tree)
-    return tree
 
 
 class _PartWrite:
@@ -297,6 +287,10 @@ class Worker:
         # this worker's progressive predictions use (None: the worker predicts with its iterate)
         self.average = None
         self._predictor = None
+        # the mixer's last mixed point as this worker holds it (the base of the next broadcast's
+        # changes, ._sparse.Changes) and its round; None: not held (after a restore), the next
+        # apply takes the whole point. At the start both are the mixer's: no weights, round 0.
+        self.held, self.held_round = {}, 0
         if kind == "bcfw" and model is not None and model.learner.window is not None:
             # the union's FIFO window W: this worker keeps its share W_k of it, its learner runs
             # unbounded (derivation in ._bcfw, "Eviction windows per worker")
@@ -311,6 +305,7 @@ class Worker:
         if self.chunker is not None:
             self.chunker.reset()   # the next part is whole
         self.model, self.examples_seen, self.bad_records = w["model"], w["examples_seen"], w["bad_records"]
+        self.held, self.held_round = None, None   # the next apply takes the whole mixed point
         self._predictor = None   # (shared the replaced model's indexes; follow_average builds it again)
         if self.kind == "bcfw":
             unbound_window(self.model)   # a part written before the workers kept the windows
@@ -352,7 +347,7 @@ class Worker:
                           block_partitions=np.asarray(self.block_partitions, dtype=np.int64),
                           sigma=float(getattr(self.mixing, "sigma", 1.0)),
                           loss_next=getattr(self.mixing, "loss_next", None))
-        state = _copy_arrays(state)
+        state = copy_arrays(state)
         self._cut_positions[int(round_id)] = copy.deepcopy(self.position)
         snap = {"snapshot": time.perf_counter() - t0, "snapshot_cpu": time.process_time() - c0}
         self._part = _PartWrite(self, int(round_id), Path(path), state, snap)
@@ -432,12 +427,12 @@ class Worker:
                 self.model.bound_learner.refine(refine_passes)
         self.learn_seconds += time.perf_counter() - t0
         self.learn_cpu += time.process_time() - c0
-        delta = self.mixing.delta(self.model)
+        delta = pack(self.mixing.delta(self.model))   # its non-zero entries (._sparse)
         part = self.finish_part()    # the previous round's asynchronous part, written meanwhile
         info = {"part": part,"worker": self.index, "n_new": n_new, "n_blocks": self.mixing.n_blocks(self.model),
                 "examples_seen": self.examples_seen, "ended": self.ended, "seconds": time.perf_counter() - t0,
                 "cpu": time.process_time() - c0, "learn_seconds": self.learn_seconds, "learn_cpu": self.learn_cpu,
-                "bytes_up": int(sum(a.nbytes for a in delta.values())), "metrics": self.metrics.get(),
+                "bytes_up": nbytes(delta), "held_round": self.held_round, "metrics": self.metrics.get(),
                 "loss_delta": self.mixing.loss_delta(self.model),
                 **self.mixing.totals(self.model),
                 "bad_records": self.bad_records, "bad_at_source": self.n_bad_at_source, "position": self.position}
@@ -449,22 +444,34 @@ class Worker:
             raise ValueError("distributed learning needs one feature index for all workers: use array inputs "
                              "or the hashing trick (n_features=2**k) instead of a growing vocabulary")
 
-    def apply(self, mixed, n_global, committed=None):
+    def apply(self, mixed, n_global, committed=None, whole=None):
         """Install the mixed weights (and blend the dual blocks) broadcast by the mixer; with
         ``committed`` (the mixer's report of a cut it committed, ``{"round", ...}``), commit the
-        source offsets of that cut."""
+        source offsets of that cut. The broadcast holds the entries that moved since the mixed
+        point this worker holds (``mixed["changes"]``); ``whole``: the mixer's whole mixed point,
+        needed when the worker does not hold the previous one (``held_round`` of its round info
+        differs from the changes' ``base_round``: after a restore)."""
         if committed is not None:
             if int(committed["round"]) not in self._cut_positions:
                 raise RuntimeError(f"worker {self.index} holds no position of the cut of round {committed['round']}")
             self.commit_offsets(int(committed["round"]))
         self.n_global = int(n_global)
-        self.mixing.apply(self.model, mixed["weights"], self.n_global, mixed.get("gamma"), mixed.get("sigma"))
+        changes = mixed["changes"]
+        if whole is not None:
+            weights = {k: np.array(v, dtype=np.float64) for k, v in whole.items()}
+        elif self.held is not None and self.held_round == changes.base_round:
+            weights = changes.apply(self.held)
+        else:
+            raise RuntimeError(f"worker {self.index} holds the mixed point of round {self.held_round}, the broadcast "
+                               f"changes that of round {changes.base_round}: pass the whole mixed point")
+        self.held, self.held_round = weights, changes.round
+        self.mixing.apply(self.model, weights, self.n_global, mixed.get("gamma"), mixed.get("sigma"))
         moved = mixed.get("average_step")
         if self.average is not None and moved is not None:
             if moved["restart"]:
                 self.average = {}
             if moved["f"] > 0.0:
-                self.average = average_step(self.average, mixed["weights"], moved["f"])
+                self.average = average_step(self.average, weights, moved["f"])
             self._install_average()
         return True
 
