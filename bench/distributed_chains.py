@@ -159,47 +159,39 @@ CONFIGS = {
 }
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--brown", action="store_true", help="Brown sentences (coarse tags) instead of OCR words")
-    ap.add_argument("--configs", default="R=20,R=20K,R=20K avg")
-    ap.add_argument("--workers", default="2,4,8")
-    ap.add_argument("--max-passes", type=float, default=15.0)
-    ap.add_argument("--n", type=int, default=None)
-    ap.add_argument("--target", type=float, default=None)
-    ap.add_argument("--lam", type=float, default=0.01)
-    args = ap.parse_args()
-    if args.brown:
-        stem, target = "distributed_brown", (0.2 if args.target is None else args.target)
-        data = brown_data(args.n or (300 if args.quick else 2000), 100 if args.quick else 1000)
+def measure(brown=False, quick=False, names=("R=20", "R=20K", "R=20K avg"), ks=(2, 4, 8), lam=0.01, max_passes=15.0,
+            n=None, target=None):
+    """Every configuration of ``names`` at every K of ``ks`` and the single process: returns the
+    results' stem, the JSON and the markdown lines."""
+    if brown:
+        stem, target = "distributed_brown", (0.2 if target is None else target)
+        data = brown_data(n or (300 if quick else 2000), 100 if quick else 1000)
     else:
-        stem, target = "distributed_words", (0.2 if args.target is None else args.target)
-        data = words_data(args.n or (300 if args.quick else 2000))
+        stem, target = "distributed_words", (0.2 if target is None else target)
+        data = words_data(n or (300 if quick else 2000))
     n = len(data["X"])
-    ks = [2] if args.quick else [int(v) for v in args.workers.split(",")]
-    names = [c.strip() for c in args.configs.split(",")]
+    ks = [2] if quick else [int(v) for v in ks]
     rows = []
     singles = {}
     for name in names:
         cfg = CONFIGS[name]
         if cfg["averaging"] not in singles:
-            r = run_single(data, cfg, args.lam, args.max_passes, target)
+            r = run_single(data, cfg, lam, max_passes, target)
             r.update(config="single (averaging %s)" % ("on" if cfg["averaging"] else "off"), averaging=cfg["averaging"])
             singles[cfg["averaging"]] = r
             rows.append(r)
             print(json.dumps({k: v for k, v in r.items() if k != "gaps"}), flush=True)
         for K in ks:
-            r = run_dist(data, cfg, K, args.lam, args.max_passes, target)
+            r = run_dist(data, cfg, K, lam, max_passes, target)
             r.update(config=name, averaging=cfg["averaging"])
             rows.append(r)
             print(json.dumps({k: v for k, v in r.items() if k != "gaps"}), flush=True)
     lines = [f"# Distributed BCFW on chains: passes to a gap of {target} ({data['name']})", "",
              f"{cpu_model()}. {n} training sequences, {len(data['X_test'])} test sequences, {len(data['labels'])} labels"
              + (f", dict features hashed to {data['n_features']} columns" if data["n_features"] else "")
-             + f"; lam = {args.lam}, normalized Hamming loss, replay 0, uniform FW steps, no gap passes, adaptive "
+             + f"; lam = {lam}, normalized Hamming loss, replay 0, uniform FW steps, no gap passes, adaptive "
              f"mixing; in process (the Ray rounds bit for bit: pass counts, not wall time); at most "
-             f"{args.max_passes:g} passes. Written by `bench/distributed_chains.py` (protocol in its docstring).", "",
+             f"{max_passes:g} passes. Written by `bench/distributed_chains.py` (protocol in its docstring).", "",
              "Configurations (R: rounds per pass; a round ends when each worker took n / (R K) new examples, or 1 / R "
              "local pass in refinement):", ""]
     lines += [f"- `{c}`: {CONFIGS[c]['what']}" for c in names]
@@ -213,9 +205,25 @@ def main():
                      f"{fmt(r.get('median_sigma'))} | {fmt(r.get('gamma_at_1'))} | {fmt(r.get('rounds'))} | "
                      f"{fmt(r['cpu_seconds'])} |")
     out = {"machine": {"cpu": cpu_model()}, "dataset": data["name"], "n": n, "n_test": len(data["X_test"]),
-           "labels": len(data["labels"]), "n_features": data["n_features"], "lam": args.lam, "target": target,
-           "max_passes": args.max_passes, "quick": args.quick,
+           "labels": len(data["labels"]), "n_features": data["n_features"], "lam": lam, "target": target,
+           "max_passes": max_passes, "quick": quick,
            "configs": {c: CONFIGS[c]["what"] for c in names}, "rows": rows}
+    return stem, out, lines
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--brown", action="store_true", help="Brown sentences (coarse tags) instead of OCR words")
+    ap.add_argument("--configs", default="R=20,R=20K,R=20K avg")
+    ap.add_argument("--workers", default="2,4,8")
+    ap.add_argument("--max-passes", type=float, default=15.0)
+    ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--target", type=float, default=None)
+    ap.add_argument("--lam", type=float, default=0.01)
+    args = ap.parse_args()
+    stem, out, lines = measure(args.brown, args.quick, [c.strip() for c in args.configs.split(",")],
+                               args.workers.split(","), args.lam, args.max_passes, args.n, args.target)
     if args.quick:
         print("\n".join(lines))
     else:

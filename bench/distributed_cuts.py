@@ -12,7 +12,7 @@ Ray cluster. Per round (median over rounds, mean over repeats): the driver's wal
 mix, certificate, cut on the critical path), the mixer's commit of a cut (verify the parts,
 write the cut; asynchronous: in a thread while the round after next learns), the workers' part write split (snapshot, encode,
 write, fsync, checksum; in the background when asynchronous), the workers' CPU. Prints a
-markdown table; nothing is written to bench/results (paste it by hand).
+markdown table; nothing is written to bench/results (paste it by hand: bench/results/distributed_cuts.md).
 """
 from __future__ import annotations
 

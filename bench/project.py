@@ -168,8 +168,9 @@ def round_seconds(c, K, n, net=None, cores=None, certify=True, rounds_per_cut=No
     return t
 
 
-def main():
-    with open(os.path.join(HERE, "results", "distributed.json")) as f:
+def main(stem="distributed"):
+    """Reads ``bench/results/<stem>.json``, appends the projection to ``<stem>.md``."""
+    with open(os.path.join(HERE, "results", stem + ".json")) as f:
         res = json.load(f)
     rows = [r for r in res["rows"] if r["dataset"] == "OCR letters"]
     c = costs(rows)
@@ -227,7 +228,7 @@ def main():
         lines.append(f"| {K} | {fmt(P)} | {src} | {fmt(T)} | {fmt(comp)} | {fmt(netw)} | {fmt(R)} | {fmt(R * T)} | "
                      f"{fmt(t1 / (R * T))} | {fmt(N_PROJECTED / c['rpp'] / Ts)} |")
     text = "\n".join(lines) + "\n"
-    md = os.path.join(HERE, "results", "distributed.md")
+    md = os.path.join(HERE, "results", stem + ".md")
     with open(md) as f:
         body = f.read()
     cut = body.find("\n## Projection to")

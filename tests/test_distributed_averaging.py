@@ -43,12 +43,37 @@ def test_average_weights_and_step_index_weights():
     assert _bcfw.average_weight(0, 4) == 1 + 2 + 3 + 4
     assert _bcfw.average_weight(4, 6) == 5 + 6
     assert _bcfw.average_weight(3, 3) == 0.0
+    assert _bcfw.average_weight(0, 4, 2) == 1 + 4 + 9 + 16
+    assert _bcfw.average_weight(4, 6, 2) == 25 + 36
+    with pytest.raises(ValueError, match="p = 1 or 2"):
+        _bcfw.average_weight(0, 4, 3)
+
+
+def test_several_workers_weigh_steps_by_their_squares_and_follow_the_overlap():
+    """With K > 1 and averaging the mixer weighs a step t by t^2 and takes sigma' = clip(rho, 1, K)
+    (no 1.25 margin: the average smooths the iterate's oscillations); one worker keeps the single
+    process's weights t, and a job without averaging keeps the margin (see ``_bcfw``, "Averaging
+    at the mixer"). Measured: bench/results/distributed_averaging_chains.md."""
+    from streamssvm.distributed._mixer import ADAPTIVE_MARGIN, Mixer
+    assert Mixer(1, "bcfw", 0.01, averaging=True).average_power == 1
+    assert Mixer(4, "bcfw", 0.01, 4.0, averaging=True).average_power == 2
+    d = [{"E": np.array([1.0, 0.0])}, {"E": np.array([1.0, 1.0])}, {"E": np.array([0.0, 1.0])}]
+    rho = _bcfw.overlap(d)   # ||(2, 2)||^2 / (1 + 2 + 1) = 2
+    sig = {}
+    for avg in (True, False):
+        m = Mixer(3, "bcfw", 0.01, 3.0, adaptive=True, averaging=avg)
+        tot = [{"steps": 2, "loss_start": 0.0, "evicted": 0} for _ in d]
+        m.mix(1, [2, 2, 2], *d, loss_deltas=[0.1, 0.1, 0.1], totals=tot)
+        sig[avg] = m.sigma
+        if avg:
+            assert m.average["T"] == 6 and m.average["W"] == sum(t * t for t in range(1, 7))
+    assert sig == {True: rho, False: ADAPTIVE_MARGIN * rho}
 
 
 def test_mixer_average_is_the_step_weighted_average_of_the_mixed_points(tmp_path):
     """After every round the union's mixed point U^(r), its loss sum L^(r) and its step count T_r
     are read from the workers; the returned model's averaged weights are sum_r c_r U^(r) / W_T
-    with c_r = W_{T_r} - W_{T_{r-1}}, and its averaged loss sum the same average of L^(r) (the
+    with c_r = the sum of t^2 over the round's steps t (two workers), and its averaged loss sum the same average of L^(r) (the
     averaged dual point's value), through the learner's own ``averaged_u``."""
     X, Y = data(500, seed=1)
     seen = []
@@ -63,13 +88,14 @@ def test_mixer_average_is_the_step_weighted_average_of_the_mixed_points(tmp_path
     res = sd.run(bcfw_model(), (X, Y), task="multiclass", workers=2, round_examples=60, passes=2.0,
                  passes_per_round=0.5, cluster="inprocess", checkpoint_dir=tmp_path, on_round=grab)
     assert res.rounds == len(seen) >= 8
+    p = 2   # two workers: steps weighted by t^2 (one worker: t, the single process's weights)
     assert res.model.bound_learner.averaging
     T_prev, W, Ubar, Lbar = 0, 0.0, None, 0.0
     shape = {k: np.shape(v) for k, v in seen[-1][1].items()}
     num = {k: np.zeros(s) for k, s in shape.items()}
     lnum = 0.0
     for T, U, L in seen:
-        c = (T * (T + 1) - T_prev * (T_prev + 1)) / 2.0
+        c = float(sum(t ** p for t in range(T_prev + 1, T + 1)))
         for k in num:
             num[k] += c * pad(U[k], shape[k])
         lnum += c * L
@@ -392,7 +418,8 @@ def test_a_weighted_record_is_a_dead_letter_not_the_end_of_a_bcfw_job(tmp_path):
     assert res.examples_seen == 39
 
 
-@pytest.mark.parametrize("bad", [{"T": -1}, {"W": 7.0}, {"L": float("nan")}, {"U": {"U": np.array([1.0, np.inf])}}])
+@pytest.mark.parametrize("bad", [{"T": -1}, {"W": 7.0}, {"L": float("nan")}, {"U": {"U": np.array([1.0, np.inf])}},
+                                 {"power": 3}, {"power": 2, "W": 15.0}])
 def test_a_crafted_mixer_average_is_refused(bad):
     """A cut's mixer average is checked as it loads (step count, its weight W <= T (T + 1) / 2,
     finite sums): a crafted one is a CheckpointError, not a model that predicts with it."""
@@ -401,7 +428,9 @@ def test_a_crafted_mixer_average_is_refused(bad):
     good = {"T": 3, "W": 6.0, "L": 0.5, "L_now": 0.4, "U": {"U": np.array([1.0, 2.0])}}
     mixer = Mixer(2, "bcfw", 0.01, 2.0, averaging=True)
     mixer._restore_average({"round": 1, "average": good})
-    assert mixer.average["W"] == 6.0
+    assert mixer.average["W"] == 6.0 and mixer.average_power == 1   # a cut without the power: weights t
+    mixer._restore_average({"round": 1, "average": {**good, "power": 2, "W": 14.0}})
+    assert mixer.average_power == 2
     with pytest.raises(CheckpointError, match="mixer average"):
         mixer._restore_average({"round": 1, "average": {**good, **bad}})
 

@@ -115,7 +115,24 @@ model is a dual point of the union too. L^(r) = sum_k (L_k^0 + gamma dL_k) is th
 sum after the blend (``loss_sum`` of every worker at the round start, and its change: the same
 K scalars the line search sends).
 
-The mixer's state holds (T, W_T, U_bar, L_bar) and goes into every cut, so a job resumed after a
+Several workers: quadratic step weights and sigma' = rho. With K > 1 the mixer weighs the
+steps by t^2 instead of t (``Mixer.average_power``; c_r = S_2(T_r) - S_2(T_{r-1}), the
+polynomial-decay averaging of Shamir and Zhang, "Stochastic gradient descent for non-smooth
+optimization: convergence results and optimal averaging schemes", ICML 2013, with eta = 2), and
+the adaptive sigma' follows the measured overlap without the 1.25 margin (``_mixer``'s
+``ADAPTIVE_MARGIN_AVERAGED``). Why: the union's early mixed points are further behind one
+process's early iterates than its late ones are (the workers' changes overlap most while every
+block pushes the weights the same way: sigma' near K in the stream pass, 1.3-2 later), so the
+linear weights keep more of that slow start in the average; and the margin damps the local
+steps against the iterate's primal oscillating from round to round, which the average smooths
+away. Measured in process on 2,000 OCR words (gap 0.2 of the averaged weights, rounds of
+1/(20 K) pass; one process 5.8 passes): K = 4 9.91 -> 8.04 passes, K = 8 9.76 -> 8.09
+(``bench/results/distributed_averaging_chains.md``, with Brown and the letters). Both choices
+change only the convex weights of feasible mixed points and sigma', which feasibility does not
+depend on: alpha_bar stays a dual point of the union and every certificate stays valid. With one
+worker the weights stay t (the mixer's average is then the single process's).
+
+The mixer's state holds (T, W_T, U_bar, L_bar, the power p) and goes into every cut, so a job resumed after a
 kill replays the rounds since the cut from the same average (exactly-once, as the weights).
 The model the job returns predicts with U_bar (:func:`averaged_state` writes it in the
 learner's own averaging state: with t0 = tick - T, Z = W_T (U - U_bar), facc[1] = W_T (L - L_bar),
@@ -415,15 +432,28 @@ def steps(learner):
     return int(learner._tick)
 
 
-def average_weight(t_before, t_after):
-    """c_r = W_{T_r} - W_{T_{r-1}} with W_T = T (T + 1) / 2: the sum of the step indices of the
-    steps a round took (the weight of its mixed point in the mixer's average).
+def power_sum(T, power=1):
+    """S_p(T) = sum_{t=1..T} t^p for p = 1 (W_T = T (T + 1) / 2) and p = 2.
 
-    >>> average_weight(0, 1), average_weight(1, 3), average_weight(0, 3)
-    (1.0, 5.0, 6.0)
+    >>> power_sum(3), power_sum(3, 2)
+    (6.0, 14.0)
     """
-    a, b = float(t_before), float(t_after)
-    return (b * (b + 1.0) - a * (a + 1.0)) / 2.0
+    t = float(T)
+    if int(power) == 1:
+        return t * (t + 1.0) / 2.0
+    if int(power) == 2:
+        return t * (t + 1.0) * (2.0 * t + 1.0) / 6.0
+    raise ValueError(f"average weights t^p are defined for p = 1 or 2, not {power!r}")
+
+
+def average_weight(t_before, t_after, power=1):
+    """c_r = S_p(T_r) - S_p(T_{r-1}): the sum of the step indices (``power`` 2: of their squares)
+    of the steps a round took -- the weight of its mixed point in the mixer's average.
+
+    >>> average_weight(0, 1), average_weight(1, 3), average_weight(0, 3), average_weight(1, 3, 2)
+    (1.0, 5.0, 6.0, 13.0)
+    """
+    return power_sum(t_after, power) - power_sum(t_before, power)
 
 
 def averaged_state(state, average, loss_now):

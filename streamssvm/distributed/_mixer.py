@@ -12,7 +12,7 @@ from ..errors import CheckpointError
 from ._cut import CutStore
 from ._mix import average_step, combine, union_lam
 from ._sparse import Changes, combine_packed, unpack
-from ._bcfw import average_weight, line_step, overlap
+from ._bcfw import average_weight, line_step, overlap, power_sum
 
 
 #: job kinds of files written before MEMOIR declared its mixing (``Learner.mixing``)
@@ -23,6 +23,17 @@ _LEGACY_KINDS = {"memoir": "ipm"}
 #: (tuned on 10k OCR letters, lambda = 0.01, K = 4 / 8, rounds of 0.05 pass: 1.0 -> 4.9 / 6.0
 #: passes to gap 0.1, 1.25 -> 4.45 / 5.45, 1.5 -> 5.55 at K = 8; 0.7 -> 7.2 at K = 8)
 ADAPTIVE_MARGIN = 1.25
+
+#: the margin when the mixer averages the mixed points (``BCFW(averaging=True)``, the default): the
+#: model predicts with and is certified by the average, which smooths the iterate's primal
+#: oscillations that the margin above pays damping against, so sigma' follows the overlap
+#: itself, sigma' = clip(rho, 1, K) (measured in process, averaging on, rounds of 1/(20 K) pass,
+#: passes to the averaged weights' gap: see bench/results/distributed_averaging_chains.md)
+ADAPTIVE_MARGIN_AVERAGED = 1.0
+
+#: the mixer's average weighs the steps by t^AVERAGE_POWER with several workers (t with one: the
+#: single process's weights; see :mod:`._bcfw`, "Averaging at the mixer")
+AVERAGE_POWER = 2
 
 
 class Mixer:
@@ -54,6 +65,7 @@ class Mixer:
         # BCFW(averaging=True): the step-weighted average of the mixed points (see :mod:`._bcfw`,
         # "Averaging at the mixer"): T steps of the union, W_T, U_bar, L_bar; in every cut
         self.averaging = bool(averaging) and kind == "bcfw"
+        self.average_power = 1 if self.n_workers == 1 else AVERAGE_POWER
         self.average = self._no_average() if self.averaging else None
         self.restarted_average = False   # the restored cut held no average (see _restore_average)
         # incremental_cuts: the mixer's state goes into each cut as an incremental part of its own
@@ -72,7 +84,8 @@ class Mixer:
         if self.average is not None:
             a = self.average
             st["average"] = {"T": int(a["T"]), "W": float(a["W"]), "L": float(a["L"]), "L_now": float(a["L_now"]),
-                             "U": {k: np.array(v, copy=True) for k, v in a["U"].items()}}
+                             "U": {k: np.array(v, copy=True) for k, v in a["U"].items()},
+                             "power": int(self.average_power)}
         return st
 
     def _restore_average(self, m):
@@ -89,9 +102,14 @@ class Mixer:
             return
         T, W, L, L_now = int(a["T"]), float(a["W"]), float(a["L"]), float(a["L_now"])
         U = {k: np.asarray(v, dtype=np.float64) for k, v in a["U"].items()}
-        # W sums one machine's step weights W(T_r) - W(T_(r-1)) since the average (re)started
-        if T < 0 or not 0.0 <= W <= T * (T + 1) / 2.0 * (1.0 + 1e-9):
+        # the weights the average was taken with (cuts written before the power was saved: t)
+        power = a.get("power", 1)
+        if power not in (1, 2):
+            raise CheckpointError(f"invalid mixer average in the cut: step weights t^{power!r}")
+        # W sums the step weights S_p(T_r) - S_p(T_(r-1)) since the average (re)started
+        if T < 0 or not 0.0 <= W <= power_sum(T, power) * (1.0 + 1e-9):
             raise CheckpointError(f"invalid mixer average in the cut: {T} steps with weight {W!r}")
+        self.average_power = int(power)   # a resumed job keeps its average's weights
         if not (np.isfinite(L) and np.isfinite(L_now) and all(np.all(np.isfinite(u)) for u in U.values())):
             raise CheckpointError("invalid mixer average in the cut: non-finite weight or loss sums")
         self.average = {"T": T, "W": W, "L": L, "L_now": L_now, "U": U}
@@ -208,7 +226,8 @@ class Mixer:
         :class:`~streamssvm.distributed._sparse.Changes`; :meth:`weights` is the whole point)
         and the gamma the workers blend their blocks with (the deltas are separate arguments so
         that Ray hands the workers' objects over directly). With ``adaptive`` the next round's
-        sigma' = clip(ADAPTIVE_MARGIN rho, 1, K) from this round's overlap rho
+        sigma' = clip(margin rho, 1, K) from this round's overlap rho (``ADAPTIVE_MARGIN``, or
+        ``ADAPTIVE_MARGIN_AVERAGED`` when the mixer averages)
         (:func:`streamssvm.distributed._bcfw.overlap`), returned with the weights. With
         ``averaging``, ``totals`` (each worker's ``{"steps", "loss_start"}``) move the average
         of the mixed points (:meth:`_average`)."""
@@ -226,7 +245,8 @@ class Mixer:
             gamma = line_step(base, S, float(sum(loss_deltas)), union_lam(self.lam, n), n, self.gamma)
         rho = overlap(list(deltas)) if self.kind == "bcfw" else None
         if self.adaptive and rho is not None:
-            self.sigma = float(min(max(ADAPTIVE_MARGIN * rho, 1.0), self.n_workers))
+            margin = ADAPTIVE_MARGIN_AVERAGED if self.averaging else ADAPTIVE_MARGIN
+            self.sigma = float(min(max(margin * rho, 1.0), self.n_workers))
         previous, base_round = self.start, self.round
         self.start = combine_packed(base, packed, gamma)   # = combine(base, deltas, gamma), bit for bit
         self.n_global = n
@@ -245,7 +265,8 @@ class Mixer:
 
     def _average(self, totals, loss_deltas, gamma):
         """U_bar += (c_r / W_T) (U^(r) - U_bar) (and L_bar alike) with c_r the sum of the step
-        indices of this round's steps (``_bcfw.average_weight``); U^(r) the mixed sums, L^(r) the
+        indices of this round's steps, or of their squares with several workers
+        (``_bcfw.average_weight`` with ``average_power``); U^(r) the mixed sums, L^(r) the
         union's loss sum after the blend. Returns ``{"restart", "f"}``: whether the average
         restarted (an eviction) and the factor f = c_r / W_T it moved by (0: not moved)."""
         if totals is None or loss_deltas is None or None in loss_deltas \
@@ -258,7 +279,7 @@ class Mixer:
             a.update(self._no_average())
         T = int(a["T"]) + int(sum(int(t["steps"]) for t in totals))
         a["L_now"] = float(sum(float(t["loss_start"]) for t in totals) + gamma * float(sum(loss_deltas)))
-        c = average_weight(a["T"], T) if T > a["T"] else 0.0
+        c = average_weight(a["T"], T, self.average_power) if T > a["T"] else 0.0
         f = 0.0
         if c > 0.0:
             W = a["W"] + c
