@@ -39,7 +39,7 @@ import numpy as np
 from streamssvm.errors import SourceChanged, SourceFault
 from streamssvm.features import check_value
 
-from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
+from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, RecordRows, Source
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -57,6 +57,7 @@ _LONG_DIGITS = b"0" * 19
 #: at most this many opening brackets for orjson: nesting json.loads never refuses
 _FAST_MAX_OPEN = 256
 _HEAD_BYTES = 4096      # bytes of a file's head its identity checksums
+_NO_MORE = object()     # JSONLSource._read_rows: the end of the input
 
 FORMATS = ("jsonl", "csv", "libsvm", "conll")
 _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".libsvm": "libsvm",
@@ -638,6 +639,108 @@ class JSONLSource(FileSource):
         if self.weight_field is None or not self.require_label:
             return x, y, key
         return x, y, key, record_weight(obj, self.weight_field)
+
+    # ------------------------------------------------------------------ micro-batches of rows
+    def micro_batches(self, room):
+        """:meth:`Source.micro_batches`; where the records are regular -- ``{x_field: [numbers],
+        y_field: label}`` and nothing else, every row of one width, a string or 64-bit integer
+        label -- a micro-batch is read and validated as one :class:`RecordRows`
+        (:meth:`_read_rows`); any other line (a bad record, blank lines aside, a row of another
+        width, another shape, the first lines of the file) makes its micro-batch go through the
+        record-by-record reader, with the same records, dead letters and positions."""
+        if not self._rows_possible():
+            yield from super().micro_batches(room)
+            return
+        from itertools import islice
+        while True:
+            k = room()
+            rows = self._read_rows(k)
+            if rows is _NO_MORE:
+                return
+            if rows is not None:
+                yield rows
+                continue
+            chunk = list(islice(iter(self), k))   # the general reader, from the current position
+            if chunk:
+                yield chunk
+            if len(chunk) < k:   # it reached the end of the input (or an unfinished last line)
+                return
+
+    def _rows_possible(self):
+        return (_orjson is not None and self._pacer.rate is None and self.key_field is None
+                and self.weight_field is None and self.require_label and self.x_field != self.y_field)
+
+    def _read_rows(self, k):
+        """Up to ``k`` regular records from the current position as a :class:`RecordRows`, the
+        position moved past the last one; ``None`` (nothing read) when the next record is not
+        regular or the file's first line is next (its byte-order mark and identity are the
+        general reader's); ``_NO_MORE`` at the end of the input (blank lines passed).
+
+        The values are those of the record-by-record reader to the bit: each line is decoded by
+        ``orjson`` only under :func:`decode_json`'s conditions for it (no run of 19 digits; a
+        regular record nests two deep), the rows converted to float64 by numpy as
+        ``np.asarray`` converts each row (integers beyond 10**12 are refused either way), and
+        checked as :func:`_finite_list` checks them (finite, ``|v| <= MAX_ABS_VALUE``)."""
+        if not self._offset or not self._line:
+            return None
+        cap = self.max_record_bytes
+        bodies, ends, lines = [], [], []
+        off, line = self._offset, self._line
+        with open(self.path, "rb") as f:
+            f.seek(off)
+            readline = f.readline
+            while len(bodies) < k:
+                raw = readline(cap + 2)
+                if not raw:
+                    if not bodies:   # only blank lines were left: passed, as the general reader does
+                        self._offset, self._line = off, line
+                        return _NO_MORE
+                    break
+                body = raw.rstrip(b"\r\n")
+                if not raw.endswith(b"\n") or len(body) > cap:
+                    break   # an unfinished last line or a line too long: the general reader's
+                if not body.strip():
+                    off += len(raw)
+                    line += 1
+                    continue
+                off += len(raw)
+                line += 1
+                bodies.append(body)
+                ends.append(off)
+                lines.append(line)
+        if not bodies or _LONG_DIGITS in b"\n".join(bodies).translate(_DIGITS_ONLY):
+            return None
+        try:
+            objs = list(map(_orjson.loads, bodies))
+        except Exception:  # noqa: BLE001 - invalid JSON, a lone surrogate, ...: the general reader's
+            return None
+        xf, yf, lim = self.x_field, self.y_field, _INT64
+        ys = []
+        for o in objs:
+            if type(o) is not dict or len(o) != 2:
+                return None
+            y, t = o.get(yf), type(o.get(yf))
+            if not (t is str or (t is int and -lim <= y < lim)) or type(o.get(xf)) is not list:
+                return None
+            ys.append(y)
+        try:
+            X = np.array([o[xf] for o in objs])
+        except (ValueError, TypeError):   # rows of different widths
+            return None
+        if X.ndim != 2 or X.shape[1] == 0 or (X.dtype != np.float64 and X.dtype != np.int64):
+            return None
+        if X.dtype != np.float64:
+            X = X.astype(np.float64)
+        if not np.abs(X).max() <= MAX_ABS_VALUE:   # False for NaN
+            return None
+        rec0 = self._record
+        self._offset, self._line = ends[-1], lines[-1]
+        self._record += len(ys)
+        self.n_read += len(ys)
+        path, ident, name = self.path, self._ident, self.name
+        return RecordRows(X, ys, lines,
+                          lambda i: {"path": path, "offset": ends[i], "record": rec0 + i + 1, "file": ident},
+                          lambda i: f"{name}:{lines[i]}")
 
 
 class CSVSource(FileSource):
