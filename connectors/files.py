@@ -645,22 +645,30 @@ class JSONLSource(FileSource):
         """:meth:`Source.micro_batches`; where the records are regular -- ``{x_field: [numbers],
         y_field: label}`` and nothing else, every row of one width, a string or 64-bit integer
         label -- a micro-batch is read and validated as one :class:`RecordRows`
-        (:meth:`_read_rows`); any other line (a bad record, blank lines aside, a row of another
-        width, another shape, the first lines of the file) makes its micro-batch go through the
-        record-by-record reader, with the same records, dead letters and positions."""
+        (:meth:`_read_rows`); it ends before any other line (a bad record, blank lines aside, a
+        row of another width, another shape), which the record-by-record reader takes with a
+        few records after it (8, doubling while the fast reader finds no regular record: a
+        file of other records goes in micro-batches of the full size), and the file's first
+        record; the same records, dead letters and positions either way."""
         if not self._rows_possible():
             yield from super().micro_batches(room)
             return
         from itertools import islice
+        general = 8   # records the general reader takes next: doubling while the records are irregular
         while True:
             k = room()
             rows = self._read_rows(k)
             if rows is _NO_MORE:
                 return
             if rows is not None:
+                general = 8
                 yield rows
                 continue
-            chunk = list(islice(iter(self), k))   # the general reader, from the current position
+            # the general reader, from the current position (the first record alone: it finds
+            # the byte-order mark, the file's identity or the line numbers after a seek)
+            k = 1 if not self._offset or not self._line else min(k, general)
+            general *= 2
+            chunk = list(islice(iter(self), k))
             if chunk:
                 yield chunk
             if len(chunk) < k:   # it reached the end of the input (or an unfinished last line)
@@ -672,15 +680,17 @@ class JSONLSource(FileSource):
 
     def _read_rows(self, k):
         """Up to ``k`` regular records from the current position as a :class:`RecordRows`, the
-        position moved past the last one; ``None`` (nothing read) when the next record is not
-        regular or the file's first line is next (its byte-order mark and identity are the
-        general reader's); ``_NO_MORE`` at the end of the input (blank lines passed).
+        position moved past the last one (the rows end before the first record that is not
+        regular); ``None`` (nothing read) when the next record is not regular or the file's
+        first line is next (its byte-order mark and identity are the general reader's);
+        ``_NO_MORE`` at the end of the input (blank lines passed).
 
         The values are those of the record-by-record reader to the bit: each line is decoded by
         ``orjson`` only under :func:`decode_json`'s conditions for it (no run of 19 digits; a
         regular record nests two deep), the rows converted to float64 by numpy as
         ``np.asarray`` converts each row (integers beyond 10**12 are refused either way), and
-        checked as :func:`_finite_list` checks them (finite, ``|v| <= MAX_ABS_VALUE``)."""
+        checked as :func:`_finite_list` checks them (finite, ``|v| <= MAX_ABS_VALUE``); a line
+        holding a run of 19 digits is decoded by the standard library, as there."""
         if not self._offset or not self._line:
             return None
         cap = self.max_record_bytes
@@ -708,37 +718,57 @@ class JSONLSource(FileSource):
                 bodies.append(body)
                 ends.append(off)
                 lines.append(line)
-        if not bodies or _LONG_DIGITS in b"\n".join(bodies).translate(_DIGITS_ONLY):
+        if not bodies:
             return None
-        try:
-            objs = list(map(_orjson.loads, bodies))
-        except Exception:  # noqa: BLE001 - invalid JSON, a lone surrogate, ...: the general reader's
-            return None
+        # the records before the first irregular one (it and the rest: the general reader's)
+        if _LONG_DIGITS not in b"\n".join(bodies).translate(_DIGITS_ONLY):
+            loads = _orjson.loads
+        else:   # a line with a run of 19 digits is decoded as decode_json decodes it
+            def loads(b):
+                if _LONG_DIGITS not in b.translate(_DIGITS_ONLY):
+                    return _orjson.loads(b)
+                return json.loads(b, parse_constant=_reject_constant)
         xf, yf, lim = self.x_field, self.y_field, _INT64
-        ys = []
-        for o in objs:
+        xs, ys, d = [], [], None
+        for b in bodies:
+            try:
+                o = loads(b)
+            except Exception:  # noqa: BLE001 - invalid JSON, a lone surrogate, ...
+                break
             if type(o) is not dict or len(o) != 2:
-                return None
-            y, t = o.get(yf), type(o.get(yf))
-            if not (t is str or (t is int and -lim <= y < lim)) or type(o.get(xf)) is not list:
-                return None
+                break
+            x, y = o.get(xf), o.get(yf)
+            t = type(y)
+            if not (t is str or (t is int and -lim <= y < lim)) or type(x) is not list:
+                break
+            if d is None:
+                d = len(x)
+            if len(x) != d or not d:
+                break
+            xs.append(x)
             ys.append(y)
-        try:
-            X = np.array([o[xf] for o in objs])
-        except (ValueError, TypeError):   # rows of different widths
+        if not ys:
             return None
-        if X.ndim != 2 or X.shape[1] == 0 or (X.dtype != np.float64 and X.dtype != np.int64):
+        try:
+            X = np.array(xs)
+        except (ValueError, TypeError):   # e.g. a list inside a row
+            return None
+        if X.ndim != 2 or (X.dtype != np.float64 and X.dtype != np.int64):   # strings, objects, bools only
             return None
         if X.dtype != np.float64:
             X = X.astype(np.float64)
-        if not np.abs(X).max() <= MAX_ABS_VALUE:   # False for NaN
+        ok = np.abs(X).max(axis=1) <= MAX_ABS_VALUE   # False for NaN
+        m = len(ys) if ok.all() else int(np.argmin(ok))
+        if m == 0:
             return None
+        if m < len(ys):
+            X, ys = X[:m], ys[:m]
         rec0 = self._record
-        self._offset, self._line = ends[-1], lines[-1]
-        self._record += len(ys)
-        self.n_read += len(ys)
+        self._offset, self._line = ends[m - 1], lines[m - 1]
+        self._record += m
+        self.n_read += m
         path, ident, name = self.path, self._ident, self.name
-        return RecordRows(X, ys, lines,
+        return RecordRows(X, ys, lines[:m],
                           lambda i: {"path": path, "offset": ends[i], "record": rec0 + i + 1, "file": ident},
                           lambda i: f"{name}:{lines[i]}")
 
