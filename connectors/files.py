@@ -423,8 +423,14 @@ def _number_label(t, what="label"):
 def _features_dict(d, what="x"):
     """The features of a JSON object as floats, checked (:func:`_finite`); the message of a bad
     one is built only when there is one (no string formatting on the good path)."""
-    out = {}
     lim = MAX_ABS_VALUE
+    vals = d.values()
+    types = set(map(type, vals))
+    if types <= _PLAIN_NUMBERS and (not d or (-lim <= min(vals) and max(vals) <= lim and math.isfinite(sum(vals)))):
+        # every value a plain number within the bounds (a NaN the comparisons skip makes the sum
+        # NaN, checked once the bounds hold): the floats as they are, the integers converted
+        return dict(d) if int not in types else {k: float(v) for k, v in d.items()}
+    out = {}
     for k, v in d.items():
         t = type(v)
         if (t is float or t is int) and -lim <= v <= lim:   # False for NaN
@@ -713,6 +719,8 @@ class JSONLSource(FileSource):
                     off += len(raw)
                     line += 1
                     continue
+                if not bodies and not self._regular_line(body):
+                    return None   # found on the first line, before reading the others
                 off += len(raw)
                 line += 1
                 bodies.append(body)
@@ -771,6 +779,16 @@ class JSONLSource(FileSource):
         return RecordRows(X, ys, lines[:m],
                           lambda i: {"path": path, "offset": ends[i], "record": rec0 + i + 1, "file": ident},
                           lambda i: f"{name}:{lines[i]}")
+
+
+    def _regular_line(self, body):
+        """Whether a line reads as a regular record at a glance (an object whose x field holds
+        a list), so that a file of other records does not read a micro-batch of lines in vain."""
+        try:
+            o = _orjson.loads(body)
+        except Exception:  # noqa: BLE001 - invalid JSON, a lone surrogate, a long number, ...
+            return False
+        return type(o) is dict and type(o.get(self.x_field)) is list
 
 
 class CSVSource(FileSource):
