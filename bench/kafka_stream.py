@@ -9,9 +9,9 @@ pixels) and OCR words as a sequence stream (lists of token vectors). Measured in
 on the same topic: (a) raw kafka-python consume + JSON decode + example validation (the standard
 library's json; and the source's own codec, orjson when installed), (b) the engine learning from a ``KafkaSource`` (predict, learn, no
 checkpoints), with MulticlassSSVM replay=0 / 1 and SequenceTagger replay=0. Both peers are
-timed over the same window: from the first poll that returns messages to the last message
-processed (the consumer's start-up, the broker's first fetch, the engine's end-of-topic probe,
-final certificate and restore points are outside it; before, the engine's clock held them and
+timed over the same window: from the first poll to the last message processed (the consumer's
+creation and bootstrap, the engine's end-of-topic probe, final certificate and restore points
+are outside it; before, the engine's clock held them and
 the raw one did not, and with a few seconds of messages they moved the ratio from run to run).
 Latency: a producer sends timestamped messages at a fixed rate while a worker learns and
 writes predictions to a topic; latency = prediction-consumed time - send time.
@@ -66,22 +66,23 @@ def _std_json(value):
 
 
 def _stamp_first_poll(consumer, clock):
-    """Record in ``clock["first"]`` the (wall, CPU) time at which ``consumer.poll`` first
-    returns messages: the start of both peers' windows (the consumer's creation, the partition
-    assignment, the metadata requests and the broker's first fetch are before it)."""
+    """Record in ``clock["first"]`` the (wall, CPU) time at which ``consumer.poll`` is first
+    called: the start of both peers' windows. The consumer's creation (its bootstrap) and the
+    partition assignment are before it; the first fetch is inside it, as every later one (a
+    window from the first poll that *returned* messages would leave out the fetching and
+    parsing of everything that poll prefetched: all of a small topic)."""
     poll = consumer.poll
 
     def timed(*a, **kw):
-        got = poll(*a, **kw)
-        if got and "first" not in clock:
+        if "first" not in clock:
             clock["first"] = (time.perf_counter(), time.process_time())
-        return got
+        return poll(*a, **kw)
     consumer.poll = timed
 
 
 def _window(clock, n):
-    """Messages per wall second and per CPU second from the first poll that returned messages
-    to the last message processed (``clock["first"]`` / ``clock["last"]``), stored in ``clock``."""
+    """Messages per wall second from the first poll to the last message processed
+    (``clock["first"]`` / ``clock["last"]``); the window's wall and CPU seconds go to ``clock``."""
     (w0, c0), (w1, c1) = clock["first"], clock["last"]
     clock.update(wall_s=w1 - w0, cpu_s=c1 - c0)
     return n / (w1 - w0)
@@ -90,8 +91,7 @@ def _window(clock, n):
 def raw_rate(bootstrap, topic, n, decode=_std_json, clock=None):
     """kafka-python consume + ``decode`` (the standard library's json by default; the source's
     own codec ``decode_json``, orjson when installed, with ``decode=decode_json``) + validation,
-    in messages per wall second from the first poll that returned messages to the last message
-    validated; ``clock`` (a dict) receives that window's CPU and wall seconds (``wall_s`` /
+    in messages per wall second from the first poll to the last message validated; ``clock`` (a dict) receives that window's CPU and wall seconds (``wall_s`` /
     ``cpu_s``) and the whole call's (``total_wall_s``: the consumer's creation included)."""
     from kafka import KafkaConsumer, TopicPartition
     clock = {} if clock is None else clock
@@ -116,7 +116,7 @@ def raw_rate(bootstrap, topic, n, decode=_std_json, clock=None):
 
 
 class _TimedKafkaSource(KafkaSource):
-    """A ``KafkaSource`` whose consumer stamps its first poll that returns messages."""
+    """A ``KafkaSource`` whose consumer stamps its first poll."""
 
     clock = None
 
@@ -139,8 +139,7 @@ class _TimedEngine(Engine):
 
 def engine_rate(bootstrap, topic, n, make, task, batch_size=None, clock=None):
     """The engine learning from a ``KafkaSource`` (progressive validation, no checkpoints), in
-    messages per wall second from the first poll that returned messages to the last message
-    learned -- the window ``raw_rate`` measures; ``clock`` as there (``total_wall_s``: the whole
+    messages per wall second from the first poll to the last message learned -- the window ``raw_rate`` measures; ``clock`` as there (``total_wall_s``: the whole
     ``Engine.run``, with the consumer's creation, the end-of-topic probe, the final certificate
     and the in-memory restore points)."""
     clock = {} if clock is None else clock
@@ -302,7 +301,7 @@ def main(argv=None):
              f"learn_many per poll (progressive validation per batch). Medians of {args.reps} runs.", "",
              "Rates are messages per wall second and per CPU second of the process (the broker runs in",
              "another process); raw with the source's codec decodes with `decode_json` (orjson when installed).",
-             "Both peers are timed from the first poll that returns messages to the last message processed;",
+             "Both peers are timed from the first poll to the last message processed;",
              "whole calls = the same ratio over each call (consumer start-up, end-of-topic probe, final",
              "certificate included), the way this row was timed before.", "",
              "| stream | messages | model | raw msg/s (CPU) | raw, source's codec | learn msg/s (CPU) | learn / raw: wall, CPU "

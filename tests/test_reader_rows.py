@@ -142,3 +142,27 @@ def test_the_engine_takes_the_rows_as_one_array(tmp_path, monkeypatch):
     eng = Engine(ss.MulticlassSSVM(), open_source(p), task="multiclass", progress=False)
     assert eng.run()["examples_seen"] == 2000
     assert seen.count(np.ndarray) >= 6
+
+
+@pytest.mark.parametrize("d", [
+    {}, {"a": 1.0, "b": 2}, {"a": -0.0, "b": 1e12, "c": -1e12}, {"a": 1e12 + 1}, {"a": 10**13}, {"a": 10**400},
+    {"a": float("nan")}, {"a": 1.0, "b": float("nan")}, {"a": float("inf")}, {"a": True, "b": 2.0},
+    {"a": "1.5"}, {"a": None}, {"a": [1]}, {"b": 3, "a": 1.5, "c": 0},
+])
+def test_a_dict_of_features_is_checked_as_value_by_value(d):
+    """``_features_dict``'s one-pass check of plain numbers: the same floats (keys in order) or
+    the same reason as the value-by-value check."""
+    from streamssvm.connectors.files import BadRecord, _features_dict, _finite, _short
+
+    def by_value():
+        return {k: _finite(v, f"x[{_short(k)}]") for k, v in d.items()}
+    try:
+        want = by_value()
+    except BadRecord as e:
+        with pytest.raises(BadRecord) as got:
+            _features_dict(d)
+        assert str(got.value) == str(e)
+        return
+    got = _features_dict(d)
+    assert list(got) == list(want) and all(type(v) is float for v in got.values())
+    assert [np.float64(v).tobytes() for v in got.values()] == [np.float64(v).tobytes() for v in want.values()]
