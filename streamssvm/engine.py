@@ -515,11 +515,11 @@ class Engine:
         return self.examples_seen < self._careful_until
 
     def _takes_rows(self):
-        """Whether the model takes a :class:`RecordRows`' arrays as they are: its conversion of
-        a record is the single-label one, which leaves a flat float64 row and a scalar label
-        unchanged."""
+        """Whether the model takes a :class:`RecordRows`' arrays as they are: a single-label
+        task whose conversion of a record is the single-label one (it leaves a flat float64 row
+        and a scalar label unchanged); its ``predict_learn_each`` then gets the 2-D array."""
         from .estimators.base import Estimator
-        return type(self.model).coerce_input is Estimator.coerce_input
+        return self.task in ("multiclass", "extreme") and type(self.model).coerce_input is Estimator.coerce_input
 
     def _learn_record(self, x, y, rec):
         """Predict then learn one record (:func:`streamssvm.step.predict_learn`). Any exception
