@@ -70,6 +70,47 @@ class Record:
 READ_BREAK = object()
 
 
+class RecordRows:
+    """Consecutive records of one source whose ``x`` are flat rows of numbers of one width,
+    validated whole as the source validates a record, held as arrays: ``X`` (m x d float64, row
+    i the ``x`` of record i), ``y`` (the m labels), and what makes record i a :class:`Record`
+    when one is asked for (``rows[i]``, iteration, slicing): its key (``keys[i]``), the source
+    position after it (``position_of(i)``) and its origin. Weights are all 1.
+
+    A source hands these out from :meth:`Source.micro_batches` where its records are regular;
+    the engine then predicts and learns the rows as one array, with no per-record object (see
+    :meth:`streamssvm.engine.Engine._loop`); anything else treats it as the list of records it
+    stands for.
+    """
+
+    __slots__ = ("X", "y", "keys", "position_of", "origin_of")
+    w = 1.0   # every record's weight
+
+    def __init__(self, X, y, keys, position_of, origin_of):
+        self.X, self.y, self.keys = X, y, keys
+        self.position_of, self.origin_of = position_of, origin_of
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            at = range(len(self.y))[i]
+            if at.step != 1:
+                return [self[j] for j in at]
+            a, b = at.start, at.stop
+            return RecordRows(self.X[a:b], self.y[a:b], self.keys[a:b], lambda j: self.position_of(a + j),
+                              lambda j: self.origin_of(a + j))
+        if i < 0:
+            i += len(self.y)
+        if not 0 <= i < len(self.y):
+            raise IndexError(i)
+        return Record(self.X[i].copy(), self.y[i], self.keys[i], self.position_of(i), self.origin_of(i))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.y)))
+
+
 def chunks(records, size):
     """Lists of at most ``size`` records of an iterable of records (``None`` while a live
     source is idle: the pending list first, then ``None``)."""
@@ -99,6 +140,8 @@ class Source:
       for resuming; the default position ``None`` means "cannot resume");
     * ``batches(max_records)``: lists of records (default: consecutive records of the iteration;
       Kafka: its polls);
+    * ``micro_batches(room)``: the engine's micro-batches, lists of at most ``room()`` records
+      of ``stream()`` (a JSONL file of flat rows hands out :class:`RecordRows`);
     * ``stream()``: the iteration with ``READ_BREAK`` where a list of records must end, because
       reading further could act on the source's position before the records handed out are
       learned (Kafka: the end of each poll; the next poll may revoke partitions, and the engine
@@ -146,6 +189,30 @@ class Source:
         """Records, ``None`` while idle and ``READ_BREAK`` where a list of records must end
         (see the class docstring); by default the iteration itself."""
         return iter(self)
+
+    def micro_batches(self, room):
+        """Consecutive records of :meth:`stream`, at most ``room()`` per list (asked when the
+        list is started, after the previous one was processed), a list ending at each
+        ``READ_BREAK``; ``None`` while the source is idle. A source may hand out a
+        :class:`RecordRows` in place of a list (JSONL files of flat rows)."""
+        it = self.stream()
+        end = object()
+        while True:
+            k, chunk, rec = room(), [], end
+            for rec in it:
+                if rec is None or rec is READ_BREAK:
+                    break
+                chunk.append(rec)
+                if len(chunk) >= k:
+                    break
+            else:
+                if chunk:
+                    yield chunk
+                return
+            if chunk:
+                yield chunk
+            if rec is None:
+                yield None
 
     def commit(self, position=None, asynchronous=False) -> None:
         """A checkpoint covering ``position`` is durable (nothing to do by default)."""
@@ -480,4 +547,4 @@ class IterableSource(Source):
                 yield Record(x=x, y=y, key=k - 1, position=k, origin=f"{self.name}[{k - 1}]")
 
 
-__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "Source", "READ_BREAK", "chunks", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "RecordRows", "Source", "READ_BREAK", "chunks", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]

@@ -39,7 +39,7 @@ import numpy as np
 from streamssvm.errors import SourceChanged, SourceFault
 from streamssvm.features import check_value
 
-from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, Source
+from .base import DEFAULT_MAX_RECORD_BYTES, MAX_ABS_VALUE, DeadLetterSink, Record, RecordRows, Source
 
 _BOM = b"\xef\xbb\xbf"
 
@@ -57,6 +57,7 @@ _LONG_DIGITS = b"0" * 19
 #: at most this many opening brackets for orjson: nesting json.loads never refuses
 _FAST_MAX_OPEN = 256
 _HEAD_BYTES = 4096      # bytes of a file's head its identity checksums
+_NO_MORE = object()     # JSONLSource._read_rows: the end of the input
 
 FORMATS = ("jsonl", "csv", "libsvm", "conll")
 _EXT = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".libsvm": "libsvm",
@@ -422,8 +423,14 @@ def _number_label(t, what="label"):
 def _features_dict(d, what="x"):
     """The features of a JSON object as floats, checked (:func:`_finite`); the message of a bad
     one is built only when there is one (no string formatting on the good path)."""
-    out = {}
     lim = MAX_ABS_VALUE
+    vals = d.values()
+    types = set(map(type, vals))
+    if types <= _PLAIN_NUMBERS and (not d or (-lim <= min(vals) and max(vals) <= lim and math.isfinite(sum(vals)))):
+        # every value a plain number within the bounds (a NaN the comparisons skip makes the sum
+        # NaN, checked once the bounds hold): the floats as they are, the integers converted
+        return dict(d) if int not in types else {k: float(v) for k, v in d.items()}
+    out = {}
     for k, v in d.items():
         t = type(v)
         if (t is float or t is int) and -lim <= v <= lim:   # False for NaN
@@ -638,6 +645,150 @@ class JSONLSource(FileSource):
         if self.weight_field is None or not self.require_label:
             return x, y, key
         return x, y, key, record_weight(obj, self.weight_field)
+
+    # ------------------------------------------------------------------ micro-batches of rows
+    def micro_batches(self, room):
+        """:meth:`Source.micro_batches`; where the records are regular -- ``{x_field: [numbers],
+        y_field: label}`` and nothing else, every row of one width, a string or 64-bit integer
+        label -- a micro-batch is read and validated as one :class:`RecordRows`
+        (:meth:`_read_rows`); it ends before any other line (a bad record, blank lines aside, a
+        row of another width, another shape), which the record-by-record reader takes with a
+        few records after it (8, doubling while the fast reader finds no regular record: a
+        file of other records goes in micro-batches of the full size), and the file's first
+        record; the same records, dead letters and positions either way."""
+        if not self._rows_possible():
+            yield from super().micro_batches(room)
+            return
+        from itertools import islice
+        general = 8   # records the general reader takes next: doubling while the records are irregular
+        while True:
+            k = room()
+            rows = self._read_rows(k)
+            if rows is _NO_MORE:
+                return
+            if rows is not None:
+                general = 8
+                yield rows
+                continue
+            # the general reader, from the current position (the first record alone: it finds
+            # the byte-order mark, the file's identity or the line numbers after a seek)
+            k = 1 if not self._offset or not self._line else min(k, general)
+            general *= 2
+            chunk = list(islice(iter(self), k))
+            if chunk:
+                yield chunk
+            if len(chunk) < k:   # it reached the end of the input (or an unfinished last line)
+                return
+
+    def _rows_possible(self):
+        return (_orjson is not None and self._pacer.rate is None and self.key_field is None
+                and self.weight_field is None and self.require_label and self.x_field != self.y_field)
+
+    def _read_rows(self, k):
+        """Up to ``k`` regular records from the current position as a :class:`RecordRows`, the
+        position moved past the last one (the rows end before the first record that is not
+        regular); ``None`` (nothing read) when the next record is not regular or the file's
+        first line is next (its byte-order mark and identity are the general reader's);
+        ``_NO_MORE`` at the end of the input (blank lines passed).
+
+        The values are those of the record-by-record reader to the bit: each line is decoded by
+        ``orjson`` only under :func:`decode_json`'s conditions for it (no run of 19 digits; a
+        regular record nests two deep), the rows converted to float64 by numpy as
+        ``np.asarray`` converts each row (integers beyond 10**12 are refused either way), and
+        checked as :func:`_finite_list` checks them (finite, ``|v| <= MAX_ABS_VALUE``); a line
+        holding a run of 19 digits is decoded by the standard library, as there."""
+        if not self._offset or not self._line:
+            return None
+        cap = self.max_record_bytes
+        bodies, ends, lines = [], [], []
+        off, line = self._offset, self._line
+        with open(self.path, "rb") as f:
+            f.seek(off)
+            readline = f.readline
+            while len(bodies) < k:
+                raw = readline(cap + 2)
+                if not raw:
+                    if not bodies:   # only blank lines were left: passed, as the general reader does
+                        self._offset, self._line = off, line
+                        return _NO_MORE
+                    break
+                body = raw.rstrip(b"\r\n")
+                if not raw.endswith(b"\n") or len(body) > cap:
+                    break   # an unfinished last line or a line too long: the general reader's
+                if not body.strip():
+                    off += len(raw)
+                    line += 1
+                    continue
+                if not bodies and not self._regular_line(body):
+                    return None   # found on the first line, before reading the others
+                off += len(raw)
+                line += 1
+                bodies.append(body)
+                ends.append(off)
+                lines.append(line)
+        if not bodies:
+            return None
+        # the records before the first irregular one (it and the rest: the general reader's)
+        if _LONG_DIGITS not in b"\n".join(bodies).translate(_DIGITS_ONLY):
+            loads = _orjson.loads
+        else:   # a line with a run of 19 digits is decoded as decode_json decodes it
+            def loads(b):
+                if _LONG_DIGITS not in b.translate(_DIGITS_ONLY):
+                    return _orjson.loads(b)
+                return json.loads(b, parse_constant=_reject_constant)
+        xf, yf, lim = self.x_field, self.y_field, _INT64
+        xs, ys, d = [], [], None
+        for b in bodies:
+            try:
+                o = loads(b)
+            except Exception:  # noqa: BLE001 - invalid JSON, a lone surrogate, ...
+                break
+            if type(o) is not dict or len(o) != 2:
+                break
+            x, y = o.get(xf), o.get(yf)
+            t = type(y)
+            if not (t is str or (t is int and -lim <= y < lim)) or type(x) is not list:
+                break
+            if d is None:
+                d = len(x)
+            if len(x) != d or not d:
+                break
+            xs.append(x)
+            ys.append(y)
+        if not ys:
+            return None
+        try:
+            X = np.array(xs)
+        except (ValueError, TypeError):   # e.g. a list inside a row
+            return None
+        if X.ndim != 2 or (X.dtype != np.float64 and X.dtype != np.int64):   # strings, objects, bools only
+            return None
+        if X.dtype != np.float64:
+            X = X.astype(np.float64)
+        ok = np.abs(X).max(axis=1) <= MAX_ABS_VALUE   # False for NaN
+        m = len(ys) if ok.all() else int(np.argmin(ok))
+        if m == 0:
+            return None
+        if m < len(ys):
+            X, ys = X[:m], ys[:m]
+        rec0 = self._record
+        self._offset, self._line = ends[m - 1], lines[m - 1]
+        self._record += m
+        self.n_read += m
+        path, ident, name = self.path, self._ident, self.name
+        return RecordRows(X, ys, lines[:m],
+                          lambda i: {"path": path, "offset": ends[i], "record": rec0 + i + 1, "file": ident},
+                          lambda i: f"{name}:{lines[i]}")
+
+
+    def _regular_line(self, body):
+        """Whether a line reads as a regular record at a glance (an object whose x field holds
+        a list), so that a file of other records does not read a micro-batch of lines in vain."""
+        try:
+            o = _orjson.loads(body)
+        except Exception:  # noqa: BLE001 - invalid JSON, a lone surrogate, a long number, ...
+            return False
+        return type(o) is dict and type(o.get(self.x_field)) is list
 
 
 class CSVSource(FileSource):

@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from .checkpoint import CheckpointManager
-from .connectors.base import READ_BREAK, Source, append_line, chunks
+from .connectors.base import RecordRows, Source, append_line, chunks
 from .run_state import parse_run_state, run_state
 from .step import TASKS, jsonable, predict_learn, reason_of, send_dead_letter
 from .metrics import ProgressiveMetrics
@@ -47,7 +47,6 @@ from .params import Param
 # the names this module gave them before :mod:`streamssvm.step` held them
 _jsonable = jsonable
 
-_END = object()
 _CKPT_KIND = "streamssvm.engine"
 _HISTORY_MAX = 10_000
 _SOMEWHERE = object()   # a poisoned step not yet located (batched learning, or found at a checkpoint)
@@ -455,58 +454,51 @@ class Engine:
         return max(k, 1)
 
     def _micro_chunks(self):
-        """Consecutive records of the source's ``stream()``, at most :meth:`_room` per list (asked
-        when the list is started, after the previous one was processed), ending at its
-        ``READ_BREAK``; ``None`` while the source is idle."""
-        it = self.source.stream()
-        while True:
-            k, chunk, rec = self._room(), [], _END
-            for rec in it:
-                if rec is None or rec is READ_BREAK:
-                    break
-                chunk.append(rec)
-                if len(chunk) >= k:
-                    break
-            else:
-                if chunk:
-                    yield chunk
-                return
-            if chunk:
-                yield chunk
-            if rec is None:
-                yield None
+        """The source's micro-batches (:meth:`Source.micro_batches`): lists of consecutive
+        records (or a :class:`RecordRows`), at most :meth:`_room` each, asked when each is
+        started; ``None`` while the source is idle."""
+        return self.source.micro_batches(self._room)
 
     def _predict_learn(self, xs, ys, recs):
         """Progressive validation of a chunk: predictions made before learning. Batched, one
         ``predict_learn_many`` call (the batch is validated before anything is learned); a
         chunk it refuses, and every unbatched record, goes one record at a time, bad ones to
-        the dead letters (:meth:`_learn_record`). Returns the (y, prediction, record) triples
-        learned and the record whose step made the weights non-finite (None if none)."""
-        unit = all(type(r.w) is float and r.w == 1.0 for r in recs)
+        the dead letters (:meth:`_learn_record`). Returns the records learned as three parallel
+        sequences (labels, predictions, records) and the record whose step made the weights
+        non-finite (None if none)."""
+        rows = type(recs) is RecordRows
+        unit = rows or all(type(r.w) is float and r.w == 1.0 for r in recs)
         if not self.batch_size and len(xs) > 1 and not self._careful() and self.model.learns_in_runs \
                 and not (self._poison and any(_pos_key(r.position) in self._poison for r in recs)):
             # unbatched micro-batch: runs of records through one kernel call each, the same
             # predictions and state as record by record; bad records are dead letters in place
-            done = []
             # records of weight other than 1 leave the kernel's runs (predict_learn_one with it)
             ws = None if unit else [r.w for r in recs]
-            for x, y, rec, (ok, v) in zip(xs, ys, recs, self.model.predict_learn_each(xs, ys, ws)):
-                if ok:
-                    done.append((y, v, rec))
-                else:
-                    self._bad(rec, reason_of(v))
+            res = self.model.predict_learn_each(xs, ys, ws)
+            if all(ok for ok, _ in res):
+                done = (ys, [v for _, v in res], recs)
+            else:
+                kept = []
+                for i, (ok, v) in enumerate(res):
+                    if ok:
+                        kept.append(i)
+                    else:
+                        self._bad(recs[i], reason_of(v))
+                done = ([ys[i] for i in kept], [res[i][1] for i in kept], [recs[i] for i in kept])
             if not self._weights_finite(full=False):   # the rows of every learned record
                 return done, _SOMEWHERE   # the careful replay locates the record, one at a time
             return done, None
+        if rows:
+            recs = list(recs)
         if self.batch_size and not self._careful() and unit:
             try:
-                done = list(zip(ys, self.model.predict_learn_many(xs, ys), recs))
+                preds = self.model.predict_learn_many(xs, ys)
                 if self._weights_finite(full=True):
-                    return done, None
-                return [], _SOMEWHERE   # the replay locates the record, one at a time
+                    return (ys, preds, recs), None
+                return ([], [], []), _SOMEWHERE   # the replay locates the record, one at a time
             except (ValueError, TypeError, KeyError):
                 pass
-        done = []
+        done = ([], [], [])
         for x, y, rec in zip(xs, ys, recs):
             status, p = self._learn_record(x, y, rec)
             if status == "poisoned":
@@ -514,11 +506,20 @@ class Engine:
             if status == "damaged":
                 return done, _SOMEWHERE
             if status == "learned":
-                done.append((y, p, rec))
+                done[0].append(y)
+                done[1].append(p)
+                done[2].append(rec)
         return done, None
 
     def _careful(self):
         return self.examples_seen < self._careful_until
+
+    def _takes_rows(self):
+        """Whether the model takes a :class:`RecordRows`' arrays as they are: a single-label
+        task whose conversion of a record is the single-label one (it leaves a flat float64 row
+        and a scalar label unchanged); its ``predict_learn_each`` then gets the 2-D array."""
+        from .estimators.base import Estimator
+        return self.task in ("multiclass", "extreme") and type(self.model).coerce_input is Estimator.coerce_input
 
     def _learn_record(self, x, y, rec):
         """Predict then learn one record (:func:`streamssvm.step.predict_learn`). Any exception
@@ -569,38 +570,40 @@ class Engine:
                 chunk = chunk[:max(self.max_examples - self.examples_seen, 0)]
             if not chunk:
                 return "max examples", since_snap
-            xs, ys, recs = [], [], []
-            coerce = self.model.coerce_input
-            for rec in chunk:
-                if pacer is not None:
-                    pacer.wait()
-                try:
-                    x, y = coerce(rec.x, rec.y)
-                except Exception as e:  # noqa: BLE001 - one record never stops the stream
-                    self._bad(rec, reason_of(e))
-                    continue
-                xs.append(x)
-                ys.append(y)
-                recs.append(rec)
-            done, poisoned = self._predict_learn(xs, ys, recs) if xs else ([], None)
+            if type(chunk) is RecordRows and pacer is None and self._takes_rows():
+                # flat rows validated by the source, as one array: the model's own conversion
+                # of such a record (``Estimator.coerce_input``) changes nothing
+                xs, ys, recs = chunk.X, chunk.y, chunk
+            else:
+                xs, ys, recs = [], [], []
+                coerce = self.model.coerce_input
+                for rec in chunk:
+                    if pacer is not None:
+                        pacer.wait()
+                    try:
+                        x, y = coerce(rec.x, rec.y)
+                    except Exception as e:  # noqa: BLE001 - one record never stops the stream
+                        self._bad(rec, reason_of(e))
+                        continue
+                    xs.append(x)
+                    ys.append(y)
+                    recs.append(rec)
+            done, poisoned = self._predict_learn(xs, ys, recs) if len(ys) else (([], [], []), None)
             if poisoned is not None:
-                if self._undo(poisoned, _NONFINITE, span=len(done) + 1):
+                if self._undo(poisoned, _NONFINITE, span=len(done[0]) + 1):
                     return "undo", since_snap
                 # nothing to go back to: the model cannot be trusted; stop rather than poison
                 raise RuntimeError(_CANNOT_UNDO)
-            self.position = chunk[-1].position
+            self.position = chunk.position_of(len(chunk) - 1) if type(chunk) is RecordRows else chunk[-1].position
             before = self.examples_seen
-            update = self.metrics.update
+            self.metrics.update_many(done[0], done[1])
             if self.sink is None:
-                for y, p, _ in done:
-                    update(y, p)
-                self.examples_seen += len(done)
+                self.examples_seen += len(done[0])
             else:
-                for y, p, rec in done:
+                keys = done[2].keys if type(done[2]) is RecordRows else [r.key for r in done[2]]
+                for p, key in zip(done[1], keys):
                     self.examples_seen += 1
-                    update(y, p)
-                    self.sink.write({"key": rec.key, "prediction": _jsonable(p),
-                                     "examples_seen": self.examples_seen})
+                    self.sink.write({"key": key, "prediction": _jsonable(p), "examples_seen": self.examples_seen})
             since_snap += self.examples_seen - before
             if self.snapshot_every and self.examples_seen // self.snapshot_every > before // self.snapshot_every:
                 since_snap = 0

@@ -47,6 +47,15 @@ class ProgressiveMetrics:
         else:
             self.correct += int(y_true == y_pred)
 
+    def update_many(self, ys_true, ys_pred):
+        """:meth:`update` of each pair, in order; single labels (multiclass, extreme) in one pass."""
+        if self.task == "sequence" or self.task == "multilabel":
+            for a, b in zip(ys_true, ys_pred):
+                self.update(a, b)
+            return
+        self.n += len(ys_true)
+        self.correct += sum([int(a == b) for a, b in zip(ys_true, ys_pred)])
+
     def get(self) -> dict:
         out = {"n": self.n}
         if self.task == "sequence":

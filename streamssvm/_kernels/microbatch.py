@@ -26,6 +26,8 @@ import numpy as np
 from numba import njit
 
 from .bcfw import NO_VICTIM, _admit, _step_loop, predict_batch, write_block
+from .common import MULTICLASS
+from .structops import kind_code
 from .marginals import emission_table
 from .scaling import learn_values, scale_values
 
@@ -69,7 +71,10 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         zc = 0.0
         if averaging and avg_t0 >= 0 and k > 0:
             zc = 2.0 / (k * (k + 1.0))
-            predict_batch(model, (E, T - zc * ZT, B - zc * ZB), scale, ZE, zc, batch, preds, pscratch)
+            if kind_code(model[0]) == MULTICLASS:   # mc_decode reads the scores alone: no averaged T, B
+                predict_batch(model, w, scale, ZE, zc, batch, preds, pscratch)
+            else:
+                predict_batch(model, (E, T - zc * ZT, B - zc * ZB), scale, ZE, zc, batch, preds, pscratch)
         else:
             predict_batch(model, w, scale, E, 0.0, batch, preds, pscratch)
         if obs[e] >= 0:   # the temperature fit's scores (calibration.emission_scores), before learning

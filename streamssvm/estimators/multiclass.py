@@ -413,7 +413,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         return out
 
     def _dense_rows(self, xs):
-        """The CSR of a batch of 1-D float arrays of the index's width, valid, in one pass
+        """The CSR of a batch of 1-D float arrays (or the rows of a 2-D one) of the index's width, valid, in one pass
         (``FeatureIndex.dense_csr``: per row the arrays ``encode_record`` makes), else None
         (then each record is encoded, and refused, on its own)."""
         f = self._features
@@ -421,11 +421,17 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if d is None or len(xs) < 2:
             return None
         shape = (d,)   # float64 as the identical dtype object (another one takes the per-record way)
-        if not all(type(x) is np.ndarray and x.shape == shape and x.dtype is _F64 for x in xs):
+        if type(xs) is np.ndarray:   # the rows of one array (a source's RecordRows)
+            if xs.ndim != 2 or xs.shape[1:] != shape or xs.dtype is not _F64:
+                return None
+            A = xs
+        elif not all(type(x) is np.ndarray and x.shape == shape and x.dtype is _F64 for x in xs):
             return None
+        else:
+            A = np.array(xs)   # (np.vstack: ~3x the per-row cost)
         try:
             with self._registering(keep=False):
-                return f.dense_csr(np.array(xs), grow=False)   # (np.vstack: ~3x the per-row cost)
+                return f.dense_csr(A, grow=False)
         except (TypeError, ValueError):
             return None
 
