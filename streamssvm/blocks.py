@@ -67,7 +67,8 @@ HUGE_PAGES = False
 #: step needs from their tokens, the same values bit for bit. On Brown (10k sentences, 283 tags)
 #: the matrices under the dense-layout rule (L <= max(Kc, ``layout.GRAM_MIN_L``): every sentence)
 #: were 47.6 MB of the store's 601. No OCR word is longer than 14 letters, so the OCR stores keep
-#: every matrix as before. Measurements in bench/results/chain_memory.md.
+#: every matrix as before. The cost, with the dense emission rows M: Brown passes +3.5% CPU
+#: (5,000 sentences, paired under the lock against every matrix kept; bench/results/chain_memory.md).
 SPARSE_GRAM_MAX_L = 16
 
 
