@@ -91,7 +91,8 @@ def child_streamssvm(n):
         "feature indices + token pointers": (nidx + L + 1).sum() * 4,
         "Gram matrices (L x L)": gram.sum() * 8,
         "emission statistic M (L x Kc)": (L * Kc).sum() * 8,
-        "start/end statistic BM (2 x Kc)": len(slots) * 2 * Kc * 8,
+        # (sparse chain blocks keep none: their BM rows are M's first and last rows)
+        "start/end statistic BM (2 x Kc)": int(np.count_nonzero(~flags & KL.FLAG_SPARSE)) * 2 * Kc * 8,
         "transition pairs (ints) + counts (floats)": (2 + 2 * tcap).sum() * 4 + tcap.sum() * 8,
         "pool labelings (ints) + alphas": pool_i.sum() * 4 + meta[:, KL.M_PCAP].sum() * 8,
     }
@@ -120,6 +121,8 @@ def main(argv=None):
     ap.add_argument("--sentences", type=int, default=10000)
     ap.add_argument("--child", choices=["data", "streamssvm", "crfsuite"])
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--before", help="a checkout of the code before a change: its streamssvm row is run too")
+    ap.add_argument("--before-commit", help="the commit of --before, for the report")
     ap.add_argument("--report", action="store_true", help="re-render chain_memory.md from chain_memory.json")
     a = ap.parse_args(argv)
     if a.report:
@@ -136,6 +139,16 @@ def main(argv=None):
     for kind in ("data", "streamssvm", "crfsuite"):
         res[kind] = _run(kind, a.sentences)
         log(f"{kind}: {json.dumps(res[kind])}")
+    if a.before:   # the streamssvm row of the code at another checkout, run from there
+        bs = json.loads(subprocess.run(
+            [sys.executable, os.path.join(a.before, "bench", "chain_memory.py"), "--child", "streamssvm",
+             "--sentences", str(a.sentences)], capture_output=True, text=True, check=True,
+            env=dict(os.environ, PYTHONPATH=a.before)).stdout.strip().splitlines()[-1])
+        seg = bs["segments_mb"]
+        res["before"] = {"commit": a.before_commit or a.before, "peak_rss_mb": bs["peak_rss_mb"],
+                         "store_live_mb": bs["store_live_mb"], "gram_mb": seg["Gram matrices (L x L)"],
+                         "bm_mb": seg["start/end statistic BM (2 x Kc)"], "cpu_s": bs["cpu_s"]}
+        log(f"before: {json.dumps(res['before'])}")
     res["ratio_peak_rss"] = res["streamssvm"]["peak_rss_mb"] / res["crfsuite"]["peak_rss_mb"]
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "chain_memory.json"), "w") as f:
@@ -177,6 +190,11 @@ def write_report(res, out):
               f"the dense weights E and their average Z ({s['weights_E_mb'] + s['averaging_Z_mb']:.0f} MB: "
               "CRFsuite keeps only the (attribute, label) pairs it saw) and the library with its loaded kernels "
               f"({s['rss_before_mb'] - d['peak_rss_mb']:.0f} MB).", ""]
+    if "before" in res:   # the same command on the code before a change, with its commit
+        b = res["before"]
+        lines += [f"Before ({b['commit']}, the same command, the same minutes): peak RSS {b['peak_rss_mb']:.0f} MB, "
+                  f"{b['peak_rss_mb'] / c['peak_rss_mb']:.2f}x CRFsuite; store live {b['store_live_mb']:.1f} MB "
+                  f"(Gram matrices {b['gram_mb']:.1f}, BM {b['bm_mb']:.1f}). {b.get('note', '')}".rstrip(), ""]
     with open(os.path.join(out, "chain_memory.md"), "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))

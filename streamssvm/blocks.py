@@ -62,6 +62,15 @@ ARENA_GROWTH = 4
 #: compaction, a latency a streaming engine must not take by default.
 HUGE_PAGES = False
 
+#: The longest new block of a sparse chain store (``chain_stats="sparse"``, the default) that
+#: keeps its L x L Gram matrix (:meth:`BlockStore.stores_gram`); the others compute the entries a
+#: step needs from their tokens, the same values bit for bit. On Brown (10k sentences, 283 tags)
+#: the matrices under the dense-layout rule (L <= max(Kc, ``layout.GRAM_MIN_L``): every sentence)
+#: were 47.6 MB of the store's 601. No OCR word is longer than 14 letters, so the OCR stores keep
+#: every matrix as before. The cost, with the dense emission rows M: Brown passes +3.5% CPU
+#: (5,000 sentences, paired under the lock against every matrix kept; bench/results/chain_memory.md).
+SPARSE_GRAM_MAX_L = 16
+
 
 def lazy_zeros(n, dtype):
     """A zero array of ``n`` entries whose pages are zeroed by the operating system when first
@@ -174,7 +183,8 @@ class BlockStore:
     """
 
     #: The longest new block that keeps its Gram matrix; None: max(Kc, ``layout.GRAM_MIN_L``)
-    #: (``layout.stores_gram``). Blocks without one compute the entries a step needs (same values).
+    #: (``layout.stores_gram``), :data:`SPARSE_GRAM_MAX_L` in a sparse chain store
+    #: (:meth:`stores_gram`). Blocks without one compute the entries a step needs (same values).
     gram_max_L = None
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
@@ -348,15 +358,19 @@ class BlockStore:
 
     def stat_len(self, L, tcap=0, Kc=None):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
-        M | BM | TV)."""
+        M | TV, no start / end rows: ``_kernels/chainsparse.py``)."""
         Kc = self.Kc if Kc is None else Kc
         if self.sparse:
-            return L * Kc + 2 * Kc + tcap
+            return L * Kc + tcap
         return self.structure.stat_size(L, Kc)
 
     def stores_gram(self, L):
-        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``)."""
-        return KL.stores_gram(L, self.Kc, self.gram_max_L)
+        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``); in a
+        sparse chain store only when L <= :data:`SPARSE_GRAM_MAX_L`."""
+        max_L = self.gram_max_L
+        if max_L is None and self.sparse:
+            max_L = SPARSE_GRAM_MAX_L
+        return KL.stores_gram(L, self.Kc, max_L)
 
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
@@ -595,7 +609,7 @@ class BlockStore:
             I[kp:kp + 2] = (0, tcap)
             if not self.slack:
                 yt = np.asarray(ytrue, dtype=np.int32)
-                CS.sp_register(I, kp, Fa[s0:s0 + ss], L * self.Kc + 2 * self.Kc, yt, L)
+                CS.sp_register(I, kp, Fa[s0:s0 + ss], L * self.Kc, yt, L)
                 CS.sp_labeling_stat(I, kp, yt, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         elif not self.slack:
             truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
@@ -838,8 +852,8 @@ class BlockStore:
             kp = self._kpos(j)
             tn = int(self.Iar[kp])
             pairs = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
-            vals = self.Far[s0 + L * Kc + 2 * Kc:s0 + L * Kc + 2 * Kc + tn]
-            zv = None if z0 < 0 else self.Far[z0 + L * Kc + 2 * Kc:z0 + L * Kc + 2 * Kc + tn]
+            vals = self.Far[s0 + L * Kc:s0 + L * Kc + tn]
+            zv = None if z0 < 0 else self.Far[z0 + L * Kc:z0 + L * Kc + tn]
             nz = (vals != 0.0) if zv is None else (vals != 0.0) | (zv != 0.0)
             return pairs[nz], vals[nz].copy(), None if zv is None else zv[nz].copy()
         TM = self.Far[s0 + L * Kc:s0 + L * Kc + Kc * Kc].reshape(Kc, Kc)
@@ -853,7 +867,7 @@ class BlockStore:
         if not int(m[K.M_FLAGS]) & KL.FLAG_AVG:
             return -1
         L = int(m[K.M_L])
-        ss = (L * self.Kc + 2 * self.Kc + int(self.Iar[self._kpos(j) + 1]) if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE
+        ss = (L * self.Kc + int(self.Iar[self._kpos(j) + 1]) if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE
               else int(self.structure.stat_size(L, self.Kc)))
         return int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m) + ss + int(m[K.M_PCAP])
 
@@ -881,7 +895,7 @@ class BlockStore:
         else:
             tcap = int(self.tcap0(L, Kc))
         tcap = max(min(tcap, Kc * Kc), npairs)
-        ss = L * Kc + 2 * Kc + tcap
+        ss = L * Kc + tcap
         return isz + 2 + 2 * tcap, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), tcap
 
     def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap):
@@ -908,10 +922,10 @@ class BlockStore:
         gl = _gram_len(m)   # a block keeps its Gram matrix (or its lack of one) when moved
         Fnew[fo:fo + nnz + gl] = self.Far[ofo:ofo + nnz + gl]
         os0, ns0 = ofo + nnz + gl, fo + nnz + gl
-        oss = (L * oldKc + 2 * oldKc + int(self.Iar[self._kpos(j) + 1]) if old_sparse
+        oss = (L * oldKc + int(self.Iar[self._kpos(j) + 1]) if old_sparse
                else struct.stat_size(L, oldKc))
         isz = head + pcap * lablen
-        nss = L * Kc + 2 * Kc + tcap if to_sparse else struct.stat_size(L, Kc)
+        nss = L * Kc + tcap if to_sparse else struct.stat_size(L, Kc)
         # the statistic, then (when the store averages) the averaging accumulator laid out the same
         # way after the pool alpha; a block that had none (a file of an older version) starts at 0
         nz0 = ns0 + nss + pcap
@@ -946,18 +960,17 @@ class BlockStore:
         """Write statistic ``ost`` (capacity oldKc, sparse or dense layout) into ``nst`` at
         capacity Kc in the target layout; ``pairs`` / ``vals``: its transition entries kept
         (:meth:`_pairs`) when either layout is sparse."""
-        if to_sparse:
+        if to_sparse:   # M | TV: the dense layout's BM rows are M's first and last rows
             nst[:] = 0.0
             nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
-            ob = L * oldKc if old_sparse else L * oldKc + oldKc * oldKc
-            nst[L * Kc:L * Kc + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[ob:ob + 2 * oldKc].reshape(2, oldKc)
-            nst[L * Kc + 2 * Kc:L * Kc + 2 * Kc + len(vals)] = vals
+            nst[L * Kc:L * Kc + len(vals)] = vals
         elif old_sparse:
             nst[:] = 0.0
             nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
             nst[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)[pairs[:, 0], pairs[:, 1]] = vals
             o2 = L * Kc + Kc * Kc
-            nst[o2:o2 + 2 * Kc].reshape(2, Kc)[:, :oldKc] = ost[L * oldKc:L * oldKc + 2 * oldKc].reshape(2, oldKc)
+            nst[o2:o2 + Kc] = nst[:Kc]                          # BM: M's first row
+            nst[o2 + Kc:o2 + 2 * Kc] = nst[(L - 1) * Kc:L * Kc]   # and its last
         elif oldKc == Kc:
             nst[:] = ost
         else:
@@ -1018,7 +1031,9 @@ class BlockStore:
         out[:L * Kc] = self.Far[s0:s0 + L * Kc]
         pairs, vals, _ = self._pairs(slot)
         np.add.at(out[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc), (pairs[:, 0], pairs[:, 1]), vals)
-        out[L * Kc + Kc * Kc:] = self.Far[s0 + L * Kc:s0 + L * Kc + 2 * Kc]
+        o2 = L * Kc + Kc * Kc   # BM: M's first and last rows
+        out[o2:o2 + Kc] = out[:Kc]
+        out[o2 + Kc:o2 + 2 * Kc] = out[(L - 1) * Kc:L * Kc]
         return out
 
     def grow_labels(self, new_Kc):
@@ -1088,7 +1103,7 @@ class BlockStore:
         return bool(self.sparse) and self.pool_cap == 0 and not self.avg
 
     def _sparse_pos(self, j):
-        """(offset in Far of block j's statistic, its M | BM length, offset in Iar of its pair
+        """(offset in Far of block j's statistic, its M length, offset in Iar of its pair
         list, pairs in use) -- a sparse chain block (``_kernels/layout.py``)."""
         m = self.meta[j]
         if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
@@ -1096,10 +1111,10 @@ class BlockStore:
         L = int(m[K.M_L])
         s0 = int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m)
         kp = self._kpos(j)
-        return s0, L * self.Kc + 2 * self.Kc, kp, int(self.Iar[kp])
+        return s0, L * self.Kc, kp, int(self.Iar[kp])
 
     def sparse_stats(self, slots):
-        """The statistics of sparse chain blocks ``slots`` as they are stored: ``{"head": M | BM
+        """The statistics of sparse chain blocks ``slots`` as they are stored: ``{"head": M
         of each block end to end, "hsizes", "pairs": (n, 2) tag pairs end to end, "vals": their
         counts, "psizes"}`` (copies)."""
         heads, pairs, vals = [], [], []
@@ -1116,11 +1131,11 @@ class BlockStore:
                 "vals": cat(vals, 0), "psizes": ps}
 
     def _truth_sparse(self, j):
-        """(M | BM, pairs, counts) of block j with alpha on its ground truth (a block new in the
+        """(M, pairs, counts) of block j with alpha on its ground truth (a block new in the
         round starts there; zero for slack-rescaled blocks)."""
         m = self.meta[j]
         L, Kc = int(m[K.M_L]), self.Kc
-        h = L * Kc + 2 * Kc
+        h = L * Kc
         out = np.zeros(h + max(L - 1, 1))
         lab = np.zeros((L - 1, 2), dtype=np.int64)
         if self.slack:
@@ -1135,7 +1150,7 @@ class BlockStore:
         return out[:h], I[2:2 + 2 * tn].reshape(tn, 2).astype(np.int64), out[h:h + tn]
 
     def swap_sparse_stat(self, j, head, pairs, vals):
-        """Install (M | BM, pairs, counts) as block j's statistic (``head`` None: M | BM kept);
+        """Install (M, pairs, counts) as block j's statistic (``head`` None: M kept);
         returns the one it replaces (install that to undo). The block must have room for the
         pairs."""
         s0, h, kp, tn = self._sparse_pos(j)
@@ -1155,7 +1170,7 @@ class BlockStore:
 
     def blend_sparse_stats(self, slots, snapshot, where, weight):
         """``stat <- start + weight (stat - start)`` for sparse chain blocks ``slots``, in the
-        sparse layout: M | BM elementwise, the tag pairs on the union of the start's and the
+        sparse layout: M elementwise, the tag pairs on the union of the start's and the
         current pairs (a pair one side lacks counts 0 there; pairs blended to 0 are dropped),
         the same numbers the dense layout's blend gives. ``snapshot``: :meth:`sparse_stats` of
         the round start, ``where`` maps a slot to its row there (a slot not in it starts at its
@@ -1267,7 +1282,7 @@ class BlockStore:
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
             **({"cw": self.cw[:ns].copy(), "csum": float(self.csum[0])} if self.weighted() else {}),
-            "sparse": self.sparse, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
+            "sparse": self.sparse, "sparse_bm": False, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
             "seen": self._seen, "evicted": self._evicted, "n": self._n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
@@ -1285,6 +1300,8 @@ class BlockStore:
         ``n_rows``: the rows of the learner's emission weights (every feature index of a block
         must be below it). The state is checked whole first (:func:`validate_store_state`)."""
         validate_store_state(st, structure, n_rows)
+        if st.get("sparse", False) and st.get("sparse_bm", True):
+            st = _drop_sparse_bm(st)   # a file written when sparse blocks kept start / end rows
         bs = cls(structure, st["Kc"], st["pool_cap"], st["capacity"], st["max_bytes"], st["eviction"],
                  slack=bool(st.get("slack", False)), sparse=bool(st.get("sparse", False)),
                  tcap_factor=int(st.get("tcap_factor", TCAP_FACTOR)), dense_rows=bool(st.get("dense_rows", True)),
@@ -1329,6 +1346,36 @@ class BlockStore:
         bs._rebuild_tree()
         bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
+
+
+def _drop_sparse_bm(st):
+    """A store state whose sparse chain blocks were written as ``M | BM | TV`` (files of
+    versions before the blocks dropped their start / end rows ``BM``, which equal M's first and
+    last rows bit for bit) in today's layout ``M | TV``: the 2 x Kc floats after M are cut from
+    each block's statistic and from its averaging accumulator, offsets and sizes follow. The
+    state is checked before (``validate_store_state`` knows both layouts)."""
+    Kc = int(st["Kc"])
+    meta = np.array(st["meta"], dtype=np.int64, copy=True)
+    Iar, Far = np.asarray(st["Iar"]), np.asarray(st["Far"], dtype=np.float64)
+    alive = np.asarray(st["alive"], dtype=np.int64)
+    segs, fo = [], 0
+    for j in alive[np.argsort(meta[alive, K.M_FOFF], kind="stable")].tolist():
+        m = meta[j]
+        L, nnz, pcap = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_PCAP])
+        seg = Far[int(m[K.M_FOFF]):int(m[K.M_FOFF]) + int(m[K.M_FSIZE])]
+        tcap = int(Iar[int(KL.pairs_pos(meta, j)[1]) + 1])
+        h, ss = nnz + _gram_len(m) + L * Kc, L * Kc + 2 * Kc + tcap
+        parts = [seg[:h], seg[h + 2 * Kc:h - L * Kc + ss + pcap]]
+        if int(m[K.M_FLAGS]) & KL.FLAG_AVG:
+            z = seg[h - L * Kc + ss + pcap:]
+            parts += [z[:L * Kc], z[L * Kc + 2 * Kc:]]
+        new = np.concatenate(parts)
+        segs.append(new)
+        m[K.M_FOFF], m[K.M_FSIZE] = fo, len(new)
+        fo += len(new)
+    out = dict(st)
+    out.update({"meta": meta, "Far": np.concatenate(segs) if segs else np.zeros(0), "sparse_bm": False})
+    return out
 
 
 def _move(src, dst, s_off, d_off, size, chunk=1 << 16):

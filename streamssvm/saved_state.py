@@ -63,6 +63,8 @@ def validate_store_state(st, structure, n_rows=None):
         pool_cap, tree_size, max_L = int(st["pool_cap"]), int(st["tree_size"]), int(st["max_L"])
         # an absent tcap_factor (older files) takes the store's default, which is in range
         sparse, tcap_factor = bool(st.get("sparse", False)), int(st.get("tcap_factor", 1))
+        # sparse chain blocks of files written before they dropped their start / end rows
+        sparse_bm = bool(st.get("sparse_bm", True))
         avg = bool(st.get("avg", False))   # blocks with an averaging accumulator (absent: older files)
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         _fail(f"{type(e).__name__}: {e}")
@@ -149,7 +151,7 @@ def validate_store_state(st, structure, n_rows=None):
             if not 0 <= tn <= tcap <= Kc * Kc:
                 _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
             need_i += 2 + 2 * tcap
-            ss = L * Kc + 2 * Kc + tcap
+            ss = L * Kc + (2 * Kc if sparse_bm else 0) + tcap   # older files: M | BM | TV
         else:
             ss = int(structure.stat_size(L, Kc))
         need_f = nnz + gl + ss + pool_cap + (ss + 1 if avg else 0)

@@ -242,12 +242,9 @@ def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
 def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
     """dbuf += s(ytrue) for ``block_u``; a sparse block adds the truth's bigrams (which need not
     be among the block's pairs) to T directly, times ``coef``."""
-    if sp:
-        o = L * Kc
+    if sp:   # (no BM: chainsparse.py)
         for t in range(L):
             dbuf[t * Kc + ytrue[t]] += 1.0
-        dbuf[o + ytrue[0]] += 1.0
-        dbuf[o + Kc + ytrue[L - 1]] += 1.0
         if use_trans:
             sp_labeling_apply(T, ytrue, L, coef)
     else:
@@ -264,7 +261,7 @@ def _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
     flagged ``FLAG_TFULL``) when the block has no room for them: the step is skipped."""
     if not sp:
         return True
-    toff = L * Kc + 2 * Kc
+    toff = L * Kc
     if sp_register(Iar, kpos, st, toff, lab1, L) and sp_register(Iar, kpos, st, toff, lab2, L):
         return True
     meta[j, M_FLAGS] |= FLAG_TFULL
@@ -292,7 +289,7 @@ def _snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
     """Before ``_snap`` on a sparse block: the counts it sets to 0 move the statistic by -v,
     which the block's averaging accumulator ``zm`` records with weight ``za`` (``avg_note``)."""
     if sp and zm.shape[0] > 0:
-        toff = L * Kc + 2 * Kc
+        toff = L * Kc
         for q in range(Iar[kpos]):
             v = st[toff + q]
             if v != 0.0 and abs(v) < SNAP:
@@ -958,7 +955,7 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
     if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
-        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], L * Kc + 2 * Kc, yt, L)
+        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], L * Kc, yt, L)
         _st_truth(kind, sp, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0, Iar, kpos)
     meta[j, M_PN] = 0
     if pcap > 0:

@@ -7,7 +7,10 @@ the block has touched, so it has at most (L - 1) non-zeros per labeling -- stori
 costs Kc^2 floats per block (1.8 MB per sentence with Brown's 472 tags). A *sparse* chain block
 (``FLAG_SPARSE`` in its meta row) keeps instead:
 
-* floats (the statistic region): ``M (L * Kc) | BM (2 * Kc) | TV (tcap)``;
+* floats (the statistic region): ``M (L * Kc) | TV (tcap)``: no ``BM``, whose rows equal M's
+  first and last rows bit for bit (every step moves them by the same operations), so the
+  functions here read those rows instead (files written with ``M | BM | TV`` convert on load,
+  ``blocks._drop_sparse_bm``);
 * ints (after the pool): ``tn | tcap | (a_0, b_0) ... (a_{tcap-1}, b_{tcap-1})``: the ``tn``
   transition pairs in use, ``TV[q]`` the count of the pair (a_q, b_q). Pairs are distinct, so
   ``tn <= K^2``; their labels do not depend on the label capacity (nothing to relayout when it
@@ -68,10 +71,7 @@ def sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef):
     """out += coef * s(lab) in the sparse layout (the bigrams of lab must be registered)."""
     for t in range(L):
         out[t * Kc + lab[t]] += coef
-    o = L * Kc
-    out[o + lab[0]] += coef
-    out[o + Kc + lab[L - 1]] += coef
-    toff = o + 2 * Kc
+    toff = L * Kc
     for t in range(1, L):
         q = sp_find(Iar, kpos, lab[t - 1], lab[t])
         if q < 0:
@@ -88,11 +88,11 @@ def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
         for k in range(K):
             v += S[t, k] * st[base + k]
     if use_trans:
-        o = L * Kc
+        o = (L - 1) * Kc   # BM: the first and last rows of M
         acc = 0.0
         for k in range(K):
-            acc += B[0, k] * st[o + k] + B[1, k] * st[o + Kc + k]
-        toff = o + 2 * Kc
+            acc += B[0, k] * st[k] + B[1, k] * st[o + k]
+        toff = L * Kc
         for q in range(Iar[kpos]):
             acc += T[Iar[kpos + 2 + 2 * q], Iar[kpos + 3 + 2 * q]] * st[toff + q]
         v += scale * acc
@@ -109,12 +109,12 @@ def sp_sqnorm(G, st, L, K, Kc, use_trans, Iar, kpos):
 def sp_trans_sqnorm(v, st, L, K, Kc, use_trans, Iar, kpos):
     """v + the transition part of ||Phi_x(st)||^2 in the sparse layout (v: the emission part)."""
     if use_trans:
-        o = L * Kc
+        o = (L - 1) * Kc   # BM: the first and last rows of M
         for k in range(K):
-            a = st[o + k]
-            b = st[o + Kc + k]
+            a = st[k]
+            b = st[o + k]
             v += a * a + b * b
-        toff = o + 2 * Kc
+        toff = L * Kc
         for q in range(Iar[kpos]):
             x = st[toff + q]
             v += x * x
@@ -128,11 +128,11 @@ def sp_apply(w, x, st, L, K, Kc, coef, use_trans, Iar, kpos):
     E, T, B = w
     stat_emission_apply(E, x[0], x[1], x[2], st, L, K, Kc, coef)
     if use_trans:
-        o = L * Kc
+        o = (L - 1) * Kc   # BM: the first and last rows of M
         for k in range(K):
-            B[0, k] += coef * st[o + k]
-            B[1, k] += coef * st[o + Kc + k]
-        toff = o + 2 * Kc
+            B[0, k] += coef * st[k]
+            B[1, k] += coef * st[o + k]
+        toff = L * Kc
         for q in range(Iar[kpos]):
             T[Iar[kpos + 2 + 2 * q], Iar[kpos + 3 + 2 * q]] += coef * st[toff + q]
 
@@ -148,7 +148,7 @@ def sp_labeling_apply(T, lab, L, coef):
 def sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
     """Set transition counts within round-off of 0 (|v| < SNAP) to exactly 0, and keep the
     weights equal to the sum of the blocks: T += cu * v, ZT += cz * v (cz = 0: no averaging)."""
-    toff = L * Kc + 2 * Kc
+    toff = L * Kc
     for q in range(Iar[kpos]):
         v = st[toff + q]
         if v != 0.0 and abs(v) < SNAP:

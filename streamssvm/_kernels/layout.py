@@ -12,14 +12,16 @@ which stores no ``fidx``: its nnz values are those of features 0..nnz-1, zeros i
 empty ``fidx`` view tells the kernels).
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its ints
-end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | BM | TV (tcap)`` (see
-``chainsparse.py``); its statistic size is read from ``tcap`` in the arena.
+end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | TV (tcap)`` (no start /
+end rows ``BM``: they are M's first and last rows, see ``chainsparse.py``); its statistic size
+is read from ``tcap`` in the arena.
 
 A block flagged ``FLAG_NO_GRAM`` stores no token Gram matrix (its ``G`` view is 0 x 0): the
 kernels compute the entries a step needs from the tokens (``common.emission_sqnorm_tokens``, the
 same values). A new block keeps its Gram matrix only when L <= max(Kc, ``GRAM_MIN_L``)
 (:func:`stores_gram`), where L*L is at most the L*Kc of its emission statistic: a long sentence
-costs memory linear in its length, what its Viterbi tables need, not L^2.
+costs memory linear in its length, what its Viterbi tables need, not L^2. A block of a sparse
+chain store keeps it only when L <= ``blocks.SPARSE_GRAM_MAX_L`` (16).
 
 A block flagged ``FLAG_AVG`` (the store of a learner that averages its iterates) ends its floats
 with its averaging accumulator (:func:`avg_view`): ``zm (stat size) | zl (1)``, the sums
@@ -103,9 +105,9 @@ def stat_pos(meta, j):
 
 @njit(**_INNER)
 def block_stat_len(kind, L, Kc, sp, Iar, kpos):
-    """Size of a block's statistic region (dense: ``stat_size``; sparse: M | BM | TV)."""
+    """Size of a block's statistic region (dense: ``stat_size``; sparse: M | TV)."""
     if sp:
-        return L * Kc + 2 * Kc + Iar[kpos + 1]
+        return L * Kc + Iar[kpos + 1]
     return stat_size(kind, L, Kc)
 
 
@@ -153,10 +155,10 @@ def avg_view(arena, j, Kc, kind):
 
 
 def stat_len(kind, L, Kc, sparse=False, tcap=0):
-    """Floats of a block's statistic region: the structure's statistic size, or ``M | BM | TV``
+    """Floats of a block's statistic region: the structure's statistic size, or ``M | TV``
     for a sparse chain block with ``tcap`` pairs. Vectorized over L and tcap."""
     if sparse:
-        return L * Kc + 2 * Kc + tcap
+        return L * Kc + tcap
     return stat_size(kind, L, Kc)
 
 
