@@ -62,15 +62,6 @@ ARENA_GROWTH = 4
 #: compaction, a latency a streaming engine must not take by default.
 HUGE_PAGES = False
 
-#: The longest new block of a sparse chain store (``chain_stats="sparse"``, the default) that
-#: keeps its L x L Gram matrix (:meth:`BlockStore.stores_gram`); the others compute the entries a
-#: step needs from their tokens, the same values bit for bit. On Brown (10k sentences, 283 tags)
-#: the matrices under the dense-layout rule (L <= max(Kc, ``layout.GRAM_MIN_L``): every sentence)
-#: were 47.6 MB of the store's 601. No OCR word is longer than 14 letters, so the OCR stores keep
-#: every matrix as before. The cost, with the dense emission rows M: Brown passes +3.5% CPU
-#: (5,000 sentences, paired under the lock against every matrix kept; bench/results/chain_memory.md).
-SPARSE_GRAM_MAX_L = 16
-
 
 def lazy_zeros(n, dtype):
     """A zero array of ``n`` entries whose pages are zeroed by the operating system when first
@@ -183,8 +174,7 @@ class BlockStore:
     """
 
     #: The longest new block that keeps its Gram matrix; None: max(Kc, ``layout.GRAM_MIN_L``)
-    #: (``layout.stores_gram``), :data:`SPARSE_GRAM_MAX_L` in a sparse chain store
-    #: (:meth:`stores_gram`). Blocks without one compute the entries a step needs (same values).
+    #: (``layout.stores_gram``). Blocks without one compute the entries a step needs (same values).
     gram_max_L = None
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
@@ -365,12 +355,8 @@ class BlockStore:
         return self.structure.stat_size(L, Kc)
 
     def stores_gram(self, L):
-        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``); in a
-        sparse chain store only when L <= :data:`SPARSE_GRAM_MAX_L`."""
-        max_L = self.gram_max_L
-        if max_L is None and self.sparse:
-            max_L = SPARSE_GRAM_MAX_L
-        return KL.stores_gram(L, self.Kc, max_L)
+        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``)."""
+        return KL.stores_gram(L, self.Kc, self.gram_max_L)
 
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of

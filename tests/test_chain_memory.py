@@ -107,30 +107,3 @@ def test_old_weight_tables_are_freed_as_the_weights_grow():
     lr._Z.grow = grow
     est.learn_one([{f"f{i}": 1.0 for i in range(50)}, {"b": 1.0}], ["x", "y"])
     assert seen and all(seen)
-
-
-def test_sparse_chain_blocks_keep_the_gram_matrix_of_short_sentences_only():
-    """A sparse chain store (the default) keeps a block's Gram matrix only up to
-    ``blocks.SPARSE_GRAM_MAX_L`` tokens; a dense-layout store up to max(Kc, GRAM_MIN_L), where
-    L^2 is at most its L x Kc rows (before: every sentence of Brown's 283-tag stream kept one,
-    47.6 of the store's 601 MB)."""
-    rng = np.random.default_rng(1)
-    for stats, want in (("sparse", [0, KL.FLAG_NO_GRAM]), ("dense", [0, 0])):
-        m = ss.SequenceTagger(labels=list(range(60)), learner=ss.learners.BCFW(lam=0.1, seed=0, chain_stats=stats))
-        for L in (blk.SPARSE_GRAM_MAX_L, blk.SPARSE_GRAM_MAX_L + 1):
-            m.learn_one(rng.normal(size=(L, 3)), [int(v) for v in rng.integers(60, size=L)])
-        st = m._learner.store
-        assert st.Kc >= KL.GRAM_MIN_L
-        got = [int(st.meta[s, KL.M_FLAGS]) & KL.FLAG_NO_GRAM for s in st.slots()]
-        assert sorted(got) == want, stats
-
-
-def test_ocr_words_keep_their_gram_matrix():
-    """No OCR word is longer than SPARSE_GRAM_MAX_L letters: the OCR chain stores keep every
-    Gram matrix (their steps unchanged by the sparse-store rule)."""
-    from streamssvm.datasets import load_ocr
-    try:
-        _, ytr, _, yte = load_ocr("small")
-    except (OSError, FileNotFoundError) as e:   # the dataset is not installed here
-        pytest.skip(str(e))
-    assert max(len(y) for y in list(ytr) + list(yte)) <= blk.SPARSE_GRAM_MAX_L

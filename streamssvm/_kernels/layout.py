@@ -20,8 +20,7 @@ A block flagged ``FLAG_NO_GRAM`` stores no token Gram matrix (its ``G`` view is 
 kernels compute the entries a step needs from the tokens (``common.emission_sqnorm_tokens``, the
 same values). A new block keeps its Gram matrix only when L <= max(Kc, ``GRAM_MIN_L``)
 (:func:`stores_gram`), where L*L is at most the L*Kc of its emission statistic: a long sentence
-costs memory linear in its length, what its Viterbi tables need, not L^2. A block of a sparse
-chain store keeps it only when L <= ``blocks.SPARSE_GRAM_MAX_L`` (16).
+costs memory linear in its length, what its Viterbi tables need, not L^2.
 
 A block flagged ``FLAG_AVG`` (the store of a learner that averages its iterates) ends its floats
 with its averaging accumulator (:func:`avg_view`): ``zm (stat size) | zl (1)``, the sums
