@@ -96,8 +96,8 @@ def run_single(task, data, lam, rpp, max_passes, target=None):
             break
         if passes >= max_passes:
             break
-        m._learner.refine(1.0 / rpp)
-        passes += 1.0 / rpp
+        m._learner.refine(1.0 / (rpp or 20))
+        passes += 1.0 / (rpp or 20)
     return {"workers": "single", "n": n, "passes_to_target": reached and reached["passes"], "target": target,
             "rounds_per_pass": rpp, "cluster": "—",
             "seconds_to_target": reached and reached["seconds"], "final_gap": c.gap, "passes": passes,
@@ -111,13 +111,16 @@ def run_dist(task, data, lam, K, rpp, max_passes, ckdir, mix_step="fixed", beta=
     target = TARGET if target is None else target
     Xa, Ya, Xb, Yb = data
     n = len(Xa)
-    per_round = max(1, int(np.ceil(n / (K * rpp))))
-    lp = 1.0 / rpp if local_passes is None else float(local_passes)
+    if rpp is None:   # the library's default round lengths (what a user gets): round_examples, passes_per_round unset
+        lp = sd.default_passes_per_round(K) if local_passes is None else float(local_passes)
+        lengths = {} if local_passes is None else {"passes_per_round": lp}
+    else:
+        lp = 1.0 / rpp if local_passes is None else float(local_passes)
+        lengths = {"round_examples": max(1, int(np.ceil(n / (K * rpp)))), "passes_per_round": lp}
     t0 = time.perf_counter()
-    res = sd.run(make_model(task, lam), (Xa, Ya), task=task, workers=K, round_examples=per_round,
-                 checkpoint_dir=ckdir, passes=max_passes - 1, passes_per_round=lp, tol=TARGET,
-                 checkpoint_every=max(1, int(round(1.0 / lp))) if lp < 1 else 1, mix_step=mix_step,
-                 beta=min(float(beta), K), cluster=cluster)
+    res = sd.run(make_model(task, lam), (Xa, Ya), task=task, workers=K, checkpoint_dir=ckdir, passes=max_passes - 1,
+                 tol=TARGET, checkpoint_every=max(1, int(round(1.0 / lp))) if lp < 1 else 1, mix_step=mix_step,
+                 beta=min(float(beta), K), cluster=cluster, **lengths)
     wall = time.perf_counter() - t0
     H = res.history
     passes = 0.0
@@ -179,7 +182,7 @@ def measure(args):
     rpp = args.rounds_per_pass
     if args.inprocess:
         ks = [int(v) for v in args.inprocess.split(",")]
-        stem = f"distributed_rpp{rpp}"
+        stem = f"distributed_rpp{rpp}" if rpp else "distributed_inprocess"
         cfg = [(K, float(K), m, "inprocess") for K in ks for m in ("fixed", "adaptive")]
         sets = [("multiclass", "OCR letters", letters(10000, 2000), 0.01, rpp, 15, TARGET, cfg)]
     elif args.words:
@@ -220,10 +223,14 @@ def measure(args):
     name, lam, rpp_, max_passes, target = sets[0][1], sets[0][3], sets[0][4], sets[0][5], sets[0][6]
     lines = [f"# Distributed BCFW: passes to a gap of {target} ({name})", "",
              f"{cpu_model()}, {ncpu} cores; Ray {ray.__version__}; local cluster start {t_init:.1f} s. "
-             f"lam = {lam}, replay 0, uniform FW steps, averaging off (single and distributed alike); rounds of "
-             f"1/{rpp_} pass (stream: n/({rpp_} K) new examples per worker; refinement: 1/{rpp_} local pass), a "
-             f"global certificate every round (the single process: every 1/{rpp_} pass), a consistent cut every "
-             f"pass; at most {max_passes} passes. A pass is n block steps summed over the workers. `fixed`: "
+             f"lam = {lam}, replay 0, uniform FW steps, averaging off (single and distributed alike); "
+             + (f"rounds of 1/{rpp_} pass (stream: n/({rpp_} K) new examples per worker; refinement: 1/{rpp_} local "
+                f"pass), a global certificate every round (the single process: every 1/{rpp_} pass)" if rpp_ else
+                "the library's default round lengths (stream: 500 new examples per worker; refinement: 1/(20 K) "
+                "pass, sd.default_passes_per_round), a global certificate every round (the single process: every "
+                "1/20 pass)")
+             + f", a consistent cut every pass; at most {max_passes} passes. A pass is n block steps summed over "
+             "the workers. `fixed`: "
              "gamma = beta / K with sigma' = beta (beta = K: CoCoA+ adding); `adaptive`: sigma' = clip(1.25 rho, "
              "1, K) from the last round's measured overlap rho of the workers' changes, gamma by exact line "
              "search. cluster `local`: Ray actors on this machine (K = 4 time-shares 2 cores); `inprocess`: the "
@@ -260,7 +267,10 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--words", action="store_true", help="OCR-large word chains (in-process pass counts) instead of "
                     "the OCR letters; writes distributed_words_r20.{json,md}")
-    ap.add_argument("--rounds-per-pass", type=int, default=20)
+    ap.add_argument("--rounds-per-pass", type=int, default=None,
+                    help="rounds of 1/R pass (stream: n/(R K) new examples per worker; refinement 1/R local pass); "
+                    "default: the library's default round lengths (streaming: 500 new examples per worker; "
+                    "refinement: 1/(20 K) pass), what a user gets")
     ap.add_argument("--inprocess", default=None, help="comma-separated worker counts: only these, all in process "
                     "(pass counts; writes distributed_rpp<R>.{json,md})")
     ap.add_argument("--all", action="store_true", help="the whole bench/results/distributed.md: the letters, the "

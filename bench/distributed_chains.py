@@ -105,8 +105,12 @@ class _Reached(Exception):
 
 def run_dist(data, cfg, K, lam, max_passes, target):
     n = len(data["X"])
-    rpp = int(cfg["rpp"](K))
-    per_round = max(1, int(np.ceil(n / (K * rpp))))
+    if cfg["rpp"] is None:   # the library's default round length: round_examples, passes_per_round not given
+        rpp = int(round(1.0 / sd.default_passes_per_round(K)))
+        lengths = {}
+    else:
+        rpp = int(cfg["rpp"](K))
+        lengths = {"round_examples": max(1, int(np.ceil(n / (K * rpp)))), "passes_per_round": 1.0 / rpp}
     seen = {"passes": 0.0, "gaps": [], "model": None, "reached": None, "rounds": 0, "sigmas": [], "gammas": []}
     averaging = cfg["averaging"]
 
@@ -133,9 +137,8 @@ def run_dist(data, cfg, K, lam, max_passes, target):
     with tempfile.TemporaryDirectory() as d:
         try:
             sd.run(make_model(data, lam, averaging, cfg.get("step", "fw")), (data["X"], data["Y"]), task="sequence",
-                   workers=K, round_examples=per_round, checkpoint_dir=d, passes=max_passes,
-                   passes_per_round=1.0 / rpp, snapshot_every=max(1, rpp // CERT_RPP), checkpoint_every=10 ** 6,
-                   cluster="inprocess", on_round=watch, **cfg.get("run", {}))
+                   workers=K, checkpoint_dir=d, passes=max_passes, snapshot_every=max(1, rpp // CERT_RPP),
+                   checkpoint_every=10 ** 6, cluster="inprocess", on_round=watch, **lengths, **cfg.get("run", {}))
         except _Reached:
             pass
     sig = [v for v in seen["sigmas"] if v is not None]
@@ -156,6 +159,9 @@ CONFIGS = {
                       "averaging off"},
     "R=20K avg": {"rpp": lambda K: 20 * K, "averaging": True,
                   "what": "rounds of 1/(20 K) pass, averaging on (the gap of the averaged weights)"},
+    "default avg": {"rpp": None, "averaging": True,
+                    "what": "the library's default round lengths (streaming: 500 new examples per worker; "
+                            "refinement: 1/(20 K) pass, sd.default_passes_per_round), averaging on"},
 }
 
 

@@ -128,7 +128,8 @@ def test_mixed_bcfw_point_is_dual_feasible_after_every_round(cluster, tmp_path, 
         seen.append(rec["round"])
 
     res = sd.run(bcfw_model(**learner), (X, Y), task="multiclass", workers=2, round_examples=100,
-                 checkpoint_dir=tmp_path / "ck", passes=3, on_round=check, beta=beta, mix_step=mix_step)
+                 checkpoint_dir=tmp_path / "ck", passes=3, passes_per_round=1.0, on_round=check, beta=beta,
+                 mix_step=mix_step)
     if learner.get("gap_every"):   # the workers' own full passes ran
         assert res.model.bound_learner.full_pass_oracle_calls > 0
     assert seen == list(range(1, res.rounds + 1)) and res.rounds >= 5
@@ -313,7 +314,7 @@ def test_lambda_following_n_certifies_the_single_run_objective(cluster, tmp_path
         seen.append(rec["n_blocks"])
 
     res = sd.run(bcfw_model(lam=None), (X, Y), task="multiclass", workers=2, round_examples=1600, passes=1,
-                 on_round=check)
+                 passes_per_round=1.0, on_round=check)
     assert max(seen) == len(X) > 6000
     assert res.model.certificate().lam == pytest.approx(6.0 / len(X))
 
@@ -330,7 +331,7 @@ def test_sequence_tagger_mixing_keeps_w_equal_A_alpha(cluster, tmp_path):
         Y.append(y)
     m = ss.SequenceTagger(labels=tags, learner=ss.learners.BCFW(lam=0.05, averaging=False, gap_every=None, seed=0))
     res = sd.run(m, (X, Y), task="sequence", workers=2, round_examples=20, checkpoint_dir=tmp_path / "ck",
-                 passes=1)
+                 passes=1, passes_per_round=1.0)
     c = single_process_certificate(res.model)
     np.testing.assert_allclose(c.gap, res.certificate["gap"], rtol=1e-9, atol=1e-12)
     assert res.model.n_blocks == len(X)
@@ -469,7 +470,7 @@ def committed(broker, topic, group):
 def test_two_workers_two_partitions_count_and_certificate(cluster, broker, tmp_path):
     msgs = messages(300)
     job = kafka_job(broker, "t2", msgs, tmp_path / "ck", "g2")
-    res = job(passes=1)
+    res = job(passes=1, passes_per_round=1.0)
     assert res.examples_seen == len(msgs)
     assert sum(w["n_blocks"] for w in res.workers) == len(msgs) == res.model.n_blocks
     assert [w["n_blocks"] for w in res.workers] == [150, 150]   # one partition each
@@ -702,3 +703,28 @@ def test_default_mixing_is_adaptive_for_bcfw_and_fixed_for_parameter_mixing(tmp_
     sgd = ss.MulticlassSSVM(learner=ss.learners.SGD(lam=0.01), labels=LABELS, scale=False)
     res = sd.run(sgd, (X, Y), workers=2, checkpoint_dir=tmp_path / "c", **kw)
     assert {h["gamma"] for h in res.history} == {0.5}
+
+
+def test_default_refinement_rounds_are_one_twentieth_k_of_a_pass(tmp_path):
+    """``passes_per_round=None`` (default): a refinement round is 1 / (20 K) pass of the data held,
+    so K = 8 workers mix four times as often per pass as K = 2 (rounds of 1/20 pass took 1.63x one
+    process's passes to gap 0.1 on 10k OCR letters at K = 8, rounds of 1/(20 K) 1.19x:
+    bench/results/distributed.md); the streaming rounds keep ``round_examples`` per worker; the
+    mixed point stays dual-feasible and a job stops once ``passes`` are done."""
+    X, Y = data(160, seed=4)
+    from streamssvm.distributed._run import RunOptions
+    assert RunOptions(task="multiclass").passes_per_round is None
+    assert sd.default_passes_per_round(2) == 1 / 40 and sd.default_passes_per_round(8) == 1 / 160
+    runs = {}
+    for K in (2, 8):
+        res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=K, round_examples=10, passes=0.125,
+                     snapshot_every=10_000, checkpoint_every=10_000, cluster="inprocess",
+                     checkpoint_dir=tmp_path / str(K))
+        stream = [h for h in res.history if h["new_examples"] > 0]
+        refine = [h for h in res.history if h["refine_passes"] > 0]
+        assert sum(h["new_examples"] for h in stream) == 160 and len(stream) == 160 // (10 * K)
+        assert [h["refine_passes"] for h in refine] == pytest.approx([1.0 / (20 * K)] * len(refine))
+        assert sum(h["refine_passes"] for h in refine) == pytest.approx(0.125)
+        assert_feasible(res.model)
+        runs[K] = len(refine)
+    assert runs == {2: 5, 8: 20}

@@ -407,6 +407,19 @@ def _merge_metrics(ms):
     return out
 
 
+#: refinement rounds per pass and worker of the default round length (:func:`default_passes_per_round`)
+ROUNDS_PER_PASS_PER_WORKER = 20
+
+
+def default_passes_per_round(workers):
+    """The default refinement round length of a job of ``workers`` workers: 1 / (20 K) pass of the
+    data held (n / (20 K) block steps of the union, n / (20 K^2) per worker, between two mixings).
+
+    Rounds shorten as K grows so that the union of the workers' changes stays about as far behind
+    one process at every K (RunOptions' ``passes_per_round`` gives the measurements)."""
+    return 1.0 / (ROUNDS_PER_PASS_PER_WORKER * int(workers))
+
+
 class RunOptions:
     """The configuration of a distributed :func:`run` (every field keyword-only).
 
@@ -426,10 +439,28 @@ class RunOptions:
     round_examples, round_seconds
         A round ends once each worker learned ``round_examples`` new examples (or after
         ``round_seconds``; 10 s by default for a live Kafka topic, so an idle partition does not
-        hold a round open).
+        hold a round open). The streaming default stays 500 per worker whatever K (unlike the
+        refinement rounds): a stream is one pass, its length is unknown ahead for a file or a
+        topic, and the refinement makes up for long streaming rounds -- on 10k OCR letters at
+        K = 8, streaming rounds of 500, 63 (1/(20 K) pass) or 8 (1/(20 K^2)) examples per worker
+        ahead of the default refinement rounds took 4.0, 3.84 and 3.81 passes to a gap of 0.1,
+        while rounds of 8 examples would cut a stream's throughput to a few thousand examples
+        per second on 2 local workers (~30 ms a round).
     passes, passes_per_round, tol
         After the stream: ``passes`` further passes over the held blocks, ``passes_per_round``
-        of them per round, stopping early once the global gap <= ``tol``.
+        of them per round, stopping early once the global gap <= ``tol``. A pass is n block
+        steps summed over the workers: each worker takes ``passes_per_round`` local passes over
+        its own blocks per round. None (default): ``1 / (20 K)``
+        (:func:`default_passes_per_round`; a round is 1/(20 K) pass of the data held, n / (20 K)
+        block steps of the union between two mixings, whatever K). Why it shrinks with K: K
+        workers' changes made from the same start overlap more the longer they run apart, so
+        the union falls behind one process unless its rounds shorten as K grows. Measured on 10k
+        OCR letters (passes to a gap of 0.1, in process): rounds of 1/20 pass gave 1.10x / 1.33x
+        / 1.63x the single process at K = 2 / 4 / 8, rounds of 1/(20 K) 1.10x / 1.16x / 1.19x
+        (and the old default of one local pass per round 1.49x / 2.09x / 3.28x); OCR words and
+        Brown chains in rounds of 1/(20 K) within 1.41x (bench/results/distributed.md). The
+        price: 20 K rounds (mixings, certificates, cuts) per pass, each ~30 ms on 2 local
+        workers -- raise ``snapshot_every`` / ``checkpoint_every`` to certify or cut less often.
     snapshot_every
         Rounds between two global certificates (always one at the end).
     checkpoint_every
@@ -491,7 +522,8 @@ class RunOptions:
         Param("round_examples", 500, "int", "new examples per worker and round", low=1),
         Param("round_seconds", None, "float", "seconds per round", low=0.0, low_open=True, none=True),
         Param("passes", 0.0, "float", "passes over the held blocks after the stream", low=0.0),
-        Param("passes_per_round", 1.0, "float", "of those passes per round", low=0.0, low_open=True),
+        Param("passes_per_round", None, "float", "of those passes per round (None: 1/(20 workers), a round is "
+              "1/(20 K) pass of the data held)", low=0.0, low_open=True, none=True),
         Param("tol", None, "float", "stop refining once the global gap <= tol", low=0.0, none=True),
         Param("snapshot_every", 1, "int", "rounds between two global certificates", low=1),
         Param("checkpoint_every", 1, "int", "rounds between two consistent cuts", low=1),
@@ -518,7 +550,7 @@ class RunOptions:
     )
 
     def __init__(self, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
-                 round_seconds=None, passes=0.0, passes_per_round=1.0, tol=None, snapshot_every=1,
+                 round_seconds=None, passes=0.0, passes_per_round=None, tol=None, snapshot_every=1,
                  checkpoint_every=1, beta=None, mix_step=None, max_rounds=None, idle_timeout=None, max_restarts=3,
                  keep=3,
                  metrics_path=None, async_cuts=False, incremental_cuts=True,
@@ -590,6 +622,10 @@ def run(model, source, options=None, **kwargs):
                          "worker numbers them alike")
     if not isinstance(round_examples, int) or round_examples < 1:
         raise ValueError(f"round_examples must be a positive int, got {round_examples!r}")
+    if passes_per_round is None:
+        passes_per_round = default_passes_per_round(workers)
+    if not float(passes_per_round) > 0.0:
+        raise ValueError(f"passes_per_round must be > 0, got {passes_per_round!r}")
     inprocess = cluster == "inprocess"
     started = False if inprocess else init_cluster(cluster, num_cpus=num_cpus)
     tmp = None
@@ -719,4 +755,5 @@ def _append_metrics(path, rec):
                                  else str(v)))
 
 
-__all__ = ["DistributedResult", "RunOptions", "init_cluster", "run", "runtime_env", "Certificate"]
+__all__ = ["DistributedResult", "RunOptions", "default_passes_per_round", "init_cluster", "run", "runtime_env",
+           "Certificate"]
