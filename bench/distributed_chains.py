@@ -159,6 +159,9 @@ CONFIGS = {
                       "averaging off"},
     "R=20K avg": {"rpp": lambda K: 20 * K, "averaging": True,
                   "what": "rounds of 1/(20 K) pass, averaging on (the gap of the averaged weights)"},
+    "default": {"rpp": None, "averaging": False,
+                "what": "the library's default round lengths (streaming: 500 new examples per worker; "
+                        "refinement: 1/(20 K) pass, sd.default_passes_per_round), averaging off"},
     "default avg": {"rpp": None, "averaging": True,
                     "what": "the library's default round lengths (streaming: 500 new examples per worker; "
                             "refinement: 1/(20 K) pass, sd.default_passes_per_round), averaging on"},
@@ -221,7 +224,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--brown", action="store_true", help="Brown sentences (coarse tags) instead of OCR words")
-    ap.add_argument("--configs", default="R=20,R=20K,R=20K avg")
+    ap.add_argument("--configs", default="R=20,R=20K,R=20K avg,default,default avg")
     ap.add_argument("--workers", default="2,4,8")
     ap.add_argument("--max-passes", type=float, default=15.0)
     ap.add_argument("--n", type=int, default=None)

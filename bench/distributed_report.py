@@ -7,10 +7,11 @@
 Parts, in order (each states its own protocol in its script):
 
 1. ``letters``: ``bench/distributed.py``'s OCR-letters table (10,000 letters, gap 0.1, Ray K = 1, 2,
-   4 on this machine, in process K = 8 ... 32), with its per-round wall split (learn, mix,
-   certificate, cut, the rest: Ray's dispatch and the driver) of the Ray rows.
-2. ``chains``: ``bench/distributed_chains.py``'s rounds of 1/(20 K) pass, averaging off and on,
-   K = 2, 4, 8 in process, on 2,000 OCR words (gap 0.2) and 2,000 Brown sentences (40 coarse
+   4 on this machine, in process K = 8 ... 32, the library's default round lengths), with its
+   per-round wall split (learn, mix, certificate, cut, the rest: Ray's dispatch and the driver)
+   of the Ray rows.
+2. ``chains``: ``bench/distributed_chains.py`` with the library's default round lengths, averaging
+   off and on, K = 2, 4, 8 in process, on 2,000 OCR words (gap 0.2) and 2,000 Brown sentences (40 coarse
    tags, gap 0.1), against one process.
 3. ``multinode``: the multi-node kill test (``tests/test_distributed_multinode.py``: a Ray
    ``Cluster`` of a CPU-less head and two 1-CPU nodes, the node of worker 1 removed mid-run, the
@@ -39,7 +40,7 @@ from _common import fmt  # noqa: E402
 
 #: chain sets of part 2: (brown, target)
 CHAIN_SETS = ((False, 0.2), (True, 0.1))
-CHAIN_CONFIGS = ("R=20K", "R=20K avg")
+CHAIN_CONFIGS = ("default", "default avg")
 NOTES = "\n## Notes"
 
 
@@ -76,9 +77,9 @@ def _chains(quick):
 
 def _chain_lines(chains):
     lines = ["", "## Chains: passes to a gap, averaging off and on (bench/distributed_chains.py)", "",
-             "In process (the Ray rounds bit for bit: pass counts), rounds of 1/(20 K) pass (the stream: n / (20 K^2) "
-             "new examples per worker; refinement 1/(20 K) local pass), adaptive mixing, lam = 0.01, normalized Hamming "
-             "loss, replay 0, uniform FW steps, no gap passes, at most 15 passes; a certificate every 1/20 pass in "
+             "In process (the Ray rounds bit for bit: pass counts), the library's default round lengths (the stream: "
+             "500 new examples per worker; refinement: 1/(20 K) pass, sd.default_passes_per_round), adaptive "
+             "mixing, lam = 0.01, normalized Hamming loss, replay 0, uniform FW steps, no gap passes, at most 15 passes; a certificate every 1/20 pass in "
              "every run. Averaging on: the gap of the model the job returns (the mixer's average of the mixed "
              "points, its own certificate()), against one process averaging its iterates; off: the mixed iterate's "
              "(the job's global certificate).", "",

@@ -5,8 +5,12 @@
 The model (one worker per machine, a mixer reached over the network; every quantity below is
 either measured by ``bench/distributed.py`` on this machine or stated as an assumption):
 
-* rounds to the target gap R(K) = passes(K) x rounds_per_pass -- every round is 1 / rounds_per_pass
-  pass, in the stream as in the refinement. passes(K) is the measured curve (the "adaptive"
+* rounds to the target gap: the schedule the letters rows ran. With the library's default round
+  lengths (``rounds_per_pass`` None in the rows): the stream in rounds of 500 new examples per
+  worker (n / (500 K) rounds), then passes(K) - 1 refinement passes of 20 K rounds each
+  (``streamssvm.distributed.default_passes_per_round``, n / (20 K^2) block steps per worker a
+  round); with a fixed ``rounds_per_pass`` R: passes(K) x R rounds of n / (R K) steps per worker,
+  in the stream as in the refinement. passes(K) is the measured curve (the "adaptive"
   mixing rows, K = 1 ... 32, in-process for K > 4); beyond the largest K measured it is
   extrapolated linearly in log2 K from the last two measured points (stated in the table).
   Passes to a fixed gap do not depend on n for fixed lambda (BCFW's rate in passes, Lacoste-Julien,
@@ -14,7 +18,7 @@ either measured by ``bench/distributed.py`` on this machine or stated as an assu
   ICML 2013), so the curve measured at n = 10,000 is used for the projected n.
 * a round's wall time
       T(K) = steps(K) c_step + T_net(K) + T_mix(K) + (n / K) c_cert + T_cut(K) / rounds_per_cut
-  with steps(K) = n / (rounds_per_pass K) block steps per worker (all workers in parallel),
+  with steps(K) the block steps per worker of the round (all workers in parallel; above),
   c_step and c_cert the measured seconds per block step and per certificate oracle call of one
   Ray worker (K = 1 row), T_mix(K) = K b / mix_rate (the mixer adds K arrays of b bytes; rate
   measured from the K = 1 row's mixing), T_cut(K) = the measured per-cut cost of the K = 1 row
@@ -22,7 +26,7 @@ either measured by ``bench/distributed.py`` on this machine or stated as an assu
       T_net(K) = 2 ceil(log2 K) (RTT / 2 + b / bandwidth) + ceil(log2 K) RTT / 2
   (a tree reduce of the weight changes and a broadcast of the mixed weights, b bytes each, plus
   the certificate's scalars going up the same tree).
-* examples / s while streaming: (n / rounds_per_pass) / T_stream(K), where a stream round
+* examples / s while streaming: a stream round's new examples (K x steps) / T_stream(K), where a stream round
   learns its new examples, mixes and amortizes the cut but computes no certificate.
 
 Validation: the same formula with this machine's 2 cores (compute and certificate time-shared
@@ -44,6 +48,8 @@ from _common import fmt  # noqa: E402
 NETWORK = {"bandwidth_bytes_per_s": 10e9 / 8, "rtt_s": 0.2e-3}
 N_PROJECTED = 1_000_000
 WORKERS = (8, 16, 32, 64, 128, 256)
+#: the library's default streaming round (RunOptions.round_examples)
+STREAM_ROUND_EXAMPLES = 500
 
 
 def costs(rows):
@@ -55,9 +61,10 @@ def costs(rows):
     one = next(r for r in rows if r["workers"] == 1 and r.get("cluster") == "local")
     two = next(r for r in rows if r["workers"] == 2 and r.get("cluster") == "local" and r["mix_step"] == "fixed")
     n, rpp, R = one["n"], one["rounds_per_pass"], one["rounds_to_target"]
-    # two equations: cpu_K / R_K = (n / (rpp K)) c_step + c_round for K = 1, 2
+    # two equations: cpu_K / R_K = steps_K c_step + c_round for K = 1, 2 (steps_K: the row's mean block steps per
+    # worker and round to the target)
     y1, y2 = one["learn_cpu_to_target"] / R, two["learn_cpu_to_target"] / two["rounds_to_target"]
-    s1, s2 = n / rpp, n / (2 * rpp)
+    s1, s2 = mean_steps(one), mean_steps(two)
     c_step = (y1 - y2) / (s1 - s2)
     c_round = y1 - s1 * c_step
     b = one["bytes_per_round"] / 2.0          # K = 1: up + down
@@ -72,9 +79,25 @@ def costs(rows):
          # validation only: the wall seconds of a learning call beyond its CPU, and the rest of a round
          "wall_per_cpu": one["seconds_to_target_learn"] / one["learn_cpu_to_target"],
          "ray_other": max(one["seconds_to_target"] / R - parts, 0.0),
-         "rounds_per_cut": rpp}
+         "rounds_per_cut": rpp or 20}
     c["c_loss"] = loss_cost(rows, n, c)
     return c
+
+
+def mean_steps(r):
+    """A measured row's block steps per worker and round, to the target (any round schedule)."""
+    return r["passes_to_target"] * r["n"] / (int(r["workers"]) * r["rounds_to_target"])
+
+
+def schedule(c, K, n, passes):
+    """[(rounds, block steps per worker a round, rounds per pass of that phase)] to reach ``passes``
+    passes over n examples with K workers: the rows' round lengths (module docstring)."""
+    if c["rpp"]:
+        return [(passes * c["rpp"], n / (c["rpp"] * K), c["rpp"])]
+    from streamssvm.distributed import default_passes_per_round
+    stream_rounds = n / (STREAM_ROUND_EXAMPLES * K)
+    rpp = 1.0 / default_passes_per_round(K)
+    return [(stream_rounds, STREAM_ROUND_EXAMPLES, stream_rounds), ((passes - 1.0) * rpp, n / (rpp * K), rpp)]
 
 
 def loss_cost(rows, n, c):
@@ -84,7 +107,7 @@ def loss_cost(rows, n, c):
     subtracted."""
     a = next(r for r in rows if r["workers"] == 2 and r.get("cluster") == "local" and r["mix_step"] == "adaptive")
     per_round = a["learn_cpu_to_target"] / a["rounds_to_target"]
-    extra = per_round - (n / (2 * c["rpp"])) * c["c_step"] - c["c_round"]
+    extra = per_round - mean_steps(a) * c["c_step"] - c["c_round"]
     return max(extra, 0.0) / (n / 2)
 
 
@@ -147,17 +170,17 @@ def mixer_seconds(c, K):
     return _MIXER[K]
 
 
-def learn_cpu(c, K, n, adaptive):
-    """Learning CPU seconds of one worker in one round."""
-    return (n / (c["rpp"] * K)) * c["c_step"] + c["c_round"] + (n / K) * c["c_loss"] * bool(adaptive)
+def learn_cpu(c, K, n, adaptive, steps):
+    """Learning CPU seconds of one worker in one round of ``steps`` block steps."""
+    return steps * c["c_step"] + c["c_round"] + (n / K) * c["c_loss"] * bool(adaptive)
 
 
-def round_seconds(c, K, n, net=None, cores=None, certify=True, rounds_per_cut=None, adaptive=True):
+def round_seconds(c, K, n, steps, net=None, cores=None, certify=True, rounds_per_cut=None, adaptive=True):
     """One round's wall time (see the module docstring); ``cores``: a machine of that many cores
     running all K workers (validation: learning wall = CPU x the K = 1 row's wall per CPU, the
     local Ray mixing round trip and dispatch), else one worker per machine and core."""
     share = 1.0 if cores is None else max(1.0, K / cores)
-    t = learn_cpu(c, K, n, adaptive) * share * (1.0 if net is not None else c["wall_per_cpu"])
+    t = learn_cpu(c, K, n, adaptive, steps) * share * (1.0 if net is not None else c["wall_per_cpu"])
     if net is None:
         t += K * c["bytes"] * c["mix_s_per_byte"] + c["ray_other"]
     else:
@@ -185,7 +208,9 @@ def main(stem="distributed"):
              f"{c['cut_s_per_block'] * 1e6:.1f} us per block held, the local Ray mixing round trip "
              f"{c['mix_s_per_byte'] * c['bytes'] * 1e3:.2f} ms per worker and Ray's dispatch {c['ray_other'] * 1e3:.1f} "
              f"ms per round (these two: validation only); {c['bytes'] / 1e3:.1f} kB of weights per worker and "
-             f"direction per round. Rounds of 1/{c['rpp']} pass; passes to gap {res['target_gap']} from the "
+             f"direction per round. " + (f"Rounds of 1/{c['rpp']} pass" if c["rpp"] else "The library's default "
+             f"rounds (stream: {STREAM_ROUND_EXAMPLES} new examples per worker; refinement: 1/(20 K) pass)")
+             + f"; passes to gap {res['target_gap']} from the "
              "adaptive-mixing rows (K = 1: the single process): "
              + ", ".join(f"K={k}: {fmt(v)}" for k, v in curve.items()) + ".", "",
              "Validation on this machine (2 cores shared with other jobs; all K workers on it, compute and "
@@ -201,10 +226,10 @@ def main(stem="distributed"):
             continue
         K = int(r["workers"])
         R = r["rounds_to_target"]
-        pred = R * round_seconds(c, K, r["n"], cores=cores, rounds_per_cut=r["rounds"] / max(r["cuts"], 1),
-                                 adaptive=r["mix_step"] == "adaptive")
+        pred = R * round_seconds(c, K, r["n"], mean_steps(r), cores=cores,
+                                 rounds_per_cut=r["rounds"] / max(r["cuts"], 1), adaptive=r["mix_step"] == "adaptive")
         meas = r["seconds_to_target"]
-        cpu_pred = R * learn_cpu(c, K, r["n"], r["mix_step"] == "adaptive")
+        cpu_pred = R * learn_cpu(c, K, r["n"], r["mix_step"] == "adaptive", mean_steps(r))
         cpu = r["learn_cpu_to_target"]
         lines.append(f"| {K} | beta={r['beta']:g} {r['mix_step']} | {R} | {fmt(pred)} | {fmt(meas)} | "
                      f"{100 * (pred - meas) / meas:+.0f}% | {fmt(cpu_pred)} | {fmt(cpu)} | "
@@ -216,17 +241,25 @@ def main(stem="distributed"):
               "",
               "| workers | passes to target | (source) | round s | of which learning s | mixer + network s | rounds | "
               "s to target | speed-up vs 1 | stream examples/s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    def to_target(K, P):
+        """(seconds, rounds, the last phase's round s and its learning s, a stream round's examples / s)"""
+        secs, rounds = 0.0, 0.0
+        for R, steps, rpp in schedule(c, K, N_PROJECTED, P):
+            T = round_seconds(c, K, N_PROJECTED, steps, net=NETWORK, adaptive=K > 1, rounds_per_cut=rpp)
+            secs, rounds = secs + R * T, rounds + R
+        first = schedule(c, K, N_PROJECTED, P)[0]
+        Ts = round_seconds(c, K, N_PROJECTED, first[1], net=NETWORK, certify=False, adaptive=K > 1,
+                           rounds_per_cut=first[2])
+        return secs, rounds, T, learn_cpu(c, K, N_PROJECTED, K > 1, steps), K * first[1] / Ts
+
     p1, _ = passes_at(curve, 1)
-    t1 = p1 * c["rpp"] * round_seconds(c, 1, N_PROJECTED, net=NETWORK, adaptive=False)
+    t1 = to_target(1, p1)[0]
     for K in (1,) + WORKERS:
         P, src = passes_at(curve, K)
-        T = round_seconds(c, K, N_PROJECTED, net=NETWORK, adaptive=K > 1)
-        comp = learn_cpu(c, K, N_PROJECTED, K > 1)
+        secs, R, T, comp, stream_rate = to_target(K, P)
         netw = net_seconds(c, K, NETWORK) + mixer_seconds(c, K)
-        R = P * c["rpp"]
-        Ts = round_seconds(c, K, N_PROJECTED, net=NETWORK, certify=False, adaptive=K > 1)
-        lines.append(f"| {K} | {fmt(P)} | {src} | {fmt(T)} | {fmt(comp)} | {fmt(netw)} | {fmt(R)} | {fmt(R * T)} | "
-                     f"{fmt(t1 / (R * T))} | {fmt(N_PROJECTED / c['rpp'] / Ts)} |")
+        lines.append(f"| {K} | {fmt(P)} | {src} | {fmt(T)} | {fmt(comp)} | {fmt(netw)} | {fmt(R)} | {fmt(secs)} | "
+                     f"{fmt(t1 / secs)} | {fmt(stream_rate)} |")
     text = "\n".join(lines) + "\n"
     md = os.path.join(HERE, "results", stem + ".md")
     with open(md) as f:
