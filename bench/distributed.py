@@ -226,9 +226,9 @@ def measure(args):
              f"lam = {lam}, replay 0, uniform FW steps, averaging off (single and distributed alike); "
              + (f"rounds of 1/{rpp_} pass (stream: n/({rpp_} K) new examples per worker; refinement: 1/{rpp_} local "
                 f"pass), a global certificate every round (the single process: every 1/{rpp_} pass)" if rpp_ else
-                "the library's default round lengths (stream: 500 new examples per worker; refinement: 1/(20 K) "
-                "pass, sd.default_passes_per_round), a global certificate every round (the single process: every "
-                "1/20 pass)")
+                "the library's default round lengths (stream: 1/(20 K) pass, at most 500 new examples per worker, "
+                "sd.default_round_examples; refinement: 1/(20 K) pass, sd.default_passes_per_round), a global "
+                "certificate every round (the single process: every 1/20 pass)")
              + f", a consistent cut every pass; at most {max_passes} passes. A pass is n block steps summed over "
              "the workers. `fixed`: "
              "gamma = beta / K with sigma' = beta (beta = K: CoCoA+ adding); `adaptive`: sigma' = clip(1.25 rho, "
@@ -269,8 +269,8 @@ def main():
                     "the OCR letters; writes distributed_words_r20.{json,md}")
     ap.add_argument("--rounds-per-pass", type=int, default=None,
                     help="rounds of 1/R pass (stream: n/(R K) new examples per worker; refinement 1/R local pass); "
-                    "default: the library's default round lengths (streaming: 500 new examples per worker; "
-                    "refinement: 1/(20 K) pass), what a user gets")
+                    "default: the library's default round lengths (rounds of 1/(20 K) pass, at most 500 new "
+                    "examples per worker in the stream), what a user gets")
     ap.add_argument("--inprocess", default=None, help="comma-separated worker counts: only these, all in process "
                     "(pass counts; writes distributed_rpp<R>.{json,md})")
     ap.add_argument("--all", action="store_true", help="the whole bench/results/distributed.md: the letters, the "

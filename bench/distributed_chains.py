@@ -160,11 +160,11 @@ CONFIGS = {
     "R=20K avg": {"rpp": lambda K: 20 * K, "averaging": True,
                   "what": "rounds of 1/(20 K) pass, averaging on (the gap of the averaged weights)"},
     "default": {"rpp": None, "averaging": False,
-                "what": "the library's default round lengths (streaming: 500 new examples per worker; "
-                        "refinement: 1/(20 K) pass, sd.default_passes_per_round), averaging off"},
+                "what": "the library's default round lengths (rounds of 1/(20 K) pass, at most 500 new examples "
+                        "per worker in the stream: sd.default_round_examples, sd.default_passes_per_round), "
+                        "averaging off"},
     "default avg": {"rpp": None, "averaging": True,
-                    "what": "the library's default round lengths (streaming: 500 new examples per worker; "
-                            "refinement: 1/(20 K) pass, sd.default_passes_per_round), averaging on"},
+                    "what": "the library's default round lengths (as `default`), averaging on"},
 }
 
 

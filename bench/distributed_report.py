@@ -77,12 +77,12 @@ def _chains(quick):
 
 def _chain_lines(chains):
     lines = ["", "## Chains: passes to a gap, averaging off and on (bench/distributed_chains.py)", "",
-             "In process (the Ray rounds bit for bit: pass counts), the library's default round lengths (the stream: "
-             "500 new examples per worker; refinement: 1/(20 K) pass, sd.default_passes_per_round), adaptive "
-             "mixing, lam = 0.01, normalized Hamming loss, replay 0, uniform FW steps, no gap passes, at most 15 "
-             "passes; a certificate every 1/20 pass in every run. Averaging on: the gap of the model the job returns (the mixer's average of the mixed "
-             "points, its own certificate()), against one process averaging its iterates; off: the mixed iterate's "
-             "(the job's global certificate).", "",
+             "In process (the Ray rounds bit for bit: pass counts), the library's default round lengths (the stream "
+             "and the refinement in rounds of 1/(20 K) pass, at most 500 new examples per worker in the stream), "
+             "adaptive mixing, lam = 0.01, normalized Hamming loss, replay 0, uniform FW steps, no gap passes, at "
+             "most 15 passes; a certificate every 1/20 pass in every run. Averaging on: the gap of the model the "
+             "job returns (the mixer's average of the mixed points, its own certificate()), against one process "
+             "averaging its iterates; off: the mixed iterate's (the job's global certificate).", "",
              "| data | target | averaging | single | K=2 | K=4 | K=8 | CPU s (all runs) |", "|---|---|---|---|---|---|---|---|"]
     for res in chains:
         for avg in (False, True):

@@ -6,11 +6,12 @@ The model (one worker per machine, a mixer reached over the network; every quant
 either measured by ``bench/distributed.py`` on this machine or stated as an assumption):
 
 * rounds to the target gap: the schedule the letters rows ran. With the library's default round
-  lengths (``rounds_per_pass`` None in the rows): the stream in rounds of 500 new examples per
-  worker (n / (500 K) rounds), then passes(K) - 1 refinement passes of 20 K rounds each
-  (``streamssvm.distributed.default_passes_per_round``, n / (20 K^2) block steps per worker a
-  round); with a fixed ``rounds_per_pass`` R: passes(K) x R rounds of n / (R K) steps per worker,
-  in the stream as in the refinement. passes(K) is the measured curve (the "adaptive"
+  lengths (``rounds_per_pass`` None in the rows): the stream in rounds of
+  ``streamssvm.distributed.default_round_examples(K, n)`` new examples per worker (1/(20 K) pass,
+  at most 500), then passes(K) - 1 refinement passes of 20 K rounds each
+  (``default_passes_per_round``, n / (20 K^2) block steps per worker a round); with a fixed
+  ``rounds_per_pass`` R: passes(K) x R rounds of n / (R K) steps per worker, in the stream as in
+  the refinement. passes(K) is the measured curve (the "adaptive"
   mixing rows, K = 1 ... 32, in-process for K > 4); beyond the largest K measured it is
   extrapolated linearly in log2 K from the last two measured points (stated in the table).
   Passes to a fixed gap do not depend on n for fixed lambda (BCFW's rate in passes, Lacoste-Julien,
@@ -48,8 +49,6 @@ from _common import fmt  # noqa: E402
 NETWORK = {"bandwidth_bytes_per_s": 10e9 / 8, "rtt_s": 0.2e-3}
 N_PROJECTED = 1_000_000
 WORKERS = (8, 16, 32, 64, 128, 256)
-#: the library's default streaming round (RunOptions.round_examples)
-STREAM_ROUND_EXAMPLES = 500
 
 
 def costs(rows):
@@ -94,10 +93,11 @@ def schedule(c, K, n, passes):
     passes over n examples with K workers: the rows' round lengths (module docstring)."""
     if c["rpp"]:
         return [(passes * c["rpp"], n / (c["rpp"] * K), c["rpp"])]
-    from streamssvm.distributed import default_passes_per_round
-    stream_rounds = n / (STREAM_ROUND_EXAMPLES * K)
+    from streamssvm.distributed import default_passes_per_round, default_round_examples
+    per_worker = default_round_examples(K, n)
+    stream_rounds = n / (per_worker * K)
     rpp = 1.0 / default_passes_per_round(K)
-    return [(stream_rounds, STREAM_ROUND_EXAMPLES, stream_rounds), ((passes - 1.0) * rpp, n / (rpp * K), rpp)]
+    return [(stream_rounds, per_worker, stream_rounds), ((passes - 1.0) * rpp, n / (rpp * K), rpp)]
 
 
 def loss_cost(rows, n, c):
@@ -209,7 +209,7 @@ def main(stem="distributed"):
              f"{c['mix_s_per_byte'] * c['bytes'] * 1e3:.2f} ms per worker and Ray's dispatch {c['ray_other'] * 1e3:.1f} "
              f"ms per round (these two: validation only); {c['bytes'] / 1e3:.1f} kB of weights per worker and "
              f"direction per round. " + (f"Rounds of 1/{c['rpp']} pass" if c["rpp"] else "The library's default "
-             f"rounds (stream: {STREAM_ROUND_EXAMPLES} new examples per worker; refinement: 1/(20 K) pass)")
+             "rounds (1/(20 K) pass, at most 500 new examples per worker in the stream)")
              + f"; passes to gap {res['target_gap']} from the "
              "adaptive-mixing rows (K = 1: the single process): "
              + ", ".join(f"K={k}: {fmt(v)}" for k, v in curve.items()) + ".", "",

@@ -728,3 +728,19 @@ def test_default_refinement_rounds_are_one_twentieth_k_of_a_pass(tmp_path):
         assert_feasible(res.model)
         runs[K] = len(refine)
     assert runs == {2: 5, 8: 20}
+
+
+def test_default_streaming_rounds_are_one_twentieth_k_of_a_known_stream(tmp_path):
+    """``round_examples=None`` (default): an in-memory stream of n examples goes in rounds of
+    ceil(n / (20 K^2)) new examples per worker (1/(20 K) pass), at most 500; a file or a topic
+    (length unknown) 500 per worker. (500 per worker streamed 2,000 Brown sentences in one round
+    at K = 4: 1.52x one process's passes to gap 0.1 against 1.41x in rounds of 1/(20 K) pass.)"""
+    from streamssvm.distributed._run import RunOptions
+    assert RunOptions(task="multiclass").round_examples is None
+    assert [sd.default_round_examples(K, 2000) for K in (1, 2, 4, 8)] == [100, 25, 7, 2]
+    assert sd.default_round_examples(2, 10 ** 6) == 500 and sd.default_round_examples(8, None) == 500
+    X, Y = data(160, seed=5)
+    for K, per_worker in ((2, 2), (4, 1)):
+        res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=K, max_rounds=3, snapshot_every=10_000,
+                     checkpoint_every=10_000, cluster="inprocess", checkpoint_dir=tmp_path / str(K))
+        assert [h["new_examples"] for h in res.history] == [per_worker * K] * 3

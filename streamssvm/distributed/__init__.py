@@ -40,7 +40,8 @@ from .._optional import require
 require("ray", extra="distributed", feature="streamssvm.distributed")
 
 from ._mixer import Mixer
-from ._run import DistributedResult, default_passes_per_round, init_cluster, run, runtime_env
+from ._run import DistributedResult, default_passes_per_round, default_round_examples, init_cluster, run, runtime_env
 from ._worker import Worker
 
-__all__ = ["DistributedResult", "Mixer", "Worker", "default_passes_per_round", "init_cluster", "run", "runtime_env"]
+__all__ = ["DistributedResult", "Mixer", "Worker", "default_passes_per_round", "default_round_examples",
+           "init_cluster", "run", "runtime_env"]

@@ -411,6 +411,21 @@ def _merge_metrics(ms):
 ROUNDS_PER_PASS_PER_WORKER = 20
 
 
+#: new examples per worker of a streaming round when the stream's length is not known ahead (a file, a
+#: Kafka topic), and the most a default streaming round takes
+STREAM_ROUND_EXAMPLES = 500
+
+
+def default_round_examples(workers, n=None):
+    """The default streaming round of a job of ``workers`` workers, in new examples per worker:
+    1 / (20 K) pass of a stream of known length ``n`` (an in-memory ``(X, Y)``), ceil(n / (20 K^2)),
+    at most 500; 500 when the length is not known ahead (a file, a Kafka topic)."""
+    if n is None:
+        return STREAM_ROUND_EXAMPLES
+    k = int(workers)
+    return max(1, min(STREAM_ROUND_EXAMPLES, -(-int(n) // (ROUNDS_PER_PASS_PER_WORKER * k * k))))
+
+
 def default_passes_per_round(workers):
     """The default refinement round length of a job of ``workers`` workers: 1 / (20 K) pass of the
     data held (n / (20 K) block steps of the union, n / (20 K^2) per worker, between two mixings).
@@ -439,13 +454,16 @@ class RunOptions:
     round_examples, round_seconds
         A round ends once each worker learned ``round_examples`` new examples (or after
         ``round_seconds``; 10 s by default for a live Kafka topic, so an idle partition does not
-        hold a round open). The streaming default stays 500 per worker whatever K (unlike the
-        refinement rounds): a stream is one pass, its length is unknown ahead for a file or a
-        topic, and the refinement makes up for long streaming rounds -- on 10k OCR letters at
-        K = 8, streaming rounds of 500, 63 (1/(20 K) pass) or 8 (1/(20 K^2)) examples per worker
-        ahead of the default refinement rounds took 4.0, 3.84 and 3.81 passes to a gap of 0.1,
-        while rounds of 8 examples would cut a stream's throughput to a few thousand examples
-        per second on 2 local workers (~30 ms a round).
+        hold a round open). None (default): :func:`default_round_examples` -- for an in-memory
+        ``(X, Y)`` (its length known) a round is 1/(20 K) pass, ceil(n / (20 K^2)) new examples per
+        worker, at most 500; for a file or a topic 500 per worker. Measured (in process, the
+        refinement in rounds of 1/(20 K) pass): streaming rounds of 500 per worker instead of
+        1/(20 K) pass cost 2,000 Brown sentences (40 tags, gap 0.1, averaging on) 7.54 passes
+        instead of 6.96 at K = 4 (1.52x against 1.41x the single process: 500 per worker is the
+        whole stream in one round there), 2,000 OCR words (gap 0.2) 8.44 / 8.36 instead of
+        8.04 / 8.09 at K = 4 / 8, 10k OCR letters 4.0 instead of 3.81 at K = 8. Shorter
+        streaming rounds cost throughput (a round is ~30 ms of mixing, certificate and cut on 2
+        local workers), so a stream of unknown length keeps 500.
     passes, passes_per_round, tol
         After the stream: ``passes`` further passes over the held blocks, ``passes_per_round``
         of them per round, stopping early once the global gap <= ``tol``. A pass is n block
@@ -455,10 +473,12 @@ class RunOptions:
         block steps of the union between two mixings, whatever K). Why it shrinks with K: K
         workers' changes made from the same start overlap more the longer they run apart, so
         the union falls behind one process unless its rounds shorten as K grows. Measured on 10k
-        OCR letters (passes to a gap of 0.1, in process): rounds of 1/20 pass gave 1.10x / 1.33x
-        / 1.63x the single process at K = 2 / 4 / 8, rounds of 1/(20 K) 1.10x / 1.16x / 1.19x
-        (and the old default of one local pass per round 1.49x / 2.09x / 3.28x); OCR words and
-        Brown chains in rounds of 1/(20 K) within 1.41x (bench/results/distributed.md). The
+        OCR letters (passes to a gap of 0.1, in process, averaging off; one process 3.35): rounds
+        of 1/20 pass gave 1.10x / 1.33x / 1.63x the single process at K = 2 / 4 / 8, the defaults
+        (stream and refinement in rounds of 1/(20 K) pass) 3.7 / 3.8 / 3.81 passes, 1.10x / 1.13x /
+        1.14x (the old default of one local pass per refinement round: 1.49x / 2.09x / 3.28x);
+        2,000 OCR words (gap 0.2) and 2,000 Brown sentences (gap 0.1), averaging on, within
+        1.41x (bench/results/distributed.md). The
         price: 20 K rounds (mixings, certificates, cuts) per pass, each ~30 ms on 2 local
         workers -- raise ``snapshot_every`` / ``checkpoint_every`` to certify or cut less often.
     snapshot_every
@@ -519,7 +539,8 @@ class RunOptions:
         Param("cluster", "local", "str", "local, auto, ray://host:port, or inprocess (no Ray: the workers run in "
               "turn in this process)"),
         Param("checkpoint_dir", None, "object", "where the consistent cuts go"),
-        Param("round_examples", 500, "int", "new examples per worker and round", low=1),
+        Param("round_examples", None, "int", "new examples per worker and streaming round (None: 1/(20 workers) pass "
+              "of an in-memory stream, at most 500; 500 for a file or a topic)", low=1, none=True),
         Param("round_seconds", None, "float", "seconds per round", low=0.0, low_open=True, none=True),
         Param("passes", 0.0, "float", "passes over the held blocks after the stream", low=0.0),
         Param("passes_per_round", None, "float", "of those passes per round (None: 1/(20 workers), a round is "
@@ -549,7 +570,7 @@ class RunOptions:
               "the 100th record on)", low=0.0, none=True),
     )
 
-    def __init__(self, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=500,
+    def __init__(self, *, task, workers=2, cluster="local", checkpoint_dir=None, round_examples=None,
                  round_seconds=None, passes=0.0, passes_per_round=None, tol=None, snapshot_every=1,
                  checkpoint_every=1, beta=None, mix_step=None, max_rounds=None, idle_timeout=None, max_restarts=3,
                  keep=3,
@@ -620,6 +641,9 @@ def run(model, source, options=None, **kwargs):
     if model.labels is None:
         raise ValueError("distributed learning needs the labels declared up front (labels=[...]) so that every "
                          "worker numbers them alike")
+    if round_examples is None:
+        known = len(source[0]) if isinstance(source, tuple) and len(source) == 2 else None
+        round_examples = default_round_examples(workers, known)
     if not isinstance(round_examples, int) or round_examples < 1:
         raise ValueError(f"round_examples must be a positive int, got {round_examples!r}")
     if passes_per_round is None:
@@ -755,5 +779,5 @@ def _append_metrics(path, rec):
                                  else str(v)))
 
 
-__all__ = ["DistributedResult", "RunOptions", "default_passes_per_round", "init_cluster", "run", "runtime_env",
-           "Certificate"]
+__all__ = ["DistributedResult", "RunOptions", "default_passes_per_round", "default_round_examples", "init_cluster",
+           "run", "runtime_env", "Certificate"]
