@@ -312,10 +312,12 @@ def test_predict_learn_one_calls_a_subclass_learn_one():
 
 
 @pytest.mark.parametrize("keys", ["str", "int"])
-@pytest.mark.parametrize("d", [4, 5, 63, 64, 65, 66, 300])
-def test_compiled_dict_encoding_sorts_like_the_scan(keys, d):
+@pytest.mark.parametrize("d", [1, 4, 16, 63, 64, 65, 66, 300])
+def test_compiled_dict_encoding_sorts_like_the_scan(keys, d, monkeypatch):
     """``dict_row_csr`` orders the kept columns by insertion (up to 64) or by argsort (more):
-    both give the scan's arrays for keys in any order, with zeros and unknown names mixed in."""
+    both give the scan's arrays for keys in any order, with zeros and unknown names mixed in
+    (dicts of every size: BULK_MIN lowered to 1)."""
+    monkeypatch.setattr(FeatureIndex, "BULK_MIN", 1)
     rng = np.random.default_rng(d)
     name = (lambda j: f"w{j}") if keys == "str" else (lambda j: int(j) * 3 - 50)
     fast, slow = FeatureIndex(), FeatureIndex()
