@@ -27,7 +27,7 @@ import zlib
 
 import numpy as np
 
-from ._kernels.multiclass import dense_rows_csr
+from ._kernels.multiclass import dense_rows_csr, dict_row_csr
 
 BIAS = 0
 _STR, _INT, _PLAIN = {str}, {int}, {float, int}
@@ -268,18 +268,19 @@ class FeatureIndex:
         values: finite, ``|v| <= MAX_ABS_VALUE``) before any new name is registered."""
         return self._register(*self._scan(x, grow))
 
-    #: dicts of at least this many features may take :meth:`_dict_arrays` (measured: the scan is
-    #: faster below ~50 features, the array operations 2-3x faster at 400-800)
-    BULK_MIN = 64
+    #: dicts of at least this many features take :meth:`_dict_arrays` (one compiled pass,
+    #: ``dict_row_csr``; measured: as fast as the feature-by-feature scan at 9 features, about
+    #: twice as fast at 30-40)
+    BULK_MIN = 16
 
     def _dict_arrays(self, x):
-        """The CSR arrays ``(idx, val)`` of a dict of known names, with array operations:
-        ``(idx, val, unknown)`` where ``unknown`` says that non-zero features with new names
-        were left out (the arrays are those of ``encode_dict(x, grow=False)``), or None when
-        the dict is not one this path takes (then :meth:`_scan` checks it): a growing
-        vocabulary, at least :attr:`BULK_MIN` names all ``str`` or all ``int`` (64-bit), values
-        all plain ``float`` / ``int`` within ``MAX_ABS_VALUE``. Same values, same order (by
-        column), so the same arrays to the bit."""
+        """The CSR arrays ``(idx, val)`` of a dict of known names, in one compiled pass
+        (``dict_row_csr``): ``(idx, val, unknown)`` where ``unknown`` says that non-zero
+        features with new names were left out (the arrays are those of
+        ``encode_dict(x, grow=False)``), or None when the dict is not one this path takes (then
+        :meth:`_scan` checks it): a growing vocabulary, at least :attr:`BULK_MIN` names all
+        ``str`` or all ``int`` (64-bit), values all plain ``float`` / ``int`` within
+        ``MAX_ABS_VALUE``. Same values, same order (by column), so the same arrays to the bit."""
         if self.n_features is not None or self.array_dim is not None or len(x) < self.BULK_MIN:
             return None
         kt = set(map(type, x))
@@ -292,20 +293,16 @@ class FeatureIndex:
             v = np.array(vals, dtype=np.float64)
         except (OverflowError, ValueError):
             return None
-        if not np.abs(v).max() <= MAX_ABS_VALUE:   # NaN fails too
+        n = len(vals)
+        get = self.vocab.get
+        j = np.fromiter(map(get, x, itertools.repeat(-1, n)), dtype=np.int64, count=n)
+        idx = np.empty(n + 1, dtype=np.int32)
+        val = np.empty(n + 1, dtype=np.float64)
+        r = dict_row_csr(j, v, MAX_ABS_VALUE, idx, val)
+        if r < 0:
             return None
-        j = np.fromiter(map(self.vocab.get, x, itertools.repeat(-1)), dtype=np.int64, count=len(vals))
-        nz = v != 0.0
-        keep = nz & (j >= 0)
-        unknown = bool(np.count_nonzero(nz) != np.count_nonzero(keep))
-        j, v = j[keep], v[keep]
-        order = np.argsort(j, kind="stable")
-        idx = np.empty(len(j) + 1, dtype=np.int32)
-        val = np.empty(len(j) + 1, dtype=np.float64)
-        idx[0], val[0] = BIAS, 1.0
-        idx[1:] = j[order]
-        val[1:] = v[order]
-        return idx, val, unknown
+        m = r >> 1
+        return idx[:m], val[:m], bool(r & 1)
 
     def _scan(self, x, grow):
         """Validate one token and split it into known (index, value) pairs and new names;

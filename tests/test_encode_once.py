@@ -309,3 +309,31 @@ def test_predict_learn_one_calls_a_subclass_learn_one():
     for i in range(4):
         m.predict_learn_one({"f": float(i)}, i % 2)
     assert seen == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("keys", ["str", "int"])
+@pytest.mark.parametrize("d", [1, 4, 16, 63, 64, 65, 66, 300])
+def test_compiled_dict_encoding_sorts_like_the_scan(keys, d, monkeypatch):
+    """``dict_row_csr`` orders the kept columns by insertion (up to 64) or by argsort (more):
+    both give the scan's arrays for keys in any order, with zeros and unknown names mixed in
+    (dicts of every size: BULK_MIN lowered to 1)."""
+    monkeypatch.setattr(FeatureIndex, "BULK_MIN", 1)
+    rng = np.random.default_rng(d)
+    name = (lambda j: f"w{j}") if keys == "str" else (lambda j: int(j) * 3 - 50)
+    fast, slow = FeatureIndex(), FeatureIndex()
+    for t in range(6):
+        cols = rng.permutation(2 * d)[:d]
+        vals = rng.normal(size=d)
+        vals[rng.random(d) < 0.1] = 0.0
+        x = {name(c): float(v) for c, v in zip(cols, vals)}
+        if t % 2 == 0:
+            x = dict(sorted(x.items(), key=lambda kv: str(kv[0])))
+        enc = fast.encode_record(x)
+        i_s, v_s = _slow(slow, x, False)
+        assert enc.fidx.tolist() == i_s.tolist() and enc.fval.tobytes() == v_s.tobytes()
+        assert enc.complete == (t > 0 and all(k in slow.vocab or v == 0.0 for k, v in x.items()))
+        for grow in (True, False):
+            tf, i_f, v_f = fast.encode_one(x, grow=grow)
+            i_s, v_s = _slow(slow, x, grow)
+            assert i_f.tolist() == i_s.tolist() and v_f.tobytes() == v_s.tobytes()
+        assert fast.names == slow.names

@@ -46,6 +46,41 @@ def test_a_second_thread_inside_the_model_is_a_runtime_error(make):
     m.learn_one(x, y)   # the thread left: usable again
 
 
+def test_a_second_thread_is_refused_by_the_one_call_record_path():
+    """predict_learn_one / predict_learn_each take BCFW.predict_learn_record / predict_learn_run
+    (one kernel call per record or run), which the guard did not cover: a second thread learned
+    through them unnoticed."""
+    m = _model(ss.learners.BCFW(lam=0.05, seed=0))
+    lr = m.bound_learner
+    x, y = multiclass_data(1, seed=2)[0]
+    m.predict_learn_one(x, y)   # features and label known: the one-call path from now on
+    n = lr.n_blocks
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold():
+        lock = lr.__dict__.setdefault("_thread_guard", threading.RLock())
+        with lock:
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    inside.wait(10)
+    try:
+        with pytest.raises(RuntimeError, match="another thread"):
+            lr.predict_learn_record(np.array([0], np.int32), np.array([1.0]), 0)
+        with pytest.raises(RuntimeError, match="another thread"):
+            m.predict_learn_one(x, y)
+        with pytest.raises(RuntimeError, match="another thread"):
+            m.predict_learn_each([x, x], [y, y])
+    finally:
+        leave.set()
+        t.join()
+    assert lr.n_blocks == n
+    m.predict_learn_one(x, y)   # the thread left: usable again
+    assert lr.n_blocks == n + 1
+
+
 def test_two_threads_never_lose_examples_silently():
     """Every learn_one either learns its example or raises; none vanishes (before: 2,514 of 3,000
     held, no exception)."""

@@ -243,3 +243,62 @@ def dense_rows_csr(A, tok_ptr, fidx, fval, max_abs):
     if bad != 0:
         return bad
     return c
+
+
+@njit(**_JIT)
+def dict_row_csr(cols, vals, max_abs, fidx, fval):
+    """CSR of one dict record from its looked-up columns (``cols``: the vocabulary's index of
+    each key, -1 for a name it does not know) and values (``vals``, in key order), as
+    ``FeatureIndex._scan`` then ``_known_pairs`` write it: the bias (feature 0, value 1), then
+    the nonzero values of known columns sorted by column. ``fidx`` / ``fval`` have room for
+    len(cols) + 1 entries. Returns the entries written, times 2, plus 1 when a nonzero value has
+    an unknown name; -1 when a value is NaN, infinite or beyond ``max_abs`` (nothing usable:
+    the caller takes the feature-by-feature scan, which raises the error).
+
+    >>> import numpy as np
+    >>> fi = np.zeros(4, np.int32); fv = np.zeros(4)
+    >>> r = dict_row_csr(np.array([5, -1, 2]), np.array([2.0, 1.0, 3.0]), 1e12, fi, fv)
+    >>> r >> 1, r & 1, fi[:r >> 1].tolist(), fv[:r >> 1].tolist()
+    (3, 1, [0, 2, 5], [1.0, 3.0, 2.0])
+    >>> dict_row_csr(np.array([5]), np.array([np.nan]), 1e12, fi, fv)
+    -1
+    """
+    n = cols.shape[0]
+    unknown = 0
+    c = 1
+    ordered = True
+    fidx[0] = 0
+    fval[0] = 1.0
+    for p in range(n):
+        v = vals[p]
+        if not abs(v) <= max_abs:   # NaN fails every comparison
+            return -1
+        if v != 0.0:
+            j = cols[p]
+            if j < 0:
+                unknown = 1
+                continue
+            if c > 1 and fidx[c - 1] > j:
+                ordered = False
+            fidx[c] = j
+            fval[c] = v
+            c += 1
+    if not ordered:   # by column (the names are distinct, so are their columns: any sort will do)
+        if c <= 65:
+            for a in range(2, c):
+                j = fidx[a]
+                v = fval[a]
+                q = a
+                while q > 1 and fidx[q - 1] > j:
+                    fidx[q] = fidx[q - 1]
+                    fval[q] = fval[q - 1]
+                    q -= 1
+                fidx[q] = j
+                fval[q] = v
+        else:
+            order = np.argsort(fidx[1:c])
+            ci = fidx[1:c][order]
+            cv = fval[1:c][order]
+            fidx[1:c] = ci
+            fval[1:c] = cv
+    return 2 * c + unknown

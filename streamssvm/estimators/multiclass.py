@@ -328,8 +328,10 @@ class MulticlassSSVM(Estimator, base.Classifier):
         prediction, or ``_NOT_TAKEN`` (nothing changed) when the label is new, the learner
         does not take runs or is not grown to the index, or its store needs the Python side."""
         lr = self._learner
-        if not (self.learns_in_runs and self._synced is lr
-                and self._synced_key == (self._features.dim, len(self._labels))):
+        # learns_in_runs, of which predict_learn_one (the caller) checked the rest: a plain
+        # learn_one and predict_one, no class weights
+        if not (type(lr).predicts_learns_runs and type(self).predict_learn_one is MulticlassSSVM.predict_learn_one
+                and self._synced is lr and self._synced_key == (self._features.dim, len(self._labels))):
             return _NOT_TAKEN
         yid = self._labels.encode(y, grow=False)
         if yid < 0:

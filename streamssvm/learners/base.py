@@ -117,7 +117,7 @@ def check_search_rescaling(search, rescaling):
 #: the methods that read or write a bound learner's running state (weights, held examples,
 #: scratch buffers): one thread at a time (:func:`one_thread_at_a_time`)
 GUARDED = ("bind", "ensure", "learn", "learn_batch", "refine", "predict", "certificate", "restore",
-           "set_parameters", "blend_dual")
+           "set_parameters", "blend_dual", "predict_learn_record", "predict_learn_run")
 
 
 def one_thread_at_a_time(method):

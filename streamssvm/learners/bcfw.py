@@ -947,11 +947,15 @@ class BCFW(DenseWeights, Learner):
 
     def _predict_params(self):
         """(E, ZE, zc, T, B, scale) for prediction without materializing the averaged
-        emission matrix: emission weights are E - zc * ZE."""
+        emission matrix: emission weights are E - zc * ZE. A multiclass store gets the
+        running T and B, not their averages: multiclass decoding and scoring read neither (the
+        averaged tables cost four array operations per record after every step)."""
         scale = self._scale()[0]
         if self.averaging and self._avg_t0 >= 0:
             k = self._tick - self._avg_t0
             if k > 0:
+                if self.store.kind == MULTICLASS:
+                    return self.W.E, self._Z.E, 2.0 / (k * (k + 1.0)), self.W.T, self.W.B, scale
                 pc = self._pred_cache
                 if pc is None or pc[0] != self._tick or pc[2].shape != self.W.T.shape:
                     zc = 2.0 / (k * (k + 1.0))
