@@ -21,6 +21,7 @@ before it is rebuilt; the union of several saved stores (distributed runs) is
 from __future__ import annotations
 
 import mmap
+import sys
 from collections import deque
 
 import numpy as np
@@ -109,7 +110,7 @@ def lazy_zeros(n, dtype):
 
 def reserve_zeros(n, dtype):
     """A :func:`lazy_zeros` memory map of ``n`` entries, or None where the system gives none
-    (no POSIX maps, an address-space limit, a strict overcommit policy that refuses it): no
+    (no POSIX maps, a 32-bit process, an address-space limit, a strict overcommit policy that refuses it): no
     fallback to ``np.zeros``, which would commit the memory.
 
     >>> a = reserve_zeros(1 << 27, np.float64)   # 1 GiB of address space, none of it touched
@@ -117,7 +118,7 @@ def reserve_zeros(n, dtype):
     True
     """
     dtype = np.dtype(dtype)
-    if not hasattr(mmap, "MAP_PRIVATE"):
+    if not hasattr(mmap, "MAP_PRIVATE") or sys.maxsize < 1 << 40:   # POSIX, 64-bit address space
         return None
     try:
         flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
