@@ -21,6 +21,7 @@ before it is rebuilt; the union of several saved stores (distributed runs) is
 from __future__ import annotations
 
 import mmap
+import sys
 from collections import deque
 
 import numpy as np
@@ -61,6 +62,17 @@ ARENA_GROWTH = 4
 #: dense ones: with THP's defrag mode ``madvise`` a request for huge pages can stall in
 #: compaction, a latency a streaming engine must not take by default.
 HUGE_PAGES = False
+#: A growing arena that reaches ARENA_RESERVE_FROM bytes is replaced by a lazily zeroed map of
+#: ARENA_RESERVE bytes of address space (``reserve_zeros``; POSIX memory maps only, and only
+#: where the system grants it: otherwise the growth by ARENA_GROWTH above), so that a store of
+#: up to ARENA_RESERVE bytes is never copied again: the pages the operating system zeroes are
+#: then only those the blocks use. With growth by 4 alone, the copies of the used prefix
+#: doubled the page faults of a stream of 784-d rows (2.8 against 1.5 per row on 5.4k upsampled
+#: digits, ``bench/hotpath.py``'s batch row: a page fault is a zeroed page, ~1-1.5 us here). The
+#: untouched part costs address space, not memory (MAP_NORESERVE: no commit charge either); a
+#: pickled or copied store keeps its used prefix only (``BlockStore.__getstate__``).
+ARENA_RESERVE = 1 << 30
+ARENA_RESERVE_FROM = 1 << 22
 
 
 def lazy_zeros(n, dtype):
@@ -94,6 +106,26 @@ def lazy_zeros(n, dtype):
         except (OSError, ValueError):
             pass
     return np.zeros(n, dtype=dtype)
+
+
+def reserve_zeros(n, dtype):
+    """A :func:`lazy_zeros` memory map of ``n`` entries, or None where the system gives none
+    (no POSIX maps, a 32-bit process, an address-space limit, a strict overcommit policy that refuses it): no
+    fallback to ``np.zeros``, which would commit the memory.
+
+    >>> a = reserve_zeros(1 << 27, np.float64)   # 1 GiB of address space, none of it touched
+    >>> a is None or (a.shape == (1 << 27,) and float(a[-1]) == 0.0)
+    True
+    """
+    dtype = np.dtype(dtype)
+    if not hasattr(mmap, "MAP_PRIVATE") or sys.maxsize < 1 << 40:   # POSIX, 64-bit address space
+        return None
+    try:
+        flags = mmap.MAP_PRIVATE | getattr(mmap, "MAP_NORESERVE", 0)
+        mm = mmap.mmap(-1, int(n) * dtype.itemsize, flags=flags)
+    except (OSError, ValueError, OverflowError, MemoryError):
+        return None
+    return np.frombuffer(mm, dtype=dtype, count=int(n))
 
 
 _MADV_POPULATE_WRITE = 23   # Linux >= 5.14 (not named by Python's mmap module before 3.13)
@@ -311,7 +343,9 @@ class BlockStore:
         """Room for ``need`` entries in the arena ``name`` (``"Iar"`` or ``"Far"``); the new
         part is zero. A growing arena is replaced by one four times larger from
         :func:`lazy_zeros` (pages the operating system zeroes when first written, so the unused
-        tail costs address space only), into which only the used prefix is copied. The
+        tail costs address space only), into which only the used prefix is copied; from
+        ``ARENA_RESERVE_FROM`` bytes on, by a reservation of ``ARENA_RESERVE`` bytes where the
+        system grants one (no copy until it is full). The
         previous ``np.zeros`` doubling copied every arena whole and touched each fresh page
         at once: 38% of ``MulticlassSSVM.predict_learn_many`` on 784-feature rows
         (``bench/results/quality_multiclass.md``).
@@ -326,10 +360,34 @@ class BlockStore:
         if need <= size:
             return
         used = self.i_used if name == "Iar" else self.f_used
-        b = lazy_zeros(max(need, int(ARENA_GROWTH * size)), old.dtype)
+        grown = max(need, int(ARENA_GROWTH * size))
+        b = None
+        if grown * old.dtype.itemsize >= ARENA_RESERVE_FROM and need * old.dtype.itemsize < ARENA_RESERVE:
+            b = reserve_zeros(ARENA_RESERVE // old.dtype.itemsize, old.dtype)   # never copied again
+        if b is None:
+            b = lazy_zeros(grown, old.dtype)
         prefault(b, 0, used)
         b[:used] = old[:used]
         setattr(self, name, b)
+
+    def __getstate__(self):
+        """A pickled or copied store keeps the used prefix of an arena of ``ARENA_RESERVE_FROM``
+        bytes or more (at least its first 1024 entries), not its room (up to ``ARENA_RESERVE``
+        bytes of address space): the copy's arena grows again at its next write. Smaller arenas
+        are kept whole (a copy equal to the store, room included).
+
+        >>> import pickle
+        >>> from streamssvm.structures import MultiClass
+        >>> st = BlockStore(MultiClass(), Kc=2); st._ensure_arena("Far", 1 << 20); st.Far[:3] = 1.0; st.f_used = 3
+        >>> c = pickle.loads(pickle.dumps(st)); c.Far.shape, c.Far[:4].tolist()
+        ((1024,), [1.0, 1.0, 1.0, 0.0])
+        """
+        state = self.__dict__.copy()
+        for name, used in (("Iar", self.i_used), ("Far", self.f_used)):
+            a = state[name]
+            if a.nbytes >= ARENA_RESERVE_FROM:
+                state[name] = a[:max(used, 1024)].copy()
+        return state
 
     def arena(self, gest=None, tree_size=None):
         """The store's arrays as the kernels take them (``streamssvm._kernels.bundles.Arena``);

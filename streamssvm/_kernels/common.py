@@ -13,6 +13,8 @@ and a stored zero adds an exact 0, so the two layouts give the same numbers to t
 import numpy as np
 from numba import njit
 
+from .simd import LANES, vec_scores
+
 CHAIN = 0
 MULTICLASS = 1
 MULTILABEL = 2
@@ -81,9 +83,27 @@ def write_dense_row(fidx, fval, a, b, out):
 @njit(**_INNER)
 def _dense_scores(E, coef, fval, a, b, K, S, t):
     """S[t, k] = sum_p (fval[p] * coef) * E[p - a, k] for p = a..b-1 in order (the sparse loop's
-    terms and order), with the class accumulators in registers, up to ten classes per pass over
-    the row (the sparse loop keeps S in memory and reads an index per value). Ten accumulators per
-    pass measured fastest (2.3 us for 785 x 10 against 6.7 us for 8 + 2 and ~10 us sparse)."""
+    terms and order): up to ``simd.LANES`` classes per pass over the row in one vector of
+    accumulators (``simd.vec_scores``: the same operations per class, so the same bits; 0.85 us
+    for 785 x 10 against 1.3-1.75 us for the scalar accumulators), when the classes of E and S
+    and the values are contiguous; :func:`_dense_scores_scalar` otherwise."""
+    if E.strides[1] != 8 or S.strides[1] != 8 or fval.strides[0] != 8:
+        _dense_scores_scalar(E, coef, fval, a, b, K, S, t)
+        return
+    k0 = 0
+    while k0 < K:
+        r = min(K - k0, LANES)
+        vec_scores(E.ctypes.data + np.uint64(8 * k0), E.strides[0], fval.ctypes.data, a, b, coef,
+                   S.ctypes.data + np.uint64(t * S.strides[0] + 8 * k0), r)
+        k0 += r
+
+
+@njit(**_INNER)
+def _dense_scores_scalar(E, coef, fval, a, b, K, S, t):
+    """:func:`_dense_scores` with the class accumulators in scalar registers, up to ten classes
+    per pass over the row (the sparse loop keeps S in memory and reads an index per value). Ten
+    accumulators per pass measured fastest (2.3 us for 785 x 10 against 6.7 us for 8 + 2 and ~10
+    us sparse)."""
     k0 = 0
     while k0 < K:
         r = K - k0
