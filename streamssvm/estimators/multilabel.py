@@ -37,6 +37,23 @@ def pairwise_label_gaps(s, P):
     return on - off
 
 
+def pairwise_label_gaps_many(S, P, chunk=4096):
+    """:func:`pairwise_label_gaps` of every row of ``S`` (rows x K) with the pair scores ``P``."""
+    from ..nbest import _codes_bits
+    S = np.asarray(S, dtype=np.float64)
+    K = S.shape[1]
+    X = _codes_bits(K, np.full(K, -1)).astype(np.float64)
+    pair = np.einsum("ij,ij->i", X @ np.triu(P, 1), X)
+    out = np.empty_like(S)
+    on_mask = X > 0
+    for a in range(0, S.shape[0], chunk):
+        sc = S[a:a + chunk] @ X.T + pair                      # rows x 2^K labeling scores
+        on = np.where(on_mask[None], sc[:, :, None], -np.inf).max(1)
+        off = np.where(on_mask[None], -np.inf, sc[:, :, None]).max(1)
+        out[a:a + chunk] = on - off
+    return out
+
+
 class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     """Multi-label structural SVM with independent labels and normalized Hamming loss.
 
@@ -121,7 +138,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         return BCFW()
 
     def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise="auto",
-                 hierarchy=None, scale=True, normalize=True, lam_cv=0):
+                 hierarchy=None, scale=True, normalize=True, lam_cv=3):
         if isinstance(lam_cv, bool) or not isinstance(lam_cv, (int, np.integer)) or lam_cv < 0 or lam_cv == 1:
             raise ValueError(f"lam_cv must be 0 (off) or a number of folds >= 2, got {lam_cv!r}")
         self.lam_cv = int(lam_cv)
@@ -258,13 +275,34 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         lr = self._learner
         n = lr._n_weighted()
         lam_auto = min(lr.AUTO_LAM, lr.AUTO_LAM_N / max(float(n), 1.0))   # what lam=None would use
-        sel = cross_validated_lam(lr, folds=self.lam_cv, lam0=lam_auto)
+        sel = cross_validated_lam(lr, folds=self.lam_cv, lam0=lam_auto, label_scores=self._fold_label_scores())
         if sel is None:
             return
         sel.n_seen = int(lr.store.seen)
         lr.set_lam(sel.lam, keep="dual" if sel.lam > lr.effective_lam() else "weights")
         self.learner = self.learner.clone({"lam": float(sel.lam)})
         self.lam_selection_ = sel
+
+    def _fold_label_scores(self):
+        """For :func:`streamssvm.lam_cv.cross_validated_lam`: the per-label scores of a fold's
+        copy on its held-out batch (as :meth:`_label_scores`), or None where there are none."""
+        if self._hier is not None or (self._pairwise and int(self._learner.n_labels) > MLPAIR_MAX_LABELS):
+            return None
+        pairwise = bool(self._pairwise)
+
+        def scores(work, batch, K):
+            tables = calibration.predict_tables(work)
+            _, tok_ptr, fidx, fval = batch
+            S = calibration.emission_scores(tables, tok_ptr, fidx, fval, K)
+            if not pairwise:
+                return S
+            return pairwise_label_gaps_many(S, float(tables[5]) * np.asarray(tables[3])[:K, :K])
+        return scores
+
+    def _threshold(self):
+        """The shared decision threshold chosen with lambda (0: the model's own argmax)."""
+        sel = self.lam_selection_
+        return 0.0 if sel is None or self._hier is not None else float(sel.threshold)
 
     def refine(self, passes: float = 1.0, tol: float | None = None, progress=None, certify: bool = False):
         """See :meth:`streamssvm.estimators.base.Estimator.refine`. With ``lam_cv`` folds (and a
@@ -390,7 +428,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         s = self._label_scores(*self._encode_to_predict(x))
         if s is None:
             return {lab: {False: float(not v), True: float(v)} for lab, v in pred.items()}
-        p = calibration.sigmoid(s, 1.0 / self.temperature)
+        p = calibration.sigmoid(s - self._threshold(), 1.0 / self.temperature)
         return {lab: {False: 1.0 - float(p[k]), True: float(p[k])} if k < len(p) else {False: 1.0, True: 0.0}
                 for k, lab in enumerate(self._labels.labels)}
 
@@ -405,6 +443,11 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                 return {lab: False for lab in self._hier.leaves}
             return {}
         tok_ptr, fidx, fval = self._encode_to_predict(x)
+        t = self._threshold()
+        if t != 0.0:
+            s = self._label_scores(tok_ptr, fidx, fval)
+            if s is not None:
+                return {lab: bool(k < len(s) and s[k] > t) for k, lab in enumerate(self._labels.labels)}
         Kc = self._learner.W.Kc
         out = self._learner.predict(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
                                         fidx, fval, np.array([0, Kc], dtype=np.int64), Kc)
