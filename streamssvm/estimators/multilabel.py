@@ -95,19 +95,26 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     Yeast was held out from the choice). Files saved before it load with ``normalize=False``.
     ``tests/test_multilabel_optimum.py`` checks the learner against an independent QP.
 
-    ``lam_cv=k`` (k >= 2 folds; default 0, off): :meth:`refine` first chooses lambda by k-fold
-    cross-validation over the held examples, as a user would choose LinearSVC's C
+    ``lam_cv=k`` (k >= 2 folds; default 3; 0 turns it off): :meth:`refine` first chooses lambda
+    by k-fold cross-validation over the held examples, as a user would choose LinearSVC's C
     (:mod:`streamssvm.lam_cv`: 1, 3, 10, 30 or 100 times the lambda that follows n, scored by
     validation Jaccard), then refines at it; the lambda stays fixed afterwards
     (``learner.lam``), is chosen again by the next ``refine`` after new examples, and is saved
-    with the model (``lam_selection_``: the grid, the scores, the CPU seconds). The certificate
-    then certifies the objective at the chosen lambda. It applies to learners with dual blocks
-    and ``set_lam`` (BCFW) whose lambda the user left to follow n (a ``BCFW(lam=...)`` is kept)
-    and to unweighted examples. Not the default: on the sets it was tuned on it gained up to
-    +0.035 test Jaccard (Weka supermarket, vote) and lost 0.008 on Yeast, but on a held-out
-    group (Brown tags, Weka soybean, river segment) it tied both the former default and
-    one-vs-rest LinearSVC (C=1 and C by CV) within +-0.01, at 5-9x the CPU of a
-    ``refine(20)`` (``bench/results/multilabel_defaults.md``).
+    with the model (``lam_selection_``: the grid, the scores, the CPU seconds, the threshold).
+    The certificate then certifies the objective at the chosen lambda. The same folds, at the
+    chosen lambda, give out-of-fold per-label scores (a label's own score, or a pairwise
+    model's max-marginal gap) from which one decision threshold shared by all labels is chosen
+    for Jaccard (:func:`streamssvm.lam_cv.shared_threshold`: kept only if its out-of-fold gain
+    over 0 is clear, else 0, the model's own argmax); :meth:`predict_one` then puts a label on
+    iff its score exceeds it (:meth:`predict_nbest_one` and constrained predictions rank by the
+    model's scores, without it). It applies to learners with dual blocks and ``set_lam``
+    (BCFW) whose lambda the user left to follow n (a ``BCFW(lam=...)`` is kept) and to
+    unweighted examples; a stream that is never refined is untouched. Why the default: on a
+    group held out from its tuning (round r9: Brown sentences and tags no run had used, Weka's
+    German credit data with 6 labels fixed from attribute names) it beat one-vs-rest LinearSVC
+    (C=1 and C by 3-fold CV) by +0.011 to +0.013 test Jaccard and the former default
+    (``lam_cv=0``) by +0.011 and +0.025, at 5-9x the CPU of a ``refine(20)`` (about a second
+    on 3,000 Brown sentences); see ``bench/results/multilabel_defaults.md``.
 
     Examples
     --------
