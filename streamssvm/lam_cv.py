@@ -19,6 +19,11 @@ over the held examples (87 with the defaults, 3 folds and 20 passes: the smalles
 as many as a ``refine(20)``; with 10 the small lambdas were under-solved and scored low), the
 predictions, and one copy of the learner per fold; ``bench/results/multilabel_defaults.md`` reports its CPU seconds
 next to those of ``refine(20)``.
+
+With ``label_scores`` (as ``MultiLabelSSVM`` passes it) the folds also keep each held-out
+example's per-label scores at every lambda; at the chosen one they give
+:func:`shared_threshold`, one decision threshold for all labels (Jaccard rewards recall where
+the Hamming argmax leaves labels off), kept only if its out-of-fold gain is clear.
 """
 from __future__ import annotations
 
