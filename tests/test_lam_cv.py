@@ -171,6 +171,12 @@ def test_the_threshold_is_chosen_with_lambda_and_applied(tmp_path):
     st = back.state()
     del st["lam_selection"]["threshold"]
     assert ss.MultiLabelSSVM.from_state(st).lam_selection_.threshold == 0.0
+    from streamssvm import checkpoint
+    for bad in (float("nan"), "x", None):
+        st = back.state()
+        st["lam_selection"]["threshold"] = bad
+        with pytest.raises(checkpoint.CheckpointError, match="threshold"):
+            ss.MultiLabelSSVM.from_state(st)
 
 
 def test_the_threshold_stays_off_where_the_argmax_is_right():

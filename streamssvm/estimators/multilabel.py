@@ -258,7 +258,12 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             model.pairwise = "auto"   # built with the structure "auto" had chosen
         model._row_norm = restore_statistics(st.get("row_norm"), model._row_norm, f"normalize={model.normalize}",
                                              "row norm statistics", RowNorm.from_state)
-        model.lam_selection_ = LamSelection.from_dict(st.get("lam_selection"))
+        sel = LamSelection.from_dict(st.get("lam_selection"))
+        if sel is not None and not (isinstance(sel.threshold, (int, float)) and np.isfinite(sel.threshold)):
+            from .. import checkpoint
+            raise checkpoint.CheckpointError(f"invalid model file: the decision threshold {sel.threshold!r} "
+                                             "is not a finite number")
+        model.lam_selection_ = sel
         return model
 
     # ------------------------------------------------------------- lambda by cross-validation
