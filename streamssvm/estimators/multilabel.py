@@ -1,6 +1,8 @@
 """Multi-label structural SVM (independent labels, pairwise potentials or a label hierarchy)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from river import base
 
@@ -23,14 +25,22 @@ from .base import Estimator, _is_dataframe, require_pandas, restore_statistics, 
 AUTO_PAIRWISE_MAX_LABELS = 10
 
 
+@functools.lru_cache(maxsize=32)
+def _labelings(K):
+    """Every labeling of K binary labels as the rows of a read-only float matrix (2^K x K)."""
+    from ..nbest import _codes_bits
+    X = _codes_bits(K, np.full(K, -1)).astype(np.float64)
+    X.setflags(write=False)
+    return X
+
+
 def pairwise_label_gaps(s, P):
     """Max-marginal gaps of a fully connected binary MRF with unary scores ``s`` (K,) and pair
     scores ``P[a, b]`` (a < b) added when both labels are on: for each label, the best
     labeling's score with it on minus the best with it off (exact enumeration of the 2^K
     labelings). Positive exactly where the best labeling has the label on (barring ties)."""
-    from ..nbest import _codes_bits
     K = len(s)
-    X = _codes_bits(K, np.full(K, -1)).astype(np.float64)
+    X = _labelings(K)
     scores = X @ s + np.einsum("ij,ij->i", X @ np.triu(P, 1), X)
     on = np.where(X > 0, scores[:, None], -np.inf).max(0)
     off = np.where(X > 0, -np.inf, scores[:, None]).max(0)
@@ -39,10 +49,9 @@ def pairwise_label_gaps(s, P):
 
 def pairwise_label_gaps_many(S, P, chunk=4096):
     """:func:`pairwise_label_gaps` of every row of ``S`` (rows x K) with the pair scores ``P``."""
-    from ..nbest import _codes_bits
     S = np.asarray(S, dtype=np.float64)
     K = S.shape[1]
-    X = _codes_bits(K, np.full(K, -1)).astype(np.float64)
+    X = _labelings(K)
     pair = np.einsum("ij,ij->i", X @ np.triu(P, 1), X)
     out = np.empty_like(S)
     on_mask = X > 0
