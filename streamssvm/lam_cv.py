@@ -19,6 +19,11 @@ over the held examples (87 with the defaults, 3 folds and 20 passes: the smalles
 as many as a ``refine(20)``; with 10 the small lambdas were under-solved and scored low), the
 predictions, and one copy of the learner per fold; ``bench/results/multilabel_defaults.md`` reports its CPU seconds
 next to those of ``refine(20)``.
+
+With ``label_scores`` (as ``MultiLabelSSVM`` passes it) the folds also keep each held-out
+example's per-label scores at every lambda; at the chosen one they give
+:func:`shared_threshold`, one decision threshold for all labels (Jaccard rewards recall where
+the Hamming argmax leaves labels off), kept only if its out-of-fold gain is clear.
 """
 from __future__ import annotations
 
@@ -55,15 +60,47 @@ class LamSelection:
     n: int = 0
     cpu_seconds: float = 0.0
     n_seen: int = 0     # records the learner had seen (``store.seen``) when it ran
+    threshold: float = 0.0   # the shared decision threshold (:func:`shared_threshold`; 0: the argmax)
 
     def to_dict(self):
         return {"lam": float(self.lam), "lams": [float(v) for v in self.lams],
                 "scores": [float(v) for v in self.scores], "folds": int(self.folds), "passes": float(self.passes),
-                "n": int(self.n), "cpu_seconds": float(self.cpu_seconds), "n_seen": int(self.n_seen)}
+                "n": int(self.n), "cpu_seconds": float(self.cpu_seconds), "n_seen": int(self.n_seen),
+                "threshold": float(self.threshold)}
 
     @classmethod
     def from_dict(cls, d):
-        return None if d is None else cls(**d)
+        return None if d is None else cls(**d)   # a file from before thresholds: threshold 0
+
+
+#: The shared decision thresholds tried (:func:`shared_threshold`).
+THRESHOLD_GRID = tuple(round(v, 2) for v in np.linspace(-0.3, 0.3, 61))
+
+
+def jaccard_rows(truth, pred):
+    """Each row's Jaccard index of two boolean matrices (1 for two empty sets)."""
+    inter = np.sum(pred & truth, axis=1)
+    union = np.sum(pred | truth, axis=1)
+    return np.where(union == 0, 1.0, inter / np.maximum(union, 1))
+
+
+def shared_threshold(S, truth, grid=THRESHOLD_GRID, reps=500, seed=0):
+    """One decision threshold for every label: a label is on iff its score (``S``, rows x
+    labels, out-of-fold) exceeds it. The grid value of the best mean Jaccard over the rows,
+    kept only if its gain over 0 (the model's own decision) is clear: the 95% paired bootstrap
+    interval of the per-row gain (``reps`` resamples) lies above 0; else 0."""
+    S = np.asarray(S, dtype=np.float64)
+    truth = np.asarray(truth, dtype=bool)
+    if S.shape[0] == 0:
+        return 0.0
+    vals = [float(np.mean(jaccard_rows(truth, S > t))) for t in grid]
+    t = float(grid[int(np.argmax(vals))])
+    if t == 0.0:
+        return 0.0
+    d = jaccard_rows(truth, S > t) - jaccard_rows(truth, S > 0.0)
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.shape[0], size=(reps, d.shape[0]))].mean(1)
+    return t if float(np.quantile(means, 0.025)) > 0.0 else 0.0
 
 
 def supports(lr):
@@ -106,11 +143,14 @@ def _jaccard_sum(lr, batch, truth):
     return float(np.sum(np.where(union == 0, 1.0, inter / np.maximum(union, 1))))
 
 
-def cross_validated_lam(lr, folds=3, passes=20.0, factors=LAM_FACTORS, seed=0, lam0=None):
+def cross_validated_lam(lr, folds=3, passes=20.0, factors=LAM_FACTORS, seed=0, lam0=None, label_scores=None):
     """The lambda of ``factors`` times ``lam0`` (default: the learner's current one) with the best k-fold
     validation Jaccard over the held examples (see the module docstring): a
     :class:`LamSelection`, or None when fewer than 2 examples per fold are held. ``lr`` (a bound
-    BCFW learner of a multi-label structure) is not changed."""
+    BCFW learner of a multi-label structure) is not changed. ``label_scores(work, batch, K)``
+    (optional): the per-label scores (rows x K; a label is on iff its score > 0) of a fold's
+    copy on its held-out batch; the out-of-fold scores at the chosen lambda then give the
+    selection's :func:`shared_threshold`."""
     import time
     c0 = time.process_time()
     st = lr.store
@@ -122,18 +162,25 @@ def cross_validated_lam(lr, folds=3, passes=20.0, factors=LAM_FACTORS, seed=0, l
     lams = sorted((lam0 * float(f) for f in factors), reverse=True)
     fold_of = np.random.default_rng(seed).permutation(n) % folds
     score = np.zeros(len(lams))
+    K = int(lr.n_labels)
+    oof = None if label_scores is None else np.zeros((len(lams), n, K))
+    truth_all = np.zeros((n, K), dtype=bool)
     for f in range(folds):
         out = np.flatnonzero(fold_of == f)
         work = copy.deepcopy(lr)
         for s in slots[out]:
             work._evict(int(s))
         batch, truth = _held_batch(lr, slots[out])
+        truth_all[out] = truth
         for q in range(len(lams) - 1, -1, -1):   # smallest lambda first: nearest the learner's dual point
             lam = lams[q]
             work.set_lam(lam, keep="dual" if lam > work.effective_lam() else "weights")
             work.refine(max(1.0, passes * np.sqrt(lams[-1] / lam)))
             score[q] += _jaccard_sum(work, batch, truth)
+            if oof is not None:
+                oof[q, out] = label_scores(work, batch, K)
     score /= n
     best = int(np.argmax(score))   # the first (largest lambda) of equal scores
+    t = 0.0 if oof is None else shared_threshold(oof[best], truth_all)
     return LamSelection(lam=lams[best], lams=lams, scores=[float(v) for v in score], folds=int(folds),
-                        passes=float(passes), n=n, cpu_seconds=time.process_time() - c0)
+                        passes=float(passes), n=n, cpu_seconds=time.process_time() - c0, threshold=t)

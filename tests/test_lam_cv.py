@@ -1,12 +1,13 @@
-"""MultiLabelSSVM(lam_cv=3) (opt-in; the default is 0): ``refine`` chooses lambda by
-cross-validation over the held examples (:mod:`streamssvm.lam_cv`), refines at it, keeps it
-and saves it. No timing here: ``bench/results/multilabel_defaults.md`` measures quality and
+"""MultiLabelSSVM(lam_cv=3) (the default since round r9): ``refine`` chooses lambda by
+cross-validation over the held examples (:mod:`streamssvm.lam_cv`), and with it one shared
+decision threshold on the out-of-fold per-label scores; refines at that lambda, keeps both
+and saves them. No timing here: ``bench/results/multilabel_defaults.md`` measures quality and
 cost against one-vs-rest LinearSVC."""
 import numpy as np
 import pytest
 
 import streamssvm as ss
-from streamssvm.lam_cv import LAM_FACTORS, cross_validated_lam
+from streamssvm.lam_cv import LAM_FACTORS, cross_validated_lam, jaccard_rows, shared_threshold
 
 
 def _rows(n=240, seed=0):
@@ -29,13 +30,14 @@ def _fit(rows, refine=5, **kw):
     return m
 
 
-def test_the_default_is_off():
+def test_the_default_is_on():
     rows = _rows()
     m = ss.MultiLabelSSVM()
     for x, y in rows:
         m.learn_one(x, y)
+    assert m.lam_cv == 3 and m.lam_selection_ is None and m.learner.lam is None   # the stream: untouched
     m.refine(2)
-    assert m.lam_cv == 0 and m.lam_selection_ is None and m.learner.lam is None
+    assert m.lam_selection_ is not None and m.learner.lam == pytest.approx(m.lam_selection_.lam)
 
 
 def test_refine_chooses_lambda_by_cross_validation_and_certifies_it():
@@ -113,3 +115,70 @@ def test_the_choice_is_saved_and_older_files_load_without_it(tmp_path):
     assert old.lam_cv == 0 and old.lam_selection_ is None
     old.refine(1)
     assert old.lam_selection_ is None and old.learner.lam is None
+
+
+def test_shared_threshold_fires_on_a_clear_gain_only():
+    rng = np.random.default_rng(0)
+    truth = np.eye(4, dtype=bool)[rng.integers(0, 4, size=200)]   # one label on per row
+    # scores below 0 for every label (the argmax predicts nothing) but ordered: a shift is a clear gain
+    low = np.where(truth, -0.05, -0.25) + 0.01 * rng.normal(size=truth.shape)
+    t = shared_threshold(low, truth)
+    assert -0.25 < t < -0.05
+    assert jaccard_rows(truth, low > t).mean() > 0.9 > jaccard_rows(truth, low > 0).mean()
+    # scores already right at 0: the ties around 0 gain nothing, so 0 (the model's argmax) stays
+    assert shared_threshold(np.where(truth, 0.1, -0.1), truth) == 0.0
+    # pure noise: whatever the grid's best, its gain is not clear
+    assert shared_threshold(rng.normal(scale=0.1, size=truth.shape), truth[rng.permutation(200)]) == 0.0
+
+
+def _one_label_rows(n, seed):
+    """Exactly one of 4 labels on per row (the argmax of 4 noisy features): the Hamming
+    argmax leaves many rows empty, Jaccard wants a lower threshold."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 6))
+    k = np.argmax(X[:, :4] + rng.normal(size=(n, 4)), axis=1)
+    return [({f"f{j}": float(v) for j, v in enumerate(x)}, {lab: bool(lab == "abcd"[c]) for lab in "abcd"})
+            for x, c in zip(X, k)]
+
+
+def _jaccard(m, rows):
+    P = np.array([[m.predict_one(x)[lab] for lab in "abcd"] for x, _ in rows])
+    Y = np.array([[y[lab] for lab in "abcd"] for _, y in rows])
+    return jaccard_rows(Y, P).mean()
+
+
+def test_the_threshold_is_chosen_with_lambda_and_applied(tmp_path):
+    m = _fit(_one_label_rows(300, 0), refine=5, lam_cv=3)
+    sel = m.lam_selection_
+    assert m._pairwise and sel.threshold < 0.0   # it fires here
+    test = _one_label_rows(400, 1)
+    x0 = test[0][0]
+    s = m._label_scores(*m._encode_to_predict(x0))
+    assert m.predict_one(x0) == {lab: bool(s[k] > sel.threshold) for k, lab in enumerate("abcd")}
+    p = m.predict_proba_one(x0)
+    assert all((p[lab][True] > 0.5) == v for lab, v in m.predict_one(x0).items())
+    with_t = _jaccard(m, test)
+    m.save(tmp_path / "m.zip")
+    back = ss.load(tmp_path / "m.zip")
+    assert back.lam_selection_.threshold == sel.threshold
+    assert [back.predict_one(x) for x, _ in test[:30]] == [m.predict_one(x) for x, _ in test[:30]]
+    # threshold 0 is the model's own argmax, and scores lower on this stream
+    sel.threshold = 0.0
+    argmax = [m.predict_nbest_one(x, 1)[0][0] for x, _ in test[:30]]
+    assert [m.predict_one(x) for x, _ in test[:30]] == argmax
+    assert _jaccard(m, test) < with_t
+    # a file from before thresholds: its selection loads with threshold 0
+    st = back.state()
+    del st["lam_selection"]["threshold"]
+    assert ss.MultiLabelSSVM.from_state(st).lam_selection_.threshold == 0.0
+    from streamssvm import checkpoint
+    for bad in (float("nan"), "x", None):
+        st = back.state()
+        st["lam_selection"]["threshold"] = bad
+        with pytest.raises(checkpoint.CheckpointError, match="threshold"):
+            ss.MultiLabelSSVM.from_state(st)
+
+
+def test_the_threshold_stays_off_where_the_argmax_is_right():
+    m = _fit(_rows(), refine=5, lam_cv=3)
+    assert m.lam_selection_.threshold == 0.0

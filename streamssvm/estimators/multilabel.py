@@ -1,6 +1,8 @@
 """Multi-label structural SVM (independent labels, pairwise potentials or a label hierarchy)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from river import base
 
@@ -23,18 +25,42 @@ from .base import Estimator, _is_dataframe, require_pandas, restore_statistics, 
 AUTO_PAIRWISE_MAX_LABELS = 10
 
 
+@functools.lru_cache(maxsize=32)
+def _labelings(K):
+    """Every labeling of K binary labels as the rows of a read-only float matrix (2^K x K)."""
+    from ..nbest import _codes_bits
+    X = _codes_bits(K, np.full(K, -1)).astype(np.float64)
+    X.setflags(write=False)
+    return X
+
+
 def pairwise_label_gaps(s, P):
     """Max-marginal gaps of a fully connected binary MRF with unary scores ``s`` (K,) and pair
     scores ``P[a, b]`` (a < b) added when both labels are on: for each label, the best
     labeling's score with it on minus the best with it off (exact enumeration of the 2^K
     labelings). Positive exactly where the best labeling has the label on (barring ties)."""
-    from ..nbest import _codes_bits
     K = len(s)
-    X = _codes_bits(K, np.full(K, -1)).astype(np.float64)
+    X = _labelings(K)
     scores = X @ s + np.einsum("ij,ij->i", X @ np.triu(P, 1), X)
     on = np.where(X > 0, scores[:, None], -np.inf).max(0)
     off = np.where(X > 0, -np.inf, scores[:, None]).max(0)
     return on - off
+
+
+def pairwise_label_gaps_many(S, P, chunk=4096):
+    """:func:`pairwise_label_gaps` of every row of ``S`` (rows x K) with the pair scores ``P``."""
+    S = np.asarray(S, dtype=np.float64)
+    K = S.shape[1]
+    X = _labelings(K)
+    pair = np.einsum("ij,ij->i", X @ np.triu(P, 1), X)
+    out = np.empty_like(S)
+    on_mask = X > 0
+    for a in range(0, S.shape[0], chunk):
+        sc = S[a:a + chunk] @ X.T + pair                      # rows x 2^K labeling scores
+        on = np.where(on_mask[None], sc[:, :, None], -np.inf).max(1)
+        off = np.where(on_mask[None], -np.inf, sc[:, :, None]).max(1)
+        out[a:a + chunk] = on - off
+    return out
 
 
 class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
@@ -78,19 +104,28 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     Yeast was held out from the choice). Files saved before it load with ``normalize=False``.
     ``tests/test_multilabel_optimum.py`` checks the learner against an independent QP.
 
-    ``lam_cv=k`` (k >= 2 folds; default 0, off): :meth:`refine` first chooses lambda by k-fold
-    cross-validation over the held examples, as a user would choose LinearSVC's C
+    ``lam_cv=k`` (k >= 2 folds; default 3; 0 turns it off): :meth:`refine` first chooses lambda
+    by k-fold cross-validation over the held examples, as a user would choose LinearSVC's C
     (:mod:`streamssvm.lam_cv`: 1, 3, 10, 30 or 100 times the lambda that follows n, scored by
     validation Jaccard), then refines at it; the lambda stays fixed afterwards
     (``learner.lam``), is chosen again by the next ``refine`` after new examples, and is saved
-    with the model (``lam_selection_``: the grid, the scores, the CPU seconds). The certificate
-    then certifies the objective at the chosen lambda. It applies to learners with dual blocks
-    and ``set_lam`` (BCFW) whose lambda the user left to follow n (a ``BCFW(lam=...)`` is kept)
-    and to unweighted examples. Not the default: on the sets it was tuned on it gained up to
-    +0.035 test Jaccard (Weka supermarket, vote) and lost 0.008 on Yeast, but on a held-out
-    group (Brown tags, Weka soybean, river segment) it tied both the former default and
-    one-vs-rest LinearSVC (C=1 and C by CV) within +-0.01, at 5-9x the CPU of a
-    ``refine(20)`` (``bench/results/multilabel_defaults.md``).
+    with the model (``lam_selection_``: the grid, the scores, the CPU seconds, the threshold).
+    The certificate then certifies the objective at the chosen lambda. The same folds, at the
+    chosen lambda, give out-of-fold per-label scores (a label's own score, or a pairwise
+    model's max-marginal gap) from which one decision threshold shared by all labels is chosen
+    for Jaccard (:func:`streamssvm.lam_cv.shared_threshold`: kept only if its out-of-fold gain
+    over 0 is clear, else 0, the model's own argmax); :meth:`predict_one` then puts a label on
+    iff its score exceeds it (:meth:`predict_nbest_one` and constrained predictions rank by the
+    model's scores, without it). It applies to learners with dual blocks and ``set_lam``
+    (BCFW) whose lambda the user left to follow n (a ``BCFW(lam=...)`` is kept) and to
+    unweighted examples; a stream that is never refined is untouched. Why the default: on a
+    group held out from its tuning (round r9: Brown sentences and tags no run had used, Weka's
+    German credit data with 6 labels fixed from attribute names) it was never worse than
+    one-vs-rest LinearSVC (C=1 and C by 3-fold CV: +0.003 and +0.011 test Jaccard, neither
+    significant) and beat the former default (``lam_cv=0``: +0.002 and +0.025, the latter
+    significant), at 5-10x the CPU of a ``refine(20)`` (about a second on 3,000 Brown
+    sentences); on the tuning sets it gained up to +0.05 over LinearSVC with C by CV and lost
+    only Reuters (-0.008); see ``bench/results/multilabel_defaults.md``.
 
     Examples
     --------
@@ -121,7 +156,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         return BCFW()
 
     def __init__(self, learner=None, n_features=None, labels=None, rescaling=None, pairwise="auto",
-                 hierarchy=None, scale=True, normalize=True, lam_cv=0):
+                 hierarchy=None, scale=True, normalize=True, lam_cv=3):
         if isinstance(lam_cv, bool) or not isinstance(lam_cv, (int, np.integer)) or lam_cv < 0 or lam_cv == 1:
             raise ValueError(f"lam_cv must be 0 (off) or a number of folds >= 2, got {lam_cv!r}")
         self.lam_cv = int(lam_cv)
@@ -234,7 +269,12 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
             model.pairwise = "auto"   # built with the structure "auto" had chosen
         model._row_norm = restore_statistics(st.get("row_norm"), model._row_norm, f"normalize={model.normalize}",
                                              "row norm statistics", RowNorm.from_state)
-        model.lam_selection_ = LamSelection.from_dict(st.get("lam_selection"))
+        sel = LamSelection.from_dict(st.get("lam_selection"))
+        if sel is not None and not (isinstance(sel.threshold, (int, float)) and np.isfinite(sel.threshold)):
+            from .. import checkpoint
+            raise checkpoint.CheckpointError(f"invalid model file: the decision threshold {sel.threshold!r} "
+                                             "is not a finite number")
+        model.lam_selection_ = sel
         return model
 
     # ------------------------------------------------------------- lambda by cross-validation
@@ -258,13 +298,34 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         lr = self._learner
         n = lr._n_weighted()
         lam_auto = min(lr.AUTO_LAM, lr.AUTO_LAM_N / max(float(n), 1.0))   # what lam=None would use
-        sel = cross_validated_lam(lr, folds=self.lam_cv, lam0=lam_auto)
+        sel = cross_validated_lam(lr, folds=self.lam_cv, lam0=lam_auto, label_scores=self._fold_label_scores())
         if sel is None:
             return
         sel.n_seen = int(lr.store.seen)
         lr.set_lam(sel.lam, keep="dual" if sel.lam > lr.effective_lam() else "weights")
         self.learner = self.learner.clone({"lam": float(sel.lam)})
         self.lam_selection_ = sel
+
+    def _fold_label_scores(self):
+        """For :func:`streamssvm.lam_cv.cross_validated_lam`: the per-label scores of a fold's
+        copy on its held-out batch (as :meth:`_label_scores`), or None where there are none."""
+        if self._hier is not None or (self._pairwise and int(self._learner.n_labels) > MLPAIR_MAX_LABELS):
+            return None
+        pairwise = bool(self._pairwise)
+
+        def scores(work, batch, K):
+            tables = calibration.predict_tables(work)
+            _, tok_ptr, fidx, fval = batch
+            S = calibration.emission_scores(tables, tok_ptr, fidx, fval, K)
+            if not pairwise:
+                return S
+            return pairwise_label_gaps_many(S, float(tables[5]) * np.asarray(tables[3])[:K, :K])
+        return scores
+
+    def _threshold(self):
+        """The shared decision threshold chosen with lambda (0: the model's own argmax)."""
+        sel = self.lam_selection_
+        return 0.0 if sel is None or self._hier is not None else float(sel.threshold)
 
     def refine(self, passes: float = 1.0, tol: float | None = None, progress=None, certify: bool = False):
         """See :meth:`streamssvm.estimators.base.Estimator.refine`. With ``lam_cv`` folds (and a
@@ -390,7 +451,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         s = self._label_scores(*self._encode_to_predict(x))
         if s is None:
             return {lab: {False: float(not v), True: float(v)} for lab, v in pred.items()}
-        p = calibration.sigmoid(s, 1.0 / self.temperature)
+        p = calibration.sigmoid(s - self._threshold(), 1.0 / self.temperature)
         return {lab: {False: 1.0 - float(p[k]), True: float(p[k])} if k < len(p) else {False: 1.0, True: 0.0}
                 for k, lab in enumerate(self._labels.labels)}
 
@@ -405,6 +466,11 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
                 return {lab: False for lab in self._hier.leaves}
             return {}
         tok_ptr, fidx, fval = self._encode_to_predict(x)
+        t = self._threshold()
+        if t != 0.0:
+            s = self._label_scores(tok_ptr, fidx, fval)
+            if s is not None:
+                return {lab: bool(k < len(s) and s[k] > t) for k, lab in enumerate(self._labels.labels)}
         Kc = self._learner.W.Kc
         out = self._learner.predict(np.array([0, 1], dtype=np.int64), tok_ptr.astype(np.int64),
                                         fidx, fval, np.array([0, Kc], dtype=np.int64), Kc)
