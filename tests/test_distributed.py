@@ -711,7 +711,7 @@ def test_default_refinement_rounds_are_one_twentieth_k_of_a_pass(tmp_path):
     process's passes to gap 0.1 on 10k OCR letters at K = 8, rounds of 1/(20 K) 1.19x:
     bench/results/distributed.md); the streaming rounds keep ``round_examples`` per worker; the
     mixed point stays dual-feasible and a job stops once ``passes`` are done."""
-    X, Y = data(160, seed=4)
+    X, Y = data(1280, seed=4)   # n >= 20 K^2: a round holds a step per worker at K = 8
     from streamssvm.distributed._run import RunOptions
     assert RunOptions(task="multiclass").passes_per_round is None
     assert sd.default_passes_per_round(2) == 1 / 40 and sd.default_passes_per_round(8) == 1 / 160
@@ -722,7 +722,7 @@ def test_default_refinement_rounds_are_one_twentieth_k_of_a_pass(tmp_path):
                      checkpoint_dir=tmp_path / str(K))
         stream = [h for h in res.history if h["new_examples"] > 0]
         refine = [h for h in res.history if h["refine_passes"] > 0]
-        assert sum(h["new_examples"] for h in stream) == 160 and len(stream) == 160 // (10 * K)
+        assert sum(h["new_examples"] for h in stream) == 1280 and len(stream) == 1280 // (10 * K)
         assert [h["refine_passes"] for h in refine] == pytest.approx([1.0 / (20 * K)] * len(refine))
         assert sum(h["refine_passes"] for h in refine) == pytest.approx(0.125)
         assert_feasible(res.model)
@@ -744,3 +744,20 @@ def test_default_streaming_rounds_are_one_twentieth_k_of_a_known_stream(tmp_path
         res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=K, max_rounds=3, snapshot_every=10_000,
                      checkpoint_every=10_000, cluster="inprocess", checkpoint_dir=tmp_path / str(K))
         assert [h["new_examples"] for h in res.history] == [per_worker * K] * 3
+
+
+def test_default_refinement_rounds_take_a_step_on_every_worker(tmp_path):
+    """With the default round length a refinement round is 1/(20 K) pass, under one block step per
+    worker once n < 20 K^2 (10k OCR letters at K = 32: the job counted refinement passes and took no
+    step, gap 1.51); the default takes at least one step on the worker holding the fewest blocks."""
+    X, Y = data(160, seed=6)
+    gaps = {}
+    for passes in (0.0, 0.5):
+        res = sd.run(bcfw_model(replay=0), (X, Y), task="multiclass", workers=8, passes=passes,
+                     snapshot_every=10_000, checkpoint_every=10_000, cluster="inprocess",
+                     checkpoint_dir=tmp_path / str(passes))
+        refine = [h for h in res.history if h["refine_passes"] > 0]
+        assert all(h["refine_passes"] >= 1.0 / 20 - 1e-12 for h in refine)   # 160 / 8 = 20 blocks per worker
+        assert_feasible(res.model)
+        gaps[passes] = res.certificate["gap"]
+    assert gaps[0.5] < 0.9 * gaps[0.0]

@@ -435,6 +435,16 @@ def default_passes_per_round(workers):
     return 1.0 / (ROUNDS_PER_PASS_PER_WORKER * int(workers))
 
 
+def _refine_round(passes_per_round, auto_rounds, history):
+    """A refinement round's local passes: ``passes_per_round``; by default (``auto_rounds``) at least
+    one block step for the worker holding the fewest blocks (a round of 1/(20 K) pass holds less than
+    one step per worker once n < 20 K^2 examples: 10k letters at K = 32 then refined nothing at all)."""
+    if not auto_rounds or not history:
+        return passes_per_round
+    least = min((w["n_blocks"] for w in history[-1]["workers"]), default=0)
+    return max(passes_per_round, 1.0 / least) if least > 0 else passes_per_round
+
+
 class RunOptions:
     """The configuration of a distributed :func:`run` (every field keyword-only).
 
@@ -646,7 +656,8 @@ def run(model, source, options=None, **kwargs):
         round_examples = default_round_examples(workers, known)
     if not isinstance(round_examples, int) or round_examples < 1:
         raise ValueError(f"round_examples must be a positive int, got {round_examples!r}")
-    if passes_per_round is None:
+    auto_rounds = passes_per_round is None
+    if auto_rounds:
         passes_per_round = default_passes_per_round(workers)
     if not float(passes_per_round) > 0.0:
         raise ValueError(f"passes_per_round must be > 0, got {passes_per_round!r}")
@@ -694,7 +705,7 @@ def run(model, source, options=None, **kwargs):
                     break
                 if tol is not None and cert is not None and cert["gap"] <= tol:
                     break
-            rp = 0.0 if streaming else min(passes_per_round, passes - refine_done)
+            rp = 0.0 if streaming else min(_refine_round(passes_per_round, auto_rounds, history), passes - refine_done)
             certify = (job.round + 1) % max(int(snapshot_every), 1) == 0 or not streaming
             last = (max_rounds is not None and job.round + 1 >= max_rounds) or (
                 not streaming and refine_done + rp >= passes - 1e-12)
