@@ -6,6 +6,10 @@ other; run the script under the machine-wide lock with one BLAS thread:
 
     OPENBLAS_NUM_THREADS=1 flock /tmp/bench.lock nice -n 0 python3 bench/chain_memory.py --sentences 10000
 
+Each checkout's kernels are compiled into its cache by a discarded process before its row (a
+checkout unpacked in a new folder would otherwise compile inside its measured row, and LLVM's
+memory would sit under that row's peak: the same code read 1340 MB cold against 1238 MB cached).
+
 Rows (the first N Brown training sentences, fine tags, the features of ``bench/gdmm_brown.py``;
 the tag set is the tags of those sentences, what a stream sees):
 
@@ -13,7 +17,8 @@ the tag set is the tags of those sentences, what a stream sees):
 * ``streamssvm``: the process with the library imported and its kernels loaded (one tiny
   model learned), then ``SequenceTagger(BCFW defaults)`` learning the sentences in one stream
   (``learn_many``), the store by segment (token values and indices, Gram matrices, the emission
-  statistic M = L x Kc and how many of its entries are nonzero, the transition pairs, pools), the
+  statistic M = L x Kc, how many of its entries are nonzero and how many distinct tags each block's
+  rows use, the transition pairs, pools), the
   weights (E and the averaging Z) and the process's peak RSS;
 * ``crfsuite``: python-crfsuite's averaged perceptron, one iteration, on the same sentences and
   features.
@@ -39,6 +44,18 @@ sys.path.insert(0, HERE)
 # the peak-RSS reader and python-crfsuite's averaged perceptron (one iteration, the same Brown
 # sentences) are the ones bench/models_hotpath.py measures its rows with
 from models_hotpath import _rss_mb, child_crfsuite  # noqa: E402
+
+
+def _vmrss_mb():
+    """The process's resident set now (``/proc/self/status`` VmRSS; None where there is none)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
 
 
 def _brown(n):
@@ -67,6 +84,7 @@ def child_streamssvm(n):
     m.learn_many(X, Y)
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     peak = _rss_mb()   # before the analysis below allocates anything
+    live_end = _vmrss_mb()   # equal to the peak: the peak is the end state, not a transient
     lr = m._learner
     st = lr.store
     Kc = int(st.Kc)
@@ -78,14 +96,17 @@ def child_streamssvm(n):
     gram = np.where(flags & KL.FLAG_NO_GRAM, 0, L * L)
     isz, fsz = meta[:, KL.M_ISIZE].astype(np.int64), meta[:, KL.M_FSIZE].astype(np.int64)
     pool_i = meta[:, KL.M_PCAP] * meta[:, KL.M_LABLEN]
-    nzM, tcap = [], []
+    nzM, tcap, union = [], [], []
     for s in slots:
         b = st.block(s)
-        nzM.append(np.count_nonzero(np.asarray(b["stat"][:b["L"] * Kc]).reshape(b["L"], Kc), axis=1))
+        Mb = np.asarray(b["stat"][:b["L"] * Kc]).reshape(b["L"], Kc) != 0
+        nzM.append(np.count_nonzero(Mb, axis=1))
+        union.append(int(Mb.any(axis=0).sum()))   # the tags any of the block's labelings put on a token
         sp, kpos = KL.pairs_pos(st.meta, s)
         tcap.append(int(st.Iar[kpos + 1]) if sp else 0)
     nzM = np.concatenate(nzM) if nzM else np.zeros(1, dtype=np.int64)
     tcap = np.asarray(tcap, dtype=np.int64)
+    union = np.asarray(union, dtype=np.int64)
     segs = {
         "token values (fval)": nnz.sum() * 8,
         "feature indices + token pointers": (nidx + L + 1).sum() * 4,
@@ -107,7 +128,22 @@ def child_streamssvm(n):
             "M_nonzero_frac": float(nzM.sum() / max((L * Kc).sum(), 1)),
             "M_nonzero_per_token_mean": float(nzM.mean()), "M_nonzero_per_token_max": int(nzM.max()),
             "M_as_pairs_mb": float(nzM.sum() * 12 * MB), "tcap_mean": float(tcap.mean()),
+            "M_tag_union_mean": float(union.mean()), "M_tag_union_max": int(union.max()),
+            # M kept as L x (the block's own tags) floats plus the block's tag list (int32)
+            "M_as_block_tags_mb": float(((L * union).sum() * 8 + union.sum() * 4) * MB),
+            "vmrss_end_mb": live_end,
             "rss_before_mb": rss0, "peak_rss_mb": peak}
+
+
+#: compiles a checkout's kernels into its cache: run (and discarded) before that checkout's
+#: measured row, so that no row's peak holds LLVM's compile-time memory (a checkout unpacked in a new
+#: folder compiles on its first run: the same code read 1340 MB cold against 1238 MB cached)
+_WARM = 'import streamssvm as ss; ss.SequenceTagger().learn_one([{"a": 1.0}, {"b": 1.0}], ["x", "y"])'
+
+
+def _warm(checkout):
+    subprocess.run([sys.executable, "-c", _WARM], capture_output=True, text=True, check=True,
+                   env=dict(os.environ, PYTHONPATH=checkout))
 
 
 def _run(kind, n):
@@ -136,10 +172,12 @@ def main(argv=None):
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     res = {"command": "python3 bench/chain_memory.py --sentences %d" % a.sentences, "machine": platform.machine(),
            "cores": os.cpu_count()}
+    _warm(os.path.dirname(HERE))
     for kind in ("data", "streamssvm", "crfsuite"):
         res[kind] = _run(kind, a.sentences)
         log(f"{kind}: {json.dumps(res[kind])}")
     if a.before:   # the streamssvm row of the code at another checkout, run from there
+        _warm(a.before)
         bs = json.loads(subprocess.run(
             [sys.executable, os.path.join(a.before, "bench", "chain_memory.py"), "--child", "streamssvm",
              "--sentences", str(a.sentences)], capture_output=True, text=True, check=True,
@@ -183,6 +221,11 @@ def write_report(res, out):
               f"M is {s['M_nonzero_frac']:.2%} nonzero ({s['M_nonzero_per_token_mean']:.2f} tags per token on average, "
               f"at most {s['M_nonzero_per_token_max']}): as (tag, value) pairs it would take {s['M_as_pairs_mb']:.1f} MB "
               f"instead of {M:.1f}.", "",
+              f"A block's rows use {s.get('M_tag_union_mean', float('nan')):.1f} distinct tags on average (at most "
+              f"{s.get('M_tag_union_max', 0)}) of Kc = {s['Kc']}: M as L x (the block's own tags) with its tag list "
+              f"would take {s.get('M_as_block_tags_mb', float('nan')):.1f} MB (no slack for tags still to come). "
+              f"Resident set when the stream ends: {s.get('vmrss_end_mb') or float('nan'):.0f} MB against the "
+              f"peak {s['peak_rss_mb']:.0f} (equal: the peak is the live end state, not a transient).", "",
               "What the target needs (an estimate, not measured): a sparse emission statistic (per token the "
               "(tag, value) pairs of the labelings the block's dual point combines, with the step direction in the "
               "same layout, as the transition pairs already are) would take the peak to about "
