@@ -220,12 +220,14 @@ def write_report(res, out):
               f"| averaging Z | {s['averaging_Z_mb']:.1f} |", "",
               f"M is {s['M_nonzero_frac']:.2%} nonzero ({s['M_nonzero_per_token_mean']:.2f} tags per token on average, "
               f"at most {s['M_nonzero_per_token_max']}): as (tag, value) pairs it would take {s['M_as_pairs_mb']:.1f} MB "
-              f"instead of {M:.1f}.", "",
-              f"A block's rows use {s.get('M_tag_union_mean', float('nan')):.1f} distinct tags on average (at most "
-              f"{s.get('M_tag_union_max', 0)}) of Kc = {s['Kc']}: M as L x (the block's own tags) with its tag list "
-              f"would take {s.get('M_as_block_tags_mb', float('nan')):.1f} MB (no slack for tags still to come). "
-              f"Resident set when the stream ends: {s.get('vmrss_end_mb') or float('nan'):.0f} MB against the "
-              f"peak {s['peak_rss_mb']:.0f} (equal: the peak is the live end state, not a transient).", "",
+              f"instead of {M:.1f}.", ""]
+    if "M_tag_union_mean" in s:   # (a json written before these were measured has none)
+        lines += [f"A block's rows use {s['M_tag_union_mean']:.1f} distinct tags on average (at most "
+                  f"{s['M_tag_union_max']}) of Kc = {s['Kc']}: M as L x (the block's own tags) with its tag list "
+                  f"would take {s['M_as_block_tags_mb']:.1f} MB (no slack for tags still to come). Resident set "
+                  f"when the stream ends: {s['vmrss_end_mb'] or float('nan'):.0f} MB, peak {s['peak_rss_mb']:.0f} MB "
+                  "(equal: the peak is the live end state, not a transient).", ""]
+    lines += [
               "What the target needs (an estimate, not measured): a sparse emission statistic (per token the "
               "(tag, value) pairs of the labelings the block's dual point combines, with the step direction in the "
               "same layout, as the transition pairs already are) would take the peak to about "
