@@ -226,7 +226,13 @@ def write_report(res, out):
                   f"{s['M_tag_union_max']}) of Kc = {s['Kc']}: M as L x (the block's own tags) with its tag list "
                   f"would take {s['M_as_block_tags_mb']:.1f} MB (no slack for tags still to come). Resident set "
                   f"when the stream ends: {s['vmrss_end_mb'] or float('nan'):.0f} MB, peak {s['peak_rss_mb']:.0f} MB "
-                  "(equal: the peak is the live end state, not a transient).", ""]
+                  "(equal: the peak is the live end state, not a transient).", "",
+                  "Per block instead of per token (an estimate, not measured): M as the block's own tag columns would take the "
+                  f"peak to about {s['peak_rss_mb'] - M + s['M_as_block_tags_mb']:.0f} MB "
+                  f"({(s['peak_rss_mb'] - M + s['M_as_block_tags_mb']) / c['peak_rss_mb']:.2f}x CRFsuite) before any "
+                  "room for tags still to come; at most 2x also needs the Gram matrices or the unused transition "
+                  "pairs (a sparse block reserves 8 (L - 1)), or weights that keep only the (feature, tag) pairs "
+                  "seen, as CRFsuite does.", ""]
     lines += [
               "What the target needs (an estimate, not measured): a sparse emission statistic (per token the "
               "(tag, value) pairs of the labelings the block's dual point combines, with the step direction in the "
