@@ -576,6 +576,63 @@ def paired_bootstrap(a, b, reps=2000, seed=0):
     return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
+POOLED_PEERS = ("OvR LinearSVC (C=1)", "OvR LinearSVC (C by 3-fold CV)")
+
+
+def pooled_difference(per_set, reps=2000, seed=0):
+    """The pooled held-out comparison: ``per_set`` maps a set's name to the per-row Jaccard
+    differences (default minus peer) on its test rows. The statistic is the mean over sets of
+    each set's mean difference (every set weighted equally, whatever its size); its 95% interval
+    resamples the test rows within each set independently (a stratified bootstrap). Also the
+    signs: how many sets' mean differences are above / below / at 0, and how many sets' own 95%
+    paired bootstrap intervals lie above / below 0."""
+    names = list(per_set)
+    rng = np.random.default_rng(seed)
+    boot = np.zeros(reps)
+    for name in names:
+        d = np.asarray(per_set[name], dtype=np.float64)
+        boot += d[rng.integers(0, d.shape[0], size=(reps, d.shape[0]))].mean(1)
+    boot /= len(names)
+    means = {n: float(np.mean(per_set[n])) for n in names}
+    own = {n: paired_bootstrap(per_set[n], np.zeros(len(per_set[n]))) for n in names}
+    return {"sets": names, "mean": float(np.mean(list(means.values()))),
+            "lo": float(np.quantile(boot, 0.025)), "hi": float(np.quantile(boot, 0.975)),
+            "p_not_above_0": float((boot <= 0).mean()),
+            "above": sum(m > 0 for m in means.values()), "below": sum(m < 0 for m in means.values()),
+            "tied": sum(m == 0 for m in means.values()),
+            "sig_above": sum(lo > 0 for _, lo, _ in own.values()), "sig_below": sum(hi < 0 for _, _, hi in own.values()),
+            "per_set": {n: list(own[n]) for n in names}}
+
+
+def pooled_lines(res, default):
+    """Markdown lines of the pooled held-out comparison over the held-out sets (r10 and r9) in
+    ``res`` that carry per-row Jaccards."""
+    held = [s for s in (*HELD_OUT, *HELD_OUT_R9) if s in res["sets"] and "per_row_jaccard" in res["sets"][s]]
+    if not held:
+        return []
+    lines = ["## Pooled held-out comparison (rounds r10 and r9)", "",
+             f"Sets: {', '.join(held)} (every set weighted equally). Difference: test Jaccard of `{default}` "
+             "minus the peer's, the mean over sets of each set's mean per-row difference; 95% interval: "
+             "2,000 bootstrap resamples of the test rows within each set; share of resamples at or below 0; "
+             "signs of the per-set means (above / below / tied) and how many sets' own 95% paired intervals "
+             "exclude 0 (above / below).", ""]
+    lines += table_head("peer", "pooled difference", "95% interval", "resamples <= 0", "sets above / below / tied",
+                        "own interval above / below 0", "per set")
+    for peer in POOLED_PEERS:
+        per = {s: np.asarray(res["sets"][s]["per_row_jaccard"][default])
+               - np.asarray(res["sets"][s]["per_row_jaccard"][peer]) for s in held
+               if peer in res["sets"][s]["per_row_jaccard"]}
+        if len(per) != len(held):
+            continue
+        p = pooled_difference(per)
+        res.setdefault("pooled", {})[peer] = p
+        each = "; ".join(f"{s} {m:+.3f}" for s, (m, _, _) in p["per_set"].items())
+        lines.append(f"| {peer} | {p['mean']:+.4f} | [{p['lo']:+.4f}, {p['hi']:+.4f}] | {p['p_not_above_0']:.3f} | "
+                     f"{p['above']} / {p['below']} / {p['tied']} | {p['sig_above']} / {p['sig_below']} | {each} |")
+    lines.append("")
+    return lines
+
+
 def scores(Y, P):
     jac = jaccards(Y, P)
     tp, fp, fn = int((Y & P).sum()), int((~Y & P).sum()), int((Y & ~P).sum())
@@ -749,8 +806,11 @@ def run_set(name, tune):
     default = candidates(tune)[0][0]
     diffs = {peer: paired_bootstrap(per_row[default], per_row[peer]) for peer in per_row if peer != default}
     former = {peer: paired_bootstrap(per_row[FORMER], per_row[peer]) for peer in per_row if peer != FORMER}
+    keep = (default, FORMER, *POOLED_PEERS)   # per-row Jaccards for the pooled held-out comparison
     return {"n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0]), "n_features": int(Xtr.shape[1]),
-            "labels": list(labels), "rows": rows, "default_minus_peer": diffs, "former_minus_peer": former}
+            "labels": list(labels), "rows": rows, "default_minus_peer": diffs, "former_minus_peer": former,
+            "per_row_jaccard": {m: [float(v) for v in per_row[m]] for m in keep if m in per_row}
+            if name in HELD_OUT or name in HELD_OUT_R9 else {}}
 
 
 def main(argv=None):
@@ -804,6 +864,7 @@ def main(argv=None):
         lines.append(f"| {s} | {_group(s)} | " + " | ".join(cells + diffs + [thr, cpu])
                      + " |")
     lines.append("")
+    lines += pooled_lines(res, default)
     for s, r in res["sets"].items():
         tag = _group(s) if s not in TUNING else "tuning set"
         lines += [f"## {s} ({tag}: {r['n_train']} train / {r['n_test']} test, {r['n_features']} features, "
