@@ -202,6 +202,17 @@ library's default model refined 20 passes:
   themselves (no extra models). That form's gate kept 0 on brown_c (0.800, +0.003 over
   LinearSVC, not significant); this file's results are the library's.
 
+Round r10 (issue 23 item 9, a measurement: no candidate, no default changed), one run of the
+committed code on the r10 group, under the bench lock (``--sets brown_d breast_cancer pima``,
+then ``--sets brown_c credit`` for the per-row Jaccards, which reproduced r9's numbers exactly).
+Test Jaccard of the default minus OvR LinearSVC C=1 / C by CV (95% paired bootstrap): brown_d
++0.002 [-0.007, +0.012] / same (0.817 vs 0.815); breast_cancer -0.014 [-0.050, +0.024] / -0.030
+[-0.070, +0.004] (0.470 vs 0.484 / 0.501; lambda 100x, 78% of test rows given no label,
+micro-F1 0.230 vs 0.384); pima +0.038 [+0.010, +0.068] / same (0.480 vs 0.442; micro-F1 +0.010).
+Pooled over the five held-out sets (r10 + r9, equal weights): +0.008 [-0.002, +0.018] over C=1,
++0.005 [-0.005, +0.015] over C by CV, 4 sets ahead and 1 behind for both; one set's own interval
+above 0 (pima), none below. Not a significant win; not a significant loss.
+
     python bench/multilabel_defaults.py                 # the final run: writes bench/results/
     python bench/multilabel_defaults.py --tune --out /tmp/ml_tune   # tuning candidates (not in results)
     python bench/multilabel_defaults.py --sets brown_c credit --out /tmp/ml_a   # in pieces, then
