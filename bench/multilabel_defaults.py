@@ -2,11 +2,46 @@
 from the tuning of the defaults, in one run.
 
 Data (every set fed as raw features, the same rows to every method).
-The split of this round (issue 23 item 9, round r9: an empty-prediction rule and per-label
+
+Round r10 (issue 23 item 9, a measurement: no candidate, no default changed) fixed a new
+held-out group here, committed alone before any run of any method on it:
+
+* **held out (r10)** -- real multi-label data no run of any method has seen:
+  ``brown_d``: Brown sentences 13,500..17,999 of the same seeded permutation as ``brown``
+  (disjoint from ``brown``, ``brown_b``, ``brown_c``), 2/3 : 1/3 in that order; labels: the
+  part-of-speech tags ranked 19th to 24th by the closeness of their share of training sentences
+  to one half (chosen by that rule alone); features: TF-IDF as for ``brown``.
+  ``breast_cancer``: Weka's ``breast-cancer.arff`` (Ljubljana breast cancer data, Zwitter &
+  Soklic, UCI): 286 patients; labels fixed from the attribute names alone, before any run:
+  ``recurrence`` (Class recurrence-events), ``node_caps`` (node-caps yes), ``irradiated``
+  (irradiat yes), ``high_grade`` (deg-malig 3); a missing '?' is not a yes; features: the other
+  attributes (age, menopause, tumor-size, inv-nodes, breast, breast-quad), one-hot, a missing
+  '?' sets no indicator; seeded 2/3 : 1/3 split. Small (96 test rows): its own interval is wide
+  (expect +-0.04 or more); it is reported alone and counts once in the pooled comparison.
+  ``pima``: Weka's ``diabetes.arff`` (Pima Indians diabetes, NIDDK / UCI): 768 women; labels
+  fixed from the attribute names alone, before any run, by the usual clinical cut-offs:
+  ``diabetes`` (class tested_positive), ``obese`` (mass, body mass index, >= 30),
+  ``glucose_intolerant`` (plas, 2-hour plasma glucose, >= 140 mg/dl), ``hypertensive`` (pres,
+  diastolic blood pressure, >= 90 mm Hg); a recorded 0 (missing) is below every cut-off;
+  features: the other attributes raw (preg, skin, insu, pedi, age); seeded 2/3 : 1/3 split.
+  Real co-occurring facts of the same patients.
+  Not used, and why (decided before any run): ``labor`` (57 rows), ``cpu`` (209 rows, one numeric
+  target), ``glass`` / ``ionosphere`` / ``unbalanced`` (one class each: only constructed
+  labellings), ``segment-challenge`` / ``segment-test`` (the same UCI data as ``segment``),
+  scikit-learn's bundled sets (single targets or 20 rows) and river's bundled ones (Yeast and
+  Solar Flare are the multi-label ones, both used).
+* **held out in r9, spent once** -- ``brown_c`` and ``credit`` below: run once there (r9),
+  by the default chosen on the tuning sets; nothing has been tuned on them. With the r10
+  group they make the **pooled held-out comparison** (the default minus OvR LinearSVC, C=1 and
+  C by CV: the mean over sets of each set's mean per-row Jaccard difference, every set
+  weighted equally, a bootstrap resampling test rows within each set, and a count of signs).
+  Tuning sets from the next round on.
+
+Round r9's split (issue 23 item 9, round r9: an empty-prediction rule and per-label
 thresholds) was fixed and written here, and committed alone, before any candidate was tried;
 every set of earlier rounds was looked at and is a tuning set now:
 
-* **held out** -- multi-label data no run of any candidate has seen:
+* **held out (r9)** -- multi-label data no run of any candidate had seen:
   ``brown_c``: Brown corpus sentences (Francis & Kucera) disjoint from ``brown`` and
   ``brown_b`` (sentences 9,000..13,499 of the same seeded permutation, 2/3 : 1/3 in that
   order); labels: which of the part-of-speech tags ranked 13th to 18th by the closeness of
@@ -166,6 +201,17 @@ library's default model refined 20 passes:
   ``streamssvm.lam_cv.shared_threshold`` on the out-of-fold scores of the lambda folds
   themselves (no extra models). That form's gate kept 0 on brown_c (0.800, +0.003 over
   LinearSVC, not significant); this file's results are the library's.
+
+Round r10 (issue 23 item 9, a measurement: no candidate, no default changed), one run of the
+committed code on the r10 group, under the bench lock (``--sets brown_d breast_cancer pima``,
+then ``--sets brown_c credit`` for the per-row Jaccards, which reproduced r9's numbers exactly).
+Test Jaccard of the default minus OvR LinearSVC C=1 / C by CV (95% paired bootstrap): brown_d
++0.002 [-0.007, +0.012] / same (0.817 vs 0.815); breast_cancer -0.014 [-0.050, +0.024] / -0.030
+[-0.070, +0.004] (0.470 vs 0.484 / 0.501; lambda 100x, 78% of test rows given no label,
+micro-F1 0.230 vs 0.384); pima +0.038 [+0.010, +0.068] / same (0.480 vs 0.442; micro-F1 +0.010).
+Pooled over the five held-out sets (r10 + r9, equal weights): +0.008 [-0.002, +0.018] over C=1,
++0.005 [-0.005, +0.015] over C by CV, 4 sets ahead and 1 behind for both; one set's own interval
+above 0 (pima), none below. Not a significant win; not a significant loss.
 
     python bench/multilabel_defaults.py                 # the final run: writes bench/results/
     python bench/multilabel_defaults.py --tune --out /tmp/ml_tune   # tuning candidates (not in results)
@@ -378,6 +424,53 @@ def brown_c():
     return brown(4500, 6, first=9000, rank0=12)
 
 
+def brown_d():
+    """Held out in round r10: Brown sentences 13,500..17,999 of the same seeded permutation as
+    :func:`brown` (disjoint from ``brown``, ``brown_b`` and ``brown_c``), labels the tags ranked
+    19th to 24th by the closeness of their share of training sentences to one half."""
+    return brown(4500, 6, first=13500, rank0=18)
+
+
+_BREAST_LABELS = {"recurrence": ("Class", {"recurrence-events"}), "node_caps": ("node-caps", {"yes"}),
+                  "irradiated": ("irradiat", {"yes"}), "high_grade": ("deg-malig", {"3"})}
+
+
+def breast_cancer():
+    """Held out in round r10: Weka's ``breast-cancer.arff``, 286 patients. Labels
+    ``_BREAST_LABELS`` (fixed from the attribute names before any run; a missing '?' is not a
+    yes); features: the other attributes one-hot (a missing '?' sets no indicator)."""
+    path = os.path.join(_weka_examples(), "breast-cancer.arff")
+    names = _arff_header(path)
+    rows = _arff_rows(path)
+    used = {a for a, _ in _BREAST_LABELS.values()}
+    cols = [j for j, a in enumerate(names) if a not in used]
+    values = {j: sorted({r[j] for r in rows} - {"?"}) for j in cols}
+    X = np.array([[float(r[j] == v) for j in cols for v in values[j]] for r in rows])
+    Y = np.array([[r[names.index(a)] in on for a, on in _BREAST_LABELS.values()] for r in rows])
+    return (*_split(X, Y), list(_BREAST_LABELS))
+
+
+_PIMA_LABELS = {"diabetes": ("class", lambda v: v == "tested_positive"),
+                "obese": ("mass", lambda v: float(v) >= 30.0),
+                "glucose_intolerant": ("plas", lambda v: float(v) >= 140.0),
+                "hypertensive": ("pres", lambda v: float(v) >= 90.0)}
+
+
+def pima():
+    """Held out in round r10: Weka's ``diabetes.arff`` (Pima Indians diabetes), 768 women.
+    Labels ``_PIMA_LABELS`` (fixed from the attribute names and the usual clinical cut-offs
+    before any run; a recorded 0 is missing and below every cut-off); features: the other
+    attributes raw."""
+    path = os.path.join(_weka_examples(), "diabetes.arff")
+    names = _arff_header(path)
+    rows = _arff_rows(path)
+    used = {a for a, _ in _PIMA_LABELS.values()}
+    cols = [j for j, a in enumerate(names) if a not in used]
+    X = np.array([[float(r[j]) for j in cols] for r in rows])
+    Y = np.array([[bool(on(r[names.index(a)])) for a, on in _PIMA_LABELS.values()] for r in rows])
+    return (*_split(X, Y), list(_PIMA_LABELS))
+
+
 def _arff_header(path):
     """The attribute names of an ARFF file, in order."""
     import re
@@ -461,12 +554,19 @@ def segment():
     return (*_split(X, Y), list(_SEGMENT_LABELS))
 
 
-DATASETS = {"brown_c": brown_c, "credit": credit, "brown_b": brown_b, "soybean": soybean, "segment": segment, "brown": brown, "supermarket": supermarket, "vote": vote, "solarflare": solarflare, "reuters": reuters,
+DATASETS = {"brown_d": brown_d, "breast_cancer": breast_cancer, "pima": pima, "brown_c": brown_c, "credit": credit, "brown_b": brown_b, "soybean": soybean, "segment": segment, "brown": brown, "supermarket": supermarket, "vote": vote, "solarflare": solarflare, "reuters": reuters,
             "yeast": yeast, "digits": digits, "letters": letters, "letters14": letters14}
-# The split of this round (issue 23 item 9 r9, empty-prediction rule / per-label thresholds),
-# fixed before any candidate was tried: every set of earlier rounds is a tuning set now.
-HELD_OUT = ("brown_c", "credit")
+# Round r10's held-out group (issue 23 item 9, a measurement), fixed before any run on it.
+HELD_OUT = ("brown_d", "breast_cancer", "pima")
+# Round r9's held-out group (empty-prediction rule / per-label thresholds), fixed before any
+# candidate was tried, run once there by the default: pooled with HELD_OUT, tuning sets next round.
+HELD_OUT_R9 = ("brown_c", "credit")
 TUNING = ("brown_b", "soybean", "segment", "brown", "supermarket", "vote", "solarflare", "reuters", "yeast", "digits", "letters", "letters14")
+
+
+
+def _group(name):
+    return "held out (r10)" if name in HELD_OUT else "held out (r9)" if name in HELD_OUT_R9 else "tuning"
 
 # ------------------------------------------------------------------------------------- scoring
 
@@ -485,6 +585,63 @@ def paired_bootstrap(a, b, reps=2000, seed=0):
     rng = np.random.default_rng(seed)
     means = d[rng.integers(0, d.shape[0], size=(reps, d.shape[0]))].mean(1)
     return float(d.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+POOLED_PEERS = ("OvR LinearSVC (C=1)", "OvR LinearSVC (C by 3-fold CV)")
+
+
+def pooled_difference(per_set, reps=2000, seed=0):
+    """The pooled held-out comparison: ``per_set`` maps a set's name to the per-row Jaccard
+    differences (default minus peer) on its test rows. The statistic is the mean over sets of
+    each set's mean difference (every set weighted equally, whatever its size); its 95% interval
+    resamples the test rows within each set independently (a stratified bootstrap). Also the
+    signs: how many sets' mean differences are above / below / at 0, and how many sets' own 95%
+    paired bootstrap intervals lie above / below 0."""
+    names = list(per_set)
+    rng = np.random.default_rng(seed)
+    boot = np.zeros(reps)
+    for name in names:
+        d = np.asarray(per_set[name], dtype=np.float64)
+        boot += d[rng.integers(0, d.shape[0], size=(reps, d.shape[0]))].mean(1)
+    boot /= len(names)
+    means = {n: float(np.mean(per_set[n])) for n in names}
+    own = {n: paired_bootstrap(per_set[n], np.zeros(len(per_set[n]))) for n in names}
+    return {"sets": names, "mean": float(np.mean(list(means.values()))),
+            "lo": float(np.quantile(boot, 0.025)), "hi": float(np.quantile(boot, 0.975)),
+            "p_not_above_0": float((boot <= 0).mean()),
+            "above": sum(m > 0 for m in means.values()), "below": sum(m < 0 for m in means.values()),
+            "tied": sum(m == 0 for m in means.values()),
+            "sig_above": sum(lo > 0 for _, lo, _ in own.values()), "sig_below": sum(hi < 0 for _, _, hi in own.values()),
+            "per_set": {n: list(own[n]) for n in names}}
+
+
+def pooled_lines(res, default):
+    """Markdown lines of the pooled held-out comparison over the held-out sets (r10 and r9) in
+    ``res`` that carry per-row Jaccards."""
+    held = [s for s in (*HELD_OUT, *HELD_OUT_R9) if s in res["sets"] and "per_row_jaccard" in res["sets"][s]]
+    if not held:
+        return []
+    lines = ["## Pooled held-out comparison (rounds r10 and r9)", "",
+             f"Sets: {', '.join(held)} (every set weighted equally). Difference: test Jaccard of `{default}` "
+             "minus the peer's, the mean over sets of each set's mean per-row difference; 95% interval: "
+             "2,000 bootstrap resamples of the test rows within each set; share of resamples at or below 0; "
+             "signs of the per-set means (above / below / tied) and how many sets' own 95% paired intervals "
+             "exclude 0 (above / below).", ""]
+    lines += table_head("peer", "pooled difference", "95% interval", "resamples <= 0", "sets above / below / tied",
+                        "own interval above / below 0", "per set")
+    for peer in POOLED_PEERS:
+        per = {s: np.asarray(res["sets"][s]["per_row_jaccard"][default])
+               - np.asarray(res["sets"][s]["per_row_jaccard"][peer]) for s in held
+               if peer in res["sets"][s]["per_row_jaccard"]}
+        if len(per) != len(held):
+            continue
+        p = pooled_difference(per)
+        res.setdefault("pooled", {})[peer] = p
+        each = "; ".join(f"{s} {m:+.3f}" for s, (m, _, _) in p["per_set"].items())
+        lines.append(f"| {peer} | {p['mean']:+.4f} | [{p['lo']:+.4f}, {p['hi']:+.4f}] | {p['p_not_above_0']:.3f} | "
+                     f"{p['above']} / {p['below']} / {p['tied']} | {p['sig_above']} / {p['sig_below']} | {each} |")
+    lines.append("")
+    return lines
 
 
 def scores(Y, P):
@@ -660,8 +817,11 @@ def run_set(name, tune):
     default = candidates(tune)[0][0]
     diffs = {peer: paired_bootstrap(per_row[default], per_row[peer]) for peer in per_row if peer != default}
     former = {peer: paired_bootstrap(per_row[FORMER], per_row[peer]) for peer in per_row if peer != FORMER}
+    keep = (default, FORMER, *POOLED_PEERS)   # per-row Jaccards for the pooled held-out comparison
     return {"n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0]), "n_features": int(Xtr.shape[1]),
-            "labels": list(labels), "rows": rows, "default_minus_peer": diffs, "former_minus_peer": former}
+            "labels": list(labels), "rows": rows, "default_minus_peer": diffs, "former_minus_peer": former,
+            "per_row_jaccard": {m: [float(v) for v in per_row[m]] for m in keep if m in per_row}
+            if name in HELD_OUT or name in HELD_OUT_R9 else {}}
 
 
 def main(argv=None):
@@ -673,7 +833,7 @@ def main(argv=None):
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="write the results of earlier runs' .json files (run in pieces with --sets) as one")
     a = ap.parse_args(argv)
-    sets = a.sets or (list(TUNING) if a.tune else list(HELD_OUT) + list(TUNING))
+    sets = a.sets or (list(TUNING) if a.tune else list(HELD_OUT) + list(HELD_OUT_R9) + list(TUNING))
     res = {"machine": cpu_model(), "tune": a.tune, "sets": {}}
     if a.merge:
         import json
@@ -681,14 +841,14 @@ def main(argv=None):
         for path in a.merge:
             with open(path) as f:
                 parts.update(json.load(f)["sets"])
-        res["sets"] = {s: parts[s] for s in (*HELD_OUT, *TUNING) if s in parts}
+        res["sets"] = {s: parts[s] for s in (*HELD_OUT, *HELD_OUT_R9, *TUNING) if s in parts}
     for s in ([] if a.merge else sets):
         res["sets"][s] = run_set(s, a.tune)
     lines = ["# MultiLabelSSVM defaults against one-vs-rest baselines", "",
              f"Machine: {res['machine']}. Generated by `python bench/multilabel_defaults.py"
              f"{' --tune' if a.tune else ''}`"
              f"{' in pieces (--sets), merged with --merge' if a.merge else ''}. Held out from the tuning (fixed before any candidate was tried): "
-             f"{', '.join(HELD_OUT)}; tuning sets: {', '.join(TUNING)}. "
+             f"{', '.join(HELD_OUT)} (round r10); {', '.join(HELD_OUT_R9)} (round r9, run once there); tuning sets: {', '.join(TUNING)}. "
              "CPU and wall seconds: learning + predicting, one process, OPENBLAS_NUM_THREADS=1.", ""]
     default = candidates(a.tune)[0][0]
     peers = ("OvR LinearSVC (C=1)", "OvR LinearSVC (C by 3-fold CV)")
@@ -712,11 +872,12 @@ def main(argv=None):
         d = by[default]
         thr = f"{d['threshold']:+.2f}" if "threshold" in d else "-"
         cpu = f"{d['refine_cpu_s']:.2f} ({d.get('lam_cv_cpu_s', 0.0):.2f}) / {by[FORMER]['refine_cpu_s']:.2f}"
-        lines.append(f"| {s} | {'held out' if s in HELD_OUT else 'tuning'} | " + " | ".join(cells + diffs + [thr, cpu])
+        lines.append(f"| {s} | {_group(s)} | " + " | ".join(cells + diffs + [thr, cpu])
                      + " |")
     lines.append("")
+    lines += pooled_lines(res, default)
     for s, r in res["sets"].items():
-        tag = "held out" if s in HELD_OUT else "tuning set"
+        tag = _group(s) if s not in TUNING else "tuning set"
         lines += [f"## {s} ({tag}: {r['n_train']} train / {r['n_test']} test, {r['n_features']} features, "
                   f"{len(r['labels'])} labels)", ""]
         lines += table_head("method", "Jaccard", "micro-F1", "Hamming loss", "no label", "CPU s", "wall s", "notes")

@@ -178,7 +178,7 @@ VARIANTS = ("full/indep/ham", "seen/indep/ham", "seen/pair/ham", "seen/indep/jac
 
 
 def run_set(name, variants):
-    if name in md.HELD_OUT:
+    if name in md.HELD_OUT or name in md.HELD_OUT_R9:
         raise SystemExit(f"{name} is held out: this script runs on tuning sets only")
     Xtr, Ytr, Xte, Yte, labels = md.DATASETS[name]()
     K = Ytr.shape[1]

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from bench.multilabel_defaults import (DATASETS, HELD_OUT, TUNING, jaccards, ovr_linearsvc,  # noqa: E402
+from bench.multilabel_defaults import (DATASETS, HELD_OUT_R9 as HELD_OUT, TUNING, jaccards, ovr_linearsvc,  # noqa: E402
                                        paired_bootstrap, ssvm)
 
 GRID = np.round(np.linspace(-0.3, 0.3, 61), 2)
