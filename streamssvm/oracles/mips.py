@@ -151,6 +151,10 @@ class BlasExactMIPS(ExactMIPS):
     True
     """
 
+    #: averaged queries at one new weight sum A, reading both mirror blocks, before the U rows
+    #: are rebuilt there (a rebuild reads V and Z in float64: ~REBUILD_AFTER queries' savings)
+    rebuild_after = 8
+
     def __init__(self, rows, min_fill=0.1, average=None):
         super().__init__(rows)
         if self.store.kind != "dense":
@@ -166,7 +170,9 @@ class BlasExactMIPS(ExactMIPS):
         self._synced = 0       # rows [0, _synced) mirror the store
         self._z_stale = False  # some mirrored rows lack their U (Z could not be mirrored then)
         self._A0 = 0.0         # the weight sum the U rows were built at
-        self._A_seen = None    # the last A an averaged query saw while A0 differed from it
+        self._A_seen = None    # the last A an averaged query saw while A0 differed from it,
+        self._n_seen = 0       # and how many queries in a row saw it
+        self._ids = np.zeros(0, dtype=np.int64)
         self._udirty = np.zeros(0, dtype=np.bool_)
         self._ud = []          # rows whose U (and |Z|) must be rebuilt before an averaged query
         self._out = np.zeros(16)
@@ -200,7 +206,7 @@ class BlasExactMIPS(ExactMIPS):
             self._z_stale = True
             return
         ids = np.arange(ids.start, ids.stop, dtype=np.int64) if isinstance(ids, slice) else ids
-        K.mirror_average_rows(self._M, self._nrm, V, self.average.V, self._A0, ids, ids.shape[0])
+        K.mirror_average_rows(self._M, self._nrm, V, self.average.V, self._A0, ids, ids.shape[0], True)
         if self._ud:
             self._udirty[ids] = False
 
@@ -257,6 +263,10 @@ class BlasExactMIPS(ExactMIPS):
         """Row c of the averaged rows Z changed at the columns ``idx``."""
         if c < self._synced:
             self._u_changed(c)
+
+    def _all_ids(self, n):
+        if self._ids.shape[0] < n:
+            self._ids = np.arange(max(n, 2 * self._ids.shape[0]), dtype=np.int64)
 
     # -------------------------------------------------------------- query
     def query(self, idx, val, exclude=-1):
@@ -315,18 +325,22 @@ class BlasExactMIPS(ExactMIPS):
             self._synced = 0     # Z can be mirrored again: copy every row
         A = float(A)
         self._sync()
-        if A != self._A0:
-            if A == self._A_seen:    # a second query at this A: rebuild every U row there
-                self._A0 = A
-                self._ud = list(range(n))
-                self.n_avg_rebuilds += 1
-            else:
-                self._A_seen = A
         if self._ud:
             ud = np.asarray(self._ud, dtype=np.int64)
-            K.mirror_average_rows(self._M, self._nrm, st.V, self.average.V, self._A0, ud, ud.shape[0])
+            K.mirror_average_rows(self._M, self._nrm, st.V, self.average.V, self._A0, ud, ud.shape[0], True)
             self._udirty[ud] = False
             self._ud = []
+        if A != self._A0:
+            if A != self._A_seen:
+                self._A_seen, self._n_seen = A, 0
+            self._n_seen += 1
+            if self._n_seen > self.rebuild_after:
+                # rebuilding costs ~rebuild_after queries' savings (a rent-or-buy rule: never
+                # more than twice the better of the two, however many queries share one A)
+                self._A0 = A
+                self._all_ids(n)
+                K.mirror_average_rows(self._M, self._nrm, st.V, self.average.V, A, self._ids, n, False)
+                self.n_avg_rebuilds += 1
         if self._qd.shape[0] != d:
             self._qd, self._q32 = np.zeros(d), np.zeros(d, dtype=np.float32)
         if self._gu.shape[0] < n:
