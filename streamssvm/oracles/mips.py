@@ -136,9 +136,20 @@ class BlasExactMIPS(ExactMIPS):
     gather of a few columns is cheaper than the dense product).
 
     With ``average`` (MEMOIR's lazy-average rows Z, reported through
-    :meth:`average_row_changed` / :meth:`resync`), row c of Z is mirrored right after row c of
-    V (the mirror is ``rows x 2 x columns``: ``query`` reads the V rows as a strided view), and
-    :meth:`query_averaged` answers argmax_c A <V_c, x> - <Z_c, x> from one product over both.
+    :meth:`average_row_changed` / :meth:`resync`), the mirror has a second block of the same
+    size: the rows of U = A0 V - Z (the averaged scores' rows at the weight sum A0 it was built
+    at; each entry rounded in float64, then cast). :meth:`query_averaged` answers
+    argmax_c A <V_c, x> - <Z_c, x>: at A == A0 (nothing learned since the rebuild, e.g. serving)
+    from one product over the U block alone, the same bytes as the last iterate's scan;
+    otherwise from both blocks, h_c = (A - A0) <V_c, x> + <U_c, x>, and after
+    :attr:`rebuild_after` queries at one new A the U block is rebuilt there (reading V and Z in
+    float64 costs about that many queries' savings, so the rule never spends more than twice
+    the better choice). A changed row of V or Z marks its U row, rebuilt before the next
+    averaged query. The bound (:func:`~streamssvm._kernels.mips.averaged_best`) adds U's float64
+    rounding, 2.0001 u (A0 |V_c| + |Z_c|) |x|_1, to the float32 terms of both products; the
+    re-scoring is the float64 scan's, so the class is the scan's, ties included. Memory: the
+    mirror is 2 x rows x columns float32 (3,700 x 257: 7.6 MB; 100,000 x 257: 206 MB), as
+    before (V and Z were mirrored side by side).
 
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import DenseRows
