@@ -142,6 +142,7 @@ def test_learner_predictions_and_trajectory_match_the_float64_scan(lam):
     a, b = (m._learner for m in models)
     assert preds[0] == preds[1]
     assert a._exact.stats()["averaged_blas_queries"] > 1000
+    assert a._exact.stats()["reused_products"] > 1000    # predict_one(x), learn_one(x): one V scan
     np.testing.assert_array_equal(a.store.to_dense(), b.store.to_dense())
     np.testing.assert_array_equal(a.avg.to_dense(), b.avg.to_dense())
     assert a.acc == b.acc and a.avg_A == b.avg_A
@@ -237,3 +238,35 @@ def test_serving_after_learning_reads_the_u_rows_and_predicts_as_the_scan():
         b.learn_one(x, int(y))
     st = a._learner._exact.stats()
     assert st["averaged_u_only_queries"] >= 290
+
+
+def test_last_iterate_query_reuses_the_averaged_product_only_for_the_same_x_and_rows():
+    rng = np.random.default_rng(8)
+    n, d = 200, 32
+    V, Z = DenseRows(d), DenseRows(d)
+    V.ensure(n, d)
+    Z.ensure(n, d)
+    V.V[:n], Z.V[:n] = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+    o = BlasExactMIPS(V, average=Z)
+    ex = ExactMIPS(V)
+    idx = np.arange(d)
+    reused = 0
+    for t in range(300):
+        q = rng.normal(size=d)
+        o.query_averaged(idx, q, float(t + 1))        # A moves: both blocks are read
+        k = t % 4
+        if k == 1:                                    # a changed row: no reuse
+            c = int(rng.integers(n))
+            V.axpy(c, idx, q, 5.0, float(q @ q))
+            o.row_changed(c, idx, q, 5.0)
+        elif k == 2:
+            q = q.copy()
+            q[3] += 1e-3                              # another x: no reuse
+        elif k == 3:
+            V.ensure(V.n_rows + 1, d)                 # a new row: no reuse
+            V.V[V.n_rows - 1] = q
+            Z.ensure(V.n_rows, d)
+        e = int(rng.integers(-1, V.n_rows))
+        assert o.query(idx, q, e) == ex.query(idx, q, e)
+        reused += k == 0
+        assert o.stats()["reused_products"] == reused
