@@ -1,7 +1,8 @@
-"""MEMOIR's averaged prediction by one float32 BLAS product over the mirror [V_c; Z_c],
+"""MEMOIR's averaged prediction by float32 BLAS products over the mirror [V; U = A0 V - Z],
 re-scored exactly (issue 22, item 7): the class is the one the float64 scan of both stores
 picks (A <V_c, x> - <Z_c, x>, ties to the smallest class), on random rows, near ties below
-float32's resolution, exact ties and heavy cancellation between A V and Z."""
+float32's resolution, exact ties and heavy cancellation between A V and Z; at A == A0 from the
+U rows alone; the last-iterate query reusing the averaged query's V product."""
 import numpy as np
 import pytest
 
