@@ -1,7 +1,8 @@
-"""MEMOIR's averaged prediction by one float32 BLAS product over the mirror [V_c; Z_c],
+"""MEMOIR's averaged prediction by float32 BLAS products over the mirror [V; U = A0 V - Z],
 re-scored exactly (issue 22, item 7): the class is the one the float64 scan of both stores
 picks (A <V_c, x> - <Z_c, x>, ties to the smallest class), on random rows, near ties below
-float32's resolution, exact ties and heavy cancellation between A V and Z."""
+float32's resolution, exact ties and heavy cancellation between A V and Z; at A == A0 from the
+U rows alone; the last-iterate query reusing the averaged query's V product."""
 import numpy as np
 import pytest
 
@@ -142,6 +143,7 @@ def test_learner_predictions_and_trajectory_match_the_float64_scan(lam):
     a, b = (m._learner for m in models)
     assert preds[0] == preds[1]
     assert a._exact.stats()["averaged_blas_queries"] > 1000
+    assert a._exact.stats()["reused_products"] > 1000    # predict_one(x), learn_one(x): one V scan
     np.testing.assert_array_equal(a.store.to_dense(), b.store.to_dense())
     np.testing.assert_array_equal(a.avg.to_dense(), b.avg.to_dense())
     assert a.acc == b.acc and a.avg_A == b.avg_A
@@ -158,3 +160,114 @@ def test_restored_learner_predicts_through_the_mirror(tmp_path):
     r = ss.load(tmp_path / "m")
     assert [r.predict_one(x) for x in X[:100]] == [m.predict_one(x) for x in X[:100]]
     assert r._learner._exact.stats()["averaged_blas_queries"] == 100
+
+
+def _near_tie_average(rng, n, d, A0):
+    """V, Z with U = A0 V - Z near-tied below float32's resolution (and exact ties)."""
+    V = rng.normal(size=(n, d))
+    base = rng.normal(size=(4, d))
+    U = base[rng.integers(0, 4, size=n)] * (1.0 + 1e-9 * rng.integers(-3, 4, size=(n, 1)))
+    U[50:60] = U[49]
+    return V, A0 * V - U
+
+
+def test_u_rows_answer_alone_at_a_fixed_weight_sum_and_follow_changes():
+    """The U-only product (A == A0, e.g. serving): near ties below float32's resolution,
+    exact ties, rows changed without A moving, new rows, A moving away and back."""
+    rng = np.random.default_rng(3)
+    n, d, A0 = 300, 64, 1234.5
+    Vw, Zw = _near_tie_average(rng, n, d, A0)
+    V, Z = DenseRows(d), DenseRows(d)
+    V.ensure(n, d)
+    Z.ensure(n, d)
+    V.V[:n], Z.V[:n] = Vw, Zw
+    o = BlasExactMIPS(V, average=Z)
+    idx = np.arange(d)
+    f32_wrong = 0
+    hold = o.rebuild_after + 3
+    for i in range(100 + 4 * hold):
+        # then A moves, held for `hold` queries each: A0 + 1, A0 + 2, A0, A0 + 1
+        A = A0 if i < 100 else float(A0 + (1 + (i - 100) // hold) % 3)
+        q = rng.normal(size=d)
+        if i % 4 == 0:
+            q = np.sign(Zw[0]) * np.abs(q)
+        if i % 10 == 5:                         # a step that does not move A
+            c = int(rng.integers(n))
+            x = rng.normal(size=d)
+            V.axpy(c, idx, x, 0.01, float(x @ x))
+            o.row_changed(c, idx, x, 0.01)
+            Z.axpy(c, idx, x, 0.01 * A, float(x @ x))
+            o.average_row_changed(c, idx)
+        if i == 60:                             # a new class
+            V.ensure(n + 1, d)
+            Z.ensure(n + 1, d)
+        m = V.n_rows
+        got = o.query_averaged(idx, q, A)
+        assert got == _scan(V.V, Z.V, m, idx, q, A)
+        if o._A0 == A:
+            g = o._M[1, :m] @ q.astype(np.float32)
+            f32_wrong += int(np.argmax(g) != got)
+    assert o.query_averaged(idx, Vw[0] * 0 + 1.0, A0) == _scan(V.V, Z.V, V.n_rows, idx, np.ones(d), A0)
+    st = o.stats()
+    assert st["averaged_u_only_queries"] > 90 and st["averaged_rebuilds"] == 5
+    assert st["averaged_rescored_per_query"] > 1.0
+    assert f32_wrong > 0     # the float32 argmax alone would have been wrong: the re-scoring decides
+    # exact ties: the smallest class
+    q = rng.normal(size=d)
+    Z.V[50:60] = Z.V[49]
+    V.V[50:60] = V.V[49]
+    o.update(range(49, 60))
+    assert o.query_averaged(idx, V.V[49].copy(), A0) == _scan(V.V, Z.V, V.n_rows, idx, V.V[49].copy(), A0)
+
+
+def test_serving_after_learning_reads_the_u_rows_and_predicts_as_the_scan():
+    X, ys = _stream(n=1500, K=60)
+    models = []
+    for force in (False, True):
+        m = ss.ExtremeClassifier(learner=ss.learners.MEMOIR(mips="exact"))
+        for x, y in zip(X, ys):
+            m.learn_one(x, int(y))
+        if force:
+            m._learner._exact.query_averaged = lambda *a: None
+        models.append(m)
+    a, b = models
+    assert [a.predict_one(x) for x in X[:300]] == [b.predict_one(x) for x in X[:300]]
+    # two predictions per step (A moves every step): both stay the scan's
+    for x, y in zip(X[:200], ys[:200]):
+        assert a.predict_one(x) == b.predict_one(x) and a.predict_one(x[::-1]) == b.predict_one(x[::-1])
+        a.learn_one(x, int(y))
+        b.learn_one(x, int(y))
+    st = a._learner._exact.stats()
+    assert st["averaged_u_only_queries"] >= 290
+
+
+def test_last_iterate_query_reuses_the_averaged_product_only_for_the_same_x_and_rows():
+    rng = np.random.default_rng(8)
+    n, d = 200, 32
+    V, Z = DenseRows(d), DenseRows(d)
+    V.ensure(n, d)
+    Z.ensure(n, d)
+    V.V[:n], Z.V[:n] = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+    o = BlasExactMIPS(V, average=Z)
+    ex = ExactMIPS(V)
+    idx = np.arange(d)
+    reused = 0
+    for t in range(300):
+        q = rng.normal(size=d)
+        o.query_averaged(idx, q, float(t + 1))        # A moves: both blocks are read
+        k = t % 4
+        if k == 1:                                    # a changed row: no reuse
+            c = int(rng.integers(n))
+            V.axpy(c, idx, q, 5.0, float(q @ q))
+            o.row_changed(c, idx, q, 5.0)
+        elif k == 2:
+            q = q.copy()
+            q[3] += 1e-3                              # another x: no reuse
+        elif k == 3:
+            V.ensure(V.n_rows + 1, d)                 # a new row: no reuse
+            V.V[V.n_rows - 1] = q
+            Z.ensure(V.n_rows, d)
+        e = int(rng.integers(-1, V.n_rows))
+        assert o.query(idx, q, e) == ex.query(idx, q, e)
+        reused += k == 0
+        assert o.stats()["reused_products"] == reused

@@ -65,12 +65,15 @@ fixed input width of at most ``DENSE_MAX_DIM`` columns and sparse otherwise. Bot
 same numbers. The MIPS index holds the unscaled rows or their sketches (the argmax does not
 depend on the scale). Exact search on dense rows is a float32 BLAS scan of a mirror of the rows,
 re-scored in float64 (:class:`~streamssvm.oracles.mips.BlasExactMIPS`: the float64 scan's
-answers, 2-3x faster). With the average kept, the mirror holds each row of Z beside its row of
-V, so the averaged prediction argmax_c A <V_c, x> - <Z_c, x> is one float32 product too, with a
-bound on every class's float32-vs-float64 error that keeps the exact argmax among the
-candidates, re-scored in float64 as the scan sums them (``BlasExactMIPS.query_averaged``: the
-same classes as scanning both stores in float64, ties included; 3,700 classes x 256 features:
-~1.3x a numpy ``argmax(W @ x)`` against ~6x before, ``bench/hotpath.py --only memoir``); an HNSW index re-inserts a changed row only once it drifted by more than
+answers, 2-3x faster). With the average kept, the mirror also holds the rows of
+U = A0 V - Z, the averaged scores' rows at the weight sum A0 of its last rebuild: while nothing
+is learned (serving) the averaged prediction argmax_c A <V_c, x> - <Z_c, x> is one float32
+product over U, the same size as the last iterate's; between steps it reads V too
+(h = (A - A0) <V, x> + <U, x>). A bound on every class's float32-vs-float64 error keeps the exact
+argmax among the candidates, re-scored in float64 as the scan sums them
+(``BlasExactMIPS.query_averaged``: the same classes as scanning both stores in float64, ties
+included; 3,700 classes x 256 features, serving: below a numpy ``argmax(W @ x)`` over the
+float64 averaged weights, ``bench/hotpath.py --only memoir``); an HNSW index re-inserts a changed row only once it drifted by more than
 ``drift_tol`` of its norm (:class:`~streamssvm.oracles.mips.HNSWMIPS`).
 
 A class's first examples, learned while no other class existed (hinge 0 for want of a
@@ -346,8 +349,8 @@ class MEMOIR(Learner):
             mode = "hnsw" if self._auto_hnsw(st.n_rows) else "exact"
         # dense rows searched exactly: a float32 BLAS scan re-scored in float64 (same answers as
         # the float64 scan; it needs every row change reported, which only the active oracle gets)
-        # with the average kept, its rows Z are mirrored beside V: the averaged prediction is
-        # one float32 product too (BlasExactMIPS.query_averaged)
+        # with the average kept, the rows of U = A0 V - Z are mirrored too: the averaged
+        # prediction is a float32 product too (BlasExactMIPS.query_averaged)
         self._exact = (BlasExactMIPS(st, average=self.avg) if st.kind == "dense" and mode == "exact"
                        else ExactMIPS(st))
         self._make_oracle(mode)
@@ -716,7 +719,7 @@ class MEMOIR(Learner):
         if averaged:
             n = self.store.n_rows
             sv, sz = np.zeros(n), np.zeros(n)
-            # one float32 product over the mirror [V; Z], exact float64 re-scoring of the
+            # float32 products over the mirror [V; U], exact float64 re-scoring of the
             # candidates: the same class as the float64 scan of both stores
             blas_avg = (self._exact.query_averaged if isinstance(self._exact, BlasExactMIPS)
                         and self._exact.average is self.avg else None)

@@ -136,9 +136,20 @@ class BlasExactMIPS(ExactMIPS):
     gather of a few columns is cheaper than the dense product).
 
     With ``average`` (MEMOIR's lazy-average rows Z, reported through
-    :meth:`average_row_changed` / :meth:`resync`), row c of Z is mirrored right after row c of
-    V (the mirror is ``rows x 2 x columns``: ``query`` reads the V rows as a strided view), and
-    :meth:`query_averaged` answers argmax_c A <V_c, x> - <Z_c, x> from one product over both.
+    :meth:`average_row_changed` / :meth:`resync`), the mirror has a second block of the same
+    size: the rows of U = A0 V - Z (the averaged scores' rows at the weight sum A0 it was built
+    at; each entry rounded in float64, then cast). :meth:`query_averaged` answers
+    argmax_c A <V_c, x> - <Z_c, x>: at A == A0 (nothing learned since the rebuild, e.g. serving)
+    from one product over the U block alone, the same bytes as the last iterate's scan;
+    otherwise from both blocks, h_c = (A - A0) <V_c, x> + <U_c, x>, and after
+    :attr:`rebuild_after` queries at one new A the U block is rebuilt there (reading V and Z in
+    float64 costs about that many queries' savings, so the rule never spends more than twice
+    the better choice). A changed row of V or Z marks its U row, rebuilt before the next
+    averaged query. The bound (:func:`~streamssvm._kernels.mips.averaged_best`) adds U's float64
+    rounding, 2.0001 u (A0 |V_c| + |Z_c|) |x|_1, to the float32 terms of both products; the
+    re-scoring is the float64 scan's, so the class is the scan's, ties included. Memory: the
+    mirror is 2 x rows x columns float32 (3,700 x 257: 7.6 MB; 100,000 x 257: 206 MB), as
+    before (V and Z were mirrored side by side).
 
     >>> import numpy as np
     >>> from streamssvm.oracles.rows import DenseRows
@@ -151,6 +162,10 @@ class BlasExactMIPS(ExactMIPS):
     True
     """
 
+    #: averaged queries at one new weight sum A, reading both mirror blocks, before the U rows
+    #: are rebuilt there (a rebuild reads V and Z in float64: ~REBUILD_AFTER queries' savings)
+    rebuild_after = 8
+
     def __init__(self, rows, min_fill=0.1, average=None):
         super().__init__(rows)
         if self.store.kind != "dense":
@@ -158,52 +173,77 @@ class BlasExactMIPS(ExactMIPS):
         if average is not None and average.kind != "dense":
             raise TypeError("the averaged rows must be dense rows (DenseRows)")
         self.min_fill = float(min_fill)
-        self.average = average   # Z of MEMOIR's lazy average, mirrored next to each row of V
+        self.average = average   # Z of MEMOIR's lazy average
         w = 1 if average is None else 2
-        # mirror: row c of V at _M[c, 0], row c of Z at _M[c, 1] (one contiguous product gives both)
-        self._M = np.zeros((0, w, 1), dtype=np.float32)
-        self._nrm = np.zeros((0, w))
+        # mirror: the rows of V in _M[0], those of U = A0 V - Z in _M[1] (each block contiguous)
+        self._M = np.zeros((w, 0, 1), dtype=np.float32)
+        self._nrm = np.zeros((0, 3))   # |V_c|, |Z_c|, |U_c|
         self._synced = 0       # rows [0, _synced) mirror the store
-        self._z_stale = False  # some mirrored rows lack their Z (it could not be mirrored then)
+        self._z_stale = False  # some mirrored rows lack their U (Z could not be mirrored then)
+        self._A0 = 0.0         # the weight sum the U rows were built at
+        self._A_seen = None    # the last A an averaged query saw while A0 differed from it,
+        self._n_seen = 0       # and how many queries in a row saw it
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._udirty = np.zeros(0, dtype=np.bool_)
+        self._ud = []          # rows whose U (and |Z|) must be rebuilt before an averaged query
         self._out = np.zeros(16)
         self._qd = np.zeros(0)
         self._q32 = np.zeros(0, dtype=np.float32)
-        self._g = np.zeros(0, dtype=np.float32)
+        self._gv = np.zeros(0, dtype=np.float32)
+        self._gu = np.zeros(0, dtype=np.float32)
         self._up = np.zeros(0)
+        self._par = np.zeros(7)
         self.n_blas = 0
         self.n_rescored = 0
         self.n_fallback = 0
         self.n_avg_blas = 0
         self.n_avg_rescored = 0
+        self.n_avg_half = 0     # averaged queries that read only the U rows (A == A0)
+        self.n_avg_rebuilds = 0
+        # the V block's product of the last averaged query (A != A0), reused by the next
+        # last-iterate query of the same x while no V row changed (progressive validation:
+        # predict_one(x) then learn_one(x) scan the V rows once)
+        self._gv_n = -1
+        self._gv_idx = self._gv_val = None
+        self.n_reused = 0
 
     # -------------------------------------------------------------- mirror
-    def _sources(self):
-        return (self.store.V,) if self.average is None else (self.store.V, self.average.V)
-
     def _mirrorable(self):
         """Whether the averaged rows can be mirrored beside V (same width, enough rows)."""
         Z = self.average.V
         return Z.shape[1] == self.store.V.shape[1] and Z.shape[0] >= self.store.n_rows
 
     def _copy_rows(self, ids):
-        for k, S in enumerate(self._sources()):
-            if k and not self._mirrorable():
-                self._z_stale = True
-                continue
-            self._M[ids, k] = S[ids]
-            self._nrm[ids, k] = np.sqrt(np.einsum("ij,ij->i", S[ids], S[ids]))
+        self._gv_n = -1
+        V = self.store.V
+        self._M[0, ids] = V[ids]
+        self._nrm[ids, 0] = np.sqrt(np.einsum("ij,ij->i", V[ids], V[ids]))
+        if self.average is None:
+            return
+        if not self._mirrorable():
+            self._z_stale = True
+            return
+        ids = np.arange(ids.start, ids.stop, dtype=np.int64) if isinstance(ids, slice) else ids
+        K.mirror_average_rows(self._M, self._nrm, V, self.average.V, self._A0, ids, ids.shape[0], True)
+        if self._ud:
+            self._udirty[ids] = False
 
     def _sync(self):
         """Mirror the rows added since the last query (and everything if the store's width or
         capacity changed)."""
         V, n = self.store.V, self.store.n_rows
-        if self._M.shape[2] != V.shape[1] or self._M.shape[0] < n:
-            cap = max(n, 2 * self._M.shape[0], 16)
-            self._M = np.zeros((cap, self._M.shape[1], V.shape[1]), dtype=np.float32)
-            self._nrm = np.zeros((cap, self._M.shape[1]))
+        if self._M.shape[2] != V.shape[1] or self._M.shape[1] < n:
+            cap = max(n, 2 * self._M.shape[1], 16)
+            self._M = np.zeros((self._M.shape[0], cap, V.shape[1]), dtype=np.float32)
+            self._nrm = np.zeros((cap, 3))
+            self._udirty = np.zeros(cap, dtype=np.bool_)
+            self._ud = []
             self._synced = 0
         if self._synced == 0:
             self._z_stale = False
+            if self._ud:
+                self._udirty[:] = False
+                self._ud = []
         if self._synced < n:
             self._copy_rows(slice(self._synced, n))
             self._synced = n
@@ -211,6 +251,7 @@ class BlasExactMIPS(ExactMIPS):
     def resync(self):
         """Every row changed (e.g. the average folded): the next query mirrors them all."""
         self._synced = 0
+        self._gv_n = -1
 
     def update(self, class_ids):
         ids = np.asarray(list(class_ids) if not isinstance(class_ids, np.ndarray) else class_ids, dtype=np.int64)
@@ -221,19 +262,31 @@ class BlasExactMIPS(ExactMIPS):
                 return
             self._copy_rows(ids)
 
-    def _row_changed(self, k, S, c, idx):
-        if c < self._synced:
-            if S.shape[1] != self._M.shape[2] or S.shape[0] <= c:
-                self._synced = 0
-                return
-            K.mirror_row(self._M, self._nrm, S, k, c, idx)
+    def _u_changed(self, c):
+        """Row c of V or Z changed: its U row is rebuilt before the next averaged query."""
+        if not self._udirty[c]:
+            self._udirty[c] = True
+            self._ud.append(c)
 
     def row_changed(self, c, idx, val, coef):
-        self._row_changed(0, self.store.V, c, idx)
+        self._gv_n = -1
+        if c < self._synced:
+            V = self.store.V
+            if V.shape[1] != self._M.shape[2] or V.shape[0] <= c:
+                self._synced = 0
+                return
+            K.mirror_row(self._M, self._nrm, V, 0, c, idx)
+            if self.average is not None:
+                self._u_changed(c)
 
     def average_row_changed(self, c, idx):
         """Row c of the averaged rows Z changed at the columns ``idx``."""
-        self._row_changed(1, self.average.V, c, idx)
+        if c < self._synced:
+            self._u_changed(c)
+
+    def _all_ids(self, n):
+        if self._ids.shape[0] < n:
+            self._ids = np.arange(max(n, 2 * self._ids.shape[0]), dtype=np.int64)
 
     # -------------------------------------------------------------- query
     def query(self, idx, val, exclude=-1):
@@ -242,11 +295,18 @@ class BlasExactMIPS(ExactMIPS):
         if n == 0 or idx.shape[0] < self.min_fill * st.V.shape[1]:
             return super().query(idx, val, exclude)
         self._sync()
-        M = self._M[:, 0, :]     # the rows of V (a strided view when Z is mirrored beside them)
+        M = self._M[0]     # the rows of V (contiguous)
         d = M.shape[1]
         qd = np.bincount(idx, weights=val, minlength=d)
-        with single_thread(n * d):   # a per-query product: BLAS threads would spin, not help
-            g = (M[:n] @ qd.astype(np.float32)).astype(np.float64)
+        if (self._gv_n == n and idx.shape == self._gv_idx.shape and np.array_equal(idx, self._gv_idx)
+                and np.array_equal(val, self._gv_val)):
+            # the same x against the same V rows as the last averaged query: its product
+            # (the float32 scores of the same mirror rows and x's float32 cast; the bound below holds)
+            g = self._gv[:n].astype(np.float64)
+            self.n_reused += 1
+        else:
+            with single_thread(n * d):   # a per-query product: BLAS threads would spin, not help
+                g = (M[:n] @ qd.astype(np.float32)).astype(np.float64)
         m = idx.shape[0]
         # |v_c . x| error: float32 (casts and sum over d terms) on the dense x, float64 scan
         # (sum over the m entries of idx; |x_p| summed, which also covers repeated indices)
@@ -277,8 +337,11 @@ class BlasExactMIPS(ExactMIPS):
     def query_averaged(self, idx, val, A):
         """argmax_c A <V_c, x> - <Z_c, x> (Z the averaged rows given at construction, A >= 0):
         the class the float64 scan of both stores picks (:func:`~streamssvm._kernels.mips.averaged_best`),
-        from one float32 product over the interleaved mirror [V_c; Z_c]. None when that product
-        does not apply (sparse input, Z not mirrorable, an infinite bound): the caller scans."""
+        from float32 products over the mirror. The mirror holds U = A0 V - Z for the weight sum
+        A0 it was last built at: while A == A0 (no step since; e.g. serving) one product over the
+        U rows answers; otherwise the V rows too (h = (A - A0) <V, x> + <U, x>), and the second
+        query at the same A rebuilds U at A0 = A. None when no product applies (sparse input, Z
+        not mirrorable, an infinite bound): the caller scans."""
         st = self.store
         n = st.n_rows
         d = st.V.shape[1]
@@ -287,27 +350,56 @@ class BlasExactMIPS(ExactMIPS):
             return None
         if self._z_stale:
             self._synced = 0     # Z can be mirrored again: copy every row
+        A = float(A)
         self._sync()
+        if self._ud:
+            ud = np.asarray(self._ud, dtype=np.int64)
+            K.mirror_average_rows(self._M, self._nrm, st.V, self.average.V, self._A0, ud, ud.shape[0], True)
+            self._udirty[ud] = False
+            self._ud = []
+        if A != self._A0:
+            if A != self._A_seen:
+                self._A_seen, self._n_seen = A, 0
+            self._n_seen += 1
+            if self._n_seen > self.rebuild_after:
+                # rebuilding costs ~rebuild_after queries' savings (a rent-or-buy rule: never
+                # more than twice the better of the two, however many queries share one A)
+                self._A0 = A
+                self._all_ids(n)
+                K.mirror_average_rows(self._M, self._nrm, st.V, self.average.V, A, self._ids, n, False)
+                self.n_avg_rebuilds += 1
         if self._qd.shape[0] != d:
             self._qd, self._q32 = np.zeros(d), np.zeros(d, dtype=np.float32)
-        if self._g.shape[0] < 2 * n:
-            self._g = np.zeros(max(2 * n, 2 * self._g.shape[0]), dtype=np.float32)
-            self._up = np.zeros(self._g.shape[0] // 2)
+        if self._gu.shape[0] < n:
+            cap = max(n, 2 * self._gu.shape[0])
+            self._gv, self._gu = np.zeros(cap, dtype=np.float32), np.zeros(cap, dtype=np.float32)
+            self._up = np.zeros(cap)
         qn, x1 = K.dense_query32(idx, val, self._qd, self._q32)
-        g = self._g[:2 * n]
-        with single_thread(2 * n * d):   # a per-query product: BLAS threads would spin, not help
-            np.dot(self._M[:n].reshape(2 * n, d), self._q32, out=g)
+        gu = self._gu[:n]
+        half = A == self._A0
+        with single_thread(n * d):   # a per-query product: BLAS threads would spin, not help
+            np.dot(self._M[1, :n], self._q32, out=gu)
+            if not half:
+                np.dot(self._M[0, :n], self._q32, out=self._gv[:n])
+        if not half:
+            self._gv_n, self._gv_idx, self._gv_val = n, idx.copy(), val.copy()
         m = idx.shape[0]
-        # as query(): float32 (casts, any order of d terms) + the float64 scan's (m terms)
-        bnd = ((d + 2) * _U32 / (1.0 - (d + 2) * _U32) * qn
-               + (m + 1) * _U64 / (1.0 - (m + 1) * _U64) * x1) * (1.0 + 1e-6)
-        tiny = 2.0 * (d + 2) * _TINY32 * (1.0 + x1)
-        c, k = K.averaged_best(g, n, self._nrm[:, 0], self._nrm[:, 1], float(A), bnd, tiny,
-                               st.V, self.average.V, idx, val, self._up)
+        g64 = (m + 1) * _U64 / (1.0 - (m + 1) * _U64)
+        par = self._par
+        par[0] = A
+        par[1] = self._A0
+        # as query(): float32 (casts, any order of d terms) + x's dense form / float64 sums
+        par[2] = ((d + 2) * _U32 / (1.0 - (d + 2) * _U32) * qn + g64 * x1) * (1.0 + 1e-6)
+        par[3] = (g64 + 4.0 * _U64) * x1
+        par[4] = 2.0 * (d + 2) * _TINY32 * (1.0 + x1)
+        par[5] = 2.0001 * _U64 * x1
+        par[6] = 2.0 * _U64 * x1
+        c, k = K.averaged_best(self._gv, gu, n, self._nrm, par, st.V, self.average.V, idx, val, self._up)
         if c == -2:
             self.n_fallback += 1
             return None
         self.n_avg_blas += 1
+        self.n_avg_half += int(half)
         self.n_avg_rescored += k
         return int(c)
 
@@ -315,8 +407,9 @@ class BlasExactMIPS(ExactMIPS):
         d = super().stats()
         if self.n_avg_blas:
             d.update(averaged_blas_queries=self.n_avg_blas,
-                     averaged_rescored_per_query=self.n_avg_rescored / self.n_avg_blas)
-        d.update(blas_queries=self.n_blas, rescored_per_query=self.n_rescored / max(self.n_blas, 1),
+                     averaged_rescored_per_query=self.n_avg_rescored / self.n_avg_blas,
+                     averaged_u_only_queries=self.n_avg_half, averaged_rebuilds=self.n_avg_rebuilds)
+        d.update(blas_queries=self.n_blas, reused_products=self.n_reused, rescored_per_query=self.n_rescored / max(self.n_blas, 1),
                  fallbacks=self.n_fallback)
         return d
 
