@@ -264,6 +264,7 @@ def dense_rows_csr(A, tok_ptr, fidx, fval, max_abs):
     (-1, -2)
     """
     n, d = A.shape
+    cap = min(fidx.shape[0], fval.shape[0])
     c = 0
     bad = 0
     tok_ptr[0] = 0
@@ -277,10 +278,12 @@ def dense_rows_csr(A, tok_ptr, fidx, fval, max_abs):
                 if v != v or abs(v) == np.inf:
                     return -1
                 bad = -2
-            if v != 0.0:
+            # written in every case and kept by moving on only when non-zero: no branch on the
+            # zero pattern of the row (image rows alternate runs of zeros and non-zeros)
+            if c < cap:
                 fidx[c] = j + 1
                 fval[c] = v
-                c += 1
+            c += v != 0.0
         tok_ptr[i + 1] = c
     if bad != 0:
         return bad
