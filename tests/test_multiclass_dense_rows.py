@@ -189,7 +189,9 @@ def test_dense_kernels_equal_sparse_kernels(K_):
     C.gram(tp_d, none, x, 1, G2, np.zeros(0))
     assert G1[0, 0] == G2[0, 0]
     from streamssvm._kernels.multiclass import mc_stat_apply, mc_stat_apply2
-    for moved in (1, 2, min(3, K_), min(4, K_)):   # each unrolled case of mc_stat_apply2, then its loop
+    # each pass of mc_stat_apply2 (1 to 4 classes in registers) and its sequences of passes (4 + 1, 4 + 2,
+    # 4 + 3, 4 + 4, 4 + 4 + 1, ...)
+    for moved in sorted({min(q, K_) for q in (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 21)}):
         st = np.zeros(Kc)
         st[rng.choice(K_, size=min(moved, K_), replace=False)] = rng.normal(size=min(moved, K_))
         E1, E2, E3, E4 = E.copy(), E.copy(), E.copy(), E.copy()

@@ -14,7 +14,7 @@ exact slack-rescaling oracle and its level points, all by enumeration of the K c
 import numpy as np
 from numba import njit
 
-from .common import _JIT
+from .common import _INNER, _JIT
 
 
 @njit(**_JIT)
@@ -162,45 +162,87 @@ def mc_stat_apply2(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
     if m == 0:
         return
     dense = fidx.shape[0] == 0   # a dense row (``common``): value p is feature p - tok_ptr[0]
+    # the moved classes in passes of up to four over the row, each with its classes in
+    # registers: every entry E[j, k] / Z[j, k] takes the one product it took in the loop over
+    # the moved classes (fval[p] * coef, times st[k]), so the values are the same to the bit
+    q = 0
+    while q < m:
+        r = m - q
+        if r >= 4:
+            _apply2_4(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q], nz[q + 1], sv[q + 1],
+                      nz[q + 2], sv[q + 2], nz[q + 3], sv[q + 3])
+            q += 4
+        elif r == 3:
+            _apply2_3(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q], nz[q + 1], sv[q + 1],
+                      nz[q + 2], sv[q + 2])
+            q += 3
+        elif r == 2:
+            _apply2_2(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q], nz[q + 1], sv[q + 1])
+            q += 2
+        else:
+            _apply2_1(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q])
+            q += 1
+
+
+@njit(inline="always", **_INNER)
+def _apply2_1(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0):
+    """One pass of :func:`mc_stat_apply2` over the row for class k0 (st[k0] = s0)."""
     a = tok_ptr[0]
-    if m == 2:
-        k0 = nz[0]
-        s0 = sv[0]
-        k1 = nz[1]
-        s1 = sv[1]
-        for p in range(a, tok_ptr[1]):
-            j = p - a if dense else fidx[p]
-            v = fval[p] * coef
-            u = fval[p] * zcoef
-            E[j, k0] += v * s0
-            E[j, k1] += v * s1
-            Z[j, k0] += u * s0
-            Z[j, k1] += u * s1
-    elif m == 3:   # a replayed block: its truth, an earlier corner and the new one
-        k0 = nz[0]
-        s0 = sv[0]
-        k1 = nz[1]
-        s1 = sv[1]
-        k2 = nz[2]
-        s2 = sv[2]
-        for p in range(a, tok_ptr[1]):
-            j = p - a if dense else fidx[p]
-            v = fval[p] * coef
-            u = fval[p] * zcoef
-            E[j, k0] += v * s0
-            E[j, k1] += v * s1
-            E[j, k2] += v * s2
-            Z[j, k0] += u * s0
-            Z[j, k1] += u * s1
-            Z[j, k2] += u * s2
-    else:
-        for p in range(a, tok_ptr[1]):
-            j = p - a if dense else fidx[p]
-            v = fval[p] * coef
-            u = fval[p] * zcoef
-            for q in range(m):
-                E[j, nz[q]] += v * sv[q]
-                Z[j, nz[q]] += u * sv[q]
+    for p in range(a, tok_ptr[1]):
+        j = p - a if dense else fidx[p]
+        v = fval[p] * coef
+        u = fval[p] * zcoef
+        E[j, k0] += v * s0
+        Z[j, k0] += u * s0
+
+
+@njit(inline="always", **_INNER)
+def _apply2_2(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1):
+    """One pass of :func:`mc_stat_apply2` over the row for two classes."""
+    a = tok_ptr[0]
+    for p in range(a, tok_ptr[1]):
+        j = p - a if dense else fidx[p]
+        v = fval[p] * coef
+        u = fval[p] * zcoef
+        E[j, k0] += v * s0
+        E[j, k1] += v * s1
+        Z[j, k0] += u * s0
+        Z[j, k1] += u * s1
+
+
+@njit(inline="always", **_INNER)
+def _apply2_3(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1, k2, s2):
+    """One pass of :func:`mc_stat_apply2` over the row for three classes (a replayed block: its
+    truth, an earlier corner and the new one)."""
+    a = tok_ptr[0]
+    for p in range(a, tok_ptr[1]):
+        j = p - a if dense else fidx[p]
+        v = fval[p] * coef
+        u = fval[p] * zcoef
+        E[j, k0] += v * s0
+        E[j, k1] += v * s1
+        E[j, k2] += v * s2
+        Z[j, k0] += u * s0
+        Z[j, k1] += u * s1
+        Z[j, k2] += u * s2
+
+
+@njit(inline="always", **_INNER)
+def _apply2_4(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1, k2, s2, k3, s3):
+    """One pass of :func:`mc_stat_apply2` over the row for four classes."""
+    a = tok_ptr[0]
+    for p in range(a, tok_ptr[1]):
+        j = p - a if dense else fidx[p]
+        v = fval[p] * coef
+        u = fval[p] * zcoef
+        E[j, k0] += v * s0
+        E[j, k1] += v * s1
+        E[j, k2] += v * s2
+        E[j, k3] += v * s3
+        Z[j, k0] += u * s0
+        Z[j, k1] += u * s1
+        Z[j, k2] += u * s2
+        Z[j, k3] += u * s3
 
 
 @njit(**_JIT)
@@ -222,6 +264,7 @@ def dense_rows_csr(A, tok_ptr, fidx, fval, max_abs):
     (-1, -2)
     """
     n, d = A.shape
+    cap = min(fidx.shape[0], fval.shape[0])
     c = 0
     bad = 0
     tok_ptr[0] = 0
@@ -235,10 +278,12 @@ def dense_rows_csr(A, tok_ptr, fidx, fval, max_abs):
                 if v != v or abs(v) == np.inf:
                     return -1
                 bad = -2
-            if v != 0.0:
+            # written in every case and kept by moving on only when non-zero: no branch on the
+            # zero pattern of the row (image rows alternate runs of zeros and non-zeros)
+            if c < cap:
                 fidx[c] = j + 1
                 fval[c] = v
-                c += 1
+            c += v != 0.0
         tok_ptr[i + 1] = c
     if bad != 0:
         return bad
