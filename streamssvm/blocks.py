@@ -1298,10 +1298,11 @@ class BlockStore:
         if np.any(flags & (CS.FLAG_SPARSE | CS.FLAG_TFULL)) or np.any(M[:, K.M_PCAP] != self.pool_cap):
             return False
         L, nnz, ly = M[:, K.M_L], M[:, K.M_NNZ], M[:, K.M_LY]
-        lens = {int(v): (int(self.structure.labeling_len(int(v), self.Kc)), int(self.structure.stat_size(int(v), self.Kc)))
-                for v in np.unique(L)}
-        lablen = np.array([lens[int(v)][0] for v in L], dtype=np.int64)
-        stat = np.array([lens[int(v)][1] for v in L], dtype=np.int64)
+        # per distinct length, then gathered (a Python loop over the blocks cost ~5 ms per
+        # checkpoint of a 20k-example store)
+        lv, inv = np.unique(L, return_inverse=True)
+        lablen = np.array([int(self.structure.labeling_len(int(v), self.Kc)) for v in lv], dtype=np.int64)[inv]
+        stat = np.array([int(self.structure.stat_size(int(v), self.Kc)) for v in lv], dtype=np.int64)[inv]
         nidx = np.where(flags & FLAG_DENSE_ROW, 0, nnz)
         gl = np.where(flags & KL.FLAG_NO_GRAM, 0, L * L)
         isz = L + 1 + nidx + ly + self.pool_cap * lablen

@@ -196,6 +196,13 @@ class Temperature:
         groups = [(k, np.array([it[1] for it in its]),
                    np.array([it[2] for it in its]) if k == "c" else np.stack([np.asarray(it[2]) for it in its]))
                   for (k, _), its in by.items()]
+        # what every loss evaluation of the window reads and beta does not change: per class row
+        # its largest score and the true class's score (beta * max = max of beta * scores and
+        # beta * S[i, y] = (beta * S)[i, y] to the bit for beta > 0: rounding is monotone), per
+        # label the sign of its truth
+        groups = [(k, S, Y, S.max(axis=1) if k == "c" and S.size else None,
+                   S[np.arange(len(Y)), Y] if k == "c" else np.where(Y, 1.0, -1.0))
+                  for k, S, Y in groups]
         return groups, chains
 
     def loss(self, beta=None, prepared=None):
@@ -204,14 +211,20 @@ class Temperature:
         beta = self.beta if beta is None else float(beta)
         groups, chains = self._groups() if prepared is None else prepared
         tot, units = 0.0, 0
-        for kind, S, Y in groups:
+        for kind, S, Y, smax, sy in groups:
             Z = beta * S
             if kind == "c":
-                m = Z.max(axis=1)
-                tot += float(np.sum(m + np.log(np.exp(Z - m[:, None]).sum(axis=1)) - Z[np.arange(len(Y)), Y]))
+                if smax is not None and 0.0 < beta < math.inf:   # the same values as below, fewer passes
+                    m = beta * smax
+                    Z -= m[:, None]
+                    np.exp(Z, out=Z)
+                    tot += float(np.sum(m + np.log(Z.sum(axis=1)) - beta * sy))
+                else:
+                    m = Z.max(axis=1)
+                    tot += float(np.sum(m + np.log(np.exp(Z - m[:, None]).sum(axis=1)) - Z[np.arange(len(Y)), Y]))
                 units += len(Y)
             else:
-                tot += float(np.sum(np.logaddexp(0.0, -Z * np.where(Y, 1.0, -1.0))))
+                tot += float(np.sum(np.logaddexp(0.0, -Z * sy)))
                 units += Y.size
         for it in chains:
             tot += _chain_nll(it, beta)

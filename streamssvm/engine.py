@@ -198,6 +198,8 @@ class Engine:
     refine_progress = None    # callable(fraction, learner) during refine_at_end
     _wid = None               # worker_id() without a checkpoint directory
 
+    _cpu0 = None   # process CPU seconds when run() started (the summary's cpu_seconds)
+
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
                  max_examples=None, idle_timeout=None, progress=True, refine_at_end=0.0,
@@ -690,6 +692,7 @@ class Engine:
             self.source.on_revoke = self._on_revoke
             self.source.worker_id = self.worker_id()
         t0 = time.perf_counter()
+        self._cpu0 = time.process_time()
         seen0 = self.examples_seen
         self._bad0 = self.bad_records
         prog = Progress(self.progress, self.max_examples)
@@ -723,14 +726,18 @@ class Engine:
 
     def _summary(self, t0, seen0, stopped, t_stream=None):
         """The run's summary; ``throughput`` is over the stream's time (``seconds_stream``: not
-        the refinement, the final snapshot or the checkpoint); ``test``: the held-out metrics of
-        the last snapshot (``test=``)."""
+        the refinement, the final snapshot or the checkpoint); ``cpu_seconds``: the process's CPU
+        time (user + system, every thread) over the whole run, its final snapshot and checkpoint
+        included (not the start-up before :meth:`run`: imports, kernel loading, warm-up);
+        ``test``: the held-out metrics of the last snapshot (``test=``)."""
         el = time.perf_counter() - t0
+        cpu = time.process_time() - self._cpu0 if self._cpu0 is not None else None
         t_stream = el if t_stream is None else t_stream
         test = next((h["test"] for h in reversed(self.history) if "test" in h), None)
         return {"examples_seen": self.examples_seen, "new_examples": self.examples_seen - seen0,
                 "bad_records": self.bad_records, "bad_records_at_source": self.n_bad_at_source,
                 "n_bad": self.n_bad, "undone": self.undone, "seconds": el, "seconds_stream": t_stream,
+                "cpu_seconds": cpu,
                 "stopped": stopped, "throughput": (self.examples_seen - seen0) / max(t_stream, 1e-9),
                 "metrics": self.metrics.get(), "test": test, "last_certificate": self.last_certificate,
                 "position": _jsonable(self.position), "resumed_from": self.resumed_from}

@@ -303,3 +303,47 @@ def test_the_chain_pool_is_the_same_record_by_record_and_in_batches():
         b.learn_many(X[s:s + 97], Y[s:s + 97])
     ta, tb = a._temperature, b._temperature
     assert ta.n_fits >= 5 and ta.pool_weight > 0 and ta.state() == tb.state()
+
+
+def _reference_loss(t, beta):
+    """The window's log-loss by the formula written out (one pass per step, per beta)."""
+    tot, units = 0.0, 0
+    by = {}
+    for it in t._items:
+        by.setdefault((it[0], len(it[1])), []).append(it)
+    for (kind, _), its in by.items():
+        S = np.array([it[1] for it in its])
+        Z = beta * S
+        if kind == "c":
+            Y = np.array([it[2] for it in its])
+            m = Z.max(axis=1)
+            tot += float(np.sum(m + np.log(np.exp(Z - m[:, None]).sum(axis=1)) - Z[np.arange(len(Y)), Y]))
+            units += len(Y)
+        else:
+            Y = np.stack([np.asarray(it[2]) for it in its])
+            tot += float(np.sum(np.logaddexp(0.0, -Z * np.where(Y, 1.0, -1.0))))
+            units += Y.size
+    return tot / units
+
+
+def test_the_window_loss_is_the_written_out_formula_to_the_bit():
+    """Temperature.loss reads each class row's largest and true score once per window (beta * max
+    is the max of beta * scores for beta > 0): the same bits as the formula at every beta, also
+    with ties, zeros of both signs, a single class and mixed class counts."""
+    rng = np.random.default_rng(7)
+    t = calibration.Temperature(window=64, every=10 ** 9)
+    for i in range(60):
+        K = (3, 26, 1)[i % 3]
+        s = np.round(rng.normal(size=K) * 4, 1 if i % 5 == 0 else 12)   # rounded: ties
+        if i % 7 == 0:
+            s[0], s[-1] = 0.0, -0.0
+        t.observe_class(s, rng.integers(K))
+        if i % 4 == 0:
+            t.observe_labels(rng.normal(size=5), rng.random(5) < 0.5)
+    prep = t._groups()
+    for beta in [1e-8, 1e-3, 0.37, 1.0, 1.0 + 2 ** -40, 7.5, 123.456, 1e8, *np.exp(rng.normal(size=200) * 3)]:
+        assert t.loss(beta, prep).hex() == _reference_loss(t, beta).hex(), beta
+    for beta in (0.0, -1.5, np.inf, np.nan):   # outside the fit's range: the formula itself
+        with np.errstate(invalid="ignore", over="ignore"):
+            a, b = t.loss(beta, prep), _reference_loss(t, beta)
+        assert (a == b) or (np.isnan(a) and np.isnan(b)), beta

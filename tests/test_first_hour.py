@@ -3,6 +3,7 @@ defaults (every learner seeds), predicting records without labels, multi-label C
 sinks (``-``, character devices, a closed pipe), ``--save`` and option typos."""
 import json
 import os
+import resource
 import subprocess
 import sys
 
@@ -261,11 +262,17 @@ def test_test_results_on_console_json_report_and_plot(tmp_path):
     # the snapshot after --refine-passes belongs to the refinement (not a cliff in the stream panel)
     assert snaps[-1]["phase"] == "refine" and snaps[-1]["passes"] == 2
     assert all("phase" not in h for h in snaps[:-1]) and all("test" in h for h in snaps)
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = cli(*common, "--json", check=0)
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     s = json.loads(r.stdout)
     assert s["test"]["accuracy"] > 0.9 and s["test"]["n"] == 40
     assert s["throughput"] == pytest.approx(s["new_examples"] / s["seconds_stream"])
     assert s["seconds_stream"] <= s["seconds"]
+    # the run's own CPU (bench/hotpath.py's file row): the stream and the refinement, not the
+    # process's start-up (imports and kernel loading, over a CPU second)
+    process_cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+    assert isinstance(s["cpu_seconds"], float) and 0.0 < s["cpu_seconds"] < process_cpu
     r = cli("report", tmp_path / "ck", "--json", check=0)
     assert json.loads(r.stdout)["test"]["n"] == 40
     r = cli("report", tmp_path / "ck", check=0)
