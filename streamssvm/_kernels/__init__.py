@@ -19,6 +19,7 @@ import os
 
 from numba.core import caching as _caching
 
+from . import linkonly as _linkonly
 from ..kernel_cache import cache_dir, cache_roots, install_compile_notice, sources_digest, writable_cache_dir  # noqa: F401
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,3 +54,4 @@ if KernelCacheLocator not in _caching.CacheImpl._locator_classes:
     _caching.CacheImpl._locator_classes.insert(0, KernelCacheLocator)
 
 install_compile_notice(_HERE)   # one notice per process when a kernel compiles (a cold cache)
+_linkonly.install()   # kernels only linked into others get no machine code of their own (linkonly.py)

@@ -27,7 +27,7 @@ _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: the options of a kernel called only from other kernels (never from Python, doctests included):
 #: no CPython wrapper, whose argument unboxing is compiled code of its own (Python lowering, LLVM
 #: passes and machine code) on every cold start, never run
-_INNER = dict(_JIT, no_cpython_wrapper=True)
+_INNER = dict(_JIT, no_cpython_wrapper=True, cache=False)
 
 #: Block flag (``meta[j, M_FLAGS]`` of ``streamssvm._kernels.bcfw``): the block's row is stored
 #: dense (values of features 0..nnz-1, no index array; see the module docstring). 1, 2, 4 are
