@@ -56,6 +56,8 @@ def _defines(module, name):
 def _materialize(lib):
     """Hand a deferred library to the JIT (what numba's ``finalize`` does last)."""
     if lib.__dict__.pop("_ssvm_deferred", False):
+        if lib.__dict__.pop("_ssvm_unoptimized", False):
+            _ORIG["optimize"](lib)
         _ORIG["_finalize_final_module"](lib)
         _set_pending_envs(lib._codegen)
 
@@ -68,6 +70,7 @@ def _set_pending_envs(codegen):
 
 
 _ORIG = {}
+_SKIP_OPT = os.environ.get("STREAMSSVM_LINK_ONLY_OPT", "1") == "1"
 
 
 def install():
@@ -79,7 +82,7 @@ def install():
     from numba.core import codegen, compiler, cpu
 
     lib_cls, ctx_cls, cg_cls = codegen.CPUCodeLibrary, cpu.CPUContext, codegen.JITCPUCodegen
-    _ORIG.update(_finalize_final_module=lib_cls._finalize_final_module,
+    _ORIG.update(_finalize_final_module=lib_cls._finalize_final_module, optimize=lib_cls._optimize_final_module,
                  get_pointer=codegen.JITCodeLibrary.get_pointer_to_function,
                  compiled_object=lib_cls._get_compiled_object, asm=lib_cls.get_asm_str,
                  get_executable=ctx_cls.get_executable, set_env=cg_cls.set_env,
@@ -96,6 +99,12 @@ def install():
         self._verify_declare_only_symbols()
         self._ssvm_deferred = True
         self._finalized = True
+
+    def _optimize_final_module(self):
+        if self.__dict__.get("_ssvm_link_only", False) and _SKIP_OPT:
+            self._ssvm_unoptimized = True   # the callers' module passes optimize the linked copy
+            return
+        _ORIG["optimize"](self)
 
     def get_pointer_to_function(self, name):
         if self.__dict__.get("_ssvm_deferred", False):
@@ -135,6 +144,7 @@ def install():
         _ORIG["set_env"](self, env_name, env)
 
     lib_cls._finalize_final_module = _finalize_final_module
+    lib_cls._optimize_final_module = _optimize_final_module
     codegen.JITCodeLibrary.get_pointer_to_function = get_pointer_to_function
     lib_cls._get_compiled_object = _get_compiled_object
     lib_cls.get_asm_str = get_asm_str
@@ -152,6 +162,7 @@ def uninstall():
     from numba.core import codegen, compiler, cpu
     compiler.compile_internal = _ORIG["compile_internal"]
     codegen.CPUCodeLibrary._finalize_final_module = _ORIG["_finalize_final_module"]
+    codegen.CPUCodeLibrary._optimize_final_module = _ORIG["optimize"]
     codegen.JITCodeLibrary.get_pointer_to_function = _ORIG["get_pointer"]
     codegen.CPUCodeLibrary._get_compiled_object = _ORIG["compiled_object"]
     codegen.CPUCodeLibrary.get_asm_str = _ORIG["asm"]
