@@ -10,9 +10,18 @@ _INNER = dict(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 pytestmark = pytest.mark.skipif(not linkonly.supported(), reason="numba version without the deferral")
 
 
-def _make():
+def _ours(f):
+    """A function compiled as if it were one of the package's kernels (the deferral is scoped to them)."""
+    f.__module__ = "streamssvm._kernels.toy"
+    return f
+
+
+def _make(ours=True):
     """Fresh functions (one compile per test): an inner callee, an inner that raises, a caller."""
+    mark = _ours if ours else (lambda f: f)
+
     @njit(**_INNER)
+    @mark
     def inner(a, k):
         s = 0.0
         for i in range(a.size):
@@ -20,12 +29,14 @@ def _make():
         return s
 
     @njit(**_INNER)
+    @mark
     def checked(v):
         if v < 0:
             raise ValueError("negative value", v)
         return v
 
     @njit
+    @mark
     def outer(a, k):
         return inner(a, k) + checked(a[0])
 
@@ -81,6 +92,13 @@ def test_the_same_results_with_numba_stock_behaviour():
     finally:
         assert linkonly.install()
     assert got == want
+
+
+def test_code_compiled_for_anything_else_keeps_numba_behaviour():
+    inner, checked, outer = _make(ours=False)
+    assert outer(np.ones(2), 1.0) == 3.0
+    assert not _lib(inner).__dict__.get("_ssvm_deferred", False)
+    assert inner.py_func.__module__ == __name__
 
 
 def test_switched_off_by_the_environment(monkeypatch):

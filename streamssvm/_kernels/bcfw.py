@@ -77,7 +77,7 @@ N_COUNTERS = 8
 
 _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: kernels called only from other kernels: no CPython entry (its unboxing of the bundles is
-#: sizeable compiled code)
+#: sizeable compiled code), not cached (see ``common._INNER``)
 _INNER = dict(_JIT, no_cpython_wrapper=True, cache=False)
 _CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
 _MULTICLASS_TAG = from_dtype(np.dtype(Multiclass.tag))
