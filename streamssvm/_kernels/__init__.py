@@ -1,6 +1,8 @@
 """Numba kernels (no Python objects inside), called through thin wrappers.
 
-The kernels are compiled with ``cache=True``, and this package decides where that cache lives:
+The kernels with a Python entry are compiled with ``cache=True`` (those only other kernels call are
+not: their code is saved inside their callers', see ``linkonly.py``), and this package decides where
+that cache lives:
 **in a user cache folder, never next to the sources** (numba's default, ``__pycache__`` beside
 each module, would write into an installed package — a folder that ``pip uninstall`` leaves
 behind and that then shadows a later editable install — or into a source checkout).
