@@ -1,6 +1,8 @@
 """Numba kernels (no Python objects inside), called through thin wrappers.
 
-The kernels are compiled with ``cache=True``, and this package decides where that cache lives:
+The kernels with a Python entry are compiled with ``cache=True`` (those only other kernels call are
+not: their code is saved inside their callers', see ``linkonly.py``), and this package decides where
+that cache lives:
 **in a user cache folder, never next to the sources** (numba's default, ``__pycache__`` beside
 each module, would write into an installed package — a folder that ``pip uninstall`` leaves
 behind and that then shadows a later editable install — or into a source checkout).
@@ -19,6 +21,7 @@ import os
 
 from numba.core import caching as _caching
 
+from . import linkonly as _linkonly
 from ..kernel_cache import cache_dir, cache_roots, install_compile_notice, sources_digest, writable_cache_dir  # noqa: F401
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,3 +56,4 @@ if KernelCacheLocator not in _caching.CacheImpl._locator_classes:
     _caching.CacheImpl._locator_classes.insert(0, KernelCacheLocator)
 
 install_compile_notice(_HERE)   # one notice per process when a kernel compiles (a cold cache)
+_linkonly.install()   # kernels only linked into others get no machine code of their own (linkonly.py)

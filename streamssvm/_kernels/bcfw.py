@@ -77,8 +77,8 @@ N_COUNTERS = 8
 
 _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: kernels called only from other kernels: no CPython entry (its unboxing of the bundles is
-#: sizeable compiled code)
-_INNER = dict(_JIT, no_cpython_wrapper=True)
+#: sizeable compiled code), not cached (see ``common._INNER``)
+_INNER = dict(_JIT, no_cpython_wrapper=True, cache=False)
 _CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
 _MULTICLASS_TAG = from_dtype(np.dtype(Multiclass.tag))
 
@@ -140,7 +140,7 @@ def _chain_only(dense):
             return body if t == _CHAIN_TAG else dense
 
         select.__signature__ = inspect.signature(body)
-        overload(body, jit_options=_JIT)(select)
+        overload(body, jit_options=_INNER)(select)
         return body
     return register
 
@@ -228,7 +228,7 @@ def _mc_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
         mc_stat_apply(w[0], x[0], x[1], x[2], d, model[1], coef)
 
 
-@overload(_step_apply, jit_options=_JIT)
+@overload(_step_apply, jit_options=_INNER)
 def _ol_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
     """Multiclass updates E and ZE in one pass over the example's row (``mc_stat_apply2``)."""
     return _mc_step_apply if model.types[0] == _MULTICLASS_TAG else _step_apply
@@ -744,7 +744,7 @@ def block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     raise TypeError("block_step runs inside the kernels (numba)")
 
 
-@overload(block_step, jit_options=_JIT)
+@overload(block_step, jit_options=_INNER)
 def _block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c):
     rule = cfg.types[8]
     if rule == from_dtype(np.dtype(type(MARGIN))):
@@ -1055,7 +1055,7 @@ def _no_eviction(model, w, arena, scratch, avg, cfg, n, v, out):
     return n
 
 
-@overload(evict, jit_options=_JIT)
+@overload(evict, jit_options=_INNER)
 def _ol_evict(model, w, arena, scratch, avg, cfg, n, v, out):
     return _no_eviction if v == _NO_VICTIM_TYPE else evict
 

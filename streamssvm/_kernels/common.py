@@ -26,8 +26,10 @@ HIER_MAX_DAG_LEAVES = 16
 _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: the options of a kernel called only from other kernels (never from Python, doctests included):
 #: no CPython wrapper, whose argument unboxing is compiled code of its own (Python lowering, LLVM
-#: passes and machine code) on every cold start, never run
-_INNER = dict(_JIT, no_cpython_wrapper=True)
+#: passes and machine code) on every cold start, never run; and not cached: its code only ever runs
+#: as the copy linked into a cached entry point (``linkonly.py`` skips its own module passes and
+#: machine code, which saving it would compile)
+_INNER = dict(_JIT, no_cpython_wrapper=True, cache=False)
 
 #: Block flag (``meta[j, M_FLAGS]`` of ``streamssvm._kernels.bcfw``): the block's row is stored
 #: dense (values of features 0..nnz-1, no index array; see the module docstring). 1, 2, 4 are

@@ -140,7 +140,7 @@ def block_views(arena, j, Kc, kind):
     return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos
 
 
-@njit(**dict(_JIT, no_cpython_wrapper=True))
+@njit(**dict(_JIT, no_cpython_wrapper=True, cache=False))
 def avg_view(arena, j, Kc, kind):
     """Block j's averaging accumulator ``zm | zl`` (stat size + 1 floats after its pool alpha),
     or an empty view when the block keeps none (not flagged ``FLAG_AVG``)."""
