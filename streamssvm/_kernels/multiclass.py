@@ -165,28 +165,33 @@ def mc_stat_apply2(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
     # the moved classes in passes of up to four over the row, each with its classes in
     # registers: every entry E[j, k] / Z[j, k] takes the one product it took in the loop over
     # the moved classes (fval[p] * coef, times st[k]), so the values are the same to the bit
+    row = (tok_ptr, fidx, fval, dense)
+    cz = (coef, zcoef)
     q = 0
     while q < m:
         r = m - q
         if r >= 4:
-            _apply2_4(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q], nz[q + 1], sv[q + 1],
+            _apply2_4(E, Z, row, cz, nz[q], sv[q], nz[q + 1], sv[q + 1],
                       nz[q + 2], sv[q + 2], nz[q + 3], sv[q + 3])
             q += 4
         elif r == 3:
-            _apply2_3(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q], nz[q + 1], sv[q + 1],
+            _apply2_3(E, Z, row, cz, nz[q], sv[q], nz[q + 1], sv[q + 1],
                       nz[q + 2], sv[q + 2])
             q += 3
         elif r == 2:
-            _apply2_2(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q], nz[q + 1], sv[q + 1])
+            _apply2_2(E, Z, row, cz, nz[q], sv[q], nz[q + 1], sv[q + 1])
             q += 2
         else:
-            _apply2_1(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, nz[q], sv[q])
+            _apply2_1(E, Z, row, cz, nz[q], sv[q])
             q += 1
 
 
 @njit(inline="always", **_INNER)
-def _apply2_1(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0):
-    """One pass of :func:`mc_stat_apply2` over the row for class k0 (st[k0] = s0)."""
+def _apply2_1(E, Z, row, cz, k0, s0):
+    """One pass of :func:`mc_stat_apply2` over the row for class k0 (st[k0] = s0); ``row`` is
+    (tok_ptr, fidx, fval, dense), ``cz`` (coef, zcoef)."""
+    tok_ptr, fidx, fval, dense = row
+    coef, zcoef = cz
     a = tok_ptr[0]
     for p in range(a, tok_ptr[1]):
         j = p - a if dense else fidx[p]
@@ -197,8 +202,10 @@ def _apply2_1(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0):
 
 
 @njit(inline="always", **_INNER)
-def _apply2_2(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1):
+def _apply2_2(E, Z, row, cz, k0, s0, k1, s1):
     """One pass of :func:`mc_stat_apply2` over the row for two classes."""
+    tok_ptr, fidx, fval, dense = row
+    coef, zcoef = cz
     a = tok_ptr[0]
     for p in range(a, tok_ptr[1]):
         j = p - a if dense else fidx[p]
@@ -211,9 +218,11 @@ def _apply2_2(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1):
 
 
 @njit(inline="always", **_INNER)
-def _apply2_3(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1, k2, s2):
+def _apply2_3(E, Z, row, cz, k0, s0, k1, s1, k2, s2):
     """One pass of :func:`mc_stat_apply2` over the row for three classes (a replayed block: its
     truth, an earlier corner and the new one)."""
+    tok_ptr, fidx, fval, dense = row
+    coef, zcoef = cz
     a = tok_ptr[0]
     for p in range(a, tok_ptr[1]):
         j = p - a if dense else fidx[p]
@@ -228,8 +237,10 @@ def _apply2_3(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1, k2,
 
 
 @njit(inline="always", **_INNER)
-def _apply2_4(E, Z, tok_ptr, fidx, fval, dense, coef, zcoef, k0, s0, k1, s1, k2, s2, k3, s3):
+def _apply2_4(E, Z, row, cz, k0, s0, k1, s1, k2, s2, k3, s3):
     """One pass of :func:`mc_stat_apply2` over the row for four classes."""
+    tok_ptr, fidx, fval, dense = row
+    coef, zcoef = cz
     a = tok_ptr[0]
     for p in range(a, tok_ptr[1]):
         j = p - a if dense else fidx[p]
