@@ -58,6 +58,7 @@ def child_streamssvm(n):
     import numpy as np
     import streamssvm as ss
     from streamssvm._kernels import layout as KL
+    from streamssvm._kernels.common import py_entry
     w = ss.SequenceTagger()   # the kernels loaded outside the measurement
     w.learn_one([{"a": 1.0}, {"b": 1.0}], ["x", "y"])
     X, Y, tags = _brown(n)
@@ -82,7 +83,7 @@ def child_streamssvm(n):
     for s in slots:
         b = st.block(s)
         nzM.append(np.count_nonzero(np.asarray(b["stat"][:b["L"] * Kc]).reshape(b["L"], Kc), axis=1))
-        sp, kpos = KL.pairs_pos(st.meta, s)
+        sp, kpos = py_entry(KL.pairs_pos)(st.meta, s)
         tcap.append(int(st.Iar[kpos + 1]) if sp else 0)
     nzM = np.concatenate(nzM) if nzM else np.zeros(1, dtype=np.int64)
     tcap = np.asarray(tcap, dtype=np.int64)
