@@ -75,6 +75,7 @@ def child_streamssvm(n):
     import numpy as np
     import streamssvm as ss
     from streamssvm._kernels import layout as KL
+    from streamssvm._kernels.common import py_entry
     w = ss.SequenceTagger()   # the kernels loaded outside the measurement
     w.learn_one([{"a": 1.0}, {"b": 1.0}], ["x", "y"])
     X, Y, tags = _brown(n)
@@ -102,7 +103,7 @@ def child_streamssvm(n):
         Mb = np.asarray(b["stat"][:b["L"] * Kc]).reshape(b["L"], Kc) != 0
         nzM.append(np.count_nonzero(Mb, axis=1))
         union.append(int(Mb.any(axis=0).sum()))   # the tags any of the block's labelings put on a token
-        sp, kpos = KL.pairs_pos(st.meta, s)
+        sp, kpos = py_entry(KL.pairs_pos)(st.meta, s)
         tcap.append(int(st.Iar[kpos + 1]) if sp else 0)
     nzM = np.concatenate(nzM) if nzM else np.zeros(1, dtype=np.int64)
     tcap = np.asarray(tcap, dtype=np.int64)

@@ -34,6 +34,7 @@ sys.path.insert(0, HERE)
 import streamssvm as ss  # noqa: E402
 from _common import cpu_model, write_results, yeast as load_yeast  # noqa: E402
 from streamssvm._kernels import structops as so  # noqa: E402
+from streamssvm._kernels.common import py_entry  # noqa: E402
 from streamssvm.oracles.lp import PairwiseMRFLP  # noqa: E402
 from streamssvm.oracles.slack import angular_search  # noqa: E402
 
@@ -79,14 +80,14 @@ def problems(m, X, Y, idx):
 
 def enum_oracle(S, T, scale, y, K, lam):
     out = np.zeros(K, dtype=np.int32)
-    v = so._mrf_enum(S, T, scale, K, y.copy(), 0, lam, float(K), 0.0, np.zeros(K + 1), out)
+    v = py_entry(so._mrf_enum)(S, T, scale, K, y.copy(), 0, lam, float(K), 0.0, np.zeros(K + 1), out)
     return out, v
 
 
 def enum_slack(S, T, scale, y, K):
     out = np.zeros(K, dtype=np.int32)
     ts = so.labeling_score(so.MLPAIR, S, T, np.zeros((2, T.shape[0])), scale, y, 1, K, True)
-    v = so._mrf_enum(S, T, scale, K, y.copy(), 1, 1.0, float(K), ts, np.zeros(K + 1), out)
+    v = py_entry(so._mrf_enum)(S, T, scale, K, y.copy(), 1, 1.0, float(K), ts, np.zeros(K + 1), out)
     return out, v
 
 

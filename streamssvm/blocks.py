@@ -30,7 +30,7 @@ from ._kernels import bcfw as K
 from ._kernels import chainsparse as CS
 from ._kernels import layout as KL
 from ._kernels.bundles import Batch, pack
-from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans
+from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans, py_entry
 from ._kernels.structops import truth_stat
 from .saved_state import _rng_restore, _rng_state, validate_store_state
 from .structures.base import Structure
@@ -653,8 +653,8 @@ class BlockStore:
             I[kp:kp + 2] = (0, tcap)
             if not self.slack:
                 yt = np.asarray(ytrue, dtype=np.int32)
-                CS.sp_register(I, kp, Fa[s0:s0 + ss], L * self.Kc, yt, L)
-                CS.sp_labeling_stat(I, kp, yt, L, self.Kc, Fa[s0:s0 + ss], 1.0)
+                py_entry(CS.sp_register)(I, kp, Fa[s0:s0 + ss], L * self.Kc, yt, L)
+                py_entry(CS.sp_labeling_stat)(I, kp, yt, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         elif not self.slack:
             truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         self.lval[slot] = 0.0
@@ -796,7 +796,7 @@ class BlockStore:
         self._n -= 1
         self.csum[0] -= self.cw[slot]
         self.gest[slot] = 0.0
-        K.tree_update(self.tree, self.tree_size, slot, 0.0)
+        py_entry(K.tree_update)(self.tree, self.tree_size, slot, 0.0)
         self.forget(slot)
         if self._order and self._order[0] == slot:
             self._order.popleft()
@@ -917,7 +917,7 @@ class BlockStore:
 
     def _kpos(self, j):
         """Offset in Iar of block j's pair list (``_kernels/layout.py``)."""
-        return int(KL.pairs_pos(self.meta, j)[1])
+        return int(py_entry(KL.pairs_pos)(self.meta, j)[1])
 
     def _plan(self, j, Kc, to_sparse, grow=False):
         """(int size, float size, pair capacity) of block j rewritten at capacity Kc in the
@@ -1103,7 +1103,7 @@ class BlockStore:
         else:   # not stored: computed (a new array)
             from ._kernels import structops as so
             gram = np.zeros((L, L))
-            so.gram(tp, fi, fv, L, gram, np.zeros(int(fi.max()) + 1 if len(fi) else 1))
+            py_entry(so.gram)(tp, fi, fv, L, gram, np.zeros(int(fi.max()) + 1 if len(fi) else 1))
         return {
             # a dense row's feature indices are 0..nnz-1 (a new array: the block stores none)
             "tok_ptr": I[io:io + L + 1],
@@ -1188,8 +1188,8 @@ class BlockStore:
         yt = self.Iar[y0:y0 + int(m[K.M_LY])].astype(np.int32)
         I = np.zeros(2 + 2 * max(L - 1, 1), dtype=self.Iar.dtype)
         I[1] = max(L - 1, 1)
-        CS.sp_register(I, 0, out, h, yt, L)
-        CS.sp_labeling_stat(I, 0, yt, L, Kc, out, 1.0)
+        py_entry(CS.sp_register)(I, 0, out, h, yt, L)
+        py_entry(CS.sp_labeling_stat)(I, 0, yt, L, Kc, out, 1.0)
         tn = int(I[0])
         return out[:h], I[2:2 + 2 * tn].reshape(tn, 2).astype(np.int64), out[h:h + tn]
 
@@ -1408,7 +1408,7 @@ def _drop_sparse_bm(st):
         m = meta[j]
         L, nnz, pcap = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_PCAP])
         seg = Far[int(m[K.M_FOFF]):int(m[K.M_FOFF]) + int(m[K.M_FSIZE])]
-        tcap = int(Iar[int(KL.pairs_pos(meta, j)[1]) + 1])
+        tcap = int(Iar[int(py_entry(KL.pairs_pos)(meta, j)[1]) + 1])
         h, ss = nnz + _gram_len(m) + L * Kc, L * Kc + 2 * Kc + tcap
         parts = [seg[:h], seg[h + 2 * Kc:h - L * Kc + ss + pcap]]
         if int(m[K.M_FLAGS]) & KL.FLAG_AVG:

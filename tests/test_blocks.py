@@ -5,6 +5,7 @@ import pytest
 import streamssvm as ss
 from streamssvm._kernels import bcfw as K
 from streamssvm.blocks import BlockStore
+from streamssvm._kernels.common import py_entry
 
 
 def test_sum_tree_samples_proportionally():
@@ -12,10 +13,10 @@ def test_sum_tree_samples_proportionally():
     tree = np.zeros(2 * size)
     w = np.array([0.0, 1.0, 2.0, 0.0, 4.0, 1.0, 0.0, 0.0])
     for i, v in enumerate(w):
-        K.tree_update(tree, size, i, v)
+        py_entry(K.tree_update)(tree, size, i, v)
     assert tree[1] == pytest.approx(w.sum())
     rng = np.random.default_rng(0)
-    counts = np.bincount([K.tree_sample(tree, size, rng.random()) for _ in range(200000)], minlength=size)
+    counts = np.bincount([py_entry(K.tree_sample)(tree, size, rng.random()) for _ in range(200000)], minlength=size)
     np.testing.assert_allclose(counts / counts.sum(), w / w.sum(), atol=0.006)
     assert counts[0] == counts[3] == counts[6] == 0
 

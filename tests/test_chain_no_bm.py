@@ -10,6 +10,7 @@ import pytest
 
 import streamssvm as ss
 from streamssvm._kernels import layout as KL
+from streamssvm._kernels.common import py_entry
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -34,7 +35,7 @@ def _digest(m):
 def _assert_no_bm(store):
     for s in store.slots():
         m = store.meta[s]
-        L, tcap = int(m[KL.M_L]), int(store.Iar[int(KL.pairs_pos(store.meta, s)[1]) + 1])
+        L, tcap = int(m[KL.M_L]), int(store.Iar[int(py_entry(KL.pairs_pos)(store.meta, s)[1]) + 1])
         assert store.stat_len(L, tcap) == L * store.Kc + tcap
         dense = store.dense_stat(s)   # the dense layout's BM = M's first and last rows
         o, Kc = L * store.Kc + store.Kc * store.Kc, store.Kc
@@ -70,7 +71,7 @@ def test_new_sparse_blocks_hold_no_start_end_rows():
     _assert_no_bm(st)
     for s in st.slots():
         mm = st.meta[s]
-        L, tcap = int(mm[KL.M_L]), int(st.Iar[int(KL.pairs_pos(st.meta, s)[1]) + 1])
+        L, tcap = int(mm[KL.M_L]), int(st.Iar[int(py_entry(KL.pairs_pos)(st.meta, s)[1]) + 1])
         gl = 0 if int(mm[KL.M_FLAGS]) & KL.FLAG_NO_GRAM else L * L
         ss_ = L * st.Kc + tcap
         assert int(mm[KL.M_FSIZE]) == int(mm[KL.M_NNZ]) + gl + ss_ + st.pool_cap + ss_ + 1

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import streamssvm as ss
+from streamssvm._kernels.common import py_entry
 
 
 def _states_equal(a, b):
@@ -77,7 +78,7 @@ def test_stat_regions_vectorized_matches_the_per_block_offsets(seq):
     st = m.bound_learner.store
     slots = st.slots().copy()[::-1]
     idx, sizes = st.stat_regions(slots)
-    want = [np.arange(int(KL.stat_pos(st.meta, j)), int(KL.stat_pos(st.meta, j))
+    want = [np.arange(int(py_entry(KL.stat_pos)(st.meta, j)), int(py_entry(KL.stat_pos)(st.meta, j))
                       + st.structure.stat_size(int(st.meta[j, M_L]), st.Kc)) for j in slots]
     np.testing.assert_array_equal(sizes, [len(w) for w in want])
     np.testing.assert_array_equal(idx, np.concatenate(want))

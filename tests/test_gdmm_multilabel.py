@@ -8,6 +8,7 @@ from streamssvm._kernels import gdmm as G
 from streamssvm._kernels import gdmm_multilabel as GM
 from streamssvm.learners._gdmm_multilabel import MLPairGDMM
 from streamssvm.learners.gdmm import GDMM
+from streamssvm._kernels.common import py_entry
 
 TETRA = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
 
@@ -437,5 +438,5 @@ def test_prediction_above_16_labels_removes_dominated_labels_exactly(seed):
     def score(y):
         return float(sc @ y + s * y @ T @ y)
     best = np.zeros(K, np.int32)
-    so._mrf_enum(sc[None, :].copy(), T, s, K, np.zeros(K, np.int32), 0, 0.0, 1, 0.0, np.zeros(K + 1), best)
+    py_entry(so._mrf_enum)(sc[None, :].copy(), T, s, K, np.zeros(K, np.int32), 0, 0.0, 1, 0.0, np.zeros(K + 1), best)
     assert abs(score(lab) - score(best)) < 1e-9

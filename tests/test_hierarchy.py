@@ -11,6 +11,7 @@ from streamssvm._kernels import structops as so
 from streamssvm._kernels.bundles import model
 from streamssvm.oracles.slack import angular_search, point_oracles
 from streamssvm.structures import Hierarchy, MultiLabel
+from streamssvm._kernels.common import py_entry
 from test_structures import random_tokens  # tests/ is on sys.path under pytest
 
 
@@ -202,7 +203,7 @@ def test_statistic_algebra_matches_dense_feature_map(shape):
         yt[ytrue] = 1
         np.testing.assert_array_equal(t, yt)
         G = np.zeros((1, 1))
-        so.gram(tp, fi, fv, 1, G, np.zeros(d))
+        py_entry(so.gram)(tp, fi, fv, 1, G, np.zeros(d))
         assert so.stat_sqnorm(so.HIER, G, m, 1, N, Kc, False) == pytest.approx(float(np.sum(dense ** 2)), rel=1e-10)
         E2, T2, B2 = np.zeros((d, Kc)), np.zeros((Kc, Kc)), np.zeros((2, Kc))
         so.stat_apply(so.HIER, (E2, T2, B2), (tp, fi, fv), m, 1, N, Kc, 2.0, False)

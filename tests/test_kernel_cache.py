@@ -26,8 +26,9 @@ def test_compiled_kernels_land_in_the_user_cache_not_in_the_package(tmp_path):
     """A fresh interpreter with ``STREAMSSVM_CACHE`` set compiles a kernel: its index and code
     files are in that cache's digest folder, and the package folder gains no numba file."""
     code = ("import numpy as np\n"
-            "from streamssvm._kernels import bcfw\nfrom streamssvm.kernel_cache import cache_dir\n"
-            "t = np.zeros(8); bcfw.tree_update(t, 4, 1, 2.0)\n"
+            "from streamssvm._kernels import bcfw\nfrom streamssvm._kernels.common import py_entry\n"
+            "from streamssvm.kernel_cache import cache_dir\n"
+            "t = np.zeros(8); py_entry(bcfw.tree_update)(t, 4, 1, 2.0)\n"
             "print(cache_dir())\n")
     pkg_cache = os.path.join(os.path.dirname(_kernels.__file__), "__pycache__")
     in_package = set(glob.glob(os.path.join(pkg_cache, "*.nb[ic]")))
@@ -92,8 +93,41 @@ def test_kernels_called_only_from_kernels_have_no_python_entry():
              "chainsparse.sp_trans_sqnorm", "common._dense_scores", "common.row_support", "common.write_dense_row",
              "layout.block_stat_len", "layout.gram_len", "layout.n_index", "layout.block_views",
              "structops._chain_stat", "structops._set_stat", "structops._set_loss_lin", "bcfw.avg_coef",
-             "bcfw.sample_block")
+             "bcfw.sample_block",
+             # helpers that library code and tests reach through ``common.py_entry`` (a cached twin
+             # made on first use), so the first-record path compiles no wrapper of theirs
+             "common.gram", "common.emission_add", "common.stat_emission_sqnorm", "common.stat_emission_apply",
+             "common.emission_sqnorm_tokens", "common._stable_order", "common._token_table",
+             "common._gram_entry", "common._ml_dense_truth", "multiclass.mc_decode", "multiclass.mc_stat_apply",
+             "multiclass.mc_stat_apply2", "layout.pairs_pos", "layout.stat_pos", "bcfw.tree_sample",
+             "bcfw.tree_update", "mrf._mrf_enum", "chainsparse.sp_register", "chainsparse.sp_labeling_stat",
+             "chain.transition_support")
     assert [n for n in inner if not found[n].targetoptions.get("no_cpython_wrapper")] == []
     # the Python entry points keep theirs
     assert not any(found[n].targetoptions.get("no_cpython_wrapper")
                    for n in ("bcfw.learn_one_example", "bcfw.predict_batch", "common.emission_scores"))
+
+
+def test_py_entry_is_one_cached_twin_with_the_kernels_results():
+    """``py_entry`` gives an ``_INNER`` kernel one Python entry (made once, cached, with a CPython
+    wrapper) computing what the kernel computes inside other kernels."""
+    import numpy as np
+    from numba import njit
+    from numba.core.caching import NullCache
+
+    from streamssvm._kernels import common
+    entry = common.py_entry(common.gram)
+    assert common.py_entry(common.gram) is entry
+    assert common.gram.targetoptions.get("no_cpython_wrapper") and not entry.targetoptions.get("no_cpython_wrapper")
+    assert entry.py_func is common.gram.py_func
+    assert isinstance(common.gram._cache, NullCache) and not isinstance(entry._cache, NullCache)
+
+    @njit
+    def via_kernel(tp, fi, fv, L, G, mark):
+        common.gram(tp, fi, fv, L, G, mark)
+
+    tp, fi, fv = np.array([0, 2, 3], np.int32), np.array([0, 3, 3], np.int32), np.array([1.5, -2.0, 0.25])
+    G1, G2 = np.zeros((2, 2)), np.zeros((2, 2))
+    entry(tp, fi, fv, 2, G1, np.zeros(4))
+    via_kernel(tp, fi, fv, 2, G2, np.zeros(4))
+    assert G1.tolist() == G2.tolist() and G1[0, 0] == 1.5 ** 2 + 4.0

@@ -11,6 +11,7 @@ from streamssvm._kernels import structops as so
 from streamssvm.oracles.lp import PairwiseMRFLP
 from streamssvm.oracles.slack import angular_search, binary_search, bisecting_search
 from streamssvm.structures import MultiLabel
+from streamssvm._kernels.common import py_entry
 
 
 def _instance(rng, K, attractive=False, coupling=1.0):
@@ -57,7 +58,7 @@ def test_lambda_oracle_upper_bounds_enumeration_and_is_exact_when_integral():
             ybuf = y.copy()
             out = np.zeros(K, dtype=np.int32)
             ts = float(y @ s + y @ np.triu(P, 1) @ y)
-            v = so._mrf_enum(s[None, :].copy(), np.triu(P, 1), 1.0, K, ybuf, 0, lam, float(Ki), 0.0,
+            v = py_entry(so._mrf_enum)(s[None, :].copy(), np.triu(P, 1), 1.0, K, ybuf, 0, lam, float(Ki), 0.0,
                              np.zeros(K + 1), out)
             assert v + 1.0 - ts == pytest.approx(exact, abs=1e-9)
             assert r.value >= exact - 1e-7

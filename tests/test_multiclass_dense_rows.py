@@ -13,6 +13,7 @@ from streamssvm.blocks import BlockStore
 from streamssvm.saved_state import validate_store_state
 from streamssvm.checkpoint import CheckpointError
 from streamssvm.structures import MultiClass
+from streamssvm._kernels.common import py_entry
 
 
 def _rows(seed, n=300, d=24, K_=6, zeros=0.2):
@@ -178,17 +179,18 @@ def test_dense_kernels_equal_sparse_kernels(K_):
     tp_s, tp_d = np.array([0, len(nzi)], np.int32), np.array([0, n], np.int32)
     none = np.zeros(0, np.int32)
     S1, S2 = np.zeros((1, Kc)), np.zeros((1, Kc))
-    C.emission_add(E, 0.37, tp_s, nzi, x[nzi], 1, K_, S1, True)
-    C.emission_add(E, 0.37, tp_d, none, x, 1, K_, S2, True)
+    py_entry(C.emission_add)(E, 0.37, tp_s, nzi, x[nzi], 1, K_, S1, True)
+    py_entry(C.emission_add)(E, 0.37, tp_d, none, x, 1, K_, S2, True)
     np.testing.assert_array_equal(S1, S2)
-    C.emission_add(E, -0.2, tp_s, nzi, x[nzi], 1, K_, S1, False)
-    C.emission_add(E, -0.2, tp_d, none, x, 1, K_, S2, False)
+    py_entry(C.emission_add)(E, -0.2, tp_s, nzi, x[nzi], 1, K_, S1, False)
+    py_entry(C.emission_add)(E, -0.2, tp_d, none, x, 1, K_, S2, False)
     np.testing.assert_array_equal(S1, S2)
     G1, G2 = np.zeros((1, 1)), np.zeros((1, 1))
-    C.gram(tp_s, nzi, x[nzi], 1, G1, np.zeros(n + 5))
-    C.gram(tp_d, none, x, 1, G2, np.zeros(0))
+    py_entry(C.gram)(tp_s, nzi, x[nzi], 1, G1, np.zeros(n + 5))
+    py_entry(C.gram)(tp_d, none, x, 1, G2, np.zeros(0))
     assert G1[0, 0] == G2[0, 0]
-    from streamssvm._kernels.multiclass import mc_stat_apply, mc_stat_apply2
+    from streamssvm._kernels import multiclass as M
+    mc_stat_apply, mc_stat_apply2 = py_entry(M.mc_stat_apply), py_entry(M.mc_stat_apply2)
     # each pass of mc_stat_apply2 (1 to 4 classes in registers) and its sequences of passes (4 + 1, 4 + 2,
     # 4 + 3, 4 + 4, 4 + 4 + 1, ...)
     for moved in sorted({min(q, K_) for q in (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 21)}):
@@ -198,8 +200,8 @@ def test_dense_kernels_equal_sparse_kernels(K_):
         mc_stat_apply(E1, tp_s, nzi, x[nzi], st, K_, -0.7)
         mc_stat_apply(E2, tp_d, none, x, st, K_, -0.7)
         np.testing.assert_array_equal(E1, E2)
-        C.stat_emission_apply(E3, tp_s, nzi, x[nzi], st, 1, K_, Kc, -0.7)
-        C.stat_emission_apply(E4, tp_d, none, x, st, 1, K_, Kc, -0.7)
+        py_entry(C.stat_emission_apply)(E3, tp_s, nzi, x[nzi], st, 1, K_, Kc, -0.7)
+        py_entry(C.stat_emission_apply)(E4, tp_d, none, x, st, 1, K_, Kc, -0.7)
         np.testing.assert_array_equal(E3, E4)
         # the fused step update of the weights and the averaging accumulator (both layouts)
         for tp, fi, fv in ((tp_s, nzi, x[nzi]), (tp_d, none, x)):

@@ -14,6 +14,7 @@ from streamssvm._kernels import chainsparse as CS
 from streamssvm.blocks import BlockStore
 from streamssvm.saved_state import validate_store_state
 from streamssvm.checkpoint import CheckpointError
+from streamssvm._kernels.common import py_entry
 
 
 def chain_stream(seed, n=30, K=6, d=5, late=3):
@@ -319,7 +320,8 @@ def _row_sparse_stat(rng, L, K, Kc, per_row):
 def test_row_sparse_emission_kernels_equal_dense(per_row):
     """common.stat_emission_sqnorm / stat_emission_apply skip the zero entries of each row:
     the same values as the plain sums over every entry (in the same order), bit for bit."""
-    from streamssvm._kernels.common import stat_emission_apply, stat_emission_sqnorm
+    from streamssvm._kernels import common
+    stat_emission_apply, stat_emission_sqnorm = py_entry(common.stat_emission_apply), py_entry(common.stat_emission_sqnorm)
 
     def plain_sqnorm(G, st, nrow, K, Kc):
         v = 0.0

@@ -5,6 +5,7 @@ import pytest
 from streamssvm._kernels import structops as so
 from streamssvm._kernels.bundles import model
 from streamssvm.structures import Chain, MultiClass, MultiLabel
+from streamssvm._kernels.common import py_entry
 
 
 def random_tokens(rng, L, d, density=0.6):
@@ -124,7 +125,7 @@ def test_statistic_algebra_matches_dense_feature_map(cls, L, K):
     assert so.loss_const(kind, ly, Ki) + so.stat_loss_lin(kind, m, ytrue, ly, C, L, K, Kc, Ki, ybuf) == \
         pytest.approx(loss, abs=1e-12)
     G = np.zeros((L, L))
-    so.gram(tp, fi, fv, L, G, np.zeros(d))
+    py_entry(so.gram)(tp, fi, fv, L, G, np.zeros(d))
     sq = sum(float(np.sum(a * a)) for a in dense)
     assert so.stat_sqnorm(kind, G, m, L, K, Kc, st.use_trans) == pytest.approx(sq, rel=1e-10)
     E2, T2, B2 = np.zeros((d, Kc)), np.zeros((Kc, Kc)), np.zeros((2, Kc))

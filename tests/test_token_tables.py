@@ -4,6 +4,7 @@ implementations cost a cold start seconds of compilation): same order and same p
 import numpy as np
 
 from streamssvm._kernels import common
+from streamssvm._kernels.common import py_entry
 
 
 def test_stable_order_is_numpys_stable_argsort():
@@ -12,7 +13,7 @@ def test_stable_order_is_numpys_stable_argsort():
         for hi in (2, 5, 1000):   # few distinct keys: many ties, whose order must be kept
             v = rng.integers(0, hi, size=n + 5)
             a = int(rng.integers(0, 6))
-            got = common._stable_order(v, a, n)
+            got = py_entry(common._stable_order)(v, a, n)
             assert got.tolist() == np.argsort(v[a:a + n], kind="mergesort").tolist()
 
 
@@ -26,10 +27,10 @@ def test_token_table_and_gram_entry_match_the_gram_matrix():
     fidx = rng.integers(0, 9, size=tok_ptr[-1]).astype(np.int64)
     fval = rng.normal(size=tok_ptr[-1])
     G = np.zeros((L, L))
-    common.gram(tok_ptr, fidx, fval, L, G, np.zeros(9))
+    py_entry(common.gram)(tok_ptr, fidx, fval, L, G, np.zeros(9))
     keys, vals = np.empty(tok_ptr[-1], np.int64), np.empty(tok_ptr[-1])
     for t in range(L):
-        m = common._token_table(tok_ptr, fidx, fval, t, keys, vals)
+        m = py_entry(common._token_table)(tok_ptr, fidx, fval, t, keys, vals)
         assert np.all(np.diff(keys[:m]) > 0)
         for s in range(t, L):
-            assert common._gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m) == G[t, s]
+            assert py_entry(common._gram_entry)(tok_ptr, fidx, fval, t, s, keys, vals, m) == G[t, s]

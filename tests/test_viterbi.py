@@ -9,6 +9,7 @@ import pytest
 from numba import njit
 
 from streamssvm._kernels import chain as CH
+from streamssvm._kernels.common import py_entry
 
 
 @njit(cache=True)
@@ -99,7 +100,7 @@ def viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
 
 
 def sparse(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
-    ptr, idx, n = CH.transition_support(T, K, K * K)
+    ptr, idx, n = py_entry(CH.transition_support)(T, K, K * K)
     assert n == int((T[:K, :K] != 0).sum())
     return viterbi_sparse(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, (ptr, idx, n))
 
@@ -214,10 +215,10 @@ def test_superset_support_is_exact():
 
 def test_transition_support_dense_refused():
     T = np.ones((10, 10))
-    ptr, idx, n = CH.transition_support(T, 10, 50)
+    ptr, idx, n = py_entry(CH.transition_support)(T, 10, 50)
     assert n == -1
     T[:, 3:] = 0.0
-    ptr, idx, n = CH.transition_support(T, 8, 50)
+    ptr, idx, n = py_entry(CH.transition_support)(T, 8, 50)
     assert n == 24 and ptr.tolist() == [3 * j for j in range(9)] and idx[:3].tolist() == [0, 1, 2]
 
 

@@ -83,7 +83,7 @@ _CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
 _MULTICLASS_TAG = from_dtype(np.dtype(Multiclass.tag))
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def tree_update(tree, size, slot, value):
     i = size + slot
     tree[i] = value
@@ -93,7 +93,7 @@ def tree_update(tree, size, slot, value):
         i //= 2
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def tree_sample(tree, size, r):
     node = 1
     x = r * tree[1]

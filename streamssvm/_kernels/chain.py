@@ -183,7 +183,7 @@ def chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, ou
     return _viterbi_last(B, scale, L, K, use_trans, V, bp, out)
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def transition_support(T, K, max_nnz):
     """The non-zero pattern of T[:K, :K] by rows: (ptr, idx, n) with row j's columns in
     idx[ptr[j]:ptr[j + 1]] (ascending). n = -1 when there are more than ``max_nnz`` non-zeros

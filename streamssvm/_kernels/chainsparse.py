@@ -46,7 +46,7 @@ def sp_find(Iar, kpos, a, b):
     return -1
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_register(Iar, kpos, st, toff, lab, L):
     """Add the bigrams of ``lab`` missing from the block's pairs (with count 0: the statistic is
     unchanged). Returns False when the block has no room left (pairs added so far stay)."""
@@ -66,7 +66,7 @@ def sp_register(Iar, kpos, st, toff, lab, L):
     return True
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef):
     """out += coef * s(lab) in the sparse layout (the bigrams of lab must be registered)."""
     for t in range(L):

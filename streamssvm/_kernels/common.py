@@ -31,6 +31,22 @@ _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 #: machine code, which saving it would compile)
 _INNER = dict(_JIT, no_cpython_wrapper=True, cache=False)
 
+
+_ENTRIES = {}
+
+
+def py_entry(kernel):
+    """The Python entry of a kernel that other kernels call (declared ``_INNER``): the same function
+    compiled as its own cached kernel with a CPython wrapper, made on first use. Library code, tests
+    and doctests call a helper through it (``py_entry(gram)(...)``); kernels call the helper itself,
+    so a cold start does not compile the wrapper, the helper's own machine code and its cache entry
+    for callers that only ever run its copy linked into theirs. Calling an ``_INNER`` kernel
+    directly from Python is not supported (it has no wrapper to unbox its arguments)."""
+    entry = _ENTRIES.get(kernel)
+    if entry is None:
+        entry = _ENTRIES[kernel] = njit(**_JIT)(kernel.py_func)
+    return entry
+
 #: Block flag (``meta[j, M_FLAGS]`` of ``streamssvm._kernels.bcfw``): the block's row is stored
 #: dense (values of features 0..nnz-1, no index array; see the module docstring). 1, 2, 4 are
 #: FLAG_INEXACT_ALPHA (bcfw.py), FLAG_SPARSE, FLAG_TFULL (chainsparse.py).
@@ -193,16 +209,16 @@ def _dense_scores_scalar(E, coef, fval, a, b, K, S, t):
             k0 += 1
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
     """S[t, k] += coef * <x_t, E[:, k]> for the first K labels (x_t sparse, CSR, or a dense row:
     see the module docstring); with ``zero`` the rows are cleared first.
 
     >>> import numpy as np
     >>> E = np.arange(12.0).reshape(4, 3); S = np.zeros((1, 3)); tp = np.array([0, 3], np.int32)
-    >>> emission_add(E, 1.0, tp, np.array([0, 2, 3], np.int32), np.array([1.0, 2.0, 3.0]), 1, 3, S, True)
+    >>> py_entry(emission_add)(E, 1.0, tp, np.array([0, 2, 3], np.int32), np.array([1.0, 2.0, 3.0]), 1, 3, S, True)
     >>> sparse = S.tolist()
-    >>> emission_add(E, 1.0, np.array([0, 4], np.int32), np.zeros(0, np.int32),
+    >>> py_entry(emission_add)(E, 1.0, np.array([0, 4], np.int32), np.zeros(0, np.int32),
     ...              np.array([1.0, 0.0, 2.0, 3.0]), 1, 3, S, True)
     >>> sparse, S.tolist() == sparse
     ([[39.0, 45.0, 51.0]], True)
@@ -249,7 +265,7 @@ def row_support(st, nrow, K, Kc):
     return ptr, ks
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def stat_emission_sqnorm(G, st, nrow, K, Kc):
     """The emission part of ||Phi_x(st)||^2: sum_{t,s} G[t, s] <st_t, st_s> over the ``nrow``
     per-token slots of width Kc at the start of a statistic (dense and sparse chain layouts).
@@ -272,7 +288,7 @@ def stat_emission_sqnorm(G, st, nrow, K, Kc):
     return v
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _stable_order(v, a, n):
     """The stable ascending order of v[a:a + n] (what ``np.argsort(v[a:a + n], kind="mergesort")``
     returns: equal keys keep their order), by a bottom-up merge sort written out in loops: numba's
@@ -311,7 +327,7 @@ def _stable_order(v, a, n):
     return order
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _token_table(tok_ptr, fidx, fval, t, keys, vals):
     """Token t's features as a sorted table (keys ascending, distinct) into keys / vals; a
     repeated feature's value is the sum of its values in order from 0.0, as ``gram``'s ``mark``
@@ -332,7 +348,7 @@ def _token_table(tok_ptr, fidx, fval, t, keys, vals):
     return m
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m):
     """``gram``'s G[t, s] (t <= s) from token t's table (``_token_table``): the sum over token s's
     values in order of mark_t[f] * v (the zero terms, which do not change the sum, left out)."""
@@ -352,7 +368,7 @@ def _gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m):
     return acc
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
     """``stat_emission_sqnorm`` without a stored Gram matrix: the entries <x_t, x_s> it needs,
     those of two rows of ``st`` with non-zeros, computed from the tokens exactly as ``gram``
@@ -405,7 +421,7 @@ def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
     return v
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef):
     """The emission part of U += coef * Phi_x(st) (per-token slots of width Kc), over the
     non-zeros of each row only (the zero terms would add 0)."""
@@ -440,7 +456,7 @@ def level_points(best, m_max, ts, Ki, hs, gs):
             c += 1
     return c
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _ml_dense_truth(ytrue, ly, K, ybuf):
     for k in range(K):
         ybuf[k] = 0
@@ -448,7 +464,7 @@ def _ml_dense_truth(ytrue, ly, K, ybuf):
         if ytrue[q] < K:
             ybuf[ytrue[q]] = 1
 
-@njit(**_JIT)
+@njit(**_INNER)
 def gram(tok_ptr, fidx, fval, L, G, mark):
     """G[t, s] = <x_t, x_s> for sparse tokens. ``mark`` is a scratch array of size
     n_features filled with zeros (left zeroed on return). Dense rows (empty ``fidx``): the

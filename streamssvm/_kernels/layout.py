@@ -82,7 +82,7 @@ def n_index(meta, j):
     return 0 if meta[j, M_FLAGS] & FLAG_DENSE_ROW else meta[j, M_NNZ]
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def pairs_pos(meta, j):
     """(is block j a sparse chain block, offset of its pair list ``tn | tcap | pairs`` in Iar)."""
     kpos = (meta[j, M_IOFF] + meta[j, M_L] + 1 + n_index(meta, j) + meta[j, M_LY]
@@ -96,7 +96,7 @@ def truth_pos(meta, j):
     return meta[j, M_IOFF] + meta[j, M_L] + 1 + n_index(meta, j)
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def stat_pos(meta, j):
     """Offset in Far of block j's statistic region."""
     return meta[j, M_FOFF] + meta[j, M_NNZ] + gram_len(meta, j)

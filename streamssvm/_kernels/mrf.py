@@ -4,10 +4,10 @@ when exact inference is intractable")."""
 import numpy as np
 from numba import njit
 
-from .common import _JIT, _ml_dense_truth
+from .common import _INNER, _JIT, _ml_dense_truth
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def _mrf_enum(S, T, scale, K, ybuf, mode, loss_scale, Ki, ts, best_m, out, codes=None):
     """Enumerate the 2^K labelings of the pairwise multi-label MRF in Gray-code order (O(K) per
     labeling). mode 0: argmax score + loss_scale * Hamming / Ki; mode 1: argmax of the slack

@@ -5,7 +5,7 @@ exact slack-rescaling oracle and its level points, all by enumeration of the K c
 >>> S = np.array([[0.0, 2.0, 1.0]])
 >>> C = 1.0 - np.eye(3)
 >>> out = np.zeros(1, dtype=np.int32)
->>> float(mc_decode(S, 3, np.array([0], np.int32), C, 0.0, out)), int(out[0])
+>>> float(py_entry(mc_decode)(S, 3, np.array([0], np.int32), C, 0.0, out)), int(out[0])
 (2.0, 1)
 >>> hs, gs = np.zeros(3), np.zeros(3)
 >>> mc_levels(S, 3, np.array([0], np.int32), C, hs, gs), hs[:2].tolist()
@@ -14,10 +14,10 @@ exact slack-rescaling oracle and its level points, all by enumeration of the K c
 import numpy as np
 from numba import njit
 
-from .common import _INNER, _JIT
+from .common import _INNER, _JIT, py_entry  # noqa: F401 (py_entry: the doctests' Python entries)
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def mc_decode(S, K, ytrue, C, lw, out):
     """argmax_k S[0, k] + lw * C[ytrue[0], k] into out[0]; returns the maximum."""
     best = -np.inf
@@ -65,7 +65,7 @@ def mc_levels(S, K, ytrue, C, hs, gs):
     return c
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
     """E[j, k] += coef * x_j * st[k] (x = the one token, as ``structops.stat_apply``), on the
     classes with st[k] != 0 only: a multiclass step moves the few classes of its direction, so
@@ -74,7 +74,7 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
 
     >>> import numpy as np
     >>> E = np.zeros((3, 4)); st = np.array([0.0, 1.0, 0.0, -1.0])
-    >>> mc_stat_apply(E, np.array([0, 2], np.int32), np.array([0, 2], np.int32), np.array([1.0, 2.0]),
+    >>> py_entry(mc_stat_apply)(E, np.array([0, 2], np.int32), np.array([0, 2], np.int32), np.array([1.0, 2.0]),
     ...               st, 4, 0.5)
     >>> E[2].tolist()
     [0.0, 1.0, 0.0, -1.0]
@@ -138,7 +138,7 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
                 E[j, nz[q]] += v * sv[q]
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def mc_stat_apply2(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
     """``mc_stat_apply(E, ..., coef)`` and ``mc_stat_apply(Z, ..., zcoef)`` in one pass over the
     row (a step that also moves the averaging accumulator): the same products, so the same
@@ -146,7 +146,7 @@ def mc_stat_apply2(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
 
     >>> import numpy as np
     >>> E = np.zeros((3, 4)); Z = np.zeros((3, 4)); st = np.array([0.0, 1.0, 0.0, -1.0])
-    >>> mc_stat_apply2(E, Z, np.array([0, 2], np.int32), np.array([0, 2], np.int32), np.array([1.0, 2.0]),
+    >>> py_entry(mc_stat_apply2)(E, Z, np.array([0, 2], np.int32), np.array([0, 2], np.int32), np.array([1.0, 2.0]),
     ...                st, 4, 0.5, 2.0)
     >>> E[2].tolist(), Z[2].tolist()
     ([0.0, 1.0, 0.0, -1.0], [0.0, 4.0, 0.0, -4.0])

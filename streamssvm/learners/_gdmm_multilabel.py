@@ -16,6 +16,7 @@ from .. import certificate as cert_mod
 from .._kernels import gdmm as G
 from .._kernels import gdmm_multilabel as GM
 from .._kernels import structops as so
+from .._kernels.common import py_entry
 from ._gdmm_state import grow_rows
 from .base import label_capacity
 
@@ -281,7 +282,7 @@ class MLPairGDMM:
                 lab[:] = self._predict_reduced(sc, s)
             else:
                 S[0, :K] = sc
-                so._mrf_enum(S, self.T, s, K, ybuf, 0, 0.0, 1, 0.0, best_m, lab)
+                py_entry(so._mrf_enum)(S, self.T, s, K, ybuf, 0, 0.0, 1, 0.0, best_m, lab)
             out[y_ptr[e]:y_ptr[e] + K] = lab
         return out
 
@@ -312,7 +313,7 @@ class MLPairGDMM:
             S = np.zeros((1, m))
             S[0] = sc[R]
             lab = np.zeros(m, dtype=np.int32)
-            so._mrf_enum(S, np.ascontiguousarray(self.T[np.ix_(R, R)]), s, m, np.zeros(m, dtype=np.int32), 0, 0.0,
+            py_entry(so._mrf_enum)(S, np.ascontiguousarray(self.T[np.ix_(R, R)]), s, m, np.zeros(m, dtype=np.int32), 0, 0.0,
                          1, 0.0, np.zeros(m + 1), lab)
         else:
             from ..oracles.lp import PairwiseMRFLP

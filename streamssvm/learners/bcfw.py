@@ -28,7 +28,7 @@ from .._kernels import bcfw as K
 from .._kernels import bundles as KB
 from .._kernels import layout as KL
 from .._kernels import microbatch as MB
-from .._kernels.common import MULTICLASS
+from .._kernels.common import MULTICLASS, py_entry
 from .._kernels import structops as so
 from ..blocks import BlockStore
 from ..errors import CheckpointError
@@ -806,7 +806,7 @@ class BCFW(DenseWeights, Learner):
 
     def _gram(self, tok_ptr, fidx, fval, L):
         G = np.empty((L, L))
-        so.gram(tok_ptr, fidx, fval, L, G, self._mark)
+        py_entry(so.gram)(tok_ptr, fidx, fval, L, G, self._mark)
         return G
 
     def refine(self, passes=1.0, tol=None, progress=None):

@@ -47,6 +47,7 @@ from .._kernels import bcfw as KB
 from .._kernels import bundles as KBu
 from .._kernels import cp as KC
 from .._kernels import structops as so
+from .._kernels.common import py_entry
 from ..saved_state import (_rng_restore, _rng_state, pack_rows, unpack_rows, validate_example, validate_scalars,
                            validate_weights)
 from ..certificate import Certificate
@@ -383,7 +384,7 @@ class CuttingPlane(DenseWeights, Learner):
         b.L = len(b.tok_ptr) - 1
         mark = np.zeros(max(self.W.E.shape[0], 1))
         b.G = np.zeros((b.L, b.L))
-        so.gram(b.tok_ptr, b.fidx, b.fval, b.L, b.G, mark)
+        py_entry(so.gram)(b.tok_ptr, b.fidx, b.fval, b.L, b.G, mark)
         o_truth = self._truth_lab(b)
         b.labs, b.keys = [], set()
         b.D = np.zeros((0, self.structure.stat_size(b.L, self.W.Kc)))
@@ -610,7 +611,7 @@ class CuttingPlane(DenseWeights, Learner):
             b.Ki = int(r["Ki"])
             b.L = len(b.tok_ptr) - 1
             b.G = np.zeros((b.L, b.L))
-            so.gram(b.tok_ptr, b.fidx, b.fval, b.L, b.G, mark)
+            py_entry(so.gram)(b.tok_ptr, b.fidx, b.fval, b.L, b.G, mark)
             b.labs = [np.asarray(x, dtype=np.int32) for x in np.asarray(r["labs"])]
             b.keys = {x.tobytes() for x in b.labs}
             b.alpha = np.asarray(r["alpha"], dtype=np.float64)

@@ -5,6 +5,7 @@ import itertools
 import numpy as np
 
 from .._kernels import structops as so
+from .._kernels.common import py_entry
 from .._kernels.structops import MLPAIR, MLPAIR_MAX_LABELS, MULTILABEL
 from .base import Structure, indicator_emission
 
@@ -56,8 +57,8 @@ class MultiLabel(Structure):
         K = o.K
         best_m = np.zeros(K + 1)
         o._codes = np.zeros(K + 1, dtype=np.int64)
-        so._ml_dense_truth(o.ytrue, len(o.ytrue), K, o._ybuf)
-        so._mrf_enum(o.S, o.T, o.scale, K, o._ybuf, 2, 0.0, max(o.Ki, 1), o.ts, best_m,
+        py_entry(so._ml_dense_truth)(o.ytrue, len(o.ytrue), K, o._ybuf)
+        py_entry(so._mrf_enum)(o.S, o.T, o.scale, K, o._ybuf, 2, 0.0, max(o.Ki, 1), o.ts, best_m,
                      np.zeros(K, dtype=np.int32), o._codes)
         ms = [m for m in range(1, K + 1) if best_m[m] > -np.inf]
         o._level_m = np.array(ms, dtype=np.int64)
