@@ -131,3 +131,60 @@ def test_py_entry_is_one_cached_twin_with_the_kernels_results():
     entry(tp, fi, fv, 2, G1, np.zeros(4))
     via_kernel(tp, fi, fv, 2, G2, np.zeros(4))
     assert G1.tolist() == G2.tolist() and G1[0, 0] == 1.5 ** 2 + 4.0
+
+
+def _python_calls_of(names, path):
+    """(line, name) of the calls of ``names`` in the Python code of ``path``: outside the bodies of
+    jitted functions and overloads, and not through ``py_entry(...)``."""
+    import ast
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    jitted = ("njit", "jit", "overload", "overload_method", "register_jitable", "intrinsic")
+
+    def is_jitted(fn):
+        for d in fn.decorator_list:
+            f = d.func if isinstance(d, ast.Call) else d
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in jitted:
+                return True
+        return False
+
+    # names bound to ``py_entry(...)`` in this file (``apply = py_entry(K.apply)``) are entries
+    rebound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == "py_entry"
+                                                for c in ast.walk(node.value)):
+            for t in node.targets:
+                rebound |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    found = []
+
+    def visit(node, in_jit):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_jit = in_jit or is_jitted(node)
+        if not in_jit and isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            if name in names and not (isinstance(f, ast.Name) and name in rebound):
+                found.append((node.lineno, name))
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_jit)
+
+    visit(tree, False)
+    return found
+
+
+def test_no_python_code_calls_a_kernel_without_a_python_entry():
+    """Calling an ``_INNER`` kernel (no CPython wrapper) from Python crashes the process instead of
+    raising: every Python caller in the package, the connectors, the benches and the tests goes
+    through ``common.py_entry``. A static scan of the call sites by name, outside
+    ``streamssvm/_kernels/`` (whose plain functions are compiled as overloads of the structures;
+    the kernel tests and doctests run them there); a name shared with a Python function elsewhere
+    would show up here and be renamed."""
+    import glob
+    import os
+    inner = {n.split(".", 1)[1] for n, d in _kernel_dispatchers() if d.targetoptions.get("no_cpython_wrapper")}
+    assert {"gram", "mc_stat_apply2", "pairs_pos"} <= inner
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [p for pat in ("streamssvm/*.py", "streamssvm/[!_]*/**/*.py", "connectors/**/*.py", "bench/**/*.py", "tests/**/*.py",
+                           "examples/**/*.py") for p in glob.glob(os.path.join(root, pat), recursive=True)]
+    bad = [(os.path.relpath(p, root), line, name) for p in sorted(paths) for line, name in _python_calls_of(inner, p)]
+    assert bad == []
