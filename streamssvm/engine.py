@@ -565,6 +565,7 @@ class Engine:
                 if self.stop_signal is not None:
                     return "interrupted", since_snap
                 if self.idle_timeout is not None and time.monotonic() - last_record >= self.idle_timeout:
+                    self._idle_tail = time.monotonic() - last_record   # not the stream's time
                     return "idle timeout", since_snap
                 continue
             last_record = time.monotonic()
@@ -696,9 +697,11 @@ class Engine:
         seen0 = self.examples_seen
         self._bad0 = self.bad_records
         prog = Progress(self.progress, self.max_examples)
+        self._idle_tail = 0.0
         try:
             stopped, since_snap = self._run_loop(t0, seen0, prog)
-            t_stream = time.perf_counter() - t0   # the summary's rate: the stream only
+            # the summary's rate: the stream only, without the wait that ended it (idle timeout)
+            t_stream = time.perf_counter() - t0 - (self._idle_tail if stopped == "idle timeout" else 0.0)
             if stopped == "too many bad records":  # nothing worth keeping: no checkpoint
                 self.dead_letter.flush()
                 return self._summary(t0, seen0, stopped, t_stream)
@@ -726,7 +729,8 @@ class Engine:
 
     def _summary(self, t0, seen0, stopped, t_stream=None):
         """The run's summary; ``throughput`` is over the stream's time (``seconds_stream``: not
-        the refinement, the final snapshot or the checkpoint); ``cpu_seconds``: the process's CPU
+        the wait without records that ended it at ``idle_timeout``, the refinement, the final
+        snapshot or the checkpoint); ``cpu_seconds``: the process's CPU
         time (user + system, every thread) over the whole run, its final snapshot and checkpoint
         included (not the start-up before :meth:`run`: imports, kernel loading, warm-up);
         ``test``: the held-out metrics of the last snapshot (``test=``)."""
