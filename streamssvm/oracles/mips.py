@@ -339,8 +339,8 @@ class BlasExactMIPS(ExactMIPS):
         the class the float64 scan of both stores picks (:func:`~streamssvm._kernels.mips.averaged_best`),
         from float32 products over the mirror. The mirror holds U = A0 V - Z for the weight sum
         A0 it was last built at: while A == A0 (no step since; e.g. serving) one product over the
-        U rows answers; otherwise the V rows too (h = (A - A0) <V, x> + <U, x>), and the second
-        query at the same A rebuilds U at A0 = A. None when no product applies (sparse input, Z
+        U rows answers; otherwise the V rows too (h = (A - A0) <V, x> + <U, x>), and once more
+        than :attr:`rebuild_after` queries in a row saw the same A, U is rebuilt at A0 = A. None when no product applies (sparse input, Z
         not mirrorable, an infinite bound): the caller scans."""
         st = self.store
         n = st.n_rows
