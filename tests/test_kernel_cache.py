@@ -7,7 +7,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+from numba import njit
+
 from streamssvm import _kernels, kernel_cache
+from streamssvm._kernels import common
 
 
 def test_a_source_change_is_a_new_cache_folder(tmp_path):
@@ -188,3 +193,35 @@ def test_no_python_code_calls_a_kernel_without_a_python_entry():
                            "examples/**/*.py") for p in glob.glob(os.path.join(root, pat), recursive=True)]
     bad = [(os.path.relpath(p, root), line, name) for p in sorted(paths) for line, name in _python_calls_of(inner, p)]
     assert bad == []
+
+
+def test_every_kernel_without_a_python_entry_raises_when_python_calls_it():
+    """The run-time net under the static scan above (which cannot see a dynamic call, e.g. a user's
+    ``getattr(module, name)(...)``): every kernel declared without a CPython wrapper is a
+    ``common.InnerKernel``, whose call from Python raises ``TypeError`` naming ``py_entry``;
+    before, the call jumped into compiled code with no wrapper and crashed the process."""
+    inner = [(n, d) for n, d in _kernel_dispatchers() if d.targetoptions.get("no_cpython_wrapper")]
+    assert len(inner) > 40
+    assert [n for n, d in inner if not isinstance(d, common.InnerKernel)] == []
+    for name, d in inner:
+        with pytest.raises(TypeError, match="py_entry"):
+            d(np.zeros(3), 1)
+    # kernels with a Python entry keep numba's own dispatcher class
+    assert [n for n, d in _kernel_dispatchers()
+            if isinstance(d, common.InnerKernel) and not d.targetoptions.get("no_cpython_wrapper")] == []
+
+
+def test_an_inner_kernel_still_compiles_into_its_callers_and_through_py_entry():
+    """The guard changes the Python call only: a jitted caller types and runs the helper as any
+    dispatcher, and ``py_entry`` gives the same numbers."""
+    @njit
+    def via_kernel(tp, fi, fv, L, G, mark):
+        common.gram(tp, fi, fv, L, G, mark)
+
+    tp, fi, fv = np.array([0, 2, 3], np.int32), np.array([0, 3, 3], np.int32), np.array([1.5, -2.0, 0.25])
+    G1, G2 = np.zeros((2, 2)), np.zeros((2, 2))
+    common.py_entry(common.gram)(tp, fi, fv, 2, G1, np.zeros(4))
+    via_kernel(tp, fi, fv, 2, G2, np.zeros(4))
+    assert G1.tolist() == G2.tolist()
+    with pytest.raises(TypeError, match=r"py_entry\(gram\)"):   # a dynamic call, which the scan cannot see
+        getattr(common, "gram")(tp, fi, fv, 2, G1, np.zeros(4))

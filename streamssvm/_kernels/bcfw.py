@@ -1135,3 +1135,8 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
         # the first step on the new block (alive[n - 1]), then the replays
         avg_t0, steps, n_steps = out[2], arena[6][n - 1:n], cfg[7] + 1
     return _step_loop(model, w, arena, scratch, avg, cfg, counters, steps, n_steps, n, avg_t0, tick0)
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

@@ -416,3 +416,8 @@ def chain_trans_sqnorm(v, st, L, K, Kc, use_trans):
             b = st[off2 + Kc + k]
             v += a * a + b * b
     return v
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

@@ -159,3 +159,8 @@ def sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
                 T[a, b] += cu * v
                 if cz != 0.0:
                     ZT[a, b] += cz * v
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

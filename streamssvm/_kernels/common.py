@@ -12,6 +12,7 @@ and a stored zero adds an exact 0, so the two layouts give the same numbers to t
 """
 import numpy as np
 from numba import njit
+from numba.core.registry import CPUDispatcher
 
 from .simd import LANES, vec_scores
 
@@ -46,6 +47,27 @@ def py_entry(kernel):
     if entry is None:
         entry = _ENTRIES[kernel] = njit(**_JIT)(kernel.py_func)
     return entry
+
+
+class InnerKernel(CPUDispatcher):
+    """A kernel declared ``_INNER`` (no CPython wrapper): other kernels call it as before (numba
+    types it as any dispatcher), but a call from Python raises ``TypeError`` naming
+    :func:`py_entry` instead of jumping into compiled code that has no wrapper to unbox its
+    arguments, which crashes the process."""
+
+    def __call__(self, *args, **kwargs):
+        name = f"{self.py_func.__module__}.{self.py_func.__qualname__}"
+        raise TypeError(f"{name} is a kernel-internal function with no Python entry: "
+                        f"call it from Python as streamssvm._kernels.common.py_entry({self.py_func.__qualname__})(...)")
+
+
+def guard_inner(namespace):
+    """Make every ``_INNER`` kernel defined in a module's ``namespace`` (its ``globals()``, called
+    at the end of each kernel module) an :class:`InnerKernel`, so calling one from Python raises
+    instead of crashing. The dispatcher keeps its state; only the class (same layout) changes."""
+    for obj in list(namespace.values()):
+        if type(obj) is CPUDispatcher and obj.targetoptions.get("no_cpython_wrapper"):
+            obj.__class__ = InnerKernel
 
 #: Block flag (``meta[j, M_FLAGS]`` of ``streamssvm._kernels.bcfw``): the block's row is stored
 #: dense (values of features 0..nnz-1, no index array; see the module docstring). 1, 2, 4 are
@@ -492,3 +514,6 @@ def gram(tok_ptr, fidx, fval, L, G, mark):
             G[s, t] = acc
         for p in range(tok_ptr[t], tok_ptr[t + 1]):
             mark[fidx[p]] = 0.0
+
+
+guard_inner(globals())   # a Python call of an _INNER kernel raises (InnerKernel)

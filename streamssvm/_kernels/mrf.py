@@ -88,3 +88,8 @@ def mrf_level_labeling(S, T, scale, K, ytrue, ly, Ki, m, out):
         if (codes[m] >> k) & 1:
             out[k] = 1
     return best_m[m] > -np.inf
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

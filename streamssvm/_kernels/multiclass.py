@@ -358,3 +358,8 @@ def dict_row_csr(cols, vals, max_abs, fidx, fval):
             fidx[1:c] = ci
             fval[1:c] = cv
     return 2 * c + unknown
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

@@ -807,3 +807,8 @@ def _py_frozen_support(kind, T, K):
 @njit(**_JIT)
 def _py_decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
     return decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support)
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)
