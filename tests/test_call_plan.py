@@ -186,13 +186,18 @@ def test_record_plan_follows_the_model():
     assert pickle.loads(pickle.dumps(m))._learner._record_plan is None
 
 
-def test_reserve_row_is_reserve_of_one_row():
-    """BlockStore.reserve_row(fidx) leaves the store as reserve(1, len(fidx), 1, 1, fidx) does, dense
-    and sparse rows, through slot-table and arena growth and reused (freed) slots."""
+@pytest.mark.parametrize("kind,kw", [("mc", {}), ("mc", {"pool_cap": 5, "avg": True}),
+                                     ("chain", {"sparse": True}), ("chain", {"sparse": False, "pool_cap": 3})])
+def test_reserve_row_is_reserve_of_one_row(kind, kw):
+    """BlockStore.reserve_row(fidx) leaves the store as reserve(1, len(fidx), 1, 1, fidx) does (the
+    learn_one path takes it for every one-token, one-label, unweighted example): dense and sparse
+    rows, pools, averaging accumulators, one-token chains, through slot-table and arena growth and
+    reused (freed) slots."""
     from streamssvm.blocks import BlockStore
-    from streamssvm.structures import MultiClass
+    from streamssvm.structures import Chain, MultiClass
     rng = np.random.default_rng(0)
-    a, b = BlockStore(MultiClass(), 4, 0, 1000, None, "fifo"), BlockStore(MultiClass(), 4, 0, 1000, None, "fifo")
+    make = (lambda: BlockStore(MultiClass() if kind == "mc" else Chain(), 4, capacity=1000, **kw))
+    a, b = make(), make()
     for i in range(150):
         if i % 3:
             fidx = np.arange(0, 1 + int(rng.integers(1, 40)), dtype=np.int32)             # dense

@@ -623,7 +623,10 @@ class BCFW(DenseWeights, Learner):
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         victim = st.fifo_victim()
-        slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx, weight)
+        if L == 1 and len(ytrue) == 1 and Ki == 1 and weight == 1.0:   # one unweighted row (multiclass)
+            slot = st.reserve_row(fidx)
+        else:
+            slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx, weight)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
