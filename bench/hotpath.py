@@ -42,7 +42,9 @@ perf_counter; BLAS pinned to one thread before numpy is imported):
   seen, 8,000 examples learned; ``--quick``: 1,000 classes), the default averaged prediction and
   the last iterate (``averaging=False``), against numpy ``argmax(W @ x)`` with W the model's own
   (averaged) float64 weights and x the same row with the bias feature appended.
-* ``floor``: an empty numba call from Python (one array; the six bundles of a BCFW step).
+* ``floor``: an empty numba call from Python (no argument; one array; the six bundles of a BCFW step;
+  the twelve arguments of ``predict_learn_one``'s kernel, through the dispatcher and through the
+  compiled entry point directly).
 """
 from __future__ import annotations
 
@@ -411,29 +413,66 @@ def bench_memoir(n_classes, reps, log, dim=256, n_learn=8000, n_query=400):
 
 
 def bench_floor(log):
+    """What a call from Python into numba costs before any work: an empty jitted function called
+    with no argument, one array, the six bundles of a BCFW step, and the twelve arguments of the
+    record path's kernel (``predict_learn_examples``, as ``predict_learn_one`` passes them, captured
+    from a real call); the last also through the compiled entry point itself (no type dispatch:
+    what is left is unboxing the arguments)."""
     import numba
     import numpy as np
     import timeit
     import streamssvm as ss
 
-    @numba.njit
+    @numba.njit(nogil=True, no_cfunc_wrapper=True)
+    def empty0():
+        return 0
+
+    @numba.njit(nogil=True, no_cfunc_wrapper=True)
     def empty1(a):
         return 0
 
-    @numba.njit
+    @numba.njit(nogil=True, no_cfunc_wrapper=True)
     def empty6(a, b, c, d, e, f):
         return 0
+
+    @numba.njit(nogil=True, no_cfunc_wrapper=True)
+    def empty12(a, b, c, d, e, f, g, h, i, j, k, l):
+        return 0
+
+    def us(fn):
+        return min(timeit.repeat(fn, number=20000, repeat=5)) / 20000 * 1e6
     a = np.zeros(3)
+    empty0()
     empty1(a)
     m = ss.MulticlassSSVM()
     for i in range(30):
         m.learn_one(np.array([1.0, i % 3]), i % 3)
     tup = m._learner._bundles(1, 1.0) if hasattr(m._learner, "_bundles") else None
-    out = {"empty numba call, 1 array": min(timeit.repeat(lambda: empty1(a), number=20000, repeat=5)) / 20000 * 1e6}
+    out = {"empty numba call, no argument": us(lambda: empty0()),
+           "empty numba call, 1 array": us(lambda: empty1(a))}
     if tup is not None:
         empty6(*tup)
-        out["empty numba call, the 6 BCFW bundles"] = min(timeit.repeat(lambda: empty6(*tup), number=20000,
-                                                                        repeat=5)) / 20000 * 1e6
+        out["empty numba call, the 6 BCFW bundles"] = us(lambda: empty6(*tup))
+    try:   # the record kernel's arguments, captured from a predict_learn_one call
+        from streamssvm.learners import bcfw as lb
+        real, got = lb.MB.predict_learn_examples, []
+
+        def capture(*args):
+            got.append(args)
+            return real(*args)
+        lb.MB.predict_learn_examples = capture
+        try:
+            m.predict_learn_one(np.array([1.0, 2.0]), 1)
+        finally:
+            lb.MB.predict_learn_examples = real
+    except (ImportError, AttributeError):
+        got = []
+    if got and len(got[0]) == 12:
+        args = got[0]
+        empty12(*args)
+        entry = next(iter(empty12.overloads.values())).entry_point
+        out["empty numba call, the 12 arguments of predict_learn_one's kernel"] = us(lambda: empty12(*args))
+        out["the same, its compiled entry point called directly (unboxing only)"] = us(lambda: entry(*args))
     log(f"floor: {out}")
     return out
 

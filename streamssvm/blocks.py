@@ -542,6 +542,55 @@ class BlockStore:
         self._order.append(slot)
         return slot
 
+    def reserve_row(self, fidx):
+        """:meth:`reserve` of one unweighted one-token row, ``reserve(1, len(fidx), 1, 1, fidx)``:
+        the same slot, segments and bookkeeping, without the general call's arguments (the
+        record path, ``BCFW.predict_learn_record``)."""
+        nnz = nidx = len(fidx)
+        flags = (CS.FLAG_SPARSE if self.sparse else 0) | (KL.FLAG_AVG if self.avg else 0)
+        if self.dense_rows and nnz:
+            span = dense_row_span(fidx, 0, nnz)
+            if span > 0:
+                nnz, nidx, flags = span, 0, FLAG_DENSE_ROW | (flags & KL.FLAG_AVG)
+        key = (1, nnz, 1, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L, self.avg)
+        sizes = self._sizes.get(key)
+        if sizes is None:
+            if len(self._sizes) > 4096:
+                self._sizes.clear()
+            sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(1, int(nnz), 1, nidx=int(nidx))) + (
+                0 if self.stores_gram(1) else KL.FLAG_NO_GRAM,)
+        isz, fsz, lablen, no_gram = sizes
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = self.n_slots
+            self.n_slots += 1
+            if slot >= self.meta.shape[0]:
+                self._grow_slots(self.n_slots)
+        io, fo = self.i_used, self.f_used
+        if io + isz > self.Iar.shape[0]:
+            self._ensure_arena("Iar", io + isz)
+        if fo + fsz > self.Far.shape[0]:
+            self._ensure_arena("Far", fo + fsz)
+        self.meta[slot] = (io, fo, 1, nnz, 1, 1, self.pool_cap, 0, lablen, flags | no_gram, isz, fsz)
+        self.i_used = io + isz
+        self.f_used = fo + fsz
+        self.i_live += isz
+        self.f_live += fsz
+        self.gest[slot] = np.inf
+        self.lval[slot] = 0.0
+        if self.any_weight:   # weight 1 (an unweighted store's cw is already 1)
+            self.cw[slot] = 1.0
+        self.last_oracle[slot] = -1
+        seen = self._seen
+        self.birth[slot] = seen
+        self.pos[slot] = -1
+        self._seen = seen + 1
+        self._order.append(slot)
+        if self.max_L < 1:
+            self.max_L = 1
+        return slot
+
     def _admitted(self, slots, ti, tf):
         """The bookkeeping of ``m = len(slots)`` new blocks written with ``ti`` / ``tf`` arena
         entries: used and live sizes, fresh gap estimates, losses, oracle ticks, births in

@@ -518,6 +518,17 @@ class FeatureIndex:
             raise self.value_error(m)
         return tok_ptr, fidx[:m], fval[:m]
 
+    def plain_row(self, x):
+        """The arrays of ``encode_record(x)`` when ``x`` is a plain row -- a C-contiguous 1-D
+        float64 numpy array of the index's width, the index built from arrays -- validated
+        (raising ``encode_one``'s errors) in one numba pass (:meth:`_array_row`); else None.
+        The record is complete and the index unchanged by it: an :class:`EncodedRecord` of it
+        would be trusted (:meth:`trusts`)."""
+        if type(x) is np.ndarray and x.dtype is _F64 and x.ndim == 1 and x.shape[0] == self.array_dim \
+                and x.flags.c_contiguous and not self.vocab:
+            return self._array_row(x)
+        return None
+
     def encode_record(self, x, keep=False):
         """An :class:`EncodedRecord` of one flat example (dict or 1-D array), validated whole;
         registers nothing (its arrays are those of ``encode_one(x, grow=False)``). ``keep``: take
@@ -535,10 +546,8 @@ class FeatureIndex:
                 arrays = self._known_pairs(pairs)
             snap = dict(x) if keep and not new and self.n_features is None else None
             return EncodedRecord(_ISSUER, x, arrays, not new, self, snap)
-        if type(x) is np.ndarray and x.dtype is _F64 and x.ndim == 1 and x.shape[0] == self.array_dim \
-                and x.flags.c_contiguous and not self.vocab:
-            arrays = self._array_row(x)   # the common record: encode_one's checks and arrays, fewer steps
-        else:
+        arrays = self.plain_row(x)   # the common record: encode_one's checks and arrays, fewer steps
+        if arrays is None:
             arrays = self.encode_one(x, grow=False)
         snap = (x.dtype, x.shape, x.tobytes()) if keep and isinstance(x, np.ndarray) else None
         return EncodedRecord(_ISSUER, x, arrays, True, self, snap)

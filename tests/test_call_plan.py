@@ -12,7 +12,7 @@ from streamssvm.learners import BCFW
 def _drop(model):
     lr = model._learner
     if lr is not None:
-        lr._call_plan = lr._model_plan = None
+        lr._call_plan = lr._model_plan = lr._record_plan = None
         lr.store._sizes.clear()   # the block store's memo of segment sizes
 
 
@@ -92,3 +92,123 @@ def test_plain_tuple_field_order():
     assert KB.pack(KB.WeightsBundle(1, 2, 3)) == (1, 2, 3)
     assert KB.Arena._fields == ("Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
                                 "tree", "tree_size", "cw", "csum")
+
+
+# ---------------------------------------------------------------- the record path (predict_learn_one)
+def _rows(n=700, seed=1):
+    """numpy rows of a fixed width whose labels appear over time (a new label every 35 records)."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        yield rng.normal(size=6), int(rng.integers(0, 1 + i // 35))
+
+
+def _plo_run(tmp_path, kept, make, records, events, dicts=False):
+    m = make()
+    preds, taken = [], 0
+    for i, (x, y) in enumerate(records):
+        if not kept:
+            _drop(m)
+        lr = m._learner
+        before = None if lr is None else lr.n_learned
+        preds.append(m.predict_learn_one(x, y))
+        ev = events.get(i)
+        if ev == "set_lam":
+            m._learner.set_lam(0.5 * m._learner.effective_lam())
+        elif ev == "load":
+            path = tmp_path / f"r_{kept}_{i}.ssvm"
+            m.save(path)
+            m = est_base.load(path)
+        elif ev == "clone":      # a deep copy (its plans dropped) continues the stream
+            import copy
+            m = copy.deepcopy(m)
+        elif ev == "refine":
+            m._learner.refine(1)
+        taken += lr is not None and lr._record_plan is not None and before is not None
+    lr = m._learner
+    return preds, taken, lr.W.E.copy(), lr.W.T.copy(), lr.W.B.copy(), lr._Z.E.copy(), m.temperature
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MulticlassSSVM(learner=BCFW(seed=0)),
+    lambda: MulticlassSSVM(learner=BCFW(seed=0), scale=False),
+    lambda: MulticlassSSVM(learner=BCFW(seed=0, lam=0.02)),
+    lambda: MulticlassSSVM(learner=BCFW(seed=0, averaging=False)),
+    lambda: MulticlassSSVM(learner=BCFW(seed=0, rescaling="slack")),
+])
+def test_record_plan_kept_matches_rebuilt(tmp_path, make):
+    """predict_learn_one's record plan (BCFW._record_plan_for) and call plan kept across new labels,
+    block-store growth (slot table and arenas grow past 64 blocks / their first size), a lambda
+    change, a refine, a deep copy and a save / load mid-stream: the same predictions, weights,
+    averages and temperature as with both plans dropped before every record."""
+    events = {120: "set_lam", 250: "clone", 330: "refine", 420: "load"}
+    a = _plo_run(tmp_path, True, make, _rows(), events)
+    b = _plo_run(tmp_path, False, make, _rows(), events)
+    assert a[1] > 500   # the record path (one kernel call) took most records
+    assert a[0] == b[0]
+    for u, v in zip(a[2:6], b[2:6]):
+        assert u.shape == v.shape and np.array_equal(u, v)
+    assert a[6] == b[6]
+
+
+def test_record_plan_kept_matches_rebuilt_dicts(tmp_path):
+    """The same on dict records whose features and labels appear over time (new names go the
+    Python way, known ones the record path)."""
+    make = lambda: MulticlassSSVM(learner=BCFW(seed=0))   # noqa: E731
+    events = {200: "load", 300: "set_lam"}
+    a = _plo_run(tmp_path, True, make, _stream(), events)
+    b = _plo_run(tmp_path, False, make, _stream(), events)
+    assert a[0] == b[0]
+    for u, v in zip(a[2:6], b[2:6]):
+        assert u.shape == v.shape and np.array_equal(u, v)
+
+
+def test_record_plan_follows_the_model():
+    """The record plan is rebuilt when the label count, the scratch buffers or the fixed lambda
+    change, and is never copied."""
+    import copy
+    import pickle
+    m = MulticlassSSVM(learner=BCFW(seed=0))
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        m.predict_learn_one(rng.normal(size=3), i % 2)
+    lr = m._learner
+    rp = lr._record_plan
+    assert rp is not None and rp[3] == 2 and rp[0] is lr._bundles(1, 1.0)[3]
+    for i in range(40):                       # a third label: K and the scratch (label capacity) change
+        m.predict_learn_one(rng.normal(size=3), i % 3)
+    rp2 = lr._record_plan
+    assert rp2 is not rp and rp2[3] == 3 and rp2[0] is lr._bundles(1, 1.0)[3]
+    assert rp2[4][0] is rp2[0] and rp2[4][2] == -1.0
+    lr.set_lam(0.0005)
+    m.predict_learn_one(rng.normal(size=3), 1)
+    assert lr._record_plan[2] == 0.0005 and lr._record_plan[4][2] == 0.0005
+    assert copy.deepcopy(m)._learner._record_plan is None
+    assert pickle.loads(pickle.dumps(m))._learner._record_plan is None
+
+
+@pytest.mark.parametrize("kind,kw", [("mc", {}), ("mc", {"pool_cap": 5, "avg": True}),
+                                     ("chain", {"sparse": True}), ("chain", {"sparse": False, "pool_cap": 3})])
+def test_reserve_row_is_reserve_of_one_row(kind, kw):
+    """BlockStore.reserve_row(fidx) leaves the store as reserve(1, len(fidx), 1, 1, fidx) does (the
+    learn_one path takes it for every one-token, one-label, unweighted example): dense and sparse
+    rows, pools, averaging accumulators, one-token chains, through slot-table and arena growth and
+    reused (freed) slots."""
+    from streamssvm.blocks import BlockStore
+    from streamssvm.structures import Chain, MultiClass
+    rng = np.random.default_rng(0)
+    make = (lambda: BlockStore(MultiClass() if kind == "mc" else Chain(), 4, capacity=1000, **kw))
+    a, b = make(), make()
+    for i in range(150):
+        if i % 3:
+            fidx = np.arange(0, 1 + int(rng.integers(1, 40)), dtype=np.int32)             # dense
+        else:
+            fidx = np.sort(rng.choice(500, size=5, replace=False)).astype(np.int32)      # sparse
+        if i == 90:
+            for st in (a, b):
+                st.free.append(7)
+        assert a.reserve(1, len(fidx), 1, 1, fidx) == b.reserve_row(fidx)
+    for name in ("meta", "gest", "lval", "cw", "last_oracle", "birth", "pos"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    for name in ("i_used", "f_used", "i_live", "f_live", "n_slots", "_seen", "max_L", "free"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert list(a._order) == list(b._order) and a.Iar.shape == b.Iar.shape and a.Far.shape == b.Far.shape

@@ -305,17 +305,22 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if self._learner is None or len(self._labels) == 0:
             self.learn_one(x, y)
             return None
-        enc = self._features.encode_record(x)   # x's errors first, as predict_one raises them
-        self._check_y(y)
-        trusted = self._features.trusts(enc)
+        row = self._features.plain_row(x)   # x's errors first, as predict_one raises them
+        if row is not None:   # a plain numpy row: encode_record's arrays, trusted (no record object)
+            self._check_y(y)
+            tok_ptr, fidx, fval = row
+            trusted = True
+        else:
+            enc = self._features.encode_record(x)
+            self._check_y(y)
+            trusted = self._features.trusts(enc)
+            tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
         if trusted:   # known features and label: prediction, scaling, calibration and step in one kernel call
-            p = self._predict_learn_record(enc.fidx, enc.fval, y)
+            p = self._predict_learn_record(fidx, fval, y)
             if p is not _NOT_TAKEN:
                 return p
-        p = self._predict_arrays(enc.tok_ptr, enc.fidx, self._scaled(enc.fidx, enc.fval))
-        if trusted:
-            tok_ptr, fidx, fval = enc.tok_ptr, enc.fidx, enc.fval
-        else:   # new feature names: registered now (the prediction did not know them)
+        p = self._predict_arrays(tok_ptr, fidx, self._scaled(fidx, fval))
+        if not trusted:   # new feature names: registered now (the prediction did not know them)
             tok_ptr, fidx, fval = self._features.encode_one(x, grow=True)
         self._learn_arrays(tok_ptr, fidx, fval, self._labels.encode(y, grow=True))
         return p

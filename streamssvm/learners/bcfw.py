@@ -266,7 +266,7 @@ class BCFW(DenseWeights, Learner):
         self._slot1, self._seed1, self._pred1 = (np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
                                                  np.zeros(1, dtype=np.int32))
         self._pred_cache = None
-        self._call_plan = self._model_plan = None
+        self._call_plan = self._model_plan = self._record_plan = None
         if getattr(self, "_mark", None) is None:
             self._mark = np.zeros(1)
 
@@ -381,7 +381,7 @@ class BCFW(DenseWeights, Learner):
     def __getstate__(self):
         # the call plans key on object ids, which mean nothing in a copy: rebuilt on first use
         state = super().__getstate__()   # the base drops the thread guard
-        state["_call_plan"] = state["_model_plan"] = None
+        state["_call_plan"] = state["_model_plan"] = state["_record_plan"] = None
         return state
 
     def _model_bundle(self):
@@ -623,7 +623,10 @@ class BCFW(DenseWeights, Learner):
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
         victim = st.fifo_victim()
-        slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx, weight)
+        if L == 1 and len(ytrue) == 1 and Ki == 1 and weight == 1.0:   # one unweighted row (multiclass)
+            slot = st.reserve_row(fidx)
+        else:
+            slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx, weight)
         out = self._out3
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
@@ -716,40 +719,76 @@ class BCFW(DenseWeights, Learner):
     def predict_learn_record(self, fidx, fval, yid, scaling=None, observed=False):
         """:meth:`predict_learn_run` of one record (``fidx`` / ``fval`` one row, label id
         ``yid``), with the arrays a run of one needs built without the run's vector
-        bookkeeping (``BlockStore.reserve`` of one block is ``reserve_rows`` of one row):
-        the one-at-a-time path (``predict_learn_one``) in one kernel call. Returns the predicted
+        bookkeeping (``BlockStore.reserve_row``, the store's ``reserve`` of one row): the
+        one-at-a-time path (``predict_learn_one``) in one kernel call. Returns the predicted
         label id and the record's class scores before learning (a (1, K) array when
         ``observed``, else None), or None when the record must go through the Python side
-        (:meth:`_run_length` is 0)."""
+        (:meth:`_run_length` is 0).
+
+        The kernel's bundles come from the per-model call plan (:meth:`_bundles`) and the
+        record's own tuples and buffers from the record plan (:meth:`_record_plan_for`), both
+        rebuilt exactly when what they are made of changes."""
         st = self.store
         if not self._room_for_one(st):
             return None
-        if self.W.E.shape[0] > self._mark.shape[0]:
-            self._mark = np.zeros(self.W.E.shape[0])
+        mark = self._mark
+        if self.W.E.shape[0] > mark.shape[0]:
+            mark = self._mark = np.zeros(self.W.E.shape[0])
         n = len(fidx)
-        slot = st.reserve(1, n, 1, 1, fidx)
         slots = self._slot1
-        slots[0] = slot
+        slots[0] = st.reserve_row(fidx)
         seeds = self._seed1
         seeds[0] = self._seed()
-        g_full = self._g_full if self._had_full else self._g_full * self._cmax
-        bundles = self._bundles(max(1, st.max_L), g_full)
-        preds = self._pred1
-        predicting = (self._ws.ensure(1, self.W.Kc).scratch(1, False), bool(self.averaging),
-                      -1.0 if self._lam_fixed is None else float(self._lam_fixed), float(self.AUTO_LAM),
-                      float(self.AUTO_LAM_N), _ROWS_ONE, preds)
-        tok_ptr = np.array([0, n], dtype=np.int32)
-        ytrue = np.array([yid], dtype=np.int32)
-        records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds)
-        sumsq, count, pval, lval = self._value_arrays(fval, scaling)
-        S = np.empty((1 if observed else 0, self._K))
-        observing = (sumsq, count, scaling is not None, pval, lval, _OBS_FIRST if observed else _OBS_NONE, S,
-                     int(self._K))
-        tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters,
-                                         self._out3)
+        bundles = self._bundles(1 if st.max_L < 1 else st.max_L,
+                                self._g_full if self._had_full else self._g_full * self._cmax)
+        rp = self._record_plan_for(bundles[3])
+        tok_ptr, ytrue = rp[5], rp[6]
+        tok_ptr[1] = n
+        ytrue[0] = yid
+        if scaling is None:
+            sumsq = count = self._NO_STATS
+            pval = lval = fval
+        else:
+            sumsq, count = scaling
+            if rp[7].shape[0] < n:
+                rp[7] = np.empty(max(n, 2 * rp[7].shape[0]))
+                rp[8] = np.empty(rp[7].shape[0])
+            pval, lval = rp[7][:n], rp[8][:n]
+        S = np.empty((1, rp[3])) if observed else rp[9]
+        tick = MB.predict_learn_examples(*bundles, (tok_ptr, fidx, fval, ytrue, mark, slots, seeds), rp[4],
+                                         (sumsq, count, scaling is not None, pval, lval,
+                                          _OBS_FIRST if observed else _OBS_NONE, S, rp[3]),
+                                         self._tick, self.counters, self._out3)
         # _after_run of a run of one: the record's own arrays are the given-steps example
-        self._after_run(1, tick, None, (tok_ptr, fidx, lval, ytrue, self._mark, -1, -1))
-        return int(preds[0]), (S if observed else None)
+        self._after_run(1, tick, None, (tok_ptr, fidx, lval, ytrue, mark, -1, -1))
+        return int(self._pred1[0]), (S if observed else None)
+
+    #: the record path's tuples and buffers (:meth:`_record_plan_for`); not copied or saved
+    _record_plan = None
+
+    def _record_plan_for(self, scratch):
+        """The record path's own part of the call plan, a list: [0] the prediction's scratch
+        bundle, [1] averaging, [2] the fixed lambda (-1: follows n), [3] the label count K,
+        [4] the kernel's ``predicting`` tuple made of them, [5] the row's tok_ptr [0, n] and
+        [6] its label id (one-record buffers the kernel reads), [7] / [8] buffers of the
+        predicted and learned values of a scaled row, [9] the empty score table of a record
+        not observed. Kept while the scratch bundle (the per-model call plan's; the non-slack
+        buffers under slack rescaling), the settings and K are the same; read by the kernel
+        only, so nothing outside the learner holds its arrays."""
+        if self._slack:   # the prediction scores without the slack DP table
+            scratch = self._ws.ensure(1, self.W.Kc).scratch(1, False)
+        lam = -1.0 if self._lam_fixed is None else float(self._lam_fixed)
+        averaging = bool(self.averaging)
+        rp = self._record_plan
+        if (rp is None or rp[0] is not scratch or rp[1] != averaging or rp[2] != lam or rp[3] != self._K
+                or rp[4][3] != self.AUTO_LAM or rp[4][4] != self.AUTO_LAM_N):
+            k = int(self._K)
+            rp = self._record_plan = [scratch, averaging, lam, k,
+                                      (scratch, averaging, lam, float(self.AUTO_LAM), float(self.AUTO_LAM_N),
+                                       _ROWS_ONE, self._pred1),
+                                      np.zeros(2, dtype=np.int32), np.zeros(1, dtype=np.int32),
+                                      np.empty(16), np.empty(16), np.empty((0, k))]
+        return rp
 
     def _runs_allowed(self, st):
         """Whether the kernel may take records of this store at all (:meth:`_run_length`): a
