@@ -26,7 +26,9 @@ groups included, is a tuning set for this round's candidates:
   mg/dl), ``low_hdl`` (s3, HDL, < 40 mg/dl), ``high_glucose`` (s6, blood sugar, >= 100 mg/dl);
   features: the attributes neither a label nor derived from one (age, sex, bp, s2 = LDL, s5 =
   log triglycerides; s4 = total cholesterol / HDL is left out), raw; seeded 2/3 : 1/3 split.
-  Small (148 test rows): its own interval is wide; it counts once in the pooled comparison.
+  Small (148 test rows). **Spent before the held-out run**: a tuning script was run on it by
+  mistake before any candidate was tried (the library default 0.480 vs LinearSVC C=1 0.493),
+  so it left the held-out group (committed before any candidate ran) and is a tuning set.
   Not used, and why (decided before any run): river's ``Music`` (emotions; remote, a download),
   ``Shuttle`` / ``Bananas`` / ``ChickWeights`` / ``WaterFlow`` / ``TrumpApproval`` /
   ``AirlinePassengers`` (one target or a time series: only constructed labellings),
@@ -623,7 +625,9 @@ DATASETS = {"brown_e": brown_e, "phishing": phishing, "sk_diabetes": sk_diabetes
             "yeast": yeast, "digits": digits, "letters": letters, "letters14": letters14}
 # Round r11's held-out group (issue 23 item 9, a criterion that does not reward empty
 # predictions), fixed by rule and committed before any run of any method on it.
-HELD_OUT_R11 = ("brown_e", "phishing", "sk_diabetes")
+HELD_OUT_R11 = ("brown_e", "phishing")
+# sk_diabetes was fixed with them but run by mistake (the library default and LinearSVC C=1,
+# by the tuning script, before any candidate was tried): spent, a tuning set.
 # Round r10's held-out group (issue 23 item 9, a measurement), fixed before any run on it.
 HELD_OUT = ("brown_d", "breast_cancer", "pima")
 # Round r9's held-out group (empty-prediction rule / per-label thresholds), fixed before any
