@@ -95,13 +95,13 @@ def test_kernels_called_only_from_kernels_have_no_python_entry():
     inner = ("chain._top_tags", "chain._viterbi_first", "chain._viterbi_last", "chain._viterbi_unary",
              "chain.chain_loss_norm", "chain.chain_trans_sqnorm", "chainsparse.sp_apply", "chainsparse.sp_find",
              "chainsparse.sp_labeling_apply", "chainsparse.sp_score", "chainsparse.sp_snap", "chainsparse.sp_sqnorm",
-             "chainsparse.sp_trans_sqnorm", "common._dense_scores", "common.row_support", "common.write_dense_row",
+             "chainsparse.sp_trans_sqnorm", "common._dense_scores_contiguous", "common.row_support", "common.write_dense_row",
              "layout.block_stat_len", "layout.gram_len", "layout.n_index", "layout.block_views",
              "structops._chain_stat", "structops._set_stat", "structops._set_loss_lin", "bcfw.avg_coef",
              "bcfw.sample_block",
              # helpers that library code and tests reach through ``common.py_entry`` (a cached twin
              # made on first use), so the first-record path compiles no wrapper of theirs
-             "common.gram", "common.emission_add", "common.stat_emission_sqnorm", "common.stat_emission_apply",
+             "common.gram", "common.emission_add", "common.emission_add_csr", "common.stat_emission_sqnorm", "common.stat_emission_apply",
              "common.emission_sqnorm_tokens", "common._stable_order", "common._token_table",
              "common._gram_entry", "common._ml_dense_truth", "multiclass.mc_decode", "multiclass.mc_stat_apply",
              "multiclass.mc_stat_apply2", "layout.pairs_pos", "layout.stat_pos", "bcfw.tree_sample",

@@ -104,3 +104,29 @@ def test_code_compiled_for_anything_else_keeps_numba_behaviour():
 def test_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("STREAMSSVM_LINK_ONLY", "0")
     assert not linkonly.supported()
+
+
+def test_compile_flags_compare_and_hash_as_numba_does():
+    """``install`` replaces numba's equality and hash of compile flags by cheaper ones (the typing
+    cache of every overload call compares them): the same answers as numba's own on random flags,
+    equal pairs included (an option set explicitly to its default equals it unset)."""
+    import random
+
+    from numba.core.compiler import Flags
+    from numba.core.targetconfig import TargetConfig
+    assert TargetConfig.__eq__ is not linkonly._ORIG["flags_eq"]
+    rng = random.Random(0)
+    opts = [(k, o) for k, o in Flags.options.items() if isinstance(o.default, bool)]
+
+    def flags():
+        f = Flags()
+        for k, o in rng.sample(opts, rng.randint(0, 4)):
+            setattr(f, k, o.default if rng.random() < 0.5 else not o.default)
+        return f
+    n_equal = 0
+    for _ in range(3000):
+        a, b = flags(), flags()
+        assert (a == b) == linkonly._ORIG["flags_eq"](a, b)
+        assert hash(a) == linkonly._ORIG["flags_hash"](a)
+        n_equal += a == b
+    assert n_equal > 100   # the equal pairs were exercised too

@@ -7,8 +7,9 @@ the bundles of ``bundles.py`` (plain tuples: ``model``, ``w``, ``arena``, ``scra
 the structure is the *type* of ``model[0]`` (``structops.tag``), so each kernel compiles the code
 of one structure.
 
-The kernels score with ``emission_add(..., True)``, the body of ``common.emission_scores``
-(the Python callers' name): one compiled level fewer under every step and prediction kernel.
+The kernels score with ``emission_rows(kind, ..., True)``: ``common.emission_add`` (the body of
+``common.emission_scores``, the Python callers' name) for multiclass, whose blocks may store dense
+rows, and its CSR-only twin for the other structures, which then compile no dense-row code.
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below pick the layout of each block.
@@ -57,7 +58,7 @@ from .structops import (
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
 from .chain import chain_trans_sqnorm
-from .common import emission_sqnorm_tokens, write_dense_row
+from .common import emission_add_csr, emission_sqnorm_tokens, write_dense_row
 from .multiclass import mc_stat_apply, mc_stat_apply2
 from .chainsparse import (
     SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
@@ -143,6 +144,26 @@ def _chain_only(dense):
         overload(body, jit_options=_INNER)(select)
         return body
     return register
+
+
+def emission_rows(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    """``common.emission_add`` for the rows of structure ``kind`` (a tag, or None: any rows): its
+    CSR-only twin ``emission_add_csr`` for every structure but multiclass, the one whose blocks
+    store dense rows (``BlockStore(dense_rows=...)``), so that their kernels compile no dense-row
+    code. Same values."""
+
+
+def _rows_any(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero)
+
+
+def _rows_csr(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    emission_add_csr(E, coef, tok_ptr, fidx, fval, L, K, S, zero)
+
+
+@overload(emission_rows, jit_options=_INNER)
+def _ol_emission_rows(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    return _rows_any if kind == _MULTICLASS_TAG or isinstance(kind, types.NoneType) else _rows_csr
 
 
 def _dense_score(model, w, S, scale, st, L, sp, Iar, kpos):
@@ -393,7 +414,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     ss = st.shape[0]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
     hstar = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
     counters[C_ORACLE] += 1
     Li = lval[j]
@@ -457,7 +478,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     ss = st.shape[0]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
     m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     star_val = decode(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab)
@@ -529,7 +550,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     c = cw[j]
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
-    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
     m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     # ---- corner: cache (pool) or exact oracle ----
@@ -800,7 +821,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
         L = meta[j, M_L]
         ly = meta[j, M_LY]
         Ki = meta[j, M_KI]
-        emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
+        emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
         if slack:
             h = slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, lab)
             Li = lval[j]
@@ -874,17 +895,17 @@ def rebuild_u(model, w, arena, dbuf, slack):
 
 
 @njit(inline="always", **_INNER)
-def _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
-    """S = scale * x (E - zc * ZE): scores with the lazily averaged weights."""
-    emission_add(E, scale, tok_ptr, fidx, fval, L, K, S, True)
-    emission_add(ZE, -zc * scale, tok_ptr, fidx, fval, L, K, S, False)
+def _emission_avg(kind, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
+    """S = scale * x (E - zc * ZE): scores with the lazily averaged weights (``emission_rows``)."""
+    emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    emission_rows(kind, ZE, -zc * scale, tok_ptr, fidx, fval, L, K, S, False)
 
 
 @njit(**_JIT)
 def emission_avg_scores(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     """:func:`_emission_avg` callable from Python (it is inlined into its kernels and has no
     Python wrapper of its own): n-best, explanations and probabilities score as predict does."""
-    _emission_avg(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
+    _emission_avg(None, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
 
 
 @njit(**_JIT)
@@ -905,9 +926,9 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
             continue
         tp = tok_ptr[t0:t0 + L + 1]
         if zc != 0.0:
-            _emission_avg(E, ZE, zc, scale, tp, fidx, fval, L, K, S)
+            _emission_avg(kind, E, ZE, zc, scale, tp, fidx, fval, L, K, S)
         else:
-            emission_add(E, scale, tp, fidx, fval, L, K, S, True)
+            emission_rows(kind, E, scale, tp, fidx, fval, L, K, S, True)
         decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
 
 

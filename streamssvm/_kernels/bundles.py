@@ -25,8 +25,8 @@ from .structops import tag
 #: labels in use, ``Kc`` label capacity, ``use_trans`` (transition / pairwise weights in T),
 #: ``C`` the (Kc, Kc) cost matrix, ``graph`` the structure's graph as a tuple of five int64
 #: arrays built once by the structure (``Structure.graph``): for hierarchies the parents CSR,
-#: the children CSR and ``[is_tree, n_leaves]`` (see ``_kernels/hierarchy.py``); one-element
-#: placeholders for the other structures.
+#: the children CSR and ``[is_tree, n_leaves]`` (see ``_kernels/hierarchy.py``); an empty tuple
+#: for the other structures (no arrays to pass on through every kernel level).
 Model = namedtuple("Model", ["tag", "K", "Kc", "use_trans", "C", "graph"])
 
 #: Unnormalized weights ``(E, T, B)``: emissions (d, Kc), transitions (Kc, Kc), start/end (2, Kc).

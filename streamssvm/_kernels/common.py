@@ -13,6 +13,7 @@ and a stored zero adds an exact 0, so the two layouts give the same numbers to t
 import numpy as np
 from numba import njit
 from numba.core.registry import CPUDispatcher
+from numba.extending import overload
 
 from .simd import LANES, vec_scores
 
@@ -124,22 +125,45 @@ def write_dense_row(fidx, fval, a, b, out):
         out[fidx[p]] = fval[p]
 
 
-@njit(**_INNER)
 def _dense_scores(E, coef, fval, a, b, K, S, t):
     """S[t, k] = sum_p (fval[p] * coef) * E[p - a, k] for p = a..b-1 in order (the sparse loop's
     terms and order): up to ``simd.LANES`` classes per pass over the row in one vector of
     accumulators (``simd.vec_scores``: the same operations per class, so the same bits; 0.85 us
     for 785 x 10 against 1.3-1.75 us for the scalar accumulators), when the classes of E and S
-    and the values are contiguous; :func:`_dense_scores_scalar` otherwise."""
-    if E.strides[1] != 8 or S.strides[1] != 8 or fval.strides[0] != 8:
-        _dense_scores_scalar(E, coef, fval, a, b, K, S, t)
-        return
+    and the values are contiguous; :func:`_dense_scores_scalar` otherwise. Which of the two a
+    kernel compiles is decided by the array types (:func:`_ol_dense_scores`)."""
+
+
+def _dense_scores_vec(E, coef, fval, a, b, K, S, t):
+    """:func:`_dense_scores` on arrays whose classes and values are contiguous."""
     k0 = 0
     while k0 < K:
         r = min(K - k0, LANES)
         vec_scores(E.ctypes.data + np.uint64(8 * k0), E.strides[0], fval.ctypes.data, a, b, coef,
                    S.ctypes.data + np.uint64(t * S.strides[0] + 8 * k0), r)
         k0 += r
+
+
+_dense_scores_contiguous = njit(**_INNER)(_dense_scores_vec)
+
+
+def _dense_scores_any(E, coef, fval, a, b, K, S, t):
+    """:func:`_dense_scores` on arrays of any layout: the vector pass when the strides allow it."""
+    if E.strides[1] != 8 or S.strides[1] != 8 or fval.strides[0] != 8:
+        _dense_scores_scalar(E, coef, fval, a, b, K, S, t)
+        return
+    _dense_scores_contiguous(E, coef, fval, a, b, K, S, t)
+
+
+@overload(_dense_scores, jit_options=_INNER)
+def _ol_dense_scores(E, coef, fval, a, b, K, S, t):
+    """C-contiguous E, S and fval (numba's layout "C", the kernels' arrays) have contiguous classes
+    and values whatever their strides say (a stride of a length-1 axis is never used): such a
+    kernel compiles the vector pass alone, without the scalar accumulators (~0.7 CPU s of a cold
+    start, for a path that never runs there); other layouts check the strides at run time."""
+    if E.layout == "C" and S.layout == "C" and fval.layout == "C":
+        return _dense_scores_vec
+    return _dense_scores_any
 
 
 @njit(**_INNER)
@@ -262,6 +286,24 @@ def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
                     for k in range(K):
                         S[t, k] += v * E[p - a, k]
             continue
+        for p in range(tok_ptr[t], tok_ptr[t + 1]):
+            j = fidx[p]
+            v = fval[p] * coef
+            for k in range(K):
+                S[t, k] += v * E[j, k]
+
+
+@njit(**_INNER)
+def emission_add_csr(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    """:func:`emission_add` for rows in the CSR layout only: the scoring of the structures whose
+    blocks never store a dense row (every one but multiclass: ``blocks.BlockStore`` keeps dense
+    rows for one-token multiclass blocks only, and saved states are checked for it), where an
+    empty ``fidx`` means tokens without entries, which both loops skip alike (same values). Its
+    callers compile no dense-row code (:func:`_dense_scores`: ~1 CPU s of a cold start)."""
+    for t in range(L):
+        if zero:
+            for k in range(K):
+                S[t, k] = 0.0
         for p in range(tok_ptr[t], tok_ptr[t + 1]):
             j = fidx[p]
             v = fval[p] * coef

@@ -23,6 +23,15 @@ of an entry point can differ in inlining. Guarded by numba's version (0.68, the 
 the presence of the internals it wraps; ``STREAMSSVM_LINK_ONLY=0`` turns it off (stock numba),
 ``STREAMSSVM_LINK_ONLY_OPT=0`` keeps the module passes of linked-only libraries (then every entry
 point's machine code is numba's own).
+
+:func:`install` also makes numba's compile-flag comparisons cheaper (:func:`_fast_flags`): the
+typing of every call to an overload looks its implementation up in a cache keyed by the compile
+flags, whose ``__eq__`` and ``__hash__`` build a dict of all ~40 options each time (~0.3 CPU s of
+a cold start). The answers are unchanged: the hash only ever depended on the option names (it
+hashes the sorted keys of that dict), so it is computed once per flags class; two flags of one
+class with the same explicitly set options are equal without building the dicts, any other pair
+of one class is compared on its values without a property call per option, any other pair as
+numba compares it.
 """
 import os
 
@@ -52,7 +61,18 @@ def supported():
                                          "_verify_declare_only_symbols", "get_pointer_to_function",
                                          "_get_compiled_object", "get_asm_str", "_optimize_final_module")) \
         and hasattr(ctx, "get_executable") and hasattr(cg, "set_env") and hasattr(compiler, "compile_internal") \
-        and hasattr(event, "register") and hasattr(event, "Listener")
+        and hasattr(event, "register") and hasattr(event, "Listener") and _flags_as_expected()
+
+
+def _flags_as_expected():
+    """numba's compile flags keep their set options in ``_values`` and hash only the option names
+    (what :func:`_fast_flags` relies on)."""
+    from numba.core.targetconfig import TargetConfig
+    from numba.core.compiler import Flags
+    a, b = Flags(), Flags()
+    b.nrt = not a.nrt
+    return (getattr(a, "_values", None) == {} and hash(a) == hash(b) and a != b and a == Flags()
+            and "_values" in getattr(TargetConfig, "__slots__", ()))
 
 
 def _defines(module, name):
@@ -177,6 +197,7 @@ def install():
         _pending_envs.pop(env_name, None)
         _ORIG["set_env"](self, env_name, env)
 
+    _fast_flags()
     lib_cls._finalize_final_module = _finalize_final_module
     lib_cls._optimize_final_module = _optimize_final_module
     codegen.JITCodeLibrary.get_pointer_to_function = get_pointer_to_function
@@ -189,11 +210,44 @@ def install():
     return True
 
 
+def _fast_flags():
+    """Equality and hash of numba's compile flags (``TargetConfig``) without building the dict of
+    all options when the answer does not need it (see the module docstring); same answers."""
+    from numba.core.targetconfig import TargetConfig
+    eq, hsh = TargetConfig.__eq__, TargetConfig.__hash__
+    _ORIG.update(flags_eq=eq, flags_hash=hsh)
+    hashes, defaults = {}, {}
+
+    def values(self):   # numba's ``values()`` without a property call per option
+        d = defaults.get(type(self))
+        if d is None:
+            d = defaults[type(self)] = {k: o.default for k, o in type(self).options.items()}
+        v = dict(d)
+        v.update(self._values)
+        return v
+
+    def __eq__(self, other):
+        if type(self) is type(other):
+            return self._values == other._values or values(self) == values(other)
+        return eq(self, other)
+
+    def __hash__(self):
+        h = hashes.get(type(self))   # numba's hash is that of the sorted option *names*
+        if h is None:
+            h = hashes[type(self)] = hsh(self)
+        return h
+
+    TargetConfig.__eq__ = __eq__
+    TargetConfig.__hash__ = __hash__
+
+
 def uninstall():
     """Restore numba's methods (tests)."""
     if not _state["installed"]:
         return
     from numba.core import codegen, compiler, cpu
+    from numba.core.targetconfig import TargetConfig
+    TargetConfig.__eq__, TargetConfig.__hash__ = _ORIG["flags_eq"], _ORIG["flags_hash"]
     compiler.compile_internal = _ORIG["compile_internal"]
     codegen.CPUCodeLibrary._finalize_final_module = _ORIG["_finalize_final_module"]
     codegen.CPUCodeLibrary._optimize_final_module = _ORIG["optimize"]

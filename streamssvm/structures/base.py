@@ -20,8 +20,10 @@ from .._kernels import structops as so
 from .._kernels.bundles import WeightsBundle, pack
 
 
-#: the graph of the structures without one (see :meth:`Structure.graph`)
-_NO_GRAPH = tuple(np.zeros(1, dtype=np.int64) for _ in range(5))
+#: the graph of the structures without one (see :meth:`Structure.graph`): an empty tuple, so that
+#: the Model bundle of such a structure carries no arrays for it (every kernel level that passes
+#: the bundle on compiles the flattening, reference counting and unpacking of each of its arrays)
+_NO_GRAPH = ()
 
 
 def indicator_emission(d, K, tok_ptr, fidx, fval, y):
@@ -116,11 +118,11 @@ class Structure:
     def graph(self, K):
         """The structure's graph over its ``K`` labels in use, as the kernels take it (the
         ``graph`` field of ``streamssvm._kernels.bundles.Model``): five int64 arrays. Structures
-        without a graph share one-element placeholders.
+        without a graph give an empty tuple.
 
         >>> from streamssvm.structures import Chain
-        >>> [a.tolist() for a in Chain().graph(3)]
-        [[0], [0], [0], [0], [0]]
+        >>> Chain().graph(3)
+        ()
         """
         return _NO_GRAPH
 
