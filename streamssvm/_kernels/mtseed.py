@@ -18,7 +18,6 @@ are numba's, to the bit (``numba/cpython/randomimpl.py``: ``get_next_int32`` wit
 ``get_next_double``, ``_randrange_impl`` for ``np.random.randint(n)``); ``tests/test_mtseed.py``
 compares them with numba's own for many seeds and draw patterns.
 """
-import numpy as np
 from numba import njit
 
 from .bcfw import SAMPLE_GAP, tree_sample
@@ -129,8 +128,3 @@ def mt_sample_block(sampling, tree, tree_size, alive, n_alive, st):
         if j < tree_size and tree[tree_size + j] > 0.0:
             return j
     return alive[mt_randint(st, n_alive)]
-
-
-def new_state():
-    """A generator array for the functions above."""
-    return np.zeros(STATE, dtype=np.int64)
