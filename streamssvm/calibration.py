@@ -142,6 +142,7 @@ class Temperature:
         self.n_observed = 0     # records kept in the window so far
         self.n_fits = 0
         self._items = deque(maxlen=self.window)
+        self._shapes = {}   # (kind, length of the scores) -> items of the window with it
 
     # ------------------------------------------------------------------ observing
     def would_want(self, ahead=0):
@@ -176,7 +177,15 @@ class Temperature:
                          np.asarray(y, dtype=np.int64))))
 
     def _add(self, item):
-        self._items.append(item)
+        items, shapes = self._items, self._shapes
+        if len(items) == items.maxlen:   # the oldest item leaves the window
+            gone = (items[0][0], len(items[0][1]))
+            shapes[gone] -= 1
+            if not shapes[gone]:
+                del shapes[gone]
+        key = (item[0], len(item[1]))
+        shapes[key] = shapes.get(key, 0) + 1
+        items.append(item)
         self.n_observed += 1
         if self.n_observed % self.every == 0:
             self.fit()
@@ -185,17 +194,24 @@ class Temperature:
     def _groups(self):
         """The window as vectorized groups: ("c", scores (n x K), truth (n,)) and ("l", scores,
         truth (n x K)) per label count K, and the chains one by one."""
-        by, chains = {}, []
-        for it in self._items:
-            if it[0] == "s":
-                chains.append(it[1])
-            else:
-                by.setdefault((it[0], len(it[1])), []).append(it)
-        # np.array over the equal-length rows and the class ids (the values np.stack gives,
-        # without its per-array dispatch: ~3x cheaper on a window of 128)
-        groups = [(k, np.array([it[1] for it in its]),
-                   np.array([it[2] for it in its]) if k == "c" else np.stack([np.asarray(it[2]) for it in its]))
-                  for (k, _), its in by.items()]
+        items, shapes = self._items, getattr(self, "_shapes", None)
+        if shapes is not None and len(shapes) == 1 and sum(shapes.values()) == len(items) \
+                and next(iter(shapes))[0] == "c":
+            # every item a class row of one length (a multiclass stream once its classes are
+            # known): the one group the loop below makes, without sorting the window
+            groups, chains = [("c", np.array([it[1] for it in items]), np.array([it[2] for it in items]))], []
+        else:
+            by, chains = {}, []
+            for it in items:
+                if it[0] == "s":
+                    chains.append(it[1])
+                else:
+                    by.setdefault((it[0], len(it[1])), []).append(it)
+            # np.array over the equal-length rows and the class ids (the values np.stack gives,
+            # without its per-array dispatch: ~3x cheaper on a window of 128)
+            groups = [(k, np.array([it[1] for it in its]),
+                       np.array([it[2] for it in its]) if k == "c" else np.stack([np.asarray(it[2]) for it in its]))
+                      for (k, _), its in by.items()]
         # what every loss evaluation of the window reads and beta does not change: per class row
         # its largest score and the true class's score (beta * max = max of beta * scores and
         # beta * S[i, y] = (beta * S)[i, y] to the bit for beta > 0: rounding is monotone), per
@@ -231,33 +247,70 @@ class Temperature:
             units += it[0].shape[0]
         return tot / units if units else 0.0
 
+    def losses(self, betas, prepared=None):
+        """:meth:`loss` at each of ``betas`` (each value to the bit what ``loss(beta)`` returns):
+        a multiclass group's log-loss at all of them in one pass of numpy operations over the
+        stacked (len(betas) x n x K) tables, whose elementwise operations and last-axis sums
+        (``Z.sum(axis=-1)``, then the sum over the n records) are those of one beta's
+        tables, row by row; the other groups and the chains one beta at a time."""
+        betas = [float(b) for b in betas]
+        groups, chains = self._groups() if prepared is None else prepared
+        if not all(kind == "c" and smax is not None for kind, _, _, smax, _ in groups) or chains \
+                or not all(0.0 < b < math.inf for b in betas):
+            return [self.loss(b, (groups, chains)) for b in betas]
+        tots, units = [0.0] * len(betas), 0
+        B = np.array(betas)
+        for _, S, Y, smax, sy in groups:
+            Z = B[:, None, None] * S
+            m = B[:, None] * smax
+            Z -= m[:, :, None]
+            np.exp(Z, out=Z)
+            per = (m + np.log(Z.sum(axis=2)) - B[:, None] * sy).sum(axis=1)
+            tots = [t + float(v) for t, v in zip(tots, per)]
+            units += len(Y)
+        return [t / units if units else 0.0 for t in tots]
+
     def fit(self, steps=None):
-        """``steps`` safeguarded Newton steps on log beta; returns the window's log-loss."""
+        """``steps`` safeguarded Newton steps on log beta; returns the window's log-loss. The
+        loss at the start and at the first step's two finite-difference points are evaluated
+        together, then each step's two points (:meth:`losses`): the same values as one at a
+        time."""
         if not self._items:
             return 0.0
         h = 0.1
         u = self.window_log_beta
         prep = self._groups()
         loss = lambda b: self.loss(b, prep)   # noqa: E731
-        f0 = loss(math.exp(u))
+        n_steps = self.steps if steps is None else int(steps)
+        if n_steps > 0:
+            f0, fp, fm = self.losses((math.exp(u), math.exp(u + h), math.exp(u - h)), prep)
+        else:
+            f0 = loss(math.exp(u))
         H = 0.0
-        for _ in range(self.steps if steps is None else int(steps)):
-            fp, fm = loss(math.exp(u + h)), loss(math.exp(u - h))
+        for i in range(n_steps):
+            if i:
+                fp, fm = self.losses((math.exp(u + h), math.exp(u - h)), prep)
             g = (fp - fm) / (2 * h)
             H = (fp - 2 * f0 + fm) / (h * h)
             if abs(g) < 1e-12:
                 break
             step = -g / H if H > 1e-12 else -math.copysign(1.0, g)
             step = max(-1.0, min(1.0, step))
-            for _ in range(8):           # halve until the loss goes down
-                un = min(max(u + step, math.log(BETA_MIN)), math.log(BETA_MAX))
-                fn = loss(math.exp(un))
-                if fn < f0:
-                    u, f0 = un, fn
-                    break
+            # halve until the loss goes down (8 tries): the first alone, then the other seven
+            # together (the same values, the first that goes down taken)
+            tries = []
+            for _ in range(8):
+                tries.append(min(max(u + step, math.log(BETA_MIN)), math.log(BETA_MAX)))
                 step *= 0.5
+            fn = loss(math.exp(tries[0]))
+            if fn < f0:
+                u, f0 = tries[0], fn
             else:
-                break
+                fns = self.losses([math.exp(un) for un in tries[1:]], prep)
+                down = next((k for k, v in enumerate(fns) if v < f0), None)
+                if down is None:
+                    break
+                u, f0 = tries[1 + down], fns[down]
         lo, hi = math.log(BETA_MIN), math.log(BETA_MAX)
         self.window_log_beta = u = min(max(u, lo), hi)
         self._pool(u, H)

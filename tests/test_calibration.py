@@ -1,5 +1,6 @@
 """Calibrated confidence (streamssvm.calibration): Gibbs probabilities with an online temperature."""
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -347,3 +348,79 @@ def test_the_window_loss_is_the_written_out_formula_to_the_bit():
         with np.errstate(invalid="ignore", over="ignore"):
             a, b = t.loss(beta, prep), _reference_loss(t, beta)
         assert (a == b) or (np.isnan(a) and np.isnan(b)), beta
+
+
+def test_losses_at_several_betas_are_each_loss_to_the_bit():
+    """Temperature.losses evaluates a multiclass window at several betas in one stacked pass: each
+    value is loss(beta)'s to the bit (windows of 1..128 records, class counts 2..64, several class
+    counts in one window, ties and zeros); a window with label groups takes loss() itself."""
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        t = calibration.Temperature(window=int(rng.integers(1, 129)), every=10 ** 9)
+        Ks = [int(k) for k in rng.integers(2, 65, size=1 + trial % 3)]
+        for i in range(int(rng.integers(1, 200))):
+            K = Ks[i % len(Ks)]
+            s = np.round(rng.normal(size=K) * rng.choice([0.5, 4.0, 40.0]), 1 if i % 5 == 0 else 12)
+            if i % 7 == 0:
+                s[0], s[-1] = 0.0, -0.0
+            t.observe_class(s, rng.integers(K))
+        prep = t._groups()
+        betas = [float(b) for b in np.exp(rng.normal(size=3) * 2)] + [1e-8, 1e8]
+        for k in (1, 2, 3, 5):
+            got = t.losses(betas[:k], prep)
+            assert [v.hex() for v in got] == [t.loss(b, prep).hex() for b in betas[:k]], (trial, k)
+    t.observe_labels(rng.normal(size=5), rng.random(5) < 0.5)
+    prep = t._groups()
+    assert [v.hex() for v in t.losses([0.3, 2.0], prep)] == [t.loss(b, prep).hex() for b in (0.3, 2.0)]
+
+
+def _reference_fit(t, steps):
+    """Temperature.fit as written before the stacked evaluations: one loss() at a time."""
+    h = 0.1
+    u = t.window_log_beta
+    prep = t._groups()
+    f0 = t.loss(math.exp(u), prep)
+    H = 0.0
+    for _ in range(steps):
+        fp, fm = t.loss(math.exp(u + h), prep), t.loss(math.exp(u - h), prep)
+        g = (fp - fm) / (2 * h)
+        H = (fp - 2 * f0 + fm) / (h * h)
+        if abs(g) < 1e-12:
+            break
+        step = -g / H if H > 1e-12 else -math.copysign(1.0, g)
+        step = max(-1.0, min(1.0, step))
+        for _ in range(8):
+            un = min(max(u + step, math.log(calibration.BETA_MIN)), math.log(calibration.BETA_MAX))
+            fn = t.loss(math.exp(un), prep)
+            if fn < f0:
+                u, f0 = un, fn
+                break
+            step *= 0.5
+        else:
+            break
+    return u, H, f0
+
+
+def test_the_fit_with_stacked_losses_is_the_one_at_a_time_fit_to_the_bit():
+    """Every fit along a stream (2 and 5 Newton steps) lands on the log beta, curvature and loss of
+    the fit that evaluates one beta at a time, bit for bit."""
+    rng = np.random.default_rng(5)
+    for steps in (2, 5):
+        t = calibration.Temperature(window=128, every=32, steps=steps)
+        for i in range(1500):
+            K = 26
+            s = rng.normal(size=K) * 6
+            y = int(np.argmax(s + rng.normal(size=K) * 5))
+            if t.n_observed % t.every == t.every - 1:   # the next observation fits: compare it
+                ref = calibration.Temperature(window=128, every=10 ** 9)
+                ref._items.extend(t._items)
+                ref._items.append(("c", np.array(s, dtype=np.float64), y))
+                ref.window_log_beta = t.window_log_beta
+                u, H, f0 = _reference_fit(ref, steps)
+                t.observe_class(s, y)
+                assert t.window_log_beta.hex() == min(max(u, math.log(calibration.BETA_MIN)),
+                                                      math.log(calibration.BETA_MAX)).hex(), i
+                assert t.pool_log_beta.hex() == t.window_log_beta.hex()   # memory 0: the window's
+            else:
+                t.observe_class(s, y)
+        assert t.n_fits > 40

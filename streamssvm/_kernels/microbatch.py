@@ -6,7 +6,10 @@ steps on held blocks).
 
 The per-record path of :class:`streamssvm.learners.BCFW` makes three kernel calls per record
 (prediction, then ``learn_one_example``), and reseeds the sampler and re-reads the prediction's
-scale and averaging coefficients between them. This kernel makes the same calls of the same
+scale and averaging coefficients between them. The sampler is reseeded here too, per record, but
+through :mod:`streamssvm._kernels.mtseed`: the same blocks drawn as after ``np.random.seed``,
+without initializing and twisting the generator's whole state for the one or two words a replay
+step draws. This kernel makes the same calls of the same
 step functions (``predict_batch``, ``write_block``, ``_admit``, ``_step_loop`` of
 :mod:`streamssvm._kernels.bcfw`), in the same order, with the same per-record seed, scale
 (``lam`` following ``n``) and averaged weights, so its predictions and its state are
@@ -27,6 +30,7 @@ from numba import njit
 
 from .bcfw import NO_VICTIM, _admit, _step_loop, predict_batch, write_block
 from .common import MULTICLASS
+from .mtseed import STATE, mt_sample_block, mt_seed
 from .structops import kind_code
 from .marginals import emission_table
 from .scaling import learn_values, scale_values
@@ -58,6 +62,9 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
     avg_t0, ZE, ZT, ZB = avg[0], avg[1], avg[2], avg[3]
     n = arena[8]
     tick = tick0
+    alive, tree, tree_size = arena[6], arena[9], arena[10]
+    rng = np.empty(STATE, dtype=np.int64)   # the sampler, reseeded per record (mtseed.py)
+    step = np.empty(1, dtype=np.int64)
     for e in range(slots.shape[0]):
         # the prediction (BCFW.predict at this record's tick and held-block count)
         nn = arena[12][0] if n > 0 else 1.0   # N, the held weight (n when every weight is 1)
@@ -82,8 +89,9 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
             emission_table(E, ZE, zc, scale, tok_ptr[e:e + 2], fidx, pval, 1, K, S[j:j + 1])
         if scaling:   # the statistics take the record, then it is learned scaled by them
             learn_values(sumsq, count, fidx[a:b], fval[a:b], lval[a:b])
-        # the learning (learn_one_example's arrival of one example, its own seed)
-        np.random.seed(seeds[e])
+        # the learning (learn_one_example's arrival of one example, its own seed: the blocks
+        # its replays draw after np.random.seed(seeds[e]), drawn by mtseed without its cost)
+        mt_seed(rng, seeds[e])
         slot = slots[e]
         write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr[e:e + 2], fidx, lval,
                     yids[e:e + 1], mark, cfg[8])
@@ -92,6 +100,10 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         out[2] = avg_t0
         n = _admit(model, w, arena, scratch, avg, cfg, n, slot, NO_VICTIM, out)   # this path never evicts
         out[0] = n
-        tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, arena[6][n - 1:n], cfg[7] + 1, n, out[2],
-                          tick)
+        # the first step on the new block (alive[n - 1]), then the replays on sampled blocks: the
+        # steps of _step_loop(..., alive[n - 1:n], replay + 1, ...) one at a time (lambda N is
+        # the same for each: a step does not change N), each block drawn after the step before
+        for r in range(cfg[7] + 1):
+            step[0] = slot if r == 0 else mt_sample_block(cfg[6], tree, tree_size, alive, n, rng)
+            tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, step, 1, n, out[2], tick)
     return tick
