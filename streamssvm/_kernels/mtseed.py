@@ -128,3 +128,8 @@ def mt_sample_block(sampling, tree, tree_size, alive, n_alive, st):
         if j < tree_size and tree[tree_size + j] > 0.0:
             return j
     return alive[mt_randint(st, n_alive)]
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)
