@@ -511,18 +511,7 @@ class BlockStore:
                 0 if self.stores_gram(int(L)) else KL.FLAG_NO_GRAM,)
         isz, fsz, lablen, no_gram = sizes
         flags |= no_gram
-        if self.free:
-            slot = self.free.pop()
-        else:
-            slot = self.n_slots
-            self.n_slots += 1
-            if slot >= self.meta.shape[0]:
-                self._grow_slots(self.n_slots)
-        io, fo = self.i_used, self.f_used
-        if io + isz > self.Iar.shape[0]:
-            self._ensure_arena("Iar", io + isz)
-        if fo + fsz > self.Far.shape[0]:
-            self._ensure_arena("Far", fo + fsz)
+        slot, io, fo = self._take_slot(isz, fsz)
         self.meta[slot] = (io, fo, L, nnz, ly, max(int(Ki), 1), pc, 0, lablen, flags, isz, fsz)
         self.i_used += isz
         self.f_used += fsz
@@ -542,6 +531,24 @@ class BlockStore:
         self._order.append(slot)
         return slot
 
+    def _take_slot(self, isz, fsz):
+        """A slot for a new block (a freed one first) and the arenas' room for its ``isz`` ints and
+        ``fsz`` floats at their used ends: (slot, int offset, float offset). The caller writes the
+        meta row and advances the used ends (``reserve``, ``reserve_row``)."""
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = self.n_slots
+            self.n_slots += 1
+            if slot >= self.meta.shape[0]:
+                self._grow_slots(self.n_slots)
+        io, fo = self.i_used, self.f_used
+        if io + isz > self.Iar.shape[0]:
+            self._ensure_arena("Iar", io + isz)
+        if fo + fsz > self.Far.shape[0]:
+            self._ensure_arena("Far", fo + fsz)
+        return slot, io, fo
+
     def reserve_row(self, fidx):
         """:meth:`reserve` of one unweighted one-token row, ``reserve(1, len(fidx), 1, 1, fidx)``:
         the same slot, segments and bookkeeping, without the general call's arguments (the
@@ -560,18 +567,7 @@ class BlockStore:
             sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(1, int(nnz), 1, nidx=int(nidx))) + (
                 0 if self.stores_gram(1) else KL.FLAG_NO_GRAM,)
         isz, fsz, lablen, no_gram = sizes
-        if self.free:
-            slot = self.free.pop()
-        else:
-            slot = self.n_slots
-            self.n_slots += 1
-            if slot >= self.meta.shape[0]:
-                self._grow_slots(self.n_slots)
-        io, fo = self.i_used, self.f_used
-        if io + isz > self.Iar.shape[0]:
-            self._ensure_arena("Iar", io + isz)
-        if fo + fsz > self.Far.shape[0]:
-            self._ensure_arena("Far", fo + fsz)
+        slot, io, fo = self._take_slot(isz, fsz)
         self.meta[slot] = (io, fo, 1, nnz, 1, 1, self.pool_cap, 0, lablen, flags | no_gram, isz, fsz)
         self.i_used = io + isz
         self.f_used = fo + fsz
