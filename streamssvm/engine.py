@@ -569,6 +569,8 @@ class Engine:
                     return "idle timeout", since_snap
                 continue
             last_record = time.monotonic()
+            if self._lead_in is None:   # the wait for the first record (a consumer group's join): not the stream's time
+                self._lead_in = time.perf_counter() - t0
             if self.max_examples is not None:
                 chunk = chunk[:max(self.max_examples - self.examples_seen, 0)]
             if not chunk:
@@ -698,10 +700,13 @@ class Engine:
         self._bad0 = self.bad_records
         prog = Progress(self.progress, self.max_examples)
         self._idle_tail = 0.0
+        self._lead_in = None
         try:
             stopped, since_snap = self._run_loop(t0, seen0, prog)
-            # the summary's rate: the stream only, without the wait that ended it (idle timeout)
-            t_stream = time.perf_counter() - t0 - (self._idle_tail if stopped == "idle timeout" else 0.0)
+            # the summary's rate: the stream only, from its first record, without the wait that
+            # ended it (idle timeout)
+            t_stream = (time.perf_counter() - t0 - (self._lead_in or 0.0)
+                        - (self._idle_tail if stopped == "idle timeout" else 0.0))
             if stopped == "too many bad records":  # nothing worth keeping: no checkpoint
                 self.dead_letter.flush()
                 return self._summary(t0, seen0, stopped, t_stream)
@@ -728,8 +733,9 @@ class Engine:
         return self._summary(t0, seen0, stopped, t_stream)
 
     def _summary(self, t0, seen0, stopped, t_stream=None):
-        """The run's summary; ``throughput`` is over the stream's time (``seconds_stream``: not
-        the wait without records that ended it at ``idle_timeout``, the refinement, the final
+        """The run's summary; ``throughput`` is over the stream's time (``seconds_stream``: from
+        its first record, so not the wait for it, e.g. a Kafka consumer group's join; not the
+        wait without records that ended it at ``idle_timeout``, the refinement, the final
         snapshot or the checkpoint); ``cpu_seconds``: the process's CPU
         time (user + system, every thread) over the whole run, its final snapshot and checkpoint
         included (not the start-up before :meth:`run`: imports, kernel loading, warm-up);
