@@ -1031,7 +1031,7 @@ def default_token_features(tokens, t, label_column):
     if any(ch.isdigit() for ch in w):
         f["has_digit"] = 1.0
     ncol = len(row)
-    lc = label_column % ncol
+    lc = None if label_column is None else label_column % ncol
     for j in range(1, ncol):
         if j != lc:
             f[f"c{j}={row[j]}"] = 1.0
@@ -1046,13 +1046,21 @@ class CoNLLSource(FileSource):
     skipped. Records: x = list of per-token feature dicts (``features(tokens, t,
     label_column)``, default :func:`default_token_features`), y = list of labels.
     ``require_label=False`` (predicting): a file of one column (the words) gives records with
-    ``y = None``."""
+    ``y = None``; ``label_column=None`` (``?label_column=none``) reads every column as a feature
+    column and gives ``y = None`` whatever the number of columns (words with other columns, no tag)."""
 
     fmt = "conll"
 
     def __init__(self, path, rate=None, dead_letter=None, label_column=-1, features=default_token_features,
                  max_record_bytes=DEFAULT_MAX_RECORD_BYTES, require_label=True):
         super().__init__(path, rate, dead_letter, max_record_bytes)
+        if isinstance(label_column, str) and label_column.lower() == "none":
+            label_column = None
+        if label_column is not None and (isinstance(label_column, bool) or not isinstance(label_column, int)):
+            raise ValueError(f"label_column={label_column!r}: give a column number (0 the first, -1 the last) "
+                             "or none (the records carry no tags)")
+        if label_column is None and require_label:
+            raise ValueError("label_column=none reads records without tags: only predict takes them")
         self.label_column = label_column
         self.features = features
         self.require_label = require_label
@@ -1110,7 +1118,7 @@ class CoNLLSource(FileSource):
             for i, tk in enumerate(toks):
                 if len(tk) != n:
                     raise BadRecord(f"token {i + 1} has {len(tk)} columns, the sentence's first has {n}")
-            y = None if n < 2 else [tk[self.label_column] for tk in toks]
+            y = None if n < 2 or self.label_column is None else [tk[self.label_column] for tk in toks]
             x = [self.features(toks, t, self.label_column) for t in range(len(toks))]
         except Exception as e:  # noqa: BLE001 - any failure on one record is a dead letter
             self._bad(raw, _reason(e), first_line)
@@ -1147,7 +1155,8 @@ its first line starts with '{', else libsvm; .conll .conllu .iob .bio: CoNLL) or
   csv: label=NAME (default: label), delimiter=, multilabel_sep=SEP  (label sets split on SEP;
        --task multilabel splits on ';' by default and refuses cells holding '|' or ',')
   libsvm: multilabel=true (comma-separated labels; implied by --task multilabel), zero_based=true
-  conll: label_column=-1 (the column holding the tag)"""
+  conll: label_column=-1 (the column holding the tag; none: no tags, every column a feature,
+       for predicting on a file of several columns without its tag column)"""
 
 
 def parse_file_uri(uri):

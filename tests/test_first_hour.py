@@ -115,6 +115,37 @@ def test_predict_one_column_conll(tmp_path):
     assert got == [["DT", "NN", "VBZ"], ["DT", "NN", "VBZ"]], r.stderr
 
 
+def test_predict_conll_of_several_columns_without_its_tags(tmp_path):
+    """Regression (a new user's session, r12): a CoNLL file of several columns (word, POS) with
+    its tag column removed was read with its last feature column as the tag: the predictions
+    used the wrong features and the score ("token accuracy 0.0000") was meaningless, without a
+    word of warning. Now the score comes with a warning naming ``?label_column=none``, which
+    reads the file as unlabeled and predicts exactly as on the tagged file."""
+    words = [("The", "DT", "B"), ("dog", "NN", "I"), ("runs", "VBZ", "O"), ("A", "DT", "B"), ("cat", "NN", "I"),
+             ("sleeps", "VBZ", "O")]
+    with open(tmp_path / "train.conll", "w") as f:
+        for _ in range(30):
+            f.write("\n".join(" ".join(w) for w in words[:3]) + "\n\n")
+            f.write("\n".join(" ".join(w) for w in words[3:]) + "\n\n")
+    cli("run", "--source", tmp_path / "train.conll", "--task", "sequence", "--no-progress", "--save",
+        tmp_path / "t.ssvm", check=0)
+    tagged = "The DT B\ncat NN I\nruns VBZ O\n\nA DT B\ndog NN I\nsleeps VBZ O\n"
+    (tmp_path / "tagged.conll").write_text(tagged)
+    (tmp_path / "untagged.conll").write_text("\n".join(" ".join(line.split()[:2]) for line in tagged.split("\n")))
+    want = [p["prediction"] for p in _predictions(
+        cli("predict", "--model", tmp_path / "t.ssvm", "--source", tmp_path / "tagged.conll", check=0).stdout)]
+    assert want == [["B", "I", "O"], ["B", "I", "O"]]
+    r = cli("predict", "--model", tmp_path / "t.ssvm", "--source", tmp_path / "untagged.conll", check=0)
+    assert "warning: none of the 6 labels read" in r.stderr and "?label_column=none" in r.stderr, r.stderr
+    r = cli("predict", "--model", tmp_path / "t.ssvm", "--source", f"file://{tmp_path / 'untagged.conll'}?label_column=none",
+            check=0)
+    assert [p["prediction"] for p in _predictions(r.stdout)] == want, r.stderr
+    assert "warning" not in r.stderr and "accuracy" not in r.stderr, r.stderr
+    r = cli("run", "--source", f"file://{tmp_path / 'train.conll'}?label_column=none", "--task", "sequence",
+            "--no-progress", check=2)
+    assert "label_column=none" in r.stderr and "only predict" in r.stderr, r.stderr
+
+
 # ----------------------------------------------------------------------------- multi-label CSV
 def test_multilabel_csv_splits_label_sets_on_the_documented_default(tmp_path):
     """Regression: without ?multilabel_sep=; a cell "a;b" was one label of a made-up set, and a

@@ -335,3 +335,9 @@ def test_active_sets_stay_a_convex_combination_of_the_blocks_corners(step):
         np.testing.assert_allclose(sum(c[0] * c[1] for c in act.values()), eng.u[i], atol=1e-9)
         assert sum(c[0] * c[2] for c in act.values()) == pytest.approx(eng.L[i], abs=1e-9)
     assert m.certificate().raw_gap > -1e-9
+
+
+def test_classes_are_the_node_labels():
+    """Regression: ``GraphSegmenter().classes`` (the estimators' common property) raised
+    AttributeError; ``predict`` reads it to check the labels of its records."""
+    assert ss.GraphSegmenter().classes == [0, 1]

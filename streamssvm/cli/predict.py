@@ -26,6 +26,7 @@ def cmd_predict(args):
     closed = []
     sink = open_sink(args.sink or "-", on_closed=lambda: closed.append(True))
     metrics = ProgressiveMetrics(task)
+    labels_read = LabelsRead(model)
     n = nbad = 0
     with graceful_signals(lambda s: None) as got:
         try:
@@ -56,6 +57,7 @@ def cmd_predict(args):
                 sink.write(out)
                 if rec.y is not None:
                     metrics.update(y, p)
+                    labels_read.update(y)
         finally:
             source.close()
             sink.close()
@@ -71,6 +73,9 @@ def cmd_predict(args):
     if closed:
         msg += "; stopped: the reader closed the output"
     print(msg, file=sys.stderr)
+    warning = labels_read.warning(fmt)
+    if warning:
+        print(warning, file=sys.stderr)
     if got:
         return 128 + got[0]
     return 1 if n == 0 and not closed else 0
@@ -82,3 +87,49 @@ def nbest_of(model, rec, k):
     y = rec.y if rec.y is not None else ([] if model.task == "sequence" else 0)
     x, _ = model.coerce_input(rec.x, y)
     return [{"output": jsonable(o), "score": float(s)} for o, s in model.predict_nbest_one(x, k)]
+
+
+class LabelsRead:
+    """The labels ``predict`` read from the records, against the labels the model knows: when
+    not one of them is a label of the model, the records most likely carry no labels and a
+    feature column was read as the label (a CoNLL file of several columns without its tag
+    column, a CSV whose last feature column is named ``label``), so the score is meaningless;
+    :meth:`warning` says so and how to read the file as unlabeled."""
+
+    def __init__(self, model):
+        self.task = model.task
+        self.known = None if model.task is None else set(model.classes)
+        self.n = self.n_unknown = 0
+        self.examples = []
+
+    def update(self, y):
+        if self.known is None:
+            return
+        if self.task == "sequence":
+            values = y
+        elif self.task == "multilabel":
+            values = list(y) if isinstance(y, dict) else []
+        else:
+            values = (y,)
+        for v in values:
+            self.n += 1
+            try:
+                hit = v in self.known
+            except TypeError:
+                hit = False
+            if not hit:
+                self.n_unknown += 1
+                if len(self.examples) < 3 and v not in self.examples:
+                    self.examples.append(v)
+
+    def warning(self, fmt):
+        if not self.n or self.n_unknown < self.n:
+            return None
+        how = {"conll": "?label_column=none reads every column as a feature",
+               "csv": "?label=NAME names the label column; a file without one is read as unlabeled",
+               "jsonl": "?y_field=NAME names the label field; records without it are read as unlabeled"}.get(
+            fmt, "check which field holds the label")
+        shown = ", ".join(repr(v) for v in self.examples)
+        return (f"warning: none of the {self.n:,} labels read ({shown}, ...) is a label of this model, so the "
+                f"score above is meaningless; if the records carry no labels, a feature was read as the label: "
+                f"{how}")

@@ -83,6 +83,7 @@ def warm_kernels(work, notice_after=1.0, stream=None):
 def warm_model(make_model, task, source_uri=None, fmt=None):
     """A throwaway model learns one or two records (the first records of a file source, else
     synthetic ones of the task), certifies and predicts: every kernel the run will use compiles."""
+    from ..features import FeatureIndex
     m = make_model()
     recs = []
     if fmt is not None:
@@ -98,10 +99,11 @@ def warm_model(make_model, task, source_uri=None, fmt=None):
             if len(recs) >= 2:
                 break
         src.close()
-    if not recs:
-        recs = {"sequence": [([{"a": 1.0}, {"b": 1.0}], ["p", "q"]), ([{"b": 1.0}], ["q"])],
-                "multilabel": [({"a": 1.0}, {"p": True}), ({"b": 1.0}, {"q": True})]}.get(
-                    task, [({"a": 1.0}, "p"), ({"b": 1.0}, "q")])
+    if not recs:   # nothing to read ahead (Kafka): synthetic records, small and large dicts
+        big = {f"f{j}": 1.0 + j for j in range(FeatureIndex.BULK_MIN + 4)}   # the bulk path of dicts
+        recs = {"sequence": [([{"a": 1.0}, big], ["p", "q"]), ([big, {"b": 1.0}], ["q", "p"])],
+                "multilabel": [({"a": 1.0}, {"p": True}), (big, {"q": True}), (big, {"p": True})]}.get(
+                    task, [({"a": 1.0}, "p"), (big, "q"), (big, "p")])
     for x, y in recs:
         try:
             m.predict_one(x)
@@ -110,6 +112,8 @@ def warm_model(make_model, task, source_uri=None, fmt=None):
             pass
     if m.learns_in_runs:   # the engine's micro-batch kernel (streamssvm._kernels.microbatch)
         m.predict_learn_each([x for x, _ in recs], [y for _, y in recs])
+    m.weights_finite(full=False)   # the engine's check after every learned record
+    m.weights_finite(full=True)
     with contextlib.suppress(ValueError, TypeError, RuntimeError):
         m.certificate()
         m.refine(0.5)

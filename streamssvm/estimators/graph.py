@@ -126,6 +126,11 @@ class GraphSegmenter(Estimator, base.Estimator):
         for rec, yy in recs:
             self._engine_for(rec).learn(rec, yy)
 
+    @property
+    def classes(self):
+        """The node labels: 0 (background) and 1 (foreground)."""
+        return [0, 1]
+
     def predict_one(self, x):
         """The 0/1 labeling of largest score (exact minimum cut); all zeros before any learning."""
         rec = self._record(x)
