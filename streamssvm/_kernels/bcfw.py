@@ -1121,13 +1121,12 @@ def _ol_evict(model, w, arena, scratch, avg, cfg, n, v, out):
 
 
 @njit(inline="always", **_INNER)
-def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
-    """Evict v (if >= 0, see ``evict``) and append block jn (``n`` blocks held before); returns
-    the number of held blocks."""
-    alive, pos = arena[6], arena[7]
-    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
-    if v >= 0:   # (no call without a victim: the call passes every bundle's arrays)
-        n = evict(model, w, arena, scratch, avg, cfg, n, v, out)
+def _append(alive, pos, cw, csum, n, jn):
+    """Append block jn to the ``n`` held (the arena's ``alive``, ``pos``, example weights ``cw``
+    and their sum ``csum[0]``), after ``evict`` of the victim if any; returns the number of held
+    blocks. Its callers pass the four arrays, not the bundles: an inlined call binds each array
+    of its arguments, an atomic reference count up and down per array and call (numba), 31
+    pairs per record with the six bundles."""
     csum[0] += cw[jn]
     alive[n] = jn
     pos[jn] = n
@@ -1164,7 +1163,10 @@ def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tic
     out[1] = 0
     out[2] = avg[0]
     for e in range(new_slots.shape[0]):
-        out[0] = _admit(model, w, arena, scratch, avg, cfg, out[0], new_slots[e], victims[e], out)
+        n = out[0]
+        if victims[e] >= 0:   # (no call without a victim: the call passes every bundle's arrays)
+            n = evict(model, w, arena, scratch, avg, cfg, n, victims[e], out)
+        out[0] = _append(arena[6], arena[7], arena[11], arena[12], n, new_slots[e])
         tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, new_slots[e:e + 1], cfg[7] + 1, out[0],
                           out[2], tick)
     return tick
@@ -1191,7 +1193,10 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg[0]
-        n = _admit(model, w, arena, scratch, avg, cfg, arena[8], slot, victim, out)
+        n = arena[8]
+        if victim >= 0:
+            n = evict(model, w, arena, scratch, avg, cfg, n, victim, out)
+        n = _append(arena[6], arena[7], arena[11], arena[12], n, slot)
         out[0] = n
         # the first step on the new block (alive[n - 1]), then the replays
         avg_t0, steps, n_steps = out[2], arena[6][n - 1:n], cfg[7] + 1

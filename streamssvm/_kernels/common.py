@@ -559,7 +559,7 @@ def gram(tok_ptr, fidx, fval, L, G, mark):
 
 
 
-@njit(**_INNER)
+@njit(inline="always", **_INNER)
 def row_sqnorms(F, offs, lens, out):
     """out[e] = ||F[offs[e]:offs[e] + lens[e]]||^2, each summed in order from 0.0 as
     :func:`gram` sums a dense one-token row (the same products added in the same order: the
