@@ -82,7 +82,8 @@ def test_single_use_step_helpers_are_inlined_not_compiled_apart():
     a helper compiled as its own function is optimized and turned into machine code once alone,
     then again inside every kernel that calls it (a cold start pays both)."""
     from streamssvm._kernels import bcfw
-    for d in (bcfw.write_block, bcfw.block_u, bcfw._emission_avg, bcfw._admit, bcfw._step_loop):
+    for d in (bcfw.write_block, bcfw.write_segment, bcfw.block_gram, bcfw.block_u, bcfw._emission_avg,
+              bcfw._append, bcfw._step_loop):
         assert d.targetoptions.get("inline") == "always", d.py_func.__name__
 
 

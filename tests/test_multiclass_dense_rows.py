@@ -211,3 +211,37 @@ def test_dense_kernels_equal_sparse_kernels(K_):
             mc_stat_apply(Z1, tp_s, nzi, x[nzi], st, K_, 3.1)
             np.testing.assert_array_equal(E5, E1)
             np.testing.assert_array_equal(Z5, Z1)
+
+
+@pytest.mark.parametrize("m", [0, 1, 3, 4, 7, 9])
+def test_row_sqnorms_are_grams_dense_sums_to_the_bit(m):
+    """The batch insert's squared norms, four rows at a time (``common.row_sqnorms``), are the
+    in-order sums ``gram`` takes on a dense one-token row, to the bit, for rows of unequal
+    lengths (each group's common length, then each row's tail) and batches not a multiple of 4."""
+    rng = np.random.default_rng(m)
+    lens = rng.integers(0, 40, size=m)
+    offs = (np.cumsum(lens) - lens).astype(np.int64)
+    F = rng.normal(size=int(lens.sum()) + 1) * 10.0 ** rng.integers(-8, 8, size=int(lens.sum()) + 1)
+    out = np.full(m, np.nan)
+    py_entry(C.row_sqnorms)(F, offs, lens.astype(np.int64), out)
+    for e in range(m):
+        G = np.zeros((1, 1))
+        py_entry(C.gram)(np.array([0, lens[e]]), np.zeros(0, np.int32), F[offs[e]:offs[e] + lens[e]], 1, G,
+                         np.zeros(0))
+        assert out[e] == G[0, 0]
+        assert out[e] == sum(float(v) * float(v) for v in F[offs[e]:offs[e] + lens[e]])   # in order from 0.0
+
+
+def test_batch_insert_grams_equal_the_row_path_for_every_block():
+    """Every block of a batch (dense rows of several spans, sparse rows) holds the Gram entry the
+    record path writes (``write_block``), to the bit."""
+    X, y = _rows(2, n=203)
+    a, b = _model(True), _model(True)
+    a.learn_many(X, y)
+    for x, c in zip(X, y):
+        b.learn_one(x, int(c))
+    fa = _flags(a)
+    assert fa.any() and not fa.all()
+    sa, sb = a._learner.store, b._learner.store
+    for s in sa.slots():
+        np.testing.assert_array_equal(sa.block(s)["gram"], sb.block(s)["gram"])

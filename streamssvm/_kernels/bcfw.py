@@ -58,7 +58,7 @@ from .structops import (
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
 from .chain import chain_trans_sqnorm
-from .common import emission_add_csr, emission_sqnorm_tokens, write_dense_row
+from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, write_dense_row
 from .multiclass import mc_stat_apply, mc_stat_apply2
 from .chainsparse import (
     SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
@@ -937,6 +937,27 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
     """Write one block's segment at the offsets already in meta[j]: tokens (tok_ptr relative
     to fidx/fval), ground truth, Gram matrix, the dual point on the ground truth (statistic
     s(y), pool = {y} with alpha 1 when pools are kept)."""
+    write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack)
+    block_gram(Iar, Far, meta, j, mark)
+
+
+@njit(inline="always", **_INNER)
+def block_gram(Iar, Far, meta, j, mark):
+    """Block j's Gram matrix (none for a block flagged ``FLAG_NO_GRAM``), from the tokens its
+    segment holds (``write_segment``)."""
+    gl = gram_len(meta, j)
+    if gl > 0:
+        io = meta[j, M_IOFF]
+        fo = meta[j, M_FOFF]
+        L = meta[j, M_L]
+        nnz = meta[j, M_NNZ]
+        G = Far[fo + nnz:fo + nnz + gl].reshape((L, L))
+        gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + n_index(meta, j)], Far[fo:fo + nnz], L, G, mark)
+
+
+@njit(inline="always", **_INNER)
+def write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
+    """:func:`write_block` but the Gram matrix (:func:`block_gram`), whose place it leaves as is."""
     io = meta[j, M_IOFF]
     fo = meta[j, M_FOFF]
     L = meta[j, M_L]
@@ -962,9 +983,6 @@ def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, s
     for q in range(pcap * lablen):
         Iar[p0 + q] = 0
     gl = gram_len(meta, j)
-    if gl > 0:
-        G = Far[fo + nnz:fo + nnz + gl].reshape((L, L))
-        gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + nix], Far[fo:fo + nnz], L, G, mark)
     sp, kpos = pairs_pos(meta, j)
     if sp:   # the pair list: empty, capacity from the segment size
         Iar[kpos] = 0
@@ -1002,11 +1020,32 @@ def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
 
 @njit(**_JIT)
 def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
+    """``write_block`` of each new block, the Gram entries of the dense one-token rows (one
+    squared norm each) computed after all are written, four rows at a time
+    (``common.row_sqnorms``: the same sums to the bit)."""
     Iar, Far, meta = store
     ex_tok, tok_ptr, fidx, fval, y_ptr = batch
-    for e in range(slots.shape[0]):
-        write_block(kind, Kc, Iar, Far, meta, slots[e], tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1],
-                    fidx, fval, ys[y_ptr[e]:y_ptr[e + 1]], mark, slack)
+    m = slots.shape[0]
+    offs = np.empty(m, dtype=np.int64)   # the dense rows' values: Far[offs[c]:offs[c] + lens[c]]
+    lens = np.empty(m, dtype=np.int64)
+    dense = np.empty(m, dtype=np.int64)
+    c = 0
+    for e in range(m):
+        j = slots[e]
+        write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1], fidx, fval,
+                      ys[y_ptr[e]:y_ptr[e + 1]], mark, slack)
+        if meta[j, M_FLAGS] & FLAG_DENSE_ROW and gram_len(meta, j) == 1:
+            offs[c] = meta[j, M_FOFF]
+            lens[c] = meta[j, M_NNZ]
+            dense[c] = j
+            c += 1
+        else:
+            block_gram(Iar, Far, meta, j, mark)
+    sq = np.empty(c)
+    row_sqnorms(Far, offs[:c], lens[:c], sq)
+    for q in range(c):
+        j = dense[q]
+        Far[meta[j, M_FOFF] + meta[j, M_NNZ]] = sq[q]   # G (1 x 1) follows the values
 
 
 @njit(**_JIT)
@@ -1082,12 +1121,12 @@ def _ol_evict(model, w, arena, scratch, avg, cfg, n, v, out):
 
 
 @njit(inline="always", **_INNER)
-def _admit(model, w, arena, scratch, avg, cfg, n, jn, v, out):
-    """Evict v (if >= 0, see ``evict``) and append block jn (``n`` blocks held before); returns
-    the number of held blocks."""
-    alive, pos = arena[6], arena[7]
-    cw, csum = arena[11], arena[12]   # example weights, [N] (kept as blocks come and go)
-    n = evict(model, w, arena, scratch, avg, cfg, n, v, out)
+def _append(alive, pos, cw, csum, n, jn):
+    """Append block jn to the ``n`` held (the arena's ``alive``, ``pos``, example weights ``cw``
+    and their sum ``csum[0]``), after ``evict`` of the victim if any; returns the number of held
+    blocks. Its callers pass the four arrays, not the bundles: an inlined call binds each array
+    of its arguments, an atomic reference count up and down per array and call (numba), 31
+    pairs per record with the six bundles."""
     csum[0] += cw[jn]
     alive[n] = jn
     pos[jn] = n
@@ -1124,7 +1163,10 @@ def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tic
     out[1] = 0
     out[2] = avg[0]
     for e in range(new_slots.shape[0]):
-        out[0] = _admit(model, w, arena, scratch, avg, cfg, out[0], new_slots[e], victims[e], out)
+        n = out[0]
+        if victims[e] >= 0:   # (no call without a victim: the call passes every bundle's arrays)
+            n = evict(model, w, arena, scratch, avg, cfg, n, victims[e], out)
+        out[0] = _append(arena[6], arena[7], arena[11], arena[12], n, new_slots[e])
         tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, new_slots[e:e + 1], cfg[7] + 1, out[0],
                           out[2], tick)
     return tick
@@ -1151,7 +1193,10 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg[0]
-        n = _admit(model, w, arena, scratch, avg, cfg, arena[8], slot, victim, out)
+        n = arena[8]
+        if victim >= 0:
+            n = evict(model, w, arena, scratch, avg, cfg, n, victim, out)
+        n = _append(arena[6], arena[7], arena[11], arena[12], n, slot)
         out[0] = n
         # the first step on the new block (alive[n - 1]), then the replays
         avg_t0, steps, n_steps = out[2], arena[6][n - 1:n], cfg[7] + 1

@@ -558,4 +558,46 @@ def gram(tok_ptr, fidx, fval, L, G, mark):
             mark[fidx[p]] = 0.0
 
 
+
+@njit(inline="always", **_INNER)
+def row_sqnorms(F, offs, lens, out):
+    """out[e] = ||F[offs[e]:offs[e] + lens[e]]||^2, each summed in order from 0.0 as
+    :func:`gram` sums a dense one-token row (the same products added in the same order: the
+    same value to the bit), four rows at a time: the four sums advance together over their
+    common length and each row's tail finishes alone. A single sum waits on the latency of its
+    previous add at every value; four independent ones overlap theirs."""
+    m = offs.shape[0]
+    e = 0
+    while e + 4 <= m:
+        o0, o1, o2, o3 = offs[e], offs[e + 1], offs[e + 2], offs[e + 3]
+        n = min(min(lens[e], lens[e + 1]), min(lens[e + 2], lens[e + 3]))
+        a0 = a1 = a2 = a3 = 0.0
+        for q in range(n):
+            v0 = F[o0 + q]
+            v1 = F[o1 + q]
+            v2 = F[o2 + q]
+            v3 = F[o3 + q]
+            a0 += v0 * v0
+            a1 += v1 * v1
+            a2 += v2 * v2
+            a3 += v3 * v3
+        out[e] = _sqnorm_from(F, o0, n, lens[e], a0)
+        out[e + 1] = _sqnorm_from(F, o1, n, lens[e + 1], a1)
+        out[e + 2] = _sqnorm_from(F, o2, n, lens[e + 2], a2)
+        out[e + 3] = _sqnorm_from(F, o3, n, lens[e + 3], a3)
+        e += 4
+    while e < m:
+        out[e] = _sqnorm_from(F, offs[e], 0, lens[e], 0.0)
+        e += 1
+
+
+@njit(inline="always", **_INNER)
+def _sqnorm_from(F, o, a, b, acc):
+    """acc + the squares of F[o + a:o + b], added in order."""
+    for q in range(a, b):
+        v = F[o + q]
+        acc += v * v
+    return acc
+
+
 guard_inner(globals())   # a Python call of an _INNER kernel raises (InnerKernel)

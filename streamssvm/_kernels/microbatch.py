@@ -10,7 +10,7 @@ scale and averaging coefficients between them. The sampler is reseeded here too,
 through :mod:`streamssvm._kernels.mtseed`: the same blocks drawn as after ``np.random.seed``,
 without initializing and twisting the generator's whole state for the one or two words a replay
 step draws. This kernel makes the same calls of the same
-step functions (``predict_batch``, ``write_block``, ``_admit``, ``_step_loop`` of
+step functions (``predict_batch``, ``write_block``, ``_append``, ``_step_loop`` of
 :mod:`streamssvm._kernels.bcfw`), in the same order, with the same per-record seed, scale
 (``lam`` following ``n``) and averaged weights, so its predictions and its state are
 bit-identical to the record-by-record path. What the Python side does between two records
@@ -28,7 +28,7 @@ it is learned scaled by them, ``scale_values`` / ``learn_values`` of
 import numpy as np
 from numba import njit
 
-from .bcfw import NO_VICTIM, _admit, _step_loop, predict_batch, write_block
+from .bcfw import _append, _step_loop, predict_batch, write_block
 from .common import MULTICLASS
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .structops import kind_code
@@ -98,7 +98,7 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg_t0
-        n = _admit(model, w, arena, scratch, avg, cfg, n, slot, NO_VICTIM, out)   # this path never evicts
+        n = _append(arena[6], arena[7], arena[11], arena[12], n, slot)   # this path never evicts
         out[0] = n
         # the first step on the new block (alive[n - 1]), then the replays on sampled blocks: the
         # steps of _step_loop(..., alive[n - 1:n], replay + 1, ...) one at a time (lambda N is
