@@ -376,16 +376,18 @@ class MulticlassSSVM(Estimator, base.Classifier):
         learned = []    # feature rows of every learned record (weights_finite)
         rows = self._dense_rows(xs)
         lr = self._learner
-        yids = None
-        if (rows is not None and ws is None and lr is not None and self._synced is lr
+        if (ws is None and lr is not None and self._synced is lr
                 and self._synced_key == (self._features.dim, len(self._labels))):
-            yids = self._known_label_ids(ys)
-        if yids is not None:
             # every row valid and every label known (the steady state of a stream): the whole
-            # micro-batch is one run, its CSR as _dense_rows made it, no per-record checks
-            self._learn_rows(range(len(xs)), rows[0], rows[1], rows[2], yids, xs, ys, out, learned)
-            self._last_fidx = learned[0]   # every row of the batch
-            return out
+            # micro-batch is one run, its CSR in one pass (rows of arrays as _dense_rows made
+            # it; dicts whose every nonzero feature is known, FeatureIndex.dict_csr: the arrays
+            # encode_record makes of each), no per-record checks
+            batch = rows if rows is not None else self._dict_rows(xs)
+            yids = None if batch is None else self._known_label_ids(ys)
+            if yids is not None:
+                self._learn_rows(range(len(xs)), batch[0], batch[1], batch[2], yids, xs, ys, out, learned)
+                self._last_fidx = learned[0]   # every row of the batch
+                return out
         for i, (x, y) in enumerate(zip(xs, ys)):
             lr = self._learner
             w = 1.0 if ws is None else ws[i]   # a record of weight other than 1 leaves the run
@@ -441,6 +443,14 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 return f.dense_csr(A, grow=False)
         except (TypeError, ValueError):
             return None
+
+    def _dict_rows(self, xs):
+        """The CSR of a micro-batch of dicts whose every nonzero feature has a known name
+        (``FeatureIndex.dict_csr``: per record the arrays of a trusted ``encode_record``), else
+        None."""
+        if len(xs) < 2 or type(xs) is not list or type(xs[0]) is not dict:
+            return None
+        return self._features.dict_csr(xs)
 
     def _known_label_ids(self, ys):
         """The label ids of a micro-batch whose labels are all ``str`` or ``int`` and all known
