@@ -447,3 +447,103 @@ def test_a_runs_seeds_are_the_per_record_seeds(monkeypatch):
         per = 1 + int(lr.replay)
         want = [(lr._seed_base + (t0 + e * per + 1) * 2654435761) % 2147483647 for e in range(len(seeds))]
         assert seeds.dtype == np.int64 and seeds.tolist() == want
+
+
+def _wide_dicts(n=600, keys="str", seed=4):
+    """Dicts of 4-40 features (under and over FeatureIndex.BULK_MIN) from a vocabulary that
+    is known after the first records: zero and negative-zero values, integer values, a
+    zero-valued name never seen, and now and then a nonzero new name."""
+    rng = np.random.default_rng(seed)
+    name = (lambda j: f"w{j}") if keys == "str" else (lambda j: int(j) * 7 - 100)
+    out = []
+    for i in range(n):
+        d = int(rng.integers(4, 41))
+        cols = rng.choice(60, size=d, replace=False)
+        vals = rng.normal(size=d)
+        vals[rng.random(d) < 0.15] = 0.0
+        vals[rng.random(d) < 0.05] = -0.0
+        x = {name(c): (int(round(3 * v)) if k % 6 == 0 else float(v)) for k, (c, v) in enumerate(zip(cols, vals))}
+        x[name(1000 + i)] = 0.0                 # a name never learned, zero: left out
+        if i % 97 == 50:
+            x[name(5000 + i)] = 1.0             # a new name mid-stream: that batch per record
+        out.append((x, f"c{int(np.argmax([x.get(name(c), 0) for c in range(4)]))}"))
+    return out
+
+
+@pytest.mark.parametrize("keys", ["str", "int"])
+def test_dict_micro_batches_are_one_run_and_equal_record_by_record(keys, monkeypatch):
+    """A micro-batch of dicts whose every nonzero feature and label are known is one run, its
+    CSR made in one pass (FeatureIndex.dict_csr), with no per-record encoding; predictions and
+    state are those of record by record (before: every dict was encoded on its own)."""
+    from streamssvm.features import FeatureIndex
+    data = _wide_dicts(keys=keys)
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    pa = [_one(a, x, y) for x, y in data]
+    encoded = []
+    enc = FeatureIndex.encode_record
+    monkeypatch.setattr(FeatureIndex, "encode_record", lambda self, x, keep=False: encoded.append(1) or enc(self, x, keep))
+    pb, per_batch = [], []
+    for s in range(0, len(data), 50):
+        n0 = len(encoded)
+        out = b.predict_learn_each([x for x, _ in data[s:s + 50]], [y for _, y in data[s:s + 50]])
+        assert all(ok for ok, _ in out)
+        pb += [p for _, p in out]
+        per_batch.append(len(encoded) - n0)
+    assert pa == pb
+    assert _state(a) == _state(b)
+    # after the first batches, only the batches holding a new nonzero name are encoded record
+    # by record (the others: a record now and then that the kernel leaves to the Python side,
+    # e.g. when the block store grows)
+    new_at = {i // 50 for i in range(len(data)) if i % 97 == 50}
+    steady = [k for k in range(2, len(per_batch)) if k not in new_at]
+    assert steady and all(per_batch[k] <= 2 for k in steady), per_batch
+    assert all(per_batch[k] >= 50 for k in new_at), per_batch
+
+
+def test_dict_csr_is_encode_record_per_row():
+    from streamssvm.features import FeatureIndex
+    data = _wide_dicts(200, seed=9)
+    fi = FeatureIndex()
+    for x, _ in data[:150]:
+        fi.encode_dict(x, grow=True)
+    xs = [x for x, _ in data[:150]]
+    tp, idx, val = fi.dict_csr(xs)
+    for i, x in enumerate(xs):
+        e = fi.encode_record(x)
+        assert fi.trusts(e)
+        assert idx[tp[i]:tp[i + 1]].tolist() == e.fidx.tolist()
+        assert val[tp[i]:tp[i + 1]].tobytes() == e.fval.tobytes()
+    # what the batch path leaves to the per-record encoding (which registers or raises)
+    assert fi.dict_csr(xs + [{"unseen": 1.0}]) is None
+    for bad in (float("nan"), float("inf"), 1e13, True, "1.5", np.float64(1.0)):
+        assert fi.dict_csr(xs[:3] + [{"w1": bad}]) is None
+    assert fi.dict_csr(xs[:3] + [{1: 1.0}]) is None            # str and int names mixed
+    assert fi.dict_csr(xs[:3] + [{"w1": 1.0, 2.5: 0.0}]) is None   # a float name, even zero-valued
+    assert fi.dict_csr(xs[:3] + [[1.0]]) is None
+    assert FeatureIndex(n_features=64).dict_csr([{"a": 1.0}]) is None
+
+
+def test_engine_leaves_plain_dict_records_as_they_are(monkeypatch):
+    """Micro-batches of dict features with str / int labels skip the per-record conversion
+    (it changes nothing for them: before, coerce_input ran on every record); a record the
+    conversion refuses still goes to the dead letters with its reason, and the run equals
+    record by record."""
+    from streamssvm.estimators.base import Estimator
+    data = [(x, y) for x, y in _wide_dicts(300)]
+    data.insert(150, ({"w1": 1.0}, ["c1"]))   # a list label: refused by the conversion
+    calls = []
+    co = Estimator.coerce_input
+    monkeypatch.setattr(Estimator, "coerce_input", lambda self, x, y: calls.append(1) or co(self, x, y))
+    out = []
+    for micro in (1, 64):
+        sink, dl = MemorySink(), DeadLetterSink(MemorySink())
+        eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0)), IterableSource(list(data)),
+                     task="multiclass", progress=False, sink=sink, dead_letter=dl, snapshot_every=100)
+        eng.MICRO_BATCH = micro
+        calls.clear()
+        s = eng.run()
+        out.append((sink.items, dl.sink.items, _strip(eng.history), _state(eng.model), s["examples_seen"], len(calls)))
+    assert out[0][:5] == out[1][:5]
+    assert out[1][4] == 300 and len(out[1][1]) == 1 and "single value" in json.dumps(out[1][1])
+    assert out[1][5] <= 64   # only the micro-batch holding the refused record is converted per record
