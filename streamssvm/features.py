@@ -283,19 +283,11 @@ class FeatureIndex:
         ``MAX_ABS_VALUE``. Same values, same order (by column), so the same arrays to the bit."""
         if self.n_features is not None or self.array_dim is not None or len(x) < self.BULK_MIN:
             return None
-        kt = set(map(type, x))
-        if kt != _STR and (kt != _INT or not (-_INT_LIMIT <= min(x) and max(x) < _INT_LIMIT)):
+        cols = self._known_columns(x, list(x.values()))
+        if cols is None:
             return None
-        vals = list(x.values())
-        if not set(map(type, vals)) <= _PLAIN:
-            return None
-        try:
-            v = np.array(vals, dtype=np.float64)
-        except (OverflowError, ValueError):
-            return None
-        n = len(vals)
-        get = self.vocab.get
-        j = np.fromiter(map(get, x, itertools.repeat(-1, n)), dtype=np.int64, count=n)
+        j, v = cols
+        n = len(v)
         idx = np.empty(n + 1, dtype=np.int32)
         val = np.empty(n + 1, dtype=np.float64)
         r = dict_row_csr(j, v, MAX_ABS_VALUE, idx, val)
@@ -303,6 +295,23 @@ class FeatureIndex:
             return None
         m = r >> 1
         return idx[:m], val[:m], bool(r & 1)
+
+    def _known_columns(self, keys, vals):
+        """``(cols, values)`` of names ``keys`` (an iterable of them, e.g. a dict) and their
+        values ``vals`` (a list): the vocabulary's column of each name (-1 for a name it does
+        not know, int64) and the values as float64, when every name is a ``str`` or every name
+        a 64-bit ``int`` and every value a plain ``float`` / ``int``; else None."""
+        kt = set(map(type, keys))
+        if kt - _STR and (kt != _INT or not (-_INT_LIMIT <= min(keys) and max(keys) < _INT_LIMIT)):
+            return None
+        if not set(map(type, vals)) <= _PLAIN:
+            return None
+        try:
+            v = np.array(vals, dtype=np.float64)
+        except (OverflowError, ValueError):
+            return None
+        n = len(vals)
+        return np.fromiter(map(self.vocab.get, keys, itertools.repeat(-1, n)), dtype=np.int64, count=n), v
 
     def dict_csr(self, xs):
         """The CSR ``(tok_ptr, fidx, fval)`` of a batch of dicts whose every nonzero feature has
@@ -328,17 +337,11 @@ class FeatureIndex:
             keys += x
             vals += x.values()
             lens.append(len(x))
-        kt = set(map(type, keys))
-        if kt - _STR and (kt != _INT or not (-_INT_LIMIT <= min(keys) and max(keys) < _INT_LIMIT)):
+        cols = self._known_columns(keys, vals)
+        if cols is None:
             return None
-        if not set(map(type, vals)) <= _PLAIN:
-            return None
-        try:
-            v = np.array(vals, dtype=np.float64)
-        except (OverflowError, ValueError):
-            return None
-        n = len(vals)
-        j = np.fromiter(map(self.vocab.get, keys, itertools.repeat(-1, n)), dtype=np.int64, count=n)
+        j, v = cols
+        n = len(v)
         key_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
         np.cumsum(lens, out=key_ptr[1:])
         tok_ptr = np.empty(len(lens) + 1, dtype=np.int32)
