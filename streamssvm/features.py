@@ -314,19 +314,23 @@ class FeatureIndex:
         return np.fromiter(map(self.vocab.get, keys, itertools.repeat(-1, n)), dtype=np.int64, count=n), v
 
     def dict_csr(self, xs):
-        """The CSR ``(tok_ptr, fidx, fval)`` of a batch of dicts whose every nonzero feature has
-        a known name, in one compiled pass (``dict_rows_csr``): per record the arrays of
-        ``encode_record`` (a complete record, the index unchanged), else None (then each record
-        is encoded on its own, which checks it): a growing vocabulary, every ``x`` a ``dict``,
-        every name ``str`` or every name a 64-bit ``int``, every value a plain ``float`` /
-        ``int`` within ``MAX_ABS_VALUE``, as :meth:`_dict_arrays` takes one record.
+        """The CSR ``(tok_ptr, fidx, fval)`` of the records of a batch of dicts up to the first
+        with a nonzero feature of an unknown name (all of them when there is none; its length
+        is ``len(tok_ptr) - 1``), in one compiled pass (``dict_rows_csr``): per record the
+        arrays of ``encode_record`` (a complete record, the index unchanged). None when the
+        batch is not one this path takes (then each record is encoded on its own, which checks
+        it): a growing vocabulary, every ``x``
+        a ``dict``, every name ``str`` or every name a 64-bit ``int``, every value a plain
+        ``float`` / ``int`` within ``MAX_ABS_VALUE``, as :meth:`_dict_arrays` takes one record.
 
         >>> fi = FeatureIndex(); _ = fi.encode_dict({"a": 1.0, "b": 2.0}, grow=True)
         >>> tp, idx, val = fi.dict_csr([{"b": 3.0, "a": 0.0}, {}])
         >>> tp.tolist(), idx.tolist(), val.tolist()
         ([0, 2, 3], [0, 2, 0], [1.0, 3.0, 1.0])
-        >>> fi.dict_csr([{"c": 1.0}]) is None   # an unknown name
-        True
+        >>> fi.dict_csr([{"c": 1.0}])[0].tolist()   # an unknown name: no record before it
+        [0]
+        >>> fi.dict_csr([{"a": 1.0}, {"c": 1.0}, {"b": 1.0}])[0].tolist()   # the records before it
+        [0, 2]
         """
         if self.n_features is not None or self.array_dim is not None:
             return None
@@ -348,8 +352,11 @@ class FeatureIndex:
         idx = np.empty(n + len(lens), dtype=np.int32)
         val = np.empty(n + len(lens), dtype=np.float64)
         m = dict_rows_csr(key_ptr, j, v, MAX_ABS_VALUE, tok_ptr, idx, val)
-        if m < 0:
+        if m == -1:
             return None
+        if m < -1:   # record k has a new name: the records before it
+            k = -2 - m
+            tok_ptr, m = tok_ptr[:k + 1], tok_ptr[k]
         return tok_ptr, idx[:m], val[:m]
 
     def _scan(self, x, grow):

@@ -474,7 +474,8 @@ def _wide_dicts(n=600, keys="str", seed=4):
 def test_dict_micro_batches_are_one_run_and_equal_record_by_record(keys, monkeypatch):
     """A micro-batch of dicts whose every nonzero feature and label are known is one run, its
     CSR made in one pass (FeatureIndex.dict_csr), with no per-record encoding; predictions and
-    state are those of record by record (before: every dict was encoded on its own)."""
+    state are those of record by record (before: every dict was encoded on its own). A batch
+    holding a record with a new name is cut there, the same bits again."""
     from streamssvm.features import FeatureIndex
     data = _wide_dicts(keys=keys)
     a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
@@ -492,13 +493,10 @@ def test_dict_micro_batches_are_one_run_and_equal_record_by_record(keys, monkeyp
         per_batch.append(len(encoded) - n0)
     assert pa == pb
     assert _state(a) == _state(b)
-    # after the first batches, only the batches holding a new nonzero name are encoded record
-    # by record (the others: a record now and then that the kernel leaves to the Python side,
-    # e.g. when the block store grows)
-    new_at = {i // 50 for i in range(len(data)) if i % 97 == 50}
-    steady = [k for k in range(2, len(per_batch)) if k not in new_at]
-    assert steady and all(per_batch[k] <= 2 for k in steady), per_batch
-    assert all(per_batch[k] >= 50 for k in new_at), per_batch
+    # after the first batches, records are encoded one by one only now and then: the record
+    # with a new nonzero name (the batch is cut there: the records before it one run, then
+    # the rest), or one the kernel leaves to the Python side (e.g. when the block store grows)
+    assert all(per_batch[k] <= 3 for k in range(2, len(per_batch))), per_batch
 
 
 def test_dict_csr_is_encode_record_per_row():
@@ -515,7 +513,10 @@ def test_dict_csr_is_encode_record_per_row():
         assert idx[tp[i]:tp[i + 1]].tolist() == e.fidx.tolist()
         assert val[tp[i]:tp[i + 1]].tobytes() == e.fval.tobytes()
     # what the batch path leaves to the per-record encoding (which registers or raises)
-    assert fi.dict_csr(xs + [{"unseen": 1.0}]) is None
+    # a record with a new name: the records before it (that one and the rest: the caller's)
+    tp2, idx2, val2 = fi.dict_csr(xs[:7] + [{"unseen": 1.0}] + xs[7:])
+    assert tp2.tolist() == tp[:8].tolist() and idx2.tolist() == idx[:tp[7]].tolist()
+    assert fi.dict_csr([{"unseen": 1.0}] + xs)[0].tolist() == [0]
     for bad in (float("nan"), float("inf"), 1e13, True, "1.5", np.float64(1.0)):
         assert fi.dict_csr(xs[:3] + [{"w1": bad}]) is None
     assert fi.dict_csr(xs[:3] + [{1: 1.0}]) is None            # str and int names mixed
@@ -547,3 +548,27 @@ def test_engine_leaves_plain_dict_records_as_they_are(monkeypatch):
     assert out[0][:5] == out[1][:5]
     assert out[1][4] == 300 and len(out[1][1]) == 1 and "single value" in json.dumps(out[1][1])
     assert out[1][5] <= 64   # only the micro-batch holding the refused record is converted per record
+
+
+def test_dict_batches_cut_at_new_names_equal_record_by_record(monkeypatch):
+    """Batches with several records of new names (more than RUN_CUTS: the rest goes record by
+    record) and a bad value after a new name: predictions, refusals and state of record by
+    record."""
+    data = _wide_dicts(400, seed=11)
+    for i in range(60, 400, 7):   # many new names, some batches with more than RUN_CUTS of them
+        data[i][0][f"n{i}"] = 2.0
+    data[130] = ({**data[130][0], "w3": float("nan")}, data[130][1])
+    xs, ys = [x for x, _ in data], [y for _, y in data]
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    ref = []
+    for x, y in zip(xs, ys):
+        try:
+            ref.append((True, a.predict_learn_one(x, y)))
+        except Exception as e:  # noqa: BLE001
+            ref.append((False, f"{type(e).__name__}: {e}"))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    got = []
+    for s in range(0, len(xs), 45):
+        got += [(ok, v if ok else f"{type(v).__name__}: {v}") for ok, v in b.predict_learn_each(xs[s:s + 45], ys[s:s + 45])]
+    assert got == ref and sum(not ok for ok, _ in got) == 1
+    assert _state(a) == _state(b)
