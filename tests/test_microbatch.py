@@ -96,6 +96,22 @@ def test_the_kernel_takes_the_runs(monkeypatch):
     assert t.n_offered == 2000 and t.n_observed > t.dense_until + (2000 - t.dense_until) // t.stride - 5
 
 
+def _outcomes(res):
+    """``predict_learn_each``'s outcomes, an error as its type and message."""
+    return [(ok, v if ok else f"{type(v).__name__}: {v}") for ok, v in res]
+
+
+def _one_by_one(m, xs, ys):
+    """Record by record through ``predict_learn_one``: the outcomes as :func:`_outcomes`."""
+    ref = []
+    for x, y in zip(xs, ys):
+        try:
+            ref.append((True, m.predict_learn_one(x, y)))
+        except Exception as e:  # noqa: BLE001
+            ref.append((False, f"{type(e).__name__}: {e}"))
+    return ref
+
+
 def test_bad_records_inside_a_batch_change_nothing():
     X, y = _rows(300)
     xs, ys = [dict(enumerate(r)) for r in X], list(y)
@@ -105,13 +121,8 @@ def test_bad_records_inside_a_batch_change_nothing():
     for i in sorted(bad, reverse=True):
         xs2.insert(i, bad[i][0])
         ys2.insert(i, bad[i][1])
-    ref = []
-    for x, yy in zip(xs2, ys2):
-        try:
-            ref.append((True, a.predict_learn_one(x, yy)))
-        except Exception as e:  # noqa: BLE001
-            ref.append((False, f"{type(e).__name__}: {e}"))
-    got = [(ok, v if ok else f"{type(v).__name__}: {v}") for ok, v in b.predict_learn_each(xs2, ys2)]
+    ref = _one_by_one(a, xs2, ys2)
+    got = _outcomes(b.predict_learn_each(xs2, ys2))
     assert got == ref and sum(not ok for ok, _ in got) == 4
     assert _state(a) == _state(b)
 
@@ -560,15 +571,10 @@ def test_dict_batches_cut_at_new_names_equal_record_by_record(monkeypatch):
     data[130] = ({**data[130][0], "w3": float("nan")}, data[130][1])
     xs, ys = [x for x, _ in data], [y for _, y in data]
     a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
-    ref = []
-    for x, y in zip(xs, ys):
-        try:
-            ref.append((True, a.predict_learn_one(x, y)))
-        except Exception as e:  # noqa: BLE001
-            ref.append((False, f"{type(e).__name__}: {e}"))
+    ref = _one_by_one(a, xs, ys)
     b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
     got = []
     for s in range(0, len(xs), 45):
-        got += [(ok, v if ok else f"{type(v).__name__}: {v}") for ok, v in b.predict_learn_each(xs[s:s + 45], ys[s:s + 45])]
+        got += _outcomes(b.predict_learn_each(xs[s:s + 45], ys[s:s + 45]))
     assert got == ref and sum(not ok for ok, _ in got) == 1
     assert _state(a) == _state(b)
