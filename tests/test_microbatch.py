@@ -273,16 +273,10 @@ def test_bad_array_rows_inside_a_batch():
     xs[71] = np.ones(5)
     xs[72] = np.array([1e300, 0, 0, 0, 0, 0])
     a, b = ss.MulticlassSSVM(), ss.MulticlassSSVM()
-    ref = []
-    for x, yy in zip(xs, ys):
-        try:
-            ref.append((True, a.predict_learn_one(x, yy)))
-        except Exception as e:  # noqa: BLE001
-            ref.append((False, f"{type(e).__name__}: {e}"))
+    ref = _one_by_one(a, xs, ys)
     got = []
     for s in range(0, 200, 64):
-        got += [(ok, v if ok else f"{type(v).__name__}: {v}")
-                for ok, v in b.predict_learn_each(xs[s:s + 64], ys[s:s + 64])]
+        got += _outcomes(b.predict_learn_each(xs[s:s + 64], ys[s:s + 64]))
     assert got == ref and sum(not ok for ok, _ in got) == 3
     assert _state(a) == _state(b)
 
