@@ -44,7 +44,7 @@ from urllib.parse import parse_qsl, urlparse
 from streamssvm.errors import SourceFault
 
 from .base import READ_BREAK, DeadLetterSink, Record, Sink, Source
-from .files import _reason, decode_json, parse_example, record_weight
+from .files import BadRecord, _reason, decode_json, parse_example, record_weight
 
 
 def _need_kafka():
@@ -461,17 +461,21 @@ class KafkaSource(Source):
         """``(x, y)`` of a message (:meth:`_decode_record` without the weight)."""
         return self._decode_record(value)[:2]
 
+    #: False (``streamssvm predict``): a message without ``y`` is an unlabeled record
+    require_label = True
+
     def _decode_record(self, value):
         """``(x, y, weight)`` of a message, validated whole; raises on a bad one."""
-        from .files import BadRecord
         if value is None:
             raise BadRecord("empty message (null value)")
         if len(value) > self.max_message_bytes:
             raise BadRecord(f"oversized message: {len(value)} bytes > {self.max_message_bytes}")
         obj = decode_json(value)
-        learning = getattr(self, "require_label", True)
+        learning = self.require_label
         x, y = parse_example(obj, self.x_field, self.y_field, learning)
-        return x, y, record_weight(obj, self.weight_field if learning else None)
+        if self.weight_field is None or not learning:
+            return x, y, 1.0
+        return x, y, record_weight(obj, self.weight_field)
 
     def close(self):
         """Leave the group (the engine has checkpointed and committed before)."""

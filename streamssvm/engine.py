@@ -49,6 +49,7 @@ _jsonable = jsonable
 
 _CKPT_KIND = "streamssvm.engine"
 _HISTORY_MAX = 10_000
+_DICT, _PLAIN_LABELS = {dict}, {str, int}   # records the single-label conversion leaves as they are (_takes_plain)
 _SOMEWHERE = object()   # a poisoned step not yet located (batched learning, or found at a checkpoint)
 _NONFINITE = ("FloatingPointError: learning this record made the model's weights non-finite; the step "
               "was undone (the model was restored to its last checkpoint and the stream replayed without it)")
@@ -523,6 +524,13 @@ class Engine:
         from .estimators.base import Estimator
         return self.task in ("multiclass", "extreme") and type(self.model).coerce_input is Estimator.coerce_input
 
+    def _takes_plain(self, chunk):
+        """Whether every record of ``chunk`` (a list) has a ``dict`` of features and a ``str`` /
+        ``int`` label and the model's conversion of a record is the single-label one, which
+        leaves such a record unchanged (:meth:`_takes_rows`)."""
+        return (type(chunk) is list and set(type(r.x) for r in chunk) == _DICT
+                and set(type(r.y) for r in chunk) <= _PLAIN_LABELS and self._takes_rows())
+
     def _learn_record(self, x, y, rec):
         """Predict then learn one record (:func:`streamssvm.step.predict_learn`). Any exception
         from it (ValueError, TypeError, OverflowError, RecursionError, MemoryError, ...) makes it
@@ -579,6 +587,10 @@ class Engine:
                 # flat rows validated by the source, as one array: the model's own conversion
                 # of such a record (``Estimator.coerce_input``) changes nothing
                 xs, ys, recs = chunk.X, chunk.y, chunk
+            elif pacer is None and self._takes_plain(chunk):
+                # dicts of features with str / int labels: the model's conversion of such a
+                # record (``Estimator.coerce_input``) changes nothing
+                xs, ys, recs = [r.x for r in chunk], [r.y for r in chunk], chunk
             else:
                 xs, ys, recs = [], [], []
                 coerce = self.model.coerce_input

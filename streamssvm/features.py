@@ -27,7 +27,7 @@ import zlib
 
 import numpy as np
 
-from ._kernels.multiclass import dense_rows_csr, dict_row_csr
+from ._kernels.multiclass import dense_rows_csr, dict_row_csr, dict_rows_csr
 
 BIAS = 0
 _STR, _INT, _PLAIN = {str}, {int}, {float, int}
@@ -283,19 +283,11 @@ class FeatureIndex:
         ``MAX_ABS_VALUE``. Same values, same order (by column), so the same arrays to the bit."""
         if self.n_features is not None or self.array_dim is not None or len(x) < self.BULK_MIN:
             return None
-        kt = set(map(type, x))
-        if kt != _STR and (kt != _INT or not (-_INT_LIMIT <= min(x) and max(x) < _INT_LIMIT)):
+        cols = self._known_columns(x, list(x.values()))
+        if cols is None:
             return None
-        vals = list(x.values())
-        if not set(map(type, vals)) <= _PLAIN:
-            return None
-        try:
-            v = np.array(vals, dtype=np.float64)
-        except (OverflowError, ValueError):
-            return None
-        n = len(vals)
-        get = self.vocab.get
-        j = np.fromiter(map(get, x, itertools.repeat(-1, n)), dtype=np.int64, count=n)
+        j, v = cols
+        n = len(v)
         idx = np.empty(n + 1, dtype=np.int32)
         val = np.empty(n + 1, dtype=np.float64)
         r = dict_row_csr(j, v, MAX_ABS_VALUE, idx, val)
@@ -303,6 +295,69 @@ class FeatureIndex:
             return None
         m = r >> 1
         return idx[:m], val[:m], bool(r & 1)
+
+    def _known_columns(self, keys, vals):
+        """``(cols, values)`` of names ``keys`` (an iterable of them, e.g. a dict) and their
+        values ``vals`` (a list): the vocabulary's column of each name (-1 for a name it does
+        not know, int64) and the values as float64, when every name is a ``str`` or every name
+        a 64-bit ``int`` and every value a plain ``float`` / ``int``; else None."""
+        kt = set(map(type, keys))
+        if kt - _STR and (kt != _INT or not (-_INT_LIMIT <= min(keys) and max(keys) < _INT_LIMIT)):
+            return None
+        if not set(map(type, vals)) <= _PLAIN:
+            return None
+        try:
+            v = np.array(vals, dtype=np.float64)
+        except (OverflowError, ValueError):
+            return None
+        n = len(vals)
+        return np.fromiter(map(self.vocab.get, keys, itertools.repeat(-1, n)), dtype=np.int64, count=n), v
+
+    def dict_csr(self, xs):
+        """The CSR ``(tok_ptr, fidx, fval)`` of the records of a batch of dicts up to the first
+        with a nonzero feature of an unknown name (all of them when there is none; its length
+        is ``len(tok_ptr) - 1``), in one compiled pass (``dict_rows_csr``): per record the
+        arrays of ``encode_record`` (a complete record, the index unchanged). None when the
+        batch is not one this path takes (then each record is encoded on its own, which checks
+        it): a growing vocabulary, every ``x``
+        a ``dict``, every name ``str`` or every name a 64-bit ``int``, every value a plain
+        ``float`` / ``int`` within ``MAX_ABS_VALUE``, as :meth:`_dict_arrays` takes one record.
+
+        >>> fi = FeatureIndex(); _ = fi.encode_dict({"a": 1.0, "b": 2.0}, grow=True)
+        >>> tp, idx, val = fi.dict_csr([{"b": 3.0, "a": 0.0}, {}])
+        >>> tp.tolist(), idx.tolist(), val.tolist()
+        ([0, 2, 3], [0, 2, 0], [1.0, 3.0, 1.0])
+        >>> fi.dict_csr([{"c": 1.0}])[0].tolist()   # an unknown name: no record before it
+        [0]
+        >>> fi.dict_csr([{"a": 1.0}, {"c": 1.0}, {"b": 1.0}])[0].tolist()   # the records before it
+        [0, 2]
+        """
+        if self.n_features is not None or self.array_dim is not None:
+            return None
+        keys, vals, lens = [], [], []
+        for x in xs:
+            if type(x) is not dict:
+                return None
+            keys += x
+            vals += x.values()
+            lens.append(len(x))
+        cols = self._known_columns(keys, vals)
+        if cols is None:
+            return None
+        j, v = cols
+        n = len(v)
+        key_ptr = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=key_ptr[1:])
+        tok_ptr = np.empty(len(lens) + 1, dtype=np.int32)
+        idx = np.empty(n + len(lens), dtype=np.int32)
+        val = np.empty(n + len(lens), dtype=np.float64)
+        m = dict_rows_csr(key_ptr, j, v, MAX_ABS_VALUE, tok_ptr, idx, val)
+        if m == -1:
+            return None
+        if m < -1:   # record k has a new name: the records before it
+            k = -2 - m
+            tok_ptr, m = tok_ptr[:k + 1], tok_ptr[k]
+        return tok_ptr, idx[:m], val[:m]
 
     def _scan(self, x, grow):
         """Validate one token and split it into known (index, value) pairs and new names;

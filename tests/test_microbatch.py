@@ -96,6 +96,22 @@ def test_the_kernel_takes_the_runs(monkeypatch):
     assert t.n_offered == 2000 and t.n_observed > t.dense_until + (2000 - t.dense_until) // t.stride - 5
 
 
+def _outcomes(res):
+    """``predict_learn_each``'s outcomes, an error as its type and message."""
+    return [(ok, v if ok else f"{type(v).__name__}: {v}") for ok, v in res]
+
+
+def _one_by_one(m, xs, ys):
+    """Record by record through ``predict_learn_one``: the outcomes as :func:`_outcomes`."""
+    ref = []
+    for x, y in zip(xs, ys):
+        try:
+            ref.append((True, m.predict_learn_one(x, y)))
+        except Exception as e:  # noqa: BLE001
+            ref.append((False, f"{type(e).__name__}: {e}"))
+    return ref
+
+
 def test_bad_records_inside_a_batch_change_nothing():
     X, y = _rows(300)
     xs, ys = [dict(enumerate(r)) for r in X], list(y)
@@ -105,13 +121,8 @@ def test_bad_records_inside_a_batch_change_nothing():
     for i in sorted(bad, reverse=True):
         xs2.insert(i, bad[i][0])
         ys2.insert(i, bad[i][1])
-    ref = []
-    for x, yy in zip(xs2, ys2):
-        try:
-            ref.append((True, a.predict_learn_one(x, yy)))
-        except Exception as e:  # noqa: BLE001
-            ref.append((False, f"{type(e).__name__}: {e}"))
-    got = [(ok, v if ok else f"{type(v).__name__}: {v}") for ok, v in b.predict_learn_each(xs2, ys2)]
+    ref = _one_by_one(a, xs2, ys2)
+    got = _outcomes(b.predict_learn_each(xs2, ys2))
     assert got == ref and sum(not ok for ok, _ in got) == 4
     assert _state(a) == _state(b)
 
@@ -262,16 +273,10 @@ def test_bad_array_rows_inside_a_batch():
     xs[71] = np.ones(5)
     xs[72] = np.array([1e300, 0, 0, 0, 0, 0])
     a, b = ss.MulticlassSSVM(), ss.MulticlassSSVM()
-    ref = []
-    for x, yy in zip(xs, ys):
-        try:
-            ref.append((True, a.predict_learn_one(x, yy)))
-        except Exception as e:  # noqa: BLE001
-            ref.append((False, f"{type(e).__name__}: {e}"))
+    ref = _one_by_one(a, xs, ys)
     got = []
     for s in range(0, 200, 64):
-        got += [(ok, v if ok else f"{type(v).__name__}: {v}")
-                for ok, v in b.predict_learn_each(xs[s:s + 64], ys[s:s + 64])]
+        got += _outcomes(b.predict_learn_each(xs[s:s + 64], ys[s:s + 64]))
     assert got == ref and sum(not ok for ok, _ in got) == 3
     assert _state(a) == _state(b)
 
@@ -447,3 +452,123 @@ def test_a_runs_seeds_are_the_per_record_seeds(monkeypatch):
         per = 1 + int(lr.replay)
         want = [(lr._seed_base + (t0 + e * per + 1) * 2654435761) % 2147483647 for e in range(len(seeds))]
         assert seeds.dtype == np.int64 and seeds.tolist() == want
+
+
+def _wide_dicts(n=600, keys="str", seed=4):
+    """Dicts of 4-40 features (under and over FeatureIndex.BULK_MIN) from a vocabulary that
+    is known after the first records: zero and negative-zero values, integer values, a
+    zero-valued name never seen, and now and then a nonzero new name."""
+    rng = np.random.default_rng(seed)
+    name = (lambda j: f"w{j}") if keys == "str" else (lambda j: int(j) * 7 - 100)
+    out = []
+    for i in range(n):
+        d = int(rng.integers(4, 41))
+        cols = rng.choice(60, size=d, replace=False)
+        vals = rng.normal(size=d)
+        vals[rng.random(d) < 0.15] = 0.0
+        vals[rng.random(d) < 0.05] = -0.0
+        x = {name(c): (int(round(3 * v)) if k % 6 == 0 else float(v)) for k, (c, v) in enumerate(zip(cols, vals))}
+        x[name(1000 + i)] = 0.0                 # a name never learned, zero: left out
+        if i % 97 == 50:
+            x[name(5000 + i)] = 1.0             # a new name mid-stream: that batch per record
+        out.append((x, f"c{int(np.argmax([x.get(name(c), 0) for c in range(4)]))}"))
+    return out
+
+
+@pytest.mark.parametrize("keys", ["str", "int"])
+def test_dict_micro_batches_are_one_run_and_equal_record_by_record(keys, monkeypatch):
+    """A micro-batch of dicts whose every nonzero feature and label are known is one run, its
+    CSR made in one pass (FeatureIndex.dict_csr), with no per-record encoding; predictions and
+    state are those of record by record (before: every dict was encoded on its own). A batch
+    holding a record with a new name is cut there, the same bits again."""
+    from streamssvm.features import FeatureIndex
+    data = _wide_dicts(keys=keys)
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    pa = [_one(a, x, y) for x, y in data]
+    encoded = []
+    enc = FeatureIndex.encode_record
+    monkeypatch.setattr(FeatureIndex, "encode_record", lambda self, x, keep=False: encoded.append(1) or enc(self, x, keep))
+    pb, per_batch = [], []
+    for s in range(0, len(data), 50):
+        n0 = len(encoded)
+        out = b.predict_learn_each([x for x, _ in data[s:s + 50]], [y for _, y in data[s:s + 50]])
+        assert all(ok for ok, _ in out)
+        pb += [p for _, p in out]
+        per_batch.append(len(encoded) - n0)
+    assert pa == pb
+    assert _state(a) == _state(b)
+    # after the first batches, records are encoded one by one only now and then: the record
+    # with a new nonzero name (the batch is cut there: the records before it one run, then
+    # the rest), or one the kernel leaves to the Python side (e.g. when the block store grows)
+    assert all(per_batch[k] <= 3 for k in range(2, len(per_batch))), per_batch
+
+
+def test_dict_csr_is_encode_record_per_row():
+    from streamssvm.features import FeatureIndex
+    data = _wide_dicts(200, seed=9)
+    fi = FeatureIndex()
+    for x, _ in data[:150]:
+        fi.encode_dict(x, grow=True)
+    xs = [x for x, _ in data[:150]]
+    tp, idx, val = fi.dict_csr(xs)
+    for i, x in enumerate(xs):
+        e = fi.encode_record(x)
+        assert fi.trusts(e)
+        assert idx[tp[i]:tp[i + 1]].tolist() == e.fidx.tolist()
+        assert val[tp[i]:tp[i + 1]].tobytes() == e.fval.tobytes()
+    # what the batch path leaves to the per-record encoding (which registers or raises)
+    # a record with a new name: the records before it (that one and the rest: the caller's)
+    tp2, idx2, val2 = fi.dict_csr(xs[:7] + [{"unseen": 1.0}] + xs[7:])
+    assert tp2.tolist() == tp[:8].tolist() and idx2.tolist() == idx[:tp[7]].tolist()
+    assert fi.dict_csr([{"unseen": 1.0}] + xs)[0].tolist() == [0]
+    for bad in (float("nan"), float("inf"), 1e13, True, "1.5", np.float64(1.0)):
+        assert fi.dict_csr(xs[:3] + [{"w1": bad}]) is None
+    assert fi.dict_csr(xs[:3] + [{1: 1.0}]) is None            # str and int names mixed
+    assert fi.dict_csr(xs[:3] + [{"w1": 1.0, 2.5: 0.0}]) is None   # a float name, even zero-valued
+    assert fi.dict_csr(xs[:3] + [[1.0]]) is None
+    assert FeatureIndex(n_features=64).dict_csr([{"a": 1.0}]) is None
+
+
+def test_engine_leaves_plain_dict_records_as_they_are(monkeypatch):
+    """Micro-batches of dict features with str / int labels skip the per-record conversion
+    (it changes nothing for them: before, coerce_input ran on every record); a record the
+    conversion refuses still goes to the dead letters with its reason, and the run equals
+    record by record."""
+    from streamssvm.estimators.base import Estimator
+    data = [(x, y) for x, y in _wide_dicts(300)]
+    data.insert(150, ({"w1": 1.0}, ["c1"]))   # a list label: refused by the conversion
+    calls = []
+    co = Estimator.coerce_input
+    monkeypatch.setattr(Estimator, "coerce_input", lambda self, x, y: calls.append(1) or co(self, x, y))
+    out = []
+    for micro in (1, 64):
+        sink, dl = MemorySink(), DeadLetterSink(MemorySink())
+        eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0)), IterableSource(list(data)),
+                     task="multiclass", progress=False, sink=sink, dead_letter=dl, snapshot_every=100)
+        eng.MICRO_BATCH = micro
+        calls.clear()
+        s = eng.run()
+        out.append((sink.items, dl.sink.items, _strip(eng.history), _state(eng.model), s["examples_seen"], len(calls)))
+    assert out[0][:5] == out[1][:5]
+    assert out[1][4] == 300 and len(out[1][1]) == 1 and "single value" in json.dumps(out[1][1])
+    assert out[1][5] <= 64   # only the micro-batch holding the refused record is converted per record
+
+
+def test_dict_batches_cut_at_new_names_equal_record_by_record(monkeypatch):
+    """Batches with several records of new names (more than RUN_CUTS: the rest goes record by
+    record) and a bad value after a new name: predictions, refusals and state of record by
+    record."""
+    data = _wide_dicts(400, seed=11)
+    for i in range(60, 400, 7):   # many new names, some batches with more than RUN_CUTS of them
+        data[i][0][f"n{i}"] = 2.0
+    data[130] = ({**data[130][0], "w3": float("nan")}, data[130][1])
+    xs, ys = [x for x, _ in data], [y for _, y in data]
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    ref = _one_by_one(a, xs, ys)
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0))
+    got = []
+    for s in range(0, len(xs), 45):
+        got += _outcomes(b.predict_learn_each(xs[s:s + 45], ys[s:s + 45]))
+    assert got == ref and sum(not ok for ok, _ in got) == 1
+    assert _state(a) == _state(b)

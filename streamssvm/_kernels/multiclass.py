@@ -360,6 +360,40 @@ def dict_row_csr(cols, vals, max_abs, fidx, fval):
     return 2 * c + unknown
 
 
+@njit(**_JIT)
+def dict_rows_csr(key_ptr, cols, vals, max_abs, tok_ptr, fidx, fval):
+    """CSR of a batch of dict records, each as :func:`dict_row_csr` writes it: record i's
+    looked-up columns and values are ``cols`` / ``vals`` at ``key_ptr[i]:key_ptr[i + 1]``, its
+    entries go to ``fidx`` / ``fval`` at ``tok_ptr[i]:tok_ptr[i + 1]`` (room for
+    ``len(cols) + len(key_ptr) - 1`` entries). Returns the entries written; -1 when a value
+    is NaN, infinite or beyond ``max_abs`` (nothing usable: the caller encodes the records one
+    by one, which raises); ``-2 - i`` when record i is the first with a nonzero value of an
+    unknown name (records 0..i-1 are written, ``tok_ptr[:i + 1]``; record i is for the
+    per-record path, which registers the name).
+
+    >>> import numpy as np
+    >>> tp = np.zeros(3, np.int32); fi = np.zeros(5, np.int32); fv = np.zeros(5)
+    >>> m = dict_rows_csr(np.array([0, 2, 3]), np.array([5, 2, 1]), np.array([2.0, 3.0, 0.0]), 1e12, tp, fi, fv)
+    >>> m, tp.tolist(), fi[:m].tolist(), fv[:m].tolist()
+    (4, [0, 3, 4], [0, 2, 5, 0], [1.0, 3.0, 2.0, 1.0])
+    >>> dict_rows_csr(np.array([0, 1, 2]), np.array([5, -1]), np.array([2.0, 1.0]), 1e12, tp, fi, fv), tp[:2].tolist()
+    (-3, [0, 2])
+    """
+    n = key_ptr.shape[0] - 1
+    c = 0
+    tok_ptr[0] = 0
+    for i in range(n):
+        r = dict_row_csr(cols[key_ptr[i]:key_ptr[i + 1]], vals[key_ptr[i]:key_ptr[i + 1]], max_abs,
+                         fidx[c:], fval[c:])
+        if r < 0:
+            return -1
+        if r & 1:
+            return -2 - i
+        c += r >> 1
+        tok_ptr[i + 1] = c
+    return c
+
+
 from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
 
 _guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

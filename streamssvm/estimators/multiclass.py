@@ -363,6 +363,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 and cls.predict_one is MulticlassSSVM.predict_one
                 and cls.predict_learn_one is MulticlassSSVM.predict_learn_one)
 
+    #: a micro-batch is cut at most this many times at a record with a new feature name (dicts)
+    #: or label (the records before it one run, that record on its own, then the rest); the
+    #: rest of a batch with more of them goes record by record (e.g. a stream of new words)
+    RUN_CUTS = 4
+
     def predict_learn_each(self, xs, ys, ws=None):
         """:meth:`Estimator.predict_learn_each`; with a learner that predicts and learns runs
         (BCFW), the records whose features and label are known are taken in runs by one
@@ -371,21 +376,44 @@ class MulticlassSSVM(Estimator, base.Classifier):
         is learned from it, as record by record."""
         if not self.learns_in_runs:
             return Estimator.predict_learn_each(self, xs, ys, ws)
+        return self._predict_learn_runs(xs, ys, ws, self.RUN_CUTS)
+
+    def _predict_learn_runs(self, xs, ys, ws, cuts):
+        """:meth:`predict_learn_each` with a learner that takes runs; ``cuts``: how many more
+        times the batch may be cut at a record with a new name or label (:attr:`RUN_CUTS`)."""
         out = [None] * len(xs)
         run = []        # (i, x, y, fidx, fval, label id) waiting for the kernel
         learned = []    # feature rows of every learned record (weights_finite)
         rows = self._dense_rows(xs)
         lr = self._learner
-        yids = None
-        if (rows is not None and ws is None and lr is not None and self._synced is lr
+        if (ws is None and lr is not None and self._synced is lr
                 and self._synced_key == (self._features.dim, len(self._labels))):
-            yids = self._known_label_ids(ys)
-        if yids is not None:
             # every row valid and every label known (the steady state of a stream): the whole
-            # micro-batch is one run, its CSR as _dense_rows made it, no per-record checks
-            self._learn_rows(range(len(xs)), rows[0], rows[1], rows[2], yids, xs, ys, out, learned)
-            self._last_fidx = learned[0]   # every row of the batch
-            return out
+            # micro-batch is one run, its CSR in one pass (rows of arrays as _dense_rows made
+            # it; dicts whose every nonzero feature is known, FeatureIndex.dict_csr: the arrays
+            # encode_record makes of each), no per-record checks
+            batch = rows if rows is not None else self._dict_rows(xs)
+            yids = None if batch is None else self._known_label_ids(ys)
+            if yids is not None:
+                k = min(len(batch[0]) - 1, len(yids))   # records before a new feature name or label
+                if k == len(xs):
+                    self._learn_rows(range(k), batch[0], batch[1], batch[2], yids, xs, ys, out, learned)
+                    self._last_fidx = learned[0]   # every row of the batch
+                    return out
+                if cuts > 0:
+                    # the records before it one run, that record on its own (it registers the
+                    # name or label), then the rest: each as record by record
+                    fidx = []
+                    if k:
+                        self._learn_rows(range(k), batch[0][:k + 1], batch[1], batch[2], yids[:k], xs, ys, out,
+                                         learned)
+                        fidx.append(learned[0])
+                    out[k:k + 1] = self._predict_learn_runs(xs[k:k + 1], ys[k:k + 1], None, 0)
+                    fidx.append(self._last_fidx)
+                    out[k + 1:] = self._predict_learn_runs(xs[k + 1:], ys[k + 1:], None, cuts - 1)
+                    fidx.append(self._last_fidx)
+                    self._last_fidx = np.concatenate(fidx)   # the rows of every learned record
+                    return out
         for i, (x, y) in enumerate(zip(xs, ys)):
             lr = self._learner
             w = 1.0 if ws is None else ws[i]   # a record of weight other than 1 leaves the run
@@ -442,15 +470,24 @@ class MulticlassSSVM(Estimator, base.Classifier):
         except (TypeError, ValueError):
             return None
 
+    def _dict_rows(self, xs):
+        """The CSR of the records of a micro-batch of dicts before the first with a new feature
+        name (``FeatureIndex.dict_csr``: per record the arrays of a trusted ``encode_record``;
+        all of them when there is none), else None."""
+        if len(xs) < 2 or type(xs) is not list or type(xs[0]) is not dict:
+            return None
+        return self._features.dict_csr(xs)
+
     def _known_label_ids(self, ys):
-        """The label ids of a micro-batch whose labels are all ``str`` or ``int`` and all known
-        (then each passes ``predict_learn_one``'s label checks: it was checked when it was
-        registered), in one pass; else None (the records are checked one by one)."""
+        """The label ids of a micro-batch whose labels are all ``str`` or ``int`` (a known one
+        passes ``predict_learn_one``'s label checks: it was checked when it was registered), up
+        to the first label not known yet (all of them when every one is known), in one pass;
+        else None (the records are checked one by one)."""
         if self._learner is None or not len(self._labels) or not set(map(type, ys)) <= _PLAIN_LABELS:
             return None
         ids = list(map(self._labels.index.get, ys))
         if None in ids:
-            return None
+            ids = ids[:ids.index(None)]
         return np.array(ids, dtype=np.int32)
 
     def _learn_run(self, run, out, learned):
