@@ -11,6 +11,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT, PYTHONHASHSEED="0")
+#: the environment of a test that picks its own cache root with NUMBA_CACHE_DIR:
+#: $STREAMSSVM_CACHE (set by a developer or a benchmark) would take precedence over it
+ENV_OWN_CACHE = {k: v for k, v in ENV.items() if k != "STREAMSSVM_CACHE"}
 
 
 def _py(code, **env):
@@ -48,7 +51,7 @@ def test_compile_notice_is_the_first_line_and_comes_before_numba_is_imported(tmp
     args = {"demo": ["demo", "--quick", "--out", str(tmp_path / "out")],
             "run": ["run", "--source", str(src), "--task", "multiclass"]}[cmd]
     p = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "streamssvm", *args], cwd=ROOT,
-                         env=dict(ENV, NUMBA_CACHE_DIR=str(cache)), stdout=subprocess.DEVNULL,
+                         env=dict(ENV_OWN_CACHE, NUMBA_CACHE_DIR=str(cache)), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
     lines = []
     try:
@@ -70,6 +73,7 @@ def test_compile_notice_is_the_first_line_and_comes_before_numba_is_imported(tmp
 
 def test_a_warm_cache_gives_no_compile_notice_up_front(tmp_path, monkeypatch):
     from streamssvm import cli
+    monkeypatch.delenv("STREAMSSVM_CACHE", raising=False)   # it would take precedence
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     assert cli._kernel_cache_cold()
     (d,) = cli._kernel_cache_dirs()
