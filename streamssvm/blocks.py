@@ -239,6 +239,7 @@ class BlockStore:
         self.cw = np.ones(n0)      # the example weight c_i per slot (``bcfw.py``: the weighted dual)
         self.csum = np.zeros(1)    # [N]: sum of c_i over the held blocks (n when every weight is 1)
         self.any_weight = False    # a weight other than 1 was ever held (else every cw is 1 and N = n)
+        self.any_gram_free = False   # a block without a Gram matrix was ever written (``stores_gram``)
         self.last_oracle = np.zeros(n0, dtype=np.int64)
         self.birth = np.zeros(n0, dtype=np.int64)  # arrival number of the example in the slot
         self.Iar = np.zeros(1024, dtype=np.int32)
@@ -413,8 +414,13 @@ class BlockStore:
         return self.structure.stat_size(L, Kc)
 
     def stores_gram(self, L):
-        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``)."""
-        return KL.stores_gram(L, self.Kc, self.gram_max_L)
+        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``; every
+        block written asks). A False sets :attr:`any_gram_free` for good: the kernels then compile
+        their Gram-free code (``bcfw.gram_rule``), which a store of short blocks never needs."""
+        keep = KL.stores_gram(L, self.Kc, self.gram_max_L)
+        if not self.any_gram_free and not np.all(keep):
+            self.any_gram_free = True
+        return keep
 
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
@@ -1402,6 +1408,7 @@ class BlockStore:
         if bs.tree_size < int(st["tree_size"]):
             bs.tree_size = int(st["tree_size"])
         bs.meta[:ns] = st["meta"]
+        bs.any_gram_free = bool(np.any(bs.meta[:ns, K.M_FLAGS] & KL.FLAG_NO_GRAM))
         g = np.asarray(st["gest"], dtype=float)
         bs.gest[:ns] = np.where(g < 0, np.inf, g)
         bs.last_oracle[:ns] = st["last_oracle"]

@@ -107,3 +107,24 @@ def test_old_weight_tables_are_freed_as_the_weights_grow():
     lr._Z.grow = grow
     est.learn_one([{f"f{i}": 1.0 for i in range(50)}, {"b": 1.0}], ["x", "y"])
     assert seen and all(seen)
+
+
+def test_gram_free_code_compiles_only_for_a_store_that_holds_a_block_without_gram(tmp_path):
+    """The step kernels take the Gram-free path's code (``bcfw.gram_rule``) only once a block
+    without a Gram matrix was written: a store of short sentences passes GRAMS_KEPT, the first
+    long sentence switches it to GRAM_FREE for good, and a loaded store holding such a block
+    starts with it."""
+    from streamssvm._kernels import bcfw as K
+    m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, seed=0))
+    m.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["D", "N"])
+    lr = m._learner
+    assert not lr.store.any_gram_free and lr._call_plan[4][10] is K.GRAMS_KEPT
+    L = KL.GRAM_MIN_L + 1
+    m.learn_one([{f"w={t}": 1.0} for t in range(L)], ["N"] * L)
+    assert lr.store.any_gram_free and type(lr._call_plan[4][10]) is type(K.GRAM_FREE)
+    m.save(tmp_path / "m")
+    r = ss.SequenceTagger.load(tmp_path / "m")
+    assert r._learner.store.any_gram_free
+    m.refine(2)
+    r.refine(2)
+    assert np.array_equal(m._learner.W.E, r._learner.W.E)

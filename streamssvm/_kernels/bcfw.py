@@ -178,14 +178,37 @@ def _st_score(model, w, S, scale, st, L, sp, Iar, kpos):
     return stat_score(model[0], S, w[1], w[2], scale, st, L, model[1], model[2], model[3])
 
 
-def _dense_sqnorm(model, G, x, st, L, sp, Iar, kpos):
+#: Whether held blocks may lack a Gram matrix (``layout.FLAG_NO_GRAM``), as a type (like
+#: MARGIN / SLACK below): a StepConfig whose ``grams`` field is GRAMS_KEPT (a numpy uint8: every
+#: held block keeps its matrix, ``BlockStore.may_hold_gram_free`` is False) compiles no Gram-free
+#: code (``common.emission_sqnorm_tokens``); GRAM_FREE (a numpy int8) compiles it. A store whose
+#: blocks are all short passes GRAMS_KEPT, so a first use (from an empty cache to the first
+#: prediction) does not compile the path of the long sequences it has not seen; the first long
+#: one compiles (or loads) the other specialization.
+GRAMS_KEPT, GRAM_FREE = np.uint8(0), np.int8(1)
+_GRAMS_KEPT_TYPE = from_dtype(np.dtype(type(GRAMS_KEPT)))
+
+
+def gram_rule(may_lack):
+    """The StepConfig ``grams`` field of a store that may (True) or cannot hold a block without a
+    Gram matrix."""
+    return GRAM_FREE if may_lack else GRAMS_KEPT
+
+
+def _dense_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
 
 
-@_chain_only(_dense_sqnorm)
-def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos):
+def _chain_sqnorm_kept(model, G, x, st, L, sp, Iar, kpos, grams):
+    if sp:
+        return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
+    return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
+
+
+def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
     """||Phi_x(st)||^2 in the block's layout; a block without a stored Gram matrix (``G`` 0 x 0,
-    ``layout.FLAG_NO_GRAM``) takes the entries it needs from its tokens ``x`` (same value)."""
+    ``layout.FLAG_NO_GRAM``) takes the entries it needs from its tokens ``x`` (same value). Only
+    chain blocks can lack one; with ``grams`` of type GRAMS_KEPT none does (:func:`gram_rule`)."""
     if G.shape[0] < L:
         v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, model[1], model[2])
         if sp:
@@ -194,6 +217,13 @@ def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos):
     if sp:
         return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
+
+
+@overload(_st_sqnorm, jit_options=_INNER)
+def _ol_st_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
+    if model.types[0] != _CHAIN_TAG:
+        return _dense_sqnorm
+    return _chain_sqnorm_kept if grams == _GRAMS_KEPT_TYPE else _st_sqnorm
 
 
 def _dense_apply(model, w, x, st, L, coef, sp, Iar, kpos):
@@ -433,7 +463,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
         dbuf[q] = -st[q]
     _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
     _st_lab(kind, sp, lab, L, Kc, dbuf, -dstar, Iar, kpos)
-    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos, cfg[10])
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / (c * sq)
@@ -498,7 +528,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
-    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos, cfg[10])
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / (c * sq)
@@ -537,7 +567,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max, grams = cfg
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
     x = (tok_ptr, fidx, fval)
     L = meta[j, M_L]
@@ -677,7 +707,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
         num = m_val - a_val
         gmax = alpha[a] / (1.0 - alpha[a]) if alpha[a] < 1.0 else 1e300
         counters[C_AWAY] += 1
-    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos, grams)
     if sq <= 0.0 or num <= 0.0:
         return gnum
     gamma = lam_n * num / (c * sq)

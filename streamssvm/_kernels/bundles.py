@@ -53,9 +53,10 @@ Averaging = namedtuple("Averaging", ["t0", "ZE", "ZT", "ZB", "facc"])
 #: Block-step configuration: ``lam`` regularization, ``step_type`` (``bcfw.step_rule``), ``use_cache``
 #: oracle cache on, ``F`` / ``nu`` its parameters, ``g_full`` the last full gap, ``sampling``
 #: (SAMPLE_*) for replays, ``replay`` steps after each new block, ``slack`` slack rescaling,
-#: ``lam_n_max`` the cap on lam * n (inf: none; see ``BCFW(lam_n_cap=...)``).
+#: ``lam_n_max`` the cap on lam * n (inf: none; see ``BCFW(lam_n_cap=...)``), ``grams`` whether
+#: held blocks may lack a Gram matrix (``bcfw.gram_rule``: its type selects the code compiled).
 StepConfig = namedtuple("StepConfig", ["lam", "step_type", "use_cache", "F", "nu", "g_full", "sampling",
-                                       "replay", "slack", "lam_n_max"])
+                                       "replay", "slack", "lam_n_max", "grams"])
 
 #: One new example for ``learn_one_example``: its CSR tokens, ground truth, the feature mark
 #: buffer of the Gram computation, the ``slot`` its block goes to and the block it evicts
