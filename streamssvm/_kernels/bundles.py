@@ -37,9 +37,10 @@ WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
 #: call, ``lval`` L_i (slack rescaling); ``alive`` the dense list of live slots, ``pos`` slot ->
 #: index in ``alive``, ``n`` live blocks; ``tree``/``tree_size`` the gap sum-tree (size 0: none);
 #: ``cw`` the example weight c_i per slot (1: unweighted) and ``csum`` = [N], their sum over the
-#: held blocks (the kernels keep it as blocks arrive and leave; see ``bcfw.py``).
+#: held blocks (the kernels keep it as blocks arrive and leave; see ``bcfw.py``); ``layout`` the
+#: blocks' layout as a type (``layout.pairs_layout``: sparse chain blocks or dense ones).
 Arena = namedtuple("Arena", ["Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
-                             "tree", "tree_size", "cw", "csum"])
+                             "tree", "tree_size", "cw", "csum", "layout"])
 
 #: Scratch buffers (see ``streamssvm.workspace.Workspace``): scores ``S``, Viterbi table ``V``,
 #: back-pointers ``bp``, label marks ``ybuf``, a labeling ``lab``, a statistic ``dbuf``, the
