@@ -72,25 +72,12 @@ def predict_tables(learner):
 
 
 def emission_scores(tables, tok_ptr, fidx, fval, K):
-    """The (L x K) emission score table of an encoded record: ``marginals.emission_table``'s
-    values bit for bit (each token's row starts at 0.0 and adds ``(fval * scale) * (E[f] - zc
-    ZE[f])`` per feature in order, ``np.add.at`` being unbuffered and in index order; a feature
-    index past the weight rows scores 0), in numpy so that a sequence model's first record,
-    which the temperature fit observes, compiles no kernel for it (the micro-batch kernel calls
-    ``emission_table`` itself)."""
+    """The (L x K) emission score table of an encoded record."""
     E, ZE, zc, _, _, scale = tables
-    tok_ptr = np.asarray(tok_ptr, dtype=np.int64)
     L = len(tok_ptr) - 1
-    S = np.zeros((L, K))
-    a, b = int(tok_ptr[0]), int(tok_ptr[L])
-    f = np.asarray(fidx, dtype=np.int64)[a:b]
-    t = np.repeat(np.arange(L), np.diff(tok_ptr))
-    v = np.asarray(fval, dtype=np.float64)[a:b] * float(scale)
-    ok = (f >= 0) & (f < E.shape[0])
-    if not ok.all():
-        f, t, v = f[ok], t[ok], v[ok]
-    rows = E[f, :K] if float(zc) == 0.0 else E[f, :K] - float(zc) * ZE[f, :K]
-    np.add.at(S, t, v[:, None] * rows)
+    S = np.empty((L, K))
+    KM.emission_table(E, ZE, float(zc), float(scale), np.asarray(tok_ptr, dtype=np.int64),
+                      np.asarray(fidx, dtype=np.int64), np.asarray(fval, dtype=np.float64), L, K, S)
     return S
 
 

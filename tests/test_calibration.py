@@ -424,25 +424,3 @@ def test_the_fit_with_stacked_losses_is_the_one_at_a_time_fit_to_the_bit():
             else:
                 t.observe_class(s, y)
         assert t.n_fits > 40
-
-
-def test_emission_scores_in_numpy_equal_the_kernel_bit_for_bit():
-    """calibration.emission_scores (numpy, so that a sequence model's first record compiles no
-    kernel for the temperature fit) gives marginals.emission_table's values bit for bit, signed
-    zeros included (repeated and out-of-range feature indices, empty tokens, zc = 0 or not), as the
-    micro-batch kernel, which calls emission_table, needs."""
-    rng = np.random.default_rng(0)
-    for it in range(200):
-        d, K = int(rng.integers(1, 30)), int(rng.integers(1, 12))
-        E, ZE = rng.normal(size=(d, K + 2)), rng.normal(size=(d, K + 2))
-        if it % 7 == 0:
-            E[:] = -0.0
-        L = int(rng.integers(1, 9))
-        tp = np.concatenate([[0], np.cumsum(rng.integers(0, 6, size=L))]).astype(np.int64)
-        fidx = rng.integers(-2, d + 3, size=int(tp[-1]))
-        fval = rng.normal(size=int(tp[-1])) * (rng.random(int(tp[-1])) > 0.1)
-        zc, scale = (0.0 if it % 2 else float(rng.random())), float(3 * rng.random())
-        S = calibration.emission_scores((E, ZE, zc, None, None, scale), tp, fidx, fval, K)
-        ref = np.empty((L, K))
-        KM.emission_table(E, ZE, zc, scale, tp, fidx.astype(np.int64), fval, L, K, ref)
-        assert np.array_equal(S, ref) and np.array_equal(np.signbit(S), np.signbit(ref))
