@@ -239,6 +239,7 @@ class BlockStore:
         self.cw = np.ones(n0)      # the example weight c_i per slot (``bcfw.py``: the weighted dual)
         self.csum = np.zeros(1)    # [N]: sum of c_i over the held blocks (n when every weight is 1)
         self.any_weight = False    # a weight other than 1 was ever held (else every cw is 1 and N = n)
+        self.any_gram_free = False   # a block without a Gram matrix was ever written (``stores_gram``)
         self.last_oracle = np.zeros(n0, dtype=np.int64)
         self.birth = np.zeros(n0, dtype=np.int64)  # arrival number of the example in the slot
         self.Iar = np.zeros(1024, dtype=np.int32)
@@ -397,7 +398,8 @@ class BlockStore:
         # order is pinned by tests/test_call_plan.py)
         return (self.Iar, self.Far, self.meta, self.gest if gest is None else gest, self.last_oracle, self.lval,
                 self.alive, self.pos, int(self._n), self.tree,
-                int(self.tree_size if tree_size is None else tree_size), self.cw, self.csum)
+                int(self.tree_size if tree_size is None else tree_size), self.cw, self.csum,
+                KL.pairs_layout(self.sparse))
 
     def tcap0(self, L, Kc=None):
         """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
@@ -413,8 +415,13 @@ class BlockStore:
         return self.structure.stat_size(L, Kc)
 
     def stores_gram(self, L):
-        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``)."""
-        return KL.stores_gram(L, self.Kc, self.gram_max_L)
+        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``; every
+        block written asks). A False sets :attr:`any_gram_free` for good: the kernels then compile
+        their Gram-free code (``bcfw.gram_rule``), which a store of short blocks never needs."""
+        keep = KL.stores_gram(L, self.Kc, self.gram_max_L)
+        if not self.any_gram_free and not np.all(keep):
+            self.any_gram_free = True
+        return keep
 
     def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None):
         """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
@@ -810,7 +817,7 @@ class BlockStore:
         M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L), 0, KL.FLAG_NO_GRAM) | (KL.FLAG_AVG if self.avg else 0)
         batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
-        K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M), slots, batch, np.asarray(ys, dtype=np.int32), mark,
+        K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M, KL.pairs_layout(self.sparse)), slots, batch, np.asarray(ys, dtype=np.int32), mark,
                         self.slack)
         self._admitted(slots, ti, tf)
         self.max_L = max(self.max_L, int(L.max()) if m else 1)
@@ -1402,6 +1409,7 @@ class BlockStore:
         if bs.tree_size < int(st["tree_size"]):
             bs.tree_size = int(st["tree_size"])
         bs.meta[:ns] = st["meta"]
+        bs.any_gram_free = bool(np.any(bs.meta[:ns, K.M_FLAGS] & KL.FLAG_NO_GRAM))
         g = np.asarray(st["gest"], dtype=float)
         bs.gest[:ns] = np.where(g < 0, np.inf, g)
         bs.last_oracle[:ns] = st["last_oracle"]

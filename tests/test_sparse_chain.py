@@ -362,3 +362,48 @@ def test_row_sparse_emission_kernels_equal_dense(per_row):
         plain_apply(E1, tok_ptr, fidx, fval, st, L, K, Kc, -0.37)
         stat_emission_apply(E2, tok_ptr, fidx, fval, st, L, K, Kc, -0.37)
         assert np.array_equal(E1, E2)
+
+
+_COMPILED = r"""
+import sys
+from numba.core import event
+names = set()
+
+class _L(event.Listener):
+    def on_start(self, ev):
+        f = getattr(ev.data.get("dispatcher"), "py_func", None)
+        if f is not None:
+            names.add(f.__module__.rsplit(".", 1)[-1] + "." + f.__qualname__)
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", _L())
+import streamssvm as ss
+m = ss.SequenceTagger(learner=ss.learners.BCFW(chain_stats=sys.argv[1]))
+m.learn_one([{"w=the": 1.0}, {"w=cat": 1.0}], ["D", "N"])
+m.learn_one([{"w=a": 1.0}, {"w=dog": 1.0}, {"w=runs": 1.0}], ["D", "N", "V"])
+m.predict_one([{"w=the": 1.0}])
+print(" ".join(sorted(names)))
+"""
+
+
+@pytest.mark.parametrize("stats", ["sparse", "dense"])
+def test_a_first_use_compiles_its_store_layout_only(tmp_path, stats):
+    """From an empty cache to the first prediction, the step kernels compile the block layout of
+    the store (the Arena bundle's ``layout`` type) and not the other one: before, both compiled."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, STREAMSSVM_CACHE=str(tmp_path / "c"), NUMBA_CACHE_DIR=str(tmp_path / "n"))
+    r = subprocess.run([sys.executable, "-c", _COMPILED, stats], capture_output=True, text=True, env=env, cwd=root,
+                       timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    names = set(r.stdout.split())
+    sparse_code, dense_code = {"chainsparse.sp_apply", "chainsparse.sp_score"}, {"structops.Chain.stat_apply",
+                                                                                  "structops.Chain.stat_score"}
+    if stats == "sparse":
+        assert sparse_code <= names and not dense_code & names
+    else:
+        assert dense_code <= names and not sparse_code & names

@@ -12,7 +12,8 @@ The kernels score with ``emission_rows(kind, ..., True)``: ``common.emission_add
 rows, and its CSR-only twin for the other structures, which then compile no dense-row code.
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
-``chainsparse.py``); the ``_st_*`` helpers below pick the layout of each block.
+``chainsparse.py``); the ``_st_*`` helpers below compile the layout of the store's blocks (all
+sparse or all dense: the type of the Arena bundle's ``layout`` field, ``layout.pairs_layout``).
 
 Block gap estimates are kept in "numerator" units ``N * g_i`` (independent of the number of
 held blocks up to the staleness every estimate has anyway).
@@ -65,8 +66,8 @@ from .chainsparse import (
 )
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
     FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
-    M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, avg_view, block_stat_len, block_views,
-    gram_len, n_index, pairs_pos,
+    M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, PAIRS_DENSE, PAIRS_SPARSE, avg_view,
+    block_stat_len, block_views, gram_len, n_index, pairs_pos,
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
@@ -130,20 +131,36 @@ def avg_coef(tick, avg_t0):
 
 
 def _chain_only(dense):
-    """Decorator for the helpers that read a block in either layout: the decorated body (which
-    branches on ``sp``, the block's sparse flag) is compiled for chains only, the one structure
-    whose blocks can use the sparse pair list (``chainsparse.py``); every other structure compiles
-    ``dense`` (same parameters) instead, without the sparse code. The structure is the type of
-    the first argument (a tag, or the ``model`` bundle), as for ``structops``' operations."""
+    """Decorator for the helpers that read a block in either layout: the decorated body (the
+    sparse layout's code) is compiled for the chain blocks of a sparse store only, the one
+    structure whose blocks can use the sparse pair list (``chainsparse.py``); every other block
+    compiles ``dense`` (same parameters) instead, without the sparse code. The structure is the
+    type of the first argument (a tag, or the ``model`` bundle), as for ``structops``' operations;
+    the layout the type of the ``sp`` argument (``layout.PAIRS_SPARSE`` or ``PAIRS_DENSE``, the
+    Arena bundle's ``layout`` field, which ``block_views`` hands on)."""
     def register(body):
+        sig = inspect.signature(body)
+        at = list(sig.parameters).index("sp")
+
         def select(first, *rest):
             t = first.types[0] if isinstance(first, types.BaseTuple) else first
-            return body if t == _CHAIN_TAG else dense
+            return body if t == _CHAIN_TAG and _sparse_layout(rest[at - 1]) else dense
 
-        select.__signature__ = inspect.signature(body)
+        select.__signature__ = sig
         overload(body, jit_options=_INNER)(select)
         return body
     return register
+
+
+_PAIRS_SPARSE_TYPE = from_dtype(np.dtype(type(PAIRS_SPARSE)))
+_PAIRS_DENSE_TYPE = from_dtype(np.dtype(type(PAIRS_DENSE)))
+
+
+def _sparse_layout(sp):
+    """Whether an ``sp`` argument's type is the sparse layout's (``layout.pairs_layout``)."""
+    if sp not in (_PAIRS_SPARSE_TYPE, _PAIRS_DENSE_TYPE):
+        raise TypeError(f"a block's sp must be layout.PAIRS_SPARSE or PAIRS_DENSE (block_views), not {sp}")
+    return sp == _PAIRS_SPARSE_TYPE
 
 
 def emission_rows(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
@@ -172,28 +189,64 @@ def _dense_score(model, w, S, scale, st, L, sp, Iar, kpos):
 
 @_chain_only(_dense_score)
 def _st_score(model, w, S, scale, st, L, sp, Iar, kpos):
-    """<w, Phi_x(st)> in the block's layout."""
-    if sp:
-        return sp_score(S, w[1], w[2], scale, st, L, model[1], model[2], model[3], Iar, kpos)
-    return stat_score(model[0], S, w[1], w[2], scale, st, L, model[1], model[2], model[3])
+    """<w, Phi_x(st)> of a sparse block (a dense one: ``_dense_score``)."""
+    return sp_score(S, w[1], w[2], scale, st, L, model[1], model[2], model[3], Iar, kpos)
 
 
-def _dense_sqnorm(model, G, x, st, L, sp, Iar, kpos):
+#: Whether held blocks may lack a Gram matrix (``layout.FLAG_NO_GRAM``), as a type (like
+#: MARGIN / SLACK below): a StepConfig whose ``grams`` field is GRAMS_KEPT (a numpy uint8: every
+#: held block keeps its matrix) compiles no Gram-free
+#: code (``common.emission_sqnorm_tokens``); GRAM_FREE (a numpy int8) compiles it. Structures
+#: of one token per example (multiclass, multi-label) pass GRAMS_KEPT and never compile that
+#: path; chains pass GRAM_FREE from their first example (``Structure.many_tokens``): a real
+#: stream of sentences brings one longer than the label capacity early, and a switch then
+#: recompiled the whole learn path mid-stream (+3.7 CPU s on a cold Brown run, more than the
+#: 1.3 s a first use of short sentences saved). A store that ever holds a Gram-free block
+#: passes GRAM_FREE whatever its structure.
+GRAMS_KEPT, GRAM_FREE = np.uint8(0), np.int8(1)
+_GRAMS_KEPT_TYPE = from_dtype(np.dtype(type(GRAMS_KEPT)))
+
+
+def gram_rule(may_lack):
+    """The StepConfig ``grams`` field of a store that may (True) or cannot hold a block without a
+    Gram matrix."""
+    return GRAM_FREE if may_lack else GRAMS_KEPT
+
+
+def _dense_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
 
 
-@_chain_only(_dense_sqnorm)
-def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos):
-    """||Phi_x(st)||^2 in the block's layout; a block without a stored Gram matrix (``G`` 0 x 0,
-    ``layout.FLAG_NO_GRAM``) takes the entries it needs from its tokens ``x`` (same value)."""
+def _sparse_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
+    return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
+
+
+def _dense_sqnorm_free(model, G, x, st, L, sp, Iar, kpos, grams):
     if G.shape[0] < L:
         v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, model[1], model[2])
-        if sp:
-            return sp_trans_sqnorm(v, st, L, model[1], model[2], model[3], Iar, kpos)
         return chain_trans_sqnorm(v, st, L, model[1], model[2], model[3])
-    if sp:
-        return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
+
+
+def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
+    """||Phi_x(st)||^2 in the block's layout; a block without a stored Gram matrix (``G`` 0 x 0,
+    ``layout.FLAG_NO_GRAM``) takes the entries it needs from its tokens ``x`` (same value). Only
+    chain blocks can lack one; with ``grams`` of type GRAMS_KEPT none does (:func:`gram_rule`).
+    (This body: a sparse block that may lack one.)"""
+    if G.shape[0] < L:
+        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, model[1], model[2])
+        return sp_trans_sqnorm(v, st, L, model[1], model[2], model[3], Iar, kpos)
+    return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
+
+
+@overload(_st_sqnorm, jit_options=_INNER)
+def _ol_st_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
+    if model.types[0] != _CHAIN_TAG:
+        return _dense_sqnorm
+    kept = grams == _GRAMS_KEPT_TYPE
+    if _sparse_layout(sp):
+        return _sparse_sqnorm if kept else _st_sqnorm
+    return _dense_sqnorm if kept else _dense_sqnorm_free
 
 
 def _dense_apply(model, w, x, st, L, coef, sp, Iar, kpos):
@@ -202,11 +255,9 @@ def _dense_apply(model, w, x, st, L, coef, sp, Iar, kpos):
 
 @_chain_only(_dense_apply)
 def _st_apply(model, w, x, st, L, coef, sp, Iar, kpos):
-    """w += coef * Phi_x(st) in the block's layout (``x = (tok_ptr, fidx, fval)``)."""
-    if sp:
-        sp_apply(w, x, st, L, model[1], model[2], coef, model[3], Iar, kpos)
-    else:
-        stat_apply(model[0], w, x, st, L, model[1], model[2], coef, model[3])
+    """w += coef * Phi_x(st) on a sparse block (``x = (tok_ptr, fidx, fval)``; a dense one:
+    ``_dense_apply``)."""
+    sp_apply(w, x, st, L, model[1], model[2], coef, model[3], Iar, kpos)
 
 
 def _dense_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
@@ -216,10 +267,7 @@ def _dense_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
 @_chain_only(_dense_lab)
 def _st_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
     """out += coef * s(lab) (a sparse block must have the bigrams of lab registered)."""
-    if sp:
-        sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef)
-    else:
-        labeling_stat(kind, lab, L, Kc, out, coef)
+    sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef)
 
 
 def _dense_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
@@ -228,11 +276,8 @@ def _dense_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
 
 @_chain_only(_dense_truth)
 def _st_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
-    """out += coef * s(ytrue) in the block's layout."""
-    if sp:
-        sp_labeling_stat(Iar, kpos, ytrue, L, Kc, out, coef)
-    else:
-        truth_stat(kind, ytrue, ly, L, Kc, out, coef)
+    """out += coef * s(ytrue) on a sparse block (a dense one: ``_dense_truth``)."""
+    sp_labeling_stat(Iar, kpos, ytrue, L, Kc, out, coef)
 
 
 def _step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
@@ -263,13 +308,10 @@ def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
 def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
     """dbuf += s(ytrue) for ``block_u``; a sparse block adds the truth's bigrams (which need not
     be among the block's pairs) to T directly, times ``coef``."""
-    if sp:   # (no BM: chainsparse.py)
-        for t in range(L):
-            dbuf[t * Kc + ytrue[t]] += 1.0
-        if use_trans:
-            sp_labeling_apply(T, ytrue, L, coef)
-    else:
-        truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
+    for t in range(L):   # (no BM: chainsparse.py)
+        dbuf[t * Kc + ytrue[t]] += 1.0
+    if use_trans:
+        sp_labeling_apply(T, ytrue, L, coef)
 
 
 def _dense_room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
@@ -280,8 +322,6 @@ def _dense_room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
 def _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
     """Register the bigrams of the labelings a step moves (sparse blocks); False (and the block
     flagged ``FLAG_TFULL``) when the block has no room for them: the step is skipped."""
-    if not sp:
-        return True
     toff = L * Kc
     if sp_register(Iar, kpos, st, toff, lab1, L) and sp_register(Iar, kpos, st, toff, lab2, L):
         return True
@@ -297,8 +337,7 @@ def _dense_snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
 @_chain_only(_dense_snap)
 def _snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
     """``chainsparse.sp_snap`` on a sparse block."""
-    if sp:
-        sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans)
+    sp_snap(st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans)
 
 
 def _dense_snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
@@ -309,7 +348,7 @@ def _dense_snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
 def _snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
     """Before ``_snap`` on a sparse block: the counts it sets to 0 move the statistic by -v,
     which the block's averaging accumulator ``zm`` records with weight ``za`` (``avg_note``)."""
-    if sp and zm.shape[0] > 0:
+    if zm.shape[0] > 0:
         toff = L * Kc
         for q in range(Iar[kpos]):
             v = st[toff + q]
@@ -382,8 +421,7 @@ def _dense_register(kind, sp, Iar, kpos, st, toff, lab, L):
 @_chain_only(_dense_register)
 def _register(kind, sp, Iar, kpos, st, toff, lab, L):
     """``chainsparse.sp_register`` of a labeling on a sparse block."""
-    if sp:
-        sp_register(Iar, kpos, st, toff, lab, L)
+    sp_register(Iar, kpos, st, toff, lab, L)
 
 
 @njit(**_JIT)
@@ -402,7 +440,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     in ``lval``; the corner comes from the exact slack oracle."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -433,7 +471,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
         dbuf[q] = -st[q]
     _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
     _st_lab(kind, sp, lab, L, Kc, dbuf, -dstar, Iar, kpos)
-    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos, cfg[10])
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / (c * sq)
@@ -466,7 +504,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     compiles only this. Returns the gap numerator (n * g_j); averaging as in ``margin_step``."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -498,7 +536,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
-    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos, cfg[10])
     if sq <= 0.0:
         return gnum
     gamma = lam_n * gnum / (c * sq)
@@ -533,11 +571,11 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
-    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max = cfg
+    lam, step_type, use_cache, F, nu, g_full, sampling, replay, slack, lam_n_max, grams = cfg
     tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
     x = (tok_ptr, fidx, fval)
     L = meta[j, M_L]
@@ -677,7 +715,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
         num = m_val - a_val
         gmax = alpha[a] / (1.0 - alpha[a]) if alpha[a] < 1.0 else 1e300
         counters[C_AWAY] += 1
-    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos)
+    sq = _st_sqnorm(model, G, x, dbuf, L, sp, Iar, kpos, grams)
     if sq <= 0.0 or num <= 0.0:
         return gnum
     gamma = lam_n * num / (c * sq)
@@ -809,7 +847,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     """
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     sh = 0.0
     sl = 0.0
@@ -933,12 +971,13 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
 
 
 @njit(inline="always", **_INNER)
-def write_block(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
-    """Write one block's segment at the offsets already in meta[j]: tokens (tok_ptr relative
-    to fidx/fval), ground truth, Gram matrix, the dual point on the ground truth (statistic
-    s(y), pool = {y} with alpha 1 when pools are kept)."""
-    write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack)
-    block_gram(Iar, Far, meta, j, mark)
+def write_block(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
+    """Write one block's segment at the offsets already in meta[j] (``store = (Iar, Far, meta,
+    layout)``, the Arena bundle's fields): tokens (tok_ptr relative to fidx/fval), ground truth,
+    Gram matrix, the dual point on the ground truth (statistic s(y), pool = {y} with alpha 1 when
+    pools are kept)."""
+    write_segment(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack)
+    block_gram(store[0], store[1], store[2], j, mark)
 
 
 @njit(inline="always", **_INNER)
@@ -956,8 +995,9 @@ def block_gram(Iar, Far, meta, j, mark):
 
 
 @njit(inline="always", **_INNER)
-def write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
+def write_segment(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack=False):
     """:func:`write_block` but the Gram matrix (:func:`block_gram`), whose place it leaves as is."""
+    Iar, Far, meta, sp = store
     io = meta[j, M_IOFF]
     fo = meta[j, M_FOFF]
     L = meta[j, M_L]
@@ -983,7 +1023,7 @@ def write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark,
     for q in range(pcap * lablen):
         Iar[p0 + q] = 0
     gl = gram_len(meta, j)
-    sp, kpos = pairs_pos(meta, j)
+    kpos = pairs_pos(meta, j)[1]
     if sp:   # the pair list: empty, capacity from the segment size
         Iar[kpos] = 0
         Iar[kpos + 1] = (meta[j, M_ISIZE] - (kpos - io) - 2) // 2
@@ -1011,8 +1051,8 @@ def write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr, fidx, fval, ytrue, mark,
 
 def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
     """Write the segments of new blocks whose offsets/sizes are already in ``meta``.
-    ``kind`` the structure's code or tag; ``store = (Iar, Far, meta)`` (the BlockStore's
-    arenas); ``batch`` the examples as a ``bundles.Batch`` (example e: tokens
+    ``kind`` the structure's code or tag; ``store = (Iar, Far, meta, layout)`` (the BlockStore's
+    arenas and ``layout.pairs_layout``); ``batch`` the examples as a ``bundles.Batch`` (example e: tokens
     ex_tok[e]..ex_tok[e+1] of the global CSR, truth ys[y_ptr[e]:y_ptr[e+1]] with ``y_ptr`` in
     the ``lab_ptr`` field)."""
     _insert_blocks(tag(kind), Kc, store, slots, batch, ys, mark, slack)
@@ -1023,7 +1063,7 @@ def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
     """``write_block`` of each new block, the Gram entries of the dense one-token rows (one
     squared norm each) computed after all are written, four rows at a time
     (``common.row_sqnorms``: the same sums to the bit)."""
-    Iar, Far, meta = store
+    Iar, Far, meta, sp = store
     ex_tok, tok_ptr, fidx, fval, y_ptr = batch
     m = slots.shape[0]
     offs = np.empty(m, dtype=np.int64)   # the dense rows' values: Far[offs[c]:offs[c] + lens[c]]
@@ -1032,7 +1072,7 @@ def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
     c = 0
     for e in range(m):
         j = slots[e]
-        write_segment(kind, Kc, Iar, Far, meta, j, tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1], fidx, fval,
+        write_segment(kind, Kc, store, j, tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1], fidx, fval,
                       ys[y_ptr[e]:y_ptr[e + 1]], mark, slack)
         if meta[j, M_FLAGS] & FLAG_DENSE_ROW and gram_len(meta, j) == 1:
             offs[c] = meta[j, M_FOFF]
@@ -1189,7 +1229,7 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
         n, avg_t0, steps, n_steps = arena[8], avg[0], slots, slots.shape[0]
     else:
         tok_ptr, fidx, fval, ytrue, mark, slot, victim = example
-        write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr, fidx, fval, ytrue, mark, cfg[8])
+        write_block(model[0], model[2], arena[:3] + (arena[13],), slot, tok_ptr, fidx, fval, ytrue, mark, cfg[8])
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg[0]

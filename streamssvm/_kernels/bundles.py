@@ -37,9 +37,10 @@ WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
 #: call, ``lval`` L_i (slack rescaling); ``alive`` the dense list of live slots, ``pos`` slot ->
 #: index in ``alive``, ``n`` live blocks; ``tree``/``tree_size`` the gap sum-tree (size 0: none);
 #: ``cw`` the example weight c_i per slot (1: unweighted) and ``csum`` = [N], their sum over the
-#: held blocks (the kernels keep it as blocks arrive and leave; see ``bcfw.py``).
+#: held blocks (the kernels keep it as blocks arrive and leave; see ``bcfw.py``); ``layout`` the
+#: blocks' layout as a type (``layout.pairs_layout``: sparse chain blocks or dense ones).
 Arena = namedtuple("Arena", ["Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
-                             "tree", "tree_size", "cw", "csum"])
+                             "tree", "tree_size", "cw", "csum", "layout"])
 
 #: Scratch buffers (see ``streamssvm.workspace.Workspace``): scores ``S``, Viterbi table ``V``,
 #: back-pointers ``bp``, label marks ``ybuf``, a labeling ``lab``, a statistic ``dbuf``, the
@@ -53,9 +54,10 @@ Averaging = namedtuple("Averaging", ["t0", "ZE", "ZT", "ZB", "facc"])
 #: Block-step configuration: ``lam`` regularization, ``step_type`` (``bcfw.step_rule``), ``use_cache``
 #: oracle cache on, ``F`` / ``nu`` its parameters, ``g_full`` the last full gap, ``sampling``
 #: (SAMPLE_*) for replays, ``replay`` steps after each new block, ``slack`` slack rescaling,
-#: ``lam_n_max`` the cap on lam * n (inf: none; see ``BCFW(lam_n_cap=...)``).
+#: ``lam_n_max`` the cap on lam * n (inf: none; see ``BCFW(lam_n_cap=...)``), ``grams`` whether
+#: held blocks may lack a Gram matrix (``bcfw.gram_rule``: its type selects the code compiled).
 StepConfig = namedtuple("StepConfig", ["lam", "step_type", "use_cache", "F", "nu", "g_full", "sampling",
-                                       "replay", "slack", "lam_n_max"])
+                                       "replay", "slack", "lam_n_max", "grams"])
 
 #: One new example for ``learn_one_example``: its CSR tokens, ground truth, the feature mark
 #: buffer of the Gram computation, the ``slot`` its block goes to and the block it evicts

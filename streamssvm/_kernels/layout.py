@@ -60,6 +60,18 @@ FLAG_AVG = 32
 #: A new block of at most this many tokens always keeps its Gram matrix (see :func:`stores_gram`).
 GRAM_MIN_L = 32
 
+#: The layout of a store's blocks (a store's blocks are all sparse chain blocks or all dense), as a
+#: type: the Arena bundle's ``layout`` field is PAIRS_SPARSE (a numpy uint8 of value 1: every block
+#: is flagged ``FLAG_SPARSE``) or PAIRS_DENSE (a numpy int8 of value 0: none is), and
+#: :func:`block_views` hands it on as the block's ``sp``, so a kernel compiles the code of the one
+#: layout its store holds (``bcfw._chain_only``).
+PAIRS_SPARSE, PAIRS_DENSE = np.uint8(1), np.int8(0)
+
+
+def pairs_layout(sparse):
+    """The Arena bundle's ``layout`` field of a store of sparse (True) or dense chain blocks."""
+    return PAIRS_SPARSE if sparse else PAIRS_DENSE
+
 
 def stores_gram(L, Kc, max_L=None):
     """Whether a new block of L tokens keeps its L x L Gram matrix at label capacity Kc:
@@ -113,7 +125,8 @@ def block_stat_len(kind, L, Kc, sp, Iar, kpos):
 @njit(**_INNER)
 def block_views(arena, j, Kc, kind):
     """Views of block j's segments in the arena (``bundles.Arena``): ``(tok_ptr, fidx, ytrue,
-    pool, fval, G, st, alpha, sp, kpos)`` with ``sp, kpos`` of :func:`pairs_pos`."""
+    pool, fval, G, st, alpha, sp, kpos)`` with ``kpos`` of :func:`pairs_pos` and ``sp`` the
+    arena's ``layout`` (PAIRS_SPARSE or PAIRS_DENSE: the block's sparse flag as a type)."""
     Iar, Far, meta = arena[0], arena[1], arena[2]
     io = meta[j, M_IOFF]
     fo = meta[j, M_FOFF]
@@ -132,7 +145,8 @@ def block_views(arena, j, Kc, kind):
     gl = gram_len(meta, j)
     gd = L if gl > 0 else 0
     G = Far[fo + nnz:fo + nnz + gl].reshape((gd, gd))
-    sp, kpos = pairs_pos(meta, j)
+    kpos = pairs_pos(meta, j)[1]
+    sp = arena[13]
     ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + gl
     st = Far[s0:s0 + ss]

@@ -93,7 +93,7 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         # its replays draw after np.random.seed(seeds[e]), drawn by mtseed without its cost)
         mt_seed(rng, seeds[e])
         slot = slots[e]
-        write_block(model[0], model[2], arena[0], arena[1], arena[2], slot, tok_ptr[e:e + 2], fidx, lval,
+        write_block(model[0], model[2], arena[:3] + (arena[13],), slot, tok_ptr[e:e + 2], fidx, lval,
                     yids[e:e + 1], mark, cfg[8])
         arena[5][slot] = 0.0
         out[1] = 0

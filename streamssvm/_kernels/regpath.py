@@ -21,7 +21,7 @@ def block_deltas(model, w, arena, scratch, scale, slack, out):
     ``scale * w`` (no oracle call: the scores of the block's dual point and of its truth)."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     for q in range(n):
         j = alive[q]
@@ -46,7 +46,7 @@ def shrink_to_truth(model, arena, rho, slack, set_labeling, lab):
     back in the pool when it was evicted; a full pool loses its smallest entry and the block is
     flagged ``FLAG_INEXACT_ALPHA``, as the steps do)."""
     kind, K, Kc, use_trans, C, G_ = model
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
     for q in range(n):
         j = alive[q]
         tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)

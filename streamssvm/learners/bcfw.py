@@ -384,6 +384,12 @@ class BCFW(DenseWeights, Learner):
         state["_call_plan"] = state["_model_plan"] = state["_record_plan"] = None
         return state
 
+    def _may_lack_gram(self):
+        """Whether the step kernels take their Gram-free code (``bcfw.gram_rule``): a structure of
+        several tokens per example (``Structure.many_tokens``), or a store that holds a block
+        without a Gram matrix."""
+        return bool(self.structure.many_tokens or self.store.any_gram_free)
+
     def _model_bundle(self):
         """The kernels' Model bundle, kept while the labels in use, the label capacity, the
         costs array and the structure stay the same objects / values."""
@@ -405,7 +411,7 @@ class BCFW(DenseWeights, Learner):
         key = (self._K, W.Kc, id(self._C), id(self.structure), id(W.E), id(W.T), id(W.B), self._avg_t0,
                id(Z.E), id(Z.T), id(Z.B), id(self._facc), g_full, self._lam_fixed, self.step,
                self.store.pool_cap > 0, self.cache, self.cache_F, self.cache_nu, self.sampling, self.replay,
-               self._slack)
+               self._slack, self._may_lack_gram())
         plan = self._call_plan
         if plan is None or plan[0] != key:
             plan = self._call_plan = (key, self._model_bundle(), W.bundle(), KB.pack(KB.Averaging(
@@ -415,7 +421,8 @@ class BCFW(DenseWeights, Learner):
                                       use_cache=bool(self.cache),
                                       F=float(self.cache_F), nu=float(self.cache_nu), g_full=float(g_full),
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
-                                      slack=K.rescaling(self._slack), lam_n_max=self._lam_n_max())))
+                                      slack=K.rescaling(self._slack), lam_n_max=self._lam_n_max(),
+                                      grams=K.gram_rule(self._may_lack_gram()))))
         return (plan[1], plan[2], self.store.arena(), self._ws.ensure(L, W.Kc).scratch(L, self._slack),
                 plan[3], plan[4])
 

@@ -82,6 +82,12 @@ class Structure:
     kind: int = -1
     use_trans: bool = False
     name = "structure"
+    #: Examples of several tokens, so that a block may be long enough to keep no Gram matrix
+    #: (``layout.stores_gram``): the BCFW step kernels then compile their Gram-free code from the
+    #: first example (``bcfw.gram_rule``), not at the first long one (a mid-stream recompilation
+    #: of the whole learn path, ~3.7 CPU s on Brown, where sentences longer than the label
+    #: capacity come early).
+    many_tokens: bool = False
 
     def __init__(self, cost=None):
         if cost is not None and not (callable(cost) or isinstance(cost, (np.ndarray, list, tuple))):

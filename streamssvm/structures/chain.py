@@ -49,6 +49,8 @@ class Chain(_Tokens):
     >>> Chain(loss="hamming").loss_code
     2
     """
+
+    many_tokens = True
     kind = CHAIN
     name = "chain"
 
