@@ -79,13 +79,25 @@ LOGGER = "streamssvm.kernels"
 #: seconds between two progress lines while kernels compile
 PROGRESS_EVERY = 15.0
 
-_notice = {"announced": False, "depth": 0, "compiled": 0, "t0": None, "thread": None, "current": ""}
+_notice = {"announced": False, "depth": 0, "compiled": 0, "started": 0, "t0": None, "thread": None, "current": ""}
 
 
-def mark_announced():
+def mark_announced(announced=True):
     """The caller (the CLI) has told the user that kernels compile: the library's own notice
-    is not repeated in this process (its progress lines still come)."""
-    _notice["announced"] = True
+    is not repeated in this process (its progress lines still come). ``False`` gives the notice
+    back to the library (a warm-up that held it back and saw nothing compile)."""
+    _notice["announced"] = announced
+
+
+def announced():
+    """Whether the compile notice was given (or taken over by a caller) in this process."""
+    return _notice["announced"]
+
+
+def compiles_started():
+    """How many kernel compilations of this package started in this process since the notice
+    was installed (cache misses: numba's compile events never fire on a cache load)."""
+    return _notice["started"]
 
 
 def _progress_loop():
@@ -111,6 +123,7 @@ def _on_compile_start(name):
     if _notice["t0"] is None:
         _notice["t0"] = time.perf_counter()
     _notice["depth"] += 1
+    _notice["started"] += 1
     _notice["current"] = name
     if not _notice["announced"]:
         _notice["announced"] = True

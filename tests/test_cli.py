@@ -240,6 +240,39 @@ def test_warm_kernels_says_so_within_the_notice_delay():
     assert "compiling" not in buf.getvalue() or "first run" in buf.getvalue()
 
 
+def test_warm_kernels_on_a_partly_warm_cache_says_kernels_compile_not_load(monkeypatch):
+    """A cache warmed by another kind of run (the demo's chain kernels, then a multiclass run)
+    is not cold, but this run's kernels compile: the warm-up said "loading compiled kernels..."
+    for the minute they took. It says they compile, as soon as the first compile starts, and
+    holds back the library's own notice meanwhile (one message, not two)."""
+    import io
+
+    from streamssvm import kernel_cache
+    from streamssvm.cli import warmup
+    monkeypatch.setattr(warmup, "_kernel_cache_cold", lambda: False)
+    monkeypatch.setattr(kernel_cache, "_notice", dict(kernel_cache._notice, announced=False, thread=True))
+
+    def compiles():   # what numba's compile events do on a cache miss (kernel_cache's listener)
+        time.sleep(0.3)
+        kernel_cache._on_compile_start("bcfw.learn_one_example")
+        time.sleep(0.6)
+        kernel_cache._on_compile_end()
+
+    buf = io.StringIO()
+    warmup.warm_kernels(compiles, notice_after=0.1, stream=buf)
+    lines = buf.getvalue().splitlines()
+    # "loading compiled kernels..." may come first (0.1 s, before the compile starts): then this
+    assert lines[-2] == "compiling kernels this run has not used before (a minute or so)...", lines
+    assert "kernels ready" in lines[-1], lines
+    assert kernel_cache.announced()   # the CLI said it: the library does not log it again
+
+    monkeypatch.setitem(kernel_cache._notice, "announced", False)
+    buf = io.StringIO()
+    warmup.warm_kernels(lambda: time.sleep(0.6), notice_after=0.1, stream=buf)
+    assert buf.getvalue().splitlines()[0] == "loading compiled kernels..."
+    assert not kernel_cache.announced()   # nothing compiled: a later compile is still announced
+
+
 def test_plot_without_a_gap_says_primal_only(tmp_path):
     pytest.importorskip("matplotlib")
     from unittest import mock

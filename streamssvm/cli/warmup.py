@@ -40,43 +40,59 @@ def _say_compiling_early(stream=None):
         _early_notice["t0"] = time.perf_counter()
 
 
-def warm_kernels(work, notice_after=1.0, stream=None):
+_PARTLY_WARM_NOTICE = "compiling kernels this run has not used before (a minute or so)..."
+
+
+def warm_kernels(work, notice_after=1.0, stream=None, poll=0.2):
     """Run ``work()`` (a throwaway model learning a tiny example) so that the numba kernels are
-    compiled before any clock starts. Says ``compiling kernels (first run only)...`` at once when
-    the cache is cold, or after ``notice_after`` seconds if the work is still running, and how
-    long it took."""
+    compiled before any clock starts, and say what is happening: ``compiling kernels (first run
+    only)...`` at once when the cache is cold; otherwise, after ``notice_after`` seconds if the work
+    is still running, ``loading compiled kernels...`` or, when kernels the cache does not hold are
+    compiling (a cache warmed by another kind of run: only some kernels are there), that they
+    compile, said as soon as the first one starts; at the end, how long it took. The CLI speaks for
+    the library here: its own compile notice (a log line) is held back while the work runs, and
+    given back after it when nothing compiled (a later compile is then still announced)."""
+    from ..kernel_cache import announced as kernel_cache_announced, compiles_started, mark_announced
     stream = stream or sys.stderr
-    said = threading.Event()
-    lock = threading.Lock()
     t_early, _early_notice["t0"] = _early_notice["t0"], None
-    if t_early is not None:   # main() said it already, before the imports
-        said.set()
-
     cold = _kernel_cache_cold()
-    if cold:
-        from ..kernel_cache import mark_announced
-        mark_announced()
+    held_back, started = not kernel_cache_announced(), compiles_started()
+    mark_announced()
+    said = {"any": t_early is not None or cold, "compile": t_early is not None or cold}
+    done = threading.Event()
+    lock = threading.Lock()
 
-    def say():
+    def say(text, compile_notice):
         with lock:
-            if not said.is_set():
-                said.set()
-                print(_COMPILE_NOTICE if cold else "loading compiled kernels...", file=stream, flush=True)
+            if not done.is_set():
+                print(text, file=stream, flush=True)
+                said["any"] = True
+                said["compile"] = said["compile"] or compile_notice
+
+    def watch():
+        t_start = time.perf_counter()
+        while not done.wait(poll):
+            if not said["compile"] and compiles_started() > started:
+                say(_PARTLY_WARM_NOTICE, True)
+            elif not said["any"] and time.perf_counter() - t_start >= notice_after:
+                say("loading compiled kernels...", False)
+            if said["compile"]:
+                return
 
     t0 = time.perf_counter() if t_early is None else t_early
-    if cold:
-        say()
-    timer = threading.Timer(notice_after, say)
-    timer.daemon = True
-    timer.start()
+    if cold and t_early is None:
+        print(_COMPILE_NOTICE, file=stream, flush=True)
+    watcher = threading.Thread(target=watch, name="streamssvm-warmup-notice", daemon=True)
+    watcher.start()
     try:
         work()
     finally:
-        timer.cancel()
         with lock:
-            said_it = said.is_set()
-            said.set()
-    if said_it:
+            done.set()
+        watcher.join()
+        if held_back and compiles_started() == started:
+            mark_announced(False)
+    if said["any"]:
         print(f"kernels ready ({time.perf_counter() - t0:.1f}s; not counted in any rate)", file=stream, flush=True)
 
 
