@@ -401,3 +401,15 @@ def test_sequence_per_record_budget():
     assert out.status == BAD and "max_record_cost" in out.reason
     assert m.predict_one([{"a": 1.0}]) is not None
     assert ss.SequenceTagger().max_record_cost == 1 << 31
+
+
+def test_labels_of_gives_the_label_values_each_task_registers():
+    """``labels_of(y)`` (what ``predict``'s label check reads) names exactly the labels learning
+    ``y`` registers in ``classes``, for every task."""
+    import streamssvm as ss
+    cases = [(ss.MulticlassSSVM(), {"a": 1.0}, "cat"),
+             (ss.SequenceTagger(), [{"a": 1.0}, {"b": 1.0}], ["D", "N"]),
+             (ss.MultiLabelSSVM(), {"a": 1.0}, {"x": True, "y": False})]
+    for m, x, y in cases:
+        m.learn_one(x, y)
+        assert sorted(m.labels_of(y)) == sorted(m.classes), type(m).__name__

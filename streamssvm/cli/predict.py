@@ -97,7 +97,7 @@ class LabelsRead:
     :meth:`warning` says so and how to read the file as unlabeled."""
 
     def __init__(self, model):
-        self.task = model.task
+        self.labels_of = model.labels_of
         self.known = None if model.task is None else set(model.classes)
         self.n = self.n_unknown = 0
         self.examples = []
@@ -105,13 +105,7 @@ class LabelsRead:
     def update(self, y):
         if self.known is None:
             return
-        if self.task == "sequence":
-            values = y
-        elif self.task == "multilabel":
-            values = list(y) if isinstance(y, dict) else []
-        else:
-            values = (y,)
-        for v in values:
+        for v in self.labels_of(y):
             self.n += 1
             try:
                 hit = v in self.known

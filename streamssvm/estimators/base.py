@@ -550,6 +550,12 @@ class Estimator:
         """Examples held by the learner (the n of its certificate)."""
         return 0 if self._learner is None else self._learner.n_blocks
 
+    @staticmethod
+    def labels_of(y):
+        """The label values a target ``y`` of this task holds (one here; each token's tag of a
+        sequence, the keys of a multi-label dict): what :attr:`classes` is made of."""
+        return (y,)
+
     @property
     def classes(self):
         """The labels known so far, in the order they were registered."""

@@ -151,6 +151,11 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
     _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM)
     task = "multilabel"
 
+    @staticmethod
+    def labels_of(y):
+        """The labels a target dict names (present or absent); none for anything else."""
+        return list(y) if isinstance(y, dict) else []
+
     @classmethod
     def _default_learner(cls):
         return BCFW()

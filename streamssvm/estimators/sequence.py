@@ -73,6 +73,11 @@ class SequenceTagger(Estimator, base.Estimator):
     _learners = (BCFW, SGD, CuttingPlane, BMRM, GDMM, Pragam)
     task = "sequence"
 
+    @staticmethod
+    def labels_of(y):
+        """Each token's tag."""
+        return y
+
     @classmethod
     def _default_learner(cls):
         return BCFW(seed=0)
