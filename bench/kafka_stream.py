@@ -249,7 +249,7 @@ def main(argv=None):
             ("letters", "OCR letters, flat 26-class (dict features)", args.letters, "multiclass",
              {"MulticlassSSVM replay=0": lambda: ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=0, seed=0)),
               "MulticlassSSVM replay=1": lambda: ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=1, seed=0)),
-              "MulticlassSSVM replay=0, batched (learn_many per poll)": (
+              "MulticlassSSVM replay=0, mini-batches (Engine batch_size=1000: another algorithm)": (
                   lambda: ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=0, seed=0)), 1000)}),
             ("words", "OCR words, sequences (L x 128 arrays)", args.words, "sequence",
              {"SequenceTagger replay=0": lambda: ss.SequenceTagger(learner=ss.learners.BCFW(lam=1e-3, replay=0, seed=0))}),
@@ -295,10 +295,15 @@ def main(argv=None):
     finally:
         proc.kill()
         proc.wait()
+    from streamssvm.connectors.kafka import crc_in_python
     lines = ["# Learning from Kafka (local Tansu broker, kafka-python)", "",
+             "Message CRCs checked " + ("in pure Python (no crc32c package)" if crc_in_python()
+                                       else "in C (the crc32c package of the kafka extra)") + " by both peers.", "",
              "Same topic, same run: raw = kafka-python consume + JSON decode + validation; learn = the",
-             "streamssvm engine (predict + learn per message) on a KafkaSource; batched = predict_many +",
-             f"learn_many per poll (progressive validation per batch). Medians of {args.reps} runs.", "",
+             "streamssvm engine (predict + learn per message) on a KafkaSource; mini-batches = the engine's",
+             "batch_size option, predict_many + learn_many per batch: another algorithm (a batch is predicted",
+             "with the weights before it; another accuracy), not the one-at-a-time path in batches.",
+             f"Medians of {args.reps} runs.", "",
              "Rates are messages per wall second and per CPU second of the process (the broker runs in",
              "another process); raw with the source's codec decodes with `decode_json` (orjson when installed).",
              "Both peers are timed from the first poll to the last message processed;",
