@@ -186,7 +186,7 @@ def sp_missing(Iar, kpos, a, b, L):
 
 
 @njit(**_INNER)
-def _widen(Far, src, dst, L, R, R2, tcap):
+def _widen_room(Far, src, dst, L, R, R2, tcap):
     """Copy a statistic ``M (L x R) | TV (tcap)`` at Far[src:] to Far[dst:] as ``M (L x R2) | TV``."""
     for t in range(L):
         for r in range(R):
@@ -221,12 +221,12 @@ def sp_move_grown(arena, j, kpos, L, R2):
     h = meta[j, M_NNZ] + gram_len(meta, j)   # values and Gram matrix
     for q in range(h):
         Far[nf + q] = Far[fo + q]
-    _widen(Far, fo + h, nf + h, L, R, R2, tcap)
+    _widen_room(Far, fo + h, nf + h, L, R, R2, tcap)
     pc = meta[j, M_PCAP]
     for q in range(pc):   # the pool's alpha
         Far[nf + h + ss2 + q] = Far[fo + h + ss + q]
     if avg:   # the averaging accumulator zm | zl, laid out as the statistic
-        _widen(Far, fo + h + ss + pc, nf + h + ss2 + pc, L, R, R2, tcap)
+        _widen_room(Far, fo + h + ss + pc, nf + h + ss2 + pc, L, R, R2, tcap)
         Far[nf + h + 2 * ss2 + pc] = Far[fo + h + 2 * ss + pc]
     meta[j, M_IOFF], meta[j, M_FOFF], meta[j, M_ISIZE], meta[j, M_FSIZE] = ni, nf, isz2, fsz2
     mv[0] += isz2
