@@ -360,6 +360,14 @@ def _room(kind, sp, arena, j, kpos, sts, L, Kc, lab1, lab2, counters):
     return 0
 
 
+@njit(**_INNER)
+def _moved_views(arena, j, Kc, kind):
+    """The views of block j (:func:`block_views`) taken anew after ``_room`` moved it, with its
+    tokens ``x`` and statistic size, as a step function holds them."""
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+    return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, (tok_ptr, fidx, fval), st.shape[0]
+
+
 def _dense_snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
     pass
 
@@ -500,9 +508,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     if room == 0:
         return gnum
     if room == 2:   # the block moved to a larger tag room
-        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
-        x = (tok_ptr, fidx, fval)
-        ss = st.shape[0]
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
@@ -572,9 +578,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
         if room == 0:
             return gnum
         if room == 2:   # the block moved to a larger tag room
-            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
-            x = (tok_ptr, fidx, fval)
-            ss = st.shape[0]
+            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
@@ -739,9 +743,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
         if room == 0:
             return gnum
         if room == 2:   # the block moved to a larger tag room
-            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
-            x = (tok_ptr, fidx, fval)
-            ss = st.shape[0]
+            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
     for q in range(ss):
         dbuf[q] = 0.0
     if mode == STEP_FW:
