@@ -47,6 +47,12 @@ _NO_SLOTS.flags.writeable = False
 #: costs 16 bytes, so 8 adds ~1.5 KB to a 25-token sentence.
 TCAP_FACTOR = 8
 
+#: A new sparse chain block's tag room holds min(Kc, L + ROOM_SLACK) tags (:meth:`BlockStore.room0`):
+#: every tag of its truth, and room for ROOM_SLACK more (the oracle's labelings bring a few: 1.5
+#: tags per token on Brown, at most a dozen per sentence); a step that needs more waits for
+#: :meth:`BlockStore.grow_flagged`, as one that needs more pairs does.
+ROOM_SLACK = 8
+
 
 #: How much larger a growing arena becomes (``BlockStore._ensure_arena``). The unused tail of a
 #: lazily zeroed arena costs address space, not memory: the peak resident size of a growth is the
@@ -171,9 +177,10 @@ class BlockStore:
     sparse
         Chains only: keep the transition part of each block's statistic as a list of (tag pair,
         count) entries (``streamssvm._kernels.chainsparse``) instead of a dense Kc x Kc table,
-        so a block costs O(L Kc + pairs) floats, not O(Kc^2). The list starts with room for
-        ``tcap_factor * (L - 1)`` pairs and doubles when a step needs more
-        (:meth:`grow_flagged`).
+        and its emission statistic M over the block's own tags (its tag room), so a block costs
+        O(L tags + pairs) floats, not O(L Kc + Kc^2). The list starts with room for
+        ``tcap_factor * (L - 1)`` pairs, the room with :meth:`room0` tags; both grow when a step
+        needs more (:meth:`grow_flagged`).
     dense_rows
         Multiclass: keep a row whose non-zeros cover at least 2/3 of features 0..max index as
         its values only, zeros included, without feature indices (``FLAG_DENSE_ROW``, see
@@ -226,6 +233,12 @@ class BlockStore:
         self.eviction = eviction
         self.slack = bool(slack)   # blocks hold u~_i (slack rescaling) instead of the mean statistic
         self.sparse = bool(sparse) and self.kind == CHAIN
+        #: the sparse blocks hold M over every tag (Kc wide, no tag room): a state read from a file
+        #: written before the rooms, until :meth:`from_state` rewrites it (:meth:`_room`)
+        self._legacy_m = False
+        # the move region of the kernels (``_move_region``; a view of its first 6 entries is the
+        # Arena's ``moves``, all 0 for a dense store)
+        self._moves = np.zeros(8, dtype=np.int64)
         self.dense_rows = bool(dense_rows) and self.kind == MULTICLASS
         self.tcap_factor = int(TCAP_FACTOR if tcap_factor is None else tcap_factor)
         self.avg = bool(avg)   # blocks keep an averaging accumulator (``layout.FLAG_AVG``)
@@ -292,6 +305,7 @@ class BlockStore:
     # ------------------------------------------------------------------ sizes
     def nbytes(self):
         """Bytes held for the live blocks (arena segments + slot tables)."""
+        self._fold_moves()
         return int(self.i_live * 4 + self.f_live * 8 + self._n * (K.N_META * 8 + 8 * 5))
 
     def allocated_bytes(self):
@@ -395,23 +409,56 @@ class BlockStore:
         ``gest`` / ``tree_size`` replace the gap estimates / sum-tree size (a pass that must not
         touch them)."""
         # pack(Arena(...)) written as the plain tuple it makes (built per kernel call; the field
-        # order is pinned by tests/test_call_plan.py)
+        # order is pinned by tests/test_call_plan.py; the move region first: it may grow the arenas)
+        moves = self._move_region() if self.sparse else self._moves[:6]
         return (self.Iar, self.Far, self.meta, self.gest if gest is None else gest, self.last_oracle, self.lval,
                 self.alive, self.pos, int(self._n), self.tree,
                 int(self.tree_size if tree_size is None else tree_size), self.cw, self.csum,
-                KL.pairs_layout(self.sparse))
+                KL.pairs_layout(self.sparse), moves)
+
+    def _move_region(self):
+        """The Arena's ``moves`` of a sparse store: the sizes its kernels' moves grew the live
+        blocks by folded into the live sizes (:meth:`_fold_moves`), and a region at the arenas'
+        end set aside (counted as used) for the moves of the next kernel call when less than half
+        of the last one is left: 1/64 of the used sizes and at least 4096 ints / 65536 floats
+        (its unused rest is garbage until the next compaction)."""
+        mv = self._fold_moves()
+        if 2 * (mv[1] - mv[0]) < mv[6] or 2 * (mv[3] - mv[2]) < mv[7] or mv[6] == 0:
+            ni, nf = 4096 + self.i_used // 64, 65536 + self.f_used // 64
+            self._ensure_arena("Iar", self.i_used + ni)
+            self._ensure_arena("Far", self.f_used + nf)
+            mv[:] = (self.i_used, self.i_used + ni, self.f_used, self.f_used + nf, 0, 0, ni, nf)
+            self.i_used += ni
+            self.f_used += nf
+        return mv[:6]
+
+    def _fold_moves(self):
+        """Fold the growth of the blocks the kernels moved (``chainsparse.sp_move_grown``) into
+        the live sizes; returns the move state (next int, end int, next float, end float, ints
+        grown, floats grown, region's ints, region's floats)."""
+        mv = self._moves
+        if mv[4] or mv[5]:
+            self.i_live += int(mv[4])
+            self.f_live += int(mv[5])
+            mv[4] = mv[5] = 0
+        return mv
 
     def tcap0(self, L, Kc=None):
         """Initial number of transition pairs of a sparse block of length L (vectorized over L)."""
         Kc = self.Kc if Kc is None else Kc
         return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
 
-    def stat_len(self, L, tcap=0, Kc=None):
+    def room0(self, L, Kc=None):
+        """Initial tag room of a sparse block of length L: min(Kc, L + ``ROOM_SLACK``) (vectorized)."""
+        Kc = self.Kc if Kc is None else Kc
+        return np.minimum(np.asarray(L, dtype=np.int64) + ROOM_SLACK, Kc)
+
+    def stat_len(self, L, tcap=0, Kc=None, rcap=0):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
-        M | TV, no start / end rows: ``_kernels/chainsparse.py``)."""
+        M (L x rcap) | TV, no start / end rows: ``_kernels/chainsparse.py``)."""
         Kc = self.Kc if Kc is None else Kc
         if self.sparse:
-            return L * Kc + tcap
+            return L * rcap + tcap
         return self.structure.stat_size(L, Kc)
 
     def stores_gram(self, L):
@@ -423,9 +470,10 @@ class BlockStore:
             self.any_gram_free = True
         return keep
 
-    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None):
-        """(int size, float size, labeling length) of a block's segments; ``tcap``: the pairs of
-        a sparse block (default :meth:`tcap0`); ``nnz`` the values stored, ``nidx`` the feature
+    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None, rcap=None):
+        """(int size, float size, labeling length) of a block's segments; ``tcap`` / ``rcap``: the
+        pairs and tag room of a sparse block (default :meth:`tcap0` / :meth:`room0`); ``nnz`` the
+        values stored, ``nidx`` the feature
         indices stored (default nnz; 0 for a dense row); ``gram``: a Gram matrix is stored
         (default :meth:`stores_gram`). Vectorized over L, nnz, ly, nidx, gram."""
         Kc = self.Kc if Kc is None else Kc
@@ -434,10 +482,11 @@ class BlockStore:
         isz = L + 1 + (nnz if nidx is None else nidx) + ly + self.pool_cap * lablen
         if self.sparse:
             tcap = self.tcap0(L, Kc) if tcap is None else tcap
-            isz = isz + 2 + 2 * tcap
+            rcap = self.room0(L, Kc) if rcap is None else rcap
+            isz = isz + 4 + 2 * tcap + rcap
         else:
-            tcap = 0
-        ss = self.stat_len(L, tcap, Kc)
+            tcap = rcap = 0
+        ss = self.stat_len(L, tcap, Kc, rcap)
         fsz = nnz + np.where(gram, L * L, 0) + ss + self.pool_cap + (ss + 1 if self.avg else 0)
         return isz, fsz, lablen
 
@@ -697,16 +746,17 @@ class BlockStore:
         if gl:
             Fa[fo + nnz:fo + nnz + gl] = gram_fn(tok_ptr, fidx, fval, L).ravel()
         kp = p0 + self.pool_cap * lablen
-        tcap = (isz - (kp - io) - 2) // 2 if self.sparse else 0
-        ss = self.stat_len(L, tcap)
+        tcap, rcap = (int(self.tcap0(L)), int(self.room0(L))) if self.sparse else (0, 0)
+        ss = self.stat_len(L, tcap, rcap=rcap)
         s0 = fo + nnz + gl
         Fa[s0:s0 + ss + self.pool_cap + (ss + 1 if self.avg else 0)] = 0.0   # with the averaging accumulator
         if self.sparse:
             I[kp:kp + 2] = (0, tcap)
+            I[kp + 2 + 2 * tcap:kp + 4 + 2 * tcap] = (0, rcap)
             if not self.slack:
                 yt = np.asarray(ytrue, dtype=np.int32)
-                py_entry(CS.sp_register)(I, kp, Fa[s0:s0 + ss], L * self.Kc, yt, L)
-                py_entry(CS.sp_labeling_stat)(I, kp, yt, L, self.Kc, Fa[s0:s0 + ss], 1.0)
+                py_entry(CS.sp_register)(I, kp, Fa[s0:s0 + ss], Fa[0:0], yt, L)
+                py_entry(CS.sp_labeling_stat)(I, kp, yt, L, Fa[s0:s0 + ss], 1.0)
         elif not self.slack:
             truth_stat(self.kind, np.asarray(ytrue, dtype=np.int32), ly, L, self.Kc, Fa[s0:s0 + ss], 1.0)
         self.lval[slot] = 0.0
@@ -833,6 +883,7 @@ class BlockStore:
 
     def maybe_compact(self):
         """Compact when more than half of the int arena is garbage (evicted segments)."""
+        self._fold_moves()
         if self.i_used > 4096 and self.i_live * 2 < self.i_used:
             self.compact()
 
@@ -870,8 +921,8 @@ class BlockStore:
         Inew = np.zeros(max(1024, int(sum(p[0] for p in plans) * 1.25)), dtype=np.int32)
         Fnew = np.zeros(max(1024, int(sum(p[1] for p in plans) * 1.25)), dtype=np.float64)
         io = fo = 0
-        for j, (isz, fsz, tcap) in zip(slots, plans):
-            self._copy_block(j, Inew, Fnew, io, fo, Kc, to_sparse, tcap)
+        for j, (isz, fsz, tcap, rcap) in zip(slots, plans):
+            self._copy_block(j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, rcap)
             io += isz
             fo += fsz
         self.Iar, self.Far = Inew, Fnew
@@ -879,6 +930,8 @@ class BlockStore:
         self.f_used = self.f_live = fo
         self.Kc = Kc
         self.sparse = to_sparse
+        self._legacy_m = False
+        self._moves[:] = 0   # a new move region at the next kernel call
 
     def _compact_in_place(self, slots, Kc):
         """:meth:`compact` in the same layout, for stores of dense-layout blocks (no sparse
@@ -935,21 +988,58 @@ class BlockStore:
         self.Kc = Kc
         return True
 
+    def _room(self, j):
+        """(offset in Iar of sparse block j's pair list, its tag room's tags (ascending, int64),
+        the room's capacity: M's row width) -- ``_kernels/layout.py``. Blocks read from a file
+        written before the rooms (:attr:`_legacy_m`) hold M over every tag, Kc wide."""
+        kp = self._kpos(j)
+        if self._legacy_m:
+            return kp, np.arange(self.Kc, dtype=np.int64), self.Kc
+        r = kp + 2 + 2 * int(self.Iar[kp + 1])
+        rn, rcap = int(self.Iar[r]), int(self.Iar[r + 1])
+        return kp, self.Iar[r + 2:r + 2 + rn].astype(np.int64), rcap
+
+    def _stat_pos(self, j):
+        """Offset in Far of block j's statistic (``layout.stat_pos``)."""
+        m = self.meta[j]
+        return int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m)
+
+    def _emission(self, j, at):
+        """Sparse block j's emission statistic M (or its averaging accumulator's: ``at`` its offset
+        in Far) as a dense (L, Kc) array (a copy)."""
+        L = int(self.meta[j, K.M_L])
+        kp, tags, R = self._room(j)
+        out = np.zeros((L, self.Kc))
+        out[:, tags] = self.Far[at:at + L * R].reshape(L, R)[:, :len(tags)]
+        return out
+
+    def _kept_tags(self, j, Md, Zd):
+        """The tags a block's room keeps when it is rewritten: its columns of M (``Md``) or of its
+        averaging accumulator (``Zd``, or None) with a non-zero, and its truth's tags (margin
+        blocks: ``block_u`` adds the truth's statistic in the block's layout). Ascending."""
+        nz = np.any(Md != 0.0, axis=0)
+        if Zd is not None:
+            nz |= np.any(Zd != 0.0, axis=0)
+        if not self.slack:
+            y0 = int(KL.truth_pos(self.meta, j))
+            nz[self.Iar[y0:y0 + int(self.meta[j, K.M_LY])]] = True
+        return np.flatnonzero(nz)
+
     def _pairs(self, j):
         """The transition part of block j's statistic as (pairs (n, 2), counts (n,), their
         averaging accumulator (n,) or None), the pairs whose count or accumulator is non-zero
         (either layout)."""
         m = self.meta[j]
-        L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
-        s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
+        L = int(m[K.M_L])
+        s0 = self._stat_pos(j)
         Kc = self.Kc
         z0 = self._avg_pos(j)
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
-            kp = self._kpos(j)
+            kp, _, R = self._room(j)
             tn = int(self.Iar[kp])
             pairs = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
-            vals = self.Far[s0 + L * Kc:s0 + L * Kc + tn]
-            zv = None if z0 < 0 else self.Far[z0 + L * Kc:z0 + L * Kc + tn]
+            vals = self.Far[s0 + L * R:s0 + L * R + tn]
+            zv = None if z0 < 0 else self.Far[z0 + L * R:z0 + L * R + tn]
             nz = (vals != 0.0) if zv is None else (vals != 0.0) | (zv != 0.0)
             return pairs[nz], vals[nz].copy(), None if zv is None else zv[nz].copy()
         TM = self.Far[s0 + L * Kc:s0 + L * Kc + Kc * Kc].reshape(Kc, Kc)
@@ -963,41 +1053,66 @@ class BlockStore:
         if not int(m[K.M_FLAGS]) & KL.FLAG_AVG:
             return -1
         L = int(m[K.M_L])
-        ss = (L * self.Kc + int(self.Iar[self._kpos(j) + 1]) if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE
-              else int(self.structure.stat_size(L, self.Kc)))
-        return int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m) + ss + int(m[K.M_PCAP])
+        if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
+            kp, _, R = self._room(j)
+            ss = L * R + int(self.Iar[kp + 1])
+        else:
+            ss = int(self.structure.stat_size(L, self.Kc))
+        return self._stat_pos(j) + ss + int(m[K.M_PCAP])
 
     def _kpos(self, j):
         """Offset in Iar of block j's pair list (``_kernels/layout.py``)."""
         return int(py_entry(KL.pairs_pos)(self.meta, j)[1])
 
+    def _sources(self, j):
+        """Block j's emission statistic and averaging accumulator as dense (L, Kc) arrays (the
+        latter None when it keeps none) -- what a rewrite into a sparse layout reads."""
+        m = self.meta[j]
+        L = int(m[K.M_L])
+        s0, z0 = self._stat_pos(j), self._avg_pos(j)
+        if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
+            return self._emission(j, s0), None if z0 < 0 else self._emission(j, z0)
+        Kc = self.Kc
+        return (self.Far[s0:s0 + L * Kc].reshape(L, Kc),
+                None if z0 < 0 else self.Far[z0:z0 + L * Kc].reshape(L, Kc))
+
     def _plan(self, j, Kc, to_sparse, grow=False):
-        """(int size, float size, pair capacity) of block j rewritten at capacity Kc in the
-        target layout; ``grow`` (or a block flagged ``FLAG_TFULL``): room for more pairs."""
+        """(int size, float size, pair capacity, tag room capacity) of block j rewritten at
+        capacity Kc in the target layout; ``grow`` (or a block flagged ``FLAG_TFULL``): room for
+        more pairs and tags."""
         m = self.meta[j]
         L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
         lablen = self.structure.labeling_len(L, Kc)
         isz = L + 1 + _nidx(m) + ly + self.pool_cap * lablen
         if not (to_sparse and self.kind == CHAIN):
             ss = self.structure.stat_size(L, Kc)
-            return isz, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), 0
+            return isz, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), 0, 0
         npairs = len(self._pairs(j)[1])
+        nused = len(self._kept_tags(j, *self._sources(j)))
+        full = grow or int(m[K.M_FLAGS]) & CS.FLAG_TFULL
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             tcap = int(self.Iar[self._kpos(j) + 1])
-            if grow or int(m[K.M_FLAGS]) & CS.FLAG_TFULL:
+            if full:
                 tcap = max(2 * tcap, npairs + 2 * (L - 1))
             if Kc != self.Kc:   # more tags: the room a new block would get (it was capped at Kc^2)
                 tcap = max(tcap, int(self.tcap0(L, Kc)))
         else:
             tcap = int(self.tcap0(L, Kc))
+        if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE and not self._legacy_m:
+            rcap = self._room(j)[2]
+            rcap = max(rcap, nused + ROOM_SLACK) if full else max(rcap, nused)
+        else:
+            rcap = max(int(self.room0(L, Kc)), nused + ROOM_SLACK)
         tcap = max(min(tcap, Kc * Kc), npairs)
-        ss = L * Kc + tcap
-        return isz + 2 + 2 * tcap, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), tcap
+        rcap = max(min(rcap, Kc), nused)
+        ss = L * rcap + tcap
+        return (isz + 4 + 2 * tcap + rcap, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0),
+                tcap, rcap)
 
-    def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap):
+    def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, rcap=0):
         """Write block j (read from the current arenas and layout) at offsets io / fo of Inew /
-        Fnew, at label capacity Kc, in the target layout with ``tcap`` pairs (sparse); updates
-        its meta row."""
+        Fnew, at label capacity Kc, in the target layout with ``tcap`` pairs and a room of
+        ``rcap`` tags (sparse); updates its meta row."""
         struct = self.structure
         oldKc = self.Kc
         m = self.meta[j]
@@ -1006,6 +1121,8 @@ class BlockStore:
         pcap = int(m[K.M_PCAP])
         old_sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
         pairs, vals, zvals = self._pairs(j) if (old_sparse or to_sparse) else (None, None, None)
+        Md, Zd = self._sources(j) if (old_sparse or to_sparse) else (None, None)
+        tags = self._kept_tags(j, Md, Zd) if to_sparse else None
         oz0 = self._avg_pos(j)
         head = L + 1 + _nidx(m) + ly
         Inew[io:io + head] = self.Iar[oio:oio + head]
@@ -1018,21 +1135,24 @@ class BlockStore:
         gl = _gram_len(m)   # a block keeps its Gram matrix (or its lack of one) when moved
         Fnew[fo:fo + nnz + gl] = self.Far[ofo:ofo + nnz + gl]
         os0, ns0 = ofo + nnz + gl, fo + nnz + gl
-        oss = (L * oldKc + int(self.Iar[self._kpos(j) + 1]) if old_sparse
-               else struct.stat_size(L, oldKc))
+        if old_sparse:
+            kp_old, _, R_old = self._room(j)
+            oss = L * R_old + int(self.Iar[kp_old + 1])
+        else:
+            oss = struct.stat_size(L, oldKc)
         isz = head + pcap * lablen
-        nss = L * Kc + tcap if to_sparse else struct.stat_size(L, Kc)
+        nss = L * rcap + tcap if to_sparse else struct.stat_size(L, Kc)
         # the statistic, then (when the store averages) the averaging accumulator laid out the same
         # way after the pool alpha; a block that had none (a file of an older version) starts at 0
         nz0 = ns0 + nss + pcap
-        for src, dst, pv in ((os0, ns0, vals), (oz0, nz0 if self.avg else -1, zvals)):
+        for src, dst, pv, Ed in ((os0, ns0, vals, Md), (oz0, nz0 if self.avg else -1, zvals, Zd)):
             if dst < 0:
                 continue
             if src < 0:
                 Fnew[dst:dst + nss + 1] = 0.0
                 continue
-            self._copy_stat(L, oldKc, Kc, self.Far[src:src + oss], Fnew[dst:dst + nss], old_sparse, to_sparse,
-                            pairs, pv)
+            self._copy_stat(L, oldKc, Kc, self.Far[src:src + oss], Fnew[dst:dst + nss], (old_sparse, to_sparse),
+                            (pairs, pv), Ed, (tags, rcap))
             if dst == nz0:
                 Fnew[nz0 + nss] = self.Far[src + oss]   # zl
         if to_sparse:
@@ -1041,7 +1161,11 @@ class BlockStore:
             Inew[kp:kp + 2] = (n, tcap)
             Inew[kp + 2:kp + 2 + 2 * tcap] = 0
             Inew[kp + 2:kp + 2 + 2 * n] = pairs.ravel()
-            isz += 2 + 2 * tcap
+            r = kp + 2 + 2 * tcap
+            Inew[r:r + 2 + rcap] = 0
+            Inew[r:r + 2] = (len(tags), rcap)
+            Inew[r + 2:r + 2 + len(tags)] = tags
+            isz += 4 + 2 * tcap + rcap
             flags = (int(m[K.M_FLAGS]) & ~CS.FLAG_TFULL) | CS.FLAG_SPARSE
         else:
             flags = int(m[K.M_FLAGS]) & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE)
@@ -1052,17 +1176,21 @@ class BlockStore:
         m[K.M_ISIZE], m[K.M_FSIZE], m[K.M_FLAGS] = isz, fsz, flags
         return isz, fsz
 
-    def _copy_stat(self, L, oldKc, Kc, ost, nst, old_sparse, to_sparse, pairs, vals):
-        """Write statistic ``ost`` (capacity oldKc, sparse or dense layout) into ``nst`` at
-        capacity Kc in the target layout; ``pairs`` / ``vals``: its transition entries kept
-        (:meth:`_pairs`) when either layout is sparse."""
-        if to_sparse:   # M | TV: the dense layout's BM rows are M's first and last rows
+    def _copy_stat(self, L, oldKc, Kc, ost, nst, layouts, trans, Md, room):
+        """Write statistic ``ost`` (capacity oldKc, layouts = (old sparse, target sparse)) into
+        ``nst`` at capacity Kc in the target layout; ``trans``: its transition entries (pairs,
+        counts) kept (:meth:`_pairs`) and ``Md`` its emission part as a dense (L, oldKc) array
+        (:meth:`_sources`) when either layout is sparse; ``room``: the target's (tags, rcap)."""
+        old_sparse, to_sparse = layouts
+        pairs, vals = trans
+        if to_sparse:   # M (L x rcap, the room's tags) | TV: the dense layout's BM rows are M's first and last rows
+            tags, rcap = room
             nst[:] = 0.0
-            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
-            nst[L * Kc:L * Kc + len(vals)] = vals
+            nst[:L * rcap].reshape(L, rcap)[:, :len(tags)] = Md[:, tags]
+            nst[L * rcap:L * rcap + len(vals)] = vals
         elif old_sparse:
             nst[:] = 0.0
-            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = ost[:L * oldKc].reshape(L, oldKc)
+            nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = Md
             nst[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)[pairs[:, 0], pairs[:, 1]] = vals
             o2 = L * Kc + Kc * Kc
             nst[o2:o2 + Kc] = nst[:Kc]                          # BM: M's first row
@@ -1074,27 +1202,37 @@ class BlockStore:
             self.structure.relayout_stat(L, oldKc, Kc, ost, nst)
 
     def grow_flagged(self):
-        """Move every sparse block flagged ``FLAG_TFULL`` (a step found no room for its new tag
-        pairs and was skipped) to a segment at the end of the arenas with twice the pairs (its
-        old segment is garbage until the next compaction). Returns the number of blocks moved."""
+        """Move every sparse block flagged ``FLAG_TFULL`` (a step found no room for its new tags or
+        tag pairs and was skipped) to a segment at the end of the arenas with twice the pairs and
+        ``ROOM_SLACK`` more tags than it uses (its old segment is garbage until the next
+        compaction). Returns the number of blocks moved."""
         if not self.sparse:
             return 0
         s = self.slots()
         flagged = s[(self.meta[s, K.M_FLAGS] & CS.FLAG_TFULL) != 0]
         for j in flagged.tolist():
-            isz, fsz, tcap = self._plan(j, self.Kc, True, grow=True)
-            io, fo = self.i_used, self.f_used
-            self._ensure_arena("Iar", io + isz)
-            self._ensure_arena("Far", fo + fsz)
-            oi, of = int(self.meta[j, K.M_ISIZE]), int(self.meta[j, K.M_FSIZE])
-            self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap)
-            self.i_used += isz
-            self.f_used += fsz
-            self.i_live += isz - oi
-            self.f_live += fsz - of
+            self._move_to_end(j)
         if len(flagged):
             self.maybe_compact()
         return len(flagged)
+
+    def _move_to_end(self, j, rcap_min=0):
+        """Rewrite sparse block j at the end of the arenas with more room (:meth:`_plan` with
+        ``grow``; a tag room of at least ``rcap_min``); its old segment is garbage until the next
+        compaction."""
+        isz, fsz, tcap, rcap = self._plan(j, self.Kc, True, grow=True)
+        if rcap < rcap_min:
+            isz, fsz, rcap = isz + rcap_min - rcap, fsz + int(self.meta[j, K.M_L]) * (rcap_min - rcap) * (
+                2 if self.avg else 1), rcap_min
+        io, fo = self.i_used, self.f_used
+        self._ensure_arena("Iar", io + isz)
+        self._ensure_arena("Far", fo + fsz)
+        oi, of = int(self.meta[j, K.M_ISIZE]), int(self.meta[j, K.M_FSIZE])
+        self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap, rcap)
+        self.i_used += isz
+        self.f_used += fsz
+        self.i_live += isz - oi
+        self.f_live += fsz - of
 
     def grow_short(self):
         """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one
@@ -1118,13 +1256,13 @@ class BlockStore:
         """Block ``slot``'s statistic in the dense chain layout ``M | TM | BM`` (a copy), whichever
         layout it is stored in (tests and inspection)."""
         m = self.meta[slot]
-        L, nnz = int(m[K.M_L]), int(m[K.M_NNZ])
-        s0 = int(m[K.M_FOFF]) + nnz + _gram_len(m)
+        L = int(m[K.M_L])
+        s0 = self._stat_pos(slot)
         Kc = self.Kc
         if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             return self.Far[s0:s0 + self.structure.stat_size(L, Kc)].copy()
         out = np.zeros(self.structure.stat_size(L, Kc))
-        out[:L * Kc] = self.Far[s0:s0 + L * Kc]
+        out[:L * Kc] = self._emission(slot, s0).ravel()
         pairs, vals, _ = self._pairs(slot)
         np.add.at(out[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc), (pairs[:, 0], pairs[:, 1]), vals)
         o2 = L * Kc + Kc * Kc   # BM: M's first and last rows
@@ -1145,7 +1283,8 @@ class BlockStore:
         io, fo = int(m[K.M_IOFF]), int(m[K.M_FOFF])
         I, F = self.Iar, self.Far
         sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
-        ss = self.stat_len(L, int(I[self._kpos(slot) + 1]) if sparse else 0)
+        kp, _, rcap = self._room(slot) if sparse else (0, None, 0)
+        ss = self.stat_len(L, int(I[kp + 1]) if sparse else 0, rcap=rcap)
         s0 = fo + nnz + _gram_len(m)
         nix = _nidx(m)
         p0 = io + L + 1 + nix + ly
@@ -1199,64 +1338,74 @@ class BlockStore:
         return bool(self.sparse) and self.pool_cap == 0 and not self.avg
 
     def _sparse_pos(self, j):
-        """(offset in Far of block j's statistic, its M length, offset in Iar of its pair
-        list, pairs in use) -- a sparse chain block (``_kernels/layout.py``)."""
+        """(offset in Far of block j's statistic, M's length there (L x its room), offset in Iar
+        of its pair list, pairs in use) -- a sparse chain block (``_kernels/layout.py``)."""
         m = self.meta[j]
         if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             raise RuntimeError("a block of a sparse chain store is not in the sparse layout")
-        L = int(m[K.M_L])
-        s0 = int(m[K.M_FOFF]) + int(m[K.M_NNZ]) + _gram_len(m)
-        kp = self._kpos(j)
-        return s0, L * self.Kc, kp, int(self.Iar[kp])
+        kp, _, R = self._room(j)
+        return self._stat_pos(j), int(m[K.M_L]) * R, kp, int(self.Iar[kp])
 
     def sparse_stats(self, slots):
-        """The statistics of sparse chain blocks ``slots`` as they are stored: ``{"head": M
-        of each block end to end, "hsizes", "pairs": (n, 2) tag pairs end to end, "vals": their
-        counts, "psizes"}`` (copies)."""
+        """The statistics of sparse chain blocks ``slots``: ``{"head": M of each block (dense, L x
+        Kc) end to end, "hsizes", "pairs": (n, 2) tag pairs end to end, "vals": their counts,
+        "psizes"}`` (copies)."""
         heads, pairs, vals = [], [], []
         hs = np.zeros(len(slots), dtype=np.int64)
         ps = np.zeros(len(slots), dtype=np.int64)
         for q, j in enumerate(np.asarray(slots, dtype=np.int64).tolist()):
             s0, h, kp, tn = self._sparse_pos(j)
-            heads.append(self.Far[s0:s0 + h])
+            heads.append(self._emission(j, s0).ravel())
             pairs.append(self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2))
             vals.append(self.Far[s0 + h:s0 + h + tn])
-            hs[q], ps[q] = h, tn
+            hs[q], ps[q] = heads[-1].size, tn
         cat = (lambda a, shape: np.concatenate(a) if a else np.zeros(shape))
         return {"head": cat(heads, 0), "hsizes": hs, "pairs": cat(pairs, (0, 2)).astype(np.int64),
                 "vals": cat(vals, 0), "psizes": ps}
 
     def _truth_sparse(self, j):
-        """(M, pairs, counts) of block j with alpha on its ground truth (a block new in the
-        round starts there; zero for slack-rescaled blocks)."""
+        """(M (dense, L x Kc), pairs, counts) of block j with alpha on its ground truth (a block new
+        in the round starts there; zero for slack-rescaled blocks): the truth's bigrams in the
+        order the kernels register them (``chainsparse.sp_register``)."""
         m = self.meta[j]
         L, Kc = int(m[K.M_L]), self.Kc
-        h = L * Kc
-        out = np.zeros(h + max(L - 1, 1))
-        lab = np.zeros((L - 1, 2), dtype=np.int64)
+        out = np.zeros(L * Kc)
         if self.slack:
-            return out[:h], lab[:0], out[h:h]
+            return out, np.zeros((0, 2), dtype=np.int64), np.zeros(0)
         y0 = int(KL.truth_pos(self.meta, j))
-        yt = self.Iar[y0:y0 + int(m[K.M_LY])].astype(np.int32)
-        I = np.zeros(2 + 2 * max(L - 1, 1), dtype=self.Iar.dtype)
-        I[1] = max(L - 1, 1)
-        py_entry(CS.sp_register)(I, 0, out, h, yt, L)
-        py_entry(CS.sp_labeling_stat)(I, 0, yt, L, Kc, out, 1.0)
-        tn = int(I[0])
-        return out[:h], I[2:2 + 2 * tn].reshape(tn, 2).astype(np.int64), out[h:h + tn]
+        yt = self.Iar[y0:y0 + int(m[K.M_LY])].astype(np.int64)
+        out[np.arange(L) * Kc + yt[:L]] += 1.0
+        seen = {}
+        for t in range(1, L):
+            key = (int(yt[t - 1]), int(yt[t]))
+            seen[key] = seen.get(key, 0.0) + 1.0
+        pairs = np.array(list(seen), dtype=np.int64).reshape(-1, 2)
+        return out, pairs, np.array(list(seen.values()), dtype=np.float64)
 
     def swap_sparse_stat(self, j, head, pairs, vals):
-        """Install (M, pairs, counts) as block j's statistic (``head`` None: M kept);
-        returns the one it replaces (install that to undo). The block must have room for the
-        pairs."""
+        """Install (M, pairs, counts) as block j's statistic (``head``: M dense, L x Kc; None: M
+        kept); returns the one it replaces (install that to undo). The block must have room for
+        the pairs; it is moved to a segment with a larger tag room when M needs one."""
         s0, h, kp, tn = self._sparse_pos(j)
-        old = (self.Far[s0:s0 + h].copy(), self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64),
+        L = int(self.meta[j, K.M_L])
+        old = (self._emission(j, s0).ravel(), self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64),
                self.Far[s0 + h:s0 + h + tn].copy())
         n, tcap = len(vals), int(self.Iar[kp + 1])
         if n > tcap:
             raise RuntimeError("a sparse block has no room for the pairs of its statistic")
         if head is not None:
-            self.Far[s0:s0 + h] = head
+            Hd = np.asarray(head, dtype=np.float64).reshape(L, self.Kc)
+            tags = self._kept_tags(j, Hd, None)
+            if len(tags) > h // L:   # a larger room, at the end of the arenas
+                self._move_to_end(j, rcap_min=len(tags))
+                s0, h, kp, tn = self._sparse_pos(j)
+            R = h // L
+            r = kp + 2 + 2 * tcap
+            self.Iar[r] = len(tags)
+            self.Iar[r + 2:r + 2 + R] = 0
+            self.Iar[r + 2:r + 2 + len(tags)] = tags
+            self.Far[s0:s0 + h] = 0.0
+            self.Far[s0:s0 + h].reshape(L, R)[:, :len(tags)] = Hd[:, tags]
         self.Iar[kp] = n
         self.Iar[kp + 2:kp + 2 + 2 * tcap] = 0
         self.Iar[kp + 2:kp + 2 + 2 * n] = np.asarray(pairs).ravel()
@@ -1285,10 +1434,10 @@ class BlockStore:
                 p0 = snapshot["pairs"][poff[w]:poff[w + 1]]
                 v0 = snapshot["vals"][poff[w]:poff[w + 1]]
             s0, h, kp, tn = self._sparse_pos(j)
-            if h0.size != h:
+            cur = self._emission(j, s0).ravel()
+            if h0.size != cur.size:
                 raise RuntimeError("a block's statistic changed its layout inside a round")
-            cur = self.Far[s0:s0 + h]
-            cur[...] = h0 + weight * (cur - h0)
+            cur = h0 + weight * (cur - h0)
             p1 = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
             v1 = self.Far[s0 + h:s0 + h + tn]
             k0, k1 = p0[:, 0] * Kc + p0[:, 1], p1[:, 0] * Kc + p1[:, 1]
@@ -1302,7 +1451,7 @@ class BlockStore:
             if keys.size > int(self.Iar[kp + 1]):
                 self.meta[j, K.M_FLAGS] |= CS.FLAG_TFULL
                 self.grow_flagged()
-            self.swap_sparse_stat(j, None, np.stack([keys // Kc, keys % Kc], axis=1), v)
+            self.swap_sparse_stat(j, cur, np.stack([keys // Kc, keys % Kc], axis=1), v)
 
     def start_stat(self, slot, size):
         """The statistic of block ``slot`` with alpha on its ground truth (how a new block
@@ -1379,7 +1528,7 @@ class BlockStore:
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
             **({"cw": self.cw[:ns].copy(), "csum": float(self.csum[0])} if self.weighted() else {}),
-            "sparse": self.sparse, "sparse_bm": False, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
+            "sparse": self.sparse, "sparse_bm": False, "tag_rooms": True, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
             "seen": self._seen, "evicted": self._evicted, "n": self._n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
@@ -1442,6 +1591,9 @@ class BlockStore:
         bs.max_L = int(st["max_L"])
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()
+        if bs.sparse and not st.get("tag_rooms", False):   # a file written before the tag rooms
+            bs._legacy_m = True
+            bs.compact()   # every block rewritten with its room (compact ends the legacy reading)
         bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
 

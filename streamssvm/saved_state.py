@@ -65,6 +65,8 @@ def validate_store_state(st, structure, n_rows=None):
         sparse, tcap_factor = bool(st.get("sparse", False)), int(st.get("tcap_factor", 1))
         # sparse chain blocks of files written before they dropped their start / end rows
         sparse_bm = bool(st.get("sparse_bm", True))
+        # sparse chain blocks with their own tag rooms (files written before them: M over every tag)
+        rooms = bool(st.get("tag_rooms", False))
         avg = bool(st.get("avg", False))   # blocks with an averaging accumulator (absent: older files)
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         _fail(f"{type(e).__name__}: {e}")
@@ -151,7 +153,21 @@ def validate_store_state(st, structure, n_rows=None):
             if not 0 <= tn <= tcap <= Kc * Kc:
                 _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
             need_i += 2 + 2 * tcap
-            ss = L * Kc + (2 * Kc if sparse_bm else 0) + tcap   # older files: M | BM | TV
+            if rooms:   # the tag room: rn | rcap | tags
+                r = kpos + 2 + 2 * tcap
+                if r + 2 > ni:
+                    _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")
+                rn, rcap = int(Iar[r]), int(Iar[r + 1])
+                if not 0 <= rn <= rcap <= Kc or r + 2 + rn > ni:
+                    _fail(f"slot {s}: {rn} tags in a room of {rcap} (at most {Kc})")
+                tags = Iar[r + 2:r + 2 + rn].astype(np.int64)
+                _in_range(tags, 0, Kc, f"slot {s}: room tags")
+                if np.any(np.diff(tags) <= 0):
+                    _fail(f"slot {s}: room tags are not ascending")
+                need_i += 2 + rcap
+                ss = L * rcap + tcap
+            else:   # older files: M over every tag (and M | BM | TV before that)
+                ss = L * Kc + (2 * Kc if sparse_bm else 0) + tcap
         else:
             ss = int(structure.stat_size(L, Kc))
         need_f = nnz + gl + ss + pool_cap + (ss + 1 if avg else 0)

@@ -91,7 +91,7 @@ def test_plain_tuple_field_order():
     assert KB.Example._fields == ("tok_ptr", "fidx", "fval", "ytrue", "mark", "slot", "victim")
     assert KB.pack(KB.WeightsBundle(1, 2, 3)) == (1, 2, 3)
     assert KB.Arena._fields == ("Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
-                                "tree", "tree_size", "cw", "csum", "layout")
+                                "tree", "tree_size", "cw", "csum", "layout", "moves")
 
 
 # ---------------------------------------------------------------- the record path (predict_learn_one)

@@ -225,7 +225,7 @@ def test_crafted_sparse_states_are_refused(case):
         msg = "transition pairs of"
     elif case == "tcap_over_segment":
         Iar[kp + 1] = Iar[kp + 1] + 5
-        msg = "segment sizes"
+        msg = "segment sizes|tags in a room"   # (the tag room, after the pairs, is read from tcap)
     elif case == "flag_mismatch":
         st["meta"][j, K.M_FLAGS] &= ~CS.FLAG_SPARSE
         msg = "flags"

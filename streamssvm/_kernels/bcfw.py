@@ -62,12 +62,13 @@ from .chain import chain_trans_sqnorm
 from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, write_dense_row
 from .multiclass import mc_stat_apply, mc_stat_apply2
 from .chainsparse import (
-    SNAP, sp_apply, sp_labeling_apply, sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
+    SNAP, sp_apply, sp_emission_stat, sp_labeling_apply, sp_loss_lin, sp_missing, sp_move_grown, sp_reclaim, sp_labeling_stat, sp_register, sp_room, sp_score, sp_snap,
+    sp_sqnorm, sp_trans_sqnorm,
 )
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
-    FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
+    ROOM_SLACK, FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
     M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, PAIRS_DENSE, PAIRS_SPARSE, avg_view,
-    block_stat_len, block_views, gram_len, n_index, pairs_pos,
+    block_stat_len, block_views, gram_len, n_index, pairs_pos, room_pos, sparse_caps, truth_pos,
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
@@ -193,6 +194,17 @@ def _st_score(model, w, S, scale, st, L, sp, Iar, kpos):
     return sp_score(S, w[1], w[2], scale, st, L, model[1], model[2], model[3], Iar, kpos)
 
 
+def _dense_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos):
+    return stat_loss_lin(model[0], st, ytrue, ly, model[4], L, model[1], model[2], Ki, ybuf)
+
+
+@_chain_only(_dense_loss_lin)
+def _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos):
+    """The linear part of a block's dual loss at statistic ``st`` (``structops.stat_loss_lin``)
+    in the block's layout (this body: a sparse block)."""
+    return sp_loss_lin(st, ytrue, model[4], L, Ki, Iar, kpos)
+
+
 #: Whether held blocks may lack a Gram matrix (``layout.FLAG_NO_GRAM``), as a type (like
 #: MARGIN / SLACK below): a StepConfig whose ``grams`` field is GRAMS_KEPT (a numpy uint8: every
 #: held block keeps its matrix) compiles no Gram-free
@@ -234,7 +246,8 @@ def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
     chain blocks can lack one; with ``grams`` of type GRAMS_KEPT none does (:func:`gram_rule`).
     (This body: a sparse block that may lack one.)"""
     if G.shape[0] < L:
-        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, model[1], model[2])
+        rp, rn, R = sp_room(Iar, kpos)
+        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, rn, R)
         return sp_trans_sqnorm(v, st, L, model[1], model[2], model[3], Iar, kpos)
     return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
 
@@ -267,7 +280,7 @@ def _dense_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
 @_chain_only(_dense_lab)
 def _st_lab(kind, sp, lab, L, Kc, out, coef, Iar, kpos):
     """out += coef * s(lab) (a sparse block must have the bigrams of lab registered)."""
-    sp_labeling_stat(Iar, kpos, lab, L, Kc, out, coef)
+    sp_labeling_stat(Iar, kpos, lab, L, out, coef)
 
 
 def _dense_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
@@ -277,7 +290,7 @@ def _dense_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
 @_chain_only(_dense_truth)
 def _st_truth(kind, sp, ytrue, ly, L, Kc, out, coef, Iar, kpos):
     """out += coef * s(ytrue) on a sparse block (a dense one: ``_dense_truth``)."""
-    sp_labeling_stat(Iar, kpos, ytrue, L, Kc, out, coef)
+    sp_labeling_stat(Iar, kpos, ytrue, L, out, coef)
 
 
 def _step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
@@ -300,34 +313,59 @@ def _ol_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
     return _mc_step_apply if model.types[0] == _MULTICLASS_TAG else _step_apply
 
 
-def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
+def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans, Iar, kpos):
     truth_stat(kind, ytrue, ly, L, Kc, dbuf, 1.0)
 
 
 @_chain_only(_dense_truth_u)
-def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans):
+def _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans, Iar, kpos):
     """dbuf += s(ytrue) for ``block_u``; a sparse block adds the truth's bigrams (which need not
-    be among the block's pairs) to T directly, times ``coef``."""
-    for t in range(L):   # (no BM: chainsparse.py)
-        dbuf[t * Kc + ytrue[t]] += 1.0
+    be among the block's pairs) to T directly, times ``coef`` (its tags are in the block's room:
+    every margin block registers its truth when written)."""
+    sp_emission_stat(Iar, kpos, ytrue, L, dbuf, 1.0)   # (no BM: chainsparse.py)
     if use_trans:
         sp_labeling_apply(T, ytrue, L, coef)
 
 
-def _dense_room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
-    return True
+def _dense_room(kind, sp, arena, j, kpos, sts, L, Kc, lab1, lab2, counters):
+    return 1
 
 
 @_chain_only(_dense_room)
-def _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab1, lab2, counters):
-    """Register the bigrams of the labelings a step moves (sparse blocks); False (and the block
-    flagged ``FLAG_TFULL``) when the block has no room for them: the step is skipped."""
-    toff = L * Kc
-    if sp_register(Iar, kpos, st, toff, lab1, L) and sp_register(Iar, kpos, st, toff, lab2, L):
-        return True
+def _room(kind, sp, arena, j, kpos, sts, L, Kc, lab1, lab2, counters):
+    """Register the tags and bigrams of the labelings a step moves (sparse blocks; ``sts``: the
+    block's statistic and its averaging accumulator, :func:`avg_view`, whose room columns move
+    together). Returns 1, or 2 when the block had to be moved to a larger tag room (its views
+    are then stale: the caller takes them anew), or 0 (the block flagged ``FLAG_TFULL``) when
+    it has no room for them: the step is skipped."""
+    Iar, meta = arena[0], arena[2]
+    st, zm = sts
+    if sp_register(Iar, kpos, st, zm, lab1, L) and sp_register(Iar, kpos, st, zm, lab2, L):
+        return 1
+    # a full room first gives back the tags whose columns went to 0 (sp_reclaim: no value moves)
+    y0 = truth_pos(meta, j)
+    if (sp_reclaim(Iar, kpos, st, zm, L, Iar[y0:y0 + L], lab1, lab2) > 0 and sp_register(Iar, kpos, st, zm, lab1, L)
+            and sp_register(Iar, kpos, st, zm, lab2, L)):
+        return 1
+    rn = Iar[room_pos(Iar, kpos)]
+    need = sp_missing(Iar, kpos, lab1, lab2, L)
+    if need > 0 and sp_move_grown(arena, j, kpos, L, min(Kc, rn + need + ROOM_SLACK)):
+        kpos = pairs_pos(meta, j)[1]
+        st = block_views(arena, j, Kc, kind)[6]
+        zm = avg_view(arena, j, Kc, kind)
+        if sp_register(Iar, kpos, st, zm, lab1, L) and sp_register(Iar, kpos, st, zm, lab2, L):
+            return 2
     meta[j, M_FLAGS] |= FLAG_TFULL
     counters[C_TFULL] += 1
-    return False
+    return 0
+
+
+@njit(**_INNER)
+def _moved_views(arena, j, Kc, kind):
+    """The views of block j (:func:`block_views`) taken anew after ``_room`` moved it, with its
+    tokens ``x`` and statistic size, as a step function holds them."""
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+    return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, (tok_ptr, fidx, fval), st.shape[0]
 
 
 def _dense_snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
@@ -349,7 +387,7 @@ def _snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
     """Before ``_snap`` on a sparse block: the counts it sets to 0 move the statistic by -v,
     which the block's averaging accumulator ``zm`` records with weight ``za`` (``avg_note``)."""
     if zm.shape[0] > 0:
-        toff = L * Kc
+        toff = L * sp_room(Iar, kpos)[2]
         for q in range(Iar[kpos]):
             v = st[toff + q]
             if v != 0.0 and abs(v) < SNAP:
@@ -414,14 +452,15 @@ def clear_average(model, arena):
         z[:] = 0.0
 
 
-def _dense_register(kind, sp, Iar, kpos, st, toff, lab, L):
+def _dense_register(kind, sp, Iar, kpos, st, lab, L):
     pass
 
 
 @_chain_only(_dense_register)
-def _register(kind, sp, Iar, kpos, st, toff, lab, L):
-    """``chainsparse.sp_register`` of a labeling on a sparse block."""
-    sp_register(Iar, kpos, st, toff, lab, L)
+def _register(kind, sp, Iar, kpos, st, lab, L):
+    """``chainsparse.sp_register`` of a labeling on a new sparse block (its averaging
+    accumulator is 0: nothing to move)."""
+    sp_register(Iar, kpos, st, st[0:0], lab, L)
 
 
 @njit(**_JIT)
@@ -440,7 +479,7 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     in ``lval``; the corner comes from the exact slack oracle."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout, moves = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -465,8 +504,11 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     if gnum <= 0.0:
         return gnum
     dstar = labeling_loss(kind, lab, ytrue, ly, model[4], L, K, Ki, ybuf)
-    if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, ytrue, lab, counters):
+    room = _room(kind, sp, arena, j, kpos, (st, avg_view(arena, j, Kc, kind)), L, Kc, ytrue, lab, counters)
+    if room == 0:
         return gnum
+    if room == 2:   # the block moved to a larger tag room
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
@@ -504,7 +546,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     compiles only this. Returns the gap numerator (n * g_j); averaging as in ``margin_step``."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout, moves = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -517,7 +559,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
-    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    m_val = (loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     star_val = decode(model, w, S, scale, L, ytrue, ly, 1.0, Ki, scratch, lab)
     counters[C_ORACLE] += 1
@@ -531,8 +573,12 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
     if gnum <= 0.0:
         return gnum
     # the pairs of the corner's labeling must be in a sparse block's list
-    if sp and not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab, lab, counters):
-        return gnum
+    if sp:
+        room = _room(kind, sp, arena, j, kpos, (st, avg_view(arena, j, Kc, kind)), L, Kc, lab, lab, counters)
+        if room == 0:
+            return gnum
+        if room == 2:   # the block moved to a larger tag room
+            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
@@ -548,7 +594,7 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
         st[q] += gamma * dbuf[q]
     gc = gamma * c   # the move of U = sum_i c_i u_i
     _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gc, avg_c, sp, Iar, kpos)
-    dL = c * (gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf))
+    dL = c * (gamma * _st_loss_lin(model, sp, dbuf, ytrue, ly, L, Ki, ybuf, Iar, kpos))
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
@@ -571,7 +617,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     accumulates the same for the dual loss sum: facc[0] += dL, facc[1] += W_{s-1} dL."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout, moves = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     avg_t0, ZE, ZT, ZB, facc = avg
     scale = 1.0 / lam_n
@@ -589,7 +635,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
     if sp and meta[j, M_FLAGS] & FLAG_TFULL:
         return gest[j]   # waits for the store to give it room (BlockStore.grow_flagged)
     emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
-    m_val = (loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+    m_val = (loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
              + _st_score(model, w, S, scale, st, L, sp, Iar, kpos))
     # ---- corner: cache (pool) or exact oracle ----
     corner = -1  # pool index of the FW corner if it is in the pool
@@ -692,9 +738,12 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
                     mode = STEP_AWAY
     # ---- direction d in statistic space, numerator, max step ----
     if sp:   # the pairs of the labelings moved must be in the block's list
-        if not _room(kind, sp, meta, j, Iar, kpos, st, L, Kc, lab,
-                     pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab, counters):
+        room = _room(kind, sp, arena, j, kpos, (st, avg_view(arena, j, Kc, kind)), L, Kc, lab,
+                     pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab, counters)
+        if room == 0:
             return gnum
+        if room == 2:   # the block moved to a larger tag room
+            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
     for q in range(ss):
         dbuf[q] = 0.0
     if mode == STEP_FW:
@@ -728,7 +777,7 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
         st[q] += gamma * dbuf[q]
     gc = gamma * c   # the move of U = sum_i c_i u_i
     _step_apply(model, w, (ZE, ZT, ZB), x, dbuf, L, -gc, avg_c, sp, Iar, kpos)
-    dL = c * (gamma * stat_loss_lin(kind, dbuf, ytrue, ly, C, L, K, Kc, Ki, ybuf))
+    dL = c * (gamma * _st_loss_lin(model, sp, dbuf, ytrue, ly, L, Ki, ybuf, Iar, kpos))
     facc[0] += dL
     if avg_c >= 0.0:
         facc[1] += avg_c * dL
@@ -847,7 +896,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     """
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout, moves = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     sh = 0.0
     sl = 0.0
@@ -880,7 +929,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
         h = star - t_score
         if h < 0.0:
             h = 0.0  # y_true is feasible: max_y H_i >= 0 (guards round-off)
-        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+        Li = loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
         m_val = Li + _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
         g = star - m_val
         if g < 0.0:
@@ -916,7 +965,7 @@ def block_u(model, w, arena, j, coef, dbuf, slack):
         return
     for q in range(ss):
         dbuf[q] = -st[q]
-    _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans)
+    _truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans, Iar, kpos)
     _st_apply(model, w, x, dbuf, L, coef, sp, Iar, kpos)
 
 
@@ -1024,9 +1073,13 @@ def write_segment(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack=Fa
         Iar[p0 + q] = 0
     gl = gram_len(meta, j)
     kpos = pairs_pos(meta, j)[1]
-    if sp:   # the pair list: empty, capacity from the segment size
+    if sp:   # the pair list and the tag room: empty, capacities from the segment sizes
+        avg = meta[j, M_FLAGS] & FLAG_AVG
+        tcap, rcap = sparse_caps(meta[j, M_ISIZE], meta[j, M_FSIZE], kpos - io, nnz + gl + pcap, L, avg)
         Iar[kpos] = 0
-        Iar[kpos + 1] = (meta[j, M_ISIZE] - (kpos - io) - 2) // 2
+        Iar[kpos + 1] = tcap
+        Iar[kpos + 2 + 2 * tcap] = 0
+        Iar[kpos + 3 + 2 * tcap] = rcap
     ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + gl
     nz = ss + pcap + (ss + 1 if meta[j, M_FLAGS] & FLAG_AVG else 0)   # the averaging accumulator too
@@ -1034,7 +1087,7 @@ def write_segment(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack=Fa
         Far[s0 + q] = 0.0
     yt = Iar[io + L + 1 + nix:io + L + 1 + nix + ly]
     if not slack:  # margin: the mean statistic of alpha = e_{y_i}; slack: u~_i = 0
-        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], L * Kc, yt, L)
+        _register(kind, sp, Iar, kpos, Far[s0:s0 + ss], yt, L)
         _st_truth(kind, sp, yt, ly, L, Kc, Far[s0:s0 + ss], 1.0, Iar, kpos)
     meta[j, M_PN] = 0
     if pcap > 0:

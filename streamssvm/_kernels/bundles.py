@@ -38,9 +38,12 @@ WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
 #: index in ``alive``, ``n`` live blocks; ``tree``/``tree_size`` the gap sum-tree (size 0: none);
 #: ``cw`` the example weight c_i per slot (1: unweighted) and ``csum`` = [N], their sum over the
 #: held blocks (the kernels keep it as blocks arrive and leave; see ``bcfw.py``); ``layout`` the
-#: blocks' layout as a type (``layout.pairs_layout``: sparse chain blocks or dense ones).
+#: blocks' layout as a type (``layout.pairs_layout``: sparse chain blocks or dense ones); ``moves``
+#: (int64: next int, end int, next float, end float, ints grown, floats grown) the arenas' region
+#: where a kernel moves a sparse chain block whose tag room is full (``chainsparse.sp_move_grown``;
+#: ``BlockStore.arena`` sets it aside, all zeros for the other stores).
 Arena = namedtuple("Arena", ["Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
-                             "tree", "tree_size", "cw", "csum", "layout"])
+                             "tree", "tree_size", "cw", "csum", "layout", "moves"])
 
 #: Scratch buffers (see ``streamssvm.workspace.Workspace``): scores ``S``, Viterbi table ``V``,
 #: back-pointers ``bp``, label marks ``ybuf``, a labeling ``lab``, a statistic ``dbuf``, the

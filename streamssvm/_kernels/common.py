@@ -486,9 +486,10 @@ def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
 
 
 @njit(**_INNER)
-def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef):
+def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef, tags=None):
     """The emission part of U += coef * Phi_x(st) (per-token slots of width Kc), over the
-    non-zeros of each row only (the zero terms would add 0)."""
+    non-zeros of each row only (the zero terms would add 0). ``tags``: the global tag of each
+    slot of a sparse chain block's room (``chainsparse.py``; None: slot k is tag k)."""
     ptr, ks = row_support(st, nrow, K, Kc)
     dense = fidx.shape[0] == 0
     for t in range(nrow):
@@ -498,7 +499,10 @@ def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef):
             v = fval[p] * coef
             for q in range(ptr[t], ptr[t + 1]):
                 k = ks[q]
-                E[j, k] += v * st[base + k]
+                if tags is None:
+                    E[j, k] += v * st[base + k]
+                else:
+                    E[j, tags[k]] += v * st[base + k]
 
 
 @njit(**_JIT)

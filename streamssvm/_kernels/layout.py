@@ -11,10 +11,14 @@ columns ``M_*``) holds the offsets and sizes of the block's two segments:
 which stores no ``fidx``: its nnz values are those of features 0..nnz-1, zeros included (the
 empty ``fidx`` view tells the kernels).
 
-A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs: its ints
-end with ``tn | tcap | pairs (2 * tcap)`` and its statistic is ``M | TV (tcap)`` (no start /
-end rows ``BM``: they are M's first and last rows, see ``chainsparse.py``); its statistic size
-is read from ``tcap`` in the arena.
+A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs and its
+emission statistic M over its own tags only (its *tag room*): its ints end with
+``tn | tcap | pairs (2 * tcap) | rn | rcap | tags (rcap)`` (:func:`room_pos`: the offset of
+``rn``) and its statistic is ``M (L * rcap) | TV (tcap)``, M's row t holding the values of the
+room's ``rn`` tags (global tag ids, ascending) in its first ``rn`` columns (no start / end rows
+``BM``: they are M's first and last rows, see ``chainsparse.py``); its statistic size is read
+from ``tcap`` and ``rcap`` in the arena. A new sparse block's two capacities follow from its
+segment sizes (:func:`sparse_caps`).
 
 A block flagged ``FLAG_NO_GRAM`` stores no token Gram matrix (its ``G`` view is 0 x 0): the
 kernels compute the entries a step needs from the tokens (``common.emission_sqnorm_tokens``, the
@@ -57,6 +61,9 @@ FLAG_TFULL = 4
 FLAG_NO_GRAM = 16
 #: (flag 32) the block ends with its averaging accumulator (see the module docstring).
 FLAG_AVG = 32
+#: A sparse chain block's tag room keeps this many free columns when it is made or grown (a new
+#: block's holds min(Kc, L + ROOM_SLACK) tags: every tag of its truth and ROOM_SLACK more).
+ROOM_SLACK = 8
 #: A new block of at most this many tokens always keeps its Gram matrix (see :func:`stores_gram`).
 GRAM_MIN_L = 32
 
@@ -115,10 +122,28 @@ def stat_pos(meta, j):
 
 
 @njit(**_INNER)
+def room_pos(Iar, kpos):
+    """Offset in Iar of a sparse chain block's tag room ``rn | rcap | tags`` (after its pairs)."""
+    return kpos + 2 + 2 * Iar[kpos + 1]
+
+
+@njit(**_INNER)
+def sparse_caps(isize, fsize, head_i, head_f, L, avg):
+    """(pair capacity tcap, tag room capacity rcap) of a sparse chain block from its segment
+    sizes: ``isize = head_i + 4 + 2 tcap + rcap`` ints (``head_i``: its ints before the pair
+    list) and ``fsize = head_f + s (+ s + 1 with the averaging accumulator)`` floats with
+    ``s = L rcap + tcap`` (``head_f``: its floats but the statistic's)."""
+    a = isize - head_i - 4
+    b = (fsize - head_f - 1) // 2 if avg else fsize - head_f
+    rcap = (2 * b - a) // (2 * L - 1)
+    return b - L * rcap, rcap
+
+
+@njit(**_INNER)
 def block_stat_len(kind, L, Kc, sp, Iar, kpos):
     """Size of a block's statistic region (dense: ``stat_size``; sparse: M | TV)."""
     if sp:
-        return L * Kc + Iar[kpos + 1]
+        return L * Iar[room_pos(Iar, kpos) + 1] + Iar[kpos + 1]
     return stat_size(kind, L, Kc)
 
 
@@ -167,27 +192,28 @@ def avg_view(arena, j, Kc, kind):
     return Far[z0:z0 + ss + 1]
 
 
-def stat_len(kind, L, Kc, sparse=False, tcap=0):
+def stat_len(kind, L, Kc, sparse=False, tcap=0, rcap=0):
     """Floats of a block's statistic region: the structure's statistic size, or ``M | TV``
-    for a sparse chain block with ``tcap`` pairs. Vectorized over L and tcap."""
+    for a sparse chain block with ``tcap`` pairs and a room of ``rcap`` tags. Vectorized over L,
+    tcap and rcap."""
     if sparse:
-        return L * Kc + tcap
+        return L * rcap + tcap
     return stat_size(kind, L, Kc)
 
 
-def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True, avg=False):
+def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True, avg=False, rcap=0):
     """(int size, float size, labeling length) of a block's segments: ``L`` tokens, ``nnz``
     values stored and ``nidx`` feature indices (default nnz; 0 for a dense row), ``ly`` truth
-    entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs,
-    a Gram matrix when ``gram``, the averaging accumulator when ``avg``. Vectorized over L, nnz,
-    ly, nidx, tcap and gram."""
+    entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs
+    and ``rcap`` tags, a Gram matrix when ``gram``, the averaging accumulator when ``avg``.
+    Vectorized over L, nnz, ly, nidx, tcap, rcap and gram."""
     lablen = labeling_len(kind, L, Kc)
     isz = L + 1 + (nnz if nidx is None else nidx) + ly + pool_cap * lablen
     if sparse:
-        isz = isz + 2 + 2 * tcap
+        isz = isz + 4 + 2 * tcap + rcap
     else:
-        tcap = 0
-    ss = stat_len(kind, L, Kc, sparse, tcap)
+        tcap = rcap = 0
+    ss = stat_len(kind, L, Kc, sparse, tcap, rcap)
     fsz = nnz + np.where(gram, L * L, 0) + ss + pool_cap + (ss + 1 if avg else 0)
     return isz, fsz, lablen
 

@@ -10,9 +10,9 @@ blocks; the learner (``BCFW.set_lam``) scales the weight sums.
 """
 from numba import njit
 
-from .bcfw import _st_score, _JIT, truth_score
+from .bcfw import _st_loss_lin, _st_score, _JIT, truth_score
 from .layout import FLAG_INEXACT_ALPHA, M_FLAGS, M_KI, M_L, M_LABLEN, M_LY, M_PCAP, M_PN, block_views
-from .structops import emission_scores, loss_const, stat_loss_lin, truth_stat
+from .structops import emission_scores, loss_const, truth_stat
 
 
 @njit(**_JIT)
@@ -21,7 +21,7 @@ def block_deltas(model, w, arena, scratch, scale, slack, out):
     ``scale * w`` (no oracle call: the scores of the block's dual point and of its truth)."""
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout, moves = arena
     S, V, bp, ybuf, lab, dbuf, V3 = scratch
     for q in range(n):
         j = alive[q]
@@ -34,7 +34,7 @@ def block_deltas(model, w, arena, scratch, scale, slack, out):
             out[q] = lval[j] - _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
             continue
         t_score = truth_score(kind, S, T, B, scale, ytrue, ly, L, K, Kc, use_trans, lab)
-        Li = loss_const(kind, ly, Ki, ytrue) + stat_loss_lin(kind, st, ytrue, ly, C, L, K, Kc, Ki, ybuf)
+        Li = loss_const(kind, ly, Ki, ytrue) + _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos)
         # <w, u_i> = <w, Phi(s(y_i))> - <w, Phi(st)>
         out[q] = Li - t_score + _st_score(model, w, S, scale, st, L, sp, Iar, kpos)
 
@@ -46,7 +46,7 @@ def shrink_to_truth(model, arena, rho, slack, set_labeling, lab):
     back in the pool when it was evicted; a full pool loses its smallest entry and the block is
     flagged ``FLAG_INEXACT_ALPHA``, as the steps do)."""
     kind, K, Kc, use_trans, C, G_ = model
-    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout = arena
+    Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout, moves = arena
     for q in range(n):
         j = alive[q]
         tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)

@@ -115,11 +115,13 @@ class BCFW(DenseWeights, Learner):
         certificate are those of margin rescaling on scaled features.
     chain_stats
         How chain blocks keep the transition part of their statistic: ``"sparse"`` (the
-        default: a list of (tag pair, count) entries that grows by need, O(L K) memory per
-        block) or ``"dense"`` (a K x K table per block; 1.8 MB per sentence with 472 tags).
-        The same dual point gives the same weights and certificate in both (up to round-off);
-        a sparse block whose list is full skips a step until the store gives it room, so two
-        runs can take slightly different steps (``streamssvm._kernels.chainsparse``).
+        default: a list of (tag pair, count) entries that grows by need, and the emission
+        statistic over the block's own tags only, O(L (its tags) + pairs) memory per block) or
+        ``"dense"`` (a K x K table and L x K emissions per block; 1.8 MB per sentence with 472
+        tags). The same dual point gives the same weights and certificate in both (up to
+        round-off); a sparse block whose pair list is full skips a step until the store gives it
+        room, so two runs can take slightly different steps (a full tag room does not: the
+        kernel moves the block to a larger one; ``streamssvm._kernels.chainsparse``).
     nonneg
         Weight coordinates constrained >= 0 (Osokin et al. 2016, App. H): ``"pairwise"`` (the
         structure's pairwise weights) or a list of coordinate indices. Supported by
