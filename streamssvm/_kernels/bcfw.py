@@ -368,6 +368,21 @@ def _moved_views(arena, j, Kc, kind):
     return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, (tok_ptr, fidx, fval), st.shape[0]
 
 
+def _dense_after_room(kind, sp, room, arena, j, Kc, views):
+    return views
+
+
+@_chain_only(_dense_after_room)
+def _after_room(kind, sp, room, arena, j, Kc, views):
+    """A step's views (``tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss``) after
+    :func:`_room`: taken anew when it moved the block to a larger tag room (``room == 2``), else
+    as they were. Other layouts compile the views as they were only (no room can move there, and
+    a runtime ``room == 2`` test would compile the re-read into every entry kernel)."""
+    if room == 2:
+        return _moved_views(arena, j, Kc, kind)
+    return views
+
+
 def _dense_snap(kind, sp, st, L, Kc, Iar, kpos, T, ZT, cu, cz, use_trans):
     pass
 
@@ -507,8 +522,8 @@ def slack_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg
     room = _room(kind, sp, arena, j, kpos, (st, avg_view(arena, j, Kc, kind)), L, Kc, ytrue, lab, counters)
     if room == 0:
         return gnum
-    if room == 2:   # the block moved to a larger tag room
-        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
+    tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _after_room(
+        kind, sp, room, arena, j, Kc, (tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss))
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_truth(kind, sp, ytrue, ly, L, Kc, dbuf, dstar, Iar, kpos)
@@ -577,8 +592,8 @@ def fw_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
         room = _room(kind, sp, arena, j, kpos, (st, avg_view(arena, j, Kc, kind)), L, Kc, lab, lab, counters)
         if room == 0:
             return gnum
-        if room == 2:   # the block moved to a larger tag room
-            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _after_room(
+            kind, sp, room, arena, j, Kc, (tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss))
     for q in range(ss):
         dbuf[q] = -st[q]
     _st_lab(kind, sp, lab, L, Kc, dbuf, 1.0, Iar, kpos)
@@ -742,8 +757,8 @@ def margin_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, av
                      pool[a * lablen:(a + 1) * lablen] if a >= 0 else lab, counters)
         if room == 0:
             return gnum
-        if room == 2:   # the block moved to a larger tag room
-            tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _moved_views(arena, j, Kc, kind)
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss = _after_room(
+            kind, sp, room, arena, j, Kc, (tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss))
     for q in range(ss):
         dbuf[q] = 0.0
     if mode == STEP_FW:
