@@ -247,9 +247,8 @@ def write_report(res, out):
                   "pairs (a sparse block reserves 8 (L - 1)), or weights that keep only the (feature, tag) pairs "
                   "seen, as CRFsuite does.", ""]
     lines += [
-              "What the target needs (an estimate, not measured): a sparse emission statistic (per token the "
-              "(tag, value) pairs of the labelings the block's dual point combines, with the step direction in the "
-              "same layout, as the transition pairs already are) would take the peak to about "
+              "What the target needs (an estimate, not measured): (tag, value) pairs per token instead of each "
+              "block's tag room would take the peak to about "
               f"{sparse_peak:.0f} MB, {sparse_peak / c['peak_rss_mb']:.2f}x CRFsuite; the rest above the target is "
               f"the dense weights E and their average Z ({s['weights_E_mb'] + s['averaging_Z_mb']:.0f} MB: "
               "CRFsuite keeps only the (attribute, label) pairs it saw) and the library with its loaded kernels "
