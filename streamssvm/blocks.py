@@ -49,9 +49,10 @@ TCAP_FACTOR = 8
 
 #: A new sparse chain block's tag room holds min(Kc, L + ROOM_SLACK) tags (:meth:`BlockStore.room0`):
 #: every tag of its truth, and room for ROOM_SLACK more (the oracle's labelings bring a few: 1.5
-#: tags per token on Brown, at most a dozen per sentence); a step that needs more waits for
-#: :meth:`BlockStore.grow_flagged`, as one that needs more pairs does.
-ROOM_SLACK = 8
+#: tags per token on Brown, at most a dozen per sentence); a step that needs more grows the room
+#: in the kernel (by ROOM_SLACK more than it needs) or, with no move region left, waits for
+#: :meth:`BlockStore.grow_flagged`, as one that needs more pairs does. One value, the kernels'.
+ROOM_SLACK = KL.ROOM_SLACK
 
 
 #: How much larger a growing arena becomes (``BlockStore._ensure_arena``). The unused tail of a
