@@ -74,9 +74,10 @@ def crc_in_python():
     check is the largest cost of consuming a message (57 of ~72 us per small JSON message measured
     here; ``bench/kafka_stream.py``)."""
     try:
-        from kafka.record import util
+        _need_kafka()
     except ImportError:
         return False
+    from kafka.record import util
     return getattr(util, "crc32c_c", None) is None
 
 
