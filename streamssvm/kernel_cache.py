@@ -79,7 +79,7 @@ LOGGER = "streamssvm.kernels"
 #: seconds between two progress lines while kernels compile
 PROGRESS_EVERY = 15.0
 
-_notice = {"announced": False, "depth": 0, "compiled": 0, "started": 0, "t0": None, "thread": None, "current": ""}
+_notice = {"announced": False, "depth": 0, "compiled": 0, "t0": None, "thread": None, "current": ""}
 
 
 def mark_announced(announced=True):
@@ -96,8 +96,9 @@ def announced():
 
 def compiles_started():
     """How many kernel compilations of this package started in this process since the notice
-    was installed (cache misses: numba's compile events never fire on a cache load)."""
-    return _notice["started"]
+    was installed (cache misses: numba's compile events never fire on a cache load): those that
+    ended and those still going."""
+    return _notice["compiled"] + _notice["depth"]
 
 
 def _progress_loop():
@@ -123,7 +124,6 @@ def _on_compile_start(name):
     if _notice["t0"] is None:
         _notice["t0"] = time.perf_counter()
     _notice["depth"] += 1
-    _notice["started"] += 1
     _notice["current"] = name
     if not _notice["announced"]:
         _notice["announced"] = True
