@@ -40,14 +40,17 @@ class Sizes:
     memoir_n: int
     memoir_m: int
     memoir_epochs: int
+    cold_reps: int           # fresh processes per estimator from an empty kernel cache
 
 
 FULL = Sizes(ocr_reps=3, ocr_max_seconds=60.0, ocr_max_passes=300, letters=20_000, sklearn_letters=2_000,
              batch_letters=0, image_batches=80, batch_reps=5, brown_train=10_000, brown_test=1_000, brown_passes=3,
-             kafka_letters=40_000, memoir_n=100_000, memoir_m=10_000, memoir_epochs=2)
+             kafka_letters=40_000, memoir_n=100_000, memoir_m=10_000, memoir_epochs=2,
+             cold_reps=3)
 QUICK = Sizes(ocr_reps=1, ocr_max_seconds=3.0, ocr_max_passes=5, letters=1_500, sklearn_letters=300,
               batch_letters=5_000, image_batches=8, batch_reps=1, brown_train=300, brown_test=200, brown_passes=1,
-              kafka_letters=2_000, memoir_n=3_000, memoir_m=1_000, memoir_epochs=1)
+              kafka_letters=2_000, memoir_n=3_000, memoir_m=1_000, memoir_epochs=1,
+              cold_reps=1)
 
 
 def children_cpu():
@@ -333,6 +336,28 @@ def memoir_rows(z, log):
 
 
 #: (key, title, function): the row groups in the order they run
+# ----------------------------------------------------------------------------- cold start
+def cold_start_rows(z, log):
+    """CPU seconds from an empty kernel cache to the first prediction for each estimator with its
+    defaults (a fresh process each: import, two ``learn_one``, one ``predict_one``), and the same
+    process on the filled cache, against river's ``LogisticRegression`` doing the same
+    (``bench/cold_start.py``)."""
+    import cold_start as cs
+    s = cs.summary(cs.measure(os.path.dirname(HERE), z.cold_reps, log=log))
+    river = s.pop("river LogisticRegression")
+    names = {"MulticlassSSVM": "multiclass", "SequenceTagger": "sequence", "MultiLabelSSVM": "multi-label",
+             "ExtremeClassifier": "extreme"}
+    worst = max(c for c, _, _ in s.values())
+    return [{"row": f"cold start: empty kernel cache to the first prediction, estimator defaults (CPU s, median of "
+                    f"{z.cold_reps})",
+             "data": "two learn_one and one predict_one on toy records, one fresh process per cell",
+             "ours": "; ".join(f"{names[k]} {c:.1f} (cached: {w:.1f})" for k, (c, _, w) in s.items()),
+             "peer": f"river LogisticRegression, the same calls: {river[0]:.1f}",
+             "ratio": f"slowest {worst:.1f} CPU s (target <= {cs.TARGET_CPU_S:.0f})",
+             "raw": {k: {"cold_cpu_s": c, "cold_wall_s": w, "warm_cpu_s": m} for k, (c, w, m) in s.items()}
+             | {"river": river[0]}}]
+
+
 GROUPS = [
     ("ocr", "OCR-large, BCFW", ocr_bcfw_rows),
     ("multiclass", "Multiclass streams, one example at a time", multiclass_one_rows),
@@ -340,6 +365,7 @@ GROUPS = [
     ("brown", "Sequences: Brown POS", brown_pos_rows),
     ("kafka", "Kafka", kafka_rows),
     ("memoir", "Extreme classification: MEMOIR", memoir_rows),
+    ("cold", "Cold start", cold_start_rows),
 ]
 
 
