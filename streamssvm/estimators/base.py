@@ -581,7 +581,9 @@ class Estimator:
         return params
 
     def state(self):
-        """Everything the model needs, as JSON leaves and numpy arrays (no pickle)."""
+        """Everything the model needs, as JSON leaves and numpy arrays (no pickle); arrays may be
+        the model's own (:meth:`Learner.state <streamssvm.learners.base.Learner.state>`): copy it to
+        keep it while the model learns."""
         if getattr(self, "loss", None) is not None and callable(self.loss):
             raise TypeError("a model with a callable loss cannot be saved (no pickle); pass the cost as a matrix")
         return {"config": self._params_state(), "features": self._features.state(),

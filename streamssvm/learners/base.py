@@ -320,7 +320,10 @@ class Learner(base.Base, abc.ABC):
     # ------------------------------------------------------------------ persistence
     @abc.abstractmethod
     def state(self):
-        """The running state as a dict of JSON leaves and numpy arrays (no pickle)."""
+        """The running state as a dict of JSON leaves and numpy arrays (no pickle). Its arrays may
+        be the learner's own (BCFW, SGD, BMRM, cutting plane and Pragam hand out their weights
+        without a copy, for a save that writes them at once): copy it (``copy.deepcopy``) to keep
+        it while learning goes on, as ``Engine.checkpoint``'s in-memory restore point does."""
 
     @abc.abstractmethod
     def restore(self, structure, labels, state):
