@@ -22,7 +22,7 @@ def test_viterbi_selectors_are_inlined():
 
 
 def _model(K, use_trans):
-    return (so.tag(so.CHAIN), K, K, use_trans, 1.0 - np.eye(K), np.zeros((1, 1)))
+    return (so.tag(so.CHAIN), K, K, use_trans, 1.0 - np.eye(K), CH.sparse_viterbi(K))
 
 
 @pytest.mark.parametrize("K", [3, 40])
@@ -44,6 +44,6 @@ def test_decode_frozen_is_decode(K, L, use_trans, loss_scale):
     model = _model(K, use_trans)
     o1, o2 = np.zeros(L, np.int32), np.zeros(L, np.int32)
     a = so.decode(model, w, S, 0.5, L, ytrue, L, loss_scale, 1, scratch, o1)
-    support = so.frozen_support(so.CHAIN, T, K)
+    support = so.frozen_support(model, T)
     b = so.decode_frozen(model, w, S, 0.5, L, ytrue, L, loss_scale, 1, scratch, o2, support)
     assert a == b and o1.tolist() == o2.tolist()

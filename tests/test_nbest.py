@@ -65,7 +65,7 @@ def test_chain_first_is_viterbi_ties_included(seed):
     B = rng.integers(-1, 2, size=(2, K)).astype(float)
     out = np.zeros(L, np.int32)
     best = chain_viterbi(S, (T, B), 1.0, L, K, True, np.zeros(L, np.int32), np.zeros((K, K)), 0.0,
-                         (np.zeros((L, K)), np.zeros((L, K), np.int32)), out)
+                         (np.zeros((L, K)), np.zeros((L, K), np.int32)), out, (0, 0))
     (y, s), = chain_nbest(S, T, B, True, 1)
     assert y.tolist() == out.tolist() and s == best
 

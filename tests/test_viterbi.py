@@ -111,7 +111,12 @@ def _flat(fn):
         S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out)
 
 
-PATHS = {"auto": _flat(CH.chain_viterbi), "dense": _flat(viterbi_dense), "sparse": sparse}
+def auto(S, T, B, scale, L, K, use_trans, ytrue, C, lw, V, bp, out):
+    """``chain_viterbi`` as a chain model calls it (the sparse loop's addresses from K tags on)."""
+    return CH.chain_viterbi(S, (T, B), scale, L, K, use_trans, ytrue, C, lw, (V, bp), out, CH.sparse_viterbi(K))
+
+
+PATHS = {"auto": auto, "dense": _flat(viterbi_dense), "sparse": sparse}
 
 
 def check_all(S, T, B, scale, L, K, use_trans, ytrue, C, lw):
@@ -274,7 +279,8 @@ def test_frozen_support_paths_equal_per_call_viterbi():
             S[t] = scale * (fv[tp[t]:tp[t + 1]] @ W[fi[tp[t]:tp[t + 1]], :Kn])
         out = np.zeros(L, np.int32)
         V, bp = np.zeros((L, Kn)), np.zeros((L, Kn), np.int32)
-        CH.chain_viterbi(S, (T, B), scale, L, Kn, True, np.zeros(L, np.int32), np.zeros((Kn, Kn)), 0.0, (V, bp), out)
+        CH.chain_viterbi(S, (T, B), scale, L, Kn, True, np.zeros(L, np.int32), np.zeros((Kn, Kn)), 0.0, (V, bp), out,
+                         CH.sparse_viterbi(Kn))
         assert out.tolist() == batch[ex_tok[e]:ex_tok[e + 1]].tolist()
         n_multi += L > 1
     assert n_multi > 40

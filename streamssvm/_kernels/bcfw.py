@@ -916,7 +916,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     sh = 0.0
     sl = 0.0
     sg = 0.0
-    support = frozen_support(kind, T, K)   # T is frozen for the whole pass
+    support = frozen_support(model, T)   # T is frozen for the whole pass
     for q in range(n):
         j = alive[q]
         tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
@@ -1020,7 +1020,7 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
     ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
     dummy = np.zeros(1, dtype=np.int32)
     S = scratch[0]
-    support = frozen_support(kind, T, K)   # T is frozen for the whole batch
+    support = frozen_support(model, T)   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):
         t0 = ex_tok[e]
         L = ex_tok[e + 1] - t0

@@ -23,10 +23,12 @@ from .structops import tag
 #: The structure as the kernels see it: ``tag`` (the structure's tag, ``structops.tag``: its numpy
 #: scalar type selects the structure's code when a kernel compiles, its value is the code), ``K``
 #: labels in use, ``Kc`` label capacity, ``use_trans`` (transition / pairwise weights in T),
-#: ``C`` the (Kc, Kc) cost matrix, ``graph`` the structure's graph as a tuple of five int64
-#: arrays built once by the structure (``Structure.graph``): for hierarchies the parents CSR,
-#: the children CSR and ``[is_tree, n_leaves]`` (see ``_kernels/hierarchy.py``); an empty tuple
-#: for the other structures (no arrays to pass on through every kernel level).
+#: ``C`` the (Kc, Kc) cost matrix, ``graph`` what the structure's decoders take besides the weights,
+#: built by the structure (``Structure.graph``): for hierarchies five int64 arrays, the parents CSR,
+#: the children CSR and ``[is_tree, n_leaves]`` (see ``_kernels/hierarchy.py``); for chains the
+#: two int64 addresses of the sparse Viterbi (``chain.sparse_viterbi``: compiled when the chain
+#: first holds ``VITERBI_SPARSE_MIN_K`` tags, (0, 0) before); an empty tuple for the other
+#: structures (no arrays to pass on through every kernel level).
 Model = namedtuple("Model", ["tag", "K", "Kc", "use_trans", "C", "graph"])
 
 #: Unnormalized weights ``(E, T, B)``: emissions (d, Kc), transitions (Kc, Kc), start/end (2, Kc).

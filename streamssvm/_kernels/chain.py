@@ -1,9 +1,10 @@
 """Chains with Hamming loss: the slack-rescaling dynamic program over (position, tag, number of
 wrong tags) and the read-back of the best labeling at a given number of wrong tags."""
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from .common import _INNER, _JIT
+from .fnptr import function_at, jit_address
 
 #: The chain's loss is sum_t C[y_t, y'_t] / Z. The ``Ki`` slot of the kernels (the number of
 #: labels of a multi-label example; unused by chains otherwise) carries Z's kind for chains:
@@ -105,7 +106,10 @@ def chain_level_labeling(S, T, B, scale, L, K, use_trans, ytrue, V, m, out):
 # inlined into their callers' numba IR (``inline="always"``; called from Python they compile as
 # usual): numba optimizes a separately compiled function together with all it calls, then again
 # inside every caller, and a selector compiled apart cost a cold start one more optimization of
-# both loops per decoder.
+# both loops per decoder. The sparse loop and its support scan are called through their
+# addresses (``fnptr``; the Model bundle's ``graph`` field of a chain, :func:`sparse_viterbi`):
+# they compile when a model first holds VITERBI_SPARSE_MIN_K tags, not with every decoder (a
+# first use with fewer tags never compiles them: -0.8 CPU s of SequenceTagger's cold start).
 
 #: The sparse Viterbi runs when at most this fraction of the K x K transition weights is non-zero
 #: (and K >= VITERBI_SPARSE_MIN_K); denser tables take the dense loop. Measured crossover (random
@@ -292,14 +296,50 @@ def chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, o
     return _viterbi_last(B, scale, L, K, use_trans, V, bp, out)
 
 
-@njit(inline="always", **_JIT)
-def viterbi_support(T, K):
-    """The transition support ``chain_viterbi`` would scan, for a T that stays fixed over many
-    calls (a gap pass, a prediction batch): (ptr, idx, n) as ``transition_support``, n = -1 when
-    the dense loop is the one to run (K < ``VITERBI_SPARSE_MIN_K`` or T too dense)."""
+_F2 = types.Array(types.float64, 2, "C")
+_I32 = types.Array(types.int32, 1, "C")
+#: (ptr, idx, n) of ``transition_support``
+_SUPPORT = types.Tuple((types.Array(types.int64, 1, "C"), _I32, types.int64))
+#: ``transition_support`` and ``chain_viterbi_sparse`` as their callers call them through an address
+_SUPPORT_FN = types.FunctionType(_SUPPORT(_F2, types.int64, types.int64))
+_SPARSE_FN = types.FunctionType(types.float64(
+    _F2, types.UniTuple(_F2, 2), types.float64, types.int64, types.int64, types.boolean, _I32, _F2, types.float64,
+    types.Tuple((_F2, types.Array(types.int32, 2, "C"))), _I32, _SUPPORT))
+_support_at = function_at(_SUPPORT_FN)
+_sparse_at = function_at(_SPARSE_FN)
+_ADDRESSES = {}
+
+
+def sparse_viterbi(K):
+    """The chain's ``graph`` field of the Model bundle (``bundles.Model``): the addresses of
+    ``transition_support`` and ``chain_viterbi_sparse`` (``fnptr.jit_address``; compiled, or
+    loaded from the kernel cache, at the first call of the process) when ``K`` >=
+    VITERBI_SPARSE_MIN_K, else (0, 0): the decoders then run the dense loop.
+
+    >>> sparse_viterbi(3)
+    (0, 0)
+    >>> min(sparse_viterbi(VITERBI_SPARSE_MIN_K)) > 0
+    True
+    """
     if K < VITERBI_SPARSE_MIN_K:
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
-    return transition_support(T, K, int(VITERBI_SPARSE_MAX_DENSITY * K * K))
+        return (0, 0)
+    got = _ADDRESSES.get("sparse")
+    if got is None:
+        got = _ADDRESSES["sparse"] = (jit_address(transition_support, _SUPPORT_FN.signature),
+                                      jit_address(chain_viterbi_sparse, _SPARSE_FN.signature))
+    return got
+
+
+@njit(inline="always", **_JIT)
+def viterbi_support(T, K, sparse):
+    """The transition support ``chain_viterbi`` would scan, for a T that stays fixed over many
+    calls (a gap pass, a prediction batch): (ptr, idx, n, address of the sparse loop) with
+    (ptr, idx, n) as ``transition_support``, n = -1 when the dense loop is the one to run
+    (K < ``VITERBI_SPARSE_MIN_K``, T too dense, or ``sparse`` = :func:`sparse_viterbi` (0, 0))."""
+    if K < VITERBI_SPARSE_MIN_K or sparse[0] == 0:
+        return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
+    ptr, idx, n = _support_at(sparse[0])(T, np.int64(K), np.int64(VITERBI_SPARSE_MAX_DENSITY * K * K))
+    return ptr, idx, n, np.int64(sparse[1])
 
 
 @njit(inline="always", **_JIT)
@@ -313,38 +353,41 @@ def chain_viterbi_with_support(S, trans, scale, L, K, use_trans, ytrue, C, lw, w
     >>> S = rng.normal(size=(L, K)); B = np.zeros((2, K)); y = np.zeros(L, np.int32); C = np.zeros((K, K))
     >>> o1, o2 = np.zeros(L, np.int32), np.zeros(L, np.int32)
     >>> V, bp = np.zeros((L, K)), np.zeros((L, K), np.int32)
-    >>> a = chain_viterbi(S, (T, B), 1.0, L, K, True, y, C, 0.0, (V, bp), o1)
-    >>> ptr, idx, n = viterbi_support(T, K)
-    >>> b = chain_viterbi_with_support(S, (T, B), 1.0, L, K, True, y, C, 0.0, (V, bp), o2, (ptr, idx, n))
-    >>> n > 0, a == b, o1.tolist() == o2.tolist()
+    >>> a = chain_viterbi(S, (T, B), 1.0, L, K, True, y, C, 0.0, (V, bp), o1, sparse_viterbi(K))
+    >>> support = viterbi_support(T, K, sparse_viterbi(K))
+    >>> b = chain_viterbi_with_support(S, (T, B), 1.0, L, K, True, y, C, 0.0, (V, bp), o2, support)
+    >>> support[2] > 0, a == b, o1.tolist() == o2.tolist()
     (True, True, True)
     """
     n = support[2]
     if L > 1 and n >= 0:
-        return chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support)
+        return _sparse_at(support[3])(S, trans, scale, np.int64(L), np.int64(K), use_trans, ytrue, C, lw, work, out,
+                                      (support[0], support[1], n))
     return chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out)
 
 
 @njit(inline="always", **_JIT)
-def chain_viterbi(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out):
+def chain_viterbi(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, sparse):
     """Viterbi: argmax_y score(y) + lw * sum_t C[ytrue[t], y_t] (lw = 0: MAP) into ``out``;
     returns the maximum. V, bp: (>= L, >= K) work tables. Exact either way: the sparse DP of
     ``chain_viterbi_sparse`` when at most ``VITERBI_SPARSE_MAX_DENSITY`` of T[:K, :K] is non-zero
     (one scan of T per call finds the support), else the dense O(L K^2) loop; both return the
-    same value and labeling (ties to the smallest previous tag).
+    same value and labeling (ties to the smallest previous tag). ``sparse``: :func:`sparse_viterbi`
+    (K) (the chain's Model ``graph`` field); (0, 0) runs the dense loop whatever T.
 
     >>> import numpy as np
     >>> S = np.array([[1.0, 0.0], [0.0, 0.5]]); T = np.array([[0.0, -2.0], [0.0, 0.0]])
     >>> B = np.zeros((2, 2)); out = np.zeros(2, np.int32); y = np.zeros(2, np.int32)
     >>> V = np.zeros((2, 2)); bp = np.zeros((2, 2), np.int32)
-    >>> float(chain_viterbi(S, (T, B), 1.0, 2, 2, True, y, np.zeros((2, 2)), 0.0, (V, bp), out)), out.tolist()
+    >>> float(chain_viterbi(S, (T, B), 1.0, 2, 2, True, y, np.zeros((2, 2)), 0.0, (V, bp), out, (0, 0))), out.tolist()
     (1.0, [0, 0])
     """
     T = trans[0]
-    if L > 1 and K >= VITERBI_SPARSE_MIN_K:
-        support = transition_support(T, K, int(VITERBI_SPARSE_MAX_DENSITY * K * K))
+    if L > 1 and K >= VITERBI_SPARSE_MIN_K and sparse[0] != 0:
+        support = _support_at(sparse[0])(T, np.int64(K), np.int64(VITERBI_SPARSE_MAX_DENSITY * K * K))
         if support[2] >= 0:
-            return chain_viterbi_sparse(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out, support)
+            return _sparse_at(sparse[1])(S, trans, scale, np.int64(L), np.int64(K), use_trans, ytrue, C, lw, work, out,
+                                         support)
     return chain_viterbi_dense(S, trans, scale, L, K, use_trans, ytrue, C, lw, work, out)
 
 

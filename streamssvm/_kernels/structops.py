@@ -178,10 +178,10 @@ def kind_code(kind):
     return int(tag(kind))
 
 
-def frozen_support(kind, T, K):
+def frozen_support(model, T):
     """``chain.viterbi_support`` of a chain's T, for weights that stay fixed over a loop (n = -1,
     nothing scanned, for the other structures)."""
-    return _py_frozen_support(tag(kind), T, K)
+    return _py_frozen_support(tagged(model), T)
 
 
 def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
@@ -205,8 +205,8 @@ class _NoTransitions:
     """The frozen-weights operations of the structures without a transition table: no Viterbi
     support to find, and decoding at frozen weights is plain decoding."""
 
-    def frozen_support(kind, T, K):
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
+    def frozen_support(model, T):
+        return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
 
     def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
         return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
@@ -290,10 +290,11 @@ class Chain:
     def kind_code(kind):
         return CHAIN
 
-    def frozen_support(kind, T, K):
+    def frozen_support(model, T):
+        K = model[1]
         if T.shape[0] >= K and T.shape[1] >= K:
-            return viterbi_support(T, K)
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), -1
+            return viterbi_support(T, K, model[5])
+        return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
 
     def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
         # ``decode``'s body with the support given: both compile the same two Viterbi loops (the
@@ -317,7 +318,8 @@ class Chain:
         lw = loss_scale / chain_loss_norm(L, Ki)
         if L == 1 and not use_trans:
             return mc_decode(S, K, ytrue, C, lw, out)
-        return chain_viterbi(S, (w[1], w[2]), scale, L, K, use_trans, ytrue, C, lw, (scratch[1], scratch[2]), out)
+        return chain_viterbi(S, (w[1], w[2]), scale, L, K, use_trans, ytrue, C, lw, (scratch[1], scratch[2]), out,
+                             model[5])
 
     def labeling_score(kind, S, T, B, scale, lab, L, K, use_trans):
         v = 0.0
@@ -660,7 +662,7 @@ def _per_structure(op, by_model):
 
 
 for _op in _OPERATIONS:
-    _per_structure(_op, by_model=_op in (decode, decode_frozen, slack_oracle, slack_levels))
+    _per_structure(_op, by_model=_op in (frozen_support, decode, decode_frozen, slack_oracle, slack_levels))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -800,8 +802,8 @@ def _py_slack_levels(model, w, S, scale, L, ytrue, ly, Ki, scratch, hs, gs):
 
 
 @njit(**_JIT)
-def _py_frozen_support(kind, T, K):
-    return frozen_support(kind, T, K)
+def _py_frozen_support(model, T):
+    return frozen_support(model, T)
 
 
 @njit(**_JIT)

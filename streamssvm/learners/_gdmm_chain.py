@@ -40,7 +40,8 @@ class _ChainAdapter:
     def decode(self, S, T, B, s, L, K, ytrue, C, loss_scale, work, out):
         """Viterbi with the normalized-Hamming loss weight loss_scale / L (T is zero without
         transitions); ``work`` = (V, bp) its tables."""
-        return chain_viterbi(S, (T, B), s, L, K, self.use_trans, ytrue, C, loss_scale / L, work, out)
+        return chain_viterbi(S, (T, B), s, L, K, self.use_trans, ytrue, C, loss_scale / L, work, out,
+                             self.structure.graph(K))
 
     @staticmethod
     def score(S, T, B, s, lab, L, K, use_trans):

@@ -126,8 +126,8 @@ class Structure:
         ``graph`` field of ``streamssvm._kernels.bundles.Model``): five int64 arrays. Structures
         without a graph give an empty tuple.
 
-        >>> from streamssvm.structures import Chain
-        >>> Chain().graph(3)
+        >>> from streamssvm.structures import MultiClass
+        >>> MultiClass().graph(3)
         ()
         """
         return _NO_GRAPH

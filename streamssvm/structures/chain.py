@@ -7,6 +7,7 @@ or Z = 1 (``loss="hamming"``, per token). Viterbi and the loss-augmented Viterbi
 """
 import numpy as np
 
+from .._kernels.chain import sparse_viterbi
 from .._kernels.structops import CHAIN, CHAIN_LOSS_NORMALIZED, CHAIN_LOSS_TOKEN, chain_level_labeling
 from .base import _Tokens
 
@@ -79,6 +80,16 @@ class Chain(_Tokens):
         """Reference loss (tests): sum_t C[y_t, y'_t] / Z."""
         v = float(sum(C[a, b] for a, b in zip(ytrue, y)))
         return v if Ki == CHAIN_LOSS_TOKEN else v / len(ytrue)
+
+    def graph(self, K):
+        """The kernels' ``graph`` field of a chain: the addresses of the sparse Viterbi
+        (``_kernels.chain.sparse_viterbi``), compiled when ``K`` first reaches
+        ``VITERBI_SPARSE_MIN_K`` tags; (0, 0) below (the dense loop).
+
+        >>> Chain().graph(3)
+        (0, 0)
+        """
+        return sparse_viterbi(int(K))
 
     def stat_size(self, L, Kc):
         return L * Kc + Kc * Kc + 2 * Kc
