@@ -670,14 +670,16 @@ class BlockStore:
         nnz = np.diff(tok_ptr)
         nidx = nnz
         one = np.ones(m, dtype=np.int64)
-        flags = np.full(m, CS.FLAG_SPARSE if self.sparse else 0, dtype=np.int64)
+        # reserve's flags: an averaging accumulator (FLAG_AVG) on every block of a store that keeps them
+        avg = KL.FLAG_AVG if self.avg else 0
+        flags = np.full(m, (CS.FLAG_SPARSE if self.sparse else 0) | avg, dtype=np.int64)
         if self.dense_rows and m:
             span = np.empty(m, dtype=np.int64)
             dense_row_spans(np.arange(m + 1, dtype=np.int64), tok_ptr, fidx, span)
             dense = span > 0
             nnz = np.where(dense, span, nnz)
             nidx = np.where(dense, 0, nnz)
-            flags[dense] = FLAG_DENSE_ROW
+            flags[dense] = FLAG_DENSE_ROW | avg
         if not self.stores_gram(1):
             flags |= KL.FLAG_NO_GRAM
         isz, fsz, lablen = self.segment_sizes(one, nnz, one, nidx=nidx)

@@ -47,6 +47,8 @@ def _one(m, x, y):
 LEARNERS = [
     ("BCFW", {}), ("BCFW", {"averaging": False}), ("BCFW", {"lam": 0.01, "replay": 3}),
     ("BCFW", {"sampling": "uniform"}), ("BCFW", {"capacity": 150}), ("BCFW", {"gap_every": 0.5}),
+    # blocks with averaging accumulators (FLAG_AVG): a run's blocks get theirs as one at a time
+    ("BCFW", {"window": 150, "evicted_average": "keep"}),
     ("SGD", {}), ("CuttingPlane", {}), ("BMRM", {}), ("Pragam", {}), ("MEMOIR", {}), ("GDMM", {}),
 ]
 
