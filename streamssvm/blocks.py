@@ -707,8 +707,12 @@ class BlockStore:
             self._ensure_arena("Iar", self.i_used + ti)
         if self.f_used + tf > self.Far.shape[0]:
             self._ensure_arena("Far", self.f_used + tf)
-        rows = np.empty((m, KL.N_META), dtype=np.int64)   # one token, one label, Ki 1, an empty pool
-        rows[:] = (0, 0, 1, 0, 1, 1, self.pool_cap, 0, int(lablen), 0, 0, 0)
+        row = np.zeros(KL.N_META, dtype=np.int64)   # one token, one label, Ki 1, an empty pool
+        row[[KL.M_L, KL.M_LY, KL.M_KI]] = 1
+        row[KL.M_PCAP] = self.pool_cap
+        row[KL.M_LABLEN] = lablen
+        rows = np.empty((m, KL.N_META), dtype=np.int64)
+        rows[:] = row
         rows[:, KL.M_IOFF] = ioff
         rows[:, KL.M_FOFF] = foff
         rows[:, KL.M_NNZ] = nnz
