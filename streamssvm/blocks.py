@@ -644,11 +644,10 @@ class BlockStore:
             self.max_L = 1
         return slot
 
-    def _admitted(self, slots, ti, tf):
-        """The bookkeeping of ``m = len(slots)`` new blocks written with ``ti`` / ``tf`` arena
-        entries: used and live sizes, fresh gap estimates, losses, oracle ticks, births in
-        arrival order, no queue position yet."""
-        m = len(slots)
+    def _admitted(self, slots, m, ti, tf):
+        """The bookkeeping of ``m`` new blocks (``slots``: their indices or a slice of them)
+        written with ``ti`` / ``tf`` arena entries: used and live sizes, fresh gap estimates,
+        losses, oracle ticks, births in arrival order, no queue position yet."""
         self.i_used += ti
         self.f_used += tf
         self.i_live += ti
@@ -664,43 +663,64 @@ class BlockStore:
     def reserve_rows(self, tok_ptr, fidx):
         """:meth:`reserve` of m one-token blocks (row e: ``fidx[tok_ptr[e]:tok_ptr[e + 1]]``, one
         label, ``Ki`` 1) in order, for all of them at once: the same slots, segments, meta rows
-        and bookkeeping as m calls. Returns the slots (int64)."""
+        and bookkeeping as m calls. Returns the slots (int64). What every row shares (one token,
+        one label: the Gram rule, the labeling length, the statistic) is computed once, and the
+        meta rows are written from that template (a run is one kernel call per micro-batch:
+        this is its Python side's largest part)."""
         m = len(tok_ptr) - 1
         tok_ptr = np.asarray(tok_ptr, dtype=np.int64)
-        nnz = np.diff(tok_ptr)
-        nidx = nnz
-        one = np.ones(m, dtype=np.int64)
-        flags = np.full(m, CS.FLAG_SPARSE if self.sparse else 0, dtype=np.int64)
+        nnz = nidx = tok_ptr[1:] - tok_ptr[:-1]
+        # reserve's flags: an averaging accumulator (FLAG_AVG) on every block of a store that
+        # keeps them, no Gram matrix where a one-token block keeps none
+        gram = bool(self.stores_gram(1))
+        tail = (KL.FLAG_AVG if self.avg else 0) | (0 if gram else KL.FLAG_NO_GRAM)
+        flags = np.full(m, (CS.FLAG_SPARSE if self.sparse else 0) | tail, dtype=np.int64)
         if self.dense_rows and m:
             span = np.empty(m, dtype=np.int64)
             dense_row_spans(np.arange(m + 1, dtype=np.int64), tok_ptr, fidx, span)
             dense = span > 0
             nnz = np.where(dense, span, nnz)
             nidx = np.where(dense, 0, nnz)
-            flags[dense] = FLAG_DENSE_ROW
-        if not self.stores_gram(1):
-            flags |= KL.FLAG_NO_GRAM
-        isz, fsz, lablen = self.segment_sizes(one, nnz, one, nidx=nidx)
-        isz, fsz = np.zeros(m, dtype=np.int64) + isz, np.zeros(m, dtype=np.int64) + fsz
-        lablen = np.zeros(m, dtype=np.int64) + lablen
-        slots = np.empty(m, dtype=np.int64)
+            flags[dense] = FLAG_DENSE_ROW | tail
+        isz, fsz, lablen = self.segment_sizes(1, nnz, 1, nidx=nidx, gram=gram)   # per row (nnz is)
         nfree = min(len(self.free), m)
-        for q in range(nfree):
-            slots[q] = self.free.pop()
-        slots[nfree:] = np.arange(self.n_slots, self.n_slots + m - nfree)
+        if nfree:
+            slots = np.empty(m, dtype=np.int64)
+            for q in range(nfree):
+                slots[q] = self.free.pop()
+            slots[nfree:] = np.arange(self.n_slots, self.n_slots + m - nfree)
+            at = slots
+        else:   # new slots, in order: the same rows written through a slice
+            slots = np.arange(self.n_slots, self.n_slots + m, dtype=np.int64)
+            at = slice(self.n_slots, self.n_slots + m)
         self.n_slots += m - nfree
         if self.n_slots > self.meta.shape[0]:
             self._grow_slots(self.n_slots)
-        ioff = self.i_used + np.cumsum(isz) - isz
-        foff = self.f_used + np.cumsum(fsz) - fsz
-        ti, tf = int(isz.sum()), int(fsz.sum())
+        ioff = np.cumsum(isz)
+        foff = np.cumsum(fsz)
+        ti, tf = (int(ioff[-1]), int(foff[-1])) if m else (0, 0)
+        ioff -= isz
+        ioff += self.i_used
+        foff -= fsz
+        foff += self.f_used
         if self.i_used + ti > self.Iar.shape[0]:
             self._ensure_arena("Iar", self.i_used + ti)
         if self.f_used + tf > self.Far.shape[0]:
             self._ensure_arena("Far", self.f_used + tf)
-        self.meta[slots] = np.stack([ioff, foff, one, nnz, one, one, np.full(m, self.pool_cap), np.zeros(m, np.int64),
-                                     lablen, flags, isz, fsz], axis=1)
-        self._admitted(slots, ti, tf)
+        row = np.zeros(KL.N_META, dtype=np.int64)   # one token, one label, Ki 1, an empty pool
+        row[[KL.M_L, KL.M_LY, KL.M_KI]] = 1
+        row[KL.M_PCAP] = self.pool_cap
+        row[KL.M_LABLEN] = lablen
+        rows = np.empty((m, KL.N_META), dtype=np.int64)
+        rows[:] = row
+        rows[:, KL.M_IOFF] = ioff
+        rows[:, KL.M_FOFF] = foff
+        rows[:, KL.M_NNZ] = nnz
+        rows[:, KL.M_FLAGS] = flags
+        rows[:, KL.M_ISIZE] = isz
+        rows[:, KL.M_FSIZE] = fsz
+        self.meta[at] = rows
+        self._admitted(at, m, ti, tf)
         if m and self.max_L < 1:
             self.max_L = 1
         self._order.extend(slots.tolist())
@@ -870,7 +890,7 @@ class BlockStore:
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
         K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M, KL.pairs_layout(self.sparse)), slots, batch, np.asarray(ys, dtype=np.int32), mark,
                         self.slack)
-        self._admitted(slots, ti, tf)
+        self._admitted(slots, len(slots), ti, tf)
         self.max_L = max(self.max_L, int(L.max()) if m else 1)
         return slots
 

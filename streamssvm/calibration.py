@@ -166,6 +166,37 @@ class Temperature:
         """A multiclass record: its class scores before learning and its true class index."""
         self._add(("c", np.array(scores, dtype=np.float64), int(y)))
 
+    def observe_classes(self, S, ys):
+        """:meth:`observe_class` of each row of ``S`` (n x K class scores) with its true class
+        index in ``ys``, in order: the same window, a fit at the same observations, so the same
+        ``beta`` to the bit. One copy of ``S`` (the window's items are views of its rows) and
+        one window update per span between two fits, instead of a copy and an update per row
+        (a micro-batch's observed records, :meth:`MulticlassSSVM.predict_learn_each`)."""
+        S = np.array(S, dtype=np.float64)
+        if S.ndim != 2 or S.shape[0] != len(ys):
+            raise ValueError(f"observe_classes takes an (n x K) score table and n classes, got {S.shape} and "
+                             f"{len(ys)}")
+        ys = [int(y) for y in ys]
+        items, shapes, every = self._items, self._shapes, self.every
+        key = ("c", S.shape[1])
+        i, n = 0, len(ys)
+        while i < n:
+            k = min(n - i, every - self.n_observed % every)   # the observations up to the next fit
+            drop = len(items) + k - items.maxlen               # items that leave the window (oldest first)
+            for j in range(min(max(drop, 0), len(items))):
+                gone = (items[j][0], len(items[j][1]))
+                shapes[gone] -= 1
+                if not shapes[gone]:
+                    del shapes[gone]
+            stay = k - max(drop - len(items), 0)               # of the k new ones, those the window keeps
+            if stay > 0:
+                shapes[key] = shapes.get(key, 0) + stay
+            items.extend([("c", S[j], ys[j]) for j in range(i, i + k)])
+            self.n_observed += k
+            i += k
+            if self.n_observed % every == 0:
+                self.fit()
+
     def observe_labels(self, scores, y):
         """An independent multi-label record: per-label scores (on iff > 0) and the truth (bools)."""
         self._add(("l", np.array(scores, dtype=np.float64), np.asarray(y, dtype=bool)))

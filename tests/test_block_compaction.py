@@ -137,7 +137,9 @@ def test_learning_after_checkpoints_is_unchanged(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["multiclass dense rows", "multiclass sparse rows",
-                                  "multiclass evicting (garbage, reused slots)"])
+                                  "multiclass evicting (garbage, reused slots)",
+                                  # FLAG_AVG on every block, as reserve sets it (was missing)
+                                  "multiclass evicting, averages kept"])
 def test_reserve_rows_equals_reserve_one_by_one(name):
     """The micro-batch kernel's slots reserved at once (``reserve_rows``): the same slots,
     segments, meta rows and bookkeeping as one ``reserve`` per record."""

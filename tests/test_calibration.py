@@ -424,3 +424,36 @@ def test_the_fit_with_stacked_losses_is_the_one_at_a_time_fit_to_the_bit():
             else:
                 t.observe_class(s, y)
         assert t.n_fits > 40
+
+
+@pytest.mark.parametrize("window,every,memory", [(128, 32, 0), (16, 40, 0), (64, 7, 500.0)])
+def test_observing_a_table_of_rows_is_observing_each_row_to_the_bit(window, every, memory):
+    """``observe_classes`` (a micro-batch's observed rows at once) keeps the window, fits at the
+    same observations and lands on the beta, pool and counters of ``observe_class`` row by row,
+    in chunks of every size (across fit points, longer than the window), also when the class
+    count grows mid-stream (rows of another length in the window) and when chains share it."""
+    rng = np.random.default_rng(11)
+    a = calibration.Temperature(window=window, every=every, memory=memory)
+    b = calibration.Temperature(window=window, every=every, memory=memory)
+    i = 0
+    for size in [1, 3, 31, 32, 33, 1, 0, 5, 97, 200, 2, 64, 129, 17] * 3:
+        K = 4 if i < 300 else 6   # the classes grow mid-stream
+        S = rng.normal(size=(size, K)) * 4
+        ys = rng.integers(0, K, size=size).astype(np.int32)
+        for s, y in zip(S, ys):
+            a.observe_class(s, y)
+        b.observe_classes(S, ys)
+        S[:] = np.nan   # the caller's table is not the window's
+        i += size
+        if i % 5 == 0:   # a chain among the class rows
+            ch = (rng.normal(size=(3, 2)), rng.normal(size=(2, 2)), rng.normal(size=(2, 2)), True, [0, 1, 1])
+            a.observe_chain(*ch)
+            b.observe_chain(*ch)
+        assert a.state() == b.state()
+        assert a._shapes == b._shapes
+        assert [(it[0], it[2] if it[0] == "c" else None) for it in a._items] == \
+               [(it[0], it[2] if it[0] == "c" else None) for it in b._items]
+        assert all(np.array_equal(x[1], y[1]) for x, y in zip(a._items, b._items) if x[0] == "c")
+    assert a.n_fits > 10 and a.beta.hex() == b.beta.hex()
+    with pytest.raises(ValueError):
+        b.observe_classes(np.zeros((2, 3)), [0])

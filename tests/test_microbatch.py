@@ -47,6 +47,8 @@ def _one(m, x, y):
 LEARNERS = [
     ("BCFW", {}), ("BCFW", {"averaging": False}), ("BCFW", {"lam": 0.01, "replay": 3}),
     ("BCFW", {"sampling": "uniform"}), ("BCFW", {"capacity": 150}), ("BCFW", {"gap_every": 0.5}),
+    # blocks with averaging accumulators (FLAG_AVG): a run's blocks get theirs as one at a time
+    ("BCFW", {"window": 150, "evicted_average": "keep"}),
     ("SGD", {}), ("CuttingPlane", {}), ("BMRM", {}), ("Pragam", {}), ("MEMOIR", {}), ("GDMM", {}),
 ]
 
@@ -572,3 +574,38 @@ def test_dict_batches_cut_at_new_names_equal_record_by_record(monkeypatch):
         got += _outcomes(b.predict_learn_each(xs[s:s + 45], ys[s:s + 45]))
     assert got == ref and sum(not ok for ok, _ in got) == 1
     assert _state(a) == _state(b)
+
+
+def test_engine_row_micro_batches_with_labels_arriving_mid_stream_keep_the_temperature_bits(tmp_path):
+    """The file reader's rows (``RecordRows``, as ``run file://`` reads a JSONL of numbers) in
+    micro-batches of the default size and record by record, on a stream whose labels arrive
+    mid-stream (each new one cuts a run) with a bad record inside a batch: the same predictions,
+    model (temperature fit, its window's observations scored by the kernel and handed over per
+    run, ``Temperature.observe_classes``), checkpoints, and beta to the bit."""
+    X, y = _rows(2600, d=8, k=7, seed=3)
+    y = [c if i >= 700 or c < 3 else c % 3 for i, c in enumerate(y)]   # labels 3..6 only after 700
+    recs = [{"x": r.tolist(), "y": c} for r, c in zip(X, y)]
+    recs.insert(1500, {"x": [1.0, 2.0], "y": 1})   # another width: a dead letter inside a batch
+    write_jsonl(tmp_path / "r.jsonl", recs)
+    runs = []
+    for micro, tag in ((1, "a"), (Engine.MICRO_BATCH, "b")):
+        sink = MemorySink()
+        eng = Engine(ss.MulticlassSSVM(), open_source(tmp_path / "r.jsonl"), task="multiclass", progress=False,
+                     checkpoint_dir=tmp_path / f"ck{tag}", sink=sink, dead_letter=DeadLetterSink(),
+                     snapshot_every=900, checkpoint_every=1000, keep=10)
+        eng.MICRO_BATCH = micro
+        s = eng.run()
+        runs.append((eng, sink, s))
+    (e1, k1, s1), (e2, k2, s2) = runs
+    assert s1["bad_records"] + s1["bad_records_at_source"] == 1 == s2["bad_records"] + s2["bad_records_at_source"]
+    assert k1.items == k2.items and len(k2.items) == 2600
+    assert _state(e1.model) == _state(e2.model)
+    t1, t2 = e1.model._calibrator(), e2.model._calibrator()
+    assert t1.n_observed == t2.n_observed > 1100 and t1.n_fits == t2.n_fits > 30
+    assert e1.model.temperature.hex() == e2.model.temperature.hex() and e1.model.temperature != 1.0
+    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
+    assert len(c1) == len(c2) >= 3
+    for a, b in zip(c1, c2):
+        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
+        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
+        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])

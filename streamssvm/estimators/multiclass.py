@@ -526,9 +526,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
             for i, p in zip(at[e:e + len(ids)], ids.tolist()):
                 out[i] = (True, labels[p])
             if len(ids):
-                if S is not None:
-                    for s, yid in zip(S, yids[e:e + len(ids)][observed[:len(ids)]]):
-                        t.observe_class(s, yid)
+                if S is not None and len(S):
+                    t.observe_classes(S, yids[e:e + len(ids)][observed[:len(ids)]])
                 t.pass_over(len(ids))   # offered (wants() counted each), the observed ones kept above
             e += len(ids)
             if len(ids) == 0:   # something of the Python side is due before it: one at a time
