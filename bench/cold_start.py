@@ -107,7 +107,9 @@ def to_markdown(meta, res, before=None):
          f"(commit `{meta['commit']}`), {meta['cpu']}, load average {meta['load']} at the start. One fresh process "
          "per cell: import, the estimator's defaults, two `learn_one`, one `predict_one`; CPU = user + system of "
          f"the process; medians of {meta['reps']}. Warm: a second process on the same (now filled) cache. "
-         f"Target: at most {TARGET_CPU_S:.0f} CPU s cold per estimator.", "",
+         f"Target: at most {TARGET_CPU_S:.0f} CPU s cold per estimator."
+         + (f" Before: streamssvm from `{meta['before']['code']}` (commit `{meta['before']['commit']}`), measured in "
+            "the same run, repetitions alternated." if before else ""), "",
          "| estimator | cold CPU s | cold wall s | warm CPU s | target met |" + (" before: cold CPU s |" if sb else ""),
          "|---|---|---|---|---|" + ("---|" if sb else "")]
     for name, (c, w, warm) in s.items():
@@ -130,6 +132,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--code", default=ROOT, help="the checkout whose streamssvm is measured (default: this one)")
     ap.add_argument("--before", default=None, help="a second checkout measured in the same run (before/after)")
+    ap.add_argument("--before-commit", default=None, help="the commit --before holds (when it is not a git checkout)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "cold_start"), help="results stem (.json, .md)")
     a = ap.parse_args(argv)
     sys.path.insert(0, HERE)
@@ -149,7 +152,7 @@ def main(argv=None):
                 res.setdefault(k, {"cold": [], "warm": []})
                 res[k]["cold"] += v["cold"]
                 res[k]["warm"] += v["warm"]
-        meta["before"] = {"code": os.path.abspath(a.before), "commit": git_commit(a.before)}
+        meta["before"] = {"code": os.path.abspath(a.before), "commit": a.before_commit or git_commit(a.before)}
     else:
         res = measure(code, a.reps)
     md = to_markdown(meta, res, before)
