@@ -184,10 +184,7 @@ class Temperature:
             k = min(n - i, every - self.n_observed % every)   # the observations up to the next fit
             drop = len(items) + k - items.maxlen               # items that leave the window (oldest first)
             for j in range(min(max(drop, 0), len(items))):
-                gone = (items[j][0], len(items[j][1]))
-                shapes[gone] -= 1
-                if not shapes[gone]:
-                    del shapes[gone]
+                self._forget(items[j])
             stay = k - max(drop - len(items), 0)               # of the k new ones, those the window keeps
             if stay > 0:
                 shapes[key] = shapes.get(key, 0) + stay
@@ -207,13 +204,17 @@ class Temperature:
                          np.ascontiguousarray(B, dtype=np.float64), bool(use_trans),
                          np.asarray(y, dtype=np.int64))))
 
+    def _forget(self, item):
+        """Count ``item`` out of the window's shapes (it leaves the window)."""
+        shapes, gone = self._shapes, (item[0], len(item[1]))
+        shapes[gone] -= 1
+        if not shapes[gone]:
+            del shapes[gone]
+
     def _add(self, item):
         items, shapes = self._items, self._shapes
         if len(items) == items.maxlen:   # the oldest item leaves the window
-            gone = (items[0][0], len(items[0][1]))
-            shapes[gone] -= 1
-            if not shapes[gone]:
-                del shapes[gone]
+            self._forget(items[0])
         key = (item[0], len(item[1]))
         shapes[key] = shapes.get(key, 0) + 1
         items.append(item)

@@ -330,6 +330,13 @@ def sparse_viterbi(K):
     return got
 
 
+@njit(inline="always", **_INNER)
+def dense_support():
+    """The support that says "run the dense loop" (n = -1, no sparse loop address), in the
+    shape of :func:`viterbi_support`'s."""
+    return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
+
+
 @njit(inline="always", **_JIT)
 def viterbi_support(T, K, sparse):
     """The transition support ``chain_viterbi`` would scan, for a T that stays fixed over many
@@ -337,7 +344,7 @@ def viterbi_support(T, K, sparse):
     (ptr, idx, n) as ``transition_support``, n = -1 when the dense loop is the one to run
     (K < ``VITERBI_SPARSE_MIN_K``, T too dense, or ``sparse`` = :func:`sparse_viterbi` (0, 0))."""
     if K < VITERBI_SPARSE_MIN_K or sparse[0] == 0:
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
+        return dense_support()
     ptr, idx, n = _support_at(sparse[0])(T, np.int64(K), np.int64(VITERBI_SPARSE_MAX_DENSITY * K * K))
     return ptr, idx, n, np.int64(sparse[1])
 

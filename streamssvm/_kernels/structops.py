@@ -55,7 +55,8 @@ from numba.extending import overload
 # the per-structure kernels (re-exported: ``structops.X`` is the one name callers use)
 from .chain import (  # noqa: F401
     CHAIN_LOSS_NORMALIZED, CHAIN_LOSS_TOKEN, _chain_level_best, _chain_wrong_dp, chain_level_labeling, chain_levels,
-    chain_loss_norm, chain_slack, chain_trans_sqnorm, chain_viterbi, chain_viterbi_with_support, viterbi_support,
+    chain_loss_norm, chain_slack, chain_trans_sqnorm, chain_viterbi, chain_viterbi_with_support, dense_support,
+    viterbi_support,
 )
 from .common import (  # noqa: F401
     _INNER, _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
@@ -206,7 +207,7 @@ class _NoTransitions:
     support to find, and decoding at frozen weights is plain decoding."""
 
     def frozen_support(model, T):
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
+        return dense_support()
 
     def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
         return decode(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out)
@@ -294,7 +295,7 @@ class Chain:
         K = model[1]
         if T.shape[0] >= K and T.shape[1] >= K:
             return viterbi_support(T, K, model[5])
-        return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
+        return dense_support()
 
     def decode_frozen(model, w, S, scale, L, ytrue, ly, loss_scale, Ki, scratch, out, support):
         # ``decode``'s body with the support given: both compile the same two Viterbi loops (the
