@@ -592,10 +592,9 @@ class FeatureIndex:
         hashing ``1``, ``1.0`` and ``True`` are equal keys of different buckets)."""
         if isinstance(x, dict):
             bulk = self._dict_arrays(x)
-            if bulk is not None:
+            if bulk is not None:   # (int32 and float64 arrays already)
                 idx, val, new = bulk
-                arrays = (np.array([0, len(idx)], dtype=np.int32), np.asarray(idx, dtype=np.int32),
-                          np.asarray(val, dtype=np.float64))
+                arrays = (np.array([0, len(idx)], dtype=np.int32), idx, val)
             else:
                 pairs, new = self._scan(x, True)   # grow=True only lists the new names
                 arrays = self._known_pairs(pairs)

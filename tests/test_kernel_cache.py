@@ -31,9 +31,9 @@ def test_compiled_kernels_land_in_the_user_cache_not_in_the_package(tmp_path):
     """A fresh interpreter with ``STREAMSSVM_CACHE`` set compiles a kernel: its index and code
     files are in that cache's digest folder, and the package folder gains no numba file."""
     code = ("import numpy as np\n"
-            "from streamssvm._kernels import bcfw\nfrom streamssvm._kernels.common import py_entry\n"
+            "from streamssvm._kernels import sumtree\nfrom streamssvm._kernels.common import py_entry\n"
             "from streamssvm.kernel_cache import cache_dir\n"
-            "t = np.zeros(8); py_entry(bcfw.tree_update)(t, 4, 1, 2.0)\n"
+            "t = np.zeros(8); py_entry(sumtree.tree_update)(t, 4, 1, 2.0)\n"
             "print(cache_dir())\n")
     pkg_cache = os.path.join(os.path.dirname(_kernels.__file__), "__pycache__")
     in_package = set(glob.glob(os.path.join(pkg_cache, "*.nb[ic]")))
@@ -43,7 +43,7 @@ def test_compiled_kernels_land_in_the_user_cache_not_in_the_package(tmp_path):
     folder = out.stdout.strip()
     assert folder.startswith(str(tmp_path / "c")) and os.path.basename(folder).startswith(
         "kernels-" + kernel_cache.sources_digest()[:16])
-    assert any(f.startswith("bcfw.tree_update") for f in os.listdir(folder))
+    assert any(f.startswith("sumtree.tree_update") for f in os.listdir(folder))
     assert set(glob.glob(os.path.join(pkg_cache, "*.nb[ic]"))) == in_package
 
 
@@ -105,8 +105,8 @@ def test_kernels_called_only_from_kernels_have_no_python_entry():
              "common.gram", "common.emission_add", "common.emission_add_csr", "common.stat_emission_sqnorm", "common.stat_emission_apply",
              "common.emission_sqnorm_tokens", "common._stable_order", "common._token_table",
              "common._gram_entry", "common._ml_dense_truth", "multiclass.mc_decode", "multiclass.mc_stat_apply",
-             "multiclass.mc_stat_apply2", "layout.pairs_pos", "layout.stat_pos", "bcfw.tree_sample",
-             "bcfw.tree_update", "mrf._mrf_enum", "chainsparse.sp_register", "chainsparse.sp_labeling_stat",
+             "multiclass.mc_stat_apply2", "layout.pairs_pos", "layout.stat_pos", "sumtree.tree_sample",
+             "sumtree.tree_update", "mrf._mrf_enum", "chainsparse.sp_register", "chainsparse.sp_labeling_stat",
              "chain.transition_support")
     assert [n for n in inner if not found[n].targetoptions.get("no_cpython_wrapper")] == []
     # the Python entry points keep theirs

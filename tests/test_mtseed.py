@@ -91,3 +91,24 @@ def test_sampled_blocks_are_sample_blocks(sampling):
     theirs = _blocks(seeds, sampling, tree, size, alive, 50, False)
     assert np.array_equal(ours, theirs)
     assert len(set(ours.tolist())) > 10
+
+
+@pytest.mark.parametrize("sampling", ["gap", "uniform"])
+def test_learn_one_replays_draw_the_blocks_learn_many_draws_after_np_random_seed(sampling):
+    """``learn_one`` (``learn_one_example``: its replays drawn through mtseed) learns what
+    ``learn_many`` of the same rows one at a time learns (``learn_new_blocks``: drawn by numba's
+    np.random after ``np.random.seed`` of the same seed): the same blocks replayed, so the
+    same weights, averages, gap estimates and steps, to the bit."""
+    import streamssvm as ss
+    rng = np.random.default_rng(3)
+    X = np.round(rng.normal(size=(300, 6)), 2)
+    y = [int(v) for v in (X[:, 0] > 0) + 2 * (X[:, 1] > 0.5)]
+    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(sampling=sampling, replay=2, seed=5))
+    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(sampling=sampling, replay=2, seed=5))
+    for row, c in zip(X, y):
+        a.learn_one(row, c)
+        b.learn_many(row[None, :], [c])
+    la, lb = a._learner, b._learner
+    assert la._tick == lb._tick >= 3 * len(y)   # every record: its step and two replays
+    for u, v in ((la.W.E, lb.W.E), (la._Z.E, lb._Z.E), (la.store.gest, lb.store.gest), (la.counters, lb.counters)):
+        assert np.array_equal(u, v)

@@ -61,6 +61,8 @@ from .structops import (
 from .chain import chain_trans_sqnorm
 from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, write_dense_row
 from .multiclass import mc_stat_apply, mc_stat_apply2
+from .mtseed import STATE, mt_sample_block, mt_seed
+from .sumtree import SAMPLE_GAP, SAMPLE_GIVEN, SAMPLE_UNIFORM, tree_sample, tree_update  # noqa: F401 (re-exported)
 from .chainsparse import (
     SNAP, sp_apply, sp_emission_stat, sp_labeling_apply, sp_loss_lin, sp_missing, sp_move_grown, sp_reclaim, sp_labeling_stat, sp_register, sp_room, sp_score, sp_snap,
     sp_sqnorm, sp_trans_sqnorm,
@@ -72,7 +74,6 @@ from .layout import (  # noqa: F401 (the layout's names, re-exported for the sto
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
-SAMPLE_GIVEN, SAMPLE_UNIFORM, SAMPLE_GAP = 0, 1, 2
 
 # counters
 C_ORACLE, C_HIT, C_STEPS, C_DROP, C_AWAY, C_SANITY, C_POOLFULL, C_TFULL = range(8)
@@ -84,30 +85,6 @@ _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
 _INNER = dict(_JIT, no_cpython_wrapper=True, cache=False)
 _CHAIN_TAG = from_dtype(np.dtype(Chain.tag))
 _MULTICLASS_TAG = from_dtype(np.dtype(Multiclass.tag))
-
-
-@njit(**_INNER)
-def tree_update(tree, size, slot, value):
-    i = size + slot
-    tree[i] = value
-    i //= 2
-    while i >= 1:
-        tree[i] = tree[2 * i] + tree[2 * i + 1]
-        i //= 2
-
-
-@njit(**_INNER)
-def tree_sample(tree, size, r):
-    node = 1
-    x = r * tree[1]
-    while node < size:
-        left = 2 * node
-        if x < tree[left]:
-            node = left
-        else:
-            x -= tree[left]
-            node = left + 1
-    return node - size
 
 
 @njit(**_INNER)
@@ -1291,8 +1268,14 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
     instead, same values. The learn_one path runs its given steps (the revisits when a label
     arrives) here, through the same call site of the step, so that a first use compiles one
     kernel holding the step code, not two (each numba entry point optimizes and emits machine
-    code for every function it calls)."""
-    np.random.seed(seed)
+    code for every function it calls).
+
+    The replays draw their blocks as after ``np.random.seed(seed)``, through
+    :mod:`streamssvm._kernels.mtseed` (numba's draws without the cost of its seeding, as
+    ``microbatch.predict_learn_examples`` draws them): one step at a time, each block drawn
+    after the step before, as ``_step_loop`` over all of them (a step does not change N)."""
+    rng = np.empty(STATE, dtype=np.int64)
+    mt_seed(rng, seed)
     if slots.shape[0] > 0:
         n, avg_t0, steps, n_steps = arena[8], avg[0], slots, slots.shape[0]
     else:
@@ -1308,7 +1291,13 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
         out[0] = n
         # the first step on the new block (alive[n - 1]), then the replays
         avg_t0, steps, n_steps = out[2], arena[6][n - 1:n], cfg[7] + 1
-    return _step_loop(model, w, arena, scratch, avg, cfg, counters, steps, n_steps, n, avg_t0, tick0)
+    alive, tree, tree_size = arena[6], arena[9], arena[10]
+    step = np.empty(1, dtype=np.int64)
+    tick = tick0
+    for r in range(n_steps):
+        step[0] = steps[r] if r < steps.shape[0] else mt_sample_block(cfg[6], tree, tree_size, alive, n, rng)
+        tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, step, 1, n, avg_t0, tick)
+    return tick
 
 
 from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)

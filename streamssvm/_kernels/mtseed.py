@@ -20,8 +20,8 @@ compares them with numba's own for many seeds and draw patterns.
 """
 from numba import njit
 
-from .bcfw import SAMPLE_GAP, tree_sample
 from .common import _INNER
+from .sumtree import SAMPLE_GAP, tree_sample
 
 _N, _M = 624, 397
 _C, _K, _FULL = _N, _N + 1, _N + 2

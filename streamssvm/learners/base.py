@@ -134,7 +134,7 @@ def one_thread_at_a_time(method):
         lock = self.__dict__.get("_thread_guard")
         if lock is None:
             lock = self.__dict__.setdefault("_thread_guard", threading.RLock())   # atomic: one lock
-        if not lock.acquire(blocking=False):
+        if not lock.acquire(False):   # non-blocking (positional: the keyword costs a tenth of the guard)
             raise RuntimeError(f"{type(self).__name__}.{method.__name__}: another thread is using this model; "
                                "a model is not thread-safe: use it from one thread at a time (a lock of your "
                                "own around every call), or one model per thread")
