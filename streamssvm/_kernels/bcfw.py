@@ -1018,7 +1018,8 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
     ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
-    dummy = np.zeros(1, dtype=np.int32)
+    dummy = np.empty(1, np.int32)   # (not np.zeros: ``common.py`` on allocations)
+    dummy[0] = 0
     S = scratch[0]
     support = frozen_support(model, T)   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):
