@@ -1,0 +1,52 @@
+"""What a cold start compiles (issue 21: a first prediction in at most ~10 CPU s per estimator).
+
+Numba compiles a function once per distinct tuple of argument types, numba's own overloads
+included: every ``np.zeros`` / ``np.empty`` with another dtype, ndim or keyword spelling is an
+allocator compiled of its own (``np.zeros`` compiles an ``np.empty`` again plus a fill). The
+kernels on the default learners' paths allocate with three (``_kernels/common.py``)."""
+import json
+import subprocess
+import sys
+import tempfile
+
+_CHILD = r"""
+import json
+from numba.core import event
+
+seen = []
+
+class _Allocs(event.Listener):
+    def on_start(self, ev):
+        disp = ev.data.get("dispatcher")
+        name = getattr(getattr(disp, "py_func", None), "__qualname__", "")
+        if name.startswith(("ol_np_zeros", "ol_np_empty", "ol_np_ones", "ol_np_full")):
+            seen.append([name.split(".")[0], str(ev.data.get("args"))])
+
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", _Allocs())
+import streamssvm as ss
+m = ss.MulticlassSSVM()
+m.learn_one({'a': 1.0, 'b': 0.5}, 'x')
+m.learn_one({'a': 0.2, 'c': 1.0}, 'y')
+m.predict_one({'a': 1.0})
+m = ss.SequenceTagger()
+m.learn_one([{'w=the': 1.0}, {'w=cat': 1.0}], ['D', 'N'])
+m.learn_one([{'w=a': 1.0}, {'w=dog': 1.0}, {'w=runs': 1.0}], ['D', 'N', 'V'])
+m.predict_one([{'w=the': 1.0}, {'w=dog': 1.0}])
+print(json.dumps(seen))
+"""
+
+
+def test_default_paths_compile_three_allocators_and_no_np_zeros():
+    import os
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, STREAMSSVM_CACHE=os.path.join(tmp, "k"), NUMBA_CACHE_DIR=os.path.join(tmp, "n"))
+        out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen, "no allocator compiled: the cache was not empty?"
+    names = {n for n, _ in seen}
+    assert names == {"ol_np_empty"}, seen
+    allowed = {"(int64, class(int64))", "(int64, class(int32))", "(int64, omitted(default=<class 'float'>))"}
+    assert {a for _, a in seen} <= allowed, seen
