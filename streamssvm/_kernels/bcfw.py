@@ -13,7 +13,8 @@ rows, and its CSR-only twin for the other structures, which then compile no dens
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below compile the layout of the store's blocks (all
-sparse or all dense: the type of the Arena bundle's ``layout`` field, ``layout.pairs_layout``).
+sparse or all dense: the type of the Arena bundle's ``layout`` field, ``layout.pairs_layout``), and
+the blocks' averaging accumulators only for a store whose blocks keep them (the same type says so).
 
 Block gap estimates are kept in "numerator" units ``N * g_i`` (independent of the number of
 held blocks up to the staleness every estimate has anyway).
