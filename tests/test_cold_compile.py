@@ -3,7 +3,8 @@
 Numba compiles a function once per distinct tuple of argument types, numba's own overloads
 included: every ``np.zeros`` / ``np.empty`` with another dtype, ndim or keyword spelling is an
 allocator compiled of its own (``np.zeros`` compiles an ``np.empty`` again plus a fill). The
-kernels on the default learners' paths allocate with three (``_kernels/common.py``)."""
+kernels on the default learners' paths (MulticlassSSVM, MultiLabelSSVM, SequenceTagger) allocate
+with three (``_kernels/common.py``)."""
 import json
 import os
 import subprocess
@@ -33,6 +34,10 @@ import streamssvm as ss
 m = ss.MulticlassSSVM()
 m.learn_one({'a': 1.0, 'b': 0.5}, 'x')
 m.learn_one({'a': 0.2, 'c': 1.0}, 'y')
+m.predict_one({'a': 1.0})
+m = ss.MultiLabelSSVM()
+m.learn_one({'a': 1.0, 'b': 0.5}, {'x': True, 'y': False})
+m.learn_one({'a': 0.2, 'c': 1.0}, {'x': False, 'y': True})
 m.predict_one({'a': 1.0})
 m = ss.SequenceTagger()
 m.learn_one([{'w=the': 1.0}, {'w=cat': 1.0}], ['D', 'N'])
