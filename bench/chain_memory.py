@@ -67,8 +67,11 @@ def _brown(n):
 
 
 def child_data(n):
+    import gc
     X, Y, tags = _brown(n)
-    return {"sentences": len(X), "tokens": sum(map(len, Y)), "tags": len(tags), "peak_rss_mb": _rss_mb()}
+    gc.collect()
+    return {"sentences": len(X), "tokens": sum(map(len, Y)), "tags": len(tags), "peak_rss_mb": _rss_mb(),
+            "live_rss_mb": _vmrss_mb()}   # what the loaded corpus keeps resident (its load peaks above it)
 
 
 def child_streamssvm(n):
@@ -149,7 +152,9 @@ def child_streamssvm(n):
 #: compiles a checkout's kernels into its cache: run (and discarded) before that checkout's
 #: measured row, so that no row's peak holds LLVM's compile-time memory (a checkout unpacked in a new
 #: folder compiles on its first run: the same code read 1340 MB cold against 1238 MB cached)
-_WARM = 'import streamssvm as ss; ss.SequenceTagger().learn_one([{"a": 1.0}, {"b": 1.0}], ["x", "y"])'
+#: (40 tags: the sparse Viterbi, compiled once a model reaches 32 tags, too)
+_WARM = ('import streamssvm as ss; t = ss.SequenceTagger(labels=[str(k) for k in range(40)]); '
+         't.learn_one([{"a": 1.0}, {"b": 1.0}], ["1", "2"]); t.predict_one([{"a": 1.0}])')
 
 
 def _warm(checkout):
@@ -243,9 +248,18 @@ def write_report(res, out):
                   "Per block instead of per token (an estimate, not measured): M as the block's own tag columns would take the "
                   f"peak to about {s['peak_rss_mb'] - M + s['M_as_block_tags_mb']:.0f} MB "
                   f"({(s['peak_rss_mb'] - M + s['M_as_block_tags_mb']) / c['peak_rss_mb']:.2f}x CRFsuite) before any "
-                  "room for tags still to come; at most 2x also needs the Gram matrices or the unused transition "
-                  "pairs (a sparse block reserves 8 (L - 1)), or weights that keep only the (feature, tag) pairs "
-                  "seen, as CRFsuite does.", ""]
+                  "room for tags still to come (measured instead: a room of the truth's distinct tags + 8 made "
+                  "steps wait for room, which changes the trajectory, and raised the peak with the segments moved).", ""]
+    if d.get("live_rss_mb"):   # the end state, term by term (the corpus's load peaks above what it keeps)
+        lib = s["rss_before_mb"] - d["peak_rss_mb"]
+        parts = d["live_rss_mb"] + lib + s["store_live_mb"] + s["weights_E_mb"] + s["averaging_Z_mb"]
+        lines += [f"The end state, term by term: the corpus keeps {d['live_rss_mb']:.0f} MB resident once loaded "
+                  f"(its load peaks at {d['peak_rss_mb']:.0f}, which is CRFsuite's whole peak), the library with its "
+                  f"loaded kernels {lib:.0f} (numba's own import and first compiled call are most of it), the store "
+                  f"{s['store_live_mb']:.0f}, E {s['weights_E_mb']:.0f} and Z {s['averaging_Z_mb']:.0f}: "
+                  f"{parts:.0f} MB against the measured {s['peak_rss_mb']:.0f}. At most 2x ({2 * c['peak_rss_mb']:.0f} MB) "
+                  f"leaves {2 * c['peak_rss_mb'] - (d['live_rss_mb'] + lib + s['weights_E_mb'] + s['averaging_Z_mb']):.0f} MB "
+                  "for the store beside the corpus, the library and the dense E and Z.", ""]
     lines += [
               "What the target needs (an estimate, not measured): (tag, value) pairs per token instead of each "
               "block's tag room would take the peak to about "

@@ -14,7 +14,7 @@ the other; run the whole script under the machine-wide lock with one BLAS thread
   averaged perceptron (one iteration) on the same sentences and features.
 * ``long-sentence``: one sentence of L tokens (5 tags, 2 features per token) learned, then one
   refine pass: peak RSS with the Gram matrix stored (``BlockStore.gram_max_L`` = L: what every
-  block did before) and without (the default for L > max(Kc, 32)).
+  block did before) and without (the default: L * L > its 2 L values).
 
 Writes bench/results/hotpath_models.{json,md}.
 """

@@ -213,8 +213,9 @@ class BlockStore:
     (2, True)
     """
 
-    #: The longest new block that keeps its Gram matrix; None: max(Kc, ``layout.GRAM_MIN_L``)
-    #: (``layout.stores_gram``). Blocks without one compute the entries a step needs (same values).
+    #: The longest new block that keeps its Gram matrix; None: a block keeps it when it is no
+    #: larger than its token values (``layout.stores_gram``). Blocks without one compute the
+    #: entries a step needs (same values).
     gram_max_L = None
 
     def __init__(self, structure, Kc, pool_cap=0, capacity=100_000, max_bytes=None, eviction="fifo",
@@ -462,11 +463,11 @@ class BlockStore:
             return L * rcap + tcap
         return self.structure.stat_size(L, Kc)
 
-    def stores_gram(self, L):
-        """Whether a new block of L tokens keeps its Gram matrix (``layout.stores_gram``; every
+    def stores_gram(self, L, nnz):
+        """Whether a new block of L tokens and nnz values keeps its Gram matrix (``layout.stores_gram``; every
         block written asks). A False sets :attr:`any_gram_free` for good: the kernels then compile
-        their Gram-free code (``bcfw.gram_rule``), which a store of short blocks never needs."""
-        keep = KL.stores_gram(L, self.Kc, self.gram_max_L)
+        their Gram-free code (``bcfw.gram_rule``), which a store of one-token blocks never needs."""
+        keep = KL.stores_gram(L, nnz, self.gram_max_L)
         if not self.any_gram_free and not np.all(keep):
             self.any_gram_free = True
         return keep
@@ -478,7 +479,7 @@ class BlockStore:
         indices stored (default nnz; 0 for a dense row); ``gram``: a Gram matrix is stored
         (default :meth:`stores_gram`). Vectorized over L, nnz, ly, nidx, gram."""
         Kc = self.Kc if Kc is None else Kc
-        gram = self.stores_gram(L) if gram is None else gram
+        gram = self.stores_gram(L, nnz) if gram is None else gram
         lablen = self.structure.labeling_len(L, Kc)
         isz = L + 1 + (nnz if nidx is None else nidx) + ly + self.pool_cap * lablen
         if self.sparse:
@@ -565,7 +566,7 @@ class BlockStore:
                 self._sizes.clear()
             sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(int(L), int(nnz), int(ly),
                                                                               nidx=int(nidx))) + (
-                0 if self.stores_gram(int(L)) else KL.FLAG_NO_GRAM,)
+                0 if self.stores_gram(int(L), int(nnz)) else KL.FLAG_NO_GRAM,)
         isz, fsz, lablen, no_gram = sizes
         flags |= no_gram
         slot, io, fo = self._take_slot(isz, fsz)
@@ -622,7 +623,7 @@ class BlockStore:
             if len(self._sizes) > 4096:
                 self._sizes.clear()
             sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(1, int(nnz), 1, nidx=int(nidx))) + (
-                0 if self.stores_gram(1) else KL.FLAG_NO_GRAM,)
+                0 if self.stores_gram(1, int(nnz)) else KL.FLAG_NO_GRAM,)
         isz, fsz, lablen, no_gram = sizes
         slot, io, fo = self._take_slot(isz, fsz)
         self.meta[slot] = (io, fo, 1, nnz, 1, 1, self.pool_cap, 0, lablen, flags | no_gram, isz, fsz)
@@ -672,7 +673,7 @@ class BlockStore:
         nnz = nidx = tok_ptr[1:] - tok_ptr[:-1]
         # reserve's flags: an averaging accumulator (FLAG_AVG) on every block of a store that
         # keeps them, no Gram matrix where a one-token block keeps none
-        gram = bool(self.stores_gram(1))
+        gram = bool(self.stores_gram(1, 1))
         tail = (KL.FLAG_AVG if self.avg else 0) | (0 if gram else KL.FLAG_NO_GRAM)
         flags = np.full(m, (CS.FLAG_SPARSE if self.sparse else 0) | tail, dtype=np.int64)
         if self.dense_rows and m:
@@ -746,7 +747,7 @@ class BlockStore:
         nnz = len(fidx)
         ly = len(ytrue)
         isz, fsz, lablen = (int(v) for v in self.segment_sizes(L, nnz, ly))
-        gl = L * L if self.stores_gram(L) else 0
+        gl = L * L if self.stores_gram(L, nnz) else 0
         if self.free:
             slot = self.free.pop()
         else:
@@ -795,7 +796,7 @@ class BlockStore:
         m[K.M_IOFF], m[K.M_FOFF], m[K.M_L], m[K.M_NNZ], m[K.M_LY] = io, fo, L, nnz, ly
         m[K.M_KI], m[K.M_PCAP], m[K.M_PN], m[K.M_LABLEN] = max(int(Ki), 1), self.pool_cap, pn, lablen
         m[K.M_ISIZE], m[K.M_FSIZE] = isz, fsz
-        m[K.M_FLAGS] = ((CS.FLAG_SPARSE if self.sparse else 0) | (0 if self.stores_gram(L) else KL.FLAG_NO_GRAM)
+        m[K.M_FLAGS] = ((CS.FLAG_SPARSE if self.sparse else 0) | (0 if self.stores_gram(L, nnz) else KL.FLAG_NO_GRAM)
                         | (KL.FLAG_AVG if self.avg else 0))
         self.i_used += isz
         self.f_used += fsz
@@ -885,7 +886,7 @@ class BlockStore:
         M[slots, K.M_FLAGS] = CS.FLAG_SPARSE if self.sparse else 0
         if dense is not None:
             M[slots[dense], K.M_FLAGS] = FLAG_DENSE_ROW
-        M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L), 0, KL.FLAG_NO_GRAM) | (KL.FLAG_AVG if self.avg else 0)
+        M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L, nnz), 0, KL.FLAG_NO_GRAM) | (KL.FLAG_AVG if self.avg else 0)
         batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
         K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M, KL.pairs_layout(self.sparse, self.avg)), slots, batch, np.asarray(ys, dtype=np.int32), mark,

@@ -50,6 +50,7 @@ def _assert_identical(a, b):
 def test_blocks_without_gram_follow_the_same_trajectory(monkeypatch, cfg, stats, data):
     X, Y = chain_stream(1) if data == "arrays" else dict_stream(0)
     for batch in (False, True):
+        monkeypatch.setattr(blk.BlockStore, "gram_max_L", 10**9)   # every block keeps its Gram matrix
         ref = _fit(stats, X, Y, batch, cfg)
         monkeypatch.setattr(blk.BlockStore, "gram_max_L", 0)   # no block keeps its Gram matrix
         lean = _fit(stats, X, Y, batch, cfg)
@@ -72,7 +73,7 @@ def test_a_long_sentence_costs_memory_linear_in_its_length(tmp_path):
     x = [{f"w{k}": 1.0, f"b{int(rng.integers(50))}": 0.5} for k in y]
     m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, seed=0))
     m.learn_one(x, y)
-    m.learn_one(x[:7], y[:7])
+    m.learn_one(x[:2], y[:2])   # 2 x 2 <= its 4 values: keeps its Gram matrix
     st = m._learner.store
     assert st.nbytes() < 8 * L * 100   # O(L Kc) floats, not L^2
     flags = [int(st.meta[s, KL.M_FLAGS]) & KL.FLAG_NO_GRAM for s in st.slots()]
@@ -120,11 +121,11 @@ def test_gram_free_code_compiles_for_chains_from_the_first_example(tmp_path):
     mc.learn_one({"a": 1.0}, "x")
     assert mc._learner._call_plan[4][10] is K.GRAMS_KEPT
     m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, seed=0))
-    m.learn_one([{"w=a": 1.0}, {"w=b": 1.0}], ["D", "N"])
+    m.learn_one([{"w=a": 1.0, "s=a": 1.0}, {"w=b": 1.0, "s=b": 1.0}], ["D", "N"])   # L * L <= nnz
     lr = m._learner
     assert not lr.store.any_gram_free and type(lr._call_plan[4][10]) is type(K.GRAM_FREE)
-    L = KL.GRAM_MIN_L + 1
-    m.learn_one([{f"w={t}": 1.0} for t in range(L)], ["N"] * L)
+    L = 3
+    m.learn_one([{f"w={t}": 1.0} for t in range(L)], ["N"] * L)   # L * L > nnz: no Gram matrix
     assert lr.store.any_gram_free and type(lr._call_plan[4][10]) is type(K.GRAM_FREE)   # the same types
     m.save(tmp_path / "m")
     r = ss.SequenceTagger.load(tmp_path / "m")

@@ -39,6 +39,19 @@ def test_import_streamssvm_does_not_import_numba_and_the_names_still_work():
     assert "AttributeError: module 'streamssvm' has no attribute 'no_such_name'" in r.stderr
 
 
+def test_the_default_estimators_do_not_import_scipy_sparse():
+    """scipy.sparse (with what it imports: numpy.testing, f2py, ~11 MB resident) is for the
+    learners that build sparse matrices (Pragam's chain engine, the LP oracle), not for a default
+    model's learn and predict. Before: ``learners/_pragam_chain.py`` imported it at module level,
+    so every estimator loaded it (a tenth of the chain-memory target's margin)."""
+    r = _py("import sys, streamssvm as ss\n"
+            "t = ss.SequenceTagger(); t.learn_one([{'a': 1.0}, {'b': 1.0}], ['x', 'y']); t.predict_one([{'a': 1.0}])\n"
+            "m = ss.MulticlassSSVM(); m.learn_one({'a': 1.0}, 'x'); m.predict_one({'a': 1.0})\n"
+            "print('scipy.sparse' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False"]
+
+
 @pytest.mark.parametrize("cmd", ["demo", "run"])
 def test_compile_notice_is_the_first_line_and_comes_before_numba_is_imported(tmp_path, cmd):
     """Before: the notice came after ``import streamssvm`` had imported numba and every kernel

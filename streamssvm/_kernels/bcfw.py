@@ -209,7 +209,7 @@ def _st_loss_lin(model, sp, st, ytrue, ly, L, Ki, ybuf, Iar, kpos):
 #: code (``common.emission_sqnorm_tokens``); GRAM_FREE (a numpy int8) compiles it. Structures
 #: of one token per example (multiclass, multi-label) pass GRAMS_KEPT and never compile that
 #: path; chains pass GRAM_FREE from their first example (``Structure.many_tokens``): a real
-#: stream of sentences brings one longer than the label capacity early, and a switch then
+#: stream of sentences brings one without a Gram matrix early (``layout.stores_gram``), and a switch then
 #: recompiled the whole learn path mid-stream (+3.7 CPU s on a cold Brown run, more than the
 #: 1.3 s a first use of short sentences saved). A store that ever holds a Gram-free block
 #: passes GRAM_FREE whatever its structure.

@@ -464,23 +464,26 @@ def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
             t = act[q]
             o = tptr[q]
             tptr[q + 1] = o + _token_table(tok_ptr, fidx, fval, t, keys[o:], vals[o:])
+    # each entry once (G is symmetric: entry (t, s) is computed from the lower index's table
+    # either way), kept for the sum below when the na x na scratch is small
+    sym = na <= _GRAM_SCRATCH_ROWS
+    gm = np.empty((na, na) if sym else (0, 0))
+    if sym:
+        for qa in range(na):
+            for qb in range(qa, na):
+                gm[qa, qb] = gm[qb, qa] = _token_gram(dense, tok_ptr, fidx, fval, act[qa], act[qb], qa, keys, vals, tptr)
     v = 0.0
     for qa in range(na):
         t = act[qa]
         bt = t * Kc
         for qb in range(na):
             s = act[qb]
-            lo, hi, ql = (t, s, qa) if t <= s else (s, t, qb)
-            if dense:
-                a = tok_ptr[lo]
-                c = tok_ptr[hi]
-                n = min(tok_ptr[lo + 1] - a, tok_ptr[hi + 1] - c)
-                g = 0.0
-                for q in range(n):
-                    g += fval[a + q] * fval[c + q]
+            if sym:
+                g = gm[qa, qb]
+            elif t <= s:
+                g = _token_gram(dense, tok_ptr, fidx, fval, t, s, qa, keys, vals, tptr)
             else:
-                o = tptr[ql]
-                g = _gram_entry(tok_ptr, fidx, fval, lo, hi, keys[o:], vals[o:], tptr[ql + 1] - o)
+                g = _token_gram(dense, tok_ptr, fidx, fval, s, t, qb, keys, vals, tptr)
             if g == 0.0:
                 continue
             bs = s * Kc
@@ -490,6 +493,27 @@ def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
                 acc += st[bt + k] * st[bs + k]
             v += g * acc
     return v
+
+
+#: :func:`emission_sqnorm_tokens` keeps the Gram entries it computes in an na x na scratch (each
+#: computed once) up to this many non-zero rows (128 KB); beyond, it computes each entry where used.
+_GRAM_SCRATCH_ROWS = 128
+
+
+@njit(**_INNER)
+def _token_gram(dense, tok_ptr, fidx, fval, lo, hi, ql, keys, vals, tptr):
+    """``gram``'s G[lo, hi] (lo <= hi) for :func:`emission_sqnorm_tokens`: dense tokens directly,
+    sparse ones from token lo's sorted table (the ``ql``-th in ``tptr``)."""
+    if dense:
+        a = tok_ptr[lo]
+        c = tok_ptr[hi]
+        n = min(tok_ptr[lo + 1] - a, tok_ptr[hi + 1] - c)
+        g = 0.0
+        for q in range(n):
+            g += fval[a + q] * fval[c + q]
+        return g
+    o = tptr[ql]
+    return _gram_entry(tok_ptr, fidx, fval, lo, hi, keys[o:], vals[o:], tptr[ql + 1] - o)
 
 
 @njit(**_INNER)

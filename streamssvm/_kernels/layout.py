@@ -22,9 +22,11 @@ segment sizes (:func:`sparse_caps`).
 
 A block flagged ``FLAG_NO_GRAM`` stores no token Gram matrix (its ``G`` view is 0 x 0): the
 kernels compute the entries a step needs from the tokens (``common.emission_sqnorm_tokens``, the
-same values). A new block keeps its Gram matrix only when L <= max(Kc, ``GRAM_MIN_L``)
-(:func:`stores_gram`), where L*L is at most the L*Kc of its emission statistic: a long sentence
-costs memory linear in its length, what its Viterbi tables need, not L^2.
+same values). A new block keeps its Gram matrix only when the matrix is no larger than the
+block's token values, L*L <= nnz, or it has one token (:func:`stores_gram`): a sentence costs
+memory linear in its tokens' values, not L^2 (on Brown, ~8 binary features per token, the
+Gram matrices of 10k sentences took 47.6 MB of a 156 MB store; dense pixel rows of OCR
+letters keep theirs).
 
 A block flagged ``FLAG_AVG`` (the store of a learner that averages its iterates) ends its floats
 with its averaging accumulator (:func:`avg_view`): ``zm (stat size) | zl (1)``, the sums
@@ -65,8 +67,6 @@ FLAG_AVG = 32
 #: A sparse chain block's tag room keeps this many free columns when it is made or grown (a new
 #: block's holds min(Kc, L + ROOM_SLACK) tags: every tag of its truth and ROOM_SLACK more).
 ROOM_SLACK = 8
-#: A new block of at most this many tokens always keeps its Gram matrix (see :func:`stores_gram`).
-GRAM_MIN_L = 32
 
 #: The layout of a store's blocks (a store's blocks are all sparse chain blocks or all dense), as a
 #: type: the Arena bundle's ``layout`` field is PAIRS_SPARSE (a numpy uint8 of value 1: every block
@@ -107,11 +107,16 @@ def keeps_avg(sp):
     return sp in _AVG_TYPES
 
 
-def stores_gram(L, Kc, max_L=None):
-    """Whether a new block of L tokens keeps its L x L Gram matrix at label capacity Kc:
-    L <= max(Kc, ``GRAM_MIN_L``) (or L <= ``max_L`` when given), so that the matrix is never
-    larger than the L x Kc emission part of its statistic (vectorized over L)."""
-    return np.asarray(L) <= (max(int(Kc), GRAM_MIN_L) if max_L is None else int(max_L))
+def stores_gram(L, nnz, max_L=None):
+    """Whether a new block of L tokens and nnz stored values keeps its L x L Gram matrix: one
+    token, or L*L <= nnz (the matrix no larger than the values it is computed from), or
+    L <= ``max_L`` when given (vectorized over L and nnz). A step on a block without one
+    computes the entries it needs from the tokens, bit for bit the same values
+    (``common.emission_sqnorm_tokens``)."""
+    L = np.asarray(L)
+    if max_L is not None:
+        return L <= int(max_L)
+    return (L <= 1) | (L * L <= np.asarray(nnz))
 
 
 @njit(**_INNER)

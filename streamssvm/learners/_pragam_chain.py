@@ -35,7 +35,6 @@ Weights are one flat vector [E (d x K), T (K x K), B (2 x K)].
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from .._kernels import pragam_chain as PC
 from .._kernels.chain import CHAIN_LOSS_TOKEN
@@ -86,6 +85,8 @@ class ChainDual:
         N = int(self.lens.sum())
         indptr = np.zeros(N + 1, dtype=np.int64)
         np.cumsum(rows, out=indptr[1:])
+        import scipy.sparse as sp   # here, not at import: ~11 MB a model that is not Pragam's does not need
+
         self.X = sp.csr_matrix((np.concatenate(val) if val else np.zeros(0),
                                 np.concatenate(idx).astype(np.int32) if idx else np.zeros(0, np.int32), indptr),
                                shape=(N, d))
