@@ -4,7 +4,7 @@ Numba compiles a function once per distinct tuple of argument types, numba's own
 included: every ``np.zeros`` / ``np.empty`` with another dtype, ndim or keyword spelling is an
 allocator compiled of its own (``np.zeros`` compiles an ``np.empty`` again plus a fill). The
 kernels on the default learners' paths (MulticlassSSVM, MultiLabelSSVM, SequenceTagger) allocate
-with three (``_kernels/common.py``)."""
+with four (``_kernels/common.py``)."""
 import json
 import os
 import subprocess
@@ -65,12 +65,13 @@ def _run():
     return _RUN[0]
 
 
-def test_default_paths_compile_three_allocators_and_no_np_zeros():
+def test_default_paths_compile_four_allocators_and_no_np_zeros():
     seen, _, _ = _run()
     assert seen, "no allocator compiled: the cache was not empty?"
     names = {n for n, _ in seen}
     assert names == {"ol_np_empty"}, seen
-    allowed = {"(int64, class(int64))", "(int64, class(int32))", "(int64, omitted(default=<class 'float'>))"}
+    allowed = {"(int64, class(int64))", "(int64, class(int32))", "(int64, omitted(default=<class 'float'>))",
+               "(UniTuple(int64, 2), omitted(default=<class 'float'>))"}
     assert {a for _, a in seen} <= allowed, seen
 
 

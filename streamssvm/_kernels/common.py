@@ -11,10 +11,11 @@ contiguously. Every kernel here visits the entries of a token in the same order 
 and a stored zero adds an exact 0, so the two layouts give the same numbers to the bit.
 
 **Allocations** inside the kernels of a default learner's path are ``np.empty(n, np.int64)``,
-``np.empty(n, np.int32)`` and ``np.empty(n)`` (float64), zeroed by hand where zeros are read:
+``np.empty(n, np.int32)``, ``np.empty(n)`` and ``np.empty((m, n))`` (float64), zeroed by hand
+where zeros are read:
 numba compiles an allocator per distinct (function, argument types), and ``np.zeros`` compiles its
 own ``np.empty`` again plus a fill (three compiled functions, ~0.1 CPU s of every cold start per
-dtype). ``tests/test_cold_compile.py`` holds the default paths to these three.
+dtype). ``tests/test_cold_compile.py`` holds the default paths to these four.
 """
 import numpy as np
 from numba import njit
