@@ -416,7 +416,7 @@ class BlockStore:
         return (self.Iar, self.Far, self.meta, self.gest if gest is None else gest, self.last_oracle, self.lval,
                 self.alive, self.pos, int(self._n), self.tree,
                 int(self.tree_size if tree_size is None else tree_size), self.cw, self.csum,
-                KL.pairs_layout(self.sparse), moves)
+                KL.pairs_layout(self.sparse, self.avg), moves)
 
     def _move_region(self):
         """The Arena's ``moves`` of a sparse store: the sizes its kernels' moves grew the live
@@ -889,7 +889,7 @@ class BlockStore:
         M[slots, K.M_FLAGS] |= np.where(self.stores_gram(L, nnz), 0, KL.FLAG_NO_GRAM) | (KL.FLAG_AVG if self.avg else 0)
         batch = pack(Batch(ex_tok=np.asarray(ex_tok, dtype=np.int64), tok_ptr=np.asarray(tok_ptr, dtype=np.int64),
                            fidx=fidx, fval=fval, lab_ptr=np.asarray(y_ptr, dtype=np.int64)))
-        K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M, KL.pairs_layout(self.sparse)), slots, batch, np.asarray(ys, dtype=np.int32), mark,
+        K.insert_blocks(self.kind, Kc, (self.Iar, self.Far, M, KL.pairs_layout(self.sparse, self.avg)), slots, batch, np.asarray(ys, dtype=np.int32), mark,
                         self.slack)
         self._admitted(slots, len(slots), ti, tf)
         self.max_L = max(self.max_L, int(L.max()) if m else 1)

@@ -21,6 +21,7 @@ import os
 
 from numba.core import caching as _caching
 
+from . import compile_overhead as _compile_overhead
 from . import linkonly as _linkonly
 from ..kernel_cache import cache_dir, cache_roots, install_compile_notice, sources_digest, writable_cache_dir  # noqa: F401
 
@@ -57,3 +58,4 @@ if KernelCacheLocator not in _caching.CacheImpl._locator_classes:
 
 install_compile_notice(_HERE)   # one notice per process when a kernel compiles (a cold cache)
 _linkonly.install()   # kernels only linked into others get no machine code of their own (linkonly.py)
+_compile_overhead.install()   # numba's compile overheads that change no code (compile_overhead.py)

@@ -13,7 +13,8 @@ rows, and its CSR-only twin for the other structures, which then compile no dens
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below compile the layout of the store's blocks (all
-sparse or all dense: the type of the Arena bundle's ``layout`` field, ``layout.pairs_layout``).
+sparse or all dense: the type of the Arena bundle's ``layout`` field, ``layout.pairs_layout``), and
+the blocks' averaging accumulators only for a store whose blocks keep them (the same type says so).
 
 Block gap estimates are kept in "numerator" units ``N * g_i`` (independent of the number of
 held blocks up to the staleness every estimate has anyway).
@@ -70,7 +71,8 @@ from .chainsparse import (
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
     ROOM_SLACK, FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
     M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, PAIRS_DENSE, PAIRS_SPARSE, avg_view,
-    block_stat_len, block_views, gram_len, n_index, pairs_pos, room_pos, sparse_caps, truth_pos,
+    block_stat_len, block_views, gram_len, is_layout, keeps_avg, n_index, pairs_pos, room_pos, sparse_caps, sparse_layout,
+    truth_pos,
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
@@ -130,15 +132,11 @@ def _chain_only(dense):
     return register
 
 
-_PAIRS_SPARSE_TYPE = from_dtype(np.dtype(type(PAIRS_SPARSE)))
-_PAIRS_DENSE_TYPE = from_dtype(np.dtype(type(PAIRS_DENSE)))
-
-
 def _sparse_layout(sp):
     """Whether an ``sp`` argument's type is the sparse layout's (``layout.pairs_layout``)."""
-    if sp not in (_PAIRS_SPARSE_TYPE, _PAIRS_DENSE_TYPE):
-        raise TypeError(f"a block's sp must be layout.PAIRS_SPARSE or PAIRS_DENSE (block_views), not {sp}")
-    return sp == _PAIRS_SPARSE_TYPE
+    if not is_layout(sp):
+        raise TypeError(f"a block's sp must be a layout.pairs_layout value (block_views), not {sp}")
+    return sparse_layout(sp)
 
 
 def emission_rows(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
@@ -374,16 +372,22 @@ def _dense_snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
     pass
 
 
-@_chain_only(_dense_snap_avg)
 def _snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
     """Before ``_snap`` on a sparse block: the counts it sets to 0 move the statistic by -v,
-    which the block's averaging accumulator ``zm`` records with weight ``za`` (``avg_note``)."""
+    which the block's averaging accumulator ``zm`` records with weight ``za`` (``avg_note``).
+    Compiled for the chain blocks of a sparse store whose blocks keep accumulators only (else
+    ``_dense_snap_avg``: ``_chain_only``, ``layout.keeps_avg``)."""
     if zm.shape[0] > 0:
         toff = L * sp_room(Iar, kpos)[2]
         for q in range(Iar[kpos]):
             v = st[toff + q]
             if v != 0.0 and abs(v) < SNAP:
                 zm[toff + q] -= za * v
+
+
+@overload(_snap_avg, jit_options=_INNER)
+def _ol_snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
+    return _snap_avg if kind == _CHAIN_TAG and _sparse_layout(sp) and keeps_avg(sp) else _dense_snap_avg
 
 
 @njit(inline="always", **_INNER)
@@ -995,7 +999,8 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
     ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
-    dummy = np.zeros(1, dtype=np.int32)
+    dummy = np.empty(1, np.int32)   # (not np.zeros: ``common.py`` on allocations)
+    dummy[0] = 0
     S = scratch[0]
     support = frozen_support(model, T)   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):

@@ -40,7 +40,8 @@ WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
 #: index in ``alive``, ``n`` live blocks; ``tree``/``tree_size`` the gap sum-tree (size 0: none);
 #: ``cw`` the example weight c_i per slot (1: unweighted) and ``csum`` = [N], their sum over the
 #: held blocks (the kernels keep it as blocks arrive and leave; see ``bcfw.py``); ``layout`` the
-#: blocks' layout as a type (``layout.pairs_layout``: sparse chain blocks or dense ones); ``moves``
+#: blocks' layout as a type (``layout.pairs_layout``: sparse chain blocks or dense ones, with averaging
+#: accumulators or without); ``moves``
 #: (int64: next int, end int, next float, end float, ints grown, floats grown) the arenas' region
 #: where a kernel moves a sparse chain block whose tag room is full (``chainsparse.sp_move_grown``;
 #: ``BlockStore.arena`` sets it aside, all zeros for the other stores).

@@ -333,8 +333,13 @@ def sparse_viterbi(K):
 @njit(inline="always", **_INNER)
 def dense_support():
     """The support that says "run the dense loop" (n = -1, no sparse loop address), in the
-    shape of :func:`viterbi_support`'s."""
-    return np.zeros(1, np.int64), np.zeros(1, np.int32), np.int64(-1), np.int64(0)
+    shape of :func:`viterbi_support`'s. (``np.empty`` then a store, not ``np.zeros``: see
+    ``common.py`` on allocations.)"""
+    ptr = np.empty(1, np.int64)
+    idx = np.empty(1, np.int32)
+    ptr[0] = 0
+    idx[0] = 0
+    return ptr, idx, np.int64(-1), np.int64(0)
 
 
 @njit(inline="always", **_JIT)

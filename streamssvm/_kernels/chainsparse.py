@@ -36,6 +36,7 @@ Counts that cancel to round-off (|v| < ``SNAP``, e.g. after a pairwise step drop
 set to exactly 0 and the weights corrected by the same amount, so w = sum_i u_i still holds;
 pairs at 0 are dropped when the store compacts.
 """
+import numpy as np
 from numba import njit
 
 from .chain import chain_loss_norm
@@ -61,9 +62,11 @@ def sp_find(Iar, kpos, a, b):
 
 @njit(**_INNER)
 def sp_room(Iar, kpos):
-    """(offset in Iar of the block's room tags, tags in use rn, room capacity rcap: M's row width)."""
+    """(offset in Iar of the block's room tags, tags in use rn, room capacity rcap: M's row width),
+    as int64 (int32 entries of Iar would give the helpers they go to a second signature once a
+    count is incremented: each distinct argument type tuple compiles again)."""
     r = room_pos(Iar, kpos)
-    return r + 2, Iar[r], Iar[r + 1]
+    return r + 2, np.int64(Iar[r]), np.int64(Iar[r + 1])
 
 
 @njit(**_INNER)

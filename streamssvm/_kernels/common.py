@@ -9,6 +9,13 @@ such a layout for one-token rows whose non-zeros cover most of ``0..max index`` 
 ``FLAG_DENSE_ROW``): 8 bytes per value instead of 12, and the kernels below read the values
 contiguously. Every kernel here visits the entries of a token in the same order in both layouts
 and a stored zero adds an exact 0, so the two layouts give the same numbers to the bit.
+
+**Allocations** inside the kernels of a default learner's path are ``np.empty(n, np.int64)``,
+``np.empty(n, np.int32)``, ``np.empty(n)`` and ``np.empty((m, n))`` (float64), zeroed by hand
+where zeros are read:
+numba compiles an allocator per distinct (function, argument types), and ``np.zeros`` compiles its
+own ``np.empty`` again plus a fill (three compiled functions, ~0.1 CPU s of every cold start per
+dtype). ``tests/test_cold_compile.py`` holds the default paths to these four.
 """
 import numpy as np
 from numba import njit
@@ -451,7 +458,8 @@ def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
     nnz = tok_ptr[nrow] - tok_ptr[0]
     keys = np.empty(max(nnz, 1), np.int64)
     vals = np.empty(max(nnz, 1))
-    tptr = np.zeros(na + 1, np.int64)   # the sorted table of each non-zero row (sparse tokens)
+    tptr = np.empty(na + 1, np.int64)   # the sorted table of each non-zero row (sparse tokens)
+    tptr[0] = 0   # (the rest is written below before it is read)
     if not dense:
         for q in range(na):
             t = act[q]

@@ -43,7 +43,8 @@ The accessors below are jitted (the kernels call them); :func:`segment_sizes` an
 [18, 52, 3]
 """
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
 
 from .common import _INNER, _JIT, FLAG_DENSE_ROW  # noqa: F401 (FLAG_DENSE_ROW: a block flag, re-exported)
 from .structops import labeling_len, stat_size
@@ -73,11 +74,37 @@ ROOM_SLACK = 8
 #: :func:`block_views` hands it on as the block's ``sp``, so a kernel compiles the code of the one
 #: layout its store holds (``bcfw._chain_only``).
 PAIRS_SPARSE, PAIRS_DENSE = np.uint8(1), np.int8(0)
+#: The same two layouts in a store whose blocks keep averaging accumulators (``FLAG_AVG``: every
+#: block is flagged, or none is): a numpy uint16 of value 1 and an int16 of value 0, so that the
+#: kernels of a store without accumulators (the default learners') compile no accumulator code
+#: (:func:`avg_view`, :func:`keeps_avg`).
+PAIRS_SPARSE_AVG, PAIRS_DENSE_AVG = np.uint16(1), np.int16(0)
+_SPARSE_TYPES = (types.uint8, types.uint16)
+_AVG_TYPES = (types.uint16, types.int16)
 
 
-def pairs_layout(sparse):
-    """The Arena bundle's ``layout`` field of a store of sparse (True) or dense chain blocks."""
+def pairs_layout(sparse, avg=False):
+    """The Arena bundle's ``layout`` field of a store of sparse (True) or dense chain blocks,
+    whose blocks keep averaging accumulators (``avg``) or not."""
+    if avg:
+        return PAIRS_SPARSE_AVG if sparse else PAIRS_DENSE_AVG
     return PAIRS_SPARSE if sparse else PAIRS_DENSE
+
+
+def is_layout(sp):
+    """Whether a numba type is that of a ``layout`` field (:func:`pairs_layout`)."""
+    return sp in _SPARSE_TYPES + (types.int8, types.int16)
+
+
+def sparse_layout(sp):
+    """Whether the numba type of a ``layout`` field is a sparse store's."""
+    return sp in _SPARSE_TYPES
+
+
+def keeps_avg(sp):
+    """Whether the numba type of a ``layout`` field is that of a store whose blocks keep averaging
+    accumulators."""
+    return sp in _AVG_TYPES
 
 
 def stores_gram(L, nnz, max_L=None):
@@ -184,10 +211,23 @@ def block_views(arena, j, Kc, kind):
     return tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos
 
 
-@njit(**dict(_JIT, no_cpython_wrapper=True, cache=False))
 def avg_view(arena, j, Kc, kind):
     """Block j's averaging accumulator ``zm | zl`` (stat size + 1 floats after its pool alpha),
-    or an empty view when the block keeps none (not flagged ``FLAG_AVG``)."""
+    or an empty view when the block keeps none (not flagged ``FLAG_AVG``). A kernel for a store
+    whose blocks keep none (the type of the Arena's ``layout``, :func:`keeps_avg`) compiles the
+    empty view only."""
+
+
+def _no_avg_view(arena, j, Kc, kind):
+    return arena[1][0:0]
+
+
+@overload(avg_view, jit_options=_INNER)
+def _ol_avg_view(arena, j, Kc, kind):
+    return _avg_view if keeps_avg(arena.types[13]) else _no_avg_view
+
+
+def _avg_view(arena, j, Kc, kind):
     Far, meta = arena[1], arena[2]
     if not meta[j, M_FLAGS] & FLAG_AVG:
         return Far[0:0]

@@ -14,7 +14,9 @@ def _mrf_enum(S, T, scale, K, ybuf, mode, loss_scale, Ki, ts, best_m, out, codes
     objective (m / Ki)(1 + score - ts); mode 2: best score for every number m of wrong labels
     (into best_m, and the labelings as bit codes into ``codes`` when given). ``ybuf`` holds the
     dense ground truth. Writes the argmax to ``out``."""
-    cur = np.zeros(K, dtype=np.int32)
+    cur = np.empty(K, np.int32)   # (not np.zeros: ``common.py`` on allocations)
+    for k in range(K):
+        cur[k] = 0
     score = 0.0
     m = 0
     for k in range(K):

@@ -79,7 +79,7 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
     >>> E[2].tolist()
     [0.0, 1.0, 0.0, -1.0]
     """
-    nz = np.empty(K, dtype=np.int64)
+    nz = np.empty(K, np.int64)
     sv = np.empty(K)
     m = 0
     for k in range(K):
@@ -151,7 +151,7 @@ def mc_stat_apply2(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
     >>> E[2].tolist(), Z[2].tolist()
     ([0.0, 1.0, 0.0, -1.0], [0.0, 4.0, 0.0, -4.0])
     """
-    nz = np.empty(K, dtype=np.int64)
+    nz = np.empty(K, np.int64)
     sv = np.empty(K)
     m = 0
     for k in range(K):

@@ -475,7 +475,7 @@ class PairwiseMultiLabel(_NoTransitions):
         K = model[1]
         ybuf = scratch[3]
         _ml_dense_truth(ytrue, ly, K, ybuf)
-        dummy = np.zeros(K + 1)
+        dummy = np.empty(K + 1)   # (_mrf_enum sets it before reading; ``common.py`` on allocations)
         return _mrf_enum(S, w[1], scale, K, ybuf, 0, loss_scale, max(Ki, 1), 0.0, dummy, out)
 
     def labeling_score(kind, S, T, B, scale, lab, L, K, use_trans):
