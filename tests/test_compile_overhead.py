@@ -7,6 +7,7 @@ from numba import njit
 from numba.core import event
 
 from streamssvm._kernels import compile_overhead as co
+from streamssvm._kernels import linkonly as _linkonly
 
 pytestmark = pytest.mark.skipif(not co.supported(), reason="numba version without the changes")
 
@@ -152,8 +153,41 @@ def test_function_passes_give_numba_stock_ir():
     text = str(lib._final_module)
     m1, m2 = llvm.parse_assembly(text), llvm.parse_assembly(text)
     co._ORIG["optimize_functions"](lib, m1)
-    lib._optimize_functions(m2)
+    _linkonly._compiling.append(True)   # as while one of our kernels compiles (the change is scoped to them)
+    try:
+        lib._optimize_functions(m2)
+    finally:
+        _linkonly._compiling.pop()
     assert str(m1) == str(m2)
+
+
+def test_code_compiled_for_anything_else_keeps_numba_stock_inliner_and_passes(monkeypatch):
+    """Only our kernels' compiles take the shared-scope copy and the one pass manager: a user's
+    own numba code in the same process compiles with numba's (a changed one would raise here)."""
+    from numba.core import codegen
+
+    def boom(*a, **k):
+        raise AssertionError("changed compile path taken for foreign code")
+
+    monkeypatch.setattr(co, "_SharedScopeCopy", boom)
+    monkeypatch.setattr(codegen.JITCPUCodegen, "_function_pass_manager", boom, raising=False)
+    stock_fpm = co._ORIG["optimize_functions"]
+    monkeypatch.setitem(co._ORIG, "optimize_functions",
+                        lambda lib, mod: None)   # stock passes skipped: only the delegation is checked
+
+    @njit(inline="always")
+    def step(a, i):
+        return a[i] * 2.0
+
+    @njit
+    def run(a):
+        s = 0.0
+        for i in range(a.size):
+            s += step(a, i)
+        return s
+
+    assert run(np.array([1.0, 2.0])) == 6.0
+    assert stock_fpm is not None
 
 
 def test_switched_off_by_the_environment(monkeypatch):

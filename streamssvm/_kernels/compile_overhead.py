@@ -19,6 +19,10 @@ of the ~12 CPU s of compiling:
    manager for every function of a module, declarations included; one manager per module runs the
    same passes on the same functions (llvmlite's pass managers are meant to be reused).
 
+All three are scoped like :mod:`linkonly`: they act only while one of our kernels (or what numba
+compiles for it) compiles; a user's own numba code in the same process compiles as stock numba
+compiles it.
+
 :func:`install` applies them (idempotent) when the numba in use is the one tested and the
 internals they replace are as expected; ``STREAMSSVM_COMPILE_OVERHEAD=0`` leaves numba as it is.
 """
@@ -106,6 +110,8 @@ def install():
                  optimize_functions=codegen.CPUCodeLibrary._optimize_functions)
 
     def inline_ir(self, *args, **kwargs):
+        if not _linkonly._ours():   # code compiled for anything else: numba's own inliner
+            return _ORIG["inline_ir"](self, *args, **kwargs)
         inline_closurecall.copy = _SharedScopeCopy()
         try:
             return _ORIG["inline_ir"](self, *args, **kwargs)
@@ -113,6 +119,8 @@ def install():
             inline_closurecall.copy = _copy
 
     def _optimize_functions(self, ll_module):
+        if not _linkonly._ours():
+            return _ORIG["optimize_functions"](self, ll_module)
         ll_module.data_layout = self._codegen._data_layout
         fpm = None
         for func in ll_module.functions:
