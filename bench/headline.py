@@ -280,6 +280,10 @@ def kafka_rows(z, log):
         # (the engine's batch_size option, mini-batches of learn_many per poll, is another
         # algorithm -- a batch is predicted with the weights before it -- with another accuracy:
         # bench/kafka_stream.py measures it, labelled so; this row compares like with like)
+        # a discarded run of each first: what the engine path compiles beyond the calls above (a
+        # rep that compiled inside its clock read 7.3k msg/s against 20-21k for the others)
+        ks.raw_rate(bootstrap, "letters", n, clock={})
+        ks.engine_rate(bootstrap, "letters", n, make, "multiclass", clock={})
         reps = {"raw": [], "one": []}
         for _ in range(3):
             for k, run in (("raw", lambda c: (ks.raw_rate(bootstrap, "letters", n, clock=c), None)),
