@@ -34,6 +34,25 @@ def _kernel(ours):
     return f
 
 
+def _inlining_kernel(mark):
+    """A kernel inlining a step (``inline="always"``), each function marked by ``mark``."""
+    @njit(inline="always")
+    @mark
+    def step(a, i):
+        if a[i] > 0:
+            return a[i] * 2.0
+        return -a[i]
+
+    @njit
+    @mark
+    def run(a):
+        s = 0.0
+        for i in range(a.size):
+            s += step(a, i)
+        return s
+    return run
+
+
 def _llvm_lock_events(fn, *args):
     seen = []
 
@@ -116,22 +135,7 @@ def test_the_blocks_of_one_ir_are_copied_with_one_scope():
 def test_inlined_kernels_compute_what_numba_stock_computes():
     from numba.core import inline_closurecall
 
-    @njit(inline="always")
-    @_ours
-    def step(a, i):
-        if a[i] > 0:
-            return a[i] * 2.0
-        return -a[i]
-
-    def make():
-        @njit
-        @_ours
-        def run(a):
-            s = 0.0
-            for i in range(a.size):
-                s += step(a, i)
-            return s
-        return run
+    make = lambda: _inlining_kernel(_ours)   # noqa: E731
 
     a = np.array([1.5, -2.0, 0.25, -7.0])
     ours = make()(a)
@@ -175,17 +179,7 @@ def test_code_compiled_for_anything_else_keeps_numba_stock_inliner_and_passes(mo
     monkeypatch.setitem(co._ORIG, "optimize_functions",
                         lambda lib, mod: None)   # stock passes skipped: only the delegation is checked
 
-    @njit(inline="always")
-    def step(a, i):
-        return a[i] * 2.0
-
-    @njit
-    def run(a):
-        s = 0.0
-        for i in range(a.size):
-            s += step(a, i)
-        return s
-
+    run = _inlining_kernel(lambda f: f)   # not one of ours
     assert run(np.array([1.0, 2.0])) == 6.0
     assert stock_fpm is not None
 
