@@ -187,3 +187,135 @@ def test_code_compiled_for_anything_else_keeps_numba_stock_inliner_and_passes(mo
 def test_switched_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("STREAMSSVM_COMPILE_OVERHEAD", "0")
     assert not co.supported()
+
+
+def _meminfo_types():
+    from numba import types
+    a1 = types.float64[::1]
+    a2 = types.Array(types.int64, 2, "C")
+    return [a1, a2, types.int64, types.Tuple((a1, types.int64, a2)),
+            types.Tuple((types.UniTuple(a1, 3), types.boolean, types.Tuple((a2, types.float64)))),
+            types.UniTuple(types.int64, 4)]
+
+
+def _emit_meminfos(ty, ours):
+    """The meminfos numba finds in a value of type ``ty`` (an argument of an empty function), and
+    the instructions emitted to find them, with our change (``ours``) or numba's own."""
+    from llvmlite import ir as llir
+    from numba.core import cgutils
+    from numba.core.registry import cpu_target
+    ctx = cpu_target.target_context.subtarget(enable_nrt=True)   # as numba lowers a kernel
+    mod = llir.Module()
+    fn = cgutils.get_or_insert_function(mod, llir.FunctionType(llir.VoidType(), [ctx.get_value_type(ty)]), "f")
+    builder = llir.IRBuilder(fn.append_basic_block())
+    if ours:
+        _linkonly._compiling.append(True)   # as while one of our kernels compiles
+        try:
+            found = ctx.nrt.get_meminfos(builder, ty, fn.args[0])
+        finally:
+            _linkonly._compiling.pop()
+    else:
+        found = co._ORIG["get_meminfos"](ctx.nrt, builder, ty, fn.args[0])
+    return found, fn.blocks[0].instructions
+
+
+def _extraction_path(value):
+    """The chain of field indices an extracted value comes from (the argument: ())."""
+    from llvmlite import ir as llir
+    path = []
+    while isinstance(value, llir.instructions.ExtractValue):
+        path = list(value.indices) + path
+        value = value.aggregate
+    return tuple(path)
+
+
+@pytest.mark.parametrize("ty", _meminfo_types(), ids=str)
+def test_meminfos_are_numba_stock_ones_without_the_dead_extractions(ty):
+    stock, stock_ins = _emit_meminfos(ty, ours=False)
+    ours, ours_ins = _emit_meminfos(ty, ours=True)
+    assert [t for t, _ in ours] == [t for t, _ in stock]
+    assert [_extraction_path(v) for _, v in ours] == [_extraction_path(v) for _, v in stock]
+    assert len(ours_ins) <= len(stock_ins)
+    if stock:   # an array inside: numba extracts every field of it, we extract its meminfo only
+        assert len(ours_ins) < len(stock_ins)
+
+
+def test_kernels_passing_bundles_of_arrays_count_references_as_numba_stock():
+    """A kernel that takes, unpacks, rebuilds, returns and drops tuples of arrays: the same values
+    and no leaked or doubly freed array, with the change (ours) and without it."""
+    from numba.core.runtime import _nrt_python, rtsys
+
+    def make(mark):
+        @njit(no_cpython_wrapper=True)
+        @mark
+        def inner(b, k):
+            x, y, s = b
+            z = np.empty(k, np.float64)
+            for i in range(k):
+                z[i] = x[i] * s + y[i % y.shape[0]]
+            return (z, x), z.sum()
+
+        @njit
+        @mark
+        def run(b, k):
+            t = 0.0
+            keep = b[0]
+            for r in range(3):
+                pair, v = inner(b, k)
+                t += v + pair[1][0]
+                keep = pair[0]
+            return t, keep
+        return run
+
+    b = (np.arange(5.0), np.array([1.0, -1.0]), 0.5)
+    results = []
+    was_on = _nrt_python.memsys_stats_enabled()
+    _nrt_python.memsys_enable_stats()
+    for mark in (_ours, lambda f: f):
+        f = make(mark)
+        f(b, 4)
+        before = rtsys.get_allocation_stats()
+        t, keep = f(b, 4)
+        del keep
+        after = rtsys.get_allocation_stats()
+        assert after.alloc - before.alloc == after.free - before.free
+        assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free
+        results.append(t)
+    if not was_on:
+        _nrt_python.memsys_disable_stats()
+    assert results[0] == results[1]
+
+
+def test_meminfos_of_code_compiled_for_anything_else_come_from_numba(monkeypatch):
+    calls = []
+    stock = co._ORIG["get_meminfos"]
+
+    def counting(*a, **k):
+        calls.append(1)
+        return stock(*a, **k)
+
+    monkeypatch.setitem(co._ORIG, "get_meminfos", counting)
+    mine = _kernel(True)
+    mine(np.zeros(3))
+    assert not calls
+    _kernel(False)(np.zeros(3))
+    assert calls
+
+
+def test_error_markup_is_numba_stock_string():
+    from numba.core import errors
+    scheme = getattr(errors, "HighlightColorScheme", None)
+    if scheme is None or "markup" not in co._ORIG:
+        pytest.skip("numba formats error messages without colorama here")
+    from colorama import Fore
+    s = scheme(errors.themes["dark_bg"])
+    for color in (None, Fore.RED):
+        for style in (None, "\x1b[1m"):
+            stock = co._ORIG["markup"](s, "No implementation of function", color, style)
+            _linkonly._compiling.append(True)   # as while one of our kernels compiles
+            try:
+                ours = s._markup("No implementation of function", color, style)
+            finally:
+                _linkonly._compiling.pop()
+            assert ours == stock
+    assert s.errmsg("x") == co._ORIG["markup"](s, "x", s._errmsg)
