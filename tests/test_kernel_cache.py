@@ -83,7 +83,7 @@ def test_single_use_step_helpers_are_inlined_not_compiled_apart():
     then again inside every kernel that calls it (a cold start pays both)."""
     from streamssvm._kernels import bcfw
     for d in (bcfw.write_block, bcfw.write_segment, bcfw.block_gram, bcfw.block_u, bcfw._emission_avg,
-              bcfw._append, bcfw._step_loop):
+              bcfw._append, bcfw._step_loop, bcfw.one_step):
         assert d.targetoptions.get("inline") == "always", d.py_func.__name__
 
 
@@ -226,3 +226,31 @@ def test_an_inner_kernel_still_compiles_into_its_callers_and_through_py_entry():
     assert G1.tolist() == G2.tolist()
     with pytest.raises(TypeError, match=r"py_entry\(gram\)"):   # a dynamic call, which the scan cannot see
         getattr(common, "gram")(tp, fi, fv, 2, G1, np.zeros(4))
+
+
+def test_the_record_path_does_not_compile_numbas_own_sampler():
+    """learn_one draws its replays through mtseed: a first learn_one + predict_one compiles no
+    ``sample_block`` (numba's np.random draws, never run on that path)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    code = ("import streamssvm as ss\n"
+            "from numba.core import event\n"
+            "seen = []\n"
+            "class L(event.Listener):\n"
+            "    def on_start(self, ev):\n"
+            "        f = getattr(ev.data.get('dispatcher'), 'py_func', None)\n"
+            "        seen.append(getattr(f, '__name__', '?'))\n"
+            "    def on_end(self, ev):\n"
+            "        pass\n"
+            "event.register('numba:compile', L())\n"
+            "m = ss.SequenceTagger()\n"
+            "m.learn_one([{'a': 1.0}, {'b': 1.0}], ['x', 'y']); m.learn_one([{'a': 1.0}], ['x'])\n"
+            "m.predict_one([{'a': 1.0}])\n"
+            "assert 'learn_one_example' in seen, seen\n"
+            "print('sample_block' in seen)\n")
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, STREAMSSVM_CACHE=os.path.join(d, "c"), NUMBA_CACHE_DIR=os.path.join(d, "n"))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"

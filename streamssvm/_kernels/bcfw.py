@@ -1143,21 +1143,13 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     """Run ``n_steps`` block steps; returns the new tick. ``sampling``: SAMPLE_GIVEN takes
     ``slots`` in order, SAMPLE_UNIFORM draws uniformly over the held blocks, SAMPLE_GAP
     proportionally to the gap estimates (sum-tree)."""
-    alive, n, tree, tree_size, gest = arena[6], arena[8], arena[9], arena[10], arena[3]
-    lam, lam_n_max, avg_t0 = cfg[0], cfg[9], avg[0]
-    lam_n = min(lam * arena[12][0], lam_n_max)   # lambda N, N = sum_i c_i (n without weights)
+    alive, n, tree, tree_size = arena[6], arena[8], arena[9], arena[10]
+    lam_n = step_lam_n(arena, cfg)
     np.random.seed(seed)
     tick = tick0
     for it in range(n_steps):
-        if sampling == SAMPLE_GIVEN:
-            j = slots[it]
-        else:
-            j = sample_block(sampling, tree, tree_size, alive, n)
-        avg_c = avg_coef(tick, avg_t0)
-        block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
-        if tree_size > 0:
-            tree_update(tree, tree_size, j, gest[j])
-        tick += 1
+        j = slots[it] if sampling == SAMPLE_GIVEN else sample_block(sampling, tree, tree_size, alive, n)
+        tick = one_step(model, w, arena, scratch, avg, cfg, counters, j, lam_n, avg[0], tick)
     return tick
 
 
@@ -1224,19 +1216,34 @@ def _append(alive, pos, cw, csum, n, jn):
 
 
 @njit(inline="always", **_INNER)
+def one_step(model, w, arena, scratch, avg, cfg, counters, j, lam_n, avg_t0, tick):
+    """One block step on block j at ``tick`` (averaging from ``avg_t0``), its gap estimate into
+    the sum-tree; returns the next tick. The one call site of ``block_step`` in a record-path
+    kernel: the kernels whose steps draw their blocks through :mod:`mtseed`
+    (``learn_one_example``, ``microbatch.predict_learn_examples``) call it directly and do not
+    compile numba's own sampler."""
+    block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_coef(tick, avg_t0))
+    if arena[10] > 0:
+        tree_update(arena[9], arena[10], j, arena[3][j])
+    return tick + 1
+
+
+@njit(**_INNER)
+def step_lam_n(arena, cfg):
+    """lambda N of a step (N = the sum of the held blocks' weights: n when every weight is 1),
+    capped by ``lam_n_max``."""
+    return min(cfg[0] * arena[12][0], cfg[9])
+
+
+@njit(inline="always", **_INNER)
 def _step_loop(model, w, arena, scratch, avg, cfg, counters, slots, n_steps, n, avg_t0, tick):
     """``n_steps`` block steps with ``n`` blocks held: on ``slots`` in order, then (when
     ``n_steps`` is longer) on blocks sampled as ``cfg``'s ``sampling`` says; returns the new
-    tick. The one call site of ``block_step`` in a record-path kernel."""
-    gest, alive, tree, tree_size = arena[3], arena[6], arena[9], arena[10]
-    lam_n = min(cfg[0] * arena[12][0], cfg[9])   # lambda N (N = n when every weight is 1)
+    tick."""
+    lam_n = step_lam_n(arena, cfg)
     for r in range(n_steps):
-        j = slots[r] if r < slots.shape[0] else sample_block(cfg[6], tree, tree_size, alive, n)
-        avg_c = avg_coef(tick, avg_t0)
-        block_step(model, w, arena, scratch, avg, cfg, counters, j, tick, lam_n, avg_c)
-        if tree_size > 0:
-            tree_update(tree, tree_size, j, gest[j])
-        tick += 1
+        j = slots[r] if r < slots.shape[0] else sample_block(cfg[6], arena[9], arena[10], arena[6], n)
+        tick = one_step(model, w, arena, scratch, avg, cfg, counters, j, lam_n, avg_t0, tick)
     return tick
 
 
@@ -1297,11 +1304,10 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
         # the first step on the new block (alive[n - 1]), then the replays
         avg_t0, steps, n_steps = out[2], arena[6][n - 1:n], cfg[7] + 1
     alive, tree, tree_size = arena[6], arena[9], arena[10]
-    step = np.empty(1, dtype=np.int64)
     tick = tick0
     for r in range(n_steps):
-        step[0] = steps[r] if r < steps.shape[0] else mt_sample_block(cfg[6], tree, tree_size, alive, n, rng)
-        tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, step, 1, n, avg_t0, tick)
+        j = steps[r] if r < steps.shape[0] else mt_sample_block(cfg[6], tree, tree_size, alive, n, rng)
+        tick = one_step(model, w, arena, scratch, avg, cfg, counters, j, step_lam_n(arena, cfg), avg_t0, tick)
     return tick
 
 

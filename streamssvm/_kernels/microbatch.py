@@ -10,7 +10,7 @@ scale and averaging coefficients between them. The sampler is reseeded here too,
 through :mod:`streamssvm._kernels.mtseed`: the same blocks drawn as after ``np.random.seed``,
 without initializing and twisting the generator's whole state for the one or two words a replay
 step draws. This kernel makes the same calls of the same
-step functions (``predict_batch``, ``write_block``, ``_append``, ``_step_loop`` of
+step functions (``predict_batch``, ``write_block``, ``_append``, ``one_step`` of
 :mod:`streamssvm._kernels.bcfw`), in the same order, with the same per-record seed, scale
 (``lam`` following ``n``) and averaged weights, so its predictions and its state are
 bit-identical to the record-by-record path. What the Python side does between two records
@@ -28,7 +28,7 @@ it is learned scaled by them, ``scale_values`` / ``learn_values`` of
 import numpy as np
 from numba import njit
 
-from .bcfw import _append, _step_loop, predict_batch, write_block
+from .bcfw import _append, one_step, predict_batch, step_lam_n, write_block
 from .common import MULTICLASS
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .structops import kind_code
@@ -64,7 +64,6 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
     tick = tick0
     alive, tree, tree_size = arena[6], arena[9], arena[10]
     rng = np.empty(STATE, dtype=np.int64)   # the sampler, reseeded per record (mtseed.py)
-    step = np.empty(1, dtype=np.int64)
     for e in range(slots.shape[0]):
         # the prediction (BCFW.predict at this record's tick and held-block count)
         nn = arena[12][0] if n > 0 else 1.0   # N, the held weight (n when every weight is 1)
@@ -104,6 +103,6 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         # steps of _step_loop(..., alive[n - 1:n], replay + 1, ...) one at a time (lambda N is
         # the same for each: a step does not change N), each block drawn after the step before
         for r in range(cfg[7] + 1):
-            step[0] = slot if r == 0 else mt_sample_block(cfg[6], tree, tree_size, alive, n, rng)
-            tick = _step_loop(model, w, arena, scratch, avg, cfg, counters, step, 1, n, out[2], tick)
+            j = slot if r == 0 else mt_sample_block(cfg[6], tree, tree_size, alive, n, rng)
+            tick = one_step(model, w, arena, scratch, avg, cfg, counters, j, step_lam_n(arena, cfg), out[2], tick)
     return tick
