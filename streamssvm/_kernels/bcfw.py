@@ -1021,8 +1021,9 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
 def predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, K, obs):
     """The class :func:`predict_batch` predicts for a batch of one single-token (multiclass)
     record, by its scoring and decoding (``_emission_avg`` / ``emission_rows``, ``mc_decode``
-    at loss weight 0), with the few arguments they read: the call passes 9 objects where
-    ``predict_batch`` passes 8 with 15 arrays in its bundles. With ``obs`` of one row (1 x K),
+    at loss weight 0), with the few arguments they read: 9 arguments, 6 of them arrays, where
+    ``predict_batch`` takes 8 holding 18 arrays (most in its bundles), each array a cost of the
+    call. With ``obs`` of one row (1 x K),
     the record's class scores as the temperature fit takes them (``marginals.emission_table``
     at the same weights, to the bit what ``calibration.emission_scores`` returns) go to it: a
     prediction and its calibration scores in one call."""
