@@ -302,7 +302,7 @@ class FeatureIndex:
         not know, int64) and the values as float64, when every name is a ``str`` or every name
         a 64-bit ``int`` and every value a plain ``float`` / ``int``; else None."""
         kt = set(map(type, keys))
-        if kt - _STR and (kt != _INT or not (-_INT_LIMIT <= min(keys) and max(keys) < _INT_LIMIT)):
+        if kt - _STR and kt != _INT:
             return None
         if not set(map(type, vals)) <= _PLAIN:
             return None
@@ -311,7 +311,13 @@ class FeatureIndex:
         except (OverflowError, ValueError):
             return None
         n = len(vals)
-        return np.fromiter(map(self.vocab.get, keys, itertools.repeat(-1, n)), dtype=np.int64, count=n), v
+        vocab = self.vocab
+        try:   # every name known (a stream's steady state): each was checked when registered
+            return np.fromiter(map(vocab.get, keys), dtype=np.int64, count=n), v
+        except TypeError:   # (None: a name not known) the int names in range checked first
+            if kt == _INT and not (-_INT_LIMIT <= min(keys) and max(keys) < _INT_LIMIT):
+                return None
+            return np.fromiter(map(vocab.get, keys, itertools.repeat(-1, n)), dtype=np.int64, count=n), v
 
     def dict_csr(self, xs):
         """The CSR ``(tok_ptr, fidx, fval)`` of the records of a batch of dicts up to the first

@@ -196,6 +196,28 @@ def test_int_key_fast_path_keeps_the_checks(key, err):
         assert f.names == []
 
 
+@pytest.mark.parametrize("key", [2**63, -2**63 - 1, 2**70])
+@pytest.mark.parametrize("value", [0.0, 1.0])
+def test_bulk_int_key_path_checks_an_unknown_names_range(key, value):
+    """The one-pass path of dicts of >= BULK_MIN int names looks the names up first and checks
+    the int range only when one is not known: a name beyond 64 bits (zero-valued or not) still
+    raises as the feature-by-feature scan does, and a record of known names encodes as it."""
+    f = FeatureIndex()
+    known = {j: float(j + 1) for j in range(2 * FeatureIndex.BULK_MIN)}
+    f.encode_dict(known, grow=True)
+    x = dict(known)
+    x[key] = value
+    with pytest.raises(ValueError, match="64 bits"):
+        f.encode_record(x)
+    with pytest.raises(ValueError, match="64 bits"):
+        f.encode_dict(x, grow=True)
+    assert sorted(f.names) == sorted(known)
+    x = {j: 2.0 for j in range(3, 3 + FeatureIndex.BULK_MIN)}
+    enc = f.encode_record(x)
+    idx, val = f.encode_dict(x, grow=False)
+    assert f.trusts(enc) and enc.fidx.tolist() == list(idx) and enc.fval.tolist() == list(val)
+
+
 @pytest.mark.parametrize("where", ["row", "other_row", "T", "B", "none"])
 def test_weights_finite_after_one_record_matches_numpy(where):
     """The one-pass kernel of weights_finite(full=False) answers what the numpy checks do."""

@@ -61,7 +61,8 @@ from .structops import (
 )
 from .chain import chain_trans_sqnorm
 from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, write_dense_row
-from .multiclass import mc_stat_apply, mc_stat_apply2
+from .marginals import emission_table
+from .multiclass import mc_decode, mc_stat_apply, mc_stat_apply2
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .sumtree import SAMPLE_GAP, SAMPLE_GIVEN, SAMPLE_UNIFORM, tree_sample, tree_update  # noqa: F401 (re-exported)
 from .chainsparse import (
@@ -1014,6 +1015,29 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
         else:
             emission_rows(kind, E, scale, tp, fidx, fval, L, K, S, True)
         decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
+
+
+@njit(**_JIT)
+def predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, K, obs):
+    """The class :func:`predict_batch` predicts for a batch of one single-token (multiclass)
+    record, by its scoring and decoding (``_emission_avg`` / ``emission_rows``, ``mc_decode``
+    at loss weight 0), with the few arguments they read: 9 arguments, 6 of them arrays, where
+    ``predict_batch`` takes 8 holding 18 arrays (most in its bundles), each array a cost of the
+    call. With ``obs`` of one row (1 x K),
+    the record's class scores as the temperature fit takes them (``marginals.emission_table``
+    at the same weights, to the bit what ``calibration.emission_scores`` returns) go to it: a
+    prediction and its calibration scores in one call."""
+    S = np.empty((1, K))
+    if zc != 0.0:
+        _emission_avg(None, E, ZE, zc, scale, tok_ptr, fidx, fval, 1, K, S)
+    else:
+        emission_rows(None, E, scale, tok_ptr, fidx, fval, 1, K, S, True)
+    out = np.empty(1, np.int32)
+    out[0] = 0
+    mc_decode(S, K, out, S, 0.0, out)   # loss weight 0: neither the truth (out) nor the costs (S) are read
+    if obs.shape[0]:
+        emission_table(E, ZE, zc, scale, tok_ptr, fidx, fval, 1, K, obs)
+    return out[0]
 
 
 @njit(inline="always", **_INNER)

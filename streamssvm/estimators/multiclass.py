@@ -7,6 +7,7 @@ import numpy as np
 from river import base
 
 from .. import calibration
+from ..learners.base import state_version
 from ..learners.bcfw import BCFW
 from ..learners.cutting_plane import CuttingPlane
 from ..learners.sgd import SGD
@@ -290,8 +291,32 @@ class MulticlassSSVM(Estimator, base.Classifier):
         return self._predict_arrays(*self._encode_to_predict(x))
 
     def _predict_arrays(self, tok_ptr, fidx, fval):
-        out = self._learner.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)
-        return self._labels.labels[out[0]]
+        lr = self._learner
+        if not type(lr).predicts_classes:
+            return self._labels.labels[lr.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)[0]]
+        # when the temperature fit observes the next record learned: its scores now, in the
+        # prediction's kernel call, for a learn_one of these arrays (_observe_calibration)
+        scored = lr.n_labels >= 2 and self._calibrator().would_want()
+        pid, S = lr.predict_class(tok_ptr, fidx, fval, scored)
+        if scored:
+            self._predicted_scores = (fidx, S, lr, state_version(lr))
+        return self._labels.labels[pid]
+
+    #: (fidx, class scores, learner, its state_version) of the last prediction that scored its
+    #: record for the temperature fit (:meth:`_predict_arrays`)
+    _predicted_scores = None
+
+    def _scores_predicted(self, fidx):
+        """The class scores the last prediction took of the record of feature ids ``fidx`` (the
+        same array object: ``learn_one`` reusing ``predict_one``'s encoding) when the learner
+        has not changed since (the scores at its current weights, of the values scaled by the
+        same statistics: they change only with a learned record), else None."""
+        got = self._predicted_scores
+        if got is None or got[0] is not fidx:
+            return None
+        self._predicted_scores = None
+        lr = self._learner
+        return got[1] if got[2] is lr and got[3] == state_version(lr) else None
 
     def predict_learn_one(self, x, y, w=1.0):
         """Predict ``x``, then learn ``(x, y)`` (weight ``w``), encoding ``x`` once (validated
@@ -545,12 +570,17 @@ class MulticlassSSVM(Estimator, base.Classifier):
         t = self._calibrator()
         if not t.wants():
             return
-        lr = self._learner
-        tables = calibration.predict_tables(lr)
-        K = int(lr.n_labels) if tables is not None else 0
-        if K < 2 or yid >= K:
+        S = self._scores_predicted(fidx)   # predict_one's scores of these arrays, if they still hold
+        if S is None:
+            lr = self._learner
+            tables = calibration.predict_tables(lr)
+            K = int(lr.n_labels) if tables is not None else 0
+            if K < 2 or yid >= K:
+                return
+            S = calibration.emission_scores(tables, tok_ptr, fidx, self._scaled(fidx, fval), K)
+        elif yid >= S.shape[1]:
             return
-        t.observe_class(calibration.emission_scores(tables, tok_ptr, fidx, self._scaled(fidx, fval), K)[0], yid)
+        t.observe_class(S[0], yid)
 
     def predict_proba_one(self, x):
         """p(class | x) ∝ exp(score(x, class) / T), T the :attr:`temperature` fitted online

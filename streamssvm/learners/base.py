@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import numbers
 import threading
 import warnings
@@ -117,7 +118,24 @@ def check_search_rescaling(search, rescaling):
 #: the methods that read or write a bound learner's running state (weights, held examples,
 #: scratch buffers): one thread at a time (:func:`one_thread_at_a_time`)
 GUARDED = ("bind", "ensure", "learn", "learn_batch", "refine", "predict", "certificate", "restore",
-           "set_parameters", "blend_dual", "predict_learn_record", "predict_learn_run")
+           "set_parameters", "blend_dual", "predict_learn_record", "predict_learn_run", "predict_class",
+           "set_union", "set_lam", "reset_to_truth", "start_at_max_loss", "refresh_gaps")
+
+#: the guarded methods that only read the running state: the others advance the learner's
+#: :func:`state_version` on entry
+READING = frozenset(("predict", "predict_class"))
+
+
+def state_version(learner):
+    """A number that changes whenever a guarded method that may write the learner's running
+    state (every :data:`GUARDED` method but the :data:`READING` ones) is entered: two equal
+    readings bracket no change of the weights, the held examples or the label set, so a
+    prediction's scores taken at the first still hold at the second (``MulticlassSSVM`` hands
+    ``predict_one``'s class scores to the temperature fit of the ``learn_one`` that follows)."""
+    return learner.__dict__.get("_state_version", 0)
+
+
+_VERSIONS = itertools.count(1)   # state_version: one counter for every learner (a value is never reused)
 
 
 def one_thread_at_a_time(method):
@@ -128,9 +146,12 @@ def one_thread_at_a_time(method):
     detects, it never waits."""
     if getattr(method, "_one_thread", False):
         return method
+    writes = method.__name__ not in READING
 
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
+        if writes:   # on entry: a write that raises half-way changed the state too
+            self._state_version = next(_VERSIONS)
         lock = self.__dict__.get("_thread_guard")
         if lock is None:
             lock = self.__dict__.setdefault("_thread_guard", threading.RLock())   # atomic: one lock
@@ -161,6 +182,11 @@ class Learner(base.Base, abc.ABC):
     #: (``predict_learn_run``, bit-identical to record by record; see
     #: :mod:`streamssvm._kernels.microbatch`)
     predicts_learns_runs = False
+
+    #: whether the learner predicts a multiclass record, and gives its class scores (those of
+    #: ``calibration.emission_scores``), in one kernel call (``predict_class``, a
+    #: :data:`READING` method)
+    predicts_classes = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -1036,6 +1036,22 @@ class BCFW(DenseWeights, Learner):
                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
 
+    #: :meth:`predict_class` predicts a multiclass record, and scores it for the temperature
+    #: fit, in one kernel call
+    predicts_classes = True
+
+    def predict_class(self, tok_ptr, fidx, fval, scored=False):
+        """:meth:`predict` of one single-token record of a multiclass store (``tok_ptr`` [0,
+        n]), in one short kernel call (``predict_class`` of the kernels: the same label): the
+        label id, and with ``scored`` the record's class scores as ``calibration.emission_scores``
+        computes them from ``calibration.predict_tables`` (to the bit), a (1 x K) table, K the
+        labels in use (else None)."""
+        if self._K == 0:
+            return 0, None
+        E, ZE, zc, _, _, scale = self._predict_params()
+        obs = np.empty((1 if scored else 0, self._K))
+        return K.predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, self._K, obs), (obs if scored else None)
+
     # ------------------------------------------------------------------ state
     def state(self):
         st = {
