@@ -46,10 +46,13 @@ def cache_roots():
 
 def cache_dir(folder=KERNELS, root=None):
     """The folder of the compiled kernels of the sources in ``folder`` under ``root`` (default:
-    the first of :func:`cache_roots`): keyed by the sources' digest and by the folder."""
+    the first of :func:`cache_roots`): keyed by the sources' digest and by the folder, and apart
+    with ``STREAMSSVM_COMPILE_OVERHEAD=0`` (numba's own calling convention between kernels, which
+    must not be linked with ours: ``_kernels/bundle_args.py``)."""
     root = cache_roots()[0] if root is None else root
     where = hashlib.sha1(os.path.abspath(folder).encode()).hexdigest()[:8]
-    return os.path.join(root, f"kernels-{sources_digest(folder)[:16]}-{where}")
+    stock = "-stock" if os.environ.get("STREAMSSVM_COMPILE_OVERHEAD", "1") == "0" else ""
+    return os.path.join(root, f"kernels-{sources_digest(folder)[:16]}-{where}{stock}")
 
 
 def writable_cache_dir():

@@ -319,3 +319,59 @@ def test_error_markup_is_numba_stock_string():
                 _linkonly._compiling.pop()
             assert ours == stock
     assert s.errmsg("x") == co._ORIG["markup"](s, "x", s._errmsg)
+
+
+def _array_kernel(mark):
+    """Reads and writes through array values: a reshape (numba takes the array's address), views,
+    shapes, element stores, a new array, arrays returned."""
+    @njit
+    @mark
+    def f(a, b):
+        m = a.reshape((2, 3))
+        s = m[1, 2] + b.shape[0]
+        c = b[1:]
+        c[0] = s
+        t = 0.0
+        for i in range(c.shape[0]):
+            t += c[i] * a[i]
+        z = np.empty_like(a)
+        z[:] = a * 2.0
+        return t, m.sum(), z, b
+    return f
+
+
+def _lowered_instructions(fn, *args):
+    from numba.core import lowering
+    ops = []
+    orig = lowering.Lower.lower
+
+    def lower(self):
+        out = orig(self)
+        ops.extend(i.opname for bb in self.function.blocks for i in bb.instructions)
+        return out
+
+    lowering.Lower.lower = lower
+    try:
+        res = fn(*args)
+    finally:
+        lowering.Lower.lower = orig
+    return res, ops
+
+
+def test_array_fields_read_by_value_compute_what_numba_stock_computes():
+    a = np.arange(6.0)
+    out = []
+    for mark in (_ours, lambda f: f):
+        b = np.array([1.0, 2.0, 3.0, 4.0])
+        t, msum, z, b2 = _array_kernel(mark)(a, b)
+        out.append((t, msum, z.tolist(), b2.tolist(), b.tolist()))
+    assert out[0] == out[1]
+    assert out[0][4][1] == 9.0   # c[0] = m[1, 2] + b.shape[0], written into b[1]
+
+
+def test_array_fields_read_by_value_need_fewer_instructions():
+    a, b = np.arange(6.0), np.ones(4)
+    _, ours = _lowered_instructions(_array_kernel(_ours), a, b.copy())
+    _, stock = _lowered_instructions(_array_kernel(lambda f: f), a, b.copy())
+    assert ours.count("alloca") < stock.count("alloca")
+    assert len(ours) < len(stock)

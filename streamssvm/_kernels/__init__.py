@@ -21,6 +21,7 @@ import os
 
 from numba.core import caching as _caching
 
+from . import bundle_args as _bundle_args
 from . import compile_overhead as _compile_overhead
 from . import linkonly as _linkonly
 from ..kernel_cache import cache_dir, cache_roots, install_compile_notice, sources_digest, writable_cache_dir  # noqa: F401
@@ -59,3 +60,4 @@ if KernelCacheLocator not in _caching.CacheImpl._locator_classes:
 install_compile_notice(_HERE)   # one notice per process when a kernel compiles (a cold cache)
 _linkonly.install()   # kernels only linked into others get no machine code of their own (linkonly.py)
 _compile_overhead.install()   # numba's compile overheads that change no code (compile_overhead.py)
+_bundle_args.install()   # bundles passed whole between our kernels (bundle_args.py; keys the cache folder)
