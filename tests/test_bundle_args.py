@@ -7,7 +7,7 @@ from numba.core import lowering
 
 from streamssvm import kernel_cache
 from streamssvm._kernels import bundle_args as ba
-from streamssvm._kernels.fnptr import function_at, jit_address
+from streamssvm._kernels.fnptr import function_at
 
 pytestmark = pytest.mark.skipif(not ba.supported(), reason="numba version without the change")
 
@@ -100,8 +100,12 @@ def test_a_call_through_an_address_passes_the_bundle_as_the_callee_takes_it():
     def call(addr, b):
         return at(addr)(b, 2.0)
 
+    # the callee compiled as jit_address compiles its twins (no CPython wrapper), not cached: a test
+    # module's function has no cache locator
+    cres = njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)(scaled_sum).get_compile_result(sig)
+    addr = int(cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name))
     b = (np.arange(4.0), np.ones(3))
-    assert call(jit_address(njit(scaled_sum), sig), b) == 2.0 * (6.0 + 3.0)
+    assert call(addr, b) == 2.0 * (6.0 + 3.0)
 
 
 def test_user_code_keeps_numba_convention():

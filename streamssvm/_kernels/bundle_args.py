@@ -83,6 +83,7 @@ class BundlePacker:
 
     def __init__(self, dmm, fe_args):
         from numba.core.datamodel.packer import ArgPacker
+        self.dmm = dmm
         self._n = len(fe_args)
         self._parts = []      # per argument: (LLVM value type, None) or (None, numba's packer)
         tys = []
@@ -182,11 +183,18 @@ def install():
     _PREFIX = _prefix()
     _ORIG["get_arg_packer"] = callconv.BaseCallConv._get_arg_packer
 
+    packers = {}   # (data model manager, argument types) -> BundlePacker (they keep no state)
+
     def _get_arg_packer(self, argtypes):
         s = _stack()
         mine = s[-1] if s else _linkonly._ours()
         if mine and any(is_bundle(t) for t in argtypes):
-            return BundlePacker(self.context.data_model_manager, argtypes)
+            dmm = self.context.data_model_manager
+            key = (id(dmm), tuple(argtypes))
+            p = packers.get(key)
+            if p is None or p.dmm is not dmm:
+                p = packers[key] = BundlePacker(dmm, argtypes)
+            return p
         return _ORIG["get_arg_packer"](self, argtypes)
 
     callconv.BaseCallConv._get_arg_packer = _get_arg_packer

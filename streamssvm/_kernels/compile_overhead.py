@@ -196,7 +196,7 @@ def _array_fields_by_value():
             return make_array(array_type)
         cls = classes.get(array_type)
         if cls is None:
-            cls = classes[array_type] = _by_value_class(make_array(array_type), array_type.ndim, cgutils)
+            cls = classes[array_type] = _by_value_class(make_array(array_type), array_type, cgutils)
         return cls
 
     import numba.core.inline_closurecall
@@ -207,8 +207,12 @@ def _array_fields_by_value():
             mod.make_array = fields_by_value
 
 
-def _by_value_class(base, ndim, cgutils):
+def _by_value_class(base, array_type, cgutils):
     from llvmlite import ir
+    from numba.core.typing import signature
+
+    ndim = array_type.ndim
+    no_array_impl = {}   # kind of context -> whether it has no __array__ for array_type
 
     class ArrayByValue(base):
         """numba's array proxy; made from a value (no ``ref``) in one of our kernels, it keeps the
@@ -228,6 +232,22 @@ def _by_value_class(base, ndim, cgutils):
             self._ssa = value
             self._made_after = builder.block.instructions[anchor - 1]
             self._value = self._outer_ref = None
+
+        def _make_refs(self, ref):
+            # numba's make_array asks the context for an ``__array__`` implementation of the type
+            # each time (raising and formatting a NotImplementedError when there is none, as for
+            # every plain array): asked once per array type and kind of context here
+            if not _linkonly._ours():
+                return base._make_refs(self, ref)
+            plain = no_array_impl.get(type(self._context))
+            if plain is None:
+                try:
+                    self._context.get_function("__array__", signature(array_type, array_type))
+                    plain = False
+                except NotImplementedError:
+                    plain = True
+                no_array_impl[type(self._context)] = plain
+            return cgutils._StructProxy._make_refs(self, ref) if plain else base._make_refs(self, ref)
 
         def _to_memory(self):
             # numba's proxy: a slot (zero-filled in the entry block, as alloca_once always does)
