@@ -88,7 +88,7 @@ def test_plain_tuple_field_order():
     from streamssvm._kernels import bundles as KB
     assert KB.WeightsBundle._fields == ("E", "T", "B")
     assert KB.Batch._fields == ("ex_tok", "tok_ptr", "fidx", "fval", "lab_ptr")
-    assert KB.Example._fields == ("tok_ptr", "fidx", "fval", "ytrue", "mark", "slot", "victim")
+    assert KB.Example._fields == ("tok_ptr", "fidx", "fval", "ytrue", "mark", "slot", "victim", "scale", "zc")
     assert KB.pack(KB.WeightsBundle(1, 2, 3)) == (1, 2, 3)
     assert KB.Arena._fields == ("Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
                                 "tree", "tree_size", "cw", "csum", "layout", "moves")
@@ -212,3 +212,48 @@ def test_reserve_row_is_reserve_of_one_row(kind, kw):
     for name in ("i_used", "f_used", "i_live", "f_live", "n_slots", "_seen", "max_L", "free"):
         assert getattr(a, name) == getattr(b, name), name
     assert list(a._order) == list(b._order) and a.Iar.shape == b.Iar.shape and a.Far.shape == b.Far.shape
+
+
+@pytest.mark.parametrize("kind", ["sequence", "multilabel", "multiclass", "sequence_avg_off"])
+def test_a_record_predicted_by_the_learn_kernel_is_labeled_as_predict_batch_labels_it(kind):
+    """Once a BCFW learner has learned through ``learn_one_example``, a one-record ``predict``
+    runs in that kernel (``bcfw.PREDICT``): the same labeling as ``predict_batch`` (the learner
+    without a learn kernel to reuse), record after record, averaging on and off."""
+    import copy
+    from streamssvm import MultiLabelSSVM, SequenceTagger
+    from streamssvm._kernels import bcfw as K
+    rng = np.random.default_rng(3)
+    if kind.startswith("sequence"):
+        m = SequenceTagger(learner=BCFW(seed=0, averaging=kind == "sequence"))
+        tags = ["D", "N", "V", "A"]
+        data = [([{f"w={rng.integers(12)}": 1.0, "b": float(rng.normal())} for _ in range(L)],
+                 [tags[int(t)] for t in rng.integers(4, size=L)]) for L in rng.integers(1, 6, size=60)]
+    elif kind == "multilabel":
+        m = MultiLabelSSVM(learner=BCFW(seed=0))
+        data = [({f"f{j}": float(rng.normal()) for j in rng.integers(10, size=3)},
+                 {"x": bool(rng.integers(2)), "y": bool(rng.integers(2)), "z": bool(rng.integers(2))})
+                for _ in range(60)]
+    else:
+        m = MulticlassSSVM(learner=BCFW(seed=0))
+        data = [({f"f{j}": float(rng.normal()) for j in rng.integers(10, size=3)}, int(rng.integers(4)))
+                for _ in range(60)]
+    calls = []
+    real = K.learn_one_example
+
+    class Spy:
+        def __call__(self, *a):
+            calls.append(a[6][5])
+            return real(*a)
+
+    try:
+        K.learn_one_example = Spy()
+        for x, y in data:
+            twin = copy.deepcopy(m)   # no learn kernel used yet in the copy: predict_batch
+            if twin._learner is not None:
+                twin._learner._steps_example = None
+            assert m.predict_one(x) == twin.predict_one(x)
+            m.learn_one(x, y)
+    finally:
+        K.learn_one_example = real
+    if kind != "multiclass":   # (multiclass records predict through predict_class)
+        assert calls.count(K.PREDICT) > 40

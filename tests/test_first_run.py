@@ -102,19 +102,22 @@ def test_a_warm_cache_gives_no_compile_notice_up_front(tmp_path, monkeypatch):
 def test_first_use_compiles_one_learn_kernel_and_shares_the_scoring_kernels_with_prediction():
     """Cold start: a first use compiles as few kernels as the record path needs. The label-arrival
     revisit steps run in ``learn_one_example`` (not a second entry point ``run_steps`` holding the
-    step code again), and prediction scores with the arena's int32 index type, so the scoring
-    kernels the learn path compiled serve it (one ``emission_scores`` specialization, not two).
-    Asserted on the compiled signatures, never on timing."""
+    step code again), and once it has learned, a record's prediction runs there too (a record to
+    predict: no ``predict_batch`` entry point holding the decoder again); a batch predicted
+    scores with the arena's int32 index type, so the scoring kernels the learn path compiled serve
+    it (one ``emission_scores`` specialization, not two). Asserted on the compiled signatures,
+    never on timing."""
     r = _py("import numpy as np, streamssvm as ss\n"
             "from streamssvm._kernels import bcfw as K, common\n"
             "m = ss.SequenceTagger()\n"
             "m.learn_one([{'a': 1.0}], ['A']); m.learn_one([{'b': 1.0}, {'a': 1.0}], ['B', 'A'])\n"
             "print(m.predict_one([{'a': 1.0}, {'b': 1.0}]))\n"
-            "print(len(K.run_steps.signatures), len(K.learn_one_example.signatures))\n"
+            "print(len(K.run_steps.signatures), len(K.learn_one_example.signatures), len(K.predict_batch.signatures))\n"
+            "m.predict_many([[{'a': 1.0}], [{'b': 1.0}, {'a': 1.0}]])\n"
             "print(sorted({str(s[5].types[1].dtype) for s in K.predict_batch.signatures}))")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[1] == "0 1"
+    assert lines[1] == "0 1 0"
     assert lines[2] == "['int32']"
 
 

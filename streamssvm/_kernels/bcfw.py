@@ -992,29 +992,39 @@ def emission_avg_scores(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     _emission_avg(None, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
 
 
+@njit(**_INNER)
+def predict_example(model, w, scale, ZE, zc, tok_ptr, fidx, fval, out, scratch, support):
+    """The MAP labeling (into ``out``) of one example of L = len(tok_ptr) - 1 >= 1 tokens at
+    weights ``scale * (E - zc * ZE, T, B)`` (zc = 0: plain E), T's Viterbi ``support`` found
+    beforehand (``structops.frozen_support``): what ``predict_batch`` does for each example, and
+    ``learn_one_example`` for a record to predict."""
+    kind, K = model[0], model[1]
+    E = w[0]
+    L = tok_ptr.shape[0] - 1
+    dummy = np.empty(1, np.int32)   # (not np.zeros: ``common.py`` on allocations)
+    dummy[0] = 0
+    S = scratch[0]
+    if zc != 0.0:
+        _emission_avg(kind, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
+    else:
+        emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out, support)
+
+
 @njit(**_JIT)
 def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
     """MAP labelings of a batch (``bundles.Batch``) at weights ``scale * (E - zc * ZE, T, B)``
     (zc = 0: plain E). Example e has tokens ex_tok[e]..ex_tok[e+1] of the global CSR (tok_ptr
     into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]]."""
-    kind, K, Kc, use_trans, C, G_ = model
-    E, T, B = w
     ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
-    dummy = np.empty(1, np.int32)   # (not np.zeros: ``common.py`` on allocations)
-    dummy[0] = 0
-    S = scratch[0]
-    support = frozen_support(model, T)   # T is frozen for the whole batch
+    support = frozen_support(model, w[1])   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):
         t0 = ex_tok[e]
         L = ex_tok[e + 1] - t0
         if L == 0:
             continue
-        tp = tok_ptr[t0:t0 + L + 1]
-        if zc != 0.0:
-            _emission_avg(kind, E, ZE, zc, scale, tp, fidx, fval, L, K, S)
-        else:
-            emission_rows(kind, E, scale, tp, fidx, fval, L, K, S, True)
-        decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out[lab_ptr[e]:lab_ptr[e + 1]], support)
+        predict_example(model, w, scale, ZE, zc, tok_ptr[t0:t0 + L + 1], fidx, fval, out[lab_ptr[e]:lab_ptr[e + 1]],
+                        scratch, support)
 
 
 @njit(**_JIT)
@@ -1183,6 +1193,8 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
 #: NO_VICTIM, so a first use (from an empty cache to the first prediction) does not compile the
 #: evictions it cannot make; the first eviction compiles (or loads) the other specialization.
 NO_VICTIM = np.int8(-1)
+#: the ``slot`` of an Example that ``learn_one_example`` predicts instead of learning it
+PREDICT = -2
 _NO_VICTIM_TYPE = from_dtype(np.dtype(type(NO_VICTIM)))
 
 
@@ -1309,13 +1321,25 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
     The replays draw their blocks as after ``np.random.seed(seed)``, through
     :mod:`streamssvm._kernels.mtseed` (numba's draws without the cost of its seeding, as
     ``microbatch.predict_learn_examples`` draws them): one step at a time, each block drawn
-    after the step before, as ``_step_loop`` over all of them (a step does not change N)."""
+    after the step before, as ``_step_loop`` over all of them (a step does not change N).
+
+    An example whose ``slot`` is ``PREDICT`` is a record to predict, not to learn: its labeling
+    goes to its ``ytrue`` at weights ``scale * (E - zc * ZE, T, B)`` (``w`` = the weights to
+    predict with, ZE the averaging bundle's, ``scale`` and ``zc`` the example's), as
+    ``predict_batch`` labels it (``predict_example``), and nothing else changes. The learn_one
+    path predicts so once it has learned: a first use compiles one kernel holding the decoder,
+    not two (see above)."""
+    if example[5] == PREDICT:
+        tok_ptr, fidx, fval, labels = example[0], example[1], example[2], example[3]
+        predict_example(model, w, example[7], avg[1], example[8], tok_ptr, fidx, fval, labels, scratch,
+                        frozen_support(model, w[1]))
+        return tick0
     rng = np.empty(STATE, dtype=np.int64)
     mt_seed(rng, seed)
     if slots.shape[0] > 0:
         n, avg_t0, steps, n_steps = arena[8], avg[0], slots, slots.shape[0]
     else:
-        tok_ptr, fidx, fval, ytrue, mark, slot, victim = example
+        tok_ptr, fidx, fval, ytrue, mark, slot, victim = example[:7]
         write_block(model[0], model[2], arena[:3] + (arena[13],), slot, tok_ptr, fidx, fval, ytrue, mark, cfg[8])
         arena[5][slot] = 0.0
         out[1] = 0

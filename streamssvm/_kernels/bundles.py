@@ -68,7 +68,9 @@ StepConfig = namedtuple("StepConfig", ["lam", "step_type", "use_cache", "F", "nu
 #: One new example for ``learn_one_example``: its CSR tokens, ground truth, the feature mark
 #: buffer of the Gram computation, the ``slot`` its block goes to and the block it evicts
 #: (``victim``, -1: none; ``bcfw.NO_VICTIM``, of its own type, when the kernel need not compile evictions).
-Example = namedtuple("Example", ["tok_ptr", "fidx", "fval", "ytrue", "mark", "slot", "victim"])
+#: With ``slot`` = ``bcfw.PREDICT``, a record to predict: its labeling goes to ``ytrue``, at the
+#: weights ``scale * (E - zc * ZE, T, B)`` (``scale`` and ``zc`` are read for prediction only).
+Example = namedtuple("Example", ["tok_ptr", "fidx", "fval", "ytrue", "mark", "slot", "victim", "scale", "zc"])
 
 #: Examples to predict: ``ex_tok`` example -> tokens, ``tok_ptr``/``fidx``/``fval`` the CSR,
 #: ``lab_ptr`` example -> its slice of the output.

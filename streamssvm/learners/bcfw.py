@@ -640,10 +640,10 @@ class BCFW(DenseWeights, Learner):
         g_full = self._g_full if self._had_full else self._g_full * self._cmax
         # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
         # namedtuple on this path; tests/test_call_plan.py pins the field order)
-        example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), K.victim_field(victim))
+        example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), K.victim_field(victim), 1.0, 0.0)
         tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, _NO_SLOTS, self._tick,
                                    self._seed(), self.counters, out)
-        self._steps_example = example[:5] + (-1, K.NO_VICTIM)   # the types of the given-steps calls (see _run)
+        self._steps_example = example[:5] + (-1, K.NO_VICTIM, 1.0, 0.0)   # the types of the given-steps calls (see _run)
         # the kernel averaged steps unless an eviction came first and stopped averaging (out[2] < 0)
         self._z_dirty |= self._avg_t0 >= 0 and out[2] >= 0
         self._avg_cache = self._pred_cache = None
@@ -769,7 +769,7 @@ class BCFW(DenseWeights, Learner):
                                           _OBS_FIRST if observed else _OBS_NONE, S, rp[3]),
                                          self._tick, self.counters, self._out3)
         # _after_run of a run of one: the record's own arrays are the given-steps example
-        self._after_run(1, tick, None, (tok_ptr, fidx, lval, ytrue, mark, -1, -1))
+        self._after_run(1, tick, None, (tok_ptr, fidx, lval, ytrue, mark, -1, -1, 1.0, 0.0))
         return int(self._pred1[0]), (S if observed else None)
 
     #: the record path's tuples and buffers (:meth:`_record_plan_for`); not copied or saved
@@ -819,7 +819,8 @@ class BCFW(DenseWeights, Learner):
         if example is None:
             tok_ptr, fidx, lval, ytrue = last
             a, b = int(tok_ptr[c - 1]), int(tok_ptr[c])
-            example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], lval[a:b], ytrue[c - 1:c], self._mark, -1, -1)
+            example = (np.array([0, b - a], dtype=np.int32), fidx[a:b], lval[a:b], ytrue[c - 1:c], self._mark, -1, -1,
+                       1.0, 0.0)
         self._steps_example = example
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
@@ -1029,6 +1030,19 @@ class BCFW(DenseWeights, Learner):
         if tok_ptr.dtype != np.int32 and (len(tok_ptr) == 0 or tok_ptr[-1] <= _INT32_MAX):
             # the arena's index type: the scoring kernels the learn path compiled serve prediction too
             tok_ptr = tok_ptr.astype(np.int32)
+        ex = self._steps_example
+        if len(ex_tok) == 2 and L > 0 and ex is not None and not self._slack and tok_ptr.dtype == ex[0].dtype \
+                and fidx.dtype == ex[1].dtype and fval.dtype == ex[2].dtype:
+            # one record, once the learn_one kernel exists: it predicts too (a first use compiles
+            # one kernel holding the decoder, not two; the same labeling as predict_batch's)
+            g_full = self._g_full if self._had_full else self._g_full * self._cmax
+            model, _, arena, scratch, avg, cfg = self._bundles(max(L, self.store.max_L), g_full)
+            a = int(ex_tok[0])
+            K.learn_one_example(model, (E, T, B), arena, scratch, avg, cfg,
+                                (tok_ptr[a:a + L + 1], fidx, fval, out[int(lab_ptr[0]):int(lab_ptr[1])], self._mark,
+                                 K.PREDICT, K.NO_VICTIM, float(scale), float(zc)),
+                                _NO_SLOTS, self._tick, 0, self.counters, self._out3)
+            return out
         # KB.WeightsBundle and KB.Batch as the plain tuples KB.pack makes of them (field order
         # pinned by tests/test_call_plan.py)
         K.predict_batch(self._model_bundle(), (E, T, B),
