@@ -59,5 +59,5 @@ if KernelCacheLocator not in _caching.CacheImpl._locator_classes:
 
 install_compile_notice(_HERE)   # one notice per process when a kernel compiles (a cold cache)
 _linkonly.install()   # kernels only linked into others get no machine code of their own (linkonly.py)
-_compile_overhead.install()   # numba's compile overheads that change no code (compile_overhead.py)
+_compile_overhead.install()   # numba's compile overheads (compile_overhead.py)
 _bundle_args.install()   # bundles passed whole between our kernels (bundle_args.py; keys the cache folder)
