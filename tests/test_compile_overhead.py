@@ -375,3 +375,35 @@ def test_array_fields_read_by_value_need_fewer_instructions():
     _, stock = _lowered_instructions(_array_kernel(lambda f: f), a, b.copy())
     assert ours.count("alloca") < stock.count("alloca")
     assert len(ours) < len(stock)
+
+
+def test_statement_variables_are_numba_stock_ones():
+    """``Inst.list_vars`` while our kernels compile: the same variables in the same order as
+    numba's own walk, for every statement of the IR of kernels compiled here."""
+    from numba.core import ir, untyped_passes
+    stock = co._ORIG["rec_list_vars"]
+    seen = []
+    orig = untyped_passes.ReconstructSSA.run_pass
+
+    def run_pass(self, state):
+        out = orig(self, state)
+        for blk in state.func_ir.blocks.values():
+            for inst in blk.body:
+                seen.append((inst, list(inst.list_vars()), stock(inst, inst.__dict__)))
+        return out
+
+    untyped_passes.ReconstructSSA.run_pass = run_pass
+    try:
+        _array_kernel(_ours)(np.arange(6.0), np.ones(4))
+        _inlining_kernel(_ours)(np.arange(4.0) - 2.0)
+    finally:
+        untyped_passes.ReconstructSSA.run_pass = orig
+    assert len(seen) > 50
+    _linkonly._compiling.append(True)   # as while one of our kernels compiles
+    try:
+        for inst, _, want in seen:
+            got = inst._rec_list_vars(inst.__dict__)
+            assert [v.name for v in got] == [v.name for v in want], inst
+    finally:
+        _linkonly._compiling.pop()
+    assert any(isinstance(inst, ir.Assign) and len(want) > 1 for inst, _, want in seen)
