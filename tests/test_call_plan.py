@@ -214,7 +214,7 @@ def test_reserve_row_is_reserve_of_one_row(kind, kw):
     assert list(a._order) == list(b._order) and a.Iar.shape == b.Iar.shape and a.Far.shape == b.Far.shape
 
 
-@pytest.mark.parametrize("kind", ["sequence", "multilabel", "multiclass", "sequence_avg_off"])
+@pytest.mark.parametrize("kind", ["sequence", "multilabel", "multiclass", "sequence_avg_off", "sequence_40_tags"])
 def test_a_record_predicted_by_the_learn_kernel_is_labeled_as_predict_batch_labels_it(kind):
     """Once a BCFW learner has learned through ``learn_one_example``, a one-record ``predict``
     runs in that kernel (``bcfw.PREDICT``): the same labeling as ``predict_batch`` (the learner
@@ -224,10 +224,10 @@ def test_a_record_predicted_by_the_learn_kernel_is_labeled_as_predict_batch_labe
     from streamssvm._kernels import bcfw as K
     rng = np.random.default_rng(3)
     if kind.startswith("sequence"):
-        m = SequenceTagger(learner=BCFW(seed=0, averaging=kind == "sequence"))
-        tags = ["D", "N", "V", "A"]
+        m = SequenceTagger(learner=BCFW(seed=0, averaging=kind != "sequence_avg_off"))
+        tags = [f"t{i}" for i in range(40)] if kind == "sequence_40_tags" else ["D", "N", "V", "A"]   # 40: sparse Viterbi
         data = [([{f"w={rng.integers(12)}": 1.0, "b": float(rng.normal())} for _ in range(L)],
-                 [tags[int(t)] for t in rng.integers(4, size=L)]) for L in rng.integers(1, 6, size=60)]
+                 [tags[int(t)] for t in rng.integers(len(tags), size=L)]) for L in rng.integers(1, 6, size=60)]
     elif kind == "multilabel":
         m = MultiLabelSSVM(learner=BCFW(seed=0))
         data = [({f"f{j}": float(rng.normal()) for j in rng.integers(10, size=3)},

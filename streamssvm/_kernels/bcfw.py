@@ -1325,14 +1325,23 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
 
     An example whose ``slot`` is ``PREDICT`` is a record to predict, not to learn: its labeling
     goes to its ``ytrue`` at weights ``scale * (E - zc * ZE, T, B)`` (``w`` = the weights to
-    predict with, ZE the averaging bundle's, ``scale`` and ``zc`` the example's), as
-    ``predict_batch`` labels it (``predict_example``), and nothing else changes. The learn_one
+    predict with, ZE the averaging bundle's, ``scale`` and ``zc`` the example's), the labeling
+    ``predict_batch`` gives it (``predict_example``'s scores and decoder), and nothing else changes. The learn_one
     path predicts so once it has learned: a first use compiles one kernel holding the decoder,
     not two (see above)."""
     if example[5] == PREDICT:
-        tok_ptr, fidx, fval, labels = example[0], example[1], example[2], example[3]
-        predict_example(model, w, example[7], avg[1], example[8], tok_ptr, fidx, fval, labels, scratch,
-                        frozen_support(model, w[1]))
+        # predict_example's scores, then the decoder the steps compiled (``decode``: the same
+        # labeling as ``decode_frozen``, its Viterbi support found for this one record; no
+        # frozen-support code compiles on this path)
+        tok_ptr, fidx, fval, labels, scale, zc = example[0], example[1], example[2], example[3], example[7], example[8]
+        L = tok_ptr.shape[0] - 1
+        S = scratch[0]
+        if zc != 0.0:
+            _emission_avg(model[0], w[0], avg[1], zc, scale, tok_ptr, fidx, fval, L, model[1], S)
+        else:
+            emission_rows(model[0], w[0], scale, tok_ptr, fidx, fval, L, model[1], S, True)
+        zero = L - L   # (ly, Ki and the loss scale as typed values, not literals: the steps' decode)
+        decode(model, w, S, scale, L, labels, zero, 0.0 * scale, zero + 1, scratch, labels)
         return tick0
     rng = np.empty(STATE, dtype=np.int64)
     mt_seed(rng, seed)
