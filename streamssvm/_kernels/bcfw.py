@@ -996,8 +996,9 @@ def emission_avg_scores(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
 def predict_example(model, w, scale, ZE, zc, tok_ptr, fidx, fval, out, scratch, support):
     """The MAP labeling (into ``out``) of one example of L = len(tok_ptr) - 1 >= 1 tokens at
     weights ``scale * (E - zc * ZE, T, B)`` (zc = 0: plain E), T's Viterbi ``support`` found
-    beforehand (``structops.frozen_support``): what ``predict_batch`` does for each example, and
-    ``learn_one_example`` for a record to predict."""
+    beforehand (``structops.frozen_support``): what ``predict_batch`` does for each example
+    (``learn_one_example`` scores a record to predict the same way and decodes it with
+    ``decode``: the same labeling)."""
     kind, K = model[0], model[1]
     E = w[0]
     L = tok_ptr.shape[0] - 1
