@@ -161,8 +161,8 @@ def validate_store_state(st, structure, n_rows=None):
                     _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")
                 en, ecap = int(Iar[r]), int(Iar[r + 1])
                 tptr = Iar[r + 2:r + 3 + L].astype(np.int64)
-                if not 0 <= en <= ecap <= L * Kc or r + 3 + L + en > ni:
-                    _fail(f"slot {s}: {en} M entries of {ecap} (at most {L * Kc})")
+                if not 0 <= en <= min(ecap, L * Kc) or r + 3 + L + en > ni:
+                    _fail(f"slot {s}: {en} M entries of {ecap} (at most {L * Kc} in use)")
                 if tptr[0] != 0 or tptr[-1] != en or np.any(np.diff(tptr) < 0):
                     _fail(f"slot {s}: M's token pointers are not a partition of its {en} entries")
                 etag = Iar[r + 3 + L:r + 3 + L + en].astype(np.int64)
