@@ -462,9 +462,12 @@ class BlockStore:
         Kc = self.Kc if Kc is None else Kc
         return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
 
-    def ecap0(self, L):
-        """Initial M entries of a sparse block of length L: 2 L + ``ENTRY_SLACK`` (vectorized)."""
-        return 2 * np.asarray(L, dtype=np.int64) + ENTRY_SLACK
+    def ecap0(self, L, Kc=None):
+        """Initial M entries of a sparse block of length L: 2 L + ``ENTRY_SLACK``, at most L Kc
+        (a token has at most Kc entries; the kernels' scratch holds L Kc) (vectorized)."""
+        Kc = self.Kc if Kc is None else Kc
+        L = np.asarray(L, dtype=np.int64)
+        return np.minimum(2 * L + ENTRY_SLACK, L * Kc)
 
     def stat_len(self, L, tcap=0, Kc=None, ecap=0):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
@@ -495,7 +498,7 @@ class BlockStore:
         isz = L + 1 + (nnz if nidx is None else nidx) + ly + self.pool_cap * lablen
         if self.sparse:
             tcap = self.tcap0(L, Kc) if tcap is None else tcap
-            ecap = self.ecap0(L) if ecap is None else ecap
+            ecap = self.ecap0(L, Kc) if ecap is None else ecap
             isz = isz + 4 + 2 * tcap + L + 1 + ecap
         else:
             tcap = ecap = 0
@@ -1158,8 +1161,9 @@ class BlockStore:
             ecap = self._m_len(j)[1]
             ecap = max(ecap, nused + L + ENTRY_SLACK) if full else max(ecap, nused)
         else:
-            ecap = max(int(self.ecap0(L)), nused + L + ENTRY_SLACK)
+            ecap = max(int(self.ecap0(L, Kc)), nused + L + ENTRY_SLACK)
         tcap = max(min(tcap, Kc * Kc), npairs)
+        ecap = max(min(ecap, L * Kc), nused)
         ss = ecap + tcap
         return (isz + 4 + 2 * tcap + L + 1 + ecap,
                 nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), tcap, ecap)
@@ -1279,6 +1283,7 @@ class BlockStore:
         ``grow``; at least ``ecap_min`` M entries); its old segment is garbage until the next
         compaction."""
         isz, fsz, tcap, ecap = self._plan(j, self.Kc, True, grow=True)
+        ecap_min = min(ecap_min, int(self.meta[j, K.M_L]) * self.Kc)
         if ecap < ecap_min:
             isz, fsz, ecap = isz + ecap_min - ecap, fsz + (ecap_min - ecap) * (2 if self.avg else 1), ecap_min
         io, fo = self.i_used, self.f_used

@@ -324,7 +324,8 @@ def _room(kind, sp, arena, j, kpos, sts, L, Kc, lab1, lab2, counters):
         return 1
     ep = entries_pos(Iar, kpos)
     need = sp_missing(Iar, kpos, lab1, lab2, L)
-    if need > 0 and Iar[ep] + need > Iar[ep + 1] and sp_move_grown(arena, j, kpos, L, Iar[ep] + need + L + ENTRY_SLACK):
+    if need > 0 and Iar[ep] + need > Iar[ep + 1] and sp_move_grown(arena, j, kpos, L,
+                                                                   min(Iar[ep] + need + L + ENTRY_SLACK, L * Kc)):
         kpos = pairs_pos(meta, j)[1]
         st = block_views(arena, j, Kc, kind)[6]
         zm = avg_view(arena, j, Kc, kind)
