@@ -227,3 +227,35 @@ def test_entry_kernels_give_the_dense_layouts_values_bit_for_bit(seed):
     assert seen_zero > 0
     for a, b in ((E1, E2), (T1, T2), (B1, B2)):
         assert np.array_equal(_bits(a), _bits(b))
+
+
+def test_swapping_in_a_statistic_with_more_entries_moves_the_block_and_keeps_it_whole():
+    """``swap_sparse_stat`` with an M of more entries than the block holds moves the block to a
+    larger segment, which also doubles its pair capacity: the entries are then written after the
+    new pair list (a stale pair capacity wrote them over it: the block read back wrong)."""
+    rng = np.random.default_rng(3)
+    X, Y = noisy_late_tag_stream(seed=3)
+    est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=3))
+    est.learn_many(X, Y)
+    st = est._learner.store
+    assert st.blends_sparse()
+    Kc = st.Kc
+    j = max(st.slots(), key=lambda s: int(st.meta[s, KL.M_L]))
+    L = int(st.meta[j, KL.M_L])
+    others = {s: st.dense_stat(s) for s in st.slots() if s != j}
+    pairs, vals, _ = st._pairs(j)
+    head = rng.normal(size=(L, Kc))   # every tag of every token: more entries than the block holds
+    assert L * Kc > st._m_len(j)[1]
+    tcap0 = int(st.Iar[st._kpos(j) + 1])
+    st.swap_sparse_stat(j, head.ravel(), pairs, vals)
+    assert int(st.Iar[st._kpos(j) + 1]) > tcap0   # (the move gave it more pairs too)
+    want = np.zeros(st.structure.stat_size(L, Kc))
+    want[:L * Kc] = head.ravel()
+    T = want[L * Kc:L * Kc + Kc * Kc].reshape(Kc, Kc)
+    T[pairs[:, 0], pairs[:, 1]] = vals
+    o2 = L * Kc + Kc * Kc
+    want[o2:o2 + Kc], want[o2 + Kc:o2 + 2 * Kc] = head[0], head[L - 1]
+    assert np.array_equal(st.dense_stat(j), want)
+    assert all(np.array_equal(st.dense_stat(s), d) for s, d in others.items())
+    est.refine(1)   # the kernels read the block as written
+    assert np.isfinite(est.certificate().gap)
