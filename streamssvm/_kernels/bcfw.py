@@ -351,7 +351,7 @@ def _dense_after_room(kind, sp, room, arena, j, Kc, views):
 @_chain_only(_dense_after_room)
 def _after_room(kind, sp, room, arena, j, Kc, views):
     """A step's views (``tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss``) after
-    :func:`_room`: taken anew when it moved the block to a larger tag room (``room == 2``), else
+    :func:`_room`: taken anew when it moved the block to a segment with more M entries (``room == 2``), else
     as they were. Other layouts compile the views as they were only (no room can move there, and
     a runtime ``room == 2`` test would compile the re-read into every entry kernel)."""
     if room == 2:
