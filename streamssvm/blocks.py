@@ -1297,9 +1297,12 @@ class BlockStore:
         self.f_live += fsz - of
 
     def grow_short(self):
-        """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs or L new M
-        entries (one more step's worth), so that the steps of the next kernel call rarely find a
-        block full.
+        """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one more
+        step's worth) or L / 2 new M entries, so that the steps of the next kernel call rarely find
+        a block full (a block out of entries moves in the kernel, to the call's move region; when
+        that is used up the step waits, ``FLAG_TFULL``. Brown 10k before ``refine(1)``: 1,419 of
+        10,000 blocks grown here, no step waits; L spare entries grew 6,513 blocks, +64 MB of
+        moved segments and +0.9 s; none grown here made 40 steps of Brown 3k's refine wait).
         O(n) array operations; called before the kernel calls that run many steps."""
         if not self.sparse or self._n == 0:
             return 0
@@ -1311,7 +1314,7 @@ class BlockStore:
         tn, tcap = self.Iar[kpos].astype(np.int64), self.Iar[kpos + 1].astype(np.int64)
         ep = kpos + 2 + 2 * tcap
         en, ecap = self.Iar[ep].astype(np.int64), self.Iar[ep + 1].astype(np.int64)
-        short = ((tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)) | (ecap - en < m[:, K.M_L])
+        short = ((tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)) | (2 * (ecap - en) < m[:, K.M_L])
         if not short.any():
             return 0
         self.meta[s[short], K.M_FLAGS] |= CS.FLAG_TFULL
