@@ -101,16 +101,22 @@ def child_streamssvm(n):
     isz, fsz = meta[:, KL.M_ISIZE].astype(np.int64), meta[:, KL.M_FSIZE].astype(np.int64)
     pool_i = meta[:, KL.M_PCAP] * meta[:, KL.M_LABLEN]
     nzM, tcap, union, room = [], [], [], []
-    rooms = hasattr(st, "_room")   # M over each sparse block's own tags (a checkout before them: L x Kc)
+    # M as per-token entries (a checkout before them: over each sparse block's own tags, a tag
+    # room; before those: L x Kc)
+    entries = hasattr(st, "_entries")
+    rooms = not entries and hasattr(st, "_room")
     for s in slots:
         sp, kpos = py_entry(KL.pairs_pos)(st.meta, s)
         Lb = int(st.meta[s, KL.M_L])
-        if rooms and sp:
+        if entries and sp:
             Mb = st._emission(s, st._stat_pos(s)) != 0
-            room.append(st._room(s)[2])
+            room.append(st._m_len(s)[1])   # the block's entry capacity ecap
+        elif rooms and sp:
+            Mb = st._emission(s, st._stat_pos(s)) != 0
+            room.append(Lb * st._room(s)[2])
         else:
             Mb = np.asarray(st.block(s)["stat"][:Lb * Kc]).reshape(Lb, Kc) != 0
-            room.append(Kc)
+            room.append(Lb * Kc)
         nzM.append(np.count_nonzero(Mb, axis=1))
         union.append(int(Mb.any(axis=0).sum()))   # the tags any of the block's labelings put on a token
         tcap.append(int(st.Iar[kpos + 1]) if sp else 0)
@@ -118,16 +124,19 @@ def child_streamssvm(n):
     tcap = np.asarray(tcap, dtype=np.int64)
     union = np.asarray(union, dtype=np.int64)
     room = np.asarray(room, dtype=np.int64)
-    Mkey = "emission statistic M (L x tag room)" if rooms else "emission statistic M (L x Kc)"
+    Mkey = ("emission statistic M (entry values, ecap)" if entries else
+            "emission statistic M (L x tag room)" if rooms else "emission statistic M (L x Kc)")
+    sparse = flags & KL.FLAG_SPARSE != 0
     segs = {
         "token values (fval)": nnz.sum() * 8,
         "feature indices + token pointers": (nidx + L + 1).sum() * 4,
         "Gram matrices (L x L)": gram.sum() * 8,
-        Mkey: (L * room).sum() * 8,
+        Mkey: room.sum() * 8,   # (room: M's floats per block)
         # (sparse chain blocks keep none: their BM rows are M's first and last rows)
         "start/end statistic BM (2 x Kc)": int(np.count_nonzero(~flags & KL.FLAG_SPARSE)) * 2 * Kc * 8,
         "transition pairs (ints) + counts (floats)": (2 + 2 * tcap).sum() * 4 + tcap.sum() * 8,
-        "tag rooms' tag lists (ints)": ((2 + room) * (flags & KL.FLAG_SPARSE != 0)).sum() * 4 if rooms else 0,
+        "tag rooms' tag lists (ints)": ((2 + room // L) * sparse).sum() * 4 if rooms else 0,
+        "M entries' tags + token pointers (ints)": ((3 + L + room) * sparse).sum() * 4 if entries else 0,
         "pool labelings (ints) + alphas": pool_i.sum() * 4 + meta[:, KL.M_PCAP].sum() * 8,
     }
     live = float(isz.sum() * 4 + fsz.sum() * 8)
@@ -138,8 +147,8 @@ def child_streamssvm(n):
             "segments_mb": {k: float(v) * MB for k, v in segs.items()},
             "store_live_mb": live * MB, "store_allocated_mb": st.allocated_bytes() * MB,
             "weights_E_mb": lr.W.E.nbytes * MB, "averaging_Z_mb": (Z.E.nbytes if Z is not None else 0) * MB,
-            "M_nonzero_frac": float(nzM.sum() / max((L * Kc).sum(), 1)), "M_room_mean": float(room.mean()),
-            "M_room_frac_of_Kc": float((L * room).sum() / max((L * Kc).sum(), 1)),
+            "M_nonzero_frac": float(nzM.sum() / max((L * Kc).sum(), 1)), "M_room_mean": float((room / L).mean()),
+            "M_room_frac_of_Kc": float(room.sum() / max((L * Kc).sum(), 1)),
             "M_nonzero_per_token_mean": float(nzM.mean()), "M_nonzero_per_token_max": int(nzM.max()),
             "M_as_pairs_mb": float(nzM.sum() * 12 * MB), "tcap_mean": float(tcap.mean()),
             "M_tag_union_mean": float(union.mean()), "M_tag_union_max": int(union.max()),
@@ -201,7 +210,7 @@ def main(argv=None):
         seg = bs["segments_mb"]
         res["before"] = {"commit": a.before_commit or a.before, "peak_rss_mb": bs["peak_rss_mb"],
                          "store_live_mb": bs["store_live_mb"], "gram_mb": seg["Gram matrices (L x L)"],
-                         "M_mb": seg.get("emission statistic M (L x Kc)", seg.get("emission statistic M (L x tag room)")),
+                         "M_mb": _m_mb(seg),
                          "store_allocated_mb": bs["store_allocated_mb"], "wall_s": bs["wall_s"],
                          "bm_mb": seg["start/end statistic BM (2 x Kc)"], "cpu_s": bs["cpu_s"]}
         log(f"before: {json.dumps(res['before'])}")
@@ -212,10 +221,15 @@ def main(argv=None):
     write_report(res, a.out)
 
 
+def _m_mb(seg):
+    """MB of the emission statistic M in a row's segments (whichever layout the checkout has)."""
+    return next(v for k, v in seg.items() if k.startswith("emission statistic M"))
+
+
 def write_report(res, out):
     """bench/results/chain_memory.md from the measurements (``--report`` re-renders the json)."""
     d, s, c = res["data"], res["streamssvm"], res["crfsuite"]
-    M = s["segments_mb"].get("emission statistic M (L x tag room)", s["segments_mb"].get("emission statistic M (L x Kc)"))
+    M = _m_mb(s["segments_mb"])
     sparse_peak = s["peak_rss_mb"] - M + s["M_as_pairs_mb"]
     lines = [f"# Chain model memory on Brown (`{res['command']}`)", "",
              f"First {d['sentences']:,} Brown training sentences ({d['tokens']:,} tokens, {d['tags']} fine tags seen, "

@@ -47,12 +47,17 @@ _NO_SLOTS.flags.writeable = False
 #: costs 16 bytes, so 8 adds ~1.5 KB to a 25-token sentence.
 TCAP_FACTOR = 8
 
-#: A new sparse chain block's tag room holds min(Kc, L + ROOM_SLACK) tags (:meth:`BlockStore.room0`):
-#: every tag of its truth, and room for ROOM_SLACK more (the oracle's labelings bring a few: 1.5
-#: tags per token on Brown, at most a dozen per sentence); a step that needs more grows the room
-#: in the kernel (by ROOM_SLACK more than it needs) or, with no move region left, waits for
-#: :meth:`BlockStore.grow_flagged`, as one that needs more pairs does. One value, the kernels'.
-ROOM_SLACK = KL.ROOM_SLACK
+#: A new sparse chain block has room for 2 L + ENTRY_SLACK M entries (:meth:`BlockStore.ecap0`):
+#: its truth's L and one more labeling's worth (the oracle's labelings bring few: 1.5 entries per
+#: token on Brown); a step that needs more grows the block in the kernel (to L + ENTRY_SLACK more
+#: than it needs) or, with no move region left, waits for :meth:`BlockStore.grow_flagged`, as one
+#: that needs more pairs does. One value, the kernels'.
+ENTRY_SLACK = KL.ENTRY_SLACK
+
+#: How a sparse store's blocks hold M (:attr:`BlockStore._legacy_m`): per-token entries (this
+#: version), or, in a state read from an older file until it is rewritten, L x rcap columns of a
+#: tag room (``tag_rooms``) or L x Kc (before those).
+ENTRIES, ROOMS, KC_WIDE = 0, 1, 2
 
 
 #: How much larger a growing arena becomes (``BlockStore._ensure_arena``). The unused tail of a
@@ -178,9 +183,9 @@ class BlockStore:
     sparse
         Chains only: keep the transition part of each block's statistic as a list of (tag pair,
         count) entries (``streamssvm._kernels.chainsparse``) instead of a dense Kc x Kc table,
-        and its emission statistic M over the block's own tags (its tag room), so a block costs
+        and its emission statistic M as per-token (tag, value) entries, so a block costs
         O(L tags + pairs) floats, not O(L Kc + Kc^2). The list starts with room for
-        ``tcap_factor * (L - 1)`` pairs, the room with :meth:`room0` tags; both grow when a step
+        ``tcap_factor * (L - 1)`` pairs, M with :meth:`ecap0` entries; both grow when a step
         needs more (:meth:`grow_flagged`).
     dense_rows
         Multiclass: keep a row whose non-zeros cover at least 2/3 of features 0..max index as
@@ -235,9 +240,10 @@ class BlockStore:
         self.eviction = eviction
         self.slack = bool(slack)   # blocks hold u~_i (slack rescaling) instead of the mean statistic
         self.sparse = bool(sparse) and self.kind == CHAIN
-        #: the sparse blocks hold M over every tag (Kc wide, no tag room): a state read from a file
-        #: written before the rooms, until :meth:`from_state` rewrites it (:meth:`_room`)
-        self._legacy_m = False
+        #: how the sparse blocks hold M: ENTRIES (per-token entries, ``_kernels/layout.py``), or, in
+        #: a state read from an older file until :meth:`from_state` rewrites it, ROOMS (L x rcap
+        #: columns of a tag room) or KC_WIDE (L x Kc) (:meth:`_m_len`)
+        self._legacy_m = ENTRIES
         # the move region of the kernels (``_move_region``; a view of its first 6 entries is the
         # Arena's ``moves``, all 0 for a dense store)
         self._moves = np.zeros(8, dtype=np.int64)
@@ -422,11 +428,17 @@ class BlockStore:
         """The Arena's ``moves`` of a sparse store: the sizes its kernels' moves grew the live
         blocks by folded into the live sizes (:meth:`_fold_moves`), and a region at the arenas'
         end set aside (counted as used) for the moves of the next kernel call when less than half
-        of the last one is left: 1/64 of the used sizes and at least 4096 ints / 65536 floats
-        (its unused rest is garbage until the next compaction)."""
+        of the last one is left, or less than twice the largest block: 1/64 of the used sizes
+        plus four times the largest block and at least 4096 ints / 65536 floats (its unused
+        rest is garbage until the next compaction). A move grows a block by less than its size,
+        so a step never waits for lack of a region (``FLAG_TFULL``) on a block that fits."""
         mv = self._fold_moves()
-        if 2 * (mv[1] - mv[0]) < mv[6] or 2 * (mv[3] - mv[2]) < mv[7] or mv[6] == 0:
-            ni, nf = 4096 + self.i_used // 64, 65536 + self.f_used // 64
+        ns = self.n_slots
+        big_i = int(self.meta[:ns, K.M_ISIZE].max()) if ns else 0
+        big_f = int(self.meta[:ns, K.M_FSIZE].max()) if ns else 0
+        if (2 * (mv[1] - mv[0]) < max(mv[6], 4 * big_i) or 2 * (mv[3] - mv[2]) < max(mv[7], 4 * big_f)
+                or mv[6] == 0):
+            ni, nf = 4096 + self.i_used // 64 + 4 * big_i, 65536 + self.f_used // 64 + 4 * big_f
             self._ensure_arena("Iar", self.i_used + ni)
             self._ensure_arena("Far", self.f_used + nf)
             mv[:] = (self.i_used, self.i_used + ni, self.f_used, self.f_used + nf, 0, 0, ni, nf)
@@ -450,17 +462,19 @@ class BlockStore:
         Kc = self.Kc if Kc is None else Kc
         return np.minimum(self.tcap_factor * np.maximum(np.asarray(L, dtype=np.int64) - 1, 1), Kc * Kc)
 
-    def room0(self, L, Kc=None):
-        """Initial tag room of a sparse block of length L: min(Kc, L + ``ROOM_SLACK``) (vectorized)."""
+    def ecap0(self, L, Kc=None):
+        """Initial M entries of a sparse block of length L: 2 L + ``ENTRY_SLACK``, at most L Kc
+        (a token has at most Kc entries; the kernels' scratch holds L Kc) (vectorized)."""
         Kc = self.Kc if Kc is None else Kc
-        return np.minimum(np.asarray(L, dtype=np.int64) + ROOM_SLACK, Kc)
+        L = np.asarray(L, dtype=np.int64)
+        return np.minimum(2 * L + ENTRY_SLACK, L * Kc)
 
-    def stat_len(self, L, tcap=0, Kc=None, rcap=0):
+    def stat_len(self, L, tcap=0, Kc=None, ecap=0):
         """Floats of a block's statistic region (dense: ``structure.stat_size``; sparse:
-        M (L x rcap) | TV, no start / end rows: ``_kernels/chainsparse.py``)."""
+        MV (ecap) | TV (tcap), no start / end rows: ``_kernels/chainsparse.py``)."""
         Kc = self.Kc if Kc is None else Kc
         if self.sparse:
-            return L * rcap + tcap
+            return ecap + tcap
         return self.structure.stat_size(L, Kc)
 
     def stores_gram(self, L, nnz):
@@ -472,9 +486,9 @@ class BlockStore:
             self.any_gram_free = True
         return keep
 
-    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None, rcap=None):
-        """(int size, float size, labeling length) of a block's segments; ``tcap`` / ``rcap``: the
-        pairs and tag room of a sparse block (default :meth:`tcap0` / :meth:`room0`); ``nnz`` the
+    def segment_sizes(self, L, nnz, ly, tcap=None, Kc=None, nidx=None, gram=None, ecap=None):
+        """(int size, float size, labeling length) of a block's segments; ``tcap`` / ``ecap``: the
+        pairs and M entries of a sparse block (default :meth:`tcap0` / :meth:`ecap0`); ``nnz`` the
         values stored, ``nidx`` the feature
         indices stored (default nnz; 0 for a dense row); ``gram``: a Gram matrix is stored
         (default :meth:`stores_gram`). Vectorized over L, nnz, ly, nidx, gram."""
@@ -484,11 +498,11 @@ class BlockStore:
         isz = L + 1 + (nnz if nidx is None else nidx) + ly + self.pool_cap * lablen
         if self.sparse:
             tcap = self.tcap0(L, Kc) if tcap is None else tcap
-            rcap = self.room0(L, Kc) if rcap is None else rcap
-            isz = isz + 4 + 2 * tcap + rcap
+            ecap = self.ecap0(L, Kc) if ecap is None else ecap
+            isz = isz + 4 + 2 * tcap + L + 1 + ecap
         else:
-            tcap = rcap = 0
-        ss = self.stat_len(L, tcap, Kc, rcap)
+            tcap = ecap = 0
+        ss = self.stat_len(L, tcap, Kc, ecap)
         fsz = nnz + np.where(gram, L * L, 0) + ss + self.pool_cap + (ss + 1 if self.avg else 0)
         return isz, fsz, lablen
 
@@ -768,13 +782,15 @@ class BlockStore:
         if gl:
             Fa[fo + nnz:fo + nnz + gl] = gram_fn(tok_ptr, fidx, fval, L).ravel()
         kp = p0 + self.pool_cap * lablen
-        tcap, rcap = (int(self.tcap0(L)), int(self.room0(L))) if self.sparse else (0, 0)
-        ss = self.stat_len(L, tcap, rcap=rcap)
+        tcap, ecap = (int(self.tcap0(L)), int(self.ecap0(L))) if self.sparse else (0, 0)
+        ss = self.stat_len(L, tcap, ecap=ecap)
         s0 = fo + nnz + gl
         Fa[s0:s0 + ss + self.pool_cap + (ss + 1 if self.avg else 0)] = 0.0   # with the averaging accumulator
         if self.sparse:
             I[kp:kp + 2] = (0, tcap)
-            I[kp + 2 + 2 * tcap:kp + 4 + 2 * tcap] = (0, rcap)
+            ep = kp + 2 + 2 * tcap
+            I[ep:ep + 3 + L] = 0
+            I[ep + 1] = ecap
             if not self.slack:
                 yt = np.asarray(ytrue, dtype=np.int32)
                 py_entry(CS.sp_register)(I, kp, Fa[s0:s0 + ss], Fa[0:0], yt, L)
@@ -943,8 +959,8 @@ class BlockStore:
         Inew = np.zeros(max(1024, int(sum(p[0] for p in plans) * 1.25)), dtype=np.int32)
         Fnew = np.zeros(max(1024, int(sum(p[1] for p in plans) * 1.25)), dtype=np.float64)
         io = fo = 0
-        for j, (isz, fsz, tcap, rcap) in zip(slots, plans):
-            self._copy_block(j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, rcap)
+        for j, (isz, fsz, tcap, ecap) in zip(slots, plans):
+            self._copy_block(j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, ecap)
             io += isz
             fo += fsz
         self.Iar, self.Far = Inew, Fnew
@@ -952,7 +968,7 @@ class BlockStore:
         self.f_used = self.f_live = fo
         self.Kc = Kc
         self.sparse = to_sparse
-        self._legacy_m = False
+        self._legacy_m = ENTRIES
         self._moves[:] = 0   # a new move region at the next kernel call
 
     def _compact_in_place(self, slots, Kc):
@@ -1010,16 +1026,27 @@ class BlockStore:
         self.Kc = Kc
         return True
 
-    def _room(self, j):
-        """(offset in Iar of sparse block j's pair list, its tag room's tags (ascending, int64),
-        the room's capacity: M's row width) -- ``_kernels/layout.py``. Blocks read from a file
-        written before the rooms (:attr:`_legacy_m`) hold M over every tag, Kc wide."""
+    def _m_len(self, j):
+        """(offset in Iar of sparse block j's pair list, floats of its M before its transition
+        counts TV) -- ``_kernels/layout.py``: ecap entries, or, for the blocks of a state read from
+        an older file (:attr:`_legacy_m`), L x rcap (tag rooms) or L x Kc."""
         kp = self._kpos(j)
-        if self._legacy_m:
-            return kp, np.arange(self.Kc, dtype=np.int64), self.Kc
         r = kp + 2 + 2 * int(self.Iar[kp + 1])
-        rn, rcap = int(self.Iar[r]), int(self.Iar[r + 1])
-        return kp, self.Iar[r + 2:r + 2 + rn].astype(np.int64), rcap
+        L = int(self.meta[j, K.M_L])
+        if self._legacy_m == KC_WIDE:
+            return kp, L * self.Kc
+        if self._legacy_m == ROOMS:
+            return kp, L * int(self.Iar[r + 1])
+        return kp, int(self.Iar[r + 1])
+
+    def _entries(self, j):
+        """(token, tag) of each of sparse block j's M entries in use, in their order (int64)."""
+        kp = self._kpos(j)
+        ep = kp + 2 + 2 * int(self.Iar[kp + 1])
+        L = int(self.meta[j, K.M_L])
+        tptr = self.Iar[ep + 2:ep + 3 + L].astype(np.int64)
+        tok = np.repeat(np.arange(L, dtype=np.int64), np.diff(tptr))
+        return tok, self.Iar[ep + 3 + L:ep + 3 + L + int(tptr[L])].astype(np.int64)
 
     def _stat_pos(self, j):
         """Offset in Far of block j's statistic (``layout.stat_pos``)."""
@@ -1030,22 +1057,32 @@ class BlockStore:
         """Sparse block j's emission statistic M (or its averaging accumulator's: ``at`` its offset
         in Far) as a dense (L, Kc) array (a copy)."""
         L = int(self.meta[j, K.M_L])
-        kp, tags, R = self._room(j)
         out = np.zeros((L, self.Kc))
-        out[:, tags] = self.Far[at:at + L * R].reshape(L, R)[:, :len(tags)]
+        if self._legacy_m == KC_WIDE:
+            out[:] = self.Far[at:at + L * self.Kc].reshape(L, self.Kc)
+        elif self._legacy_m == ROOMS:
+            kp = self._kpos(j)
+            r = kp + 2 + 2 * int(self.Iar[kp + 1])
+            rn, R = int(self.Iar[r]), int(self.Iar[r + 1])
+            out[:, self.Iar[r + 2:r + 2 + rn]] = self.Far[at:at + L * R].reshape(L, R)[:, :rn]
+        else:
+            tok, tag = self._entries(j)
+            out[tok, tag] = self.Far[at:at + len(tag)]
         return out
 
-    def _kept_tags(self, j, Md, Zd):
-        """The tags a block's room keeps when it is rewritten: its columns of M (``Md``) or of its
-        averaging accumulator (``Zd``, or None) with a non-zero, and its truth's tags (margin
-        blocks: ``block_u`` adds the truth's statistic in the block's layout). Ascending."""
-        nz = np.any(Md != 0.0, axis=0)
+    def _kept_entries(self, j, Md, Zd):
+        """The M entries a block keeps when it is rewritten, as (tokens, tags) in the layout's
+        order (token by token, tags ascending): those non-zero in M (``Md``) or in its averaging
+        accumulator (``Zd``, or None), and its truth's (margin blocks: ``block_u`` adds the
+        truth's statistic in the block's layout)."""
+        nz = Md != 0.0
         if Zd is not None:
-            nz |= np.any(Zd != 0.0, axis=0)
+            nz |= Zd != 0.0
         if not self.slack:
             y0 = int(KL.truth_pos(self.meta, j))
-            nz[self.Iar[y0:y0 + int(self.meta[j, K.M_LY])]] = True
-        return np.flatnonzero(nz)
+            L = nz.shape[0]
+            nz[np.arange(L), self.Iar[y0:y0 + L]] = True
+        return np.nonzero(nz)
 
     def _pairs(self, j):
         """The transition part of block j's statistic as (pairs (n, 2), counts (n,), their
@@ -1057,11 +1094,11 @@ class BlockStore:
         Kc = self.Kc
         z0 = self._avg_pos(j)
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
-            kp, _, R = self._room(j)
+            kp, h = self._m_len(j)
             tn = int(self.Iar[kp])
             pairs = self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64)
-            vals = self.Far[s0 + L * R:s0 + L * R + tn]
-            zv = None if z0 < 0 else self.Far[z0 + L * R:z0 + L * R + tn]
+            vals = self.Far[s0 + h:s0 + h + tn]
+            zv = None if z0 < 0 else self.Far[z0 + h:z0 + h + tn]
             nz = (vals != 0.0) if zv is None else (vals != 0.0) | (zv != 0.0)
             return pairs[nz], vals[nz].copy(), None if zv is None else zv[nz].copy()
         TM = self.Far[s0 + L * Kc:s0 + L * Kc + Kc * Kc].reshape(Kc, Kc)
@@ -1076,8 +1113,8 @@ class BlockStore:
             return -1
         L = int(m[K.M_L])
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
-            kp, _, R = self._room(j)
-            ss = L * R + int(self.Iar[kp + 1])
+            kp, h = self._m_len(j)
+            ss = h + int(self.Iar[kp + 1])
         else:
             ss = int(self.structure.stat_size(L, self.Kc))
         return self._stat_pos(j) + ss + int(m[K.M_PCAP])
@@ -1099,9 +1136,9 @@ class BlockStore:
                 None if z0 < 0 else self.Far[z0:z0 + L * Kc].reshape(L, Kc))
 
     def _plan(self, j, Kc, to_sparse, grow=False):
-        """(int size, float size, pair capacity, tag room capacity) of block j rewritten at
+        """(int size, float size, pair capacity, M entry capacity) of block j rewritten at
         capacity Kc in the target layout; ``grow`` (or a block flagged ``FLAG_TFULL``): room for
-        more pairs and tags."""
+        more pairs and entries (one more labeling's: L + ``ENTRY_SLACK``)."""
         m = self.meta[j]
         L, nnz, ly = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_LY])
         lablen = self.structure.labeling_len(L, Kc)
@@ -1110,7 +1147,7 @@ class BlockStore:
             ss = self.structure.stat_size(L, Kc)
             return isz, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), 0, 0
         npairs = len(self._pairs(j)[1])
-        nused = len(self._kept_tags(j, *self._sources(j)))
+        nused = len(self._kept_entries(j, *self._sources(j))[0])
         full = grow or int(m[K.M_FLAGS]) & CS.FLAG_TFULL
         if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             tcap = int(self.Iar[self._kpos(j) + 1])
@@ -1120,21 +1157,21 @@ class BlockStore:
                 tcap = max(tcap, int(self.tcap0(L, Kc)))
         else:
             tcap = int(self.tcap0(L, Kc))
-        if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE and not self._legacy_m:
-            rcap = self._room(j)[2]
-            rcap = max(rcap, nused + ROOM_SLACK) if full else max(rcap, nused)
+        if int(m[K.M_FLAGS]) & CS.FLAG_SPARSE and self._legacy_m == ENTRIES:
+            ecap = self._m_len(j)[1]
+            ecap = max(ecap, nused + L + ENTRY_SLACK) if full else max(ecap, nused)
         else:
-            rcap = max(int(self.room0(L, Kc)), nused + ROOM_SLACK)
+            ecap = max(int(self.ecap0(L, Kc)), nused + L + ENTRY_SLACK)
         tcap = max(min(tcap, Kc * Kc), npairs)
-        rcap = max(min(rcap, Kc), nused)
-        ss = L * rcap + tcap
-        return (isz + 4 + 2 * tcap + rcap, nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0),
-                tcap, rcap)
+        ecap = max(min(ecap, L * Kc), nused)
+        ss = ecap + tcap
+        return (isz + 4 + 2 * tcap + L + 1 + ecap,
+                nnz + _gram_len(m) + ss + self.pool_cap + (ss + 1 if self.avg else 0), tcap, ecap)
 
-    def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, rcap=0):
+    def _copy_block(self, j, Inew, Fnew, io, fo, Kc, to_sparse, tcap, ecap=0):
         """Write block j (read from the current arenas and layout) at offsets io / fo of Inew /
-        Fnew, at label capacity Kc, in the target layout with ``tcap`` pairs and a room of
-        ``rcap`` tags (sparse); updates its meta row."""
+        Fnew, at label capacity Kc, in the target layout with ``tcap`` pairs and ``ecap`` M
+        entries (sparse); updates its meta row."""
         struct = self.structure
         oldKc = self.Kc
         m = self.meta[j]
@@ -1144,7 +1181,7 @@ class BlockStore:
         old_sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
         pairs, vals, zvals = self._pairs(j) if (old_sparse or to_sparse) else (None, None, None)
         Md, Zd = self._sources(j) if (old_sparse or to_sparse) else (None, None)
-        tags = self._kept_tags(j, Md, Zd) if to_sparse else None
+        kept = self._kept_entries(j, Md, Zd) if to_sparse else None
         oz0 = self._avg_pos(j)
         head = L + 1 + _nidx(m) + ly
         Inew[io:io + head] = self.Iar[oio:oio + head]
@@ -1158,12 +1195,12 @@ class BlockStore:
         Fnew[fo:fo + nnz + gl] = self.Far[ofo:ofo + nnz + gl]
         os0, ns0 = ofo + nnz + gl, fo + nnz + gl
         if old_sparse:
-            kp_old, _, R_old = self._room(j)
-            oss = L * R_old + int(self.Iar[kp_old + 1])
+            kp_old, h_old = self._m_len(j)
+            oss = h_old + int(self.Iar[kp_old + 1])
         else:
             oss = struct.stat_size(L, oldKc)
         isz = head + pcap * lablen
-        nss = L * rcap + tcap if to_sparse else struct.stat_size(L, Kc)
+        nss = ecap + tcap if to_sparse else struct.stat_size(L, Kc)
         # the statistic, then (when the store averages) the averaging accumulator laid out the same
         # way after the pool alpha; a block that had none (a file of an older version) starts at 0
         nz0 = ns0 + nss + pcap
@@ -1174,7 +1211,7 @@ class BlockStore:
                 Fnew[dst:dst + nss + 1] = 0.0
                 continue
             self._copy_stat(L, oldKc, Kc, self.Far[src:src + oss], Fnew[dst:dst + nss], (old_sparse, to_sparse),
-                            (pairs, pv), Ed, (tags, rcap))
+                            (pairs, pv), Ed, (kept, ecap))
             if dst == nz0:
                 Fnew[nz0 + nss] = self.Far[src + oss]   # zl
         if to_sparse:
@@ -1183,11 +1220,13 @@ class BlockStore:
             Inew[kp:kp + 2] = (n, tcap)
             Inew[kp + 2:kp + 2 + 2 * tcap] = 0
             Inew[kp + 2:kp + 2 + 2 * n] = pairs.ravel()
-            r = kp + 2 + 2 * tcap
-            Inew[r:r + 2 + rcap] = 0
-            Inew[r:r + 2] = (len(tags), rcap)
-            Inew[r + 2:r + 2 + len(tags)] = tags
-            isz += 4 + 2 * tcap + rcap
+            ep = kp + 2 + 2 * tcap
+            tok, tag = kept
+            Inew[ep:ep + 3 + L + ecap] = 0
+            Inew[ep:ep + 2] = (len(tag), ecap)
+            Inew[ep + 3:ep + 3 + L] = np.cumsum(np.bincount(tok, minlength=L))
+            Inew[ep + 3 + L:ep + 3 + L + len(tag)] = tag
+            isz += 4 + 2 * tcap + L + 1 + ecap
             flags = (int(m[K.M_FLAGS]) & ~CS.FLAG_TFULL) | CS.FLAG_SPARSE
         else:
             flags = int(m[K.M_FLAGS]) & ~(CS.FLAG_TFULL | CS.FLAG_SPARSE)
@@ -1198,18 +1237,19 @@ class BlockStore:
         m[K.M_ISIZE], m[K.M_FSIZE], m[K.M_FLAGS] = isz, fsz, flags
         return isz, fsz
 
-    def _copy_stat(self, L, oldKc, Kc, ost, nst, layouts, trans, Md, room):
+    def _copy_stat(self, L, oldKc, Kc, ost, nst, layouts, trans, Md, entries):
         """Write statistic ``ost`` (capacity oldKc, layouts = (old sparse, target sparse)) into
         ``nst`` at capacity Kc in the target layout; ``trans``: its transition entries (pairs,
         counts) kept (:meth:`_pairs`) and ``Md`` its emission part as a dense (L, oldKc) array
-        (:meth:`_sources`) when either layout is sparse; ``room``: the target's (tags, rcap)."""
+        (:meth:`_sources`) when either layout is sparse; ``entries``: the target's ((tokens, tags)
+        kept, ecap)."""
         old_sparse, to_sparse = layouts
         pairs, vals = trans
-        if to_sparse:   # M (L x rcap, the room's tags) | TV: the dense layout's BM rows are M's first and last rows
-            tags, rcap = room
+        if to_sparse:   # MV (ecap) | TV: the dense layout's BM rows are M's first and last rows
+            (tok, tag), ecap = entries
             nst[:] = 0.0
-            nst[:L * rcap].reshape(L, rcap)[:, :len(tags)] = Md[:, tags]
-            nst[L * rcap:L * rcap + len(vals)] = vals
+            nst[:len(tag)] = Md[tok, tag]
+            nst[ecap:ecap + len(vals)] = vals
         elif old_sparse:
             nst[:] = 0.0
             nst[:L * Kc].reshape(L, Kc)[:, :oldKc] = Md
@@ -1226,7 +1266,7 @@ class BlockStore:
     def grow_flagged(self):
         """Move every sparse block flagged ``FLAG_TFULL`` (a step found no room for its new tags or
         tag pairs and was skipped) to a segment at the end of the arenas with twice the pairs and
-        ``ROOM_SLACK`` more tags than it uses (its old segment is garbage until the next
+        room for L + ``ENTRY_SLACK`` more M entries than it uses (its old segment is garbage until the next
         compaction). Returns the number of blocks moved."""
         if not self.sparse:
             return 0
@@ -1238,27 +1278,31 @@ class BlockStore:
             self.maybe_compact()
         return len(flagged)
 
-    def _move_to_end(self, j, rcap_min=0):
+    def _move_to_end(self, j, ecap_min=0):
         """Rewrite sparse block j at the end of the arenas with more room (:meth:`_plan` with
-        ``grow``; a tag room of at least ``rcap_min``); its old segment is garbage until the next
+        ``grow``; at least ``ecap_min`` M entries); its old segment is garbage until the next
         compaction."""
-        isz, fsz, tcap, rcap = self._plan(j, self.Kc, True, grow=True)
-        if rcap < rcap_min:
-            isz, fsz, rcap = isz + rcap_min - rcap, fsz + int(self.meta[j, K.M_L]) * (rcap_min - rcap) * (
-                2 if self.avg else 1), rcap_min
+        isz, fsz, tcap, ecap = self._plan(j, self.Kc, True, grow=True)
+        ecap_min = min(ecap_min, int(self.meta[j, K.M_L]) * self.Kc)
+        if ecap < ecap_min:
+            isz, fsz, ecap = isz + ecap_min - ecap, fsz + (ecap_min - ecap) * (2 if self.avg else 1), ecap_min
         io, fo = self.i_used, self.f_used
         self._ensure_arena("Iar", io + isz)
         self._ensure_arena("Far", fo + fsz)
         oi, of = int(self.meta[j, K.M_ISIZE]), int(self.meta[j, K.M_FSIZE])
-        self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap, rcap)
+        self._copy_block(j, self.Iar, self.Far, io, fo, self.Kc, True, tcap, ecap)
         self.i_used += isz
         self.f_used += fsz
         self.i_live += isz - oi
         self.f_live += fsz - of
 
     def grow_short(self):
-        """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one
-        more step's worth), so that the steps of the next kernel call rarely find a block full.
+        """Flag and grow the sparse blocks with room for fewer than 2 (L - 1) new pairs (one more
+        step's worth) or L / 2 new M entries, so that the steps of the next kernel call rarely find
+        a block full (a block out of entries moves in the kernel, to the call's move region; when
+        that is used up the step waits, ``FLAG_TFULL``. Brown 10k before ``refine(1)``: 1,419 of
+        10,000 blocks grown here, no step waits; L spare entries grew 6,513 blocks, +64 MB of
+        moved segments and +0.9 s; none grown here made 40 steps of Brown 3k's refine wait).
         O(n) array operations; called before the kernel calls that run many steps."""
         if not self.sparse or self._n == 0:
             return 0
@@ -1268,7 +1312,9 @@ class BlockStore:
                 + m[:, K.M_LY]
                 + m[:, K.M_PCAP] * m[:, K.M_LABLEN])
         tn, tcap = self.Iar[kpos].astype(np.int64), self.Iar[kpos + 1].astype(np.int64)
-        short = (tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)
+        ep = kpos + 2 + 2 * tcap
+        en, ecap = self.Iar[ep].astype(np.int64), self.Iar[ep + 1].astype(np.int64)
+        short = ((tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)) | (2 * (ecap - en) < m[:, K.M_L])
         if not short.any():
             return 0
         self.meta[s[short], K.M_FLAGS] |= CS.FLAG_TFULL
@@ -1305,8 +1351,8 @@ class BlockStore:
         io, fo = int(m[K.M_IOFF]), int(m[K.M_FOFF])
         I, F = self.Iar, self.Far
         sparse = bool(int(m[K.M_FLAGS]) & CS.FLAG_SPARSE)
-        kp, _, rcap = self._room(slot) if sparse else (0, None, 0)
-        ss = self.stat_len(L, int(I[kp + 1]) if sparse else 0, rcap=rcap)
+        kp, h = self._m_len(slot) if sparse else (0, 0)
+        ss = h + int(I[kp + 1]) if sparse else self.stat_len(L)
         s0 = fo + nnz + _gram_len(m)
         nix = _nidx(m)
         p0 = io + L + 1 + nix + ly
@@ -1360,13 +1406,13 @@ class BlockStore:
         return bool(self.sparse) and self.pool_cap == 0 and not self.avg
 
     def _sparse_pos(self, j):
-        """(offset in Far of block j's statistic, M's length there (L x its room), offset in Iar
-        of its pair list, pairs in use) -- a sparse chain block (``_kernels/layout.py``)."""
+        """(offset in Far of block j's statistic, M's length there (its entry capacity), offset in
+        Iar of its pair list, pairs in use) -- a sparse chain block (``_kernels/layout.py``)."""
         m = self.meta[j]
         if not int(m[K.M_FLAGS]) & CS.FLAG_SPARSE:
             raise RuntimeError("a block of a sparse chain store is not in the sparse layout")
-        kp, _, R = self._room(j)
-        return self._stat_pos(j), int(m[K.M_L]) * R, kp, int(self.Iar[kp])
+        kp, h = self._m_len(j)
+        return self._stat_pos(j), h, kp, int(self.Iar[kp])
 
     def sparse_stats(self, slots):
         """The statistics of sparse chain blocks ``slots``: ``{"head": M of each block (dense, L x
@@ -1407,7 +1453,7 @@ class BlockStore:
     def swap_sparse_stat(self, j, head, pairs, vals):
         """Install (M, pairs, counts) as block j's statistic (``head``: M dense, L x Kc; None: M
         kept); returns the one it replaces (install that to undo). The block must have room for
-        the pairs; it is moved to a segment with a larger tag room when M needs one."""
+        the pairs; it is moved to a segment with more M entries when M needs them."""
         s0, h, kp, tn = self._sparse_pos(j)
         L = int(self.meta[j, K.M_L])
         old = (self._emission(j, s0).ravel(), self.Iar[kp + 2:kp + 2 + 2 * tn].reshape(tn, 2).astype(np.int64),
@@ -1417,17 +1463,19 @@ class BlockStore:
             raise RuntimeError("a sparse block has no room for the pairs of its statistic")
         if head is not None:
             Hd = np.asarray(head, dtype=np.float64).reshape(L, self.Kc)
-            tags = self._kept_tags(j, Hd, None)
-            if len(tags) > h // L:   # a larger room, at the end of the arenas
-                self._move_to_end(j, rcap_min=len(tags))
+            tok, tag = self._kept_entries(j, Hd, None)
+            if len(tag) > h:   # more entries, at the end of the arenas (and more pairs: read tcap anew)
+                self._move_to_end(j, ecap_min=len(tag))
                 s0, h, kp, tn = self._sparse_pos(j)
-            R = h // L
-            r = kp + 2 + 2 * tcap
-            self.Iar[r] = len(tags)
-            self.Iar[r + 2:r + 2 + R] = 0
-            self.Iar[r + 2:r + 2 + len(tags)] = tags
+                tcap = int(self.Iar[kp + 1])
+            ep = kp + 2 + 2 * tcap
+            self.Iar[ep] = len(tag)
+            self.Iar[ep + 2] = 0
+            self.Iar[ep + 3:ep + 3 + L] = np.cumsum(np.bincount(tok, minlength=L))
+            self.Iar[ep + 3 + L:ep + 3 + L + h] = 0
+            self.Iar[ep + 3 + L:ep + 3 + L + len(tag)] = tag
             self.Far[s0:s0 + h] = 0.0
-            self.Far[s0:s0 + h].reshape(L, R)[:, :len(tags)] = Hd[:, tags]
+            self.Far[s0:s0 + len(tag)] = Hd[tok, tag]
         self.Iar[kp] = n
         self.Iar[kp + 2:kp + 2 + 2 * tcap] = 0
         self.Iar[kp + 2:kp + 2 + 2 * n] = np.asarray(pairs).ravel()
@@ -1550,7 +1598,7 @@ class BlockStore:
             "capacity": self.capacity, "max_bytes": self.max_bytes, "eviction": self.eviction,
             "slack": self.slack, "lval": self.lval[:ns].copy(),
             **({"cw": self.cw[:ns].copy(), "csum": float(self.csum[0])} if self.weighted() else {}),
-            "sparse": self.sparse, "sparse_bm": False, "tag_rooms": True, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
+            "sparse": self.sparse, "sparse_bm": False, "tag_rooms": False, "m_entries": True, "tcap_factor": self.tcap_factor, "dense_rows": self.dense_rows, "avg": self.avg,
             "seen": self._seen, "evicted": self._evicted, "n": self._n, "n_slots": ns,
             "tree_size": self.tree_size, "max_L": self.max_L,
             "meta": self.meta[:ns].copy(), "gest": np.where(np.isfinite(g), g, -1.0),
@@ -1613,9 +1661,9 @@ class BlockStore:
         bs.max_L = int(st["max_L"])
         _rng_restore(bs._rng, st["rng"])
         bs._rebuild_tree()
-        if bs.sparse and not st.get("tag_rooms", False):   # a file written before the tag rooms
-            bs._legacy_m = True
-            bs.compact()   # every block rewritten with its room (compact ends the legacy reading)
+        if bs.sparse and not st.get("m_entries", False):   # a file written before the M entries
+            bs._legacy_m = ROOMS if st.get("tag_rooms", False) else KC_WIDE
+            bs.compact()   # every block rewritten with its entries (compact ends the legacy reading)
         bs.grow_flagged()   # blocks still waiting for room (a file written between two steps)
         return bs
 

@@ -65,7 +65,9 @@ def validate_store_state(st, structure, n_rows=None):
         sparse, tcap_factor = bool(st.get("sparse", False)), int(st.get("tcap_factor", 1))
         # sparse chain blocks of files written before they dropped their start / end rows
         sparse_bm = bool(st.get("sparse_bm", True))
-        # sparse chain blocks with their own tag rooms (files written before them: M over every tag)
+        # sparse chain blocks with M as per-token entries (files written before them: M over a tag
+        # room, and before those over every tag)
+        entries = bool(st.get("m_entries", False))
         rooms = bool(st.get("tag_rooms", False))
         avg = bool(st.get("avg", False))   # blocks with an averaging accumulator (absent: older files)
     except (KeyError, TypeError, ValueError, OverflowError) as e:
@@ -153,7 +155,25 @@ def validate_store_state(st, structure, n_rows=None):
             if not 0 <= tn <= tcap <= Kc * Kc:
                 _fail(f"slot {s}: {tn} transition pairs of {tcap} (at most {Kc * Kc})")
             need_i += 2 + 2 * tcap
-            if rooms:   # the tag room: rn | rcap | tags
+            if entries:   # M's entries: en | ecap | tptr (L + 1) | etag (ecap)
+                r = kpos + 2 + 2 * tcap
+                if r + 3 + L > ni:
+                    _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")
+                en, ecap = int(Iar[r]), int(Iar[r + 1])
+                tptr = Iar[r + 2:r + 3 + L].astype(np.int64)
+                if not 0 <= en <= min(ecap, L * Kc) or r + 3 + L + en > ni:
+                    _fail(f"slot {s}: {en} M entries of {ecap} (at most {L * Kc} in use)")
+                if tptr[0] != 0 or tptr[-1] != en or np.any(np.diff(tptr) < 0):
+                    _fail(f"slot {s}: M's token pointers are not a partition of its {en} entries")
+                etag = Iar[r + 3 + L:r + 3 + L + en].astype(np.int64)
+                _in_range(etag, 0, Kc, f"slot {s}: M entry tags")
+                first = np.zeros(en, dtype=bool)
+                first[tptr[:-1][tptr[:-1] < en]] = True
+                if np.any((np.diff(etag) <= 0) & ~first[1:]):
+                    _fail(f"slot {s}: a token's M entry tags are not ascending")
+                need_i += 2 + L + 1 + ecap
+                ss = ecap + tcap
+            elif rooms:   # the tag room: rn | rcap | tags (files before the entries)
                 r = kpos + 2 + 2 * tcap
                 if r + 2 > ni:
                     _fail(f"slot {s}: segment [{io}, {io + isz}) beyond the int arena ({ni})")

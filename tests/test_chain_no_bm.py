@@ -36,8 +36,9 @@ def _assert_no_bm(store):
     for s in store.slots():
         m = store.meta[s]
         L, tcap = int(m[KL.M_L]), int(store.Iar[int(py_entry(KL.pairs_pos)(store.meta, s)[1]) + 1])
-        R = store._room(s)[2]   # M holds the block's tag room (rcap columns), not Kc
-        assert R <= store.Kc and store.stat_len(L, tcap, rcap=R) == L * R + tcap
+        kp, ecap = store._m_len(s)   # M holds the block's entries (ecap of them), not L x Kc
+        en = int(store.Iar[kp + 2 + 2 * tcap])
+        assert en <= ecap and store.stat_len(L, tcap, ecap=ecap) == ecap + tcap
         dense = store.dense_stat(s)   # the dense layout's BM = M's first and last rows
         o, Kc = L * store.Kc + store.Kc * store.Kc, store.Kc
         assert np.array_equal(dense[o:o + Kc], dense[:Kc])
@@ -60,7 +61,7 @@ def test_files_with_start_end_rows_load_and_continue_identically(name, tmp_path)
 
 
 def test_new_sparse_blocks_hold_no_start_end_rows():
-    """A new sparse block's statistic is L x rcap + tcap floats (it was L x Kc + 2 Kc + tcap);
+    """A new sparse block's statistic is ecap + tcap floats (it was L x Kc + 2 Kc + tcap);
     its BM rows, read in the dense layout, are M's first and last rows."""
     rng = np.random.default_rng(0)
     m = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.1, seed=0, evicted_average="keep", window=5))
@@ -74,5 +75,5 @@ def test_new_sparse_blocks_hold_no_start_end_rows():
         mm = st.meta[s]
         L, tcap = int(mm[KL.M_L]), int(st.Iar[int(py_entry(KL.pairs_pos)(st.meta, s)[1]) + 1])
         gl = 0 if int(mm[KL.M_FLAGS]) & KL.FLAG_NO_GRAM else L * L
-        ss_ = L * st._room(s)[2] + tcap
+        ss_ = st._m_len(s)[1] + tcap
         assert int(mm[KL.M_FSIZE]) == int(mm[KL.M_NNZ]) + gl + ss_ + st.pool_cap + ss_ + 1

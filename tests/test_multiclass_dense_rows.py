@@ -200,8 +200,9 @@ def test_dense_kernels_equal_sparse_kernels(K_):
         mc_stat_apply(E1, tp_s, nzi, x[nzi], st, K_, -0.7)
         mc_stat_apply(E2, tp_d, none, x, st, K_, -0.7)
         np.testing.assert_array_equal(E1, E2)
-        py_entry(C.stat_emission_apply)(E3, tp_s, nzi, x[nzi], st, 1, K_, Kc, -0.7)
-        py_entry(C.stat_emission_apply)(E4, tp_d, none, x, st, 1, K_, Kc, -0.7)
+        sup = py_entry(C.row_support)(st, 1, K_, Kc)
+        py_entry(C.stat_emission_apply)(E3, tp_s, nzi, x[nzi], st, 1, sup, -0.7)
+        py_entry(C.stat_emission_apply)(E4, tp_d, none, x, st, 1, sup, -0.7)
         np.testing.assert_array_equal(E3, E4)
         # the fused step update of the weights and the averaging accumulator (both layouts)
         for tp, fi, fv in ((tp_s, nzi, x[nzi]), (tp_d, none, x)):

@@ -225,7 +225,7 @@ def test_crafted_sparse_states_are_refused(case):
         msg = "transition pairs of"
     elif case == "tcap_over_segment":
         Iar[kp + 1] = Iar[kp + 1] + 5
-        msg = "segment sizes|tags in a room"   # (the tag room, after the pairs, is read from tcap)
+        msg = "segment sizes|M entries"   # (M's entries, after the pairs, are read from tcap)
     elif case == "flag_mismatch":
         st["meta"][j, K.M_FLAGS] &= ~CS.FLAG_SPARSE
         msg = "flags"
@@ -322,6 +322,7 @@ def test_row_sparse_emission_kernels_equal_dense(per_row):
     the same values as the plain sums over every entry (in the same order), bit for bit."""
     from streamssvm._kernels import common
     stat_emission_apply, stat_emission_sqnorm = py_entry(common.stat_emission_apply), py_entry(common.stat_emission_sqnorm)
+    row_support = py_entry(common.row_support)
 
     def plain_sqnorm(G, st, nrow, K, Kc):
         v = 0.0
@@ -348,7 +349,7 @@ def test_row_sparse_emission_kernels_equal_dense(per_row):
         X[:, 0] = 1.0
         G = X @ X.T
         G[0, L - 1] = G[L - 1, 0] = 0.0   # a zero entry of the Gram matrix is skipped by both
-        assert stat_emission_sqnorm(G, st, L, K, Kc) == plain_sqnorm(G, st, L, K, Kc)
+        assert stat_emission_sqnorm(G, st, L, row_support(st, L, K, Kc)) == plain_sqnorm(G, st, L, K, Kc)
         tok_ptr = np.zeros(L + 1, np.int32)
         fidx, fval = [], []
         for t in range(L):
@@ -360,7 +361,7 @@ def test_row_sparse_emission_kernels_equal_dense(per_row):
         E0 = rng.normal(size=(9, Kc))
         E1, E2 = E0.copy(), E0.copy()
         plain_apply(E1, tok_ptr, fidx, fval, st, L, K, Kc, -0.37)
-        stat_emission_apply(E2, tok_ptr, fidx, fval, st, L, K, Kc, -0.37)
+        stat_emission_apply(E2, tok_ptr, fidx, fval, st, L, row_support(st, L, K, Kc), -0.37)
         assert np.array_equal(E1, E2)
 
 

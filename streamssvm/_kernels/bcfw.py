@@ -60,19 +60,19 @@ from .structops import (
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
 from .chain import chain_trans_sqnorm
-from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, write_dense_row
+from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, row_support, write_dense_row
 from .marginals import emission_table
 from .multiclass import mc_decode, mc_stat_apply, mc_stat_apply2
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .sumtree import SAMPLE_GAP, SAMPLE_GIVEN, SAMPLE_UNIFORM, tree_sample, tree_update  # noqa: F401 (re-exported)
 from .chainsparse import (
-    SNAP, sp_apply, sp_emission_stat, sp_labeling_apply, sp_loss_lin, sp_missing, sp_move_grown, sp_reclaim, sp_labeling_stat, sp_register, sp_room, sp_score, sp_snap,
-    sp_sqnorm, sp_trans_sqnorm,
+    SNAP, sp_apply, sp_emission_stat, sp_emission_support, sp_labeling_apply, sp_loss_lin, sp_missing, sp_move_grown, sp_reclaim,
+    sp_labeling_stat, sp_register, sp_score, sp_snap, sp_sqnorm, sp_trans_sqnorm,
 )
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
-    ROOM_SLACK, FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
+    ENTRY_SLACK, FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
     M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, PAIRS_DENSE, PAIRS_SPARSE, avg_view,
-    block_stat_len, block_views, gram_len, is_layout, keeps_avg, n_index, pairs_pos, room_pos, sparse_caps, sparse_layout,
+    block_stat_len, block_views, entries_pos, gram_len, is_layout, keeps_avg, n_index, pairs_pos, sparse_caps, sparse_layout,
     truth_pos,
 )
 
@@ -211,7 +211,7 @@ def _sparse_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
 
 def _dense_sqnorm_free(model, G, x, st, L, sp, Iar, kpos, grams):
     if G.shape[0] < L:
-        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, model[1], model[2])
+        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, row_support(st, L, model[1], model[2]))
         return chain_trans_sqnorm(v, st, L, model[1], model[2], model[3])
     return stat_sqnorm(model[0], G, st, L, model[1], model[2], model[3])
 
@@ -222,8 +222,7 @@ def _st_sqnorm(model, G, x, st, L, sp, Iar, kpos, grams):
     chain blocks can lack one; with ``grams`` of type GRAMS_KEPT none does (:func:`gram_rule`).
     (This body: a sparse block that may lack one.)"""
     if G.shape[0] < L:
-        rp, rn, R = sp_room(Iar, kpos)
-        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, rn, R)
+        v = emission_sqnorm_tokens(x[0], x[1], x[2], st, L, sp_emission_support(Iar, kpos, st, L))
         return sp_trans_sqnorm(v, st, L, model[1], model[2], model[3], Iar, kpos)
     return sp_sqnorm(G, st, L, model[1], model[2], model[3], Iar, kpos)
 
@@ -309,23 +308,24 @@ def _dense_room(kind, sp, arena, j, kpos, sts, L, Kc, lab1, lab2, counters):
 
 @_chain_only(_dense_room)
 def _room(kind, sp, arena, j, kpos, sts, L, Kc, lab1, lab2, counters):
-    """Register the tags and bigrams of the labelings a step moves (sparse blocks; ``sts``: the
-    block's statistic and its averaging accumulator, :func:`avg_view`, whose room columns move
-    together). Returns 1, or 2 when the block had to be moved to a larger tag room (its views
-    are then stale: the caller takes them anew), or 0 (the block flagged ``FLAG_TFULL``) when
-    it has no room for them: the step is skipped."""
+    """Register the M entries and bigrams of the labelings a step moves (sparse blocks; ``sts``:
+    the block's statistic and its averaging accumulator, :func:`avg_view`, whose entries move
+    together). Returns 1, or 2 when the block had to be moved to a segment with more entries (its
+    views are then stale: the caller takes them anew), or 0 (the block flagged ``FLAG_TFULL``)
+    when it has no room for them: the step is skipped."""
     Iar, meta = arena[0], arena[2]
     st, zm = sts
     if sp_register(Iar, kpos, st, zm, lab1, L) and sp_register(Iar, kpos, st, zm, lab2, L):
         return 1
-    # a full room first gives back the tags whose columns went to 0 (sp_reclaim: no value moves)
+    # full entries first give back those at 0 (sp_reclaim: no value moves)
     y0 = truth_pos(meta, j)
     if (sp_reclaim(Iar, kpos, st, zm, L, Iar[y0:y0 + L], lab1, lab2) > 0 and sp_register(Iar, kpos, st, zm, lab1, L)
             and sp_register(Iar, kpos, st, zm, lab2, L)):
         return 1
-    rn = Iar[room_pos(Iar, kpos)]
+    ep = entries_pos(Iar, kpos)
     need = sp_missing(Iar, kpos, lab1, lab2, L)
-    if need > 0 and sp_move_grown(arena, j, kpos, L, min(Kc, rn + need + ROOM_SLACK)):
+    if need > 0 and Iar[ep] + need > Iar[ep + 1] and sp_move_grown(arena, j, kpos, L,
+                                                                   min(Iar[ep] + need + L + ENTRY_SLACK, L * Kc)):
         kpos = pairs_pos(meta, j)[1]
         st = block_views(arena, j, Kc, kind)[6]
         zm = avg_view(arena, j, Kc, kind)
@@ -351,7 +351,7 @@ def _dense_after_room(kind, sp, room, arena, j, Kc, views):
 @_chain_only(_dense_after_room)
 def _after_room(kind, sp, room, arena, j, Kc, views):
     """A step's views (``tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos, x, ss``) after
-    :func:`_room`: taken anew when it moved the block to a larger tag room (``room == 2``), else
+    :func:`_room`: taken anew when it moved the block to a segment with more M entries (``room == 2``), else
     as they were. Other layouts compile the views as they were only (no room can move there, and
     a runtime ``room == 2`` test would compile the re-read into every entry kernel)."""
     if room == 2:
@@ -379,7 +379,7 @@ def _snap_avg(kind, sp, st, L, Kc, Iar, kpos, zm, za):
     Compiled for the chain blocks of a sparse store whose blocks keep accumulators only (else
     ``_dense_snap_avg``: ``_chain_only``, ``layout.keeps_avg``)."""
     if zm.shape[0] > 0:
-        toff = L * sp_room(Iar, kpos)[2]
+        toff = Iar[entries_pos(Iar, kpos) + 1]
         for q in range(Iar[kpos]):
             v = st[toff + q]
             if v != 0.0 and abs(v) < SNAP:
@@ -1105,13 +1105,16 @@ def write_segment(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack=Fa
         Iar[p0 + q] = 0
     gl = gram_len(meta, j)
     kpos = pairs_pos(meta, j)[1]
-    if sp:   # the pair list and the tag room: empty, capacities from the segment sizes
+    if sp:   # the pair list and the M entries: empty, capacities from the segment sizes
         avg = meta[j, M_FLAGS] & FLAG_AVG
-        tcap, rcap = sparse_caps(meta[j, M_ISIZE], meta[j, M_FSIZE], kpos - io, nnz + gl + pcap, L, avg)
+        tcap, ecap = sparse_caps(meta[j, M_ISIZE], meta[j, M_FSIZE], kpos - io, nnz + gl + pcap, L, avg)
         Iar[kpos] = 0
         Iar[kpos + 1] = tcap
-        Iar[kpos + 2 + 2 * tcap] = 0
-        Iar[kpos + 3 + 2 * tcap] = rcap
+        ep = kpos + 2 + 2 * tcap
+        Iar[ep] = 0
+        Iar[ep + 1] = ecap
+        for t in range(L + 1):
+            Iar[ep + 2 + t] = 0
     ss = block_stat_len(kind, L, Kc, sp, Iar, kpos)
     s0 = fo + nnz + gl
     nz = ss + pcap + (ss + 1 if meta[j, M_FLAGS] & FLAG_AVG else 0)   # the averaging accumulator too

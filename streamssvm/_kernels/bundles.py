@@ -43,7 +43,7 @@ WeightsBundle = namedtuple("WeightsBundle", ["E", "T", "B"])
 #: blocks' layout as a type (``layout.pairs_layout``: sparse chain blocks or dense ones, with averaging
 #: accumulators or without); ``moves``
 #: (int64: next int, end int, next float, end float, ints grown, floats grown) the arenas' region
-#: where a kernel moves a sparse chain block whose tag room is full (``chainsparse.sp_move_grown``;
+#: where a kernel moves a sparse chain block whose M entries are full (``chainsparse.sp_move_grown``;
 #: ``BlockStore.arena`` sets it aside, all zeros for the other stores).
 Arena = namedtuple("Arena", ["Iar", "Far", "meta", "gest", "last_oracle", "lval", "alive", "pos", "n",
                              "tree", "tree_size", "cw", "csum", "layout", "moves"])

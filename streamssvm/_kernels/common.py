@@ -320,42 +320,62 @@ def emission_add_csr(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
 
 @njit(**_INNER)
 def row_support(st, nrow, K, Kc):
-    """The non-zero tags of each per-token row of a statistic, ascending: (ptr, ks) with row t's
-    tags in ks[ptr[t]:ptr[t + 1]]. A block's rows are mixtures of the few labelings it touched,
-    so they hold few non-zeros out of K."""
+    """The non-zeros of each per-token row of a statistic in the dense layout (rows of width Kc,
+    the first K tags used), ascending: a *row support* ``(ptr, pos, tag)``, row t's non-zeros
+    being ``st[pos[q]]`` of tag ``tag[q]`` for q in ptr[t]..ptr[t + 1] - 1. A block's rows are
+    mixtures of the few labelings it touched, so they hold few non-zeros out of K. (A sparse
+    chain block's entries give the same support: ``chainsparse.sp_support``.)"""
     ptr = np.empty(nrow + 1, np.int64)
-    ks = np.empty(nrow * K + 1, np.int32)
+    pos = np.empty(nrow * K + 1, np.int64)
+    tag = np.empty(nrow * K + 1, np.int32)
     q = 0
     ptr[0] = 0
     for t in range(nrow):
         base = t * Kc
         for k in range(K):
-            ks[q] = k
+            pos[q] = base + k
+            tag[q] = k
             q += st[base + k] != 0.0
         ptr[t + 1] = q
-    return ptr, ks
+    return ptr, pos, tag
 
 
 @njit(**_INNER)
-def stat_emission_sqnorm(G, st, nrow, K, Kc):
+def support_dot(st, sup, t, s):
+    """<st_t, st_s>: the sum over the tags non-zero in both rows (row support ``sup``,
+    :func:`row_support`), ascending. The plain sum over every tag has the same value bit for bit:
+    the terms left out are +-0 and a sum that starts at +0.0 never becomes -0.0."""
+    ptr, pos, tag = sup
+    acc = 0.0
+    if t == s:
+        for p in range(ptr[s], ptr[s + 1]):
+            x = st[pos[p]]
+            acc += x * x
+        return acc
+    i, i1 = ptr[t], ptr[t + 1]
+    for p in range(ptr[s], ptr[s + 1]):
+        k = tag[p]
+        while i < i1 and tag[i] < k:
+            i += 1
+        if i < i1 and tag[i] == k:
+            acc += st[pos[i]] * st[pos[p]]
+    return acc
+
+
+@njit(**_INNER)
+def stat_emission_sqnorm(G, st, nrow, sup):
     """The emission part of ||Phi_x(st)||^2: sum_{t,s} G[t, s] <st_t, st_s> over the ``nrow``
-    per-token slots of width Kc at the start of a statistic (dense and sparse chain layouts).
-    Only the non-zeros of each row are visited (the zero terms are left out, in the same order,
-    so the value is the plain sum's): O(L K + L^2 nnz/row) instead of O(L^2 K)."""
-    ptr, ks = row_support(st, nrow, K, Kc)
+    per-token rows of a statistic, given their non-zeros (``sup``: :func:`row_support`, or a
+    sparse chain block's entries). Only the non-zeros of each row are visited (the zero terms
+    are left out, in the same order, so the value is the plain sum's): O(L^2 nnz/row) instead of
+    O(L^2 K)."""
     v = 0.0
     for t in range(nrow):
-        bt = t * Kc
         for s in range(nrow):
             g = G[t, s]
             if g == 0.0:
                 continue
-            bs = s * Kc
-            acc = 0.0
-            for p in range(ptr[s], ptr[s + 1]):
-                k = ks[p]
-                acc += st[bt + k] * st[bs + k]
-            v += g * acc
+            v += g * support_dot(st, sup, t, s)
     return v
 
 
@@ -440,12 +460,13 @@ def _gram_entry(tok_ptr, fidx, fval, t, s, keys, vals, m):
 
 
 @njit(**_INNER)
-def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
+def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, sup):
     """``stat_emission_sqnorm`` without a stored Gram matrix: the entries <x_t, x_s> it needs,
     those of two rows of ``st`` with non-zeros, computed from the tokens exactly as ``gram``
     computes them (the same value, bit for bit: the left-out pairs add only zeros). Memory
-    O(nnz), time O(m^2 nnz/token log) for m non-zero rows, instead of an L x L matrix per block."""
-    ptr, ks = row_support(st, nrow, K, Kc)
+    O(nnz), time O(m^2 nnz/token log) for m non-zero rows, instead of an L x L matrix per block
+    (``sup``: the rows' non-zeros, :func:`row_support`)."""
+    ptr = sup[0]
     act = np.empty(nrow, np.int64)
     na = 0
     for t in range(nrow):
@@ -476,7 +497,6 @@ def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
     v = 0.0
     for qa in range(na):
         t = act[qa]
-        bt = t * Kc
         for qb in range(na):
             s = act[qb]
             if sym:
@@ -487,12 +507,7 @@ def emission_sqnorm_tokens(tok_ptr, fidx, fval, st, nrow, K, Kc):
                 g = _token_gram(dense, tok_ptr, fidx, fval, s, t, qb, keys, vals, tptr)
             if g == 0.0:
                 continue
-            bs = s * Kc
-            acc = 0.0
-            for p in range(ptr[s], ptr[s + 1]):
-                k = ks[p]
-                acc += st[bt + k] * st[bs + k]
-            v += g * acc
+            v += g * support_dot(st, sup, t, s)
     return v
 
 
@@ -518,23 +533,18 @@ def _token_gram(dense, tok_ptr, fidx, fval, lo, hi, ql, keys, vals, tptr):
 
 
 @njit(**_INNER)
-def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, K, Kc, coef, tags=None):
-    """The emission part of U += coef * Phi_x(st) (per-token slots of width Kc), over the
-    non-zeros of each row only (the zero terms would add 0). ``tags``: the global tag of each
-    slot of a sparse chain block's room (``chainsparse.py``; None: slot k is tag k)."""
-    ptr, ks = row_support(st, nrow, K, Kc)
+def stat_emission_apply(E, tok_ptr, fidx, fval, st, nrow, sup, coef):
+    """The emission part of U += coef * Phi_x(st) over the non-zeros of each row only (the zero
+    terms would add 0; ``sup``: the rows' non-zeros, :func:`row_support`, or a sparse chain
+    block's entries)."""
+    ptr, pos, tag = sup
     dense = fidx.shape[0] == 0
     for t in range(nrow):
-        base = t * Kc
         for p in range(tok_ptr[t], tok_ptr[t + 1]):
             j = p - tok_ptr[t] if dense else fidx[p]
             v = fval[p] * coef
             for q in range(ptr[t], ptr[t + 1]):
-                k = ks[q]
-                if tags is None:
-                    E[j, k] += v * st[base + k]
-                else:
-                    E[j, tags[k]] += v * st[base + k]
+                E[j, tag[q]] += v * st[pos[q]]
 
 
 @njit(**_JIT)

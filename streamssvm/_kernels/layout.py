@@ -12,13 +12,13 @@ which stores no ``fidx``: its nnz values are those of features 0..nnz-1, zeros i
 empty ``fidx`` view tells the kernels).
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs and its
-emission statistic M over its own tags only (its *tag room*): its ints end with
-``tn | tcap | pairs (2 * tcap) | rn | rcap | tags (rcap)`` (:func:`room_pos`: the offset of
-``rn``) and its statistic is ``M (L * rcap) | TV (tcap)``, M's row t holding the values of the
-room's ``rn`` tags (global tag ids, ascending) in its first ``rn`` columns (no start / end rows
-``BM``: they are M's first and last rows, see ``chainsparse.py``); its statistic size is read
-from ``tcap`` and ``rcap`` in the arena. A new sparse block's two capacities follow from its
-segment sizes (:func:`sparse_caps`).
+emission statistic M as per-token (tag, value) *entries*: its ints end with
+``tn | tcap | pairs (2 * tcap) | en | ecap | tptr (L + 1) | etag (ecap)`` (:func:`entries_pos`: the
+offset of ``en``) and its statistic is ``MV (ecap) | TV (tcap)``: token t's entries are
+``etag[tptr[t]:tptr[t + 1]]`` (global tag ids, ascending), ``MV[e]`` the value of entry e,
+``en = tptr[L]`` entries in use (no start / end rows ``BM``: they are M's first and last rows,
+see ``chainsparse.py``); its statistic size is read from ``tcap`` and ``ecap`` in the arena. A new
+sparse block's two capacities follow from its segment sizes (:func:`sparse_caps`).
 
 A block flagged ``FLAG_NO_GRAM`` stores no token Gram matrix (its ``G`` view is 0 x 0): the
 kernels compute the entries a step needs from the tokens (``common.emission_sqnorm_tokens``, the
@@ -64,9 +64,10 @@ FLAG_TFULL = 4
 FLAG_NO_GRAM = 16
 #: (flag 32) the block ends with its averaging accumulator (see the module docstring).
 FLAG_AVG = 32
-#: A sparse chain block's tag room keeps this many free columns when it is made or grown (a new
-#: block's holds min(Kc, L + ROOM_SLACK) tags: every tag of its truth and ROOM_SLACK more).
-ROOM_SLACK = 8
+#: A sparse chain block's M entries: a new block has room for 2 L + ENTRY_SLACK (its truth's L and
+#: one more labeling's worth); a block grown for a step gets room for L + ENTRY_SLACK more entries
+#: than the step needs (moves are rare: each leaves its old segment as garbage until a compaction).
+ENTRY_SLACK = 4
 
 #: The layout of a store's blocks (a store's blocks are all sparse chain blocks or all dense), as a
 #: type: the Arena bundle's ``layout`` field is PAIRS_SPARSE (a numpy uint8 of value 1: every block
@@ -154,28 +155,27 @@ def stat_pos(meta, j):
 
 
 @njit(**_INNER)
-def room_pos(Iar, kpos):
-    """Offset in Iar of a sparse chain block's tag room ``rn | rcap | tags`` (after its pairs)."""
+def entries_pos(Iar, kpos):
+    """Offset in Iar of a sparse chain block's M entries ``en | ecap | tptr | etag`` (after its pairs)."""
     return kpos + 2 + 2 * Iar[kpos + 1]
 
 
 @njit(**_INNER)
 def sparse_caps(isize, fsize, head_i, head_f, L, avg):
-    """(pair capacity tcap, tag room capacity rcap) of a sparse chain block from its segment
-    sizes: ``isize = head_i + 4 + 2 tcap + rcap`` ints (``head_i``: its ints before the pair
+    """(pair capacity tcap, entry capacity ecap) of a sparse chain block from its segment sizes:
+    ``isize = head_i + 4 + 2 tcap + L + 1 + ecap`` ints (``head_i``: its ints before the pair
     list) and ``fsize = head_f + s (+ s + 1 with the averaging accumulator)`` floats with
-    ``s = L rcap + tcap`` (``head_f``: its floats but the statistic's)."""
-    a = isize - head_i - 4
+    ``s = ecap + tcap`` (``head_f``: its floats but the statistic's)."""
+    a = isize - head_i - 5 - L
     b = (fsize - head_f - 1) // 2 if avg else fsize - head_f
-    rcap = (2 * b - a) // (2 * L - 1)
-    return b - L * rcap, rcap
+    return a - b, 2 * b - a
 
 
 @njit(**_INNER)
 def block_stat_len(kind, L, Kc, sp, Iar, kpos):
-    """Size of a block's statistic region (dense: ``stat_size``; sparse: M | TV)."""
+    """Size of a block's statistic region (dense: ``stat_size``; sparse: MV | TV)."""
     if sp:
-        return L * Iar[room_pos(Iar, kpos) + 1] + Iar[kpos + 1]
+        return Iar[entries_pos(Iar, kpos) + 1] + Iar[kpos + 1]
     return stat_size(kind, L, Kc)
 
 
@@ -237,28 +237,28 @@ def _avg_view(arena, j, Kc, kind):
     return Far[z0:z0 + ss + 1]
 
 
-def stat_len(kind, L, Kc, sparse=False, tcap=0, rcap=0):
-    """Floats of a block's statistic region: the structure's statistic size, or ``M | TV``
-    for a sparse chain block with ``tcap`` pairs and a room of ``rcap`` tags. Vectorized over L,
-    tcap and rcap."""
+def stat_len(kind, L, Kc, sparse=False, tcap=0, ecap=0):
+    """Floats of a block's statistic region: the structure's statistic size, or ``MV | TV``
+    for a sparse chain block with ``tcap`` pairs and ``ecap`` M entries. Vectorized over L,
+    tcap and ecap."""
     if sparse:
-        return L * rcap + tcap
+        return ecap + tcap
     return stat_size(kind, L, Kc)
 
 
-def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True, avg=False, rcap=0):
+def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=None, gram=True, avg=False, ecap=0):
     """(int size, float size, labeling length) of a block's segments: ``L`` tokens, ``nnz``
     values stored and ``nidx`` feature indices (default nnz; 0 for a dense row), ``ly`` truth
     entries, a pool of ``pool_cap`` labelings, a sparse chain block with room for ``tcap`` pairs
-    and ``rcap`` tags, a Gram matrix when ``gram``, the averaging accumulator when ``avg``.
-    Vectorized over L, nnz, ly, nidx, tcap, rcap and gram."""
+    and ``ecap`` M entries, a Gram matrix when ``gram``, the averaging accumulator when ``avg``.
+    Vectorized over L, nnz, ly, nidx, tcap, ecap and gram."""
     lablen = labeling_len(kind, L, Kc)
     isz = L + 1 + (nnz if nidx is None else nidx) + ly + pool_cap * lablen
     if sparse:
-        isz = isz + 4 + 2 * tcap + rcap
+        isz = isz + 4 + 2 * tcap + L + 1 + ecap
     else:
-        tcap = rcap = 0
-    ss = stat_len(kind, L, Kc, sparse, tcap, rcap)
+        tcap = ecap = 0
+    ss = stat_len(kind, L, Kc, sparse, tcap, ecap)
     fsz = nnz + np.where(gram, L * L, 0) + ss + pool_cap + (ss + 1 if avg else 0)
     return isz, fsz, lablen
 

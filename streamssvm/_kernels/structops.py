@@ -60,7 +60,7 @@ from .chain import (  # noqa: F401
 )
 from .common import (  # noqa: F401
     _INNER, _JIT, CHAIN, HIER, HIER_MAX_DAG_LEAVES, MLPAIR, MLPAIR_MAX_LABELS, MULTICLASS, MULTILABEL, _ml_dense_truth,
-    emission_add, emission_scores, gram, level_points, stat_emission_apply, stat_emission_sqnorm,
+    emission_add, emission_scores, gram, level_points, row_support, stat_emission_apply, stat_emission_sqnorm,
 )
 from .hierarchy import (  # noqa: F401
     _hier_check, _hier_decode, _hier_enum, _hier_slack, _hier_slack_levels, _hier_tree_levels, _hier_tree_map,
@@ -269,7 +269,7 @@ class Multiclass(_NoTransitions):
         return 0.0
 
     def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
-        return stat_emission_sqnorm(G, st, 1, K, Kc)
+        return stat_emission_sqnorm(G, st, 1, row_support(st, 1, K, Kc))
 
     def stat_apply(kind, w, x, st, L, K, Kc, coef, use_trans):   # only the classes the step moves
         mc_stat_apply(w[0], x[0], x[1], x[2], st, K, coef)
@@ -375,11 +375,11 @@ class Chain:
         return 0.0
 
     def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
-        return chain_trans_sqnorm(stat_emission_sqnorm(G, st, L, K, Kc), st, L, K, Kc, use_trans)
+        return chain_trans_sqnorm(stat_emission_sqnorm(G, st, L, row_support(st, L, K, Kc)), st, L, K, Kc, use_trans)
 
     def stat_apply(kind, w, x, st, L, K, Kc, coef, use_trans):
         E, T, B = w
-        stat_emission_apply(E, x[0], x[1], x[2], st, L, K, Kc, coef)
+        stat_emission_apply(E, x[0], x[1], x[2], st, L, row_support(st, L, K, Kc), coef)
         if use_trans:
             off = L * Kc
             for j in range(K):
@@ -444,10 +444,10 @@ class MultiLabel(_NoTransitions):
         return ly / Ki
 
     def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
-        return stat_emission_sqnorm(G, st, 1, K, Kc)
+        return stat_emission_sqnorm(G, st, 1, row_support(st, 1, K, Kc))
 
     def stat_apply(kind, w, x, st, L, K, Kc, coef, use_trans):
-        stat_emission_apply(w[0], x[0], x[1], x[2], st, 1, K, Kc, coef)
+        stat_emission_apply(w[0], x[0], x[1], x[2], st, 1, row_support(st, 1, K, Kc), coef)
 
     def slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, out):
         return ml_slack(S, model[1], ytrue, ly, Ki, scratch[3], scratch[5], out)
@@ -605,10 +605,10 @@ class Hierarchy(_NoTransitions):
             return c / Ki
 
     def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
-        return stat_emission_sqnorm(G, st, 1, K, Kc)
+        return stat_emission_sqnorm(G, st, 1, row_support(st, 1, K, Kc))
 
     def stat_apply(kind, w, x, st, L, K, Kc, coef, use_trans):
-        stat_emission_apply(w[0], x[0], x[1], x[2], st, 1, K, Kc, coef)
+        stat_emission_apply(w[0], x[0], x[1], x[2], st, 1, row_support(st, 1, K, Kc), coef)
 
     def slack_oracle(model, w, S, scale, L, ytrue, ly, Ki, scratch, out):
         return _hier_slack(S, model[5], model[1], ytrue, ly, Ki, scratch[3], out)

@@ -11,7 +11,7 @@ import numpy as np
 from .._kernels import bcfw as K
 
 
-_LAYOUT_KEYS = ("kind", "Kc", "pool_cap", "slack", "sparse", "sparse_bm", "tag_rooms", "tcap_factor", "avg")
+_LAYOUT_KEYS = ("kind", "Kc", "pool_cap", "slack", "sparse", "sparse_bm", "tag_rooms", "m_entries", "tcap_factor", "avg")
 
 
 def _tree_size(n_slots):

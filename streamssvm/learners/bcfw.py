@@ -120,8 +120,8 @@ class BCFW(DenseWeights, Learner):
         ``"dense"`` (a K x K table and L x K emissions per block; 1.8 MB per sentence with 472
         tags). The same dual point gives the same weights and certificate in both (up to
         round-off); a sparse block whose pair list is full skips a step until the store gives it
-        room, so two runs can take slightly different steps (a full tag room does not: the
-        kernel moves the block to a larger one; ``streamssvm._kernels.chainsparse``).
+        room, so two runs can take slightly different steps (full M entries do not: the
+        kernel moves the block to a larger segment; ``streamssvm._kernels.chainsparse``).
     nonneg
         Weight coordinates constrained >= 0 (Osokin et al. 2016, App. H): ``"pairwise"`` (the
         structure's pairwise weights) or a list of coordinate indices. Supported by
