@@ -186,3 +186,23 @@ def test_the_warm_up_without_a_file_compiles_what_a_stream_of_dicts_runs(task):
     assert r.returncode == 0, r.stderr
     # multiclass: also the kernel of a micro-batch of known dicts (FeatureIndex.dict_csr)
     assert r.stdout.split() == ["1", "1", "1" if task == "multiclass" else "0"], r.stdout
+
+
+def test_a_record_predicted_after_the_record_path_compiles_no_other_kernel():
+    """A one-record ``predict`` after ``predict_learn_one`` runs (whose given-steps example holds
+    an int victim) is a record for the learn kernel in the type its first use compiled
+    (``NO_VICTIM``): no second learn_one_example specialization, no predict_batch. Asserted on the
+    compiled signatures, never on timing."""
+    r = _py("import numpy as np\n"
+            "from streamssvm import MulticlassSSVM\n"
+            "from streamssvm.learners import BCFW\n"
+            "from streamssvm._kernels import bcfw as K\n"
+            "rng = np.random.default_rng(5)\n"
+            "m = MulticlassSSVM(learner=BCFW(seed=0))\n"
+            "for i in range(30): m.predict_learn_one(rng.normal(size=4), i % 3)\n"
+            "print(sorted(str(s[6].types[6]) for s in K.learn_one_example.signatures))\n"
+            "m._learner.predict(np.array([0, 1]), np.array([0, 4], dtype=np.int32), np.arange(4, dtype=np.int32),\n"
+            "                   rng.normal(size=4), np.array([0, 1]), 1)\n"
+            "print(sorted(str(s[6].types[6]) for s in K.learn_one_example.signatures), len(K.predict_batch.signatures))\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["['int8']", "['int8'] 0"]
