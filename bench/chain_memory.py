@@ -274,13 +274,23 @@ def write_report(res, out):
                   f"{parts:.0f} MB against the measured {s['peak_rss_mb']:.0f}. At most 2x ({2 * c['peak_rss_mb']:.0f} MB) "
                   f"leaves {2 * c['peak_rss_mb'] - (d['live_rss_mb'] + lib + s['weights_E_mb'] + s['averaging_Z_mb']):.0f} MB "
                   "for the store beside the corpus, the library and the dense E and Z.", ""]
-    lines += [
-              "What the target needs (an estimate, not measured): (tag, value) pairs per token instead of each "
-              "block's tag room would take the peak to about "
-              f"{sparse_peak:.0f} MB, {sparse_peak / c['peak_rss_mb']:.2f}x CRFsuite; the rest above the target is "
-              f"the dense weights E and their average Z ({s['weights_E_mb'] + s['averaging_Z_mb']:.0f} MB: "
-              "CRFsuite keeps only the (attribute, label) pairs it saw) and the library with its loaded kernels "
-              f"({s['rss_before_mb'] - d['peak_rss_mb']:.0f} MB).", ""]
+    entry_ints = s["segments_mb"].get("M entries' tags + token pointers (ints)", 0.0)
+    entries = entry_ints > 0
+    rest = (f"the dense weights E and their average Z ({s['weights_E_mb'] + s['averaging_Z_mb']:.0f} MB: "
+            "CRFsuite keeps only the (attribute, label) pairs it saw) and the library with its loaded kernels "
+            f"({s['rss_before_mb'] - d['peak_rss_mb']:.0f} MB)")
+    if entries:   # the layout measured stores M as per-token (tag, value) entries
+        lines += [f"M is stored as per-token (tag, value) entries ({M:.1f} MB of values, "
+                  f"{entry_ints:.1f} MB of "
+                  "tags and pointers; `_kernels/chainsparse.py`): most of the peak above CRFsuite's is " + rest
+                  + f"; the next lever in the store is the transition pairs "
+                  f"({s['segments_mb'].get('transition pairs (ints) + counts (floats)', 0.0):.1f} MB).", ""]
+    else:
+        lines += [
+                  "What the target needs (an estimate, not measured): (tag, value) pairs per token instead of each "
+                  "block's tag room would take the peak to about "
+                  f"{sparse_peak:.0f} MB, {sparse_peak / c['peak_rss_mb']:.2f}x CRFsuite; the rest above the target is "
+                  + rest + ".", ""]
     if "before" in res:   # the same command on the code before a change, with its commit
         b = res["before"]
         lines += [f"Before ({b['commit']}, the same command, the same minutes): peak RSS {b['peak_rss_mb']:.0f} MB, "
