@@ -1121,7 +1121,7 @@ class BlockStore:
 
     def _kpos(self, j):
         """Offset in Iar of block j's pair list (``_kernels/layout.py``)."""
-        return int(py_entry(KL.pairs_pos)(self.meta, j)[1])
+        return _pairs_offset(self.meta[j])
 
     def _sources(self, j):
         """Block j's emission statistic and averaging accumulator as dense (L, Kc) arrays (the
@@ -1683,7 +1683,7 @@ def _drop_sparse_bm(st):
         m = meta[j]
         L, nnz, pcap = int(m[K.M_L]), int(m[K.M_NNZ]), int(m[K.M_PCAP])
         seg = Far[int(m[K.M_FOFF]):int(m[K.M_FOFF]) + int(m[K.M_FSIZE])]
-        tcap = int(Iar[int(py_entry(KL.pairs_pos)(meta, j)[1]) + 1])
+        tcap = int(Iar[_pairs_offset(m) + 1])
         h, ss = nnz + _gram_len(m) + L * Kc, L * Kc + 2 * Kc + tcap
         parts = [seg[:h], seg[h + 2 * Kc:h - L * Kc + ss + pcap]]
         if int(m[K.M_FLAGS]) & KL.FLAG_AVG:
@@ -1730,3 +1730,11 @@ def _gram_len(m):
 def _nidx(m):
     """Feature indices stored by the block of meta row ``m``: none for a dense row."""
     return 0 if int(m[K.M_FLAGS]) & FLAG_DENSE_ROW else int(m[K.M_NNZ])
+
+
+def _pairs_offset(m):
+    """Offset in Iar of the pair list of the sparse chain block of meta row ``m``:
+    ``layout.pairs_pos``'s sum in Python (a kernel called from Python here would be compiled
+    with a CPython wrapper of its own on every cold start; tests check the two agree)."""
+    return (int(m[K.M_IOFF]) + int(m[K.M_L]) + 1 + _nidx(m) + int(m[K.M_LY])
+            + int(m[K.M_PCAP]) * int(m[K.M_LABLEN]))

@@ -87,6 +87,19 @@ def test_m_entries_keep_the_weights_of_the_full_layout(name, entries, monkeypatc
     assert g == gap
 
 
+def test_the_stores_pair_list_offsets_are_the_kernels():
+    """``BlockStore._kpos`` sums ``layout.pairs_pos``'s offsets in Python (no kernel entry to compile
+    on a cold start): the same offset for every held block, sparse or not, with and without pools."""
+    for kw in ({}, {"step": "pairwise", "cache": True, "cache_size": 5}):
+        m, _, _ = _fit(kw)
+        st = m._learner.store
+        held = list(st.slots())
+        assert held and st.sparse
+        for j in held:
+            assert st._kpos(j) == int(py_entry(KL.pairs_pos)(st.meta, j)[1])
+            assert blk._pairs_offset(st.meta[j]) == st._kpos(j)
+
+
 def noisy_late_tag_stream(seed=5, n=60, K=8, d=5, late=3):
     """Chains of 1-6 tokens whose last ``late`` tags only appear after the first third of the
     stream, with noisy features so the oracle's labelings bring tags a block's truth lacks."""

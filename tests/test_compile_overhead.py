@@ -407,3 +407,73 @@ def test_statement_variables_are_numba_stock_ones():
     finally:
         _linkonly._compiling.pop()
     assert any(isinstance(inst, ir.Assign) and len(want) > 1 for inst, _, want in seen)
+
+
+def _overload_called_from_an_entry_and_an_inner_kernel(mark):
+    """(entry kernel, implementation): the entry (a CPython wrapper) calls an overload and an inner
+    kernel (none) that calls it with the same argument types, every function marked by ``mark``."""
+    from numba.extending import overload
+
+    def doubled(a, i):
+        raise NotImplementedError
+
+    @mark
+    def impl(a, i):
+        return a[i] * 2.0
+
+    overload(doubled, jit_options=dict(no_cpython_wrapper=True, no_cfunc_wrapper=True))(lambda a, i: impl)
+
+    @njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+    @mark
+    def inner(a, i):
+        return doubled(a, i) + 1.0
+
+    @njit(no_cfunc_wrapper=True)
+    @mark
+    def entry(a):
+        return doubled(a, 0) + inner(a, 1)
+    return entry, impl
+
+
+def _compiles_of(fn, py_func, *args):
+    seen = []
+
+    class _Count(event.Listener):
+        def on_start(self, ev):
+            if getattr((ev.data or {}).get("dispatcher"), "py_func", None) is py_func:
+                seen.append(tuple((ev.data or {}).get("args", ())))
+
+        def on_end(self, ev):
+            pass
+
+    listener = _Count()
+    event.register("numba:compile", listener)
+    try:
+        value = fn(*args)
+    finally:
+        event.unregister("numba:compile", listener)
+    return value, seen
+
+
+def test_an_overload_called_with_the_same_types_from_an_entry_and_an_inner_kernel_compiles_once():
+    a = np.array([1.5, -2.0])
+    value, seen = _compiles_of(*_overload_called_from_an_entry_and_an_inner_kernel(_ours), a)
+    assert value == 3.0 + (-4.0 + 1.0)
+    assert len(seen) == 1
+    # numba stock (code compiled for anything else): the implementation is compiled per caller's flags
+    value, seen = _compiles_of(*_overload_called_from_an_entry_and_an_inner_kernel(lambda f: f), a)
+    assert value == 3.0 + (-4.0 + 1.0)
+    assert len(seen) == 2 and seen[0] == seen[1]
+
+
+def test_the_key_of_an_overload_keeps_the_options_a_compile_inherits():
+    from numba.core import compiler
+    plain, fast, numpy_errors = compiler.Flags(), compiler.Flags(), compiler.Flags()
+    fast.fastmath = True
+    numpy_errors.error_model = "numpy"
+    keys = {co._inherited(f) for f in (plain, fast, numpy_errors)}
+    assert len(keys) == 3 and co._inherited(None) is None
+    other = compiler.Flags()
+    other.no_cpython_wrapper = True   # not inherited: the same implementation
+    assert co._inherited(other) == co._inherited(plain)
+    assert set(co.INHERITED_OPTIONS) == {"nrt", "fastmath", "error_model", "forceinline"}

@@ -1,4 +1,4 @@
-"""Seven overheads of numba's compiler that a cold start pays. All but the sixth change no compiled
+"""Eight overheads of numba's compiler that a cold start pays. All but the sixth change no compiled
 code; the sixth hands LLVM the same values without the stack round trips its first pass removes
 (the same results; the machine code can differ in instruction order and register allocation).
 
@@ -50,6 +50,15 @@ of the ~12 CPU s of compiling:
    calls on ``SequenceTagger``'s first records). :func:`_fast_list_vars` walks them with exact
    type checks first and skips the values that hold no variable: the same list, in the same
    order.
+8. **One implementation of an overload per argument types.** numba keeps the implementation of an
+   ``@overload`` it compiled for some argument types in a cache keyed by those types *and the
+   calling function's compile flags*, so an overload called with the same types from one of our
+   entry kernels (a CPython wrapper) and from an inner kernel (none) is compiled twice, and both
+   copies are linked, optimized and turned into machine code (``Chain.decode`` on
+   ``SequenceTagger``'s first records: ~0.2 CPU s). The caller's flags reach the implementation
+   only through the four options a compile inherits from it (``nrt``, ``fastmath``,
+   ``error_model``, ``forceinline``: ``CPUTargetOptions.finalize``); :func:`_one_impl_per_types`
+   keys the cache on those instead of the whole flags: the same implementation compiled once.
 
 All of them are scoped like :mod:`linkonly`: they act only while one of our kernels (or what numba
 compiles for it) compiles; a user's own numba code in the same process compiles as stock numba
@@ -74,11 +83,13 @@ def supported():
         return False
     try:
         from llvmlite.binding import ffi
-        from numba.core import codegen, event, inline_closurecall
+        from numba.core import codegen, event, inline_closurecall, targetconfig
         from numba.core.datamodel import models
         from numba.core.runtime import context as nrt_context
+        from numba.core.typing import templates
     except ImportError:
         return False
+    ovl = getattr(templates, "_OverloadFunctionTemplate", None)
     lock = getattr(getattr(ffi, "lib", None), "_lock", None)
     return (isinstance(getattr(lock, "_cblist", None), list) and hasattr(event, "register")
             and getattr(inline_closurecall, "copy", None) is _copy
@@ -88,6 +99,8 @@ def supported():
             and hasattr(getattr(nrt_context, "NRTContext", None), "get_meminfos")
             and all(hasattr(models.DataModel, a) for a in ("traverse", "has_nrt_meminfo", "get_nrt_meminfo",
                                                            "contains_nrt_meminfo"))
+            and all(hasattr(ovl, a) for a in ("_get_impl", "_build_impl"))
+            and hasattr(getattr(targetconfig, "ConfigStack", None), "top_or_none")
             and _array_proxy_as_expected())
 
 
@@ -353,8 +366,43 @@ def _fast_list_vars():
     Inst._rec_list_vars = _rec_list_vars
 
 
+#: the options a compile inherits from the function whose compile asked for it (numba 0.68's
+#: ``CPUTargetOptions.finalize``): all an overload's implementation takes from its caller's flags
+INHERITED_OPTIONS = ("nrt", "fastmath", "error_model", "forceinline")
+
+
+def _inherited(flags):
+    """The values of :data:`INHERITED_OPTIONS` in ``flags`` (None: no compile on the stack), hashable."""
+    if flags is None:
+        return None
+    fm = flags.fastmath
+    return (bool(flags.nrt), frozenset(fm.flags) if hasattr(fm, "flags") else fm, flags.error_model,
+            bool(flags.forceinline))
+
+
+def _one_impl_per_types():
+    from numba.core import targetconfig
+    from numba.core.typing import templates
+
+    cls = templates._OverloadFunctionTemplate
+    stock = _ORIG["get_impl"] = cls._get_impl
+
+    def _get_impl(self, args, kws):
+        if not _linkonly._ours():
+            return stock(self, args, kws)
+        key = (self.context, tuple(args), tuple(kws.items()),
+               ("inherited", _inherited(targetconfig.ConfigStack.top_or_none())))
+        try:
+            return self._impl_cache[key]
+        except KeyError:   # (built outside the handler, as numba does: no chained KeyError)
+            pass
+        return self._build_impl(key, args, kws)
+
+    cls._get_impl = _get_impl
+
+
 def install():
-    """Install the seven changes (idempotent); returns whether they are active."""
+    """Install the eight changes (idempotent); returns whether they are active."""
     if _state["installed"]:
         return True
     if not (supported() and _linkonly.install()):
@@ -391,6 +439,7 @@ def install():
     _plain_markup()
     _array_fields_by_value()
     _fast_list_vars()
+    _one_impl_per_types()
     inline_closurecall.InlineWorker.inline_ir = inline_ir
     codegen.CPUCodeLibrary._optimize_functions = _optimize_functions
     _state["installed"] = True
