@@ -477,3 +477,46 @@ def test_the_key_of_an_overload_keeps_the_options_a_compile_inherits():
     other.no_cpython_wrapper = True   # not inherited: the same implementation
     assert co._inherited(other) == co._inherited(plain)
     assert set(co.INHERITED_OPTIONS) == {"nrt", "fastmath", "error_model", "forceinline"}
+
+
+def _machine_code_passes(fn, *args, monkeypatch):
+    """The names of the LLVM passes that made ``fn``'s machine code (compiled by this call)."""
+    from numba.core import config
+    monkeypatch.setattr(config, "LLVM_PASS_TIMINGS", True)
+    fn(*args)
+    (cres,) = fn.overloads.values()
+    names = []
+    for rec in cres.metadata["llvm_pass_timings"]:
+        if rec.name == "Finalize object":
+            names += [p.pass_name for p in rec.timings.list_records()]
+    assert names   # (the timings were recorded)
+    return names
+
+
+def test_our_machine_code_skips_loop_strength_reduction_and_the_option_comes_back(monkeypatch):
+    a = np.array([1.0, -2.0, 3.0])
+    ours = _machine_code_passes(_kernel(True), a, monkeypatch=monkeypatch)
+    assert not any("Loop Strength Reduction" in p for p in ours)
+    # anything else numba compiles afterwards gets LLVM's pass (the option was put back)
+    stock = _machine_code_passes(_kernel(False), a, monkeypatch=monkeypatch)
+    assert any("Loop Strength Reduction" in p for p in stock)
+    assert _kernel(True)(a) == _kernel(False)(a) == 1.0 + 1.0 + 3.0
+
+
+def test_function_passes_of_a_module_of_several_functions_are_timed_when_numba_times_passes(monkeypatch):
+    """Regression: one pass manager per module (change 3) reused its pass builder for every function,
+    and llvmlite times a pass builder only once: with ``NUMBA_LLVM_PASS_TIMINGS=1``, a first compile
+    of one of our kernels (numba's NRT module, several functions) raised ``RuntimeError``."""
+    import llvmlite.binding as ll
+    from numba.core import config
+    from numba.core.registry import cpu_target
+    monkeypatch.setattr(config, "LLVM_PASS_TIMINGS", True)
+    mod = ll.parse_assembly("define i64 @f(i64 %a) {\n  %b = add i64 %a, 0\n  ret i64 %b\n}\n"
+                            "define i64 @g(i64 %a) {\n  %b = mul i64 %a, 1\n  ret i64 %b\n}\n")
+    lib = cpu_target.target_context.codegen().create_library("several_functions")
+    _linkonly._compiling.append(True)   # as while one of our kernels compiles
+    try:
+        lib._optimize_functions(mod)
+    finally:
+        _linkonly._compiling.pop()
+    assert [r.name for r in lib.recorded_timings] == ["Function passes on 'f'", "Function passes on 'g'"]
