@@ -457,3 +457,75 @@ def test_observing_a_table_of_rows_is_observing_each_row_to_the_bit(window, ever
     assert a.n_fits > 10 and a.beta.hex() == b.beta.hex()
     with pytest.raises(ValueError):
         b.observe_classes(np.zeros((2, 3)), [0])
+
+
+def _kernel_table(tables, tok_ptr, fidx, fval, K):
+    from streamssvm._kernels.common import py_entry
+    E, ZE, zc, _, _, scale = tables
+    L = len(tok_ptr) - 1
+    S = np.empty((L, K))
+    py_entry(KM.emission_table)(E, ZE, float(zc), float(scale), np.asarray(tok_ptr, dtype=np.int64),
+                                np.asarray(fidx, dtype=np.int64), np.asarray(fval, dtype=np.float64), L, K, S)
+    return S
+
+
+def test_emission_scores_in_numpy_are_the_kernels_to_the_bit():
+    """``emission_scores_numpy`` (a first record's scores, before any kernel exists) against
+    ``marginals.emission_table``: tokens with hundreds of features over values of 16 orders of
+    magnitude (a pairwise or blocked sum would differ), -0.0 values and weights, features past the
+    weight rows, empty tokens, tok_ptr not from 0, averaged weights (zc != 0)."""
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        d, K, L = int(rng.integers(1, 40)), int(rng.integers(1, 10)), int(rng.integers(1, 8))
+        lens = rng.integers(0, 120 if trial % 3 == 0 else 6, size=L)
+        tok_ptr = np.r_[0, np.cumsum(lens)].astype(np.int64) + (3 if trial % 5 == 0 else 0)
+        n = int(tok_ptr[-1]) + 2
+        fidx = rng.integers(-2, d + 3, size=n).astype(np.int64)
+        fval = rng.normal(size=n) * 10.0 ** rng.integers(-8, 9, size=n)
+        fval[rng.random(n) < 0.1] = -0.0
+        E = rng.normal(size=(d, K + 2)) * 10.0 ** rng.integers(-6, 7, size=(d, 1))
+        E[rng.random(E.shape) < 0.1] = -0.0
+        tables = (E, rng.normal(size=(d, K + 2)), [0.0, 0.3, 1e-9][trial % 3], None, None, [1.0, 0.7, 3e5][trial % 3])
+        want = _kernel_table(tables, tok_ptr, fidx, fval, K)
+        assert calibration.emission_scores_numpy(tables, tok_ptr, fidx, fval, K).tobytes() == want.tobytes()
+
+
+def _state_digest(lr):
+    return (lr.W.E.tobytes(), lr.W.T.tobytes(), lr.W.B.tobytes(), lr._Z.E.tobytes(), lr.counters.tobytes(), lr._tick)
+
+
+@pytest.mark.parametrize("averaging", [True, False])
+def test_the_record_kernels_scores_are_the_emission_tables_and_change_nothing(averaging):
+    """``BCFW.record_emission_table`` (the temperature fit's scores in ``learn_one_example``) gives
+    ``marginals.emission_table``'s values to the bit, for chains (averaged or last iterate),
+    multiclass and multi-label records, with unseen features, and leaves the learner as it was."""
+    rng = np.random.default_rng(1)
+    seq = ss.SequenceTagger(learner=ss.learners.BCFW(averaging=averaging, seed=0))
+    mc = ss.MulticlassSSVM(learner=ss.learners.BCFW(averaging=averaging, seed=0))
+    ml = ss.MultiLabelSSVM(learner=ss.learners.BCFW(averaging=averaging, seed=0))
+    for i in range(30):
+        x = [{f"w{int(v)}": 1.0, "b": float(rng.normal())} for v in rng.integers(0, 12, size=int(rng.integers(1, 6)))]
+        seq.learn_one(x, [str(int(v) % 4) for v in rng.integers(0, 8, size=len(x))])
+        d = {f"f{j}": float(v) for j, v in enumerate(rng.normal(size=4))}
+        mc.learn_one(d, int(rng.integers(0, 4)))
+        ml.learn_one(d, {k: bool(rng.random() < 0.5) for k in "abc"})
+    checked = 0
+    for est in (seq, mc, ml):
+        lr = est._learner
+        assert lr.record_kernel_ready
+        K = int(lr.n_labels)
+        for t in range(5):
+            if est is seq:
+                x = [{f"w{int(v)}": 1.0, "b": 0.5, "unseen": 2.0} for v in rng.integers(0, 14, size=t + 1)]
+                tok_ptr, fidx, fval = est._features.encode_tokens(x, grow=False)
+            else:
+                tok_ptr, fidx, fval = est._features.encode_tokens([{"f0": 1.5, "f2": -0.25, "unseen": 1.0}], grow=False)
+            before = _state_digest(lr)
+            got = lr.record_emission_table(tok_ptr, fidx, fval, K)
+            assert _state_digest(lr) == before
+            want = _kernel_table(calibration.predict_tables(lr), tok_ptr, fidx, fval, K)
+            assert got is not None and got.tobytes() == want.tobytes()
+            assert calibration.emission_scores(calibration.predict_tables(lr), tok_ptr, fidx, fval, K, lr).tobytes() \
+                == want.tobytes()
+            checked += 1
+    assert checked == 15

@@ -206,3 +206,23 @@ def test_a_record_predicted_after_the_record_path_compiles_no_other_kernel():
             "print(sorted(str(s[6].types[6]) for s in K.learn_one_example.signatures), len(K.predict_batch.signatures))\n")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["['int8']", "['int8'] 0"]
+
+
+def test_a_first_use_compiles_no_emission_table_kernel_for_the_temperature_fit():
+    """The temperature fit scores a record (before learning it) at the prediction weights: the
+    first record, before any kernel exists, in numpy (``calibration.emission_scores_numpy``), the
+    next ones in the record kernel (``learn_one_example``, slot ``SCORE``): no Python entry of
+    ``marginals.emission_table`` compiles on a first use of any estimator with the default learner.
+    Asserted on the entries made, never on timing."""
+    r = _py("import streamssvm as ss\n"
+            "from streamssvm._kernels import common, marginals as KM\n"
+            "m = ss.SequenceTagger()\n"
+            "m.learn_one([{'w=the': 1.0}, {'w=cat': 1.0}], ['D', 'N'])\n"
+            "m.learn_one([{'w=a': 1.0}, {'w=dog': 1.0}, {'w=runs': 1.0}], ['D', 'N', 'V'])\n"
+            "m.predict_one([{'w=the': 1.0}])\n"
+            "c = ss.MulticlassSSVM(); c.learn_one({'a': 1.0}, 'x'); c.learn_one({'b': 1.0}, 'y'); c.predict_one({'a': 1.0})\n"
+            "l = ss.MultiLabelSSVM(); l.learn_one({'a': 1.0}, {'x': True, 'y': False})\n"
+            "l.learn_one({'b': 1.0}, {'x': False, 'y': True}); l.predict_one({'a': 1.0})\n"
+            "print(m._calibrator().n_offered, KM.emission_table in common._ENTRIES)\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "2 False"

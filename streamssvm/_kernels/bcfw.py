@@ -1199,6 +1199,9 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
 NO_VICTIM = np.int8(-1)
 #: the ``slot`` of an Example that ``learn_one_example`` predicts instead of learning it
 PREDICT = -2
+#: the ``slot`` of an Example whose emission table ``learn_one_example`` computes instead of
+#: learning it (the temperature fit's scores, ``marginals.emission_table``)
+SCORE = -3
 _NO_VICTIM_TYPE = from_dtype(np.dtype(type(NO_VICTIM)))
 
 
@@ -1332,7 +1335,17 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
     predict with, ZE the averaging bundle's, ``scale`` and ``zc`` the example's), the labeling
     ``predict_batch`` gives it (``predict_example``'s scores and decoder), and nothing else changes. The learn_one
     path predicts so once it has learned: a first use compiles one kernel holding the decoder,
-    not two (see above)."""
+    not two (see above).
+
+    An example whose ``slot`` is ``SCORE`` is a record to score for the temperature fit: its
+    emission table at the same weights (``marginals.emission_table``, K = the model's labels in
+    use) goes to the first L rows of ``scratch[0]``, and nothing else changes: a first use
+    compiles no emission-table kernel of its own."""
+    if example[5] == SCORE:
+        tok_ptr = example[0]
+        emission_table(w[0], avg[1], example[8], example[7], tok_ptr, example[1], example[2], tok_ptr.shape[0] - 1,
+                       model[1], scratch[0])
+        return tick0
     if example[5] == PREDICT:
         # predict_example's scores, then the decoder the steps compiled (``decode``: the same
         # labeling as ``decode_frozen``, its Viterbi support found for this one record; no

@@ -11,10 +11,10 @@ learner's scale, as the decoding kernels of ``streamssvm._kernels.chain`` score 
 import numpy as np
 from numba import njit
 
-from .common import _JIT
+from .common import _INNER, _JIT, guard_inner
 
 
-@njit(**_JIT)
+@njit(**_INNER)
 def emission_table(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     """S[t, k] = scale * <x_t, E[:, k] - zc ZE[:, k]> for the first K labels; a feature index
     past the weight rows (a name the learner has not grown for) scores 0."""
@@ -101,3 +101,6 @@ def chain_token_nll(S, T, B, use_trans, L, K, beta, y, marg):
     for t in range(L):
         v -= np.log(max(marg[t, y[t]], 1e-300))
     return v
+
+
+guard_inner(globals())

@@ -577,7 +577,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             K = int(lr.n_labels) if tables is not None else 0
             if K < 2 or yid >= K:
                 return
-            S = calibration.emission_scores(tables, tok_ptr, fidx, self._scaled(fidx, fval), K)
+            S = calibration.emission_scores(tables, tok_ptr, fidx, self._scaled(fidx, fval), K, lr)
         elif yid >= S.shape[1]:
             return
         t.observe_class(S[0], yid)
@@ -594,7 +594,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return {c: float(c == y) for c in self._labels.labels}
         tok_ptr, fidx, fval = self._encode_to_predict(x)
         K = int(self._learner.n_labels)
-        p = calibration.softmax(calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0],
+        p = calibration.softmax(calibration.emission_scores(tables, tok_ptr, fidx, fval, K, self._learner)[0],
                                 1.0 / self.temperature)
         return {c: float(p[i]) if i < K else 0.0 for i, c in enumerate(self._labels.labels)}
 

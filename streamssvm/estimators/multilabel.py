@@ -425,7 +425,7 @@ class MultiLabelSSVM(Estimator, base.MultiLabelClassifier):
         if tables is None:
             return None
         K = int(self._learner.n_labels)
-        s = calibration.emission_scores(tables, tok_ptr, fidx, fval, K)[0]
+        s = calibration.emission_scores(tables, tok_ptr, fidx, fval, K, self._learner)[0]
         if not self._pairwise:
             return s
         if K > MLPAIR_MAX_LABELS:

@@ -234,7 +234,7 @@ class SequenceTagger(Estimator, base.Estimator):
         if tables is None:
             return None
         K = int(self._learner.n_labels)
-        S = calibration.emission_scores(tables, tok_ptr, fidx, fval, K)
+        S = calibration.emission_scores(tables, tok_ptr, fidx, fval, K, self._learner)
         T, B = calibration.chain_tables(tables, K)
         return S, T, B
 

@@ -119,11 +119,12 @@ def check_search_rescaling(search, rescaling):
 #: scratch buffers): one thread at a time (:func:`one_thread_at_a_time`)
 GUARDED = ("bind", "ensure", "learn", "learn_batch", "refine", "predict", "certificate", "restore",
            "set_parameters", "blend_dual", "predict_learn_record", "predict_learn_run", "predict_class",
+           "record_emission_table",
            "set_union", "set_lam", "reset_to_truth", "start_at_max_loss", "refresh_gaps")
 
 #: the guarded methods that only read the running state: the others advance the learner's
 #: :func:`state_version` on entry
-READING = frozenset(("predict", "predict_class"))
+READING = frozenset(("predict", "predict_class", "record_emission_table"))
 
 
 def state_version(learner):
@@ -187,6 +188,14 @@ class Learner(base.Base, abc.ABC):
     #: ``calibration.emission_scores``), in one kernel call (``predict_class``, a
     #: :data:`READING` method)
     predicts_classes = False
+
+    #: whether the learner computes a record's emission table at its prediction weights (those of
+    #: ``calibration.emission_scores``, to the bit) in its own record kernel
+    #: (``record_emission_table``, a :data:`READING` method)
+    scores_records = False
+
+    #: (with ``scores_records``) whether that kernel exists yet
+    record_kernel_ready = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

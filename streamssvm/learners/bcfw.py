@@ -42,7 +42,16 @@ _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
 #: no given steps: the learn_one kernel writes and learns its example
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
+_NO_LABELS = np.zeros(0, dtype=np.int32)
 _INT32_MAX = np.iinfo(np.int32).max
+
+
+def _index_typed(tok_ptr):
+    """``tok_ptr`` in the arena's index type (int32) when it fits: the kernels the learn path
+    compiled for a record's arrays serve its prediction and scores too."""
+    if tok_ptr.dtype != np.int32 and (len(tok_ptr) == 0 or tok_ptr[-1] <= _INT32_MAX):
+        return tok_ptr.astype(np.int32)
+    return tok_ptr
 # predict_learn_record's constant arrays (read only by the kernel): the rows 0..1 of a run of
 # one, and its ``obs`` with and without the temperature fit's scores
 _ROWS_ONE = np.arange(2, dtype=np.int64)
@@ -392,6 +401,11 @@ class BCFW(DenseWeights, Learner):
         without a Gram matrix."""
         return bool(self.structure.many_tokens or self.store.any_gram_free)
 
+    def _g_full_now(self):
+        """The full gap the step configuration takes: the last full pass's, or before the first
+        one its start value times the largest cost (Osokin et al.'s code)."""
+        return self._g_full if self._had_full else self._g_full * self._cmax
+
     def _model_bundle(self):
         """The kernels' Model bundle, kept while the labels in use, the label capacity, the
         costs array and the structure stay the same objects / values."""
@@ -435,7 +449,7 @@ class BCFW(DenseWeights, Learner):
         st = self.store
         if slots is None:
             slots = np.zeros(1, dtype=np.int64)
-        g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
+        g_full = self._g_full_now()
         if n_steps > 1:
             st.grow_short()
         if sampling == K.SAMPLE_GIVEN and self._steps_example is not None:
@@ -605,7 +619,7 @@ class BCFW(DenseWeights, Learner):
         st.grow_short()
         new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
         victims = st.fifo_victims(new_slots)
-        g_full = self._g_full if self._had_full else self._g_full * max(1.0, float(self._C.max()))
+        g_full = self._g_full_now()
         out = np.zeros(3, dtype=np.int64)
         tick = K.learn_new_blocks(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(),
                                   self.counters, out)
@@ -637,7 +651,7 @@ class BCFW(DenseWeights, Learner):
         else:
             slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx, weight)
         out = self._out3
-        g_full = self._g_full if self._had_full else self._g_full * self._cmax
+        g_full = self._g_full_now()
         # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
         # namedtuple on this path; tests/test_call_plan.py pins the field order)
         example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), K.victim_field(victim), 1.0, 0.0)
@@ -711,7 +725,7 @@ class BCFW(DenseWeights, Learner):
         A = (sb + (t0 + 1) * 2654435761) % 2147483647
         B = (per * 2654435761) % 2147483647
         seeds = (A + np.arange(c, dtype=np.int64) * B) % 2147483647
-        g_full = self._g_full if self._had_full else self._g_full * self._cmax
+        g_full = self._g_full_now()
         bundles = self._bundles(max(1, st.max_L), g_full)
         preds = np.zeros(c, dtype=np.int32)
         predicting = (self._ws.ensure(1, self.W.Kc).scratch(1, False), bool(self.averaging),
@@ -748,8 +762,7 @@ class BCFW(DenseWeights, Learner):
         slots[0] = st.reserve_row(fidx)
         seeds = self._seed1
         seeds[0] = self._seed()
-        bundles = self._bundles(1 if st.max_L < 1 else st.max_L,
-                                self._g_full if self._had_full else self._g_full * self._cmax)
+        bundles = self._bundles(1 if st.max_L < 1 else st.max_L, self._g_full_now())
         rp = self._record_plan_for(bundles[3])
         tok_ptr, ytrue = rp[5], rp[6]
         tok_ptr[1] = n
@@ -1027,21 +1040,13 @@ class BCFW(DenseWeights, Learner):
             return out
         L = int(np.max(np.diff(ex_tok))) if len(ex_tok) > 2 else int(ex_tok[1] - ex_tok[0])
         E, ZE, zc, T, B, scale = self._predict_params()
-        if tok_ptr.dtype != np.int32 and (len(tok_ptr) == 0 or tok_ptr[-1] <= _INT32_MAX):
-            # the arena's index type: the scoring kernels the learn path compiled serve prediction too
-            tok_ptr = tok_ptr.astype(np.int32)
-        ex = self._steps_example
-        if len(ex_tok) == 2 and L > 0 and ex is not None and not self._slack and tok_ptr.dtype == ex[0].dtype \
-                and fidx.dtype == ex[1].dtype and fval.dtype == ex[2].dtype:
+        tok_ptr = _index_typed(tok_ptr)
+        if len(ex_tok) == 2 and L > 0 and self._record_kernel_takes(tok_ptr, fidx, fval):
             # one record, once the learn_one kernel exists: it predicts too (a first use compiles
             # one kernel holding the decoder, not two; the same labeling as predict_batch's)
-            g_full = self._g_full if self._had_full else self._g_full * self._cmax
-            model, _, arena, scratch, avg, cfg = self._bundles(max(L, self.store.max_L), g_full)
             a = int(ex_tok[0])
-            K.learn_one_example(model, (E, T, B), arena, scratch, avg, cfg,
-                                (tok_ptr[a:a + L + 1], fidx, fval, out[int(lab_ptr[0]):int(lab_ptr[1])], self._mark,
-                                 K.PREDICT, K.NO_VICTIM, float(scale), float(zc)),
-                                _NO_SLOTS, self._tick, 0, self.counters, self._out3)
+            self._record_call(L, (tok_ptr[a:a + L + 1], fidx, fval, out[int(lab_ptr[0]):int(lab_ptr[1])], self._mark,
+                                  K.PREDICT, K.NO_VICTIM, float(scale), float(zc)), (E, T, B))
             return out
         # KB.WeightsBundle and KB.Batch as the plain tuples KB.pack makes of them (field order
         # pinned by tests/test_call_plan.py)
@@ -1049,6 +1054,46 @@ class BCFW(DenseWeights, Learner):
                         scale, ZE, zc, (ex_tok, tok_ptr, fidx, fval, lab_ptr), out,
                         self._ws.ensure(L, self.W.Kc).scratch(L, False))
         return out
+
+    def _record_kernel_takes(self, tok_ptr, fidx, fval):
+        """Whether ``learn_one_example`` exists for records of these arrays' types (the learn_one
+        path compiled it) and can serve one that it does not learn (a prediction, its scores)."""
+        ex = self._steps_example
+        return (ex is not None and not self._slack and tok_ptr.dtype == ex[0].dtype and fidx.dtype == ex[1].dtype
+                and fval.dtype == ex[2].dtype)
+
+    def _record_call(self, L, example, w):
+        """``learn_one_example`` on an Example of L tokens that it predicts or scores (its slot
+        ``PREDICT`` / ``SCORE``) at the weights ``w``; returns the scratch bundle it wrote to."""
+        model, _, arena, scratch, avg, cfg = self._bundles(max(L, self.store.max_L), self._g_full_now())
+        K.learn_one_example(model, w, arena, scratch, avg, cfg, example, _NO_SLOTS, self._tick, 0, self.counters,
+                            self._out3)
+        return scratch
+
+    #: :meth:`record_emission_table` scores a record for the temperature fit in the record kernel
+    scores_records = True
+
+    @property
+    def record_kernel_ready(self):
+        """Whether the learn_one path compiled (or loaded) the record kernel that
+        :meth:`record_emission_table` and a one-record :meth:`predict` call."""
+        return self._steps_example is not None
+
+    def record_emission_table(self, tok_ptr, fidx, fval, K_):
+        """The (L x K_) emission table of one encoded record (``tok_ptr`` from 0, L >= 1 tokens) at
+        the prediction weights, as ``calibration.emission_scores`` computes it from
+        ``calibration.predict_tables`` (to the bit: the same ``marginals.emission_table``), through
+        ``learn_one_example`` (slot ``SCORE``), so that a first use compiles no emission-table
+        kernel of its own; None when that kernel does not serve it (not compiled for these
+        array types yet, slack rescaling, K_ not the labels in use): the caller computes it."""
+        L = len(tok_ptr) - 1
+        tok_ptr = _index_typed(tok_ptr)
+        if L < 1 or K_ != self._K or not self._record_kernel_takes(tok_ptr, fidx, fval):
+            return None
+        E, ZE, zc, T, B, scale = self._predict_params()
+        scratch = self._record_call(L, (tok_ptr, fidx, fval, _NO_LABELS, self._mark, K.SCORE, K.NO_VICTIM,
+                                        float(scale), float(zc)), (E, T, B))
+        return scratch[0][:L, :K_].copy()
 
     #: :meth:`predict_class` predicts a multiclass record, and scores it for the temperature
     #: fit, in one kernel call
