@@ -985,6 +985,17 @@ def _emission_avg(kind, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     emission_rows(kind, ZE, -zc * scale, tok_ptr, fidx, fval, L, K, S, False)
 
 
+@njit(inline="always", **_INNER)
+def record_scores(kind, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
+    """S = a record's scores at weights ``scale * (E - zc * ZE)`` (zc = 0: plain E), as every
+    prediction scores it (``predict_example``, ``predict_class``, ``learn_one_example``'s record
+    to predict)."""
+    if zc != 0.0:
+        _emission_avg(kind, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
+    else:
+        emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
+
+
 @njit(**_JIT)
 def emission_avg_scores(E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S):
     """:func:`_emission_avg` callable from Python (it is inlined into its kernels and has no
@@ -1005,10 +1016,7 @@ def predict_example(model, w, scale, ZE, zc, tok_ptr, fidx, fval, out, scratch, 
     dummy = np.empty(1, np.int32)   # (not np.zeros: ``common.py`` on allocations)
     dummy[0] = 0
     S = scratch[0]
-    if zc != 0.0:
-        _emission_avg(kind, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
-    else:
-        emission_rows(kind, E, scale, tok_ptr, fidx, fval, L, K, S, True)
+    record_scores(kind, E, ZE, zc, scale, tok_ptr, fidx, fval, L, K, S)
     decode_frozen(model, w, S, scale, L, dummy, 0, 0.0, 1, scratch, out, support)
 
 
@@ -1039,10 +1047,7 @@ def predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, K, obs):
     at the same weights, to the bit what ``calibration.emission_scores`` returns) go to it: a
     prediction and its calibration scores in one call."""
     S = np.empty((1, K))
-    if zc != 0.0:
-        _emission_avg(None, E, ZE, zc, scale, tok_ptr, fidx, fval, 1, K, S)
-    else:
-        emission_rows(None, E, scale, tok_ptr, fidx, fval, 1, K, S, True)
+    record_scores(None, E, ZE, zc, scale, tok_ptr, fidx, fval, 1, K, S)
     out = np.empty(1, np.int32)
     out[0] = 0
     mc_decode(S, K, out, S, 0.0, out)   # loss weight 0: neither the truth (out) nor the costs (S) are read
@@ -1347,16 +1352,13 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
                        model[1], scratch[0])
         return tick0
     if example[5] == PREDICT:
-        # predict_example's scores, then the decoder the steps compiled (``decode``: the same
+        # the scores of a prediction, then the decoder the steps compiled (``decode``: the same
         # labeling as ``decode_frozen``, its Viterbi support found for this one record; no
         # frozen-support code compiles on this path)
         tok_ptr, fidx, fval, labels, scale, zc = example[0], example[1], example[2], example[3], example[7], example[8]
         L = tok_ptr.shape[0] - 1
         S = scratch[0]
-        if zc != 0.0:
-            _emission_avg(model[0], w[0], avg[1], zc, scale, tok_ptr, fidx, fval, L, model[1], S)
-        else:
-            emission_rows(model[0], w[0], scale, tok_ptr, fidx, fval, L, model[1], S, True)
+        record_scores(model[0], w[0], avg[1], zc, scale, tok_ptr, fidx, fval, L, model[1], S)
         zero = L - L   # (ly, Ki and the loss scale as typed values, not literals: the steps' decode)
         decode(model, w, S, scale, L, labels, zero, 0.0 * scale, zero + 1, scratch, labels)
         return tick0
