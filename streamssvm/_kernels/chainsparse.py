@@ -317,7 +317,7 @@ def sp_score(S, T, B, scale, st, L, K, Kc, use_trans, Iar, kpos):
             v += S[t, etag[e]] * st[e]
     if use_trans:
         acc = 0.0
-        i, j = tptr[0], tptr[L - 1]   # BM: the first and last rows of M
+        i, j = np.int64(tptr[0]), np.int64(tptr[L - 1])   # BM: the first and last rows of M (int64: one _bm_step)
         while i < tptr[1] or j < tptr[L]:
             k, a, b, i, j = _bm_step(tptr, etag, st, L, i, j)
             acc += B[0, k] * a + B[1, k] * b
@@ -358,7 +358,7 @@ def sp_trans_sqnorm(v, st, L, K, Kc, use_trans, Iar, kpos):
     """v + the transition part of ||Phi_x(st)||^2 in the sparse layout (v: the emission part)."""
     if use_trans:
         tptr, etag, ecap = sp_entries(Iar, kpos, L)
-        i, j = tptr[0], tptr[L - 1]   # BM: the first and last rows of M
+        i, j = np.int64(tptr[0]), np.int64(tptr[L - 1])   # BM: the first and last rows of M (int64: one _bm_step)
         while i < tptr[1] or j < tptr[L]:
             k, a, b, i, j = _bm_step(tptr, etag, st, L, i, j)
             v += a * a + b * b
@@ -376,7 +376,7 @@ def sp_apply(w, x, st, L, K, Kc, coef, use_trans, Iar, kpos):
     tptr, etag, ecap = sp_entries(Iar, kpos, L)
     stat_emission_apply(E, x[0], x[1], x[2], st, L, sp_support(st, tptr, etag, L), coef)
     if use_trans:
-        i, j = tptr[0], tptr[L - 1]   # BM: the first and last rows of M
+        i, j = np.int64(tptr[0]), np.int64(tptr[L - 1])   # BM: the first and last rows of M (int64: one _bm_step)
         while i < tptr[1] or j < tptr[L]:
             k, a, b, i, j = _bm_step(tptr, etag, st, L, i, j)
             B[0, k] += coef * a

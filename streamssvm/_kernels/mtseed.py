@@ -40,10 +40,11 @@ def mt_seed(st, seed):
     st[_FULL] = 0
 
 
-@njit(**_INNER)
+@njit(inline="always", **_INNER)
 def _mt_init_to(st, need):
     """The initialization's words up to index ``need - 1`` (Knuth's recurrence, as numba's
-    ``numba_rnd_init``)."""
+    ``numba_rnd_init``). Inlined: its two calls pass an int and the constant ``_N`` (a literal),
+    which would compile it twice."""
     c = st[_C]
     if c < need:
         x = st[c - 1]
