@@ -520,3 +520,29 @@ def test_function_passes_of_a_module_of_several_functions_are_timed_when_numba_t
     finally:
         _linkonly._compiling.pop()
     assert [r.name for r in lib.recorded_timings] == ["Function passes on 'f'", "Function passes on 'g'"]
+
+
+def test_numpy_loop_searches_give_numba_stock_answers_once_per_question():
+    from numba import types
+    from numba.core.typing import npydecl
+    from numba.np import npyimpl, numpy_support
+    search = npydecl.ufunc_find_matching_loop
+    assert search is npyimpl.ufunc_find_matching_loop and search is not numpy_support.ufunc_find_matching_loop
+    questions = [(np.add, (types.int64, types.int64)), (np.multiply, (types.float64, types.int32)),
+                 (np.less, (types.int64, types.float64)), (np.sqrt, (types.float32,)),
+                 (np.add, (types.int64, types.IntegerLiteral(1)))]
+    _linkonly._compiling.append(True)   # as while one of our kernels compiles
+    try:
+        for ufunc, args in questions:
+            got = search(ufunc, list(args))
+            assert got == numpy_support.ufunc_find_matching_loop(ufunc, list(args))
+            assert search(ufunc, args) is got   # the same answer, kept
+        # a dynamic ufunc's loops grow: asked each time
+        from numba import vectorize
+        dyn = vectorize(lambda a: a + 1)
+        dyn(np.arange(3))
+        assert search(dyn, (types.int64,)) is not search(dyn, (types.int64,))
+    finally:
+        _linkonly._compiling.pop()
+    # anything else numba compiles asks numba
+    assert search(np.add, (types.int64, types.int64)) is not search(np.add, (types.int64, types.int64))
