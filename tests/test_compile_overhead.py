@@ -546,3 +546,29 @@ def test_numpy_loop_searches_give_numba_stock_answers_once_per_question():
         _linkonly._compiling.pop()
     # anything else numba compiles asks numba
     assert search(np.add, (types.int64, types.int64)) is not search(np.add, (types.int64, types.int64))
+
+
+def test_template_orders_are_numba_stock_ones_kept_per_target_and_template_list():
+    import operator
+
+    from numba.core import utils
+    from numba.core.registry import cpu_target
+    from numba.core.target_extension import get_local_target
+    from numba.core.typing import context
+    order = utils.order_by_target_specificity
+    assert order is context.order_by_target_specificity and order is not co._ORIG["order_by_target_specificity"]
+    ctx = cpu_target.typing_context
+    ctx.refresh()
+    target = get_local_target(ctx)
+    templates = list(ctx._functions[operator.add])
+    stock = co._ORIG["order_by_target_specificity"](target, templates, "add")
+    _linkonly._compiling.append(True)   # as while one of our kernels compiles
+    try:
+        first = order(target, templates, "add")
+        assert first == stock
+        first.append("mutated by a caller")   # each caller gets its own copy
+        assert order(target, templates, "add") == stock
+        assert order(target, templates[:3], "add") == co._ORIG["order_by_target_specificity"](target, templates[:3])
+    finally:
+        _linkonly._compiling.pop()
+    assert order(target, templates, "add") == stock
