@@ -86,7 +86,7 @@ def emission_scores(tables, tok_ptr, fidx, fval, K, learner=None):
     L = len(tok_ptr) - 1
     S = np.empty((L, K))
     py_entry(KM.emission_table)(E, ZE, float(zc), float(scale), np.asarray(tok_ptr, dtype=np.int64),
-                      np.asarray(fidx, dtype=np.int64), np.asarray(fval, dtype=np.float64), L, K, S)
+                                np.asarray(fidx, dtype=np.int64), np.asarray(fval, dtype=np.float64), L, K, S)
     return S
 
 

@@ -460,13 +460,8 @@ def test_observing_a_table_of_rows_is_observing_each_row_to_the_bit(window, ever
 
 
 def _kernel_table(tables, tok_ptr, fidx, fval, K):
-    from streamssvm._kernels.common import py_entry
-    E, ZE, zc, _, _, scale = tables
-    L = len(tok_ptr) - 1
-    S = np.empty((L, K))
-    py_entry(KM.emission_table)(E, ZE, float(zc), float(scale), np.asarray(tok_ptr, dtype=np.int64),
-                                np.asarray(fidx, dtype=np.int64), np.asarray(fval, dtype=np.float64), L, K, S)
-    return S
+    """``marginals.emission_table``'s table (``emission_scores`` without a learner: its kernel)."""
+    return calibration.emission_scores(tables, tok_ptr, fidx, fval, K)
 
 
 def test_emission_scores_in_numpy_are_the_kernels_to_the_bit():
