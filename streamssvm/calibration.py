@@ -80,7 +80,7 @@ def emission_scores(tables, tok_ptr, fidx, fval, K, learner=None):
         S = learner.record_emission_table(tok_ptr, fidx, fval, K)
         if S is not None:
             return S
-        if not learner.record_kernel_ready:   # a first record: the same values, no kernel compiled for them
+        if learner.record_kernel_pending:   # a first record: the same values, no kernel compiled for them
             return emission_scores_numpy(tables, tok_ptr, fidx, fval, K)
     E, ZE, zc, _, _, scale = tables
     L = len(tok_ptr) - 1

@@ -194,8 +194,8 @@ class Learner(base.Base, abc.ABC):
     #: (``record_emission_table``, a :data:`READING` method)
     scores_records = False
 
-    #: (with ``scores_records``) whether that kernel exists yet
-    record_kernel_ready = False
+    #: (with ``scores_records``) whether nothing is learned yet, so that kernel does not exist
+    record_kernel_pending = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -1074,10 +1074,11 @@ class BCFW(DenseWeights, Learner):
     scores_records = True
 
     @property
-    def record_kernel_ready(self):
-        """Whether the learn_one path compiled (or loaded) the record kernel that
-        :meth:`record_emission_table` and a one-record :meth:`predict` call."""
-        return self._steps_example is not None
+    def record_kernel_pending(self):
+        """Whether the learner has learned nothing yet, so the record kernel that
+        :meth:`record_emission_table` and a one-record :meth:`predict` call does not exist (a
+        first record's scores are then computed in numpy, not by compiling a kernel for them)."""
+        return self._steps_example is None and self.n_learned == 0
 
     def record_emission_table(self, tok_ptr, fidx, fval, K_):
         """The (L x K_) emission table of one encoded record (``tok_ptr`` from 0, L >= 1 tokens) at
