@@ -95,19 +95,24 @@ def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
             k0 = nz[0]
             s0 = sv[0]
             for p in range(a, tok_ptr[1]):
-                E[p - a, k0] += fval[p] * coef * s0
+                if fval[p] != 0.0:   # a zero adds +-0: skipped, as the CSR row has no entry there
+                    E[p - a, k0] += fval[p] * coef * s0
         elif m == 2:
             k0 = nz[0]
             s0 = sv[0]
             k1 = nz[1]
             s1 = sv[1]
             for p in range(a, tok_ptr[1]):
+                if fval[p] == 0.0:
+                    continue
                 w = E[p - a]
                 v = fval[p] * coef
                 w[k0] += v * s0
                 w[k1] += v * s1
         else:
             for p in range(a, tok_ptr[1]):
+                if fval[p] == 0.0:
+                    continue
                 w = E[p - a]
                 v = fval[p] * coef
                 for q in range(m):
