@@ -18,11 +18,11 @@ own ``np.empty`` again plus a fill (three compiled functions, ~0.1 CPU s of ever
 dtype). ``tests/test_cold_compile.py`` holds the default paths to these four.
 """
 import numpy as np
-from numba import njit, types
+from numba import njit
 from numba.core.registry import CPUDispatcher
 from numba.extending import overload
 
-from .simd import LANES, vec_scores, vec_scores_csr
+from .simd import LANES, vec_scores
 
 CHAIN = 0
 MULTICLASS = 1
@@ -293,50 +293,11 @@ def emission_add(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
                     for k in range(K):
                         S[t, k] += v * E[p - a, k]
             continue
-        if zero:
-            _csr_scores(E, coef, fidx, fval, tok_ptr[t], tok_ptr[t + 1], K, S, t)
-            continue
         for p in range(tok_ptr[t], tok_ptr[t + 1]):
             j = fidx[p]
             v = fval[p] * coef
             for k in range(K):
                 S[t, k] += v * E[j, k]
-
-
-def _csr_scores(E, coef, fidx, fval, a, b, K, S, t):
-    """S[t, k] = sum_p (fval[p] * coef) * E[fidx[p], k] for p = a..b-1 in order, S[t] zero on
-    entry: :func:`emission_add`'s CSR loop, with the class sums in a vector of registers
-    (``simd.vec_scores_csr``) instead of S[t] in memory, which made each value wait for the
-    previous one's store (the sums start from +0 either way, and one add of each product in the
-    same order: the same bits). The vector pass needs contiguous classes and int32 indices
-    (numba's layout "C", the kernels' arrays); other arrays take the plain loop
-    (:func:`_ol_csr_scores`)."""
-
-
-def _csr_scores_vec(E, coef, fidx, fval, a, b, K, S, t):
-    k0 = 0
-    while k0 < K:
-        r = min(K - k0, LANES)
-        vec_scores_csr(E.ctypes.data + np.uint64(8 * k0), E.strides[0], fidx.ctypes.data, fval.ctypes.data, a, b,
-                       coef, S.ctypes.data + np.uint64(t * S.strides[0] + 8 * k0), r)
-        k0 += r
-
-
-def _csr_scores_loop(E, coef, fidx, fval, a, b, K, S, t):
-    for p in range(a, b):
-        j = fidx[p]
-        v = fval[p] * coef
-        for k in range(K):
-            S[t, k] += v * E[j, k]
-
-
-@overload(_csr_scores, jit_options=_INNER)
-def _ol_csr_scores(E, coef, fidx, fval, a, b, K, S, t):
-    if (E.layout == "C" and S.layout == "C" and fval.layout == "C" and fidx.layout == "C"
-            and fidx.dtype == types.int32 and E.dtype == types.float64 and S.dtype == types.float64
-            and fval.dtype == types.float64):
-        return _csr_scores_vec
-    return _csr_scores_loop
 
 
 @njit(**_INNER)

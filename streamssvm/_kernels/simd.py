@@ -20,78 +20,53 @@ LANES = 16
 def vec_scores(typingctx, eptr, estride, fptr, a, b, coef, sptr, r):
     """S[k] += sum_p (fval[p] * coef) * E_row(p)[k] for k < r <= LANES, p = a..b-1 in order:
     ``eptr`` the address of E[0, k0] (rows ``estride`` bytes apart, the classes contiguous
-    doubles), ``fptr`` of fval[0] (contiguous doubles), ``sptr`` of S[t, k0] (contiguous); the
-    row of value p is E[p - a] (a dense row)."""
+    doubles), ``fptr`` of fval[0] (contiguous doubles), ``sptr`` of S[t, k0] (contiguous)."""
     sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.intp, types.float64, types.uintp,
                      types.intp)
 
     def codegen(context, builder, signature, args):
         eptr, estride, fptr, a, b, coef, sptr, r = args
-        _scores_loop(builder, eptr, estride, None, fptr, a, b, coef, sptr, r)
+        dbl, i64, i32 = ir.DoubleType(), ir.IntType(64), ir.IntType(32)
+        vt = ir.VectorType(dbl, LANES)
+        mt = ir.VectorType(ir.IntType(1), LANES)
+        splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+        name = f"llvm.masked.load.v{LANES}f64.p0"
+        mod = builder.module
+        mload = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(vt, [vt.as_pointer(), i32, mt, vt]),
+                                                     name=name)
+        rv = builder.insert_element(ir.Constant(ir.VectorType(i64, LANES), ir.Undefined), r, ir.Constant(i32, 0))
+        rv = builder.shuffle_vector(rv, rv, splat)
+        mask = builder.icmp_signed("<", ir.Constant(ir.VectorType(i64, LANES), list(range(LANES))), rv)
+        zero = ir.Constant(vt, [0.0] * LANES)
+        fbase = builder.inttoptr(fptr, dbl.as_pointer())
+        ebase = builder.inttoptr(eptr, ir.IntType(8).as_pointer())
+        pre = builder.block
+        head = builder.append_basic_block("vs.head")
+        body = builder.append_basic_block("vs.body")
+        done = builder.append_basic_block("vs.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        p = builder.phi(i64)
+        acc = builder.phi(vt)
+        p.add_incoming(a, pre)
+        acc.add_incoming(zero, pre)
+        builder.cbranch(builder.icmp_signed("<", p, b), body, done)
+        builder.position_at_end(body)
+        v = builder.fmul(builder.load(builder.gep(fbase, [p])), coef)
+        vv = builder.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(i32, 0))
+        vv = builder.shuffle_vector(vv, vv, splat)
+        row = builder.bitcast(builder.gep(ebase, [builder.mul(builder.sub(p, a), estride)]), vt.as_pointer())
+        w = builder.call(mload, [row, ir.Constant(i32, 8), mask, zero])
+        nxt = builder.fadd(acc, builder.fmul(vv, w))
+        p.add_incoming(builder.add(p, ir.Constant(i64, 1)), body)
+        acc.add_incoming(nxt, body)
+        builder.branch(head)
+        builder.position_at_end(done)
+        sbase = builder.inttoptr(sptr, dbl.as_pointer())
+        for k in range(LANES):
+            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, k), r)):
+                q = builder.gep(sbase, [ir.Constant(i64, k)])
+                builder.store(builder.fadd(builder.load(q), builder.extract_element(acc, ir.Constant(i32, k))), q)
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-@intrinsic
-def vec_scores_csr(typingctx, eptr, estride, iptr, fptr, a, b, coef, sptr, r):
-    """:func:`vec_scores` for a sparse row: the row of value p is E[fidx[p]], ``iptr`` the
-    address of fidx[0] (contiguous int32). Lane k takes class k's products in the order of the
-    CSR loop (``common.emission_add``), so the scores are its own to the bit."""
-    sig = types.void(types.uintp, types.intp, types.uintp, types.uintp, types.intp, types.intp, types.float64,
-                     types.uintp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        eptr, estride, iptr, fptr, a, b, coef, sptr, r = args
-        _scores_loop(builder, eptr, estride, iptr, fptr, a, b, coef, sptr, r)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-def _scores_loop(builder, eptr, estride, iptr, fptr, a, b, coef, sptr, r):
-    """The IR of :func:`vec_scores` (``iptr`` None: row p - a) and :func:`vec_scores_csr`
-    (row fidx[p], fidx int32 at ``iptr``)."""
-    dbl, i64, i32 = ir.DoubleType(), ir.IntType(64), ir.IntType(32)
-    vt = ir.VectorType(dbl, LANES)
-    mt = ir.VectorType(ir.IntType(1), LANES)
-    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-    name = f"llvm.masked.load.v{LANES}f64.p0"
-    mod = builder.module
-    mload = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(vt, [vt.as_pointer(), i32, mt, vt]),
-                                                 name=name)
-    rv = builder.insert_element(ir.Constant(ir.VectorType(i64, LANES), ir.Undefined), r, ir.Constant(i32, 0))
-    rv = builder.shuffle_vector(rv, rv, splat)
-    mask = builder.icmp_signed("<", ir.Constant(ir.VectorType(i64, LANES), list(range(LANES))), rv)
-    zero = ir.Constant(vt, [0.0] * LANES)
-    fbase = builder.inttoptr(fptr, dbl.as_pointer())
-    ebase = builder.inttoptr(eptr, ir.IntType(8).as_pointer())
-    ibase = None if iptr is None else builder.inttoptr(iptr, i32.as_pointer())
-    pre = builder.block
-    head = builder.append_basic_block("vs.head")
-    body = builder.append_basic_block("vs.body")
-    done = builder.append_basic_block("vs.done")
-    builder.branch(head)
-    builder.position_at_end(head)
-    p = builder.phi(i64)
-    acc = builder.phi(vt)
-    p.add_incoming(a, pre)
-    acc.add_incoming(zero, pre)
-    builder.cbranch(builder.icmp_signed("<", p, b), body, done)
-    builder.position_at_end(body)
-    v = builder.fmul(builder.load(builder.gep(fbase, [p])), coef)
-    vv = builder.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(i32, 0))
-    vv = builder.shuffle_vector(vv, vv, splat)
-    j = builder.sub(p, a) if ibase is None else builder.sext(builder.load(builder.gep(ibase, [p])), i64)
-    row = builder.bitcast(builder.gep(ebase, [builder.mul(j, estride)]), vt.as_pointer())
-    w = builder.call(mload, [row, ir.Constant(i32, 8), mask, zero])
-    nxt = builder.fadd(acc, builder.fmul(vv, w))
-    p.add_incoming(builder.add(p, ir.Constant(i64, 1)), body)
-    acc.add_incoming(nxt, body)
-    builder.branch(head)
-    builder.position_at_end(done)
-    sbase = builder.inttoptr(sptr, dbl.as_pointer())
-    for k in range(LANES):
-        with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, k), r)):
-            q = builder.gep(sbase, [ir.Constant(i64, k)])
-            builder.store(builder.fadd(builder.load(q), builder.extract_element(acc, ir.Constant(i32, k))), q)
