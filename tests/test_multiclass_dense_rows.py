@@ -246,3 +246,29 @@ def test_batch_insert_grams_equal_the_row_path_for_every_block():
     sa, sb = a._learner.store, b._learner.store
     for s in sa.slots():
         np.testing.assert_array_equal(sa.block(s)["gram"], sb.block(s)["gram"])
+
+
+def test_step_update_leaves_the_rows_of_a_dense_rows_zeros_alone():
+    """``mc_stat_apply2`` (and ``mc_stat_apply``) on a dense row skip its zeros: the rows of E
+    and Z at a zero are not written, exactly as the CSR row (which has no entry there) leaves them -- to the bit, the sign
+    of a zero included (a written -0.0 + +0.0 would turn into +0.0)."""
+    from streamssvm._kernels import multiclass as M
+    apply2 = py_entry(M.mc_stat_apply2)
+    x = np.array([1.0, 0.0, 2.5, 0.0, 0.0, -1.5, 0.0, 3.0])
+    nzi = np.flatnonzero(x).astype(np.int32)
+    for moved in (1, 2, 3, 4, 5, 7):
+        st = np.zeros(8)
+        st[:moved] = np.linspace(0.5, 2.0, moved)
+        results = []
+        for tp, fi, fv in ((np.array([0, nzi.size]), nzi, x[nzi]), (np.array([0, x.size]), np.zeros(0, np.int32), x)):
+            E, Z = np.full((8, 8), -0.0), np.full((8, 8), -0.0)
+            apply2(E, Z, tp, fi, fv, st, 7, 0.5, 2.0)
+            E1 = np.full((8, 8), -0.0)   # the update without averaging
+            py_entry(M.mc_stat_apply)(E1, tp, fi, fv, st, 7, 0.5)
+            np.testing.assert_array_equal(np.signbit(E1), np.signbit(E))
+            results.append((E, Z))
+        (E1, Z1), (E2, Z2) = results
+        for a, b in ((E1, E2), (Z1, Z2)):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(np.signbit(a), np.signbit(b))
+        assert np.signbit(E2[x == 0.0]).all() and np.signbit(Z2[x == 0.0]).all()
