@@ -140,6 +140,7 @@ def test_the_engine_takes_the_rows_as_one_array(tmp_path, monkeypatch):
     monkeypatch.setattr(ss.MulticlassSSVM, "predict_learn_each",
                         lambda self, xs, ys, ws=None: seen.append(type(xs)) or f(self, xs, ys, ws))
     eng = Engine(ss.MulticlassSSVM(), open_source(p), task="multiclass", progress=False)
+    eng.MICRO_BATCH = 256   # 2000 records: at least 6 micro-batches of rows
     assert eng.run()["examples_seen"] == 2000
     assert seen.count(np.ndarray) >= 6
 
