@@ -365,8 +365,9 @@ class BCFW(DenseWeights, Learner):
         >>> BCFW().effective_lam(500), BCFW().effective_lam(24000), BCFW(lam=0.01).effective_lam(24000)
         (0.001, 0.00025, 0.01)
         """
-        if self._lam_fixed is not None:
-            return float(self._lam_fixed)
+        lam = self._lam_fixed
+        if lam is not None:
+            return float(lam)
         if n is None:
             n = self._n_weighted() if self._bound else 1
         return min(self.AUTO_LAM, self.AUTO_LAM_N / max(float(n), 1.0))
@@ -730,7 +731,7 @@ class BCFW(DenseWeights, Learner):
         g_full = self._g_full_now()
         bundles = self._bundles(max(1, st.max_L), g_full)
         preds = np.zeros(c, dtype=np.int32)
-        predicting = (self._ws.ensure(1, self.W.Kc).scratch(1, False), bool(self.averaging),
+        predicting = (self._ws.scratch_for(1, self.W.Kc, False), bool(self.averaging),
                       -1.0 if self._lam_fixed is None else float(self._lam_fixed), float(self.AUTO_LAM),
                       float(self.AUTO_LAM_N), np.arange(c + 1, dtype=np.int64), preds)
         ytrue = np.ascontiguousarray(yids[:c], dtype=np.int32)
@@ -800,7 +801,7 @@ class BCFW(DenseWeights, Learner):
         buffers under slack rescaling), the settings and K are the same; read by the kernel
         only, so nothing outside the learner holds its arrays."""
         if self._slack:   # the prediction scores without the slack DP table
-            scratch = self._ws.ensure(1, self.W.Kc).scratch(1, False)
+            scratch = self._ws.scratch_for(1, self.W.Kc, False)
         lam = -1.0 if self._lam_fixed is None else float(self._lam_fixed)
         averaging = bool(self.averaging)
         rp = self._record_plan
