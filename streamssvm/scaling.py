@@ -59,7 +59,8 @@ class ColumnScaler:
         :func:`~streamssvm._kernels.scaling.scale_values` and
         :func:`~streamssvm._kernels.scaling.learn_values`, as :meth:`scaled` and
         :meth:`learn_scaled` would record by record."""
-        self._grow(dim)
+        if dim > self.sumsq.shape[0]:   # (the record path: one call, no growth, most of the time)
+            self._grow(dim)
         return self.sumsq, self.count
 
     def scaled(self, fidx, fval):

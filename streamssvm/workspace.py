@@ -123,6 +123,14 @@ class Workspace:
         return pack(Scratch(S=self.S, V=self.V, bp=self.bp, ybuf=self.ybuf, lab=self.lab, dbuf=self.dbuf,
                             V3=self.slack_dp(L, slack)))
 
+    def scratch_for(self, L, Kc, slack):
+        """``ensure(L, Kc).scratch(L, slack)`` in one call, the kept bundle first (margin
+        rescaling, the buffers already that large: the record path's every call)."""
+        sc = self._scratch
+        if sc is not None and not slack and L <= self.L_cap and Kc == self.Kc:
+            return sc
+        return self.ensure(L, Kc).scratch(L, slack)
+
     def release(self):
         """Drop every buffer (they are rebuilt by the next :meth:`ensure`)."""
         self.__init__(self.structure)

@@ -257,3 +257,44 @@ def test_a_record_predicted_by_the_learn_kernel_is_labeled_as_predict_batch_labe
         K.learn_one_example = real
     if kind != "multiclass":   # (multiclass records predict through predict_class)
         assert calls.count(K.PREDICT) > 40
+
+
+def test_plan_follows_the_lambda_override_and_the_gram_rule():
+    """The plan's key reads what ``_lam_fixed`` and ``_may_lack_gram`` read (``lam``,
+    ``_lam_override``, the store's ``any_gram_free``), not their values: a distributed worker's
+    lambda (``set_union``) and a store that starts holding Gram-free blocks still rebuild the
+    StepConfig bundle, with the values those two give."""
+    from streamssvm._kernels import bcfw as K
+    m = MulticlassSSVM(learner=BCFW(seed=0))
+    rng = np.random.default_rng(1)
+    for i in range(30):
+        m.predict_learn_one(rng.normal(size=4), i % 3)
+    lr = m._learner
+    cfg = lr._bundles(1, lr._g_full_now())[5]
+    assert cfg[0] == lr.AUTO_LAM and lr._lam_fixed is None
+    lr.set_union(0.02, lr.store.n)                  # one worker: lambda 0.02 itself
+    cfg2 = lr._bundles(1, lr._g_full_now())[5]
+    assert cfg2 is not cfg and cfg2[0] == lr._lam_fixed == 0.02
+    assert lr._bundles(1, lr._g_full_now())[5] is cfg2   # kept while nothing changes
+    lr.store.any_gram_free = True                   # as a Gram-free block written would leave it
+    cfg3 = lr._bundles(1, lr._g_full_now())[5]
+    assert cfg3 is not cfg2 and cfg3[-1] == K.gram_rule(lr._may_lack_gram()) != cfg2[-1]
+
+
+def test_scratch_for_is_ensure_then_scratch():
+    """``Workspace.scratch_for`` (the record path's one call) gives the bundle
+    ``ensure(L, Kc).scratch(L, slack)`` gives: the kept one while the buffers are large enough,
+    a new one when they grow or the label capacity changes, the slack table's with ``slack``."""
+    from streamssvm.structures import Chain, MultiClass
+    from streamssvm.workspace import Workspace
+    ws = Workspace(MultiClass())
+    a = ws.scratch_for(1, 8, False)
+    assert a is ws.ensure(1, 8).scratch(1, False) and ws.scratch_for(1, 8, False) is a
+    b = ws.scratch_for(1, 16, False)                 # another label capacity: new buffers
+    assert b is not a and b[0].shape[1] == 16 and b is ws.ensure(1, 16).scratch(1, False)
+    big = ws.scratch_for(ws.L_cap + 1, 16, False)    # longer labelings: grown
+    assert big is not b and ws.L_cap >= big[0].shape[0] > b[0].shape[0]
+    wc = Workspace(Chain())
+    s = wc.scratch_for(5, 4, True)
+    ref = wc.ensure(5, 4).scratch(5, True)
+    assert s is not wc.scratch_for(5, 4, False) and s[6].shape == ref[6].shape and s[6].shape != (1, 1, 1)

@@ -358,10 +358,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
         prediction, or ``_NOT_TAKEN`` (nothing changed) when the label is new, the learner
         does not take runs or is not grown to the index, or its store needs the Python side."""
         lr = self._learner
+        dim = self._features.dim
         # learns_in_runs, of which predict_learn_one (the caller) checked the rest: a plain
         # learn_one and predict_one, no class weights
         if not (type(lr).predicts_learns_runs and type(self).predict_learn_one is MulticlassSSVM.predict_learn_one
-                and self._synced is lr and self._synced_key == (self._features.dim, len(self._labels))):
+                and self._synced is lr and self._synced_key == (dim, len(self._labels))):
             return _NOT_TAKEN
         yid = self._labels.encode(y, grow=False)
         if yid < 0:
@@ -369,7 +370,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         t = self._calibrator()
         n = t.n_offered
         observed = lr.n_labels >= 2 and (n < t.dense_until or n % t.stride == 0)
-        scaling = None if self._scaler is None else self._scaler.statistics(self._features.dim)
+        scaling = None if self._scaler is None else self._scaler.statistics(dim)
         got = lr.predict_learn_record(fidx, fval, yid, scaling, observed)
         if got is None:
             return _NOT_TAKEN

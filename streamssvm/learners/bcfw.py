@@ -365,8 +365,9 @@ class BCFW(DenseWeights, Learner):
         >>> BCFW().effective_lam(500), BCFW().effective_lam(24000), BCFW(lam=0.01).effective_lam(24000)
         (0.001, 0.00025, 0.01)
         """
-        if self._lam_fixed is not None:
-            return float(self._lam_fixed)
+        lam = self._lam_fixed
+        if lam is not None:
+            return float(lam)
         if n is None:
             n = self._n_weighted() if self._bound else 1
         return min(self.AUTO_LAM, self.AUTO_LAM_N / max(float(n), 1.0))
@@ -423,11 +424,14 @@ class BCFW(DenseWeights, Learner):
         while every object and value they are built from is the same (the key holds the ids of
         arrays the kept bundles reference, so no id is reused while kept); the arena (its ``n``
         changes per example) is rebuilt per call."""
-        W, Z = self.W, self._Z
-        key = (self._K, W.Kc, id(self._C), id(self.structure), id(W.E), id(W.T), id(W.B), self._avg_t0,
-               id(Z.E), id(Z.T), id(Z.B), id(self._facc), g_full, self._lam_fixed, self.step,
-               self.store.pool_cap > 0, self.cache, self.cache_F, self.cache_nu, self.sampling, self.replay,
-               self._slack, self._may_lack_gram())
+        W, Z, st = self.W, self._Z, self.store
+        E = W.E
+        # (what _lam_fixed and _may_lack_gram read, not their values: the same plans, two calls
+        # fewer per kernel call; many_tokens is a constant of the structure's class)
+        key = (self._K, E.shape[1], id(self._C), id(self.structure), id(E), id(W.T), id(W.B), self._avg_t0,
+               id(Z.E), id(Z.T), id(Z.B), id(self._facc), g_full, self.lam, self._lam_override, self.step,
+               st.pool_cap > 0, self.cache, self.cache_F, self.cache_nu, self.sampling, self.replay,
+               self._slack, st.any_gram_free)
         plan = self._call_plan
         if plan is None or plan[0] != key:
             plan = self._call_plan = (key, self._model_bundle(), W.bundle(), KB.pack(KB.Averaging(
@@ -439,8 +443,7 @@ class BCFW(DenseWeights, Learner):
                                       sampling=_SAMPLING[self.sampling], replay=int(self.replay),
                                       slack=K.rescaling(self._slack), lam_n_max=self._lam_n_max(),
                                       grams=K.gram_rule(self._may_lack_gram()))))
-        return (plan[1], plan[2], self.store.arena(), self._ws.ensure(L, W.Kc).scratch(L, self._slack),
-                plan[3], plan[4])
+        return (plan[1], plan[2], st.arena(), self._ws.scratch_for(L, E.shape[1], self._slack), plan[3], plan[4])
 
     # ------------------------------------------------------------------ steps
     def _run(self, sampling, n_steps, slots=None):
@@ -728,7 +731,7 @@ class BCFW(DenseWeights, Learner):
         g_full = self._g_full_now()
         bundles = self._bundles(max(1, st.max_L), g_full)
         preds = np.zeros(c, dtype=np.int32)
-        predicting = (self._ws.ensure(1, self.W.Kc).scratch(1, False), bool(self.averaging),
+        predicting = (self._ws.scratch_for(1, self.W.Kc, False), bool(self.averaging),
                       -1.0 if self._lam_fixed is None else float(self._lam_fixed), float(self.AUTO_LAM),
                       float(self.AUTO_LAM_N), np.arange(c + 1, dtype=np.int64), preds)
         ytrue = np.ascontiguousarray(yids[:c], dtype=np.int32)
@@ -798,7 +801,7 @@ class BCFW(DenseWeights, Learner):
         buffers under slack rescaling), the settings and K are the same; read by the kernel
         only, so nothing outside the learner holds its arrays."""
         if self._slack:   # the prediction scores without the slack DP table
-            scratch = self._ws.ensure(1, self.W.Kc).scratch(1, False)
+            scratch = self._ws.scratch_for(1, self.W.Kc, False)
         lam = -1.0 if self._lam_fixed is None else float(self._lam_fixed)
         averaging = bool(self.averaging)
         rp = self._record_plan
