@@ -42,8 +42,14 @@ _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
 #: no given steps: the learn_one kernel writes and learns its example
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
+#: the labels of a record the learn_one kernel scores (slot ``SCORE``: none read)
 _NO_LABELS = np.zeros(0, dtype=np.int32)
 _INT32_MAX = np.iinfo(np.int32).max
+# predict_learn_record's constant arrays (read only by the kernel): the rows 0..1 of a run of
+# one, and its ``obs`` with and without the temperature fit's scores
+_ROWS_ONE = np.arange(2, dtype=np.int64)
+_OBS_FIRST = np.zeros(1, dtype=np.int64)
+_OBS_NONE = np.full(1, -1, dtype=np.int64)
 
 
 def _index_typed(tok_ptr):
@@ -52,11 +58,6 @@ def _index_typed(tok_ptr):
     if tok_ptr.dtype != np.int32 and (len(tok_ptr) == 0 or tok_ptr[-1] <= _INT32_MAX):
         return tok_ptr.astype(np.int32)
     return tok_ptr
-# predict_learn_record's constant arrays (read only by the kernel): the rows 0..1 of a run of
-# one, and its ``obs`` with and without the temperature fit's scores
-_ROWS_ONE = np.arange(2, dtype=np.int64)
-_OBS_FIRST = np.zeros(1, dtype=np.int64)
-_OBS_NONE = np.full(1, -1, dtype=np.int64)
 
 
 class BCFW(DenseWeights, Learner):
