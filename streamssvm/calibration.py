@@ -181,6 +181,9 @@ class Temperature:
         self.n_fits = 0
         self._items = deque(maxlen=self.window)
         self._shapes = {}   # (kind, length of the scores) -> items of the window with it
+        # the window's last class rows of one length, stacked as they arrive (:meth:`_stack_rows`)
+        self._rows = None  # (scores, classes, row maxima, true class scores): rings of `window`
+        self._rows_n = 0   # rows written there since the last item of another kind or length
 
     # ------------------------------------------------------------------ observing
     def would_want(self, ahead=0):
@@ -227,6 +230,7 @@ class Temperature:
             if stay > 0:
                 shapes[key] = shapes.get(key, 0) + stay
             items.extend([("c", S[j], ys[j]) for j in range(i, i + k)])
+            self._stack_rows(S[i:i + k], ys[i:i + k])
             self.n_observed += k
             i += k
             if self.n_observed % every == 0:
@@ -256,9 +260,62 @@ class Temperature:
         key = (item[0], len(item[1]))
         shapes[key] = shapes.get(key, 0) + 1
         items.append(item)
+        if item[0] == "c":
+            self._stack_rows(item[1][None], (item[2],))
+        else:
+            self._rows_n = 0   # the run of stacked class rows ends here
         self.n_observed += 1
         if self.n_observed % self.every == 0:
             self.fit()
+
+    #: the stacked rows' size limit (elements): a window of wider rows is stacked at each fit
+    ROWS_MAX = 1 << 22
+
+    def _stack_rows(self, S, ys):
+        """Write class rows ``S`` (k x K, in order) and their true classes into the window's
+        stacked rows: a ring of ``window`` rows of one length K (with each row's largest score and
+        its true class's score, which every fit reads), restarted at a row of another length (a
+        new class) or an item of another kind, so that its last rows are the window's items while
+        every item is a class row of that length (:meth:`_stacked`)."""
+        k, K = S.shape
+        W = self._items.maxlen
+        if not K or W * K > self.ROWS_MAX:
+            self._rows = None
+            self._rows_n = 0
+            return
+        if self._rows is None or self._rows[0].shape[1] != K:
+            self._rows = (np.empty((W, K)), np.empty(W, dtype=np.int64), np.empty(W), np.empty(W))
+            self._rows_n = 0
+        if k > W:
+            self._rows_n += k - W
+            S, ys = S[k - W:], ys[k - W:]
+            k = W
+        ys = np.asarray(ys, dtype=np.int64)
+        # the values _groups takes from the stacked window: a row's max and its true class's score
+        # are exact (no rounding), whatever rows they are computed with
+        new = (S, ys, S.max(axis=1), S[np.arange(k), ys])
+        p = self._rows_n % W
+        a = min(k, W - p)   # rows up to the ring's end, the rest from its start
+        for ring, v in zip(self._rows, new):
+            ring[p:p + a] = v[:a]
+            if a < k:
+                ring[:k - a] = v[a:]
+        self._rows_n += k
+
+    def _stacked(self, K):
+        """The window's items as (n x K scores, n classes, n row maxima, n true class scores) in
+        the window's order from the stacked rows (views, or two slices joined), or None when
+        those do not hold them all (every item must be a class row of length K, the rows a run
+        covering the window)."""
+        n = len(self._items)
+        if self._rows is None or self._rows[0].shape[1] != K or self._rows_n < n or not n:
+            return None
+        W = len(self._rows[1])
+        a = (self._rows_n - n) % W
+        if a + n <= W:
+            return tuple(r[a:a + n] for r in self._rows)
+        b = a + n - W
+        return tuple(np.concatenate((r[a:], r[:b])) for r in self._rows)
 
     # ------------------------------------------------------------------ fitting
     def _groups(self):
@@ -268,7 +325,11 @@ class Temperature:
         if shapes is not None and len(shapes) == 1 and sum(shapes.values()) == len(items) \
                 and next(iter(shapes))[0] == "c":
             # every item a class row of one length (a multiclass stream once its classes are
-            # known): the one group the loop below makes, without sorting the window
+            # known): the one group the loop below makes, without sorting the window; from the
+            # stacked rows when they hold it (the same values, without stacking the window's rows)
+            st = self._stacked(next(iter(shapes))[1])
+            if st is not None:
+                return [("c",) + st], []
             groups, chains = [("c", np.array([it[1] for it in items]), np.array([it[2] for it in items]))], []
         else:
             by, chains = {}, []
@@ -343,8 +404,9 @@ class Temperature:
     def fit(self, steps=None):
         """``steps`` safeguarded Newton steps on log beta; returns the window's log-loss. The
         loss at the start and at the first step's two finite-difference points are evaluated
-        together, then each step's two points (:meth:`losses`): the same values as one at a
-        time."""
+        together, then each step's first try with the next step's two points around it, and
+        those two points alone after a try not taken (:meth:`losses`): the same values as one
+        at a time."""
         if not self._items:
             return 0.0
         h = 0.1
@@ -357,24 +419,34 @@ class Temperature:
         else:
             f0 = loss(math.exp(u))
         H = 0.0
+        ahead = None   # the next step's two points, evaluated with this step's first try
         for i in range(n_steps):
-            if i:
+            if ahead is not None:
+                fp, fm = ahead
+            elif i:
                 fp, fm = self.losses((math.exp(u + h), math.exp(u - h)), prep)
+            ahead = None
             g = (fp - fm) / (2 * h)
             H = (fp - 2 * f0 + fm) / (h * h)
             if abs(g) < 1e-12:
                 break
             step = -g / H if H > 1e-12 else -math.copysign(1.0, g)
             step = max(-1.0, min(1.0, step))
-            # halve until the loss goes down (8 tries): the first alone, then the other seven
+            # halve until the loss goes down (8 tries): the first alone (with the next step's two
+            # points around it, which it needs when the try is taken), then the other seven
             # together (the same values, the first that goes down taken)
             tries = []
             for _ in range(8):
                 tries.append(min(max(u + step, math.log(BETA_MIN)), math.log(BETA_MAX)))
                 step *= 0.5
-            fn = loss(math.exp(tries[0]))
+            if i + 1 < n_steps:
+                fn, fpn, fmn = self.losses((math.exp(tries[0]), math.exp(tries[0] + h), math.exp(tries[0] - h)), prep)
+            else:
+                fn = loss(math.exp(tries[0]))
             if fn < f0:
                 u, f0 = tries[0], fn
+                if i + 1 < n_steps:
+                    ahead = fpn, fmn
             else:
                 fns = self.losses([math.exp(un) for un in tries[1:]], prep)
                 down = next((k for k, v in enumerate(fns) if v < f0), None)

@@ -536,3 +536,38 @@ def test_only_a_learner_that_learned_nothing_scores_in_numpy():
     assert not m._learner.record_kernel_pending and not fresh._learner.record_kernel_pending
     p = fresh.predict_proba_one([{"a": 1.0}, {"c": 1.0}])
     assert len(p) == 2 and all(abs(sum(d.values()) - 1.0) < 1e-12 for d in p)
+
+
+@pytest.mark.parametrize("window,every,memory", [(128, 32, 0), (16, 40, 0), (64, 7, 500.0)])
+def test_the_stacked_window_rows_fit_as_the_window_items_to_the_bit(window, every, memory):
+    """The window's class rows stacked as they arrive (a ring, restarted at a new class count or
+    an item of another kind) give every fit the arrays stacking the window's items gives: the
+    same beta, pool and window arrays as a fit that stacks the items (``ROWS_MAX = 0``), row by
+    row and in tables, across the ring's wrap, class growth and chains in the window."""
+    rng = np.random.default_rng(12)
+    a = calibration.Temperature(window=window, every=every, memory=memory)
+    b = calibration.Temperature(window=window, every=every, memory=memory)
+    b.ROWS_MAX = 0   # never stacked as they arrive
+    i = 0
+    for size in [1, 3, 31, 32, 33, 1, 0, 5, 97, 200, 2, 64, 129, 17] * 3:
+        K = 4 if i < 300 else (6 if i < 900 else 7)   # the classes grow mid-stream
+        S = rng.normal(size=(size, K)) * 4
+        ys = rng.integers(0, K, size=size)
+        if size % 2:
+            for s, y in zip(S, ys):
+                a.observe_class(s, y)
+                b.observe_class(s, y)
+        else:
+            a.observe_classes(S, ys)
+            b.observe_classes(S, ys)
+        i += size
+        if i % 5 == 0 and i < 1500:   # a chain among the class rows (none at the end: stacked again)
+            ch = (rng.normal(size=(3, 2)), rng.normal(size=(2, 2)), rng.normal(size=(2, 2)), True, [0, 1, 1])
+            a.observe_chain(*ch)
+            b.observe_chain(*ch)
+        assert a.state() == b.state() and a.beta.hex() == b.beta.hex()
+        ga, gb = a._groups()[0], b._groups()[0]
+        assert len(ga) == len(gb)
+        for x, y in zip(ga, gb):
+            assert x[0] == y[0] and all(np.array_equal(u, v) and u.dtype == v.dtype for u, v in zip(x[1:], y[1:]))
+    assert a.n_fits > 10 and a._stacked(7) is not None and b._stacked(7) is None
