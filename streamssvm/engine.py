@@ -200,6 +200,7 @@ class Engine:
     _wid = None               # worker_id() without a checkpoint directory
 
     _cpu0 = None   # process CPU seconds when run() started (the summary's cpu_seconds)
+    _cpu_stream = None   # process CPU seconds from run() until the stream stopped
 
     def __init__(self, model, source, *, task, snapshot_every=None, checkpoint_dir=None,
                  checkpoint_every=None, keep=3, metrics_path=None, sink=None, dead_letter=None,
@@ -723,6 +724,7 @@ class Engine:
             # ended it (idle timeout)
             t_stream = (time.perf_counter() - t0 - (self._lead_in or 0.0)
                         - (self._idle_tail if stopped == "idle timeout" else 0.0))
+            self._cpu_stream = time.process_time() - self._cpu0
             if stopped == "too many bad records":  # nothing worth keeping: no checkpoint
                 self.dead_letter.flush()
                 return self._summary(t0, seen0, stopped, t_stream)
@@ -755,6 +757,8 @@ class Engine:
         snapshot or the checkpoint); ``cpu_seconds``: the process's CPU
         time (user + system, every thread) over the whole run, its final snapshot and checkpoint
         included (not the start-up before :meth:`run`: imports, kernel loading, warm-up);
+        ``cpu_seconds_stream``: the part of it until the stream stopped (its records, snapshots and
+        checkpoints; not the refinement, the final snapshot or checkpoint);
         ``test``: the held-out metrics of the last snapshot (``test=``)."""
         el = time.perf_counter() - t0
         cpu = time.process_time() - self._cpu0 if self._cpu0 is not None else None
@@ -763,7 +767,7 @@ class Engine:
         return {"examples_seen": self.examples_seen, "new_examples": self.examples_seen - seen0,
                 "bad_records": self.bad_records, "bad_records_at_source": self.n_bad_at_source,
                 "n_bad": self.n_bad, "undone": self.undone, "seconds": el, "seconds_stream": t_stream,
-                "cpu_seconds": cpu,
+                "cpu_seconds": cpu, "cpu_seconds_stream": self._cpu_stream,
                 "stopped": stopped, "throughput": (self.examples_seen - seen0) / max(t_stream, 1e-9),
                 "metrics": self.metrics.get(), "test": test, "last_certificate": self.last_certificate,
                 "position": _jsonable(self.position), "resumed_from": self.resumed_from}

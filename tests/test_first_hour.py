@@ -304,6 +304,8 @@ def test_test_results_on_console_json_report_and_plot(tmp_path):
     # process's start-up (imports and kernel loading, over a CPU second)
     process_cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
     assert isinstance(s["cpu_seconds"], float) and 0.0 < s["cpu_seconds"] < process_cpu
+    # the stream's part of it: without the refinement, the final snapshot and checkpoint
+    assert isinstance(s["cpu_seconds_stream"], float) and 0.0 < s["cpu_seconds_stream"] < s["cpu_seconds"]
     r = cli("report", tmp_path / "ck", "--json", check=0)
     assert json.loads(r.stdout)["test"]["n"] == 40
     r = cli("report", tmp_path / "ck", check=0)
