@@ -167,6 +167,9 @@ class Temperature:
         :class:`~streamssvm.SequenceTagger`).
     """
 
+    _rows = None   # the stacked class rows (class defaults: a fit pickled before them has none)
+    _rows_n = 0
+
     def __init__(self, window=128, every=32, steps=2, dense_until=1024, stride=8, memory=0):
         self.window, self.every, self.steps = int(window), int(every), int(steps)
         self.dense_until, self.stride = int(dense_until), int(stride)
