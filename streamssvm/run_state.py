@@ -13,7 +13,9 @@ def run_state(model, section, *, examples_seen, bad_records, metrics, position, 
     """What a stream run checkpoints: the model's state, and under ``section`` (``"engine"``
     for :class:`streamssvm.engine.Engine`, ``"worker"`` for a distributed worker) the run's
     progress -- examples seen, bad records, the progressive metrics, the source position --
-    plus ``extra`` fields. :func:`parse_run_state` reads it back.
+    plus ``extra`` fields. :func:`parse_run_state` reads it back. The model's arrays may be its
+    own, the block store's included (:func:`streamssvm.blocks.state_views`): write them out or
+    copy them before the model learns again.
 
     >>> import streamssvm as ss
     >>> from streamssvm.metrics import ProgressiveMetrics
@@ -24,7 +26,10 @@ def run_state(model, section, *, examples_seen, bad_records, metrics, position, 
     >>> r["examples_seen"], r["position"], r["task"], r["model"].classes
     (1, {'record': 1}, 'multiclass', ['a'])
     """
-    return {"model": model.state(), section: {
+    from .blocks import state_views   # here: importing this module must not load the kernels
+    with state_views():   # the block store's own arrays: the callers write them out or copy them at once
+        model_state = model.state()
+    return {"model": model_state, section: {
         "examples_seen": int(examples_seen), "bad_records": int(bad_records), "metrics": metrics.state(),
         "position": position, **extra}}
 

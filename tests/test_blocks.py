@@ -112,3 +112,37 @@ def test_blend_stats_moves_between_start_and_current():
     st.Far[idx] += 1.0
     st.blend_stats(np.array(s), idx, start, np.zeros(3), 0.25)
     np.testing.assert_allclose(st.Far[idx], start + 0.25)
+
+
+def test_state_views_are_the_state_without_copies_and_checkpoint_alike(tmp_path):
+    """``state_views()``: the store's state with its own arrays (sharing the live arenas) instead
+    of copies, the same values; a checkpoint written from it (``run_state``, the engine's path) is
+    the one written from the copies, byte for byte; outside the context the state copies again."""
+    from streamssvm.blocks import state_views
+    from streamssvm.checkpoint import CheckpointManager
+    from streamssvm.metrics import ProgressiveMetrics
+    from streamssvm.run_state import run_state
+    rng = np.random.default_rng(3)
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0))
+    X = rng.normal(size=(300, 6))
+    m.predict_learn_each(list(X), [int(v) for v in rng.integers(0, 4, 300)])
+    store = m._learner.store
+    copied = store.state()
+    with state_views():
+        own = store.state()
+    again = store.state()
+    for k, v in copied.items():
+        if isinstance(v, np.ndarray):
+            assert v.dtype == own[k].dtype and v.tobytes() == own[k].tobytes() == again[k].tobytes(), k
+            assert not np.shares_memory(v, store.Far) and not np.shares_memory(v, store.meta), k
+    assert np.shares_memory(own["Far"], store.Far) and np.shares_memory(own["meta"], store.meta)
+    assert not np.shares_memory(again["Far"], store.Far)
+    files = []
+    for name, make in (("views", lambda: run_state(m, "engine", examples_seen=300, bad_records=0,
+                                                   metrics=ProgressiveMetrics("multiclass"), position=None)),
+                       ("copies", lambda: {"model": m.state(), "engine": run_state(
+                           m, "engine", examples_seen=300, bad_records=0, metrics=ProgressiveMetrics("multiclass"),
+                           position=None)["engine"]})):
+        path = CheckpointManager(tmp_path / name).save(make(), kind="t")
+        files.append({p.name: p.read_bytes() for p in sorted((path / "arrays").iterdir())})
+    assert files[0] == files[1] and len(files[0]) > 10
