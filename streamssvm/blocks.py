@@ -56,6 +56,14 @@ TCAP_FACTOR = 8
 #: that needs more pairs does. One value, the kernels'.
 ENTRY_SLACK = KL.ENTRY_SLACK
 
+#: A sparse chain block of a store with at most FULL_ENTRIES_KC tags gets all its L x Kc M entries
+#: when it is written (:meth:`BlockStore.ecap0`), as the dense layout's M would hold: small tag sets
+#: reach most (token, tag) entries within a few passes, and growing blocks one labeling at a time
+#: cost OCR-large (26 tags) ~1,000 block moves per refine pass, 409 steps of its first pass waiting
+#: for room (``FLAG_TFULL``) and a pass twice as long (0.095 -> 0.197 s). Larger tag sets (Brown:
+#: 472) keep the entries a block uses, which is where the layout saves memory.
+FULL_ENTRIES_KC = 32
+
 #: How a sparse store's blocks hold M (:attr:`BlockStore._legacy_m`): per-token entries (this
 #: version), or, in a state read from an older file until it is rewritten, L x rcap columns of a
 #: tag room (``tag_rooms``) or L x Kc (before those).
@@ -484,9 +492,12 @@ class BlockStore:
 
     def ecap0(self, L, Kc=None):
         """Initial M entries of a sparse block of length L: 2 L + ``ENTRY_SLACK``, at most L Kc
-        (a token has at most Kc entries; the kernels' scratch holds L Kc) (vectorized)."""
+        (a token has at most Kc entries; the kernels' scratch holds L Kc); all L Kc with at most
+        ``FULL_ENTRIES_KC`` tags (vectorized)."""
         Kc = self.Kc if Kc is None else Kc
         L = np.asarray(L, dtype=np.int64)
+        if Kc <= FULL_ENTRIES_KC:
+            return L * Kc
         return np.minimum(2 * L + ENTRY_SLACK, L * Kc)
 
     def stat_len(self, L, tcap=0, Kc=None, ecap=0):
@@ -1334,7 +1345,8 @@ class BlockStore:
         tn, tcap = self.Iar[kpos].astype(np.int64), self.Iar[kpos + 1].astype(np.int64)
         ep = kpos + 2 + 2 * tcap
         en, ecap = self.Iar[ep].astype(np.int64), self.Iar[ep + 1].astype(np.int64)
-        short = ((tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc)) | (2 * (ecap - en) < m[:, K.M_L])
+        short = (((tcap - tn < 2 * (m[:, K.M_L] - 1)) & (tcap < self.Kc * self.Kc))
+                 | ((2 * (ecap - en) < m[:, K.M_L]) & (ecap < m[:, K.M_L] * self.Kc)))
         if not short.any():
             return 0
         self.meta[s[short], K.M_FLAGS] |= CS.FLAG_TFULL

@@ -58,18 +58,7 @@ def predict_tables(learner):
     probabilities are one-hot on its prediction."""
     if learner is None or not getattr(learner, "bound", False) or getattr(learner, "W", None) is None:
         return None
-    if hasattr(learner, "_predict_params"):            # BCFW (averaged iterate folded in lazily)
-        return learner._predict_params()
-    if hasattr(learner, "_pred_weights"):              # SGD
-        W, scale = learner._pred_weights()
-        return W.E, W.E, 0.0, W.T, W.B, float(scale)
-    if hasattr(learner, "_pred"):                      # BMRM (best iterate, unscaled)
-        W = learner._pred()
-        return W.E, W.E, 0.0, W.T, W.B, 1.0
-    if type(learner).__name__ == "CuttingPlane":
-        W = learner.W
-        return W.E, W.E, 0.0, W.T, W.B, float(learner._scale())
-    return None
+    return learner.prediction_tables()
 
 
 def emission_scores(tables, tok_ptr, fidx, fval, K, learner=None):
@@ -80,7 +69,8 @@ def emission_scores(tables, tok_ptr, fidx, fval, K, learner=None):
         S = learner.record_emission_table(tok_ptr, fidx, fval, K)
         if S is not None:
             return S
-        if learner.record_kernel_pending:   # a first record: the same values, no kernel compiled for them
+        if learner.record_kernel_pending and numpy_table_fits(tok_ptr, K):
+            # a first record: the same values, no kernel compiled for them
             return emission_scores_numpy(tables, tok_ptr, fidx, fval, K)
     E, ZE, zc, _, _, scale = tables
     L = len(tok_ptr) - 1
@@ -88,6 +78,18 @@ def emission_scores(tables, tok_ptr, fidx, fval, K, learner=None):
     py_entry(KM.emission_table)(E, ZE, float(zc), float(scale), np.asarray(tok_ptr, dtype=np.int64),
                                 np.asarray(fidx, dtype=np.int64), np.asarray(fval, dtype=np.float64), L, K, S)
     return S
+
+
+#: The largest zero-padded term array (floats) :func:`emission_scores_numpy` builds: L x (most
+#: features of a token) x K; a first record past it (32 MB) is scored by the compiled table.
+NUMPY_TABLE_MAX_FLOATS = 1 << 22
+
+
+def numpy_table_fits(tok_ptr, K):
+    """Whether :func:`emission_scores_numpy`'s padded terms for this record stay within
+    :data:`NUMPY_TABLE_MAX_FLOATS`."""
+    n = np.diff(np.asarray(tok_ptr, dtype=np.int64))
+    return n.size == 0 or n.size * int(n.max()) * int(K) <= NUMPY_TABLE_MAX_FLOATS
 
 
 def emission_scores_numpy(tables, tok_ptr, fidx, fval, K):

@@ -538,6 +538,55 @@ def test_only_a_learner_that_learned_nothing_scores_in_numpy():
     assert len(p) == 2 and all(abs(sum(d.values()) - 1.0) < 1e-12 for d in p)
 
 
+def _first_record_calibration(monkeypatch, max_floats):
+    calls = []
+    real = calibration.emission_scores_numpy
+    monkeypatch.setattr(calibration, "emission_scores_numpy", lambda *a: (calls.append(a[1]), real(*a))[1])
+    monkeypatch.setattr(calibration, "NUMPY_TABLE_MAX_FLOATS", max_floats)
+    m = ss.SequenceTagger(learner=ss.learners.BCFW(seed=0))
+    x = [{"a": 1.0, "b": 2.0, "c": -1.0}, {"b": 1.0}, {"a": 0.5, "d": 3.0}]
+    m.learn_one(x, ["x", "y", "z"])
+    return calls, m.predict_proba_one(x), m.temperature
+
+
+def test_a_first_record_past_the_numpy_tables_bound_is_scored_by_the_kernel(monkeypatch):
+    """``emission_scores_numpy`` pads a record's terms to L x (most features of a token) x K
+    floats: a first record past ``NUMPY_TABLE_MAX_FLOATS`` is scored by the compiled table (the
+    same values), so that padding is bounded by design, not by the record."""
+    calls, p_numpy, t_numpy = _first_record_calibration(monkeypatch, calibration.NUMPY_TABLE_MAX_FLOATS)
+    assert len(calls) == 1   # 3 tokens x 3 features x 3 tags fit
+    calls, p_kernel, t_kernel = _first_record_calibration(monkeypatch, 3 * 3 * 3 - 1)
+    assert calls == []
+    assert p_kernel == p_numpy and t_kernel == t_numpy
+    assert calibration.numpy_table_fits(np.zeros(1, dtype=np.int64), 5)   # no token
+
+
+@pytest.mark.parametrize("name, dense", [("BCFW", True), ("SGD", True), ("BMRM", True), ("CuttingPlane", True),
+                                         ("Pragam", False)])
+def test_prediction_tables_are_a_declared_learner_method(name, dense):
+    """``calibration.predict_tables`` asks the learner (``Learner.prediction_tables``, None unless
+    a learner declares its tables): a learner with tables predicts their argmax, one without gives
+    one-hot probabilities on its prediction."""
+    cls = getattr(ss.learners, name)
+    assert ("prediction_tables" in vars(cls)) == dense
+    rng = np.random.default_rng(2)
+    centers = rng.normal(size=(3, 4)) * 2
+    m = ss.MulticlassSSVM(learner=cls())
+    data = []
+    for i in range(60):
+        k = int(rng.integers(0, 3))
+        data.append(({f"f{j}": float(v) for j, v in enumerate(centers[k] + rng.normal(size=4))}, k))
+    for x, k in data:
+        m.learn_one(x, k)
+    tables = calibration.predict_tables(m._learner)
+    assert (tables is not None) == dense
+    for x, _ in data[:10]:
+        p = m.predict_proba_one(x)
+        assert max(p, key=p.get) == m.predict_one(x)
+        if not dense:   # one-hot on the prediction
+            assert sorted(p.values()) == [0.0, 0.0, 1.0]
+
+
 @pytest.mark.parametrize("window,every,memory", [(128, 32, 0), (16, 40, 0), (64, 7, 500.0)])
 def test_the_stacked_window_rows_fit_as_the_window_items_to_the_bit(window, every, memory):
     """The window's class rows stacked as they arrive (a ring, restarted at a new class count or

@@ -70,9 +70,13 @@ def _ecaps(st):
 
 
 @pytest.mark.parametrize("name", sorted(BEFORE))
-@pytest.mark.parametrize("entries", ["tight", "default"])
+@pytest.mark.parametrize("entries", ["tight", "default", "full"])
 def test_m_entries_keep_the_weights_of_the_full_layout(name, entries, monkeypatch):
+    """"full": the store's few tags (at most ``FULL_ENTRIES_KC``) give each block L x Kc entries
+    when written; "default" / "tight": blocks start with 2 L + slack / L entries and grow."""
     kw, want, gap = BEFORE[name]
+    if entries != "full":
+        monkeypatch.setattr(blk, "FULL_ENTRIES_KC", 0)
     if entries == "tight":   # room for the truth's L entries only: blocks fill, reclaim their zeros and move
         monkeypatch.setattr(blk.BlockStore, "ecap0", lambda self, L, Kc=None: np.asarray(L, dtype=np.int64))
     m, digest, g = _fit(kw)
@@ -80,7 +84,11 @@ def test_m_entries_keep_the_weights_of_the_full_layout(name, entries, monkeypatc
     assert st.sparse and m._learner.W.Kc > 4   # the label capacity grew while blocks were held
     E = _ecaps(st)
     L = [int(st.meta[s, KL.M_L]) for s in st.slots()]
-    assert all(n <= c for n, c in E) and sum(c for _, c in E) < sum(L) * st.Kc   # (fewer than L x Kc)
+    assert all(n <= c for n, c in E)
+    if entries == "full":   # every block has room for every tag it could meet when written
+        assert all(c >= 4 * l for (_, c), l in zip(E, L))
+    else:
+        assert sum(c for _, c in E) < sum(L) * st.Kc   # (fewer than L x Kc)
     if entries == "tight":   # some block outgrew its first entries
         assert any(c > l for (_, c), l in zip(E, L))
     assert digest == want
@@ -116,6 +124,7 @@ def noisy_late_tag_stream(seed=5, n=60, K=8, d=5, late=3):
 
 
 def _fit_with_entry_slack(monkeypatch, slack, **kw):
+    monkeypatch.setattr(blk, "FULL_ENTRIES_KC", 0)   # blocks grow their entries (8 tags)
     monkeypatch.setattr(blk, "ENTRY_SLACK", slack)
     X, Y = noisy_late_tag_stream()
     est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=1, replay=2, **kw))
@@ -242,10 +251,11 @@ def test_entry_kernels_give_the_dense_layouts_values_bit_for_bit(seed):
         assert np.array_equal(_bits(a), _bits(b))
 
 
-def test_swapping_in_a_statistic_with_more_entries_moves_the_block_and_keeps_it_whole():
+def test_swapping_in_a_statistic_with_more_entries_moves_the_block_and_keeps_it_whole(monkeypatch):
     """``swap_sparse_stat`` with an M of more entries than the block holds moves the block to a
     larger segment, which also doubles its pair capacity: the entries are then written after the
     new pair list (a stale pair capacity wrote them over it: the block read back wrong)."""
+    monkeypatch.setattr(blk, "FULL_ENTRIES_KC", 0)   # blocks hold fewer than L x Kc entries
     rng = np.random.default_rng(3)
     X, Y = noisy_late_tag_stream(seed=3)
     est = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.05, seed=3))
@@ -272,3 +282,22 @@ def test_swapping_in_a_statistic_with_more_entries_moves_the_block_and_keeps_it_
     assert all(np.array_equal(st.dense_stat(s), d) for s, d in others.items())
     est.refine(1)   # the kernels read the block as written
     assert np.isfinite(est.certificate().gap)
+
+
+def test_few_tags_refine_without_waiting_steps_or_moving_blocks(monkeypatch):
+    """300 OCR words (26 tags, at most ``FULL_ENTRIES_KC``): every block is written with its L x Kc
+    entries, so a refinement pass moves no block for entries and no step waits for room
+    (``C_TFULL``). With blocks that grow their entries (as before ``FULL_ENTRIES_KC``), 28 steps of the
+    first pass waited and 79 blocks moved; on OCR-large 409 waited and the pass took twice as long."""
+    from streamssvm._kernels import bcfw as KB
+    X, y, _, _ = ss.datasets.load_ocr("large")
+    moves = []
+    copy = blk.BlockStore._copy_block
+    monkeypatch.setattr(blk.BlockStore, "_copy_block", lambda self, *a, **k: (moves.append(a[0]), copy(self, *a, **k))[1])
+    t = ss.SequenceTagger(learner=ss.learners.BCFW(lam=1e-3, replay=0, sampling="uniform", gap_every=None, seed=0),
+                          labels=list(range(26)), loss="normalized")
+    t.learn_many(X[:300], [list(v) for v in y[:300]])
+    t._learner.refine(2)
+    assert t._learner.counters[KB.C_STEPS] > 300
+    assert int(t._learner.counters[KB.C_TFULL]) == 0
+    assert moves == []

@@ -197,6 +197,13 @@ class Learner(base.Base, abc.ABC):
     #: (with ``scores_records``) whether nothing is learned yet, so that kernel does not exist
     record_kernel_pending = False
 
+    def prediction_tables(self):
+        """``(E, ZE, zc, T, B, scale)`` with which the learner predicts (the arrays its own, not
+        copies; :func:`streamssvm.calibration.predict_tables` asks once the learner is bound), or
+        None for weights that are not one dense table (MEMOIR, GDMM, Pragam): such a model's
+        probabilities are one-hot on its prediction."""
+        return None
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name in GUARDED:   # threads: detected, see one_thread_at_a_time

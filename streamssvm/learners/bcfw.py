@@ -1011,6 +1011,10 @@ class BCFW(DenseWeights, Learner):
             return A.E, A.T, A.B, scale
         return self.W.E, self.W.T, self.W.B, scale
 
+    def prediction_tables(self):
+        """:meth:`_predict_params` (the averaged iterate folded in lazily)."""
+        return self._predict_params()
+
     def _predict_params(self):
         """(E, ZE, zc, T, B, scale) for prediction without materializing the averaged
         emission matrix: emission weights are E - zc * ZE. A multiclass store gets the

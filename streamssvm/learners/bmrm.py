@@ -510,6 +510,11 @@ class BMRM(DenseWeights, Learner):
                 break
 
     # ------------------------------------------------------------------ prediction / certificate
+    def prediction_tables(self):
+        """The best iterate's tables (:meth:`_pred`, unscaled)."""
+        W = self._pred()
+        return W.E, W.E, 0.0, W.T, W.B, 1.0
+
     def _pred(self):
         return self.Wbest if self.Jbest < math.inf else self.W
 

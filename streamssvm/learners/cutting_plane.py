@@ -223,6 +223,11 @@ class CuttingPlane(DenseWeights, Learner):
             self._oracles = ExampleOracles(self.structure, self._K, self.W.Kc, self._C)
         return self._oracles
 
+    def prediction_tables(self):
+        """The iterate's tables, scaled by :meth:`_scale`."""
+        W = self.W
+        return W.E, W.E, 0.0, W.T, W.B, float(self._scale())
+
     def _scale(self):
         return 1.0 / (self.lam * (self._N if self.blocks else 1.0))
 

@@ -720,6 +720,11 @@ class SGD(DenseWeights, Learner):
         W, scale = self._pred_weights()
         return W.E[:, :self._K] * scale
 
+    def prediction_tables(self):
+        """The predicting weights (:meth:`_pred_weights`) as ``(E, E, 0, T, B, scale)``."""
+        W, scale = self._pred_weights()
+        return W.E, W.E, 0.0, W.T, W.B, float(scale)
+
     def _pred_weights(self):
         """(Weights, scale) of the predicting weights: the average (materialized, O(d K), cached
         until the next step) or the last iterate."""
