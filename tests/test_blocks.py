@@ -146,3 +146,40 @@ def test_state_views_are_the_state_without_copies_and_checkpoint_alike(tmp_path)
         path = CheckpointManager(tmp_path / name).save(make(), kind="t")
         files.append({p.name: p.read_bytes() for p in sorted((path / "arrays").iterdir())})
     assert files[0] == files[1] and len(files[0]) > 10
+
+
+def test_compact_as_is_shortcuts_give_the_general_answer():
+    """``_compact_as_is``'s shortcuts (slots already in birth order not sorted, consecutive ones
+    read as a slice, one block length sized once) answer as the general check on stores that
+    are compact (never evicted, compacted) and not (holes and reused slots after evictions,
+    a block moved), multiclass and chains of several lengths, at each step of a stream."""
+    rng = np.random.default_rng(7)
+    seen = set()
+
+    def check(store):
+        got = store._compact_as_is()
+        assert got == store._compact_as_is(shortcuts=False)
+        seen.add(got)
+
+    for window in (None, 40):   # evictions reuse slots out of birth order
+        m = ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0, window=window))
+        for a in range(0, 300, 50):
+            m.predict_learn_each(list(rng.normal(size=(50, 5))), [int(v) for v in rng.integers(0, 4, 50)])
+            check(m._learner.store)
+        store = m._learner.store
+        store.compact()
+        check(store)
+        if store.n > 2:   # a live block's meta row says it sits elsewhere: not compact
+            j = int(store.slots()[1])
+            store.meta[j, K.M_IOFF] += 1
+            check(store)
+            store.meta[j, K.M_IOFF] -= 1
+    X_tr, y_tr, _, _ = ss.datasets.load_ocr("small")
+    t = ss.SequenceTagger(learner=ss.learners.BCFW(lam=0.01, seed=0, chain_stats="dense"))
+    for i, (x, y) in enumerate(zip(X_tr[:40], y_tr[:40])):
+        t.learn_one(x, list(y))
+        if i % 10 == 9:
+            check(t._learner.store)
+    t._learner.store.compact()
+    check(t._learner.store)
+    assert seen == {True, False}
