@@ -101,10 +101,13 @@ def dense_row_span(fidx, a, b):
     if 2 * span > 3 * n:   # too sparse (the cheap test first)
         return -1
     # increasing: counted over the whole row without an exit per entry, which the compiler
-    # can vectorize (the rows of a dense array always are; dict rows need not be)
+    # can vectorize (the rows of a dense array always are; dict rows need not be) -- through a
+    # view from 0 and indices q + 1 / q: with fidx[p - 1] numba's negative-index wraparound
+    # kept the loop scalar (0.26 us per 785-wide row against 0.07)
+    f = fidx[a:b]
     dec = 0
-    for p in range(a + 1, b):
-        dec += fidx[p] <= fidx[p - 1]
+    for q in range(n - 1):
+        dec += f[q + 1] <= f[q]
     if dec:
         return -1
     return span
