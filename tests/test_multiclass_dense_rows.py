@@ -161,6 +161,21 @@ def test_dense_row_rule():
     assert span([1, 2, 3]) == -1            # not from feature 0
     assert span([0, 2, 1]) == -1            # not increasing (dict rows may come in any order)
     assert span([]) == -1
+    assert span([0, 1, 1, 2]) == -1         # a repeated index
+    # rows at an offset of a longer array (the kernels' CSR), against the rule in numpy
+    rng = np.random.default_rng(11)
+    for trial in range(400):
+        n = int(rng.integers(0, 12))
+        f = np.sort(rng.choice(16, n, replace=False)).astype(np.int32)
+        if trial % 3 == 0 and n > 1:
+            f[rng.integers(1, n)] = f[rng.integers(0, n)]   # a repeat or a descent
+        if trial % 4 == 0 and n:
+            f[0] = 0
+        pad = rng.integers(0, 16, size=int(rng.integers(0, 4))).astype(np.int32)
+        arr = np.concatenate([pad, f, pad]).astype(np.int32)
+        a = len(pad)
+        ok = n > 0 and f[0] == 0 and 2 * (int(f[-1]) + 1) <= 3 * n and bool(np.all(np.diff(f) > 0))
+        assert C.dense_row_span(arr, a, a + n) == (int(f[-1]) + 1 if ok else -1), (trial, f)
     st = BlockStore(MultiClass(), Kc=3)
     assert st.dense_rows and not BlockStore(ss.structures.MultiLabel(), Kc=3).dense_rows
 

@@ -202,11 +202,11 @@ def _apply2_1(E, Z, row, cz, k0, s0):
     tok_ptr, fidx, fval, dense = row
     coef, zcoef = cz
     a = tok_ptr[0]
-    for p in range(a, tok_ptr[1]):
-        x = fval[p]
+    for q in range(tok_ptr[1] - a):   # (j = q: numba then drops the negative-index checks)
+        x = fval[a + q]
         if dense and x == 0.0:   # adds +-0 to E and Z: skipped (see mc_stat_apply2)
             continue
-        j = p - a if dense else fidx[p]
+        j = q if dense else fidx[a + q]
         v = x * coef
         u = x * zcoef
         E[j, k0] += v * s0
@@ -219,11 +219,11 @@ def _apply2_2(E, Z, row, cz, k0, s0, k1, s1):
     tok_ptr, fidx, fval, dense = row
     coef, zcoef = cz
     a = tok_ptr[0]
-    for p in range(a, tok_ptr[1]):
-        x = fval[p]
+    for q in range(tok_ptr[1] - a):   # (j = q: numba then drops the negative-index checks)
+        x = fval[a + q]
         if dense and x == 0.0:   # adds +-0 to E and Z: skipped (see mc_stat_apply2)
             continue
-        j = p - a if dense else fidx[p]
+        j = q if dense else fidx[a + q]
         v = x * coef
         u = x * zcoef
         E[j, k0] += v * s0
@@ -239,11 +239,11 @@ def _apply2_3(E, Z, row, cz, k0, s0, k1, s1, k2, s2):
     tok_ptr, fidx, fval, dense = row
     coef, zcoef = cz
     a = tok_ptr[0]
-    for p in range(a, tok_ptr[1]):
-        x = fval[p]
+    for q in range(tok_ptr[1] - a):   # (j = q: numba then drops the negative-index checks)
+        x = fval[a + q]
         if dense and x == 0.0:   # adds +-0 to E and Z: skipped (see mc_stat_apply2)
             continue
-        j = p - a if dense else fidx[p]
+        j = q if dense else fidx[a + q]
         v = x * coef
         u = x * zcoef
         E[j, k0] += v * s0
@@ -260,11 +260,11 @@ def _apply2_4(E, Z, row, cz, k0, s0, k1, s1, k2, s2, k3, s3):
     tok_ptr, fidx, fval, dense = row
     coef, zcoef = cz
     a = tok_ptr[0]
-    for p in range(a, tok_ptr[1]):
-        x = fval[p]
+    for q in range(tok_ptr[1] - a):   # (j = q: numba then drops the negative-index checks)
+        x = fval[a + q]
         if dense and x == 0.0:   # adds +-0 to E and Z: skipped (see mc_stat_apply2)
             continue
-        j = p - a if dense else fidx[p]
+        j = q if dense else fidx[a + q]
         v = x * coef
         u = x * zcoef
         E[j, k0] += v * s0

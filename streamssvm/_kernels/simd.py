@@ -16,16 +16,15 @@ from numba.extending import intrinsic
 LANES = 16
 
 
-@intrinsic
-def vec_scores(typingctx, eptr, estride, fptr, a, b, coef, sptr, r):
-    """S[k] += sum_p (fval[p] * coef) * E_row(p)[k] for k < r <= LANES, p = a..b-1 in order:
-    ``eptr`` the address of E[0, k0] (rows ``estride`` bytes apart, the classes contiguous
-    doubles), ``fptr`` of fval[0] (contiguous doubles), ``sptr`` of S[t, k0] (contiguous)."""
-    sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.intp, types.float64, types.uintp,
-                     types.intp)
+def _scores_codegen(indexed):
+    """The code of :func:`vec_scores` (``indexed`` False: row p of the values is row p - a of E)
+    and of :func:`vec_scores_at` (True: row ``fidx[p]`` of E, ``fidx`` int32)."""
 
     def codegen(context, builder, signature, args):
-        eptr, estride, fptr, a, b, coef, sptr, r = args
+        if indexed:
+            eptr, estride, iptr, fptr, a, b, coef, sptr, r = args
+        else:
+            eptr, estride, fptr, a, b, coef, sptr, r = args
         dbl, i64, i32 = ir.DoubleType(), ir.IntType(64), ir.IntType(32)
         vt = ir.VectorType(dbl, LANES)
         mt = ir.VectorType(ir.IntType(1), LANES)
@@ -40,6 +39,7 @@ def vec_scores(typingctx, eptr, estride, fptr, a, b, coef, sptr, r):
         zero = ir.Constant(vt, [0.0] * LANES)
         fbase = builder.inttoptr(fptr, dbl.as_pointer())
         ebase = builder.inttoptr(eptr, ir.IntType(8).as_pointer())
+        ibase = builder.inttoptr(iptr, i32.as_pointer()) if indexed else None
         pre = builder.block
         head = builder.append_basic_block("vs.head")
         body = builder.append_basic_block("vs.body")
@@ -55,7 +55,8 @@ def vec_scores(typingctx, eptr, estride, fptr, a, b, coef, sptr, r):
         v = builder.fmul(builder.load(builder.gep(fbase, [p])), coef)
         vv = builder.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(i32, 0))
         vv = builder.shuffle_vector(vv, vv, splat)
-        row = builder.bitcast(builder.gep(ebase, [builder.mul(builder.sub(p, a), estride)]), vt.as_pointer())
+        rowi = builder.sext(builder.load(builder.gep(ibase, [p])), i64) if indexed else builder.sub(p, a)
+        row = builder.bitcast(builder.gep(ebase, [builder.mul(rowi, estride)]), vt.as_pointer())
         w = builder.call(mload, [row, ir.Constant(i32, 8), mask, zero])
         nxt = builder.fadd(acc, builder.fmul(vv, w))
         p.add_incoming(builder.add(p, ir.Constant(i64, 1)), body)
@@ -69,4 +70,24 @@ def vec_scores(typingctx, eptr, estride, fptr, a, b, coef, sptr, r):
                 builder.store(builder.fadd(builder.load(q), builder.extract_element(acc, ir.Constant(i32, k))), q)
         return context.get_dummy_value()
 
-    return sig, codegen
+    return codegen
+
+
+@intrinsic
+def vec_scores(typingctx, eptr, estride, fptr, a, b, coef, sptr, r):
+    """S[k] += sum_p (fval[p] * coef) * E_row(p)[k] for k < r <= LANES, p = a..b-1 in order:
+    ``eptr`` the address of E[0, k0] (rows ``estride`` bytes apart, the classes contiguous
+    doubles), ``fptr`` of fval[0] (contiguous doubles), ``sptr`` of S[t, k0] (contiguous);
+    E_row(p) is row p - a (a dense row)."""
+    sig = types.void(types.uintp, types.intp, types.uintp, types.intp, types.intp, types.float64, types.uintp,
+                     types.intp)
+    return sig, _scores_codegen(False)
+
+
+@intrinsic
+def vec_scores_at(typingctx, eptr, estride, iptr, fptr, a, b, coef, sptr, r):
+    """:func:`vec_scores` of a CSR row: E_row(p) is row ``fidx[p]`` of E, ``iptr`` the address
+    of fidx[0] (contiguous int32)."""
+    sig = types.void(types.uintp, types.intp, types.uintp, types.uintp, types.intp, types.intp, types.float64,
+                     types.uintp, types.intp)
+    return sig, _scores_codegen(True)
