@@ -3,8 +3,10 @@ a fresh checkpoint folder, ``stop_at_end``) over the topic of ``bench/kafka_stre
 as JSON pixel dicts), per message: the run's CPU and wall (the summary's ``cpu_seconds`` and ``seconds``:
 ``Engine.run``) and the whole process's (start-up included: imports, kernel loading, set-up). ``--code DIR``
 (repeatable): checkouts run alternately in each repetition, paired (the headline's Kafka row runs
-the engine in its own process, so it does not see what the command itself does, e.g. its
-``gc.freeze``).
+the engine in its own process, so it does not see what the command itself does around it).
+Tried with it: ``gc.freeze()`` in ``cmd_run`` before the stream (r19-kafka3, dropped: one full
+collection per 40k letters went from ~0.06 s to ~0.007 s, but three paired sets of 4-7 reps
+gave -3.7%, -3.9%, +0.3% run CPU per message: noise).
 
     OPENBLAS_NUM_THREADS=1 python bench/kafka_cli.py --code /path/to/main --code . [--letters 40000] [--reps 3]
 """

@@ -342,26 +342,3 @@ def test_multilabel_structure_default_is_the_librarys():
 
     assert model().pairwise == ss.MultiLabelSSVM().pairwise == "auto"
     assert model("--learner", "gdmm").pairwise is True
-
-
-def test_run_freezes_the_set_up_for_the_stream_only(tmp_path, monkeypatch, capsys):
-    """``streamssvm run`` leaves the objects made before the stream out of the cyclic garbage
-    collector's passes (``gc.freeze``) while the engine runs, and gives them back after (an
-    in-process caller keeps its collector); objects made during the stream are still collected."""
-    import gc
-    from streamssvm.cli import main
-    from streamssvm.engine import Engine
-    seen = {}
-    run = Engine.run
-
-    def spied(self, *a, **k):
-        seen["frozen"] = gc.get_freeze_count()
-        gc.collect()
-        seen["frozen_after_a_collection"] = gc.get_freeze_count()
-        return run(self, *a, **k)
-    monkeypatch.setattr(Engine, "run", spied)
-    assert gc.get_freeze_count() == 0
-    assert main(["run", "--source", f"file://{_stream(tmp_path / 's.jsonl')}", "--task", "multiclass",
-                 "--no-progress", "--checkpoint-dir", str(tmp_path / "ck")]) == 0
-    assert seen["frozen"] > 10_000 and seen["frozen_after_a_collection"] == seen["frozen"]
-    assert gc.get_freeze_count() == 0

@@ -2,7 +2,6 @@
 dead letters; ``--workers`` hands over to :mod:`streamssvm.distributed`."""
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shlex
@@ -50,24 +49,6 @@ def _reset_checkpoints(directory):
 
 def _resume_command():
     return "streamssvm " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
-class _set_up_frozen:
-    """The stream with every object made before it (imports, model, source: ~135k in a
-    ``run kafka://``) left out of the cyclic garbage collector's passes (``gc.freeze``): a full
-    collection would otherwise walk them all (~0.06 s each; one per 40k Kafka letters, then
-    0.007 s). Objects made during the stream are still collected; the set-up's young garbage is
-    collected first (``gc.collect(1)``: ~0.4 ms; a full collection, ~0.06 s, found nothing more
-    there). A process-wide policy, so the command's only (it owns its process), never the
-    library's; undone after the stream (``gc.unfreeze``: an in-process caller, e.g. a test,
-    gets its collector back)."""
-
-    def __enter__(self):
-        gc.collect(1)
-        gc.freeze()
-
-    def __exit__(self, *exc):
-        gc.unfreeze()
 
 
 def cmd_run(args):
@@ -126,8 +107,7 @@ def cmd_run(args):
                 _check_settings(eng, args)
             bad0 = eng.bad_records
             warm_kernels(lambda: warm_model(make, args.task, args.source, fmt))
-            with _set_up_frozen():
-                summary = eng.run()
+            summary = eng.run()
     finally:
         source.close()
         if sink is not None:
