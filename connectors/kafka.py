@@ -455,8 +455,8 @@ class KafkaSource(Source):
                 p = tp.partition
                 self._below.pop(p, None)
                 # the position after each record: the others' offsets do not move during this
-                # partition's messages, so a copy of one template with this one's offset set
-                # (the same dict as ``position()``, for a fraction of its cost)
+                # partition's messages, so one template (the same dict as ``position()``) with
+                # this one's offset set, made when the record's position is asked for
                 offsets, sp, prefix = None, str(p), f"{self.topic}/{p}@"
                 for m in msgs:
                     if m.offset < self._offsets.get(p, 0):
@@ -476,10 +476,7 @@ class KafkaSource(Source):
                         key = origin
                     # each record carries the position right after it (decoding runs ahead of
                     # learning: the source's own position is at the end of the poll)
-                    offsets = offsets.copy()
-                    offsets[sp] = m.offset + 1
-                    yield Record(x=x, y=y, key=key, position={"topic": self.topic, "offsets": offsets},
-                                 origin=origin, w=w)
+                    yield _PolledRecord(x, y, key, origin, w, self.topic, offsets, sp, m.offset + 1)
             yield _POLL_END
             if self.stop_at_end and self._read_to_highwater() and self._at_end():
                 return   # the poll reached every partition's end: no empty poll to wait for
@@ -513,6 +510,33 @@ class KafkaSource(Source):
             except Exception as e:  # noqa: BLE001 - a broker gone while closing: nothing left to do
                 warnings.warn(f"closing the Kafka consumer failed ({type(e).__name__}: {e})", RuntimeWarning)
             self._consumer = None
+
+
+class _PolledRecord(Record):
+    """A record of a poll whose ``position`` (``{"topic": ..., "offsets": {...}}``, the offsets
+    right after it) is made when it is asked for (the engine asks for the last record's of each
+    micro-batch): the poll's offsets of every partition (``template``, shared by the records of
+    one partition of one poll, never changed) with this record's partition (``sp``) at ``after``.
+    One object per message where a position made in advance is three: the cyclic garbage
+    collector runs by the objects allocated, and a full collection traverses every object of
+    the process (~0.1-0.3 s per 40k messages before, ``bench/kafka_budget.py``). Set
+    explicitly, ``position`` is that value."""
+
+    def __init__(self, x, y, key, origin, w, topic, template, sp, after):
+        self.x, self.y, self.key, self.origin, self.w = x, y, key, origin, w
+        self._topic, self._template, self._sp, self._after = topic, template, sp, after
+
+    @property
+    def position(self):
+        if self._template is None:
+            return self._after   # set explicitly
+        offsets = self._template.copy()
+        offsets[self._sp] = self._after
+        return {"topic": self._topic, "offsets": offsets}
+
+    @position.setter
+    def position(self, value):
+        self._template, self._after = None, value
 
 
 class _BadMessage:

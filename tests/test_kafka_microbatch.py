@@ -118,3 +118,76 @@ def test_stop_at_end_without_waiting_for_an_empty_poll(broker):
     src.close()
     assert n == 50 and src.position()["offsets"] == {"0": 50}
     assert polls and polls[-1]   # the last poll returned messages (before: an empty one)
+
+
+def test_a_polled_record_makes_its_position_when_asked():
+    """``_PolledRecord``: the poll's template with its own offset, a fresh dict each time (the
+    template is shared by the poll's records and never changed); set, the value set; pickled
+    and copied with it."""
+    import copy
+    from streamssvm.connectors.base import Record
+    from streamssvm.connectors.kafka import _PolledRecord
+    template = {"0": 5, "1": 7, "2": 3}
+    r = _PolledRecord({"a": 1.0}, "y", "k", "t/1@9", 1.0, "t", template, "1", 10)
+    assert isinstance(r, Record)
+    assert r.position == {"topic": "t", "offsets": {"0": 5, "1": 10, "2": 3}}
+    assert list(r.position["offsets"]) == ["0", "1", "2"]
+    r.position["offsets"]["0"] = 99
+    assert template == {"0": 5, "1": 7, "2": 3} and r.position["offsets"]["0"] == 5
+    assert pickle.loads(pickle.dumps(r)).position == r.position == copy.deepcopy(r).position
+    r.position = {"topic": "t", "offsets": {"0": 1}}
+    assert r.position == {"topic": "t", "offsets": {"0": 1}}
+    assert (r.x, r.y, r.key, r.origin, r.w) == ({"a": 1.0}, "y", "k", "t/1@9", 1.0)
+
+
+def _run_positions(bootstrap, topic, ckpt, eager):
+    """The engine over 3 partitions, polls of 50, checkpoints every 100, snapshots every 150;
+    ``eager``: each record handed on as a plain ``Record`` with its position made when read
+    (how the source made it before ``_PolledRecord``). The engine asks for the position of the
+    last record of each micro-batch once it is learned."""
+    from streamssvm.connectors.base import Record
+    from streamssvm.connectors.kafka import _PolledRecord
+    sink, dl = MemorySink(), DeadLetterSink(MemorySink())
+    src = KafkaSource(bootstrap, topic, partitions=[0, 1, 2], stop_at_end=True, dead_letter=dl,
+                      max_poll_records=50)
+    eng = Engine(ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=0.01, seed=0)), src, task="multiclass",
+                 progress=False, checkpoint_dir=ckpt, checkpoint_every=100, snapshot_every=150, sink=sink)
+    items, read_at = src._items, []   # each record with its position when read
+
+    def read(*a, **k):
+        for item in items(*a, **k):
+            if isinstance(item, _PolledRecord):
+                read_at.append((item, item.position))
+                if eager:
+                    item = Record(x=item.x, y=item.y, key=item.key, position=item.position,
+                                  origin=item.origin, w=item.w)
+            yield item
+    src._items = read
+    s = eng.run()
+    final = src.position()
+    src.close()
+    assert len(read_at) == s["examples_seen"]
+    assert all(r.position == p for r, p in read_at)   # the same when asked after the run
+    return eng, s, sink, dl, final
+
+
+def test_positions_made_when_asked_give_the_same_run(broker, tmp_path):
+    """Records whose position is made when asked (``_PolledRecord``) give the run of positions
+    made in advance: predictions, dead letters, model state and weights, checkpoints and their
+    positions, the final position."""
+    msgs = messages(900, seed=5, bad={40: b"{broken", 333: b'{"x": {"f0": NaN}, "y": 1}', 700: b"[]"})
+    create_topic(broker, "lazy", 3)
+    produce_lines(broker, "lazy", msgs, partitions=3)
+    e1, s1, k1, d1, p1 = _run_positions(broker, "lazy", tmp_path / "a", eager=False)
+    e2, s2, k2, d2, p2 = _run_positions(broker, "lazy", tmp_path / "b", eager=True)
+    assert s1["examples_seen"] == s2["examples_seen"] == 897 and s1["n_bad"] == s2["n_bad"] == 3
+    assert k1.items == k2.items and d1.sink.items == d2.sink.items
+    assert pickle.dumps(e1.model.state()) == pickle.dumps(e2.model.state())
+    assert s1["metrics"] == s2["metrics"]
+    assert p1 == p2 == {"topic": "lazy", "offsets": {"0": 300, "1": 300, "2": 300}}
+    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
+    assert len(c1) == len(c2) >= 3
+    for a, b in zip(c1, c2):
+        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
+        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
+        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
