@@ -11,6 +11,7 @@ from streamssvm.connectors.kafka import KafkaSource, create_topic, produce_lines
 from streamssvm.engine import Engine
 
 from test_kafka import messages
+from same_checkpoints import assert_same_checkpoints
 
 pytest.importorskip("kafka")
 
@@ -53,12 +54,7 @@ def test_kafka_micro_batches_equal_record_by_record(broker, tmp_path):
     assert d1.sink.items == d2.sink.items
     assert pickle.dumps(e1.model.state()) == pickle.dumps(e2.model.state())
     assert s1["metrics"] == s2["metrics"]
-    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
-    assert len(c1) == len(c2) >= 3   # (the newest ones kept)
-    for a, b in zip(c1, c2):
-        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
-        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
-        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    assert_same_checkpoints(e1, e2, more_than=2)   # (the newest ones kept)
     # record by record before: a Kafka source (a consumer-group member) was never micro-batched
     assert max(len(z) for z in z1) == 1 and max(len(z) for z in z2) > 1
     # no run spans two polls
@@ -185,9 +181,4 @@ def test_positions_made_when_asked_give_the_same_run(broker, tmp_path):
     assert pickle.dumps(e1.model.state()) == pickle.dumps(e2.model.state())
     assert s1["metrics"] == s2["metrics"]
     assert p1 == p2 == {"topic": "lazy", "offsets": {"0": 300, "1": 300, "2": 300}}
-    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
-    assert len(c1) == len(c2) >= 3
-    for a, b in zip(c1, c2):
-        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
-        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
-        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    assert_same_checkpoints(e1, e2, more_than=2)

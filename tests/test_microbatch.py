@@ -10,6 +10,7 @@ import streamssvm as ss
 from streamssvm.connectors.base import DeadLetterSink, IterableSource, MemorySink
 from streamssvm.connectors.files import open_source, write_jsonl
 from streamssvm.engine import Engine
+from same_checkpoints import assert_same_checkpoints
 
 
 def _rows(n=700, d=6, k=4, seed=0):
@@ -165,12 +166,7 @@ def test_engine_micro_batches_equal_record_by_record(tmp_path):
     assert d1.sink.items == d2.sink.items and s2["n_bad"] == 18
     assert _strip(e1.history) == _strip(e2.history)
     assert _state(e1.model) == _state(e2.model)
-    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
-    assert len(c1) == len(c2) > 1
-    for a, b in zip(c1, c2):
-        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
-        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
-        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    assert_same_checkpoints(e1, e2, more_than=1)
 
 
 def test_micro_batches_end_at_boundaries(tmp_path):
@@ -346,12 +342,7 @@ def test_engine_micro_batches_scaled_and_calibrated_every_checkpoint(tmp_path):
     assert _strip(e1.history) == _strip(e2.history)
     assert _state(e1.model) == _state(e2.model)
     assert e1.model.temperature == e2.model.temperature != 1.0
-    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
-    assert len(c1) == len(c2) > 3
-    for a, b in zip(c1, c2):
-        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
-        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
-        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    assert_same_checkpoints(e1, e2, more_than=3)
 
 
 @pytest.mark.parametrize("kind", ["indicators", "real", "bytes"])
@@ -423,12 +414,7 @@ def test_engine_micro_batches_of_flat_rows_with_bad_records_in_the_middle(tmp_pa
     assert len(reasons) == 4 and sum("expected 6 features per token, got 5" in r for r in reasons) == 3
     assert _strip(e1.history) == _strip(e2.history)
     assert _state(e1.model) == _state(e2.model)
-    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
-    assert len(c1) == len(c2) > 1
-    for a, b in zip(c1, c2):
-        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
-        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
-        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    assert_same_checkpoints(e1, e2, more_than=1)
     taken = [ids for ids in fast if ids is not None]
     assert len(taken) > 10 and sum(len(ids) for ids in taken) > 900   # most batches went whole
 
@@ -603,9 +589,4 @@ def test_engine_row_micro_batches_with_labels_arriving_mid_stream_keep_the_tempe
     t1, t2 = e1.model._calibrator(), e2.model._calibrator()
     assert t1.n_observed == t2.n_observed > 1100 and t1.n_fits == t2.n_fits > 30
     assert e1.model.temperature.hex() == e2.model.temperature.hex() and e1.model.temperature != 1.0
-    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
-    assert len(c1) == len(c2) >= 3
-    for a, b in zip(c1, c2):
-        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
-        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
-        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    assert_same_checkpoints(e1, e2, more_than=2)

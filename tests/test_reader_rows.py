@@ -3,7 +3,6 @@ records, values to the bit, keys, positions, origins and dead letters as the rec
 reader, whatever irregular lines sit between the regular ones; and the engine learns them with
 the same predictions, model and checkpoints."""
 import json
-import pickle
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ import streamssvm as ss
 from streamssvm.connectors.base import DeadLetterSink, MemorySink, RecordRows
 from streamssvm.connectors.files import open_source
 from streamssvm.engine import Engine
+from same_checkpoints import assert_same_checkpoints
 
 pytest.importorskip("orjson")
 
@@ -125,12 +125,7 @@ def test_engine_rows_equal_record_by_record(tmp_path, sink):
     drop = ("time", "elapsed", "throughput", "certificate_seconds")
     assert [{k: v for k, v in h.items() if k not in drop} for h in e1.history] == \
         [{k: v for k, v in h.items() if k not in drop} for h in e2.history]
-    c1, c2 = e1.ckpt.list(), e2.ckpt.list()
-    assert len(c1) == len(c2) > 1
-    for a, b in zip(c1, c2):
-        (sa, ma), (sb, mb) = e1.ckpt.load(a), e2.ckpt.load(b)
-        assert ma["examples_seen"] == mb["examples_seen"] and ma["position"] == mb["position"]
-        assert pickle.dumps(sa["model"]) == pickle.dumps(sb["model"])
+    assert_same_checkpoints(e1, e2, more_than=1)
 
 
 def test_the_engine_takes_the_rows_as_one_array(tmp_path, monkeypatch):
