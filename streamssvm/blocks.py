@@ -32,7 +32,7 @@ from ._kernels import bcfw as K
 from ._kernels import chainsparse as CS
 from ._kernels import layout as KL
 from ._kernels.bundles import Batch, pack
-from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans, py_entry
+from ._kernels.common import CHAIN, FLAG_DENSE_ROW, MULTICLASS, dense_row_span, dense_row_spans, dense_spans, py_entry
 from ._kernels.structops import truth_stat
 from .saved_state import _rng_restore, _rng_state, validate_store_state
 from .structures.base import Structure
@@ -715,15 +715,46 @@ class BlockStore:
         this is its Python side's largest part)."""
         m = len(tok_ptr) - 1
         tok_ptr = np.asarray(tok_ptr, dtype=np.int64)
-        nnz = nidx = tok_ptr[1:] - tok_ptr[:-1]
+        span = None
+        if self.dense_rows and m:
+            span = np.empty(m, dtype=np.int64)
+            dense_row_spans(np.arange(m + 1, dtype=np.int64), tok_ptr, fidx, span)
+        slots = self._place_rows(tok_ptr[1:] - tok_ptr[:-1], span)[0]
+        self._order.extend(slots.tolist())
+        return slots
+
+    def write_dense(self, A, nnz, last, ys, mark, scaling=None):
+        """:meth:`write_new` of m one-token examples of one label each (``Ki`` 1) whose rows are
+        the rows of a dense 2-D float64 array ``A`` (validated: ``FeatureIndex.check_dense``, which
+        gives ``nnz`` and ``last``, the entries of each row's CSR and its last non-zero column),
+        label ids ``ys``: the same slots, segments, meta rows and bookkeeping as :meth:`write_new`
+        of the rows' CSR (``FeatureIndex.dense_csr``), without the CSR (``bcfw.insert_dense_rows``
+        reads the rows). ``scaling``: a ColumnScaler's ``(sumsq, count)``, which take the rows in
+        order as ``ColumnScaler.learn_scaled`` of their CSR would (the blocks hold the rows
+        scaled so), or None. Returns the slots (not live yet, as with :meth:`write_new`)."""
+        m = A.shape[0]
+        span = dense_spans(nnz, last) if self.dense_rows and m else None
+        i0, f0 = self.i_used, self.f_used
+        slots, ti, tf = self._place_rows(nnz, span)
+        prefault(self.Iar, i0, i0 + ti)
+        prefault(self.Far, f0, f0 + tf)
+        K.insert_dense_rows(self.kind, self.Kc, (self.Iar, self.Far, self.meta, KL.pairs_layout(self.sparse, self.avg)),
+                            slots, A, np.asarray(ys, dtype=np.int32), mark, self.slack, scaling)
+        return slots
+
+    def _place_rows(self, nnz, span):
+        """The slots, segments, meta rows and bookkeeping of m new one-token blocks of one label
+        and ``Ki`` 1 whose rows have ``nnz`` entries (int64), ``span`` (or None) their
+        ``dense_row_span`` where rows may be kept dense (``dense_rows``); nothing is written in
+        the segments. Returns (slots, int entries, float entries) of the m segments."""
+        m = nnz.shape[0]
+        nidx = nnz
         # reserve's flags: an averaging accumulator (FLAG_AVG) on every block of a store that
         # keeps them, no Gram matrix where a one-token block keeps none
         gram = bool(self.stores_gram(1, 1))
         tail = (KL.FLAG_AVG if self.avg else 0) | (0 if gram else KL.FLAG_NO_GRAM)
         flags = np.full(m, (CS.FLAG_SPARSE if self.sparse else 0) | tail, dtype=np.int64)
-        if self.dense_rows and m:
-            span = np.empty(m, dtype=np.int64)
-            dense_row_spans(np.arange(m + 1, dtype=np.int64), tok_ptr, fidx, span)
+        if span is not None:
             dense = span > 0
             nnz = np.where(dense, span, nnz)
             nidx = np.where(dense, 0, nnz)
@@ -769,8 +800,7 @@ class BlockStore:
         self._admitted(at, m, ti, tf)
         if m and self.max_L < 1:
             self.max_L = 1
-        self._order.extend(slots.tolist())
-        return slots
+        return slots, ti, tf
 
     def forget(self, v):
         """Bookkeeping for a block no longer in the alive list (evicted by the kernel, or

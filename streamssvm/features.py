@@ -27,6 +27,7 @@ import zlib
 
 import numpy as np
 
+from ._kernels.common import dense_rows_scan
 from ._kernels.multiclass import dense_rows_csr, dict_row_csr, dict_rows_csr
 
 BIAS = 0
@@ -487,6 +488,27 @@ class FeatureIndex:
             raise self.value_error(m)
         self.array_dim = d
         return tok_ptr, fidx[:m], fval[:m]
+
+    def check_dense(self, A, grow):
+        """:meth:`dense_csr`'s checks of a dense 2-D float64 array (the same errors, and the
+        index takes its width as there) without writing the CSR: per row the entries of its CSR
+        (the bias and its non-zeros) and its last non-zero column (-1: none), int64 arrays, in one
+        numba pass (``dense_rows_scan``). For a consumer that reads the rows themselves
+        (``BlockStore.write_dense``).
+
+        >>> fi = FeatureIndex(); nnz, last = fi.check_dense(np.array([[0.0, 2.0], [1.0, 0.0]]), True)
+        >>> nnz.tolist(), last.tolist(), fi.array_dim
+        ([2, 2], [1, 0], 2)
+        """
+        n, d = A.shape
+        self._check_width(d, grow)
+        nnz = np.empty(n, dtype=np.int64)
+        last = np.empty(n, dtype=np.int64)
+        code = dense_rows_scan(A, MAX_ABS_VALUE, nnz, last)
+        if code < 0:
+            raise self.value_error(code)
+        self.array_dim = d
+        return nnz, last
 
     def encode_tokens(self, tokens, grow):
         """CSR arrays (tok_ptr, fidx, fval) for a sequence of tokens (list of dicts or a 2-D

@@ -62,6 +62,7 @@ from .structops import (
 from .chain import chain_trans_sqnorm
 from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, row_support, write_dense_row
 from .marginals import emission_table
+from .scaling import learn_dense_row
 from .multiclass import mc_decode, mc_stat_apply, mc_stat_apply2
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .sumtree import SAMPLE_GAP, SAMPLE_GIVEN, SAMPLE_UNIFORM, tree_sample, tree_update  # noqa: F401 (re-exported)
@@ -1088,11 +1089,7 @@ def write_segment(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack=Fa
     fo = meta[j, M_FOFF]
     L = meta[j, M_L]
     nnz = meta[j, M_NNZ]
-    ly = meta[j, M_LY]
-    pcap = meta[j, M_PCAP]
-    lablen = meta[j, M_LABLEN]
     base = tok_ptr[0]
-    nix = n_index(meta, j)
     if not meta[j, M_FLAGS] & FLAG_DENSE_ROW:
         for t in range(L + 1):
             Iar[io + t] = tok_ptr[t] - base
@@ -1103,6 +1100,22 @@ def write_segment(kind, Kc, store, j, tok_ptr, fidx, fval, ytrue, mark, slack=Fa
         Iar[io] = 0
         Iar[io + 1] = nnz
         write_dense_row(fidx, fval, base, tok_ptr[1], Far[fo:fo + nnz])
+    write_segment_rest(kind, Kc, store, j, ytrue, slack)
+
+
+@njit(inline="always", **_INNER)
+def write_segment_rest(kind, Kc, store, j, ytrue, slack):
+    """What :func:`write_segment` writes after the tokens: the ground truth ``ytrue``, an empty
+    pool, the pair list of a sparse block, and the dual point on the ground truth."""
+    Iar, Far, meta, sp = store
+    io = meta[j, M_IOFF]
+    fo = meta[j, M_FOFF]
+    L = meta[j, M_L]
+    nnz = meta[j, M_NNZ]
+    ly = meta[j, M_LY]
+    pcap = meta[j, M_PCAP]
+    lablen = meta[j, M_LABLEN]
+    nix = n_index(meta, j)
     for q in range(ly):
         Iar[io + L + 1 + nix + q] = ytrue[q]
     p0 = io + L + 1 + nix + ly
@@ -1170,6 +1183,70 @@ def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
         if meta[j, M_FLAGS] & FLAG_DENSE_ROW and gram_len(meta, j) == 1:
             offs[c] = meta[j, M_FOFF]
             lens[c] = meta[j, M_NNZ]
+            dense[c] = j
+            c += 1
+        else:
+            block_gram(Iar, Far, meta, j, mark)
+    sq = np.empty(c)
+    row_sqnorms(Far, offs[:c], lens[:c], sq)
+    for q in range(c):
+        j = dense[q]
+        Far[meta[j, M_FOFF] + meta[j, M_NNZ]] = sq[q]   # G (1 x 1) follows the values
+
+
+def insert_dense_rows(kind, Kc, store, slots, A, ys, mark, slack, scaling):
+    """:func:`insert_blocks` of one-token blocks whose rows are those of a dense 2-D float64 array
+    ``A`` (validated: ``FeatureIndex.check_dense``), row e into ``slots[e]`` with the label
+    ``ys[e]``, without their CSR: row e is the bias (feature 0, value 1) then its non-zero
+    columns c as features c + 1, as ``FeatureIndex.dense_csr`` encodes it. A block flagged
+    ``FLAG_DENSE_ROW`` (``meta``'s nnz: the row's span) gets its values from the row directly,
+    another one its non-zeros and their indices. ``scaling``: the ``(sumsq, count)`` statistics
+    of a :class:`~streamssvm.scaling.ColumnScaler` (holding every column of ``A``), which take
+    the rows in order, each row stored as scaled by the statistics that include it
+    (``scaling.learn_dense_row``: ``ColumnScaler.learn_scaled``'s values to the bit); None: the
+    values as they are. The same segments as :func:`insert_blocks` of the CSR of the rows
+    (scaled by ``learn_scaled``), to the bit."""
+    if scaling is None:
+        scaling = (np.zeros(0), np.zeros(0))
+        scale = False
+    else:
+        scale = True
+    _insert_dense_rows(tag(kind), Kc, store, slots, A, ys, mark, slack, scaling[0], scaling[1], scale)
+
+
+@njit(**_JIT)
+def _insert_dense_rows(kind, Kc, store, slots, A, ys, mark, slack, sumsq, count, scale):
+    Iar, Far, meta, sp = store
+    m = slots.shape[0]
+    d = A.shape[1]
+    offs = np.empty(m, dtype=np.int64)   # the dense rows' values: Far[offs[c]:offs[c] + lens[c]]
+    lens = np.empty(m, dtype=np.int64)
+    dense = np.empty(m, dtype=np.int64)
+    row = np.empty(d)   # a sparse row's values, scaled
+    c = 0
+    for e in range(m):
+        j = slots[e]
+        io = meta[j, M_IOFF]
+        fo = meta[j, M_FOFF]
+        nnz = meta[j, M_NNZ]
+        Iar[io] = 0
+        Iar[io + 1] = nnz
+        Far[fo] = 1.0   # the bias (never scaled)
+        if meta[j, M_FLAGS] & FLAG_DENSE_ROW:   # features 0..nnz-1: the row's first nnz - 1 columns
+            learn_dense_row(sumsq[1:], count[1:], A[e, :nnz - 1], Far[fo + 1:fo + nnz], scale)
+        else:
+            learn_dense_row(sumsq[1:], count[1:], A[e], row, scale)
+            Iar[io + 2] = 0
+            p = 1
+            for q in range(d):
+                if A[e, q] != 0.0:
+                    Iar[io + 2 + p] = q + 1
+                    Far[fo + p] = row[q]
+                    p += 1
+        write_segment_rest(kind, Kc, store, j, ys[e:e + 1], slack)
+        if meta[j, M_FLAGS] & FLAG_DENSE_ROW and gram_len(meta, j) == 1:
+            offs[c] = fo
+            lens[c] = nnz
             dense[c] = j
             c += 1
         else:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .common import _JIT
+from .common import _INNER, _JIT
 
 #: the bias column (``streamssvm.features.BIAS``), never scaled
 BIAS = 0
@@ -93,3 +93,28 @@ def learn_rows_dense(sumsq, count, tok_ptr, fidx, fval, out, row, rs):
         for p in range(a, b):
             out[p] = fval[p] / rs[fidx[p]]
             row[fidx[p]] = 0.0
+
+
+@njit(**dict(_INNER, error_model="numpy"))   # 0 / 0 (a column not seen yet) is NaN here
+def learn_dense_row(sumsq, count, a, out, scale):
+    """The values ``a`` of a dense row's columns (``sumsq`` / ``count``: those columns'
+    statistics, aligned with ``a``; never the bias) learned into the statistics, and ``out`` =
+    the row scaled by them, zeros as +0.0: the values of :func:`learn_rows_dense` (and
+    :func:`learn_rows`) of the row's CSR, written at their columns (a CSR holds no zero), to the
+    bit; one branch-free pass over contiguous arrays. ``scale`` False: ``out`` = ``a``, zeros as
+    +0.0, the statistics untouched."""
+    n = a.shape[0]
+    if not scale:
+        for c in range(n):
+            v = a[c]
+            out[c] = v if v != 0.0 else 0.0
+        return
+    for c in range(n):
+        v = a[c]
+        s = sumsq[c] + v * v   # a zero adds an exact +0 to both sums, changing neither
+        k = count[c] + (1.0 if v != 0.0 else 0.0)
+        sumsq[c] = s
+        count[c] = k
+        q = math.sqrt(s / k)
+        r = q if 0.0 < q < np.inf else 1.0
+        out[c] = v / r if v != 0.0 else 0.0

@@ -710,10 +710,14 @@ class MulticlassSSVM(Estimator, base.Classifier):
             if ws is not None or self._class_weights is not None:
                 return self._learn_weighted_rows(xs, list(ys), np.ones(len(xs)) if ws is None else ws)
         with self._registering():
-            enc = self._encode_rows(X, grow=True, ys=ys)[:4]
+            dense = self._dense_batch(X, ys)
+            enc = self._encode_rows(X, grow=True, ys=ys)[:4] if dense is None else None
             labs = self._encode_labels(ys)
             self._check_label_room()
-        self._learn_encoded(*labs, *enc)
+        if dense is None:
+            self._learn_encoded(*labs, *enc)
+        else:
+            self._learn_dense(*labs, *dense)
 
     def predict_learn_many(self, X, y):
         """Progressive validation of a batch: the predictions of all rows (made before learning
@@ -731,7 +735,11 @@ class MulticlassSSVM(Estimator, base.Classifier):
         ys = _label_batch(y)
         n0 = len(self._labels)
         with self._registering():
-            tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True, ys=ys)
+            dense = self._dense_batch(X, ys)
+            if dense is None:
+                tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True, ys=ys)
+            else:   # a dense 2-D array: its rows are read as they are, no CSR (unless a learner needs it)
+                n = dense[0].shape[0]
             lab_enc = self._encode_labels(ys)
             self._check_label_room()
         # features first seen in this batch have zero weights: encoding them before predicting
@@ -742,15 +750,57 @@ class MulticlassSSVM(Estimator, base.Classifier):
             labs = self._labels.labels[:n0]
             self._synced = None
             self._learner.ensure(self._features.dim, labs)
-            as_is = self._scaler is None or self._scaler.is_identity(fidx, fval)   # e.g. 0/1 pixels
-            ids = (self._dense_ids(X, None if as_is else self._scaler)
-                   if isinstance(X, np.ndarray) and X.ndim == 2 else None)
+            if dense is not None:
+                ids = self._dense_ids(X, self._scaler)
+            else:
+                as_is = self._scaler is None or self._scaler.is_identity(fidx, fval)   # e.g. 0/1 pixels
+                ids = (self._dense_ids(X, None if as_is else self._scaler)
+                       if isinstance(X, np.ndarray) and X.ndim == 2 else None)
             if ids is None:
+                if dense is not None:
+                    tok_ptr, fidx, fval = self._features.dense_csr(dense[0], grow=False)
                 ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, self._scaled(fidx, fval), np.arange(n + 1, dtype=np.int64), n)
             preds = [labs[i] for i in ids]
-        self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
+        if dense is None:
+            self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
+        else:
+            self._learn_dense(*lab_enc, *dense)
         return preds
+
+    def _dense_batch(self, X, ys):
+        """A batch given as a 2-D numeric numpy array of at least one row, validated as
+        :meth:`_encode_rows` validates it (its labels, then ``FeatureIndex.check_dense``: the
+        same errors, in the same order) without writing its CSR: ``(A, nnz, last)``, A the rows
+        as a C-contiguous float64 array, ``nnz`` / ``last`` per row the entries of its CSR and
+        its last non-zero column. None for another batch (then encoded by ``_encode_rows``)."""
+        if type(X) is not np.ndarray or X.ndim != 2 or X.shape[0] == 0 or X.dtype.kind not in "biuf":
+            return None
+        A = np.ascontiguousarray(X, dtype=np.float64)
+        self._check_labels(ys, A.shape[0])
+        return (A,) + self._features.check_dense(A, grow=True)
+
+    def _learn_dense(self, yids, cuts, n0, A, nnz, last):
+        """:meth:`_learn_encoded` of the rows of a validated dense batch (:meth:`_dense_batch`):
+        learned from the rows themselves where the learner takes them
+        (``Learner.learn_dense_rows``: BCFW; the column scaling's statistics take each row as
+        its block is written, as ``ColumnScaler.learn_scaled`` of the batch's CSR would), else
+        from their CSR. The same model either way, to the bit."""
+        if not self._bound().learns_dense_rows():
+            tok_ptr, fidx, fval = self._features.dense_csr(A, grow=False)
+            return self._learn_encoded(yids, cuts, n0, tok_ptr, fidx, fval, A.shape[0])
+        self._synced = None   # the pieces grow the learner label by label
+        # learn_scaled's statistics, grown as it grows them for the batch's CSR (its largest
+        # feature: the largest last non-zero column + 1)
+        scaling = None if self._scaler is None else self._scaler.statistics(int(last.max()) + 2)
+        for a, b in zip(cuts[:-1], cuts[1:]):   # as _learn_encoded: cut where a new label appears
+            if a == b:
+                continue
+            k_here = max(n0, int(yids[:b].max()) + 1)
+            lr = self._bound()
+            lr.ensure(self._features.dim, self._labels.labels[:k_here])
+            lr.learn_dense_rows(A[a:b], nnz[a:b], last[a:b], yids[a:b], scaling)
+        self._sync()
 
     def _dense_ids(self, A, scaler=None):
         """Predicted class ids of the rows of a dense 2-D array (already validated by the
@@ -768,7 +818,9 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return None
         A = np.asarray(A, dtype=np.float64)
         if scaler is not None:
-            A = A / scaler.divisors(d + 1)[1:]
+            q = scaler.divisors(d + 1)[1:]
+            if not (q == 1.0).all():   # (x / 1.0 is x: 0/1 pixels so far need no division)
+                A = A / q
         S = A @ W[1:d + 1]
         S += W[0]
         return np.argmax(S, axis=1)

@@ -117,7 +117,7 @@ def check_search_rescaling(search, rescaling):
 
 #: the methods that read or write a bound learner's running state (weights, held examples,
 #: scratch buffers): one thread at a time (:func:`one_thread_at_a_time`)
-GUARDED = ("bind", "ensure", "learn", "learn_batch", "refine", "predict", "certificate", "restore",
+GUARDED = ("bind", "ensure", "learn", "learn_batch", "learn_dense_rows", "refine", "predict", "certificate", "restore",
            "set_parameters", "blend_dual", "predict_learn_record", "predict_learn_run", "predict_class",
            "record_emission_table",
            "set_union", "set_lam", "reset_to_truth", "start_at_max_loss", "refresh_gaps")
@@ -183,6 +183,12 @@ class Learner(base.Base, abc.ABC):
     #: (``predict_learn_run``, bit-identical to record by record; see
     #: :mod:`streamssvm._kernels.microbatch`)
     predicts_learns_runs = False
+
+    def learns_dense_rows(self):
+        """Whether ``learn_dense_rows(A, nnz, last, ys, scaling)`` learns the rows of a dense
+        2-D array in one call now, bit-identical to ``learn_batch`` of their CSR (BCFW: a FIFO
+        store bounded by blocks); else the caller learns the CSR."""
+        return False
 
     #: whether the learner predicts a multiclass record, and gives its class scores (those of
     #: ``calibration.emission_scores``), in one kernel call (``predict_class``, a

@@ -621,7 +621,36 @@ class BCFW(DenseWeights, Learner):
             self._mark = np.zeros(self.W.E.shape[0])
         Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
         st.grow_short()
-        new_slots = st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark)
+        self._learn_written(st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark))
+
+    def learns_dense_rows(self):
+        """Whether :meth:`learn_dense_rows` learns a batch in one kernel call now (a FIFO store
+        bounded by blocks: :meth:`learn_batch`'s one-call case); else the caller learns the rows'
+        CSR through :meth:`learn_batch`."""
+        return self.store.eviction == "fifo" and self.store.max_bytes is None
+
+    def learn_dense_rows(self, A, nnz, last, ys, scaling=None):
+        """:meth:`learn_batch` of one-token examples, one label each, whose rows are those of a
+        dense 2-D float64 array ``A`` (validated, described by ``nnz`` / ``last``:
+        ``FeatureIndex.check_dense``), label ids ``ys``, without their CSR
+        (``BlockStore.write_dense``; only when :meth:`learns_dense_rows`). ``scaling``: a
+        ColumnScaler's ``(sumsq, count)``, which take the rows in order as they are written (the
+        rows learned as ``ColumnScaler.learn_scaled`` scales them), or None. The same model as
+        :meth:`learn_batch` of the rows' CSR (``FeatureIndex.dense_csr``, then scaled), to the bit."""
+        if A.shape[0] == 0:
+            return
+        if self.W.E.shape[0] > getattr(self, "_mark", np.zeros(0)).shape[0]:
+            self._mark = np.zeros(self.W.E.shape[0])
+        st = self.store
+        st.grow_short()
+        self._learn_written(st.write_dense(A, nnz, last, ys, self._mark, scaling))
+
+    def _learn_written(self, new_slots):
+        """Learn the m new blocks written in ``new_slots`` (not live yet) in order, in one kernel
+        call: each joins the held blocks (evicting the oldest when the FIFO store is full), takes
+        a step, then ``replay`` steps (:meth:`learn_batch`)."""
+        m = len(new_slots)
+        st = self.store
         victims = st.fifo_victims(new_slots)
         g_full = self._g_full_now()
         out = np.zeros(3, dtype=np.int64)
