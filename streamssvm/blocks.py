@@ -746,20 +746,16 @@ class BlockStore:
         """The slots, segments, meta rows and bookkeeping of m new one-token blocks of one label
         and ``Ki`` 1 whose rows have ``nnz`` entries (int64), ``span`` (or None) their
         ``dense_row_span`` where rows may be kept dense (``dense_rows``); nothing is written in
-        the segments. Returns (slots, int entries, float entries) of the m segments."""
+        the segments. Returns (slots, int entries, float entries) of the m segments. What every
+        row shares (the Gram rule, the labeling length, the statistic: :meth:`segment_sizes` of
+        a row without values) is computed once; the meta rows are written by one numba loop
+        (``layout.one_token_meta``)."""
         m = nnz.shape[0]
-        nidx = nnz
         # reserve's flags: an averaging accumulator (FLAG_AVG) on every block of a store that
         # keeps them, no Gram matrix where a one-token block keeps none
         gram = bool(self.stores_gram(1, 1))
         tail = (KL.FLAG_AVG if self.avg else 0) | (0 if gram else KL.FLAG_NO_GRAM)
-        flags = np.full(m, (CS.FLAG_SPARSE if self.sparse else 0) | tail, dtype=np.int64)
-        if span is not None:
-            dense = span > 0
-            nnz = np.where(dense, span, nnz)
-            nidx = np.where(dense, 0, nnz)
-            flags[dense] = FLAG_DENSE_ROW | tail
-        isz, fsz, lablen = self.segment_sizes(1, nnz, 1, nidx=nidx, gram=gram)   # per row (nnz is)
+        isz0, fsz0, lablen = (int(v) for v in self.segment_sizes(1, 0, 1, nidx=0, gram=gram))
         nfree = min(len(self.free), m)
         if nfree:
             slots = np.empty(m, dtype=np.int64)
@@ -767,36 +763,24 @@ class BlockStore:
                 slots[q] = self.free.pop()
             slots[nfree:] = np.arange(self.n_slots, self.n_slots + m - nfree)
             at = slots
-        else:   # new slots, in order: the same rows written through a slice
+        else:   # new slots, in order: the bookkeeping written through a slice
             slots = np.arange(self.n_slots, self.n_slots + m, dtype=np.int64)
             at = slice(self.n_slots, self.n_slots + m)
         self.n_slots += m - nfree
         if self.n_slots > self.meta.shape[0]:
             self._grow_slots(self.n_slots)
-        ioff = np.cumsum(isz)
-        foff = np.cumsum(fsz)
-        ti, tf = (int(ioff[-1]), int(foff[-1])) if m else (0, 0)
-        ioff -= isz
-        ioff += self.i_used
-        foff -= fsz
-        foff += self.f_used
+        row = np.zeros(KL.N_META, dtype=np.int64)   # one token, one label, Ki 1, an empty pool
+        row[KL.M_L] = row[KL.M_LY] = row[KL.M_KI] = 1
+        row[KL.M_PCAP] = self.pool_cap
+        row[KL.M_LABLEN] = lablen
+        ti, tf = KL.one_token_meta(self.meta, slots, np.asarray(nnz, dtype=np.int64),
+                                   np.full(m, -1, dtype=np.int64) if span is None else span, row,
+                                   (CS.FLAG_SPARSE if self.sparse else 0) | tail, FLAG_DENSE_ROW | tail,
+                                   isz0, fsz0, self.i_used, self.f_used)
         if self.i_used + ti > self.Iar.shape[0]:
             self._ensure_arena("Iar", self.i_used + ti)
         if self.f_used + tf > self.Far.shape[0]:
             self._ensure_arena("Far", self.f_used + tf)
-        row = np.zeros(KL.N_META, dtype=np.int64)   # one token, one label, Ki 1, an empty pool
-        row[[KL.M_L, KL.M_LY, KL.M_KI]] = 1
-        row[KL.M_PCAP] = self.pool_cap
-        row[KL.M_LABLEN] = lablen
-        rows = np.empty((m, KL.N_META), dtype=np.int64)
-        rows[:] = row
-        rows[:, KL.M_IOFF] = ioff
-        rows[:, KL.M_FOFF] = foff
-        rows[:, KL.M_NNZ] = nnz
-        rows[:, KL.M_FLAGS] = flags
-        rows[:, KL.M_ISIZE] = isz
-        rows[:, KL.M_FSIZE] = fsz
-        self.meta[at] = rows
         self._admitted(at, m, ti, tf)
         if m and self.max_L < 1:
             self.max_L = 1
@@ -974,9 +958,8 @@ class BlockStore:
 
     def after_kernel_insert(self, victims, n_final):
         """Bookkeeping after the kernel evicted ``victims`` (-1 entries ignored)."""
-        for v in victims:
-            if v >= 0:
-                self.forget(v)
+        for v in victims[victims >= 0].tolist():   # (a batch that evicts nothing: no Python loop)
+            self.forget(v)
         self._n = int(n_final)
         self.maybe_compact()
 

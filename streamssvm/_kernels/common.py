@@ -118,8 +118,8 @@ def dense_rows_scan(A, max_abs, nnz, last):
     """Validate the rows of a dense 2-D float64 array as ``multiclass.dense_rows_csr`` does
     (the same return: -1 when a value is NaN or infinite, else -2 when one has |v| > ``max_abs``,
     else 0) and describe their CSR without writing it: ``nnz[i]`` the entries of row i's
-    (the bias and its non-zeros), ``last[i]`` its last non-zero column (-1: none). One read of A,
-    no branch on its zero pattern.
+    (the bias and its non-zeros), ``last[i]`` its last non-zero column (-1: none). One vectorized
+    pass over each row, no branch on its zero pattern, then back from its end to its last non-zero.
 
     >>> import numpy as np
     >>> A = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0], [0.0, 0.0, 0.0]])
@@ -132,18 +132,25 @@ def dense_rows_scan(A, max_abs, nnz, last):
     n, d = A.shape
     bad = 0
     for i in range(n):
-        c = 1
-        at = -1
+        row = A[i]
+        # one pass that the compiler vectorizes (two sums, no exit): the non-zeros, and whether a
+        # value fails the check; a failing row is looked at again for what failed
+        c = 0
+        out = 0
         for j in range(d):
-            v = A[i, j]
-            if not abs(v) <= max_abs:   # NaN fails every comparison
+            v = row[j]
+            c += v != 0.0
+            out += not abs(v) <= max_abs   # NaN fails every comparison
+        if out:
+            for j in range(d):
+                v = row[j]
                 if v != v or abs(v) == np.inf:
                     return -1
-                bad = -2
-            nz = v != 0.0
-            c += nz
-            at = j if nz else at
-        nnz[i] = c
+            bad = -2
+        at = d - 1   # the last non-zero: from the end (image rows end in a few zeros)
+        while at >= 0 and row[at] == 0.0:
+            at -= 1
+        nnz[i] = c + 1
         last[i] = at
     return bad
 

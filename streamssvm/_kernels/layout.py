@@ -263,6 +263,49 @@ def segment_sizes(kind, L, nnz, ly, pool_cap, Kc, sparse=False, tcap=0, nidx=Non
     return isz, fsz, lablen
 
 
+@njit(**_JIT)
+def one_token_meta(meta, slots, nnz, span, template, flags_sparse, flags_dense, isz0, fsz0, i0, f0):
+    """The meta rows of m new one-token blocks of one label placed one after the other from
+    arena offsets ``i0`` / ``f0``: block e in ``slots[e]`` is ``template`` (the columns every
+    such block shares) with its offsets, its values ``span[e]`` and flags ``flags_dense`` where
+    ``span[e] > 0`` (a dense row: no indices), else ``nnz[e]`` values and indices and flags
+    ``flags_sparse``; its segments ``isz0 + indices`` ints and ``fsz0 + values`` floats (the
+    sizes of :func:`segment_sizes`, which grow by one per value and per index). Returns the
+    (ints, floats) of the m segments.
+
+    >>> import numpy as np
+    >>> meta = np.zeros((3, N_META), np.int64); t = np.zeros(N_META, np.int64); t[M_L] = 1
+    >>> one_token_meta(meta, np.array([2, 0]), np.array([3, 4]), np.array([-1, 5]), t, 0, 8, 3, 10, 100, 200)
+    (9, 28)
+    >>> meta[[2, 0]][:, [M_IOFF, M_FOFF, M_L, M_NNZ, M_FLAGS, M_ISIZE, M_FSIZE]].tolist()
+    [[100, 200, 1, 3, 0, 6, 13], [106, 213, 1, 5, 8, 3, 15]]
+    """
+    io = i0
+    fo = f0
+    for e in range(slots.shape[0]):
+        j = slots[e]
+        n = nnz[e]
+        nidx = n
+        fl = flags_sparse
+        if span[e] > 0:
+            n = span[e]
+            nidx = 0
+            fl = flags_dense
+        for c in range(template.shape[0]):
+            meta[j, c] = template[c]
+        isz = isz0 + nidx
+        fsz = fsz0 + n
+        meta[j, M_IOFF] = io
+        meta[j, M_FOFF] = fo
+        meta[j, M_NNZ] = n
+        meta[j, M_FLAGS] = fl
+        meta[j, M_ISIZE] = isz
+        meta[j, M_FSIZE] = fsz
+        io += isz
+        fo += fsz
+    return io - i0, fo - f0
+
+
 from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
 
 _guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

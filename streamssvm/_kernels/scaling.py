@@ -118,3 +118,8 @@ def learn_dense_row(sumsq, count, a, out, scale):
         q = math.sqrt(s / k)
         r = q if 0.0 < q < np.inf else 1.0
         out[c] = v / r if v != 0.0 else 0.0
+
+
+from .common import guard_inner as _guard_inner  # noqa: E402 (last: it sees every kernel above)
+
+_guard_inner(globals())   # a Python call of an _INNER kernel raises (common.InnerKernel)

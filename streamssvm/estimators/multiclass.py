@@ -761,7 +761,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                     tok_ptr, fidx, fval = self._features.dense_csr(dense[0], grow=False)
                 ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, self._scaled(fidx, fval), np.arange(n + 1, dtype=np.int64), n)
-            preds = [labs[i] for i in ids]
+            preds = [labs[i] for i in np.asarray(ids).tolist()]   # (Python ints index a list faster)
         if dense is None:
             self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
         else:
