@@ -30,6 +30,8 @@ import numpy as np
 from ._kernels.common import dense_rows_scan
 from ._kernels.multiclass import dense_rows_csr, dict_row_csr, dict_rows_csr
 
+_NO_DIVISORS, _NO_ROWS = np.zeros(0), np.zeros((0, 0))   # check_dense without a division
+
 BIAS = 0
 _STR, _INT, _PLAIN = {str}, {int}, {float, int}
 _F64 = np.dtype(np.float64)
@@ -489,14 +491,15 @@ class FeatureIndex:
         self.array_dim = d
         return tok_ptr, fidx[:m], fval[:m]
 
-    def check_dense(self, A, grow):
+    def check_dense(self, A, grow, divide_by=None):
         """:meth:`dense_csr`'s checks of a dense 2-D float64 array (the same errors, and the
         index takes its width as there) without writing the CSR: per row the entries of its CSR
         (the bias and its non-zeros) and its last non-zero column (-1: none), int64 arrays, in one
-        numba pass (``dense_rows_scan``). For a consumer that reads the rows themselves
-        (``BlockStore.write_dense``).
+        numba pass (``dense_rows_scan``), for a consumer that reads the rows themselves
+        (``BlockStore.write_dense``). ``divide_by``: per-column divisors (> 0) of which the same
+        pass also returns ``A / divide_by`` (else None) as a third array.
 
-        >>> fi = FeatureIndex(); nnz, last = fi.check_dense(np.array([[0.0, 2.0], [1.0, 0.0]]), True)
+        >>> fi = FeatureIndex(); nnz, last, _ = fi.check_dense(np.array([[0.0, 2.0], [1.0, 0.0]]), True)
         >>> nnz.tolist(), last.tolist(), fi.array_dim
         ([2, 2], [1, 0], 2)
         """
@@ -504,11 +507,15 @@ class FeatureIndex:
         self._check_width(d, grow)
         nnz = np.empty(n, dtype=np.int64)
         last = np.empty(n, dtype=np.int64)
-        code = dense_rows_scan(A, MAX_ABS_VALUE, nnz, last)
+        if divide_by is None:
+            q, scaled = _NO_DIVISORS, _NO_ROWS
+        else:
+            q, scaled = divide_by, np.empty((n, d))
+        code = dense_rows_scan(A, MAX_ABS_VALUE, nnz, last, q, scaled)
         if code < 0:
             raise self.value_error(code)
         self.array_dim = d
-        return nnz, last
+        return nnz, last, (None if divide_by is None else scaled)
 
     def encode_tokens(self, tokens, grow):
         """CSR arrays (tok_ptr, fidx, fval) for a sequence of tokens (list of dicts or a 2-D

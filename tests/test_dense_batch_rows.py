@@ -102,7 +102,8 @@ def test_store_write_dense_equals_write_new_of_the_csr():
     scaler's statistics take the rows as learn_scaled takes their CSR."""
     X, y = _rows(2, n=90)
     fi = FeatureIndex()
-    nnz, last = fi.check_dense(X, True)
+    nnz, last, none = fi.check_dense(X, True)
+    assert none is None
     tok_ptr, fidx, fval = fi.dense_csr(X, False)
     np.testing.assert_array_equal(np.diff(tok_ptr), nnz)
     np.testing.assert_array_equal([f[-1] - 1 for f in np.split(fidx, tok_ptr[1:-1])], last)
@@ -170,3 +171,24 @@ def test_learners_without_dense_rows_learn_the_csr():
                 list(b.predict_learn_many(list(X[i:i + 64]), y[i:i + 64]))
         np.testing.assert_array_equal(a._learner.W.E, b._learner.W.E)
         assert _saved(a) == _saved(b)
+
+
+def test_the_validating_pass_divides_as_numpy_and_predicts_as_before():
+    """check_dense's divided rows are numpy's X / q to the bit (subnormal, huge and tiny
+    quotients included), and predict_learn_many's scores from them are those of dividing X."""
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-1, 1, size=(50, 40)) * np.exp(rng.uniform(-700, 27, size=(50, 40)))   # |v| < 1e12
+    X[rng.random(X.shape) < 0.3] = 0.0
+    X[0, :3] = [-0.0, 5e-324, -1e-310]
+    q = np.exp(rng.uniform(-30, 30, size=40))
+    nnz, last, divided = FeatureIndex().check_dense(X, True, divide_by=q)
+    assert divided.tobytes() == (X / q).tobytes()
+    Xs, y = _rows(6, n=256)
+    m = _model()
+    m.predict_learn_many(Xs[:128], y[:128])
+    Q = m._scaler.divisors(Xs.shape[1] + 1)[1:]
+    assert not (Q == 1.0).all()
+    div = m._dense_batch(Xs[128:], y[128:], m._scaler)[3]
+    assert div.tobytes() == (Xs[128:] / Q).tobytes()
+    np.testing.assert_array_equal(m._dense_ids(Xs[128:], m._scaler, div), m._dense_ids(Xs[128:], m._scaler))
+    assert m._dense_batch(np.asfortranarray(Xs[128:]), y[128:], m._scaler)[3] is None   # a copy: divided later

@@ -90,9 +90,9 @@ def test_scaled_dense_batches_are_scored_by_blas():
     calls = []
     real = ss.MulticlassSSVM._dense_ids
 
-    def spy(self, A, scaler=None):
+    def spy(self, A, scaler=None, divided=None):
         calls.append(scaler is not None)
-        return real(self, A, scaler)
+        return real(self, A, scaler, divided)
     with mock.patch.object(ss.MulticlassSSVM, "_dense_ids", spy):
         for X, y in _batches(2):
             X = X * 40.0   # real values on their own scale: the scaler is not the identity

@@ -113,23 +113,30 @@ def dense_row_span(fidx, a, b):
     return span
 
 
-@njit(**_JIT)
-def dense_rows_scan(A, max_abs, nnz, last):
+@njit(**dict(_JIT, error_model="numpy"))   # (a division by q: positive, no check per value)
+def dense_rows_scan(A, max_abs, nnz, last, q, scaled):
     """Validate the rows of a dense 2-D float64 array as ``multiclass.dense_rows_csr`` does
     (the same return: -1 when a value is NaN or infinite, else -2 when one has |v| > ``max_abs``,
     else 0) and describe their CSR without writing it: ``nnz[i]`` the entries of row i's
     (the bias and its non-zeros), ``last[i]`` its last non-zero column (-1: none). One vectorized
-    pass over each row, no branch on its zero pattern, then back from its end to its last non-zero.
+    pass over each row, no branch on its zero pattern, then back from its end to its last
+    non-zero. With divisors ``q`` (one per column, > 0; empty: none), the same pass also writes
+    ``scaled = A / q`` (numpy's division, the same IEEE quotients): the rows a prediction scores
+    (``MulticlassSSVM._dense_ids``) without reading A again.
 
     >>> import numpy as np
     >>> A = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0], [0.0, 0.0, 0.0]])
-    >>> nnz, last = np.empty(3, np.int64), np.empty(3, np.int64)
-    >>> dense_rows_scan(A, 1e12, nnz, last), nnz.tolist(), last.tolist()
+    >>> nnz, last, no = np.empty(3, np.int64), np.empty(3, np.int64), np.empty((0, 0))
+    >>> dense_rows_scan(A, 1e12, nnz, last, np.empty(0), no), nnz.tolist(), last.tolist()
     (0, [2, 3, 1], [1, 2, -1])
-    >>> A[1, 1] = np.nan; dense_rows_scan(A, 1e12, nnz, last), dense_rows_scan(A[:1], 1.0, nnz, last)
+    >>> S = np.empty((3, 3)); _ = dense_rows_scan(A, 1e12, nnz, last, np.array([2.0, 4.0, 3.0]), S); S[1].tolist()
+    [0.5, 0.0, 1.0]
+    >>> A[1, 1] = np.nan
+    >>> dense_rows_scan(A, 1e12, nnz, last, np.empty(0), no), dense_rows_scan(A[:1], 1.0, nnz, last, np.empty(0), no)
     (-1, -2)
     """
     n, d = A.shape
+    divide = q.shape[0] > 0
     bad = 0
     for i in range(n):
         row = A[i]
@@ -137,10 +144,18 @@ def dense_rows_scan(A, max_abs, nnz, last):
         # value fails the check; a failing row is looked at again for what failed
         c = 0
         out = 0
-        for j in range(d):
-            v = row[j]
-            c += v != 0.0
-            out += not abs(v) <= max_abs   # NaN fails every comparison
+        if divide:
+            s = scaled[i]
+            for j in range(d):
+                v = row[j]
+                c += v != 0.0
+                out += not abs(v) <= max_abs   # NaN fails every comparison
+                s[j] = v / q[j]
+        else:
+            for j in range(d):
+                v = row[j]
+                c += v != 0.0
+                out += not abs(v) <= max_abs
         if out:
             for j in range(d):
                 v = row[j]

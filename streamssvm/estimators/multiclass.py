@@ -717,7 +717,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if dense is None:
             self._learn_encoded(*labs, *enc)
         else:
-            self._learn_dense(*labs, *dense)
+            self._learn_dense(*labs, *dense[:3])
 
     def predict_learn_many(self, X, y):
         """Progressive validation of a batch: the predictions of all rows (made before learning
@@ -734,24 +734,27 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return preds
         ys = _label_batch(y)
         n0 = len(self._labels)
+        predicting = self._learner is not None and n0 > 0
         with self._registering():
-            dense = self._dense_batch(X, ys)
+            # a dense 2-D array: its rows are read as they are, no CSR (unless a learner needs
+            # it); divided for the predictions' scores in the pass that validates them
+            dense = self._dense_batch(X, ys, self._scaler if predicting else None)
             if dense is None:
                 tok_ptr, fidx, fval, n, _ = self._encode_rows(X, grow=True, ys=ys)
-            else:   # a dense 2-D array: its rows are read as they are, no CSR (unless a learner needs it)
+            else:
                 n = dense[0].shape[0]
             lab_enc = self._encode_labels(ys)
             self._check_label_room()
         # features first seen in this batch have zero weights: encoding them before predicting
         # does not change the predictions; labels first seen in it are not predicted
-        if self._learner is None or n0 == 0:
+        if not predicting:
             preds = [None] * n
         else:
             labs = self._labels.labels[:n0]
             self._synced = None
             self._learner.ensure(self._features.dim, labs)
             if dense is not None:
-                ids = self._dense_ids(X, self._scaler)
+                ids = self._dense_ids(X, self._scaler, dense[3])
             else:
                 as_is = self._scaler is None or self._scaler.is_identity(fidx, fval)   # e.g. 0/1 pixels
                 ids = (self._dense_ids(X, None if as_is else self._scaler)
@@ -765,20 +768,29 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if dense is None:
             self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
         else:
-            self._learn_dense(*lab_enc, *dense)
+            self._learn_dense(*lab_enc, *dense[:3])
         return preds
 
-    def _dense_batch(self, X, ys):
+    def _dense_batch(self, X, ys, scaler=None):
         """A batch given as a 2-D numeric numpy array of at least one row, validated as
         :meth:`_encode_rows` validates it (its labels, then ``FeatureIndex.check_dense``: the
-        same errors, in the same order) without writing its CSR: ``(A, nnz, last)``, A the rows
-        as a C-contiguous float64 array, ``nnz`` / ``last`` per row the entries of its CSR and
-        its last non-zero column. None for another batch (then encoded by ``_encode_rows``)."""
+        same errors, in the same order) without writing its CSR: ``(A, nnz, last, divided)``, A
+        the rows as a C-contiguous float64 array, ``nnz`` / ``last`` per row the entries of its
+        CSR and its last non-zero column, ``divided`` the rows divided by the ``scaler``'s column
+        divisors as :meth:`_dense_ids` divides them, written by the validating pass (None
+        without a scaler, when every divisor is 1, or when A is a converted copy of X: then
+        ``_dense_ids`` divides X as it always did). None for another batch (then encoded by
+        ``_encode_rows``)."""
         if type(X) is not np.ndarray or X.ndim != 2 or X.shape[0] == 0 or X.dtype.kind not in "biuf":
             return None
         A = np.ascontiguousarray(X, dtype=np.float64)
         self._check_labels(ys, A.shape[0])
-        return (A,) + self._features.check_dense(A, grow=True)
+        q = None
+        if scaler is not None and A is X:
+            q = scaler.divisors(A.shape[1] + 1)[1:]
+            if (q == 1.0).all():
+                q = None
+        return (A,) + self._features.check_dense(A, grow=True, divide_by=q)
 
     def _learn_dense(self, yids, cuts, n0, A, nnz, last):
         """:meth:`_learn_encoded` of the rows of a validated dense batch (:meth:`_dense_batch`):
@@ -802,7 +814,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             lr.learn_dense_rows(A[a:b], nnz[a:b], last[a:b], yids[a:b], scaling)
         self._sync()
 
-    def _dense_ids(self, A, scaler=None):
+    def _dense_ids(self, A, scaler=None, divided=None):
         """Predicted class ids of the rows of a dense 2-D array (already validated by the
         encoding) by one BLAS product with the learner's emission weights
         (``Learner.emission_weights``): column j is feature j + 1, feature 0 the bias
@@ -811,13 +823,16 @@ class MulticlassSSVM(Estimator, base.Classifier):
         and ties go to the first class as in ``mc_decode``. With ``scaler`` (a
         :class:`~streamssvm.scaling.ColumnScaler`) the rows are first divided by its column
         divisors: the values the kernel would score, to the bit (``ColumnScaler.divisors``; the
-        bias is never scaled). ``None`` for learners without dense emission weights."""
+        bias is never scaled); ``divided``: those rows, already divided (``_dense_batch``).
+        ``None`` for learners without dense emission weights."""
         W = self._learner.emission_weights()
         d = A.shape[1]
         if W is None or W.shape[1] == 0 or W.shape[0] < d + 1:
             return None
         A = np.asarray(A, dtype=np.float64)
-        if scaler is not None:
+        if divided is not None:
+            A = divided
+        elif scaler is not None:
             q = scaler.divisors(d + 1)[1:]
             if not (q == 1.0).all():   # (x / 1.0 is x: 0/1 pixels so far need no division)
                 A = A / q
