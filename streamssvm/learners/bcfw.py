@@ -625,8 +625,13 @@ class BCFW(DenseWeights, Learner):
         victims = st.fifo_victims(new_slots)
         g_full = self._g_full_now()
         out = np.zeros(3, dtype=np.int64)
-        tick = K.learn_new_blocks(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(),
-                                  self.counters, out)
+        # multiclass rows dense enough (each covers an eighth of E's rows or more: 784-d images)
+        # are learned with E and ZE class-major (same values; its two O(d Kc) copies then cost
+        # less than what a step on such a row saves); other rows keep them as they are
+        kern = K.learn_new_blocks
+        if st.kind == MULTICLASS and 8 * int(tok_ptr[ex_tok[m]] - tok_ptr[ex_tok[0]]) >= m * self.W.E.shape[0]:
+            kern = K.learn_new_blocks_cm
+        tick = kern(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(), self.counters, out)
         self._z_dirty |= self._avg_t0 >= 0
         self._grow_flagged()
         self._avg_cache = self._pred_cache = None
@@ -739,7 +744,12 @@ class BCFW(DenseWeights, Learner):
         records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds)
         observing, S = self._observing(fval, c, scaling, observed)
         out = self._out3
-        tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters, out)
+        # rows dense enough (each covers an eighth of E's rows or more: 784-d images) take the run
+        # with E and ZE class-major (same values; its two O(d Kc) copies then cost less than what a
+        # step on such a row saves); sparse rows of many features keep them as they are
+        kern = MB.predict_learn_examples_cm if 8 * int(tok_ptr[c] - tok_ptr[0]) >= c * self.W.E.shape[0] else \
+            MB.predict_learn_examples
+        tick = kern(*bundles, records, predicting, observing, self._tick, self.counters, out)
         self._after_run(c, tick, (tok_ptr, fidx, observing[4], ytrue))
         return preds, S
 
