@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from .common import _INNER, _JIT, py_entry  # noqa: F401 (py_entry: the doctests' Python entries)
+from .simd import vec_scores_cm8, vec_scores_cm10, vec_scores_cm12, vec_scores_cm16
 
 
 @njit(**_INNER)
@@ -349,10 +350,12 @@ def mc_scores_cm(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
     """``common.emission_add`` on a class-major E (see above): S[t, k] (cleared first with
     ``zero``) plus (fval[p] * coef) * E[j_p, k] for the row's entries p in order, one scalar
     accumulator per class, started from S[t, k] (``emission_add``'s sums start from 0 and are
-    added to the cleared S: the same value, as a sum started from +0 is never -0), up to ten
-    classes per pass over the row; dense rows and CSR rows alike."""
+    added to the cleared S: the same value, as a sum started from +0 is never -0): a dense row
+    (contiguous) up to 16 classes per pass in vectors (``simd.vec_scores_cm*``, the same
+    operations per class), a CSR row up to ten per pass in scalar accumulators."""
     Et = E.T
     dense = fidx.shape[0] == 0
+    vec = dense and fval.strides[0] == 8 and S.strides[1] == 8 and Et.strides[1] == 8
     for t in range(L):
         if zero:
             for k in range(K):
@@ -362,6 +365,20 @@ def mc_scores_cm(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
         fv = fval[a:b]
         fi = fidx[a:b] if not dense else fidx[0:0]
         k0 = 0
+        while vec and k0 < K:   # a dense row: up to 16 classes per pass, in vectors (simd.vec_scores_cm*)
+            r = min(K - k0, 16)
+            ep = Et.ctypes.data + np.uint64(k0 * Et.strides[0])
+            sp = S.ctypes.data + np.uint64(t * S.strides[0] + 8 * k0)
+            fp = fval.ctypes.data + np.uint64(8 * a)
+            if r <= 8:
+                vec_scores_cm8(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            elif r <= 10:
+                vec_scores_cm10(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            elif r <= 12:
+                vec_scores_cm12(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            else:
+                vec_scores_cm16(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            k0 += r
         while k0 < K:
             r = K - k0
             if r >= 10:
