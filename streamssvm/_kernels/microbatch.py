@@ -28,7 +28,7 @@ it is learned scaled by them, ``scale_values`` / ``learn_values`` of
 import numpy as np
 from numba import njit
 
-from .bcfw import _append, class_major_copy, one_step, predict_batch, row_major_into, step_lam_n, write_block
+from .bcfw import _append, one_step, predict_batch, step_lam_n, write_block
 from .common import MULTICLASS
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .structops import kind_code
@@ -36,39 +36,11 @@ from .marginals import emission_table
 from .scaling import learn_values, scale_values
 
 _JIT = dict(cache=True, nogil=True, no_cfunc_wrapper=True)
-_INNER = dict(_JIT, no_cpython_wrapper=True, cache=False)
 
 
 @njit(**_JIT)
 def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicting, observing, tick0, counters,
                            out):
-    """:func:`_predict_learn` on the learner's weights as they are (row-major E and ZE)."""
-    return _predict_learn(model, w, arena, scratch, avg, cfg, records, predicting, observing, tick0, counters, out)
-
-
-@njit(**_JIT)
-def predict_learn_examples_cm(model, w, arena, scratch, avg, cfg, records, predicting, observing, tick0, counters,
-                              out):
-    """:func:`predict_learn_examples` with E and ZE class-major for the run: copied into arrays
-    with one row per class (the features contiguous), the run made on their (d, Kc) views (numba
-    layout "F", which selects the class-major scores and steps, ``multiclass.mc_scores_cm`` /
-    ``mc_stat_apply2_cm``: the same arithmetic entry by entry, so the same values to the bit),
-    then copied back. A step on a dense row then moves one contiguous row of E and of ZE per
-    moved class instead of two entries in every row (issue 22: 784-d image rows); the two
-    copies cost O(d Kc) per run, which the learner pays only for runs of rows dense enough
-    (``BCFW.predict_learn_run``)."""
-    E, ZE = w[0], avg[1]
-    Ec = class_major_copy(E)
-    Zc = class_major_copy(ZE)
-    tick = _predict_learn(model, (Ec.T, w[1], w[2]), arena, scratch, (avg[0], Zc.T, avg[2], avg[3], avg[4]), cfg,
-                          records, predicting, observing, tick0, counters, out)
-    row_major_into(Ec, E)
-    row_major_into(Zc, ZE)
-    return tick
-
-
-@njit(inline="always", **_INNER)
-def _predict_learn(model, w, arena, scratch, avg, cfg, records, predicting, observing, tick0, counters, out):
     """Predict then learn m one-token examples (multiclass rows) whose slots are reserved.
 
     ``records`` = (tok_ptr, fidx, fval, yids, mark, slots, seeds): the batch's CSR (row e is

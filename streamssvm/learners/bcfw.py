@@ -744,12 +744,7 @@ class BCFW(DenseWeights, Learner):
         records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds)
         observing, S = self._observing(fval, c, scaling, observed)
         out = self._out3
-        # rows dense enough (each covers an eighth of E's rows or more: 784-d images) take the run
-        # with E and ZE class-major (same values; its two O(d Kc) copies then cost less than what a
-        # step on such a row saves); sparse rows of many features keep them as they are
-        kern = MB.predict_learn_examples_cm if 8 * int(tok_ptr[c] - tok_ptr[0]) >= c * self.W.E.shape[0] else \
-            MB.predict_learn_examples
-        tick = kern(*bundles, records, predicting, observing, self._tick, self.counters, out)
+        tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters, out)
         self._after_run(c, tick, (tok_ptr, fidx, observing[4], ytrue))
         return preds, S
 
