@@ -31,11 +31,15 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--data", choices=("digits784", "ocr16", "digits64"), default="digits784",
+                    help="784-d upsampled digits (default), OCR letters as 16-d rows (20k, 26 classes) or the "
+                         "8x8 digits (64-d, x3)")
     a = ap.parse_args(argv)
     import streamssvm as ss
     from streamssvm._kernels import bcfw as K
-    from hotpath import digits784
-    X, y = digits784(a.passes)
+    from hotpath import digits, digits784, ocr16
+    X, y = {"digits784": lambda: digits784(a.passes), "ocr16": lambda: ocr16(20000),
+            "digits64": lambda: digits(a.passes)}[a.data]()
     cm = K.learn_new_blocks_cm
     spent = [0.0]
 
@@ -72,7 +76,7 @@ def main(argv=None):
                 res[k].append(r[:3])
     same = out[list(names)[0]][0] == out[list(names)[1]][0] and np.array_equal(
         out[list(names)[0]][1].view(np.int64), out[list(names)[1]][1].view(np.int64))
-    print(f"predict_learn_many, batches of {a.size}, {len(y)} rows of the 784-d digits, "
+    print(f"predict_learn_many, batches of {a.size}, {len(y)} rows of {a.data}, "
           f"median of {a.reps} (alternated), us per example:")
     print(f"  {'kernel':36s} {'CPU':>7s} {'wall':>7s} {'learn kernel CPU':>17s}")
     for k, v in res.items():
