@@ -180,16 +180,19 @@ def _scores_cm_codegen(nhi):
         p0 = builder.mul(blk, ir.Constant(i64, CM_BLOCK))
         off = builder.mul(p0, ir.Constant(i64, 8))
         xs = builder.load(builder.bitcast(builder.gep(fbase, [p0]), vt.as_pointer()), align=8)
-        vs = [builder.fmul(builder.extract_element(xs, ir.Constant(i32, q)), coef) for q in range(8)]
-        vvs = [builder.shuffle_vector(builder.insert_element(undef, v, ir.Constant(i32, 0)), undef, splat) for v in vs]
+        cv = builder.shuffle_vector(builder.insert_element(undef, coef, ir.Constant(i32, 0)), undef, splat)
+        vs = builder.fmul(xs, cv)   # lane q: fval[p0 + q] * coef
         nxt = []
         for g in range(G):
-            rows = [builder.load(builder.bitcast(builder.gep(rowp[8 * g + k], [off]), vt.as_pointer()), align=8)
+            # the products e_k[p] * v_p (a product is commutative to the bit) in the class rows, then
+            # transposed: no broadcast of each value
+            rows = [builder.fmul(builder.load(builder.bitcast(builder.gep(rowp[8 * g + k], [off]), vt.as_pointer()),
+                                              align=8), vs)
                     if k < groups[g] else undef for k in range(8)]
             cols = _transpose8(builder, rows)   # cols[q][k]: class 8 g + k, feature p0 + q
             acc = accs[g]
             for q in range(8):
-                acc = builder.fadd(acc, builder.fmul(vvs[q], cols[q]))
+                acc = builder.fadd(acc, cols[q])
             nxt.append(acc)
         blk.add_incoming(builder.add(blk, one), body)
         for g in range(G):
