@@ -10,6 +10,9 @@ of one structure.
 The kernels score with ``emission_rows(kind, ..., True)``: ``common.emission_add`` (the body of
 ``common.emission_scores``, the Python callers' name) for multiclass, whose blocks may store dense
 rows, and its CSR-only twin for the other structures, which then compile no dense-row code.
+:func:`learn_new_blocks_cm` runs a multiclass batch on class-major copies of E and ZE (one row per
+class), whose numba layout ("F" views) selects the class-major scores and steps of
+``multiclass.py`` (the same values to the bit); every other reader indexes them as it indexes E.
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below compile the layout of the store's blocks (all
@@ -161,7 +164,7 @@ def _rows_class_major(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
 
 @overload(emission_rows, jit_options=_INNER)
 def _ol_emission_rows(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
-    """(A class-major E, numba layout "F", is a multiclass run's: ``multiclass.mc_scores_cm``.)"""
+    """(A class-major E, numba layout "F", is :func:`learn_new_blocks_cm`'s: ``multiclass.mc_scores_cm``.)"""
     if kind == _MULTICLASS_TAG and E.layout == "F":
         return _rows_class_major
     return _rows_any if kind == _MULTICLASS_TAG or isinstance(kind, types.NoneType) else _rows_csr
@@ -290,7 +293,7 @@ def _mc_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
 
 
 def _mc_step_apply_cm(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
-    if avg_c >= 0.0:   # class-major E and ZE (microbatch.predict_learn_examples_cm), same values
+    if avg_c >= 0.0:   # class-major E and ZE (learn_new_blocks_cm), same values
         mc_stat_apply2_cm(w[0], z[0], x[0], x[1], x[2], d, model[1], coef, coef * avg_c)
     else:
         mc_stat_apply_cm(w[0], x[0], x[1], x[2], d, model[1], coef)

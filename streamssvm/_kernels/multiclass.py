@@ -278,7 +278,7 @@ def _apply2_4(E, Z, row, cz, k0, s0, k1, s1, k2, s2, k3, s3):
         Z[j, k3] += u * s3
 
 
-# --- class-major E and Z (``microbatch.predict_learn_examples_cm``) ---------------------------
+# --- class-major E and Z (``bcfw.learn_new_blocks_cm``) ------------------------------------------
 # The kernels below take E and Z as (d, Kc) views of class-major arrays (numba layout "F": E.T is
 # C-contiguous, one row per class, the features contiguous), indexed as the row-major ones, and
 # do the arithmetic of their row-major twins entry by entry: the same products added to the same
