@@ -135,3 +135,13 @@ def test_sparse_rows_keep_the_row_major_kernel(monkeypatch):
     X, y = _stream(1, 300, 400, 6, 0.03)
     _, _, _, calls = _run(monkeypatch, False, X, y, lambda: ss.learners.BCFW(seed=0))
     assert calls["cm"] == 0 and calls["rm"] > 0
+
+
+def test_small_batches_keep_the_row_major_kernel(monkeypatch):
+    """A batch of a few rows is learned by the row-major kernel (the copies of E and ZE would
+    cost more than its few steps save), and both kernels' learners stay bit-identical."""
+    X, y = _stream(2, 90, 600, 10, 0.5)
+    pa, ta, aa, calls = _run(monkeypatch, False, X, y, lambda: ss.learners.BCFW(seed=0), size=3)
+    pb, tb, ab, _ = _run(monkeypatch, True, X, y, lambda: ss.learners.BCFW(seed=0), size=3)
+    assert calls["cm"] == 0 and calls["rm"] > 0
+    assert pa == pb and ta == tb

@@ -625,11 +625,15 @@ class BCFW(DenseWeights, Learner):
         victims = st.fifo_victims(new_slots)
         g_full = self._g_full_now()
         out = np.zeros(3, dtype=np.int64)
-        # multiclass rows dense enough (each covers an eighth of E's rows or more: 784-d images)
-        # are learned with E and ZE class-major (same values; its two O(d Kc) copies then cost
-        # less than what a step on such a row saves); other rows keep them as they are
+        # a multiclass batch of dense rows (each covering an eighth of E's rows or more: image
+        # rows) is learned with E and ZE class-major (same values), when the steps on its values
+        # save more than the copies of E and ZE cost (~1 ns per entry and copy, 4 per entry of E;
+        # ~7 ns per value and step saved: measured on 784-d digits, bench/ez_major.py); sparse
+        # rows and short batches keep them as they are
         kern = K.learn_new_blocks
-        if st.kind == MULTICLASS and 8 * int(tok_ptr[ex_tok[m]] - tok_ptr[ex_tok[0]]) >= m * self.W.E.shape[0]:
+        nnz = int(tok_ptr[ex_tok[m]] - tok_ptr[ex_tok[0]])
+        d, kc = self.W.E.shape
+        if st.kind == MULTICLASS and 8 * nnz >= m * d and 2 * nnz * (1 + int(self.replay)) >= d * kc:
             kern = K.learn_new_blocks_cm
         tick = kern(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(), self.counters, out)
         self._z_dirty |= self._avg_t0 >= 0
