@@ -4,7 +4,10 @@ write them (the scores of the block's row, then the update of E and Z for the cl
 moves) replayed over the upsampled digits, with E and Z as the kernels hold them today (one row
 per feature, the classes contiguous: ``common.emission_add`` and ``multiclass.mc_stat_apply2``,
 the kernels themselves) and class-major (one row per class, the features contiguous), checked
-equal to the bit (scores every step, E and Z at the end).
+equal to the bit (scores every step, E and Z at the end); and class-major through the kernels
+``bcfw.learn_new_blocks_cm`` runs (``multiclass.mc_scores_cm``, whose dense-row scores go through
+``simd.vec_scores_cm*``: vectors over the classes by a transpose in registers, and
+``mc_stat_apply2_cm``).
 
     python bench/ez_layout.py [--steps 20000] [--reps 5]
 
@@ -33,7 +36,7 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 from streamssvm._kernels.common import emission_add  # noqa: E402
-from streamssvm._kernels.multiclass import mc_stat_apply2  # noqa: E402
+from streamssvm._kernels.multiclass import mc_scores_cm, mc_stat_apply2, mc_stat_apply2_cm  # noqa: E402
 
 
 @njit(cache=False)
@@ -106,6 +109,30 @@ def class_major(Et, Zt, R, order, moves, coef, zcoef, K, S_all, parts=3):
                 z[p] += (x * zcoef) * s
 
 
+@njit(cache=False)
+def class_major_kernels(Et, Zt, R, order, moves, coef, zcoef, K, S_all, parts=3):
+    """The same steps through the kernels of ``bcfw.learn_new_blocks_cm``: ``mc_scores_cm``
+    (vector scores, ``simd.vec_scores_cm*``) and ``mc_stat_apply2_cm`` on the (d, K) views."""
+    D = R.shape[1]
+    tok_ptr = np.array([0, D], np.int32)
+    fidx = np.zeros(0, np.int32)
+    S = np.zeros((1, K))
+    st = np.zeros(K)
+    E, Z = Et.T, Zt.T
+    for t in range(order.shape[0]):
+        fval = R[order[t]]
+        if parts & 1:
+            mc_scores_cm(E, coef, tok_ptr, fidx, fval, 1, K, S, True)
+            for k in range(K):
+                S_all[t, k] = S[0, k]
+        if not parts & 2:
+            continue
+        st[:] = 0.0
+        st[moves[t, 0]] = 0.75
+        st[moves[t, 1]] = -0.75
+        mc_stat_apply2_cm(E, Z, tok_ptr, fidx, fval, st, K, -coef, zcoef)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=20000)
@@ -127,22 +154,27 @@ def main(argv=None):
             D = R.shape[1]
             E, Z = np.zeros((D, K)), np.zeros((D, K))
             Et, Zt = np.zeros((K, D)), np.zeros((K, D))
-            S1, S2 = np.zeros((a.steps, K)), np.zeros((a.steps, K))
+            Ek, Zk = np.zeros((K, D)), np.zeros((K, D))
+            S1, S2, S3 = np.zeros((a.steps, K)), np.zeros((a.steps, K)), np.zeros((a.steps, K))
             t0 = time.process_time()
             row_major(E, Z, R, order, moves, coef, zcoef, K, S1, parts)
             t1 = time.process_time()
             class_major(Et, Zt, R, order, moves, coef, zcoef, K, S2, parts)
             t2 = time.process_time()
+            class_major_kernels(Ek, Zk, R, order, moves, coef, zcoef, K, S3, parts)
+            t3 = time.process_time()
             if rep:   # the first: compilation
-                times.setdefault(f"{what}: row-major (today)", []).append((t1 - t0) / a.steps * 1e6)
-                times.setdefault(f"{what}: class-major", []).append((t2 - t1) / a.steps * 1e6)
+                times.setdefault(f"{what}: row-major (main)", []).append((t1 - t0) / a.steps * 1e6)
+                times.setdefault(f"{what}: class-major, scalar scores", []).append((t2 - t1) / a.steps * 1e6)
+                times.setdefault(f"{what}: class-major, learn_new_blocks_cm", []).append((t3 - t2) / a.steps * 1e6)
             if parts == 3 and rep == a.reps:
-                same = (np.array_equal(S1.view(np.int64), S2.view(np.int64)) and np.array_equal(E.view(np.int64), Et.T.view(np.int64))
-                        and np.array_equal(Z.view(np.int64), Zt.T.view(np.int64)))
+                bits = lambda A: np.ascontiguousarray(A).view(np.int64)   # noqa: E731
+                same = all(np.array_equal(bits(S1), bits(S)) and np.array_equal(bits(E), bits(Ec.T))
+                           and np.array_equal(bits(Z), bits(Zc.T)) for S, Ec, Zc in ((S2, Et, Zt), (S3, Ek, Zk)))
     print(f"{a.steps} steps (score + E/Z update of 2 classes) on 785-wide dense digit rows, K={K}, "
           f"CPU us per step, median of {a.reps}:")
     for k, v in times.items():
-        print(f"  {k:36s} {np.median(v):.3f}   (all: {', '.join(f'{x:.2f}' for x in v)})")
+        print(f"  {k:52s} {np.median(v):.3f}   (all: {', '.join(f'{x:.2f}' for x in v)})")
     print(f"  bit-identical scores, E and Z: {same}")
     return 0 if same else 1
 

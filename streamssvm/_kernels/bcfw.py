@@ -10,6 +10,9 @@ of one structure.
 The kernels score with ``emission_rows(kind, ..., True)``: ``common.emission_add`` (the body of
 ``common.emission_scores``, the Python callers' name) for multiclass, whose blocks may store dense
 rows, and its CSR-only twin for the other structures, which then compile no dense-row code.
+:func:`learn_new_blocks_cm` runs a multiclass batch on class-major copies of E and ZE (one row per
+class), whose numba layout ("F" views) selects the class-major scores and steps of
+``multiclass.py`` (the same values to the bit); every other reader indexes them as it indexes E.
 
 A sparse chain block (``FLAG_SPARSE``) stores its transition counts as a list of pairs (see
 ``chainsparse.py``); the ``_st_*`` helpers below compile the layout of the store's blocks (all
@@ -63,7 +66,7 @@ from .chain import chain_trans_sqnorm
 from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, row_support, write_dense_row
 from .marginals import emission_table
 from .scaling import learn_dense_row
-from .multiclass import mc_decode, mc_stat_apply, mc_stat_apply2
+from .multiclass import mc_decode, mc_scores_cm, mc_stat_apply, mc_stat_apply2, mc_stat_apply2_cm, mc_stat_apply_cm
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .sumtree import SAMPLE_GAP, SAMPLE_GIVEN, SAMPLE_UNIFORM, tree_sample, tree_update  # noqa: F401 (re-exported)
 from .chainsparse import (
@@ -156,8 +159,15 @@ def _rows_csr(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
     emission_add_csr(E, coef, tok_ptr, fidx, fval, L, K, S, zero)
 
 
+def _rows_class_major(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    mc_scores_cm(E, coef, tok_ptr, fidx, fval, L, K, S, zero)
+
+
 @overload(emission_rows, jit_options=_INNER)
 def _ol_emission_rows(kind, E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    """(A class-major E, numba layout "F", is :func:`learn_new_blocks_cm`'s: ``multiclass.mc_scores_cm``.)"""
+    if kind == _MULTICLASS_TAG and E.layout == "F":
+        return _rows_class_major
     return _rows_any if kind == _MULTICLASS_TAG or isinstance(kind, types.NoneType) else _rows_csr
 
 
@@ -283,10 +293,20 @@ def _mc_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
         mc_stat_apply(w[0], x[0], x[1], x[2], d, model[1], coef)
 
 
+def _mc_step_apply_cm(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
+    if avg_c >= 0.0:   # class-major E and ZE (learn_new_blocks_cm), same values
+        mc_stat_apply2_cm(w[0], z[0], x[0], x[1], x[2], d, model[1], coef, coef * avg_c)
+    else:
+        mc_stat_apply_cm(w[0], x[0], x[1], x[2], d, model[1], coef)
+
+
 @overload(_step_apply, jit_options=_INNER)
 def _ol_step_apply(model, w, z, x, d, L, coef, avg_c, sp, Iar, kpos):
-    """Multiclass updates E and ZE in one pass over the example's row (``mc_stat_apply2``)."""
-    return _mc_step_apply if model.types[0] == _MULTICLASS_TAG else _step_apply
+    """Multiclass updates E and ZE in one pass over the example's row (``mc_stat_apply2``; on a
+    class-major E, numba layout "F", one contiguous pass per moved class: ``mc_stat_apply2_cm``)."""
+    if model.types[0] == _MULTICLASS_TAG:
+        return _mc_step_apply_cm if w.types[0].layout == "F" else _mc_step_apply
+    return _step_apply
 
 
 def _dense_truth_u(kind, sp, ytrue, ly, L, Kc, dbuf, T, coef, use_trans, Iar, kpos):
@@ -1374,6 +1394,54 @@ def _step_loop(model, w, arena, scratch, avg, cfg, counters, slots, n_steps, n, 
 
 @njit(**_JIT)
 def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
+    """:func:`_learn_new` on the learner's weights as they are (row-major E and ZE)."""
+    return _learn_new(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out)
+
+
+@njit(**_JIT)
+def learn_new_blocks_cm(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
+    """:func:`learn_new_blocks` with E and ZE class-major for the call: copied into arrays with
+    one row per class (the features contiguous), the blocks learned on their (d, Kc) views
+    (numba layout "F", which selects the class-major scores and steps of a multiclass model,
+    ``multiclass.mc_scores_cm`` / ``mc_stat_apply2_cm``; every other reader indexes them as
+    the row-major arrays: the same arithmetic entry by entry, so the same values to the bit),
+    then copied back. A step on a dense row then moves one contiguous row of E and of ZE per
+    moved class instead of two entries in each of the d rows (issue 22: 784-d image rows); the
+    two copies cost O(d Kc) per call, which the learner pays only for batches of rows dense
+    enough (``BCFW.learn_batch``)."""
+    E, ZE = w[0], avg[1]
+    Ec = class_major_copy(E)
+    Zc = class_major_copy(ZE)
+    tick = _learn_new(model, (Ec.T, w[1], w[2]), arena, scratch, (avg[0], Zc.T, avg[2], avg[3], avg[4]), cfg,
+                      new_slots, victims, tick0, seed, counters, out)
+    row_major_into(Ec, E)
+    row_major_into(Zc, ZE)
+    return tick
+
+
+@njit(inline="always", **_INNER)
+def class_major_copy(A):
+    """A (d, Kc) array's class-major copy, (Kc, d) C-contiguous (``np.empty((m, n))``: the
+    kernels' allocations, ``common.py``)."""
+    d, kc = A.shape
+    C = np.empty((kc, d))
+    for j in range(d):
+        for k in range(kc):
+            C[k, j] = A[j, k]
+    return C
+
+
+@njit(inline="always", **_INNER)
+def row_major_into(C, A):
+    """A[j, k] = C[k, j]: a class-major copy back into its (d, Kc) array."""
+    d, kc = A.shape
+    for j in range(d):
+        for k in range(kc):
+            A[j, k] = C[k, j]
+
+
+@njit(inline="always", **_INNER)
+def _learn_new(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
     """The online loop for m new blocks whose segments are already written (slots
     ``new_slots``, not yet in ``alive``): for each, in order, evict ``victims[e]`` if >= 0
     (its u_i leaves the weights and its part of the averaged iterate leaves Z), append the new

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from .common import _INNER, _JIT, py_entry  # noqa: F401 (py_entry: the doctests' Python entries)
+from .simd import vec_scores_cm8, vec_scores_cm10, vec_scores_cm12, vec_scores_cm16
 
 
 @njit(**_INNER)
@@ -275,6 +276,152 @@ def _apply2_4(E, Z, row, cz, k0, s0, k1, s1, k2, s2, k3, s3):
         Z[j, k1] += u * s1
         Z[j, k2] += u * s2
         Z[j, k3] += u * s3
+
+
+# --- class-major E and Z (``bcfw.learn_new_blocks_cm``) ------------------------------------------
+# The kernels below take E and Z as (d, Kc) views of class-major arrays (numba layout "F": E.T is
+# C-contiguous, one row per class, the features contiguous), indexed as the row-major ones, and
+# do the arithmetic of their row-major twins entry by entry: the same products added to the same
+# entries, each class's score summed in feature order. So the values are the same to the bit; only
+# the memory order differs (a step moves one contiguous row per class it moves, instead of two
+# entries in each of d rows of Kc doubles).
+
+
+@njit(**_INNER)
+def mc_stat_apply_cm(E, tok_ptr, fidx, fval, st, K, coef):
+    """:func:`mc_stat_apply` on a class-major E (see above): the same products, entry by entry."""
+    Et = E.T
+    a = tok_ptr[0]
+    b = tok_ptr[1]
+    fv = fval[a:b]
+    dense = fidx.shape[0] == 0
+    for k in range(K):
+        s = st[k]
+        if s == 0.0:
+            continue
+        e = Et[k]
+        if dense:
+            for q in range(b - a):   # a zero adds nothing (mc_stat_apply skips it): kept by a select
+                x = fv[q]
+                v = e[q] + x * coef * s
+                e[q] = v if x != 0.0 else e[q]
+        else:
+            fi = fidx[a:b]
+            for q in range(b - a):
+                e[fi[q]] += fv[q] * coef * s
+
+
+@njit(**_INNER)
+def mc_stat_apply2_cm(E, Z, tok_ptr, fidx, fval, st, K, coef, zcoef):
+    """:func:`mc_stat_apply2` on class-major E and Z (see above): one contiguous pass over the row
+    per moved class, each entry taking the product it takes there (``(x * coef) * st[k]``); a
+    zero of a dense row leaves its entries as they are (a select, not a branch: the pass
+    vectorizes)."""
+    Et = E.T
+    Zt = Z.T
+    a = tok_ptr[0]
+    b = tok_ptr[1]
+    fv = fval[a:b]
+    dense = fidx.shape[0] == 0
+    for k in range(K):
+        s = st[k]
+        if s == 0.0:
+            continue
+        e = Et[k]
+        z = Zt[k]
+        if dense:
+            for q in range(b - a):
+                x = fv[q]
+                ev = e[q] + (x * coef) * s
+                zv = z[q] + (x * zcoef) * s
+                e[q] = ev if x != 0.0 else e[q]
+                z[q] = zv if x != 0.0 else z[q]
+        else:
+            fi = fidx[a:b]
+            for q in range(b - a):
+                j = fi[q]
+                x = fv[q]
+                e[j] += (x * coef) * s
+                z[j] += (x * zcoef) * s
+
+
+@njit(**_INNER)
+def mc_scores_cm(E, coef, tok_ptr, fidx, fval, L, K, S, zero):
+    """``common.emission_add`` on a class-major E (see above): S[t, k] (cleared first with
+    ``zero``) plus (fval[p] * coef) * E[j_p, k] for the row's entries p in order, one scalar
+    accumulator per class, started from S[t, k] (``emission_add``'s sums start from 0 and are
+    added to the cleared S: the same value, as a sum started from +0 is never -0): a dense row
+    (contiguous) up to 16 classes per pass in vectors (``simd.vec_scores_cm*``, the same
+    operations per class), a CSR row up to ten per pass in scalar accumulators."""
+    Et = E.T
+    dense = fidx.shape[0] == 0
+    vec = dense and fval.strides[0] == 8 and S.strides[1] == 8 and Et.strides[1] == 8
+    for t in range(L):
+        if zero:
+            for k in range(K):
+                S[t, k] = 0.0
+        a = tok_ptr[t]
+        b = tok_ptr[t + 1]
+        fv = fval[a:b]
+        fi = fidx[a:b] if not dense else fidx[0:0]
+        k0 = 0
+        while vec and k0 < K:   # a dense row: up to 16 classes per pass, in vectors (simd.vec_scores_cm*)
+            r = min(K - k0, 16)
+            ep = Et.ctypes.data + np.uint64(k0 * Et.strides[0])
+            sp = S.ctypes.data + np.uint64(t * S.strides[0] + 8 * k0)
+            fp = fval.ctypes.data + np.uint64(8 * a)
+            if r <= 8:
+                vec_scores_cm8(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            elif r <= 10:
+                vec_scores_cm10(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            elif r <= 12:
+                vec_scores_cm12(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            else:
+                vec_scores_cm16(ep, Et.strides[0], fp, b - a, coef, sp, r)
+            k0 += r
+        while k0 < K:
+            r = K - k0
+            if r >= 10:
+                e0, e1, e2, e3, e4 = Et[k0], Et[k0 + 1], Et[k0 + 2], Et[k0 + 3], Et[k0 + 4]
+                e5, e6, e7, e8, e9 = Et[k0 + 5], Et[k0 + 6], Et[k0 + 7], Et[k0 + 8], Et[k0 + 9]
+                a0, a1, a2, a3, a4 = S[t, k0], S[t, k0 + 1], S[t, k0 + 2], S[t, k0 + 3], S[t, k0 + 4]
+                a5, a6, a7, a8, a9 = S[t, k0 + 5], S[t, k0 + 6], S[t, k0 + 7], S[t, k0 + 8], S[t, k0 + 9]
+                for q in range(b - a):
+                    j = q if dense else fi[q]
+                    v = fv[q] * coef
+                    a0 += v * e0[j]
+                    a1 += v * e1[j]
+                    a2 += v * e2[j]
+                    a3 += v * e3[j]
+                    a4 += v * e4[j]
+                    a5 += v * e5[j]
+                    a6 += v * e6[j]
+                    a7 += v * e7[j]
+                    a8 += v * e8[j]
+                    a9 += v * e9[j]
+                S[t, k0], S[t, k0 + 1], S[t, k0 + 2], S[t, k0 + 3], S[t, k0 + 4] = a0, a1, a2, a3, a4
+                S[t, k0 + 5], S[t, k0 + 6], S[t, k0 + 7], S[t, k0 + 8], S[t, k0 + 9] = a5, a6, a7, a8, a9
+                k0 += 10
+            elif r >= 4:
+                e0, e1, e2, e3 = Et[k0], Et[k0 + 1], Et[k0 + 2], Et[k0 + 3]
+                a0, a1, a2, a3 = S[t, k0], S[t, k0 + 1], S[t, k0 + 2], S[t, k0 + 3]
+                for q in range(b - a):
+                    j = q if dense else fi[q]
+                    v = fv[q] * coef
+                    a0 += v * e0[j]
+                    a1 += v * e1[j]
+                    a2 += v * e2[j]
+                    a3 += v * e3[j]
+                S[t, k0], S[t, k0 + 1], S[t, k0 + 2], S[t, k0 + 3] = a0, a1, a2, a3
+                k0 += 4
+            else:
+                e0 = Et[k0]
+                a0 = S[t, k0]
+                for q in range(b - a):
+                    j = q if dense else fi[q]
+                    a0 += (fv[q] * coef) * e0[j]
+                S[t, k0] = a0
+                k0 += 1
 
 
 @njit(**_JIT)

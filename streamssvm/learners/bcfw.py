@@ -621,7 +621,8 @@ class BCFW(DenseWeights, Learner):
             self._mark = np.zeros(self.W.E.shape[0])
         Ki = np.ones(m, dtype=np.int64) if Ki is None else Ki
         st.grow_short()
-        self._learn_written(st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark))
+        self._learn_written(st.write_new(ex_tok, tok_ptr, fidx, fval, y_ptr, ys, Ki, self._mark),
+                            int(tok_ptr[ex_tok[m]] - tok_ptr[ex_tok[0]]))
 
     def learns_dense_rows(self):
         """Whether :meth:`learn_dense_rows` learns a batch in one kernel call now (a FIFO store
@@ -643,19 +644,28 @@ class BCFW(DenseWeights, Learner):
             self._mark = np.zeros(self.W.E.shape[0])
         st = self.store
         st.grow_short()
-        self._learn_written(st.write_dense(A, nnz, last, ys, self._mark, scaling))
+        self._learn_written(st.write_dense(A, nnz, last, ys, self._mark, scaling), int(nnz.sum()))
 
-    def _learn_written(self, new_slots):
+    def _learn_written(self, new_slots, nnz):
         """Learn the m new blocks written in ``new_slots`` (not live yet) in order, in one kernel
         call: each joins the held blocks (evicting the oldest when the FIFO store is full), takes
-        a step, then ``replay`` steps (:meth:`learn_batch`)."""
+        a step, then ``replay`` steps (:meth:`learn_batch`). ``nnz``: the entries of their rows
+        (the bias included), which choose the kernel."""
         m = len(new_slots)
         st = self.store
         victims = st.fifo_victims(new_slots)
         g_full = self._g_full_now()
         out = np.zeros(3, dtype=np.int64)
-        tick = K.learn_new_blocks(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(),
-                                  self.counters, out)
+        # a multiclass batch of dense rows (each covering an eighth of E's rows or more: image
+        # rows) is learned with E and ZE class-major (same values), when the steps on its values
+        # save more than the copies of E and ZE cost (~1 ns per entry and copy, 4 per entry of E;
+        # ~7 ns per value and step saved: measured on 784-d digits, bench/ez_major.py); sparse
+        # rows and short batches keep them as they are
+        kern = K.learn_new_blocks
+        d, kc = self.W.E.shape
+        if st.kind == MULTICLASS and 8 * nnz >= m * d and 2 * nnz * (1 + int(self.replay)) >= d * kc:
+            kern = K.learn_new_blocks_cm
+        tick = kern(*self._bundles(st.max_L, g_full), new_slots, victims, self._tick, self._seed(), self.counters, out)
         self._z_dirty |= self._avg_t0 >= 0
         self._grow_flagged()
         self._avg_cache = self._pred_cache = None
