@@ -1184,6 +1184,30 @@ def insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack=False):
     _insert_blocks(tag(kind), Kc, store, slots, batch, ys, mark, slack)
 
 
+@njit(inline="always", **_INNER)
+def _gram_or_defer(Iar, Far, meta, j, mark, offs, lens, dense, c):
+    """The Gram entries of new block j (written): a dense one-token row's (one squared norm) left
+    for :func:`_deferred_grams`, noted as the c-th (returns c + 1), any other block's now."""
+    if meta[j, M_FLAGS] & FLAG_DENSE_ROW and gram_len(meta, j) == 1:
+        offs[c] = meta[j, M_FOFF]   # its values: Far[offs[c]:offs[c] + lens[c]]
+        lens[c] = meta[j, M_NNZ]
+        dense[c] = j
+        return c + 1
+    block_gram(Iar, Far, meta, j, mark)
+    return c
+
+
+@njit(inline="always", **_INNER)
+def _deferred_grams(Far, meta, offs, lens, dense):
+    """The squared norms of the rows :func:`_gram_or_defer` left, four rows at a time
+    (``common.row_sqnorms``: the same sums to the bit), each written after its block's values."""
+    sq = np.empty(offs.shape[0])
+    row_sqnorms(Far, offs, lens, sq)
+    for q in range(offs.shape[0]):
+        j = dense[q]
+        Far[meta[j, M_FOFF] + meta[j, M_NNZ]] = sq[q]   # G (1 x 1) follows the values
+
+
 @njit(**_JIT)
 def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
     """``write_block`` of each new block, the Gram entries of the dense one-token rows (one
@@ -1200,18 +1224,8 @@ def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
         j = slots[e]
         write_segment(kind, Kc, store, j, tok_ptr[ex_tok[e]:ex_tok[e + 1] + 1], fidx, fval,
                       ys[y_ptr[e]:y_ptr[e + 1]], mark, slack)
-        if meta[j, M_FLAGS] & FLAG_DENSE_ROW and gram_len(meta, j) == 1:
-            offs[c] = meta[j, M_FOFF]
-            lens[c] = meta[j, M_NNZ]
-            dense[c] = j
-            c += 1
-        else:
-            block_gram(Iar, Far, meta, j, mark)
-    sq = np.empty(c)
-    row_sqnorms(Far, offs[:c], lens[:c], sq)
-    for q in range(c):
-        j = dense[q]
-        Far[meta[j, M_FOFF] + meta[j, M_NNZ]] = sq[q]   # G (1 x 1) follows the values
+        c = _gram_or_defer(Iar, Far, meta, j, mark, offs, lens, dense, c)
+    _deferred_grams(Far, meta, offs[:c], lens[:c], dense[:c])
 
 
 def insert_dense_rows(kind, Kc, store, slots, A, ys, mark, slack, scaling):
@@ -1264,18 +1278,8 @@ def _insert_dense_rows(kind, Kc, store, slots, A, ys, mark, slack, sumsq, count,
                     Far[fo + p] = row[q]
                     p += 1
         write_segment_rest(kind, Kc, store, j, ys[e:e + 1], slack)
-        if meta[j, M_FLAGS] & FLAG_DENSE_ROW and gram_len(meta, j) == 1:
-            offs[c] = fo
-            lens[c] = nnz
-            dense[c] = j
-            c += 1
-        else:
-            block_gram(Iar, Far, meta, j, mark)
-    sq = np.empty(c)
-    row_sqnorms(Far, offs[:c], lens[:c], sq)
-    for q in range(c):
-        j = dense[q]
-        Far[meta[j, M_FOFF] + meta[j, M_NNZ]] = sq[q]   # G (1 x 1) follows the values
+        c = _gram_or_defer(Iar, Far, meta, j, mark, offs, lens, dense, c)
+    _deferred_grams(Far, meta, offs[:c], lens[:c], dense[:c])
 
 
 @njit(**_JIT)
