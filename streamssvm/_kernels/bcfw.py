@@ -76,8 +76,8 @@ from .chainsparse import (
 from .layout import (  # noqa: F401 (the layout's names, re-exported for the store and the learners)
     ENTRY_SLACK, FLAG_AVG, FLAG_DENSE_ROW, FLAG_INEXACT_ALPHA, FLAG_NO_GRAM, FLAG_SPARSE, FLAG_TFULL, M_FLAGS, M_FOFF, M_FSIZE,
     M_IOFF, M_ISIZE, M_KI, M_L, M_LABLEN, M_LY, M_NNZ, M_PCAP, M_PN, N_META, PAIRS_DENSE, PAIRS_SPARSE, avg_view,
-    block_stat_len, block_views, entries_pos, gram_len, is_layout, keeps_avg, n_index, pairs_pos, sparse_caps, sparse_layout,
-    truth_pos,
+    block_stat_len, block_views, block_views_inline, entries_pos, gram_len, is_layout, keeps_avg, n_index, pairs_pos, sparse_caps, sparse_layout,
+    square_view, truth_pos,
 )
 
 STEP_FW, STEP_PAIRWISE, STEP_AWAY = 0, 1, 2
@@ -922,7 +922,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     support = frozen_support(model, T)   # T is frozen for the whole pass
     for q in range(n):
         j = alive[q]
-        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views(arena, j, Kc, kind)
+        tok_ptr, fidx, ytrue, pool, fval, G, st, alpha, sp, kpos = block_views_inline(arena, j, Kc, kind)
         L = meta[j, M_L]
         ly = meta[j, M_LY]
         Ki = meta[j, M_KI]
@@ -1097,7 +1097,7 @@ def block_gram(Iar, Far, meta, j, mark):
         fo = meta[j, M_FOFF]
         L = meta[j, M_L]
         nnz = meta[j, M_NNZ]
-        G = Far[fo + nnz:fo + nnz + gl].reshape((L, L))
+        G = square_view(Far[fo + nnz:fo + nnz + gl], L)
         gram(Iar[io:io + L + 1], Iar[io + L + 1:io + L + 1 + n_index(meta, j)], Far[fo:fo + nnz], L, G, mark)
 
 
