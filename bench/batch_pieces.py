@@ -58,6 +58,8 @@ PIECES = [
     ("insert_blocks", "streamssvm._kernels.bcfw", None, "insert_blocks"),
     ("insert_dense_rows", "streamssvm._kernels.bcfw", None, "insert_dense_rows"),
     ("learn_new_blocks", "streamssvm._kernels.bcfw", None, "learn_new_blocks"),
+    ("learn_new_blocks_cm", "streamssvm._kernels.bcfw", None, "learn_new_blocks_cm"),
+    ("full_pass", "streamssvm.learners.bcfw", "BCFW", "_full_pass"),
     ("sync", "streamssvm.estimators.multiclass", "MulticlassSSVM", "_sync"),
 ]
 

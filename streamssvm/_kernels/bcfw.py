@@ -62,6 +62,7 @@ from .structops import (
     gram, kind_code, labeling_len, labeling_loss, labeling_score, labeling_stat, loss_const, slack_oracle, stat_apply,
     stat_loss_lin, stat_score, stat_sqnorm, tag, truth_stat,
 )
+from .borrow import borrowed
 from .chain import chain_trans_sqnorm
 from .common import emission_add_csr, emission_sqnorm_tokens, row_sqnorms, row_support, write_dense_row
 from .marginals import emission_table
@@ -1250,6 +1251,8 @@ def insert_dense_rows(kind, Kc, store, slots, A, ys, mark, slack, scaling):
 
 @njit(**_JIT)
 def _insert_dense_rows(kind, Kc, store, slots, A, ys, mark, slack, sumsq, count, scale):
+    # (the arguments borrowed for the call: no reference counts per row, ``borrow.py``)
+    store, A, sumsq, count, mark = borrowed((store, A, sumsq, count, mark))
     Iar, Far, meta, sp = store
     m = slots.shape[0]
     d = A.shape[1]
@@ -1398,7 +1401,10 @@ def _step_loop(model, w, arena, scratch, avg, cfg, counters, slots, n_steps, n, 
 
 @njit(**_JIT)
 def learn_new_blocks(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out):
-    """:func:`_learn_new` on the learner's weights as they are (row-major E and ZE)."""
+    """:func:`_learn_new` on the learner's weights as they are (row-major E and ZE), the bundles
+    borrowed for the call (``borrow.py``: no reference counts in the steps)."""
+    model, w, arena, scratch, avg, new_slots, victims, counters, out = borrowed(
+        (model, w, arena, scratch, avg, new_slots, victims, counters, out))
     return _learn_new(model, w, arena, scratch, avg, cfg, new_slots, victims, tick0, seed, counters, out)
 
 
@@ -1412,12 +1418,15 @@ def learn_new_blocks_cm(model, w, arena, scratch, avg, cfg, new_slots, victims, 
     then copied back. A step on a dense row then moves one contiguous row of E and of ZE per
     moved class instead of two entries in each of the d rows (issue 22: 784-d image rows); the
     two copies cost O(d Kc) per call, which the learner pays only for batches of rows dense
-    enough (``BCFW.learn_batch``)."""
+    enough (``BCFW.learn_batch``). The bundles and the copies are borrowed for the steps
+    (``borrow.py``; the copies live until they are copied back)."""
     E, ZE = w[0], avg[1]
     Ec = class_major_copy(E)
     Zc = class_major_copy(ZE)
-    tick = _learn_new(model, (Ec.T, w[1], w[2]), arena, scratch, (avg[0], Zc.T, avg[2], avg[3], avg[4]), cfg,
-                      new_slots, victims, tick0, seed, counters, out)
+    mb, wc, ab, sb, zc, new_slots, victims, counters, out = borrowed(
+        (model, (Ec.T, w[1], w[2]), arena, scratch, (avg[0], Zc.T, avg[2], avg[3], avg[4]), new_slots, victims,
+         counters, out))
+    tick = _learn_new(mb, wc, ab, sb, zc, cfg, new_slots, victims, tick0, seed, counters, out)
     row_major_into(Ec, E)
     row_major_into(Zc, ZE)
     return tick

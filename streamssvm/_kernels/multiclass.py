@@ -67,6 +67,24 @@ def mc_levels(S, K, ytrue, C, hs, gs):
 
 
 @njit(**_INNER)
+def mc_stat_sqnorm(G, st, K):
+    """||Phi_x(st)||^2 of a multiclass block (one token, Gram G (1 x 1)): G[0, 0] times the sum of
+    st[k]^2 over the non-zero st[k], k ascending, added to 0.0 -- ``common.stat_emission_sqnorm``
+    of ``row_support(st, 1, K, Kc)``, the same operations in the same order, to the bit, without
+    allocating the support's three arrays at every step."""
+    v = 0.0
+    g = G[0, 0]
+    if g == 0.0:
+        return v
+    acc = 0.0
+    for k in range(K):
+        x = st[k]
+        if x != 0.0:
+            acc += x * x
+    return v + g * acc
+
+
+@njit(**_INNER)
 def mc_stat_apply(E, tok_ptr, fidx, fval, st, K, coef):
     """E[j, k] += coef * x_j * st[k] (x = the one token, as ``structops.stat_apply``), on the
     classes with st[k] != 0 only: a multiclass step moves the few classes of its direction, so

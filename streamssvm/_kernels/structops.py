@@ -67,7 +67,7 @@ from .hierarchy import (  # noqa: F401
     hier_level_labeling, hier_levels,
 )
 from .mrf import _mrf_enum, mrf_level_labeling  # noqa: F401
-from .multiclass import mc_decode, mc_levels, mc_slack, mc_stat_apply  # noqa: F401
+from .multiclass import mc_decode, mc_levels, mc_slack, mc_stat_apply, mc_stat_sqnorm  # noqa: F401
 from .multilabel import ml_decode, ml_levels, ml_slack  # noqa: F401
 
 
@@ -268,8 +268,8 @@ class Multiclass(_NoTransitions):
     def loss_const(kind, ly, Ki, ytrue=None):
         return 0.0
 
-    def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):
-        return stat_emission_sqnorm(G, st, 1, row_support(st, 1, K, Kc))
+    def stat_sqnorm(kind, G, st, L, K, Kc, use_trans):   # (no support arrays: one row)
+        return mc_stat_sqnorm(G, st, K)
 
     def stat_apply(kind, w, x, st, L, K, Kc, coef, use_trans):   # only the classes the step moves
         mc_stat_apply(w[0], x[0], x[1], x[2], st, K, coef)
