@@ -913,6 +913,7 @@ def full_gap_pass(model, w, arena, scratch, scale, slack, out):
     out[3] = number of oracle calls
     Refreshes every block gap estimate.
     """
+    model, w, arena, scratch, out = borrowed((model, w, arena, scratch, out))   # ``borrow.py``
     kind, K, Kc, use_trans, C, G_ = model
     E, T, B = w
     Iar, Far, meta, gest, last_oracle, lval, alive, pos, n, tree, tree_size, cw, csum, layout, moves = arena
@@ -991,6 +992,7 @@ def block_u(model, w, arena, j, coef, dbuf, slack):
 @njit(**_JIT)
 def rebuild_u(model, w, arena, dbuf, slack):
     """w = sum_i c_i u_i over the held blocks (removes accumulated round-off)."""
+    model, w, arena, dbuf = borrowed((model, w, arena, dbuf))   # ``borrow.py``
     E, T, B = w
     alive, n = arena[6], arena[8]
     E[:, :] = 0.0
@@ -1047,6 +1049,7 @@ def predict_batch(model, w, scale, ZE, zc, batch, out, scratch):
     """MAP labelings of a batch (``bundles.Batch``) at weights ``scale * (E - zc * ZE, T, B)``
     (zc = 0: plain E). Example e has tokens ex_tok[e]..ex_tok[e+1] of the global CSR (tok_ptr
     into fidx/fval); its labeling goes to out[lab_ptr[e]:lab_ptr[e+1]]."""
+    model, w, ZE, batch, out, scratch = borrowed((model, w, ZE, batch, out, scratch))   # ``borrow.py``
     ex_tok, tok_ptr, fidx, fval, lab_ptr = batch
     support = frozen_support(model, w[1])   # T is frozen for the whole batch
     for e in range(ex_tok.shape[0] - 1):
@@ -1068,6 +1071,7 @@ def predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, K, obs):
     the record's class scores as the temperature fit takes them (``marginals.emission_table``
     at the same weights, to the bit what ``calibration.emission_scores`` returns) go to it: a
     prediction and its calibration scores in one call."""
+    E, ZE, tok_ptr, fidx, fval, obs = borrowed((E, ZE, tok_ptr, fidx, fval, obs))   # ``borrow.py``
     S = np.empty((1, K))
     record_scores(None, E, ZE, zc, scale, tok_ptr, fidx, fval, 1, K, S)
     out = np.empty(1, np.int32)
@@ -1214,6 +1218,7 @@ def _insert_blocks(kind, Kc, store, slots, batch, ys, mark, slack):
     """``write_block`` of each new block, the Gram entries of the dense one-token rows (one
     squared norm each) computed after all are written, four rows at a time
     (``common.row_sqnorms``: the same sums to the bit)."""
+    store, slots, batch, ys, mark = borrowed((store, slots, batch, ys, mark))   # ``borrow.py``
     Iar, Far, meta, sp = store
     ex_tok, tok_ptr, fidx, fval, y_ptr = batch
     m = slots.shape[0]
@@ -1290,6 +1295,8 @@ def run_steps(model, w, arena, scratch, avg, cfg, sampling, slots, n_steps, tick
     """Run ``n_steps`` block steps; returns the new tick. ``sampling``: SAMPLE_GIVEN takes
     ``slots`` in order, SAMPLE_UNIFORM draws uniformly over the held blocks, SAMPLE_GAP
     proportionally to the gap estimates (sum-tree)."""
+    model, w, arena, scratch, avg, slots, counters = borrowed(   # ``borrow.py``
+        (model, w, arena, scratch, avg, slots, counters))
     alive, n, tree, tree_size = arena[6], arena[8], arena[9], arena[10]
     lam_n = step_lam_n(arena, cfg)
     np.random.seed(seed)
@@ -1504,6 +1511,8 @@ def learn_one_example(model, w, arena, scratch, avg, cfg, example, slots, tick0,
     emission table at the same weights (``marginals.emission_table``, K = the model's labels in
     use) goes to the first L rows of ``scratch[0]``, and nothing else changes: a first use
     compiles no emission-table kernel of its own."""
+    model, w, arena, scratch, avg, example, slots, counters, out = borrowed(   # ``borrow.py``
+        (model, w, arena, scratch, avg, example, slots, counters, out))
     if example[5] == SCORE:
         tok_ptr = example[0]
         emission_table(w[0], avg[1], example[8], example[7], tok_ptr, example[1], example[2], tok_ptr.shape[0] - 1,

@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from .bcfw import _append, one_step, predict_batch, step_lam_n, write_block
+from .borrow import borrowed
 from .common import MULTICLASS
 from .mtseed import STATE, mt_sample_block, mt_seed
 from .structops import kind_code
@@ -55,6 +56,8 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
     it pval and lval are fval itself. obs[e] >= 0: record e's K class scores before it is
     learned go to row obs[e] of S (out). out = [held blocks, evictions, averaging origin], as
     ``learn_one_example`` leaves it. Returns the new tick."""
+    model, w, arena, scratch, avg, records, predicting, observing, counters, out = borrowed(   # ``borrow.py``
+        (model, w, arena, scratch, avg, records, predicting, observing, counters, out))
     tok_ptr, fidx, fval, yids, mark, slots, seeds = records
     pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows, preds = predicting
     sumsq, count, scaling, pval, lval, obs, S, K = observing
