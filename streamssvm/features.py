@@ -226,7 +226,8 @@ class EncodedRecord:
 
 class FeatureDicts:
     """A micro-batch of flat dicts of features validated whole as one, their names and values
-    gathered: every name a ``str`` (or every name a 64-bit ``int``), every value a plain
+    gathered: every name a ``str`` (or every name a 64-bit ``int``; a ``str`` subclass is a
+    name :meth:`FeatureIndex.encode_record` takes too, looked up the same way), every value a plain
     ``float`` / ``int`` within ``MAX_ABS_VALUE`` (finite). ``names`` (every record's names, in
     order), ``values`` (their float64 values), ``ptr`` (record i's entries are
     ``ptr[i]:ptr[i + 1]``), ``dicts`` (the records). Only :meth:`of` makes one (and slicing
@@ -263,9 +264,11 @@ class FeatureDicts:
             names += d
             vals += d.values()
             lens.append(len(d))
-        kt = set(map(type, names))
-        if kt - _STR and (kt != _INT or not (-_INT_LIMIT <= min(names) and max(names) < _INT_LIMIT)):
-            return None
+        try:   # every name a str (a JSON object's are), in one pass (~4x cheaper than their types' set)
+            "".join(names)
+        except TypeError:   # or every name a 64-bit int
+            if set(map(type, names)) != _INT or not (-_INT_LIMIT <= min(names) and max(names) < _INT_LIMIT):
+                return None
         vt = set(map(type, vals))
         if not vt <= _PLAIN:
             return None

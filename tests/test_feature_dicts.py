@@ -59,6 +59,21 @@ def test_dict_csr_of_feature_dicts_is_dict_csr_of_the_dicts():
         assert a is not None and all(u.dtype == v.dtype and u.tobytes() == v.tobytes() for u, v in zip(a, b))
     assert FeatureIndex(n_features=64).dict_csr(FeatureDicts.of(xs)) is None   # hashing: record by record
 
+    class Name(str):
+        pass
+    sub = [{Name(k): v for k, v in x.items()} for x in xs[:50]]   # str subclasses: names encode_record takes
+    a, b = fi.dict_csr(sub), fi.dict_csr(FeatureDicts.of(sub))
+    assert a is None and b is not None
+    for x, (lo, hi) in zip(sub, zip(b[0][:-1], b[0][1:])):
+        enc = fi.encode_record(x)
+        assert enc.fidx.tobytes() == b[1][lo:hi].tobytes() and enc.fval.tobytes() == b[2][lo:hi].tobytes()
+    ints = [{int(k[1:]): v for k, v in x.items()} for x in xs]
+    fi2 = FeatureIndex()
+    for x in ints[:100]:
+        fi2.encode_dict(x, grow=True)
+    a, b = fi2.dict_csr(ints), fi2.dict_csr(FeatureDicts.of(ints))
+    assert all(u.tobytes() == v.tobytes() for u, v in zip(a, b))
+
 
 @pytest.mark.parametrize("new_names", [False, True])
 def test_predict_learn_each_of_feature_dicts_is_bit_identical(new_names):
