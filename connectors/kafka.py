@@ -497,7 +497,8 @@ class KafkaSource(Source):
         ``{x_field: {name: number, ...}, y_field: str or 64-bit int, ...}`` with plain numbers
         within ``MAX_ABS_VALUE``: their values validated as one (not record by record), which
         the model then encodes from without checking them again; else None (each ``x``
-        validated on its own, for its reason). The same records and dead letters either way."""
+        validated on its own, for its reason). The same records and dead letters either way.
+        (The exceptions without their tracebacks: a frame holding the list holding them.)"""
         decode = self._decode_record
         if getattr(decode, "__func__", None) is not KafkaSource._decode_record or (
                 self.weight_field is not None and self.require_label):
@@ -512,7 +513,7 @@ class KafkaSource(Source):
             try:
                 obj = decode_json(v)
             except Exception as e:  # noqa: BLE001 - a dead letter
-                out.append(e)
+                out.append(e.with_traceback(None))
                 continue
             records += 1
             if type(obj) is dict:   # parse_example's common record, its values checked below
@@ -527,7 +528,7 @@ class KafkaSource(Source):
                 out.append((*parse_example(obj, xf, yf, learning), 1.0))
             except Exception as e:  # noqa: BLE001 - a dead letter
                 records -= 1
-                out.append(e)
+                out.append(e.with_traceback(None))
         if not fast:
             return out, None
         fd = FeatureDicts.of([out[i][0] for i in fast]) if len(fast) == records else None
@@ -541,7 +542,7 @@ class KafkaSource(Source):
                 try:
                     out[i] = (*parse_example(obj, xf, yf, learning), 1.0)
                 except Exception as e:  # noqa: BLE001 - a dead letter
-                    out[i] = e
+                    out[i] = e.with_traceback(None)
         return out, fd
 
     def _micro_batch(self, chunk, first):
@@ -589,7 +590,7 @@ def _decoded(decode, value):
     try:
         return decode(value)
     except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
-        return e
+        return e.with_traceback(None)
 
 
 class _PolledRecord(Record):
