@@ -178,7 +178,7 @@ def test_decode_poll_of_a_source_with_weights_or_its_own_decoder_is_per_message(
 def test_micro_batches_carry_the_poll_features_and_learn_the_same_bits(tmp_path):
     msgs = _messages() * 6
     polls = [msgs[:70], msgs[70:71] + [b"{broken"] + msgs[71:150], [b'{"x": [1.0], "y": "c0"}'] + msgs[150:200],
-             msgs[200:]]
+             msgs[200:220] + [b'{"x": {"f1": 2e12}, "y": "c0"}', b'{"x": {"f1": true}, "y": "c1"}'] + msgs[220:]]
     s = _poll_source(polls)
     seen = []
     for chunk in s.micro_batches(lambda: 32):
@@ -188,7 +188,8 @@ def test_micro_batches_carry_the_poll_features_and_learn_the_same_bits(tmp_path)
         if type(chunk) is DictRecords:
             assert [r.x for r in chunk] == list(chunk.features)
             assert all(r.x is x for r, x in zip(chunk, chunk.features))
-    assert s.n_bad == 1 and seen.count(list) == 2 and DictRecords in seen   # the poll with a list x: lists
+    # the poll with a list x and the one with bad values: lists (each x checked on its own)
+    assert s.n_bad == 2 and seen.count(list) == 4 and DictRecords in seen   # 2 + 2 micro-batches of 32
 
     def run(micro):
         src = _poll_source(polls)
@@ -199,12 +200,14 @@ def test_micro_batches_carry_the_poll_features_and_learn_the_same_bits(tmp_path)
         f = eng._predict_learn
         eng._predict_learn = lambda xs, ys, recs: kinds.append(type(xs)) or f(xs, ys, recs)
         summary = eng.run()
-        return eng, summary
+        return eng, summary, src.dead_letter.sink.items
     kinds = []
-    e1, s1 = run(1)
+    e1, s1, d1 = run(1)
     assert FeatureDicts not in kinds
-    e2, s2 = run(64)
+    e2, s2, d2 = run(64)
     assert FeatureDicts in kinds   # the engine handed the model the source's FeatureDicts
-    assert s1["examples_seen"] == s2["examples_seen"] == 240 and s1["n_bad"] == s2["n_bad"] == 2
+    # (a bool value is a 0/1 feature: learned, from a poll whose x were checked one by one)
+    assert s1["examples_seen"] == s2["examples_seen"] == 241 and s1["n_bad"] == s2["n_bad"] == 3
+    assert d1 == d2 and len(d1) == 3 and "MAX_ABS_VALUE" in d1[2]["reason"], d1
     assert e1.sink.items == e2.sink.items and s1["metrics"] == s2["metrics"]
     assert pickle.dumps(e1.model.state()) == pickle.dumps(e2.model.state())
