@@ -552,7 +552,10 @@ class KafkaSource(Source):
         fd = self._poll_features
         if fd is None:
             return chunk
-        return DictRecords(chunk, fd[first:first + len(chunk)])
+        part = fd[first:first + len(chunk)]
+        if len(part) != len(chunk) or part[0] is not chunk[0].x or part[-1] is not chunk[-1].x:
+            return chunk   # (a stream that left records out: the records as they are)
+        return DictRecords(chunk, part)
 
     def _decode(self, value):
         """``(x, y)`` of a message (:meth:`_decode_record` without the weight)."""
