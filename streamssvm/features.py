@@ -414,7 +414,7 @@ class FeatureIndex:
         batch is not one this path takes (then each record is encoded on its own, which checks
         it): a growing vocabulary, every ``x``
         a ``dict``, every name ``str`` or every name a 64-bit ``int``, every value a plain
-        ``float`` / ``int`` within ``MAX_ABS_VALUE``, as :meth:`_dict_arrays` takes one record.
+        ``float`` / ``int`` within ``MAX_ABS_VALUE`` (:meth:`FeatureDicts.of`; ``xs`` may be one).
 
         >>> fi = FeatureIndex(); _ = fi.encode_dict({"a": 1.0, "b": 2.0}, grow=True)
         >>> tp, idx, val = fi.dict_csr([{"b": 3.0, "a": 0.0}, {}])
@@ -427,26 +427,13 @@ class FeatureIndex:
         """
         if self.n_features is not None or self.array_dim is not None:
             return None
-        if type(xs) is FeatureDicts:   # validated and gathered by FeatureDicts.of: no checks again
-            v, key_ptr = xs.values, xs.ptr
-            j = self._columns(xs.names, len(v))
-            r = len(xs)
-        else:
-            keys, vals, lens = [], [], []
-            for x in xs:
-                if type(x) is not dict:
-                    return None
-                keys += x
-                vals += x.values()
-                lens.append(len(x))
-            cols = self._known_columns(keys, vals)
-            if cols is None:
+        if type(xs) is not FeatureDicts:   # (one a source validated: its arrays as they are)
+            xs = FeatureDicts.of(xs)   # the records gathered and checked as one
+            if xs is None:
                 return None
-            j, v = cols
-            r = len(lens)
-            key_ptr = np.zeros(r + 1, dtype=np.int64)
-            np.cumsum(lens, out=key_ptr[1:])
-        n = len(v)
+        v, key_ptr = xs.values, xs.ptr
+        j = self._columns(xs.names, len(v))
+        n, r = len(v), len(xs)
         tok_ptr = np.empty(r + 1, dtype=np.int32)
         idx = np.empty(n + r, dtype=np.int32)
         val = np.empty(n + r, dtype=np.float64)
