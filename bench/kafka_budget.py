@@ -9,12 +9,14 @@ Stages:
 
 * ``poll``: kafka-python consuming the topic (fetch, record parsing, CRC), no decoding -- both;
 * ``raw decode``: ``json.loads`` + the examples' validation (``parse_example``) -- the peer;
-* ``source decode``: ``KafkaSource._decode_record`` (the source's codec, orjson when installed,
-  and the same validation);
+* ``source decode``: ``KafkaSource._decode_poll`` of each poll (the source's codec, orjson when
+  installed, and the same validation: the ``x`` of a poll's records as one ``FeatureDicts``);
 * ``source records``: ``KafkaSource``'s own per-message Python over polls already fetched
   (positions, origins, keys, ``Record``, micro-batches), its decoding stubbed out;
-* ``engine``: ``Engine.run`` on the same records from memory (prediction, learning, metrics,
-  restore points; the engine's defaults, MulticlassSSVM replay=0);
+* ``engine``: ``Engine.run`` on the same records from memory, in the same micro-batches (a
+  ``DictRecords`` per poll, as the source hands them out: the model encodes from the poll's
+  ``FeatureDicts``) (prediction, learning, metrics, restore points, the final certificate; the
+  engine's defaults, MulticlassSSVM replay=0);
 * ``library``: the model's own ``predict_learn_each`` on the same rows, 1000 at a time (what
   the engine's learning costs without the engine).
 
@@ -52,7 +54,7 @@ def main(argv=None):
     import kafka_stream as ks
     import streamssvm as ss
     from kafka import KafkaConsumer, TopicPartition
-    from streamssvm.connectors.base import DeadLetterSink, IterableSource, MemorySink, Record
+    from streamssvm.connectors.base import READ_BREAK, DeadLetterSink, MemorySink, Record, Source
     from streamssvm.connectors.files import parse_example
     from streamssvm.connectors.kafka import KafkaSource, create_topic, produce_lines
     from streamssvm.engine import Engine
@@ -85,7 +87,9 @@ def main(argv=None):
     values = [m.value for ms in polled for m in ms]
     t["raw decode"] = _cpu_us(lambda: [parse_example(ks._std_json(v)) for v in values], n, reps)
     src = KafkaSource("127.0.0.1:1", "letters", partitions=[0])
-    t["source decode"] = _cpu_us(lambda: [src._decode_record(v) for v in values], n, reps)
+    poll_values = [[m.value for m in ms] for ms in polled]
+    t["source decode"] = _cpu_us(lambda: [src._decode_poll(vs) for vs in poll_values], n, reps)
+    decoded_polls = [src._decode_poll(vs) for vs in poll_values]
 
     tp = TopicPartition("letters", 0)
     M = namedtuple("M", "offset key value")
@@ -112,17 +116,48 @@ def main(argv=None):
         s = KafkaSource("127.0.0.1:1", "letters", partitions=[0], stop_at_end=True,
                         dead_letter=DeadLetterSink(MemorySink()))
         s._consumer = Polled()
-        s._decode_record = lambda v: (v, "a", 1.0)
+        done = iter(decoded_polls)
+        s._decode_poll = lambda vs: next(done)
         for _ in s.micro_batches(lambda: 1024):
             pass
     t["source records"] = _cpu_us(records, n, reps)
 
-    decoded = [src._decode_record(v)[:2] for v in values]
+    decoded = [d[:2] for got, _ in decoded_polls for d in got]
     recs = [Record(x=x, y=y, key=f"letters/0@{i}", position={"topic": "letters", "offsets": {"0": i + 1}},
                    origin=f"letters/0@{i}") for i, (x, y) in enumerate(decoded)]
+    polls_in_memory, at = [], 0
+    for got, fd in decoded_polls:
+        polls_in_memory.append((recs[at:at + len(got)], fd))
+        at += len(got)
+
+    class Memory(Source):
+        """The polls decoded, in the source's micro-batches (a READ_BREAK after each poll)."""
+
+        def __init__(self, polls):
+            super().__init__()
+            self.polls, self._fd, self.name = polls, None, "memory"
+
+        def position(self):
+            return None
+
+        def stream(self):
+            for rs, fd in self.polls:
+                self._fd = fd
+                yield from rs
+                yield READ_BREAK
+
+        def __iter__(self):
+            return (r for r in self.stream() if r is not READ_BREAK)
+
+        _micro_batch = KafkaSource._micro_batch
+
+        @property
+        def _poll_features(self):
+            return self._fd
+
     make = lambda: ss.MulticlassSSVM(learner=ss.learners.BCFW(lam=1e-2, replay=0, seed=0))  # noqa: E731
-    Engine(make(), IterableSource(recs[:2000]), task="multiclass", progress=False).run()   # compiled
-    t["engine"] = _cpu_us(lambda: Engine(make(), IterableSource(recs), task="multiclass", progress=False).run(),
+    Engine(make(), Memory(polls_in_memory[:2]), task="multiclass", progress=False).run()   # compiled
+    t["engine"] = _cpu_us(lambda: Engine(make(), Memory(polls_in_memory), task="multiclass", progress=False).run(),
                           n, reps)
     xs, ys = [d[0] for d in decoded], [d[1] for d in decoded]
 

@@ -111,6 +111,21 @@ class RecordRows:
         return (self[i] for i in range(len(self.y)))
 
 
+class DictRecords(list):
+    """Consecutive records of one source (the list of them) whose ``x`` are flat dicts of
+    features the source validated as one: ``features``, the
+    :class:`streamssvm.features.FeatureDicts` of their ``x`` (``features[i]`` is record i's).
+    A source hands these out from :meth:`Source.micro_batches` (Kafka polls); the engine gives
+    the model ``features``, which it encodes from the gathered arrays without checking them
+    again; anything else sees the list of records."""
+
+    __slots__ = ("features",)
+
+    def __init__(self, records, features):
+        super().__init__(records)
+        self.features = features
+
+
 def chunks(records, size):
     """Lists of at most ``size`` records of an iterable of records (``None`` while a live
     source is idle: the pending list first, then ``None``)."""
@@ -194,11 +209,13 @@ class Source:
         """Consecutive records of :meth:`stream`, at most ``room()`` per list (asked when the
         list is started, after the previous one was processed), a list ending at each
         ``READ_BREAK``; ``None`` while the source is idle. A source may hand out a
-        :class:`RecordRows` in place of a list (JSONL files of flat rows)."""
+        :class:`RecordRows` in place of a list (JSONL files of flat rows), or a list that
+        carries more (:meth:`_micro_batch`)."""
         it = self.stream()
         end = object()
+        row = 0   # records since the last READ_BREAK
         while True:
-            k, chunk, rec = room(), [], end
+            k, chunk, rec, first = room(), [], end, row
             for rec in it:
                 if rec is None or rec is READ_BREAK:
                     break
@@ -207,12 +224,19 @@ class Source:
                     break
             else:
                 if chunk:
-                    yield chunk
+                    yield self._micro_batch(chunk, first)
                 return
+            row = 0 if rec is READ_BREAK else first + len(chunk)
             if chunk:
-                yield chunk
+                yield self._micro_batch(chunk, first)
             if rec is None:
                 yield None
+
+    def _micro_batch(self, chunk, first):
+        """The micro-batch of the records ``chunk`` of :meth:`micro_batches`, the first of them
+        the ``first``-th record since the last ``READ_BREAK``: the list itself (a source may
+        hand out a :class:`DictRecords` of it)."""
+        return chunk
 
     def commit(self, position=None, asynchronous=False) -> None:
         """A checkpoint covering ``position`` is durable (nothing to do by default)."""
@@ -547,4 +571,4 @@ class IterableSource(Source):
                 yield Record(x=x, y=y, key=k - 1, position=k, origin=f"{self.name}[{k - 1}]")
 
 
-__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "RecordRows", "Source", "READ_BREAK", "chunks", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]
+__all__ = ["DEFAULT_MAX_RECORD_BYTES", "MAX_ABS_VALUE", "Record", "RecordRows", "DictRecords", "Source", "READ_BREAK", "chunks", "Sink", "MemorySink", "JSONLSink", "DeadLetterSink", "IterableSource"]

@@ -43,8 +43,10 @@ from urllib.parse import parse_qsl, urlparse
 
 from streamssvm.errors import SourceFault
 
-from .base import READ_BREAK, DeadLetterSink, Record, Sink, Source
-from .files import BadRecord, _reason, decode_json, parse_example, record_weight
+from streamssvm.features import FeatureDicts
+
+from .base import READ_BREAK, DeadLetterSink, DictRecords, Record, Sink, Source
+from .files import _INT64, BadRecord, _features_dict, _reason, decode_json, parse_example, record_weight
 
 
 def _need_kafka():
@@ -156,6 +158,7 @@ class KafkaSource(Source):
         self.name = f"kafka:{topic}"
         self._offsets: dict[int, int] = {}
         self._consumer = None
+        self._poll_features = None   # the FeatureDicts of the current poll's records, or None
         self.on_revoke = None   # set by the engine: checkpoint (and commit) before losing partitions
         self.worker_id = None   # set by the engine: identity of the checkpoint directory
         self.rebalances = 0
@@ -451,25 +454,31 @@ class KafkaSource(Source):
                 yield None
                 continue
             self.fault = None
+            # the poll's messages in the order they are handed out, decoded before the first of
+            # them is (already reflected ones left out: a re-delivery after a re-seek)
+            parts = []
             for tp, msgs in sorted(batch.items(), key=lambda kv: kv[0].partition):
-                p = tp.partition
+                start = self._offsets.get(tp.partition, 0)
+                parts.append((tp.partition, [m for m in msgs if m.offset >= start]))
+            decoded, self._poll_features = self._decode_poll([m.value for _, msgs in parts for m in msgs])
+            at = 0
+            for p, msgs in parts:
                 self._below.pop(p, None)
                 # the position after each record: the others' offsets do not move during this
                 # partition's messages, so one template (the same dict as ``position()``) with
                 # this one's offset set, made when the record's position is asked for
                 offsets, sp, prefix = None, str(p), f"{self.topic}/{p}@"
                 for m in msgs:
-                    if m.offset < self._offsets.get(p, 0):
-                        continue  # already reflected (a re-delivery after a re-seek)
+                    d = decoded[at]
+                    at += 1
                     self._offsets[p] = m.offset + 1
                     if offsets is None:
                         offsets = self.position()["offsets"]
                     origin = prefix + str(m.offset)
-                    try:
-                        x, y, w = self._decode_record(m.value)
-                    except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
-                        yield _BadMessage(m.value if m.value is not None else b"", _reason(e), origin)
+                    if type(d) is not tuple:   # any failure on one message makes it a dead letter
+                        yield _BadMessage(m.value if m.value is not None else b"", _reason(d), origin)
                         continue
+                    x, y, w = d
                     self.n_read += 1
                     key = m.key.decode("utf-8", "backslashreplace") if isinstance(m.key, bytes) else m.key
                     if key is None:   # an unkeyed message: its place, so that a prediction joins back
@@ -480,6 +489,73 @@ class KafkaSource(Source):
             yield _POLL_END
             if self.stop_at_end and self._read_to_highwater() and self._at_end():
                 return   # the poll reached every partition's end: no empty poll to wait for
+
+    def _decode_poll(self, values):
+        """The messages ``values`` of a poll decoded, each as :meth:`_decode_record` decodes
+        it: per message ``(x, y, weight)`` or the exception that makes it a dead letter; and
+        the :class:`FeatureDicts` of the records' ``x`` when every record is
+        ``{x_field: {name: number, ...}, y_field: str or 64-bit int, ...}`` with plain numbers
+        within ``MAX_ABS_VALUE``: their values validated as one (not record by record), which
+        the model then encodes from without checking them again; else None (each ``x``
+        validated on its own, for its reason). The same records and dead letters either way.
+        (The exceptions without their tracebacks: a frame holding the list holding them.)"""
+        decode = self._decode_record
+        if getattr(decode, "__func__", None) is not KafkaSource._decode_record or (
+                self.weight_field is not None and self.require_label):
+            return [_decoded(decode, v) for v in values], None
+        xf, yf, cap, lim, learning = self.x_field, self.y_field, self.max_message_bytes, _INT64, self.require_label
+        out, fast, objs = [], [], []
+        records = 0
+        for v in values:
+            if v is None or len(v) > cap:
+                out.append(_decoded(decode, v))   # its reason
+                continue
+            try:
+                obj = decode_json(v)
+            except Exception as e:  # noqa: BLE001 - a dead letter
+                out.append(e.with_traceback(None))
+                continue
+            records += 1
+            if type(obj) is dict:   # parse_example's common record, its values checked below
+                x, y = obj.get(xf), obj.get(yf)
+                t = type(y)
+                if type(x) is dict and (t is str or (t is int and -lim <= y < lim)):
+                    fast.append(len(out))
+                    objs.append(obj)
+                    out.append((x, y, 1.0))
+                    continue
+            try:
+                out.append((*parse_example(obj, xf, yf, learning), 1.0))
+            except Exception as e:  # noqa: BLE001 - a dead letter
+                records -= 1
+                out.append(e.with_traceback(None))
+        if not fast:
+            return out, None
+        fd = FeatureDicts.of([out[i][0] for i in fast]) if len(fast) == records else None
+        if fd is not None and fd.ints:   # x as parse_example makes it: the ints as floats
+            for i in fast:
+                x, y, w = out[i]
+                out[i] = (_features_dict(x), y, w)
+            fd = FeatureDicts.of([out[i][0] for i in fast])
+        if fd is None:   # each x on its own
+            for i, obj in zip(fast, objs):
+                try:
+                    out[i] = (*parse_example(obj, xf, yf, learning), 1.0)
+                except Exception as e:  # noqa: BLE001 - a dead letter
+                    out[i] = e.with_traceback(None)
+        return out, fd
+
+    def _micro_batch(self, chunk, first):
+        """:meth:`Source._micro_batch`: records ``first ..`` of the current poll, as a
+        :class:`DictRecords` (carrying their :class:`FeatureDicts`) when the poll's ``x`` were
+        validated as one (:meth:`_decode_poll`)."""
+        fd = self._poll_features
+        if fd is None:
+            return chunk
+        part = fd[first:first + len(chunk)]
+        if len(part) != len(chunk) or part[0] is not chunk[0].x or part[-1] is not chunk[-1].x:
+            return chunk   # (a stream that left records out: the records as they are)
+        return DictRecords(chunk, part)
 
     def _decode(self, value):
         """``(x, y)`` of a message (:meth:`_decode_record` without the weight)."""
@@ -510,6 +586,14 @@ class KafkaSource(Source):
             except Exception as e:  # noqa: BLE001 - a broker gone while closing: nothing left to do
                 warnings.warn(f"closing the Kafka consumer failed ({type(e).__name__}: {e})", RuntimeWarning)
             self._consumer = None
+
+
+def _decoded(decode, value):
+    """``decode(value)``, or the exception it raised."""
+    try:
+        return decode(value)
+    except Exception as e:  # noqa: BLE001 - any failure on one message is a dead letter
+        return e.with_traceback(None)
 
 
 class _PolledRecord(Record):

@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from .checkpoint import CheckpointManager
-from .connectors.base import RecordRows, Source, append_line, chunks
+from .connectors.base import DictRecords, RecordRows, Source, append_line, chunks
 from .run_state import parse_run_state, run_state
 from .step import TASKS, jsonable, predict_learn, reason_of, send_dead_letter
 from .metrics import ProgressiveMetrics
@@ -592,6 +592,12 @@ class Engine:
                 # flat rows validated by the source, as one array: the model's own conversion
                 # of such a record (``Estimator.coerce_input``) changes nothing
                 xs, ys, recs = chunk.X, chunk.y, chunk
+            elif pacer is None and type(chunk) is DictRecords and self._takes_rows() \
+                    and set(map(type, ys := [r.y for r in chunk])) <= _PLAIN_LABELS:
+                # dicts of features the source validated as one (a FeatureDicts), str / int
+                # labels: the model encodes them from its arrays (its conversion of such a
+                # record, ``Estimator.coerce_input``, changes nothing)
+                xs, recs = chunk.features, chunk
             elif pacer is None and self._takes_plain(chunk):
                 # dicts of features with str / int labels: the model's conversion of such a
                 # record (``Estimator.coerce_input``) changes nothing

@@ -15,7 +15,7 @@ from ..learners.bmrm import BMRM
 from ..learners.pragam import Pragam
 from ..structures import MultiClass
 from .base import ONE_EX, Estimator, check_weight, is_missing, require_pandas, weight_batch
-from ..features import _INT_LIMIT, _decode_key, _encode_key
+from ..features import _INT_LIMIT, FeatureDicts, _decode_key, _encode_key
 
 _NOT_TAKEN = object()   # _predict_learn_record: the record goes the Python way
 _PLAIN_LABELS = {int, str}   # label types whose known values need no check (_known_label_ids)
@@ -499,8 +499,9 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _dict_rows(self, xs):
         """The CSR of the records of a micro-batch of dicts before the first with a new feature
         name (``FeatureIndex.dict_csr``: per record the arrays of a trusted ``encode_record``;
-        all of them when there is none), else None."""
-        if len(xs) < 2 or type(xs) is not list or type(xs[0]) is not dict:
+        all of them when there is none), else None. A :class:`FeatureDicts` (validated by
+        its source) is encoded from its gathered arrays."""
+        if len(xs) < 2 or (type(xs) is not FeatureDicts and (type(xs) is not list or type(xs[0]) is not dict)):
             return None
         return self._features.dict_csr(xs)
 
