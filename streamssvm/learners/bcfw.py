@@ -793,9 +793,15 @@ class BCFW(DenseWeights, Learner):
 
         The kernel's bundles come from the per-model call plan (:meth:`_bundles`) and the
         record's own tuples and buffers from the record plan (:meth:`_record_plan_for`), both
-        rebuilt exactly when what they are made of changes."""
+        rebuilt exactly when what they are made of changes. The helpers of the record path
+        (:meth:`_room_for_one`, :meth:`_seed`, :meth:`_after_run` of a run of one) are written
+        out here: the same checks and bookkeeping, fewer Python frames per record
+        (tests/test_record_path.py compares them with the helpers)."""
         st = self.store
-        if not self._room_for_one(st):
+        # _room_for_one(st), written out
+        if not (st.eviction == "fifo" and st.max_bytes is None and self._settle is None and self._K != 0
+                and self.bound and st.kind == MULTICLASS and (st.capacity is None or st.capacity > st._n)
+                and (bool(st.free) or st.meta.shape[0] > st.n_slots)):
             return None
         mark = self._mark
         if self.W.E.shape[0] > mark.shape[0]:
@@ -803,10 +809,15 @@ class BCFW(DenseWeights, Learner):
         n = len(fidx)
         slots = self._slot1
         slots[0] = st.reserve_row(fidx)
+        tick0 = self._tick
         seeds = self._seed1
-        seeds[0] = self._seed()
+        seeds[0] = (self._seed_base + (tick0 + 1) * 2654435761) % 2147483647   # _seed()
         bundles = self._bundles(1 if st.max_L < 1 else st.max_L, self._g_full_now())
-        rp = self._record_plan_for(bundles[3])
+        rp = self._record_plan
+        scratch = bundles[3]
+        if rp is None or rp[0] is not scratch or self._slack or rp[3] != self._K or not rp[10] == (
+                self.averaging, self.lam, self._lam_override, self.AUTO_LAM, self.AUTO_LAM_N):
+            rp = self._record_plan_for(scratch)
         tok_ptr, ytrue = rp[5], rp[6]
         tok_ptr[1] = n
         ytrue[0] = yid
@@ -820,12 +831,23 @@ class BCFW(DenseWeights, Learner):
                 rp[8] = np.empty(rp[7].shape[0])
             pval, lval = rp[7][:n], rp[8][:n]
         S = np.empty((1, rp[3])) if observed else rp[9]
+        out = self._out3
         tick = MB.predict_learn_examples(*bundles, (tok_ptr, fidx, fval, ytrue, mark, slots, seeds), rp[4],
                                          (sumsq, count, scaling is not None, pval, lval,
                                           _OBS_FIRST if observed else _OBS_NONE, S, rp[3]),
-                                         self._tick, self.counters, self._out3)
+                                         tick0, self.counters, out)
         # _after_run of a run of one: the record's own arrays are the given-steps example
-        self._after_run(1, tick, None, (tok_ptr, fidx, lval, ytrue, mark, -1, -1, 1.0, 0.0))
+        self._z_dirty |= self._avg_t0 >= 0
+        self._steps_example = (tok_ptr, fidx, lval, ytrue, mark, -1, -1, 1.0, 0.0)
+        self._avg_cache = self._pred_cache = None
+        self._steps_since_full += tick - tick0
+        self._tick = tick
+        st.after_learn_one(out[0], -1)
+        if self.counters[K.C_TFULL] != self._tfull_seen:
+            self._grow_flagged()
+        self.n_learned += 1
+        if self._needs_full and self._steps_since_full >= self.gap_every * st._n:
+            self._full_pass(certify=False)
         return int(self._pred1[0]), (S if observed else None)
 
     #: the record path's tuples and buffers (:meth:`_record_plan_for`); not copied or saved
@@ -837,7 +859,8 @@ class BCFW(DenseWeights, Learner):
         [4] the kernel's ``predicting`` tuple made of them, [5] the row's tok_ptr [0, n] and
         [6] its label id (one-record buffers the kernel reads), [7] / [8] buffers of the
         predicted and learned values of a scaled row, [9] the empty score table of a record
-        not observed. Kept while the scratch bundle (the per-model call plan's; the non-slack
+        not observed, [10] the settings [1], [2] and [4] were made of (``averaging``, ``lam``,
+        the lambda override, ``AUTO_LAM``, ``AUTO_LAM_N``). Kept while the scratch bundle (the per-model call plan's; the non-slack
         buffers under slack rescaling), the settings and K are the same; read by the kernel
         only, so nothing outside the learner holds its arrays."""
         if self._slack:   # the prediction scores without the slack DP table
@@ -852,7 +875,9 @@ class BCFW(DenseWeights, Learner):
                                       (scratch, averaging, lam, float(self.AUTO_LAM), float(self.AUTO_LAM_N),
                                        _ROWS_ONE, self._pred1),
                                       np.zeros(2, dtype=np.int32), np.zeros(1, dtype=np.int32),
-                                      np.empty(16), np.empty(16), np.empty((0, k))]
+                                      np.empty(16), np.empty(16), np.empty((0, k)), None]
+        # [10]: what [1], [2] and [4] were made of, for predict_learn_record's check without this call
+        rp[10] = (self.averaging, self.lam, self._lam_override, self.AUTO_LAM, self.AUTO_LAM_N)
         return rp
 
     def _runs_allowed(self, st):
