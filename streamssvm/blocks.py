@@ -652,26 +652,37 @@ class BlockStore:
             self._ensure_arena("Far", fo + fsz)
         return slot, io, fo
 
+    #: reserve_row's plans: per row shape and store layout, the segment sizes and the block's
+    #: meta row (its offsets left 0); made from ``_sizes`` (the same sizes and flags)
+    _row_plans = None
+
     def reserve_row(self, fidx):
         """:meth:`reserve` of one unweighted one-token row, ``reserve(1, len(fidx), 1, 1, fidx)``:
         the same slot, segments and bookkeeping, without the general call's arguments (the
-        record path, ``BCFW.predict_learn_record``)."""
+        record path, ``BCFW.predict_learn_record``); the meta row is written from a per-shape
+        template (:attr:`_row_plans`) and the two offsets, not built as a tuple per record."""
         nnz = nidx = len(fidx)
-        flags = (CS.FLAG_SPARSE if self.sparse else 0) | (KL.FLAG_AVG if self.avg else 0)
+        dense = False
         if self.dense_rows and nnz:
             span = dense_row_span(fidx, 0, nnz)
             if span > 0:
-                nnz, nidx, flags = span, 0, FLAG_DENSE_ROW | (flags & KL.FLAG_AVG)
-        key = (1, nnz, 1, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L, self.avg)
-        sizes = self._sizes.get(key)
-        if sizes is None:
-            if len(self._sizes) > 4096:
-                self._sizes.clear()
-            sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(1, int(nnz), 1, nidx=int(nidx))) + (
-                0 if self.stores_gram(1, int(nnz)) else KL.FLAG_NO_GRAM,)
-        isz, fsz, lablen, no_gram = sizes
+                nnz, nidx, dense = span, 0, True
+        key = (nnz, nidx, dense, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L, self.avg)
+        plans = self._row_plans
+        if plans is None:
+            plans = self._row_plans = {}
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = self._row_plan(nnz, nidx, dense)
+            if len(plans) > 4096:
+                plans.clear()
+                plans[key] = plan
+        isz, fsz, tmpl = plan
         slot, io, fo = self._take_slot(isz, fsz)
-        self.meta[slot] = (io, fo, 1, nnz, 1, 1, self.pool_cap, 0, lablen, flags | no_gram, isz, fsz)
+        meta = self.meta
+        meta[slot] = tmpl
+        meta[slot, 0] = io
+        meta[slot, 1] = fo
         self.i_used = io + isz
         self.f_used = fo + fsz
         self.i_live += isz
@@ -689,6 +700,24 @@ class BlockStore:
         if self.max_L < 1:
             self.max_L = 1
         return slot
+
+    def _row_plan(self, nnz, nidx, dense):
+        """(int size, float size, meta row with offsets 0) of a one-token row block of ``nnz``
+        values and ``nidx`` indices (``dense``: a dense row), as :meth:`reserve` sizes and flags it
+        (through the ``_sizes`` cache, whose first computation also notes a Gram-free block)."""
+        flags = (CS.FLAG_SPARSE if self.sparse else 0) | (KL.FLAG_AVG if self.avg else 0)
+        if dense:
+            flags = FLAG_DENSE_ROW | (flags & KL.FLAG_AVG)
+        key = (1, nnz, 1, nidx, self.Kc, self.sparse, self.pool_cap, self.tcap_factor, self.gram_max_L, self.avg)
+        sizes = self._sizes.get(key)
+        if sizes is None:
+            if len(self._sizes) > 4096:
+                self._sizes.clear()
+            sizes = self._sizes[key] = tuple(int(v) for v in self.segment_sizes(1, int(nnz), 1, nidx=int(nidx))) + (
+                0 if self.stores_gram(1, int(nnz)) else KL.FLAG_NO_GRAM,)
+        isz, fsz, lablen, no_gram = sizes
+        tmpl = np.array((0, 0, 1, nnz, 1, 1, self.pool_cap, 0, lablen, flags | no_gram, isz, fsz), dtype=np.int64)
+        return isz, fsz, tmpl
 
     def _admitted(self, slots, m, ti, tf):
         """The bookkeeping of ``m`` new blocks (``slots``: their indices or a slice of them)
