@@ -327,7 +327,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
         if (cls.learn_one is not MulticlassSSVM.learn_one or cls.predict_one is not MulticlassSSVM.predict_one
                 or not (type(w) is float and w == 1.0) or self._class_weights is not None):
             return Estimator.predict_learn_one(self, x, y, w)
-        if self._learner is None or len(self._labels) == 0:
+        if self._learner is None or not self._labels.labels:
             self.learn_one(x, y)
             return None
         row = self._features.plain_row(x)   # x's errors first, as predict_one raises them
@@ -359,15 +359,21 @@ class MulticlassSSVM(Estimator, base.Classifier):
         does not take runs or is not grown to the index, or its store needs the Python side."""
         lr = self._learner
         dim = self._features.dim
+        labels = self._labels
         # learns_in_runs, of which predict_learn_one (the caller) checked the rest: a plain
         # learn_one and predict_one, no class weights
         if not (type(lr).predicts_learns_runs and type(self).predict_learn_one is MulticlassSSVM.predict_learn_one
-                and self._synced is lr and self._synced_key == (dim, len(self._labels))):
+                and self._synced is lr and self._synced_key == (dim, len(labels.labels))):
             return _NOT_TAKEN
-        yid = self._labels.encode(y, grow=False)
-        if yid < 0:
+        try:   # labels.encode(y, grow=False) of a validated label: its id, or None when new
+            yid = labels.index.get(y)
+        except TypeError:
+            yid = None
+        if yid is None:
             return _NOT_TAKEN
-        t = self._calibrator()
+        t = self._temperature
+        if t is None:
+            t = self._calibrator()
         n = t.n_offered
         observed = lr.n_labels >= 2 and (n < t.dense_until or n % t.stride == 0)
         scaling = None if self._scaler is None else self._scaler.statistics(dim)
@@ -379,7 +385,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             t.observe_class(S[0], yid)
         t.pass_over(1)
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
-        return self._labels.labels[pid]
+        return labels.labels[pid]
 
     @property
     def learns_in_runs(self):
