@@ -275,18 +275,19 @@ class MulticlassSSVM(Estimator, base.Classifier):
         # the learner is grown (``ensure``) only when a feature or a label was added since the
         # last learn_one: the call costs more than the rest of a 16-feature array row's path
         lr = self._learner
-        key = (self._features.dim, len(self._labels))
+        dim = self._features.dim
+        key = (dim, len(self._labels.labels))
         if lr is None or self._synced is not lr or self._synced_key != key:
             lr = self._sync()
             self._synced, self._synced_key = lr, key
         self._observe_calibration(tok_ptr, fidx, fval, yid)   # scored as predicted
         self._last_fidx = fidx   # rows a step on this record changes (weights_finite)
         # one encoded row, its columns below the index's dim (the statistics grown to it)
-        lval = fval if self._scaler is None else self._scaler.learn_row(fidx, fval, self._features.dim)
+        lval = fval if self._scaler is None else self._scaler.learn_row(fidx, fval, dim)
         self._give(lr, tok_ptr, fidx, lval, np.array([yid], dtype=np.int32), 1, c)
 
     def predict_one(self, x):
-        if self._learner is None or len(self._labels) == 0:
+        if self._learner is None or not self._labels.labels:
             return None
         return self._predict_arrays(*self._encode_to_predict(x))
 
@@ -296,7 +297,10 @@ class MulticlassSSVM(Estimator, base.Classifier):
             return self._labels.labels[lr.predict(ONE_EX, tok_ptr, fidx, fval, ONE_EX, 1)[0]]
         # when the temperature fit observes the next record learned: its scores now, in the
         # prediction's kernel call, for a learn_one of these arrays (_observe_calibration)
-        scored = lr.n_labels >= 2 and self._calibrator().would_want()
+        t = self._temperature
+        if t is None:
+            t = self._calibrator()
+        scored = lr.n_labels >= 2 and t.would_want()
         pid, S = lr.predict_class(tok_ptr, fidx, fval, scored)
         if scored:
             self._predicted_scores = (fidx, S, lr, state_version(lr))
@@ -575,7 +579,9 @@ class MulticlassSSVM(Estimator, base.Classifier):
     def _observe_calibration(self, tok_ptr, fidx, fval, yid):
         """Offer the record (its unscaled values ``fval``), scored by the model before it learns
         it (scaled as a prediction scales it), to the temperature fit."""
-        t = self._calibrator()
+        t = self._temperature
+        if t is None:
+            t = self._calibrator()
         if not t.wants():
             return
         S = self._scores_predicted(fidx)   # predict_one's scores of these arrays, if they still hold

@@ -683,28 +683,31 @@ class BCFW(DenseWeights, Learner):
 
     def _learn_fifo(self, tok_ptr, fidx, fval, ytrue, Ki, weight=1.0):
         """learn() for a FIFO store bounded by blocks: one kernel call writes the block,
-        evicts the oldest one if full, steps on the new block and replays."""
+        evicts the oldest one if full, steps on the new block and replays. (``_g_full_now``,
+        ``_seed`` and ``victim_field`` are written out: the record path's every call.)"""
         st = self.store
         L = len(tok_ptr) - 1
-        if self.W.E.shape[0] > self._mark.shape[0]:
-            self._mark = np.zeros(self.W.E.shape[0])
+        mark = self._mark
+        if self.W.E.shape[0] > mark.shape[0]:
+            mark = self._mark = np.zeros(self.W.E.shape[0])
         victim = st.fifo_victim()
         if L == 1 and len(ytrue) == 1 and Ki == 1 and weight == 1.0:   # one unweighted row (multiclass)
             slot = st.reserve_row(fidx)
         else:
             slot = st.reserve(L, len(fidx), len(ytrue), Ki, fidx, weight)
         out = self._out3
-        g_full = self._g_full_now()
+        tick0 = self._tick
+        g_full = self._g_full if self._had_full else self._g_full * self._cmax   # _g_full_now()
         # the KB.Example bundle, built as the plain tuple KB.pack makes of it (one record: no
         # namedtuple on this path; tests/test_call_plan.py pins the field order)
-        example = (tok_ptr, fidx, fval, ytrue, self._mark, int(slot), K.victim_field(victim), 1.0, 0.0)
-        tick = K.learn_one_example(*self._bundles(max(L, st.max_L), g_full), example, _NO_SLOTS, self._tick,
-                                   self._seed(), self.counters, out)
-        self._steps_example = example[:5] + (-1, K.NO_VICTIM, 1.0, 0.0)   # the types of the given-steps calls (see _run)
+        example = (tok_ptr, fidx, fval, ytrue, mark, int(slot), int(victim) if victim >= 0 else K.NO_VICTIM, 1.0, 0.0)
+        tick = K.learn_one_example(*self._bundles(L if L > st.max_L else st.max_L, g_full), example, _NO_SLOTS, tick0,
+                                   (self._seed_base + (tick0 + 1) * 2654435761) % 2147483647, self.counters, out)
+        self._steps_example = (tok_ptr, fidx, fval, ytrue, mark, -1, K.NO_VICTIM, 1.0, 0.0)   # the types of the given-steps calls (see _run)
         # the kernel averaged steps unless an eviction came first and stopped averaging (out[2] < 0)
         self._z_dirty |= self._avg_t0 >= 0 and out[2] >= 0
         self._avg_cache = self._pred_cache = None
-        self._steps_since_full += tick - self._tick
+        self._steps_since_full += tick - tick0
         self._tick = tick
         st.after_learn_one(out[0], victim)
         if victim >= 0 and self.averaging and out[2] < 0:   # an eviction while not averaging: start now
@@ -712,7 +715,7 @@ class BCFW(DenseWeights, Learner):
         if self.counters[K.C_TFULL] != self._tfull_seen:
             self._grow_flagged()
         self.n_learned += 1
-        if self._needs_full and self._steps_since_full >= self.gap_every * st.n:
+        if self._needs_full and self._steps_since_full >= self.gap_every * st._n:
             self._full_pass(certify=False)
         return slot
 
@@ -1178,11 +1181,22 @@ class BCFW(DenseWeights, Learner):
         label id, and with ``scored`` the record's class scores as ``calibration.emission_scores``
         computes them from ``calibration.predict_tables`` (to the bit), a (1 x K) table, K the
         labels in use (else None)."""
-        if self._K == 0:
+        K_ = self._K
+        if K_ == 0:
             return 0, None
-        E, ZE, zc, _, _, scale = self._predict_params()
-        obs = np.empty((1 if scored else 0, self._K))
-        return K.predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, self._K, obs), (obs if scored else None)
+        if self.store.kind == MULTICLASS:   # _predict_params of a multiclass store, written out
+            scale = self._scale()[0]
+            E = self.W.E
+            t0 = self._avg_t0
+            k = self._tick - t0
+            if self.averaging and t0 >= 0 and k > 0:
+                ZE, zc = self._Z.E, 2.0 / (k * (k + 1.0))
+            else:
+                ZE, zc = E, 0.0
+        else:
+            E, ZE, zc, _, _, scale = self._predict_params()
+        obs = np.empty((1 if scored else 0, K_))
+        return K.predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, K_, obs), (obs if scored else None)
 
     # ------------------------------------------------------------------ state
     def state(self):
