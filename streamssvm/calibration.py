@@ -291,6 +291,14 @@ class Temperature:
         if self._rows is None or self._rows[0].shape[1] != K:
             self._rows = (np.empty((W, K)), np.empty(W, dtype=np.int64), np.empty(W), np.empty(W))
             self._rows_n = 0
+        if k == 1:   # one record (observe_class): the same four values written as scalars
+            rows, p, y, row = self._rows, self._rows_n % W, int(ys[0]), S[0]
+            rows[0][p] = row
+            rows[1][p] = y
+            rows[2][p] = row.max()
+            rows[3][p] = row[y]
+            self._rows_n += 1
+            return
         if k > W:
             self._rows_n += k - W
             S, ys = S[k - W:], ys[k - W:]
