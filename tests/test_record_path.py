@@ -109,3 +109,111 @@ def test_learn_row_is_learn_scaled_of_one_row():
         assert np.array_equal(u, v)
     sa, sb = a.state(), b.state()
     assert np.array_equal(sa["sumsq"], sb["sumsq"]) and np.array_equal(sa["count"], sb["count"])
+
+
+# ------------------------------------------------------------------ the written-out helpers
+_CONFIGS = [dict(), dict(scale=False), dict(learner=dict(window=40, replay=2, seed=3)),
+            dict(learner=dict(averaging=False, seed=1)), dict(learner=dict(lam=1e-2, seed=2)),
+            dict(learner=dict(window=30, evicted_average="keep", seed=4))]
+
+
+def _model(cfg):
+    cfg = dict(cfg)
+    return ss.MulticlassSSVM(learner=ss.learners.BCFW(**cfg.pop("learner", {})), **cfg)
+
+
+def _stream(kind, n=400):
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(n, 6)) * (rng.random((n, 6)) < 0.7)
+    y = [int(v) for v in np.argmax(X[:, :4], axis=1)]
+    if kind == "dicts":
+        return [({f"f{j}": float(v) for j, v in enumerate(r) if v}, c) for r, c in zip(X, y)], y
+    return list(zip(X, y)), y
+
+
+@pytest.mark.parametrize("kind", ["rows", "dicts"])
+@pytest.mark.parametrize("cfg", _CONFIGS)
+def test_the_record_paths_agree_to_the_bit(kind, cfg):
+    """``predict_one`` then ``learn_one`` (``BCFW._learn_fifo``, ``predict_class``),
+    ``predict_learn_one`` (one ``predict_learn_record`` kernel call: its room check, seed,
+    record plan and bookkeeping written out) and the generic ``Estimator.predict_learn_one``
+    give the same predictions and the same state, bit for bit, with and without scaling,
+    evictions (a window), averaging and a fixed lambda; ``learn_one`` alone (the temperature
+    fit scoring the record itself) the same state. A wrong inlined helper on one path (the
+    seed, the scale, the bookkeeping after the kernel) makes it differ from the others."""
+    data, _ = _stream(kind)
+    sep, one, gen, lrn = (_model(cfg) for _ in range(4))
+    p_sep, p_one, p_gen = [], [], []
+    for x, c in data:
+        p_sep.append(sep.predict_one(x))
+        sep.learn_one(x, c)
+        p_one.append(one.predict_learn_one(x, c))
+        p_gen.append(ss.estimators.base.Estimator.predict_learn_one(gen, x, c))
+        lrn.learn_one(x, c)
+    assert p_sep == p_one == p_gen
+    assert _state(sep) == _state(one) == _state(gen) == _state(lrn)
+    assert sep.temperature == one.temperature == lrn.temperature != 1.0
+
+
+def test_predict_learn_record_takes_a_record_exactly_when_room_for_one_says_so():
+    """The room check written out in ``predict_learn_record`` is ``_room_for_one``: through a
+    stream that fills a window (evictions: refused) and the slot table (growth: refused) and
+    after a label arrives (a settling revisit pending: refused), the record is taken exactly
+    when ``_room_for_one`` holds, and a refused call changes nothing but the state version."""
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(window=300, seed=0))
+    data, _ = _stream("rows", 600)
+    seen = {True: 0, False: 0}
+    for i, (x, c) in enumerate(data):
+        lr = m._learner
+        yid = None if lr is None else m._labels.index.get(c)
+        if yid is None or m._synced_key != (m._features.dim, len(m._labels)):
+            m.learn_one(x, c)
+            continue
+        _, fidx, fval = m._features.plain_row(x)
+        room = lr._room_for_one(lr.store)
+        before = None if room else pickle.dumps(m.state())
+        got = lr.predict_learn_record(fidx, fval, yid, m._scaler.statistics(m._features.dim), False)
+        assert (got is not None) == room, i
+        seen[room] += 1
+        if got is None:
+            assert pickle.dumps(m.state()) == before
+            m.learn_one(x, c)
+    assert seen[True] > 200 and seen[False] > 200
+
+
+@pytest.mark.parametrize("learner", [dict(), dict(averaging=False), dict(lam=1e-2), dict(window=20, replay=2)])
+def test_predict_class_takes_predict_params(learner):
+    """``predict_class`` writes out ``_predict_params`` for a multiclass store: the label and
+    scores of the kernel called with ``_predict_params()``'s own values, to the bit (averaged
+    and running weights, lambda following n or fixed, after evictions)."""
+    from streamssvm._kernels import bcfw as K
+    m = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=0, **learner))
+    data, _ = _stream("rows", 120)
+    for x, c in data:
+        m.learn_one(x, c)
+        lr = m._learner
+        if lr.n_labels < 2:
+            continue
+        tok_ptr, fidx, fval = m._encode_scaled(x)
+        pid, S = lr.predict_class(tok_ptr, fidx, fval, True)
+        E, ZE, zc, _, _, scale = lr._predict_params()
+        obs = np.empty((1, lr.n_labels))
+        assert K.predict_class(E, ZE, zc, scale, tok_ptr, fidx, fval, lr.n_labels, obs) == pid
+        assert obs.tobytes() == S.tobytes()
+
+
+def test_one_observed_record_stacks_as_a_batch_of_rows():
+    """``Temperature._stack_rows`` of one record (``observe_class``: four scalars) writes the
+    rings ``observe_classes`` (the batch path) writes, through a window that wraps and a class
+    count that grows (the rings restart): the same rings, counts and temperature."""
+    from streamssvm.calibration import Temperature
+    rng = np.random.default_rng(4)
+    a, b = Temperature(window=16, every=8), Temperature(window=16, every=8)
+    for K, n in ((3, 40), (4, 30)):
+        S = rng.normal(size=(n, K)) * 3
+        ys = rng.integers(0, K, size=n)
+        for s, y in zip(S, ys):
+            a.observe_class(s, y)
+        b.observe_classes(S, ys)
+        assert a._rows_n == b._rows_n and all(np.array_equal(u, v) for u, v in zip(a._rows, b._rows))
+        assert a.beta == b.beta and a.n_fits == b.n_fits > 0
