@@ -20,17 +20,20 @@ def _data(n=3000, d=12, K=5, seed=0):
     return means[y] + rng.normal(size=(n, d)), y
 
 
-def _batches(m, X, y, how, size=128):
+def _batches(m, X, y, how, size=128, preds=None):
+    """Train ``m`` on batches of ``size`` rows through ``how``; the predictions go to ``preds``."""
     for a in range(0, len(y), size):
         Xb, yb = X[a:a + size], y[a:a + size]
         if how == "learn_many":
             m.learn_many(Xb, yb)
-        elif how == "predict_learn_many":
-            m.predict_learn_many(Xb, yb)
-        elif how == "list":
-            m.predict_learn_many(list(Xb), yb)
-        else:   # dicts: the CSR path of predict_learn_many
-            m.predict_learn_many([{f"f{j}": float(v) for j, v in enumerate(r)} for r in Xb], yb)
+            continue
+        if how == "list":
+            Xb = list(Xb)
+        elif how == "dicts":   # the CSR path of predict_learn_many
+            Xb = [{f"f{j}": float(v) for j, v in enumerate(r)} for r in Xb]
+        p = m.predict_learn_many(Xb, yb)
+        if preds is not None:
+            preds.append(list(p))
     return m
 
 
@@ -74,19 +77,10 @@ def test_observing_the_batch_changes_nothing_learned(how, monkeypatch):
     """Learning never reads the temperature: the same predictions and weights, to the bit, as
     the batch path without its observations."""
     X, y = _data(n=1500, seed=1)
-    a = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=3))
-    pa = []
-    for i in range(0, len(y), 100):
-        pa.append(list(a.predict_learn_many(X[i:i + 100], y[i:i + 100])) if how != "learn_many" else None)
-        if how == "learn_many":
-            a.learn_many(X[i:i + 100], y[i:i + 100])
+    pa, pb = [], []
+    a = _batches(ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=3)), X, y, how, 100, pa)
     monkeypatch.setattr(ss.MulticlassSSVM, "_observe_batch", lambda self, *args, **kw: None)
-    b = ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=3))
-    pb = []
-    for i in range(0, len(y), 100):
-        pb.append(list(b.predict_learn_many(X[i:i + 100], y[i:i + 100])) if how != "learn_many" else None)
-        if how == "learn_many":
-            b.learn_many(X[i:i + 100], y[i:i + 100])
+    b = _batches(ss.MulticlassSSVM(learner=ss.learners.BCFW(seed=3)), X, y, how, 100, pb)
     assert pa == pb
     la, lb = a._learner, b._learner
     for u, v in ((la.W.E, lb.W.E), (la._Z.E, lb._Z.E)):
@@ -102,11 +96,8 @@ def test_dense_and_list_batches_fit_the_same_temperature(how):
     X, y = _data(n=1200, seed=2)
     a = _batches(ss.MulticlassSSVM(), X, y, how)
     b = ss.MulticlassSSVM()
-    for i in range(0, len(y), 128):
-        if how == "learn_many":
-            b.learn_many(list(X[i:i + 128]), y[i:i + 128])
-        else:
-            b.predict_learn_many(list(X[i:i + 128]), y[i:i + 128])
+    for i in range(0, len(y), 128):   # lists of rows: the CSR path
+        (b.learn_many if how == "learn_many" else b.predict_learn_many)(list(X[i:i + 128]), y[i:i + 128])
     sa, sb = a._temperature.state(), b._temperature.state()
     assert a._temperature.n_fits > 0
     for k in sa:
