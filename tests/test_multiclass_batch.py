@@ -88,12 +88,12 @@ def test_scaled_dense_batches_are_scored_by_blas():
     from unittest import mock
     a, b = ss.MulticlassSSVM(), ss.MulticlassSSVM()
     calls = []
-    real = ss.MulticlassSSVM._dense_ids
+    real = ss.MulticlassSSVM._dense_scores
 
     def spy(self, A, scaler=None, divided=None):
         calls.append(scaler is not None)
         return real(self, A, scaler, divided)
-    with mock.patch.object(ss.MulticlassSSVM, "_dense_ids", spy):
+    with mock.patch.object(ss.MulticlassSSVM, "_dense_scores", spy):
         for X, y in _batches(2):
             X = X * 40.0   # real values on their own scale: the scaler is not the identity
             pa = a.predict_learn_many(X, y)

@@ -727,6 +727,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             enc = self._encode_rows(X, grow=True, ys=ys)[:4] if dense is None else None
             labs = self._encode_labels(ys)
             self._check_label_room()
+        self._observe_batch(labs[0], labs[2], dense, enc)
         if dense is None:
             self._learn_encoded(*labs, *enc)
         else:
@@ -760,6 +761,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._check_label_room()
         # features first seen in this batch have zero weights: encoding them before predicting
         # does not change the predictions; labels first seen in it are not predicted
+        S = None   # the batch's class scores, when its prediction computes them (a dense batch)
         if not predicting:
             preds = [None] * n
         else:
@@ -767,7 +769,8 @@ class MulticlassSSVM(Estimator, base.Classifier):
             self._synced = None
             self._learner.ensure(self._features.dim, labs)
             if dense is not None:
-                ids = self._dense_ids(X, self._scaler, dense[3])
+                S = self._dense_scores(X, self._scaler, dense[3])
+                ids = None if S is None else np.argmax(S, axis=1)
             else:
                 as_is = self._scaler is None or self._scaler.is_identity(fidx, fval)   # e.g. 0/1 pixels
                 ids = (self._dense_ids(X, None if as_is else self._scaler)
@@ -778,6 +781,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 ids = self._learner.predict(np.arange(n + 1, dtype=np.int64), tok_ptr.astype(np.int64),
                                             fidx, self._scaled(fidx, fval), np.arange(n + 1, dtype=np.int64), n)
             preds = [labs[i] for i in np.asarray(ids).tolist()]   # (Python ints index a list faster)
+        self._observe_batch(lab_enc[0], n0, dense, None if dense is not None else (tok_ptr, fidx, fval, n), S)
         if dense is None:
             self._learn_encoded(*lab_enc, tok_ptr, fidx, fval, n)
         else:
@@ -827,13 +831,70 @@ class MulticlassSSVM(Estimator, base.Classifier):
             lr.learn_dense_rows(A[a:b], nnz[a:b], last[a:b], yids[a:b], scaling)
         self._sync()
 
+    def _observe_batch(self, yids, n0, dense=None, csr=None, S=None):
+        """Offer a batch's rows to the temperature fit before the batch is learned
+        (:meth:`learn_many`, :meth:`predict_learn_many`), as ``learn_one`` offers each record:
+        the rows the fit's schedule observes (``Temperature.would_want``) are scored at the
+        weights before the batch, their values scaled by the statistics before it (``learn_one``
+        scores a record at the weights after the record before it), and a row whose label the
+        model did not know before the batch is offered, not observed. ``dense``: the batch as
+        :meth:`_dense_batch` validated it, else ``csr``: its ``(tok_ptr, fidx, fval, n)``; ``S``:
+        the batch's class scores when its prediction computed them. What is learned does not
+        change (learning never reads the temperature); without this the batch paths left the
+        temperature at 1, their probabilities uncalibrated."""
+        n = len(yids)
+        if n == 0:
+            return
+        t = self._calibrator()
+        lr = self._learner
+        if lr is not None and n0 >= 2 and calibration.predict_tables(lr) is not None:
+            if S is None:   # grown to the batch's features (as its learning grows it first)
+                self._synced = None
+                lr.ensure(self._features.dim, self._labels.labels[:n0])
+            K = int(lr.n_labels)
+            ahead = t.n_offered + np.arange(n)
+            want = ((ahead < t.dense_until) | (ahead % t.stride == 0)) & (np.asarray(yids) < K)
+            idx = np.flatnonzero(want)
+            if len(idx) and K >= 2:
+                t.observe_classes(S[idx] if S is not None else self._batch_scores(idx, K, dense, csr),
+                                  np.asarray(yids)[idx])
+        t.pass_over(n)
+
+    def _batch_scores(self, idx, K, dense, csr):
+        """The class scores (len(idx) x K) of the rows ``idx`` of a validated batch
+        (:meth:`_observe_batch`) at the prediction weights, their values scaled as a prediction
+        scales them: a dense batch's by one BLAS product (:meth:`_dense_scores`, as its
+        prediction scores it), else the rows as the tokens of one record
+        (``calibration.emission_scores``, as ``learn_one`` scores a record)."""
+        lr = self._learner
+        if dense is not None:
+            S = self._dense_scores(dense[0][idx], self._scaler)
+            if S is not None:
+                return S
+            tok_ptr, fidx, fval = self._features.dense_csr(dense[0][idx], grow=False)
+        else:
+            tp = np.asarray(csr[0], dtype=np.int64)
+            starts, lens = tp[idx], tp[idx + 1] - tp[idx]
+            ptr = np.zeros(len(idx) + 1, dtype=np.int64)
+            np.cumsum(lens, out=ptr[1:])
+            take = np.repeat(starts - ptr[:-1], lens) + np.arange(ptr[-1])
+            tok_ptr, fidx, fval = ptr.astype(np.int32), csr[1][take], csr[2][take]
+        return calibration.emission_scores(calibration.predict_tables(lr), tok_ptr, fidx, self._scaled(fidx, fval), K,
+                                           lr)
+
     def _dense_ids(self, A, scaler=None, divided=None):
-        """Predicted class ids of the rows of a dense 2-D array (already validated by the
-        encoding) by one BLAS product with the learner's emission weights
+        """The argmax of :meth:`_dense_scores` (None where it is None): ties go to the first
+        class, as in ``mc_decode``."""
+        S = self._dense_scores(A, scaler, divided)
+        return None if S is None else np.argmax(S, axis=1)
+
+    def _dense_scores(self, A, scaler=None, divided=None):
+        """The class scores (rows x the learner's labels) of the rows of a dense 2-D array
+        (already validated by the encoding) by one BLAS product with the learner's emission weights
         (``Learner.emission_weights``): column j is feature j + 1, feature 0 the bias
         (``FeatureIndex.encode_tokens``). The per-row kernel reads every weight once per row;
-        the product reads them once per batch. The scores agree with the kernel's to rounding,
-        and ties go to the first class as in ``mc_decode``. With ``scaler`` (a
+        the product reads them once per batch. The scores agree with the kernel's to rounding.
+        With ``scaler`` (a
         :class:`~streamssvm.scaling.ColumnScaler`) the rows are first divided by its column
         divisors: the values the kernel would score, to the bit (``ColumnScaler.divisors``; the
         bias is never scaled); ``divided``: those rows, already divided (``_dense_batch``).
@@ -851,7 +912,7 @@ class MulticlassSSVM(Estimator, base.Classifier):
                 A = A / q
         S = A @ W[1:d + 1]
         S += W[0]
-        return np.argmax(S, axis=1)
+        return S
 
     def _encode_labels(self, ys):
         """Label ids of a validated batch, registered as they arrive (exactly as with
