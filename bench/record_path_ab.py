@@ -7,7 +7,8 @@ separate processes on a shared machine (a few percent; issue 22 item 3).
 Variant ``base``: the listed methods as their source reads at git revision ``--rev`` (each
 compiled in its module of this checkout and set on its class; a method of the learners'
 ``GUARDED`` list gets the thread guard, as the class does); variant ``this``: the checkout as it
-is. Two models of each call pattern (``predict_one`` then ``learn_one``; ``predict_learn_one``)
+is. Two models of each call pattern (``predict_one`` then ``learn_one``; ``predict_learn_one``;
+``learn_one`` alone)
 take the same stream in chunks of ``--chunk`` records, the variants alternating which goes first,
 fresh models every repetition (the first a warm-up). Reported per record, CPU (process time): the
 sum over chunks of each chunk's minimum over repetitions (load spikes on a shared machine only
@@ -90,6 +91,15 @@ def plo(m, chunk):
         f(x, c)
 
 
+def learn(m, chunk):
+    lo = m.learn_one
+    for x, c in chunk:
+        lo(x, c)
+
+
+CALLS = {"sep": sep, "plo": plo, "learn": learn}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rev", required=True)
@@ -97,6 +107,8 @@ def main(argv=None):
     ap.add_argument("--data", default="ocr16,digits784,phishing")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=250)
+    ap.add_argument("--calls", default="sep,plo", help="sep (predict_one + learn_one), plo (predict_learn_one), "
+                    "learn (learn_one alone)")
     a = ap.parse_args(argv)
     import streamssvm as ss
     swaps = base_methods(a.rev, a.methods.split(","))
@@ -107,7 +119,7 @@ def main(argv=None):
 
     pt = time.process_time
     for name, data in datasets(a.data.split(",")).items():
-        for call in (sep, plo):
+        for call in (CALLS[c] for c in a.calls.split(",")):
             per, tot = {"base": [], "this": []}, {"base": [], "this": []}
             for r in range(a.reps + 1):
                 ms = {v: ss.MulticlassSSVM() for v in per}
