@@ -780,11 +780,7 @@ class BlockStore:
         a row without values) is computed once; the meta rows are written by one numba loop
         (``layout.one_token_meta``)."""
         m = nnz.shape[0]
-        # reserve's flags: an averaging accumulator (FLAG_AVG) on every block of a store that
-        # keeps them, no Gram matrix where a one-token block keeps none
-        gram = bool(self.stores_gram(1, 1))
-        tail = (KL.FLAG_AVG if self.avg else 0) | (0 if gram else KL.FLAG_NO_GRAM)
-        isz0, fsz0, lablen = (int(v) for v in self.segment_sizes(1, 0, 1, nidx=0, gram=gram))
+        tmpl = self._one_token_template()
         nfree = min(len(self.free), m)
         if nfree:
             slots = np.empty(m, dtype=np.int64)
@@ -798,14 +794,9 @@ class BlockStore:
         self.n_slots += m - nfree
         if self.n_slots > self.meta.shape[0]:
             self._grow_slots(self.n_slots)
-        row = np.zeros(KL.N_META, dtype=np.int64)   # one token, one label, Ki 1, an empty pool
-        row[KL.M_L] = row[KL.M_LY] = row[KL.M_KI] = 1
-        row[KL.M_PCAP] = self.pool_cap
-        row[KL.M_LABLEN] = lablen
         ti, tf = KL.one_token_meta(self.meta, slots, np.asarray(nnz, dtype=np.int64),
-                                   np.full(m, -1, dtype=np.int64) if span is None else span, row,
-                                   (CS.FLAG_SPARSE if self.sparse else 0) | tail, FLAG_DENSE_ROW | tail,
-                                   isz0, fsz0, self.i_used, self.f_used)
+                                   np.full(m, -1, dtype=np.int64) if span is None else span, *tmpl,
+                                   self.i_used, self.f_used)
         if self.i_used + ti > self.Iar.shape[0]:
             self._ensure_arena("Iar", self.i_used + ti)
         if self.f_used + tf > self.Far.shape[0]:
@@ -814,6 +805,118 @@ class BlockStore:
         if m and self.max_L < 1:
             self.max_L = 1
         return slots, ti, tf
+
+    def _one_token_template(self):
+        """``one_token_meta``'s (template row, sparse flags, dense-row flags, int size, float
+        size) of a one-token block of one label: one token, one label, ``Ki`` 1, an empty pool;
+        reserve's flags (an averaging accumulator, FLAG_AVG, on every block of a store that keeps
+        them; no Gram matrix where a one-token block keeps none)."""
+        gram = bool(self.stores_gram(1, 1))
+        tail = (KL.FLAG_AVG if self.avg else 0) | (0 if gram else KL.FLAG_NO_GRAM)
+        isz0, fsz0, lablen = (int(v) for v in self.segment_sizes(1, 0, 1, nidx=0, gram=gram))
+        row = np.zeros(KL.N_META, dtype=np.int64)
+        row[KL.M_L] = row[KL.M_LY] = row[KL.M_KI] = 1
+        row[KL.M_PCAP] = self.pool_cap
+        row[KL.M_LABLEN] = lablen
+        return row, (CS.FLAG_SPARSE if self.sparse else 0) | tail, FLAG_DENSE_ROW | tail, isz0, fsz0
+
+    def plan_evicting_rows(self, tok_ptr, fidx, m, averaging, due=None, not_averaging=False):
+        """The slots, victims and meta rows of up to ``m`` one-token rows (``reserve_rows``' rows)
+        arriving at a full FIFO store, as record by record (``BCFW._learn_fifo``) would give them:
+        before row e the oldest held block is its victim (``fifo_victim``) and row e takes the
+        last freed slot (``_take_slot``: the victim of row e - 1 once the store is full), its
+        segments at the arenas' used ends. Nothing is changed: the kernel writes each row's meta
+        row and slot bookkeeping when its turn comes (``microbatch.predict_learn_examples``: its
+        slot may hold an earlier row's victim until then), and :meth:`admit_planned_rows` does
+        the rest after it. Returns ``(c, slots, victims, metas, after)``, ``c`` the rows one
+        kernel call may take: it stops before a row that would grow the slot table, and after
+        the row whose eviction compacts the arenas (``maybe_compact``), after an eviction with
+        ``averaging`` (a learner that averages with these blocks' accumulators) whose victim
+        keeps none, or while ``not_averaging`` (the learner restarts averaging there, over every
+        held block), or after which ``due(e, held)`` (a full gap pass due after row e with
+        ``held`` blocks)."""
+        tok_ptr = np.asarray(tok_ptr[:m + 1], dtype=np.int64)
+        nnz = tok_ptr[1:] - tok_ptr[:-1]
+        span = np.full(m, -1, dtype=np.int64)
+        if self.dense_rows and m:
+            dense_row_spans(np.arange(m + 1, dtype=np.int64), tok_ptr, fidx, span)
+        metas = np.empty((m, KL.N_META), dtype=np.int64)
+        KL.one_token_meta(metas, np.arange(m, dtype=np.int64), nnz, span, *self._one_token_template(), self.i_used,
+                          self.f_used)
+        meta, cap = self.meta, self.capacity
+        free = list(self.free)
+        old = iter(self._order)          # the held blocks, oldest first
+        mine = deque()                   # rows of this run held, in arrival order (evicted after the old)
+        n, n_slots, spare = self._n, self.n_slots, meta.shape[0] - self.n_slots
+        self._fold_moves()
+        i_used, i_live, f_live = self.i_used, self.i_live, self.f_live
+        slots = np.empty(m, dtype=np.int64)
+        victims = np.full(m, -1, dtype=np.int64)
+        c = 0
+        for e in range(m):
+            if free:
+                s = free.pop()
+            elif spare > 0:
+                s, n_slots, spare = n_slots, n_slots + 1, spare - 1
+            else:
+                break   # the slot table would grow: the record path's turn
+            v = -1
+            if cap is not None and n >= cap:
+                v = next(old, -1)
+                vrow = meta[v] if v >= 0 else metas[mine[0]]   # its meta row, read before the kernel
+                if v < 0:
+                    v = int(slots[mine.popleft()])
+                i_live -= int(vrow[KL.M_ISIZE])
+                f_live -= int(vrow[KL.M_FSIZE])
+                no_avg = not vrow[KL.M_FLAGS] & KL.FLAG_AVG
+            slots[e], victims[e] = s, v
+            mine.append(e)
+            i_used += int(metas[e, KL.M_ISIZE])
+            i_live += int(metas[e, KL.M_ISIZE])
+            f_live += int(metas[e, KL.M_FSIZE])
+            if v >= 0:
+                free.append(v)
+            else:
+                n += 1
+            c = e + 1
+            if v >= 0 and ((averaging and (no_avg or not_averaging)) or (i_used > 4096 and i_live * 2 < i_used)):
+                break
+            if due is not None and due(e, n):
+                break
+        f_used = int(self.f_used + metas[:c, KL.M_FSIZE].sum())
+        return c, slots[:c], victims[:c], metas[:c], (free, n_slots, i_used, f_used, i_live, f_live)
+
+    def ensure_used(self, i_used, f_used):
+        """Room in the arenas for ``i_used`` ints and ``f_used`` floats (a planned run's segments)."""
+        if i_used > self.Iar.shape[0]:
+            self._ensure_arena("Iar", i_used)
+        if f_used > self.Far.shape[0]:
+            self._ensure_arena("Far", f_used)
+
+    def admit_planned_rows(self, plan, n_final):
+        """The Python side's bookkeeping of a :meth:`plan_evicting_rows` run the kernel took
+        (``n_final`` blocks held after it): the arrival order, freed and taken slots, used and
+        live sizes, births, evictions, as record by record (``reserve_row``, then
+        ``after_learn_one``), then ``maybe_compact``."""
+        c, slots, victims, _, (free, n_slots, i_used, f_used, i_live, f_live) = plan
+        order = self._order
+        birth, seen = self.birth, self._seen
+        for e in range(c):
+            v, s = int(victims[e]), int(slots[e])
+            if v >= 0:
+                order.popleft()
+                self._unvisited.discard(v)
+                self._evicted += 1
+            order.append(s)
+            birth[s] = seen + e   # (a slot taken twice: its last row's)
+        self.free[:] = free
+        self.n_slots = n_slots
+        self.i_used, self.f_used, self.i_live, self.f_live = i_used, f_used, i_live, f_live
+        self._seen = seen + c
+        self._n = int(n_final)
+        if c and self.max_L < 1:
+            self.max_L = 1
+        self.maybe_compact()
 
     def forget(self, v):
         """Bookkeeping for a block no longer in the alive list (evicted by the kernel, or

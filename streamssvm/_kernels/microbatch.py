@@ -13,9 +13,13 @@ step draws. This kernel makes the same calls of the same
 step functions (``predict_batch``, ``write_block``, ``_append``, ``one_step`` of
 :mod:`streamssvm._kernels.bcfw`), in the same order, with the same per-record seed, scale
 (``lam`` following ``n``) and averaged weights, so its predictions and its state are
-bit-identical to the record-by-record path. What the Python side does between two records
-(a full gap pass when one is due, a store that grows its slots or evicts, a new label) ends a
-micro-batch there; :meth:`BCFW.predict_learn_run` cuts the batches so.
+bit-identical to the record-by-record path. At a full FIFO store each record evicts the oldest
+block first, as ``learn_one_example`` does, with the slots, victims and meta rows the record
+path would give them planned beforehand (``BlockStore.plan_evicting_rows``), and the averaging
+restart that ``evicted_average="restart"`` makes after each such record done here. What else the
+Python side does between two records (a full gap pass when one is due, a store that grows its
+slots or compacts its arenas, a new label) ends a micro-batch there; :meth:`BCFW.predict_learn_run`
+cuts the batches so.
 
 What the estimator does around a record happens inside the run as well, with the same
 functions in the same order: online feature scaling (:mod:`streamssvm.scaling`: the record
@@ -28,7 +32,7 @@ it is learned scaled by them, ``scale_values`` / ``learn_values`` of
 import numpy as np
 from numba import njit
 
-from .bcfw import _append, one_step, predict_batch, step_lam_n, write_block
+from .bcfw import _append, evict, one_step, predict_batch, step_lam_n, write_block
 from .borrow import borrowed
 from .common import MULTICLASS
 from .mtseed import STATE, mt_sample_block, mt_seed
@@ -44,13 +48,19 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
                            out):
     """Predict then learn m one-token examples (multiclass rows) whose slots are reserved.
 
-    ``records`` = (tok_ptr, fidx, fval, yids, mark, slots, seeds): the batch's CSR (row e is
-    tokens e..e+1; tok_ptr int32 into fidx / fval), the label id of each row, the learner's
-    Gram mark buffer, the reserved slot of each row and the sampler's seed of each record's
-    learn call. ``predicting`` = (pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows,
-    preds): the prediction's scratch, whether the learner predicts with averaged weights,
-    ``lam`` (< 0: ``min(auto_lam, auto_lam_n / n)``), ``rows`` = 0..m and the predicted label
-    ids (out). ``observing`` = (sumsq, count, scaling, pval, lval, obs, S, K): with ``scaling``
+    ``records`` = (tok_ptr, fidx, fval, yids, mark, slots, seeds, victims, metas): the batch's
+    CSR (row e is tokens e..e+1; tok_ptr int32 into fidx / fval), the label id of each row, the
+    learner's Gram mark buffer, the reserved slot of each row, the sampler's seed of each
+    record's learn call, and for a full FIFO store (``BlockStore.plan_evicting_rows``; else
+    empty) the block each row evicts first (-1: none) and each row's meta row, written with its
+    slot's bookkeeping when the row arrives (its slot may hold an earlier row's victim until
+    then). ``predicting`` = (pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows,
+    preds, restart, avstate): the prediction's scratch, whether the learner predicts with
+    averaged weights, ``lam`` (< 0: ``min(auto_lam, auto_lam_n / n)``), ``rows`` = 0..m, the
+    predicted label ids (out), whether an eviction that stops averaging restarts it after its
+    record (``evicted_average="restart"``, the blocks keeping no accumulators: what the Python
+    side does between two records, done here) and ``avstate`` = [averaging origin, Z dirty]
+    after the call (out; in: [_, Z dirty]). ``observing`` = (sumsq, count, scaling, pval, lval, obs, S, K): with ``scaling``
     the column statistics of :class:`streamssvm.scaling.ColumnScaler` (updated in place), and
     the values each record is predicted with (pval, out) and learned with (lval, out); without
     it pval and lval are fval itself. obs[e] >= 0: record e's K class scores before it is
@@ -58,11 +68,12 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
     ``learn_one_example`` leaves it. Returns the new tick."""
     model, w, arena, scratch, avg, records, predicting, observing, counters, out = borrowed(   # ``borrow.py``
         (model, w, arena, scratch, avg, records, predicting, observing, counters, out))
-    tok_ptr, fidx, fval, yids, mark, slots, seeds = records
-    pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows, preds = predicting
+    tok_ptr, fidx, fval, yids, mark, slots, seeds, victims, metas = records
+    pscratch, averaging, lam_fixed, auto_lam, auto_lam_n, rows, preds, restart, avstate = predicting
     sumsq, count, scaling, pval, lval, obs, S, K = observing
     E, T, B = w
     avg_t0, ZE, ZT, ZB = avg[0], avg[1], avg[2], avg[3]
+    dirty = avstate[1]   # Z holds averaged steps since it was last zeroed (BCFW._z_dirty)
     n = arena[8]
     tick = tick0
     alive, tree, tree_size = arena[6], arena[9], arena[10]
@@ -95,12 +106,22 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         # its replays draw after np.random.seed(seeds[e]), drawn by mtseed without its cost)
         mt_seed(rng, seeds[e])
         slot = slots[e]
+        if e < metas.shape[0]:   # a planned row (a full store): its meta row and slot bookkeeping
+            # now, as BlockStore.reserve_row writes them (the slot may be an earlier row's victim)
+            for q in range(metas.shape[1]):
+                arena[2][slot, q] = metas[e, q]
+            arena[3][slot] = np.inf
+            arena[4][slot] = -1
+            arena[7][slot] = -1
+            arena[11][slot] = 1.0
         write_block(model[0], model[2], arena[:3] + (arena[13],), slot, tok_ptr[e:e + 2], fidx, lval,
                     yids[e:e + 1], mark, cfg[8])
         arena[5][slot] = 0.0
         out[1] = 0
         out[2] = avg_t0
-        n = _append(arena[6], arena[7], arena[11], arena[12], n, slot)   # this path never evicts
+        if e < victims.shape[0] and victims[e] >= 0:   # the oldest block leaves first (learn_one_example)
+            n = evict(model, w, arena, scratch, avg, cfg, n, victims[e], out)
+        n = _append(arena[6], arena[7], arena[11], arena[12], n, slot)
         out[0] = n
         # the first step on the new block (alive[n - 1]), then the replays on sampled blocks: the
         # steps of _step_loop(..., alive[n - 1:n], replay + 1, ...) one at a time (lambda N is
@@ -108,4 +129,20 @@ def predict_learn_examples(model, w, arena, scratch, avg, cfg, records, predicti
         for r in range(cfg[7] + 1):
             j = slot if r == 0 else mt_sample_block(cfg[6], tree, tree_size, alive, n, rng)
             tick = one_step(model, w, arena, scratch, avg, cfg, counters, j, step_lam_n(arena, cfg), out[2], tick)
+        if out[2] >= 0:
+            dirty = 1
+        if restart and out[2] < 0 and e < victims.shape[0] and victims[e] >= 0 and e + 1 < slots.shape[0]:
+            # the eviction stopped averaging (its block kept no accumulator): the average
+            # restarts here, as BCFW._avg_restart after the record (the next records'
+            # predictions and steps average from this tick); after the last record, the
+            # Python side restarts it
+            avg_t0 = tick
+            if dirty:
+                ZE[...] = 0.0
+                ZT[...] = 0.0
+                ZB[...] = 0.0
+                dirty = 0
+            avg[4][1] = 0.0
+    avstate[0] = avg_t0
+    avstate[1] = dirty
     return tick

@@ -42,6 +42,9 @@ _STEP = {"fw": K.STEP_FW, "pairwise": K.STEP_PAIRWISE, "away": K.STEP_AWAY}
 _SAMPLING = {"uniform": K.SAMPLE_UNIFORM, "gap": K.SAMPLE_GAP}
 #: no given steps: the learn_one kernel writes and learns its example
 _NO_SLOTS = np.zeros(0, dtype=np.int64)
+#: a run's records without planned evictions (microbatch.predict_learn_examples' victims, metas)
+_NO_VICTIMS = np.zeros(0, dtype=np.int64)
+_NO_METAS = np.zeros((0, KL.N_META), dtype=np.int64)
 #: the labels of a record the learn_one kernel scores (slot ``SCORE``: none read)
 _NO_LABELS = np.zeros(0, dtype=np.int32)
 _INT32_MAX = np.iinfo(np.int32).max
@@ -724,9 +727,10 @@ class BCFW(DenseWeights, Learner):
 
     def _run_length(self, m):
         """How many of the next ``m`` one-token records one kernel call may take with nothing
-        of the Python side due between them: no eviction (the store has room), no slot-table
-        growth (its tree would be rebuilt mid-run), no label-settling revisit, and up to the
-        record after which a full gap pass is due (included: the pass runs after the call)."""
+        of the Python side due between them, while the store has room (a full one plans its
+        evictions: ``BlockStore.plan_evicting_rows``): no eviction, no slot-table growth (its
+        tree would be rebuilt mid-run), no label-settling revisit, and up to the record after
+        which a full gap pass is due (included: the pass runs after the call)."""
         st = self.store
         if not self._runs_allowed(st):
             return 0
@@ -747,7 +751,8 @@ class BCFW(DenseWeights, Learner):
         (:mod:`streamssvm._kernels.microbatch`): record e predicted with the weights after
         record e - 1, then learned, bit-identical to ``predict`` then ``learn`` record by
         record. Takes the longest prefix that needs nothing of the Python side between its
-        records (:meth:`_run_length`).
+        records (:meth:`_run_length`; at a full FIFO store, ``BlockStore.plan_evicting_rows``:
+        each record evicts the oldest block first, in the kernel).
 
         ``scaling``: the ``(sumsq, count)`` arrays of a :class:`~streamssvm.scaling.ColumnScaler`
         covering every column of ``fidx``: each record is predicted with its values scaled by
@@ -757,13 +762,26 @@ class BCFW(DenseWeights, Learner):
         wanted. Returns the predicted label ids of the prefix taken (length 0: the caller takes
         the next record one at a time) and the scores (one row per observed record of it, in
         order; None without ``observed``)."""
-        c = self._run_length(len(yids))
+        st = self.store
+        plan = None
+        if st.capacity is not None and st.n >= st.capacity and self._runs_allowed(st):
+            # a full store: each record evicts the oldest block first, in the kernel
+            # (blocks that keep averaging accumulators: an eviction that stops averaging, or one
+            # while not averaging, restarts it at O(held blocks) on the Python side: a run ends there)
+            plan = st.plan_evicting_rows(tok_ptr, fidx, len(yids), bool(self.averaging) and st.avg,
+                                         self._gap_pass_due(), self._avg_t0 < 0)
+            c = plan[0]
+        else:
+            c = self._run_length(len(yids))
         if c == 0:
             return np.zeros(0, dtype=np.int32), None
-        st = self.store
         if self.W.E.shape[0] > self._mark.shape[0]:
             self._mark = np.zeros(self.W.E.shape[0])
-        slots = st.reserve_rows(tok_ptr[:c + 1], fidx)
+        if plan is None:
+            slots, victims, metas = st.reserve_rows(tok_ptr[:c + 1], fidx), _NO_VICTIMS, _NO_METAS
+        else:
+            slots, victims, metas = plan[1], plan[2], plan[3]
+            st.ensure_used(plan[4][2], plan[4][3])
         per = 1 + int(self.replay)
         t0, sb = self._tick, self._seed_base
         # _seed() at each record's tick t0 + e * per, (sb + (t0 + e * per + 1) * K) % M, as
@@ -776,14 +794,26 @@ class BCFW(DenseWeights, Learner):
         preds = np.zeros(c, dtype=np.int32)
         predicting = (self._ws.scratch_for(1, self.W.Kc, False), bool(self.averaging),
                       -1.0 if self._lam_fixed is None else float(self._lam_fixed), float(self.AUTO_LAM),
-                      float(self.AUTO_LAM_N), np.arange(c + 1, dtype=np.int64), preds)
+                      float(self.AUTO_LAM_N), np.arange(c + 1, dtype=np.int64), preds,
+                      # a full store's planned evictions that stop averaging restart it in the kernel
+                      plan is not None and bool(self.averaging) and not st.avg,
+                      np.array([self._avg_t0, int(self._z_dirty)], dtype=np.int64))
         ytrue = np.ascontiguousarray(yids[:c], dtype=np.int32)
-        records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds)
+        records = (tok_ptr, fidx, fval, ytrue, self._mark, slots, seeds, victims, metas)
         observing, S = self._observing(fval, c, scaling, observed)
         out = self._out3
         tick = MB.predict_learn_examples(*bundles, records, predicting, observing, self._tick, self.counters, out)
-        self._after_run(c, tick, (tok_ptr, fidx, observing[4], ytrue))
+        self._after_run(c, tick, (tok_ptr, fidx, observing[4], ytrue), plan=plan, avstate=predicting[8])
         return preds, S
+
+    def _gap_pass_due(self):
+        """``due(e, held)``: whether a full gap pass is due after record e of a run (its
+        ``held`` blocks then), as ``_learn_fifo`` checks after each record; None when the
+        learner runs none."""
+        if not self._needs_full:
+            return None
+        s, per, lim = self._steps_since_full, 1 + int(self.replay), self.gap_every
+        return lambda e, held: s + (e + 1) * per >= lim * held
 
     def predict_learn_record(self, fidx, fval, yid, scaling=None, observed=False):
         """:meth:`predict_learn_run` of one record (``fidx`` / ``fval`` one row, label id
@@ -835,7 +865,8 @@ class BCFW(DenseWeights, Learner):
             pval, lval = rp[7][:n], rp[8][:n]
         S = np.empty((1, rp[3])) if observed else rp[9]
         out = self._out3
-        tick = MB.predict_learn_examples(*bundles, (tok_ptr, fidx, fval, ytrue, mark, slots, seeds), rp[4],
+        tick = MB.predict_learn_examples(*bundles, (tok_ptr, fidx, fval, ytrue, mark, slots, seeds, _NO_VICTIMS,
+                                                    _NO_METAS), rp[4],
                                          (sumsq, count, scaling is not None, pval, lval,
                                           _OBS_FIRST if observed else _OBS_NONE, S, rp[3]),
                                          tick0, self.counters, out)
@@ -876,7 +907,7 @@ class BCFW(DenseWeights, Learner):
             k = int(self._K)
             rp = self._record_plan = [scratch, averaging, lam, k,
                                       (scratch, averaging, lam, float(self.AUTO_LAM), float(self.AUTO_LAM_N),
-                                       _ROWS_ONE, self._pred1),
+                                       _ROWS_ONE, self._pred1, False, np.zeros(2, dtype=np.int64)),
                                       np.zeros(2, dtype=np.int32), np.zeros(1, dtype=np.int32),
                                       np.empty(16), np.empty(16), np.empty((0, k)), None]
         # [10]: what [1], [2] and [4] were made of, for predict_learn_record's check without this call
@@ -895,11 +926,17 @@ class BCFW(DenseWeights, Learner):
         return (self._runs_allowed(st) and (st.capacity is None or st.capacity > st.n)
                 and (bool(st.free) or st.meta.shape[0] > st.n_slots))
 
-    def _after_run(self, c, tick, last, example=None):
+    def _after_run(self, c, tick, last, example=None, plan=None, avstate=None):
         """The Python side's bookkeeping after ``predict_learn_examples`` took ``c`` records
         (``last``: the CSR, learned values and label ids of the run, whose last record the
-        given-steps calls take as their example type; or that ``example`` itself)."""
-        self._z_dirty |= self._avg_t0 >= 0
+        given-steps calls take as their example type; or that ``example`` itself; ``plan``: the
+        store's :meth:`~streamssvm.blocks.BlockStore.plan_evicting_rows` of a full store, and
+        ``avstate`` the kernel's [averaging origin, Z dirty] after it)."""
+        out = self._out3
+        if plan is None:
+            self._z_dirty |= self._avg_t0 >= 0
+        else:   # the kernel restarted averaging after each evicting record but the last (_learn_fifo)
+            self._avg_t0, self._z_dirty = int(avstate[0]), bool(avstate[1])
         if example is None:
             tok_ptr, fidx, lval, ytrue = last
             a, b = int(tok_ptr[c - 1]), int(tok_ptr[c])
@@ -909,7 +946,12 @@ class BCFW(DenseWeights, Learner):
         self._avg_cache = self._pred_cache = None
         self._steps_since_full += tick - self._tick
         self._tick = tick
-        self.store.after_learn_one(self._out3[0], -1)
+        if plan is None:
+            self.store.after_learn_one(out[0], -1)
+        else:
+            self.store.admit_planned_rows(plan, out[0])
+            if self.averaging and out[2] < 0 and (plan[2] >= 0).any():   # an eviction while not averaging
+                self._avg_restart()
         if self.counters[K.C_TFULL] != self._tfull_seen:
             self._grow_flagged()
         self.n_learned += c
