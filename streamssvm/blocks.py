@@ -820,6 +820,9 @@ class BlockStore:
         row[KL.M_LABLEN] = lablen
         return row, (CS.FLAG_SPARSE if self.sparse else 0) | tail, FLAG_DENSE_ROW | tail, isz0, fsz0
 
+    #: a store full from the start plans its run in vector form (:meth:`_plan_full`), else row by row
+    VECTOR_PLANS = True
+
     def plan_evicting_rows(self, tok_ptr, fidx, m, averaging, due=None, not_averaging=False):
         """The slots, victims and meta rows of up to ``m`` one-token rows (``reserve_rows``' rows)
         arriving at a full FIFO store, as record by record (``BCFW._learn_fifo``) would give them:
@@ -833,8 +836,9 @@ class BlockStore:
         the row whose eviction compacts the arenas (``maybe_compact``), after an eviction with
         ``averaging`` (a learner that averages with these blocks' accumulators) whose victim
         keeps none, or while ``not_averaging`` (the learner restarts averaging there, over every
-        held block), or after which ``due(e, held)`` (a full gap pass due after row e with
-        ``held`` blocks)."""
+        held block), or after which a full gap pass is due (``due`` = (steps since the last
+        pass, steps per row, passes' spacing ``gap_every``): due after row e when
+        ``steps + (e + 1) * per >= gap_every * held``)."""
         tok_ptr = np.asarray(tok_ptr[:m + 1], dtype=np.int64)
         nnz = tok_ptr[1:] - tok_ptr[:-1]
         span = np.full(m, -1, dtype=np.int64)
@@ -844,11 +848,14 @@ class BlockStore:
         KL.one_token_meta(metas, np.arange(m, dtype=np.int64), nnz, span, *self._one_token_template(), self.i_used,
                           self.f_used)
         meta, cap = self.meta, self.capacity
+        self._fold_moves()
+        if (self.VECTOR_PLANS and cap is not None and self._n >= cap and 0 < m <= len(self._order)
+                and (self.free or meta.shape[0] > self.n_slots)):
+            return self._plan_full(m, metas, averaging, due, not_averaging)
         free = list(self.free)
         old = iter(self._order)          # the held blocks, oldest first
         mine = deque()                   # rows of this run held, in arrival order (evicted after the old)
         n, n_slots, spare = self._n, self.n_slots, meta.shape[0] - self.n_slots
-        self._fold_moves()
         i_used, i_live, f_live = self.i_used, self.i_live, self.f_live
         slots = np.empty(m, dtype=np.int64)
         victims = np.full(m, -1, dtype=np.int64)
@@ -881,10 +888,43 @@ class BlockStore:
             c = e + 1
             if v >= 0 and ((averaging and (no_avg or not_averaging)) or (i_used > 4096 and i_live * 2 < i_used)):
                 break
-            if due is not None and due(e, n):
+            if due is not None and due[0] + (e + 1) * due[1] >= due[2] * n:
                 break
         f_used = int(self.f_used + metas[:c, KL.M_FSIZE].sum())
         return c, slots[:c], victims[:c], metas[:c], (free, n_slots, i_used, f_used, i_live, f_live)
+
+    def _plan_full(self, m, metas, averaging, due, not_averaging):
+        """:meth:`plan_evicting_rows` of a store full from the start, whose m rows evict m held
+        blocks (the oldest ``m`` of the arrival order) and take a freed slot each (or one new
+        slot for the first), in vector form: row 0 takes the last freed slot and row e > 0 the
+        victim of row e - 1 (``_take_slot`` pops the slot ``forget`` freed last); the same plan
+        as the record-by-record loop (``tests/test_full_store_runs.py`` compares them)."""
+        from itertools import islice
+        meta = self.meta
+        victims = np.fromiter(islice(self._order, m), dtype=np.int64, count=m)
+        slots = np.empty(m, dtype=np.int64)
+        slots[1:] = victims[:-1]
+        free = list(self.free)
+        n_slots = self.n_slots
+        if free:
+            slots[0] = free.pop()
+        else:
+            slots[0], n_slots = n_slots, n_slots + 1
+        isz, fsz = metas[:, KL.M_ISIZE], metas[:, KL.M_FSIZE]
+        vrows = meta[victims]
+        i_used = self.i_used + np.cumsum(isz)
+        i_live = self.i_live + np.cumsum(isz - vrows[:, KL.M_ISIZE])
+        stop = (i_used > 4096) & (2 * i_live < i_used)
+        if averaging:
+            stop |= not_averaging | ((vrows[:, KL.M_FLAGS] & KL.FLAG_AVG) == 0)
+        if due is not None:
+            stop |= due[0] + np.arange(1, m + 1) * due[1] >= due[2] * self._n
+        c = int(np.argmax(stop)) + 1 if stop.any() else m
+        free.append(int(victims[c - 1]))
+        f_live = self.f_live + int((fsz[:c] - vrows[:c, KL.M_FSIZE]).sum())
+        f_used = int(self.f_used + fsz[:c].sum())
+        return c, slots[:c], victims[:c], metas[:c], (free, n_slots, int(i_used[c - 1]), f_used, int(i_live[c - 1]),
+                                                      f_live)
 
     def ensure_used(self, i_used, f_used):
         """Room in the arenas for ``i_used`` ints and ``f_used`` floats (a planned run's segments)."""
@@ -900,15 +940,19 @@ class BlockStore:
         ``after_learn_one``), then ``maybe_compact``."""
         c, slots, victims, _, (free, n_slots, i_used, f_used, i_live, f_live) = plan
         order = self._order
-        birth, seen = self.birth, self._seen
-        for e in range(c):
-            v, s = int(victims[e]), int(slots[e])
-            if v >= 0:
-                order.popleft()
-                self._unvisited.discard(v)
-                self._evicted += 1
-            order.append(s)
-            birth[s] = seen + e   # (a slot taken twice: its last row's)
+        gone = victims[victims >= 0].tolist()
+        order.extend(slots.tolist())   # each row's slot after its victim left the front: the same queue
+        for _ in range(len(gone)):
+            order.popleft()
+        if self._unvisited:
+            self._unvisited.difference_update(gone)
+        self._evicted += len(gone)
+        seen = self._seen
+        if len(np.unique(slots)) == c:
+            self.birth[slots] = seen + np.arange(c)
+        else:   # a slot taken twice (the run evicted its own rows): its last row's
+            for e in range(c):
+                self.birth[slots[e]] = seen + e
         self.free[:] = free
         self.n_slots = n_slots
         self.i_used, self.f_used, self.i_live, self.f_live = i_used, f_used, i_live, f_live

@@ -90,3 +90,26 @@ def test_a_plan_changes_nothing_until_admitted():
     assert c > 0 and (victims >= 0).all() and len(set(slots.tolist())) <= c
     if before is not None:
         assert pickle.dumps(st.state()) == before
+
+
+@pytest.mark.parametrize("averaging,due,not_averaging", [(False, None, False), (True, None, False),
+                                                         (True, None, True), (False, (500, 2, 1.0), False),
+                                                         (False, (10, 2, 0.5), False)])
+def test_vector_plan_equals_the_row_by_row_plan(averaging, due, not_averaging, monkeypatch):
+    """_plan_full (a store full from the start) gives the row-by-row loop's plan: slots,
+    victims, meta rows, cut, free list and sizes."""
+    X, y = _stream(n=900, seed=3)
+    for kw in ({"window": 150}, {"window": 150, "evicted_average": "keep"}):
+        m = _model(kw, False)
+        m.predict_learn_each(list(X[:400]), y[:400])
+        st = m._learner.store
+        for a, k in ((400, 64), (464, 200), (664, 150)):
+            tp, fidx, _ = m._features.dense_csr(X[a:a + k], grow=False)
+            fast = st.plan_evicting_rows(tp, fidx, k, averaging, due, not_averaging)
+            monkeypatch.setattr(BlockStore, "VECTOR_PLANS", False)
+            slow = st.plan_evicting_rows(tp, fidx, k, averaging, due, not_averaging)
+            monkeypatch.setattr(BlockStore, "VECTOR_PLANS", True)
+            assert fast[0] == slow[0] > 0
+            for u, v in zip(fast[1:4], slow[1:4]):
+                assert u.tolist() == v.tolist()
+            assert fast[4] == slow[4]

@@ -807,13 +807,13 @@ class BCFW(DenseWeights, Learner):
         return preds, S
 
     def _gap_pass_due(self):
-        """``due(e, held)``: whether a full gap pass is due after record e of a run (its
-        ``held`` blocks then), as ``_learn_fifo`` checks after each record; None when the
-        learner runs none."""
+        """(steps since the last full gap pass, steps per record, ``gap_every``): a pass is due
+        after record e of a run holding ``held`` blocks when ``steps + (e + 1) * per >=
+        gap_every * held``, as ``_learn_fifo`` checks after each record; None when the learner
+        runs none."""
         if not self._needs_full:
             return None
-        s, per, lim = self._steps_since_full, 1 + int(self.replay), self.gap_every
-        return lambda e, held: s + (e + 1) * per >= lim * held
+        return self._steps_since_full, 1 + int(self.replay), self.gap_every
 
     def predict_learn_record(self, fidx, fval, yid, scaling=None, observed=False):
         """:meth:`predict_learn_run` of one record (``fidx`` / ``fval`` one row, label id
